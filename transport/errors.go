@@ -1,0 +1,87 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Sentinel errors of the transport layer. Test with errors.Is.
+var (
+	// ErrCompacted: the requested cursor is below the store's compaction
+	// point. The caller resnapshots. The error is a *CompactedError.
+	ErrCompacted = errors.New("transport: cursor compacted")
+	// ErrNotFound: the namespace does not exist on the server.
+	ErrNotFound = errors.New("transport: namespace not found")
+	// ErrNotModified: a conditional snapshot found the namespace unchanged.
+	ErrNotModified = errors.New("transport: not modified")
+	// ErrUnauthorized: the server refused the credentials (401) or the
+	// namespace is outside their scope (403).
+	ErrUnauthorized = errors.New("transport: unauthorized")
+	// ErrTooLarge: a response or event exceeded the configured limit.
+	ErrTooLarge = errors.New("transport: message too large")
+	// ErrMalformed: the server sent bytes that do not decode.
+	ErrMalformed = errors.New("transport: malformed message")
+	// ErrStoreChanged: the server's store id changed (its history was
+	// rebuilt); the caller resnapshots and resets its monotonic floor.
+	ErrStoreChanged = errors.New("transport: store id changed")
+	// ErrStreamIdle: a watch stream sent nothing for longer than its idle
+	// limit (a black-holed or half-open connection).
+	ErrStreamIdle = errors.New("transport: stream idle")
+	// ErrInvalidNamespace: a namespace name that ValidateNamespace refuses.
+	ErrInvalidNamespace = errors.New("transport: invalid namespace name")
+	// ErrInvalidKey: a key that ValidateKey refuses.
+	ErrInvalidKey = errors.New("transport: invalid key")
+)
+
+// CompactedError is returned when a cursor is below CompactRevision.
+// errors.Is(err, ErrCompacted) holds for it.
+type CompactedError struct {
+	CompactRevision int64
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("transport: cursor compacted (compact revision %d)", e.CompactRevision)
+}
+
+// Is reports ErrCompacted.
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
+
+// StatusError is a non-success HTTP reply. It unwraps to the sentinel that
+// matches its code, if any (ErrNotFound, ErrUnauthorized, ErrCompacted, ...).
+type StatusError struct {
+	StatusCode int
+	// Code and Message come from the JSON error body, when it had one.
+	Code    string
+	Message string
+	// RetryAfter is the server's Retry-After, zero when absent.
+	RetryAfter time.Duration
+	// Err is the matching sentinel or typed error, or nil.
+	Err error
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("transport: server replied %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Code != "" {
+		s += ": " + e.Code
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// Retryable reports whether err is worth retrying at the same cursor:
+// everything except compaction, a missing namespace, an unauthorized client,
+// a store change and a malformed request.
+func Retryable(err error) bool {
+	switch {
+	case errors.Is(err, ErrCompacted), errors.Is(err, ErrStoreChanged),
+		errors.Is(err, ErrInvalidNamespace):
+		return false
+	}
+	return true
+}

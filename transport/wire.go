@@ -1,0 +1,141 @@
+package transport
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Paths of the data-plane endpoints, relative to the server's base URL.
+const (
+	PathSnapshot = "/sdk/snapshot"
+	PathEvents   = "/sdk/events"
+	PathWatch    = "/sdk/watch"
+	PathAck      = "/sdk/ack"
+)
+
+// Response headers every data-plane reply carries, so that a 304 (which has no
+// body) still names the store and the cursor.
+const (
+	HeaderStoreID  = "Holdfast-Store-Id"
+	HeaderRevision = "Holdfast-Revision"
+	HeaderCursor   = "Holdfast-Cursor"
+)
+
+// SSE event names on /sdk/watch.
+const (
+	EventChange   = "change"
+	EventProgress = "progress"
+)
+
+// Ack statuses.
+const (
+	AckApplied  = "ack"
+	AckRejected = "nack"
+)
+
+// Error codes carried in ErrorBody.Error.
+const (
+	CodeCompacted       = "compacted"
+	CodeNotFound        = "not_found"
+	CodeBadRequest      = "bad_request"
+	CodeTooLarge        = "too_large"
+	CodeSchemaViolation = "schema_violation"
+	CodeUnauthorized    = "unauthorized"
+	CodeForbidden       = "forbidden"
+	CodeUnavailable     = "unavailable"
+	CodeInternal        = "internal"
+)
+
+// Snapshot is the full content of one namespace at one revision:
+// the body of GET /sdk/snapshot.
+type Snapshot struct {
+	Namespace string `json:"ns"`
+	StoreID   string `json:"store_id"`
+	// Revision is the revision of the namespace's last change.
+	Revision int64 `json:"revision"`
+	// Cursor is the store revision up to which this view is complete; a
+	// watch resumes from it. Cursor >= Revision.
+	Cursor          int64                      `json:"cursor"`
+	CompactRevision int64                      `json:"compact_revision"`
+	Values          map[string]json.RawMessage `json:"values"`
+}
+
+// ChangeSet is one atomic publish to one namespace: every put and delete of
+// it shares one revision. PrevRevision is the namespace's revision before it,
+// so a client can tell a gap (PrevRevision != what it applied) from a
+// duplicate (Revision <= what it applied).
+type ChangeSet struct {
+	Namespace    string                     `json:"ns"`
+	Revision     int64                      `json:"revision"`
+	PrevRevision int64                      `json:"prev_revision"`
+	StoreID      string                     `json:"store_id"`
+	CommittedAt  time.Time                  `json:"committed_at"`
+	Puts         map[string]json.RawMessage `json:"puts,omitempty"`
+	Deletes      []string                   `json:"deletes,omitempty"`
+}
+
+// Progress says that the stream is alive and that nothing changed in the
+// namespace up to Cursor. Revision is the namespace's current revision.
+type Progress struct {
+	Namespace string `json:"ns"`
+	StoreID   string `json:"store_id"`
+	Revision  int64  `json:"revision"`
+	Cursor    int64  `json:"cursor"`
+}
+
+// EventsResponse is the body of GET /sdk/events (long-poll). An empty Changes
+// still advances Cursor.
+type EventsResponse struct {
+	Namespace string      `json:"ns"`
+	StoreID   string      `json:"store_id"`
+	Cursor    int64       `json:"cursor"`
+	Revision  int64       `json:"revision"`
+	Changes   []ChangeSet `json:"changes"`
+}
+
+// Ack is the body of POST /sdk/ack: what one client applied or rejected.
+type Ack struct {
+	ClientID  string `json:"client_id"`
+	Namespace string `json:"ns"`
+	Revision  int64  `json:"revision"`
+	Status    string `json:"status"` // AckApplied or AckRejected
+	Error     string `json:"error,omitempty"`
+}
+
+// ErrorBody is the JSON body of every error reply.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message,omitempty"`
+	StoreID string `json:"store_id,omitempty"`
+	// CompactRevision is set with CodeCompacted.
+	CompactRevision int64 `json:"compact_revision,omitempty"`
+	// Details lists every failure, for example each schema violation.
+	Details []string `json:"details,omitempty"`
+}
+
+// ETag names a namespace's content at one revision of one store. The server
+// sets it on snapshots; a client sends it back in If-None-Match.
+func ETag(storeID string, revision int64) string {
+	return `"` + storeID + "." + strconv.FormatInt(revision, 10) + `"`
+}
+
+// ParseETag is the inverse of ETag.
+func ParseETag(etag string) (storeID string, revision int64, err error) {
+	s := strings.TrimPrefix(etag, `W/`)
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return "", 0, fmt.Errorf("transport: malformed etag %q", etag)
+	}
+	s = s[1 : len(s)-1]
+	i := strings.LastIndexByte(s, '.')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("transport: malformed etag %q", etag)
+	}
+	revision, err = strconv.ParseInt(s[i+1:], 10, 64)
+	if err != nil || revision < 0 {
+		return "", 0, fmt.Errorf("transport: malformed etag %q", etag)
+	}
+	return s[:i], revision, nil
+}
