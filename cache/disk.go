@@ -1,0 +1,390 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Dir is a cache directory of last-good namespace files, one file per
+// namespace, named "<namespace>.hfc". Save replaces a file atomically; Load
+// reads one back and never serves a damaged file. A Dir is safe for
+// concurrent use; Save and Load of one namespace are serialised within the
+// process.
+//
+// # Durability
+//
+// Save writes a temporary file in the directory, fsyncs it, renames it over
+// the namespace's file (github.com/google/renameio/v2) and then fsyncs the
+// directory, which renameio does not do, so that the rename itself survives a
+// power loss. After a crash the file holds either the previous record or the
+// new one, whole; a temporary file may be left behind, and OpenDir removes
+// those older than a minute (younger ones may belong to a writer in another
+// process sharing the directory).
+//
+// # Platforms
+//
+// On Unix the above holds as stated. On Windows, where renameio has no
+// implementation, Save writes and fsyncs a temporary file and renames it over
+// the target with os.Rename (MoveFileEx with MOVEFILE_REPLACE_EXISTING);
+// directories cannot be fsynced there, so a rename may be lost on power
+// failure (the previous file then remains, whole). File modes are advisory on
+// Windows, and the device names (con, nul, aux, prn, com1–9, lpt1–9) are
+// refused as namespace names there.
+type Dir struct {
+	path string
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex // per namespace, never removed
+}
+
+// Errors of the on-disk store.
+var (
+	// ErrCorrupt marks a last-good file that cannot be served: truncated,
+	// damaged, of a foreign format or version, failing its checksum, or
+	// naming another namespace. Load moves such a file aside; the caller
+	// proceeds as if there were none.
+	ErrCorrupt = errors.New("cache: corrupt last-good file")
+	// ErrInvalidNamespace is returned for a namespace name that is not
+	// ^[a-z0-9][a-z0-9._-]{0,127}$ and so could not name a file in the
+	// directory safely.
+	ErrInvalidNamespace = errors.New("cache: invalid namespace name")
+)
+
+// CorruptError is the error of Load for a file that cannot be served. It
+// matches ErrCorrupt with errors.Is.
+type CorruptError struct {
+	Path    string // the file as found
+	Reason  string // what is wrong with it
+	MovedTo string // where it was moved aside, or "" when it could not be
+}
+
+func (e *CorruptError) Error() string {
+	if e.MovedTo == "" {
+		return fmt.Sprintf("cache: corrupt last-good file %s: %s (could not move it aside)", e.Path, e.Reason)
+	}
+	return fmt.Sprintf("cache: corrupt last-good file %s: %s (moved to %s)", e.Path, e.Reason, e.MovedTo)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// Record is one namespace's last-good state as kept on disk.
+type Record struct {
+	Namespace string
+	StoreID   string
+	Revision  int64
+	Cursor    int64
+	// ConfirmedAt is the wall-clock time the data was last confirmed
+	// current (a snapshot, a change or a progress event). It is kept to
+	// the nanosecond, without monotonic reading or location.
+	ConfirmedAt time.Time
+	// Snapshot holds the values. Save encodes it; Load builds it, with
+	// the record's namespace, store id and revision.
+	Snapshot *Snapshot
+}
+
+// DirOption configures OpenDir.
+type DirOption interface {
+	apply(*dirOptions)
+}
+
+type dirOptions struct {
+	log *slog.Logger
+}
+
+type dirOptionFunc func(*dirOptions)
+
+func (f dirOptionFunc) apply(o *dirOptions) { f(o) }
+
+// WithDirLogger sets the logger for files moved aside and temporary files
+// swept. The default discards.
+func WithDirLogger(l *slog.Logger) DirOption {
+	return dirOptionFunc(func(o *dirOptions) { o.log = l })
+}
+
+const (
+	fileExt    = ".hfc"
+	corruptExt = ".corrupt"
+	// staleTempAge is how old a temporary file must be for OpenDir to
+	// remove it.
+	staleTempAge = time.Minute
+	dirPerm      = 0o700
+	filePerm     = 0o600
+)
+
+// OpenDir opens the cache directory at path, creating it (and its parents)
+// with mode 0700 when missing. An existing directory with group or other
+// permissions is narrowed to 0700, except one with the sticky bit (such as
+// /tmp), which is shared by design and refused: use a directory of its own.
+// OpenDir removes temporary files left by a crashed Save.
+func OpenDir(path string, opts ...DirOption) (*Dir, error) {
+	var o dirOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if path == "" {
+		return nil, errors.New("cache: empty cache directory path")
+	}
+	if err := os.MkdirAll(path, dirPerm); err != nil {
+		return nil, fmt.Errorf("cache: create cache directory: %w", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cache: cache directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("cache: cache directory %s is not a directory", path)
+	}
+	if fi.Mode()&fs.ModeSticky != 0 {
+		return nil, fmt.Errorf("cache: cache directory %s is a shared (sticky) directory; use a subdirectory of its own", path)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(path, dirPerm); err != nil {
+			return nil, fmt.Errorf("cache: restrict cache directory to 0700: %w", err)
+		}
+	}
+	d := &Dir{path: path, log: o.log, locks: make(map[string]*sync.Mutex)}
+	d.sweep(time.Now())
+	return d, nil
+}
+
+// sweep removes temporary files of Save older than staleTempAge. Errors are
+// logged: leftover temporary files waste space but are otherwise harmless.
+func (d *Dir) sweep(now time.Time) {
+	entries, err := os.ReadDir(d.path)
+	if err != nil {
+		d.log.Warn("cache: cannot list cache directory to sweep temporary files", "dir", d.path, "err", err)
+		return
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !isTempName(e.Name()) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || now.Sub(fi.ModTime()) < staleTempAge {
+			continue
+		}
+		p := filepath.Join(d.path, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			d.log.Warn("cache: cannot remove stale temporary file", "file", p, "err", err)
+			continue
+		}
+		d.log.Info("cache: removed stale temporary file", "file", p)
+	}
+}
+
+// isTempName reports whether name is a temporary file of Save:
+// "." + "<namespace>.hfc" + decimal digits (renameio's naming, and the
+// Windows fallback's).
+func isTempName(name string) bool {
+	if !strings.HasPrefix(name, ".") {
+		return false
+	}
+	i := strings.LastIndex(name, fileExt)
+	if i < 2 { // at least "." and a one-letter namespace
+		return false
+	}
+	digits := name[i+len(fileExt):]
+	if digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return validNamespace(name[1:i])
+}
+
+const maxNamespaceLen = 128
+
+// validNamespace is the rule ^[a-z0-9][a-z0-9._-]{0,127}$ (which excludes
+// "." and ".."), the same as the transport's; cache cannot import it.
+func validNamespace(ns string) bool {
+	if len(ns) == 0 || len(ns) > maxNamespaceLen {
+		return false
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// checkNamespace validates ns by the pattern, and then structurally, so that
+// no name leaves the directory even if the pattern were loosened.
+func checkNamespace(ns string) error {
+	if !validNamespace(ns) || ns == "." || ns == ".." ||
+		filepath.Base(ns) != ns || filepath.IsAbs(ns) || !filepath.IsLocal(ns) ||
+		strings.ContainsAny(ns, `/\:`) || strings.ContainsRune(ns, os.PathSeparator) {
+		return fmt.Errorf("%w: %.140q", ErrInvalidNamespace, ns)
+	}
+	return checkPlatformName(ns)
+}
+
+// Path returns the file of namespace ns, or an error wrapping
+// ErrInvalidNamespace.
+func (d *Dir) Path(ns string) (string, error) {
+	if err := checkNamespace(ns); err != nil {
+		return "", err
+	}
+	return filepath.Join(d.path, ns+fileExt), nil
+}
+
+func (d *Dir) lock(ns string) *sync.Mutex {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.locks[ns]
+	if !ok {
+		l = new(sync.Mutex)
+		d.locks[ns] = l
+	}
+	return l
+}
+
+// Save writes rec as its namespace's last-good file, replacing the previous
+// one atomically, with mode 0600, and fsyncs the file and the directory
+// before it returns. On error the previous file is left as it was.
+func (d *Dir) Save(rec *Record) error {
+	if rec == nil {
+		return errors.New("cache: save of a nil record")
+	}
+	path, err := d.Path(rec.Namespace)
+	if err != nil {
+		return err
+	}
+	data, err := Encode(rec)
+	if err != nil {
+		return err
+	}
+	l := d.lock(rec.Namespace)
+	l.Lock()
+	defer l.Unlock()
+	if err := writeFileAtomic(d.path, path, data); err != nil {
+		return fmt.Errorf("cache: save namespace %q: %w", rec.Namespace, err)
+	}
+	return nil
+}
+
+// Load reads namespace ns's last-good file.
+//
+// When there is none, the error wraps fs.ErrNotExist. When the file cannot be
+// served (see ErrCorrupt), or a directory stands in its place, Load moves it
+// aside to "<file>.corrupt" (replacing an older one), logs it, and returns a
+// *CorruptError; the caller goes on as if there were no file. Other errors
+// (permissions, I/O) leave the file where it is. Load returns either a whole,
+// checked record or an error, never part of one.
+func (d *Dir) Load(ns string) (*Record, error) {
+	path, err := d.Path(ns)
+	if err != nil {
+		return nil, err
+	}
+	l := d.lock(ns)
+	l.Lock()
+	defer l.Unlock()
+
+	data, fi, reason, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cache: load namespace %q: %w", ns, err)
+	}
+	if reason == "" {
+		rec, err := Decode(data)
+		switch {
+		case err != nil:
+			reason = strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": ")
+		case rec.Namespace != ns:
+			reason = fmt.Sprintf("file holds namespace %q", rec.Namespace)
+		default:
+			return rec, nil
+		}
+	}
+	return nil, d.moveAside(path, fi, reason)
+}
+
+// readFile reads path whole. A directory or an oversized file gives a
+// reason (the file is corrupt) rather than an error.
+func readFile(path string) (data []byte, fi os.FileInfo, reason string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if fi, serr := os.Stat(path); serr == nil && fi.IsDir() {
+			// Windows cannot open a directory as a file.
+			return nil, fi, "a directory stands in its place", nil
+		}
+		return nil, nil, "", err
+	}
+	defer f.Close()
+	fi, err = f.Stat()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	switch {
+	case fi.IsDir():
+		return nil, fi, "a directory stands in its place", nil
+	case !fi.Mode().IsRegular():
+		return nil, fi, "not a regular file", nil
+	case fi.Size() > MaxFileSize:
+		return nil, fi, fmt.Sprintf("file of %d bytes exceeds the %d limit", fi.Size(), MaxFileSize), nil
+	}
+	// Read one byte more than the size, to see a file that grew (it is
+	// replaced by rename, never written in place, so it should not).
+	data = make([]byte, fi.Size()+1)
+	n, err := io.ReadFull(f, data)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return data[:n], fi, "", nil
+	case err != nil:
+		return nil, nil, "", err
+	default:
+		return nil, fi, "file grew while being read", nil
+	}
+}
+
+// moveAside renames a corrupt file (or directory) at path to
+// path+".corrupt", logs, and returns the *CorruptError for it.
+func (d *Dir) moveAside(path string, fi os.FileInfo, reason string) error {
+	cerr := &CorruptError{Path: path, Reason: reason}
+	// Move only what was read: if another process replaced the file
+	// meanwhile, leave the new one alone.
+	if cur, err := os.Lstat(path); err != nil || fi == nil || !os.SameFile(fi, cur) {
+		d.log.Warn("cache: corrupt last-good file changed before it could be moved aside", "file", path, "reason", reason)
+		return cerr
+	}
+	to := path + corruptExt
+	err := os.Rename(path, to)
+	if err != nil {
+		// An older .corrupt of the other kind (file vs directory) blocks
+		// the rename: remove it and retry.
+		if rerr := os.RemoveAll(to); rerr == nil {
+			err = os.Rename(path, to)
+		}
+	}
+	if err != nil {
+		d.log.Error("cache: corrupt last-good file cannot be moved aside", "file", path, "reason", reason, "err", err)
+		return cerr
+	}
+	cerr.MovedTo = to
+	if err := syncDir(d.path); err != nil {
+		d.log.Warn("cache: fsync of cache directory failed", "dir", d.path, "err", err)
+	}
+	d.log.Warn("cache: corrupt last-good file moved aside", "file", path, "moved_to", to, "reason", reason)
+	return cerr
+}

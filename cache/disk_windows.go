@@ -1,0 +1,56 @@
+//go:build windows
+
+package cache
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// writeFileAtomic replaces path with data. renameio has no Windows
+// implementation, so this is its sequence by hand: write a temporary file in
+// dir, fsync it, close it and rename it over path (os.Rename is MoveFileEx
+// with MOVEFILE_REPLACE_EXISTING). The temporary name, "." + base + digits,
+// is the one OpenDir sweeps.
+func writeFileAtomic(dir, path string, data []byte) (err error) {
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+"*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// syncDir is a no-op: Windows cannot fsync a directory handle opened this
+// way; NTFS journals the rename's metadata itself.
+func syncDir(string) error { return nil }
+
+// checkPlatformName refuses DOS device names, which Windows resolves to
+// devices whatever the extension ("nul.hfc" is the null device).
+func checkPlatformName(ns string) error {
+	base, _, _ := strings.Cut(ns, ".")
+	switch base {
+	case "con", "prn", "aux", "nul",
+		"com1", "com2", "com3", "com4", "com5", "com6", "com7", "com8", "com9",
+		"lpt1", "lpt2", "lpt3", "lpt4", "lpt5", "lpt6", "lpt7", "lpt8", "lpt9":
+		return fmt.Errorf("%w: %q is a device name on Windows", ErrInvalidNamespace, ns)
+	}
+	return nil
+}
