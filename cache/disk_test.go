@@ -95,7 +95,7 @@ func TestDirRoundTrip(t *testing.T) {
 		"many":  testRecord(t, "many_keys-1", 9, 5000, 200),
 	}
 	uni, err := Build("unicode", "störe", 3, map[string]json.RawMessage{
-		"ключ/路径/🔑":   json.RawMessage(`"значение"`),
+		"ключ/路径/🔑": json.RawMessage(`"значение"`),
 		"":          json.RawMessage(`null`),
 		"tab\tkey":  json.RawMessage(`{"a":[1,2,{"b":"\u2028"}]}`),
 		"big":       json.RawMessage(fmt.Sprintf("%q", big)),
