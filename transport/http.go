@@ -1,0 +1,496 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of the HTTP source.
+const (
+	// DefaultMaxEventBytes bounds one SSE event's data and one change set of
+	// a long-poll reply.
+	DefaultMaxEventBytes = 1 << 20
+	// DefaultMaxSnapshotBytes bounds a snapshot (after decompression) and a
+	// long-poll reply.
+	DefaultMaxSnapshotBytes int64 = 64 << 20
+	// DefaultIdleTimeout is three times the server's 5 s heartbeat.
+	DefaultIdleTimeout = 15 * time.Second
+	// DefaultLongPollWait is how long the server may hold a long-poll.
+	DefaultLongPollWait = 30 * time.Second
+	// DefaultUserAgent is sent unless WithUserAgent says otherwise.
+	DefaultUserAgent = "holdfast-go"
+)
+
+// maxErrorBodyBytes bounds the read of an error reply's body.
+const maxErrorBodyBytes = 64 << 10
+
+// drainBytes is how much of an unwanted body is read before closing it, so
+// that the connection can be reused.
+const drainBytes = 4 << 10
+
+// WatchMode selects how HTTPSource.Watch follows a namespace.
+type WatchMode int
+
+const (
+	// WatchSSE streams GET /sdk/watch as Server-Sent Events (the default).
+	WatchSSE WatchMode = iota
+	// WatchLongPoll repeats GET /sdk/events, each held by the server until a
+	// change arrives or the wait passes. It works through proxies that
+	// buffer streams.
+	WatchLongPoll
+	// WatchAuto starts with SSE and switches the source to long-poll, for
+	// later Watch calls, when streams keep failing before their first event
+	// while plain requests succeed.
+	WatchAuto
+)
+
+func (m WatchMode) String() string {
+	switch m {
+	case WatchSSE:
+		return "sse"
+	case WatchLongPoll:
+		return "long-poll"
+	case WatchAuto:
+		return "auto"
+	}
+	return fmt.Sprintf("WatchMode(%d)", int(m))
+}
+
+// autoSwitchFailures is how many consecutive SSE streams must fail before
+// their first event for WatchAuto to switch to long-poll.
+const autoSwitchFailures = 3
+
+// HTTPSource is the Source of the data-plane protocol over HTTP: snapshots
+// from GET /sdk/snapshot, watches over SSE (GET /sdk/watch) or long-poll
+// (GET /sdk/events), and acks to POST /sdk/ack.
+//
+// Every read of a response is bounded (WithMaxEventBytes,
+// WithMaxSnapshotBytes; error bodies to 64 KiB), and every request or stream
+// that receives no bytes for the idle timeout is abandoned with
+// ErrStreamIdle, whether the server went quiet before or after its response
+// headers. A long-poll is instead bounded by its wait plus the idle timeout.
+//
+// HTTPSource does not reconnect or back off: each Watch is one connection
+// (or, in long-poll mode, one chain of requests) and returns when it ends.
+// It is safe for concurrent use.
+type HTTPSource struct {
+	base   *url.URL
+	opts   httpOptions
+	user   *http.Client // as given (or the default); Close closes its idle connections
+	client *http.Client // snapshot, ack: headers + idle timeout
+	stream *http.Client // SSE: headers + idle timeout, no overall Timeout
+	poll   *http.Client // long-poll: headers; per-request deadline
+
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	mode     WatchMode // effective: WatchSSE or WatchLongPoll
+	sseFails int       // consecutive SSE streams that ended before any event
+}
+
+var (
+	_ Source = (*HTTPSource)(nil)
+	_ Acker  = (*HTTPSource)(nil)
+)
+
+// HTTPOption configures NewHTTPSource.
+type HTTPOption interface{ apply(*httpOptions) }
+
+type httpOptions struct {
+	client           *http.Client
+	clientSet        bool
+	token            string
+	logger           *slog.Logger
+	maxEventBytes    int
+	maxSnapshotBytes int64
+	idleTimeout      time.Duration
+	mode             WatchMode
+	longPollWait     time.Duration
+	userAgent        string
+}
+
+type httpOptionFunc func(*httpOptions)
+
+func (f httpOptionFunc) apply(o *httpOptions) { f(o) }
+
+// WithHTTPClient sets the HTTP client. Its Transport (and CheckRedirect,
+// Jar) are used for every request; its Timeout applies to snapshots and acks
+// but not to streams, which are long by design and guarded by the idle
+// timeout instead. The default client has dial, TLS handshake and
+// response-header timeouts and no overall Timeout.
+func WithHTTPClient(c *http.Client) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.client, o.clientSet = c, true })
+}
+
+// WithBearerToken sends "Authorization: Bearer token" with every request to
+// the source's host (never to another host a redirect leads to).
+func WithBearerToken(token string) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.token = token })
+}
+
+// WithLogger sets the logger; nil or absent means discard.
+func WithLogger(l *slog.Logger) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.logger = l })
+}
+
+// WithMaxEventBytes bounds one SSE event's data and one change set of a
+// long-poll reply (default 1 MiB). A larger one fails with ErrTooLarge.
+func WithMaxEventBytes(n int) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.maxEventBytes = n })
+}
+
+// WithMaxSnapshotBytes bounds a snapshot's body after decompression, and a
+// long-poll reply (default 64 MiB). A larger one fails with ErrTooLarge.
+func WithMaxSnapshotBytes(n int64) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.maxSnapshotBytes = n })
+}
+
+// WithIdleTimeout sets how long a request or stream may receive no bytes at
+// all — before or after its response headers — before it is closed with
+// ErrStreamIdle (default 15 s, three of the server's 5 s heartbeats).
+func WithIdleTimeout(d time.Duration) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.idleTimeout = d })
+}
+
+// WithWatchMode selects SSE (default), long-poll or automatic fallback.
+func WithWatchMode(m WatchMode) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.mode = m })
+}
+
+// WithLongPollWait sets how long the server may hold one long-poll
+// (default 30 s).
+func WithLongPollWait(d time.Duration) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.longPollWait = d })
+}
+
+// WithUserAgent sets the User-Agent header (default "holdfast-go").
+func WithUserAgent(ua string) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.userAgent = ua })
+}
+
+// NewHTTPSource returns a source for the config plane at baseURL, an http or
+// https URL whose path, if any, prefixes the data-plane paths.
+func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("transport: invalid base URL %q: %w", baseURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("transport: base URL %q: scheme must be http or https", baseURL)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, fmt.Errorf("transport: base URL %q has no host", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return nil, fmt.Errorf("transport: base URL %q must not have a query or fragment", baseURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+
+	o := httpOptions{
+		maxEventBytes:    DefaultMaxEventBytes,
+		maxSnapshotBytes: DefaultMaxSnapshotBytes,
+		idleTimeout:      DefaultIdleTimeout,
+		longPollWait:     DefaultLongPollWait,
+		userAgent:        DefaultUserAgent,
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	switch {
+	case o.clientSet && o.client == nil:
+		return nil, errors.New("transport: HTTP client is nil")
+	case o.maxEventBytes <= 0:
+		return nil, fmt.Errorf("transport: max event bytes must be positive, got %d", o.maxEventBytes)
+	case o.maxSnapshotBytes <= 0:
+		return nil, fmt.Errorf("transport: max snapshot bytes must be positive, got %d", o.maxSnapshotBytes)
+	case o.idleTimeout <= 0:
+		return nil, fmt.Errorf("transport: idle timeout must be positive, got %v", o.idleTimeout)
+	case o.longPollWait <= 0:
+		return nil, fmt.Errorf("transport: long-poll wait must be positive, got %v", o.longPollWait)
+	case o.mode != WatchSSE && o.mode != WatchLongPoll && o.mode != WatchAuto:
+		return nil, fmt.Errorf("transport: unknown watch mode %d", int(o.mode))
+	case !validHeaderValue(o.token):
+		return nil, errors.New("transport: bearer token contains characters not allowed in a header")
+	case !validHeaderValue(o.userAgent):
+		return nil, errors.New("transport: user agent contains characters not allowed in a header")
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.client == nil {
+		o.client = defaultHTTPClient(o.longPollWait + 2*o.idleTimeout)
+	}
+
+	rt := o.client.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	hdr := &headerTransport{base: rt, token: o.token, userAgent: o.userAgent, scheme: u.Scheme, host: u.Host}
+	idle := &idleTransport{base: hdr, timeout: o.idleTimeout}
+
+	client := *o.client
+	client.Transport = idle
+	stream := *o.client
+	stream.Transport = idle
+	stream.Timeout = 0
+	poll := *o.client
+	poll.Transport = hdr
+	poll.Timeout = 0
+
+	mode := o.mode
+	if mode == WatchAuto {
+		mode = WatchSSE
+	}
+	return &HTTPSource{
+		base:   u,
+		opts:   o,
+		user:   o.client,
+		client: &client,
+		stream: &stream,
+		poll:   &poll,
+		mode:   mode,
+	}, nil
+}
+
+// defaultHTTPClient has bounded dial, TLS and response-header phases and no
+// overall Timeout, which would cut healthy streams.
+func defaultHTTPClient(responseHeaderTimeout time.Duration) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.ResponseHeaderTimeout = responseHeaderTimeout
+	t.ExpectContinueTimeout = time.Second
+	t.MaxIdleConnsPerHost = 16
+	return &http.Client{Transport: t}
+}
+
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// WatchMode reports how Watch follows a namespace now: WatchSSE or
+// WatchLongPoll. With WithWatchMode(WatchAuto) it starts as WatchSSE and
+// may become WatchLongPoll.
+func (s *HTTPSource) WatchMode() WatchMode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mode
+}
+
+// Close closes the client's idle connections. It does not end running
+// watches (cancel their contexts). It is idempotent and always returns nil.
+func (s *HTTPSource) Close() error {
+	s.closeOnce.Do(s.user.CloseIdleConnections)
+	return nil
+}
+
+func (s *HTTPSource) endpoint(path string, q url.Values) string {
+	u := *s.base
+	u.Path = s.base.Path + path
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Snapshot fetches a namespace: GET /sdk/snapshot, conditional on
+// req.KnownStoreID and req.KnownRevision when KnownStoreID is set. On 304 it
+// returns a Snapshot with nil Values (store id, revision and cursor from the
+// reply's headers) and ErrNotModified. A 200 always has non-nil Values.
+func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapshot, error) {
+	if err := ValidateNamespace(req.Namespace); err != nil {
+		return nil, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		s.endpoint(PathSnapshot, url.Values{"ns": {req.Namespace}}), nil)
+	if err != nil {
+		return nil, fmt.Errorf("transport: snapshot %q: %w", req.Namespace, err)
+	}
+	hreq.Header.Set("Accept", "application/json")
+	// Set explicitly, so that the Transport does not decompress on its own,
+	// without a limit: readBody decompresses within maxSnapshotBytes.
+	hreq.Header.Set("Accept-Encoding", "gzip")
+	if req.KnownStoreID != "" {
+		hreq.Header.Set("If-None-Match", ETag(req.KnownStoreID, req.KnownRevision))
+	}
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		return nil, requestError(ctx, "snapshot", req.Namespace, err)
+	}
+	defer closeBody(resp.Body)
+
+	switch {
+	case resp.StatusCode == http.StatusNotModified:
+		snap, err := notModifiedSnapshot(req, resp.Header)
+		if err != nil {
+			return nil, fmt.Errorf("transport: snapshot %q: %w", req.Namespace, err)
+		}
+		return snap, ErrNotModified
+	case resp.StatusCode == http.StatusOK:
+		body, err := readBody(resp, s.opts.maxSnapshotBytes)
+		if err != nil {
+			return nil, bodyError(ctx, "snapshot", req.Namespace, err)
+		}
+		snap, err := decodeSnapshot(body, req.Namespace)
+		if err != nil {
+			return nil, fmt.Errorf("transport: snapshot %q: %w", req.Namespace, err)
+		}
+		return snap, nil
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil, fmt.Errorf("%w: snapshot %q: unexpected status %d", ErrMalformed, req.Namespace, resp.StatusCode)
+	default:
+		return nil, statusError(resp)
+	}
+}
+
+// Ack reports what the client applied or rejected: POST /sdk/ack.
+func (s *HTTPSource) Ack(ctx context.Context, ack Ack) error {
+	if err := ValidateNamespace(ack.Namespace); err != nil {
+		return err
+	}
+	if ack.Status != AckApplied && ack.Status != AckRejected {
+		return fmt.Errorf("transport: ack %q: status %q (want %q or %q)", ack.Namespace, ack.Status, AckApplied, AckRejected)
+	}
+	body, err := json.Marshal(ack)
+	if err != nil {
+		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAck, nil), bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		return requestError(ctx, "ack", ack.Namespace, err)
+	}
+	defer closeBody(resp.Body)
+	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		return statusError(resp)
+	}
+	return nil
+}
+
+// Watch delivers the namespace's changes after req.Since, and progress
+// events, to handle, from the calling goroutine and in order, over one SSE
+// stream or a chain of long-polls (see WithWatchMode). It returns when ctx
+// ends (ctx.Err()), handle fails (its error, as is), or the stream ends or
+// fails: ErrStreamIdle, ErrTooLarge, ErrMalformed (a bad event: nothing of
+// it was delivered), a *StatusError (which wraps *CompactedError on 410), or
+// an error wrapping io.ErrUnexpectedEOF when the server closed the stream.
+// It never returns nil, and no goroutine of it outlives it.
+func (s *HTTPSource) Watch(ctx context.Context, req WatchRequest, handle func(Event) error) error {
+	if err := ValidateNamespace(req.Namespace); err != nil {
+		return err
+	}
+	if handle == nil {
+		return errors.New("transport: watch: handle is nil")
+	}
+	if req.Since < 0 {
+		return fmt.Errorf("transport: watch %q: negative cursor %d", req.Namespace, req.Since)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.WatchMode() == WatchLongPoll {
+		return s.watchLongPoll(ctx, req, handle)
+	}
+	r := s.watchSSE(ctx, req, handle)
+	if s.opts.mode == WatchAuto {
+		s.noteStream(ctx, req, r)
+	}
+	return r.err
+}
+
+// noteStream counts SSE streams that fail before their first event and, in
+// WatchAuto, switches to long-poll after autoSwitchFailures of them in a row
+// when plain requests get through (the stream's own headers did, or a probe
+// does): the signature of a proxy that buffers streams.
+func (s *HTTPSource) noteStream(ctx context.Context, req WatchRequest, r sseResult) {
+	if r.delivered > 0 {
+		s.mu.Lock()
+		s.sseFails = 0
+		s.mu.Unlock()
+		return
+	}
+	if ctx.Err() != nil || !(errors.Is(r.err, ErrStreamIdle) || errors.Is(r.err, io.ErrUnexpectedEOF)) {
+		return
+	}
+	s.mu.Lock()
+	s.sseFails++
+	n := s.sseFails
+	s.mu.Unlock()
+	if n < autoSwitchFailures {
+		return
+	}
+	if !r.connected && !s.probe(ctx, req) {
+		return
+	}
+	s.mu.Lock()
+	switched := s.mode != WatchLongPoll
+	s.mode = WatchLongPoll
+	s.mu.Unlock()
+	if switched {
+		s.opts.logger.Warn("transport: SSE streams keep failing before their first event while plain requests succeed; switching to long-poll",
+			"failures", n, "last_error", r.err.Error(), "url", s.base.Redacted())
+	}
+}
+
+// probe reports whether a plain request gets an answer from the server: a
+// long-poll with no wait, bounded by the idle timeout.
+func (s *HTTPSource) probe(ctx context.Context, req WatchRequest) bool {
+	pctx, cancel := context.WithTimeout(ctx, s.opts.idleTimeout)
+	defer cancel()
+	q := url.Values{"ns": {req.Namespace}, "since": {fmt.Sprint(req.Since)}, "wait": {"0s"}}
+	hreq, err := http.NewRequestWithContext(pctx, http.MethodGet, s.endpoint(PathEvents, q), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.poll.Do(hreq)
+	if err != nil {
+		return false
+	}
+	closeBody(resp.Body)
+	return resp.StatusCode < 500
+}
+
+// requestError describes a failed round trip: ctx's own error when ctx
+// ended, otherwise the error wrapped (ErrStreamIdle stays testable).
+func requestError(ctx context.Context, op, ns string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	return fmt.Errorf("transport: %s %q: %w", op, ns, err)
+}
+
+// bodyError is requestError for a failure while reading a body.
+func bodyError(ctx context.Context, op, ns string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	return fmt.Errorf("transport: %s %q: reading reply: %w", op, ns, err)
+}
+
+// closeBody drains a little of what is left, so the connection can be
+// reused, and closes the body.
+func closeBody(rc io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, rc, drainBytes)
+	_ = rc.Close()
+}

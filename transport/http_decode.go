@@ -1,0 +1,319 @@
+package transport
+
+// Every decoder of bytes from the server lives here, so that the fuzz
+// targets (http_fuzz_test.go) exercise exactly the code the source runs.
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// readBody reads a reply's body, decompressing gzip itself, and fails with
+// ErrTooLarge when the body — compressed or decompressed — exceeds limit.
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	var r io.Reader = &capReader{r: resp.Body, left: limit, limit: limit}
+	switch ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce {
+	case "", "identity":
+		if resp.ContentLength > limit {
+			return nil, tooLarge("body", limit)
+		}
+	case "gzip", "x-gzip":
+		gz, err := gzip.NewReader(r)
+		if err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: gzip: %v", ErrMalformed, err)
+		}
+		defer gz.Close()
+		r = &capReader{r: gz, left: limit, limit: limit}
+	default:
+		return nil, fmt.Errorf("%w: unsupported Content-Encoding %q", ErrMalformed, truncate(ce, 64))
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		if errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) {
+			return nil, fmt.Errorf("%w: gzip: %v", ErrMalformed, err)
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// capReader reads at most limit bytes and fails with ErrTooLarge, rather
+// than a quiet EOF, when there are more.
+type capReader struct {
+	r           io.Reader
+	left, limit int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		for {
+			n, err := c.r.Read(one[:])
+			if n > 0 {
+				return 0, tooLarge("body", c.limit)
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func tooLarge(what string, limit int64) error {
+	return fmt.Errorf("%w: %s exceeds %d bytes", ErrTooLarge, what, limit)
+}
+
+// statusError turns a non-success reply into a *StatusError, reading at most
+// maxErrorBodyBytes of its body (the caller closes it).
+func statusError(resp *http.Response) *StatusError {
+	e := &StatusError{StatusCode: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	var eb ErrorBody
+	if body, err := readBody(resp, maxErrorBodyBytes); err == nil || len(body) > 0 {
+		if b, derr := decodeErrorBody(body); derr == nil {
+			eb = b
+			e.Code = truncate(b.Error, 128)
+			e.Message = truncate(b.Message, 1024)
+		}
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		e.Err = ErrNotFound
+	case http.StatusUnauthorized, http.StatusForbidden:
+		e.Err = ErrUnauthorized
+	case http.StatusGone:
+		e.Err = &CompactedError{CompactRevision: max(eb.CompactRevision, 0)}
+	case http.StatusRequestEntityTooLarge:
+		e.Err = ErrTooLarge
+	}
+	return e
+}
+
+// parseRetryAfter reads a Retry-After value, seconds or an HTTP date; zero
+// when absent, malformed or in the past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(24*time.Hour/time.Second) {
+			secs = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return min(d, 24*time.Hour)
+		}
+	}
+	return 0
+}
+
+// decodeErrorBody decodes the JSON body of an error reply.
+func decodeErrorBody(data []byte) (ErrorBody, error) {
+	var eb ErrorBody
+	if err := json.Unmarshal(data, &eb); err != nil {
+		return ErrorBody{}, fmt.Errorf("%w: error body: %v", ErrMalformed, err)
+	}
+	return eb, nil
+}
+
+// notModifiedSnapshot builds the Snapshot of a 304 from the Holdfast-*
+// headers, falling back on what the request named.
+func notModifiedSnapshot(req SnapshotRequest, h http.Header) (*Snapshot, error) {
+	snap := &Snapshot{
+		Namespace: req.Namespace,
+		StoreID:   h.Get(HeaderStoreID),
+		Revision:  req.KnownRevision,
+	}
+	if snap.StoreID == "" {
+		snap.StoreID = req.KnownStoreID
+	}
+	if v := h.Get(HeaderRevision); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: %s header %q", ErrMalformed, HeaderRevision, truncate(v, 64))
+		}
+		snap.Revision = n
+	}
+	snap.Cursor = snap.Revision
+	if v := h.Get(HeaderCursor); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < snap.Revision {
+			return nil, fmt.Errorf("%w: %s header %q (revision %d)", ErrMalformed, HeaderCursor, truncate(v, 64), snap.Revision)
+		}
+		snap.Cursor = n
+	}
+	return snap, nil
+}
+
+// decodeSnapshot decodes a 200 body of GET /sdk/snapshot for namespace ns.
+// Unknown fields are ignored; ns, store_id, revision and cursor are required
+// (0 <= revision <= cursor). Values is never nil.
+func decodeSnapshot(data []byte, ns string) (*Snapshot, error) {
+	var w struct {
+		Snapshot
+		Revision *int64 `json:"revision"`
+		Cursor   *int64 `json:"cursor"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("%w: snapshot: %v", ErrMalformed, err)
+	}
+	s := w.Snapshot
+	switch {
+	case s.Namespace != ns:
+		return nil, fmt.Errorf("%w: snapshot of namespace %q, want %q", ErrMalformed, truncate(s.Namespace, 130), ns)
+	case s.StoreID == "":
+		return nil, fmt.Errorf("%w: snapshot without store_id", ErrMalformed)
+	case w.Revision == nil || w.Cursor == nil:
+		return nil, fmt.Errorf("%w: snapshot without revision or cursor", ErrMalformed)
+	case *w.Revision < 0 || *w.Cursor < *w.Revision:
+		return nil, fmt.Errorf("%w: snapshot revision %d, cursor %d (want 0 <= revision <= cursor)", ErrMalformed, *w.Revision, *w.Cursor)
+	case s.CompactRevision < 0:
+		return nil, fmt.Errorf("%w: snapshot compact_revision %d", ErrMalformed, s.CompactRevision)
+	}
+	s.Revision, s.Cursor = *w.Revision, *w.Cursor
+	if s.Values == nil {
+		s.Values = map[string]json.RawMessage{}
+	}
+	return &s, nil
+}
+
+// decodeChangeSet decodes one change set of namespace ns: store_id set,
+// revision > 0 and 0 <= prev_revision < revision. Keys are not checked here.
+func decodeChangeSet(data []byte, ns string) (*ChangeSet, error) {
+	var cs ChangeSet
+	if err := json.Unmarshal(data, &cs); err != nil {
+		return nil, fmt.Errorf("%w: change: %v", ErrMalformed, err)
+	}
+	switch {
+	case cs.Namespace != ns:
+		return nil, fmt.Errorf("%w: change of namespace %q, want %q", ErrMalformed, truncate(cs.Namespace, 130), ns)
+	case cs.StoreID == "":
+		return nil, fmt.Errorf("%w: change without store_id", ErrMalformed)
+	case cs.Revision <= 0 || cs.PrevRevision < 0 || cs.PrevRevision >= cs.Revision:
+		return nil, fmt.Errorf("%w: change revision %d, prev_revision %d (want 0 <= prev_revision < revision)", ErrMalformed, cs.Revision, cs.PrevRevision)
+	}
+	return &cs, nil
+}
+
+// decodeProgress decodes one progress event of namespace ns: store_id set,
+// cursor present and 0 <= revision <= cursor.
+func decodeProgress(data []byte, ns string) (*Progress, error) {
+	var w struct {
+		Progress
+		Cursor *int64 `json:"cursor"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("%w: progress: %v", ErrMalformed, err)
+	}
+	p := w.Progress
+	switch {
+	case p.Namespace != ns:
+		return nil, fmt.Errorf("%w: progress of namespace %q, want %q", ErrMalformed, truncate(p.Namespace, 130), ns)
+	case p.StoreID == "":
+		return nil, fmt.Errorf("%w: progress without store_id", ErrMalformed)
+	case w.Cursor == nil:
+		return nil, fmt.Errorf("%w: progress without cursor", ErrMalformed)
+	case p.Revision < 0 || *w.Cursor < p.Revision:
+		return nil, fmt.Errorf("%w: progress revision %d, cursor %d (want 0 <= revision <= cursor)", ErrMalformed, p.Revision, *w.Cursor)
+	}
+	p.Cursor = *w.Cursor
+	return &p, nil
+}
+
+// decodeSSEEvent decodes the data of one SSE event of type typ. Events
+// without data never reach it (the caller skips them).
+func decodeSSEEvent(typ string, data []byte, ns string, maxBytes int) (Event, error) {
+	if len(data) > maxBytes {
+		return Event{}, tooLarge("event", int64(maxBytes))
+	}
+	switch typ {
+	case EventChange:
+		cs, err := decodeChangeSet(data, ns)
+		if err != nil {
+			return Event{}, err
+		}
+		return Event{Change: cs}, nil
+	case EventProgress:
+		p, err := decodeProgress(data, ns)
+		if err != nil {
+			return Event{}, err
+		}
+		return Event{Progress: p}, nil
+	}
+	return Event{}, fmt.Errorf("%w: unknown event type %q", ErrMalformed, truncate(typ, 64))
+}
+
+// decodeEvents decodes a 200 body of GET /sdk/events for namespace ns: each
+// change at most maxEventBytes and valid, revisions strictly increasing and
+// at most the cursor, store_id set, cursor present, 0 <= revision <= cursor.
+func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, error) {
+	var w struct {
+		Namespace string            `json:"ns"`
+		StoreID   string            `json:"store_id"`
+		Cursor    *int64            `json:"cursor"`
+		Revision  int64             `json:"revision"`
+		Changes   []json.RawMessage `json:"changes"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("%w: events: %v", ErrMalformed, err)
+	}
+	switch {
+	case w.Namespace != "" && w.Namespace != ns:
+		return nil, fmt.Errorf("%w: events of namespace %q, want %q", ErrMalformed, truncate(w.Namespace, 130), ns)
+	case w.StoreID == "":
+		return nil, fmt.Errorf("%w: events without store_id", ErrMalformed)
+	case w.Cursor == nil:
+		return nil, fmt.Errorf("%w: events without cursor", ErrMalformed)
+	case w.Revision < 0 || *w.Cursor < w.Revision:
+		return nil, fmt.Errorf("%w: events revision %d, cursor %d (want 0 <= revision <= cursor)", ErrMalformed, w.Revision, *w.Cursor)
+	}
+	r := &EventsResponse{Namespace: ns, StoreID: w.StoreID, Cursor: *w.Cursor, Revision: w.Revision}
+	if len(w.Changes) > 0 {
+		r.Changes = make([]ChangeSet, 0, len(w.Changes))
+	}
+	var last int64
+	for i, raw := range w.Changes {
+		if len(raw) > maxEventBytes {
+			return nil, tooLarge(fmt.Sprintf("change %d", i), int64(maxEventBytes))
+		}
+		cs, err := decodeChangeSet(raw, ns)
+		if err != nil {
+			return nil, fmt.Errorf("events: change %d: %w", i, err)
+		}
+		if cs.Revision <= last || cs.Revision > r.Cursor {
+			return nil, fmt.Errorf("%w: events: change %d has revision %d after %d, cursor %d", ErrMalformed, i, cs.Revision, last, r.Cursor)
+		}
+		last = cs.Revision
+		r.Changes = append(r.Changes, *cs)
+	}
+	return r, nil
+}
+
+// truncate bounds a string from the server before it goes into an error.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

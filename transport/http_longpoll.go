@@ -1,0 +1,82 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// watchLongPoll repeats GET /sdk/events?ns=N&since=C&wait=W, delivering each
+// reply's changes and then a Progress at its cursor (so that freshness
+// advances on a quiet namespace), and resumes from that cursor.
+func (s *HTTPSource) watchLongPoll(ctx context.Context, req WatchRequest, handle func(Event) error) error {
+	since := req.Since
+	for {
+		r, err := s.longPoll(ctx, req.Namespace, since)
+		if err != nil {
+			return err
+		}
+		for i := range r.Changes {
+			if err := handle(Event{Change: &r.Changes[i]}); err != nil {
+				return err
+			}
+		}
+		p := &Progress{Namespace: req.Namespace, StoreID: r.StoreID, Revision: r.Revision, Cursor: r.Cursor}
+		if err := handle(Event{Progress: p}); err != nil {
+			return err
+		}
+		since = r.Cursor
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// longPoll makes one long-poll, bounded by the wait plus the idle timeout.
+func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*EventsResponse, error) {
+	limit := s.opts.longPollWait + s.opts.idleTimeout
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	q := url.Values{"ns": {ns}, "since": {strconv.FormatInt(since, 10)}, "wait": {s.opts.longPollWait.String()}}
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodGet, s.endpoint(PathEvents, q), nil)
+	if err != nil {
+		return nil, fmt.Errorf("transport: long-poll %q: %w", ns, err)
+	}
+	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Accept-Encoding", "gzip")
+	resp, err := s.poll.Do(hreq)
+	if err != nil {
+		return nil, s.pollError(ctx, rctx, ns, err)
+	}
+	defer closeBody(resp.Body)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil, fmt.Errorf("%w: long-poll %q: unexpected status %d", ErrMalformed, ns, resp.StatusCode)
+	default:
+		return nil, statusError(resp)
+	}
+	body, err := readBody(resp, s.opts.maxSnapshotBytes)
+	if err != nil {
+		return nil, s.pollError(ctx, rctx, ns, err)
+	}
+	r, err := decodeEvents(body, ns, s.opts.maxEventBytes)
+	if err != nil {
+		return nil, fmt.Errorf("transport: long-poll %q: %w", ns, err)
+	}
+	return r, nil
+}
+
+func (s *HTTPSource) pollError(ctx, rctx context.Context, ns string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	if errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("transport: long-poll %q: %w: no reply within wait %v + idle timeout %v",
+			ns, ErrStreamIdle, s.opts.longPollWait, s.opts.idleTimeout)
+	}
+	return fmt.Errorf("transport: long-poll %q: %w", ns, err)
+}

@@ -1,0 +1,118 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// headerTransport adds the User-Agent and, for requests to the source's own
+// host, the bearer token. It never mutates the caller's request.
+type headerTransport struct {
+	base         http.RoundTripper
+	token        string
+	userAgent    string
+	scheme, host string
+}
+
+func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	if t.userAgent != "" {
+		r.Header.Set("User-Agent", t.userAgent)
+	}
+	if t.token != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
+		r.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	return t.base.RoundTrip(r)
+}
+
+func (t *headerTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// idleTransport abandons a request when no bytes arrive for timeout: while
+// waiting for the response headers (a black-holed server accepts the
+// connection and sends nothing) and during each Read of the body (a stalled
+// stream). The clock runs only while the client waits on the server — not
+// while the consumer of the body is busy — so a slow handler is not taken
+// for a dead server. Both cases fail with an error wrapping ErrStreamIdle.
+type idleTransport struct {
+	base    http.RoundTripper
+	timeout time.Duration
+}
+
+func (t *idleTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *idleTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	w := &idleWatch{timeout: t.timeout, cancel: cancel}
+	w.timer = time.AfterFunc(t.timeout, w.fire)
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	w.timer.Stop()
+	if err != nil {
+		cancel()
+		if w.fired.Load() {
+			return nil, w.err("response headers")
+		}
+		return nil, err
+	}
+	if w.fired.Load() {
+		_ = resp.Body.Close()
+		cancel()
+		return nil, w.err("response headers")
+	}
+	resp.Body = &idleBody{rc: resp.Body, w: w}
+	return resp, nil
+}
+
+type idleWatch struct {
+	timeout time.Duration
+	timer   *time.Timer
+	cancel  context.CancelFunc
+	fired   atomic.Bool
+}
+
+func (w *idleWatch) fire() {
+	w.fired.Store(true)
+	w.cancel()
+}
+
+func (w *idleWatch) err(phase string) error {
+	return fmt.Errorf("%w: no bytes for %v waiting for %s", ErrStreamIdle, w.timeout, phase)
+}
+
+type idleBody struct {
+	rc interface {
+		Read([]byte) (int, error)
+		Close() error
+	}
+	w *idleWatch
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.w.fired.Load() {
+		return 0, b.w.err("the body")
+	}
+	b.w.timer.Reset(b.w.timeout)
+	n, err := b.rc.Read(p)
+	b.w.timer.Stop()
+	if err != nil && b.w.fired.Load() {
+		return n, b.w.err("the body")
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.w.timer.Stop()
+	err := b.rc.Close()
+	b.w.cancel()
+	return err
+}

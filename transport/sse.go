@@ -1,0 +1,112 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/r3labs/sse/v2"
+	backoffv1 "gopkg.in/cenkalti/backoff.v1"
+)
+
+// sseFrameOverhead is room, beyond the largest event data, for an event's
+// field names, its id and its event type in the SSE reader's buffer.
+const sseFrameOverhead = 4 << 10
+
+// sseResult is how one SSE stream ended.
+type sseResult struct {
+	err       error // never nil
+	delivered int   // events handed to handle
+	connected bool  // the server answered 200 text/event-stream
+}
+
+// watchSSE follows one SSE stream of GET /sdk/watch?ns=N&since=C.
+//
+// r3labs/sse is used for one connection attempt only (ReconnectStrategy is
+// backoff v1's StopBackOff; reconnects are package config's job). It calls
+// our handler synchronously from this goroutine; its reader goroutine ends
+// before SubscribeRawWithContext returns, because that only returns once the
+// reader reported the end of the body. To stop early we cancel the request's
+// context, which ends the body.
+func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func(Event) error) sseResult {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		res  sseResult
+		stop error // a decode or handler error that ended the stream
+	)
+	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}}
+	c := sse.NewClient(s.endpoint(PathWatch, q), sse.ClientMaxBufferSize(s.opts.maxEventBytes+sseFrameOverhead))
+	c.Connection = s.stream
+	// One subscribe = one connection attempt. The field is backoff v1's
+	// BackOff; v1's Stop is what its RetryNotify checks for.
+	c.ReconnectStrategy = &backoffv1.StopBackOff{}
+	// The library neither closes the body of a rejected reply nor types its
+	// error: do both here.
+	c.ResponseValidator = func(_ *sse.Client, resp *http.Response) error {
+		if resp.StatusCode == http.StatusOK {
+			mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+			if mt == "text/event-stream" {
+				res.connected = true
+				return nil
+			}
+			closeBody(resp.Body)
+			return fmt.Errorf("%w: watch %q: Content-Type %q, want text/event-stream",
+				ErrMalformed, req.Namespace, truncate(resp.Header.Get("Content-Type"), 64))
+		}
+		defer closeBody(resp.Body)
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return fmt.Errorf("%w: watch %q: unexpected status %d", ErrMalformed, req.Namespace, resp.StatusCode)
+		}
+		return statusError(resp)
+	}
+
+	s.opts.logger.Debug("transport: watch stream opening", "ns", req.Namespace, "since", req.Since)
+	err := c.SubscribeRawWithContext(sctx, func(ev *sse.Event) {
+		if stop != nil || len(ev.Data) == 0 {
+			// Aborted (events still queued are dropped), or a comment or
+			// retry frame, which the library delivers as an empty event.
+			return
+		}
+		e, derr := decodeSSEEvent(string(ev.Event), ev.Data, req.Namespace, s.opts.maxEventBytes)
+		if derr != nil {
+			stop = fmt.Errorf("transport: watch %q: %w", req.Namespace, derr)
+			cancel()
+			return
+		}
+		if herr := handle(e); herr != nil {
+			stop = herr
+			cancel()
+			return
+		}
+		res.delivered++
+	})
+
+	var se *StatusError
+	switch {
+	case stop != nil:
+		res.err = stop
+	case ctx.Err() != nil:
+		res.err = ctx.Err()
+	case err == nil:
+		// The library returns nil on a clean EOF.
+		res.err = fmt.Errorf("transport: watch %q: stream ended: %w", req.Namespace, io.ErrUnexpectedEOF)
+	case errors.Is(err, bufio.ErrTooLong):
+		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace,
+			tooLarge("event", int64(s.opts.maxEventBytes)))
+	case errors.As(err, &se) && se == err:
+		res.err = se
+	default:
+		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace, err)
+	}
+	s.opts.logger.Debug("transport: watch stream ended", "ns", req.Namespace,
+		"events", res.delivered, "error", res.err.Error())
+	return res
+}
