@@ -1,0 +1,294 @@
+package fakeserver
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	routes := []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{"GET", transport.PathSnapshot, s.handleSnapshot},
+		{"GET", transport.PathEvents, s.handleEvents},
+		{"GET", transport.PathWatch, s.handleWatch},
+		{"POST", transport.PathAck, s.handleAck},
+		{"POST", "/control/namespaces/{ns}/publish", s.handlePublish},
+		{"POST", "/control/namespaces/{ns}/rollback", s.handleRollback},
+		{"PUT", "/control/namespaces/{ns}/schema", s.handleSchema},
+		{"GET", "/control/namespaces/{ns}/status", s.handleStatus},
+		{"POST", "/control/compact", s.handleCompact},
+		{"GET", "/control/clients", s.handleClients},
+		{"POST", "/control/faults", s.handleFaults},
+	}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
+		allow := rt.method
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, transport.ErrorBody{Error: transport.CodeBadRequest, Message: "method not allowed; use " + allow})
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
+	})
+	return mux
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// pathNamespace reads and checks the {ns} path segment.
+func pathNamespace(r *http.Request) (string, error) {
+	ns := r.PathValue("ns")
+	return ns, transport.ValidateNamespace(ns)
+}
+
+// revisionReply is the reply of publish and rollback.
+type revisionReply struct {
+	Revision int64 `json:"revision"`
+}
+
+func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	data, err := readBody(w, r, s.opts.maxPublishBytes)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	puts, deletes, err := parsePublish(ns, data)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	c, err := s.store.publish(ns, puts, deletes)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	s.stats.publishes.Add(1)
+	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.cs.Revision)
+	writeJSON(w, http.StatusOK, revisionReply{Revision: c.cs.Revision})
+}
+
+func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	data, err := readBody(w, r, maxControlBytes)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	var body struct {
+		To *int64 `json:"to_revision"`
+	}
+	if err := decodeJSON(data, &body, true); err != nil {
+		s.replyError(w, err)
+		return
+	}
+	if body.To == nil {
+		s.replyError(w, errors.Join(ErrInvalid, errors.New("to_revision is required")))
+		return
+	}
+	rev, err := s.Rollback(ns, *body.To)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
+}
+
+func (s *Server) handleSchema(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	data, err := readBody(w, r, s.opts.maxPublishBytes)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	if err := s.SetSchema(ns, data); err != nil {
+		s.replyError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// compactReply is the reply of POST /control/compact.
+type compactReply struct {
+	CompactRevision int64 `json:"compact_revision"`
+}
+
+func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
+	data, err := readBody(w, r, maxControlBytes)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	var body struct {
+		Revision int64 `json:"revision"`
+	}
+	if len(data) > 0 { // an empty body compacts to the head
+		if err := decodeJSON(data, &body, true); err != nil {
+			s.replyError(w, err)
+			return
+		}
+	}
+	k, err := s.Compact(body.Revision)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, compactReply{CompactRevision: k})
+}
+
+func (s *Server) handleClients(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Head    int64         `json:"head"`
+		Clients []ClientState `json:"clients"`
+	}{s.Head(), s.Clients()})
+}
+
+// NamespaceStatus is the reply of GET /control/namespaces/{ns}/status: the
+// namespace's revision and how many clients reported it.
+type NamespaceStatus struct {
+	Namespace       string `json:"ns"`
+	StoreID         string `json:"store_id"`
+	Revision        int64  `json:"revision"`
+	Head            int64  `json:"head"`
+	CompactRevision int64  `json:"compact_revision"`
+	// Clients counts clients that reported on the namespace: Acked of them
+	// applied Revision, Nacked rejected it, Behind have not applied it.
+	Clients int `json:"clients"`
+	Acked   int `json:"acked"`
+	Nacked  int `json:"nacked"`
+	Behind  int `json:"behind"`
+	// Streams counts open watch streams of the namespace.
+	Streams int `json:"streams"`
+}
+
+// Status returns namespace ns's status.
+func (s *Server) Status(ns string) (NamespaceStatus, error) {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return NamespaceStatus{}, err
+	}
+	rev, ok := s.store.nsRevision(ns)
+	if !ok {
+		return NamespaceStatus{}, ErrUnknownNamespace
+	}
+	id, head, compact := s.store.info()
+	st := NamespaceStatus{Namespace: ns, StoreID: id, Revision: rev, Head: head, CompactRevision: compact}
+	for _, c := range s.Clients() {
+		if c.Namespace != ns {
+			continue
+		}
+		st.Clients++
+		switch {
+		case c.AckedRevision >= rev:
+			st.Acked++
+		case c.NackedRevision >= rev:
+			st.Nacked++
+			st.Behind++
+		default:
+			st.Behind++
+		}
+	}
+	s.hub.mu.RLock()
+	for w := range s.hub.byNS[ns] {
+		if w.stream {
+			st.Streams++
+		}
+	}
+	s.hub.mu.RUnlock()
+	return st, nil
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := s.Status(r.PathValue("ns"))
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// faultsBody is the body of POST /control/faults; every field is optional.
+type faultsBody struct {
+	Fail *struct {
+		Count      int    `json:"count"`
+		Status     int    `json:"status"`
+		RetryAfter string `json:"retry_after"`
+	} `json:"fail"`
+	Latency     *string `json:"latency"`
+	DropStreams bool    `json:"drop_streams"`
+	Blackhole   *bool   `json:"blackhole"`
+	ResetStore  bool    `json:"reset_store"`
+}
+
+func (s *Server) handleFaults(w http.ResponseWriter, r *http.Request) {
+	data, err := readBody(w, r, maxControlBytes)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	var body faultsBody
+	if err := decodeJSON(data, &body, true); err != nil {
+		s.replyError(w, err)
+		return
+	}
+	// Check everything before changing anything.
+	var retryAfter, latency time.Duration
+	if f := body.Fail; f != nil {
+		if f.Count < 0 || f.Status < 400 || f.Status > 599 {
+			s.replyError(w, errors.Join(ErrInvalid, errors.New("fail: want count >= 0 and a status in 400..599")))
+			return
+		}
+		if f.RetryAfter != "" {
+			if retryAfter, err = parseDuration(f.RetryAfter); err != nil {
+				s.replyError(w, err)
+				return
+			}
+		}
+	}
+	if body.Latency != nil {
+		if latency, err = parseDuration(*body.Latency); err != nil {
+			s.replyError(w, err)
+			return
+		}
+	}
+	if f := body.Fail; f != nil {
+		s.FailNext(f.Count, f.Status, retryAfter)
+	}
+	if body.Latency != nil {
+		s.SetLatency(latency)
+	}
+	if body.Blackhole != nil {
+		s.SetBlackhole(*body.Blackhole)
+	}
+	if body.DropStreams {
+		s.DropStreams()
+	}
+	if body.ResetStore {
+		s.ResetStore()
+	}
+	writeJSON(w, http.StatusOK, struct {
+		StoreID string `json:"store_id"`
+	}{s.StoreID()})
+}

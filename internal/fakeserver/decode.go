@@ -1,0 +1,109 @@
+package fakeserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Limits on what clients send.
+const (
+	maxAckBytes     = 64 << 10
+	maxClientIDLen  = 256
+	maxAckErrorLen  = 4 << 10
+	maxControlBytes = 64 << 10
+)
+
+// decodeJSON decodes exactly one JSON value from data into v. Strict
+// decoding refuses unknown fields: control bodies are written by people,
+// and a typo should not pass silently.
+func decodeJSON(data []byte, v any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: empty body", ErrInvalid)
+		}
+		return fmt.Errorf("%w: body: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: body: unexpected data after the JSON value", ErrInvalid)
+	}
+	return nil
+}
+
+// publishBody is the body of POST /control/namespaces/{ns}/publish.
+type publishBody struct {
+	Puts    map[string]json.RawMessage `json:"puts"`
+	Deletes []string                   `json:"deletes"`
+}
+
+// parsePublish decodes and checks a publish body for namespace ns. It
+// returns compacted values and de-duplicated deletes, or an error wrapping
+// ErrInvalid.
+func parsePublish(ns string, data []byte) (map[string]json.RawMessage, []string, error) {
+	var body publishBody
+	if err := decodeJSON(data, &body, true); err != nil {
+		return nil, nil, err
+	}
+	return checkPublish(ns, body.Puts, body.Deletes)
+}
+
+// parseAck decodes and checks the body of POST /sdk/ack. Unknown fields are
+// allowed, so that newer clients can send more.
+func parseAck(data []byte) (transport.Ack, error) {
+	var ack transport.Ack
+	if err := decodeJSON(data, &ack, false); err != nil {
+		return ack, err
+	}
+	switch {
+	case ack.ClientID == "" || len(ack.ClientID) > maxClientIDLen:
+		return ack, fmt.Errorf("%w: client_id must have 1..%d bytes", ErrInvalid, maxClientIDLen)
+	case strings.ContainsFunc(ack.ClientID, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return ack, fmt.Errorf("%w: client_id has a control character", ErrInvalid)
+	case ack.Revision < 0:
+		return ack, fmt.Errorf("%w: negative revision %d", ErrInvalid, ack.Revision)
+	case ack.Status != transport.AckApplied && ack.Status != transport.AckRejected:
+		return ack, fmt.Errorf("%w: status %q (want %q or %q)", ErrInvalid, ack.Status, transport.AckApplied, transport.AckRejected)
+	}
+	if err := transport.ValidateNamespace(ack.Namespace); err != nil {
+		return ack, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(ack.Error) > maxAckErrorLen {
+		ack.Error = ack.Error[:maxAckErrorLen]
+	}
+	return ack, nil
+}
+
+// parseCursor parses a cursor; "" means "from the head" (-1).
+func parseCursor(s string) (int64, error) {
+	if s == "" {
+		return -1, nil
+	}
+	c, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || c < 0 {
+		return 0, fmt.Errorf("%w: cursor %q is not a non-negative integer", ErrInvalid, s)
+	}
+	return c, nil
+}
+
+// parseDuration accepts Go durations ("1.5s") and whole seconds ("30").
+func parseDuration(s string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 && n < 1<<31 {
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%w: duration %q (want e.g. \"30s\")", ErrInvalid, s)
+	}
+	return d, nil
+}

@@ -1,0 +1,41 @@
+// Package fakeserver is holdfast's reference server: a real config plane,
+// not a mock. It keeps an in-memory MVCC store (one revision counter for
+// every namespace, history per key with tombstones, compaction by revision
+// and by retention), fans changes out to watchers off the publish path,
+// and serves the data-plane protocol of package transport (snapshot,
+// long-poll events, SSE watch, ack) plus a JSON control API and fault
+// injection.
+//
+// In a test:
+//
+//	srv, err := fakeserver.Start(fakeserver.WithHeartbeat(100 * time.Millisecond))
+//	if err != nil {
+//		t.Fatal(err)
+//	}
+//	t.Cleanup(func() { srv.Close() })
+//	rev, err := srv.Publish("payments.prod", map[string]any{"retry-timeout-ms": 50})
+//	// point a client at srv.URL() ...
+//
+// Close stops the server and waits for every goroutine it started; it is
+// idempotent. Stop and Restart take the server down and up again on the
+// same address, keeping the store, to simulate a crash.
+//
+// Faults (FailNext, SetLatency, DropStreams, SetBlackhole, ResetStore) apply
+// to the data plane (/sdk/...) only, so that a test can always drive the
+// control API and the Go API. Stats counts data-plane requests, so a test
+// can tell, for example, that a client resumed without a new snapshot.
+//
+// Errors of the Go API: ErrInvalid (a malformed name, key, value or
+// revision; HTTP 400), ErrUnknownNamespace (404), *transport.CompactedError
+// (410), *SchemaError (422). Over HTTP every error is a transport.ErrorBody;
+// a client's mistake is never a 500.
+//
+// A namespace exists once it is published to or given a schema. Every
+// publish gets exactly one new revision, even one that changes nothing
+// (deletes of absent keys are dropped from its change set).
+//
+// Watchers: each has a bounded queue (WithWatcherBuffer). A watcher that
+// falls further behind is disconnected, never silently skipped; its client
+// resumes from its cursor. A watch stream that cannot take a batch of
+// writes within max(10s, 3 heartbeats) is disconnected too.
+package fakeserver

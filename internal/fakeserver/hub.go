@@ -1,0 +1,311 @@
+package fakeserver
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// appendFrame appends one SSE frame to b. Data is split on newlines so that
+// a frame stays well-formed whatever the payload.
+func appendFrame(b []byte, event string, id int64, data []byte) []byte {
+	b = append(b, "event: "...)
+	b = append(b, event...)
+	b = append(b, "\nid: "...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, '\n')
+	for {
+		line, rest, more := bytes.Cut(data, []byte{'\n'})
+		b = append(b, "data: "...)
+		b = append(b, line...)
+		b = append(b, '\n')
+		if !more {
+			break
+		}
+		data = rest
+	}
+	return append(b, '\n')
+}
+
+// mark is how far the hub has fanned out: every change of generation gen up
+// to rev is in the queue of every watcher that wants it.
+type mark struct {
+	gen uint64
+	rev int64
+}
+
+// hub fans committed changes out to watchers. Publishes only append to its
+// queue (under the store lock, so the queue is in revision order); one
+// dispatcher goroutine moves each change into the bounded queue of every
+// watcher of its namespace.
+type hub struct {
+	mu       sync.RWMutex
+	byNS     map[string]map[*watcher]struct{}
+	streams  int // watchers that are SSE streams
+	silenced func() bool
+
+	qmu    sync.Mutex
+	queue  []hubItem
+	spare  []hubItem
+	closed bool
+	kick   chan struct{}
+
+	dispatched atomic.Pointer[mark]
+	quit       chan struct{}
+	done       chan struct{}
+}
+
+// hubItem is a change to fan out, or (c == nil) a store reset to generation gen.
+type hubItem struct {
+	c   *change
+	gen uint64
+}
+
+func newHub(gen uint64, silenced func() bool) *hub {
+	h := &hub{
+		byNS:     make(map[string]map[*watcher]struct{}),
+		silenced: silenced,
+		kick:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	h.dispatched.Store(&mark{gen: gen})
+	go h.run()
+	return h
+}
+
+// enqueue hands a change (or a reset) to the dispatcher. It never blocks.
+func (h *hub) enqueue(it hubItem) {
+	h.qmu.Lock()
+	if !h.closed {
+		h.queue = append(h.queue, it)
+	}
+	h.qmu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hub) run() {
+	defer close(h.done)
+	for {
+		select {
+		case <-h.kick:
+		case <-h.quit:
+			return
+		}
+		h.qmu.Lock()
+		items := h.queue
+		h.queue = h.spare[:0]
+		h.qmu.Unlock()
+		for _, it := range items {
+			if it.c == nil {
+				h.kill(func(w *watcher) bool { return w.gen < it.gen })
+				h.dispatched.Store(&mark{gen: it.gen})
+				continue
+			}
+			it.c.frame() // encode once, before any watcher needs it
+			h.mu.RLock()
+			for w := range h.byNS[it.c.cs.Namespace] {
+				w.push(it.c, h.silenced)
+			}
+			h.mu.RUnlock()
+			h.dispatched.Store(&mark{gen: it.c.gen, rev: it.c.cs.Revision})
+		}
+		clear(items)
+		h.qmu.Lock()
+		h.spare = items
+		h.qmu.Unlock()
+	}
+}
+
+// close stops the dispatcher and waits for it. Later enqueues are dropped.
+func (h *hub) close() {
+	h.qmu.Lock()
+	already := h.closed
+	h.closed = true
+	h.qmu.Unlock()
+	if !already {
+		close(h.quit)
+	}
+	<-h.done
+}
+
+// cursor returns the cursor a watcher of generation gen may report: every
+// change up to it has been handed to that watcher.
+func (h *hub) cursor(gen uint64, own int64) int64 {
+	if m := h.dispatched.Load(); m.gen == gen && m.rev > own {
+		return m.rev
+	}
+	return own
+}
+
+func (h *hub) add(w *watcher) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.byNS[w.ns]
+	if set == nil {
+		set = make(map[*watcher]struct{})
+		h.byNS[w.ns] = set
+	}
+	set[w] = struct{}{}
+	if w.stream {
+		h.streams++
+	}
+}
+
+func (h *hub) remove(w *watcher) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.byNS[w.ns]
+	if _, ok := set[w]; !ok {
+		return
+	}
+	delete(set, w)
+	if len(set) == 0 {
+		delete(h.byNS, w.ns)
+	}
+	if w.stream {
+		h.streams--
+	}
+}
+
+// kill ends every watcher for which match reports true.
+func (h *hub) kill(match func(*watcher) bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, set := range h.byNS {
+		for w := range set {
+			if match(w) {
+				w.kill()
+			}
+		}
+	}
+}
+
+func (h *hub) openStreams() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.streams
+}
+
+// watcher is one reader of a namespace's changes: an SSE stream or a
+// waiting long-poll. Its queue is bounded; on overflow the watcher is ended
+// (never skipped) and its client resumes from its cursor.
+type watcher struct {
+	ns     string
+	gen    uint64
+	max    int
+	stream bool
+
+	mu       sync.Mutex
+	queue    []*change
+	overflow bool
+	killed   bool
+	finished bool
+	deadline func(time.Time) error // the stream's write deadline; set by SSE handlers
+
+	wake chan struct{} // capacity 1: "look at your queue"
+	done chan struct{} // closed by kill
+}
+
+func newWatcher(ns string, gen uint64, max int, stream bool) *watcher {
+	return &watcher{
+		ns:     ns,
+		gen:    gen,
+		max:    max,
+		stream: stream,
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+}
+
+// push queues c. A watcher whose queue is full is ended, unless silenced
+// (black-holed) streams must not even see a disconnect: then it ends once
+// the black hole heals.
+func (w *watcher) push(c *change, silenced func() bool) {
+	if c.gen != w.gen {
+		return
+	}
+	w.mu.Lock()
+	if w.overflow || w.killed {
+		w.mu.Unlock()
+		return
+	}
+	if len(w.queue) >= w.max {
+		w.overflow = true
+		w.queue = nil
+		w.mu.Unlock()
+		if silenced == nil || !silenced() {
+			w.kill()
+		}
+		w.signal()
+		return
+	}
+	w.queue = append(w.queue, c)
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *watcher) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the queue.
+func (w *watcher) take() (items []*change, overflow bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	items, w.queue = w.queue, nil
+	return items, w.overflow
+}
+
+// kill ends the watcher: its handler returns, and a stream's pending write
+// is broken so that a stalled reader cannot hold its handler.
+func (w *watcher) kill() {
+	w.mu.Lock()
+	if w.killed {
+		w.mu.Unlock()
+		return
+	}
+	w.killed = true
+	close(w.done)
+	if w.deadline != nil && !w.finished {
+		_ = w.deadline(time.Unix(1, 0)) // in the past: a blocked write fails now
+	}
+	w.mu.Unlock()
+}
+
+// attach gives a stream watcher its connection's write deadline.
+func (w *watcher) attach(deadline func(time.Time) error) {
+	w.mu.Lock()
+	w.deadline = deadline
+	w.mu.Unlock()
+}
+
+// arm sets the write deadline for the next batch, unless the watcher was
+// killed (whose past deadline must stay). It reports whether to write.
+func (w *watcher) arm(d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.killed {
+		return false
+	}
+	if w.deadline != nil {
+		_ = w.deadline(time.Now().Add(d))
+	}
+	return true
+}
+
+// finish marks the handler as returned: abort must not touch the
+// connection any more (it may serve another request).
+func (w *watcher) finish() {
+	w.mu.Lock()
+	w.finished = true
+	w.mu.Unlock()
+}

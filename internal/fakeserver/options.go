@@ -1,0 +1,98 @@
+package fakeserver
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	DefaultHeartbeat       = 5 * time.Second
+	DefaultWatcherBuffer   = 1024
+	DefaultMaxPublishBytes = 4 << 20
+	DefaultMaxWait         = 60 * time.Second
+)
+
+type options struct {
+	addr            string
+	heartbeat       time.Duration
+	retention       int64
+	watcherBuffer   int
+	maxPublishBytes int64
+	maxWait         time.Duration
+	token           string
+	logger          *slog.Logger
+}
+
+// Option configures a Server.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithAddr sets the listen address (default "127.0.0.1:0": a free loopback port).
+func WithAddr(addr string) Option { return optionFunc(func(o *options) { o.addr = addr }) }
+
+// WithHeartbeat sets how often a watch stream sends a progress event
+// (default DefaultHeartbeat).
+func WithHeartbeat(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.heartbeat = d })
+}
+
+// WithRetention keeps only the last n revisions of history: every publish
+// compacts the store to head-n. Zero (the default) keeps all history.
+func WithRetention(n int64) Option { return optionFunc(func(o *options) { o.retention = n }) }
+
+// WithWatcherBuffer sets how many change sets may wait for one slow watcher
+// before it is disconnected (default DefaultWatcherBuffer).
+func WithWatcherBuffer(n int) Option { return optionFunc(func(o *options) { o.watcherBuffer = n }) }
+
+// WithMaxPublishBytes limits the body of a publish or schema request; a
+// larger one gets 413 (default DefaultMaxPublishBytes).
+func WithMaxPublishBytes(n int64) Option {
+	return optionFunc(func(o *options) { o.maxPublishBytes = n })
+}
+
+// WithMaxWait caps the wait of a long-poll (default DefaultMaxWait).
+func WithMaxWait(d time.Duration) Option { return optionFunc(func(o *options) { o.maxWait = d }) }
+
+// WithBearerToken makes the data plane (/sdk/...) require
+// "Authorization: Bearer token"; a request without it gets 401. The control
+// API stays open: it is for tests and local tools.
+func WithBearerToken(token string) Option { return optionFunc(func(o *options) { o.token = token }) }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
+
+func newOptions(opts []Option) (options, error) {
+	o := options{
+		addr:            "127.0.0.1:0",
+		heartbeat:       DefaultHeartbeat,
+		watcherBuffer:   DefaultWatcherBuffer,
+		maxPublishBytes: DefaultMaxPublishBytes,
+		maxWait:         DefaultMaxWait,
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	switch {
+	case o.heartbeat <= 0:
+		return o, errors.New("fakeserver: heartbeat must be positive")
+	case o.retention < 0:
+		return o, errors.New("fakeserver: retention must not be negative")
+	case o.watcherBuffer < 1:
+		return o, errors.New("fakeserver: watcher buffer must be at least 1")
+	case o.maxPublishBytes < 1:
+		return o, errors.New("fakeserver: max publish bytes must be positive")
+	case o.maxWait < 0:
+		return o, errors.New("fakeserver: max wait must not be negative")
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}

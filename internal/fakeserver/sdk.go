@@ -1,0 +1,482 @@
+package fakeserver
+
+import (
+	"compress/gzip"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+const defaultWait = 30 * time.Second
+
+// writeTimeout bounds one batch of writes to a watch stream: a reader that
+// takes longer is stalled and is disconnected.
+func (s *Server) writeTimeout() time.Duration { return max(10*time.Second, 3*s.opts.heartbeat) }
+
+// gate applies the faults and the bearer token to a data-plane request. It
+// reports whether the handler should go on; when it does not, the reply (or
+// the silence) has been dealt with.
+func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) bool {
+	s.hold(r)
+	if d := s.faults.getLatency(); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			panic(http.ErrAbortHandler)
+		case <-stopping(r):
+			t.Stop()
+			panic(http.ErrAbortHandler)
+		}
+	}
+	if failable {
+		if status, retryAfter, ok := s.faults.takeFail(); ok {
+			code := transport.CodeUnavailable
+			switch {
+			case status == http.StatusUnauthorized:
+				code = transport.CodeUnauthorized
+			case status == http.StatusForbidden:
+				code = transport.CodeForbidden
+			case status == http.StatusNotFound:
+				code = transport.CodeNotFound
+			case status >= 500 && status != http.StatusServiceUnavailable:
+				code = transport.CodeInternal
+			}
+			if retryAfter == 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+				retryAfter = time.Second
+			}
+			if retryAfter > 0 {
+				secs := (retryAfter + time.Second - 1) / time.Second
+				w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
+			}
+			s.planeHeaders(w, "")
+			writeError(w, status, transport.ErrorBody{Error: code, Message: "injected fault", StoreID: s.StoreID()})
+			return false
+		}
+	}
+	if tok := s.opts.token; tok != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
+			s.planeHeaders(w, "")
+			writeError(w, http.StatusUnauthorized, transport.ErrorBody{Error: transport.CodeUnauthorized, Message: "missing or wrong bearer token", StoreID: s.StoreID()})
+			return false
+		}
+	}
+	return true
+}
+
+// hold waits while the data plane is black-holed. A request whose client
+// leaves, or whose server stops, meanwhile is aborted without a byte.
+func (s *Server) hold(r *http.Request) {
+	for {
+		ch := s.faults.hole()
+		if ch == nil {
+			return
+		}
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler)
+		case <-stopping(r):
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// planeHeaders sets the headers every data-plane reply carries. With ns
+// empty (or unknown) the revision is 0.
+func (s *Server) planeHeaders(w http.ResponseWriter, ns string) {
+	id, head, _ := s.store.info()
+	var rev int64
+	if ns != "" {
+		rev, _ = s.store.nsRevision(ns)
+	}
+	setPlaneHeaders(w, id, rev, head)
+}
+
+func setPlaneHeaders(w http.ResponseWriter, storeID string, rev, cursor int64) {
+	h := w.Header()
+	h.Set(transport.HeaderStoreID, storeID)
+	h.Set(transport.HeaderRevision, strconv.FormatInt(rev, 10))
+	h.Set(transport.HeaderCursor, strconv.FormatInt(cursor, 10))
+}
+
+// planeError replies to a data-plane request with the error's status.
+func (s *Server) planeError(w http.ResponseWriter, ns string, err error) {
+	s.planeHeaders(w, ns)
+	s.replyError(w, err)
+}
+
+func (s *Server) replyError(w http.ResponseWriter, err error) {
+	status, body := errorReply(err)
+	body.StoreID = s.StoreID()
+	if status == http.StatusInternalServerError {
+		s.log.Error("fakeserver: internal error", "err", err)
+	}
+	writeError(w, status, body)
+}
+
+// errorReply maps an error to its status and body. Client mistakes never
+// become a 500.
+func errorReply(err error) (int, transport.ErrorBody) {
+	var ce *transport.CompactedError
+	var se *SchemaError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ce):
+		return http.StatusGone, transport.ErrorBody{Error: transport.CodeCompacted, Message: err.Error(), CompactRevision: ce.CompactRevision}
+	case errors.As(err, &se):
+		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: se.Failures}
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
+	case errors.Is(err, ErrUnknownNamespace):
+		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, ErrInvalid), errors.Is(err, transport.ErrInvalidNamespace), errors.Is(err, transport.ErrInvalidKey):
+		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}
+	case errors.Is(err, ErrClosed):
+		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: err.Error()}
+	}
+	return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}
+}
+
+func writeError(w http.ResponseWriter, status int, body transport.ErrorBody) {
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		status, data = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encode reply"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
+}
+
+// namespaceParam reads and checks the ns query parameter.
+func namespaceParam(r *http.Request) (string, error) {
+	ns := r.URL.Query().Get("ns")
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return ns, nil
+}
+
+func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+	s.stats.snapshots.Add(1)
+	if !s.gate(w, r, true) {
+		return
+	}
+	ns, err := namespaceParam(r)
+	if err != nil {
+		s.planeError(w, "", err)
+		return
+	}
+	snap, err := s.store.snapshot(ns)
+	if err != nil {
+		s.planeError(w, ns, err)
+		return
+	}
+	etag := transport.ETag(snap.storeID, snap.rev)
+	setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
+	h := w.Header()
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Vary", "Accept-Encoding")
+	if etagMatches(r.Header.Get("If-None-Match"), etag) {
+		s.stats.notModified.Add(1)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	data, err := json.Marshal(transport.Snapshot{
+		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
+		CompactRevision: snap.compact, Values: snap.values,
+	})
+	if err != nil {
+		s.planeError(w, ns, err)
+		return
+	}
+	data = append(data, '\n')
+	h.Set("Content-Type", "application/json")
+	if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		h.Set("Content-Length", strconv.Itoa(len(data)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(data)
+		return
+	}
+	h.Set("Content-Encoding", "gzip")
+	w.WriteHeader(http.StatusOK)
+	zw := gzip.NewWriter(w)
+	_, _ = zw.Write(data)
+	_ = zw.Close()
+}
+
+// etagMatches implements If-None-Match: a list of (weak or strong) tags, or "*".
+func etagMatches(header, etag string) bool {
+	if header == "" {
+		return false
+	}
+	for _, t := range strings.Split(header, ",") {
+		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+		if t == "*" || t == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// acceptsGzip reports whether an Accept-Encoding header allows gzip.
+func acceptsGzip(header string) bool {
+	for _, part := range strings.Split(header, ",") {
+		name, params, _ := strings.Cut(part, ";")
+		name = strings.TrimSpace(name)
+		if !strings.EqualFold(name, "gzip") && name != "*" {
+			continue
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(params), "q="); ok {
+			if q, err := strconv.ParseFloat(v, 64); err == nil && q <= 0 {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	s.stats.events.Add(1)
+	if !s.gate(w, r, true) {
+		return
+	}
+	ns, err := namespaceParam(r)
+	if err != nil {
+		s.planeError(w, "", err)
+		return
+	}
+	q := r.URL.Query()
+	since, err := parseCursor(q.Get("since"))
+	if err != nil {
+		s.planeError(w, ns, err)
+		return
+	}
+	wait := min(defaultWait, s.opts.maxWait)
+	if v := q.Get("wait"); v != "" {
+		if wait, err = parseDuration(v); err != nil {
+			s.planeError(w, ns, err)
+			return
+		}
+		wait = min(wait, s.opts.maxWait)
+	}
+
+	var wt *watcher
+	sub, err := s.store.subscribe(ns, since, func(sub subscription) {
+		if len(sub.backlog) == 0 && wait > 0 {
+			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false)
+			s.hub.add(wt)
+		}
+	})
+	if err != nil {
+		s.planeError(w, ns, err)
+		return
+	}
+	resp := transport.EventsResponse{
+		Namespace: ns, StoreID: sub.storeID, Cursor: sub.head, Revision: sub.nsRev,
+		Changes: make([]transport.ChangeSet, 0, len(sub.backlog)),
+	}
+	for _, c := range sub.backlog {
+		resp.Changes = append(resp.Changes, c.cs)
+		resp.Revision = c.cs.Revision
+	}
+	if wt != nil {
+		defer s.hub.remove(wt)
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		cursor := sub.head
+	wait:
+		for {
+			final := false
+			select {
+			case <-wt.wake:
+			case <-timer.C:
+				final = true
+			case <-wt.done:
+				final = true
+			case <-r.Context().Done():
+				return
+			case <-stopping(r):
+				panic(http.ErrAbortHandler)
+			}
+			d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+			items, _ := wt.take()
+			for _, c := range items {
+				if c.cs.Revision > cursor {
+					resp.Changes = append(resp.Changes, c.cs)
+					resp.Revision = c.cs.Revision
+					cursor = c.cs.Revision
+				}
+			}
+			if len(resp.Changes) > 0 || final {
+				resp.Cursor = max(d, cursor)
+				break wait
+			}
+		}
+	}
+	s.hold(r)
+	setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
+	s.stats.watches.Add(1)
+	if !s.gate(w, r, true) {
+		return
+	}
+	ns, err := namespaceParam(r)
+	if err != nil {
+		s.planeError(w, "", err)
+		return
+	}
+	// Last-Event-ID wins: on a reconnect the URL still has the first cursor.
+	cur := r.URL.Query().Get("since")
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		cur = id
+	}
+	since, err := parseCursor(cur)
+	if err != nil {
+		s.planeError(w, ns, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	var wt *watcher
+	sub, err := s.store.subscribe(ns, since, func(sub subscription) {
+		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true)
+		wt.attach(rc.SetWriteDeadline)
+		s.hub.add(wt)
+	})
+	if err != nil {
+		s.planeError(w, ns, err)
+		return
+	}
+	defer func() {
+		wt.finish()
+		s.hub.remove(wt)
+	}()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	setPlaneHeaders(w, sub.storeID, sub.nsRev, sub.head)
+	w.WriteHeader(http.StatusOK)
+
+	// The backlog, then a progress event: the client learns at once that it
+	// is current up to the head.
+	cursor, nsRev := sub.head, sub.nsRev
+	if !wt.arm(s.writeTimeout()) {
+		return
+	}
+	for _, c := range sub.backlog {
+		if _, err := w.Write(c.frame()); err != nil {
+			return
+		}
+	}
+	var buf []byte
+	progress := func() error {
+		data, _ := json.Marshal(transport.Progress{Namespace: ns, StoreID: sub.storeID, Revision: nsRev, Cursor: cursor})
+		buf = appendFrame(buf[:0], transport.EventProgress, cursor, data)
+		_, err := w.Write(buf)
+		return err
+	}
+	cursor = s.hub.cursor(wt.gen, cursor)
+	if progress() != nil || rc.Flush() != nil {
+		return
+	}
+
+	ticker := time.NewTicker(s.opts.heartbeat)
+	defer ticker.Stop()
+	for {
+		beat := false
+		select {
+		case <-wt.wake:
+		case <-ticker.C:
+			beat = true
+		case <-wt.done:
+			return
+		case <-r.Context().Done():
+			return
+		}
+		if hole := s.faults.hole(); hole != nil {
+			select { // send nothing at all until healed
+			case <-hole:
+				beat = true
+			case <-wt.done:
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+		d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+		items, overflow := wt.take()
+		if overflow {
+			return // fell behind: the client resumes from its last id
+		}
+		if !wt.arm(s.writeTimeout()) {
+			return
+		}
+		wrote := false
+		for _, c := range items {
+			if c.cs.Revision <= cursor {
+				continue // already sent with the backlog
+			}
+			if _, err := w.Write(c.frame()); err != nil {
+				return
+			}
+			cursor, nsRev, wrote = c.cs.Revision, c.cs.Revision, true
+		}
+		if beat {
+			cursor = max(cursor, d)
+			if progress() != nil {
+				return
+			}
+			wrote = true
+		}
+		if wrote && rc.Flush() != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
+	s.stats.acks.Add(1)
+	if !s.gate(w, r, false) {
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBytes))
+	if err != nil {
+		s.planeError(w, "", err)
+		return
+	}
+	ack, err := parseAck(data)
+	if err != nil {
+		s.planeError(w, "", err)
+		return
+	}
+	if _, ok := s.store.nsRevision(ack.Namespace); !ok {
+		s.planeError(w, ack.Namespace, ErrUnknownNamespace)
+		return
+	}
+	s.acks.record(ack, time.Now())
+	s.hold(r)
+	s.planeHeaders(w, ack.Namespace)
+	w.WriteHeader(http.StatusNoContent)
+}

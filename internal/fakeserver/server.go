@@ -1,0 +1,557 @@
+package fakeserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Server is the reference server. Start one with Start; it is safe for
+// concurrent use.
+type Server struct {
+	opts  options
+	log   *slog.Logger
+	store *store
+	hub   *hub
+	mux   *http.ServeMux
+
+	faults faults
+	acks   acks
+	stats  counters
+
+	mu     sync.Mutex
+	addr   string // fixed by the first listen, reused by Restart
+	cur    *run   // nil while stopped
+	closed bool
+}
+
+// run is one listening period of the server, between Start/Restart and Stop.
+type run struct {
+	srv      *http.Server
+	served   chan struct{}
+	mu       sync.Mutex
+	stopping chan struct{} // closed by Stop: waiting handlers return
+	stopped  bool
+	active   sync.WaitGroup // handlers in flight
+}
+
+// Start starts a server listening on WithAddr's address (default a free
+// port on 127.0.0.1). Close it when done.
+func Start(opts ...Option) (*Server, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: o, log: o.logger, store: newStore(o.retention), addr: o.addr}
+	s.faults.init()
+	s.hub = newHub(s.store.gen, s.faults.blackholed)
+	s.store.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
+	s.store.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
+	s.mux = s.routes()
+	if err := s.listen(); err != nil {
+		s.hub.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) listen() error {
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("fakeserver: listen: %w", err)
+	}
+	s.addr = ln.Addr().String()
+	r := &run{served: make(chan struct{}), stopping: make(chan struct{})}
+	r.srv = &http.Server{
+		Handler:           s.track(r),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.cur = r
+	go func() {
+		defer close(r.served)
+		_ = r.srv.Serve(ln) // returns when Stop closes the server
+	}()
+	s.log.Info("fakeserver: listening", "addr", s.addr, "store_id", s.StoreID())
+	return nil
+}
+
+// track counts the handlers of run r so that Stop can wait for them, and
+// hands each request r's stopping channel.
+func (s *Server) track(r *run) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		if r.stopped {
+			r.mu.Unlock()
+			writeError(w, http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "server stopping"})
+			return
+		}
+		r.active.Add(1)
+		r.mu.Unlock()
+		defer r.active.Done()
+		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), stoppingKey{}, r.stopping)))
+	})
+}
+
+type stoppingKey struct{}
+
+// stopping returns the channel closed when the server stops serving req.
+func stopping(req *http.Request) <-chan struct{} {
+	ch, _ := req.Context().Value(stoppingKey{}).(chan struct{})
+	return ch
+}
+
+// URL returns the server's base URL, e.g. "http://127.0.0.1:41234".
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// Addr returns the address the server listens on (and listens on again after
+// Restart).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Stop closes the listener and every connection at once, as a crash would;
+// open streams end. The store is kept, and Go API calls keep working, so a
+// test can publish while the server is down. Stop waits for every handler
+// to return. Stopping a stopped server does nothing.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	r := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	r.stopped = true // no handler starts from now on
+	r.mu.Unlock()
+	s.hub.kill(func(*watcher) bool { return true })
+	err := r.srv.Close()
+	// Only now release held handlers: their connections are closed, so
+	// nothing they might write reaches a client.
+	close(r.stopping)
+	r.active.Wait()
+	<-r.served
+	s.log.Info("fakeserver: stopped", "addr", s.addr)
+	return err
+}
+
+// Restart stops the server if it is running and listens again on the same
+// address, keeping the store (and its id).
+func (s *Server) Restart() error {
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.cur != nil { // a concurrent Restart won
+		return nil
+	}
+	return s.listen()
+}
+
+// Close stops the server for good and waits for every goroutine it started.
+// It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	err := s.Stop()
+	s.hub.close()
+	s.faults.setBlackhole(false)
+	return err
+}
+
+// StoreID returns the store's current id.
+func (s *Server) StoreID() string {
+	id, _, _ := s.store.info()
+	return id
+}
+
+// Head returns the store's latest revision.
+func (s *Server) Head() int64 {
+	_, head, _ := s.store.info()
+	return head
+}
+
+// CompactRevision returns the store's compaction point.
+func (s *Server) CompactRevision() int64 {
+	_, _, c := s.store.info()
+	return c
+}
+
+// Publish commits puts and deletes to namespace ns as one new revision and
+// returns it. Each put value is marshalled with encoding/json (a
+// json.RawMessage is used as is). A publish that changes nothing still gets
+// a revision. It fails with ErrInvalid (bad name, key or value, or a key both
+// put and deleted) or a *SchemaError.
+func (s *Server) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
+	raw := make(map[string]json.RawMessage, len(puts))
+	for k, v := range puts {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return 0, fmt.Errorf("%w: key %q: %v", ErrInvalid, k, err)
+		}
+		raw[k] = b
+	}
+	return s.PublishRaw(ns, raw, deletes)
+}
+
+// PublishRaw is Publish with values given as raw JSON.
+func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes []string) (int64, error) {
+	clean, dels, err := checkPublish(ns, puts, deletes)
+	if err != nil {
+		return 0, err
+	}
+	c, err := s.store.publish(ns, clean, dels)
+	if err != nil {
+		return 0, err
+	}
+	s.stats.publishes.Add(1)
+	return c.cs.Revision, nil
+}
+
+// checkPublish validates a publish and returns compacted values and
+// de-duplicated deletes.
+func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) (map[string]json.RawMessage, []string, error) {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	clean := make(map[string]json.RawMessage, len(puts))
+	for k, v := range puts {
+		if err := transport.ValidateKey(k); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, v); err != nil || buf.Len() == 0 {
+			return nil, nil, fmt.Errorf("%w: key %q: value is not one JSON value", ErrInvalid, k)
+		}
+		if !json.Valid(buf.Bytes()) {
+			return nil, nil, fmt.Errorf("%w: key %q: value is not one JSON value", ErrInvalid, k)
+		}
+		clean[k] = buf.Bytes()
+	}
+	var dels []string
+	for _, k := range deletes {
+		if err := transport.ValidateKey(k); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if _, ok := clean[k]; ok {
+			return nil, nil, fmt.Errorf("%w: key %q is both put and deleted", ErrInvalid, k)
+		}
+		if !slices.Contains(dels, k) {
+			dels = append(dels, k)
+		}
+	}
+	return clean, dels, nil
+}
+
+// Rollback publishes namespace ns's content at revision to as a new revision
+// (puts of the values that differ, deletes of keys absent at to) and returns
+// it. A revision below the compaction point gives a
+// *transport.CompactedError.
+func (s *Server) Rollback(ns string, to int64) (int64, error) {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	c, err := s.store.rollback(ns, to)
+	if err != nil {
+		return 0, err
+	}
+	s.stats.publishes.Add(1)
+	return c.cs.Revision, nil
+}
+
+// Compact discards history at and below revision rev (0: the head) and
+// returns the compaction point. Compacting below the current point does
+// nothing.
+func (s *Server) Compact(rev int64) (int64, error) { return s.store.compactTo(rev) }
+
+// SetSchema compiles schemaJSON (see package schema) and makes every later
+// publish to ns that leaves its content failing it a *SchemaError. It
+// creates ns if needed. An invalid schema gives an error wrapping ErrInvalid
+// and changes nothing.
+func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	sch, err := schema.Compile(schemaJSON)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	s.store.setSchema(ns, &checker{check: func(content map[string]json.RawMessage) error {
+		err := sch.ValidateValues(content)
+		var ve *schema.ValidationError
+		if errors.As(err, &ve) {
+			se := &SchemaError{}
+			for _, f := range ve.Failures {
+				se.Failures = append(se.Failures, f.String())
+			}
+			return se
+		}
+		return err
+	}})
+	return nil
+}
+
+// Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.
+func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) {
+	snap, err := s.store.snapshot(ns)
+	if err != nil {
+		return nil, err
+	}
+	return &transport.Snapshot{
+		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
+		CompactRevision: snap.compact, Values: maps.Clone(snap.values),
+	}, nil
+}
+
+// ValuesAt returns namespace ns's content at revision rev, which must not be
+// below the compaction point.
+func (s *Server) ValuesAt(ns string, rev int64) (map[string]json.RawMessage, error) {
+	return s.store.snapshotAt(ns, rev)
+}
+
+// FailNext makes the next n data-plane requests (snapshot, events, watch;
+// not acks, so that a test's count is predictable) fail with status, and
+// with Retry-After when retryAfter > 0 (429 and 503 get 1s when it is 0).
+// n = 0 clears the fault.
+func (s *Server) FailNext(n int, status int, retryAfter time.Duration) {
+	s.faults.setFail(n, status, retryAfter)
+}
+
+// SetLatency delays every data-plane request by d (0: no delay).
+func (s *Server) SetLatency(d time.Duration) { s.faults.setLatency(d) }
+
+// DropStreams ends every open watch stream (and waiting long-poll) now.
+// Clients resume from their cursors.
+func (s *Server) DropStreams() {
+	s.hub.kill(func(*watcher) bool { return true })
+}
+
+// SetBlackhole, when on, makes the server accept connections and requests
+// on the data plane and then send nothing at all: no replies, no events, no
+// heartbeats, on new requests and open streams alike. Off heals: held
+// requests are served and streams carry on (or end, if they fell too far
+// behind meanwhile).
+func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
+
+// ResetStore replaces the store by an empty one with a new id (revisions
+// restart at 1; schemas and acks are dropped) and ends every stream. It
+// returns the new id.
+func (s *Server) ResetStore() string {
+	id := s.store.reset()
+	s.acks.reset()
+	return id
+}
+
+// Stats counts requests since Start. Each data-plane count includes
+// requests that a fault refused.
+type Stats struct {
+	Snapshots   int64 // GET /sdk/snapshot
+	NotModified int64 // of which answered 304
+	Events      int64 // GET /sdk/events
+	Watches     int64 // GET /sdk/watch
+	Acks        int64 // POST /sdk/ack
+	Publishes   int64 // committed publishes and rollbacks
+}
+
+type counters struct {
+	snapshots, notModified, events, watches, acks, publishes atomic.Int64
+}
+
+// Stats returns the request counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Snapshots:   s.stats.snapshots.Load(),
+		NotModified: s.stats.notModified.Load(),
+		Events:      s.stats.events.Load(),
+		Watches:     s.stats.watches.Load(),
+		Acks:        s.stats.acks.Load(),
+		Publishes:   s.stats.publishes.Load(),
+	}
+}
+
+// OpenStreams returns how many watch streams are open now.
+func (s *Server) OpenStreams() int { return s.hub.openStreams() }
+
+// faults holds the injected faults.
+type faults struct {
+	mu         sync.Mutex
+	failCount  int
+	failStatus int
+	retryAfter time.Duration
+	latency    time.Duration
+	black      atomic.Bool
+	heal       chan struct{} // closed when the black hole heals
+}
+
+func (f *faults) init() {
+	f.healCh()
+}
+
+func (f *faults) healCh() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.heal == nil {
+		f.heal = make(chan struct{})
+	}
+}
+
+func (f *faults) setFail(n, status int, retryAfter time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failCount, f.failStatus, f.retryAfter = max(n, 0), status, retryAfter
+}
+
+// takeFail consumes one injected failure, if any.
+func (f *faults) takeFail() (status int, retryAfter time.Duration, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failCount == 0 {
+		return 0, 0, false
+	}
+	f.failCount--
+	return f.failStatus, f.retryAfter, true
+}
+
+func (f *faults) setLatency(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.latency = max(d, 0)
+}
+
+func (f *faults) getLatency() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.latency
+}
+
+func (f *faults) setBlackhole(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.black.Load() == on {
+		return
+	}
+	f.black.Store(on)
+	if !on {
+		close(f.heal)
+		f.heal = make(chan struct{})
+	}
+}
+
+func (f *faults) blackholed() bool { return f.black.Load() }
+
+// hole returns a channel closed when the black hole heals, or nil when there
+// is none.
+func (f *faults) hole() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.black.Load() {
+		return nil
+	}
+	return f.heal
+}
+
+// acks records what clients applied and rejected.
+type acks struct {
+	mu sync.Mutex
+	m  map[ackKey]*ackState
+}
+
+type ackKey struct{ client, ns string }
+
+type ackState struct {
+	acked, nacked int64
+	nackErr       string
+	at            time.Time
+}
+
+func (a *acks) record(ack transport.Ack, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = make(map[ackKey]*ackState)
+	}
+	k := ackKey{ack.ClientID, ack.Namespace}
+	st := a.m[k]
+	if st == nil {
+		st = &ackState{}
+		a.m[k] = st
+	}
+	if ack.Status == transport.AckApplied {
+		st.acked = ack.Revision
+	} else {
+		st.nacked, st.nackErr = ack.Revision, ack.Error
+	}
+	st.at = now
+}
+
+func (a *acks) reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.m = nil
+}
+
+// ClientState is what one client reported about one namespace.
+type ClientState struct {
+	ClientID  string `json:"client_id"`
+	Namespace string `json:"ns"`
+	// AckedRevision is the last revision the client applied (0: none).
+	AckedRevision int64 `json:"acked_revision"`
+	// NackedRevision and NackError are the last revision it rejected, and why.
+	NackedRevision int64  `json:"nacked_revision,omitempty"`
+	NackError      string `json:"nack_error,omitempty"`
+	// HeadRevision is the namespace's revision now; Behind is
+	// AckedRevision < HeadRevision, and Lag their difference in store
+	// revisions.
+	HeadRevision int64     `json:"head_revision"`
+	Behind       bool      `json:"behind"`
+	Lag          int64     `json:"lag"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// Clients returns every client's state, sorted by client id and namespace.
+func (s *Server) Clients() []ClientState {
+	s.acks.mu.Lock()
+	out := make([]ClientState, 0, len(s.acks.m))
+	for k, st := range s.acks.m {
+		out = append(out, ClientState{
+			ClientID: k.client, Namespace: k.ns, AckedRevision: st.acked,
+			NackedRevision: st.nacked, NackError: st.nackErr, UpdatedAt: st.at,
+		})
+	}
+	s.acks.mu.Unlock()
+	for i := range out {
+		head, _ := s.store.nsRevision(out[i].Namespace)
+		out[i].HeadRevision = head
+		out[i].Behind = out[i].AckedRevision < head
+		out[i].Lag = max(head-out[i].AckedRevision, 0)
+	}
+	slices.SortFunc(out, func(a, b ClientState) int {
+		if c := strings.Compare(a.ClientID, b.ClientID); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Namespace, b.Namespace)
+	})
+	return out
+}

@@ -1,0 +1,478 @@
+package fakeserver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// version is one value of one key at one revision; a nil val is a tombstone.
+type version struct {
+	rev int64
+	val json.RawMessage
+}
+
+// change is one committed change set. It is immutable once committed; its
+// SSE frame is encoded once and shared by every watcher.
+type change struct {
+	gen  uint64 // store generation (see store.gen)
+	cs   transport.ChangeSet
+	once sync.Once
+	enc  []byte
+}
+
+// frame returns the change's SSE frame, encoding it on first use.
+func (c *change) frame() []byte {
+	c.once.Do(func() {
+		data, err := json.Marshal(&c.cs)
+		if err != nil { // cannot happen: every value is valid, compact JSON
+			panic(fmt.Sprintf("fakeserver: encode change set: %v", err))
+		}
+		c.enc = appendFrame(nil, transport.EventChange, c.cs.Revision, data)
+	})
+	return c.enc
+}
+
+// checker validates a namespace's whole content after a publish. It is held
+// by pointer so that a publish can tell whether the schema changed while it
+// validated outside the lock.
+type checker struct {
+	check func(content map[string]json.RawMessage) error
+}
+
+// namespace is the MVCC state of one namespace.
+type namespace struct {
+	rev  int64                // revision of the last change; 0 if never published
+	keys map[string][]version // history per key, oldest first
+	// live is the content at rev. It is replaced on every publish and never
+	// mutated, so readers may keep it after the lock is released.
+	live    map[string]json.RawMessage
+	changes []*change // change sets after the compaction point, oldest first
+	schema  *checker  // nil: anything goes
+}
+
+// logEntry records which keys a revision touched, so that compaction visits
+// only what it can prune.
+type logEntry struct {
+	rev  int64
+	ns   string
+	keys []string
+}
+
+// store is the in-memory MVCC store: one revision counter for every
+// namespace, history per key with tombstones, compaction by revision and by
+// retention. Every method is safe for concurrent use; the lock is held only
+// for map and slice work, never for I/O or encoding.
+type store struct {
+	mu        sync.Mutex
+	id        string
+	gen       uint64 // incremented by reset; tells change sets of old stores apart
+	head      int64
+	compact   int64 // history after compact is kept
+	retention int64 // keep the last retention revisions; 0 keeps all
+	nss       map[string]*namespace
+	log       []logEntry
+	now       func() time.Time
+	// onCommit is called under mu, in revision order, with every committed
+	// change; onReset likewise with the new generation. Neither may block.
+	onCommit func(*change)
+	onReset  func(gen uint64)
+}
+
+// Errors of the store, mapped to HTTP statuses by the handlers.
+var (
+	// ErrUnknownNamespace: the namespace was never published to nor given a
+	// schema (HTTP 404).
+	ErrUnknownNamespace = errors.New("fakeserver: unknown namespace")
+	// ErrInvalid: the request is malformed or names an impossible revision
+	// (HTTP 400). It is wrapped with the reason.
+	ErrInvalid = errors.New("fakeserver: invalid request")
+	// ErrClosed: the server was closed.
+	ErrClosed = errors.New("fakeserver: server closed")
+)
+
+// SchemaError is a publish (or rollback) that fails the namespace's schema
+// (HTTP 422). Nothing was committed.
+type SchemaError struct {
+	Namespace string
+	// Failures lists every failure, each as "pointer: message".
+	Failures []string
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("fakeserver: namespace %q: content fails its schema: %d failure(s): %v", e.Namespace, len(e.Failures), e.Failures)
+}
+
+func newStoreID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+func newStore(retention int64) *store {
+	return &store{
+		id:        newStoreID(),
+		gen:       1,
+		retention: retention,
+		nss:       make(map[string]*namespace),
+		now:       time.Now,
+	}
+}
+
+func newNamespace() *namespace {
+	return &namespace{keys: make(map[string][]version), live: map[string]json.RawMessage{}}
+}
+
+// publish commits puts and deletes to ns atomically as one new revision.
+// Inputs must be validated (names, keys, compact JSON values) and a key may
+// not be both put and deleted. A publish that changes nothing still gets a
+// revision: every publish is one revision, which keeps the contract simple.
+func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []string) (*change, error) {
+	// Validate outside the lock when there is a schema; commit only if
+	// nothing changed meanwhile, else try again (validating under the lock
+	// on the last attempt, so that a busy namespace cannot starve a publish).
+	for attempt := 0; ; attempt++ {
+		st.mu.Lock()
+		n := st.nss[ns]
+		if n == nil || n.schema == nil {
+			c := st.commitLocked(ns, n, puts, deletes)
+			st.mu.Unlock()
+			return c, nil
+		}
+		if attempt >= 2 {
+			defer st.mu.Unlock()
+			if err := validate(ns, n.schema, apply(n.live, puts, deletes)); err != nil {
+				return nil, err
+			}
+			return st.commitLocked(ns, n, puts, deletes), nil
+		}
+		sch, live, rev, gen := n.schema, n.live, n.rev, st.gen
+		st.mu.Unlock()
+
+		if err := validate(ns, sch, apply(live, puts, deletes)); err != nil {
+			return nil, err
+		}
+
+		st.mu.Lock()
+		if st.gen == gen && st.nss[ns] == n && n.rev == rev && n.schema == sch {
+			c := st.commitLocked(ns, n, puts, deletes)
+			st.mu.Unlock()
+			return c, nil
+		}
+		st.mu.Unlock()
+	}
+}
+
+func validate(ns string, sch *checker, content map[string]json.RawMessage) error {
+	if err := sch.check(content); err != nil {
+		var se *SchemaError
+		if errors.As(err, &se) {
+			se.Namespace = ns
+			return se
+		}
+		return &SchemaError{Namespace: ns, Failures: []string{err.Error()}}
+	}
+	return nil
+}
+
+// apply returns a copy of live with puts and deletes applied.
+func apply(live, puts map[string]json.RawMessage, deletes []string) map[string]json.RawMessage {
+	next := make(map[string]json.RawMessage, len(live)+len(puts))
+	maps.Copy(next, live)
+	maps.Copy(next, puts)
+	for _, k := range deletes {
+		delete(next, k)
+	}
+	return next
+}
+
+// commitLocked assigns the next revision to a change set of ns (creating
+// the namespace if n is nil) and records it. Deletes of absent keys are
+// dropped from the change set.
+func (st *store) commitLocked(name string, n *namespace, puts map[string]json.RawMessage, deletes []string) *change {
+	if n == nil {
+		n = newNamespace()
+		st.nss[name] = n
+	}
+	st.head++
+	rev := st.head
+	cs := transport.ChangeSet{
+		Namespace:    name,
+		Revision:     rev,
+		PrevRevision: n.rev,
+		StoreID:      st.id,
+		CommittedAt:  st.now().UTC(),
+	}
+	live := maps.Clone(n.live)
+	touched := make([]string, 0, len(puts)+len(deletes))
+	if len(puts) > 0 {
+		cs.Puts = make(map[string]json.RawMessage, len(puts))
+	}
+	for k, v := range puts {
+		cs.Puts[k] = v
+		live[k] = v
+		n.keys[k] = append(n.keys[k], version{rev: rev, val: v})
+		touched = append(touched, k)
+	}
+	for _, k := range deletes {
+		if _, ok := live[k]; !ok {
+			continue
+		}
+		delete(live, k)
+		cs.Deletes = append(cs.Deletes, k)
+		n.keys[k] = append(n.keys[k], version{rev: rev})
+		touched = append(touched, k)
+	}
+	slices.Sort(cs.Deletes)
+	n.live = live
+	n.rev = rev
+	c := &change{gen: st.gen, cs: cs}
+	n.changes = append(n.changes, c)
+	st.log = append(st.log, logEntry{rev: rev, ns: name, keys: touched})
+	if st.retention > 0 && rev-st.retention > st.compact {
+		st.compactLocked(rev - st.retention)
+	}
+	if st.onCommit != nil {
+		st.onCommit(c)
+	}
+	return c
+}
+
+// rollback publishes ns's content at revision to as a new revision.
+func (st *store) rollback(ns string, to int64) (*change, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.nss[ns]
+	if n == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	if to < 0 || to > st.head {
+		return nil, fmt.Errorf("%w: rollback to revision %d outside 0..%d", ErrInvalid, to, st.head)
+	}
+	if to < st.compact {
+		return nil, &transport.CompactedError{CompactRevision: st.compact}
+	}
+	target := contentAt(n, to)
+	puts := make(map[string]json.RawMessage)
+	for k, v := range target {
+		if cur, ok := n.live[k]; !ok || string(cur) != string(v) {
+			puts[k] = v
+		}
+	}
+	var deletes []string
+	for k := range n.live {
+		if _, ok := target[k]; !ok {
+			deletes = append(deletes, k)
+		}
+	}
+	if n.schema != nil {
+		if err := validate(ns, n.schema, target); err != nil {
+			return nil, err
+		}
+	}
+	return st.commitLocked(ns, n, puts, deletes), nil
+}
+
+// contentAt returns n's content at revision rev, which must not be below the
+// compaction point.
+func contentAt(n *namespace, rev int64) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage)
+	for k, vs := range n.keys {
+		i := sort.Search(len(vs), func(i int) bool { return vs[i].rev > rev })
+		if i > 0 && vs[i-1].val != nil {
+			out[k] = vs[i-1].val
+		}
+	}
+	return out
+}
+
+// compactTo discards history at and below rev (0 = head) and returns the
+// compaction point.
+func (st *store) compactTo(rev int64) (int64, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if rev < 0 || rev > st.head {
+		return st.compact, fmt.Errorf("%w: compact revision %d outside 0..%d", ErrInvalid, rev, st.head)
+	}
+	if rev == 0 {
+		rev = st.head
+	}
+	st.compactLocked(rev)
+	return st.compact, nil
+}
+
+// compactLocked keeps, for every key, the latest version at or below k (unless
+// it is a tombstone) and everything after it, and drops change sets at or
+// below k.
+func (st *store) compactLocked(k int64) {
+	if k <= st.compact {
+		return
+	}
+	i := sort.Search(len(st.log), func(i int) bool { return st.log[i].rev > k })
+	touched := make(map[string]bool)
+	for _, e := range st.log[:i] {
+		n := st.nss[e.ns]
+		touched[e.ns] = true
+		for _, key := range e.keys {
+			if vs := prune(n.keys[key], k); len(vs) == 0 {
+				delete(n.keys, key)
+			} else {
+				n.keys[key] = vs
+			}
+		}
+	}
+	st.log = slices.Clone(st.log[i:])
+	for name := range touched {
+		n := st.nss[name]
+		j := sort.Search(len(n.changes), func(j int) bool { return n.changes[j].cs.Revision > k })
+		n.changes = slices.Clone(n.changes[j:])
+	}
+	st.compact = k
+}
+
+func prune(vs []version, k int64) []version {
+	i := sort.Search(len(vs), func(i int) bool { return vs[i].rev > k })
+	if i == 0 {
+		return vs
+	}
+	keep := i - 1 // the latest version at or below k
+	if vs[keep].val == nil {
+		keep = i // a tombstone at or below k says nothing a reader needs
+	}
+	if keep == 0 {
+		return vs
+	}
+	return slices.Clone(vs[keep:])
+}
+
+// snapshot is a consistent read of one namespace.
+type snapshot struct {
+	storeID  string
+	rev      int64
+	cursor   int64
+	compact  int64
+	values   map[string]json.RawMessage // shared, never mutate
+	hasValue bool
+}
+
+func (st *store) snapshot(ns string) (snapshot, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.nss[ns]
+	if n == nil {
+		return snapshot{storeID: st.id, cursor: st.head}, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	return snapshot{storeID: st.id, rev: n.rev, cursor: st.head, compact: st.compact, values: n.live}, nil
+}
+
+// snapshotAt returns ns's content at revision rev (for tests and tools).
+func (st *store) snapshotAt(ns string, rev int64) (map[string]json.RawMessage, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.nss[ns]
+	if n == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	if rev < st.compact {
+		return nil, &transport.CompactedError{CompactRevision: st.compact}
+	}
+	if rev > st.head {
+		return nil, fmt.Errorf("%w: revision %d above head %d", ErrInvalid, rev, st.head)
+	}
+	return contentAt(n, rev), nil
+}
+
+// subscription is what a reader of changes learns, atomically, when it
+// starts: the change sets after its cursor and the state they lead to.
+type subscription struct {
+	storeID string
+	gen     uint64
+	head    int64 // cursor up to which backlog is complete
+	nsRev   int64
+	backlog []*change
+}
+
+// subscribe reads the change sets of ns after since (since < 0: from head)
+// and, still under the lock, calls register so that a watcher sees every
+// later commit. It fails with ErrUnknownNamespace, ErrInvalid (a cursor
+// above head) or a *transport.CompactedError.
+func (st *store) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	sub := subscription{storeID: st.id, gen: st.gen, head: st.head}
+	n := st.nss[ns]
+	if n == nil {
+		return sub, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	sub.nsRev = n.rev
+	if since < 0 {
+		since = st.head
+	}
+	if since > st.head {
+		return sub, fmt.Errorf("%w: cursor %d is above the store's head %d", ErrInvalid, since, st.head)
+	}
+	if since < st.compact {
+		return sub, &transport.CompactedError{CompactRevision: st.compact}
+	}
+	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > since })
+	sub.backlog = n.changes[i:len(n.changes):len(n.changes)]
+	if register != nil {
+		register(sub)
+	}
+	return sub, nil
+}
+
+// setSchema installs a checker for ns, creating the namespace if needed.
+func (st *store) setSchema(ns string, c *checker) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.nss[ns]
+	if n == nil {
+		n = newNamespace()
+		st.nss[ns] = n
+	}
+	n.schema = c
+}
+
+// reset empties the store (schemas included), gives it a new id and
+// restarts revisions. It returns the new id.
+func (st *store) reset() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.id = newStoreID()
+	st.gen++
+	st.head, st.compact = 0, 0
+	st.nss = make(map[string]*namespace)
+	st.log = nil
+	if st.onReset != nil {
+		st.onReset(st.gen)
+	}
+	return st.id
+}
+
+// info returns the store id, head and compaction point.
+func (st *store) info() (id string, head, compact int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.id, st.head, st.compact
+}
+
+// nsRevision returns ns's revision and whether it exists.
+func (st *store) nsRevision(ns string) (int64, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.nss[ns]
+	if n == nil {
+		return 0, false
+	}
+	return n.rev, true
+}
