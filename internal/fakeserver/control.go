@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
@@ -29,8 +30,11 @@ func (s *Server) routes() *http.ServeMux {
 	}
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
-		allow := rt.method
+		allow, plane := rt.method, strings.HasPrefix(rt.path, "/sdk/")
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, _ *http.Request) {
+			if plane {
+				s.planeHeaders(w, "")
+			}
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, transport.ErrorBody{Error: transport.CodeBadRequest, Message: "method not allowed; use " + allow})
 		})

@@ -1,0 +1,195 @@
+package fakeserver
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"math/rand"
+	"strconv"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// modelRev is one revision of the model: a namespace's whole content.
+type modelRev struct {
+	rev     int64
+	content map[string]json.RawMessage
+}
+
+// TestStoreProperties runs random publishes, deletes, rollbacks and
+// compactions against the store and a naive model that keeps every
+// revision's full content, and checks after every step that:
+//   - the content at every surviving revision equals the model's;
+//   - the snapshot at the head equals the replay of every surviving change
+//     set onto the content at the compaction point;
+//   - the change sets since any surviving cursor, applied to the content at
+//     that cursor, give the head, and chain by prev_revision.
+func TestStoreProperties(t *testing.T) {
+	for _, retention := range []int64{0, 25} {
+		t.Run("retention="+strconv.FormatInt(retention, 10), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(20261129 + retention))
+			st := newStore(retention)
+			nss := []string{"a", "b.prod", "c-1"}
+			model := map[string][]modelRev{}
+			contentAtModel := func(ns string, rev int64) map[string]json.RawMessage {
+				out := map[string]json.RawMessage{}
+				for _, m := range model[ns] {
+					if m.rev <= rev {
+						out = m.content
+					}
+				}
+				return out
+			}
+			for op := 0; op < 400; op++ {
+				ns := nss[rng.Intn(len(nss))]
+				_, head, compact := st.info()
+				switch r := rng.Intn(10); {
+				case r < 6: // publish puts and deletes
+					puts := map[string]json.RawMessage{}
+					var dels []string
+					for range rng.Intn(4) {
+						puts["k"+strconv.Itoa(rng.Intn(8))] = json.RawMessage(strconv.Itoa(rng.Intn(1000)))
+					}
+					for range rng.Intn(3) {
+						k := "k" + strconv.Itoa(rng.Intn(8))
+						if _, ok := puts[k]; !ok {
+							dels = append(dels, k)
+						}
+					}
+					puts, dels, err := checkPublish(ns, puts, dels)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := st.publish(ns, puts, dels)
+					if err != nil {
+						t.Fatal(err)
+					}
+					prev := contentAtModel(ns, head)
+					if c.cs.Revision != head+1 {
+						t.Fatalf("publish got revision %d, want %d", c.cs.Revision, head+1)
+					}
+					model[ns] = append(model[ns], modelRev{c.cs.Revision, apply(prev, puts, dels)})
+				case r < 8: // rollback
+					if len(model[ns]) == 0 {
+						continue
+					}
+					to := compact + rng.Int63n(head-compact+1)
+					c, err := st.rollback(ns, to)
+					if err != nil {
+						t.Fatalf("rollback to %d (compact %d head %d): %v", to, compact, head, err)
+					}
+					model[ns] = append(model[ns], modelRev{c.cs.Revision, contentAtModel(ns, to)})
+				case r < 9: // compact somewhere in the middle
+					if head == 0 {
+						continue
+					}
+					to := compact + rng.Int63n(head-compact+1)
+					if _, err := st.compactTo(to); err != nil {
+						t.Fatal(err)
+					}
+				default: // a rollback below the compaction point fails
+					if compact == 0 || len(model[ns]) == 0 {
+						continue
+					}
+					_, err := st.rollback(ns, compact-1)
+					var ce *transport.CompactedError
+					if !errors.As(err, &ce) || ce.CompactRevision != compact {
+						t.Fatalf("rollback below compaction: err = %v, want compacted at %d", err, compact)
+					}
+				}
+				checkStore(t, st, model, contentAtModel, rng)
+			}
+		})
+	}
+}
+
+func checkStore(t *testing.T, st *store, model map[string][]modelRev, contentAtModel func(string, int64) map[string]json.RawMessage, rng *rand.Rand) {
+	t.Helper()
+	_, head, compact := st.info()
+	for ns := range model {
+		snap, err := st.snapshot(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := contentAtModel(ns, head); !equalContent(snap.values, want) {
+			t.Fatalf("%s head snapshot = %s, want %s", ns, js(snap.values), js(want))
+		}
+		if snap.cursor != head || snap.rev > head {
+			t.Fatalf("%s snapshot revision %d cursor %d, head %d", ns, snap.rev, snap.cursor, head)
+		}
+		// Every surviving revision matches the model.
+		for rev := compact; rev <= head; rev++ {
+			got, err := st.snapshotAt(ns, rev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := contentAtModel(ns, rev); !equalContent(got, want) {
+				t.Fatalf("%s at %d = %s, want %s", ns, rev, js(got), js(want))
+			}
+		}
+		// Replay from the compaction point, and from a random cursor.
+		for _, cursor := range []int64{compact, compact + rng.Int63n(head-compact+1)} {
+			base, err := st.snapshotAt(ns, cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := st.subscribe(ns, cursor, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev := int64(-1)
+			for _, c := range sub.backlog {
+				if c.cs.Revision <= cursor || (prev >= 0 && c.cs.PrevRevision != prev) {
+					t.Fatalf("%s since %d: change %d (prev %d) after %d", ns, cursor, c.cs.Revision, c.cs.PrevRevision, prev)
+				}
+				prev = c.cs.Revision
+				base = apply(base, c.cs.Puts, c.cs.Deletes)
+			}
+			if !equalContent(base, snap.values) {
+				t.Fatalf("%s: snapshot at %d + changes = %s, want head %s", ns, cursor, js(base), js(snap.values))
+			}
+			if len(sub.backlog) > 0 && sub.backlog[len(sub.backlog)-1].cs.Revision != snap.rev {
+				t.Fatalf("%s: last change %d, namespace revision %d", ns, sub.backlog[len(sub.backlog)-1].cs.Revision, snap.rev)
+			}
+		}
+		// A cursor below the compaction point is refused.
+		if compact > 0 {
+			var ce *transport.CompactedError
+			if _, err := st.subscribe(ns, compact-1, nil); !errors.As(err, &ce) {
+				t.Fatalf("subscribe below compaction: %v", err)
+			}
+		}
+	}
+}
+
+func equalContent(a, b map[string]json.RawMessage) bool {
+	return maps.EqualFunc(a, b, func(x, y json.RawMessage) bool { return string(x) == string(y) })
+}
+
+func js(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestStoreResetAndRetention(t *testing.T) {
+	st := newStore(3)
+	id := st.id
+	for i := range 10 {
+		if _, err := st.publish("ns", map[string]json.RawMessage{"k": json.RawMessage(strconv.Itoa(i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, head, compact := st.info(); head != 10 || compact != 7 {
+		t.Fatalf("head %d compact %d, want 10 and 7", head, compact)
+	}
+	if newID := st.reset(); newID == id || newID == "" {
+		t.Fatalf("reset kept id %q", newID)
+	}
+	if _, head, _ := st.info(); head != 0 {
+		t.Fatalf("head after reset = %d", head)
+	}
+	if _, err := st.snapshot("ns"); !errors.Is(err, ErrUnknownNamespace) {
+		t.Fatalf("snapshot after reset: %v", err)
+	}
+}
