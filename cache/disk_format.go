@@ -120,7 +120,8 @@ func Encode(rec *Record) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(s.Len()))
 	s.Range(func(k string, v Value) bool {
 		b = appendBytes(b, k)
-		b = appendBytes(b, string(v.raw))
+		b = binary.AppendUvarint(b, uint64(len(v.raw)))
+		b = append(b, v.raw...)
 		return true
 	})
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
