@@ -1,0 +1,77 @@
+package fakeserver
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// FuzzParsePublish feeds outside bytes to the publish decoder: it must
+// never panic, must refuse with ErrInvalid, and what it accepts must be
+// valid keys and compact JSON values that the store can commit.
+func FuzzParsePublish(f *testing.F) {
+	for _, seed := range []string{
+		`{"puts":{"a":1,"db/primary/host":"x"},"deletes":["b"]}`,
+		`{}`, `{"puts":null}`, `{"puts":{"a":1},"deletes":["a"]}`, `{"puts":{"a b":1}}`,
+		`{"puts":{"a":{"n":[1,2,{"x":null}]}}}`, `{"deletes":["a","a"]}`, `{"puts":{"a":1e400}}`,
+		`[]`, `null`, `{"puts":{"a":"\ud800"}}`, "{\"puts\":{\"a\":\"\x00\"}}", `{"puts":{"":1}}`, `{} {}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		puts, dels, err := parsePublish("ns", data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		for k, v := range puts {
+			if transport.ValidateKey(k) != nil || !json.Valid(v) {
+				t.Fatalf("accepted key %q value %q", k, v)
+			}
+		}
+		for _, k := range dels {
+			if _, ok := puts[k]; ok || transport.ValidateKey(k) != nil {
+				t.Fatalf("accepted delete %q", k)
+			}
+		}
+		st := newStore(0)
+		c, err := st.publish("ns", puts, dels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back transport.ChangeSet
+		if err := json.Unmarshal(c.frame()[len("event: change\nid: 1\ndata: "):], &back); err != nil {
+			t.Fatalf("frame does not decode: %v: %q", err, c.frame())
+		}
+	})
+}
+
+// FuzzParseAck feeds outside bytes to the ack decoder.
+func FuzzParseAck(f *testing.F) {
+	for _, seed := range []string{
+		`{"client_id":"c1","ns":"app","revision":2,"status":"ack"}`,
+		`{"client_id":"c1","ns":"app","revision":2,"status":"nack","error":"bad"}`,
+		`{"client_id":"","ns":"app","revision":2,"status":"ack"}`, `{"client_id":"c","ns":"..","status":"ack"}`,
+		`{"client_id":"c","ns":"a","revision":-1,"status":"ack"}`, `{"client_id":"c\u0000","ns":"a","status":"ack"}`,
+		`{"revision":1e99}`, `nul`, `{"client_id":"c","ns":"a","status":"ack","x":[]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ack, err := parseAck(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if ack.ClientID == "" || ack.Revision < 0 || transport.ValidateNamespace(ack.Namespace) != nil ||
+			(ack.Status != transport.AckApplied && ack.Status != transport.AckRejected) || len(ack.Error) > maxAckErrorLen {
+			t.Fatalf("accepted %+v", ack)
+		}
+	})
+}
