@@ -89,7 +89,7 @@ type HTTPSource struct {
 	opts   httpOptions
 	user   *http.Client // as given (or the default); Close closes its idle connections
 	client *http.Client // snapshot, ack: headers + idle timeout
-	stream *http.Client // SSE: headers + idle timeout, no overall Timeout
+	stream *http.Client // SSE: headers + idle timeout + whole events only, no overall Timeout
 	poll   *http.Client // long-poll: headers; per-request deadline
 
 	closeOnce sync.Once
@@ -245,7 +245,7 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	client := *o.client
 	client.Transport = idle
 	stream := *o.client
-	stream.Transport = idle
+	stream.Transport = &sseFrameTransport{base: idle, limit: o.maxEventBytes + sseFrameOverhead}
 	stream.Timeout = 0
 	poll := *o.client
 	poll.Transport = hdr

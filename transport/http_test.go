@@ -470,12 +470,12 @@ func TestAck(t *testing.T) {
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 	cases := map[string]time.Duration{
-		"":    0,
-		"0":   0,
-		"-5":  0,
-		"12":  12 * time.Second,
-		" 3 ": 3 * time.Second,
-		"1e9": 0,
+		"":                     0,
+		"0":                    0,
+		"-5":                   0,
+		"12":                   12 * time.Second,
+		" 3 ":                  3 * time.Second,
+		"1e9":                  0,
 		"99999999999999999999": 0,
 		"999999999":            24 * time.Hour,
 		now.Add(30 * time.Second).Format(http.TimeFormat): 30 * time.Second,

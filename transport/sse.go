@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,4 +110,102 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 	s.opts.logger.Debug("transport: watch stream ended", "ns", req.Namespace,
 		"events", res.delivered, "error", res.err.Error())
 	return res
+}
+
+// sseFrameTransport hands r3labs/sse only whole events. The library's reader
+// delivers whatever is buffered when the body fails or ends — a cut
+// connection would turn half an event into one — so this wrapper releases
+// bytes up to the last blank line only and drops a partial event when the
+// body ends. It also bounds a partial event: one larger than limit fails
+// with ErrTooLarge.
+type sseFrameTransport struct {
+	base  http.RoundTripper
+	limit int
+}
+
+func (t *sseFrameTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		resp.Body = &sseFrameReader{rc: resp.Body, limit: t.limit}
+	}
+	return resp, nil
+}
+
+func (t *sseFrameTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+type sseFrameReader struct {
+	rc    io.ReadCloser
+	limit int
+	// buf[off:ready] are whole events not yet read; buf[ready:] is the
+	// start of an event whose end has not arrived.
+	buf        []byte
+	off, ready int
+	err        error
+}
+
+func (f *sseFrameReader) Read(p []byte) (int, error) {
+	for f.off == f.ready {
+		if f.err != nil {
+			return 0, f.err
+		}
+		if f.ready > 0 {
+			n := copy(f.buf, f.buf[f.ready:])
+			f.buf = f.buf[:n]
+			f.off, f.ready = 0, 0
+		}
+		if len(f.buf) > f.limit {
+			f.err = tooLarge("event", int64(f.limit))
+			return 0, f.err
+		}
+		if len(f.buf) == cap(f.buf) {
+			nb := make([]byte, len(f.buf), min(max(2*cap(f.buf), 4096), f.limit+1))
+			copy(nb, f.buf)
+			f.buf = nb
+		}
+		prev := len(f.buf)
+		n, err := f.rc.Read(f.buf[prev:cap(f.buf)])
+		f.buf = f.buf[:prev+n]
+		// A terminator is at most 3 bytes and may straddle reads.
+		from := max(prev-2, 0)
+		if end := lastEventEnd(f.buf[from:]); end > 0 {
+			f.ready = from + end
+		}
+		if err != nil {
+			f.err = err // what follows f.ready is dropped
+		}
+	}
+	n := copy(p, f.buf[f.off:f.ready])
+	f.off += n
+	return n, nil
+}
+
+func (f *sseFrameReader) Close() error { return f.rc.Close() }
+
+var (
+	lfLF   = []byte("\n\n")
+	crCR   = []byte("\r\r")
+	lfCRLF = []byte("\n\r\n") // also ends "\r\n\r\n"
+)
+
+// lastEventEnd returns the index just past the last blank line in b (an
+// event terminator in any of SSE's line-ending styles), or 0.
+func lastEventEnd(b []byte) int {
+	end := 0
+	if i := bytes.LastIndex(b, lfLF); i >= 0 {
+		end = i + 2
+	}
+	if i := bytes.LastIndex(b, crCR); i >= 0 && i+2 > end {
+		end = i + 2
+	}
+	if i := bytes.LastIndex(b, lfCRLF); i >= 0 && i+3 > end {
+		end = i + 3
+	}
+	return end
 }
