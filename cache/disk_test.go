@@ -477,3 +477,41 @@ func assertNoTemp(tb testing.TB, d *Dir) {
 		}
 	}
 }
+
+// Loads racing with saves of the same namespace see whole records only.
+func TestDirConcurrentSaveLoad(t *testing.T) {
+	d := openTestDir(t)
+	if err := d.Save(crashRecord(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		for rev := int64(2); rev <= 60; rev++ {
+			if err := d.Save(crashRecord(t, rev)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	last := int64(1)
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec := mustLoad(t, d, "crash"); rec.Revision != 60 {
+				t.Fatalf("final revision %d", rec.Revision)
+			}
+			return
+		default:
+		}
+		rec := mustLoad(t, d, "crash")
+		checkCrashRecord(t, rec)
+		if rec.Revision < last {
+			t.Fatalf("revision went back from %d to %d", last, rec.Revision)
+		}
+		last = rec.Revision
+	}
+}
