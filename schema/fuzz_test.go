@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -161,4 +162,105 @@ func checkValidateResult(t *testing.T, err error) {
 		}
 	}
 	_ = err.Error()
+}
+
+// TestCompileKeywordSweep compiles every keyword with values of every JSON
+// type under every draft: random bytes rarely reach the library's type
+// assertions, this reaches all of them. Compile must not panic, and a schema
+// that compiles must validate without panicking.
+func TestCompileKeywordSweep(t *testing.T) {
+	drafts := []string{
+		"",
+		`"$schema":"http://json-schema.org/draft-04/schema#",`,
+		`"$schema":"http://json-schema.org/draft-06/schema#",`,
+		`"$schema":"http://json-schema.org/draft-07/schema#",`,
+		`"$schema":"https://json-schema.org/draft/2019-09/schema",`,
+		`"$schema":"https://json-schema.org/draft/2020-12/schema",`,
+	}
+	keywords := []string{
+		"$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$ref", "$dynamicRef", "$recursiveRef",
+		"$defs", "definitions", "$vocabulary", "$comment", "$schema",
+		"type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+		"maxLength", "minLength", "pattern", "format", "contentEncoding", "contentMediaType", "contentSchema",
+		"items", "prefixItems", "additionalItems", "unevaluatedItems", "contains", "maxContains", "minContains",
+		"maxItems", "minItems", "uniqueItems",
+		"properties", "patternProperties", "additionalProperties", "unevaluatedProperties", "propertyNames",
+		"maxProperties", "minProperties", "required", "dependentRequired", "dependentSchemas", "dependencies",
+		"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "regexProperties",
+		"title", "description", "default", "deprecated", "readOnly", "writeOnly", "examples",
+	}
+	values := []string{
+		`null`, `true`, `false`, `0`, `-1`, `1.5`, `1e400`, `""`, `"#"`, `"##"`, `"a#b"`, `"("`,
+		`"file:///etc/passwd"`, `"%zz"`, `"#/%zz"`, `"#/$defs/x/0"`, `[]`, `[1]`, `["a","a"]`, `[{}]`, `[true]`,
+		`{}`, `{"(":{}}`, `{"a":1}`, `{"a":["b"]}`, `{"a":{"$ref":"#"}}`, `{"a":true}`,
+		`{"$ref":"file:///etc/passwd"}`, `{"$id":"#x"}`,
+	}
+	docs := []map[string]json.RawMessage{
+		{"a": json.RawMessage(`1`)},
+		{"a": json.RawMessage(`[1,1,{"a":"b"}]`), "(": json.RawMessage(`"x"`)},
+		{"a": json.RawMessage(`{"a":1,"b":[]}`)},
+	}
+	n := 0
+	for _, d := range drafts {
+		for _, k := range keywords {
+			for _, v := range values {
+				wraps := []string{"%s", `"properties":{"a":{%s}}`, `"additionalProperties":{%s}`}
+				if testing.Short() {
+					wraps = wraps[:2]
+				}
+				for _, wrap := range wraps {
+					body := strings.Replace(wrap, "%s", `"`+k+`":`+v, 1)
+					s, err, p := tryCompile([]byte("{" + d + body + "}"))
+					if p != nil {
+						t.Errorf("Compile(%s) panicked: %v", "{"+d+body+"}", p)
+						continue
+					}
+					if err != nil {
+						if !errors.Is(err, ErrInvalidSchema) {
+							t.Fatalf("%s: %v", body, err)
+						}
+						continue
+					}
+					n++
+					for _, doc := range docs {
+						checkValidateResult(t, s.ValidateValues(doc))
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d of %d schemas compiled", n, len(drafts)*len(keywords)*len(values)*3)
+}
+
+// tryCompile reports a panic of Compile as a value, so that a sweep lists
+// every panicking input instead of stopping at the first.
+func tryCompile(b []byte) (s *Schema, err error, p any) {
+	defer func() { p = recover() }()
+	s, err = Compile(b)
+	return s, err, nil
+}
+
+// FuzzDecodeValue: the fast path of DecodeValues gives exactly what
+// json.Decoder with UseNumber gives, or defers to it.
+func FuzzDecodeValue(f *testing.F) {
+	for _, s := range []string{
+		`"x"`, ` "x" `, `""`, `"a\"b"`, `"\u00e9"`, `"é"`, "\"\xff\"", "\"a\tb\"", `"`, `"""`, `"a"b"`,
+		`0`, `-0`, `01`, `-`, `1.`, `.5`, `1.5e+10`, `1E-3`, `1e`, `-1.0e400`, `+1`, `0x10`,
+		`true`, `truex`, `false`, `null`, `nul`, ` null`, "\ttrue\n", `{}`, `[1]`, ``, ` `, `1 2`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		fast, ok := decodeSimple(raw)
+		slow, err := decodeSlow(raw)
+		if !ok {
+			return
+		}
+		if err != nil {
+			t.Fatalf("fast path accepted %q, decoder: %v", raw, err)
+		}
+		if fmt.Sprintf("%#v", fast) != fmt.Sprintf("%#v", slow) {
+			t.Fatalf("%q: fast %#v, decoder %#v", raw, fast, slow)
+		}
+	})
 }

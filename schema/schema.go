@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
@@ -73,6 +74,9 @@ func Compile(schemaJSON []byte) (*Schema, error) {
 	if _, ok := doc.(map[string]any); !ok {
 		return nil, fmt.Errorf("%w: must be a JSON object, got %s", ErrInvalidSchema, jsonKind(doc))
 	}
+	if err := checkLibraryKeywords(doc, ""); err != nil {
+		return nil, err
+	}
 
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
@@ -88,6 +92,47 @@ func Compile(schemaJSON []byte) (*Schema, error) {
 		return nil, compileError(err)
 	}
 	return &Schema{compiled: compiled}, nil
+}
+
+// checkLibraryKeywords refuses what the library would panic on rather than
+// report. It has one non-standard keyword, "regexProperties", which it
+// reads as a boolean in every schema object without checking the type
+// (drafts 2019-09 and 2020-12 do not declare it). Values of the keywords
+// that hold data, not schemas, are not looked into.
+func checkLibraryKeywords(v any, ptr string) error {
+	switch v := v.(type) {
+	case map[string]any:
+		if rp, ok := v["regexProperties"]; ok {
+			if _, ok := rp.(bool); !ok {
+				return fmt.Errorf("%w: at %s: regexProperties must be a boolean, got %s",
+					ErrInvalidSchema, displayPointer(ptr+"/regexProperties"), jsonKind(rp))
+			}
+		}
+		for k, sub := range v {
+			switch k {
+			case "const", "enum", "default", "examples":
+				continue
+			}
+			if err := checkLibraryKeywords(sub, ptr+"/"+escapeToken(k)); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, sub := range v {
+			if err := checkLibraryKeywords(sub, ptr+"/"+strconv.Itoa(i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// escapeToken escapes one JSON pointer token (RFC 6901).
+func escapeToken(s string) string {
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // refuseLoad is the compiler's loader: every document that is not the
@@ -210,8 +255,95 @@ func DecodeValues(values map[string]json.RawMessage) (map[string]any, error) {
 	return doc, nil
 }
 
-// decodeOne decodes exactly one JSON value, with UseNumber.
+// decodeOne decodes exactly one JSON value, with UseNumber. The common
+// config values — a plain string, a number, true, false, null — take a fast
+// path that gives exactly what the decoder would; anything else goes
+// through json.Decoder.
 func decodeOne(raw []byte) (any, error) {
+	if v, ok := decodeSimple(raw); ok {
+		return v, nil
+	}
+	return decodeSlow(raw)
+}
+
+func decodeSimple(raw []byte) (any, bool) {
+	b := bytes.Trim(raw, " \t\r\n")
+	if len(b) == 0 {
+		return nil, false
+	}
+	switch b[0] {
+	case '"':
+		if len(b) < 2 || b[len(b)-1] != '"' {
+			return nil, false
+		}
+		body := b[1 : len(b)-1]
+		for _, c := range body {
+			// Escapes, control characters and the quote itself need the
+			// decoder; so does anything that is not ASCII, whose UTF-8 the
+			// decoder checks (and repairs).
+			if c == '\\' || c == '"' || c < 0x20 || c >= utf8.RuneSelf {
+				return nil, false
+			}
+		}
+		return string(body), true
+	case 't':
+		return true, string(b) == "true"
+	case 'f':
+		return false, string(b) == "false"
+	case 'n':
+		return nil, string(b) == "null"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		if !isNumber(b) {
+			return nil, false
+		}
+		return json.Number(b), true
+	}
+	return nil, false
+}
+
+// isNumber reports whether b is exactly one JSON number (RFC 8259).
+func isNumber(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	return i == len(b)
+}
+
+func decodeSlow(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -256,6 +388,10 @@ type Failure struct {
 	// document: "" for the document (the namespace) itself, "/retry-ms" for
 	// a key, "/db~1primary~1host" for the key "db/primary/host" ('~' is
 	// written "~0", '/' is written "~1"), "/hosts/2" inside a value.
+	//
+	// One known imprecision of the underlying library: a failure of the
+	// value under an empty key "" is reported at the pointer of the object
+	// holding it (e.g. "" rather than "/"), as if the object itself failed.
 	Pointer string `json:"pointer"`
 	// Message says what is wrong, e.g. "expected integer, but got string".
 	Message string `json:"message"`
