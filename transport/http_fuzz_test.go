@@ -1,0 +1,256 @@
+package transport
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Fuzz targets for every decoder of bytes from the server. Their seeds run
+// in a plain `go test`; `go test -fuzz FuzzX ./transport/` explores.
+
+func seedJSON(f *testing.F, vs ...any) {
+	for _, v := range vs {
+		b, err := json.Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
+func wantKind(t *testing.T, err error, kinds ...error) {
+	t.Helper()
+	for _, k := range kinds {
+		if errors.Is(err, k) {
+			return
+		}
+	}
+	t.Fatalf("error %v is none of %v", err, kinds)
+}
+
+func checkChange(t *testing.T, cs *ChangeSet) {
+	t.Helper()
+	if cs.Namespace != testNS || cs.StoreID == "" || cs.Revision <= 0 || cs.PrevRevision < 0 || cs.PrevRevision >= cs.Revision {
+		t.Fatalf("accepted an invalid change %+v", cs)
+	}
+}
+
+func checkProgress(t *testing.T, p *Progress) {
+	t.Helper()
+	if p.Namespace != testNS || p.StoreID == "" || p.Revision < 0 || p.Cursor < p.Revision {
+		t.Fatalf("accepted an invalid progress %+v", p)
+	}
+}
+
+func FuzzDecodeSSEEvent(f *testing.F) {
+	for _, typ := range []string{EventChange, EventProgress} {
+		for _, v := range []any{change(12, 11, map[string]string{"a": "1", "b": `{"x":[1,"y"]}`}, "c"), progress(11, 15)} {
+			b, _ := json.Marshal(v)
+			f.Add(typ, b)
+		}
+	}
+	f.Add(EventChange, []byte(`{"ns":"payments.prod","revision":1e3}`))
+	f.Add(EventProgress, []byte(`{"ns":"payments.prod","store_id":"s","revision":3,"cursor":2}`))
+	f.Add("message", []byte(`{}`))
+	f.Add(EventChange, []byte(`{"ns":"payments.prod","store_id":"s","revision":2,"prev_revision":1,"committed_at":"not a time"}`))
+	f.Fuzz(func(t *testing.T, typ string, data []byte) {
+		const maxBytes = 4 << 10
+		e, err := decodeSSEEvent(typ, data, testNS, maxBytes)
+		if err != nil {
+			wantKind(t, err, ErrMalformed, ErrTooLarge)
+			if e.Change != nil || e.Progress != nil {
+				t.Fatalf("error %v with an event %+v", err, e)
+			}
+			return
+		}
+		if len(data) > maxBytes {
+			t.Fatalf("accepted %d bytes over the %d limit", len(data), maxBytes)
+		}
+		switch {
+		case e.Change != nil && e.Progress == nil:
+			checkChange(t, e.Change)
+		case e.Progress != nil && e.Change == nil:
+			checkProgress(t, e.Progress)
+		default:
+			t.Fatalf("event %+v must have exactly one of Change and Progress", e)
+		}
+	})
+}
+
+func FuzzDecodeSnapshot(f *testing.F) {
+	seedJSON(f, testSnapshot(), Snapshot{Namespace: testNS, StoreID: "s"})
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":null}`))
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":{"k":nul}}`))
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":9223372036854775807,"cursor":9223372036854775807}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := decodeSnapshot(data, testNS)
+		if err != nil {
+			wantKind(t, err, ErrMalformed)
+			return
+		}
+		if s.Namespace != testNS || s.StoreID == "" || s.Revision < 0 || s.Cursor < s.Revision || s.CompactRevision < 0 || s.Values == nil {
+			t.Fatalf("accepted an invalid snapshot %+v", s)
+		}
+		for k, v := range s.Values {
+			if !json.Valid(v) {
+				t.Fatalf("value of %q is not JSON: %q", k, v)
+			}
+		}
+	})
+}
+
+func FuzzDecodeEvents(f *testing.F) {
+	seedJSON(f,
+		EventsResponse{StoreID: "s", Cursor: 15, Revision: 13, Changes: []ChangeSet{change(11, 10, map[string]string{"a": "1"}), change(13, 11, nil, "a")}},
+		EventsResponse{Namespace: testNS, StoreID: "s", Cursor: 20},
+	)
+	f.Add([]byte(`{"store_id":"s","cursor":3,"changes":[{"ns":"payments.prod","store_id":"s","revision":4,"prev_revision":1}]}`))
+	f.Add([]byte(`{"store_id":"s","cursor":3,"changes":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const maxEvent = 2 << 10
+		r, err := decodeEvents(data, testNS, maxEvent)
+		if err != nil {
+			wantKind(t, err, ErrMalformed, ErrTooLarge)
+			return
+		}
+		if r.Namespace != testNS || r.StoreID == "" || r.Revision < 0 || r.Cursor < r.Revision {
+			t.Fatalf("accepted invalid events %+v", r)
+		}
+		var last int64
+		for i := range r.Changes {
+			checkChange(t, &r.Changes[i])
+			if r.Changes[i].Revision <= last || r.Changes[i].Revision > r.Cursor {
+				t.Fatalf("accepted change revisions out of order or past the cursor: %+v", r)
+			}
+			last = r.Changes[i].Revision
+		}
+	})
+}
+
+func FuzzDecodeErrorBody(f *testing.F) {
+	seedJSON(f, ErrorBody{Error: CodeCompacted, CompactRevision: 812, StoreID: "s"},
+		ErrorBody{Error: CodeSchemaViolation, Message: "m", Details: []string{"a", "b"}})
+	f.Add([]byte(`not json`))
+	f.Add([]byte(`{"error":7}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, err := decodeErrorBody(data); err != nil {
+			wantKind(t, err, ErrMalformed)
+		}
+		// The whole error path, as the source runs it on a reply.
+		for _, status := range []int{http.StatusGone, http.StatusServiceUnavailable} {
+			resp := &http.Response{StatusCode: status, Header: http.Header{"Retry-After": {string(data)}},
+				Body: io.NopCloser(bytes.NewReader(data))}
+			e := statusError(resp)
+			if e.StatusCode != status || e.RetryAfter < 0 || e.RetryAfter > 24*time.Hour || len(e.Code) > 128+3 || len(e.Message) > 1024+3 {
+				t.Fatalf("statusError = %+v", e)
+			}
+			var ce *CompactedError
+			if status == http.StatusGone && (!errors.As(e, &ce) || ce.CompactRevision < 0) {
+				t.Fatalf("410 gave %+v", e)
+			}
+		}
+	})
+}
+
+func FuzzReadBody(f *testing.F) {
+	f.Add([]byte(`{"ok":true}`), false)
+	f.Add([]byte(`{"ok":true}`), true)
+	f.Add(bytes.Repeat([]byte{0}, 5000), true)
+	f.Add([]byte("\x1f\x8b\x08\x00\x00\x00\x00\x00"), false)
+	f.Fuzz(func(t *testing.T, data []byte, compress bool) {
+		const limit = 4 << 10
+		body := data
+		h := http.Header{}
+		if compress {
+			var buf bytes.Buffer
+			zw := gzip.NewWriter(&buf)
+			_, _ = zw.Write(data)
+			_ = zw.Close()
+			body = buf.Bytes()
+			h.Set("Content-Encoding", "gzip")
+		}
+		// As sent, and as a server that claims gzip but sends anything.
+		for _, hdr := range []http.Header{h, {"Content-Encoding": {"gzip"}}} {
+			resp := &http.Response{StatusCode: 200, Header: hdr, ContentLength: -1, Body: io.NopCloser(bytes.NewReader(body))}
+			got, err := readBody(resp, limit)
+			if err != nil {
+				if len(data) <= limit && hdr.Get("Content-Encoding") == h.Get("Content-Encoding") {
+					t.Fatalf("readBody of %d valid bytes: %v", len(data), err)
+				}
+				continue
+			}
+			if len(got) > limit {
+				t.Fatalf("readBody returned %d bytes over the %d limit", len(got), limit)
+			}
+			if hdr.Get("Content-Encoding") == h.Get("Content-Encoding") && !bytes.Equal(got, data) {
+				t.Fatalf("readBody changed the body")
+			}
+		}
+	})
+}
+
+func FuzzParseRetryAfter(f *testing.F) {
+	now := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	for _, s := range []string{"", "5", "-1", "1e3", now.Add(time.Minute).Format(http.TimeFormat), "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if d := parseRetryAfter(s, now); d < 0 || d > 24*time.Hour {
+			t.Fatalf("parseRetryAfter(%q) = %v", s, d)
+		}
+	})
+}
+
+// bytesTransport answers every request with one fixed SSE body.
+type bytesTransport struct{ body []byte }
+
+func (b bytesTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{
+		StatusCode: 200, Request: req, ContentLength: -1,
+		Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body:   io.NopCloser(bytes.NewReader(b.body)),
+	}, nil
+}
+
+// FuzzSSEStream runs whole streams through Watch: the frame reader,
+// r3labs/sse's parser and the event decoder together.
+func FuzzSSEStream(f *testing.F) {
+	ch, _ := json.Marshal(change(12, 11, map[string]string{"a": "1"}))
+	pr, _ := json.Marshal(progress(12, 14))
+	f.Add([]byte("event: change\nid: 12\ndata: " + string(ch) + "\n\nevent: progress\nid: 14\ndata: " + string(pr) + "\n\n"))
+	f.Add([]byte(": comment\n\nretry: 100\n\nid: 3\n\nevent: progress\r\ndata: " + string(pr) + "\r\n\r\n"))
+	f.Add([]byte("event: change\ndata: {\"ns\":\n\n"))
+	f.Add([]byte("event: progress\ndata: " + string(pr) + "\n"))
+	f.Add([]byte("data: " + strings.Repeat("x", 3000) + "\n\n"))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		s, err := NewHTTPSource("http://fuzz.invalid", WithHTTPClient(&http.Client{Transport: bytesTransport{stream}}),
+			WithMaxEventBytes(1<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		err = s.Watch(context.Background(), WatchRequest{Namespace: testNS}, func(e Event) error {
+			switch {
+			case e.Change != nil && e.Progress == nil:
+				checkChange(t, e.Change)
+			case e.Progress != nil && e.Change == nil:
+				checkProgress(t, e.Progress)
+			default:
+				t.Fatalf("event %+v", e)
+			}
+			return nil
+		})
+		if err == nil {
+			t.Fatal("Watch returned nil")
+		}
+		wantKind(t, err, ErrMalformed, ErrTooLarge, io.ErrUnexpectedEOF)
+	})
+}
