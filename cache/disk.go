@@ -323,12 +323,16 @@ func (d *Dir) Load(ns string) (*Record, error) {
 // readFile reads path whole. A directory or an oversized file gives a
 // reason (the file is corrupt) rather than an error.
 func readFile(path string) (data []byte, fi os.FileInfo, reason string, err error) {
+	// Look before opening: opening a FIFO would block.
+	if fi, err := os.Lstat(path); err != nil {
+		return nil, nil, "", err
+	} else if fi.IsDir() {
+		return nil, fi, "a directory stands in its place", nil
+	} else if !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+		return nil, fi, "not a regular file", nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		if fi, serr := os.Stat(path); serr == nil && fi.IsDir() {
-			// Windows cannot open a directory as a file.
-			return nil, fi, "a directory stands in its place", nil
-		}
 		return nil, nil, "", err
 	}
 	defer f.Close()
@@ -363,9 +367,10 @@ func readFile(path string) (data []byte, fi os.FileInfo, reason string, err erro
 func (d *Dir) moveAside(path string, fi os.FileInfo, reason string) error {
 	cerr := &CorruptError{Path: path, Reason: reason}
 	// Move only what was read: if another process replaced the file
-	// meanwhile, leave the new one alone.
+	// meanwhile, leave the new one alone. (A symlink is not moved either:
+	// its target is not ours to rename.)
 	if cur, err := os.Lstat(path); err != nil || fi == nil || !os.SameFile(fi, cur) {
-		d.log.Warn("cache: corrupt last-good file changed before it could be moved aside", "file", path, "reason", reason)
+		d.log.Warn("cache: corrupt last-good file not moved aside: it changed meanwhile, or is a symlink", "file", path, "reason", reason)
 		return cerr
 	}
 	to := path + corruptExt

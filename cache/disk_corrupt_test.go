@@ -363,3 +363,18 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadFIFO(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no FIFOs")
+	}
+	d := openTestDir(t)
+	p, _ := d.Path("ns")
+	if err := mkfifo(p); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	ce := expectCorrupt(t, d, "ns", p, nil)
+	if !strings.Contains(ce.Reason, "regular") {
+		t.Errorf("reason %q", ce.Reason)
+	}
+}
