@@ -337,6 +337,8 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 	defer closeBody(resp.Body)
 
 	switch {
+	case resp.StatusCode == http.StatusNotModified && req.KnownStoreID == "":
+		return nil, fmt.Errorf("%w: snapshot %q: 304 Not Modified to an unconditional request", ErrMalformed, req.Namespace)
 	case resp.StatusCode == http.StatusNotModified:
 		snap, err := notModifiedSnapshot(req, resp.Header)
 		if err != nil {

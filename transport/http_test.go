@@ -506,3 +506,12 @@ func ExampleHTTPSource_Snapshot() {
 	fmt.Println(snap.Revision, snap.Cursor, string(snap.Values["retry-timeout-ms"]))
 	// Output: 7 9 50
 }
+
+func TestSnapshotUnaskedNotModified(t *testing.T) {
+	leakCheck(t)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNotModified) })
+	s := newSource(t, srv.URL)
+	if _, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS}); !errors.Is(err, ErrMalformed) || errors.Is(err, ErrNotModified) {
+		t.Errorf("err = %v, want ErrMalformed for a 304 nobody asked for", err)
+	}
+}

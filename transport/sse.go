@@ -40,8 +40,9 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 	defer cancel()
 
 	var (
-		res  sseResult
-		stop error // a decode or handler error that ended the stream
+		res      sseResult
+		stop     error // a decode or handler error that ended the stream
+		panicked any   // a panic of handle, re-raised once the stream is down
 	)
 	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}}
 	c := sse.NewClient(s.endpoint(PathWatch, q), sse.ClientMaxBufferSize(s.opts.maxEventBytes+sseFrameOverhead))
@@ -82,13 +83,18 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			cancel()
 			return
 		}
-		if herr := handle(e); herr != nil {
+		if herr := callHandle(handle, e, &panicked); herr != nil {
 			stop = herr
 			cancel()
 			return
 		}
 		res.delivered++
 	})
+	if panicked != nil {
+		// Raised here rather than through the library, whose reader
+		// goroutine would otherwise block forever on its channels.
+		panic(panicked)
+	}
 
 	var se *StatusError
 	switch {
@@ -110,6 +116,20 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 	s.opts.logger.Debug("transport: watch stream ended", "ns", req.Namespace,
 		"events", res.delivered, "error", res.err.Error())
 	return res
+}
+
+// errHandlePanicked stops a stream whose handle panicked.
+var errHandlePanicked = errors.New("transport: watch: handle panicked")
+
+// callHandle calls handle, turning a panic into *panicked and an error.
+func callHandle(handle func(Event) error, e Event, panicked *any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			*panicked = p
+			err = errHandlePanicked
+		}
+	}()
+	return handle(e)
 }
 
 // sseFrameTransport hands r3labs/sse only whole events. The library's reader

@@ -479,3 +479,23 @@ func TestSSEFrameReader(t *testing.T) {
 		t.Errorf("read error: got %q, %v; want the whole event then the error", got, err)
 	}
 }
+
+// A panic in handle reaches Watch's caller, and leaves no goroutine or
+// connection of the stream behind.
+func TestWatchSSEHandlePanics(t *testing.T) {
+	leakCheck(t)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		c := openSSE(t, w)
+		c.send(EventProgress, 11, progress(11, 11))
+		c.send(EventProgress, 12, progress(11, 12))
+		<-r.Context().Done()
+	})
+	s := newSource(t, srv.URL)
+	defer func() {
+		if p := recover(); p != "boom" {
+			t.Errorf("recovered %v, want boom", p)
+		}
+	}()
+	_ = s.Watch(context.Background(), WatchRequest{Namespace: testNS}, func(Event) error { panic("boom") })
+	t.Error("Watch returned instead of panicking")
+}
