@@ -203,6 +203,7 @@ type watcher struct {
 
 	mu       sync.Mutex
 	queue    []*change
+	spare    []*change // a drained queue, kept for reuse
 	overflow bool
 	killed   bool
 	finished bool
@@ -257,12 +258,26 @@ func (w *watcher) signal() {
 	}
 }
 
-// take empties the queue.
+// take empties the queue. Hand items back with recycle when done.
 func (w *watcher) take() (items []*change, overflow bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	items, w.queue = w.queue, nil
+	items, w.queue, w.spare = w.queue, w.spare, nil
 	return items, w.overflow
+}
+
+// recycle keeps a small drained queue for reuse, so that a steady stream
+// of publishes does not allocate per watcher.
+func (w *watcher) recycle(items []*change) {
+	if cap(items) == 0 || cap(items) > 64 {
+		return
+	}
+	clear(items)
+	w.mu.Lock()
+	if w.spare == nil && !w.overflow {
+		w.spare = items[:0]
+	}
+	w.mu.Unlock()
 }
 
 // kill ends the watcher: its handler returns, and a stream's pending write

@@ -443,6 +443,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			}
 			cursor, nsRev, wrote = c.cs.Revision, c.cs.Revision, true
 		}
+		wt.recycle(items)
 		if beat {
 			cursor = max(cursor, d)
 			if progress() != nil {

@@ -132,7 +132,7 @@ func (s *Server) Addr() string {
 // to return. Stopping a stopped server does nothing.
 func (s *Server) Stop() error {
 	s.mu.Lock()
-	r := s.cur
+	r, addr := s.cur, s.addr
 	s.cur = nil
 	s.mu.Unlock()
 	if r == nil {
@@ -148,7 +148,7 @@ func (s *Server) Stop() error {
 	close(r.stopping)
 	r.active.Wait()
 	<-r.served
-	s.log.Info("fakeserver: stopped", "addr", s.addr)
+	s.log.Info("fakeserver: stopped", "addr", addr)
 	return err
 }
 
