@@ -307,4 +307,3 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
-
