@@ -50,9 +50,6 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 			case status >= 500 && status != http.StatusServiceUnavailable:
 				code = transport.CodeInternal
 			}
-			if retryAfter == 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
-				retryAfter = time.Second
-			}
 			if retryAfter > 0 {
 				secs := (retryAfter + time.Second - 1) / time.Second
 				w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
@@ -148,7 +145,12 @@ func errorReply(err error) (int, transport.ErrorBody) {
 	return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}
 }
 
+// writeError replies with a JSON error body. 429 and 503 always carry
+// Retry-After (1s unless the caller set one).
 func writeError(w http.ResponseWriter, status int, body transport.ErrorBody) {
+	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
 	writeJSON(w, status, body)
 }
 

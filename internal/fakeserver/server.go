@@ -464,6 +464,9 @@ func (f *faults) blackholed() bool { return f.black.Load() }
 // hole returns a channel closed when the black hole heals, or nil when there
 // is none.
 func (f *faults) hole() <-chan struct{} {
+	if !f.black.Load() { // the common case, taken by every watcher on every wake-up
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.black.Load() {
