@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 )
 
 // Kind is the JSON type of a Value.
@@ -36,11 +37,13 @@ func (k Kind) String() string {
 // KindInvalid.
 type Value struct {
 	raw   json.RawMessage
-	str   string  // KindString: the decoded string
-	num   float64 // KindNumber
-	i     int64   // KindNumber, when isInt
+	str   string        // KindString: the decoded string
+	num   float64       // KindNumber
+	i     int64         // KindNumber, when isInt
+	dur   time.Duration // KindString, when isDur
 	kind  Kind
 	isInt bool // the number is an integer that fits int64 exactly
+	isDur bool // the string parses with time.ParseDuration
 	b     bool // KindBool
 }
 
@@ -64,6 +67,9 @@ func NewValue(raw []byte) (Value, error) {
 		v.kind = KindString
 		if err := json.Unmarshal(raw, &v.str); err != nil {
 			return Value{}, fmt.Errorf("cache: invalid JSON string: %w", err)
+		}
+		if d, err := time.ParseDuration(v.str); err == nil {
+			v.dur, v.isDur = d, true
 		}
 	case '[':
 		v.kind = KindArray
@@ -132,6 +138,12 @@ func (v Value) Float() (float64, bool) {
 // Bool returns the boolean for KindBool.
 func (v Value) Bool() (bool, bool) {
 	return v.b, v.kind == KindBool
+}
+
+// Duration returns the duration for a KindString value in
+// time.ParseDuration's format ("250ms", "1m30s"), parsed when v was built.
+func (v Value) Duration() (time.Duration, bool) {
+	return v.dur, v.isDur
 }
 
 // Decode unmarshals the value's JSON into dst, as json.Unmarshal does. It
