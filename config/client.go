@@ -1,0 +1,270 @@
+package config
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Client opens namespaces from one config plane. It is safe for concurrent
+// use. Close it to stop every goroutine and connection it owns.
+type Client struct {
+	opts      options
+	src       transport.Source
+	ownSource *transport.HTTPSource // closed by Close; nil with WithSource
+
+	dir       *cache.Dir            // nil without WithCacheDir
+
+	corruptFiles  atomic.Int64
+	persistErrors atomic.Int64
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	namespaces map[string]*Namespace
+	closed     bool
+	closeOnce  sync.Once
+}
+
+// New returns a Client. It does not dial: connections are made when a
+// namespace is opened. Errors name what is wrong with the options.
+func New(opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.clientID == "" {
+		o.clientID = defaultClientID()
+	}
+	c := &Client{opts: o, src: o.source, namespaces: make(map[string]*Namespace)}
+	if c.src == nil {
+		hopts := []transport.HTTPOption{
+			transport.WithLogger(o.logger),
+			transport.WithMaxEventBytes(o.maxEventBytes),
+			transport.WithMaxSnapshotBytes(o.maxSnapshotBytes),
+			transport.WithIdleTimeout(o.idleTimeout),
+			transport.WithWatchMode(o.watchMode),
+		}
+		if o.httpClient != nil {
+			hopts = append(hopts, transport.WithHTTPClient(o.httpClient))
+		}
+		if o.bearerToken != "" {
+			hopts = append(hopts, transport.WithBearerToken(o.bearerToken))
+		}
+		hs, err := transport.NewHTTPSource(o.endpoint, hopts...)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		c.src, c.ownSource = hs, hs
+	}
+	if o.cacheDir != "" {
+		dir, err := cache.OpenDir(o.cacheDir, cache.WithDirLogger(o.logger))
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		c.dir = dir
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+func defaultClientID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// ClientID is the id this client reports in acks.
+func (c *Client) ClientID() string { return c.opts.clientID }
+
+// Namespace opens the namespace name and returns once it serves data: a
+// snapshot from the config plane, or (with WithCacheDir) its last good data
+// from disk. Opening a namespace that is already open returns the same
+// Namespace; the options of the first open apply.
+//
+// If ctx ends first, Namespace returns an *OpenError that wraps both ctx's
+// error and the last error seen, and stops trying. A name that is not valid
+// fails at once with transport.ErrInvalidNamespace.
+func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOption) (*Namespace, error) {
+	if err := transport.ValidateNamespace(name); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	n := c.namespaces[name]
+	if n == nil {
+		var err error
+		if n, err = c.open(name, opts); err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		c.namespaces[name] = n
+	}
+	n.mu.Lock()
+	n.waiters++
+	n.mu.Unlock()
+	c.mu.Unlock()
+
+	select {
+	case <-n.ready:
+		n.mu.Lock()
+		n.waiters--
+		n.mu.Unlock()
+		return n, nil
+	case <-n.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+	}
+	// Nobody got this namespace: unless another caller still waits for
+	// it, stop it rather than retry a typo forever.
+	c.mu.Lock()
+	n.mu.Lock()
+	n.waiters--
+	ready := isClosed(n.ready) // stable while n.mu is held: serve holds it
+	abandon := n.waiters == 0 && !ready
+	last := n.status.LastError.Err
+	n.mu.Unlock()
+	if abandon {
+		if c.namespaces[name] == n {
+			delete(c.namespaces, name)
+		}
+		n.cancel()
+	}
+	c.mu.Unlock()
+	if ready {
+		return n, nil // it became ready as ctx ended
+	}
+	if abandon {
+		<-n.done
+	}
+	why := ctx.Err()
+	if n.opts.failClosed {
+		why = fmt.Errorf("%w within MaxStaleness %v: %w", ErrStale, n.opts.maxStaleness, why)
+	}
+	return nil, &OpenError{Namespace: name, Err: why, Last: last}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// open makes the namespace, serves its last-good file if it has one, and
+// starts its goroutines. c.mu must be held.
+func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
+	var o nsOptions
+	for _, opt := range opts {
+		opt.applyNamespace(&o)
+	}
+	if o.maxStaleness < 0 {
+		return nil, fmt.Errorf("config: namespace %q: MaxStaleness %v is negative", name, o.maxStaleness)
+	}
+	log := c.opts.logger.With("ns", name)
+	n := &Namespace{
+		name:    name,
+		c:       c,
+		opts:    o,
+		log:     log,
+		disp:    newDispatcher(log, c.opts.callbackQueue),
+		ready:   make(chan struct{}),
+		done:    make(chan struct{}),
+		revWait: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+	}
+	if o.failClosed {
+		defaults, err := buildDefaults(name, o.defaults)
+		if err != nil {
+			return nil, err
+		}
+		n.defaults = defaults
+	}
+	n.status = Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness}
+	if c.dir != nil {
+		n.mu.Lock()
+		n.loadFromDisk(c.dir)
+		n.mu.Unlock()
+		n.persister = cache.NewPersister(c.dir, n.persisted)
+	}
+
+	ctx, cancel := context.WithCancel(c.ctx)
+	n.cancel = cancel
+	var wg sync.WaitGroup
+	start := func(fn func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); fn(ctx) }()
+	}
+	start(n.run)
+	start(n.disp.run)
+	if o.maxStaleness > 0 {
+		start(n.enforceStaleness)
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		wg.Wait()
+		if n.persister != nil {
+			_ = n.persister.Close() // writes what is pending
+		}
+		n.mu.Lock()
+		n.setState(StateClosed)
+		n.mu.Unlock()
+		close(n.done)
+	}()
+	return n, nil
+}
+
+// buildDefaults makes the snapshot a fail-closed namespace serves past its
+// MaxStaleness. Without Defaults it is empty: each getter returns the
+// default its caller passes.
+func buildDefaults(name string, values map[string]any) (*cache.Snapshot, error) {
+	raw := make(map[string]json.RawMessage, len(values))
+	for k, v := range values {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("config: namespace %q: default %q: %w", name, k, err)
+		}
+		raw[k] = b
+	}
+	return cache.Build(name, "", 0, raw)
+}
+
+// Close stops every namespace's sync loop and callbacks, waits for them to
+// return (a callback that is running is waited for), and closes the HTTP
+// source's idle connections. Namespaces keep serving their last data to
+// readers after Close. Close is idempotent and safe to call concurrently;
+// it must not be called from a callback.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cancel()
+		c.wg.Wait()
+		if c.ownSource != nil {
+			_ = c.ownSource.Close()
+		}
+	})
+	c.wg.Wait()
+	return nil
+}

@@ -1,0 +1,201 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// dispatcher runs a namespace's callbacks on its own goroutine, one at a
+// time, in the order the sync loop queued them, so that a slow or panicking
+// callback never holds up applying. The queue is bounded: past its limit,
+// queued change sets coalesce (see coalesce).
+type dispatcher struct {
+	log   *slog.Logger
+	limit int
+
+	mu       sync.Mutex
+	queue    []item
+	registry registry // replaced whole on every subscribe and stop
+	wake     chan struct{}
+
+	panics    atomic.Int64
+	coalesced atomic.Int64
+}
+
+// item is one entry of the queue: a change set or a status transition.
+type item struct {
+	changes *ChangeSet
+	status  *Status
+}
+
+// registry is an immutable view of the subscriptions.
+type registry struct {
+	byKey  map[string][]*subscription
+	any    []*subscription
+	status []*subscription
+}
+
+type subscription struct {
+	key      string
+	onChange func(Change)
+	onAny    func(ChangeSet)
+	onStatus func(Status)
+	stopped  atomic.Bool
+}
+
+func newDispatcher(log *slog.Logger, limit int) *dispatcher {
+	return &dispatcher{log: log, limit: limit, wake: make(chan struct{}, 1)}
+}
+
+// enqueue adds it to the queue without blocking.
+func (d *dispatcher) enqueue(it item) {
+	d.mu.Lock()
+	if len(d.queue) >= d.limit {
+		d.queue = d.compact(d.queue)
+		d.coalesced.Add(1)
+	}
+	d.queue = append(d.queue, it)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// compact folds every queued change set into one and keeps only the newest
+// status, so the queue is back to at most two items.
+func (d *dispatcher) compact(queue []item) []item {
+	var sets []ChangeSet
+	var status *Status
+	for _, it := range queue {
+		if it.changes != nil {
+			sets = append(sets, *it.changes)
+		}
+		if it.status != nil {
+			status = it.status
+		}
+	}
+	out := queue[:0]
+	if len(sets) > 0 {
+		merged := coalesce(sets)
+		out = append(out, item{changes: &merged})
+	}
+	if status != nil {
+		out = append(out, item{status: status})
+	}
+	clear(queue[len(out):])
+	return out
+}
+
+// subscribe registers s and returns the function that stops it.
+func (d *dispatcher) subscribe(s *subscription) (stop func()) {
+	d.update(func(r *registry) {
+		switch {
+		case s.onChange != nil:
+			if r.byKey == nil {
+				r.byKey = make(map[string][]*subscription)
+			}
+			r.byKey[s.key] = append(slices.Clip(r.byKey[s.key]), s)
+		case s.onAny != nil:
+			r.any = append(slices.Clip(r.any), s)
+		case s.onStatus != nil:
+			r.status = append(slices.Clip(r.status), s)
+		}
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.stopped.Store(true)
+			d.update(func(r *registry) {
+				remove := func(list []*subscription) []*subscription {
+					return slices.DeleteFunc(slices.Clone(list), func(x *subscription) bool { return x == s })
+				}
+				if s.onChange != nil {
+					if l := remove(r.byKey[s.key]); len(l) > 0 {
+						r.byKey[s.key] = l
+					} else {
+						delete(r.byKey, s.key)
+					}
+				}
+				r.any = remove(r.any)
+				r.status = remove(r.status)
+			})
+		})
+	}
+}
+
+// update changes a copy of the registry, so the dispatcher goroutine can
+// keep using the old one without a lock.
+func (d *dispatcher) update(fn func(*registry)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.registry
+	r.byKey = make(map[string][]*subscription, len(d.registry.byKey))
+	for k, v := range d.registry.byKey {
+		r.byKey[k] = v
+	}
+	fn(&r)
+	d.registry = r
+}
+
+// run delivers queued items until ctx ends. Items still queued then are
+// dropped: the client is closing.
+func (d *dispatcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		}
+		for {
+			d.mu.Lock()
+			if len(d.queue) == 0 || ctx.Err() != nil {
+				d.mu.Unlock()
+				break
+			}
+			it := d.queue[0]
+			d.queue[0] = item{}
+			d.queue = d.queue[1:]
+			reg := d.registry
+			d.mu.Unlock()
+			d.deliver(reg, it)
+		}
+	}
+}
+
+func (d *dispatcher) deliver(reg registry, it item) {
+	if cs := it.changes; cs != nil {
+		for _, ch := range cs.Changes {
+			for _, s := range reg.byKey[ch.Key] {
+				d.call(s, func() { s.onChange(ch) })
+			}
+		}
+		for _, s := range reg.any {
+			d.call(s, func() { s.onAny(*cs) })
+		}
+	}
+	if st := it.status; st != nil {
+		for _, s := range reg.status {
+			d.call(s, func() { s.onStatus(*st) })
+		}
+	}
+}
+
+// call runs one callback, recovering and counting a panic.
+func (d *dispatcher) call(s *subscription, fn func()) {
+	if s.stopped.Load() {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			d.panics.Add(1)
+			d.log.Error("config: callback panicked", "key", s.key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	fn()
+}

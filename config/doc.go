@@ -1,0 +1,59 @@
+// Package config is the holdfast client: it keeps an application's
+// configuration in process memory, fresh from a config plane, and keeps
+// serving it, marked stale, when the plane is unreachable.
+//
+// # Opening a namespace
+//
+// A Client talks to one config plane; Namespace opens one namespace and
+// returns once it serves data:
+//
+//	c, err := config.New(config.WithEndpoint("https://config.example.com"),
+//		config.WithClientID("checkout-7f9c"), config.WithLogger(logger))
+//	if err != nil { ... }
+//	defer c.Close()
+//	ns, err := c.Namespace(ctx, "payments.prod")
+//
+// # Reading
+//
+// Reads are local: Get and the typed getters (String, Int, Float, Bool,
+// Duration) load an atomic pointer to an immutable snapshot and look the key
+// up. They never touch the network, never wait for a writer and do not
+// allocate; values were decoded once, when the snapshot was built. A getter
+// returns its default when the key is absent or holds another type (a type
+// mismatch, counted by TypeMismatches). To read several keys of one
+// revision, take a Snapshot and read from it.
+//
+// # Changes
+//
+// OnChange(key, fn) and OnAnyChange(fn) run callbacks after each update is
+// served, in revision order, one at a time per namespace, on a goroutine of
+// their own: a slow callback delays only later callbacks, never applying or
+// reading, and a panic is recovered and counted. WaitForRevision blocks until
+// a revision is served.
+//
+// # Staying current
+//
+// Each namespace has one sync loop: it fetches a snapshot, then watches from
+// its cursor (Server-Sent Events, or long-poll behind proxies that buffer
+// streams). On a disconnect it resumes from the cursor after an exponential,
+// jittered backoff that never gives up; when the server has compacted past
+// the cursor, when a change does not follow the applied revision, or when
+// the server's store id changes, it fetches a new snapshot. A stream that
+// sends nothing for three heartbeats is dropped as dead. Within one store
+// id the served revision never goes back.
+//
+// # Errors
+//
+// Namespace fails at once with transport.ErrInvalidNamespace for a bad
+// name, and with an *OpenError when its context ends first; the OpenError
+// wraps both the context's error and the last error seen (for example
+// transport.ErrNotFound or transport.ErrUnauthorized). Once open, a namespace
+// never fails: transport errors and rejected updates (ErrRejected) show in
+// Status and the logs while the last good data keeps serving.
+//
+// # Closing
+//
+// Close stops every goroutine and connection the Client owns and waits for
+// them; it is idempotent. Namespaces keep answering reads with their last
+// data after Close.
+package config

@@ -1,0 +1,208 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Option configures a Client. Pass options to New.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	endpoint         string
+	source           transport.Source
+	clientID         string
+	logger           *slog.Logger
+	httpClient       *http.Client
+	bearerToken      string
+	watchMode        transport.WatchMode
+	idleTimeout      time.Duration
+	maxEventBytes    int
+	maxSnapshotBytes int64
+	backoffInitial   time.Duration
+	backoffMax       time.Duration
+	unauthorizedWait time.Duration
+	callbackQueue    int
+	cacheDir         string
+}
+
+func defaultOptions() options {
+	return options{
+		logger:           slog.New(slog.DiscardHandler),
+		watchMode:        transport.WatchAuto,
+		idleTimeout:      15 * time.Second,
+		maxEventBytes:    1 << 20,
+		maxSnapshotBytes: 64 << 20,
+		backoffInitial:   500 * time.Millisecond,
+		backoffMax:       30 * time.Second,
+		unauthorizedWait: time.Minute,
+		callbackQueue:    1024,
+	}
+}
+
+// WithEndpoint sets the base URL of the config plane's HTTP data plane, for
+// example "https://config.example.com". One of WithEndpoint and WithSource is
+// required.
+func WithEndpoint(url string) Option {
+	return optionFunc(func(o *options) { o.endpoint = url })
+}
+
+// WithSource makes the client talk to the config plane through src instead
+// of the HTTP source (for example the etcd source). The client does not
+// close src. HTTP-specific options are ignored with it.
+func WithSource(src transport.Source) Option {
+	return optionFunc(func(o *options) { o.source = src })
+}
+
+// WithClientID names this client in acks to the server, so operators can see
+// what each instance applied. Default: hostname-pid-random.
+func WithClientID(id string) Option {
+	return optionFunc(func(o *options) { o.clientID = id })
+}
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) { o.logger = l })
+}
+
+// WithHTTPClient sets the HTTP client of the HTTP source. It must have no
+// overall Timeout: watches are long-lived streams.
+func WithHTTPClient(hc *http.Client) Option {
+	return optionFunc(func(o *options) { o.httpClient = hc })
+}
+
+// WithBearerToken sends "Authorization: Bearer token" with every request.
+func WithBearerToken(token string) Option {
+	return optionFunc(func(o *options) { o.bearerToken = token })
+}
+
+// WithWatchMode chooses how the HTTP source watches: transport.WatchSSE,
+// transport.WatchLongPoll, or transport.WatchAuto (the default: SSE, falling
+// back to long-poll when streams keep failing while plain requests succeed,
+// as behind a proxy that buffers streams).
+func WithWatchMode(m transport.WatchMode) Option {
+	return optionFunc(func(o *options) { o.watchMode = m })
+}
+
+// WithStreamIdleTimeout sets how long a watch may receive nothing before the
+// client drops it as dead and reconnects. Default 15s: three of the server's
+// default 5s heartbeats.
+func WithStreamIdleTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.idleTimeout = d })
+}
+
+// WithMaxEventBytes bounds one change event. Default 1 MiB.
+func WithMaxEventBytes(n int) Option {
+	return optionFunc(func(o *options) { o.maxEventBytes = n })
+}
+
+// WithMaxSnapshotBytes bounds one snapshot, decompressed. Default 64 MiB.
+func WithMaxSnapshotBytes(n int64) Option {
+	return optionFunc(func(o *options) { o.maxSnapshotBytes = n })
+}
+
+// WithReconnectBackoff sets the exponential backoff between reconnects:
+// it starts at initial and grows to max, with jitter, and never gives up.
+// Default 500ms to 30s.
+func WithReconnectBackoff(initial, max time.Duration) Option {
+	return optionFunc(func(o *options) { o.backoffInitial, o.backoffMax = initial, max })
+}
+
+// WithUnauthorizedBackoff sets the least wait after the server refuses the
+// client's credentials (401/403), so a misconfigured fleet does not hammer
+// the server. Default one minute.
+func WithUnauthorizedBackoff(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.unauthorizedWait = d })
+}
+
+// WithCallbackQueue bounds the change sets waiting for callbacks in each
+// namespace. Past it, queued changes coalesce: each key keeps its newest
+// value. Default 1024.
+func WithCallbackQueue(n int) Option {
+	return optionFunc(func(o *options) { o.callbackQueue = n })
+}
+
+// WithCacheDir keeps each namespace's last good data in dir (one file per
+// namespace, the directory 0700 and files 0600), written after every update
+// off the apply path, and read when the namespace opens, before the network,
+// so a process that restarts while the config plane is down serves what it
+// had. A file that fails its checks is never served: it is moved aside
+// (".corrupt") and logged. Write errors are logged and shown in
+// Status.PersistError; serving goes on.
+func WithCacheDir(dir string) Option {
+	return optionFunc(func(o *options) { o.cacheDir = dir })
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if o.source == nil && o.endpoint == "" {
+		errs = append(errs, errors.New("config: no endpoint: pass WithEndpoint or WithSource"))
+	}
+	if o.logger == nil {
+		errs = append(errs, errors.New("config: logger is nil"))
+	}
+	if o.idleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("config: stream idle timeout %v is not positive", o.idleTimeout))
+	}
+	if o.maxEventBytes <= 0 || o.maxSnapshotBytes <= 0 {
+		errs = append(errs, errors.New("config: size limits must be positive"))
+	}
+	if o.backoffInitial <= 0 || o.backoffMax < o.backoffInitial {
+		errs = append(errs, fmt.Errorf("config: reconnect backoff %v..%v is not a positive range", o.backoffInitial, o.backoffMax))
+	}
+	if o.callbackQueue <= 0 {
+		errs = append(errs, fmt.Errorf("config: callback queue %d is not positive", o.callbackQueue))
+	}
+	return errors.Join(errs...)
+}
+
+// NamespaceOption configures one namespace. Pass options to
+// Client.Namespace.
+type NamespaceOption interface{ applyNamespace(*nsOptions) }
+
+type nsOptionFunc func(*nsOptions)
+
+func (f nsOptionFunc) applyNamespace(o *nsOptions) { f(o) }
+
+type nsOptions struct {
+	maxStaleness time.Duration // 0: never stale by policy
+	failClosed   bool
+	defaults     map[string]any
+	schema       []byte
+}
+
+// MaxStaleness sets how old the namespace's data may be: the time since the
+// client last confirmed it was current (a snapshot, a change, or a progress
+// event). Past it, a fail-open namespace keeps serving and reports a breach;
+// a fail-closed one serves its Defaults. Zero (the default) never breaches.
+func MaxStaleness(d time.Duration) NamespaceOption {
+	return nsOptionFunc(func(o *nsOptions) { o.maxStaleness = d })
+}
+
+// FailOpen keeps serving the last good data past MaxStaleness, reporting a
+// breach in Status. It is the default.
+func FailOpen() NamespaceOption {
+	return nsOptionFunc(func(o *nsOptions) { o.failClosed = false })
+}
+
+// FailClosed serves Defaults (or each getter's own default) past
+// MaxStaleness, until fresh data returns, and makes Client.Namespace refuse
+// to open without data fresher than MaxStaleness.
+func FailClosed() NamespaceOption {
+	return nsOptionFunc(func(o *nsOptions) { o.failClosed = true })
+}
+
+// Defaults sets baked-in values served when a fail-closed namespace has no
+// fresh enough data. Values must marshal to JSON.
+func Defaults(values map[string]any) NamespaceOption {
+	return nsOptionFunc(func(o *nsOptions) { o.defaults = values })
+}

@@ -1,0 +1,138 @@
+package config
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// State is where a namespace stands with its config plane.
+type State int
+
+// The states of a namespace.
+const (
+	// StateSyncing: no data yet; the namespace is opening.
+	StateSyncing State = iota
+	// StateFresh: serving data the client has confirmed current over a live
+	// connection.
+	StateFresh
+	// StateStale: serving the last good data, not confirmed current right
+	// now (the connection is down, or the data came from disk and is not
+	// confirmed yet), within MaxStaleness.
+	StateStale
+	// StateBreached: a fail-open namespace stale past MaxStaleness; it keeps
+	// serving the last good data.
+	StateBreached
+	// StateFailedClosed: a fail-closed namespace stale past MaxStaleness; it
+	// serves its Defaults until fresh data returns.
+	StateFailedClosed
+	// StateClosed: the client was closed.
+	StateClosed
+)
+
+var stateNames = [...]string{"Syncing", "Fresh", "Stale", "Breached", "FailedClosed", "Closed"}
+
+func (s State) String() string {
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Origin says where the data a namespace serves came from.
+type Origin int
+
+// The origins of served data.
+const (
+	OriginNone     Origin = iota // nothing served yet
+	OriginNetwork                // the config plane
+	OriginDisk                   // the last-good file in the cache directory
+	OriginDefaults               // the namespace's Defaults (fail-closed)
+)
+
+var originNames = [...]string{"none", "network", "disk", "defaults"}
+
+func (o Origin) String() string {
+	if o >= 0 && int(o) < len(originNames) {
+		return originNames[o]
+	}
+	return "Origin(" + strconv.Itoa(int(o)) + ")"
+}
+
+// ErrorKind classifies a namespace's last error. Two kinds of trouble are
+// told apart: the transport's (the client keeps serving what it has and
+// retries) and the data's (an update was rejected; the last good keeps
+// serving until a later revision passes).
+type ErrorKind int
+
+// The kinds of error.
+const (
+	ErrorNone         ErrorKind = iota
+	ErrorNetwork                // could not reach the server, or the stream broke
+	ErrorResponse               // the server replied with an error status
+	ErrorUnauthorized           // 401/403: credentials refused; retried slowly
+	ErrorNotFound               // the namespace does not exist on the server
+	ErrorInvalidData            // an update was rejected whole, or a malformed message
+	ErrorPersist                // writing the last-good file failed
+)
+
+var errorKindNames = [...]string{"none", "network", "response", "unauthorized", "not_found", "invalid_data", "persist"}
+
+func (k ErrorKind) String() string {
+	if k >= 0 && int(k) < len(errorKindNames) {
+		return errorKindNames[k]
+	}
+	return "ErrorKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ErrorInfo describes one error. The zero ErrorInfo means no error.
+type ErrorInfo struct {
+	Kind       ErrorKind
+	StatusCode int // the HTTP status, when the server replied one
+	Message    string
+	Time       time.Time
+	Err        error
+}
+
+func errorInfo(err error, now time.Time) ErrorInfo {
+	info := ErrorInfo{Kind: ErrorNetwork, Message: err.Error(), Time: now, Err: err}
+	var se *transport.StatusError
+	if errors.As(err, &se) {
+		info.Kind, info.StatusCode = ErrorResponse, se.StatusCode
+	}
+	switch {
+	case errors.Is(err, transport.ErrUnauthorized):
+		info.Kind = ErrorUnauthorized
+	case errors.Is(err, transport.ErrNotFound):
+		info.Kind = ErrorNotFound
+	case errors.Is(err, ErrRejected), errors.Is(err, transport.ErrMalformed), errors.Is(err, transport.ErrTooLarge):
+		info.Kind = ErrorInvalidData
+	}
+	return info
+}
+
+// Status is a namespace's state, with what it serves and how old that is.
+type Status struct {
+	Namespace string
+	State     State
+	// Since is when State began.
+	Since time.Time
+	// Revision, Cursor and StoreID describe the last good data.
+	Revision int64
+	Cursor   int64
+	StoreID  string
+	Origin   Origin
+	// LastConfirmed is when the client last confirmed its data current: a
+	// snapshot, a change, or a progress event (from disk: the file's time).
+	LastConfirmed time.Time
+	// Staleness is the time since LastConfirmed, when Status was taken.
+	Staleness    time.Duration
+	MaxStaleness time.Duration
+	// LastError is the most recent error of syncing or applying.
+	LastError ErrorInfo
+	// PersistError is the most recent error writing the last-good file,
+	// cleared by the next successful write.
+	PersistError ErrorInfo
+}

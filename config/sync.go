@@ -1,0 +1,265 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// run is the namespace's sync loop, the one goroutine that applies its
+// data: snapshot, then watch from the cursor; on a disconnect resume from
+// the cursor after a backoff; on compaction, a gap or a new store id,
+// resnapshot. It never gives up; it returns when ctx ends.
+func (n *Namespace) run(ctx context.Context) {
+	bo := n.c.newBackoff()
+	needSnapshot := true
+	for ctx.Err() == nil {
+		if needSnapshot {
+			if err := n.resnapshot(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				n.failed(err)
+				n.c.wait(ctx, bo, err)
+				continue
+			}
+			needSnapshot = false
+		}
+
+		delivered := false
+		err := n.c.src.Watch(ctx, transport.WatchRequest{Namespace: n.name, Since: n.resumeCursor()},
+			func(ev transport.Event) error {
+				if !delivered {
+					delivered = true
+					bo.Reset() // a healthy stream: the next failure starts the backoff over
+				}
+				return n.handle(ev)
+			})
+		if ctx.Err() != nil {
+			return
+		}
+		n.failed(err)
+		if needsResnapshot(err) {
+			n.log.Info("config: resnapshot", "ns", n.name, "reason", err)
+			needSnapshot = true
+			if delivered {
+				continue // the stream was healthy: resnapshot at once
+			}
+		} else {
+			n.log.Warn("config: watch ended; resuming from cursor", "ns", n.name, "cursor", n.resumeCursor(), "err", err)
+		}
+		n.c.wait(ctx, bo, err)
+	}
+}
+
+// needsResnapshot reports whether a watch that ended with err cannot resume
+// from its cursor: compaction, a gap, a new store id, or a cursor the server
+// refuses (400: above its head, as after a store reset or a server that
+// lost its history).
+func needsResnapshot(err error) bool {
+	var se *transport.StatusError
+	return errors.Is(err, transport.ErrCompacted) || errors.Is(err, transport.ErrStoreChanged) ||
+		errors.Is(err, errGap) || errors.As(err, &se) && se.StatusCode == http.StatusBadRequest
+}
+
+func (n *Namespace) resumeCursor() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cursor
+}
+
+// resnapshot fetches the namespace whole and applies it. When the client
+// already holds data of the same store, the request is conditional, and an
+// unchanged namespace costs no body.
+func (n *Namespace) resnapshot(ctx context.Context) error {
+	req := transport.SnapshotRequest{Namespace: n.name}
+	n.mu.Lock()
+	if n.applied != nil {
+		req.KnownStoreID, req.KnownRevision = n.applied.StoreID(), n.applied.Revision()
+	}
+	n.mu.Unlock()
+
+	// A black-holed server must not hold the loop forever.
+	ctx, cancel := context.WithTimeout(ctx, 2*n.c.opts.idleTimeout+10*time.Second)
+	defer cancel()
+	snap, err := n.c.src.Snapshot(ctx, req)
+	notModified := errors.Is(err, transport.ErrNotModified)
+	if err != nil && !notModified {
+		return err
+	}
+	if snap.Namespace != n.name {
+		return fmt.Errorf("%w: snapshot of %q for namespace %q", transport.ErrMalformed, snap.Namespace, n.name)
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := n.applied
+	switch {
+	case notModified:
+		if cur == nil || snap.StoreID != cur.StoreID() {
+			return fmt.Errorf("%w: 304 for data the client does not hold", transport.ErrMalformed)
+		}
+		n.cursor = max(n.cursor, snap.Cursor)
+		n.confirmed(false)
+		return nil
+	case cur != nil && snap.StoreID == cur.StoreID() && snap.Revision < cur.Revision():
+		// Monotonic: within one store, never go back (a lagging replica).
+		return fmt.Errorf("config: server snapshot at revision %d is behind the applied %d", snap.Revision, cur.Revision())
+	case cur != nil && snap.StoreID == cur.StoreID() && snap.Revision == cur.Revision():
+		n.cursor = max(n.cursor, snap.Cursor)
+		n.confirmed(false)
+		return nil
+	}
+	next, err := cache.Build(n.name, snap.StoreID, snap.Revision, snap.Values)
+	if err != nil {
+		return n.reject(snap.Revision, err)
+	}
+	if cur != nil && snap.StoreID != cur.StoreID() {
+		n.log.Warn("config: store id changed; monotonic floor reset", "ns", n.name, "old", cur.StoreID(), "new", snap.StoreID)
+	}
+	n.cursor = snap.Cursor // a new store restarts its revisions: no max here
+	n.rejected = 0
+	n.swap(next, diff(n.name, n.serving.Load(), next))
+	return nil
+}
+
+// handle applies one watch event. An error ends the watch: the loop then
+// resumes or resnapshots.
+func (n *Namespace) handle(ev transport.Event) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := n.applied
+	switch {
+	case ev.Change != nil:
+		cs := ev.Change
+		if cs.StoreID != cur.StoreID() {
+			return fmt.Errorf("%w: %q, applied %q", transport.ErrStoreChanged, cs.StoreID, cur.StoreID())
+		}
+		if cs.Revision <= cur.Revision() || cs.Revision == n.rejected {
+			n.cursor = max(n.cursor, cs.Revision)
+			n.confirmed(false)
+			return nil // a duplicate, or a revision already rejected
+		}
+		if cs.PrevRevision != cur.Revision() {
+			return fmt.Errorf("%w: change %d follows %d, applied %d", errGap, cs.Revision, cs.PrevRevision, cur.Revision())
+		}
+		next, err := cur.Apply(cs.Revision, cs.CommittedAt, cs.Puts, cs.Deletes)
+		if err != nil {
+			// Keep the stream: later changes chain on the rejected
+			// revision, so the next one is a gap and resnapshots.
+			n.log.Error("config: change rejected", "ns", n.name, "revision", cs.Revision, "err", err)
+			n.recordError(n.reject(cs.Revision, err))
+			n.confirmed(false)
+			return nil
+		}
+		n.cursor = max(n.cursor, cs.Revision)
+		n.swap(next, changedKeys(n.name, cur, next, cs.Puts, cs.Deletes))
+		return nil
+	case ev.Progress != nil:
+		p := ev.Progress
+		if p.StoreID != cur.StoreID() {
+			return fmt.Errorf("%w: %q, applied %q", transport.ErrStoreChanged, p.StoreID, cur.StoreID())
+		}
+		if p.Revision > cur.Revision() && p.Revision != n.rejected {
+			return fmt.Errorf("%w: progress at namespace revision %d, applied %d", errGap, p.Revision, cur.Revision())
+		}
+		n.cursor = max(n.cursor, p.Cursor)
+		n.confirmed(false)
+		return nil
+	}
+	return fmt.Errorf("%w: empty watch event", transport.ErrMalformed)
+}
+
+// swap makes next the applied data from the network, serves it (unless a
+// fail-closed namespace keeps serving its Defaults: refreshState decides),
+// queues its changes for the callbacks and persists it. n.mu must be held.
+func (n *Namespace) swap(next *cache.Snapshot, changes []Change) {
+	prev := n.applied
+	n.applied = next
+	n.status.Revision, n.status.StoreID = next.Revision(), next.StoreID()
+	servingDefaults := n.defaults != nil && n.serving.Load() == n.defaults
+	if !servingDefaults || prev == nil {
+		n.serve(next, OriginNetwork)
+		// The first data is no change: callbacks report changes of what
+		// Get returns once the namespace is open.
+		if len(changes) > 0 && prev != nil {
+			n.disp.enqueue(item{changes: &ChangeSet{Namespace: n.name, Revision: next.Revision(), PrevRevision: prev.Revision(), Changes: changes}})
+		}
+	}
+	n.confirmed(true)
+}
+
+// confirmed records that the data is current as of now, from the network,
+// and persists it (changed: the data itself changed). n.mu must be held.
+func (n *Namespace) confirmed(changed bool) {
+	n.confirm = time.Now()
+	n.live = true
+	n.status.LastConfirmed = n.confirm
+	n.status.Cursor = n.cursor
+	n.status.Origin = OriginNetwork
+	n.refreshState()
+	n.persist(changed)
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reject records that revision failed its checks; the last good keeps
+// serving. n.mu must be held.
+func (n *Namespace) reject(revision int64, err error) error {
+	n.rejected = revision
+	return &RejectedError{Namespace: n.name, Revision: revision, Err: err}
+}
+
+// failed records an error that interrupted syncing.
+func (n *Namespace) failed(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.recordError(err)
+	n.live = false
+	n.refreshState()
+}
+
+// recordError keeps err as the last error. n.mu must be held.
+func (n *Namespace) recordError(err error) {
+	n.status.LastError = errorInfo(err, time.Now())
+}
+
+// newBackoff returns the reconnect backoff of one sync loop: exponential,
+// jittered, never giving up.
+func (c *Client) newBackoff() backoff.BackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(c.opts.backoffInitial),
+		backoff.WithMaxInterval(c.opts.backoffMax),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMultiplier(2),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
+
+// wait sleeps before the next attempt: the backoff's delay, at least the
+// server's Retry-After, and at least the unauthorized wait after a 401/403.
+func (c *Client) wait(ctx context.Context, bo backoff.BackOff, err error) {
+	d := bo.NextBackOff()
+	var se *transport.StatusError
+	if errors.As(err, &se) && se.RetryAfter > d {
+		d = se.RetryAfter
+	}
+	if errors.Is(err, transport.ErrUnauthorized) {
+		d = max(d, c.opts.unauthorizedWait)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
