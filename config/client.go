@@ -21,7 +21,7 @@ type Client struct {
 	src       transport.Source
 	ownSource *transport.HTTPSource // closed by Close; nil with WithSource
 
-	dir       *cache.Dir            // nil without WithCacheDir
+	dir *cache.Dir // nil without WithCacheDir
 
 	corruptFiles  atomic.Int64
 	persistErrors atomic.Int64
