@@ -1,0 +1,285 @@
+package config_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// TestRestartDuringOutageServesFromDisk: client A syncs and closes; the
+// server goes down; client B with A's cache dir serves A's values at once,
+// Stale from disk; the server returns and B converges.
+func TestRestartDuringOutageServesFromDisk(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "payments.prod", map[string]any{"retry-timeout-ms": 50, "mode": "fast"})
+	dir := t.TempDir()
+
+	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	nsA := open(t, a, "payments.prod")
+	rev := nsA.Revision()
+	if err := a.Close(); err != nil { // flushes the last-good file
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	nsB, err := b.Namespace(ctx, "payments.prod")
+	if err != nil {
+		t.Fatalf("open from disk with the server down: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("open from disk took %v; it must not wait for the network", took)
+	}
+	if nsB.Int("retry-timeout-ms", 0) != 50 || nsB.String("mode", "") != "fast" || nsB.Revision() != rev {
+		t.Errorf("B serves %v rev %d; want A's values at rev %d", nsB.Snapshot().Keys(), nsB.Revision(), rev)
+	}
+	st := nsB.Status()
+	if st.State != config.StateStale || st.Origin != config.OriginDisk {
+		t.Errorf("status from disk = %v from %v; want Stale from disk", st.State, st.Origin)
+	}
+	if st.Staleness <= 0 || st.LastConfirmed.IsZero() {
+		t.Errorf("staleness from disk = %v, confirmed %v", st.Staleness, st.LastConfirmed)
+	}
+
+	newRev := publish(t, srv, "payments.prod", map[string]any{"retry-timeout-ms": 75})
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitRevision(t, nsB, newRev)
+	eventually(t, "fresh from the network", func() bool {
+		st := nsB.Status()
+		return st.State == config.StateFresh && st.Origin == config.OriginNetwork
+	})
+	if nsB.Int("retry-timeout-ms", 0) != 75 {
+		t.Errorf("after converging: %d", nsB.Int("retry-timeout-ms", 0))
+	}
+}
+
+// TestDiskFileWithUnchangedServerCostsNoBody: reopening from disk against
+// an unchanged server confirms the data with a conditional snapshot (304).
+func TestDiskFileWithUnchangedServerCostsNoBody(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "quiet", map[string]any{"v": 1})
+	dir := t.TempDir()
+	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	open(t, a, "quiet")
+	_ = a.Close()
+
+	before := srv.Stats()
+	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	ns := open(t, b, "quiet")
+	eventually(t, "fresh", func() bool { return ns.Status().State == config.StateFresh })
+	after := srv.Stats()
+	if after.NotModified-before.NotModified != 1 {
+		t.Errorf("reopen with an unchanged server: %d 304s; want 1 (a conditional snapshot)", after.NotModified-before.NotModified)
+	}
+}
+
+func TestCorruptCacheFileIsNeverServed(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "corrupt", map[string]any{"v": 1})
+	dir := t.TempDir()
+	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	open(t, a, "corrupt")
+	_ = a.Close()
+
+	path := filepath.Join(dir, "corrupt.hfc")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if ns, err := b.Namespace(ctx, "corrupt"); err == nil {
+		t.Fatalf("a corrupt file was served: %v", ns.Snapshot().Keys())
+	}
+	if _, err := os.Stat(path + ".corrupt"); err != nil {
+		t.Errorf("corrupt file not moved aside: %v", err)
+	}
+	// With the server back, the namespace opens from the network and
+	// writes a good file again.
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	ns := open(t, b, "corrupt")
+	if ns.Int("v", 0) != 1 {
+		t.Error("did not recover from the network")
+	}
+}
+
+func TestFailClosedRefusesTooOldFile(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "strict", map[string]any{"v": 1})
+	dir := t.TempDir()
+	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	open(t, a, "strict")
+	_ = a.Close()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	const maxStale = 100 * time.Millisecond
+	written := time.Now()
+	eventually(t, "the file to grow older than MaxStaleness", func() bool { return time.Since(written) > 2*maxStale })
+
+	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := b.Namespace(ctx, "strict", config.FailClosed(), config.MaxStaleness(maxStale))
+	if !errors.Is(err, config.ErrStale) {
+		t.Fatalf("fail-closed open on a too-old file = %v; want ErrStale", err)
+	}
+	// The last network error is wrapped too.
+	var oe *config.OpenError
+	if !errors.As(err, &oe) || oe.Last == nil {
+		t.Errorf("ErrStale without the last network error: %v", err)
+	}
+
+	// Fail-open serves the same file, breached.
+	ns := open(t, b, "strict", config.MaxStaleness(maxStale))
+	if ns.Int("v", 0) != 1 {
+		t.Error("fail-open did not serve the file")
+	}
+	eventually(t, "breached", func() bool { return ns.Status().State == config.StateBreached })
+}
+
+// TestFailClosedAtRunTime: past MaxStaleness a fail-closed namespace serves
+// its Defaults (OnChange fires), and its data again when fresh data returns.
+func TestFailClosedAtRunTime(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "fc", map[string]any{"limit": 100, "only-live": true})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "fc", config.FailClosed(), config.MaxStaleness(200*time.Millisecond),
+		config.Defaults(map[string]any{"limit": 5}))
+	changes := make(chan config.Change, 16)
+	ns.OnChange("limit", func(ch config.Change) { changes <- ch })
+	statuses := make(chan config.State, 16)
+	ns.OnStatusChange(func(st config.Status) { statuses <- st.State })
+
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, statuses, config.StateFailedClosed)
+	if got := ns.Int("limit", -1); got != 5 {
+		t.Errorf("limit when failed closed = %d; want the default 5", got)
+	}
+	if _, ok := ns.Get("only-live"); ok {
+		t.Error("a key without a default is still served when failed closed")
+	}
+	if ch := <-changes; ch.Old.String() != "100" || ch.New.String() != "5" {
+		t.Errorf("OnChange on failing closed = %+v", ch)
+	}
+	if st := ns.Status(); st.Origin != config.OriginDefaults {
+		t.Errorf("origin when failed closed = %v", st.Origin)
+	}
+
+	rev := publish(t, srv, "fc", map[string]any{"limit": 200})
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, statuses, config.StateFresh)
+	waitRevision(t, ns, rev)
+	if got := ns.Int("limit", -1); got != 200 {
+		t.Errorf("limit after recovery = %d", got)
+	}
+	if ch := <-changes; ch.Old.String() != "5" || ch.New.String() != "200" {
+		t.Errorf("OnChange on recovery = %+v", ch)
+	}
+}
+
+func waitState(t *testing.T, statuses <-chan config.State, want config.State) {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		select {
+		case st := <-statuses:
+			if st == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("state %v never reached", want)
+		}
+	}
+}
+
+// TestPersistErrorShowsAndServingGoesOn puts a directory where the
+// namespace's file must go: writes fail, Status shows it, reads go on.
+func TestPersistErrorShowsAndServingGoesOn(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "ro", map[string]any{"v": 1})
+	dir := t.TempDir()
+	c := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	ns := open(t, c, "ro")
+	path := filepath.Join(dir, "ro.hfc")
+	eventually(t, "the first write", func() bool { _, err := os.Stat(path); return err == nil })
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rev := publish(t, srv, "ro", map[string]any{"v": 2})
+	waitRevision(t, ns, rev)
+	eventually(t, "the persist error in Status", func() bool { return ns.Status().PersistError.Kind == config.ErrorPersist })
+	if ns.Int("v", 0) != 2 {
+		t.Error("serving stopped after a persist error")
+	}
+}
+
+// TestDiskRevisionIsTheMonotonicFloor: after a restart from disk at revision
+// 5, a server of the same store that offers revision 3 is refused; a new
+// store id resets the floor.
+func TestDiskRevisionIsTheMonotonicFloor(t *testing.T) {
+	values := func(v string) map[string]json.RawMessage { return map[string]json.RawMessage{"v": json.RawMessage(v)} }
+	srv := &scriptedServer{t: t, snapshots: []transport.Snapshot{
+		{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5, Values: values("5")},
+		{Namespace: "hm", StoreID: "s1", Revision: 3, Cursor: 3, Values: values("3")},
+		{Namespace: "hm", StoreID: "s1", Revision: 3, Cursor: 3, Values: values("3")},
+		{Namespace: "hm", StoreID: "s2", Revision: 1, Cursor: 1, Values: values("1")},
+	}}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	dir := t.TempDir()
+
+	a := newClient(t, hs.URL, config.WithCacheDir(dir))
+	if ns := open(t, a, "hm"); ns.Revision() != 5 {
+		t.Fatalf("first client at revision %d", ns.Revision())
+	}
+	_ = a.Close()
+
+	b := newClient(t, hs.URL, config.WithCacheDir(dir))
+	ns := open(t, b, "hm")
+	eventually(t, "the new store's snapshot", func() bool {
+		st := ns.Status()
+		if st.StoreID == "s1" && ns.Revision() < 5 {
+			t.Fatalf("revision went back to %d within store s1", ns.Revision())
+		}
+		return st.StoreID == "s2"
+	})
+	if ns.Revision() != 1 || ns.Int("v", 0) != 1 {
+		t.Errorf("after the store change: revision %d, v %d", ns.Revision(), ns.Int("v", 0))
+	}
+	if got := srv.snapCount.Load(); got < 4 {
+		t.Errorf("%d snapshot requests; the behind ones were not refused", got)
+	}
+}
