@@ -140,7 +140,11 @@ func openStream(t testing.TB, c *http.Client, url, lastEventID string) *stream {
 			line = strings.TrimSuffix(line, "\n")
 			switch {
 			case line == "":
-				st.events <- ev
+				select {
+				case st.events <- ev:
+				case <-ctx.Done():
+					return
+				}
 				ev = sseEvent{}
 			case strings.HasPrefix(line, "event: "):
 				ev.event = line[len("event: "):]

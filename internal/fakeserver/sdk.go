@@ -399,7 +399,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		_, err := w.Write(buf)
 		return err
 	}
-	cursor = s.hub.cursor(wt.gen, cursor)
+	// Not past sub.head: changes after it may be queued but not yet sent.
 	if progress() != nil || rc.Flush() != nil {
 		return
 	}

@@ -311,3 +311,51 @@ func TestDropStreamsAndReset(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestWatchCursorIsHonest checks the meaning of a cursor under concurrent
+// publishes to two namespaces, with watchers joining mid-way and frequent
+// progress: a change never arrives at or below a cursor already sent, and
+// the prev_revision chain has no gap.
+func TestWatchCursorIsHonest(t *testing.T) {
+	s := start(t, WithHeartbeat(time.Millisecond))
+	c := newClient(t)
+	s.Publish("a", map[string]any{"n": 0})
+	const n = 400
+	var lastA int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			s.Publish("b", map[string]any{"n": i})
+			lastA, _ = s.Publish("a", map[string]any{"n": i})
+		}
+	}()
+	// Join while publishes are in flight, from the start and from the head.
+	var streams []*stream
+	for i := range 8 {
+		waitFor(t, "publishes", func() bool { return s.Head() >= int64(i*2*n/10) })
+		streams = append(streams, openStream(t, c, s.URL()+"/sdk/watch?ns=a&since=1", ""))
+	}
+	<-done
+	for _, st := range streams {
+		var cursor int64 = 1
+		prev := int64(1)
+		for prev < lastA {
+			cs, p := checked(t, mustNext(t, st))
+			if p != nil {
+				if p.Cursor < cursor {
+					t.Fatalf("progress cursor went back from %d to %d", cursor, p.Cursor)
+				}
+				if p.Revision != prev || p.Cursor >= lastA {
+					t.Fatalf("progress to cursor %d says namespace revision %d; last change was %d of %d", p.Cursor, p.Revision, prev, lastA)
+				}
+				cursor = p.Cursor
+				continue
+			}
+			if cs.Revision <= cursor || cs.PrevRevision != prev {
+				t.Fatalf("change %d (prev %d) after cursor %d and change %d", cs.Revision, cs.PrevRevision, cursor, prev)
+			}
+			prev, cursor = cs.Revision, cs.Revision
+		}
+	}
+}
