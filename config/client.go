@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -192,12 +193,18 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 		revWait: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 	}
-	if o.failClosed {
-		defaults, err := buildDefaults(name, o.defaults)
-		if err != nil {
-			return nil, err
+	defaults, err := buildDefaults(name, o.defaults)
+	if err != nil {
+		return nil, err
+	}
+	n.defaults = defaults
+	if o.schema != nil {
+		if n.schema, err = schema.Compile(o.schema); err != nil {
+			return nil, fmt.Errorf("config: namespace %q: %w", name, err)
 		}
-		n.defaults = defaults
+	}
+	if a, ok := c.src.(transport.Acker); ok {
+		n.acks = newAcker(a, log, c.opts.clientID, name)
 	}
 	n.status = Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness}
 	if c.dir != nil {
@@ -216,6 +223,9 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 	}
 	start(n.run)
 	start(n.disp.run)
+	if n.acks != nil {
+		start(func(ctx context.Context) { n.acks.run(ctx, c.newBackoff()) })
+	}
 	if o.maxStaleness > 0 {
 		start(n.enforceStaleness)
 	}

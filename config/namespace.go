@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/schema"
 )
 
 // Namespace is an open namespace: a local, always-readable copy of its
@@ -34,6 +35,8 @@ type Namespace struct {
 	// readers never take it.
 	mu       sync.Mutex
 	applied  *cache.Snapshot // the last good data; nil before any
+	doc      map[string]any  // applied as generic JSON, kept only with a schema
+	storeID  string          // the store the cursor belongs to
 	cursor   int64           // where a watch resumes
 	rejected int64           // the namespace revision last rejected, if any
 	status   Status          // Staleness is computed by Status()
@@ -42,7 +45,10 @@ type Namespace struct {
 	waiters  int             // Client.Namespace calls waiting for ready
 	live     bool            // the last sync attempt succeeded and no error followed
 
-	defaults    *cache.Snapshot // served by a fail-closed namespace past MaxStaleness
+	schema      *schema.Schema  // nil: no checks beyond decoding
+	acks        *acker          // nil when the source cannot take acks
+	rejects     atomic.Int64
+	defaults    *cache.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open)
 	persister   *cache.Persister
 	lastPersist time.Time
 	kick        chan struct{} // wakes the staleness enforcer after a confirmation
@@ -83,6 +89,10 @@ func (n *Namespace) Revision() int64 { return n.Snapshot().Revision() }
 // TypeMismatches counts getter calls that found a value of another type
 // than asked and returned the default.
 func (n *Namespace) TypeMismatches() int64 { return n.mismatches.Load() }
+
+// Rejected counts updates rejected whole: undecodable values, or a failed
+// WithSchema check.
+func (n *Namespace) Rejected() int64 { return n.rejects.Load() }
 
 // CallbackPanics counts callbacks of this namespace that panicked.
 func (n *Namespace) CallbackPanics() int64 { return n.disp.panics.Load() }
@@ -163,6 +173,8 @@ func (n *Namespace) refreshState() {
 	breached := n.opts.maxStaleness > 0 && !n.confirm.IsZero() && time.Since(n.confirm) > n.opts.maxStaleness
 	servingDefaults := n.serving.Load() == n.defaults && n.defaults != nil
 	switch {
+	case n.applied == nil && servingDefaults:
+		n.setState(StateStale) // a rejected first snapshot, fail-open
 	case n.applied == nil:
 		n.setState(StateSyncing)
 	case breached && n.opts.failClosed:

@@ -180,6 +180,18 @@ type nsOptions struct {
 	schema       []byte
 }
 
+// WithSchema checks every update of the namespace against a JSON Schema
+// (draft 2020-12 unless it says otherwise) before it is served: the
+// application's own contract, what this build can parse. The document
+// checked is the whole namespace after the update, key to value. An update
+// that fails is rejected whole: the last good keeps serving, the rejection
+// shows in Status and is reported to the server (a nack); a later revision
+// that passes applies normally. A first snapshot that fails, with no last
+// good, serves Defaults (fail-open) or refuses to open (fail-closed).
+func WithSchema(schemaJSON []byte) NamespaceOption {
+	return nsOptionFunc(func(o *nsOptions) { o.schema = schemaJSON })
+}
+
 // MaxStaleness sets how old the namespace's data may be: the time since the
 // client last confirmed it was current (a snapshot, a change, or a progress
 // event). Past it, a fail-open namespace keeps serving and reports a breach;

@@ -30,8 +30,13 @@ func (n *Namespace) loadFromDisk(dir *cache.Dir) {
 		n.log.Warn("config: last-good file is older than MaxStaleness; not serving it", "age", age, "max_staleness", n.opts.maxStaleness)
 		return
 	}
-	n.applied = rec.Snapshot
-	n.cursor = rec.Cursor
+	doc, err := n.check(rec.Snapshot.RawValues())
+	if err != nil {
+		n.log.Error("config: last-good file fails this build's checks; not serving it", "revision", rec.Revision, "err", err)
+		return
+	}
+	n.applied, n.doc = rec.Snapshot, doc
+	n.storeID, n.cursor = rec.StoreID, rec.Cursor
 	n.status.Revision, n.status.StoreID, n.status.Cursor = rec.Revision, rec.StoreID, rec.Cursor
 	// Staleness carries across the restart: the file's wall-clock time,
 	// turned into a time with a monotonic reading.

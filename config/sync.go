@@ -2,14 +2,17 @@ package config
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -117,17 +120,82 @@ func (n *Namespace) resnapshot(ctx context.Context) error {
 		n.confirmed(false)
 		return nil
 	}
+	if snap.StoreID == n.storeID && snap.Revision == n.rejected {
+		n.cursor = max(n.cursor, snap.Cursor)
+		return nil // rejected already; wait for a later revision
+	}
 	next, err := cache.Build(n.name, snap.StoreID, snap.Revision, snap.Values)
-	if err != nil {
-		return n.reject(snap.Revision, err)
+	var doc map[string]any
+	if err == nil {
+		doc, err = n.check(snap.Values)
 	}
 	if cur != nil && snap.StoreID != cur.StoreID() {
-		n.log.Warn("config: store id changed; monotonic floor reset", "ns", n.name, "old", cur.StoreID(), "new", snap.StoreID)
+		n.log.Warn("config: store id changed; monotonic floor reset", "old", cur.StoreID(), "new", snap.StoreID)
 	}
-	n.cursor = snap.Cursor // a new store restarts its revisions: no max here
+	// Watch on from this snapshot's cursor either way: a rejected snapshot
+	// is not fetched again, and the next revision, a gap from what is
+	// applied, resnapshots.
+	n.storeID, n.cursor = snap.StoreID, snap.Cursor // a new store restarts its revisions: no max
+	if err != nil {
+		n.rejectUpdate(snap.Revision, err)
+		if cur == nil && !n.opts.failClosed && n.serving.Load() == nil {
+			n.serve(n.defaults, OriginDefaults) // fail-open: open on the Defaults
+		}
+		n.live = true
+		n.refreshState()
+		return nil
+	}
 	n.rejected = 0
+	n.doc = doc
 	n.swap(next, diff(n.name, n.serving.Load(), next))
 	return nil
+}
+
+// check runs the namespace's schema, if it has one, on values: the whole
+// namespace. It returns the decoded document, kept to check later changes
+// without decoding every value again.
+func (n *Namespace) check(values map[string]json.RawMessage) (map[string]any, error) {
+	if n.schema == nil {
+		return nil, nil
+	}
+	doc, err := schema.DecodeValues(values)
+	if err != nil {
+		return nil, err
+	}
+	return doc, n.schema.Validate(doc)
+}
+
+// checkChange runs the schema on the applied document with one change set:
+// only the changed values are decoded.
+func (n *Namespace) checkChange(cs *transport.ChangeSet) (map[string]any, error) {
+	if n.schema == nil {
+		return nil, nil
+	}
+	puts, err := schema.DecodeValues(cs.Puts)
+	if err != nil {
+		return nil, err
+	}
+	doc := maps.Clone(n.doc)
+	if doc == nil {
+		doc = make(map[string]any, len(puts))
+	}
+	for _, k := range cs.Deletes {
+		delete(doc, k)
+	}
+	maps.Copy(doc, puts)
+	return doc, n.schema.Validate(doc)
+}
+
+// rejectUpdate records that revision failed its checks: the last good keeps
+// serving; the rejection shows in Status and the logs, is counted, and is
+// reported to the server. n.mu must be held.
+func (n *Namespace) rejectUpdate(revision int64, err error) {
+	rerr := &RejectedError{Namespace: n.name, Revision: revision, Err: err}
+	n.rejected = revision
+	n.rejects.Add(1)
+	n.recordError(rerr)
+	n.log.Error("config: update rejected; the last good keeps serving", "revision", revision, "err", err)
+	n.acks.report(revision, rerr)
 }
 
 // handle applies one watch event. An error ends the watch: the loop then
@@ -136,39 +204,48 @@ func (n *Namespace) handle(ev transport.Event) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cur := n.applied
+	var applied int64 // 0 when nothing is applied (a rejected first snapshot)
+	if cur != nil {
+		applied = cur.Revision()
+	}
 	switch {
 	case ev.Change != nil:
 		cs := ev.Change
-		if cs.StoreID != cur.StoreID() {
-			return fmt.Errorf("%w: %q, applied %q", transport.ErrStoreChanged, cs.StoreID, cur.StoreID())
+		if cs.StoreID != n.storeID {
+			return fmt.Errorf("%w: %q, watching %q", transport.ErrStoreChanged, cs.StoreID, n.storeID)
 		}
-		if cs.Revision <= cur.Revision() || cs.Revision == n.rejected {
+		if cs.Revision <= applied || cs.Revision == n.rejected {
 			n.cursor = max(n.cursor, cs.Revision)
 			n.confirmed(false)
 			return nil // a duplicate, or a revision already rejected
 		}
-		if cs.PrevRevision != cur.Revision() {
-			return fmt.Errorf("%w: change %d follows %d, applied %d", errGap, cs.Revision, cs.PrevRevision, cur.Revision())
+		if cur == nil || cs.PrevRevision != applied {
+			return fmt.Errorf("%w: change %d follows %d, applied %d", errGap, cs.Revision, cs.PrevRevision, applied)
 		}
 		next, err := cur.Apply(cs.Revision, cs.CommittedAt, cs.Puts, cs.Deletes)
+		var doc map[string]any
+		if err == nil {
+			doc, err = n.checkChange(cs)
+		}
 		if err != nil {
 			// Keep the stream: later changes chain on the rejected
-			// revision, so the next one is a gap and resnapshots.
-			n.log.Error("config: change rejected", "ns", n.name, "revision", cs.Revision, "err", err)
-			n.recordError(n.reject(cs.Revision, err))
+			// revision, so the next one is a gap and resnapshots, and
+			// is checked whole.
+			n.rejectUpdate(cs.Revision, err)
 			n.confirmed(false)
 			return nil
 		}
 		n.cursor = max(n.cursor, cs.Revision)
+		n.doc = doc
 		n.swap(next, changedKeys(n.name, cur, next, cs.Puts, cs.Deletes))
 		return nil
 	case ev.Progress != nil:
 		p := ev.Progress
-		if p.StoreID != cur.StoreID() {
-			return fmt.Errorf("%w: %q, applied %q", transport.ErrStoreChanged, p.StoreID, cur.StoreID())
+		if p.StoreID != n.storeID {
+			return fmt.Errorf("%w: %q, watching %q", transport.ErrStoreChanged, p.StoreID, n.storeID)
 		}
-		if p.Revision > cur.Revision() && p.Revision != n.rejected {
-			return fmt.Errorf("%w: progress at namespace revision %d, applied %d", errGap, p.Revision, cur.Revision())
+		if p.Revision > applied && p.Revision != n.rejected {
+			return fmt.Errorf("%w: progress at namespace revision %d, applied %d", errGap, p.Revision, applied)
 		}
 		n.cursor = max(n.cursor, p.Cursor)
 		n.confirmed(false)
@@ -194,6 +271,7 @@ func (n *Namespace) swap(next *cache.Snapshot, changes []Change) {
 		}
 	}
 	n.confirmed(true)
+	n.acks.report(next.Revision(), nil)
 }
 
 // confirmed records that the data is current as of now, from the network,
@@ -210,13 +288,6 @@ func (n *Namespace) confirmed(changed bool) {
 	case n.kick <- struct{}{}:
 	default:
 	}
-}
-
-// reject records that revision failed its checks; the last good keeps
-// serving. n.mu must be held.
-func (n *Namespace) reject(revision int64, err error) error {
-	n.rejected = revision
-	return &RejectedError{Namespace: n.name, Revision: revision, Err: err}
 }
 
 // failed records an error that interrupted syncing.
