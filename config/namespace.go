@@ -45,8 +45,8 @@ type Namespace struct {
 	waiters  int             // Client.Namespace calls waiting for ready
 	live     bool            // the last sync attempt succeeded and no error followed
 
-	schema      *schema.Schema  // nil: no checks beyond decoding
-	acks        *acker          // nil when the source cannot take acks
+	schema      *schema.Schema // nil: no checks beyond decoding
+	acks        *acker         // nil when the source cannot take acks
 	rejects     atomic.Int64
 	defaults    *cache.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open)
 	persister   *cache.Persister
