@@ -304,6 +304,8 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "publishes/s")
+			// Watchers that fell more than a buffer behind were disconnected.
+			b.ReportMetric(float64(n-s.OpenStreams()), "disconnected")
 		})
 	}
 }
