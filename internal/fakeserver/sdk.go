@@ -50,6 +50,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 			case status >= 500 && status != http.StatusServiceUnavailable:
 				code = transport.CodeInternal
 			}
+			defer s.speak(r)()
 			if retryAfter > 0 {
 				secs := (retryAfter + time.Second - 1) / time.Second
 				w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
@@ -62,6 +63,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 	if tok := s.opts.token; tok != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+			defer s.speak(r)()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
 			s.planeHeaders(w, "")
 			writeError(w, http.StatusUnauthorized, transport.ErrorBody{Error: transport.CodeUnauthorized, Message: "missing or wrong bearer token", StoreID: s.StoreID()})
@@ -69,6 +71,29 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 		}
 	}
 	return true
+}
+
+// speak waits while the data plane is black-holed and returns with the
+// right to write, to be released once the write is done. SetBlackhole(true)
+// waits for every writer, so that once it returns not a byte more is sent.
+// A request whose client leaves, or whose server stops, meanwhile is
+// aborted without a byte.
+func (s *Server) speak(r *http.Request) (release func()) {
+	for {
+		s.faults.quiet.RLock()
+		ch := s.faults.hole()
+		if ch == nil {
+			return s.faults.quiet.RUnlock
+		}
+		s.faults.quiet.RUnlock()
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler)
+		case <-stopping(r):
+			panic(http.ErrAbortHandler)
+		}
+	}
 }
 
 // hold waits while the data plane is black-holed. A request whose client
@@ -108,7 +133,8 @@ func setPlaneHeaders(w http.ResponseWriter, storeID string, rev, cursor int64) {
 }
 
 // planeError replies to a data-plane request with the error's status.
-func (s *Server) planeError(w http.ResponseWriter, ns string, err error) {
+func (s *Server) planeError(w http.ResponseWriter, r *http.Request, ns string, err error) {
+	defer s.speak(r)()
 	s.planeHeaders(w, ns)
 	s.replyError(w, err)
 }
@@ -181,14 +207,15 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	ns, err := namespaceParam(r)
 	if err != nil {
-		s.planeError(w, "", err)
+		s.planeError(w, r, "", err)
 		return
 	}
 	snap, err := s.store.snapshot(ns)
 	if err != nil {
-		s.planeError(w, ns, err)
+		s.planeError(w, r, ns, err)
 		return
 	}
+	defer s.speak(r)()
 	etag := transport.ETag(snap.storeID, snap.rev)
 	setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
 	h := w.Header()
@@ -205,7 +232,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		CompactRevision: snap.compact, Values: snap.values,
 	})
 	if err != nil {
-		s.planeError(w, ns, err)
+		s.replyError(w, err)
 		return
 	}
 	data = append(data, '\n')
@@ -262,19 +289,19 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ns, err := namespaceParam(r)
 	if err != nil {
-		s.planeError(w, "", err)
+		s.planeError(w, r, "", err)
 		return
 	}
 	q := r.URL.Query()
 	since, err := parseCursor(q.Get("since"))
 	if err != nil {
-		s.planeError(w, ns, err)
+		s.planeError(w, r, ns, err)
 		return
 	}
 	wait := min(defaultWait, s.opts.maxWait)
 	if v := q.Get("wait"); v != "" {
 		if wait, err = parseDuration(v); err != nil {
-			s.planeError(w, ns, err)
+			s.planeError(w, r, ns, err)
 			return
 		}
 		wait = min(wait, s.opts.maxWait)
@@ -288,7 +315,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	if err != nil {
-		s.planeError(w, ns, err)
+		s.planeError(w, r, ns, err)
 		return
 	}
 	resp := transport.EventsResponse{
@@ -333,7 +360,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.hold(r)
+	defer s.speak(r)()
 	setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -345,7 +372,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	ns, err := namespaceParam(r)
 	if err != nil {
-		s.planeError(w, "", err)
+		s.planeError(w, r, "", err)
 		return
 	}
 	// Last-Event-ID wins: on a reconnect the URL still has the first cursor.
@@ -355,7 +382,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	since, err := parseCursor(cur)
 	if err != nil {
-		s.planeError(w, ns, err)
+		s.planeError(w, r, ns, err)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -366,7 +393,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.hub.add(wt)
 	})
 	if err != nil {
-		s.planeError(w, ns, err)
+		s.planeError(w, r, ns, err)
 		return
 	}
 	defer func() {
@@ -374,6 +401,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.hub.remove(wt)
 	}()
 
+	release := s.speak(r)
+	defer func() { release() }()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -403,6 +432,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if progress() != nil || rc.Flush() != nil {
 		return
 	}
+	release()
+	release = func() {}
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -417,16 +448,23 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		if hole := s.faults.hole(); hole != nil {
-			select { // send nothing at all until healed
+		for { // send nothing at all while black-holed
+			s.faults.quiet.RLock()
+			hole := s.faults.hole()
+			if hole == nil {
+				break
+			}
+			s.faults.quiet.RUnlock()
+			select {
 			case <-hole:
-				beat = true
+				beat = true // say at once that the stream is alive
 			case <-wt.done:
 				return
 			case <-r.Context().Done():
 				return
 			}
 		}
+		release = s.faults.quiet.RUnlock
 		d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
 		items, overflow := wt.take()
 		if overflow {
@@ -456,6 +494,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		if wrote && rc.Flush() != nil {
 			return
 		}
+		release()
+		release = func() {}
 	}
 }
 
@@ -466,20 +506,20 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBytes))
 	if err != nil {
-		s.planeError(w, "", err)
+		s.planeError(w, r, "", err)
 		return
 	}
 	ack, err := parseAck(data)
 	if err != nil {
-		s.planeError(w, "", err)
+		s.planeError(w, r, "", err)
 		return
 	}
 	if _, ok := s.store.nsRevision(ack.Namespace); !ok {
-		s.planeError(w, ack.Namespace, ErrUnknownNamespace)
+		s.planeError(w, r, ack.Namespace, ErrUnknownNamespace)
 		return
 	}
 	s.acks.record(ack, time.Now())
-	s.hold(r)
+	defer s.speak(r)()
 	s.planeHeaders(w, ack.Namespace)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -350,9 +350,10 @@ func (s *Server) DropStreams() {
 
 // SetBlackhole, when on, makes the server accept connections and requests
 // on the data plane and then send nothing at all: no replies, no events, no
-// heartbeats, on new requests and open streams alike. Off heals: held
-// requests are served and streams carry on (or end, if they fell too far
-// behind meanwhile).
+// heartbeats, on new requests and open streams alike. Once it returns, not
+// a byte more is sent (it waits for writes in flight, at most a stream's
+// write timeout). Off heals: held requests are served and streams carry on
+// (or end, if they fell too far behind meanwhile).
 func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 
 // ResetStore replaces the store by an empty one with a new id (revisions
@@ -402,7 +403,10 @@ type faults struct {
 	retryAfter time.Duration
 	latency    time.Duration
 	black      atomic.Bool
-	heal       chan struct{} // closed when the black hole heals
+	// quiet is held (read) by every data-plane write; SetBlackhole(true)
+	// takes it once, to wait for writes that began before the hole opened.
+	quiet sync.RWMutex
+	heal  chan struct{} // closed when the black hole heals
 }
 
 func (f *faults) init() {
@@ -448,14 +452,19 @@ func (f *faults) getLatency() time.Duration {
 
 func (f *faults) setBlackhole(on bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.black.Load() == on {
+		f.mu.Unlock()
 		return
 	}
 	f.black.Store(on)
 	if !on {
 		close(f.heal)
 		f.heal = make(chan struct{})
+	}
+	f.mu.Unlock()
+	if on { // a barrier: writes in flight finish, later ones see the hole
+		f.quiet.Lock()
+		f.quiet.Unlock() //nolint:staticcheck // an empty critical section is the point
 	}
 }
 

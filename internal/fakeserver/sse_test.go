@@ -258,8 +258,9 @@ func TestBlackhole(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	// The stream may have had a heartbeat in flight when the hole opened:
-	// drain what is already there, then expect silence.
+	// Heartbeats sent before the hole opened may still be in the socket:
+	// drain them (SetBlackhole waited for writes in flight), then expect
+	// silence.
 	streamConn.SetReadDeadline(time.Now().Add(5 * beat))
 	for {
 		if _, err := streamBR.ReadString('\n'); err != nil {
