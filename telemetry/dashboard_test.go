@@ -521,9 +521,11 @@ var (
 		"atan2": true, "inf": true, "nan": true}
 )
 
-func isDigit(c byte) bool      { return c >= '0' && c <= '9' }
-func isIdentStart(c byte) bool { return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-func isIdentChar(c byte) bool  { return isIdentStart(c) || isDigit(c) }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isIdentStart(c byte) bool {
+	return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+func isIdentChar(c byte) bool { return isIdentStart(c) || isDigit(c) }
 
 // skipString returns the index after the string literal at s[i].
 func skipString(s string, i int) (int, error) {
