@@ -88,11 +88,11 @@ func Encode(rec *Record) ([]byte, error) {
 	var bad string
 	var hasBad bool
 	s.Range(func(k string, v Value) bool {
-		if len(v.raw) == 0 {
+		if len(v.Raw()) == 0 {
 			bad, hasBad = k, true
 			return false
 		}
-		size += uvarintLen(len(k)) + len(k) + uvarintLen(len(v.raw)) + len(v.raw)
+		size += uvarintLen(len(k)) + len(k) + uvarintLen(len(v.Raw())) + len(v.Raw())
 		return true
 	})
 	if hasBad {
@@ -120,8 +120,8 @@ func Encode(rec *Record) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(s.Len()))
 	s.Range(func(k string, v Value) bool {
 		b = appendBytes(b, k)
-		b = binary.AppendUvarint(b, uint64(len(v.raw)))
-		b = append(b, v.raw...)
+		b = binary.AppendUvarint(b, uint64(len(v.Raw())))
+		b = append(b, v.Raw()...)
 		return true
 	})
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))

@@ -25,12 +25,14 @@ type Snapshot struct {
 // once. A value that is not valid JSON fails the whole build.
 func Build(namespace, storeID string, revision int64, raw map[string]json.RawMessage) (*Snapshot, error) {
 	values := make(map[string]Value, len(raw))
+	data := make([]valueData, len(raw)) // one allocation for every value
+	i := 0
 	for k, r := range raw {
-		v, err := NewValue(r)
-		if err != nil {
+		if err := data[i].decode(r); err != nil {
 			return nil, fmt.Errorf("cache: key %q: %w", k, err)
 		}
-		values[k] = v
+		values[k] = Value{&data[i]}
+		i++
 	}
 	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, values: values}, nil
 }
@@ -108,7 +110,7 @@ func (s *Snapshot) Range(fn func(key string, v Value) bool) {
 func (s *Snapshot) RawValues() map[string]json.RawMessage {
 	out := make(map[string]json.RawMessage, len(s.values))
 	for k, v := range s.values {
-		out[k] = v.raw
+		out[k] = v.Raw()
 	}
 	return out
 }

@@ -33,63 +33,78 @@ func (k Kind) String() string {
 }
 
 // Value is one JSON value of a namespace, decoded once when its snapshot was
-// built, so that reading it never parses or allocates. The zero Value has
-// KindInvalid.
+// built, so that reading it never parses or allocates. A Value is a handle
+// to immutable data: copying it is copying a pointer, which keeps map slots
+// small and lookups fast. The zero Value has KindInvalid.
 type Value struct {
-	raw   json.RawMessage
-	str   string        // KindString: the decoded string
-	num   float64       // KindNumber
-	i     int64         // KindNumber, when isInt
-	dur   time.Duration // KindString, when isDur
+	d *valueData
+}
+
+// valueData puts what the typed getters read first, in one cache line.
+type valueData struct {
 	kind  Kind
-	isInt bool // the number is an integer that fits int64 exactly
-	isDur bool // the string parses with time.ParseDuration
-	b     bool // KindBool
+	isInt bool          // the number is an integer that fits int64 exactly
+	isDur bool          // the string parses with time.ParseDuration
+	b     bool          // KindBool
+	i     int64         // KindNumber, when isInt
+	num   float64       // KindNumber
+	dur   time.Duration // KindString, when isDur
+	str   string        // KindString: the decoded string
+	raw   json.RawMessage
 }
 
 // NewValue decodes one JSON value. raw must be a single valid JSON value.
 // NewValue keeps a copy of raw, so the caller may reuse it.
 func NewValue(raw []byte) (Value, error) {
+	d := new(valueData)
+	if err := d.decode(raw); err != nil {
+		return Value{}, err
+	}
+	return Value{d}, nil
+}
+
+// decode fills d from raw.
+func (d *valueData) decode(raw []byte) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
-		return Value{}, fmt.Errorf("cache: empty value")
+		return fmt.Errorf("cache: empty value")
 	}
 	if !json.Valid(raw) {
-		return Value{}, fmt.Errorf("cache: invalid JSON value %.64q", raw)
+		return fmt.Errorf("cache: invalid JSON value %.64q", raw)
 	}
-	v := Value{raw: bytes.Clone(raw)}
+	*d = valueData{raw: bytes.Clone(raw)}
 	switch raw[0] {
 	case 'n':
-		v.kind = KindNull
+		d.kind = KindNull
 	case 't', 'f':
-		v.kind, v.b = KindBool, raw[0] == 't'
+		d.kind, d.b = KindBool, raw[0] == 't'
 	case '"':
-		v.kind = KindString
-		if err := json.Unmarshal(raw, &v.str); err != nil {
-			return Value{}, fmt.Errorf("cache: invalid JSON string: %w", err)
+		d.kind = KindString
+		if err := json.Unmarshal(raw, &d.str); err != nil {
+			return fmt.Errorf("cache: invalid JSON string: %w", err)
 		}
-		if d, err := time.ParseDuration(v.str); err == nil {
-			v.dur, v.isDur = d, true
+		if dur, err := time.ParseDuration(d.str); err == nil {
+			d.dur, d.isDur = dur, true
 		}
 	case '[':
-		v.kind = KindArray
+		d.kind = KindArray
 	case '{':
-		v.kind = KindObject
+		d.kind = KindObject
 	default:
-		v.kind = KindNumber
+		d.kind = KindNumber
 		f, err := strconv.ParseFloat(string(raw), 64)
 		if err != nil && !isRangeErr(err) {
-			return Value{}, fmt.Errorf("cache: invalid JSON number %.64q: %w", raw, err)
+			return fmt.Errorf("cache: invalid JSON number %.64q: %w", raw, err)
 		}
-		v.num = f
+		d.num = f
 		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
-			v.i, v.isInt = n, true
+			d.i, d.isInt = n, true
 		} else if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
 			// 1e3 or 2.0: integral, though not written as one.
-			v.i, v.isInt = int64(f), true
+			d.i, d.isInt = int64(f), true
 		}
 	}
-	return v, nil
+	return nil
 }
 
 func isRangeErr(err error) bool {
@@ -97,65 +112,85 @@ func isRangeErr(err error) bool {
 	return ok && ne.Err == strconv.ErrRange
 }
 
+// invalid backs the zero Value, so accessors need no nil checks of their own.
+var invalid = &valueData{}
+
+func (v Value) data() *valueData {
+	if v.d == nil {
+		return invalid
+	}
+	return v.d
+}
+
 // Kind reports the JSON type of v.
-func (v Value) Kind() Kind { return v.kind }
+func (v Value) Kind() Kind { return v.data().kind }
 
 // Raw returns the value's JSON text. The caller must not modify it.
-func (v Value) Raw() json.RawMessage { return v.raw }
+func (v Value) Raw() json.RawMessage { return v.data().raw }
 
 // String returns the string for KindString, and the JSON text otherwise,
 // so that a Value prints well.
 func (v Value) String() string {
-	if v.kind == KindString {
-		return v.str
+	d := v.data()
+	if d.kind == KindString {
+		return d.str
 	}
-	return string(v.raw)
+	return string(d.raw)
 }
 
 // Str returns the string and true for KindString, else "" and false.
 func (v Value) Str() (string, bool) {
-	return v.str, v.kind == KindString
+	d := v.data()
+	return d.str, d.kind == KindString
 }
 
 // Int returns the number as an int when it is an integer that fits one.
 func (v Value) Int() (int, bool) {
-	if v.kind != KindNumber || !v.isInt || int64(int(v.i)) != v.i {
+	d := v.data()
+	if d.kind != KindNumber || !d.isInt || int64(int(d.i)) != d.i {
 		return 0, false
 	}
-	return int(v.i), true
+	return int(d.i), true
 }
 
 // Int64 returns the number as an int64 when it is an integer that fits one.
 func (v Value) Int64() (int64, bool) {
-	return v.i, v.kind == KindNumber && v.isInt
+	d := v.data()
+	return d.i, d.kind == KindNumber && d.isInt
 }
 
 // Float returns the number for KindNumber.
 func (v Value) Float() (float64, bool) {
-	return v.num, v.kind == KindNumber
+	d := v.data()
+	return d.num, d.kind == KindNumber
 }
 
 // Bool returns the boolean for KindBool.
 func (v Value) Bool() (bool, bool) {
-	return v.b, v.kind == KindBool
+	d := v.data()
+	return d.b, d.kind == KindBool
 }
 
 // Duration returns the duration for a KindString value in
 // time.ParseDuration's format ("250ms", "1m30s"), parsed when v was built.
 func (v Value) Duration() (time.Duration, bool) {
-	return v.dur, v.isDur
+	d := v.data()
+	return d.dur, d.isDur
 }
 
 // Decode unmarshals the value's JSON into dst, as json.Unmarshal does. It
 // parses on every call: decode once and keep the result where it matters.
 func (v Value) Decode(dst any) error {
-	if v.kind == KindInvalid {
+	if v.d == nil {
 		return fmt.Errorf("cache: decode of an invalid value")
 	}
-	return json.Unmarshal(v.raw, dst)
+	return json.Unmarshal(v.d.raw, dst)
 }
 
 // Equal reports whether a and b have the same JSON text.
 func (a Value) Equal(b Value) bool {
-	return a.kind == b.kind && bytes.Equal(a.raw, b.raw)
+	if a.d == b.d {
+		return true
+	}
+	return a.Kind() == b.Kind() && bytes.Equal(a.Raw(), b.Raw())
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-func benchNamespace(b *testing.B, keys int) (*Namespace, []string) {
+func benchNamespace(b testing.TB, keys int) (*Namespace, []string) {
 	b.Helper()
 	raw := make(map[string]json.RawMessage, keys)
 	names := make([]string, keys)
@@ -25,7 +26,7 @@ func benchNamespace(b *testing.B, keys int) (*Namespace, []string) {
 		b.Fatal(err)
 	}
 	n := &Namespace{name: "bench", disp: newDispatcher(slog.New(slog.DiscardHandler), 1024), revWait: make(chan struct{}), ready: make(chan struct{})}
-	n.applied = snap
+	n.applied, n.storeID = snap, "store"
 	n.serving.Store(snap)
 	return n, names
 }
@@ -122,4 +123,85 @@ func BenchmarkApplyOneKey(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGetRatio times blocks of 1,000 baseline lookups and 1,000 Get
+// and Int calls alternately in one loop, so that the machine's noise hits
+// all three alike, and reports the fastest block of each as a ratio to the
+// fastest baseline block (get/base, int/base): the minimum is the estimate
+// least disturbed by other work on a shared machine.
+func BenchmarkGetRatio(b *testing.B) {
+	n, names := benchNamespace(b, 1000)
+	base := make(map[string]string, len(names))
+	for i, k := range names {
+		base[k] = strconv.Itoa(i)
+	}
+	var baseline atomic.Pointer[map[string]string]
+	baseline.Store(&base)
+	minBase, minGet, minInt := time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62)
+	var sink int
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		for _, k := range names {
+			sink += len((*baseline.Load())[k])
+		}
+		t1 := time.Now()
+		for _, k := range names {
+			v, _ := n.Get(k)
+			sink += int(v.Kind())
+		}
+		t2 := time.Now()
+		for _, k := range names {
+			sink += n.Int(k, -1)
+		}
+		t3 := time.Now()
+		minBase, minGet, minInt = min(minBase, t1.Sub(t0)), min(minGet, t2.Sub(t1)), min(minInt, t3.Sub(t2))
+	}
+	_ = sink
+	b.ReportMetric(float64(minGet)/float64(minBase), "get/base")
+	b.ReportMetric(float64(minInt)/float64(minBase), "int/base")
+	b.ReportMetric(float64(minBase)/float64(len(names)), "base-ns/lookup")
+}
+
+// BenchmarkGetRatioParallel is BenchmarkGetRatio with every core reading at
+// once (RunParallel); each goroutine keeps its fastest blocks.
+func BenchmarkGetRatioParallel(b *testing.B) {
+	n, names := benchNamespace(b, 1000)
+	base := make(map[string]string, len(names))
+	for i, k := range names {
+		base[k] = strconv.Itoa(i)
+	}
+	var baseline atomic.Pointer[map[string]string]
+	baseline.Store(&base)
+	var mu sync.Mutex
+	minBase, minGet, minInt := time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		lBase, lGet, lInt := time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62)
+		var sink int
+		for pb.Next() {
+			t0 := time.Now()
+			for _, k := range names {
+				sink += len((*baseline.Load())[k])
+			}
+			t1 := time.Now()
+			for _, k := range names {
+				v, _ := n.Get(k)
+				sink += int(v.Kind())
+			}
+			t2 := time.Now()
+			for _, k := range names {
+				sink += n.Int(k, -1)
+			}
+			t3 := time.Now()
+			lBase, lGet, lInt = min(lBase, t1.Sub(t0)), min(lGet, t2.Sub(t1)), min(lInt, t3.Sub(t2))
+		}
+		_ = sink
+		mu.Lock()
+		minBase, minGet, minInt = min(minBase, lBase), min(minGet, lGet), min(minInt, lInt)
+		mu.Unlock()
+	})
+	b.ReportMetric(float64(minGet)/float64(minBase), "get/base")
+	b.ReportMetric(float64(minInt)/float64(minBase), "int/base")
 }
