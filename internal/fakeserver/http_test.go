@@ -207,6 +207,29 @@ func TestEventsLongPoll(t *testing.T) {
 		}
 	})
 
+	t.Run("dropped", func(t *testing.T) {
+		since := s.Head()
+		var wg sync.WaitGroup
+		var resp *http.Response
+		var body []byte
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, body = do(t, c, "GET", s.URL()+"/sdk/events?ns=app&since="+strconv.FormatInt(since, 10)+"&wait=5s", "")
+		}()
+		waitFor(t, "a waiting long-poll", func() bool {
+			s.hub.mu.RLock()
+			defer s.hub.mu.RUnlock()
+			return len(s.hub.byNS["app"]) == 1
+		})
+		s.DropStreams()
+		wg.Wait()
+		er := decode[transport.EventsResponse](t, body)
+		if resp.StatusCode != 200 || len(er.Changes) != 0 || er.Cursor != since {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	})
+
 	t.Run("compacted", func(t *testing.T) {
 		s.Publish("app", map[string]any{"c": 3})
 		k, err := s.Compact(0)

@@ -201,13 +201,14 @@ type watcher struct {
 	max    int
 	stream bool
 
-	mu       sync.Mutex
-	queue    []*change
-	spare    []*change // a drained queue, kept for reuse
-	overflow bool
-	killed   bool
-	finished bool
-	deadline func(time.Time) error // the stream's write deadline; set by SSE handlers
+	mu         sync.Mutex
+	queue      []*change
+	spare      []*change // a drained queue, kept for reuse
+	overflow   bool
+	killed     bool
+	finished   bool
+	deadline   func(time.Time) error // the stream's write deadline; set by SSE handlers
+	armedUntil time.Time             // the deadline last set by arm
 
 	wake chan struct{} // capacity 1: "look at your queue"
 	done chan struct{} // closed by kill
@@ -311,8 +312,11 @@ func (w *watcher) arm(d time.Duration) bool {
 	if w.killed {
 		return false
 	}
-	if w.deadline != nil {
-		_ = w.deadline(time.Now().Add(d))
+	// Move the deadline only when half of it is used up: a busy stream
+	// then touches its connection's timer rarely, not on every batch.
+	if now := time.Now(); w.deadline != nil && w.armedUntil.Sub(now) < d/2 {
+		w.armedUntil = now.Add(d)
+		_ = w.deadline(w.armedUntil)
 	}
 	return true
 }

@@ -401,8 +401,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.hub.remove(wt)
 	}()
 
-	release := s.speak(r)
-	defer func() { release() }()
+	s.speak(r) // returns with quiet read-locked: no black hole may open mid-write
+	speaking := true
+	defer func() {
+		if speaking {
+			s.faults.quiet.RUnlock()
+		}
+	}()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -432,8 +437,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if progress() != nil || rc.Flush() != nil {
 		return
 	}
-	release()
-	release = func() {}
+	s.faults.quiet.RUnlock()
+	speaking = false
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -464,7 +469,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		release = s.faults.quiet.RUnlock
+		speaking = true
 		d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
 		items, overflow := wt.take()
 		if overflow {
@@ -494,8 +499,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		if wrote && rc.Flush() != nil {
 			return
 		}
-		release()
-		release = func() {}
+		s.faults.quiet.RUnlock()
+		speaking = false
 	}
 }
 
