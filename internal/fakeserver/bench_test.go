@@ -90,17 +90,40 @@ func (r *readers) close() {
 	r.wg.Wait()
 }
 
-// fanout measures, for each of b.N broadcasts, the time from the call of
-// send until every reader has read the event, and reports p50 and p99.
-func fanout(b *testing.B, ready func() bool, dial func(onChange func()) *readers, send func(i int)) {
-	var remaining atomic.Int64
-	all := make(chan struct{}, 1)
-	rd := dial(func() {
-		if remaining.Add(-1) == 0 {
-			all <- struct{}{}
-		}
-	})
-	defer rd.close()
+// rig is one broadcaster with benchWatchers readers; measure sends one
+// event and returns the time until every reader has read it.
+type rig struct {
+	remaining atomic.Int64
+	all       chan struct{}
+	rd        *readers
+	send      func(i int)
+	stop      func()
+}
+
+func (g *rig) onChange() {
+	if g.remaining.Add(-1) == 0 {
+		g.all <- struct{}{}
+	}
+}
+
+func (g *rig) measure(b *testing.B, i int) time.Duration {
+	g.remaining.Store(benchWatchers)
+	t0 := time.Now()
+	g.send(i)
+	select {
+	case <-g.all:
+	case <-time.After(30 * time.Second):
+		b.Fatalf("broadcast %d: %d readers still waiting", i, g.remaining.Load())
+	}
+	return time.Since(t0)
+}
+
+func (g *rig) close() {
+	g.rd.close()
+	g.stop()
+}
+
+func waitReady(b *testing.B, ready func() bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for !ready() {
 		if time.Now().After(deadline) {
@@ -108,53 +131,111 @@ func fanout(b *testing.B, ready func() bool, dial func(onChange func()) *readers
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// serverRig is the reference server with 1,000 watch streams on one namespace.
+func serverRig(b *testing.B) *rig {
+	s, err := Start(WithHeartbeat(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rev, _ := s.Publish("bench", map[string]any{"k": 0})
+	g := &rig{all: make(chan struct{}, 1), rd: &readers{}, stop: func() { s.Close() }}
+	g.rd.start(b, benchWatchers, s.Addr(), "/sdk/watch?ns=bench&since="+strconv.FormatInt(rev, 10), g.onChange)
+	waitReady(b, func() bool { return s.OpenStreams() == benchWatchers })
+	g.send = func(i int) {
+		if _, err := s.Publish("bench", map[string]any{"retry-timeout-ms": i}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return g
+}
+
+// baselineRig is the least an SSE broadcast can do, with 1,000 readers.
+func baselineRig(b *testing.B) *rig {
+	bl := &baseline{subs: make(map[chan []byte]struct{})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: bl}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	g := &rig{all: make(chan struct{}, 1), rd: &readers{}, stop: func() { srv.Close(); <-served }}
+	g.rd.start(b, benchWatchers, ln.Addr().String(), "/", g.onChange)
+	waitReady(b, func() bool { return bl.len() == benchWatchers })
+	g.send = func(i int) {
+		// Encoded per broadcast, as the server encodes each change once.
+		cs := transport.ChangeSet{Namespace: "bench", Revision: int64(i + 2), PrevRevision: int64(i + 1),
+			StoreID: "0123456789abcdef", CommittedAt: time.Now().UTC(),
+			Puts: map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(strconv.Itoa(i))}}
+		data, _ := json.Marshal(cs)
+		bl.broadcast(appendFrame(nil, transport.EventChange, cs.Revision, data))
+	}
+	return g
+}
+
+// percentile returns the p-th percentile of lat (sorted in place), in µs.
+func percentile(lat []time.Duration, p float64) float64 {
+	slices.Sort(lat)
+	i := int(float64(len(lat))*p+0.999999) - 1
+	return float64(lat[max(i, 0)].Microseconds())
+}
+
+func runFanout(b *testing.B, g *rig) {
+	defer g.close()
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		remaining.Store(benchWatchers)
-		t0 := time.Now()
-		send(i)
-		select {
-		case <-all:
-		case <-time.After(30 * time.Second):
-			b.Fatalf("broadcast %d: %d readers still waiting", i, remaining.Load())
-		}
-		lat = append(lat, time.Since(t0))
+		lat = append(lat, g.measure(b, i))
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		i := int(float64(len(lat))*p+0.999999) - 1
-		return float64(lat[max(i, 0)].Microseconds())
-	}
-	b.ReportMetric(pct(0.50), "p50-µs")
-	b.ReportMetric(pct(0.99), "p99-µs")
+	b.ReportMetric(percentile(lat, 0.50), "p50-µs")
+	b.ReportMetric(percentile(lat, 0.99), "p99-µs")
 }
 
 // BenchmarkFanout1000 publishes to a namespace watched by 1,000 SSE streams
 // and measures the time until every watcher has read the change.
 func BenchmarkFanout1000(b *testing.B) {
 	needFDs(b, 2*benchWatchers)
-	s, err := Start(WithHeartbeat(time.Hour))
-	if err != nil {
-		b.Fatal(err)
+	runFanout(b, serverRig(b))
+}
+
+// BenchmarkFanout1000Baseline is BenchmarkFanout1000's yardstick: a
+// minimal hand-written SSE broadcast of a change event of the same size to
+// 1,000 readers.
+func BenchmarkFanout1000Baseline(b *testing.B) {
+	needFDs(b, 2*benchWatchers)
+	runFanout(b, baselineRig(b))
+}
+
+// BenchmarkFanout1000VsBaseline alternates one publish to the server and
+// one baseline broadcast, so that both see the same machine load, and
+// reports the ratios of their percentiles (server / baseline).
+func BenchmarkFanout1000VsBaseline(b *testing.B) {
+	needFDs(b, 4*benchWatchers)
+	srv, base := serverRig(b), baselineRig(b)
+	defer srv.close()
+	defer base.close()
+	var ls, lb []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		ls = append(ls, srv.measure(b, i))
+		lb = append(lb, base.measure(b, i))
 	}
-	defer s.Close()
-	rev, _ := s.Publish("bench", map[string]any{"k": 0})
-	path := "/sdk/watch?ns=bench&since=" + strconv.FormatInt(rev, 10)
-	fanout(b,
-		func() bool { return s.OpenStreams() == benchWatchers },
-		func(onChange func()) *readers {
-			rd := &readers{}
-			rd.start(b, benchWatchers, s.Addr(), path, onChange)
-			return rd
-		},
-		func(i int) {
-			if _, err := s.Publish("bench", map[string]any{"retry-timeout-ms": i}); err != nil {
-				b.Fatal(err)
-			}
-		})
+	b.StopTimer()
+	s50, s99 := percentile(ls, 0.50), percentile(ls, 0.99)
+	b50, b99 := percentile(lb, 0.50), percentile(lb, 0.99)
+	b.ReportMetric(s50, "server-p50-µs")
+	b.ReportMetric(s99, "server-p99-µs")
+	b.ReportMetric(b50, "baseline-p50-µs")
+	b.ReportMetric(b99, "baseline-p99-µs")
+	b.ReportMetric(s50/b50, "p50-ratio")
+	b.ReportMetric(s99/b99, "p99-ratio")
 }
 
 // baseline is the least an SSE broadcast can do: one goroutine per
@@ -202,36 +283,6 @@ func (bl *baseline) len() int {
 	bl.mu.Lock()
 	defer bl.mu.Unlock()
 	return len(bl.subs)
-}
-
-// BenchmarkFanout1000Baseline is BenchmarkFanout1000's yardstick: a
-// minimal hand-written SSE broadcast of a change event of the same size to
-// 1,000 readers.
-func BenchmarkFanout1000Baseline(b *testing.B) {
-	needFDs(b, 2*benchWatchers)
-	bl := &baseline{subs: make(map[chan []byte]struct{})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := &http.Server{Handler: bl}
-	go srv.Serve(ln)
-	defer srv.Close()
-	fanout(b,
-		func() bool { return bl.len() == benchWatchers },
-		func(onChange func()) *readers {
-			rd := &readers{}
-			rd.start(b, benchWatchers, ln.Addr().String(), "/", onChange)
-			return rd
-		},
-		func(i int) {
-			// Encoded per broadcast, as the server encodes each change once.
-			cs := transport.ChangeSet{Namespace: "bench", Revision: int64(i + 2), PrevRevision: int64(i + 1),
-				StoreID: "0123456789abcdef", CommittedAt: time.Now().UTC(),
-				Puts: map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(strconv.Itoa(i))}}
-			data, _ := json.Marshal(cs)
-			bl.broadcast(appendFrame(nil, transport.EventChange, cs.Revision, data))
-		})
 }
 
 // BenchmarkIdleWatcherMemory reports the heap and stack held per idle watch
