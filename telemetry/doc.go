@@ -36,24 +36,25 @@
 // holdfast.namespace (AttrNamespace), the namespace's name. It is not
 // called "namespace": in Kubernetes, Prometheus attaches the pod's
 // namespace as a "namespace" target label, and a metric label of the same
-// name would be renamed to exported_namespace on scrape.
+// name would be renamed to exported_namespace on scrape. In the table,
+// namespace stands for holdfast.namespace.
 //
-//	name                          kind                     unit          attributes         meaning
-//	holdfast.staleness            gauge (observable)       s             namespace          time since the client last confirmed its data current (a snapshot, a change or a progress event)
-//	holdfast.revision.applied     gauge (observable)       {revision}    namespace          the revision of the last good data applied
-//	holdfast.revision.lag         gauge (observable)       {revision}    namespace          how far the applied revision is behind the server's head (not reported while unknown)
-//	holdfast.state.breached       gauge (observable)       {namespace}   namespace          1 while stale past MaxStaleness, under either policy; else 0
-//	holdfast.state.failed_closed  gauge (observable)       {namespace}   namespace          1 while a fail-closed namespace serves its Defaults; else 0
-//	holdfast.failed_closed.time   counter (observable)     s             namespace          cumulative time spent failed closed
-//	holdfast.getter.type_mismatches counter (observable)   {call}        namespace          getter calls that found another type than asked and returned the default
-//	holdfast.callback.panics      counter (observable)     {panic}       namespace          OnChange/OnAnyChange/OnStatusChange callbacks that panicked (recovered)
-//	holdfast.applies              counter                  {apply}       namespace, result  change sets and snapshots handled: applied, rejected (failed checks; the last good kept), duplicate
-//	holdfast.resnapshots          counter                  {resnapshot}  namespace, reason  full snapshot fetches: initial, compacted, gap, store_reset, bad_cursor, backstop
-//	holdfast.reconnects           counter                  {reconnect}   namespace, reason  watch streams re-opened: idle, eof, error, unauthorized, throttled, ...
-//	holdfast.breaches             counter                  {breach}      namespace          transitions into breach (stale past MaxStaleness), fail-open or fail-closed
-//	holdfast.persist.errors       counter                  {error}       namespace          failed writes of the last-good file
-//	holdfast.callback.duration    histogram                s             namespace          run time of one callback call
-//	holdfast.propagation.delay    histogram                s             namespace          apply time minus the server's committed_at of the change (clamped at 0)
+//	name                             kind                  unit          attributes         meaning
+//	holdfast.staleness               gauge (observable)    s             namespace          time since the client last confirmed its data current (a snapshot, a change or a progress event)
+//	holdfast.revision.applied        gauge (observable)    {revision}    namespace          the revision of the last good data applied
+//	holdfast.revision.lag            gauge (observable)    {revision}    namespace          how far the applied revision is behind the server's head (not reported while unknown)
+//	holdfast.state.breached          gauge (observable)    {namespace}   namespace          1 while stale past MaxStaleness, under either policy; else 0
+//	holdfast.state.failed_closed     gauge (observable)    {namespace}   namespace          1 while a fail-closed namespace serves its Defaults; else 0
+//	holdfast.failed_closed.time      counter (observable)  s             namespace          cumulative time spent failed closed (see FailedClosedTimer)
+//	holdfast.getter.type_mismatches  counter (observable)  {call}        namespace          getter calls that found another type than asked and returned the default
+//	holdfast.callback.panics         counter (observable)  {panic}       namespace          change and status callbacks that panicked (recovered)
+//	holdfast.applies                 counter               {apply}       namespace, result  updates handled: applied, rejected (failed its checks; the last good kept), duplicate
+//	holdfast.resnapshots             counter               {resnapshot}  namespace, reason  full snapshot fetches: initial, compacted, gap, store_reset, bad_cursor, backstop
+//	holdfast.reconnects              counter               {reconnect}   namespace, reason  watch streams re-opened: idle, eof, error, unauthorized, throttled, ...
+//	holdfast.breaches                counter               {breach}      namespace          transitions into breach (stale past MaxStaleness), fail-open or fail-closed
+//	holdfast.persist.errors          counter               {error}       namespace          failed writes of the last-good file
+//	holdfast.callback.duration       histogram             s             namespace          run time of one callback call
+//	holdfast.propagation.delay       histogram             s             namespace          apply time minus the server's committed_at of the change (clamped at 0)
 //
 // The gauges and observable counters are read from the Probe at collection;
 // after NamespaceMetrics.Close they no longer report for that namespace.
@@ -74,9 +75,13 @@
 //	holdfast_getter_type_mismatches_total      holdfast_propagation_delay_seconds_bucket
 //	holdfast_callback_panics_total
 //
-// with the labels holdfast_namespace, result and reason. The test
-// TestDashboardQueriesExportedNames proves these names against the real
-// exporter and every query of the dashboard.
+// with the labels holdfast_namespace, result and reason (and the
+// exporter's otel_scope_name). The test TestDashboardQueriesExportedNames
+// proves these names against the real exporter and every query of the
+// dashboard. The dashboard assumes that default translation
+// (otlptranslator.UnderscoreEscapingWithSuffixes); an exporter set to keep
+// UTF-8 names (NoUTF8EscapingWithSuffixes) exports names that keep their
+// dots, which its queries do not match.
 //
 // # Traces
 //

@@ -430,18 +430,23 @@ func b2i(b bool) int64 {
 type addOpts struct {
 	ns    attribute.KeyValue
 	key   attribute.Key
-	known map[string][]metric.AddOption // read-only after newAddOpts
+	known []valueOpts // read-only after newAddOpts; a scan of a few beats a map
 
 	mu    sync.Mutex
 	extra map[string][]metric.AddOption
 }
 
 func newAddOpts(ns attribute.KeyValue, key attribute.Key, values []string) *addOpts {
-	a := &addOpts{ns: ns, key: key, known: make(map[string][]metric.AddOption, len(values))}
-	for _, v := range values {
-		a.known[v] = a.build(v)
+	a := &addOpts{ns: ns, key: key, known: make([]valueOpts, len(values))}
+	for i, v := range values {
+		a.known[i] = valueOpts{v, a.build(v)}
 	}
 	return a
+}
+
+type valueOpts struct {
+	value string
+	opts  []metric.AddOption
 }
 
 func (a *addOpts) build(v string) []metric.AddOption {
@@ -451,16 +456,23 @@ func (a *addOpts) build(v string) []metric.AddOption {
 // get returns the options for value v, caching up to maxExtraValues values
 // beyond the known ones; past that, v counts as ValueOther.
 func (a *addOpts) get(v string) []metric.AddOption {
-	if o, ok := a.known[v]; ok {
-		return o
+	for i := range a.known {
+		if a.known[i].value == v {
+			return a.known[i].opts
+		}
 	}
+	return a.getExtra(v)
+}
+
+// getExtra is get's slow path, for values outside the known ones.
+func (a *addOpts) getExtra(v string) []metric.AddOption {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if o, ok := a.extra[v]; ok {
 		return o
 	}
 	if len(a.extra) >= maxExtraValues {
-		return a.known[ValueOther]
+		return a.known[len(a.known)-1].opts // ValueOther, last of every known list
 	}
 	if a.extra == nil {
 		a.extra = make(map[string][]metric.AddOption)
