@@ -22,8 +22,17 @@
 //
 // Faults (FailNext, SetLatency, DropStreams, SetBlackhole, ResetStore) apply
 // to the data plane (/sdk/...) only, so that a test can always drive the
-// control API and the Go API. Stats counts data-plane requests, so a test
-// can tell, for example, that a client resumed without a new snapshot.
+// control API and the Go API; the same faults are one POST /control/faults
+// away for tools in other languages. Once SetBlackhole(true) returns, not a
+// byte more is sent on the data plane until SetBlackhole(false). Stats
+// counts data-plane requests, so a test can tell, for example, that a
+// client resumed without a new snapshot; OpenStreams lets a test wait until
+// its client is watching.
+//
+// Cursors: a snapshot's cursor is the store's head when it was read; a
+// stream's first event after its backlog is a progress event at that
+// cursor, and every event id is a cursor: no change of the namespace sent
+// after it is at or below it.
 //
 // Errors of the Go API: ErrInvalid (a malformed name, key, value or
 // revision; HTTP 400), ErrUnknownNamespace (404), *transport.CompactedError
