@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Kind is the JSON type of a Value.
@@ -65,7 +67,7 @@ func NewValue(raw []byte) (Value, error) {
 
 // decode fills d from raw.
 func (d *valueData) decode(raw []byte) error {
-	raw = bytes.TrimSpace(raw)
+	raw = bytes.Trim(raw, " \t\r\n") // JSON whitespace only
 	if len(raw) == 0 {
 		return fmt.Errorf("cache: empty value")
 	}
@@ -80,11 +82,15 @@ func (d *valueData) decode(raw []byte) error {
 		d.kind, d.b = KindBool, raw[0] == 't'
 	case '"':
 		d.kind = KindString
-		if err := json.Unmarshal(raw, &d.str); err != nil {
+		if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+			d.str = string(inner) // valid JSON, no escapes, valid UTF-8: the bytes are the string
+		} else if err := json.Unmarshal(raw, &d.str); err != nil {
 			return fmt.Errorf("cache: invalid JSON string: %w", err)
 		}
-		if dur, err := time.ParseDuration(d.str); err == nil {
-			d.dur, d.isDur = dur, true
+		if looksLikeDuration(d.str) {
+			if dur, err := time.ParseDuration(d.str); err == nil {
+				d.dur, d.isDur = dur, true
+			}
 		}
 	case '[':
 		d.kind = KindArray
@@ -105,6 +111,17 @@ func (d *valueData) decode(raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// looksLikeDuration is a cheap test that spares time.ParseDuration (and the
+// error it allocates) the strings that cannot be durations.
+func looksLikeDuration(s string) bool {
+	if s == "0" {
+		return true
+	}
+	// Every unit ends in one of "snmh" ("ns", "us", "µs", "ms", "s", "m", "h").
+	return len(s) >= 2 && strings.IndexByte("+-.0123456789", s[0]) >= 0 &&
+		strings.IndexByte("snmh", s[len(s)-1]) >= 0
 }
 
 func isRangeErr(err error) bool {

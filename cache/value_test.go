@@ -118,3 +118,32 @@ func TestSnapshotApplyLeavesOriginal(t *testing.T) {
 		t.Fatal("a failed Apply changed its base")
 	}
 }
+
+// FuzzNewValue checks NewValue against encoding/json: it accepts exactly
+// the single JSON values, its strings decode as json.Unmarshal's do, and
+// its durations as time.ParseDuration's.
+func FuzzNewValue(f *testing.F) {
+	for _, s := range []string{`"x"`, `"caf\u00e9"`, `"a\"b"`, `"250ms"`, `"1h2m"`, `"0"`, `"-1.5µs"`, `12`, `-0.5e3`, `null`, `[1]`, `{"a":"b"}`, `"\ud800"`, `" "`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		v, err := NewValue(raw)
+		var generic any
+		jerr := json.Unmarshal(raw, &generic)
+		if (err == nil) != (jerr == nil) {
+			t.Fatalf("NewValue(%q) error %v; json.Unmarshal error %v", raw, err, jerr)
+		}
+		if err != nil {
+			return
+		}
+		if s, ok := generic.(string); ok {
+			if got, _ := v.Str(); got != s {
+				t.Fatalf("NewValue(%q).Str() = %q; json says %q", raw, got, s)
+			}
+			d, derr := time.ParseDuration(s)
+			if got, ok := v.Duration(); ok != (derr == nil) || got != d {
+				t.Fatalf("NewValue(%q).Duration() = %v, %v; ParseDuration says %v, %v", raw, got, ok, d, derr)
+			}
+		}
+	})
+}
