@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -26,6 +27,8 @@ type Client struct {
 
 	corruptFiles  atomic.Int64
 	persistErrors atomic.Int64
+	metrics       *telemetry.Instruments
+	tracer        *telemetry.Tracer
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -78,6 +81,12 @@ func New(opts ...Option) (*Client, error) {
 		}
 		c.dir = dir
 	}
+	metrics, err := telemetry.New(o.meterProvider)
+	if err != nil {
+		// The API hands back working instruments along with the error.
+		o.logger.Warn("config: some instruments were refused by the meter provider", "err", err)
+	}
+	c.metrics, c.tracer = metrics, telemetry.NewTracer(o.tracerProvider)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -207,6 +216,12 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 		n.acks = newAcker(a, log, c.opts.clientID, name)
 	}
 	n.status = Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness}
+	if n.metrics, err = c.metrics.Namespace(name, probe{n}); err != nil {
+		log.Warn("config: namespace metrics not registered", "err", err)
+	}
+	if n.metrics != nil {
+		n.disp.onCallback = n.metrics.CallbackDuration
+	}
 	if c.dir != nil {
 		n.mu.Lock()
 		n.loadFromDisk(c.dir)
@@ -236,6 +251,7 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 		if n.persister != nil {
 			_ = n.persister.Close() // writes what is pending
 		}
+		_ = n.metrics.Close()
 		n.mu.Lock()
 		n.setState(StateClosed)
 		n.mu.Unlock()

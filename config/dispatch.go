@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // dispatcher runs a namespace's callbacks on its own goroutine, one at a
@@ -25,6 +26,8 @@ type dispatcher struct {
 
 	panics    atomic.Int64
 	coalesced atomic.Int64
+	// onCallback, when set before run starts, sees each callback's duration.
+	onCallback func(time.Duration)
 }
 
 // item is one entry of the queue: a change set or a status transition.
@@ -191,7 +194,11 @@ func (d *dispatcher) call(s *subscription, fn func()) {
 	if s.stopped.Load() {
 		return
 	}
+	start := time.Now()
 	defer func() {
+		if d.onCallback != nil {
+			d.onCallback(time.Since(start))
+		}
 		if r := recover(); r != nil {
 			d.panics.Add(1)
 			d.log.Error("config: callback panicked", "key", s.key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))

@@ -19,6 +19,8 @@ var (
 	ErrRejected = errors.New("config: update rejected")
 	// errGap: a change set does not follow the applied revision.
 	errGap = errors.New("config: revision gap")
+	// errBackstop: a healthy watch ended for the periodic full check.
+	errBackstop = errors.New("config: backstop snapshot due")
 )
 
 // OpenError is returned by Client.Namespace when the namespace could not be

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
 // Namespace is an open namespace: a local, always-readable copy of its
@@ -52,6 +53,10 @@ type Namespace struct {
 	persister   *cache.Persister
 	lastPersist time.Time
 	kick        chan struct{} // wakes the staleness enforcer after a confirmation
+
+	metrics           *telemetry.NamespaceMetrics // nil-safe
+	head              int64                       // the newest namespace revision the server told of
+	failedClosedTotal time.Duration               // time spent in StateFailedClosed, before the current stint
 }
 
 // Name is the namespace's name.
@@ -154,11 +159,19 @@ func (n *Namespace) Status() Status {
 // setState moves to state and queues the transition for OnStatusChange.
 // n.mu must be held.
 func (n *Namespace) setState(state State) {
-	if n.status.State == state {
+	prev := n.status.State
+	if prev == state {
 		return
 	}
+	now := time.Now()
+	if prev == StateFailedClosed {
+		n.failedClosedTotal += now.Sub(n.status.Since)
+	}
+	if (state == StateBreached || state == StateFailedClosed) && prev != StateBreached && prev != StateFailedClosed {
+		n.metrics.Breach()
+	}
 	n.status.State = state
-	n.status.Since = time.Now()
+	n.status.Since = now
 	st := n.status
 	if !n.confirm.IsZero() {
 		st.Staleness = time.Since(n.confirm)

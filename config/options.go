@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -33,6 +36,9 @@ type options struct {
 	unauthorizedWait time.Duration
 	callbackQueue    int
 	cacheDir         string
+	backstop         time.Duration
+	meterProvider    metric.MeterProvider
+	tracerProvider   trace.TracerProvider
 }
 
 func defaultOptions() options {
@@ -46,6 +52,7 @@ func defaultOptions() options {
 		backoffMax:       30 * time.Second,
 		unauthorizedWait: time.Minute,
 		callbackQueue:    1024,
+		backstop:         10 * time.Minute,
 	}
 }
 
@@ -142,6 +149,27 @@ func WithCacheDir(dir string) Option {
 	return optionFunc(func(o *options) { o.cacheDir = dir })
 }
 
+// WithBackstop sets how often a namespace confirms its data with a full,
+// conditional snapshot (a 304 when nothing changed), even while its watch is
+// healthy: a backstop against a stream that silently diverged. Default 10
+// minutes.
+func WithBackstop(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.backstop = d })
+}
+
+// WithMeterProvider sets where the client's metrics go (package telemetry
+// lists them). Default: otel.GetMeterProvider(), so instruments made before
+// the application sets its provider are forwarded.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(o *options) { o.meterProvider = mp })
+}
+
+// WithTracerProvider sets where the client's spans go (snapshot fetches and
+// resnapshots). Default: otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(o *options) { o.tracerProvider = tp })
+}
+
 func (o *options) validate() error {
 	var errs []error
 	if o.source == nil && o.endpoint == "" {
@@ -158,6 +186,9 @@ func (o *options) validate() error {
 	}
 	if o.backoffInitial <= 0 || o.backoffMax < o.backoffInitial {
 		errs = append(errs, fmt.Errorf("config: reconnect backoff %v..%v is not a positive range", o.backoffInitial, o.backoffMax))
+	}
+	if o.backstop <= 0 {
+		errs = append(errs, fmt.Errorf("config: backstop interval %v is not positive", o.backstop))
 	}
 	if o.callbackQueue <= 0 {
 		errs = append(errs, fmt.Errorf("config: callback queue %d is not positive", o.callbackQueue))

@@ -83,6 +83,7 @@ func (n *Namespace) persisted(_ *cache.Record, err error) {
 	defer n.mu.Unlock()
 	if err != nil {
 		n.c.persistErrors.Add(1)
+		n.metrics.PersistError()
 		n.status.PersistError = ErrorInfo{Kind: ErrorPersist, Message: err.Error(), Time: time.Now(), Err: err}
 		n.log.Error("config: cannot write last-good file; serving goes on", "err", err)
 		return

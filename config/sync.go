@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -22,9 +23,10 @@ import (
 // resnapshot. It never gives up; it returns when ctx ends.
 func (n *Namespace) run(ctx context.Context) {
 	bo := n.c.newBackoff()
-	needSnapshot := true
+	needSnapshot, reason := true, telemetry.ResnapshotInitial
 	for ctx.Err() == nil {
 		if needSnapshot {
+			n.metrics.Resnapshot(reason)
 			if err := n.resnapshot(ctx); err != nil {
 				if ctx.Err() != nil {
 					return
@@ -37,7 +39,10 @@ func (n *Namespace) run(ctx context.Context) {
 		}
 
 		delivered := false
-		err := n.c.src.Watch(ctx, transport.WatchRequest{Namespace: n.name, Since: n.resumeCursor()},
+		// The backstop: after a while even a healthy watch ends, for a
+		// conditional snapshot that confirms nothing diverged.
+		watchCtx, cancel := context.WithTimeoutCause(ctx, n.c.opts.backstop, errBackstop)
+		err := n.c.src.Watch(watchCtx, transport.WatchRequest{Namespace: n.name, Since: n.resumeCursor()},
 			func(ev transport.Event) error {
 				if !delivered {
 					delivered = true
@@ -45,18 +50,24 @@ func (n *Namespace) run(ctx context.Context) {
 				}
 				return n.handle(ev)
 			})
+		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		n.failed(err)
+		if context.Cause(watchCtx) == errBackstop {
+			err = errBackstop
+		} else {
+			n.failed(err)
+		}
 		if needsResnapshot(err) {
-			n.log.Info("config: resnapshot", "ns", n.name, "reason", err)
-			needSnapshot = true
+			n.log.Info("config: resnapshot", "reason", err)
+			needSnapshot, reason = true, resnapshotReason(err)
 			if delivered {
 				continue // the stream was healthy: resnapshot at once
 			}
 		} else {
-			n.log.Warn("config: watch ended; resuming from cursor", "ns", n.name, "cursor", n.resumeCursor(), "err", err)
+			n.metrics.Reconnect(reconnectReason(err))
+			n.log.Warn("config: watch ended; resuming from cursor", "cursor", n.resumeCursor(), "err", err)
 		}
 		n.c.wait(ctx, bo, err)
 	}
@@ -69,7 +80,8 @@ func (n *Namespace) run(ctx context.Context) {
 func needsResnapshot(err error) bool {
 	var se *transport.StatusError
 	return errors.Is(err, transport.ErrCompacted) || errors.Is(err, transport.ErrStoreChanged) ||
-		errors.Is(err, errGap) || errors.As(err, &se) && se.StatusCode == http.StatusBadRequest
+		errors.Is(err, errGap) || errors.Is(err, errBackstop) ||
+		errors.As(err, &se) && se.StatusCode == http.StatusBadRequest
 }
 
 func (n *Namespace) resumeCursor() int64 {
@@ -92,7 +104,9 @@ func (n *Namespace) resnapshot(ctx context.Context) error {
 	// A black-holed server must not hold the loop forever.
 	ctx, cancel := context.WithTimeout(ctx, 2*n.c.opts.idleTimeout+10*time.Second)
 	defer cancel()
+	ctx, end := n.c.tracer.Start(ctx, telemetry.SpanSnapshot, n.name)
 	snap, err := n.c.src.Snapshot(ctx, req)
+	end(err)
 	notModified := errors.Is(err, transport.ErrNotModified)
 	if err != nil && !notModified {
 		return err
@@ -120,6 +134,10 @@ func (n *Namespace) resnapshot(ctx context.Context) error {
 		n.confirmed(false)
 		return nil
 	}
+	if snap.StoreID != n.storeID {
+		n.head = 0
+	}
+	n.head = max(n.head, snap.Revision)
 	if snap.StoreID == n.storeID && snap.Revision == n.rejected {
 		n.cursor = max(n.cursor, snap.Cursor)
 		return nil // rejected already; wait for a later revision
@@ -193,6 +211,7 @@ func (n *Namespace) rejectUpdate(revision int64, err error) {
 	rerr := &RejectedError{Namespace: n.name, Revision: revision, Err: err}
 	n.rejected = revision
 	n.rejects.Add(1)
+	n.metrics.Apply(telemetry.ResultRejected)
 	n.recordError(rerr)
 	n.log.Error("config: update rejected; the last good keeps serving", "revision", revision, "err", err)
 	n.acks.report(revision, rerr)
@@ -214,7 +233,9 @@ func (n *Namespace) handle(ev transport.Event) error {
 		if cs.StoreID != n.storeID {
 			return fmt.Errorf("%w: %q, watching %q", transport.ErrStoreChanged, cs.StoreID, n.storeID)
 		}
+		n.head = max(n.head, cs.Revision)
 		if cs.Revision <= applied || cs.Revision == n.rejected {
+			n.metrics.Apply(telemetry.ResultDuplicate)
 			n.cursor = max(n.cursor, cs.Revision)
 			n.confirmed(false)
 			return nil // a duplicate, or a revision already rejected
@@ -244,6 +265,7 @@ func (n *Namespace) handle(ev transport.Event) error {
 		if p.StoreID != n.storeID {
 			return fmt.Errorf("%w: %q, watching %q", transport.ErrStoreChanged, p.StoreID, n.storeID)
 		}
+		n.head = max(n.head, p.Revision)
 		if p.Revision > applied && p.Revision != n.rejected {
 			return fmt.Errorf("%w: progress at namespace revision %d, applied %d", errGap, p.Revision, applied)
 		}
@@ -272,6 +294,10 @@ func (n *Namespace) swap(next *cache.Snapshot, changes []Change) {
 	}
 	n.confirmed(true)
 	n.acks.report(next.Revision(), nil)
+	n.metrics.Apply(telemetry.ResultApplied)
+	if t := next.CommittedAt(); !t.IsZero() {
+		n.metrics.PropagationDelay(time.Since(t))
+	}
 }
 
 // confirmed records that the data is current as of now, from the network,

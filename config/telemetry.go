@@ -1,0 +1,109 @@
+package config
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/telemetry"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// probe is what a namespace's observable instruments read at each
+// collection. Collections run on the meter's goroutines: it reads under n.mu
+// (never on the read path).
+type probe struct{ n *Namespace }
+
+var (
+	_ telemetry.Probe             = probe{}
+	_ telemetry.FailedClosedTimer = probe{}
+)
+
+func (p probe) Staleness() time.Duration {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	if p.n.confirm.IsZero() {
+		return -1
+	}
+	return time.Since(p.n.confirm)
+}
+
+func (p probe) Revision() int64 {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	if p.n.applied == nil {
+		return 0
+	}
+	return p.n.applied.Revision()
+}
+
+func (p probe) HeadLag() int64 {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	if p.n.applied == nil || p.n.head == 0 {
+		return -1
+	}
+	return max(p.n.head-p.n.applied.Revision(), 0)
+}
+
+func (p probe) FailedClosed() bool {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	return p.n.status.State == StateFailedClosed
+}
+
+func (p probe) Breached() bool {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	return p.n.status.State == StateBreached || p.n.status.State == StateFailedClosed
+}
+
+func (p probe) TypeMismatches() int64 { return p.n.mismatches.Load() }
+
+func (p probe) CallbackPanics() int64 { return p.n.disp.panics.Load() }
+
+func (p probe) FailedClosedTime() time.Duration {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	total := p.n.failedClosedTotal
+	if p.n.status.State == StateFailedClosed {
+		total += time.Since(p.n.status.Since)
+	}
+	return total
+}
+
+// resnapshotReason names why a watch that ended with err needs a new
+// snapshot, for the resnapshots counter.
+func resnapshotReason(err error) string {
+	var se *transport.StatusError
+	switch {
+	case errors.Is(err, transport.ErrCompacted):
+		return telemetry.ResnapshotCompacted
+	case errors.Is(err, transport.ErrStoreChanged):
+		return telemetry.ResnapshotStoreReset
+	case errors.Is(err, errGap):
+		return telemetry.ResnapshotGap
+	case errors.Is(err, errBackstop):
+		return telemetry.ResnapshotBackstop
+	case errors.As(err, &se) && se.StatusCode == http.StatusBadRequest:
+		return telemetry.ResnapshotBadCursor
+	}
+	return telemetry.ValueOther
+}
+
+// reconnectReason names why a watch ended, for the reconnects counter.
+func reconnectReason(err error) string {
+	var se *transport.StatusError
+	switch {
+	case errors.Is(err, transport.ErrStreamIdle):
+		return telemetry.ReconnectIdle
+	case errors.Is(err, transport.ErrUnauthorized):
+		return telemetry.ReconnectUnauthorized
+	case errors.As(err, &se) && (se.StatusCode == http.StatusTooManyRequests || se.StatusCode == http.StatusServiceUnavailable):
+		return telemetry.ReconnectThrottled
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return telemetry.ReconnectEOF
+	}
+	return telemetry.ReconnectError
+}
