@@ -26,7 +26,6 @@ func (n *Namespace) run(ctx context.Context) {
 	needSnapshot, reason := true, telemetry.ResnapshotInitial
 	for ctx.Err() == nil {
 		if needSnapshot {
-			n.metrics.Resnapshot(reason)
 			if err := n.resnapshot(ctx); err != nil {
 				if ctx.Err() != nil {
 					return
@@ -35,6 +34,7 @@ func (n *Namespace) run(ctx context.Context) {
 				n.c.wait(ctx, bo, err)
 				continue
 			}
+			n.metrics.Resnapshot(reason)
 			needSnapshot = false
 		}
 
@@ -56,16 +56,17 @@ func (n *Namespace) run(ctx context.Context) {
 		}
 		if context.Cause(watchCtx) == errBackstop {
 			err = errBackstop
-		} else {
-			n.failed(err)
 		}
 		if needsResnapshot(err) {
+			// Compaction, a gap or a new store are normal paths, not
+			// trouble: no error in Status, no state change.
 			n.log.Info("config: resnapshot", "reason", err)
 			needSnapshot, reason = true, resnapshotReason(err)
 			if delivered {
 				continue // the stream was healthy: resnapshot at once
 			}
 		} else {
+			n.failed(err)
 			n.metrics.Reconnect(reconnectReason(err))
 			n.log.Warn("config: watch ended; resuming from cursor", "cursor", n.resumeCursor(), "err", err)
 		}
