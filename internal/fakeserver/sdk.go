@@ -51,10 +51,10 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 				code = transport.CodeInternal
 			}
 			defer s.speak(r)()
-			if retryAfter > 0 {
-				secs := (retryAfter + time.Second - 1) / time.Second
-				w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
-			}
+			// Whole seconds, rounded to the nearest: a test that asks for
+			// 10ms wants a quick retry, and "Retry-After: 0" says so.
+			secs := (retryAfter + time.Second/2) / time.Second
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 			s.planeHeaders(w, "")
 			writeError(w, status, transport.ErrorBody{Error: code, Message: "injected fault", StoreID: s.StoreID()})
 			return false

@@ -332,9 +332,9 @@ func (s *Server) ValuesAt(ns string, rev int64) (map[string]json.RawMessage, err
 }
 
 // FailNext makes the next n data-plane requests (snapshot, events, watch;
-// not acks, so that a test's count is predictable) fail with status, and
-// with Retry-After when retryAfter > 0 (429 and 503 get 1s when it is 0).
-// n = 0 clears the fault.
+// not acks, so that a test's count is predictable) fail with status and
+// Retry-After: retryAfter in whole seconds, rounded to the nearest (so
+// 10ms gives "Retry-After: 0", retry at once). n = 0 clears the fault.
 func (s *Server) FailNext(n int, status int, retryAfter time.Duration) {
 	s.faults.setFail(n, status, retryAfter)
 }
