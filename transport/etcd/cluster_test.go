@@ -1,0 +1,401 @@
+package etcd_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// The tests run a real 3-member etcd cluster: the etcd binary of Debian's
+// etcd-server package (.ci/run installs it), one process per member, on
+// loopback ports, each with its data directory in t.TempDir. Set ETCD_BIN
+// to use another binary.
+func etcdBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("ETCD_BIN"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Fatalf("no etcd binary: install Debian's etcd-server (apt-get install etcd-server, as .ci/run does) or set ETCD_BIN: %v", err)
+	}
+	return p
+}
+
+type member struct {
+	name      string
+	clientURL string
+	peerURL   string
+	dir       string
+	args      []string
+	log       *syncBuffer
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+type cluster struct {
+	t       testing.TB
+	bin     string
+	members []*member
+}
+
+// freePorts reserves n loopback ports (listening, then closing: the
+// members bind them next).
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return ports
+}
+
+// startCluster starts a 3-member cluster and waits until it serves a
+// linearizable read. Every member is killed at test end, pass or fail.
+func startCluster(t testing.TB) *cluster {
+	t.Helper()
+	c := newCluster(t, t.TempDir())
+	t.Cleanup(c.stop)
+	c.start(t)
+	return c
+}
+
+func newCluster(t testing.TB, dir string) *cluster {
+	c := &cluster{t: t, bin: etcdBinary(t)}
+	ports := freePorts(t, 6)
+	var initial []string
+	for i := range 3 {
+		m := &member{
+			name:      fmt.Sprintf("m%d", i),
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
+			dir:       filepath.Join(dir, fmt.Sprintf("m%d", i)),
+			log:       &syncBuffer{},
+		}
+		c.members = append(c.members, m)
+		initial = append(initial, m.name+"="+m.peerURL)
+	}
+	token := fmt.Sprintf("holdfast-test-%d", time.Now().UnixNano())
+	for _, m := range c.members {
+		m.args = []string{
+			"--name", m.name,
+			"--data-dir", m.dir,
+			"--listen-client-urls", m.clientURL,
+			"--advertise-client-urls", m.clientURL,
+			"--listen-peer-urls", m.peerURL,
+			"--initial-advertise-peer-urls", m.peerURL,
+			"--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-state", "new",
+			"--initial-cluster-token", token,
+			// Fast failover for the tests; generous enough for a loaded
+			// two-core machine.
+			"--heartbeat-interval", "50",
+			"--election-timeout", "750",
+			"--logger", "zap",
+			"--log-level", "warn",
+		}
+	}
+	return c
+}
+
+func (c *cluster) start(t testing.TB) {
+	t.Helper()
+	for _, m := range c.members {
+		if err := c.run(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitHealthy(t)
+}
+
+func (c *cluster) run(m *member) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cmd := exec.Command(c.bin, m.args...)
+	cmd.Stdout, cmd.Stderr = m.log, m.log
+	// If the test binary dies, so do its members.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start etcd member %s: %w", m.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	m.cmd, m.done = cmd, done
+	return nil
+}
+
+// kill SIGKILLs member i and waits for the process to end.
+func (c *cluster) kill(i int) {
+	m := c.members[i]
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.cmd = nil
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// restart starts a killed member again on its data directory.
+func (c *cluster) restart(t testing.TB, i int) {
+	t.Helper()
+	if err := c.run(c.members[i]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *cluster) stop() {
+	for i := range c.members {
+		c.kill(i)
+	}
+	if c.t != nil && c.t.Failed() {
+		for _, m := range c.members {
+			c.t.Logf("etcd member %s log:\n%s", m.name, m.log.String())
+		}
+	}
+}
+
+func (c *cluster) endpoints() []string {
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.clientURL)
+	}
+	return eps
+}
+
+// client returns a raw etcd client of the whole cluster, closed at test end.
+func (c *cluster) client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// waitHealthy waits until a linearizable read succeeds.
+func (c *cluster) waitHealthy(t testing.TB) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "health")
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, m := range c.members {
+				t.Logf("etcd member %s log:\n%s", m.name, m.log.String())
+			}
+			t.Fatalf("etcd cluster not healthy after %v: %v", waitLimit, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leader returns the index of the current leader.
+func (c *cluster) leader(t testing.TB) int {
+	t.Helper()
+	cli := c.client(t)
+	var lastErr error
+	deadline := time.Now().Add(waitLimit)
+	for time.Now().Before(deadline) {
+		for i, m := range c.members {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := cli.Status(ctx, m.clientURL)
+			cancel()
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			if st.Leader != 0 && st.Leader == st.Header.MemberId {
+				return i
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no leader: %v", lastErr)
+	return -1
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proxy is a TCP proxy on a loopback port in front of one member, so a
+// test can drop a client's connections or cut it off while the cluster
+// runs on.
+type proxy struct {
+	l        net.Listener
+	upstream string
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func startProxy(t testing.TB, upstreamURL string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l, upstream: strings.TrimPrefix(upstreamURL, "http://"), conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) url() string { return "http://" + p.l.Addr().String() }
+
+func (p *proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.mu.Unlock()
+		up, err := net.DialTimeout("tcp", p.upstream, time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = up.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// drop closes every open connection; new ones are accepted.
+func (p *proxy) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// setDown cuts (true) or restores (false) the path to the member.
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+	if down {
+		p.drop()
+	}
+}
+
+func (p *proxy) close() {
+	_ = p.l.Close()
+	p.drop()
+	p.wg.Wait()
+}
+
+// proxies puts a proxy in front of every member of c.
+type proxies []*proxy
+
+func startProxies(t testing.TB, c *cluster) proxies {
+	var ps proxies
+	for _, m := range c.members {
+		ps = append(ps, startProxy(t, m.clientURL))
+	}
+	return ps
+}
+
+func (ps proxies) urls() []string {
+	var u []string
+	for _, p := range ps {
+		u = append(u, p.url())
+	}
+	return u
+}
+
+func (ps proxies) drop() {
+	for _, p := range ps {
+		p.drop()
+	}
+}
+
+func (ps proxies) setDown(down bool) {
+	for _, p := range ps {
+		p.setDown(down)
+	}
+}

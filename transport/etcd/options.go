@@ -1,0 +1,171 @@
+package etcd
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults of the options.
+const (
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultRequestTimeout   = 10 * time.Second
+	DefaultHeartbeat        = 5 * time.Second
+	DefaultIdleTimeout      = 15 * time.Second
+	DefaultMaxValueBytes    = 1 << 20
+	DefaultMaxEventBytes    = 16 << 20
+	DefaultMaxSnapshotBytes = 64 << 20
+)
+
+// Option configures a Source. Pass options to New.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	endpoints        []string
+	tls              *tls.Config
+	username         string
+	password         string
+	dialTimeout      time.Duration
+	requestTimeout   time.Duration
+	logger           *slog.Logger
+	client           *clientv3.Client
+	heartbeat        time.Duration
+	idleTimeout      time.Duration
+	maxValueBytes    int
+	maxEventBytes    int
+	maxSnapshotBytes int
+}
+
+func defaultOptions() options {
+	return options{
+		dialTimeout:      DefaultDialTimeout,
+		requestTimeout:   DefaultRequestTimeout,
+		logger:           slog.New(slog.DiscardHandler),
+		heartbeat:        DefaultHeartbeat,
+		idleTimeout:      DefaultIdleTimeout,
+		maxValueBytes:    DefaultMaxValueBytes,
+		maxEventBytes:    DefaultMaxEventBytes,
+		maxSnapshotBytes: DefaultMaxSnapshotBytes,
+	}
+}
+
+// WithEndpoints sets the etcd members to talk to, for example
+// "https://10.0.0.1:2379". Give every member (or the gRPC proxy): the client
+// balances over them and fails over when one goes away. One of
+// WithEndpoints and WithClient is required.
+func WithEndpoints(endpoints ...string) Option {
+	return optionFunc(func(o *options) { o.endpoints = append([]string(nil), endpoints...) })
+}
+
+// WithTLS sets the TLS configuration: the CA in RootCAs, and client
+// certificates (etcd's --client-cert-auth) in Certificates.
+func WithTLS(cfg *tls.Config) Option {
+	return optionFunc(func(o *options) { o.tls = cfg })
+}
+
+// WithAuth sets the user name and password of etcd's authentication. The
+// user needs read access to the namespaces' key ranges (and write access
+// for Publish and Rollback): /holdfast/ with a prefix permission.
+func WithAuth(username, password string) Option {
+	return optionFunc(func(o *options) { o.username, o.password = username, password })
+}
+
+// WithDialTimeout bounds connecting to a member. Default 5s.
+func WithDialTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.dialTimeout = d })
+}
+
+// WithRequestTimeout bounds every unary request (a snapshot read, a
+// publish's read and transaction, a progress check), on top of the
+// caller's context. Default 10s.
+func WithRequestTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.requestTimeout = d })
+}
+
+// WithLogger sets the logger. Default: discard. The etcd client's own zap
+// logger is silenced unless WithClient hands in a client that has one.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) { o.logger = l })
+}
+
+// WithClient makes the Source use a client the caller owns and configured
+// (endpoints, TLS, auth, timeouts, call sizes). Close does not close it.
+// It excludes WithEndpoints, WithTLS, WithAuth and WithDialTimeout.
+func WithClient(c *clientv3.Client) Option {
+	return optionFunc(func(o *options) { o.client = c })
+}
+
+// WithHeartbeat sets how often a watch asks etcd for a progress
+// notification (etcd sends unprompted ones only every 10 minutes by
+// default). Each answer confirms the namespace current and advances the
+// cursor, so a quiet namespace is not pushed past compaction. Default 5s.
+func WithHeartbeat(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.heartbeat = d })
+}
+
+// WithIdleTimeout sets how long a watch may receive nothing — no change, no
+// progress — before it ends with transport.ErrStreamIdle (a member that
+// stopped answering, or every member down while the etcd client retries
+// quietly). Default 15s: three default heartbeats. It must exceed the
+// heartbeat.
+func WithIdleTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.idleTimeout = d })
+}
+
+// WithMaxValueBytes bounds one key's value, in snapshots, watches and
+// publishes. Default 1 MiB (etcd's own default request limit is 1.5 MiB).
+func WithMaxValueBytes(n int) Option {
+	return optionFunc(func(o *options) { o.maxValueBytes = n })
+}
+
+// WithMaxEventBytes bounds one change set: the sum of its values. Default
+// 16 MiB.
+func WithMaxEventBytes(n int) Option {
+	return optionFunc(func(o *options) { o.maxEventBytes = n })
+}
+
+// WithMaxSnapshotBytes bounds one snapshot: the gRPC message of the range
+// read (for a client the Source creates) and the sum of its values.
+// Default 64 MiB.
+func WithMaxSnapshotBytes(n int) Option {
+	return optionFunc(func(o *options) { o.maxSnapshotBytes = n })
+}
+
+func (o *options) validate() error {
+	var errs []error
+	switch {
+	case o.client == nil && len(o.endpoints) == 0:
+		errs = append(errs, errors.New("etcd: no endpoints: pass WithEndpoints or WithClient"))
+	case o.client != nil && (len(o.endpoints) > 0 || o.tls != nil || o.username != "" || o.password != ""):
+		errs = append(errs, errors.New("etcd: WithClient excludes WithEndpoints, WithTLS and WithAuth: configure the client instead"))
+	}
+	for _, ep := range o.endpoints {
+		if ep == "" {
+			errs = append(errs, errors.New("etcd: empty endpoint"))
+		}
+	}
+	if o.password != "" && o.username == "" {
+		errs = append(errs, errors.New("etcd: password without a user name"))
+	}
+	if o.logger == nil {
+		errs = append(errs, errors.New("etcd: logger is nil"))
+	}
+	if o.dialTimeout <= 0 || o.requestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("etcd: timeouts must be positive (dial %v, request %v)", o.dialTimeout, o.requestTimeout))
+	}
+	if o.heartbeat <= 0 || o.idleTimeout <= o.heartbeat {
+		errs = append(errs, fmt.Errorf("etcd: heartbeat %v must be positive and below the idle timeout %v", o.heartbeat, o.idleTimeout))
+	}
+	if o.maxValueBytes <= 0 || o.maxEventBytes <= 0 || o.maxSnapshotBytes <= 0 {
+		errs = append(errs, errors.New("etcd: size limits must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,226 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// PublishOption configures one Publish or Rollback.
+type PublishOption interface{ applyPublish(*publishOptions) }
+
+type publishOptionFunc func(*publishOptions)
+
+func (f publishOptionFunc) applyPublish(o *publishOptions) { f(o) }
+
+type publishOptions struct {
+	schema *schema.Schema
+}
+
+// WithSchema checks the namespace's whole content after the publish
+// against s before writing: a publish that fails it writes nothing and
+// returns a *schema.ValidationError listing every failure.
+func WithSchema(s *schema.Schema) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.schema = s })
+}
+
+// ErrConflict is returned by Publish when a key is both put and deleted.
+var ErrConflict = errors.New("etcd: key both put and deleted")
+
+// Publish writes puts and deletes of namespace ns in one etcd transaction,
+// so they share one revision, which it returns. Deletes of absent keys are
+// dropped. Values must be JSON and within the value size limit.
+//
+// The same transaction writes the namespace's meta key (Prefix(ns)) with
+// the namespace's previous revision and the commit time: watchers chain
+// change sets on it. It commits only if no key of the namespace changed
+// since Publish read it; when another writer got there first, Publish reads
+// again and retries. etcd bounds a transaction's operations (--max-txn-ops,
+// default 128: up to 127 keys per publish) and its size
+// (--max-request-bytes, default 1.5 MiB).
+//
+// An error after the transaction was sent (a timeout, a member lost
+// mid-request) leaves it unknown whether it committed: read back before
+// publishing again.
+func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.RawMessage, deletes []string, opts ...PublishOption) (int64, error) {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return 0, err
+	}
+	for k, v := range puts {
+		if err := transport.ValidateKey(k); err != nil {
+			return 0, err
+		}
+		if len(v) > s.opts.maxValueBytes {
+			return 0, fmt.Errorf("%w: %q holds %d bytes (limit %d)", transport.ErrTooLarge, k, len(v), s.opts.maxValueBytes)
+		}
+		if !json.Valid(v) {
+			return 0, fmt.Errorf("etcd: publish to %q: %w: %q is not JSON", ns, schema.ErrInvalidValue, k)
+		}
+	}
+	for _, k := range deletes {
+		if err := transport.ValidateKey(k); err != nil {
+			return 0, err
+		}
+		if _, ok := puts[k]; ok {
+			return 0, fmt.Errorf("%w: %q", ErrConflict, k)
+		}
+	}
+	return s.publish(ctx, ns, opts, func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
+		return puts, deletes, nil
+	})
+}
+
+// Rollback republishes the namespace's content as of revision toRevision
+// as a new revision, which it returns: keys that differ are put, keys that
+// did not exist then are deleted. History stays append-only. A revision
+// below etcd's compaction point gives a *transport.CompactedError; one at
+// which the namespace had no key gives transport.ErrNotFound.
+func (s *Source) Rollback(ctx context.Context, ns string, toRevision int64, opts ...PublishOption) (int64, error) {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return 0, err
+	}
+	if toRevision <= 0 {
+		return 0, fmt.Errorf("etcd: rollback of %q to revision %d: not a revision", ns, toRevision)
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	rctx, cancel := s.requestCtx(ctx)
+	resp, err := s.cli.Get(rctx, Prefix(ns), clientv3.WithPrefix(), clientv3.WithRev(toRevision))
+	cancel()
+	s.wg.Done()
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return 0, fmt.Errorf("etcd: rollback of %q to %d: %w", ns, toRevision, &transport.CompactedError{CompactRevision: s.compactRevision(ctx, ns)})
+	case err != nil:
+		return 0, mapError("rollback", ns, err)
+	case len(resp.Kvs) == 0:
+		return 0, fmt.Errorf("etcd: rollback of %q to %d: %w at that revision", ns, toRevision, transport.ErrNotFound)
+	}
+	target, _, err := s.decodeKVs(ns, resp.Kvs)
+	if err != nil {
+		return 0, err
+	}
+	return s.publish(ctx, ns, opts, func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
+		puts := make(map[string]json.RawMessage)
+		for k, v := range target {
+			if cur, ok := current[k]; !ok || string(cur) != string(v) {
+				puts[k] = v
+			}
+		}
+		var deletes []string
+		for k := range current {
+			if _, ok := target[k]; !ok {
+				deletes = append(deletes, k)
+			}
+		}
+		return puts, deletes, nil
+	})
+}
+
+// compactRevision asks etcd for its compaction point: a watch from
+// revision 1 is refused with it. Zero when it cannot tell.
+func (s *Source) compactRevision(ctx context.Context, ns string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.requestTimeout)
+	defer cancel()
+	for resp := range s.cli.Watch(ctx, Prefix(ns), clientv3.WithRev(1)) {
+		if resp.CompactRevision != 0 || resp.Err() != nil {
+			cancel()
+			return resp.CompactRevision
+		}
+		cancel()
+	}
+	return 0
+}
+
+// publish reads the namespace, lets change decide the puts and deletes
+// against its current content, and commits them with the meta key in one
+// transaction guarded by "no key of the namespace changed since the read";
+// it retries when the guard fails.
+func (s *Source) publish(ctx context.Context, ns string, opts []PublishOption, change func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (int64, error) {
+	var po publishOptions
+	for _, o := range opts {
+		if o != nil {
+			o.applyPublish(&po)
+		}
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.wg.Done()
+	prefix := Prefix(ns)
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		rev, retry, err := s.publishOnce(ctx, ns, prefix, &po, change)
+		if !retry {
+			return rev, err
+		}
+		s.log.Debug("etcd: publish raced another writer; retrying", "ns", ns, "attempt", attempt)
+	}
+}
+
+func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publishOptions, change func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (rev int64, retry bool, err error) {
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, false, mapError("publish", ns, err)
+	}
+	head := resp.Header.Revision
+	var prev int64
+	current := make(map[string]json.RawMessage, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		prev = max(prev, kv.ModRevision)
+		if key := string(kv.Key); key != prefix {
+			current[key[len(prefix):]] = kv.Value
+		}
+	}
+	puts, deletes, err := change(current)
+	if err != nil {
+		return 0, false, err
+	}
+	next := maps.Clone(current)
+	ops := make([]clientv3.Op, 0, len(puts)+len(deletes)+1)
+	for k, v := range puts {
+		ops = append(ops, clientv3.OpPut(prefix+k, string(v)))
+		next[k] = v
+	}
+	for _, k := range deletes {
+		if _, ok := current[k]; ok {
+			ops = append(ops, clientv3.OpDelete(prefix+k))
+			delete(next, k)
+		}
+	}
+	if po.schema != nil {
+		if err := po.schema.ValidateValues(next); err != nil {
+			return 0, false, fmt.Errorf("etcd: publish to %q: %w", ns, err)
+		}
+	}
+	m, err := json.Marshal(meta{PrevRevision: prev, CommittedAt: time.Now().UTC()})
+	if err != nil {
+		return 0, false, err
+	}
+	ops = append(ops, clientv3.OpPut(prefix, string(m)))
+	tr, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", head+1)).
+		Then(ops...).
+		Commit()
+	if err != nil {
+		return 0, false, mapError("publish", ns, err)
+	}
+	if !tr.Succeeded {
+		return 0, true, nil
+	}
+	return tr.Header.Revision, false, nil
+}

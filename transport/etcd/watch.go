@@ -1,0 +1,269 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// watchState is what one Watch call knows about its namespace.
+type watchState struct {
+	ns     string
+	prefix string
+	since  int64
+	// cursor: every change of the namespace up to it was delivered.
+	cursor int64
+	// nsRev is the namespace's revision as of cursor, when known: the last
+	// change delivered, or a progress check's answer.
+	nsRev   int64
+	known   bool
+	suspect int // progress checks in a row that found an undelivered change
+}
+
+// Watch delivers the namespace's changes after req.Since, and progress,
+// until ctx ends, handle fails, or the watch fails. It is one etcd watch of
+// the namespace's prefix from revision Since+1 (WithPrefix,
+// WithProgressNotify, WithRequireLeader: a member that loses its leader
+// ends the watch instead of going quiet), on a gRPC stream of its own.
+//
+// Events of one revision become one ChangeSet (etcd never splits a
+// revision across watch responses). Its PrevRevision comes from the meta
+// key that Publish writes in the same transaction, so it chains exactly as
+// over HTTP. Every heartbeat Watch asks etcd for a progress notification;
+// each one is checked (a serializable read of the meta key at the
+// notification's revision) before it becomes a transport.Progress, because
+// etcd before 3.4.25/3.5.8 may send a requested notification ahead of
+// events of the same or lower revision (etcd issue #15220): a notification
+// that runs ahead of the changes delivered is held back, and one that is
+// still ahead a heartbeat later reports the namespace's true revision, so
+// the client sees a gap and resnapshots rather than miss a change.
+//
+// It returns ctx.Err(), handle's error, a *transport.CompactedError,
+// transport.ErrStoreChanged (a cursor ahead of the store's head: the
+// cluster lost its history), transport.ErrStreamIdle (nothing received
+// for the idle timeout), transport.ErrTooLarge, or an etcd error.
+func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	if err := transport.ValidateNamespace(req.Namespace); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.base, cancel)()
+
+	// A stream of its own: progress requests then concern this watch only,
+	// and the server cancels it when its member loses the leader.
+	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
+		"holdfast-watch", itoa(s.watchSeq.Add(1)))
+	w := &watchState{ns: req.Namespace, prefix: Prefix(req.Namespace), since: req.Since, cursor: req.Since}
+	// clientv3's Watch blocks until a member accepts the watch: call it
+	// aside, so that the idle timeout holds while no member is reachable.
+	chc := make(chan clientv3.WatchChan, 1)
+	go func() {
+		chc <- s.cli.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(req.Since+1),
+			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	}()
+	var wch clientv3.WatchChan
+	defer func() {
+		cancel()
+		if wch == nil {
+			<-chc
+		}
+	}()
+
+	ticker := time.NewTicker(s.opts.heartbeat)
+	defer ticker.Stop()
+	lastRecv := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+			if idle := time.Since(lastRecv); idle > s.opts.idleTimeout {
+				return fmt.Errorf("etcd: watch of %q: %w: nothing for %v", w.ns, transport.ErrStreamIdle, idle.Round(time.Millisecond))
+			}
+			if wch == nil {
+				continue // not created yet
+			}
+			// Bounded: while the client reconnects, the request waits.
+			rctx, rcancel := context.WithTimeout(wctx, s.opts.heartbeat)
+			if err := s.cli.RequestProgress(rctx); err != nil && ctx.Err() == nil {
+				s.log.Debug("etcd: progress request failed", "ns", w.ns, "err", err)
+			}
+			rcancel()
+		case wch = <-chc:
+		case resp, ok := <-wch:
+			if !ok {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("etcd: watch of %q: channel closed", w.ns)
+			}
+			lastRecv = time.Now()
+			if err := s.watchResponse(ctx, w, &resp, handle); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// watchResponse handles one etcd watch response.
+func (s *Source) watchResponse(ctx context.Context, w *watchState, resp *clientv3.WatchResponse, handle func(transport.Event) error) error {
+	if resp.CompactRevision != 0 {
+		return fmt.Errorf("etcd: watch of %q from %d: %w", w.ns, w.since+1, &transport.CompactedError{CompactRevision: resp.CompactRevision})
+	}
+	if err := resp.Err(); err != nil {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return &transport.CompactedError{CompactRevision: resp.CompactRevision}
+		}
+		return mapError("watch", w.ns, err)
+	}
+	if resp.Canceled {
+		return fmt.Errorf("etcd: watch of %q canceled by the server: %s", w.ns, resp.Header.String())
+	}
+	if resp.Created {
+		if w.since > resp.Header.Revision {
+			return s.checkAhead(ctx, w)
+		}
+		return nil
+	}
+	id := storeID(&resp.Header)
+	evs := resp.Events
+	for i := 0; i < len(evs); {
+		j := i + 1
+		for j < len(evs) && evs[j].Kv.ModRevision == evs[i].Kv.ModRevision {
+			j++
+		}
+		cs, err := s.changeSet(w, id, evs[i:j])
+		if err != nil {
+			return err
+		}
+		i = j
+		if cs.Revision <= w.cursor {
+			continue // replayed by a resumed etcd watch
+		}
+		if err := handle(transport.Event{Change: cs}); err != nil {
+			return err
+		}
+		w.cursor, w.nsRev, w.known, w.suspect = cs.Revision, cs.Revision, true, 0
+	}
+	if resp.IsProgressNotify() {
+		return s.progress(ctx, w, id, resp.Header.Revision, handle)
+	}
+	return nil
+}
+
+// changeSet builds the ChangeSet of one revision's events.
+func (s *Source) changeSet(w *watchState, id string, evs []*clientv3.Event) (*transport.ChangeSet, error) {
+	cs := &transport.ChangeSet{Namespace: w.ns, Revision: evs[0].Kv.ModRevision, StoreID: id}
+	var m *meta
+	total := 0
+	for _, ev := range evs {
+		key := string(ev.Kv.Key)
+		if key == w.prefix {
+			if ev.Type == mvccpb.PUT {
+				m = new(meta)
+				if err := json.Unmarshal(ev.Kv.Value, m); err != nil {
+					return nil, fmt.Errorf("%w: meta key of %q at %d: %v", transport.ErrMalformed, w.ns, cs.Revision, err)
+				}
+			}
+			continue
+		}
+		name := key[len(w.prefix):]
+		if err := transport.ValidateKey(name); err != nil {
+			s.log.Warn("etcd: skipping a key that is not a valid holdfast key", "ns", w.ns, "key", key, "err", err)
+			continue
+		}
+		switch ev.Type {
+		case mvccpb.PUT:
+			if len(ev.Kv.Value) > s.opts.maxValueBytes {
+				return nil, fmt.Errorf("%w: %q in namespace %q at %d holds %d bytes (limit %d)", transport.ErrTooLarge, name, w.ns, cs.Revision, len(ev.Kv.Value), s.opts.maxValueBytes)
+			}
+			if total += len(ev.Kv.Value); total > s.opts.maxEventBytes {
+				return nil, fmt.Errorf("%w: change %d of %q exceeds %d bytes", transport.ErrTooLarge, cs.Revision, w.ns, s.opts.maxEventBytes)
+			}
+			if cs.Puts == nil {
+				cs.Puts = make(map[string]json.RawMessage)
+			}
+			cs.Puts[name] = json.RawMessage(ev.Kv.Value)
+		case mvccpb.DELETE:
+			cs.Deletes = append(cs.Deletes, name)
+		}
+	}
+	switch {
+	case m != nil:
+		cs.PrevRevision, cs.CommittedAt = m.PrevRevision, m.CommittedAt
+	case w.known:
+		// A write past Publish: it chains on what this watch delivered.
+		cs.PrevRevision, cs.CommittedAt = w.nsRev, time.Now()
+	default:
+		// Unknown: the client sees a gap and resnapshots.
+		cs.CommittedAt = time.Now()
+	}
+	return cs, nil
+}
+
+// progress turns a progress notification at revision rev into a
+// transport.Progress once a read of the meta key at rev confirms that every
+// change up to rev was delivered (see Watch).
+func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int64, handle func(transport.Event) error) error {
+	rev = max(rev, w.cursor) // etcd may report a revision below an event's
+	rctx, cancel := s.requestCtx(ctx)
+	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithRev(rev), clientv3.WithSerializable(), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// A member behind rev, or unreachable: confirm nothing this time.
+		s.log.Debug("etcd: progress check failed", "ns", w.ns, "revision", rev, "err", err)
+		return nil
+	}
+	var metaRev int64
+	if len(resp.Kvs) > 0 {
+		metaRev = resp.Kvs[0].ModRevision
+	}
+	switch {
+	case w.known && metaRev <= w.nsRev:
+	case !w.known && metaRev <= w.since:
+		w.nsRev, w.known = metaRev, true
+	default:
+		// A publish at metaRev <= rev has not been delivered yet.
+		if w.suspect++; w.suspect < 2 {
+			return nil
+		}
+		s.log.Warn("etcd: a change is missing from the watch; reporting the namespace's revision", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
+		return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: metaRev, Cursor: w.cursor}})
+	}
+	w.suspect = 0
+	w.cursor = rev
+	return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: w.nsRev, Cursor: rev}})
+}
+
+// checkAhead handles a watch from a cursor beyond the head the member
+// reported: after a linearizable read, a cursor still ahead means the
+// cluster lost its history (restored from an older backup, or rebuilt).
+func (s *Source) checkAhead(ctx context.Context, w *watchState) error {
+	rctx, cancel := s.requestCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return mapError("watch", w.ns, err)
+	}
+	if w.since > resp.Header.Revision {
+		return fmt.Errorf("etcd: watch of %q: %w: cursor %d is ahead of the store's head %d", w.ns, transport.ErrStoreChanged, w.since, resp.Header.Revision)
+	}
+	return nil
+}
