@@ -160,8 +160,9 @@ func (n *Namespace) resnapshot(ctx context.Context) error {
 		if cur == nil && !n.opts.failClosed && n.serving.Load() == nil {
 			n.serve(n.defaults, OriginDefaults) // fail-open: open on the Defaults
 		}
-		n.live = true
-		n.refreshState()
+		// In touch with the server, serving the newest data that passes:
+		// a bad publish must not push fail-closed clients to Defaults.
+		n.confirmed(false)
 		return nil
 	}
 	n.rejected = 0
@@ -224,7 +225,10 @@ func (n *Namespace) handle(ev transport.Event) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cur := n.applied
-	var applied int64 // 0 when nothing is applied (a rejected first snapshot)
+	if cur != nil && cur.StoreID() != n.storeID {
+		cur = nil // the last good is of another store: nothing chains on it
+	}
+	var applied int64 // 0 when nothing of this store is applied
 	if cur != nil {
 		applied = cur.Revision()
 	}
@@ -308,7 +312,9 @@ func (n *Namespace) confirmed(changed bool) {
 	n.live = true
 	n.status.LastConfirmed = n.confirm
 	n.status.Cursor = n.cursor
-	n.status.Origin = OriginNetwork
+	if n.applied != nil && n.serving.Load() == n.applied {
+		n.status.Origin = OriginNetwork // data from disk, now confirmed
+	}
 	n.refreshState()
 	n.persist(changed)
 	select {
