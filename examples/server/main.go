@@ -11,8 +11,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -22,27 +24,39 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stderr, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	heartbeat := flag.Duration("heartbeat", fakeserver.DefaultHeartbeat, "progress event interval on watch streams")
-	retention := flag.Int64("retention", 0, "keep only the last N revisions of history (0: all)")
-	buffer := flag.Int("watcher-buffer", fakeserver.DefaultWatcherBuffer, "change sets queued per watcher before it is disconnected")
-	maxPublish := flag.Int64("max-publish-bytes", fakeserver.DefaultMaxPublishBytes, "largest publish body")
-	token := flag.String("token", "", "require this bearer token on the data plane")
-	verbose := flag.Bool("v", false, "log every publish")
-	flag.Parse()
+// run serves until ctx ends. ready, if not nil, is called with the
+// server's URL once it listens.
+func run(ctx context.Context, args []string, stderr io.Writer, ready func(url string)) error {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	heartbeat := fs.Duration("heartbeat", fakeserver.DefaultHeartbeat, "progress event interval on watch streams")
+	retention := fs.Int64("retention", 0, "keep only the last N revisions of history (0: all)")
+	buffer := fs.Int("watcher-buffer", fakeserver.DefaultWatcherBuffer, "change sets queued per watcher before it is disconnected")
+	maxPublish := fs.Int64("max-publish-bytes", fakeserver.DefaultMaxPublishBytes, "largest publish body")
+	token := fs.String("token", "", "require this bearer token on the data plane")
+	verbose := fs.Bool("v", false, "log every publish")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	srv, err := fakeserver.Start(
 		fakeserver.WithAddr(*addr),
@@ -56,9 +70,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger.Info("serving", "url", srv.URL(), "store_id", srv.StoreID())
+	if ready != nil {
+		ready(srv.URL())
+	}
 	<-ctx.Done()
 	logger.Info("shutting down")
 	return srv.Close()
