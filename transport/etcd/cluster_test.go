@@ -148,6 +148,16 @@ func (c *cluster) run(m *member) error {
 	return nil
 }
 
+// pid returns the member's process id, 0 when it is not running.
+func (m *member) pid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 // kill SIGKILLs member i and waits for the process to end.
 func (c *cluster) kill(i int) {
 	m := c.members[i]

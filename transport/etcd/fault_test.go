@@ -171,3 +171,20 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 		}
 	}
 }
+
+// TestThroughGRPCProxy: clients behind `etcd grpc-proxy` get changes and
+// progress (the cursor moves while their namespace is quiet).
+func TestThroughGRPCProxy(t *testing.T) {
+	cl := sharedCluster(t)
+	proxyURL, _ := startGRPCProxy(t, cl)
+	pub := newSource(t, cl.endpoints())
+	publish(t, pub, "proxied", map[string]any{"v": 1})
+	ns := open(t, newClient(t, newSource(t, []string{proxyURL})), "proxied")
+	rev := publish(t, pub, "proxied", map[string]any{"v": 2})
+	waitRevision(t, ns, rev)
+	other := publish(t, pub, "proxied.other", map[string]any{"x": 1})
+	eventually(t, "the cursor past another namespace's publish", func() bool { return ns.Status().Cursor >= other })
+	if st := ns.Status(); st.State != config.StateFresh || st.LastError.Kind != config.ErrorNone {
+		t.Errorf("status through the proxy = %+v", st)
+	}
+}

@@ -27,6 +27,9 @@ type watchState struct {
 	nsRev   int64
 	known   bool
 	suspect int // progress checks in a row that found an undelivered change
+	// notified: a progress notification came since the last heartbeat.
+	notified bool
+	asked    bool
 }
 
 // Watch delivers the namespace's changes after req.Since, and progress,
@@ -45,7 +48,11 @@ type watchState struct {
 // events of the same or lower revision (etcd issue #15220): a notification
 // that runs ahead of the changes delivered is held back, and one that is
 // still ahead a heartbeat later reports the namespace's true revision, so
-// the client sees a gap and resnapshots rather than miss a change.
+// the client sees a gap and resnapshots rather than miss a change. When a
+// progress request goes unanswered for a heartbeat (etcd's grpc-proxy does
+// not answer them), a linearizable read of the meta key stands in: it
+// confirms the namespace current up to the read's revision when the watch
+// has delivered the namespace's revision there.
 //
 // It returns ctx.Err(), handle's error, a *transport.CompactedError,
 // transport.ErrStoreChanged (a cursor ahead of the store's head: the
@@ -97,6 +104,17 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 			if wch == nil {
 				continue // not created yet
 			}
+			if !w.notified && w.asked {
+				// The last request went unanswered: confirm by a read.
+				ok, err := s.readProgress(ctx, w, handle)
+				if err != nil {
+					return err
+				}
+				if ok {
+					lastRecv = time.Now()
+				}
+			}
+			w.notified, w.asked = false, true
 			// Bounded: while the client reconnects, the request waits.
 			rctx, rcancel := context.WithTimeout(wctx, s.opts.heartbeat)
 			if err := s.cli.RequestProgress(rctx); err != nil && ctx.Err() == nil {
@@ -219,6 +237,7 @@ func (s *Source) changeSet(w *watchState, id string, evs []*clientv3.Event) (*tr
 // transport.Progress once a read of the meta key at rev confirms that every
 // change up to rev was delivered (see Watch).
 func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int64, handle func(transport.Event) error) error {
+	w.notified = true
 	rev = max(rev, w.cursor) // etcd may report a revision below an event's
 	rctx, cancel := s.requestCtx(ctx)
 	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithRev(rev), clientv3.WithSerializable(), clientv3.WithKeysOnly())
@@ -231,10 +250,39 @@ func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int
 		s.log.Debug("etcd: progress check failed", "ns", w.ns, "revision", rev, "err", err)
 		return nil
 	}
-	var metaRev int64
-	if len(resp.Kvs) > 0 {
-		metaRev = resp.Kvs[0].ModRevision
+	return s.confirm(w, id, rev, metaRevision(resp), handle)
+}
+
+// readProgress stands in for progress notifications that do not come (etcd's
+// grpc-proxy does not answer progress requests): a linearizable read of the
+// meta key gives the head revision and the namespace's revision there; when
+// the watch has delivered that revision, the view is complete up to the
+// head. A read needs quorum, so a partitioned member confirms nothing.
+func (s *Source) readProgress(ctx context.Context, w *watchState, handle func(transport.Event) error) (bool, error) {
+	rctx, cancel := s.requestCtx(ctx)
+	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		s.log.Debug("etcd: progress read failed", "ns", w.ns, "err", err)
+		return false, nil
 	}
+	return true, s.confirm(w, storeID(resp.Header), max(resp.Header.Revision, w.cursor), metaRevision(resp), handle)
+}
+
+func metaRevision(resp *clientv3.GetResponse) int64 {
+	if len(resp.Kvs) > 0 {
+		return resp.Kvs[0].ModRevision
+	}
+	return 0
+}
+
+// confirm emits progress up to rev when the namespace's revision there,
+// metaRev, was delivered; a change that stays missing two checks in a row
+// is reported as the namespace's revision, so the client resnapshots.
+func (s *Source) confirm(w *watchState, id string, rev, metaRev int64, handle func(transport.Event) error) error {
 	switch {
 	case w.known && metaRev <= w.nsRev:
 	case !w.known && metaRev <= w.since:

@@ -1,0 +1,244 @@
+package etcd_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// benchClients is 100; HOLDFAST_BENCH_CLIENTS changes it, to see how the
+// servers' cost grows with the fleet.
+var benchClients = func() int {
+	if n, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_CLIENTS")); err == nil && n > 0 {
+		return n
+	}
+	return 100
+}()
+
+var discard = slog.New(slog.DiscardHandler)
+
+// BenchmarkPropagation100Clients measures publish → OnChange in 100 SDK
+// clients, each with a connection of its own, in one run:
+//
+//   - etcd: the clients watch the 3-member cluster directly;
+//   - etcd-grpcproxy: through one `etcd grpc-proxy`, which coalesces their
+//     100 watches of the namespace into one watch on the cluster;
+//   - http: the reference server (examples/server, built from the root
+//     module and run as a process, since internal/fakeserver cannot be
+//     imported from this module), over SSE.
+//
+// Each op is one publish; p50-ms and p99-ms are over every client's
+// callback of every op, timed from the start of the publish call.
+// server-cpu-ms/op is the CPU time the servers (the three etcd members, or
+// the reference server) spent per op, heartbeats included; proxy-cpu-ms/op
+// that of the grpc-proxy. Set HOLDFAST_BENCH_CLIENTS to change the fleet.
+func BenchmarkPropagation100Clients(b *testing.B) {
+	b.Run("etcd", func(b *testing.B) {
+		cl := startCluster(b)
+		pub := newSource(b, cl.endpoints())
+		benchEtcd(b, cl, pub, func(i int) []string {
+			eps := cl.endpoints()
+			return append(eps[i%3:], eps[:i%3]...)
+		}, nil)
+	})
+	b.Run("etcd-grpcproxy", func(b *testing.B) {
+		cl := startCluster(b)
+		pub := newSource(b, cl.endpoints())
+		proxyURL, proxyPID := startGRPCProxy(b, cl)
+		benchEtcd(b, cl, pub, func(int) []string { return []string{proxyURL} }, []int{proxyPID})
+	})
+	b.Run("http", benchHTTP)
+}
+
+func benchEtcd(b *testing.B, cl *cluster, pub *etcd.Source, endpoints func(int) []string, extraPIDs []int) {
+	publish(b, pub, "bench", map[string]any{"v": 0})
+	clients := make([]*config.Client, benchClients)
+	for i := range clients {
+		src := newSource(b, endpoints(i), etcd.WithHeartbeat(time.Second), etcd.WithIdleTimeout(5*time.Second), etcd.WithLogger(discard))
+		clients[i] = newClient(b, src, config.WithLogger(discard))
+	}
+	var members []int
+	for _, m := range cl.members {
+		members = append(members, m.pid())
+	}
+	measure(b, clients, members, extraPIDs, func(i int) {
+		publish(b, pub, "bench", map[string]any{"v": i})
+	})
+}
+
+func benchHTTP(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "server")
+	build := exec.Command("go", "build", "-o", bin, "./examples/server")
+	build.Dir = "../.."
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build the reference server: %v\n%s", err, out)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(b, 1)[0])
+	cmd := exec.Command(bin, "-addr", addr, "-heartbeat", "1s")
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://" + addr
+	pub := func(i int) {
+		body := fmt.Sprintf(`{"puts":{"v":%d}}`, i)
+		resp, err := http.Post(base+"/control/namespaces/bench/publish", "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("publish: %s", resp.Status)
+		}
+	}
+	deadline := time.Now().Add(waitLimit)
+	for {
+		resp, err := http.Post(base+"/control/namespaces/bench/publish", "application/json", strings.NewReader(`{"puts":{"v":0}}`))
+		if err == nil {
+			_ = resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("reference server not up: %v\n%s", err, log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	clients := make([]*config.Client, benchClients)
+	for i := range clients {
+		c, err := config.New(config.WithEndpoint(base), config.WithWatchMode(transport.WatchSSE), config.WithLogger(discard))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	measure(b, clients, []int{cmd.Process.Pid}, nil, pub)
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// measure opens "bench" in every client, then publishes b.N times, each
+// time waiting for all clients' callbacks, and reports the percentiles of
+// publish → callback and the servers' CPU per op.
+func measure(b *testing.B, clients []*config.Client, servers, proxies []int, publishOne func(i int)) {
+	type receipt struct {
+		v  int
+		at time.Time
+	}
+	recv := make(chan receipt, len(clients)*4)
+	for _, c := range clients {
+		ns := open(b, c, "bench")
+		ns.OnChange("v", func(ch config.Change) {
+			v, _ := strconv.Atoi(ch.New.String())
+			recv <- receipt{v, time.Now()}
+		})
+	}
+	var lat []time.Duration
+	cpu0, proxy0 := cpuTime(servers), cpuTime(proxies)
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		start := time.Now()
+		publishOne(i)
+		for got := 0; got < len(clients); {
+			select {
+			case r := <-recv:
+				if r.v == i {
+					lat = append(lat, r.at.Sub(start))
+					got++
+				}
+			case <-time.After(waitLimit):
+				b.Fatalf("op %d: %d of %d clients called back", i, got, len(clients))
+			}
+		}
+	}
+	b.StopTimer()
+	cpu, proxyCPU := cpuTime(servers)-cpu0, cpuTime(proxies)-proxy0
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "server-cpu-ms/op")
+	if proxies != nil {
+		b.ReportMetric(float64(proxyCPU.Microseconds())/1000/float64(b.N), "proxy-cpu-ms/op")
+	}
+}
+
+// cpuTime adds the user and system CPU time of processes, from /proc.
+func cpuTime(pids []int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which is in parentheses.
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	}
+	return total
+}
+
+// startGRPCProxy runs `etcd grpc-proxy start` in front of the cluster.
+func startGRPCProxy(b testing.TB, cl *cluster) (url string, pid int) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(b, 1)[0])
+	eps := make([]string, 0, len(cl.members))
+	for _, m := range cl.members {
+		eps = append(eps, strings.TrimPrefix(m.clientURL, "http://"))
+	}
+	cmd := exec.Command(cl.bin, "grpc-proxy", "start", "--endpoints", strings.Join(eps, ","),
+		"--listen-addr", addr, "--data-dir", filepath.Join(b.TempDir(), "proxy"))
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	var once sync.Once
+	b.Cleanup(func() {
+		once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if b.Failed() {
+			b.Logf("grpc-proxy log:\n%s", log.String())
+		}
+	})
+	src := newSource(b, []string{"http://" + addr})
+	deadline := time.Now().Add(waitLimit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := src.Client().Get(ctx, "health")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("grpc-proxy not up: %v\n%s", err, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "http://" + addr, cmd.Process.Pid
+}

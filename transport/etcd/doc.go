@@ -1,0 +1,62 @@
+// Package etcd is a holdfast transport.Source over etcd v3, for fleets that
+// outgrow one reference server. It lives in a module of its own
+// (github.com/holdfast-dev/holdfast/transport/etcd), so the core module
+// never pulls gRPC or etcd.
+//
+// # Mapping
+//
+// Namespace N is the key prefix "/holdfast/N/"; key k holds one JSON value
+// at "/holdfast/N/k". The key "/holdfast/N/" itself (an empty key name,
+// which no holdfast key can be) is the namespace's meta key: Publish writes
+// it in the same transaction as the puts and deletes, with the namespace's
+// previous revision and the commit time. So:
+//
+//   - a namespace's revision is the revision of its last publish, deletes
+//     included (a delete leaves no key, but the meta key moves);
+//   - each change set's PrevRevision chains on the one before, as over HTTP,
+//     and a client that sees a gap resnapshots;
+//   - the store id is the etcd cluster id (16 hex digits); a cursor is an
+//     etcd revision.
+//
+// Snapshot is one linearizable range read of the prefix (its header revision
+// is the cursor). Watch is one etcd watch from the cursor + 1, with a
+// progress request every heartbeat; ErrCompacted from etcd becomes a
+// *transport.CompactedError, and the client resnapshots. Write through
+// Publish (or write the meta key in the same transaction yourself): a put
+// made past it is delivered, but a delete made past it does not move the
+// namespace's revision.
+//
+// # Use
+//
+//	src, err := etcd.New(etcd.WithEndpoints("https://etcd-0:2379", "https://etcd-1:2379", "https://etcd-2:2379"),
+//		etcd.WithTLS(tlsConfig), etcd.WithAuth("holdfast", password))
+//	if err != nil { ... }
+//	defer src.Close()
+//	client, err := config.New(config.WithSource(src), config.WithCacheDir(dir))
+//	if err != nil { ... }
+//	defer client.Close() // before src.Close: the client does not close src
+//	ns, err := client.Namespace(ctx, "payments.prod")
+//
+// Operators and tests publish with Publish (one transaction, one revision,
+// an optional schema check) and Rollback (a revision's content as a new
+// revision).
+//
+// # Errors
+//
+// Snapshot returns transport.ErrNotFound for a namespace without keys,
+// transport.ErrNotModified for a conditional request of an unchanged
+// namespace, transport.ErrUnauthorized when etcd refuses the credentials,
+// transport.ErrTooLarge past a size limit, or the etcd error. Watch always
+// returns non-nil: ctx.Err(), the handler's error, a
+// *transport.CompactedError, transport.ErrStoreChanged (a cursor ahead of
+// the cluster's head: its history was lost), transport.ErrStreamIdle
+// (nothing heard for the idle timeout), or the etcd error, such as "no
+// leader" when the member lost quorum. In every case the client keeps
+// serving its last good data and retries: resume, or resnapshot.
+//
+// # Close
+//
+// Close ends the Source's watches, waits for them, and closes the etcd
+// client unless it came from WithClient. It is idempotent; every method
+// returns ErrClosed afterwards.
+package etcd
