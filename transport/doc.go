@@ -11,4 +11,38 @@
 // ErrUnauthorized, ErrTooLarge, ErrMalformed, ErrStreamIdle and
 // *StatusError for any other non-success reply. Test them with errors.Is
 // and errors.As.
+//
+// # The HTTP source
+//
+// HTTPSource is the Source of the data-plane protocol (docs/PROTOCOL.md in
+// the repository):
+//
+//	src, err := transport.NewHTTPSource("https://config.example.com",
+//		transport.WithBearerToken(token), transport.WithWatchMode(transport.WatchAuto))
+//	snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "payments.prod"})
+//	err = src.Watch(ctx, transport.WatchRequest{Namespace: "payments.prod", Since: snap.Cursor},
+//		func(ev transport.Event) error { ...; return nil })
+//
+// Snapshot is GET /sdk/snapshot, conditional (If-None-Match on the ETag
+// "<store_id>.<revision>") when the request names the data already held,
+// in which case an unchanged namespace returns ErrNotModified and costs no
+// body; replies may be gzipped. Watch follows GET /sdk/watch as
+// Server-Sent Events (WatchSSE), or repeats GET /sdk/events long-polls
+// (WatchLongPoll), or starts with SSE and switches to long-poll when
+// streams keep failing before their first event while plain requests
+// succeed, as behind a proxy that buffers streams (WatchAuto). Ack is POST
+// /sdk/ack.
+//
+// Everything read from the server is bounded: an event by
+// WithMaxEventBytes (1 MiB), a snapshot or long-poll reply after
+// decompression by WithMaxSnapshotBytes (64 MiB), an error body by 64 KiB;
+// a larger one fails with ErrTooLarge. A request or stream that receives no
+// bytes for WithIdleTimeout (15 s, three of the reference server's 5 s
+// heartbeats), before or after its response headers, fails with
+// ErrStreamIdle. Every message is checked before it is delivered (its
+// namespace, a store id, 0 <= revision <= cursor, prev_revision < revision);
+// one that fails is ErrMalformed and nothing of it is delivered.
+//
+// The bearer token is sent only to the base URL's host. Close closes idle
+// connections; it does not end running watches: cancel their contexts.
 package transport
