@@ -192,15 +192,16 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 	}
 	log := c.opts.logger.With("ns", name)
 	n := &Namespace{
-		name:    name,
-		c:       c,
-		opts:    o,
-		log:     log,
-		disp:    newDispatcher(log, c.opts.callbackQueue),
-		ready:   make(chan struct{}),
-		done:    make(chan struct{}),
-		revWait: make(chan struct{}),
-		kick:    make(chan struct{}, 1),
+		name:      name,
+		c:         c,
+		opts:      o,
+		log:       log,
+		disp:      newDispatcher(log, c.opts.callbackQueue),
+		ready:     make(chan struct{}),
+		done:      make(chan struct{}),
+		revWait:   make(chan struct{}),
+		stateWait: make(chan struct{}),
+		kick:      make(chan struct{}, 1),
 	}
 	defaults, err := buildDefaults(name, o.defaults)
 	if err != nil {

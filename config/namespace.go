@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,17 +35,18 @@ type Namespace struct {
 
 	// mu guards what follows. The sync loop holds it while it applies;
 	// readers never take it.
-	mu       sync.Mutex
-	applied  *cache.Snapshot // the last good data; nil before any
-	doc      map[string]any  // applied as generic JSON, kept only with a schema
-	storeID  string          // the store the cursor belongs to
-	cursor   int64           // where a watch resumes
-	rejected int64           // the namespace revision last rejected, if any
-	status   Status          // Staleness is computed by Status()
-	confirm  time.Time       // last confirmed current, with a monotonic reading
-	revWait  chan struct{}   // closed and replaced at every swap
-	waiters  int             // Client.Namespace calls waiting for ready
-	live     bool            // the last sync attempt succeeded and no error followed
+	mu        sync.Mutex
+	applied   *cache.Snapshot // the last good data; nil before any
+	doc       map[string]any  // applied as generic JSON, kept only with a schema
+	storeID   string          // the store the cursor belongs to
+	cursor    int64           // where a watch resumes
+	rejected  int64           // the namespace revision last rejected, if any
+	status    Status          // Staleness is computed by Status()
+	confirm   time.Time       // last confirmed current, with a monotonic reading
+	revWait   chan struct{}   // closed and replaced at every swap
+	stateWait chan struct{}   // closed and replaced at every state change
+	waiters   int             // Client.Namespace calls waiting for ready
+	live      bool            // the last sync attempt succeeded and no error followed
 
 	schema      *schema.Schema // nil: no checks beyond decoding
 	acks        *acker         // nil when the source cannot take acks
@@ -145,6 +147,30 @@ func (n *Namespace) WaitForRevision(ctx context.Context, rev int64) error {
 	}
 }
 
+// WaitForState blocks until the namespace is in one of states, ctx ends
+// (its error is returned) or the client closes (ErrClosed, unless
+// StateClosed is among states).
+func (n *Namespace) WaitForState(ctx context.Context, states ...State) error {
+	for {
+		n.mu.Lock()
+		st, wait := n.status.State, n.stateWait
+		n.mu.Unlock()
+		if slices.Contains(states, st) {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.done:
+			if slices.Contains(states, StateClosed) {
+				return nil
+			}
+			return ErrClosed
+		}
+	}
+}
+
 // Status returns the namespace's current status.
 func (n *Namespace) Status() Status {
 	n.mu.Lock()
@@ -172,6 +198,8 @@ func (n *Namespace) setState(state State) {
 	}
 	n.status.State = state
 	n.status.Since = now
+	close(n.stateWait)
+	n.stateWait = make(chan struct{})
 	st := n.status
 	if !n.confirm.IsZero() {
 		st.Staleness = time.Since(n.confirm)
