@@ -265,6 +265,12 @@ func (in *Instruments) Namespace(ns string, probe Probe) (*NamespaceMetrics, err
 	}
 	m.reg = reg
 	in.namespaces[ns] = true
+	// Counters that usually stay at zero start at zero, so that a
+	// dashboard shows 0 for them rather than no data.
+	ctx := context.Background()
+	in.breaches.Add(ctx, 0, m.addBase...)
+	in.persistErrors.Add(ctx, 0, m.addBase...)
+	in.applies.Add(ctx, 0, m.applies.get(ResultRejected)...)
 	return m, nil
 }
 

@@ -175,7 +175,7 @@ func TestEachInstrumentMoves(t *testing.T) {
 		{"apply applied", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultApplied) },
 			key(telemetry.NameApplies, ns, "result=applied"), absent, 1},
 		{"apply rejected", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultRejected) },
-			key(telemetry.NameApplies, ns, "result=rejected"), absent, 1},
+			key(telemetry.NameApplies, ns, "result=rejected"), 0, 1}, // starts at zero: a dashboard shows 0, not no data
 		{"apply duplicate", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultDuplicate) },
 			key(telemetry.NameApplies, ns, "result=duplicate"), absent, 1},
 		{"apply unknown result", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply("weird") },
@@ -197,9 +197,9 @@ func TestEachInstrumentMoves(t *testing.T) {
 		{"reconnect throttled", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Reconnect(telemetry.ReconnectThrottled) },
 			key(telemetry.NameReconnects, ns, "reason=throttled"), absent, 1},
 		{"breach", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Breach() },
-			key(telemetry.NameBreaches, ns), absent, 1},
+			key(telemetry.NameBreaches, ns), 0, 1}, // starts at zero: a dashboard shows 0, not no data
 		{"persist error", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.PersistError() },
-			key(telemetry.NamePersistErrors, ns), absent, 1},
+			key(telemetry.NamePersistErrors, ns), 0, 1}, // starts at zero: a dashboard shows 0, not no data
 		{"callback duration count", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.CallbackDuration(3 * time.Millisecond) },
 			key(telemetry.NameCallbackDuration+"#count", ns), absent, 1},
 		{"callback duration sum", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.CallbackDuration(250 * time.Millisecond) },
