@@ -19,8 +19,9 @@
 //     etcd revision.
 //
 // Snapshot is one linearizable range read of the prefix (its header revision
-// is the cursor). Watch is one etcd watch from the cursor + 1, with a
-// progress request every heartbeat; ErrCompacted from etcd becomes a
+// is the cursor). Watch is one etcd watch from the cursor + 1 that confirms
+// the namespace current every heartbeat (a linearizable read of the meta
+// key, or an etcd progress request with WithProgressRequests); ErrCompacted from etcd becomes a
 // *transport.CompactedError, and the client resnapshots. Write through
 // Publish (or write the meta key in the same transaction yourself): a put
 // made past it is delivered, but a delete made past it does not move the

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/config"
@@ -60,6 +61,12 @@ func sharedCluster(t testing.TB) *cluster {
 	}
 	if shared.c == nil {
 		t.Fatal("the shared etcd cluster did not start")
+	}
+	// Each test starts from no namespace at all (and -count=N reruns too).
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if _, err := shared.c.client(t).Delete(ctx, etcd.KeyRoot, clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
 	}
 	return shared.c
 }

@@ -42,6 +42,7 @@ type options struct {
 	maxValueBytes    int
 	maxEventBytes    int
 	maxSnapshotBytes int
+	progressRequests bool
 }
 
 func defaultOptions() options {
@@ -103,10 +104,11 @@ func WithClient(c *clientv3.Client) Option {
 	return optionFunc(func(o *options) { o.client = c })
 }
 
-// WithHeartbeat sets how often a watch asks etcd for a progress
-// notification (etcd sends unprompted ones only every 10 minutes by
-// default). Each answer confirms the namespace current and advances the
-// cursor, so a quiet namespace is not pushed past compaction. Default 5s.
+// WithHeartbeat sets how often a watch confirms its namespace current (a
+// linearizable read of the namespace's meta key, or a progress request:
+// see WithProgressRequests). Each confirmation marks the data fresh and
+// advances the cursor, so a quiet namespace is not pushed past compaction.
+// Default 5s.
 func WithHeartbeat(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.heartbeat = d })
 }
@@ -137,6 +139,21 @@ func WithMaxEventBytes(n int) Option {
 // Default 64 MiB.
 func WithMaxSnapshotBytes(n int) Option {
 	return optionFunc(func(o *options) { o.maxSnapshotBytes = n })
+}
+
+// WithProgressRequests makes each heartbeat ask the watch's member for a
+// progress notification (clientv3 RequestProgress), checked by a
+// serializable read, instead of confirming by a linearizable read of the
+// namespace's meta key (the default). It is cheaper for the cluster, but
+// use it only on etcd >= 3.4.25 or >= 3.5.8: before those, etcd may send a
+// requested notification ahead of an event of the same revision (etcd issue
+// #15220), and the etcd client, which resumes a broken watch after the
+// last revision it heard of, then skips that event. The source still
+// notices (the next change does not chain, and the client resnapshots),
+// but a resume becomes a resnapshot. Requests that go unanswered (etcd's
+// grpc-proxy) fall back to the read.
+func WithProgressRequests(on bool) Option {
+	return optionFunc(func(o *options) { o.progressRequests = on })
 }
 
 func (o *options) validate() error {

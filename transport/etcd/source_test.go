@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,8 +70,13 @@ func TestSnapshotRevisionCursorAndNotModified(t *testing.T) {
 // with its puts and deletes, PrevRevision chaining on the previous one,
 // and progress carrying the namespace's revision.
 func TestWatchChainsChangeSets(t *testing.T) {
+	t.Run("read", func(t *testing.T) { testWatchChains(t) })
+	t.Run("progress-requests", func(t *testing.T) { testWatchChains(t, etcd.WithProgressRequests(true)) })
+}
+
+func testWatchChains(t *testing.T, opts ...etcd.Option) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newSource(t, cl.endpoints(), opts...)
 	start := publish(t, src, "chain", map[string]any{"a": 0, "b": 0})
 	// Concurrent publishers race on the guard and retry: still one chain.
 	var wg sync.WaitGroup
@@ -181,12 +187,12 @@ func TestPublishSchemaAndLimits(t *testing.T) {
 	if _, err := src.Publish(ctx, "schema", map[string]json.RawMessage{"bad key": json.RawMessage("1")}, nil); !errors.Is(err, transport.ErrInvalidKey) {
 		t.Errorf("invalid key: %v", err)
 	}
-	big := json.RawMessage(`"` + string(make([]byte, 100)) + `"`)
+	big := json.RawMessage(`"` + strings.Repeat("x", 100) + `"`)
 	if _, err := src.Publish(ctx, "schema", map[string]json.RawMessage{"big": big}, nil); !errors.Is(err, transport.ErrTooLarge) {
 		t.Errorf("value over the limit: %v", err)
 	}
 	// A value over the limit written past Publish: snapshots refuse it.
-	if _, err := cl.client(t).Put(ctx, etcd.Prefix("schema")+"big", `"`+string(make([]byte, 100))+`"`); err != nil {
+	if _, err := cl.client(t).Put(ctx, etcd.Prefix("schema")+"big", string(big)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "schema"}); !errors.Is(err, transport.ErrTooLarge) {

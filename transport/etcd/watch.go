@@ -41,18 +41,21 @@ type watchState struct {
 // Events of one revision become one ChangeSet (etcd never splits a
 // revision across watch responses). Its PrevRevision comes from the meta
 // key that Publish writes in the same transaction, so it chains exactly as
-// over HTTP. Every heartbeat Watch asks etcd for a progress notification;
-// each one is checked (a serializable read of the meta key at the
-// notification's revision) before it becomes a transport.Progress, because
-// etcd before 3.4.25/3.5.8 may send a requested notification ahead of
-// events of the same or lower revision (etcd issue #15220): a notification
-// that runs ahead of the changes delivered is held back, and one that is
-// still ahead a heartbeat later reports the namespace's true revision, so
-// the client sees a gap and resnapshots rather than miss a change. When a
-// progress request goes unanswered for a heartbeat (etcd's grpc-proxy does
-// not answer them), a linearizable read of the meta key stands in: it
-// confirms the namespace current up to the read's revision when the watch
-// has delivered the namespace's revision there.
+// over HTTP.
+//
+// Every heartbeat, Watch confirms the namespace current: by default with a
+// linearizable read of the namespace's meta key, which gives the head
+// revision and the namespace's revision there; when the watch has
+// delivered that revision, the view is complete up to the head, and a
+// transport.Progress says so. A read needs quorum, so a partitioned member
+// confirms nothing. With WithProgressRequests it asks etcd for a progress
+// notification instead (see there for the etcd versions it needs), each
+// checked by a serializable read of the meta key at its revision; requests
+// that go unanswered (etcd's grpc-proxy) fall back to the read. A
+// namespace revision the watch has not delivered yet is held back for one
+// heartbeat (an event in flight); still missing a heartbeat later, it is
+// reported as the namespace's revision, so the client sees a gap and
+// resnapshots rather than miss a change.
 //
 // It returns ctx.Err(), handle's error, a *transport.CompactedError,
 // transport.ErrStoreChanged (a cursor ahead of the store's head: the
@@ -104,8 +107,9 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 			if wch == nil {
 				continue // not created yet
 			}
-			if !w.notified && w.asked {
-				// The last request went unanswered: confirm by a read.
+			if !s.opts.progressRequests || !w.notified && w.asked {
+				// By default, and when the last request went unanswered:
+				// confirm by a read.
 				ok, err := s.readProgress(ctx, w, handle)
 				if err != nil {
 					return err
@@ -113,6 +117,9 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 				if ok {
 					lastRecv = time.Now()
 				}
+			}
+			if !s.opts.progressRequests {
+				continue
 			}
 			w.notified, w.asked = false, true
 			// Bounded: while the client reconnects, the request waits.
