@@ -30,7 +30,11 @@ func etcdBinary(t testing.TB) string {
 	}
 	p, err := exec.LookPath("etcd")
 	if err != nil {
-		t.Fatalf("no etcd binary: install Debian's etcd-server (apt-get install etcd-server, as .ci/run does) or set ETCD_BIN: %v", err)
+		const msg = "no etcd binary: install Debian's etcd-server (apt-get install etcd-server, as .ci/run does) or set ETCD_BIN"
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s: %v", msg, err) // CI installs it: missing is a failure
+		}
+		t.Skipf("%s: %v", msg, err)
 	}
 	return p
 }

@@ -42,6 +42,7 @@ var shared struct {
 // on it use namespaces of their own.
 func sharedCluster(t testing.TB) *cluster {
 	t.Helper()
+	etcdBinary(t) // skips (or fails in CI) here, not inside once.Do
 	shared.once.Do(func() {
 		shared.dir, shared.err = os.MkdirTemp("", "holdfast-etcd-")
 		if shared.err != nil {
