@@ -36,6 +36,7 @@ type Client struct {
 
 	mu         sync.Mutex
 	namespaces map[string]*Namespace
+	closing    map[string]chan struct{} // abandoned namespaces, until their goroutines exit
 	closed     bool
 	closeOnce  sync.Once
 }
@@ -53,7 +54,7 @@ func New(opts ...Option) (*Client, error) {
 	if o.clientID == "" {
 		o.clientID = defaultClientID()
 	}
-	c := &Client{opts: o, src: o.source, namespaces: make(map[string]*Namespace)}
+	c := &Client{opts: o, src: o.source, namespaces: make(map[string]*Namespace), closing: make(map[string]chan struct{})}
 	if c.src == nil {
 		hopts := []transport.HTTPOption{
 			transport.WithLogger(o.logger),
@@ -114,9 +115,28 @@ func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOp
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c.mu.Lock()
-	if c.closed {
+	for {
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		done := c.closing[name]
+		if done == nil {
+			break
+		}
+		if isClosed(done) {
+			delete(c.closing, name)
+			break
+		}
+		// An abandoned open of this name is still shutting down: its
+		// metrics and files are still its own.
 		c.mu.Unlock()
-		return nil, ErrClosed
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, &OpenError{Namespace: name, Err: ctx.Err()}
+		}
+		c.mu.Lock()
 	}
 	n := c.namespaces[name]
 	if n == nil {
@@ -155,6 +175,7 @@ func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOp
 		if c.namespaces[name] == n {
 			delete(c.namespaces, name)
 		}
+		c.closing[name] = n.done
 		n.cancel()
 	}
 	c.mu.Unlock()
@@ -250,6 +271,9 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 		defer c.wg.Done()
 		wg.Wait()
 		if n.persister != nil {
+			n.mu.Lock()
+			n.flushConfirmation()
+			n.mu.Unlock()
 			_ = n.persister.Close() // writes what is pending
 		}
 		_ = n.metrics.Close()

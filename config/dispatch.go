@@ -26,6 +26,8 @@ type dispatcher struct {
 
 	panics    atomic.Int64
 	coalesced atomic.Int64
+	current   atomic.Pointer[subscription] // whose callback runs now
+	lastState State                        // the last state delivered; run's goroutine only
 	// onCallback, when set before run starts, sees each callback's duration.
 	onCallback func(time.Duration)
 }
@@ -49,6 +51,7 @@ type subscription struct {
 	onAny    func(ChangeSet)
 	onStatus func(Status)
 	stopped  atomic.Bool
+	calling  sync.Mutex // held while a call of this subscription runs
 }
 
 func newDispatcher(log *slog.Logger, limit int) *dispatcher {
@@ -114,6 +117,12 @@ func (d *dispatcher) subscribe(s *subscription) (stop func()) {
 	return func() {
 		once.Do(func() {
 			s.stopped.Store(true)
+			// Wait out a call in flight, so none runs after stop returns,
+			// unless stop is called from that very callback.
+			if d.current.Load() != s {
+				s.calling.Lock()
+				s.calling.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+			}
 			d.update(func(r *registry) {
 				remove := func(list []*subscription) []*subscription {
 					return slices.DeleteFunc(slices.Clone(list), func(x *subscription) bool { return x == s })
@@ -183,6 +192,10 @@ func (d *dispatcher) deliver(reg registry, it item) {
 		}
 	}
 	if st := it.status; st != nil {
+		if st.State == d.lastState {
+			return // coalescing dropped the transitions in between
+		}
+		d.lastState = st.State
 		for _, s := range reg.status {
 			d.call(s, func() { s.onStatus(*st) })
 		}
@@ -191,9 +204,13 @@ func (d *dispatcher) deliver(reg registry, it item) {
 
 // call runs one callback, recovering and counting a panic.
 func (d *dispatcher) call(s *subscription, fn func()) {
+	s.calling.Lock()
+	defer s.calling.Unlock()
 	if s.stopped.Load() {
 		return
 	}
+	d.current.Store(s)
+	defer d.current.Store(nil)
 	start := time.Now()
 	defer func() {
 		if d.onCallback != nil {

@@ -54,7 +54,10 @@ type Namespace struct {
 	defaults    *cache.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open)
 	persister   *cache.Persister
 	lastPersist time.Time
-	kick        chan struct{} // wakes the staleness enforcer after a confirmation
+	// persistedConfirm is the confirmation time of the last record handed
+	// to the persister.
+	persistedConfirm time.Time
+	kick             chan struct{} // wakes the staleness enforcer after a confirmation
 
 	metrics           *telemetry.NamespaceMetrics // nil-safe
 	head              int64                       // the newest namespace revision the server told of

@@ -59,7 +59,7 @@ func (n *Namespace) persist(changed bool) {
 	if !changed && now.Sub(n.lastPersist) < n.persistConfirmEvery() {
 		return
 	}
-	n.lastPersist = now
+	n.lastPersist, n.persistedConfirm = now, n.confirm
 	n.persister.Submit(&cache.Record{
 		Namespace:   n.name,
 		StoreID:     n.applied.StoreID(),
@@ -68,6 +68,15 @@ func (n *Namespace) persist(changed bool) {
 		ConfirmedAt: time.Now().Add(-time.Since(n.confirm)).Round(0),
 		Snapshot:    n.applied,
 	})
+}
+
+// flushConfirmation persists the latest confirmation if a throttled one is
+// not on disk yet, so that a clean restart reads an honest age. n.mu must
+// be held.
+func (n *Namespace) flushConfirmation() {
+	if n.confirm.After(n.persistedConfirm) {
+		n.persist(true)
+	}
 }
 
 func (n *Namespace) persistConfirmEvery() time.Duration {

@@ -26,7 +26,7 @@ func (n *Namespace) run(ctx context.Context) {
 	needSnapshot, reason := true, telemetry.ResnapshotInitial
 	for ctx.Err() == nil {
 		if needSnapshot {
-			if err := n.resnapshot(ctx); err != nil {
+			if err := n.resnapshot(ctx, reason); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
@@ -34,23 +34,26 @@ func (n *Namespace) run(ctx context.Context) {
 				n.c.wait(ctx, bo, err)
 				continue
 			}
-			n.metrics.Resnapshot(reason)
 			needSnapshot = false
 		}
 
-		delivered := false
+		delivered := false // an event applied (or confirmed) without error
+		started := time.Now()
 		// The backstop: after a while even a healthy watch ends, for a
 		// conditional snapshot that confirms nothing diverged.
 		watchCtx, cancel := context.WithTimeoutCause(ctx, n.c.opts.backstop, errBackstop)
 		err := n.c.src.Watch(watchCtx, transport.WatchRequest{Namespace: n.name, Since: n.resumeCursor()},
 			func(ev transport.Event) error {
-				if !delivered {
-					delivered = true
-					bo.Reset() // a healthy stream: the next failure starts the backoff over
+				if err := n.handle(ev); err != nil {
+					return err
 				}
-				return n.handle(ev)
+				delivered = true
+				return nil
 			})
 		cancel()
+		if delivered && time.Since(started) >= healthyStream {
+			bo.Reset() // a healthy stream: the next failure starts the backoff over
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -78,6 +81,11 @@ func (n *Namespace) run(ctx context.Context) {
 // from its cursor: compaction, a gap, a new store id, or a cursor the server
 // refuses (400: above its head, as after a store reset or a server that
 // lost its history).
+// healthyStream is how long a watch that delivers must have lived for the
+// reconnect backoff to start over: a server that cuts every stream after
+// its first event still meets a growing backoff.
+const healthyStream = 5 * time.Second
+
 func needsResnapshot(err error) bool {
 	var se *transport.StatusError
 	return errors.Is(err, transport.ErrCompacted) || errors.Is(err, transport.ErrStoreChanged) ||
@@ -94,7 +102,7 @@ func (n *Namespace) resumeCursor() int64 {
 // resnapshot fetches the namespace whole and applies it. When the client
 // already holds data of the same store, the request is conditional, and an
 // unchanged namespace costs no body.
-func (n *Namespace) resnapshot(ctx context.Context) error {
+func (n *Namespace) resnapshot(ctx context.Context, reason string) error {
 	req := transport.SnapshotRequest{Namespace: n.name}
 	n.mu.Lock()
 	if n.applied != nil {
@@ -112,6 +120,7 @@ func (n *Namespace) resnapshot(ctx context.Context) error {
 	if err != nil && !notModified {
 		return err
 	}
+	n.metrics.Resnapshot(reason) // fetched; counted before anything is served
 	if snap.Namespace != n.name {
 		return fmt.Errorf("%w: snapshot of %q for namespace %q", transport.ErrMalformed, snap.Namespace, n.name)
 	}
@@ -141,6 +150,7 @@ func (n *Namespace) resnapshot(ctx context.Context) error {
 	n.head = max(n.head, snap.Revision)
 	if snap.StoreID == n.storeID && snap.Revision == n.rejected {
 		n.cursor = max(n.cursor, snap.Cursor)
+		n.confirmed(false)
 		return nil // rejected already; wait for a later revision
 	}
 	next, err := cache.Build(n.name, snap.StoreID, snap.Revision, snap.Values)
@@ -288,13 +298,17 @@ func (n *Namespace) swap(next *cache.Snapshot, changes []Change) {
 	prev := n.applied
 	n.applied = next
 	n.status.Revision, n.status.StoreID = next.Revision(), next.StoreID()
-	servingDefaults := n.defaults != nil && n.serving.Load() == n.defaults
+	old := n.serving.Load()
+	servingDefaults := n.defaults != nil && old == n.defaults
+	// A fail-closed namespace past MaxStaleness keeps its Defaults here;
+	// refreshState (from confirmed, below) switches back. Defaults served
+	// instead of a rejected first snapshot give way at once.
 	if !servingDefaults || prev == nil {
 		n.serve(next, OriginNetwork)
 		// The first data is no change: callbacks report changes of what
 		// Get returns once the namespace is open.
-		if len(changes) > 0 && prev != nil {
-			n.disp.enqueue(item{changes: &ChangeSet{Namespace: n.name, Revision: next.Revision(), PrevRevision: prev.Revision(), Changes: changes}})
+		if len(changes) > 0 && old != nil {
+			n.disp.enqueue(item{changes: &ChangeSet{Namespace: n.name, Revision: next.Revision(), PrevRevision: old.Revision(), Changes: changes}})
 		}
 	}
 	n.confirmed(true)
