@@ -107,13 +107,15 @@ func (n *Namespace) Rejected() int64 { return n.rejects.Load() }
 // CallbackPanics counts callbacks of this namespace that panicked.
 func (n *Namespace) CallbackPanics() int64 { return n.disp.panics.Load() }
 
-// OnChange calls fn after each change of key's value, with the old and new
-// value. Callbacks of a namespace run one at a time on a goroutine of their
-// own, in revision order, after the new data is served (inside fn,
-// Revision() >= ch.Revision); a slow callback delays only later callbacks of
-// the namespace, never applying or reading; a panic is recovered, logged
-// and counted. Callbacks must not call Client.Close. The returned function
-// stops the subscription; no call starts after it returns.
+// OnChange calls fn after each change of key's value, that is of what Get
+// returns, with the old and new value. Callbacks of a namespace run one at a
+// time on a goroutine of their own, in the order of the updates, after the
+// new data is served (inside fn, Revision() >= ch.Revision, within one store
+// and while no Defaults are served); a slow callback delays only later
+// callbacks of the namespace, never applying or reading; a panic is
+// recovered, logged and counted. Callbacks must not call Client.Close. The
+// returned function stops the subscription: no call starts after it
+// returns, and one running is waited for (unless stop is called from it).
 func (n *Namespace) OnChange(key string, fn func(Change)) (stop func()) {
 	return n.disp.subscribe(&subscription{key: key, onChange: fn})
 }
@@ -131,7 +133,10 @@ func (n *Namespace) OnStatusChange(fn func(Status)) (stop func()) {
 }
 
 // WaitForRevision blocks until the served revision is at least rev, ctx
-// ends (its error is returned) or the client closes (ErrClosed).
+// ends (its error is returned) or the client closes (ErrClosed). Revisions
+// compare within one store: after the server's store is reset (Status
+// shows a new StoreID) its revisions start again from 1, and a wait for a
+// revision of the old store may never end; use a context deadline.
 func (n *Namespace) WaitForRevision(ctx context.Context, rev int64) error {
 	for {
 		n.mu.Lock()
