@@ -2,7 +2,6 @@ package config
 
 import (
 	"encoding/json"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,7 +24,8 @@ func benchNamespace(b testing.TB, keys int) (*Namespace, []string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := &Namespace{name: "bench", disp: newDispatcher(slog.New(slog.DiscardHandler), 1024), revWait: make(chan struct{}), ready: make(chan struct{})}
+	c := &Client{opts: defaultOptions()}
+	n := newNamespace(c, "bench", nsOptions{}, c.opts.logger)
 	n.applied, n.storeID = snap, "store"
 	n.serving.Store(snap)
 	return n, names

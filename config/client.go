@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -212,18 +213,7 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 		return nil, fmt.Errorf("config: namespace %q: MaxStaleness %v is negative", name, o.maxStaleness)
 	}
 	log := c.opts.logger.With("ns", name)
-	n := &Namespace{
-		name:      name,
-		c:         c,
-		opts:      o,
-		log:       log,
-		disp:      newDispatcher(log, c.opts.callbackQueue),
-		ready:     make(chan struct{}),
-		done:      make(chan struct{}),
-		revWait:   make(chan struct{}),
-		stateWait: make(chan struct{}),
-		kick:      make(chan struct{}, 1),
-	}
+	n := newNamespace(c, name, o, log)
 	defaults, err := buildDefaults(name, o.defaults)
 	if err != nil {
 		return nil, err
@@ -237,7 +227,6 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 	if a, ok := c.src.(transport.Acker); ok {
 		n.acks = newAcker(a, log, c.opts.clientID, name)
 	}
-	n.status = Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness}
 	if n.metrics, err = c.metrics.Namespace(name, probe{n}); err != nil {
 		log.Warn("config: namespace metrics not registered", "err", err)
 	}
@@ -283,6 +272,23 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 		close(n.done)
 	}()
 	return n, nil
+}
+
+// newNamespace makes a namespace in StateSyncing, with nothing started.
+func newNamespace(c *Client, name string, o nsOptions, log *slog.Logger) *Namespace {
+	return &Namespace{
+		name:      name,
+		c:         c,
+		opts:      o,
+		log:       log,
+		disp:      newDispatcher(log, c.opts.callbackQueue),
+		ready:     make(chan struct{}),
+		done:      make(chan struct{}),
+		revWait:   make(chan struct{}),
+		stateWait: make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		status:    Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness},
+	}
 }
 
 // buildDefaults makes the snapshot a fail-closed namespace serves past its
