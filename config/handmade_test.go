@@ -137,3 +137,39 @@ func TestDuplicatedAndReorderedEvents(t *testing.T) {
 		t.Error("callback order:", r)
 	}
 }
+
+// TestMalformedEventResumesWithoutPartialApply: an event that does not
+// decode ends the stream; nothing of it is applied; the client resumes from
+// its cursor and gets the change whole.
+func TestMalformedEventResumesWithoutPartialApply(t *testing.T) {
+	good := change(6, 5, map[string]any{"a": 6, "b": 6})
+	srv := &scriptedServer{t: t,
+		snapshots: []transport.Snapshot{
+			{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5, Values: map[string]json.RawMessage{"a": json.RawMessage(`5`), "b": json.RawMessage(`5`)}},
+		},
+		streams: [][]string{
+			{"event: change\nid: 6\ndata: {\"ns\":\"hm\",\"store_id\":\"s1\",\"revision\":6,\"prev_revision\":5,\"puts\":{\"a\":6,\"b\":\n\n"},
+			{frame("change", 6, good)},
+		},
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	c := newClient(t, hs.URL)
+	ns := open(t, c, "hm")
+	var torn atomic.Bool
+	ns.OnAnyChange(func(cs config.ChangeSet) {
+		if len(cs.Changes) != 2 {
+			torn.Store(true)
+		}
+	})
+	waitRevision(t, ns, 6)
+	if ns.Int("a", 0) != 6 || ns.Int("b", 0) != 6 || torn.Load() {
+		t.Errorf("after resume: a=%d b=%d torn=%v", ns.Int("a", 0), ns.Int("b", 0), torn.Load())
+	}
+	if got := srv.snapCount.Load(); got != 1 {
+		t.Errorf("%d snapshot requests; a malformed event must resume, not resnapshot", got)
+	}
+	if st := ns.Status(); st.LastError.Kind != config.ErrorInvalidData {
+		t.Errorf("last error = %+v; want the malformed event", st.LastError)
+	}
+}

@@ -102,7 +102,9 @@ func (n *Namespace) resumeCursor() int64 {
 // resnapshot fetches the namespace whole and applies it. When the client
 // already holds data of the same store, the request is conditional, and an
 // unchanged namespace costs no body.
-func (n *Namespace) resnapshot(ctx context.Context, reason string) error {
+func (n *Namespace) resnapshot(ctx context.Context, reason string) (err error) {
+	ctx, end := n.c.tracer.Start(ctx, telemetry.SpanResnapshot, n.name) // the fetch, the checks, the apply
+	defer func() { end(err) }()
 	req := transport.SnapshotRequest{Namespace: n.name}
 	n.mu.Lock()
 	if n.applied != nil {
@@ -113,9 +115,9 @@ func (n *Namespace) resnapshot(ctx context.Context, reason string) error {
 	// A black-holed server must not hold the loop forever.
 	ctx, cancel := context.WithTimeout(ctx, 2*n.c.opts.idleTimeout+10*time.Second)
 	defer cancel()
-	ctx, end := n.c.tracer.Start(ctx, telemetry.SpanSnapshot, n.name)
-	snap, err := n.c.src.Snapshot(ctx, req)
-	end(err)
+	fetchCtx, endFetch := n.c.tracer.Start(ctx, telemetry.SpanSnapshot, n.name)
+	snap, err := n.c.src.Snapshot(fetchCtx, req)
+	endFetch(err)
 	notModified := errors.Is(err, transport.ErrNotModified)
 	if err != nil && !notModified {
 		return err
