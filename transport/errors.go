@@ -75,8 +75,9 @@ func (e *StatusError) Error() string {
 func (e *StatusError) Unwrap() error { return e.Err }
 
 // Retryable reports whether err is worth retrying at the same cursor:
-// everything except compaction, a missing namespace, an unauthorized client,
-// a store change and a malformed request.
+// everything except compaction, a store change and an invalid namespace
+// name. A missing namespace or refused credentials are retried (slowly):
+// the namespace may be created, the credentials rotated.
 func Retryable(err error) bool {
 	switch {
 	case errors.Is(err, ErrCompacted), errors.Is(err, ErrStoreChanged),

@@ -245,7 +245,7 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	client := *o.client
 	client.Transport = idle
 	stream := *o.client
-	stream.Transport = &sseFrameTransport{base: idle, limit: o.maxEventBytes + sseFrameOverhead}
+	stream.Transport = &sseFrameTransport{base: idle, limit: sseFrameLimit(o.maxEventBytes)}
 	stream.Timeout = 0
 	poll := *o.client
 	poll.Transport = hdr
@@ -370,6 +370,8 @@ func (s *HTTPSource) Ack(ctx context.Context, ack Ack) error {
 	if ack.Status != AckApplied && ack.Status != AckRejected {
 		return fmt.Errorf("transport: ack %q: status %q (want %q or %q)", ack.Namespace, ack.Status, AckApplied, AckRejected)
 	}
+	// A nack listing many failures must still fit the server's limits.
+	ack.Error = truncateUTF8(ack.Error, MaxAckErrorBytes)
 	body, err := json.Marshal(ack)
 	if err != nil {
 		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)

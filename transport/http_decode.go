@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // readBody reads a reply's body, decompressing gzip itself, and fails with
@@ -148,12 +149,14 @@ func notModifiedSnapshot(req SnapshotRequest, h http.Header) (*Snapshot, error) 
 	if snap.StoreID == "" {
 		snap.StoreID = req.KnownStoreID
 	}
+	if snap.StoreID != req.KnownStoreID {
+		return nil, fmt.Errorf("%w: 304 for store %q to a request naming store %q", ErrMalformed, truncate(snap.StoreID, 64), req.KnownStoreID)
+	}
 	if v := h.Get(HeaderRevision); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%w: %s header %q", ErrMalformed, HeaderRevision, truncate(v, 64))
+		if err != nil || n != req.KnownRevision {
+			return nil, fmt.Errorf("%w: 304 with %s header %q to a request naming revision %d", ErrMalformed, HeaderRevision, truncate(v, 64), req.KnownRevision)
 		}
-		snap.Revision = n
 	}
 	snap.Cursor = snap.Revision
 	if v := h.Get(HeaderCursor); v != "" {
@@ -311,6 +314,17 @@ func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, e
 }
 
 // truncate bounds a string from the server before it goes into an error.
+// truncateUTF8 cuts s to at most n bytes, on a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

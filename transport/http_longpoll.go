@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // watchLongPoll repeats GET /sdk/events?ns=N&since=C&wait=W, delivering each
@@ -15,6 +16,7 @@ import (
 func (s *HTTPSource) watchLongPoll(ctx context.Context, req WatchRequest, handle func(Event) error) error {
 	since := req.Since
 	for {
+		started := time.Now()
 		r, err := s.longPoll(ctx, req.Namespace, since)
 		if err != nil {
 			return err
@@ -29,11 +31,27 @@ func (s *HTTPSource) watchLongPoll(ctx context.Context, req WatchRequest, handle
 			return err
 		}
 		since = r.Cursor
+		// A server that answers an empty poll at once (one that ignores
+		// wait) must not make this a busy loop.
+		if len(r.Changes) == 0 {
+			if pause := minEmptyPoll - time.Since(started); pause > 0 {
+				t := time.NewTimer(pause)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+				case <-t.C:
+				}
+			}
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 	}
 }
+
+// minEmptyPoll is the least time between two long-polls that brought no
+// change.
+const minEmptyPoll = 100 * time.Millisecond
 
 // longPoll makes one long-poll, bounded by the wait plus the idle timeout.
 func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*EventsResponse, error) {

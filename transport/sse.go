@@ -20,6 +20,11 @@ import (
 // field names, its id and its event type in the SSE reader's buffer.
 const sseFrameOverhead = 4 << 10
 
+// sseFrameLimit bounds one SSE frame for events whose data is at most
+// maxData bytes: the data may come split over many "data: " lines, each
+// costing up to 7 bytes of framing more, beyond the fixed overhead.
+func sseFrameLimit(maxData int) int { return 8*maxData + sseFrameOverhead }
+
 // sseResult is how one SSE stream ended.
 type sseResult struct {
 	err       error // never nil
@@ -45,8 +50,11 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		panicked any   // a panic of handle, re-raised once the stream is down
 	)
 	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}}
-	c := sse.NewClient(s.endpoint(PathWatch, q), sse.ClientMaxBufferSize(s.opts.maxEventBytes+sseFrameOverhead))
+	c := sse.NewClient(s.endpoint(PathWatch, q), sse.ClientMaxBufferSize(sseFrameLimit(s.opts.maxEventBytes)))
 	c.Connection = s.stream
+	// A compressed event stream is buffered by whoever compresses it, and
+	// would look dead: ask for none (net/http would otherwise ask for gzip).
+	c.Headers["Accept-Encoding"] = "identity"
 	// One subscribe = one connection attempt. The field is backoff v1's
 	// BackOff; v1's Stop is what its RetryNotify checks for.
 	c.ReconnectStrategy = &backoffv1.StopBackOff{}

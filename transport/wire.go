@@ -96,6 +96,10 @@ type EventsResponse struct {
 	Changes   []ChangeSet `json:"changes"`
 }
 
+// MaxAckErrorBytes bounds Ack.Error: a client cuts a longer error, and the
+// server keeps no more.
+const MaxAckErrorBytes = 4 << 10
+
 // Ack is the body of POST /sdk/ack: what one client applied or rejected.
 type Ack struct {
 	ClientID  string `json:"client_id"`

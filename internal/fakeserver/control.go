@@ -31,8 +31,13 @@ func (s *Server) routes() *http.ServeMux {
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
 		allow, plane := rt.method, strings.HasPrefix(rt.path, "/sdk/")
-		mux.HandleFunc(rt.path, func(w http.ResponseWriter, _ *http.Request) {
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			if plane {
+				// The data plane's faults and token hold for every request.
+				if !s.gate(w, r, false) {
+					return
+				}
+				defer s.speak(r)()
 				s.planeHeaders(w, "")
 			}
 			w.Header().Set("Allow", allow)
@@ -260,7 +265,7 @@ func (s *Server) handleFaults(w http.ResponseWriter, r *http.Request) {
 	// Check everything before changing anything.
 	var retryAfter, latency time.Duration
 	if f := body.Fail; f != nil {
-		if f.Count < 0 || f.Status < 400 || f.Status > 599 {
+		if f.Count < 0 || f.Count > 0 && (f.Status < 400 || f.Status > 599) {
 			s.replyError(w, errors.Join(ErrInvalid, errors.New("fail: want count >= 0 and a status in 400..599")))
 			return
 		}

@@ -17,7 +17,7 @@ import (
 const (
 	maxAckBytes     = 64 << 10
 	maxClientIDLen  = 256
-	maxAckErrorLen  = 4 << 10
+	maxAckErrorLen  = transport.MaxAckErrorBytes
 	maxControlBytes = 64 << 10
 )
 

@@ -264,22 +264,33 @@ func etagMatches(header, etag string) bool {
 	return false
 }
 
-// acceptsGzip reports whether an Accept-Encoding header allows gzip.
+// acceptsGzip reports whether an Accept-Encoding header allows gzip: an
+// explicit gzip entry decides, else a "*" entry; q=0 refuses.
 func acceptsGzip(header string) bool {
+	gzip, star := -1.0, -1.0 // the q of each entry; -1: absent
 	for _, part := range strings.Split(header, ",") {
-		name, params, _ := strings.Cut(part, ";")
-		name = strings.TrimSpace(name)
-		if !strings.EqualFold(name, "gzip") && name != "*" {
-			continue
-		}
-		if v, ok := strings.CutPrefix(strings.TrimSpace(params), "q="); ok {
-			if q, err := strconv.ParseFloat(v, 64); err == nil && q <= 0 {
-				return false
+		fields := strings.Split(part, ";")
+		name := strings.TrimSpace(fields[0])
+		q := 1.0
+		for _, p := range fields[1:] {
+			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if strings.EqualFold(strings.TrimSpace(k), "q") {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					q = f
+				}
 			}
 		}
-		return true
+		switch {
+		case strings.EqualFold(name, "gzip"):
+			gzip = q
+		case name == "*":
+			star = q
+		}
 	}
-	return false
+	if gzip >= 0 {
+		return gzip > 0
+	}
+	return star > 0
 }
 
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
@@ -346,7 +357,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				panic(http.ErrAbortHandler)
 			}
 			d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
-			items, _ := wt.take()
+			items, overflow := wt.take()
+			if overflow {
+				// Changes were dropped from this watcher's queue: answer
+				// without moving the cursor past them; the next poll gets
+				// them from the history.
+				resp.Cursor = cursor
+				break wait
+			}
 			for _, c := range items {
 				if c.cs.Revision > cursor {
 					resp.Changes = append(resp.Changes, c.cs)

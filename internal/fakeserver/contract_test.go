@@ -1,0 +1,423 @@
+package fakeserver
+
+// Tests from a review against the protocol: the first group reproduced
+// bugs (now fixed), the rest pin behaviours that had no test of their own.
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// rawRequest writes one raw HTTP/1.1 request on a new connection and
+// returns it with a reader, so that a test can observe "nothing at all".
+func rawRequest(t *testing.T, addr, method, path string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, method+" "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	return conn, bufio.NewReader(conn)
+}
+
+// longPollWatcher returns the one watcher of ns (a held long-poll).
+func longPollWatcher(s *Server, ns string) *watcher {
+	s.hub.mu.RLock()
+	defer s.hub.mu.RUnlock()
+	for w := range s.hub.byNS[ns] {
+		return w
+	}
+	return nil
+}
+
+// BUG (sdk.go handleEvents, the wait loop: `items, _ := wt.take()` then
+// `resp.Cursor = max(d, cursor)`): when a held long-poll's watcher
+// overflows, the queued change sets are thrown away (watcher.push sets
+// queue = nil) but the handler ignores the overflow flag and still replies
+// with the hub's dispatched cursor d, which is at or past the discarded
+// changes. The reply has no changes and a cursor beyond them, and a stale
+// revision, so the client advances its cursor past changes it never
+// received: a silent skip, which the design forbids ("a watcher that falls
+// behind is disconnected, never silently skipped, and resumes from its
+// cursor").
+//
+// To make the overflow happen before the handler can take the first change,
+// the test runs on one P and holds the hub's lock while two changes are
+// committed, so the dispatcher pushes both in one uninterrupted batch into
+// a watcher with room for one. It retries until the watcher really
+// overflowed (checked on the watcher itself) and then checks the reply.
+func TestLongPollOverflowSkipsChanges(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	s := start(t, WithWatcherBuffer(1), WithHeartbeat(time.Hour))
+	c := newClient(t)
+	s.Publish("app", map[string]any{"k": 0})
+
+	for attempt := 0; attempt < 20; attempt++ {
+		since := s.Head()
+		type reply struct {
+			resp *http.Response
+			body []byte
+		}
+		got := make(chan reply, 1)
+		go func() {
+			resp, err := c.Get(s.URL() + "/sdk/events?ns=app&since=" + strconv.FormatInt(since, 10) + "&wait=10s")
+			if err != nil {
+				got <- reply{}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			got <- reply{resp, b}
+		}()
+		waitFor(t, "a held long-poll", func() bool { return longPollWatcher(s, "app") != nil })
+		wt := longPollWatcher(s, "app")
+
+		// The dispatcher blocks on the hub lock while pushing "other"'s
+		// change; both changes of "app" queue behind it, in one batch.
+		s.hub.mu.Lock()
+		s.Publish("other", map[string]any{"x": attempt})
+		r1, _ := s.Publish("app", map[string]any{"k": 2*attempt + 1})
+		r2, _ := s.Publish("app", map[string]any{"k": 2*attempt + 2})
+		s.hub.mu.Unlock()
+
+		var rp reply
+		select {
+		case rp = <-got:
+		case <-time.After(15 * time.Second):
+			t.Fatal("no long-poll reply")
+		}
+		if rp.resp == nil || rp.resp.StatusCode != 200 {
+			t.Fatalf("long-poll failed: %+v %s", rp.resp, rp.body)
+		}
+		er := decode[transport.EventsResponse](t, rp.body)
+		wt.mu.Lock()
+		overflowed := wt.overflow
+		wt.mu.Unlock()
+
+		// The invariant, whatever happened: every change of the namespace
+		// at or below the reply's cursor and after since is in the reply.
+		var revs []int64
+		for _, cs := range er.Changes {
+			revs = append(revs, cs.Revision)
+		}
+		for _, r := range []int64{r1, r2} {
+			if r <= er.Cursor && !slices.Contains(revs, r) {
+				t.Fatalf("attempt %d (overflow %v): long-poll from %d replied cursor %d, revision %d, changes %v: "+
+					"change %d is at or below the cursor but was never sent (silently skipped)",
+					attempt, overflowed, since, er.Cursor, er.Revision, revs, r)
+			}
+		}
+		if overflowed {
+			return // the overflow path was exercised and behaved
+		}
+	}
+	t.Skip("could not make the long-poll watcher overflow")
+}
+
+// BUG (control.go handleFaults: `f.Status < 400 || f.Status > 599` is
+// checked even when count is 0): PROTOCOL.md says "fail ... (400–599; N = 0
+// clears)", but {"fail":{"count":0}} — the natural way to clear pending
+// failures — is refused with 400 and the pending failures stay armed.
+func TestFaultsClearWithCountZero(t *testing.T) {
+	s := start(t)
+	c := newClient(t)
+	s.Publish("app", map[string]any{"a": 1})
+	s.FailNext(5, http.StatusServiceUnavailable, 0)
+	resp, body := do(t, c, "POST", s.URL()+"/control/faults", `{"fail":{"count":0}}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf(`clearing with {"fail":{"count":0}}: %d %s; want 200`, resp.StatusCode, body)
+	}
+	if resp, _ := do(t, c, "GET", s.URL()+"/sdk/snapshot?ns=app", ""); resp.StatusCode != 200 {
+		t.Fatalf("snapshot after clearing: %d, want 200", resp.StatusCode)
+	}
+}
+
+// BUG (sdk.go acceptsGzip): the first matching entry decides, so
+// "Accept-Encoding: *, gzip;q=0" gets a gzipped snapshot although the client
+// explicitly refused gzip (RFC 9110 §12.5.3: an explicit coding's q wins
+// over "*"; PROTOCOL.md: gzip "when Accept-Encoding allows gzip (or *,
+// unless q=0)"). Parameters before q (gzip;x=1;q=0) are likewise missed.
+func TestAcceptEncodingExplicitRefusalWins(t *testing.T) {
+	s := start(t)
+	c := newClient(t)
+	s.Publish("app", map[string]any{"a": 1})
+	for _, ae := range []string{"*, gzip;q=0", "gzip;x=1;q=0", "GZIP;Q=0"} {
+		resp, body := do(t, c, "GET", s.URL()+"/sdk/snapshot?ns=app", "", "Accept-Encoding", ae)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%q: %d %s", ae, resp.StatusCode, body)
+		}
+		if ce := resp.Header.Get("Content-Encoding"); ce != "" {
+			t.Errorf("Accept-Encoding %q refuses gzip, got Content-Encoding %q", ae, ce)
+		}
+	}
+}
+
+// BUG (control.go routes: the per-path 405 fallback, and "/" for unknown
+// /sdk/ paths, bypass gate): while the data plane is black-holed the server
+// must "accept requests and then send nothing at all", but a data-plane
+// request with another method is answered at once (405, with the
+// Holdfast-* headers, and without the bearer token check).
+func TestBlackholeAnswersWrongMethod(t *testing.T) {
+	s := start(t)
+	s.Publish("app", map[string]any{"a": 1})
+	s.SetBlackhole(true)
+	conn, br := rawRequest(t, s.Addr(), "POST", "/sdk/snapshot?ns=app")
+	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if line, err := br.ReadString('\n'); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("black hole answered a data-plane request: %q (%v)", line, err)
+	}
+}
+
+// ---- guards ----------------------------------------------------------------
+
+// A publish that fails the schema gets 422 with every failure, commits
+// nothing, and reaches no stream; a rollback to content that fails it too.
+func TestSchema422EveryFailure(t *testing.T) {
+	s := start(t, WithHeartbeat(time.Hour))
+	c := newClient(t)
+	u := s.URL()
+	s.Publish("app", map[string]any{"a": 1, "b": "x"})
+	rBad, _ := s.Publish("app", map[string]any{"a": "not a number"}) // valid before the schema
+	s.Publish("app", map[string]any{"a": 2})
+	resp, body := do(t, c, "PUT", u+"/control/namespaces/app/schema",
+		`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a","c"]}`)
+	if resp.StatusCode != 204 {
+		t.Fatalf("schema: %d %s", resp.StatusCode, body)
+	}
+	// Fix "c" so that only the publish's own failures count.
+	if _, err := s.Publish("app", map[string]any{"c": true}); err != nil {
+		t.Fatal(err)
+	}
+	head := s.Head()
+	st := openStream(t, c, u+"/sdk/watch?ns=app&since="+strconv.FormatInt(head, 10), "")
+	if _, p := checked(t, mustNext(t, st)); p == nil || p.Cursor != head {
+		t.Fatalf("initial progress %+v", p)
+	}
+	resp, body = do(t, c, "POST", u+"/control/namespaces/app/publish", `{"puts":{"a":"x","b":7},"deletes":["c"]}`)
+	eb := decode[transport.ErrorBody](t, body)
+	if resp.StatusCode != 422 || eb.Error != transport.CodeSchemaViolation || len(eb.Details) != 3 {
+		t.Fatalf("publish failing 3 ways: %d %s; want 422 with 3 details", resp.StatusCode, body)
+	}
+	resp, body = do(t, c, "POST", u+"/control/namespaces/app/rollback", `{"to_revision":`+strconv.FormatInt(rBad, 10)+`}`)
+	if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 422 || eb.Error != transport.CodeSchemaViolation || len(eb.Details) == 0 {
+		t.Fatalf("rollback to invalid content: %d %s", resp.StatusCode, body)
+	}
+	if s.Head() != head {
+		t.Fatalf("a refused publish moved the head from %d to %d", head, s.Head())
+	}
+	// The stream sees the next good publish as the very next change.
+	good, _ := s.Publish("app", map[string]any{"a": 3})
+	for {
+		cs, _ := checked(t, mustNext(t, st))
+		if cs == nil {
+			continue
+		}
+		if cs.Revision != good {
+			t.Fatalf("stream got change %d, want %d (a refused publish leaked?)", cs.Revision, good)
+		}
+		break
+	}
+}
+
+// Rollback: to a compacted revision is 410 with the compaction point; to
+// exactly the compaction point restores that content as a new revision.
+func TestRollbackAndCompaction(t *testing.T) {
+	s := start(t)
+	c := newClient(t)
+	u := s.URL()
+	r1, _ := s.Publish("app", map[string]any{"a": 1, "gone": true})
+	r2, _ := s.Publish("app", map[string]any{"a": 2}, "gone")
+	s.Publish("app", map[string]any{"a": 3, "new": 1})
+	if _, err := s.Compact(r2); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := do(t, c, "POST", u+"/control/namespaces/app/rollback", `{"to_revision":`+strconv.FormatInt(r1, 10)+`}`)
+	if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 410 || eb.Error != transport.CodeCompacted || eb.CompactRevision != r2 {
+		t.Fatalf("rollback below compaction: %d %s", resp.StatusCode, body)
+	}
+	resp, body = do(t, c, "POST", u+"/control/namespaces/app/rollback", `{"to_revision":`+strconv.FormatInt(r2, 10)+`}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("rollback to the compaction point: %d %s", resp.StatusCode, body)
+	}
+	rb := decode[struct {
+		Revision int64 `json:"revision"`
+	}](t, body)
+	snap, err := s.Snapshot("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Revision != rb.Revision || len(snap.Values) != 1 || string(snap.Values["a"]) != "2" {
+		t.Fatalf("after rollback to %d: %+v", r2, snap)
+	}
+}
+
+// Watch and events: a cursor above the head is 400 and one below the
+// compaction point is 410, both as JSON before any stream starts; after a
+// store reset the old ETag no longer matches even at the same revision
+// number, and an old cursor above the new head is 400 (resnapshot).
+func TestCursorErrorsAndETagAfterReset(t *testing.T) {
+	s := start(t)
+	c := newClient(t)
+	u := s.URL()
+	for i := range 4 {
+		s.Publish("app", map[string]any{"a": i})
+	}
+	k, _ := s.Compact(2)
+	oldID, head := s.StoreID(), s.Head()
+	oldTag := transport.ETag(oldID, head)
+	for _, path := range []string{"/sdk/watch", "/sdk/events"} {
+		resp, body := do(t, c, "GET", u+path+"?ns=app&since="+strconv.FormatInt(k-1, 10), "")
+		if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 410 || eb.CompactRevision != k ||
+			!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			t.Fatalf("%s below compaction: %d %s", path, resp.StatusCode, body)
+		}
+		resp, body = do(t, c, "GET", u+path+"?ns=app&since="+strconv.FormatInt(head+1, 10), "")
+		if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 400 || eb.Error != transport.CodeBadRequest {
+			t.Fatalf("%s above head: %d %s", path, resp.StatusCode, body)
+		}
+	}
+
+	s.ResetStore()
+	for i := range 4 { // the same revision numbers again
+		s.Publish("app", map[string]any{"a": 10 + i})
+	}
+	resp, body := do(t, c, "GET", u+"/sdk/snapshot?ns=app", "", "If-None-Match", oldTag)
+	if resp.StatusCode != 200 || resp.Header.Get(transport.HeaderStoreID) == oldID {
+		t.Fatalf("old store's ETag after reset: %d %v", resp.StatusCode, resp.Header)
+	}
+	if snap := decode[transport.Snapshot](t, body); snap.StoreID == oldID || snap.Revision != head || string(snap.Values["a"]) != "13" {
+		t.Fatalf("snapshot after reset %s", body)
+	}
+	resp, body = do(t, c, "GET", u+"/sdk/watch?ns=app&since="+strconv.FormatInt(head+5, 10), "")
+	if resp.StatusCode != 400 {
+		t.Fatalf("old cursor above the new head: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Compaction by retention while a watch is open and while one resumes: the
+// open stream's chain has no gap, a resume from a cursor still kept works,
+// and one from a cursor just below the retention window is 410.
+func TestRetentionRacesWatch(t *testing.T) {
+	const keep = 3
+	s := start(t, WithRetention(keep), WithHeartbeat(time.Hour))
+	c := newClient(t)
+	r0, _ := s.Publish("app", map[string]any{"k": 0})
+	st := openStream(t, c, s.URL()+"/sdk/watch?ns=app&since="+strconv.FormatInt(r0, 10), "")
+	var last int64
+	for i := range 50 {
+		s.Publish("other", map[string]any{"x": i})
+		last, _ = s.Publish("app", map[string]any{"k": i + 1})
+	}
+	readChanges(t, st, r0, last)
+	if s.CompactRevision() != s.Head()-keep {
+		t.Fatalf("compact %d, head %d", s.CompactRevision(), s.Head())
+	}
+	ok := openStream(t, c, s.URL()+"/sdk/watch?ns=app", strconv.FormatInt(s.CompactRevision(), 10))
+	if cs, p := checked(t, mustNext(t, ok)); cs == nil && (p == nil || p.Cursor != s.Head()) {
+		t.Fatalf("resume at the compaction point: %+v %+v", cs, p)
+	}
+	resp, body := do(t, c, "GET", s.URL()+"/sdk/watch?ns=app&since="+strconv.FormatInt(s.CompactRevision()-1, 10), "")
+	if resp.StatusCode != 410 {
+		t.Fatalf("resume below the retention window: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Stop and Restart on the same address: a client resuming by Last-Event-ID
+// gets every change published while the server was down, exactly once.
+func TestRestartResumeMissesNothing(t *testing.T) {
+	s := start(t, WithHeartbeat(time.Hour))
+	c := newClient(t)
+	r0, _ := s.Publish("app", map[string]any{"k": 0})
+	st := openStream(t, c, s.URL()+"/sdk/watch?ns=app&since=0", "")
+	readChanges(t, st, 0, r0)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	st.ended(t)
+	var last int64
+	for i := range 5 {
+		s.Publish("other", map[string]any{"x": i})
+		last, _ = s.Publish("app", map[string]any{"k": i + 1})
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	st = openStream(t, c, s.URL()+"/sdk/watch?ns=app", strconv.FormatInt(r0, 10))
+	seen := map[int64]bool{}
+	prev := r0
+	for prev < last {
+		cs, _ := checked(t, mustNext(t, st))
+		if cs == nil {
+			continue
+		}
+		if seen[cs.Revision] || cs.PrevRevision != prev {
+			t.Fatalf("change %d (prev %d) after %d", cs.Revision, cs.PrevRevision, prev)
+		}
+		seen[cs.Revision], prev = true, cs.Revision
+	}
+}
+
+// A held long-poll woken by a change while black-holed sends nothing, and
+// answers after the heal with that change and a cursor that covers it.
+func TestBlackholeLongPoll(t *testing.T) {
+	s := start(t)
+	r0, _ := s.Publish("app", map[string]any{"k": 0})
+	conn, br := rawRequest(t, s.Addr(), "GET", "/sdk/events?ns=app&wait=10s&since="+strconv.FormatInt(r0, 10))
+	waitFor(t, "a held long-poll", func() bool { return longPollWatcher(s, "app") != nil })
+	s.SetBlackhole(true)
+	r1, _ := s.Publish("app", map[string]any{"k": 1})
+	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if b, err := br.Peek(1); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("black-holed long-poll sent %q (%v)", b, err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	s.SetBlackhole(false)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var er transport.EventsResponse
+	if err := json.NewDecoder(resp.Body).Decode(&er); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || len(er.Changes) != 1 || er.Changes[0].Revision != r1 || er.Cursor < r1 {
+		t.Fatalf("after heal: %d %+v", resp.StatusCode, er)
+	}
+}
+
+// Oversized schema bodies are 413 too, and change nothing.
+func TestSchemaBodyTooLarge(t *testing.T) {
+	s := start(t, WithMaxPublishBytes(256))
+	c := newClient(t)
+	big := `{"type":"object","description":"` + strings.Repeat("d", 1024) + `"}`
+	resp, body := do(t, c, "PUT", s.URL()+"/control/namespaces/app/schema", big)
+	if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 413 || eb.Error != transport.CodeTooLarge {
+		t.Fatalf("big schema: %d %s", resp.StatusCode, body)
+	}
+	if _, ok := s.store.nsRevision("app"); ok {
+		t.Fatal("a refused schema created the namespace")
+	}
+	// net/http lingers 500 ms on a connection whose body limit was hit
+	// (closeWriteAndWait); wait it out so that goleak sees nothing.
+	waitFor(t, "the refused connection to close", func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "closeWriteAndWait")
+	})
+}
