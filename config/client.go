@@ -115,38 +115,26 @@ func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOp
 	if err := transport.ValidateNamespace(name); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c.mu.Lock()
-	for {
-		if c.closed {
-			c.mu.Unlock()
-			return nil, ErrClosed
-		}
-		done := c.closing[name]
-		if done == nil {
-			break
-		}
-		if isClosed(done) {
-			delete(c.closing, name)
-			break
-		}
-		// An abandoned open of this name is still shutting down: its
-		// metrics and files are still its own.
-		c.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, &OpenError{Namespace: name, Err: ctx.Err()}
-		}
-		c.mu.Lock()
+	if err := c.lockOpen(ctx, name); err != nil {
+		return nil, err
 	}
 	n := c.namespaces[name]
 	if n == nil {
-		var err error
-		if n, err = c.open(name, opts); err != nil {
-			c.mu.Unlock()
+		// Read the last-good file and compile the schema without holding
+		// c.mu: a large file must not hold up every other open and Close.
+		c.mu.Unlock()
+		prepared, err := c.prepare(name, opts)
+		if err != nil {
 			return nil, err
 		}
-		c.namespaces[name] = n
+		if err := c.lockOpen(ctx, name); err != nil {
+			return nil, err
+		}
+		if n = c.namespaces[name]; n == nil { // else another open won: drop ours
+			n = prepared
+			c.start(n)
+			c.namespaces[name] = n
+		}
 	}
 	n.mu.Lock()
 	n.waiters++
@@ -202,9 +190,37 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// open makes the namespace, serves its last-good file if it has one, and
-// starts its goroutines. c.mu must be held.
-func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
+// lockOpen takes c.mu for opening name, once an abandoned open of the same
+// name has finished closing (its metrics and file are its own until then).
+// On error c.mu is not held.
+func (c *Client) lockOpen(ctx context.Context, name string) error {
+	c.mu.Lock()
+	for {
+		if c.closed {
+			c.mu.Unlock()
+			return ErrClosed
+		}
+		done := c.closing[name]
+		if done == nil {
+			return nil
+		}
+		if isClosed(done) {
+			delete(c.closing, name)
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return &OpenError{Namespace: name, Err: ctx.Err()}
+		}
+		c.mu.Lock()
+	}
+}
+
+// prepare makes the namespace and serves its last-good file if it has one,
+// starting nothing: it is not yet visible to anyone.
+func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error) {
 	var o nsOptions
 	for _, opt := range opts {
 		opt.applyNamespace(&o)
@@ -224,19 +240,28 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 			return nil, fmt.Errorf("config: namespace %q: %w", name, err)
 		}
 	}
-	if a, ok := c.src.(transport.Acker); ok {
-		n.acks = newAcker(a, log, c.opts.clientID, name)
+	if c.dir != nil {
+		n.mu.Lock()
+		n.loadFromDisk(c.dir)
+		n.mu.Unlock()
 	}
-	if n.metrics, err = c.metrics.Namespace(name, probe{n}); err != nil {
-		log.Warn("config: namespace metrics not registered", "err", err)
+	return n, nil
+}
+
+// start registers the namespace's metrics and starts its goroutines. c.mu
+// must be held.
+func (c *Client) start(n *Namespace) {
+	var err error
+	if a, ok := c.src.(transport.Acker); ok {
+		n.acks = newAcker(a, n.log, c.opts.clientID, n.name)
+	}
+	if n.metrics, err = c.metrics.Namespace(n.name, probe{n}); err != nil {
+		n.log.Warn("config: namespace metrics not registered", "err", err)
 	}
 	if n.metrics != nil {
 		n.disp.onCallback = n.metrics.CallbackDuration
 	}
 	if c.dir != nil {
-		n.mu.Lock()
-		n.loadFromDisk(c.dir)
-		n.mu.Unlock()
 		n.persister = cache.NewPersister(c.dir, n.persisted)
 	}
 
@@ -252,7 +277,7 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 	if n.acks != nil {
 		start(func(ctx context.Context) { n.acks.run(ctx, c.newBackoff()) })
 	}
-	if o.maxStaleness > 0 {
+	if n.opts.maxStaleness > 0 {
 		start(n.enforceStaleness)
 	}
 	c.wg.Add(1)
@@ -271,7 +296,6 @@ func (c *Client) open(name string, opts []NamespaceOption) (*Namespace, error) {
 		n.mu.Unlock()
 		close(n.done)
 	}()
-	return n, nil
 }
 
 // newNamespace makes a namespace in StateSyncing, with nothing started.
