@@ -125,83 +125,91 @@ func BenchmarkApplyOneKey(b *testing.B) {
 	}
 }
 
-// BenchmarkGetRatio times blocks of 1,000 baseline lookups and 1,000 Get
-// and Int calls alternately in one loop, so that the machine's noise hits
-// all three alike, and reports the fastest block of each as a ratio to the
-// fastest baseline block (get/base, int/base): the minimum is the estimate
-// least disturbed by other work on a shared machine.
-func BenchmarkGetRatio(b *testing.B) {
+// ratioRig is what the ratio benchmarks share: a 1,000-key namespace and
+// the baseline, an atomic.Pointer[map[string]string] of the same keys.
+type ratioRig struct {
+	n        *Namespace
+	names    []string
+	baseline atomic.Pointer[map[string]string]
+}
+
+func newRatioRig(b *testing.B) *ratioRig {
 	n, names := benchNamespace(b, 1000)
 	base := make(map[string]string, len(names))
 	for i, k := range names {
 		base[k] = strconv.Itoa(i)
 	}
-	var baseline atomic.Pointer[map[string]string]
-	baseline.Store(&base)
-	minBase, minGet, minInt := time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62)
+	r := &ratioRig{n: n, names: names}
+	r.baseline.Store(&base)
+	return r
+}
+
+// blocks times one block of 1,000 lookups of each kind, back to back, so
+// that the machine's noise hits all three alike.
+func (r *ratioRig) blocks(sink *int) (base, get, intGet time.Duration) {
+	t0 := time.Now()
+	for _, k := range r.names {
+		*sink += len((*r.baseline.Load())[k])
+	}
+	t1 := time.Now()
+	for _, k := range r.names {
+		v, _ := r.n.Get(k)
+		*sink += int(v.Kind())
+	}
+	t2 := time.Now()
+	for _, k := range r.names {
+		*sink += r.n.Int(k, -1)
+	}
+	t3 := time.Now()
+	return t1.Sub(t0), t2.Sub(t1), t3.Sub(t2)
+}
+
+// fastest keeps the fastest block of each kind: the estimate least
+// disturbed by other work on a shared machine.
+type fastest struct{ base, get, intGet time.Duration }
+
+func newFastest() fastest { return fastest{1 << 62, 1 << 62, 1 << 62} }
+
+func (f *fastest) add(base, get, intGet time.Duration) {
+	f.base, f.get, f.intGet = min(f.base, base), min(f.get, get), min(f.intGet, intGet)
+}
+
+func (f fastest) report(b *testing.B) {
+	b.ReportMetric(float64(f.get)/float64(f.base), "get/base")
+	b.ReportMetric(float64(f.intGet)/float64(f.base), "int/base")
+	b.ReportMetric(float64(f.base)/1000, "base-ns/lookup")
+}
+
+// BenchmarkGetRatio reports Get and Int as ratios to the baseline
+// (get/base, int/base), from the fastest of many interleaved blocks.
+func BenchmarkGetRatio(b *testing.B) {
+	r := newRatioRig(b)
+	f := newFastest()
 	var sink int
 	b.ReportAllocs()
 	for b.Loop() {
-		t0 := time.Now()
-		for _, k := range names {
-			sink += len((*baseline.Load())[k])
-		}
-		t1 := time.Now()
-		for _, k := range names {
-			v, _ := n.Get(k)
-			sink += int(v.Kind())
-		}
-		t2 := time.Now()
-		for _, k := range names {
-			sink += n.Int(k, -1)
-		}
-		t3 := time.Now()
-		minBase, minGet, minInt = min(minBase, t1.Sub(t0)), min(minGet, t2.Sub(t1)), min(minInt, t3.Sub(t2))
+		f.add(r.blocks(&sink))
 	}
-	_ = sink
-	b.ReportMetric(float64(minGet)/float64(minBase), "get/base")
-	b.ReportMetric(float64(minInt)/float64(minBase), "int/base")
-	b.ReportMetric(float64(minBase)/float64(len(names)), "base-ns/lookup")
+	f.report(b)
 }
 
 // BenchmarkGetRatioParallel is BenchmarkGetRatio with every core reading at
 // once (RunParallel); each goroutine keeps its fastest blocks.
 func BenchmarkGetRatioParallel(b *testing.B) {
-	n, names := benchNamespace(b, 1000)
-	base := make(map[string]string, len(names))
-	for i, k := range names {
-		base[k] = strconv.Itoa(i)
-	}
-	var baseline atomic.Pointer[map[string]string]
-	baseline.Store(&base)
+	r := newRatioRig(b)
 	var mu sync.Mutex
-	minBase, minGet, minInt := time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62)
+	f := newFastest()
 	b.ReportAllocs()
+	b.ResetTimer() // the rig's setup is no part of a read
 	b.RunParallel(func(pb *testing.PB) {
-		lBase, lGet, lInt := time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62)
+		local := newFastest()
 		var sink int
 		for pb.Next() {
-			t0 := time.Now()
-			for _, k := range names {
-				sink += len((*baseline.Load())[k])
-			}
-			t1 := time.Now()
-			for _, k := range names {
-				v, _ := n.Get(k)
-				sink += int(v.Kind())
-			}
-			t2 := time.Now()
-			for _, k := range names {
-				sink += n.Int(k, -1)
-			}
-			t3 := time.Now()
-			lBase, lGet, lInt = min(lBase, t1.Sub(t0)), min(lGet, t2.Sub(t1)), min(lInt, t3.Sub(t2))
+			local.add(r.blocks(&sink))
 		}
-		_ = sink
 		mu.Lock()
-		minBase, minGet, minInt = min(minBase, lBase), min(minGet, lGet), min(minInt, lInt)
+		f.add(local.base, local.get, local.intGet)
 		mu.Unlock()
 	})
-	b.ReportMetric(float64(minGet)/float64(minBase), "get/base")
-	b.ReportMetric(float64(minInt)/float64(minBase), "int/base")
+	f.report(b)
 }
