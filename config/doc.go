@@ -23,6 +23,10 @@
 // mismatch, counted by TypeMismatches). To read several keys of one
 // revision, take a Snapshot and read from it.
 //
+// To read a structured value without decoding it on every read, bind it:
+// Bind[T](ns, key, def) decodes the key once per change and Get returns it
+// with one atomic load.
+//
 // # Changes
 //
 // OnChange(key, fn) and OnAnyChange(fn) run callbacks after each update is
@@ -41,6 +45,18 @@
 // the server's store id changes, it fetches a new snapshot. A stream that
 // sends nothing for three heartbeats is dropped as dead. Within one store
 // id the served revision never goes back.
+//
+// # Staleness and status
+//
+// Status reports the state (Syncing, Fresh, Stale, Breached, FailedClosed,
+// Closed), where the data came from (network, disk, defaults), its
+// revision and cursor, how long since it was last confirmed current, and
+// the last error by kind; OnStatusChange delivers transitions in order and
+// WaitForState waits for one. MaxStaleness with FailOpen (the default) or
+// FailClosed and Defaults decides what a namespace serves once its data is
+// too old. WithCacheDir keeps the last good data on disk and serves it at
+// start, before the network; WithSchema rejects updates this build cannot
+// parse, keeping the last good and reporting a nack to the server.
 //
 // # Errors
 //
