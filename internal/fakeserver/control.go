@@ -82,14 +82,12 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		s.replyError(w, err)
 		return
 	}
-	c, err := s.store.publish(ns, puts, deletes)
+	rev, err := s.commit(ns, puts, deletes)
 	if err != nil {
 		s.replyError(w, err)
 		return
 	}
-	s.stats.publishes.Add(1)
-	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.cs.Revision)
-	writeJSON(w, http.StatusOK, revisionReply{Revision: c.cs.Revision})
+	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
 }
 
 func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {

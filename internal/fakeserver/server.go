@@ -222,11 +222,18 @@ func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes 
 	if err != nil {
 		return 0, err
 	}
-	c, err := s.store.publish(ns, clean, dels)
+	return s.commit(ns, clean, dels)
+}
+
+// commit publishes checked puts and deletes: the one way a publish, over
+// HTTP or the Go API, reaches the store.
+func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string) (int64, error) {
+	c, err := s.store.publish(ns, puts, deletes)
 	if err != nil {
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
+	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.cs.Revision)
 	return c.cs.Revision, nil
 }
 
