@@ -57,8 +57,9 @@ func (a *acker) take() *transport.Ack {
 	return ack
 }
 
-// run sends outcomes until ctx ends.
-func (a *acker) run(ctx context.Context, bo backoff.BackOff) {
+// run sends outcomes until ctx ends. After a failure it waits as wait says
+// (the client's: backoff, Retry-After, the unauthorized wait).
+func (a *acker) run(ctx context.Context, bo backoff.BackOff, wait func(context.Context, backoff.BackOff, error)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -77,12 +78,8 @@ func (a *acker) run(ctx context.Context, bo backoff.BackOff) {
 				return
 			}
 			a.log.Debug("config: ack not delivered; will retry", "revision", ack.Revision, "err", err)
-			t := time.NewTimer(bo.NextBackOff())
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if wait(ctx, bo, err); ctx.Err() != nil {
 				return
-			case <-t.C:
 			}
 			if newer := a.take(); newer != nil {
 				ack = newer // the newest outcome wins

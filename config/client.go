@@ -275,7 +275,7 @@ func (c *Client) start(n *Namespace) {
 	start(n.run)
 	start(n.disp.run)
 	if n.acks != nil {
-		start(func(ctx context.Context) { n.acks.run(ctx, c.newBackoff()) })
+		start(func(ctx context.Context) { n.acks.run(ctx, c.newBackoff(), c.wait) })
 	}
 	if n.opts.maxStaleness > 0 {
 		start(n.enforceStaleness)

@@ -65,7 +65,7 @@ func (n *Namespace) persist(changed bool) {
 		StoreID:     n.applied.StoreID(),
 		Revision:    n.applied.Revision(),
 		Cursor:      n.cursor,
-		ConfirmedAt: time.Now().Add(-time.Since(n.confirm)).Round(0),
+		ConfirmedAt: n.confirm.Round(0), // the wall clock: it must mean something after a restart
 		Snapshot:    n.applied,
 	})
 }
