@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -20,14 +21,7 @@ import (
 func TestRestartDuringOutageServesFromDisk(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "payments.prod", map[string]any{"retry-timeout-ms": 50, "mode": "fast"})
-	dir := t.TempDir()
-
-	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	nsA := open(t, a, "payments.prod")
-	rev := nsA.Revision()
-	if err := a.Close(); err != nil { // flushes the last-good file
-		t.Fatal(err)
-	}
+	dir, rev := syncedCacheDir(t, srv, "payments.prod")
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +67,7 @@ func TestRestartDuringOutageServesFromDisk(t *testing.T) {
 func TestDiskFileWithUnchangedServerCostsNoBody(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "quiet", map[string]any{"v": 1})
-	dir := t.TempDir()
-	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	open(t, a, "quiet")
-	_ = a.Close()
+	dir, _ := syncedCacheDir(t, srv, "quiet")
 
 	before := srv.Stats()
 	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
@@ -91,10 +82,7 @@ func TestDiskFileWithUnchangedServerCostsNoBody(t *testing.T) {
 func TestCorruptCacheFileIsNeverServed(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "corrupt", map[string]any{"v": 1})
-	dir := t.TempDir()
-	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	open(t, a, "corrupt")
-	_ = a.Close()
+	dir, _ := syncedCacheDir(t, srv, "corrupt")
 
 	path := filepath.Join(dir, "corrupt.hfc")
 	data, err := os.ReadFile(path)
@@ -131,10 +119,7 @@ func TestCorruptCacheFileIsNeverServed(t *testing.T) {
 func TestFailClosedRefusesTooOldFile(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "strict", map[string]any{"v": 1})
-	dir := t.TempDir()
-	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	open(t, a, "strict")
-	_ = a.Close()
+	dir, _ := syncedCacheDir(t, srv, "strict")
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -282,4 +267,17 @@ func TestDiskRevisionIsTheMonotonicFloor(t *testing.T) {
 	if got := srv.snapCount.Load(); got < 4 {
 		t.Errorf("%d snapshot requests; the behind ones were not refused", got)
 	}
+}
+
+// syncedCacheDir is the cache dir of a client that opened ns from srv and
+// closed (which flushes the file), and the revision it held.
+func syncedCacheDir(t *testing.T, srv *fakeserver.Server, ns string) (string, int64) {
+	t.Helper()
+	dir := t.TempDir()
+	c := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	rev := open(t, c, ns).Revision()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, rev
 }

@@ -261,10 +261,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 		t.Run(fmt.Sprintf("last good on disk, fail-closed=%v", failClosed), func(t *testing.T) {
 			srv := startServer(t)
 			publish(t, srv, "svc", map[string]any{"port": 1})
-			dir := t.TempDir()
-			a := newClient(t, srv.URL(), config.WithCacheDir(dir))
-			open(t, a, "svc")
-			_ = a.Close()
+			dir, _ := syncedCacheDir(t, srv, "svc")
 			bad := publish(t, srv, "svc", invalid)
 
 			b := newClient(t, srv.URL(), config.WithCacheDir(dir))
