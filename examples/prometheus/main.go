@@ -205,13 +205,13 @@ func traffic(ctx context.Context, srv *fakeserver.Server, payments *config.Names
 	if err := srv.Stop(); err != nil {
 		return err
 	}
-	if err := within(ctx, func() bool { return payments.Status().State == config.StateBreached }); err != nil {
+	if err := waitState(ctx, payments, config.StateBreached); err != nil {
 		return fmt.Errorf("waiting for a breach: %w", err)
 	}
 	if err := srv.Restart(); err != nil {
 		return err
 	}
-	if err := within(ctx, func() bool { return payments.Status().State == config.StateFresh }); err != nil {
+	if err := waitState(ctx, payments, config.StateFresh); err != nil {
 		return fmt.Errorf("waiting for recovery: %w", err)
 	}
 
@@ -342,6 +342,13 @@ func waitRevision(ctx context.Context, n *config.Namespace, rev int64) error {
 		return fmt.Errorf("waiting for revision %d: %w", rev, err)
 	}
 	return nil
+}
+
+// waitState waits, at most stepLimit, for ns to reach state.
+func waitState(ctx context.Context, ns *config.Namespace, state config.State) error {
+	ctx, cancel := context.WithTimeout(ctx, stepLimit)
+	defer cancel()
+	return ns.WaitForState(ctx, state)
 }
 
 // within polls cond until it holds, within stepLimit.

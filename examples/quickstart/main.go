@@ -129,8 +129,8 @@ func run(ctx context.Context, out io.Writer) (err error) {
 		return err
 	}
 	say("4. Stopped the server (as a crash would). Reads go on; staleness grows:")
-	if err := waitFor(ctx, func() bool { return payments.Status().State == config.StateStale }); err != nil {
-		return fmt.Errorf("waiting for Stale: %w", err)
+	if err := waitState(ctx, payments, config.StateStale); err != nil {
+		return err
 	}
 	for range 3 {
 		select {
@@ -181,8 +181,8 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	if err := payments.WaitForRevision(waitCtx, rev); err != nil {
 		return fmt.Errorf("waiting for revision %d: %w (status %+v)", rev, err, payments.Status())
 	}
-	if err := waitFor(ctx, func() bool { return payments.Status().State == config.StateFresh }); err != nil {
-		return fmt.Errorf("waiting for Fresh: %w", err)
+	if err := waitState(ctx, payments, config.StateFresh); err != nil {
+		return err
 	}
 	say("   Converged: %s.", describe(payments.Status()))
 	say("   Int(\"retry-timeout-ms\") = %d, Int(\"max-retries\") = %d.",
@@ -213,18 +213,12 @@ func fastOrSlow(d time.Duration) string {
 	return "in " + roundTenth(d)
 }
 
-// waitFor polls cond until it holds, ctx ends or stepLimit passes.
-func waitFor(ctx context.Context, cond func() bool) error {
+// waitState waits, at most stepLimit, for ns to reach state.
+func waitState(ctx context.Context, ns *config.Namespace, state config.State) error {
 	ctx, cancel := context.WithTimeout(ctx, stepLimit)
 	defer cancel()
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for !cond() {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := ns.WaitForState(ctx, state); err != nil {
+		return fmt.Errorf("waiting for %v: %w", state, err)
 	}
 	return nil
 }
