@@ -202,7 +202,9 @@ func ExampleNamespace_Status() {
 	fmt.Println(st.State, st.Origin, st.Revision)
 
 	_ = srv.Stop() // the config plane goes down
-	poll(func() bool { return payments.Status().State == config.StateStale })
+	if err := payments.WaitForState(ctx, config.StateStale); err != nil {
+		log.Fatal(err)
+	}
 	st = payments.Status()
 	fmt.Println(st.State, st.Origin, st.Revision, st.LastError.Kind, st.Staleness > 0)
 	fmt.Println(payments.String("mode", "safe")) // still served
@@ -255,7 +257,9 @@ func ExampleWithCacheDir() {
 	if err := payments.WaitForRevision(ctx, rev); err != nil {
 		log.Fatal(err)
 	}
-	poll(func() bool { return payments.Status().State == config.StateFresh })
+	if err := payments.WaitForState(ctx, config.StateFresh); err != nil {
+		log.Fatal(err)
+	}
 	st = payments.Status()
 	fmt.Println(payments.Int("retry-timeout-ms", 0), st.State, st.Origin)
 	// Output:
@@ -287,7 +291,9 @@ func ExampleFailClosed() {
 	fmt.Println(limits.Status().State, limits.Int("max-order-eur", 0))
 
 	_ = srv.Stop()
-	poll(func() bool { return limits.Status().State == config.StateFailedClosed })
+	if err := limits.WaitForState(ctx, config.StateFailedClosed); err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(limits.Status().State, limits.Status().Origin, limits.Int("max-order-eur", 0))
 
 	// Another client, with no fresh data anywhere, cannot open it.
