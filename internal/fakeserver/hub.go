@@ -101,19 +101,27 @@ func (h *hub) run() {
 		items := h.queue
 		h.queue = h.spare[:0]
 		h.qmu.Unlock()
+		var last *change // the newest change handed over, marked once per batch
 		for _, it := range items {
 			if it.c == nil {
 				h.kill(func(w *watcher) bool { return w.gen < it.gen })
 				h.dispatched.Store(&mark{gen: it.gen})
+				last = nil
 				continue
 			}
-			it.c.frame() // encode once, before any watcher needs it
 			h.mu.RLock()
-			for w := range h.byNS[it.c.cs.Namespace] {
+			set := h.byNS[it.c.cs.Namespace]
+			if len(set) > 0 {
+				it.c.frame() // encode once, before the first watcher needs it
+			}
+			for w := range set {
 				w.push(it.c, h.silenced)
 			}
 			h.mu.RUnlock()
-			h.dispatched.Store(&mark{gen: it.c.gen, rev: it.c.cs.Revision})
+			last = it.c
+		}
+		if last != nil {
+			h.dispatched.Store(&mark{gen: last.gen, rev: last.cs.Revision})
 		}
 		clear(items)
 		h.qmu.Lock()
@@ -321,7 +329,7 @@ func (w *watcher) arm(d time.Duration) bool {
 	return true
 }
 
-// finish marks the handler as returned: abort must not touch the
+// finish marks the handler as returned: kill must not touch the
 // connection any more (it may serve another request).
 func (w *watcher) finish() {
 	w.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -98,21 +97,7 @@ func (s *Server) speak(r *http.Request) (release func()) {
 
 // hold waits while the data plane is black-holed. A request whose client
 // leaves, or whose server stops, meanwhile is aborted without a byte.
-func (s *Server) hold(r *http.Request) {
-	for {
-		ch := s.faults.hole()
-		if ch == nil {
-			return
-		}
-		select {
-		case <-ch:
-		case <-r.Context().Done():
-			panic(http.ErrAbortHandler)
-		case <-stopping(r):
-			panic(http.ErrAbortHandler)
-		}
-	}
-}
+func (s *Server) hold(r *http.Request) { s.speak(r)() }
 
 // planeHeaders sets the headers every data-plane reply carries. With ns
 // empty (or unknown) the revision is 0.
@@ -527,7 +512,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	if !s.gate(w, r, false) {
 		return
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBytes))
+	data, err := readBody(w, r, maxAckBytes)
 	if err != nil {
 		s.planeError(w, r, "", err)
 		return

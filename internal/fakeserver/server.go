@@ -248,11 +248,8 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 		if err := transport.ValidateKey(k); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, v); err != nil || buf.Len() == 0 {
-			return nil, nil, fmt.Errorf("%w: key %q: value is not one JSON value", ErrInvalid, k)
-		}
-		if !json.Valid(buf.Bytes()) {
+		var buf bytes.Buffer // Compact refuses empty, invalid and trailing data
+		if err := json.Compact(&buf, v); err != nil {
 			return nil, nil, fmt.Errorf("%w: key %q: value is not one JSON value", ErrInvalid, k)
 		}
 		clean[k] = buf.Bytes()
@@ -417,15 +414,7 @@ type faults struct {
 }
 
 func (f *faults) init() {
-	f.healCh()
-}
-
-func (f *faults) healCh() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.heal == nil {
-		f.heal = make(chan struct{})
-	}
+	f.heal = make(chan struct{}) // before the server is shared: no lock needed
 }
 
 func (f *faults) setFail(n, status int, retryAfter time.Duration) {

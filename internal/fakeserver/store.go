@@ -70,8 +70,10 @@ type logEntry struct {
 
 // store is the in-memory MVCC store: one revision counter for every
 // namespace, history per key with tombstones, compaction by revision and by
-// retention. Every method is safe for concurrent use; the lock is held only
-// for map and slice work, never for I/O or encoding.
+// retention. Every method is safe for concurrent use; the lock is held for
+// map and slice work, never for I/O or encoding, with two exceptions that
+// run a namespace's schema under it: a rollback, and a publish whose
+// optimistic check lost two races in a row.
 type store struct {
 	mu        sync.Mutex
 	id        string
@@ -356,12 +358,11 @@ func prune(vs []version, k int64) []version {
 
 // snapshot is a consistent read of one namespace.
 type snapshot struct {
-	storeID  string
-	rev      int64
-	cursor   int64
-	compact  int64
-	values   map[string]json.RawMessage // shared, never mutate
-	hasValue bool
+	storeID string
+	rev     int64
+	cursor  int64
+	compact int64
+	values  map[string]json.RawMessage // shared, never mutate
 }
 
 func (st *store) snapshot(ns string) (snapshot, error) {
