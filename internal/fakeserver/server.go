@@ -329,12 +329,6 @@ func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) {
 	}, nil
 }
 
-// ValuesAt returns namespace ns's content at revision rev, which must not be
-// below the compaction point.
-func (s *Server) ValuesAt(ns string, rev int64) (map[string]json.RawMessage, error) {
-	return s.store.snapshotAt(ns, rev)
-}
-
 // FailNext makes the next n data-plane requests (snapshot, events, watch;
 // not acks, so that a test's count is predictable) fail with status and
 // Retry-After: retryAfter in whole seconds, rounded to the nearest (so
