@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -78,19 +77,15 @@ func (n *Namespace) run(ctx context.Context) {
 }
 
 // needsResnapshot reports whether a watch that ended with err cannot resume
-// from its cursor: compaction, a gap, a new store id, or a cursor the server
-// refuses (400: above its head, as after a store reset or a server that
-// lost its history).
+// from its cursor: what the transport says cannot be retried there
+// (compaction, a new store id, a refused cursor), a gap, or the backstop.
 // healthyStream is how long a watch that delivers must have lived for the
 // reconnect backoff to start over: a server that cuts every stream after
 // its first event still meets a growing backoff.
 const healthyStream = 5 * time.Second
 
 func needsResnapshot(err error) bool {
-	var se *transport.StatusError
-	return errors.Is(err, transport.ErrCompacted) || errors.Is(err, transport.ErrStoreChanged) ||
-		errors.Is(err, errGap) || errors.Is(err, errBackstop) ||
-		errors.As(err, &se) && se.StatusCode == http.StatusBadRequest
+	return !transport.Retryable(err) || errors.Is(err, errGap) || errors.Is(err, errBackstop)
 }
 
 func (n *Namespace) resumeCursor() int64 {

@@ -26,8 +26,9 @@ var (
 	// ErrStoreChanged: the server's store id changed (its history was
 	// rebuilt); the caller resnapshots and resets its monotonic floor.
 	ErrStoreChanged = errors.New("transport: store id changed")
-	// ErrStreamIdle: a watch stream sent nothing for longer than its idle
-	// limit (a black-holed or half-open connection).
+	// ErrStreamIdle: a request or stream received no bytes for the idle
+	// timeout, or a long-poll had no reply within its wait plus the idle
+	// timeout (a black-holed or half-open connection).
 	ErrStreamIdle = errors.New("transport: stream idle")
 	// ErrInvalidNamespace: a namespace name that ValidateNamespace refuses.
 	ErrInvalidNamespace = errors.New("transport: invalid namespace name")
@@ -74,14 +75,18 @@ func (e *StatusError) Error() string {
 
 func (e *StatusError) Unwrap() error { return e.Err }
 
-// Retryable reports whether err is worth retrying at the same cursor:
-// everything except compaction, a store change and an invalid namespace
-// name. A missing namespace or refused credentials are retried (slowly):
-// the namespace may be created, the credentials rotated.
+// Retryable reports whether a watch that failed with err can be retried
+// from the same cursor: everything except compaction, a store change, an
+// invalid namespace name and a cursor the server refuses (400: above its
+// head, as after a store reset). The others call for a new snapshot. A
+// missing namespace or refused credentials are retried (slowly): the
+// namespace may be created, the credentials rotated.
 func Retryable(err error) bool {
+	var se *StatusError
 	switch {
 	case errors.Is(err, ErrCompacted), errors.Is(err, ErrStoreChanged),
-		errors.Is(err, ErrInvalidNamespace):
+		errors.Is(err, ErrInvalidNamespace),
+		errors.As(err, &se) && se.StatusCode == http.StatusBadRequest:
 		return false
 	}
 	return true

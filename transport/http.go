@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -87,12 +88,9 @@ const autoSwitchFailures = 3
 type HTTPSource struct {
 	base   *url.URL
 	opts   httpOptions
-	user   *http.Client // as given (or the default); Close closes its idle connections
 	client *http.Client // snapshot, ack: headers + idle timeout
 	stream *http.Client // SSE: headers + idle timeout + whole events only, no overall Timeout
 	poll   *http.Client // long-poll: headers; per-request deadline
-
-	closeOnce sync.Once
 
 	mu       sync.Mutex
 	mode     WatchMode // effective: WatchSSE or WatchLongPoll
@@ -258,7 +256,6 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	return &HTTPSource{
 		base:   u,
 		opts:   o,
-		user:   o.client,
 		client: &client,
 		stream: &stream,
 		poll:   &poll,
@@ -299,7 +296,7 @@ func (s *HTTPSource) WatchMode() WatchMode {
 // Close closes the client's idle connections. It does not end running
 // watches (cancel their contexts). It is idempotent and always returns nil.
 func (s *HTTPSource) Close() error {
-	s.closeOnce.Do(s.user.CloseIdleConnections)
+	s.opts.client.CloseIdleConnections() // the caller's client, as given
 	return nil
 }
 
@@ -348,17 +345,15 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 	case resp.StatusCode == http.StatusOK:
 		body, err := readBody(resp, s.opts.maxSnapshotBytes)
 		if err != nil {
-			return nil, bodyError(ctx, "snapshot", req.Namespace, err)
+			return nil, requestError(ctx, "snapshot", req.Namespace, fmt.Errorf("reading reply: %w", err))
 		}
 		snap, err := decodeSnapshot(body, req.Namespace)
 		if err != nil {
 			return nil, fmt.Errorf("transport: snapshot %q: %w", req.Namespace, err)
 		}
 		return snap, nil
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return nil, fmt.Errorf("%w: snapshot %q: unexpected status %d", ErrMalformed, req.Namespace, resp.StatusCode)
 	default:
-		return nil, statusError(resp)
+		return nil, checkOK(resp, "snapshot", req.Namespace)
 	}
 }
 
@@ -462,7 +457,7 @@ func (s *HTTPSource) noteStream(ctx context.Context, req WatchRequest, r sseResu
 func (s *HTTPSource) probe(ctx context.Context, req WatchRequest) bool {
 	pctx, cancel := context.WithTimeout(ctx, s.opts.idleTimeout)
 	defer cancel()
-	q := url.Values{"ns": {req.Namespace}, "since": {fmt.Sprint(req.Since)}, "wait": {"0s"}}
+	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}, "wait": {"0s"}}
 	hreq, err := http.NewRequestWithContext(pctx, http.MethodGet, s.endpoint(PathEvents, q), nil)
 	if err != nil {
 		return false
@@ -484,12 +479,16 @@ func requestError(ctx context.Context, op, ns string, err error) error {
 	return fmt.Errorf("transport: %s %q: %w", op, ns, err)
 }
 
-// bodyError is requestError for a failure while reading a body.
-func bodyError(ctx context.Context, op, ns string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
+// checkOK accepts a 200 reply; any other success is malformed, and an error
+// status becomes a *StatusError.
+func checkOK(resp *http.Response, op, ns string) error {
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return nil
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return fmt.Errorf("%w: %s %q: unexpected status %d", ErrMalformed, op, ns, resp.StatusCode)
 	}
-	return fmt.Errorf("transport: %s %q: reading reply: %w", op, ns, err)
+	return statusError(resp)
 }
 
 // closeBody drains a little of what is left, so the connection can be

@@ -85,7 +85,7 @@ func tooLarge(what string, limit int64) error {
 func statusError(resp *http.Response) *StatusError {
 	e := &StatusError{StatusCode: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	var eb ErrorBody
-	if body, err := readBody(resp, maxErrorBodyBytes); err == nil || len(body) > 0 {
+	if body, err := readBody(resp, maxErrorBodyBytes); err == nil {
 		if b, derr := decodeErrorBody(body); derr == nil {
 			eb = b
 			e.Code = truncate(b.Error, 128)
@@ -313,7 +313,6 @@ func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, e
 	return r, nil
 }
 
-// truncate bounds a string from the server before it goes into an error.
 // truncateUTF8 cuts s to at most n bytes, on a rune boundary.
 func truncateUTF8(s string, n int) string {
 	if len(s) <= n {
@@ -325,9 +324,11 @@ func truncateUTF8(s string, n int) string {
 	return s[:n]
 }
 
+// truncate bounds a string from the server before it goes into an error,
+// marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return truncateUTF8(s, n) + "…"
 }

@@ -70,12 +70,8 @@ func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*Eve
 		return nil, s.pollError(ctx, rctx, ns, err)
 	}
 	defer closeBody(resp.Body)
-	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return nil, fmt.Errorf("%w: long-poll %q: unexpected status %d", ErrMalformed, ns, resp.StatusCode)
-	default:
-		return nil, statusError(resp)
+	if err := checkOK(resp, "long-poll", ns); err != nil {
+		return nil, err
 	}
 	body, err := readBody(resp, s.opts.maxSnapshotBytes)
 	if err != nil {
@@ -88,13 +84,12 @@ func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*Eve
 	return r, nil
 }
 
+// pollError is requestError, naming a long-poll that outlived its own
+// deadline (wait + idle timeout) as idle.
 func (s *HTTPSource) pollError(ctx, rctx context.Context, ns string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	if errors.Is(rctx.Err(), context.DeadlineExceeded) {
+	if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("transport: long-poll %q: %w: no reply within wait %v + idle timeout %v",
 			ns, ErrStreamIdle, s.opts.longPollWait, s.opts.idleTimeout)
 	}
-	return fmt.Errorf("transport: long-poll %q: %w", ns, err)
+	return requestError(ctx, "long-poll", ns, err)
 }

@@ -28,12 +28,6 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-func (t *headerTransport) CloseIdleConnections() {
-	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}
-
 // idleTransport abandons a request when no bytes arrive for timeout: while
 // waiting for the response headers (a black-holed server accepts the
 // connection and sends nothing) and during each Read of the body (a stalled
@@ -43,12 +37,6 @@ func (t *headerTransport) CloseIdleConnections() {
 type idleTransport struct {
 	base    http.RoundTripper
 	timeout time.Duration
-}
-
-func (t *idleTransport) CloseIdleConnections() {
-	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
 }
 
 func (t *idleTransport) RoundTrip(req *http.Request) (*http.Response, error) {

@@ -17,7 +17,7 @@ var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 // ^[a-z0-9][a-z0-9._-]{0,127}$, and never "." or "..". A valid name contains
 // no path separator, so it can name a file inside a cache directory.
 func ValidateNamespace(name string) error {
-	if name == "." || name == ".." || !namespacePattern.MatchString(name) {
+	if !namespacePattern.MatchString(name) { // "." and ".." fail it: the first byte is [a-z0-9]
 		return fmt.Errorf("%w: %q (want ^[a-z0-9][a-z0-9._-]{0,127}$)", ErrInvalidNamespace, name)
 	}
 	return nil

@@ -72,17 +72,15 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 				ErrMalformed, req.Namespace, truncate(resp.Header.Get("Content-Type"), 64))
 		}
 		defer closeBody(resp.Body)
-		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-			return fmt.Errorf("%w: watch %q: unexpected status %d", ErrMalformed, req.Namespace, resp.StatusCode)
-		}
-		return statusError(resp)
+		return checkOK(resp, "watch", req.Namespace)
 	}
 
 	s.opts.logger.Debug("transport: watch stream opening", "ns", req.Namespace, "since", req.Since)
 	err := c.SubscribeRawWithContext(sctx, func(ev *sse.Event) {
 		if stop != nil || len(ev.Data) == 0 {
-			// Aborted (events still queued are dropped), or a comment or
-			// retry frame, which the library delivers as an empty event.
+			// Aborted (events still queued are dropped), or a frame of
+			// only retry:, id: or event: fields, which the library
+			// delivers with no data.
 			return
 		}
 		e, derr := decodeSSEEvent(string(ev.Event), ev.Data, req.Namespace, s.opts.maxEventBytes)
@@ -160,12 +158,6 @@ func (t *sseFrameTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		resp.Body = &sseFrameReader{rc: resp.Body, limit: t.limit}
 	}
 	return resp, nil
-}
-
-func (t *sseFrameTransport) CloseIdleConnections() {
-	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
 }
 
 type sseFrameReader struct {

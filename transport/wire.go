@@ -2,9 +2,7 @@ package transport
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -124,22 +122,4 @@ type ErrorBody struct {
 // sets it on snapshots; a client sends it back in If-None-Match.
 func ETag(storeID string, revision int64) string {
 	return `"` + storeID + "." + strconv.FormatInt(revision, 10) + `"`
-}
-
-// ParseETag is the inverse of ETag.
-func ParseETag(etag string) (storeID string, revision int64, err error) {
-	s := strings.TrimPrefix(etag, `W/`)
-	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return "", 0, fmt.Errorf("transport: malformed etag %q", etag)
-	}
-	s = s[1 : len(s)-1]
-	i := strings.LastIndexByte(s, '.')
-	if i <= 0 {
-		return "", 0, fmt.Errorf("transport: malformed etag %q", etag)
-	}
-	revision, err = strconv.ParseInt(s[i+1:], 10, 64)
-	if err != nil || revision < 0 {
-		return "", 0, fmt.Errorf("transport: malformed etag %q", etag)
-	}
-	return s[:i], revision, nil
 }
