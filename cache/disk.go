@@ -213,7 +213,8 @@ func isTempName(name string) bool {
 const maxNamespaceLen = 128
 
 // validNamespace is the rule ^[a-z0-9][a-z0-9._-]{0,127}$ (which excludes
-// "." and ".."), the same as the transport's; cache cannot import it.
+// "." and ".."), the same as transport.ValidateNamespace; cache keeps its
+// own copy to depend on nothing but the standard library and renameio.
 func validNamespace(ns string) bool {
 	if len(ns) == 0 || len(ns) > maxNamespaceLen {
 		return false

@@ -51,12 +51,14 @@ func FromValues(namespace, storeID string, revision int64, values map[string]Val
 // value fails the whole change.
 func (s *Snapshot) Apply(revision int64, committedAt time.Time, puts map[string]json.RawMessage, deletes []string) (*Snapshot, error) {
 	decoded := make(map[string]Value, len(puts))
+	data := make([]valueData, len(puts)) // one allocation for every value, as in Build
+	i := 0
 	for k, r := range puts {
-		v, err := NewValue(r)
-		if err != nil {
+		if err := data[i].decode(r); err != nil {
 			return nil, fmt.Errorf("cache: key %q: %w", k, err)
 		}
-		decoded[k] = v
+		decoded[k] = Value{&data[i]}
+		i++
 	}
 	values := maps.Clone(s.values)
 	if values == nil {
