@@ -12,8 +12,18 @@ var (
 	// ErrCompacted: the requested cursor is below the store's compaction
 	// point. The caller resnapshots. The error is a *CompactedError.
 	ErrCompacted = errors.New("transport: cursor compacted")
-	// ErrNotFound: the namespace does not exist on the server.
+	// ErrNotFound: the namespace does not exist on the server (a holdfast
+	// server said so).
 	ErrNotFound = errors.New("transport: namespace not found")
+	// ErrNotHoldfast: the endpoint answered, but not as a holdfast server
+	// does (a 404 without the protocol's error body or headers: a wrong base
+	// path or host). Retried slowly, like ErrNotFound.
+	ErrNotHoldfast = errors.New("transport: not a holdfast endpoint")
+	// ErrCursorAhead: the server refused a watch cursor above its head. Its
+	// history is not the one the cursor came from: a new store, a store
+	// restored from a backup under the same store id, or a replica lagging
+	// behind the one the cursor came from. The caller resnapshots.
+	ErrCursorAhead = errors.New("transport: cursor above the server's head")
 	// ErrNotModified: a conditional snapshot found the namespace unchanged.
 	ErrNotModified = errors.New("transport: not modified")
 	// ErrUnauthorized: the server refused the credentials (401) or the

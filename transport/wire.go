@@ -36,9 +36,12 @@ const (
 
 // Error codes carried in ErrorBody.Error.
 const (
-	CodeCompacted       = "compacted"
-	CodeNotFound        = "not_found"
-	CodeBadRequest      = "bad_request"
+	CodeCompacted  = "compacted"
+	CodeNotFound   = "not_found"
+	CodeBadRequest = "bad_request"
+	// CodeCursorAhead comes with 400: the watch cursor is above the head.
+	// Clients that predate it read a plain 400 and resnapshot all the same.
+	CodeCursorAhead     = "cursor_ahead"
 	CodeTooLarge        = "too_large"
 	CodeSchemaViolation = "schema_violation"
 	CodeUnauthorized    = "unauthorized"
@@ -59,6 +62,11 @@ type Snapshot struct {
 	Cursor          int64                      `json:"cursor"`
 	CompactRevision int64                      `json:"compact_revision"`
 	Values          map[string]json.RawMessage `json:"values"`
+	// Linearizable is set by a source whose snapshot is a linearizable
+	// read of the store itself (etcd), never a replica's or a relay's
+	// possibly lagging view: a revision behind what the client applied is
+	// then proof that the store's history was rewritten.
+	Linearizable bool `json:"-"`
 }
 
 // ChangeSet is one atomic publish to one namespace: every put and delete of
