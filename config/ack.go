@@ -6,8 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
+	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -57,9 +56,10 @@ func (a *acker) take() *transport.Ack {
 	return ack
 }
 
-// run sends outcomes until ctx ends. After a failure it waits as wait says
-// (the client's: backoff, Retry-After, the unauthorized wait).
-func (a *acker) run(ctx context.Context, bo backoff.BackOff, wait func(context.Context, backoff.BackOff, error)) {
+// run sends outcomes until ctx ends. After a failure it waits as policy
+// says (the client's: backoff, Retry-After, the unauthorized wait).
+func (a *acker) run(ctx context.Context, policy syncer.Backoff) {
+	bo := policy.New()
 	for {
 		select {
 		case <-ctx.Done():
@@ -78,7 +78,7 @@ func (a *acker) run(ctx context.Context, bo backoff.BackOff, wait func(context.C
 				return
 			}
 			a.log.Debug("config: ack not delivered; will retry", "revision", ack.Revision, "err", err)
-			if wait(ctx, bo, err); ctx.Err() != nil {
+			if policy.Wait(ctx, bo, err); ctx.Err() != nil {
 				return
 			}
 			if newer := a.take(); newer != nil {

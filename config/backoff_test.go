@@ -19,7 +19,7 @@ func TestReconnectBackoffNeverGivesUp(t *testing.T) {
 	o := defaultOptions()
 	o.backoffInitial, o.backoffMax = 100*time.Millisecond, 2*time.Second
 	c := &Client{opts: o}
-	bo := c.newBackoff().(*backoff.ExponentialBackOff)
+	bo := c.backoff().New().(*backoff.ExponentialBackOff)
 	clock := &fakeClock{now: time.Unix(0, 0)}
 	bo.Clock = clock
 	bo.Reset()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -26,7 +27,11 @@ func benchNamespace(b testing.TB, keys int) (*Namespace, []string) {
 	}
 	c := &Client{opts: defaultOptions()}
 	n := newNamespace(c, "bench", nsOptions{}, c.opts.logger)
-	n.applied, n.storeID = snap, "store"
+	n.syncer = syncer.New(syncer.Config{Namespace: "bench", Sink: nsSink{n}})
+	if err := n.syncer.Seed(snap, 1); err != nil {
+		b.Fatal(err)
+	}
+	n.applied = snap
 	n.serving.Store(snap)
 	return n, names
 }
@@ -117,7 +122,7 @@ func BenchmarkApplyOneKey(b *testing.B) {
 					Namespace: "bench", StoreID: "store", Revision: rev, PrevRevision: rev - 1, CommittedAt: time.Now(),
 					Puts: map[string]json.RawMessage{names[int(rev)%keys]: json.RawMessage(strconv.FormatInt(rev, 10))},
 				}}
-				if err := n.handle(ev); err != nil {
+				if err := n.syncer.Handle(ev); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -10,8 +10,10 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -106,7 +108,8 @@ func (c *Client) ClientID() string { return c.opts.clientID }
 // Namespace opens the namespace name and returns once it serves data: a
 // snapshot from the config plane, or (with WithCacheDir) its last good data
 // from disk. Opening a namespace that is already open returns the same
-// Namespace; the options of the first open apply.
+// Namespace if the options are the same; other options fail with
+// ErrOptionsDiffer, naming the option.
 //
 // If ctx ends first, Namespace returns an *OpenError that wraps both ctx's
 // error and the last error seen, and stops trying. A name that is not valid
@@ -119,6 +122,12 @@ func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOp
 		return nil, err
 	}
 	n := c.namespaces[name]
+	if n != nil {
+		if err := n.opts.sameAs(opts); err != nil {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("config: namespace %q: %w", name, err)
+		}
+	}
 	if n == nil {
 		// Read the last-good file and compile the schema without holding
 		// c.mu: a large file must not hold up every other open and Close.
@@ -134,6 +143,9 @@ func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOp
 			n = prepared
 			c.start(n)
 			c.namespaces[name] = n
+		} else if err := n.opts.sameAs(opts); err != nil {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("config: namespace %q: %w", name, err)
 		}
 	}
 	n.mu.Lock()
@@ -221,10 +233,7 @@ func (c *Client) lockOpen(ctx context.Context, name string) error {
 // prepare makes the namespace and serves its last-good file if it has one,
 // starting nothing: it is not yet visible to anyone.
 func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error) {
-	var o nsOptions
-	for _, opt := range opts {
-		opt.applyNamespace(&o)
-	}
+	o := namespaceOptions(opts)
 	if o.maxStaleness < 0 {
 		return nil, fmt.Errorf("config: namespace %q: MaxStaleness %v is negative", name, o.maxStaleness)
 	}
@@ -235,10 +244,26 @@ func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error
 		return nil, err
 	}
 	n.defaults = defaults
+	var checks *schema.Schema
 	if o.schema != nil {
-		if n.schema, err = schema.Compile(o.schema); err != nil {
+		if checks, err = schema.Compile(o.schema); err != nil {
 			return nil, fmt.Errorf("config: namespace %q: %w", name, err)
 		}
+	}
+	n.syncer = syncer.New(syncer.Config{
+		Namespace:    name,
+		Source:       c.src,
+		Sink:         nsSink{n},
+		Schema:       checks,
+		Log:          log,
+		Tracer:       c.tracer,
+		Backoff:      c.backoff(),
+		FetchTimeout: 2*c.opts.idleTimeout + 10*time.Second, // a black-holed server must not hold the loop
+		Backstop:     c.opts.backstop,
+		RewriteGrace: c.opts.rewriteGrace,
+	})
+	if q, ok := c.src.(transport.QuietLimiter); ok {
+		n.freshWindow = q.QuietLimit
 	}
 	if c.dir != nil {
 		n.mu.Lock()
@@ -246,6 +271,11 @@ func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error
 		n.mu.Unlock()
 	}
 	return n, nil
+}
+
+// backoff is the reconnect policy of every loop of the client.
+func (c *Client) backoff() syncer.Backoff {
+	return syncer.Backoff{Initial: c.opts.backoffInitial, Max: c.opts.backoffMax, Unauthorized: c.opts.unauthorizedWait}
 }
 
 // start registers the namespace's metrics and starts its goroutines. c.mu
@@ -261,6 +291,7 @@ func (c *Client) start(n *Namespace) {
 	if n.metrics != nil {
 		n.disp.onCallback = n.metrics.CallbackDuration
 	}
+	n.syncer.SetMeter(n.metrics)
 	if c.dir != nil {
 		n.persister = cache.NewPersister(c.dir, n.persisted)
 	}
@@ -272,14 +303,12 @@ func (c *Client) start(n *Namespace) {
 		wg.Add(1)
 		go func() { defer wg.Done(); fn(ctx) }()
 	}
-	start(n.run)
+	start(n.syncer.Run)
 	start(n.disp.run)
 	if n.acks != nil {
-		start(func(ctx context.Context) { n.acks.run(ctx, c.newBackoff(), c.wait) })
+		start(func(ctx context.Context) { n.acks.run(ctx, c.backoff()) })
 	}
-	if n.opts.maxStaleness > 0 {
-		start(n.enforceStaleness)
-	}
+	start(n.runClock)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -311,7 +340,9 @@ func newNamespace(c *Client, name string, o nsOptions, log *slog.Logger) *Namesp
 		revWait:   make(chan struct{}),
 		stateWait: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
-		status:    Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness},
+		// The source's QuietLimit, when it has one (prepare).
+		freshWindow: func() time.Duration { return c.opts.idleTimeout },
+		status:      Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness},
 	}
 }
 

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,15 +30,18 @@ type dispatcher struct {
 	panics    atomic.Int64
 	coalesced atomic.Int64
 	current   atomic.Pointer[subscription] // whose callback runs now
+	goroutine atomic.Uint64                // the id of run's goroutine, once it runs
 	lastState State                        // the last state delivered; run's goroutine only
 	// onCallback, when set before run starts, sees each callback's duration.
 	onCallback func(time.Duration)
 }
 
-// item is one entry of the queue: a change set or a status transition.
+// item is one entry of the queue: a change set, a status transition or a
+// rejection.
 type item struct {
-	changes *ChangeSet
-	status  *Status
+	changes  *ChangeSet
+	status   *Status
+	rejected *RejectedError
 }
 
 // registry is an immutable view of the subscriptions.
@@ -43,6 +49,7 @@ type registry struct {
 	byKey  map[string][]*subscription
 	any    []*subscription
 	status []*subscription
+	reject []*subscription
 }
 
 type subscription struct {
@@ -50,6 +57,7 @@ type subscription struct {
 	onChange func(Change)
 	onAny    func(ChangeSet)
 	onStatus func(Status)
+	onReject func(*RejectedError)
 	stopped  atomic.Bool
 	calling  sync.Mutex // held while a call of this subscription runs
 }
@@ -74,10 +82,12 @@ func (d *dispatcher) enqueue(it item) {
 }
 
 // compact folds every queued change set into one and keeps only the newest
-// status, so the queue is back to at most two items.
+// rejection and the newest status, so the queue is back to at most three
+// items.
 func (d *dispatcher) compact(queue []item) []item {
 	var sets []ChangeSet
 	var status *Status
+	var rejected *RejectedError
 	for _, it := range queue {
 		if it.changes != nil {
 			sets = append(sets, *it.changes)
@@ -85,11 +95,17 @@ func (d *dispatcher) compact(queue []item) []item {
 		if it.status != nil {
 			status = it.status
 		}
+		if it.rejected != nil {
+			rejected = it.rejected
+		}
 	}
 	out := queue[:0]
 	if len(sets) > 0 {
 		merged := coalesce(sets)
 		out = append(out, item{changes: &merged})
+	}
+	if rejected != nil {
+		out = append(out, item{rejected: rejected}) // the newest rejection
 	}
 	if status != nil {
 		out = append(out, item{status: status})
@@ -111,6 +127,8 @@ func (d *dispatcher) subscribe(s *subscription) (stop func()) {
 			r.any = append(slices.Clip(r.any), s)
 		case s.onStatus != nil:
 			r.status = append(slices.Clip(r.status), s)
+		case s.onReject != nil:
+			r.reject = append(slices.Clip(r.reject), s)
 		}
 	})
 	var once sync.Once
@@ -118,8 +136,9 @@ func (d *dispatcher) subscribe(s *subscription) (stop func()) {
 		once.Do(func() {
 			s.stopped.Store(true)
 			// Wait out a call in flight, so none runs after stop returns,
-			// unless stop is called from that very callback.
-			if d.current.Load() != s {
+			// unless stop is called from that very callback: on the
+			// dispatcher's goroutine, where waiting would deadlock.
+			if d.current.Load() != s || goroutineID() != d.goroutine.Load() {
 				s.calling.Lock()
 				s.calling.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 			}
@@ -136,6 +155,7 @@ func (d *dispatcher) subscribe(s *subscription) (stop func()) {
 				}
 				r.any = remove(r.any)
 				r.status = remove(r.status)
+				r.reject = remove(r.reject)
 			})
 		})
 	}
@@ -158,6 +178,7 @@ func (d *dispatcher) update(fn func(*registry)) {
 // run delivers queued items until ctx ends. Items still queued then are
 // dropped: the client is closing.
 func (d *dispatcher) run(ctx context.Context) {
+	d.goroutine.Store(goroutineID())
 	for {
 		select {
 		case <-ctx.Done():
@@ -191,6 +212,11 @@ func (d *dispatcher) deliver(reg registry, it item) {
 			d.call(s, func() { s.onAny(*cs) })
 		}
 	}
+	if rerr := it.rejected; rerr != nil {
+		for _, s := range reg.reject {
+			d.call(s, func() { s.onReject(rerr) })
+		}
+	}
 	if st := it.status; st != nil {
 		if st.State == d.lastState {
 			return // coalescing dropped the transitions in between
@@ -222,4 +248,19 @@ func (d *dispatcher) call(s *subscription, fn func()) {
 		}
 	}()
 	fn()
+}
+
+// goroutineID is the id of the calling goroutine, from the first line of
+// its stack ("goroutine 123 [running]:"). Only stop calls it, to tell the
+// dispatcher's goroutine from any other: Go has no cheaper way, and a stop
+// is rare.
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseUint(string(b), 10, 64)
+	return id
 }

@@ -17,10 +17,15 @@ var (
 	// namespace's schema) and was rejected whole; the last good keeps
 	// serving. Returned inside a *RejectedError.
 	ErrRejected = errors.New("config: update rejected")
-	// errGap: a change set does not follow the applied revision.
-	errGap = errors.New("config: revision gap")
-	// errBackstop: a healthy watch ended for the periodic full check.
-	errBackstop = errors.New("config: backstop snapshot due")
+	// ErrAgeUnknown: the last-good file's confirmation time is in the
+	// future beyond a small tolerance (the clock stepped back, a VM booted
+	// with a stale clock), so its age cannot be told. It counts as older
+	// than any MaxStaleness until the network confirms the data. Shown in
+	// Status.LastError (ErrorClock).
+	ErrAgeUnknown = errors.New("config: age of the last-good file unknown")
+	// ErrOptionsDiffer: Client.Namespace was called for a namespace open
+	// with other options.
+	ErrOptionsDiffer = errors.New("config: namespace already open with other options")
 )
 
 // OpenError is returned by Client.Namespace when the namespace could not be

@@ -9,59 +9,64 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/cache"
-	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
 // Namespace is an open namespace: a local, always-readable copy of its
 // config, kept current by a sync loop. Its getters never touch the network,
 // never block, and do not allocate. It is safe for concurrent use.
+//
+// A Namespace is the public handle: what readers load, the callbacks and
+// the Status. Syncing is an internal/syncer.Syncer's, on its own goroutine;
+// it reports through nsSink, and derive decides from those reports what is
+// served and the State.
 type Namespace struct {
-	name string
-	c    *Client
-	opts nsOptions
-	log  *slog.Logger
+	// Read-only after construction (prepare, start).
+	name     string
+	c        *Client
+	opts     nsOptions
+	log      *slog.Logger
+	defaults *cache.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open); never nil
+	// freshWindow: past it without a confirmation, data is not Fresh (the
+	// source's QuietLimit, or the idle timeout).
+	freshWindow func() time.Duration
+	syncer      *syncer.Syncer
+	disp        *dispatcher
+	acks        *acker                      // nil when the source cannot take acks
+	persister   *cache.Persister            // nil without a cache directory
+	metrics     *telemetry.NamespaceMetrics // nil-safe
+	ready       chan struct{}               // closed once data is served
+	done        chan struct{}               // closed when every goroutine of the namespace has exited
+	kick        chan struct{}               // wakes the clock after a report
+	cancel      context.CancelFunc
 
-	// serving is what getters read: the last good data, or the Defaults
-	// of a fail-closed namespace past its MaxStaleness.
-	serving    cache.Holder
+	// Lock-free.
+	serving    cache.Holder // what getters read
 	mismatches atomic.Int64
-	disp       *dispatcher
+	rejects    atomic.Int64
 
-	ready     chan struct{} // closed once data is served
-	readyOnce sync.Once
-	cancel    context.CancelFunc
-	done      chan struct{} // closed when every goroutine of the namespace has exited
-
-	// mu guards what follows. The sync loop holds it while it applies;
-	// readers never take it.
-	mu        sync.Mutex
-	applied   *cache.Snapshot // the last good data; nil before any
-	doc       map[string]any  // applied as generic JSON, kept only with a schema
-	storeID   string          // the store the cursor belongs to
-	cursor    int64           // where a watch resumes
-	rejected  int64           // the namespace revision last rejected, if any
-	status    Status          // Staleness is computed by Status()
-	confirm   time.Time       // last confirmed current, with a monotonic reading
-	revWait   chan struct{}   // closed and replaced at every swap
-	stateWait chan struct{}   // closed and replaced at every state change
-	waiters   int             // Client.Namespace calls waiting for ready
-	live      bool            // the last sync attempt succeeded and no error followed
-
-	schema      *schema.Schema // nil: no checks beyond decoding
-	acks        *acker         // nil when the source cannot take acks
-	rejects     atomic.Int64
-	defaults    *cache.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open)
-	persister   *cache.Persister
-	lastPersist time.Time
+	// mu guards what follows. The syncer's reports and the clock take it
+	// to record a fact and settle; Status, WaitFor* and metric collection
+	// take it to read. Nothing is built or checked under it.
+	mu            sync.Mutex
+	applied       *cache.Snapshot // the last good data; nil before any
+	appliedOrigin Origin
+	firstRejected bool      // no applied data, and the first snapshot was rejected
+	confirm       time.Time // last confirmed current, with a monotonic reading; zero: never or unknown
+	ageKnown      bool      // false for a file confirmed in the future
+	healthy       bool      // the last sync attempt succeeded and no failure followed
+	cursor        int64
+	head          int64 // the newest namespace revision the server told of
+	status        Status
+	revWait       chan struct{} // closed and replaced at every swap of what is served
+	stateWait     chan struct{} // closed and replaced at every state change
+	waiters       int           // Client.Namespace calls waiting for ready
+	lastPersist   time.Time
 	// persistedConfirm is the confirmation time of the last record handed
 	// to the persister.
-	persistedConfirm time.Time
-	kick             chan struct{} // wakes the staleness enforcer after a confirmation
-
-	metrics           *telemetry.NamespaceMetrics // nil-safe
-	head              int64                       // the newest namespace revision the server told of
-	failedClosedTotal time.Duration               // time spent in StateFailedClosed, before the current stint
+	persistedConfirm  time.Time
+	failedClosedTotal time.Duration // time spent in StateFailedClosed, before the current stint
 }
 
 // Name is the namespace's name.
@@ -132,6 +137,14 @@ func (n *Namespace) OnStatusChange(fn func(Status)) (stop func()) {
 	return n.disp.subscribe(&subscription{onStatus: fn})
 }
 
+// OnReject calls fn with each update the namespace rejects whole (it
+// failed to decode, or failed WithSchema), under the same contract as
+// OnChange. The last good keeps serving; Status().LastError and Rejected
+// show the same.
+func (n *Namespace) OnReject(fn func(*RejectedError)) (stop func()) {
+	return n.disp.subscribe(&subscription{onReject: fn})
+}
+
 // WaitForRevision blocks until the served revision is at least rev, ctx
 // ends (its error is returned) or the client closes (ErrClosed). Revisions
 // compare within one store: after the server's store is reset (Status
@@ -183,6 +196,11 @@ func (n *Namespace) WaitForState(ctx context.Context, states ...State) error {
 func (n *Namespace) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.statusLocked()
+}
+
+// statusLocked is Status with n.mu held.
+func (n *Namespace) statusLocked() Status {
 	st := n.status
 	if !n.confirm.IsZero() {
 		st.Staleness = time.Since(n.confirm)
@@ -208,78 +226,77 @@ func (n *Namespace) setState(state State) {
 	n.status.Since = now
 	close(n.stateWait)
 	n.stateWait = make(chan struct{})
-	st := n.status
-	if !n.confirm.IsZero() {
-		st.Staleness = time.Since(n.confirm)
-	}
+	st := n.statusLocked()
 	n.disp.enqueue(item{status: &st})
 }
 
-// refreshState derives the state from the data held, the connection and
-// the staleness policy, and switches a fail-closed namespace between its
-// data and its Defaults. n.mu must be held.
-func (n *Namespace) refreshState() {
-	breached := n.opts.maxStaleness > 0 && !n.confirm.IsZero() && time.Since(n.confirm) > n.opts.maxStaleness
-	servingDefaults := n.serving.Load() == n.defaults && n.defaults != nil
-	switch {
-	case n.applied == nil && servingDefaults:
-		n.setState(StateStale) // a rejected first snapshot, fail-open
-	case n.applied == nil:
-		n.setState(StateSyncing)
-	case breached && n.opts.failClosed:
-		if !servingDefaults {
-			n.switchTo(n.defaults, OriginDefaults)
+// facts gathers what derive decides from. n.mu must be held.
+func (n *Namespace) facts(now time.Time) facts {
+	return facts{
+		applied: n.applied, appliedOrigin: n.appliedOrigin, defaults: n.defaults,
+		firstRejected: n.firstRejected, confirmed: n.confirm, ageKnown: n.ageKnown,
+		healthy: n.healthy, now: now,
+		maxStaleness: n.opts.maxStaleness, failClosed: n.opts.failClosed, freshWindow: n.freshWindow(),
+	}
+}
+
+// settle makes what derive says so: serves its snapshot (telling the
+// callbacks what that changes for Get), sets the State, and closes ready
+// once the namespace may open. u, when set, is the update that led here,
+// whose change set spares a full diff. n.mu must be held.
+func (n *Namespace) settle(u *syncer.Update) {
+	out := derive(n.facts(time.Now()))
+	if old := n.serving.Load(); out.snap != old {
+		n.serve(out.snap)
+		switch {
+		case out.origin == OriginDefaults && old != nil:
 			n.log.Warn("config: stale past MaxStaleness; failing closed to defaults", "max_staleness", n.opts.maxStaleness)
-		}
-		n.setState(StateFailedClosed)
-	default:
-		if servingDefaults {
-			n.switchTo(n.applied, OriginNetwork)
+		case old != nil && old == n.defaults:
 			n.log.Info("config: fresh data again; leaving defaults")
 		}
-		switch {
-		case breached:
-			n.setState(StateBreached)
-		case n.live:
-			n.setState(StateFresh)
-		default:
-			n.setState(StateStale)
-		}
+		n.notifyChanges(old, out.snap, u)
+	}
+	n.status.Origin = out.origin
+	n.setState(out.state)
+	// Open on data, or on the Defaults of a rejected first snapshot
+	// (fail-open); never on the Defaults of a fail-closed namespace.
+	if out.state == StateFresh || out.state == StateStale || out.state == StateBreached {
+		n.readyOnce()
 	}
 }
 
-// switchTo serves snap instead of what is served now, and tells the
-// callbacks what that changes for Get. n.mu must be held.
-func (n *Namespace) switchTo(snap *cache.Snapshot, origin Origin) {
-	old := n.serving.Load()
-	n.serve(snap, origin)
-	if changes := diff(n.name, old, snap); len(changes) > 0 {
-		cs := ChangeSet{Namespace: n.name, Revision: snap.Revision(), Changes: changes}
-		if old != nil {
-			cs.PrevRevision = old.Revision()
-		}
-		n.disp.enqueue(item{changes: &cs})
+// notifyChanges queues for the callbacks what a swap from old to next
+// changes for Get. The first data is no change: callbacks report changes
+// of what Get returns once the namespace is open. n.mu must be held.
+func (n *Namespace) notifyChanges(old, next *cache.Snapshot, u *syncer.Update) {
+	if old == nil || next == nil {
+		return
+	}
+	var changes []Change
+	if u != nil && u.Change != nil && old == u.Prev && next == u.Snapshot {
+		changes = changedKeys(n.name, old, next, u.Change.Puts, u.Change.Deletes)
+	} else {
+		changes = diff(n.name, old, next)
+	}
+	if len(changes) > 0 {
+		n.disp.enqueue(item{changes: &ChangeSet{Namespace: n.name, Revision: next.Revision(), PrevRevision: old.Revision(), Changes: changes}})
 	}
 }
 
-// enforceStaleness moves the namespace into its breach state when its data
-// grows older than MaxStaleness while nothing else happens; confirmations
-// move it out (refreshState, from the sync loop). It returns when ctx ends.
-func (n *Namespace) enforceStaleness(ctx context.Context) {
-	t := time.NewTimer(n.opts.maxStaleness)
+// runClock settles the namespace when time alone changes its state (Fresh
+// to Stale without confirmations; into a breach past MaxStaleness); the
+// syncer's reports settle it otherwise. It returns when ctx ends.
+func (n *Namespace) runClock(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		n.mu.Lock()
-		n.refreshState()
-		wait := n.opts.maxStaleness
-		if !n.confirm.IsZero() {
-			wait = time.Until(n.confirm.Add(n.opts.maxStaleness)) + time.Millisecond
-		}
+		n.settle(nil)
+		next := nextChange(n.facts(time.Now()), n.status.State)
 		n.mu.Unlock()
-		if wait > 0 {
-			t.Reset(wait)
-		} else {
-			t.Stop() // breached: only a confirmation can change that
+		t.Stop()
+		if !next.IsZero() {
+			t.Reset(time.Until(next) + time.Millisecond)
 		}
 		select {
 		case <-ctx.Done():
@@ -292,10 +309,15 @@ func (n *Namespace) enforceStaleness(ctx context.Context) {
 
 // serve makes snap the served data and wakes WaitForRevision. n.mu must be
 // held.
-func (n *Namespace) serve(snap *cache.Snapshot, origin Origin) {
+func (n *Namespace) serve(snap *cache.Snapshot) {
 	n.serving.Store(snap)
-	n.status.Origin = origin
 	close(n.revWait)
 	n.revWait = make(chan struct{})
-	n.readyOnce.Do(func() { close(n.ready) })
+}
+
+// readyOnce closes ready, once. n.mu must be held.
+func (n *Namespace) readyOnce() {
+	if !isClosed(n.ready) {
+		close(n.ready)
+	}
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -37,6 +40,7 @@ type options struct {
 	callbackQueue    int
 	cacheDir         string
 	backstop         time.Duration
+	rewriteGrace     time.Duration
 	meterProvider    metric.MeterProvider
 	tracerProvider   trace.TracerProvider
 }
@@ -53,6 +57,7 @@ func defaultOptions() options {
 		unauthorizedWait: time.Minute,
 		callbackQueue:    1024,
 		backstop:         10 * time.Minute,
+		rewriteGrace:     syncer.DefaultRewriteGrace,
 	}
 }
 
@@ -157,6 +162,16 @@ func WithBackstop(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.backstop = d })
 }
 
+// WithHistoryRewriteGrace sets how long a server must keep showing history
+// behind what the client applied, under the same store id, before the
+// client takes it as new history (a store restored from a backup) rather
+// than a lagging replica: until then it refuses the older data and serves
+// its last good, Stale. A linearizable source (etcd) proves new history at
+// once. Default 10s.
+func WithHistoryRewriteGrace(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.rewriteGrace = d })
+}
+
 // WithMeterProvider sets where the client's metrics go (package telemetry
 // lists them). Default: otel.GetMeterProvider(), so instruments made before
 // the application sets its provider are forwarded.
@@ -190,6 +205,9 @@ func (o *options) validate() error {
 	if o.backstop <= 0 {
 		errs = append(errs, fmt.Errorf("config: backstop interval %v is not positive", o.backstop))
 	}
+	if o.rewriteGrace <= 0 {
+		errs = append(errs, fmt.Errorf("config: history rewrite grace %v is not positive", o.rewriteGrace))
+	}
 	if o.callbackQueue <= 0 {
 		errs = append(errs, fmt.Errorf("config: callback queue %d is not positive", o.callbackQueue))
 	}
@@ -203,6 +221,44 @@ type NamespaceOption interface{ applyNamespace(*nsOptions) }
 type nsOptionFunc func(*nsOptions)
 
 func (f nsOptionFunc) applyNamespace(o *nsOptions) { f(o) }
+
+func namespaceOptions(opts []NamespaceOption) nsOptions {
+	var o nsOptions
+	for _, opt := range opts {
+		opt.applyNamespace(&o)
+	}
+	return o
+}
+
+// sameAs reports, as an error wrapping ErrOptionsDiffer that names the
+// first option that differs, whether opts differ from o.
+func (o nsOptions) sameAs(opts []NamespaceOption) error {
+	p := namespaceOptions(opts)
+	var which string
+	switch {
+	case p.maxStaleness != o.maxStaleness:
+		which = fmt.Sprintf("MaxStaleness %v, open with %v", p.maxStaleness, o.maxStaleness)
+	case p.failClosed != o.failClosed:
+		which = fmt.Sprintf("FailClosed %v, open with %v", p.failClosed, o.failClosed)
+	case !bytes.Equal(p.schema, o.schema):
+		which = "WithSchema differs"
+	case !sameDefaults(p.defaults, o.defaults):
+		which = "Defaults differ"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrOptionsDiffer, which)
+}
+
+// sameDefaults compares Defaults as the JSON they are served as.
+func sameDefaults(a, b map[string]any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
 
 type nsOptions struct {
 	maxStaleness time.Duration // 0: never stale by policy

@@ -2,16 +2,24 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/cache"
 )
 
-// loadFromDisk serves the namespace's last-good file, if it has a usable
-// one, before the network is dialed. Its revision becomes the monotonic
-// floor for its store id. A fail-closed namespace does not serve a file
-// older than its MaxStaleness. n.mu must be held.
+// clockTolerance is how far in the future a last-good file's confirmation
+// time may be and still count as now: clocks of one host step a little.
+const clockTolerance = 5 * time.Second
+
+// loadFromDisk reads the namespace's last-good file, if it has a usable
+// one, before the network is dialed. Its store id and revision become the
+// syncer's monotonic floor (and its cursor where the watch resumes)
+// whether or not its data is served: a fail-closed namespace does not
+// serve a file older than its MaxStaleness, or of unknown age, but does
+// not take older data for it either. Staleness carries across the
+// restart: the file's confirmation time. n.mu must be held.
 func (n *Namespace) loadFromDisk(dir *cache.Dir) {
 	rec, err := dir.Load(n.name)
 	switch {
@@ -25,26 +33,30 @@ func (n *Namespace) loadFromDisk(dir *cache.Dir) {
 		n.log.Error("config: cannot read last-good file; ignoring it", "err", err)
 		return
 	}
-	age := max(time.Since(rec.ConfirmedAt), 0)
-	if n.opts.failClosed && n.opts.maxStaleness > 0 && age > n.opts.maxStaleness {
-		n.log.Warn("config: last-good file is older than MaxStaleness; not serving it", "age", age, "max_staleness", n.opts.maxStaleness)
-		return
-	}
-	doc, err := n.check(rec.Snapshot.RawValues())
-	if err != nil {
+	if err := n.syncer.Seed(rec.Snapshot, rec.Cursor); err != nil {
 		n.log.Error("config: last-good file fails this build's checks; not serving it", "revision", rec.Revision, "err", err)
 		return
 	}
-	n.applied, n.doc = rec.Snapshot, doc
-	n.storeID, n.cursor = rec.StoreID, rec.Cursor
+	n.applied, n.appliedOrigin = rec.Snapshot, OriginDisk
+	n.cursor = rec.Cursor
 	n.status.Revision, n.status.StoreID, n.status.Cursor = rec.Revision, rec.StoreID, rec.Cursor
-	// Staleness carries across the restart: the file's wall-clock time,
-	// turned into a time with a monotonic reading.
-	n.confirm = time.Now().Add(-age)
-	n.status.LastConfirmed = n.confirm
-	n.serve(rec.Snapshot, OriginDisk)
-	n.refreshState()
-	n.log.Info("config: serving last good data from disk", "revision", rec.Revision, "age", age)
+	age := time.Since(rec.ConfirmedAt)
+	if age < -clockTolerance {
+		err := fmt.Errorf("%w: confirmed at %s, %v in the future (the clock stepped back?)",
+			ErrAgeUnknown, rec.ConfirmedAt.Format(time.RFC3339), (-age).Round(time.Second))
+		n.recordError(err)
+		n.log.Warn("config: last-good file's age is unknown; it counts as older than any MaxStaleness", "err", err)
+	} else {
+		n.ageKnown = true
+		n.confirm = time.Now().Add(-max(age, 0)) // with a monotonic reading
+		n.status.LastConfirmed = n.confirm
+	}
+	n.settle(nil)
+	if n.serving.Load() == n.applied {
+		n.log.Info("config: serving last good data from disk", "revision", rec.Revision, "age", age)
+	} else {
+		n.log.Warn("config: last-good file is too old to serve; keeping its revision as the floor", "revision", rec.Revision, "age", age, "max_staleness", n.opts.maxStaleness)
+	}
 }
 
 // persist hands the applied data to the persister, if there is one. A

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -76,9 +77,12 @@ const (
 	ErrorNotFound               // the namespace does not exist on the server
 	ErrorInvalidData            // an update was rejected whole, or a malformed message
 	ErrorPersist                // writing the last-good file failed
+	ErrorClock                  // the last-good file's time is in the future: its age is unknown
+	ErrorNotHoldfast            // the endpoint is not a holdfast server (a wrong URL or base path)
+	ErrorHistory                // the server's history is behind what was applied (a lagging replica, or a restore)
 )
 
-var errorKindNames = [...]string{"none", "network", "response", "unauthorized", "not_found", "invalid_data", "persist"}
+var errorKindNames = [...]string{"none", "network", "response", "unauthorized", "not_found", "invalid_data", "persist", "clock", "not_holdfast", "history"}
 
 func (k ErrorKind) String() string {
 	if k >= 0 && int(k) < len(errorKindNames) {
@@ -107,6 +111,12 @@ func errorInfo(err error, now time.Time) ErrorInfo {
 		info.Kind = ErrorUnauthorized
 	case errors.Is(err, transport.ErrNotFound):
 		info.Kind = ErrorNotFound
+	case errors.Is(err, transport.ErrNotHoldfast):
+		info.Kind = ErrorNotHoldfast
+	case errors.Is(err, ErrAgeUnknown):
+		info.Kind = ErrorClock
+	case errors.Is(err, syncer.ErrBehind):
+		info.Kind = ErrorHistory
 	case errors.Is(err, ErrRejected), errors.Is(err, transport.ErrMalformed), errors.Is(err, transport.ErrTooLarge):
 		info.Kind = ErrorInvalidData
 	}

@@ -1,13 +1,9 @@
 package config
 
 import (
-	"errors"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/telemetry"
-	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // probe is what a namespace's observable instruments read at each
@@ -71,39 +67,4 @@ func (p probe) FailedClosedTime() time.Duration {
 		total += time.Since(p.n.status.Since)
 	}
 	return total
-}
-
-// resnapshotReason names why a watch that ended with err needs a new
-// snapshot, for the resnapshots counter.
-func resnapshotReason(err error) string {
-	var se *transport.StatusError
-	switch {
-	case errors.Is(err, transport.ErrCompacted):
-		return telemetry.ResnapshotCompacted
-	case errors.Is(err, transport.ErrStoreChanged):
-		return telemetry.ResnapshotStoreReset
-	case errors.Is(err, errGap):
-		return telemetry.ResnapshotGap
-	case errors.Is(err, errBackstop):
-		return telemetry.ResnapshotBackstop
-	case errors.As(err, &se) && se.StatusCode == http.StatusBadRequest:
-		return telemetry.ResnapshotBadCursor
-	}
-	return telemetry.ValueOther
-}
-
-// reconnectReason names why a watch ended, for the reconnects counter.
-func reconnectReason(err error) string {
-	var se *transport.StatusError
-	switch {
-	case errors.Is(err, transport.ErrStreamIdle):
-		return telemetry.ReconnectIdle
-	case errors.Is(err, transport.ErrUnauthorized):
-		return telemetry.ReconnectUnauthorized
-	case errors.As(err, &se) && (se.StatusCode == http.StatusTooManyRequests || se.StatusCode == http.StatusServiceUnavailable):
-		return telemetry.ReconnectThrottled
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return telemetry.ReconnectEOF
-	}
-	return telemetry.ReconnectError
 }

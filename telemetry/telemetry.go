@@ -57,6 +57,12 @@ const (
 	ResnapshotStoreReset = "store_reset" // the server's store id changed
 	ResnapshotBadCursor  = "bad_cursor"  // the server refused the cursor
 	ResnapshotBackstop   = "backstop"    // a periodic full check
+	// ResnapshotCursorAhead: the server refused the cursor as above its
+	// head, under the same store id (a lagging replica, or a restore).
+	ResnapshotCursorAhead = "cursor_ahead"
+	// ResnapshotHistoryRewritten: a snapshot behind the applied revision of
+	// the same store id was taken as new history, resetting the floor.
+	ResnapshotHistoryRewritten = "history_rewritten"
 )
 
 // The usual reasons of Reconnect; others are accepted.
@@ -77,7 +83,7 @@ const maxExtraValues = 16
 var (
 	knownResults    = []string{ResultApplied, ResultRejected, ResultDuplicate, ValueOther}
 	knownResnapshot = []string{ResnapshotInitial, ResnapshotCompacted, ResnapshotGap, ResnapshotStoreReset,
-		ResnapshotBadCursor, ResnapshotBackstop, ValueOther}
+		ResnapshotBadCursor, ResnapshotBackstop, ResnapshotCursorAhead, ResnapshotHistoryRewritten, ValueOther}
 	knownReconnect = []string{ReconnectIdle, ReconnectEOF, ReconnectError, ReconnectUnauthorized,
 		ReconnectThrottled, ValueOther}
 )

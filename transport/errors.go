@@ -68,6 +68,8 @@ type StatusError struct {
 	Message string
 	// RetryAfter is the server's Retry-After, zero when absent.
 	RetryAfter time.Duration
+	// StoreID is the server's store id, when the reply named one.
+	StoreID string
 	// Err is the matching sentinel or typed error, or nil.
 	Err error
 }

@@ -1,0 +1,93 @@
+package config
+
+import (
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/telemetry"
+)
+
+// nsSink takes a namespace's syncer's reports: each records a fact under
+// n.mu and settles. The syncer built and checked any new data before.
+type nsSink struct{ n *Namespace }
+
+var _ syncer.Sink = nsSink{}
+
+func (s nsSink) Applied(u syncer.Update) {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.applied, n.appliedOrigin, n.firstRejected = u.Snapshot, OriginNetwork, false
+	n.status.Revision, n.status.StoreID = u.Snapshot.Revision(), u.Snapshot.StoreID()
+	n.confirmed(u.Position, true)
+	n.settle(&u)
+	n.acks.report(u.Snapshot.Revision(), nil)
+	n.metrics.Apply(telemetry.ResultApplied)
+	if t := u.Snapshot.CommittedAt(); !t.IsZero() {
+		n.metrics.PropagationDelay(time.Since(t))
+	}
+	n.wakeClock()
+}
+
+func (s nsSink) Confirmed(p syncer.Position) {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.applied != nil {
+		n.appliedOrigin = OriginNetwork // data from disk, now confirmed
+	}
+	n.confirmed(p, false)
+	n.settle(nil)
+	n.wakeClock()
+}
+
+func (s nsSink) Failed(err error) {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.recordError(err)
+	n.healthy = false
+	n.settle(nil)
+	n.wakeClock()
+}
+
+// Rejected: the last good keeps serving; the rejection shows in Status and
+// the logs, is counted, reaches OnReject subscribers, and is reported to
+// the server (a nack).
+func (s nsSink) Rejected(revision int64, err error) {
+	n := s.n
+	rerr := &RejectedError{Namespace: n.name, Revision: revision, Err: err}
+	n.rejects.Add(1)
+	n.log.Error("config: update rejected; the last good keeps serving", "revision", revision, "err", err)
+	n.acks.report(revision, rerr)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.recordError(rerr)
+	if n.applied == nil {
+		n.firstRejected = true
+	}
+	n.disp.enqueue(item{rejected: rerr})
+}
+
+// confirmed records that the data is current as of now and persists it
+// (changed: the data itself changed). n.mu must be held.
+func (n *Namespace) confirmed(p syncer.Position, changed bool) {
+	n.confirm, n.ageKnown, n.healthy = time.Now(), true, true
+	n.cursor, n.head = p.Cursor, p.Head
+	n.status.LastConfirmed = n.confirm
+	n.status.Cursor = n.cursor
+	n.persist(changed)
+}
+
+// wakeClock tells the clock a report changed the deadlines.
+func (n *Namespace) wakeClock() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// recordError keeps err as the last error. n.mu must be held.
+func (n *Namespace) recordError(err error) {
+	n.status.LastError = errorInfo(err, time.Now())
+}

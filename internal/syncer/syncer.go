@@ -1,0 +1,476 @@
+package syncer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/telemetry"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Sink receives what a Syncer does, on the Syncer's goroutine, in order.
+// Its methods must not block for long: the Syncer waits for them.
+type Sink interface {
+	// Applied: u.Snapshot is the new applied data, checked whole.
+	Applied(u Update)
+	// Confirmed: the applied data is current as of now (a progress event,
+	// a 304, a snapshot or change of a revision already applied or
+	// rejected).
+	Confirmed(p Position)
+	// Failed: syncing was interrupted by err (a transport error, a refused
+	// snapshot); the data is not confirmed until the next Applied or
+	// Confirmed.
+	Failed(err error)
+	// Rejected: revision failed its checks (err says why) and is not
+	// applied; the applied data is unchanged. Confirmed follows when the
+	// server is otherwise in touch.
+	Rejected(revision int64, err error)
+}
+
+// Position is where the Syncer stands with the server.
+type Position struct {
+	Cursor int64 // the store revision a watch resumes from
+	Head   int64 // the newest namespace revision the server told of
+}
+
+// Update describes one Applied event.
+type Update struct {
+	Snapshot *cache.Snapshot
+	// Prev is the data applied before, nil if none.
+	Prev *cache.Snapshot
+	// Change, when set, is the change set that made Snapshot from Prev;
+	// nil when Snapshot came whole.
+	Change *transport.ChangeSet
+	// Reset says why the monotonic floor was reset (ResetStore,
+	// ResetHistory), or is empty.
+	Reset string
+	Position
+}
+
+// Why a monotonic floor was reset.
+const (
+	ResetStore   = "store changed"     // the server's store id changed
+	ResetHistory = "history rewritten" // same store id, history rewound
+)
+
+// Config configures a Syncer. Namespace, Source and Sink are required.
+type Config struct {
+	Namespace string
+	Source    transport.Source
+	Sink      Sink
+	// Schema, when set, checks every update whole before it is applied.
+	Schema *schema.Schema
+	Log    *slog.Logger                // nil: discard
+	Meter  *telemetry.NamespaceMetrics // nil-safe
+	Tracer *telemetry.Tracer           // nil-safe
+	// Backoff is the reconnect policy; see NewBackoff and Wait.
+	Backoff Backoff
+	// FetchTimeout bounds one snapshot fetch, so that a black-holed server
+	// cannot hold the loop.
+	FetchTimeout time.Duration
+	// Backstop ends even a healthy watch after this long, for a
+	// conditional snapshot that confirms nothing diverged.
+	Backstop time.Duration
+	// RewriteGrace is how long the evidence of rewritten history must last
+	// before older data is taken (see the package doc). Default 10s.
+	RewriteGrace time.Duration
+}
+
+// DefaultRewriteGrace is Config.RewriteGrace's default.
+const DefaultRewriteGrace = 10 * time.Second
+
+// healthyStream is how long a watch that delivers must have lived for the
+// reconnect backoff to start over: a server that cuts every stream after
+// its first event still meets a growing backoff.
+const healthyStream = 5 * time.Second
+
+// failureLogEvery rate-limits the Warn log of repeated failures.
+const failureLogEvery = 30 * time.Second
+
+// Syncer follows one namespace. Its state is confined to the goroutine
+// that calls Run (and, before Run, Seed).
+type Syncer struct {
+	cfg Config
+	log *slog.Logger
+
+	applied  *cache.Snapshot // the last good data: the monotonic floor; nil before any
+	doc      map[string]any  // applied as generic JSON, kept only with a schema
+	storeID  string          // the store the cursor belongs to
+	cursor   int64           // where a watch resumes
+	head     int64           // the newest namespace revision the server told of
+	rejected int64           // the namespace revision last rejected, if any
+	// rewriteSince is when the evidence that the server's history is
+	// behind the floor, under the same store id, began; zero when there is
+	// none.
+	rewriteSince time.Time
+	// atOnce: a resnapshot was just made at once for a store change; the
+	// next one waits its backoff unless a watch delivered in between.
+	atOnce bool
+
+	lastWarn   time.Time // of failures; see failed
+	suppressed int       // failures logged at Debug since lastWarn
+}
+
+// New returns a Syncer. It starts nothing.
+func New(cfg Config) *Syncer {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RewriteGrace <= 0 {
+		cfg.RewriteGrace = DefaultRewriteGrace
+	}
+	return &Syncer{cfg: cfg, log: cfg.Log}
+}
+
+// Seed starts the Syncer from data read from disk: it becomes the applied
+// data (the monotonic floor for its store id) and cursor, whether or not
+// the caller serves it. It fails, seeding nothing, if the data fails the
+// schema. Call it before Run.
+func (s *Syncer) Seed(snap *cache.Snapshot, cursor int64) error {
+	doc, err := s.check(snap.RawValues())
+	if err != nil {
+		return err
+	}
+	s.applied, s.doc = snap, doc
+	s.storeID, s.cursor = snap.StoreID(), cursor
+	return nil
+}
+
+// Run syncs until ctx ends: snapshot, then watch from the cursor; on a
+// disconnect resume from the cursor after a backoff; on compaction, a gap,
+// a new store id or a refused cursor, resnapshot. It never gives up.
+func (s *Syncer) Run(ctx context.Context) {
+	bo := s.cfg.Backoff.New()
+	needSnapshot, reason := true, telemetry.ResnapshotInitial
+	for ctx.Err() == nil {
+		if needSnapshot {
+			if err := s.resnapshot(ctx, reason); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.failed(err, "config: snapshot failed; retrying")
+				s.waitAfterSnapshot(ctx, bo, err)
+				continue
+			}
+			needSnapshot = false
+		}
+
+		delivered := false // an event applied (or confirmed) without error
+		started := time.Now()
+		watchCtx, cancel := context.WithTimeoutCause(ctx, s.cfg.Backstop, ErrBackstop)
+		err := s.cfg.Source.Watch(watchCtx, transport.WatchRequest{Namespace: s.cfg.Namespace, Since: s.cursor},
+			func(ev transport.Event) error {
+				if err := s.Handle(ev); err != nil {
+					return err
+				}
+				delivered = true
+				return nil
+			})
+		cancel()
+		if delivered {
+			s.atOnce = false
+			if time.Since(started) >= healthyStream {
+				bo.Reset() // a healthy stream: the next failure starts the backoff over
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if context.Cause(watchCtx) == ErrBackstop {
+			err = ErrBackstop
+		}
+		if !NeedsResnapshot(err) {
+			s.failed(err, "config: watch ended; resuming from cursor")
+			s.cfg.Meter.Reconnect(ReconnectReason(err))
+			s.cfg.Backoff.Wait(ctx, bo, err)
+			continue
+		}
+		// Compaction, a gap or a new store are normal paths, not
+		// trouble: no error reported, no state change.
+		needSnapshot, reason = true, s.resnapshotReason(err)
+		s.log.Info("config: resnapshot", "reason", err)
+		if s.storeMoved(err) {
+			s.noteRewrite(err)
+			if !s.atOnce {
+				// The server's history is not the cursor's: find out
+				// what it is now rather than after a grown backoff.
+				s.atOnce = true
+				continue
+			}
+		}
+		if delivered {
+			continue // the stream was healthy: resnapshot at once
+		}
+		s.cfg.Backoff.Wait(ctx, bo, err)
+	}
+}
+
+// storeMoved reports whether a watch ended because the server's history is
+// not the one the cursor came from: a new store id, or a cursor above its
+// head.
+func (s *Syncer) storeMoved(err error) bool {
+	return errors.Is(err, transport.ErrStoreChanged) || errors.Is(err, transport.ErrCursorAhead)
+}
+
+// noteRewrite starts the rewritten-history clock when the server refused
+// the cursor as above its head under the same store id.
+func (s *Syncer) noteRewrite(err error) {
+	if !errors.Is(err, transport.ErrCursorAhead) {
+		return
+	}
+	var se *transport.StatusError
+	if errors.As(err, &se) && se.StoreID != "" && se.StoreID != s.storeID {
+		return // a new store: the snapshot resets the floor anyway
+	}
+	if s.rewriteSince.IsZero() {
+		s.rewriteSince = time.Now()
+	}
+}
+
+// waitAfterSnapshot waits before the next snapshot attempt. A snapshot
+// over the size limit will not shrink soon: it waits the longest the
+// backoff does, not a growing series of downloads. A snapshot behind the
+// floor is looked at again well within the rewrite grace.
+func (s *Syncer) waitAfterSnapshot(ctx context.Context, bo backoff.BackOff, err error) {
+	var behind *BehindError
+	switch {
+	case errors.Is(err, transport.ErrTooLarge):
+		s.log.Warn("config: snapshot over the size limit; retrying at the longest backoff", "retry_every", s.cfg.Backoff.Max, "err", err)
+		s.cfg.Backoff.sleep(ctx, jitter(s.cfg.Backoff.Max))
+	case errors.As(err, &behind):
+		s.cfg.Backoff.sleep(ctx, min(bo.NextBackOff(), max(s.cfg.RewriteGrace/5, 100*time.Millisecond)))
+	default:
+		s.cfg.Backoff.Wait(ctx, bo, err)
+	}
+}
+
+// failed reports err to the Sink and logs it: at Warn for the first
+// failure and then at most every failureLogEvery (with how many were
+// logged at Debug in between), so an outage neither goes unsaid nor floods.
+func (s *Syncer) failed(err error, msg string) {
+	s.cfg.Sink.Failed(err)
+	if now := time.Now(); now.Sub(s.lastWarn) >= failureLogEvery {
+		s.log.Warn(msg, "cursor", s.cursor, "err", err, "similar_since_last", s.suppressed)
+		s.lastWarn, s.suppressed = now, 0
+		return
+	}
+	s.suppressed++
+	s.log.Debug(msg, "cursor", s.cursor, "err", err)
+}
+
+func (s *Syncer) position() Position { return Position{Cursor: s.cursor, Head: s.head} }
+
+func (s *Syncer) confirmed() { s.cfg.Sink.Confirmed(s.position()) }
+
+// resnapshot fetches the namespace whole and applies it. When the Syncer
+// already holds data of the same store, the request is conditional, and an
+// unchanged namespace costs no body.
+func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
+	ctx, end := s.cfg.Tracer.Start(ctx, telemetry.SpanResnapshot, s.cfg.Namespace) // the fetch, the checks, the apply
+	defer func() { end(err) }()
+	req := transport.SnapshotRequest{Namespace: s.cfg.Namespace}
+	if s.applied != nil {
+		req.KnownStoreID, req.KnownRevision = s.applied.StoreID(), s.applied.Revision()
+	}
+	fetchCtx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+	fetchCtx, endFetch := s.cfg.Tracer.Start(fetchCtx, telemetry.SpanSnapshot, s.cfg.Namespace)
+	snap, err := s.cfg.Source.Snapshot(fetchCtx, req)
+	endFetch(err)
+	notModified := errors.Is(err, transport.ErrNotModified)
+	if err != nil && !notModified {
+		return err
+	}
+	if snap.Namespace != s.cfg.Namespace {
+		return fmt.Errorf("%w: snapshot of %q for namespace %q", transport.ErrMalformed, snap.Namespace, s.cfg.Namespace)
+	}
+
+	cur := s.applied
+	sameStore := cur != nil && snap.StoreID == cur.StoreID()
+	reset := ""
+	switch {
+	case notModified && !sameStore:
+		return fmt.Errorf("%w: 304 for data the client does not hold", transport.ErrMalformed)
+	case notModified, sameStore && snap.Revision == cur.Revision():
+		s.cfg.Meter.Resnapshot(reason)
+		// The server holds what is applied. Its cursor is the one to
+		// watch from, even if lower than ours: changes up to ours are
+		// duplicates and skipped, and ours may be above its head.
+		s.rewriteSince = time.Time{}
+		s.storeID, s.cursor = snap.StoreID, snap.Cursor
+		s.head = max(s.head, snap.Revision)
+		s.confirmed()
+		return nil
+	case sameStore && snap.Revision < cur.Revision():
+		if !s.historyRewritten(snap) {
+			s.cfg.Meter.Resnapshot(reason)
+			return &BehindError{Namespace: s.cfg.Namespace, StoreID: snap.StoreID, Revision: snap.Revision, Applied: cur.Revision(),
+				Since: s.rewriteSince, Grace: s.cfg.RewriteGrace}
+		}
+		reason, reset = telemetry.ResnapshotHistoryRewritten, ResetHistory
+		s.log.Warn("config: the server's history was rewritten under the same store id; monotonic floor reset",
+			"store_id", snap.StoreID, "applied", cur.Revision(), "server", snap.Revision,
+			"linearizable", snap.Linearizable, "evidence_for", time.Since(s.rewriteSince).Round(time.Millisecond))
+	case cur != nil && !sameStore:
+		reset = ResetStore
+		s.log.Warn("config: store id changed; monotonic floor reset", "old", cur.StoreID(), "new", snap.StoreID)
+	}
+	s.cfg.Meter.Resnapshot(reason) // fetched; counted before anything is applied
+	s.rewriteSince = time.Time{}
+	if snap.StoreID != s.storeID || reset != "" {
+		s.head = 0
+	}
+	s.head = max(s.head, snap.Revision)
+	if reset == "" && snap.StoreID == s.storeID && snap.Revision == s.rejected {
+		s.cursor = max(s.cursor, snap.Cursor)
+		s.confirmed()
+		return nil // rejected already; wait for a later revision
+	}
+	next, err := cache.Build(s.cfg.Namespace, snap.StoreID, snap.Revision, snap.Values)
+	var doc map[string]any
+	if err == nil {
+		doc, err = s.check(snap.Values)
+	}
+	// Watch on from this snapshot's cursor either way: a rejected snapshot
+	// is not fetched again, and the next revision, a gap from what is
+	// applied, resnapshots. A new store or history restarts the cursor.
+	s.storeID, s.cursor = snap.StoreID, snap.Cursor
+	if err != nil {
+		if reset != "" {
+			s.applied, s.doc = nil, nil // nothing of the new history chains on the old
+		}
+		s.reject(snap.Revision, err)
+		// In touch with the server, serving the newest data that passes.
+		s.confirmed()
+		return nil
+	}
+	s.rejected, s.doc = 0, doc
+	s.applied = next
+	s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position()})
+	return nil
+}
+
+// historyRewritten reports whether a snapshot behind the floor, of the
+// same store id, is proof of new history: it is a linearizable read, or the
+// evidence has lasted the grace. It starts the evidence clock.
+func (s *Syncer) historyRewritten(snap *transport.Snapshot) bool {
+	if s.rewriteSince.IsZero() {
+		s.rewriteSince = time.Now()
+	}
+	return snap.Linearizable || time.Since(s.rewriteSince) >= s.cfg.RewriteGrace
+}
+
+// check runs the schema, if there is one, on values: the whole namespace.
+// It returns the decoded document, kept to check later changes without
+// decoding every value again.
+func (s *Syncer) check(values map[string]json.RawMessage) (map[string]any, error) {
+	if s.cfg.Schema == nil {
+		return nil, nil
+	}
+	doc, err := schema.DecodeValues(values)
+	if err != nil {
+		return nil, err
+	}
+	return doc, s.cfg.Schema.Validate(doc)
+}
+
+// checkChange runs the schema on the applied document with one change set:
+// only the changed values are decoded.
+func (s *Syncer) checkChange(cs *transport.ChangeSet) (map[string]any, error) {
+	if s.cfg.Schema == nil {
+		return nil, nil
+	}
+	puts, err := schema.DecodeValues(cs.Puts)
+	if err != nil {
+		return nil, err
+	}
+	doc := maps.Clone(s.doc)
+	if doc == nil {
+		doc = make(map[string]any, len(puts))
+	}
+	for _, k := range cs.Deletes {
+		delete(doc, k)
+	}
+	maps.Copy(doc, puts)
+	return doc, s.cfg.Schema.Validate(doc)
+}
+
+// reject records that revision failed its checks and tells the Sink.
+func (s *Syncer) reject(revision int64, err error) {
+	s.rejected = revision
+	s.cfg.Meter.Apply(telemetry.ResultRejected)
+	s.cfg.Sink.Rejected(revision, err)
+}
+
+// Handle applies one watch event, as Run does with each, for a caller that
+// drives events itself (a benchmark). An error ends a watch: Run then
+// resumes or resnapshots. Not for use while Run runs.
+func (s *Syncer) Handle(ev transport.Event) error {
+	cur := s.applied
+	if cur != nil && cur.StoreID() != s.storeID {
+		cur = nil // the last good is of another store: nothing chains on it
+	}
+	var applied int64 // 0 when nothing of this store is applied
+	if cur != nil {
+		applied = cur.Revision()
+	}
+	switch {
+	case ev.Change != nil:
+		cs := ev.Change
+		if cs.StoreID != s.storeID {
+			return fmt.Errorf("%w: %q, watching %q", transport.ErrStoreChanged, cs.StoreID, s.storeID)
+		}
+		s.head = max(s.head, cs.Revision)
+		if cs.Revision <= applied || cs.Revision == s.rejected {
+			s.cfg.Meter.Apply(telemetry.ResultDuplicate)
+			s.cursor = max(s.cursor, cs.Revision)
+			s.confirmed()
+			return nil // a duplicate, or a revision already rejected
+		}
+		if cur == nil || cs.PrevRevision != applied {
+			return fmt.Errorf("%w: change %d follows %d, applied %d", ErrGap, cs.Revision, cs.PrevRevision, applied)
+		}
+		next, err := cur.Apply(cs.Revision, cs.CommittedAt, cs.Puts, cs.Deletes)
+		var doc map[string]any
+		if err == nil {
+			doc, err = s.checkChange(cs)
+		}
+		if err != nil {
+			// Keep the stream: later changes chain on the rejected
+			// revision, so the next one is a gap and resnapshots, and
+			// is checked whole.
+			s.reject(cs.Revision, err)
+			s.confirmed()
+			return nil
+		}
+		s.cursor = max(s.cursor, cs.Revision)
+		s.doc, s.applied = doc, next
+		s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Change: cs, Position: s.position()})
+		return nil
+	case ev.Progress != nil:
+		p := ev.Progress
+		if p.StoreID != s.storeID {
+			return fmt.Errorf("%w: %q, watching %q", transport.ErrStoreChanged, p.StoreID, s.storeID)
+		}
+		s.head = max(s.head, p.Revision)
+		if p.Revision > applied && p.Revision != s.rejected {
+			return fmt.Errorf("%w: progress at namespace revision %d, applied %d", ErrGap, p.Revision, applied)
+		}
+		s.cursor = max(s.cursor, p.Cursor)
+		s.confirmed()
+		return nil
+	}
+	return fmt.Errorf("%w: empty watch event", transport.ErrMalformed)
+}
+
+// SetMeter sets the namespace's instruments. Call it before Run.
+func (s *Syncer) SetMeter(m *telemetry.NamespaceMetrics) { s.cfg.Meter = m }
