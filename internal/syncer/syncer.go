@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -216,9 +217,11 @@ func (s *Syncer) Run(ctx context.Context) {
 
 // storeMoved reports whether a watch ended because the server's history is
 // not the one the cursor came from: a new store id, or a cursor above its
-// head.
+// head (a plain 400 from servers that predate CodeCursorAhead).
 func (s *Syncer) storeMoved(err error) bool {
-	return errors.Is(err, transport.ErrStoreChanged) || errors.Is(err, transport.ErrCursorAhead)
+	var se *transport.StatusError
+	return errors.Is(err, transport.ErrStoreChanged) || errors.Is(err, transport.ErrCursorAhead) ||
+		errors.As(err, &se) && se.StatusCode == http.StatusBadRequest
 }
 
 // noteRewrite starts the rewritten-history clock when the server refused

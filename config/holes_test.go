@@ -1,0 +1,390 @@
+package config_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// funcSource is a Source whose answers a test scripts. A nil watch waits
+// for its context.
+type funcSource struct {
+	snapshot  func(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error)
+	watch     func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error
+	snapshots atomic.Int64
+	mu        sync.Mutex
+	requests  []transport.SnapshotRequest
+}
+
+func (s *funcSource) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	s.snapshots.Add(1)
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+	return s.snapshot(ctx, req)
+}
+
+func (s *funcSource) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	if s.watch == nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.watch(ctx, req, handle)
+}
+
+func rawValues(kv map[string]string) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(kv))
+	for k, v := range kv {
+		b, _ := json.Marshal(v)
+		out[k] = b
+	}
+	return out
+}
+
+func sourceClient(t *testing.T, src transport.Source, opts ...config.Option) *config.Client {
+	t.Helper()
+	base := []config.Option{
+		config.WithSource(src),
+		config.WithLogger(testLogger(t)),
+		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
+	}
+	c, err := config.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// writeCacheFile writes a last-good file for ns at revision rev of store
+// "s1", confirmed at confirmedAt.
+func writeCacheFile(t *testing.T, dir, ns string, rev int64, kv map[string]string, confirmedAt time.Time) {
+	t.Helper()
+	d, err := cache.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := cache.Build(ns, "s1", rev, rawValues(kv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(&cache.Record{Namespace: ns, StoreID: "s1", Revision: rev, Cursor: rev, ConfirmedAt: confirmedAt, Snapshot: snap}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFreshNeedsARecentConfirmation (hole 2): a watch that stays open but
+// delivers no event (an intermediary's keepalives with the upstream dead)
+// must not keep the namespace Fresh: Fresh needs a confirmation within the
+// idle timeout. Before: Fresh until the 10-minute backstop.
+func TestFreshNeedsARecentConfirmation(t *testing.T) {
+	src := &funcSource{
+		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawValues(map[string]string{"k": "v"})}, nil
+		},
+		// One progress, then silence on a stream that never ends.
+		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+			if err := handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2}}); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}
+	const idle = 200 * time.Millisecond
+	c := sourceClient(t, src, config.WithStreamIdleTimeout(idle))
+	ns := open(t, c, "quiet")
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := ns.WaitForState(ctx, config.StateStale); err != nil {
+		t.Fatalf("still %v with no event for %v: %v", ns.Status().State, time.Since(start), err)
+	}
+	if took := time.Since(start); took > idle+time.Second {
+		t.Errorf("went Stale %v after the last confirmation; want within the idle timeout %v", took, idle)
+	}
+	if got := ns.String("k", ""); got != "v" {
+		t.Errorf("serves %q; the last good must keep serving", got)
+	}
+}
+
+// TestStopWaitsForARunningCallbackFromAnotherGoroutine (hole 3): stop
+// called from another goroutine while the callback runs must wait for it.
+// Before: the "called from the callback itself" check held on any
+// goroutine, and stop returned at once.
+func TestStopWaitsForARunningCallbackFromAnotherGoroutine(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "cb", map[string]any{"k": 1})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "cb")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var returned atomic.Bool
+	stop := ns.OnChange("k", func(config.Change) {
+		close(entered)
+		<-release
+		if returned.Load() {
+			t.Error("stop returned while the callback ran")
+		}
+	})
+	publish(t, srv, "cb", map[string]any{"k": 2})
+	<-entered
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		returned.Store(true)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		close(release) // let the callback end, so Close can
+		t.Fatal("stop returned while its callback was running on the dispatcher")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-stopped:
+	case <-time.After(waitLimit):
+		t.Fatal("stop did not return after the callback did")
+	}
+}
+
+// TestStopFromItsOwnCallbackDoesNotDeadlock keeps the other half of the
+// promise: stop called from the callback itself returns at once.
+func TestStopFromItsOwnCallbackDoesNotDeadlock(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "cb", map[string]any{"k": 1})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "cb")
+	done := make(chan struct{})
+	var stop func()
+	var once sync.Once
+	stop = ns.OnChange("k", func(config.Change) {
+		once.Do(func() { stop(); close(done) })
+	})
+	publish(t, srv, "cb", map[string]any{"k": 2})
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatal("stop from its own callback deadlocked")
+	}
+}
+
+// TestTooOldFileKeepsItsFloorWhenFailClosed (hole 6): a fail-closed
+// namespace does not serve a file older than MaxStaleness, but keeps its
+// (store id, revision) as the floor: a lagging replica's older snapshot is
+// refused, not served. Before: the file was forgotten and r2 served at once.
+func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
+	dir := t.TempDir()
+	writeCacheFile(t, dir, "fc", 5, map[string]string{"k": "r5"}, time.Now().Add(-time.Hour))
+	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawValues(map[string]string{"k": "r2"})}, nil
+	}}
+	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	ns, err := c.Namespace(ctx, "fc", config.FailClosed(), config.MaxStaleness(time.Minute))
+	if err == nil {
+		t.Fatalf("opened serving %q at %d; want the lagging snapshot refused and ErrStale", ns.String("k", ""), ns.Revision())
+	}
+	if !errors.Is(err, config.ErrStale) {
+		t.Errorf("open error = %v; want ErrStale", err)
+	}
+	lagging.mu.Lock()
+	first := lagging.requests[0]
+	lagging.mu.Unlock()
+	if first.KnownStoreID != "s1" || first.KnownRevision != 5 {
+		t.Errorf("first snapshot request = %+v; want it conditional on the file's s1@5", first)
+	}
+}
+
+// TestOlderSnapshotTakenAfterTheRewriteGrace (hole 1, the rule): under
+// the same store id, a snapshot behind the floor is refused (Stale, never
+// Fresh, the last good serving) until the evidence has lasted the grace;
+// then it is new history: the floor resets and it is served.
+func TestOlderSnapshotTakenAfterTheRewriteGrace(t *testing.T) {
+	dir := t.TempDir()
+	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
+	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawValues(map[string]string{"k": "r2"})}, nil
+	}}
+	const grace = 400 * time.Millisecond
+	c := sourceClient(t, restored, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(grace))
+	start := time.Now()
+	ns := open(t, c, "rw")
+	var sawFresh atomic.Bool
+	stop := ns.OnStatusChange(func(st config.Status) {
+		if st.State == config.StateFresh && st.Revision == 5 {
+			sawFresh.Store(true)
+		}
+	})
+	defer stop()
+	if got := ns.String("k", ""); got != "r5" {
+		t.Fatalf("serves %q at open; want the file's r5", got)
+	}
+	eventually(t, "the refusal in Status", func() bool { return ns.Status().LastError.Kind == config.ErrorHistory })
+	if st := ns.Status(); st.State == config.StateFresh || ns.String("k", "") != "r5" {
+		t.Errorf("while refusing: %v serving %q; want Stale on r5", st.State, ns.String("k", ""))
+	}
+	waitRevision2 := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		for ns.Revision() != 2 {
+			if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
+				t.Fatalf("never took the rewritten history: %v (status %+v)", err, ns.Status())
+			}
+		}
+	}
+	waitRevision2()
+	if took := time.Since(start); took < grace {
+		t.Errorf("took the older snapshot after %v; the grace is %v", took, grace)
+	}
+	if ns.String("k", "") != "r2" {
+		t.Errorf("serves %q after the reset; want r2", ns.String("k", ""))
+	}
+	if sawFresh.Load() {
+		t.Error("reported Fresh on r5 while the server's history was behind it")
+	}
+}
+
+// TestLinearizableSnapshotProvesRewrittenHistory (hole 1, etcd's rule): a
+// linearizable snapshot behind the floor is new history at once.
+func TestLinearizableSnapshotProvesRewrittenHistory(t *testing.T) {
+	dir := t.TempDir()
+	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
+	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Linearizable: true,
+			Values: rawValues(map[string]string{"k": "r2"})}, nil
+	}}
+	c := sourceClient(t, restored, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
+	ns := open(t, c, "rw")
+	eventually(t, "the restored revision", func() bool { return ns.Revision() == 2 && ns.String("k", "") == "r2" })
+	if n := restored.snapshots.Load(); n != 1 {
+		t.Errorf("%d snapshots; want the first one taken at once", n)
+	}
+}
+
+// TestFutureFileHasUnknownAge (hole 7): a file confirmed in the future
+// (the clock stepped back) is not age 0: fail-closed does not serve it, and
+// Status says why. Before: served as perfectly fresh.
+func TestFutureFileHasUnknownAge(t *testing.T) {
+	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+		return nil, errors.New("connection refused")
+	}}
+	t.Run("fail-closed", func(t *testing.T) {
+		dir := t.TempDir()
+		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+		c := sourceClient(t, down, config.WithCacheDir(dir))
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		ns, err := c.Namespace(ctx, "future", config.FailClosed(), config.MaxStaleness(time.Minute))
+		if err == nil {
+			t.Fatalf("opened from a file of unknown age, state %v", ns.Status().State)
+		}
+		if !errors.Is(err, config.ErrStale) {
+			t.Errorf("open error = %v; want ErrStale", err)
+		}
+	})
+	t.Run("fail-open", func(t *testing.T) {
+		dir := t.TempDir()
+		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+		c := sourceClient(t, down, config.WithCacheDir(dir))
+		ns := open(t, c, "future", config.MaxStaleness(time.Minute))
+		st := ns.Status()
+		if ns.String("k", "") != "v" || st.State != config.StateBreached {
+			t.Errorf("fail-open serves %q, %v; want the file, Breached (age unknown)", ns.String("k", ""), st.State)
+		}
+		if !st.LastConfirmed.IsZero() || st.Staleness != 0 {
+			t.Errorf("LastConfirmed %v, Staleness %v; want both unknown (zero)", st.LastConfirmed, st.Staleness)
+		}
+		eventually(t, "the clock error in Status", func() bool {
+			return errors.Is(ns.Status().LastError.Err, config.ErrAgeUnknown) || ns.Status().LastError.Kind == config.ErrorNetwork
+		})
+	})
+	t.Run("within tolerance", func(t *testing.T) {
+		dir := t.TempDir()
+		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Second))
+		c := sourceClient(t, down, config.WithCacheDir(dir))
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if _, err := c.Namespace(ctx, "future", config.FailClosed(), config.MaxStaleness(time.Minute)); err != nil {
+			t.Errorf("a file a second ahead (within tolerance) was refused: %v", err)
+		}
+	})
+}
+
+// TestNamespaceWithOtherOptionsFails (hole 10): a second open of an open
+// name with other options fails, saying which; the same options share it.
+func TestNamespaceWithOtherOptionsFails(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "opts", map[string]any{"k": 1})
+	c := newClient(t, srv.URL())
+	first := open(t, c, "opts", config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}))
+	same := open(t, c, "opts", config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}))
+	if same != first {
+		t.Error("the same options gave another Namespace")
+	}
+	for name, opts := range map[string][]config.NamespaceOption{
+		"MaxStaleness": {config.MaxStaleness(time.Hour), config.Defaults(map[string]any{"k": 0})},
+		"FailClosed":   {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.FailClosed()},
+		"Defaults":     {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 1})},
+		"WithSchema":   {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.WithSchema([]byte(`{}`))},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		_, err := c.Namespace(ctx, "opts", opts...)
+		cancel()
+		if !errors.Is(err, config.ErrOptionsDiffer) {
+			t.Errorf("%s differs: err = %v; want ErrOptionsDiffer", name, err)
+		}
+	}
+}
+
+// TestServerRestartWithNewStoreConvergesAtOnce (hole 8): after the server
+// restarts with a new store, its first answer to the client (400, cursor
+// above head) leads to a snapshot at once, not after a backoff grown by the
+// outage. Target: converged within 2 s of that first answer. Before: 2.5 to
+// 7.5 s here (the 5 s backoff), 41-89 s with the default 30 s maximum.
+func TestServerRestartWithNewStoreConvergesAtOnce(t *testing.T) {
+	srv := startServer(t)
+	for i := range 5 {
+		publish(t, srv, "restart", map[string]any{"k": i})
+	}
+	c := newClient(t, srv.URL(), config.WithReconnectBackoff(5*time.Second, 5*time.Second))
+	ns := open(t, c, "restart")
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the client to see the outage", func() bool { return ns.Status().LastError.Kind == config.ErrorNetwork })
+	storeID := srv.ResetStore()
+	rev := publish(t, srv, "restart", map[string]any{"k": "new"})
+	before := srv.Stats()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var first time.Time
+	eventually(t, "the client's first request after the restart", func() bool {
+		st := srv.Stats()
+		if st.Watches+st.Snapshots+st.Events > before.Watches+before.Snapshots+before.Events {
+			first = time.Now()
+			return true
+		}
+		return false
+	})
+	eventually(t, "convergence on the new store", func() bool {
+		st := ns.Status()
+		return st.StoreID == storeID && ns.Revision() == rev
+	})
+	if took := time.Since(first); took > 2*time.Second {
+		t.Errorf("converged %v after the server's first answer; want within 2s", took)
+	}
+}
