@@ -30,16 +30,6 @@ func exampleServer(ns string, values map[string]any) *fakeserver.Server {
 	return srv
 }
 
-// poll waits, at most five seconds, until cond holds.
-func poll(cond func() bool) bool {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
-
 // Open a namespace and read it. Namespace returns once the namespace serves
 // data; every read after that is local.
 func Example() {
@@ -313,8 +303,9 @@ func ExampleFailClosed() {
 }
 
 // WithSchema checks every update before it is served. An update that fails
-// is rejected whole: the last good keeps serving, and the rejection shows
-// in Status (and is reported to the server as a nack).
+// is rejected whole: the last good keeps serving, the rejection reaches
+// OnReject subscribers and shows in Status (and is reported to the server
+// as a nack).
 func ExampleWithSchema() {
 	srv := exampleServer("routes", map[string]any{"strategy": "round-robin"})
 	defer srv.Close()
@@ -333,14 +324,18 @@ func ExampleWithSchema() {
 		log.Fatal(err)
 	}
 
+	rejected := make(chan *config.RejectedError, 1)
+	stop := routes.OnReject(func(err *config.RejectedError) { rejected <- err })
+	defer stop()
 	_, _ = srv.Publish("routes", map[string]any{"strategy": "weighted"}) // this build cannot parse it
-	poll(func() bool { return routes.Rejected() > 0 })
+	select {
+	case rej := <-rejected:
+		fmt.Println("rejected revision", rej.Revision)
+	case <-ctx.Done():
+		log.Fatal(ctx.Err())
+	}
 	st := routes.Status()
 	fmt.Println(routes.String("strategy", ""), routes.Revision(), st.LastError.Kind, errors.Is(st.LastError.Err, config.ErrRejected))
-	var rej *config.RejectedError
-	if errors.As(st.LastError.Err, &rej) {
-		fmt.Println("rejected revision", rej.Revision)
-	}
 
 	rev, _ := srv.Publish("routes", map[string]any{"strategy": "least-conn"}) // a later revision that passes
 	if err := routes.WaitForRevision(ctx, rev); err != nil {
@@ -348,7 +343,7 @@ func ExampleWithSchema() {
 	}
 	fmt.Println(routes.String("strategy", ""), routes.Revision())
 	// Output:
-	// round-robin 1 invalid_data true
 	// rejected revision 2
+	// round-robin 1 invalid_data true
 	// least-conn 3
 }

@@ -88,14 +88,31 @@ func run(ctx context.Context, out io.Writer) error {
 	say("1. Two clients watch %s: api-v1 checks updates with WithSchema, api-v2 does not.", ns)
 	say("   both serve revision %d, strategy=%q.", oldNS.Revision(), oldNS.String("strategy", ""))
 
-	// A strategy that only the newer build knows.
+	// A strategy that only the newer build knows. api-v1 hears of its
+	// rejection through OnReject.
+	rejections := make(chan *config.RejectedError, 1)
+	stop := oldNS.OnReject(func(rerr *config.RejectedError) {
+		select {
+		case rejections <- rerr:
+		default:
+		}
+	})
+	defer stop()
 	rev, err := srv.Publish(ns, map[string]any{"strategy": "weighted"})
 	if err != nil {
 		return err
 	}
 	say("2. Published revision %d: strategy=\"weighted\".", rev)
-	if err := within(ctx, func() bool { return newNS.Revision() >= rev && oldNS.Rejected() > 0 }); err != nil {
-		return fmt.Errorf("waiting for the apply and the rejection: %w", err)
+	wctx, cancel := context.WithTimeout(ctx, stepLimit)
+	defer cancel()
+	if err := newNS.WaitForRevision(wctx, rev); err != nil {
+		return fmt.Errorf("api-v2 did not reach revision %d: %w", rev, err)
+	}
+	select {
+	case rerr := <-rejections:
+		say("   api-v1 OnReject: revision %d rejected.", rerr.Revision)
+	case <-wctx.Done():
+		return fmt.Errorf("waiting for api-v1's rejection: %w", wctx.Err())
 	}
 	say("   api-v2 applied it: revision %d, strategy=%q.", newNS.Revision(), newNS.String("strategy", ""))
 	st := oldNS.Status()
@@ -122,7 +139,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, stepLimit)
+	wctx, cancel = context.WithTimeout(ctx, stepLimit)
 	defer cancel()
 	if err := oldNS.WaitForRevision(wctx, rev); err != nil {
 		return fmt.Errorf("api-v1 did not reach revision %d: %w", rev, err)
@@ -163,7 +180,8 @@ func findClient(ctx context.Context, base, id string) fakeserver.ClientState {
 	return fakeserver.ClientState{}
 }
 
-// within polls cond until it holds, within stepLimit.
+// within polls cond until it holds, within stepLimit. Only the server's
+// control API is polled: the client's own events are waited on.
 func within(ctx context.Context, cond func() bool) error {
 	ctx, cancel := context.WithTimeout(ctx, stepLimit)
 	defer cancel()
