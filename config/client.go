@@ -22,26 +22,28 @@ import (
 // Client opens namespaces from one config plane. It is safe for concurrent
 // use. Close it to stop every goroutine and connection it owns.
 type Client struct {
+	// Read-only after New.
 	opts      options
 	src       transport.Source
 	ownSource *transport.HTTPSource // closed by Close; nil with WithSource
+	dir       *cache.Dir            // nil without WithCacheDir
+	metrics   *telemetry.Instruments
+	tracer    *telemetry.Tracer
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
 
-	dir *cache.Dir // nil without WithCacheDir
-
+	// Safe for concurrent use by themselves.
 	corruptFiles  atomic.Int64
 	persistErrors atomic.Int64
-	metrics       *telemetry.Instruments
-	tracer        *telemetry.Tracer
+	wg            sync.WaitGroup // every namespace's closer
+	closeOnce     sync.Once
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
+	// mu guards what follows; a namespace's own mu is taken after it,
+	// never before.
 	mu         sync.Mutex
 	namespaces map[string]*Namespace
 	closing    map[string]chan struct{} // abandoned namespaces, until their goroutines exit
 	closed     bool
-	closeOnce  sync.Once
 }
 
 // New returns a Client. It does not dial: connections are made when a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -386,5 +387,36 @@ func TestServerRestartWithNewStoreConvergesAtOnce(t *testing.T) {
 	})
 	if took := time.Since(first); took > 2*time.Second {
 		t.Errorf("converged %v after the server's first answer; want within 2s", took)
+	}
+}
+
+// TestOversizedSnapshotBacksOffToTheMaximum (hole 4, the client's part):
+// a snapshot over the size limit is refused with ErrTooLarge in Status,
+// the last good keeps serving, and it is not downloaded again on every
+// step of a growing backoff: the next try waits the longest backoff.
+// Before: 5, 10, 20, 40 ms... eight downloads in the first second and a half.
+func TestOversizedSnapshotBacksOffToTheMaximum(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "big", map[string]any{"k": "small"})
+	dir, _ := syncedCacheDir(t, srv, "big")
+	publish(t, srv, "big", map[string]any{"k": string(make([]byte, 4096))})
+	before := srv.Stats().Snapshots
+	c := newClient(t, srv.URL(), config.WithCacheDir(dir), config.WithMaxSnapshotBytes(1024),
+		config.WithReconnectBackoff(5*time.Millisecond, time.Second))
+	ns := open(t, c, "big")
+	eventually(t, "ErrTooLarge in Status", func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) })
+	start := time.Now()
+	deadline := start.Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if ns.String("k", "") != "small" {
+			t.Fatalf("serves %q; the last good must keep serving", ns.String("k", ""))
+		}
+		time.Sleep(10 * time.Millisecond) // sampling what is served, not synchronising
+	}
+	if n := srv.Stats().Snapshots - before; n > 3 {
+		t.Errorf("%d snapshot downloads in %v; want the longest backoff (1s ± 25%%) between them", n, time.Since(start).Round(time.Millisecond))
+	}
+	if st := ns.Status(); st.LastError.Kind != config.ErrorInvalidData || !strings.Contains(st.LastError.Message, "1024") {
+		t.Errorf("LastError = %v %q; want invalid_data naming the 1024-byte limit", st.LastError.Kind, st.LastError.Message)
 	}
 }

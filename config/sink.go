@@ -57,12 +57,12 @@ func (s nsSink) Failed(err error) {
 func (s nsSink) Rejected(revision int64, err error) {
 	n := s.n
 	rerr := &RejectedError{Namespace: n.name, Revision: revision, Err: err}
-	n.rejects.Add(1)
 	n.log.Error("config: update rejected; the last good keeps serving", "revision", revision, "err", err)
 	n.acks.report(revision, rerr)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.recordError(rerr)
+	n.rejects.Add(1) // after the error: whoever sees the count sees the error in Status
 	if n.applied == nil {
 		n.firstRejected = true
 	}

@@ -63,6 +63,8 @@ const (
 	// ResnapshotHistoryRewritten: a snapshot behind the applied revision of
 	// the same store id was taken as new history, resetting the floor.
 	ResnapshotHistoryRewritten = "history_rewritten"
+	// ResnapshotTooLarge: an event was over the size limit.
+	ResnapshotTooLarge = "too_large"
 )
 
 // The usual reasons of Reconnect; others are accepted.
@@ -83,7 +85,7 @@ const maxExtraValues = 16
 var (
 	knownResults    = []string{ResultApplied, ResultRejected, ResultDuplicate, ValueOther}
 	knownResnapshot = []string{ResnapshotInitial, ResnapshotCompacted, ResnapshotGap, ResnapshotStoreReset,
-		ResnapshotBadCursor, ResnapshotBackstop, ResnapshotCursorAhead, ResnapshotHistoryRewritten, ValueOther}
+		ResnapshotBadCursor, ResnapshotBackstop, ResnapshotCursorAhead, ResnapshotHistoryRewritten, ResnapshotTooLarge, ValueOther}
 	knownReconnect = []string{ReconnectIdle, ReconnectEOF, ReconnectError, ReconnectUnauthorized,
 		ReconnectThrottled, ValueOther}
 )

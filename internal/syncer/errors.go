@@ -44,9 +44,12 @@ func (e *BehindError) Is(target error) bool { return target == ErrBehind }
 
 // NeedsResnapshot reports whether a watch that ended with err cannot resume
 // from its cursor: what the transport says cannot be retried there
-// (compaction, a new store id, a refused cursor), a gap, or the backstop.
+// (compaction, a new store id, a refused cursor), a gap, the backstop, or
+// an event over the size limit (resuming would meet it again; the snapshot
+// has a limit of its own).
 func NeedsResnapshot(err error) bool {
-	return !transport.Retryable(err) || errors.Is(err, ErrGap) || errors.Is(err, ErrBackstop)
+	return !transport.Retryable(err) || errors.Is(err, ErrGap) || errors.Is(err, ErrBackstop) ||
+		errors.Is(err, transport.ErrTooLarge)
 }
 
 // resnapshotReason names why a watch that ended with err needs a new
@@ -69,6 +72,8 @@ func (s *Syncer) resnapshotReason(err error) string {
 		return telemetry.ResnapshotBackstop
 	case errors.As(err, &se) && se.StatusCode == http.StatusBadRequest:
 		return telemetry.ResnapshotBadCursor
+	case errors.Is(err, transport.ErrTooLarge):
+		return telemetry.ResnapshotTooLarge
 	}
 	return telemetry.ValueOther
 }
