@@ -1,0 +1,125 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// drip calls send every interval until the client goes away.
+func drip(r *http.Request, interval time.Duration, send func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+			send()
+		}
+	}
+}
+
+// A stream that carries bytes but no events is dead: an intermediary's
+// keepalive comments with the upstream gone, or an event that never ends.
+// Only a whole, decoded event resets the idle clock, so the watch ends
+// with ErrStreamIdle about one idle timeout after its last event.
+func TestWatchSSEBytesWithoutEventsAreIdle(t *testing.T) {
+	leakCheck(t)
+	const idle, every = 400 * time.Millisecond, 50 * time.Millisecond
+	cases := map[string]func(c *sseConn, r *http.Request){
+		"keepalive comments": func(c *sseConn, r *http.Request) {
+			c.send(EventProgress, 11, progress(11, 11))
+			drip(r, every, func() { c.raw(": keepalive\n\n") })
+		},
+		"comments before any event": func(c *sseConn, r *http.Request) {
+			drip(r, every, func() { c.raw(": keepalive\n\n") })
+		},
+		"blank lines, retry and id frames": func(c *sseConn, r *http.Request) {
+			c.send(EventProgress, 11, progress(11, 11))
+			var i int
+			drip(r, every, func() {
+				i++
+				c.raw([]string{"\n", "retry: 1000\n\n", "id: 11\n\n", "event: progress\n\n"}[i%4])
+			})
+		},
+		"an event one byte at a time": func(c *sseConn, r *http.Request) {
+			c.send(EventProgress, 11, progress(11, 11))
+			c.raw(`event: change` + "\n" + `data: {"ns":"payments.prod","puts":{"k":"`)
+			drip(r, every, func() { c.raw("x") })
+		},
+	}
+	for name, serve := range cases {
+		t.Run(name, func(t *testing.T) {
+			var sent atomic.Int64
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				openSSE(t, w)
+				serve(&sseConn{t: t, w: countingWriter{w, &sent}}, r)
+			})
+			s := newSource(t, srv.URL, WithIdleTimeout(idle))
+			// Today's failure mode is a watch that never ends: bound it.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*idle)
+			defer cancel()
+			last := time.Now()
+			err := s.Watch(ctx, WatchRequest{Namespace: testNS, Since: 10}, func(Event) error {
+				last = time.Now()
+				return nil
+			})
+			if !errors.Is(err, ErrStreamIdle) {
+				t.Fatalf("Watch = %v, want ErrStreamIdle", err)
+			}
+			if d := time.Since(last); d < idle || d > 5*idle {
+				t.Errorf("idle detected %v after the last event, want about %v", d, idle)
+			}
+			if sent.Load() == 0 {
+				t.Error("the server sent nothing after its headers: not the case under test")
+			}
+		})
+	}
+}
+
+// countingWriter counts what the test server writes after its headers.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c countingWriter) Flush() { c.ResponseWriter.(http.Flusher).Flush() }
+
+// A long-poll reply that trickles bytes forever is cut by the request's own
+// bound, its wait plus the idle timeout, and reported as idle.
+func TestWatchLongPollTrickleIsIdle(t *testing.T) {
+	leakCheck(t)
+	const wait, idle = 200 * time.Millisecond, 200 * time.Millisecond
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"ns":"payments.prod","store_id":"s","cursor":3,"changes":[`)
+		w.(http.Flusher).Flush()
+		drip(r, 20*time.Millisecond, func() {
+			_, _ = io.WriteString(w, " ")
+			w.(http.Flusher).Flush()
+		})
+	})
+	s := newSource(t, srv.URL, WithWatchMode(WatchLongPoll), WithLongPollWait(wait), WithIdleTimeout(idle))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*(wait+idle))
+	defer cancel()
+	start := time.Now()
+	err := s.Watch(ctx, WatchRequest{Namespace: testNS, Since: 3}, func(Event) error { return nil })
+	if !errors.Is(err, ErrStreamIdle) {
+		t.Fatalf("Watch = %v, want ErrStreamIdle", err)
+	}
+	if d := time.Since(start); d < wait+idle || d > 5*(wait+idle) {
+		t.Errorf("gave up after %v, want about %v", d, wait+idle)
+	}
+}
