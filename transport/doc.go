@@ -36,10 +36,11 @@
 // Everything read from the server is bounded: an event by
 // WithMaxEventBytes (1 MiB), a snapshot or long-poll reply after
 // decompression by WithMaxSnapshotBytes (64 MiB), an error body by 64 KiB;
-// a larger one fails with ErrTooLarge. A request or stream that receives no
-// bytes for WithIdleTimeout (15 s, three of the reference server's 5 s
-// heartbeats), before or after its response headers, fails with
-// ErrStreamIdle. Every message is checked before it is delivered (its
+// a larger one fails with ErrTooLarge. A snapshot that receives no bytes,
+// or a watch stream that delivers no whole event, for WithIdleTimeout (15 s,
+// three of the reference server's 5 s heartbeats), before or after its
+// response headers, fails with ErrStreamIdle: keepalive comments from a
+// proxy whose upstream is gone do not keep a stream alive. Every message is checked before it is delivered (its
 // namespace, a store id, 0 <= revision <= cursor, prev_revision < revision);
 // one that fails is ErrMalformed and nothing of it is delivered.
 //

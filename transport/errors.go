@@ -36,9 +36,11 @@ var (
 	// ErrStoreChanged: the server's store id changed (its history was
 	// rebuilt); the caller resnapshots and resets its monotonic floor.
 	ErrStoreChanged = errors.New("transport: store id changed")
-	// ErrStreamIdle: a request or stream received no bytes for the idle
-	// timeout, or a long-poll had no reply within its wait plus the idle
-	// timeout (a black-holed or half-open connection).
+	// ErrStreamIdle: a request received no bytes for the idle timeout, a
+	// watch stream delivered no whole event for it (keepalive comments and
+	// a trickled event do not count), or a long-poll had no reply within
+	// its wait plus the idle timeout (a black-holed or half-open
+	// connection, or an intermediary whose upstream is gone).
 	ErrStreamIdle = errors.New("transport: stream idle")
 	// ErrInvalidNamespace: a namespace name that ValidateNamespace refuses.
 	ErrInvalidNamespace = errors.New("transport: invalid namespace name")

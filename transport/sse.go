@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/r3labs/sse/v2"
 	backoffv1 "gopkg.in/cenkalti/backoff.v1"
@@ -40,9 +42,17 @@ type sseResult struct {
 // before SubscribeRawWithContext returns, because that only returns once the
 // reader reported the end of the body. To stop early we cancel the request's
 // context, which ends the body.
+//
+// Liveness is an event clock, not a byte clock: it starts with the request
+// and only a decoded event resets it, so a stream of keepalive comments
+// from an intermediary whose upstream is dead, or an event trickled a byte
+// at a time, ends with ErrStreamIdle like a silent one. The clock stops
+// while handle runs: a slow consumer is not a dead server.
 func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func(Event) error) sseResult {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	clock := startEventClock(s.opts.idleTimeout, cancel)
+	defer clock.stop()
 
 	var (
 		res      sseResult
@@ -89,12 +99,15 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			cancel()
 			return
 		}
-		if herr := callHandle(handle, e, &panicked); herr != nil {
+		clock.stop()
+		herr := callHandle(handle, e, &panicked)
+		if herr != nil {
 			stop = herr
 			cancel()
 			return
 		}
 		res.delivered++
+		clock.restart()
 	})
 	if panicked != nil {
 		// Raised here rather than through the library, whose reader
@@ -108,6 +121,16 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		res.err = stop
 	case ctx.Err() != nil:
 		res.err = ctx.Err()
+	case clock.fired():
+		phase := "its first event"
+		switch {
+		case !res.connected:
+			phase = "the response headers"
+		case res.delivered > 0:
+			phase = "the next event"
+		}
+		res.err = fmt.Errorf("transport: watch %q: %w: no whole event for %v waiting for %s (comments and partial events do not count)",
+			req.Namespace, ErrStreamIdle, s.opts.idleTimeout, phase)
 	case err == nil:
 		// The library returns nil on a clean EOF.
 		res.err = fmt.Errorf("transport: watch %q: stream ended: %w", req.Namespace, io.ErrUnexpectedEOF)
@@ -123,6 +146,37 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		"events", res.delivered, "error", res.err.Error())
 	return res
 }
+
+// eventClock ends a stream (by cancelling its context) when no event
+// arrives for timeout. It is reset only by whole, decoded events.
+type eventClock struct {
+	timeout time.Duration
+	timer   *time.Timer
+	done    atomic.Bool
+}
+
+func startEventClock(timeout time.Duration, cancel context.CancelFunc) *eventClock {
+	c := &eventClock{timeout: timeout}
+	c.timer = time.AfterFunc(timeout, func() {
+		c.done.Store(true)
+		cancel()
+	})
+	return c
+}
+
+// stop pauses the clock (while handle runs) or stops it for good.
+func (c *eventClock) stop() { c.timer.Stop() }
+
+// restart gives the stream a whole timeout from now, unless it already
+// ran out.
+func (c *eventClock) restart() {
+	if !c.done.Load() {
+		c.timer.Reset(c.timeout)
+	}
+}
+
+// fired reports whether the clock ran out (and so cancelled the stream).
+func (c *eventClock) fired() bool { return c.done.Load() }
 
 // errHandlePanicked stops a stream whose handle panicked.
 var errHandlePanicked = errors.New("transport: watch: handle panicked")

@@ -351,9 +351,9 @@ func TestWatchSSEIdle(t *testing.T) {
 	}
 }
 
-// A stream that keeps sending bytes (comments) is alive however long it
-// runs, and a handler slower than the idle timeout is not taken for a dead
-// server.
+// A stream that keeps sending events is alive however long it runs (the
+// comments between them neither help nor hurt), and a handler slower than
+// the idle timeout is not taken for a dead server.
 func TestWatchSSEIdleTimerOnlyCountsServerSilence(t *testing.T) {
 	leakCheck(t)
 	// Generous against a loaded machine: bytes every 25 ms, idle after 1 s.
