@@ -68,6 +68,11 @@ type StatusError struct {
 	// Code and Message come from the JSON error body, when it had one.
 	Code    string
 	Message string
+	// StoreID is the store the server named: the error body's store_id,
+	// else its Holdfast-Store-Id header; empty when it named none. With
+	// ErrCursorAhead it tells a new store (another id) from history
+	// rewritten under the same id.
+	StoreID string
 	// RetryAfter is the server's Retry-After, zero when absent.
 	RetryAfter time.Duration
 	// Err is the matching sentinel or typed error, or nil.
