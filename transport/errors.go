@@ -94,15 +94,16 @@ func (e *StatusError) Unwrap() error { return e.Err }
 
 // Retryable reports whether a watch that failed with err can be retried
 // from the same cursor: everything except compaction, a store change, an
-// invalid namespace name and a cursor the server refuses (400: above its
-// head, as after a store reset). The others call for a new snapshot. A
-// missing namespace or refused credentials are retried (slowly): the
-// namespace may be created, the credentials rotated.
+// invalid namespace name and a cursor the server refuses (ErrCursorAhead,
+// or any 400). The others call for a new snapshot. A missing namespace, an
+// endpoint that is not holdfast (ErrNotHoldfast) or refused credentials
+// are retried (slowly): the namespace may be created, the proxy fixed, the
+// credentials rotated.
 func Retryable(err error) bool {
 	var se *StatusError
 	switch {
 	case errors.Is(err, ErrCompacted), errors.Is(err, ErrStoreChanged),
-		errors.Is(err, ErrInvalidNamespace),
+		errors.Is(err, ErrInvalidNamespace), errors.Is(err, ErrCursorAhead),
 		errors.As(err, &se) && se.StatusCode == http.StatusBadRequest:
 		return false
 	}

@@ -356,6 +356,9 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 		}
 		snap, err := decodeSnapshot(body, req.Namespace)
 		if err != nil {
+			if errors.Is(err, ErrMalformed) {
+				err = notHoldfast(err, resp, body, "a snapshot")
+			}
 			return nil, fmt.Errorf("transport: snapshot %q: %w", req.Namespace, err)
 		}
 		return snap, nil

@@ -77,9 +77,11 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 				res.connected = true
 				return nil
 			}
-			closeBody(resp.Body)
-			return fmt.Errorf("%w: watch %q: Content-Type %q, want text/event-stream",
-				ErrMalformed, req.Namespace, truncate(resp.Header.Get("Content-Type"), 64))
+			defer closeBody(resp.Body)
+			err := fmt.Errorf("%w: Content-Type %q, want text/event-stream",
+				ErrMalformed, truncate(resp.Header.Get("Content-Type"), 64))
+			body, _ := readBody(resp, maxErrorBodyBytes)
+			return notHoldfast(err, resp, body, "an event stream")
 		}
 		defer closeBody(resp.Body)
 		return checkOK(resp, "watch", req.Namespace)
@@ -208,7 +210,8 @@ func (t *sseFrameTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusOK {
+	// Only a stream is framed: the validator reads any other reply whole.
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusOK && mt == "text/event-stream" {
 		resp.Body = &sseFrameReader{rc: resp.Body, limit: t.limit}
 	}
 	return resp, nil

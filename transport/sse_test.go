@@ -235,6 +235,7 @@ func TestWatchSSEStatusErrors(t *testing.T) {
 			var calls atomic.Int32
 			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
+				w.Header().Set(HeaderStoreID, "store-1")
 				if tc.header != "" {
 					w.Header().Set("Retry-After", tc.header)
 				}
@@ -262,6 +263,7 @@ func TestWatchSSEStatusErrors(t *testing.T) {
 func TestWatchSSENotAnEventStream(t *testing.T) {
 	leakCheck(t)
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderStoreID, "store-1")
 		writeJSON(t, w, http.StatusOK, progress(1, 1))
 	})
 	s := newSource(t, srv.URL)
