@@ -404,8 +404,8 @@ type subscription struct {
 
 // subscribe reads the change sets of ns after since (since < 0: from head)
 // and, still under the lock, calls register so that a watcher sees every
-// later commit. It fails with ErrUnknownNamespace, ErrInvalid (a cursor
-// above head) or a *transport.CompactedError.
+// later commit. It fails with ErrUnknownNamespace, transport.ErrCursorAhead
+// (a cursor above head) or a *transport.CompactedError.
 func (st *store) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -419,7 +419,7 @@ func (st *store) subscribe(ns string, since int64, register func(subscription)) 
 		since = st.head
 	}
 	if since > st.head {
-		return sub, fmt.Errorf("%w: cursor %d is above the store's head %d", ErrInvalid, since, st.head)
+		return sub, fmt.Errorf("%w: cursor %d is above the store's head %d", transport.ErrCursorAhead, since, st.head)
 	}
 	if since < st.compact {
 		return sub, &transport.CompactedError{CompactRevision: st.compact}
