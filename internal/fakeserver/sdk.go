@@ -364,6 +364,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				break wait
 			}
 		}
+		if wt.gen != s.store.generation() {
+			// The store was reset or restored meanwhile: what this poll
+			// read is another history's. Cut it, as a restart would.
+			panic(http.ErrAbortHandler)
+		}
 	}
 	defer s.speak(r)()
 	setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
