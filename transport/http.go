@@ -250,7 +250,7 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	client.Transport = idle
 	stream := *o.client
 	// Not idle: a stream's liveness is its events, timed by watchSSE.
-	stream.Transport = &sseFrameTransport{base: hdr, limit: sseFrameLimit(o.maxEventBytes)}
+	stream.Transport = &sseFrameTransport{base: hdr, maxEvent: o.maxEventBytes}
 	stream.Timeout = 0
 	poll := *o.client
 	poll.Transport = hdr

@@ -77,8 +77,10 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// tooLarge names the limit as configured, so that the message points at
+// the option to raise (WithMaxEventBytes, WithMaxSnapshotBytes).
 func tooLarge(what string, limit int64) error {
-	return fmt.Errorf("%w: %s exceeds %d bytes", ErrTooLarge, what, limit)
+	return fmt.Errorf("%w: %s exceeds the limit of %d bytes", ErrTooLarge, what, limit)
 }
 
 // statusError turns a non-success reply into a *StatusError, reading at most

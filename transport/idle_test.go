@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,5 +123,61 @@ func TestWatchLongPollTrickleIsIdle(t *testing.T) {
 	}
 	if d := time.Since(start); d < wait+idle || d > 5*(wait+idle) {
 		t.Errorf("gave up after %v, want about %v", d, wait+idle)
+	}
+}
+
+// Every ErrTooLarge names the limit that was configured, not an internal
+// buffer size: an operator raises the option the message points at.
+func TestTooLargeNamesTheConfiguredLimit(t *testing.T) {
+	leakCheck(t)
+	const maxEvent, maxSnap = 1000, 50000
+	big := strings.Repeat("x", 20*maxEvent)
+	cases := map[string]struct {
+		h    http.HandlerFunc
+		mode WatchMode
+		snap bool
+		want int
+	}{
+		"event over the limit": {h: func(w http.ResponseWriter, r *http.Request) {
+			c := openSSE(t, w)
+			c.send(EventChange, 12, change(12, 11, map[string]string{"k": `"` + strings.Repeat("x", maxEvent) + `"`}))
+			<-r.Context().Done()
+		}, want: maxEvent},
+		"event over the frame buffer": {h: func(w http.ResponseWriter, r *http.Request) {
+			c := openSSE(t, w)
+			c.raw("event: change\ndata: " + big + big)
+			<-r.Context().Done()
+		}, want: maxEvent},
+		"long-poll change over the limit": {h: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(HeaderStoreID, "s")
+			writeJSON(t, w, http.StatusOK, EventsResponse{StoreID: "s", Cursor: 12, Revision: 12,
+				Changes: []ChangeSet{change(12, 11, map[string]string{"k": `"` + big[:2*maxEvent] + `"`})}})
+		}, mode: WatchLongPoll, want: maxEvent},
+		"long-poll reply over the limit": {h: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(HeaderStoreID, "s")
+			_, _ = io.WriteString(w, `{"store_id":"s","cursor":3,"pad":"`+strings.Repeat(big, 5)+`"}`)
+		}, mode: WatchLongPoll, want: maxSnap},
+		"snapshot over the limit": {h: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(HeaderStoreID, "s")
+			_, _ = io.WriteString(w, `{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":{"k":"`+strings.Repeat(big, 5)+`"}}`)
+		}, snap: true, want: maxSnap},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := newServer(t, tc.h)
+			s := newSource(t, srv.URL, WithMaxEventBytes(maxEvent), WithMaxSnapshotBytes(maxSnap), WithWatchMode(tc.mode))
+			var err error
+			if tc.snap {
+				_, err = s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS})
+			} else {
+				err = s.Watch(context.Background(), WatchRequest{Namespace: testNS, Since: 11}, func(Event) error { return nil })
+			}
+			if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("err = %v, want ErrTooLarge", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "limit of "+strconv.Itoa(tc.want)+" bytes") {
+				t.Errorf("err = %q, want it to name the limit of %d bytes", msg, tc.want)
+			}
+		})
 	}
 }

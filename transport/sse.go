@@ -201,8 +201,8 @@ func callHandle(handle func(Event) error, e Event, panicked *any) (err error) {
 // body ends. It also bounds a partial event: one larger than limit fails
 // with ErrTooLarge.
 type sseFrameTransport struct {
-	base  http.RoundTripper
-	limit int
+	base     http.RoundTripper
+	maxEvent int // the configured limit on an event's data
 }
 
 func (t *sseFrameTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -212,14 +212,15 @@ func (t *sseFrameTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	// Only a stream is framed: the validator reads any other reply whole.
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusOK && mt == "text/event-stream" {
-		resp.Body = &sseFrameReader{rc: resp.Body, limit: t.limit}
+		resp.Body = &sseFrameReader{rc: resp.Body, limit: sseFrameLimit(t.maxEvent), maxEvent: t.maxEvent}
 	}
 	return resp, nil
 }
 
 type sseFrameReader struct {
-	rc    io.ReadCloser
-	limit int
+	rc       io.ReadCloser
+	limit    int // on a frame
+	maxEvent int // on its data, as configured: what an error names
 	// buf[off:ready] are whole events not yet read; buf[ready:] is the
 	// start of an event whose end has not arrived.
 	buf        []byte
@@ -238,7 +239,7 @@ func (f *sseFrameReader) Read(p []byte) (int, error) {
 			f.off, f.ready = 0, 0
 		}
 		if len(f.buf) > f.limit {
-			f.err = tooLarge("event", int64(f.limit))
+			f.err = fmt.Errorf("%w (its frame passed %d bytes unfinished)", tooLarge("event", int64(f.maxEvent)), f.limit)
 			return 0, f.err
 		}
 		if len(f.buf) == cap(f.buf) {
