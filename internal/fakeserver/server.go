@@ -47,6 +47,10 @@ type run struct {
 	stopping chan struct{} // closed by Stop: waiting handlers return
 	stopped  bool
 	active   sync.WaitGroup // handlers in flight
+	// conns counts connections until net/http is done with them: after a
+	// reply that left a request body unread it lingers up to 500 ms
+	// (closeWriteAndWait), which Close must wait for too.
+	conns sync.WaitGroup
 }
 
 // Start starts a server listening on WithAddr's address (default a free
@@ -80,6 +84,14 @@ func (s *Server) listen() error {
 		Handler:           s.track(r),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				r.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				r.conns.Done()
+			}
+		},
 	}
 	s.cur = r
 	go func() {
@@ -129,7 +141,8 @@ func (s *Server) Addr() string {
 // Stop closes the listener and every connection at once, as a crash would;
 // open streams end. The store is kept, and Go API calls keep working, so a
 // test can publish while the server is down. Stop waits for every handler
-// to return. Stopping a stopped server does nothing.
+// to return and every connection to be let go. Stopping a stopped server
+// does nothing.
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	r, addr := s.cur, s.addr
@@ -148,6 +161,7 @@ func (s *Server) Stop() error {
 	close(r.stopping)
 	r.active.Wait()
 	<-r.served
+	r.conns.Wait()
 	s.log.Info("fakeserver: stopped", "addr", addr)
 	return err
 }
