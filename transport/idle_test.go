@@ -181,3 +181,29 @@ func TestTooLargeNamesTheConfiguredLimit(t *testing.T) {
 		})
 	}
 }
+
+// An error reply whose body stalls is still the server's answer: the watch
+// ends after about the idle timeout with its status and Retry-After, not
+// as a silent stream.
+func TestWatchSSEStalledErrorBodyKeepsTheStatus(t *testing.T) {
+	leakCheck(t)
+	const idle = 300 * time.Millisecond
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "4")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":"unavailable","mess`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	s := newSource(t, srv.URL, WithIdleTimeout(idle))
+	start := time.Now()
+	err := s.Watch(context.Background(), WatchRequest{Namespace: testNS}, func(Event) error { return nil })
+	var se *StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusServiceUnavailable || se.RetryAfter != 4*time.Second {
+		t.Fatalf("Watch = %v, want the 503 with Retry-After 4s", err)
+	}
+	if d := time.Since(start); d < idle || d > 10*idle {
+		t.Errorf("returned after %v, want about %v", d, idle)
+	}
+}

@@ -52,7 +52,7 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clock := startEventClock(s.opts.idleTimeout, cancel)
-	defer clock.stop()
+	defer clock.stop() // on a panic of handle
 
 	var (
 		res      sseResult
@@ -80,7 +80,10 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			defer closeBody(resp.Body)
 			err := fmt.Errorf("%w: Content-Type %q, want text/event-stream",
 				ErrMalformed, truncate(resp.Header.Get("Content-Type"), 64))
-			body, _ := readBody(resp, maxErrorBodyBytes)
+			if resp.Header.Get(HeaderStoreID) != "" {
+				return err
+			}
+			body, _ := readBody(resp, maxErrorBodyBytes) // a web page? (bounded by the clock)
 			return notHoldfast(err, resp, body, "an event stream")
 		}
 		defer closeBody(resp.Body)
@@ -111,6 +114,7 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		res.delivered++
 		clock.restart()
 	})
+	clock.stop() // what ended the stream is known by now
 	if panicked != nil {
 		// Raised here rather than through the library, whose reader
 		// goroutine would otherwise block forever on its channels.
@@ -123,6 +127,10 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		res.err = stop
 	case ctx.Err() != nil:
 		res.err = ctx.Err()
+	case errors.As(err, &se) && se == err:
+		// The server did answer, though its error body may have been
+		// cut by the clock: its status and Retry-After matter more.
+		res.err = se
 	case clock.fired():
 		phase := "its first event"
 		switch {
@@ -139,8 +147,6 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 	case errors.Is(err, bufio.ErrTooLong):
 		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace,
 			tooLarge("event", int64(s.opts.maxEventBytes)))
-	case errors.As(err, &se) && se == err:
-		res.err = se
 	default:
 		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace, err)
 	}
