@@ -7,10 +7,13 @@
 // reconnect, resnapshot or back off. Those live in package config, so that
 // every Source gets them.
 //
-// Errors are values: ErrCompacted (as *CompactedError), ErrNotFound,
-// ErrUnauthorized, ErrTooLarge, ErrMalformed, ErrStreamIdle and
-// *StatusError for any other non-success reply. Test them with errors.Is
-// and errors.As.
+// Errors are values: ErrCompacted (as *CompactedError), ErrNotFound (the
+// server has no such namespace), ErrNotHoldfast (what answered is not a
+// holdfast server: check the base URL), ErrCursorAhead (the server's
+// history is not the one the cursor came from: resnapshot),
+// ErrUnauthorized, ErrTooLarge, ErrMalformed, ErrStreamIdle, and
+// *StatusError for every non-success reply (it unwraps to the sentinel
+// and names the server's store). Test them with errors.Is and errors.As.
 //
 // # The HTTP source
 //

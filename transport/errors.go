@@ -13,11 +13,13 @@ var (
 	// point. The caller resnapshots. The error is a *CompactedError.
 	ErrCompacted = errors.New("transport: cursor compacted")
 	// ErrNotFound: the namespace does not exist on the server (a holdfast
-	// server said so).
+	// server said so: its 404 names a store, in the Holdfast-Store-Id
+	// header or a not_found body's store_id).
 	ErrNotFound = errors.New("transport: namespace not found")
 	// ErrNotHoldfast: the endpoint answered, but not as a holdfast server
-	// does (a 404 without the protocol's error body or headers: a wrong base
-	// path or host). Retried slowly, like ErrNotFound.
+	// does: a 404 that names no store, or a 200 that is not the protocol's
+	// reply and names none (a wrong base path or host, a web server, a
+	// single-page app). Retried slowly, like ErrNotFound.
 	ErrNotHoldfast = errors.New("transport: not a holdfast endpoint")
 	// ErrCursorAhead: the server refused a watch cursor above its head. Its
 	// history is not the one the cursor came from: a new store, a store
