@@ -64,7 +64,8 @@ func (e *CompactedError) Error() string {
 func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
 
 // StatusError is a non-success HTTP reply. It unwraps to the sentinel that
-// matches its code, if any (ErrNotFound, ErrUnauthorized, ErrCompacted, ...).
+// matches its status and code, if any (ErrNotFound or ErrNotHoldfast on 404,
+// ErrCursorAhead on 400 cursor_ahead, ErrUnauthorized, ErrCompacted, ...).
 type StatusError struct {
 	StatusCode int
 	// Code and Message come from the JSON error body, when it had one.
