@@ -7,10 +7,13 @@
 // reconnect, resnapshot or back off. Those live in package config, so that
 // every Source gets them.
 //
-// Errors are values: ErrCompacted (as *CompactedError), ErrNotFound,
-// ErrUnauthorized, ErrTooLarge, ErrMalformed, ErrStreamIdle and
-// *StatusError for any other non-success reply. Test them with errors.Is
-// and errors.As.
+// Errors are values: ErrCompacted (as *CompactedError), ErrNotFound (the
+// server has no such namespace), ErrNotHoldfast (what answered is not a
+// holdfast server: check the base URL), ErrCursorAhead (the server's
+// history is not the one the cursor came from: resnapshot),
+// ErrUnauthorized, ErrTooLarge, ErrMalformed, ErrStreamIdle, and
+// *StatusError for every non-success reply (it unwraps to the sentinel
+// and names the server's store). Test them with errors.Is and errors.As.
 //
 // # The HTTP source
 //
@@ -36,10 +39,11 @@
 // Everything read from the server is bounded: an event by
 // WithMaxEventBytes (1 MiB), a snapshot or long-poll reply after
 // decompression by WithMaxSnapshotBytes (64 MiB), an error body by 64 KiB;
-// a larger one fails with ErrTooLarge. A request or stream that receives no
-// bytes for WithIdleTimeout (15 s, three of the reference server's 5 s
-// heartbeats), before or after its response headers, fails with
-// ErrStreamIdle. Every message is checked before it is delivered (its
+// a larger one fails with ErrTooLarge. A snapshot that receives no bytes,
+// or a watch stream that delivers no whole event, for WithIdleTimeout (15 s,
+// three of the reference server's 5 s heartbeats), before or after its
+// response headers, fails with ErrStreamIdle: keepalive comments from a
+// proxy whose upstream is gone do not keep a stream alive. Every message is checked before it is delivered (its
 // namespace, a store id, 0 <= revision <= cursor, prev_revision < revision);
 // one that fails is ErrMalformed and nothing of it is delivered.
 //

@@ -13,11 +13,13 @@ var (
 	// point. The caller resnapshots. The error is a *CompactedError.
 	ErrCompacted = errors.New("transport: cursor compacted")
 	// ErrNotFound: the namespace does not exist on the server (a holdfast
-	// server said so).
+	// server said so: its 404 names a store, in the Holdfast-Store-Id
+	// header or a not_found body's store_id).
 	ErrNotFound = errors.New("transport: namespace not found")
 	// ErrNotHoldfast: the endpoint answered, but not as a holdfast server
-	// does (a 404 without the protocol's error body or headers: a wrong base
-	// path or host). Retried slowly, like ErrNotFound.
+	// does: a 404 that names no store, or a 200 that is not the protocol's
+	// reply and names none (a wrong base path or host, a web server, a
+	// single-page app). Retried slowly, like ErrNotFound.
 	ErrNotHoldfast = errors.New("transport: not a holdfast endpoint")
 	// ErrCursorAhead: the server refused a watch cursor above its head. Its
 	// history is not the one the cursor came from: a new store, a store
@@ -36,9 +38,11 @@ var (
 	// ErrStoreChanged: the server's store id changed (its history was
 	// rebuilt); the caller resnapshots and resets its monotonic floor.
 	ErrStoreChanged = errors.New("transport: store id changed")
-	// ErrStreamIdle: a request or stream received no bytes for the idle
-	// timeout, or a long-poll had no reply within its wait plus the idle
-	// timeout (a black-holed or half-open connection).
+	// ErrStreamIdle: a request received no bytes for the idle timeout, a
+	// watch stream delivered no whole event for it (keepalive comments and
+	// a trickled event do not count), or a long-poll had no reply within
+	// its wait plus the idle timeout (a black-holed or half-open
+	// connection, or an intermediary whose upstream is gone).
 	ErrStreamIdle = errors.New("transport: stream idle")
 	// ErrInvalidNamespace: a namespace name that ValidateNamespace refuses.
 	ErrInvalidNamespace = errors.New("transport: invalid namespace name")
@@ -60,12 +64,18 @@ func (e *CompactedError) Error() string {
 func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
 
 // StatusError is a non-success HTTP reply. It unwraps to the sentinel that
-// matches its code, if any (ErrNotFound, ErrUnauthorized, ErrCompacted, ...).
+// matches its status and code, if any (ErrNotFound or ErrNotHoldfast on 404,
+// ErrCursorAhead on 400 cursor_ahead, ErrUnauthorized, ErrCompacted, ...).
 type StatusError struct {
 	StatusCode int
 	// Code and Message come from the JSON error body, when it had one.
 	Code    string
 	Message string
+	// StoreID is the store the server named: the error body's store_id,
+	// else its Holdfast-Store-Id header; empty when it named none. With
+	// ErrCursorAhead it tells a new store (another id) from history
+	// rewritten under the same id.
+	StoreID string
 	// RetryAfter is the server's Retry-After, zero when absent.
 	RetryAfter time.Duration
 	// StoreID is the server's store id, when the reply named one.
@@ -89,15 +99,16 @@ func (e *StatusError) Unwrap() error { return e.Err }
 
 // Retryable reports whether a watch that failed with err can be retried
 // from the same cursor: everything except compaction, a store change, an
-// invalid namespace name and a cursor the server refuses (400: above its
-// head, as after a store reset). The others call for a new snapshot. A
-// missing namespace or refused credentials are retried (slowly): the
-// namespace may be created, the credentials rotated.
+// invalid namespace name and a cursor the server refuses (ErrCursorAhead,
+// or any 400). The others call for a new snapshot. A missing namespace, an
+// endpoint that is not holdfast (ErrNotHoldfast) or refused credentials
+// are retried (slowly): the namespace may be created, the proxy fixed, the
+// credentials rotated.
 func Retryable(err error) bool {
 	var se *StatusError
 	switch {
 	case errors.Is(err, ErrCompacted), errors.Is(err, ErrStoreChanged),
-		errors.Is(err, ErrInvalidNamespace),
+		errors.Is(err, ErrInvalidNamespace), errors.Is(err, ErrCursorAhead),
 		errors.As(err, &se) && se.StatusCode == http.StatusBadRequest:
 		return false
 	}

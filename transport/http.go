@@ -77,10 +77,12 @@ const autoSwitchFailures = 3
 // (GET /sdk/events), and acks to POST /sdk/ack.
 //
 // Every read of a response is bounded (WithMaxEventBytes,
-// WithMaxSnapshotBytes; error bodies to 64 KiB), and every request or stream
-// that receives no bytes for the idle timeout is abandoned with
-// ErrStreamIdle, whether the server went quiet before or after its response
-// headers. A long-poll is instead bounded by its wait plus the idle timeout.
+// WithMaxSnapshotBytes; error bodies to 64 KiB). A snapshot or ack that
+// receives no bytes for the idle timeout, and an SSE stream that delivers
+// no whole event for it (comments, blank lines and the bytes of an
+// unfinished event do not count), are abandoned with ErrStreamIdle, whether
+// the server went quiet before or after its response headers. A long-poll
+// is instead bounded by its wait plus the idle timeout.
 //
 // HTTPSource does not reconnect or back off: each Watch is one connection
 // (or, in long-poll mode, one chain of requests) and returns when it ends.
@@ -89,7 +91,7 @@ type HTTPSource struct {
 	base   *url.URL
 	opts   httpOptions
 	client *http.Client // snapshot, ack: headers + idle timeout
-	stream *http.Client // SSE: headers + idle timeout + whole events only, no overall Timeout
+	stream *http.Client // SSE: headers + whole events only, no overall Timeout (watchSSE times events)
 	poll   *http.Client // long-poll: headers; per-request deadline
 
 	mu       sync.Mutex
@@ -154,9 +156,13 @@ func WithMaxSnapshotBytes(n int64) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.maxSnapshotBytes = n })
 }
 
-// WithIdleTimeout sets how long a request or stream may receive no bytes at
-// all — before or after its response headers — before it is closed with
-// ErrStreamIdle (default 15 s, three of the server's 5 s heartbeats).
+// WithIdleTimeout sets how long a snapshot or ack may receive no bytes at
+// all, and an SSE stream no whole event (a change or a progress event;
+// comments and partial events do not count), before or after the response
+// headers, before it is closed with ErrStreamIdle (default 15 s, three of
+// the server's 5 s heartbeats). An event must so arrive whole within the
+// timeout: at the default limits, 1 MiB in 15 s. A long-poll may take its
+// wait plus this timeout.
 func WithIdleTimeout(d time.Duration) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.idleTimeout = d })
 }
@@ -243,7 +249,8 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	client := *o.client
 	client.Transport = idle
 	stream := *o.client
-	stream.Transport = &sseFrameTransport{base: idle, limit: sseFrameLimit(o.maxEventBytes)}
+	// Not idle: a stream's liveness is its events, timed by watchSSE.
+	stream.Transport = &sseFrameTransport{base: hdr, maxEvent: o.maxEventBytes}
 	stream.Timeout = 0
 	poll := *o.client
 	poll.Transport = hdr
@@ -349,6 +356,9 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 		}
 		snap, err := decodeSnapshot(body, req.Namespace)
 		if err != nil {
+			if errors.Is(err, ErrMalformed) {
+				err = notHoldfast(err, resp, body, "a snapshot")
+			}
 			return nil, fmt.Errorf("transport: snapshot %q: %w", req.Namespace, err)
 		}
 		return snap, nil

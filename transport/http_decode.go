@@ -4,6 +4,7 @@ package transport
 // targets (http_fuzz_test.go) exercise exactly the code the source runs.
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -76,8 +77,10 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// tooLarge names the limit as configured, so that the message points at
+// the option to raise (WithMaxEventBytes, WithMaxSnapshotBytes).
 func tooLarge(what string, limit int64) error {
-	return fmt.Errorf("%w: %s exceeds %d bytes", ErrTooLarge, what, limit)
+	return fmt.Errorf("%w: %s exceeds the limit of %d bytes", ErrTooLarge, what, limit)
 }
 
 // statusError turns a non-success reply into a *StatusError, reading at most
@@ -92,9 +95,23 @@ func statusError(resp *http.Response) *StatusError {
 			e.Message = truncate(b.Message, 1024)
 		}
 	}
+	e.StoreID = truncate(eb.StoreID, 128)
+	if e.StoreID == "" {
+		e.StoreID = truncate(resp.Header.Get(HeaderStoreID), 128)
+	}
 	switch resp.StatusCode {
 	case http.StatusNotFound:
-		e.Err = ErrNotFound
+		// Only a holdfast server's 404 names a store; a web server's, a
+		// framework's, or the reference server's for an unknown path (a
+		// wrong base path) does not, whatever its body says.
+		e.Err = ErrNotHoldfast
+		if resp.Header.Get(HeaderStoreID) != "" || eb.Error == CodeNotFound && eb.StoreID != "" {
+			e.Err = ErrNotFound
+		}
+	case http.StatusBadRequest:
+		if eb.Error == CodeCursorAhead {
+			e.Err = ErrCursorAhead
+		}
 	case http.StatusUnauthorized, http.StatusForbidden:
 		e.Err = ErrUnauthorized
 	case http.StatusGone:
@@ -103,6 +120,28 @@ func statusError(resp *http.Response) *StatusError {
 		e.Err = ErrTooLarge
 	}
 	return e
+}
+
+// notHoldfast turns err, the failure to read a 200 reply as the protocol's,
+// into ErrNotHoldfast when nothing says the reply came from a holdfast
+// server: no Holdfast-Store-Id header, and a body (at most its first bytes)
+// that is not a JSON object naming a store_id — a web page, another API, a
+// single-page app answering every path. Otherwise err stands.
+func notHoldfast(err error, resp *http.Response, body []byte, what string) error {
+	if resp.Header.Get(HeaderStoreID) != "" || namesStore(body) {
+		return err
+	}
+	return fmt.Errorf("%w: a 200 reply (Content-Type %q) without a %s header, and not %s: %v",
+		ErrNotHoldfast, truncate(resp.Header.Get("Content-Type"), 64), HeaderStoreID, what, err)
+}
+
+// namesStore reports whether body starts with a JSON object with a
+// non-empty store_id string.
+func namesStore(body []byte) bool {
+	var v struct {
+		StoreID string `json:"store_id"`
+	}
+	return json.NewDecoder(bytes.NewReader(body)).Decode(&v) == nil && v.StoreID != ""
 }
 
 // parseRetryAfter reads a Retry-After value, seconds or an HTTP date; zero

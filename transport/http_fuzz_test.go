@@ -137,7 +137,9 @@ func FuzzDecodeEvents(f *testing.F) {
 
 func FuzzDecodeErrorBody(f *testing.F) {
 	seedJSON(f, ErrorBody{Error: CodeCompacted, CompactRevision: 812, StoreID: "s"},
-		ErrorBody{Error: CodeSchemaViolation, Message: "m", Details: []string{"a", "b"}})
+		ErrorBody{Error: CodeSchemaViolation, Message: "m", Details: []string{"a", "b"}},
+		ErrorBody{Error: CodeNotFound, Message: "unknown namespace", StoreID: "s"},
+		ErrorBody{Error: CodeCursorAhead, Message: "cursor 9 is above the store's head 3", StoreID: "s"})
 	f.Add([]byte(`not json`))
 	f.Add([]byte(`{"error":7}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -145,16 +147,25 @@ func FuzzDecodeErrorBody(f *testing.F) {
 			wantKind(t, err, ErrMalformed)
 		}
 		// The whole error path, as the source runs it on a reply.
-		for _, status := range []int{http.StatusGone, http.StatusServiceUnavailable} {
+		for _, status := range []int{http.StatusBadRequest, http.StatusNotFound, http.StatusGone, http.StatusServiceUnavailable} {
 			resp := &http.Response{StatusCode: status, Header: http.Header{"Retry-After": {string(data)}},
 				Body: io.NopCloser(bytes.NewReader(data))}
 			e := statusError(resp)
-			if e.StatusCode != status || e.RetryAfter < 0 || e.RetryAfter > 24*time.Hour || len(e.Code) > 128+3 || len(e.Message) > 1024+3 {
+			if e.StatusCode != status || e.RetryAfter < 0 || e.RetryAfter > 24*time.Hour || len(e.Code) > 128+3 || len(e.Message) > 1024+3 || len(e.StoreID) > 128+3 {
 				t.Fatalf("statusError = %+v", e)
 			}
 			var ce *CompactedError
 			if status == http.StatusGone && (!errors.As(e, &ce) || ce.CompactRevision < 0) {
 				t.Fatalf("410 gave %+v", e)
+			}
+			if status == http.StatusNotFound && errors.Is(e, ErrNotFound) == errors.Is(e, ErrNotHoldfast) {
+				t.Fatalf("404 gave %+v: want exactly one of ErrNotFound and ErrNotHoldfast", e)
+			}
+			if errors.Is(e, ErrNotFound) && e.StoreID == "" {
+				t.Fatalf("404 naming no store gave ErrNotFound: %+v", e)
+			}
+			if errors.Is(e, ErrCursorAhead) != (status == http.StatusBadRequest && e.Code == CodeCursorAhead) {
+				t.Fatalf("%d with code %q: ErrCursorAhead %v", status, e.Code, errors.Is(e, ErrCursorAhead))
 			}
 		}
 	})

@@ -79,6 +79,9 @@ func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*Eve
 	}
 	r, err := decodeEvents(body, ns, s.opts.maxEventBytes)
 	if err != nil {
+		if errors.Is(err, ErrMalformed) {
+			err = notHoldfast(err, resp, body, "a long-poll reply")
+		}
 		return nil, fmt.Errorf("transport: long-poll %q: %w", ns, err)
 	}
 	return r, nil

@@ -140,7 +140,10 @@ func TestWatchLongPollBadReplies(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, tc.body) })
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set(HeaderStoreID, "s") // from a holdfast server
+				_, _ = io.WriteString(w, tc.body)
+			})
 			s := newSource(t, srv.URL, WithWatchMode(WatchLongPoll), WithMaxEventBytes(maxEvent), WithMaxSnapshotBytes(32<<10))
 			n := 0
 			err := s.Watch(context.Background(), WatchRequest{Namespace: testNS}, func(Event) error { n++; return nil })

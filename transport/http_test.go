@@ -230,7 +230,7 @@ func TestSnapshotErrors(t *testing.T) {
 		body   string
 		check  func(t *testing.T, err error)
 	}{
-		{"404", 404, nil, `{"error":"not_found","message":"no such namespace"}`, func(t *testing.T, err error) {
+		{"404", 404, map[string]string{HeaderStoreID: "store-1"}, `{"error":"not_found","message":"no such namespace"}`, func(t *testing.T, err error) {
 			var se *StatusError
 			if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Code != CodeNotFound || se.Message != "no such namespace" {
 				t.Errorf("err = %#v, want ErrNotFound with code and message", err)
@@ -314,6 +314,7 @@ func TestSnapshotMalformed(t *testing.T) {
 	for name, body := range bodies {
 		t.Run(name, func(t *testing.T) {
 			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set(HeaderStoreID, "s") // from a holdfast server
 				_, _ = io.WriteString(w, body)
 			})
 			s := newSource(t, srv.URL)

@@ -28,12 +28,13 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// idleTransport abandons a request when no bytes arrive for timeout: while
-// waiting for the response headers (a black-holed server accepts the
-// connection and sends nothing) and during each Read of the body (a stalled
-// stream). The clock runs only while the client waits on the server — not
-// while the consumer of the body is busy — so a slow handler is not taken
-// for a dead server. Both cases fail with an error wrapping ErrStreamIdle.
+// idleTransport abandons a request (a snapshot or an ack; watch streams are
+// timed by their events instead, see watchSSE) when no bytes arrive for
+// timeout: while waiting for the response headers (a black-holed server
+// accepts the connection and sends nothing) and during each Read of the
+// body (a stalled reply). The clock runs only while the client waits on the
+// server — not while the consumer of the body is busy. Both cases fail with
+// an error wrapping ErrStreamIdle.
 type idleTransport struct {
 	base    http.RoundTripper
 	timeout time.Duration

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/r3labs/sse/v2"
 	backoffv1 "gopkg.in/cenkalti/backoff.v1"
@@ -40,9 +42,17 @@ type sseResult struct {
 // before SubscribeRawWithContext returns, because that only returns once the
 // reader reported the end of the body. To stop early we cancel the request's
 // context, which ends the body.
+//
+// Liveness is an event clock, not a byte clock: it starts with the request
+// and only a decoded event resets it, so a stream of keepalive comments
+// from an intermediary whose upstream is dead, or an event trickled a byte
+// at a time, ends with ErrStreamIdle like a silent one. The clock stops
+// while handle runs: a slow consumer is not a dead server.
 func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func(Event) error) sseResult {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	clock := startEventClock(s.opts.idleTimeout, cancel)
+	defer clock.stop() // on a panic of handle
 
 	var (
 		res      sseResult
@@ -67,9 +77,14 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 				res.connected = true
 				return nil
 			}
-			closeBody(resp.Body)
-			return fmt.Errorf("%w: watch %q: Content-Type %q, want text/event-stream",
-				ErrMalformed, req.Namespace, truncate(resp.Header.Get("Content-Type"), 64))
+			defer closeBody(resp.Body)
+			err := fmt.Errorf("%w: Content-Type %q, want text/event-stream",
+				ErrMalformed, truncate(resp.Header.Get("Content-Type"), 64))
+			if resp.Header.Get(HeaderStoreID) != "" {
+				return err
+			}
+			body, _ := readBody(resp, maxErrorBodyBytes) // a web page? (bounded by the clock)
+			return notHoldfast(err, resp, body, "an event stream")
 		}
 		defer closeBody(resp.Body)
 		return checkOK(resp, "watch", req.Namespace)
@@ -89,13 +104,17 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			cancel()
 			return
 		}
-		if herr := callHandle(handle, e, &panicked); herr != nil {
+		clock.stop()
+		herr := callHandle(handle, e, &panicked)
+		if herr != nil {
 			stop = herr
 			cancel()
 			return
 		}
 		res.delivered++
+		clock.restart()
 	})
+	clock.stop() // what ended the stream is known by now
 	if panicked != nil {
 		// Raised here rather than through the library, whose reader
 		// goroutine would otherwise block forever on its channels.
@@ -108,14 +127,26 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		res.err = stop
 	case ctx.Err() != nil:
 		res.err = ctx.Err()
+	case errors.As(err, &se) && se == err:
+		// The server did answer, though its error body may have been
+		// cut by the clock: its status and Retry-After matter more.
+		res.err = se
+	case clock.fired():
+		phase := "its first event"
+		switch {
+		case !res.connected:
+			phase = "the response headers"
+		case res.delivered > 0:
+			phase = "the next event"
+		}
+		res.err = fmt.Errorf("transport: watch %q: %w: no whole event for %v waiting for %s (comments and partial events do not count)",
+			req.Namespace, ErrStreamIdle, s.opts.idleTimeout, phase)
 	case err == nil:
 		// The library returns nil on a clean EOF.
 		res.err = fmt.Errorf("transport: watch %q: stream ended: %w", req.Namespace, io.ErrUnexpectedEOF)
 	case errors.Is(err, bufio.ErrTooLong):
 		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace,
 			tooLarge("event", int64(s.opts.maxEventBytes)))
-	case errors.As(err, &se) && se == err:
-		res.err = se
 	default:
 		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace, err)
 	}
@@ -123,6 +154,37 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		"events", res.delivered, "error", res.err.Error())
 	return res
 }
+
+// eventClock ends a stream (by cancelling its context) when no event
+// arrives for timeout. It is reset only by whole, decoded events.
+type eventClock struct {
+	timeout time.Duration
+	timer   *time.Timer
+	done    atomic.Bool
+}
+
+func startEventClock(timeout time.Duration, cancel context.CancelFunc) *eventClock {
+	c := &eventClock{timeout: timeout}
+	c.timer = time.AfterFunc(timeout, func() {
+		c.done.Store(true)
+		cancel()
+	})
+	return c
+}
+
+// stop pauses the clock (while handle runs) or stops it for good.
+func (c *eventClock) stop() { c.timer.Stop() }
+
+// restart gives the stream a whole timeout from now, unless it already
+// ran out.
+func (c *eventClock) restart() {
+	if !c.done.Load() {
+		c.timer.Reset(c.timeout)
+	}
+}
+
+// fired reports whether the clock ran out (and so cancelled the stream).
+func (c *eventClock) fired() bool { return c.done.Load() }
 
 // errHandlePanicked stops a stream whose handle panicked.
 var errHandlePanicked = errors.New("transport: watch: handle panicked")
@@ -145,8 +207,8 @@ func callHandle(handle func(Event) error, e Event, panicked *any) (err error) {
 // body ends. It also bounds a partial event: one larger than limit fails
 // with ErrTooLarge.
 type sseFrameTransport struct {
-	base  http.RoundTripper
-	limit int
+	base     http.RoundTripper
+	maxEvent int // the configured limit on an event's data
 }
 
 func (t *sseFrameTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -154,15 +216,17 @@ func (t *sseFrameTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusOK {
-		resp.Body = &sseFrameReader{rc: resp.Body, limit: t.limit}
+	// Only a stream is framed: the validator reads any other reply whole.
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusOK && mt == "text/event-stream" {
+		resp.Body = &sseFrameReader{rc: resp.Body, limit: sseFrameLimit(t.maxEvent), maxEvent: t.maxEvent}
 	}
 	return resp, nil
 }
 
 type sseFrameReader struct {
-	rc    io.ReadCloser
-	limit int
+	rc       io.ReadCloser
+	limit    int // on a frame
+	maxEvent int // on its data, as configured: what an error names
 	// buf[off:ready] are whole events not yet read; buf[ready:] is the
 	// start of an event whose end has not arrived.
 	buf        []byte
@@ -181,7 +245,7 @@ func (f *sseFrameReader) Read(p []byte) (int, error) {
 			f.off, f.ready = 0, 0
 		}
 		if len(f.buf) > f.limit {
-			f.err = tooLarge("event", int64(f.limit))
+			f.err = fmt.Errorf("%w (its frame passed %d bytes unfinished)", tooLarge("event", int64(f.maxEvent)), f.limit)
 			return 0, f.err
 		}
 		if len(f.buf) == cap(f.buf) {

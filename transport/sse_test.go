@@ -235,6 +235,7 @@ func TestWatchSSEStatusErrors(t *testing.T) {
 			var calls atomic.Int32
 			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
+				w.Header().Set(HeaderStoreID, "store-1")
 				if tc.header != "" {
 					w.Header().Set("Retry-After", tc.header)
 				}
@@ -262,6 +263,7 @@ func TestWatchSSEStatusErrors(t *testing.T) {
 func TestWatchSSENotAnEventStream(t *testing.T) {
 	leakCheck(t)
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderStoreID, "store-1")
 		writeJSON(t, w, http.StatusOK, progress(1, 1))
 	})
 	s := newSource(t, srv.URL)
@@ -351,9 +353,9 @@ func TestWatchSSEIdle(t *testing.T) {
 	}
 }
 
-// A stream that keeps sending bytes (comments) is alive however long it
-// runs, and a handler slower than the idle timeout is not taken for a dead
-// server.
+// A stream that keeps sending events is alive however long it runs (the
+// comments between them neither help nor hurt), and a handler slower than
+// the idle timeout is not taken for a dead server.
 func TestWatchSSEIdleTimerOnlyCountsServerSilence(t *testing.T) {
 	leakCheck(t)
 	// Generous against a loaded machine: bytes every 25 ms, idle after 1 s.

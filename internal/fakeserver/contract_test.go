@@ -5,6 +5,7 @@ package fakeserver
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -267,10 +268,11 @@ func TestRollbackAndCompaction(t *testing.T) {
 	}
 }
 
-// Watch and events: a cursor above the head is 400 and one below the
-// compaction point is 410, both as JSON before any stream starts; after a
-// store reset the old ETag no longer matches even at the same revision
-// number, and an old cursor above the new head is 400 (resnapshot).
+// Watch and events: a cursor above the head is 400 cursor_ahead naming the
+// store, and one below the compaction point is 410, both as JSON before any
+// stream starts; after a store reset the old ETag no longer matches even at
+// the same revision number, and an old cursor above the new head is 400
+// cursor_ahead naming the new store (resnapshot).
 func TestCursorErrorsAndETagAfterReset(t *testing.T) {
 	s := start(t)
 	c := newClient(t)
@@ -288,8 +290,9 @@ func TestCursorErrorsAndETagAfterReset(t *testing.T) {
 			t.Fatalf("%s below compaction: %d %s", path, resp.StatusCode, body)
 		}
 		resp, body = do(t, c, "GET", u+path+"?ns=app&since="+strconv.FormatInt(head+1, 10), "")
-		if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 400 || eb.Error != transport.CodeBadRequest {
-			t.Fatalf("%s above head: %d %s", path, resp.StatusCode, body)
+		if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 400 || eb.Error != transport.CodeCursorAhead ||
+			eb.StoreID != oldID || resp.Header.Get(transport.HeaderStoreID) != oldID {
+			t.Fatalf("%s above head: %d %v %s", path, resp.StatusCode, resp.Header, body)
 		}
 	}
 
@@ -305,8 +308,57 @@ func TestCursorErrorsAndETagAfterReset(t *testing.T) {
 		t.Fatalf("snapshot after reset %s", body)
 	}
 	resp, body = do(t, c, "GET", u+"/sdk/watch?ns=app&since="+strconv.FormatInt(head+5, 10), "")
-	if resp.StatusCode != 400 {
+	if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 400 || eb.Error != transport.CodeCursorAhead ||
+		eb.StoreID != s.StoreID() || eb.StoreID == oldID {
 		t.Fatalf("old cursor above the new head: %d %s", resp.StatusCode, body)
+	}
+}
+
+// The reference server and the HTTP source agree on what an error means: a
+// cursor above the head is ErrCursorAhead naming the server's store, an
+// unknown namespace is ErrNotFound, and a wrong base path on a holdfast
+// server is ErrNotHoldfast, not "no such namespace".
+func TestClientReadsServerErrors(t *testing.T) {
+	s := start(t, WithHeartbeat(time.Hour))
+	rev, _ := s.Publish("app", map[string]any{"a": 1})
+	src, err := transport.NewHTTPSource(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	lp, err := transport.NewHTTPSource(s.URL(), transport.WithWatchMode(transport.WatchLongPoll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lp.Close() })
+	ctx := context.Background()
+	nop := func(transport.Event) error { return nil }
+
+	for name, src := range map[string]*transport.HTTPSource{"sse": src, "long-poll": lp} {
+		err := src.Watch(ctx, transport.WatchRequest{Namespace: "app", Since: rev + 10}, nop)
+		var se *transport.StatusError
+		if !errors.Is(err, transport.ErrCursorAhead) || !errors.As(err, &se) || se.StoreID != s.StoreID() || transport.Retryable(err) {
+			t.Errorf("%s above the head: %#v, want ErrCursorAhead naming %s, not retryable", name, err, s.StoreID())
+		}
+		err = src.Watch(ctx, transport.WatchRequest{Namespace: "nope"}, nop)
+		if !errors.Is(err, transport.ErrNotFound) || errors.Is(err, transport.ErrNotHoldfast) {
+			t.Errorf("%s of an unknown namespace: %v, want ErrNotFound", name, err)
+		}
+	}
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "nope"}); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("snapshot of an unknown namespace: %v, want ErrNotFound", err)
+	}
+
+	wrong, err := transport.NewHTTPSource(s.URL() + "/holdfast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wrong.Close() })
+	if _, err := wrong.Snapshot(ctx, transport.SnapshotRequest{Namespace: "app"}); !errors.Is(err, transport.ErrNotHoldfast) || errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("snapshot under a wrong base path: %v, want ErrNotHoldfast", err)
+	}
+	if err := wrong.Watch(ctx, transport.WatchRequest{Namespace: "app"}, nop); !errors.Is(err, transport.ErrNotHoldfast) {
+		t.Errorf("watch under a wrong base path: %v, want ErrNotHoldfast", err)
 	}
 }
 

@@ -247,6 +247,7 @@ type faultsBody struct {
 	DropStreams bool    `json:"drop_streams"`
 	Blackhole   *bool   `json:"blackhole"`
 	ResetStore  bool    `json:"reset_store"`
+	RestoreTo   *int64  `json:"restore_to"`
 }
 
 func (s *Server) handleFaults(w http.ResponseWriter, r *http.Request) {
@@ -276,6 +277,18 @@ func (s *Server) handleFaults(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.Latency != nil {
 		if latency, err = parseDuration(*body.Latency); err != nil {
+			s.replyError(w, err)
+			return
+		}
+	}
+	if body.RestoreTo != nil && body.ResetStore {
+		s.replyError(w, errors.Join(ErrInvalid, errors.New("restore_to and reset_store exclude each other")))
+		return
+	}
+	// The one change that can still fail (a revision outside the history)
+	// goes first.
+	if body.RestoreTo != nil {
+		if err := s.RestoreTo(*body.RestoreTo); err != nil {
 			s.replyError(w, err)
 			return
 		}

@@ -20,10 +20,13 @@
 // idempotent. Stop and Restart take the server down and up again on the
 // same address, keeping the store, to simulate a crash.
 //
-// Faults (FailNext, SetLatency, DropStreams, SetBlackhole, ResetStore) apply
-// to the data plane (/sdk/...) only, so that a test can always drive the
-// control API and the Go API; the same faults are one POST /control/faults
-// away for tools in other languages. Once SetBlackhole(true) returns, not a
+// Faults (FailNext, SetLatency, DropStreams, SetBlackhole, ResetStore,
+// RestoreTo) apply to the data plane (/sdk/...) only, so that a test can
+// always drive the control API and the Go API; the same faults are one POST
+// /control/faults away for tools in other languages. ResetStore is a new
+// store (a new id, revisions from 1); RestoreTo is the same store restored
+// from a backup (the same id, history cut back to a revision, later
+// revision numbers reused with other content). Once SetBlackhole(true) returns, not a
 // byte more is sent on the data plane until SetBlackhole(false). Stats
 // counts data-plane requests, so a test can tell, for example, that a
 // client resumed without a new snapshot; OpenStreams lets a test wait until

@@ -54,10 +54,11 @@ func TestEndpoints(t *testing.T) {
 		{"events no wait", "GET", "/sdk/events?ns=app&since=2&wait=0s", "", nil, 200, ""},
 		{"events bad since", "GET", "/sdk/events?ns=app&since=abc", "", nil, 400, transport.CodeBadRequest},
 		{"events negative since", "GET", "/sdk/events?ns=app&since=-1", "", nil, 400, transport.CodeBadRequest},
-		{"events future since", "GET", "/sdk/events?ns=app&since=99", "", nil, 400, transport.CodeBadRequest},
+		{"events future since", "GET", "/sdk/events?ns=app&since=99", "", nil, 400, transport.CodeCursorAhead},
 		{"events bad wait", "GET", "/sdk/events?ns=app&since=0&wait=soon", "", nil, 400, transport.CodeBadRequest},
 		{"events unknown ns", "GET", "/sdk/events?ns=nope&since=0", "", nil, 404, transport.CodeNotFound},
-		{"watch future since", "GET", "/sdk/watch?ns=app&since=99", "", nil, 400, transport.CodeBadRequest},
+		{"watch future since", "GET", "/sdk/watch?ns=app&since=99", "", nil, 400, transport.CodeCursorAhead},
+		{"watch future last-event-id", "GET", "/sdk/watch?ns=app", "", []string{"Last-Event-ID", "99"}, 400, transport.CodeCursorAhead},
 		{"watch bad last-event-id", "GET", "/sdk/watch?ns=app", "", []string{"Last-Event-ID", "x"}, 400, transport.CodeBadRequest},
 		{"watch unknown ns", "GET", "/sdk/watch?ns=nope&since=0", "", nil, 404, transport.CodeNotFound},
 		{"watch bad ns", "GET", "/sdk/watch?ns=a/b&since=0", "", nil, 400, transport.CodeBadRequest},
@@ -110,6 +111,9 @@ func TestEndpoints(t *testing.T) {
 				eb := decode[transport.ErrorBody](t, body)
 				if eb.Error != tc.code || eb.Message == "" {
 					t.Fatalf("error body %s, want code %q and a message", body, tc.code)
+				}
+				if tc.code == transport.CodeCursorAhead && eb.StoreID != id {
+					t.Fatalf("error body %s, want store_id %q", body, id)
 				}
 			}
 		})

@@ -148,6 +148,8 @@ func errorReply(err error) (int, transport.ErrorBody) {
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
 	case errors.Is(err, ErrUnknownNamespace):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, transport.ErrCursorAhead):
+		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeCursorAhead, Message: err.Error()}
 	case errors.Is(err, ErrInvalid), errors.Is(err, transport.ErrInvalidNamespace), errors.Is(err, transport.ErrInvalidKey):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, ErrClosed):
@@ -361,6 +363,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				resp.Cursor = max(d, cursor)
 				break wait
 			}
+		}
+		if wt.gen != s.store.generation() {
+			// The store was reset or restored meanwhile: what this poll
+			// read is another history's. Cut it, as a restart would.
+			panic(http.ErrAbortHandler)
 		}
 	}
 	defer s.speak(r)()

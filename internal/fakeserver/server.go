@@ -47,6 +47,10 @@ type run struct {
 	stopping chan struct{} // closed by Stop: waiting handlers return
 	stopped  bool
 	active   sync.WaitGroup // handlers in flight
+	// conns counts connections until net/http is done with them: after a
+	// reply that left a request body unread it lingers up to 500 ms
+	// (closeWriteAndWait), which Close must wait for too.
+	conns sync.WaitGroup
 }
 
 // Start starts a server listening on WithAddr's address (default a free
@@ -80,6 +84,14 @@ func (s *Server) listen() error {
 		Handler:           s.track(r),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				r.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				r.conns.Done()
+			}
+		},
 	}
 	s.cur = r
 	go func() {
@@ -129,7 +141,8 @@ func (s *Server) Addr() string {
 // Stop closes the listener and every connection at once, as a crash would;
 // open streams end. The store is kept, and Go API calls keep working, so a
 // test can publish while the server is down. Stop waits for every handler
-// to return. Stopping a stopped server does nothing.
+// to return and every connection to be let go. Stopping a stopped server
+// does nothing.
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	r, addr := s.cur, s.addr
@@ -148,6 +161,7 @@ func (s *Server) Stop() error {
 	close(r.stopping)
 	r.active.Wait()
 	<-r.served
+	r.conns.Wait()
 	s.log.Info("fakeserver: stopped", "addr", addr)
 	return err
 }
@@ -355,12 +369,34 @@ func (s *Server) DropStreams() {
 func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 
 // ResetStore replaces the store by an empty one with a new id (revisions
-// restart at 1; schemas and acks are dropped) and ends every stream. It
-// returns the new id.
+// restart at 1; schemas and acks are dropped) and ends every stream and
+// held long-poll, as a restart would. It returns the new id.
 func (s *Server) ResetStore() string {
-	id := s.store.reset()
+	id, gen := s.store.reset()
 	s.acks.reset()
+	s.hub.kill(func(w *watcher) bool { return w.gen < gen })
 	return id
+}
+
+// RestoreTo rewinds the store to revision rev, as a restore from a backup
+// taken at rev would: the same store id, every change after rev gone (the
+// namespaces' content and revisions are theirs at rev, namespaces first
+// published after rev are gone, and the next publish is revision rev+1,
+// reusing numbers a client may have seen with other content). Schemas stay;
+// acks of revisions after rev are forgotten. Every stream and held
+// long-poll is cut, as on a restart, before it returns; a client's cursor
+// past rev then gets 400 cursor_ahead. It fails, changing nothing, with
+// ErrInvalid for rev outside 0..Head() and a *transport.CompactedError for
+// rev below the compaction point (that history is gone).
+func (s *Server) RestoreTo(rev int64) error {
+	gen, err := s.store.restore(rev)
+	if err != nil {
+		return err
+	}
+	s.acks.rewind(rev)
+	s.hub.kill(func(w *watcher) bool { return w.gen < gen })
+	s.log.Info("fakeserver: store restored", "store_id", s.StoreID(), "revision", rev)
+	return nil
 }
 
 // Stats counts requests since Start. Each data-plane count includes
@@ -512,6 +548,24 @@ func (a *acks) reset() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.m = nil
+}
+
+// rewind forgets what clients reported about revisions after rev.
+func (a *acks) rewind(rev int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, st := range a.m {
+		lost := st.acked > rev || st.nacked > rev
+		if st.acked > rev {
+			st.acked = 0
+		}
+		if st.nacked > rev {
+			st.nacked, st.nackErr = 0, ""
+		}
+		if lost && st.acked == 0 && st.nacked == 0 {
+			delete(a.m, k)
+		}
+	}
 }
 
 // ClientState is what one client reported about one namespace.

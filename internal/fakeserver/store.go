@@ -57,7 +57,11 @@ type namespace struct {
 	// mutated, so readers may keep it after the lock is released.
 	live    map[string]json.RawMessage
 	changes []*change // change sets after the compaction point, oldest first
-	schema  *checker  // nil: anything goes
+	// compactedRev is the revision of the namespace's last change that
+	// compaction dropped (0: none): its revision as of the compaction
+	// point when no later change is left, which a restore needs.
+	compactedRev int64
+	schema       *checker // nil: anything goes
 }
 
 // logEntry records which keys a revision touched, so that compaction visits
@@ -336,6 +340,9 @@ func (st *store) compactLocked(k int64) {
 	for name := range touched {
 		n := st.nss[name]
 		j := sort.Search(len(n.changes), func(j int) bool { return n.changes[j].cs.Revision > k })
+		if j > 0 {
+			n.compactedRev = n.changes[j-1].cs.Revision
+		}
 		n.changes = slices.Clone(n.changes[j:])
 	}
 	st.compact = k
@@ -404,8 +411,8 @@ type subscription struct {
 
 // subscribe reads the change sets of ns after since (since < 0: from head)
 // and, still under the lock, calls register so that a watcher sees every
-// later commit. It fails with ErrUnknownNamespace, ErrInvalid (a cursor
-// above head) or a *transport.CompactedError.
+// later commit. It fails with ErrUnknownNamespace, transport.ErrCursorAhead
+// (a cursor above head) or a *transport.CompactedError.
 func (st *store) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -419,7 +426,7 @@ func (st *store) subscribe(ns string, since int64, register func(subscription)) 
 		since = st.head
 	}
 	if since > st.head {
-		return sub, fmt.Errorf("%w: cursor %d is above the store's head %d", ErrInvalid, since, st.head)
+		return sub, fmt.Errorf("%w: cursor %d is above the store's head %d", transport.ErrCursorAhead, since, st.head)
 	}
 	if since < st.compact {
 		return sub, &transport.CompactedError{CompactRevision: st.compact}
@@ -445,8 +452,8 @@ func (st *store) setSchema(ns string, c *checker) {
 }
 
 // reset empties the store (schemas included), gives it a new id and
-// restarts revisions. It returns the new id.
-func (st *store) reset() string {
+// restarts revisions. It returns the new id and generation.
+func (st *store) reset() (string, uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.id = newStoreID()
@@ -457,7 +464,74 @@ func (st *store) reset() string {
 	if st.onReset != nil {
 		st.onReset(st.gen)
 	}
-	return st.id
+	return st.id, st.gen
+}
+
+// generation returns the store's generation, which reset and restore
+// increment.
+func (st *store) generation() uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.gen
+}
+
+// restore rewinds the store to revision rev, as a restore from a backup
+// taken then would: the same id, every version, change set and log entry
+// after rev gone, the head back at rev, so that the next publish is rev+1.
+// A namespace first published after rev is gone unless it has a schema
+// (schemas are not history: they stay). rev must be within the history
+// kept: 0..head, and not below the compaction point. It returns the new
+// generation: watchers of older ones belong to the lost history.
+func (st *store) restore(rev int64) (uint64, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if rev < 0 || rev > st.head {
+		return 0, fmt.Errorf("%w: restore to revision %d outside 0..%d", ErrInvalid, rev, st.head)
+	}
+	if rev < st.compact {
+		return 0, &transport.CompactedError{CompactRevision: st.compact}
+	}
+	// The log names every key written after the compaction point, so it
+	// leads to everything to undo.
+	i := sort.Search(len(st.log), func(i int) bool { return st.log[i].rev > rev })
+	touched := make(map[string]bool)
+	for _, e := range st.log[i:] {
+		n := st.nss[e.ns]
+		touched[e.ns] = true
+		for _, key := range e.keys {
+			vs := n.keys[key]
+			j := sort.Search(len(vs), func(j int) bool { return vs[j].rev > rev })
+			if j == 0 {
+				delete(n.keys, key)
+			} else {
+				n.keys[key] = slices.Clip(vs[:j])
+			}
+		}
+	}
+	st.log = slices.Clip(st.log[:i])
+	for name := range touched {
+		n := st.nss[name]
+		j := sort.Search(len(n.changes), func(j int) bool { return n.changes[j].cs.Revision > rev })
+		// Clipped, as every cut here: a subscription of the lost history
+		// may still be reading its backlog from the old array, which the
+		// next append must not overwrite.
+		n.changes = slices.Clip(n.changes[:j])
+		n.rev = n.compactedRev
+		if j > 0 {
+			n.rev = n.changes[j-1].cs.Revision
+		}
+		if n.rev == 0 && n.schema == nil {
+			delete(st.nss, name)
+			continue
+		}
+		n.live = contentAt(n, rev)
+	}
+	st.head = rev
+	st.gen++
+	if st.onReset != nil {
+		st.onReset(st.gen)
+	}
+	return st.gen, nil
 }
 
 // info returns the store id, head and compaction point.

@@ -17,10 +17,12 @@ type modelRev struct {
 	content map[string]json.RawMessage
 }
 
-// TestStoreProperties runs random publishes, deletes, rollbacks and
-// compactions against the store and a naive model that keeps every
-// revision's full content, and checks after every step that:
-//   - the content at every surviving revision equals the model's;
+// TestStoreProperties runs random publishes, deletes, rollbacks,
+// compactions and restores (history rewound to a revision) against the
+// store and a naive model that keeps every revision's full content, and
+// checks after every step that:
+//   - the content at every surviving revision equals the model's, and each
+//     namespace's revision is that of its last change;
 //   - the snapshot at the head equals the replay of every surviving change
 //     set onto the content at the compaction point;
 //   - the change sets since any surviving cursor, applied to the content at
@@ -66,8 +68,8 @@ func TestStoreProperties(t *testing.T) {
 						t.Fatal(err)
 					}
 					prev := contentAtModel(ns, head)
-					if c.cs.Revision != head+1 {
-						t.Fatalf("publish got revision %d, want %d", c.cs.Revision, head+1)
+					if c.cs.Revision != head+1 || c.cs.PrevRevision != lastRev(model[ns]) {
+						t.Fatalf("publish got revision %d (prev %d), want %d (prev %d)", c.cs.Revision, c.cs.PrevRevision, head+1, lastRev(model[ns]))
 					}
 					model[ns] = append(model[ns], modelRev{c.cs.Revision, apply(prev, puts, dels)})
 				case r < 8: // rollback
@@ -87,6 +89,32 @@ func TestStoreProperties(t *testing.T) {
 					to := compact + rng.Int63n(head-compact+1)
 					if _, err := st.compactTo(to); err != nil {
 						t.Fatal(err)
+					}
+				case r < 10 && rng.Intn(3) == 0: // restore from a backup at a revision in the window
+					to := compact + rng.Int63n(head-compact+1)
+					id := st.id
+					if _, err := st.restore(to); err != nil {
+						t.Fatalf("restore to %d (compact %d head %d): %v", to, compact, head, err)
+					}
+					if gotID, gotHead, gotCompact := st.info(); gotID != id || gotHead != to || gotCompact != compact {
+						t.Fatalf("after restore to %d: id %s head %d compact %d, want %s %d %d", to, gotID, gotHead, gotCompact, id, to, compact)
+					}
+					for ns, revs := range model {
+						i := 0
+						for i < len(revs) && revs[i].rev <= to {
+							i++
+						}
+						if model[ns] = revs[:i]; i == 0 {
+							delete(model, ns) // first published after the backup
+							if _, err := st.snapshot(ns); !errors.Is(err, ErrUnknownNamespace) {
+								t.Fatalf("%s, first published after %d, after restore: %v", ns, to, err)
+							}
+						}
+					}
+					for ns := range model {
+						if _, err := st.subscribe(ns, to+1, nil); !errors.Is(err, transport.ErrCursorAhead) {
+							t.Fatalf("subscribe past the restored head: %v", err)
+						}
 					}
 				default: // a rollback below the compaction point fails
 					if compact == 0 || len(model[ns]) == 0 {
@@ -115,8 +143,8 @@ func checkStore(t *testing.T, st *store, model map[string][]modelRev, contentAtM
 		if want := contentAtModel(ns, head); !equalContent(snap.values, want) {
 			t.Fatalf("%s head snapshot = %s, want %s", ns, js(snap.values), js(want))
 		}
-		if snap.cursor != head || snap.rev > head {
-			t.Fatalf("%s snapshot revision %d cursor %d, head %d", ns, snap.rev, snap.cursor, head)
+		if snap.cursor != head || snap.rev != lastRev(model[ns]) {
+			t.Fatalf("%s snapshot revision %d cursor %d, want revision %d cursor %d", ns, snap.rev, snap.cursor, lastRev(model[ns]), head)
 		}
 		// Every surviving revision matches the model.
 		for rev := compact; rev <= head; rev++ {
@@ -163,6 +191,14 @@ func checkStore(t *testing.T, st *store, model map[string][]modelRev, contentAtM
 	}
 }
 
+// lastRev is the revision of a namespace's last change in the model.
+func lastRev(revs []modelRev) int64 {
+	if len(revs) == 0 {
+		return 0
+	}
+	return revs[len(revs)-1].rev
+}
+
 func equalContent(a, b map[string]json.RawMessage) bool {
 	return maps.EqualFunc(a, b, func(x, y json.RawMessage) bool { return string(x) == string(y) })
 }
@@ -183,7 +219,7 @@ func TestStoreResetAndRetention(t *testing.T) {
 	if _, head, compact := st.info(); head != 10 || compact != 7 {
 		t.Fatalf("head %d compact %d, want 10 and 7", head, compact)
 	}
-	if newID := st.reset(); newID == id || newID == "" {
+	if newID, _ := st.reset(); newID == id || newID == "" {
 		t.Fatalf("reset kept id %q", newID)
 	}
 	if _, head, _ := st.info(); head != 0 {
