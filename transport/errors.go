@@ -78,8 +78,6 @@ type StatusError struct {
 	StoreID string
 	// RetryAfter is the server's Retry-After, zero when absent.
 	RetryAfter time.Duration
-	// StoreID is the server's store id, when the reply named one.
-	StoreID string
 	// Err is the matching sentinel or typed error, or nil.
 	Err error
 }
