@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -418,5 +421,136 @@ func TestOversizedSnapshotBacksOffToTheMaximum(t *testing.T) {
 	}
 	if st := ns.Status(); st.LastError.Kind != config.ErrorInvalidData || !strings.Contains(st.LastError.Message, "1024") {
 		t.Errorf("LastError = %v %q; want invalid_data naming the 1024-byte limit", st.LastError.Kind, st.LastError.Message)
+	}
+}
+
+// TestHistoryRewrittenOverHTTP (hole 1, over HTTP): the server's store is
+// restored from a backup (same store id, history rewound to an earlier
+// revision). The client refuses the older data and serves its last good,
+// Stale and never Fresh, until the evidence has lasted the grace; then it
+// resets its floor, serves the restored content, and follows the new
+// history. Before: it refused every snapshot "behind the applied" revision
+// until the namespace passed the old one, wedged.
+func TestHistoryRewrittenOverHTTP(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "restored", map[string]any{"k": 1})
+	publish(t, srv, "restored", map[string]any{"k": 2})
+	backup := srv.Head()
+	publish(t, srv, "restored", map[string]any{"k": 3})
+	last := publish(t, srv, "restored", map[string]any{"k": 4})
+	const grace = 500 * time.Millisecond
+	c := newClient(t, srv.URL(), config.WithHistoryRewriteGrace(grace))
+	ns := open(t, c, "restored")
+	waitRevision(t, ns, last)
+
+	var evidence, freshOnOld atomic.Bool
+	stop := ns.OnStatusChange(func(st config.Status) {
+		if evidence.Load() && st.State == config.StateFresh && st.Revision == last {
+			freshOnOld.Store(true)
+		}
+	})
+	defer stop()
+	if err := srv.RestoreTo(backup); err != nil {
+		t.Fatal(err)
+	}
+	restoredAt := time.Now()
+	eventually(t, "the refusal of the older history", func() bool { return ns.Status().LastError.Kind == config.ErrorHistory })
+	evidence.Store(true)
+	if st := ns.Status(); st.State == config.StateFresh || ns.Int("k", 0) != 4 {
+		t.Errorf("while refusing: %v serving k=%d; want Stale on the last good k=4", st.State, ns.Int("k", 0))
+	}
+	eventually(t, "the restored history taken", func() bool { return ns.Revision() == backup })
+	if took := time.Since(restoredAt); took < grace {
+		t.Errorf("took the restored history %v after the restore; the grace is %v", took, grace)
+	}
+	if ns.Int("k", 0) != 2 {
+		t.Errorf("serves k=%d after the reset; want the backup's 2", ns.Int("k", 0))
+	}
+	next := publish(t, srv, "restored", map[string]any{"k": "new"})
+	waitRevision(t, ns, next)
+	if ns.String("k", "") != "new" {
+		t.Errorf("serves %v after the next publish; want \"new\"", ns.Int("k", 0))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
+		t.Fatal(err)
+	}
+	if freshOnOld.Load() {
+		t.Error("reported Fresh on the old history after the server showed it was behind")
+	}
+}
+
+// recordingHandler keeps the level and message of every log record.
+type recordingHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r)
+	return nil
+}
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *recordingHandler) count(level slog.Level, msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.records {
+		if r.Level == level && strings.Contains(r.Message, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOpeningFailuresAreToldApartAndLogged (hole 11): a wrong base path
+// and an unknown namespace are different errors, and failed attempts
+// while opening are logged at Warn, rate-limited. Before: both were
+// ErrNotFound, and nothing was logged at any level.
+func TestOpeningFailuresAreToldApartAndLogged(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "known", map[string]any{"k": 1})
+	web := httptest.NewServer(http.NotFoundHandler()) // an ordinary web server: 404 text
+	t.Cleanup(web.Close)
+	for _, tt := range []struct {
+		name, url, ns string
+		want          error
+	}{
+		{"wrong base path", srv.URL() + "/not-the-api", "known", transport.ErrNotHoldfast},
+		{"not a holdfast server", web.URL, "known", transport.ErrNotHoldfast},
+		{"unknown namespace", srv.URL(), "unknown", transport.ErrNotFound},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &recordingHandler{}
+			c := newClient(t, tt.url, config.WithLogger(slog.New(logs)))
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := c.Namespace(ctx, tt.ns)
+			var oe *config.OpenError
+			if !errors.As(err, &oe) || !errors.Is(err, tt.want) {
+				t.Fatalf("open error = %v; want an *OpenError wrapping %v", err, tt.want)
+			}
+			other := transport.ErrNotFound
+			if tt.want == transport.ErrNotFound {
+				other = transport.ErrNotHoldfast
+			}
+			if errors.Is(err, other) {
+				t.Errorf("open error %v also matches %v", err, other)
+			}
+			// At 5-50 ms backoff, dozens of attempts: one Warn, the
+			// rest at Debug.
+			if n := logs.count(slog.LevelWarn, "snapshot failed"); n != 1 {
+				t.Errorf("%d Warn logs of failed attempts; want 1 (rate-limited)", n)
+			}
+			if n := logs.count(slog.LevelDebug, "snapshot failed"); n == 0 {
+				t.Error("repeated failed attempts left no Debug log")
+			}
+		})
 	}
 }

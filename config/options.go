@@ -105,9 +105,11 @@ func WithWatchMode(m transport.WatchMode) Option {
 	return optionFunc(func(o *options) { o.watchMode = m })
 }
 
-// WithStreamIdleTimeout sets how long a watch may receive nothing before the
-// client drops it as dead and reconnects. Default 15s: three of the server's
-// default 5s heartbeats.
+// WithStreamIdleTimeout sets how long a watch may go without a whole event
+// (a change or a progress heartbeat; keepalive comments and partial events
+// do not count) before the client drops it as dead and reconnects, and how
+// long a namespace stays Fresh without a confirmation. Default 15s: three of
+// the server's default 5s heartbeats.
 func WithStreamIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.idleTimeout = d })
 }
