@@ -243,8 +243,9 @@ func (n *Namespace) facts(now time.Time) facts {
 // settle makes what derive says so: serves its snapshot (telling the
 // callbacks what that changes for Get), sets the State, and closes ready
 // once the namespace may open. u, when set, is the update that led here,
-// whose change set spares a full diff. n.mu must be held.
-func (n *Namespace) settle(u *syncer.Update) {
+// with the changes it makes to what was served, worked out before n.mu
+// was taken. n.mu must be held.
+func (n *Namespace) settle(u *update) {
 	out := derive(n.facts(time.Now()))
 	if old := n.serving.Load(); out.snap != old {
 		n.serve(out.snap)
@@ -265,18 +266,49 @@ func (n *Namespace) settle(u *syncer.Update) {
 	}
 }
 
+// update is an Applied report with what it changes for Get.
+type update struct {
+	syncer.Update
+	// served is what was served when changes were worked out; changes
+	// are from it to Snapshot.
+	served  *cache.Snapshot
+	changes []Change
+}
+
+// newUpdate works out what u changes from served, the data served now:
+// O(keys in the change) when u is a change set on it, else a full diff.
+// It takes no lock: the snapshots are immutable.
+func (n *Namespace) newUpdate(u syncer.Update, served *cache.Snapshot) *update {
+	up := &update{Update: u, served: served}
+	if served != nil {
+		up.changes = n.changes(served, u.Snapshot, &u)
+	}
+	return up
+}
+
+func (n *Namespace) changes(old, next *cache.Snapshot, u *syncer.Update) []Change {
+	if u != nil && u.Change != nil && old == u.Prev && next == u.Snapshot {
+		return changedKeys(n.name, old, next, u.Change.Puts, u.Change.Deletes)
+	}
+	return diff(n.name, old, next)
+}
+
 // notifyChanges queues for the callbacks what a swap from old to next
 // changes for Get. The first data is no change: callbacks report changes
 // of what Get returns once the namespace is open. n.mu must be held.
-func (n *Namespace) notifyChanges(old, next *cache.Snapshot, u *syncer.Update) {
+func (n *Namespace) notifyChanges(old, next *cache.Snapshot, u *update) {
 	if old == nil || next == nil {
 		return
 	}
 	var changes []Change
-	if u != nil && u.Change != nil && old == u.Prev && next == u.Snapshot {
-		changes = changedKeys(n.name, old, next, u.Change.Puts, u.Change.Deletes)
+	if u != nil && u.served == old && u.Snapshot == next {
+		changes = u.changes // worked out before the lock
 	} else {
-		changes = diff(n.name, old, next)
+		var su *syncer.Update
+		if u != nil {
+			su = &u.Update
+		}
+		changes = n.changes(old, next, su)
 	}
 	if len(changes) > 0 {
 		n.disp.enqueue(item{changes: &ChangeSet{Namespace: n.name, Revision: next.Revision(), PrevRevision: old.Revision(), Changes: changes}})

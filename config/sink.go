@@ -15,12 +15,16 @@ var _ syncer.Sink = nsSink{}
 
 func (s nsSink) Applied(u syncer.Update) {
 	n := s.n
+	// Only this goroutine and the clock change what is served; the clock
+	// seldom (to Defaults and back), and settle works the changes out
+	// again if it did in between.
+	up := n.newUpdate(u, n.serving.Load())
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.applied, n.appliedOrigin, n.firstRejected = u.Snapshot, OriginNetwork, false
 	n.status.Revision, n.status.StoreID = u.Snapshot.Revision(), u.Snapshot.StoreID()
 	n.confirmed(u.Position, true)
-	n.settle(&u)
+	n.settle(up)
 	n.acks.report(u.Snapshot.Revision(), nil)
 	n.metrics.Apply(telemetry.ResultApplied)
 	if t := u.Snapshot.CommittedAt(); !t.IsZero() {
