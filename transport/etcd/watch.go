@@ -24,9 +24,13 @@ type watchState struct {
 	cursor int64
 	// nsRev is the namespace's revision as of cursor, when known: the last
 	// change delivered, or a progress check's answer.
-	nsRev   int64
-	known   bool
-	suspect int // progress checks in a row that found an undelivered change
+	nsRev int64
+	known bool
+	// pending is a namespace revision that a check found in the store but
+	// the watch has not delivered (0: none); pendingSince is when it was
+	// found, or when the watch last delivered a change since.
+	pending      int64
+	pendingSince time.Time
 	// notified: a progress notification came since the last heartbeat.
 	notified bool
 	asked    bool
@@ -51,16 +55,22 @@ type watchState struct {
 // confirms nothing. With WithProgressRequests it asks etcd for a progress
 // notification instead (see there for the etcd versions it needs), each
 // checked by a serializable read of the meta key at its revision; requests
-// that go unanswered (etcd's grpc-proxy) fall back to the read. A
-// namespace revision the watch has not delivered yet is held back for one
-// heartbeat (an event in flight); still missing a heartbeat later, it is
-// reported as the namespace's revision, so the client sees a gap and
-// resnapshots rather than miss a change.
+// that go unanswered (etcd's grpc-proxy) fall back to the read.
+//
+// A check tells what the store holds, not how far the watch has got: a
+// namespace revision that the watch has not delivered yet is a change in
+// flight (a watch that the etcd client resumes after a dropped connection
+// lags the reads), or one the watch skipped. Either way Watch confirms
+// nothing past what it delivered and waits; if the watch delivers nothing
+// for the idle timeout while the change is pending, Watch ends with
+// transport.ErrStreamIdle, and the client's resume from its cursor, a new
+// etcd watch that replays the store's history, delivers it.
 //
 // It returns ctx.Err(), handle's error, a *transport.CompactedError,
 // transport.ErrStoreChanged (a cursor ahead of the store's head: the
-// cluster lost its history), transport.ErrStreamIdle (nothing received
-// for the idle timeout), transport.ErrTooLarge, or an etcd error.
+// cluster lost its history), transport.ErrStreamIdle (nothing received, or
+// a pending change not delivered, for the idle timeout),
+// transport.ErrTooLarge, or an etcd error.
 func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 	if err := transport.ValidateNamespace(req.Namespace); err != nil {
 		return err
@@ -103,6 +113,11 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 		case <-ticker.C:
 			if idle := time.Since(lastRecv); idle > s.opts.idleTimeout {
 				return fmt.Errorf("etcd: watch of %q: %w: nothing for %v", w.ns, transport.ErrStreamIdle, idle.Round(time.Millisecond))
+			}
+			if w.pending != 0 {
+				if late := time.Since(w.pendingSince); late > s.opts.idleTimeout {
+					return fmt.Errorf("etcd: watch of %q: %w: the store has revision %d of the namespace, the watch delivered nothing towards it for %v", w.ns, transport.ErrStreamIdle, w.pending, late.Round(time.Millisecond))
+				}
 			}
 			if wch == nil {
 				continue // not created yet
@@ -182,7 +197,16 @@ func (s *Source) watchResponse(ctx context.Context, w *watchState, resp *clientv
 		if err := handle(transport.Event{Change: cs}); err != nil {
 			return err
 		}
-		w.cursor, w.nsRev, w.known, w.suspect = cs.Revision, cs.Revision, true, 0
+		w.cursor, w.nsRev, w.known = cs.Revision, cs.Revision, true
+		if w.pending != 0 {
+			if cs.Revision >= w.pending {
+				// Delivered; or skipped, and this change does not chain:
+				// the client resnapshots.
+				w.pending = 0
+			} else {
+				w.pendingSince = time.Now() // catching up
+			}
+		}
 	}
 	if resp.IsProgressNotify() {
 		return s.progress(ctx, w, id, resp.Header.Revision, handle)
@@ -287,22 +311,23 @@ func metaRevision(resp *clientv3.GetResponse) int64 {
 }
 
 // confirm emits progress up to rev when the namespace's revision there,
-// metaRev, was delivered; a change that stays missing two checks in a row
-// is reported as the namespace's revision, so the client resnapshots.
+// metaRev, was delivered. Otherwise the change at metaRev is pending: it
+// confirms nothing, and Watch waits for the watch to deliver it (see
+// Watch).
 func (s *Source) confirm(w *watchState, id string, rev, metaRev int64, handle func(transport.Event) error) error {
 	switch {
 	case w.known && metaRev <= w.nsRev:
 	case !w.known && metaRev <= w.since:
 		w.nsRev, w.known = metaRev, true
 	default:
-		// A publish at metaRev <= rev has not been delivered yet.
-		if w.suspect++; w.suspect < 2 {
-			return nil
+		if w.pending == 0 {
+			w.pendingSince = time.Now()
+			s.log.Debug("etcd: the store has a change the watch has not delivered yet; waiting for it", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
 		}
-		s.log.Warn("etcd: a change is missing from the watch; reporting the namespace's revision", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
-		return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: metaRev, Cursor: w.cursor}})
+		w.pending = max(w.pending, metaRev)
+		return nil
 	}
-	w.suspect = 0
+	w.pending = 0
 	w.cursor = rev
 	return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: w.nsRev, Cursor: rev}})
 }
