@@ -55,7 +55,8 @@ type watchState struct {
 // confirms nothing. With WithProgressRequests it asks etcd for a progress
 // notification instead (see there for the etcd versions it needs), each
 // checked by a serializable read of the meta key at its revision; requests
-// that go unanswered (etcd's grpc-proxy) fall back to the read.
+// that go unanswered (etcd's grpc-proxy), and notifications below the
+// cursor, fall back to the read.
 //
 // A check tells what the store holds, not how far the watch has got: a
 // namespace revision that the watch has not delivered yet is a change in
@@ -66,9 +67,13 @@ type watchState struct {
 // transport.ErrStreamIdle, and the client's resume from its cursor, a new
 // etcd watch that replays the store's history, delivers it.
 //
+// Watch never confirms past the store's head: when a linearizable read's
+// header revision is below the cursor (the cluster was restored from a
+// backup: same cluster id, lower revisions), it ends with
+// transport.ErrCursorAhead.
+//
 // It returns ctx.Err(), handle's error, a *transport.CompactedError,
-// transport.ErrStoreChanged (a cursor ahead of the store's head: the
-// cluster lost its history), transport.ErrStreamIdle (nothing received, or
+// transport.ErrCursorAhead, transport.ErrStreamIdle (nothing received, or
 // a pending change not delivered, for the idle timeout),
 // transport.ErrTooLarge, or an etcd error.
 func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
@@ -269,7 +274,13 @@ func (s *Source) changeSet(w *watchState, id string, evs []*clientv3.Event) (*tr
 // change up to rev was delivered (see Watch).
 func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int64, handle func(transport.Event) error) error {
 	w.notified = true
-	rev = max(rev, w.cursor) // etcd may report a revision below an event's
+	if rev < w.cursor {
+		// etcd may report a revision below an event's (etcd issue #15220),
+		// and a store restored from a backup reports its own, lower, head:
+		// only a linearizable read tells them apart.
+		_, err := s.readProgress(ctx, w, handle)
+		return err
+	}
 	rctx, cancel := s.requestCtx(ctx)
 	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithRev(rev), clientv3.WithSerializable(), clientv3.WithKeysOnly())
 	cancel()
@@ -288,7 +299,10 @@ func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int
 // grpc-proxy does not answer progress requests): a linearizable read of the
 // meta key gives the head revision and the namespace's revision there; when
 // the watch has delivered that revision, the view is complete up to the
-// head. A read needs quorum, so a partitioned member confirms nothing.
+// head. A read needs quorum, so a partitioned member confirms nothing. A
+// head below the cursor is transport.ErrCursorAhead: the read is
+// linearizable, so the store's history is not the one the cursor came
+// from. It reports whether the read succeeded.
 func (s *Source) readProgress(ctx context.Context, w *watchState, handle func(transport.Event) error) (bool, error) {
 	rctx, cancel := s.requestCtx(ctx)
 	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithKeysOnly())
@@ -300,7 +314,10 @@ func (s *Source) readProgress(ctx context.Context, w *watchState, handle func(tr
 		s.log.Debug("etcd: progress read failed", "ns", w.ns, "err", err)
 		return false, nil
 	}
-	return true, s.confirm(w, storeID(resp.Header), max(resp.Header.Revision, w.cursor), metaRevision(resp), handle)
+	if head := resp.Header.Revision; head < w.cursor {
+		return true, fmt.Errorf("etcd: watch of %q: %w: cursor %d, the store's head %d (restored from an older backup?)", w.ns, transport.ErrCursorAhead, w.cursor, head)
+	}
+	return true, s.confirm(w, storeID(resp.Header), resp.Header.Revision, metaRevision(resp), handle)
 }
 
 func metaRevision(resp *clientv3.GetResponse) int64 {
@@ -328,13 +345,14 @@ func (s *Source) confirm(w *watchState, id string, rev, metaRev int64, handle fu
 		return nil
 	}
 	w.pending = 0
-	w.cursor = rev
+	w.cursor = rev // callers check rev >= w.cursor
 	return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: w.nsRev, Cursor: rev}})
 }
 
 // checkAhead handles a watch from a cursor beyond the head the member
 // reported: after a linearizable read, a cursor still ahead means the
-// cluster lost its history (restored from an older backup, or rebuilt).
+// cluster lost its history (restored from an older backup, or rebuilt):
+// transport.ErrCursorAhead.
 func (s *Source) checkAhead(ctx context.Context, w *watchState) error {
 	rctx, cancel := s.requestCtx(ctx)
 	defer cancel()
@@ -343,7 +361,7 @@ func (s *Source) checkAhead(ctx context.Context, w *watchState) error {
 		return mapError("watch", w.ns, err)
 	}
 	if w.since > resp.Header.Revision {
-		return fmt.Errorf("etcd: watch of %q: %w: cursor %d is ahead of the store's head %d", w.ns, transport.ErrStoreChanged, w.since, resp.Header.Revision)
+		return fmt.Errorf("etcd: watch of %q: %w: cursor %d, the store's head %d (restored from an older backup?)", w.ns, transport.ErrCursorAhead, w.since, resp.Header.Revision)
 	}
 	return nil
 }

@@ -275,3 +275,89 @@ func TestWatchEndsWhenAChangeIsNeverDelivered(t *testing.T) {
 		t.Fatalf("the watch from cursor %d: %v; want change %d", cursor, err, r1)
 	}
 }
+
+// TestWatchCursorAheadAfterRestore restores the cluster from a copy of its
+// data directories (same cluster id, lower revisions) under running
+// watches: a watch never confirms past the store's head, it ends with
+// transport.ErrCursorAhead, and so does a new watch from the old cursor.
+// The snapshot after the restore is marked Linearizable, and is behind.
+func TestWatchCursorAheadAfterRestore(t *testing.T) {
+	cl := startCluster(t)
+	pub := newSource(t, cl.endpoints())
+	r0 := publish(t, pub, "restored", map[string]any{"v": 0})
+	backup := cl.backup(t)
+	var last int64
+	for i := 1; i <= 3; i++ {
+		last = publish(t, pub, "restored", map[string]any{"v": i})
+	}
+	before, err := pub.Snapshot(context.Background(), transport.SnapshotRequest{Namespace: "restored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type watch struct {
+		name   string
+		src    *etcd.Source
+		events <-chan stamped
+		done   <-chan error
+	}
+	var watches []watch
+	for _, mode := range []struct {
+		name string
+		opts []etcd.Option
+	}{
+		{"read", nil},
+		{"progress-requests", []etcd.Option{etcd.WithProgressRequests(true)}},
+	} {
+		// An idle timeout longer than the restore: the watch lives through
+		// it, so it is the running watch that must notice.
+		src := newSource(t, cl.endpoints(), append(mode.opts, etcd.WithIdleTimeout(time.Minute))...)
+		events, done := watchInto(t, src, transport.WatchRequest{Namespace: "restored", Since: last})
+		nextEvent(t, events, done, mode.name+": a confirmation", func(ev transport.Event) bool { return ev.Progress != nil })
+		watches = append(watches, watch{mode.name, src, events, done})
+	}
+
+	cl.killAll()
+	cl.putBack(t, backup)
+	restarted := time.Now()
+	cl.restartAll(t)
+
+	for _, w := range watches {
+		deadline := time.After(waitLimit)
+	wait:
+		for {
+			select {
+			case ev := <-w.events:
+				if ev.Progress != nil && ev.at.After(restarted) {
+					t.Fatalf("%s: %s after the restore: a confirmation past the restored store's head", w.name, describe(ev.Event))
+				}
+			case err := <-w.done:
+				if !errors.Is(err, transport.ErrCursorAhead) {
+					t.Errorf("%s: Watch = %v; want ErrCursorAhead", w.name, err)
+				}
+				t.Logf("%s: the watch ended %v after the restart: %v", w.name, time.Since(restarted).Round(time.Millisecond), err)
+				break wait
+			case <-deadline:
+				t.Fatalf("%s: the watch did not end after the restore", w.name)
+			}
+		}
+	}
+
+	// A new watch from the old cursor is refused the same way.
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	err = watches[0].src.Watch(ctx, transport.WatchRequest{Namespace: "restored", Since: last}, func(ev transport.Event) error {
+		return fmt.Errorf("got %s from a watch ahead of the store", describe(ev))
+	})
+	if !errors.Is(err, transport.ErrCursorAhead) {
+		t.Errorf("a new watch from the old cursor %d = %v; want ErrCursorAhead", last, err)
+	}
+
+	snap, err := watches[0].src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "restored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.Linearizable || snap.StoreID != before.StoreID || snap.Revision != r0 || snap.Cursor >= last || string(snap.Values["v"]) != "0" {
+		t.Errorf("snapshot after the restore = %+v; want Linearizable, store %s, revision %d, cursor below %d, v=0", snap, before.StoreID, r0, last)
+	}
+}
