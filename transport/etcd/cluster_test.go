@@ -184,6 +184,90 @@ func (c *cluster) restart(t testing.TB, i int) {
 	}
 }
 
+// killAll SIGKILLs every member (a crash-consistent stop: etcd recovers
+// from its write-ahead log).
+func (c *cluster) killAll() {
+	for i := range c.members {
+		c.kill(i)
+	}
+}
+
+// restartAll starts every member again on its data directory and waits
+// for quorum.
+func (c *cluster) restartAll(t testing.TB) {
+	t.Helper()
+	for i := range c.members {
+		c.restart(t, i)
+	}
+	c.waitHealthy(t)
+}
+
+// backup stops the cluster, copies every member's data directory into a
+// temporary directory, which it returns, and starts the cluster again.
+func (c *cluster) backup(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	c.killAll()
+	for _, m := range c.members {
+		copyDir(t, m.dir, filepath.Join(dir, m.name))
+	}
+	c.restartAll(t)
+	return dir
+}
+
+// putBack replaces the data directories of the stopped cluster with the
+// copies backup made: started again, it is the same cluster (same cluster
+// id, same members) with the history it had at the backup.
+func (c *cluster) putBack(t testing.TB, dir string) {
+	t.Helper()
+	for _, m := range c.members {
+		if err := os.RemoveAll(m.dir); err != nil {
+			t.Fatal(err)
+		}
+		copyDir(t, filepath.Join(dir, m.name), m.dir)
+	}
+}
+
+// copyDir copies the tree src to dst, keeping permissions (etcd wants its
+// data directory 0700).
+func copyDir(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(to, info.Mode().Perm())
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, info.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			_ = out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		t.Fatalf("copy %s to %s: %v", src, dst, err)
+	}
+}
+
 func (c *cluster) stop() {
 	for i := range c.members {
 		c.kill(i)

@@ -49,11 +49,15 @@
 // namespace, transport.ErrUnauthorized when etcd refuses the credentials,
 // transport.ErrTooLarge past a size limit, or the etcd error. Watch always
 // returns non-nil: ctx.Err(), the handler's error, a
-// *transport.CompactedError, transport.ErrStoreChanged (a cursor ahead of
-// the cluster's head: its history was lost), transport.ErrStreamIdle
-// (nothing heard for the idle timeout), or the etcd error, such as "no
-// leader" when the member lost quorum. In every case the client keeps
-// serving its last good data and retries: resume, or resnapshot.
+// *transport.CompactedError, transport.ErrCursorAhead (a cursor ahead of
+// the cluster's head, by a linearizable read: the cluster was restored
+// from an older backup, or rebuilt), transport.ErrStreamIdle (nothing
+// heard, or a change the store has not delivered, for the idle timeout),
+// or the etcd error, such as "no leader" when the member lost quorum. In
+// every case the client keeps serving its last good data and retries:
+// resume, or resnapshot. Every Snapshot is a linearizable read and says so
+// (transport.Snapshot.Linearizable): one behind what the client applied, at
+// the same store id, proves the history was rewritten.
 //
 // # Close
 //

@@ -116,7 +116,9 @@ func WithHeartbeat(d time.Duration) Option {
 // WithIdleTimeout sets how long a watch may receive nothing — no change, no
 // progress — before it ends with transport.ErrStreamIdle (a member that
 // stopped answering, or every member down while the etcd client retries
-// quietly). Default 15s: three default heartbeats. It must exceed the
+// quietly); and how long it waits for a change that a heartbeat found in
+// the store but the watch has not delivered, while the watch delivers
+// nothing else. Default 15s: three default heartbeats. It must exceed the
 // heartbeat.
 func WithIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.idleTimeout = d })
@@ -149,9 +151,11 @@ func WithMaxSnapshotBytes(n int) Option {
 // requested notification ahead of an event of the same revision (etcd issue
 // #15220), and the etcd client, which resumes a broken watch after the
 // last revision it heard of, then skips that event. The source still
-// notices (the next change does not chain, and the client resnapshots),
-// but a resume becomes a resnapshot. Requests that go unanswered (etcd's
-// grpc-proxy) fall back to the read.
+// notices: it confirms nothing past the skipped change, and after the idle
+// timeout ends the watch, and the client's resume from its cursor delivers
+// the change (or, when a later change came first, the chain breaks and the
+// client resnapshots). Requests that go unanswered (etcd's grpc-proxy)
+// fall back to the read.
 func WithProgressRequests(on bool) Option {
 	return optionFunc(func(o *options) { o.progressRequests = on })
 }

@@ -157,8 +157,19 @@ func storeID(h *etcdserverpb.ResponseHeader) string {
 // header revision, its StoreID the cluster id. A namespace without any key
 // is transport.ErrNotFound. With KnownStoreID and KnownRevision matching the
 // namespace's current revision, it answers transport.ErrNotModified after a
-// keys-only read that returns one key.
+// keys-only read that returns one key. Both reads are linearizable, so every
+// snapshot is marked Linearizable: one behind what a client applied, at the
+// same store id, is proof that the store's history was rewritten.
 func (s *Source) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	snap, err := s.snapshot(ctx, req)
+	if snap != nil {
+		snap.Linearizable = true
+	}
+	return snap, err
+}
+
+// snapshot reads a snapshot for Snapshot.
+func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 	if err := transport.ValidateNamespace(req.Namespace); err != nil {
 		return nil, err
 	}

@@ -44,14 +44,14 @@ func TestSnapshotRevisionCursorAndNotModified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Revision != rev || snap.Cursor < rev || len(snap.Values) != 2 || snap.StoreID == "" {
-		t.Fatalf("snapshot = %+v; want revision %d", snap, rev)
+	if snap.Revision != rev || snap.Cursor < rev || len(snap.Values) != 2 || snap.StoreID == "" || !snap.Linearizable {
+		t.Fatalf("snapshot = %+v; want revision %d, Linearizable", snap, rev)
 	}
 	// Other namespaces move the cursor, not the revision.
 	other := publish(t, src, "snap.other", map[string]any{"x": 1})
 	req := transport.SnapshotRequest{Namespace: "snap", KnownStoreID: snap.StoreID, KnownRevision: rev}
 	nm, err := src.Snapshot(ctx, req)
-	if !errors.Is(err, transport.ErrNotModified) || nm.Values != nil || nm.Cursor < other || nm.Revision != rev {
+	if !errors.Is(err, transport.ErrNotModified) || nm.Values != nil || nm.Cursor < other || nm.Revision != rev || !nm.Linearizable {
 		t.Fatalf("conditional snapshot = %+v, %v; want ErrNotModified at cursor >= %d", nm, err, other)
 	}
 	// A delete-only publish is a change: the namespace's revision moves
@@ -149,8 +149,8 @@ func TestWatchCompactedAndAhead(t *testing.T) {
 	}
 	// A cursor beyond the head: the store lost its history.
 	err = src.Watch(ctx, transport.WatchRequest{Namespace: "wc", Since: head + 1000}, func(transport.Event) error { return nil })
-	if !errors.Is(err, transport.ErrStoreChanged) {
-		t.Fatalf("Watch ahead of head = %v; want ErrStoreChanged", err)
+	if !errors.Is(err, transport.ErrCursorAhead) {
+		t.Fatalf("Watch ahead of head = %v; want ErrCursorAhead", err)
 	}
 }
 

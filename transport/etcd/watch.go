@@ -24,9 +24,13 @@ type watchState struct {
 	cursor int64
 	// nsRev is the namespace's revision as of cursor, when known: the last
 	// change delivered, or a progress check's answer.
-	nsRev   int64
-	known   bool
-	suspect int // progress checks in a row that found an undelivered change
+	nsRev int64
+	known bool
+	// pending is a namespace revision that a check found in the store but
+	// the watch has not delivered (0: none); pendingSince is when it was
+	// found, or when the watch last delivered a change since.
+	pending      int64
+	pendingSince time.Time
 	// notified: a progress notification came since the last heartbeat.
 	notified bool
 	asked    bool
@@ -51,16 +55,27 @@ type watchState struct {
 // confirms nothing. With WithProgressRequests it asks etcd for a progress
 // notification instead (see there for the etcd versions it needs), each
 // checked by a serializable read of the meta key at its revision; requests
-// that go unanswered (etcd's grpc-proxy) fall back to the read. A
-// namespace revision the watch has not delivered yet is held back for one
-// heartbeat (an event in flight); still missing a heartbeat later, it is
-// reported as the namespace's revision, so the client sees a gap and
-// resnapshots rather than miss a change.
+// that go unanswered (etcd's grpc-proxy), and notifications below the
+// cursor, fall back to the read.
+//
+// A check tells what the store holds, not how far the watch has got: a
+// namespace revision that the watch has not delivered yet is a change in
+// flight (a watch that the etcd client resumes after a dropped connection
+// lags the reads), or one the watch skipped. Either way Watch confirms
+// nothing past what it delivered and waits; if the watch delivers nothing
+// for the idle timeout while the change is pending, Watch ends with
+// transport.ErrStreamIdle, and the client's resume from its cursor, a new
+// etcd watch that replays the store's history, delivers it.
+//
+// Watch never confirms past the store's head: when a linearizable read's
+// header revision is below the cursor (the cluster was restored from a
+// backup: same cluster id, lower revisions), it ends with
+// transport.ErrCursorAhead.
 //
 // It returns ctx.Err(), handle's error, a *transport.CompactedError,
-// transport.ErrStoreChanged (a cursor ahead of the store's head: the
-// cluster lost its history), transport.ErrStreamIdle (nothing received
-// for the idle timeout), transport.ErrTooLarge, or an etcd error.
+// transport.ErrCursorAhead, transport.ErrStreamIdle (nothing received, or
+// a pending change not delivered, for the idle timeout),
+// transport.ErrTooLarge, or an etcd error.
 func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 	if err := transport.ValidateNamespace(req.Namespace); err != nil {
 		return err
@@ -103,6 +118,11 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 		case <-ticker.C:
 			if idle := time.Since(lastRecv); idle > s.opts.idleTimeout {
 				return fmt.Errorf("etcd: watch of %q: %w: nothing for %v", w.ns, transport.ErrStreamIdle, idle.Round(time.Millisecond))
+			}
+			if w.pending != 0 {
+				if late := time.Since(w.pendingSince); late > s.opts.idleTimeout {
+					return fmt.Errorf("etcd: watch of %q: %w: the store has revision %d of the namespace, the watch delivered nothing towards it for %v", w.ns, transport.ErrStreamIdle, w.pending, late.Round(time.Millisecond))
+				}
 			}
 			if wch == nil {
 				continue // not created yet
@@ -182,7 +202,16 @@ func (s *Source) watchResponse(ctx context.Context, w *watchState, resp *clientv
 		if err := handle(transport.Event{Change: cs}); err != nil {
 			return err
 		}
-		w.cursor, w.nsRev, w.known, w.suspect = cs.Revision, cs.Revision, true, 0
+		w.cursor, w.nsRev, w.known = cs.Revision, cs.Revision, true
+		if w.pending != 0 {
+			if cs.Revision >= w.pending {
+				// Delivered; or skipped, and this change does not chain:
+				// the client resnapshots.
+				w.pending = 0
+			} else {
+				w.pendingSince = time.Now() // catching up
+			}
+		}
 	}
 	if resp.IsProgressNotify() {
 		return s.progress(ctx, w, id, resp.Header.Revision, handle)
@@ -245,7 +274,13 @@ func (s *Source) changeSet(w *watchState, id string, evs []*clientv3.Event) (*tr
 // change up to rev was delivered (see Watch).
 func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int64, handle func(transport.Event) error) error {
 	w.notified = true
-	rev = max(rev, w.cursor) // etcd may report a revision below an event's
+	if rev < w.cursor {
+		// etcd may report a revision below an event's (etcd issue #15220),
+		// and a store restored from a backup reports its own, lower, head:
+		// only a linearizable read tells them apart.
+		_, err := s.readProgress(ctx, w, handle)
+		return err
+	}
 	rctx, cancel := s.requestCtx(ctx)
 	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithRev(rev), clientv3.WithSerializable(), clientv3.WithKeysOnly())
 	cancel()
@@ -264,7 +299,10 @@ func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int
 // grpc-proxy does not answer progress requests): a linearizable read of the
 // meta key gives the head revision and the namespace's revision there; when
 // the watch has delivered that revision, the view is complete up to the
-// head. A read needs quorum, so a partitioned member confirms nothing.
+// head. A read needs quorum, so a partitioned member confirms nothing. A
+// head below the cursor is transport.ErrCursorAhead: the read is
+// linearizable, so the store's history is not the one the cursor came
+// from. It reports whether the read succeeded.
 func (s *Source) readProgress(ctx context.Context, w *watchState, handle func(transport.Event) error) (bool, error) {
 	rctx, cancel := s.requestCtx(ctx)
 	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithKeysOnly())
@@ -276,7 +314,10 @@ func (s *Source) readProgress(ctx context.Context, w *watchState, handle func(tr
 		s.log.Debug("etcd: progress read failed", "ns", w.ns, "err", err)
 		return false, nil
 	}
-	return true, s.confirm(w, storeID(resp.Header), max(resp.Header.Revision, w.cursor), metaRevision(resp), handle)
+	if head := resp.Header.Revision; head < w.cursor {
+		return true, fmt.Errorf("etcd: watch of %q: %w: cursor %d, the store's head %d (restored from an older backup?)", w.ns, transport.ErrCursorAhead, w.cursor, head)
+	}
+	return true, s.confirm(w, storeID(resp.Header), resp.Header.Revision, metaRevision(resp), handle)
 }
 
 func metaRevision(resp *clientv3.GetResponse) int64 {
@@ -287,29 +328,31 @@ func metaRevision(resp *clientv3.GetResponse) int64 {
 }
 
 // confirm emits progress up to rev when the namespace's revision there,
-// metaRev, was delivered; a change that stays missing two checks in a row
-// is reported as the namespace's revision, so the client resnapshots.
+// metaRev, was delivered. Otherwise the change at metaRev is pending: it
+// confirms nothing, and Watch waits for the watch to deliver it (see
+// Watch).
 func (s *Source) confirm(w *watchState, id string, rev, metaRev int64, handle func(transport.Event) error) error {
 	switch {
 	case w.known && metaRev <= w.nsRev:
 	case !w.known && metaRev <= w.since:
 		w.nsRev, w.known = metaRev, true
 	default:
-		// A publish at metaRev <= rev has not been delivered yet.
-		if w.suspect++; w.suspect < 2 {
-			return nil
+		if w.pending == 0 {
+			w.pendingSince = time.Now()
+			s.log.Debug("etcd: the store has a change the watch has not delivered yet; waiting for it", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
 		}
-		s.log.Warn("etcd: a change is missing from the watch; reporting the namespace's revision", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
-		return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: metaRev, Cursor: w.cursor}})
+		w.pending = max(w.pending, metaRev)
+		return nil
 	}
-	w.suspect = 0
-	w.cursor = rev
+	w.pending = 0
+	w.cursor = rev // callers check rev >= w.cursor
 	return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: w.nsRev, Cursor: rev}})
 }
 
 // checkAhead handles a watch from a cursor beyond the head the member
 // reported: after a linearizable read, a cursor still ahead means the
-// cluster lost its history (restored from an older backup, or rebuilt).
+// cluster lost its history (restored from an older backup, or rebuilt):
+// transport.ErrCursorAhead.
 func (s *Source) checkAhead(ctx context.Context, w *watchState) error {
 	rctx, cancel := s.requestCtx(ctx)
 	defer cancel()
@@ -318,7 +361,7 @@ func (s *Source) checkAhead(ctx context.Context, w *watchState) error {
 		return mapError("watch", w.ns, err)
 	}
 	if w.since > resp.Header.Revision {
-		return fmt.Errorf("etcd: watch of %q: %w: cursor %d is ahead of the store's head %d", w.ns, transport.ErrStoreChanged, w.since, resp.Header.Revision)
+		return fmt.Errorf("etcd: watch of %q: %w: cursor %d, the store's head %d (restored from an older backup?)", w.ns, transport.ErrCursorAhead, w.since, resp.Header.Revision)
 	}
 	return nil
 }
