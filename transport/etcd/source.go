@@ -263,3 +263,10 @@ func mapError(op, ns string, err error) error {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+var _ transport.QuietLimiter = (*Source)(nil)
+
+// QuietLimit is the idle timeout: a healthy watch confirms every
+// heartbeat, well within it, so a client that has had no event for that
+// long does not call its data fresh.
+func (s *Source) QuietLimit() time.Duration { return s.opts.idleTimeout }
