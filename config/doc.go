@@ -43,8 +43,11 @@
 // jittered backoff that never gives up; when the server has compacted past
 // the cursor, when a change does not follow the applied revision, or when
 // the server's store id changes, it fetches a new snapshot. A stream that
-// sends nothing for three heartbeats is dropped as dead. Within one store
-// id the served revision never goes back.
+// delivers no whole event for three heartbeats is dropped as dead. Within
+// one store id the served revision never goes back: a server whose history
+// is behind what was applied (a lagging replica, or a store restored from
+// a backup) is refused, the last good serving Stale, until it is proven to
+// be new history (WithHistoryRewriteGrace).
 //
 // # Staleness and status
 //
@@ -56,14 +59,18 @@
 // FailClosed and Defaults decides what a namespace serves once its data is
 // too old. WithCacheDir keeps the last good data on disk and serves it at
 // start, before the network; WithSchema rejects updates this build cannot
-// parse, keeping the last good and reporting a nack to the server.
+// parse, keeping the last good, reporting a nack to the server and calling
+// OnReject subscribers. A namespace is Fresh only while its connection is
+// healthy and it was confirmed within the idle timeout.
 //
 // # Errors
 //
 // Namespace fails at once with transport.ErrInvalidNamespace for a bad
 // name, and with an *OpenError when its context ends first; the OpenError
 // wraps both the context's error and the last error seen (for example
-// transport.ErrNotFound or transport.ErrUnauthorized). Once open, a namespace
+// transport.ErrNotFound, transport.ErrNotHoldfast for an endpoint that is
+// not a holdfast server, or transport.ErrUnauthorized). Opening an open
+// namespace with other options fails with ErrOptionsDiffer. Once open, a namespace
 // never fails: transport errors and rejected updates (ErrRejected) show in
 // Status and the logs while the last good data keeps serving.
 //
