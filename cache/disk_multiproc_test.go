@@ -42,6 +42,14 @@ func TestMultiChild(t *testing.T) {
 	case "save-r1":
 		// A client that fetched r1, was partitioned, and saves on Close.
 		fmt.Printf("result %v\n", d.Save(multiRecord(t, 1, time.Now())))
+	case "pause-r2":
+		// Save r2 over the parent's r1, stopping after the comparison
+		// until the parent says go.
+		d.hookBeforeCommit = func() {
+			fmt.Println("compared")
+			in.Scan()
+		}
+		fmt.Printf("result %v\n", d.Save(multiRecord(t, 2, time.Now())))
 	case "race":
 		acked, err := raceSaves(d)
 		if err != nil {
@@ -93,7 +101,7 @@ func raceSaves(d *Dir) (acked int64, err error) {
 		switch err := d.Save(rec); {
 		case err == nil:
 			acked = rev
-		case isSuperseded(err):
+		case errors.Is(err, ErrSuperseded):
 		default:
 			return acked, fmt.Errorf("save of %d: %w", rev, err)
 		}
@@ -193,9 +201,70 @@ func TestTwoProcessesOlderSaveLoses(t *testing.T) {
 		t.Fatalf("the file holds revision %d after the child's save of r1 (child: %s); want 3", got.Revision, res)
 	}
 	sameRecord(t, got, r3)
-	if !strings.Contains(res, "superseded") {
-		t.Fatalf("child's save of r1 over r3 returned %q, want a superseded error", res)
+	// The child prints its error; its text names both revisions.
+	if want := (&SupersededError{Namespace: "shared", StoreID: "store", Revision: 1, DiskRevision: 3}).Error(); res != want {
+		t.Fatalf("child's save of r1 over r3 returned %q, want %q", res, want)
 	}
+}
+
+// The lock is held from the comparison to the rename: while a child has
+// compared its r2 with the r1 on disk and not yet renamed, the parent's save
+// of r3 waits, and then finds r2 and replaces it. Without the lock the
+// parent's r3 would land first and the child's r2 over it.
+func TestTwoProcessesLockSpansCompareAndRename(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	if !haveFlock {
+		t.Skip("no cross-process lock on this platform")
+	}
+	dir := t.TempDir()
+	d, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(multiRecord(t, 1, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	c := startChild(t, dir, "pause-r2")
+	c.order(t)
+	c.expect(t, "compared")
+
+	waiting := make(chan struct{}, 1)
+	d.hookLockWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	r3 := multiRecord(t, 3, time.Now())
+	saved := make(chan error, 1)
+	go func() { saved <- d.Save(r3) }()
+	select {
+	case <-waiting: // the child holds the lock, as it should
+	case err := <-saved:
+		t.Errorf("the save of r3 did not wait for the child's lock (it returned %v)", err)
+		saved <- err
+	case <-time.After(time.Minute):
+		t.Fatal("the save of r3 neither waited nor returned within a minute")
+	}
+	c.order(t)
+	if res := c.expect(t, "result"); res != "<nil>" {
+		t.Fatalf("child's save of r2 over r1: %s", res)
+	}
+	select {
+	case err := <-saved:
+		if err != nil {
+			t.Fatalf("save of r3 after the child's r2: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the save of r3 did not return within a minute of the child's release")
+	}
+	got := mustLoad(t, d, "shared")
+	if got.Revision != 3 {
+		t.Fatalf("the file holds revision %d, want 3", got.Revision)
+	}
+	sameRecord(t, got, r3)
 }
 
 // Two processes save the same revisions at the same time, as two clients
