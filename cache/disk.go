@@ -407,7 +407,9 @@ func (d *Dir) save(rec *Record, path string, data []byte) error {
 // mayReplace returns nil when rec may replace the file at path: there is
 // none, it cannot be served, it holds another store id or an older record,
 // or rec is of a new history. It returns a *SupersededError when the file
-// holds a newer record, and the read error when it cannot be read.
+// holds a newer record, and the read error when it cannot be read. It reads
+// the header and checks the checksum, streaming, and decodes the values only
+// when it would refuse.
 func (d *Dir) mayReplace(path string, rec *Record) error {
 	h, err := statHeader(path)
 	switch {
@@ -423,6 +425,23 @@ func (d *Dir) mayReplace(path string, rec *Record) error {
 		return nil
 	}
 	if rec.NewHistory || h.storeID != rec.StoreID || !diskNewer(h, rec) {
+		return nil
+	}
+	// Refusing is rare: only then check the whole file, values too, so
+	// that a file Load could not serve does not block saves.
+	data, _, reason, err := readFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the file it would replace: %w", err)
+	case reason == "":
+		if _, err := Decode(data); err != nil {
+			reason = strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": ")
+		}
+	}
+	if reason != "" {
+		d.log.Warn("cache: replacing a corrupt last-good file", "file", path, "reason", reason)
 		return nil
 	}
 	return &SupersededError{
