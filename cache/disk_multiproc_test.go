@@ -289,14 +289,15 @@ func TestTwoProcessesConcurrentSaves(t *testing.T) {
 		acked int64
 		err   error
 	}
-	done := make(chan result)
+	done := make(chan result, 1) // the writer never blocks, even if the test fails first
 	go func() {
 		acked, err := raceSaves(d)
 		done <- result{acked, err}
 	}()
-	// Watch until both writers are done.
-	var mineDone, theirsDone bool
+	// Watch until both writers are done. Failures are noted, not fatal,
+	// so that no writer outlives the test.
 	var theirs int64
+	mineDone, lines := false, c.lines
 	w := watchMonotonic(t, d, func() bool {
 		select {
 		case r := <-done:
@@ -304,22 +305,27 @@ func TestTwoProcessesConcurrentSaves(t *testing.T) {
 				t.Error(r.err)
 			}
 			mine, mineDone = r.acked, true
-		case l, ok := <-c.lines:
+		case l, ok := <-lines:
 			if !ok {
 				c.cmd.Wait()
-				t.Fatalf("child ended before it reported:\n%s", c.stderr)
+				t.Errorf("child ended before it reported:\n%s", c.stderr)
+				lines = nil
+				break
 			}
 			if rest, ok := strings.CutPrefix(l, "acked "); ok {
 				var err error
 				if theirs, err = strconv.ParseInt(rest, 10, 64); err != nil {
-					t.Fatal(err)
+					t.Error(err)
 				}
-				theirsDone = true
+				lines = nil // the child's report is in
 			}
 		default:
 		}
-		return mineDone && theirsDone
+		return mineDone && lines == nil
 	})
+	if t.Failed() {
+		return
+	}
 	checkFinal(t, d, w, max(mine, theirs))
 }
 
