@@ -19,6 +19,27 @@ import (
 // concurrent use; Save and Load of one namespace are serialised within the
 // process.
 //
+// # Sharing a directory between processes
+//
+// Several processes (or several Dirs of one process) may share a directory.
+// Save never replaces a newer record of the same store id with an older
+// one, whoever wrote it: under an exclusive lock of the namespace's file
+// across processes, it reads the header of the file on disk and refuses
+// with a *SupersededError (errors.Is ErrSuperseded) when that record is
+// newer (see SupersededError for the rule). A record of another store id
+// replaces it: store ids have no order, and a new one means the store was
+// reset.
+//
+// The lock is flock(2) on a separate, empty file per namespace,
+// "<namespace>.hfc.lock" (the data file is replaced by rename, which would
+// leave a lock on it behind with the old inode). It is held only around
+// reading the old header and the rename, never while the new file is
+// written, and never between calls; lock files are left in place (removing
+// one another process may be waiting on would defeat it). Where flock does
+// not exist (Windows, Plan 9, AIX, Solaris, js, wasip1) or the file system
+// refuses it, the comparison is made under the in-process lock only, and two
+// processes' saves of one namespace at the same moment may still cross.
+//
 // # Durability
 //
 // Save writes a temporary file in the directory, fsyncs it, renames it over
@@ -39,11 +60,19 @@ import (
 // Windows, and the device names (con, nul, aux, prn, com1–9, lpt1–9) are
 // refused as namespace names there.
 type Dir struct {
-	path string
-	log  *slog.Logger
+	path        string        // read-only after OpenDir
+	log         *slog.Logger  // read-only after OpenDir
+	lockTimeout time.Duration // read-only after OpenDir (tests set it before use)
 
 	mu    sync.Mutex
-	locks map[string]*sync.Mutex // per namespace, never removed
+	locks map[string]*sync.Mutex // guarded by mu; per namespace, never removed
+
+	noLocking sync.Once // logs once that the file system cannot lock
+
+	// Tests set these before use: called, when not nil, while Save
+	// waits for another holder of a namespace's lock, and after it has
+	// compared, before it renames.
+	hookLockWait, hookBeforeCommit func()
 }
 
 // Errors of the on-disk store.
@@ -57,7 +86,47 @@ var (
 	// ^[a-z0-9][a-z0-9._-]{0,127}$ and so could not name a file in the
 	// directory safely.
 	ErrInvalidNamespace = errors.New("cache: invalid namespace name")
+	// ErrSuperseded marks a Save refused because the file on disk holds a
+	// newer record of the same store id, written by another process or
+	// another Dir sharing the directory. It is not a write error: the
+	// file is left as it was, holding better data than the record
+	// refused. The error is a *SupersededError.
+	ErrSuperseded = errors.New("cache: superseded by a newer record on disk")
 )
+
+// SupersededError is the error of Save when the file holds a newer record
+// of the same store id. A record on disk is newer when its revision is
+// higher, or when its revision is the same and it was confirmed later (its
+// data is then the same, and replacing it would only make the file look
+// older). A record of the same revision confirmed later, or at the same
+// time, does replace it: that only refreshes the file's age. It matches
+// ErrSuperseded with errors.Is.
+type SupersededError struct {
+	Namespace string
+	StoreID   string
+	// Revision and ConfirmedAt are the refused record's.
+	Revision    int64
+	ConfirmedAt time.Time
+	// DiskRevision and DiskConfirmedAt are the record's on disk.
+	DiskRevision    int64
+	DiskConfirmedAt time.Time
+}
+
+func (e *SupersededError) Error() string {
+	if e.Revision != e.DiskRevision {
+		return fmt.Sprintf("cache: save of namespace %q at revision %d not written: the file holds revision %d of store %q",
+			e.Namespace, e.Revision, e.DiskRevision, e.StoreID)
+	}
+	return fmt.Sprintf("cache: save of namespace %q at revision %d confirmed %s not written: the file holds it confirmed %s",
+		e.Namespace, e.Revision, e.ConfirmedAt.UTC().Format(time.RFC3339Nano), e.DiskConfirmedAt.UTC().Format(time.RFC3339Nano))
+}
+
+// Unwrap returns ErrSuperseded.
+func (e *SupersededError) Unwrap() error { return ErrSuperseded }
+
+// errNoLocking is tryLock's answer where locks across processes cannot be
+// taken.
+var errNoLocking = errors.New("cache: file locking not supported")
 
 // CorruptError is the error of Load for a file that cannot be served. It
 // matches ErrCorrupt with errors.Is.
@@ -90,6 +159,15 @@ type Record struct {
 	// Snapshot holds the values. Save encodes it; Load builds it, with
 	// the record's namespace, store id and revision.
 	Snapshot *Snapshot
+	// NewHistory tells Save that the store's history was rewritten under
+	// the same store id (restored from a backup: the same id, lower
+	// revisions) and the caller knows this record to belong to the new
+	// history: it then replaces a record of the same store id whatever
+	// its revision. It is not kept in the file, and Load leaves it
+	// false. Two processes that both set it may replace each other's
+	// records of the new history with older ones: set it only until one
+	// save of the new history has succeeded.
+	NewHistory bool
 }
 
 // DirOption configures OpenDir.
@@ -114,6 +192,11 @@ func WithDirLogger(l *slog.Logger) DirOption {
 const (
 	fileExt    = ".hfc"
 	corruptExt = ".corrupt"
+	lockExt    = ".lock" // after fileExt: "<namespace>.hfc.lock"
+	// defaultLockTimeout is how long Save waits for another process to
+	// release a namespace's lock. It holds it for a header read and a
+	// rename, so waiting longer means that process is stuck or stopped.
+	defaultLockTimeout = 10 * time.Second
 	// staleTempAge is how old a temporary file must be for OpenDir to
 	// remove it.
 	staleTempAge = time.Minute
@@ -157,7 +240,7 @@ func OpenDir(path string, opts ...DirOption) (*Dir, error) {
 			return nil, fmt.Errorf("cache: restrict cache directory to 0700: %w", err)
 		}
 	}
-	d := &Dir{path: path, log: o.log, locks: make(map[string]*sync.Mutex)}
+	d := &Dir{path: path, log: o.log, lockTimeout: defaultLockTimeout, locks: make(map[string]*sync.Mutex)}
 	d.sweep(time.Now())
 	return d, nil
 }
@@ -265,6 +348,14 @@ func (d *Dir) lock(ns string) *sync.Mutex {
 // Save writes rec as its namespace's last-good file, replacing the previous
 // one atomically, with mode 0600, and fsyncs the file and the directory
 // before it returns. On error the previous file is left as it was.
+//
+// When the file holds a newer record of the same store id (see
+// SupersededError; another process sharing the directory wrote it), Save
+// leaves it and returns a *SupersededError, unless rec.NewHistory is set. A
+// file that cannot be served (ErrCorrupt) is replaced. A file that cannot be
+// read (permissions, I/O) is not: Save cannot tell whether it is newer and
+// returns the error. Save waits up to 10 s for another process holding the
+// namespace's lock, then fails with an error matching os.ErrDeadlineExceeded.
 func (d *Dir) Save(rec *Record) error {
 	if rec == nil {
 		return errors.New("cache: save of a nil record")
@@ -280,10 +371,156 @@ func (d *Dir) Save(rec *Record) error {
 	l := d.lock(rec.Namespace)
 	l.Lock()
 	defer l.Unlock()
-	if err := writeFileAtomic(d.path, path, data); err != nil {
+	if err := d.save(rec, path, data); err != nil {
+		if errors.Is(err, ErrSuperseded) {
+			return err
+		}
 		return fmt.Errorf("cache: save namespace %q: %w", rec.Namespace, err)
 	}
 	return nil
+}
+
+// save writes and fsyncs the new file, then, under the namespace's lock
+// across processes, checks the file on disk and renames the new one over
+// it. The write comes first so the lock is held briefly; a save refused
+// then has written a temporary file for nothing, which is rare.
+func (d *Dir) save(rec *Record, path string, data []byte) error {
+	p, err := writeTemp(d.path, path, data)
+	if err != nil {
+		return err
+	}
+	defer p.cleanup()
+	unlock, err := d.lockFile(path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := d.mayReplace(path, rec); err != nil {
+		return err
+	}
+	if d.hookBeforeCommit != nil {
+		d.hookBeforeCommit()
+	}
+	return p.commit()
+}
+
+// mayReplace returns nil when rec may replace the file at path: there is
+// none, it cannot be served, it holds another store id or an older record,
+// or rec is of a new history. It returns a *SupersededError when the file
+// holds a newer record, and the read error when it cannot be read. It reads
+// the header and checks the checksum, streaming, and decodes the values only
+// when it would refuse.
+func (d *Dir) mayReplace(path string, rec *Record) error {
+	h, err := statHeader(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case errors.Is(err, ErrCorrupt):
+		d.log.Warn("cache: replacing a corrupt last-good file", "file", path, "reason", strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": "))
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the file it would replace: %w", err)
+	case h.namespace != rec.Namespace:
+		d.log.Warn("cache: replacing a last-good file of another namespace", "file", path, "holds", h.namespace)
+		return nil
+	}
+	if rec.NewHistory || h.storeID != rec.StoreID || !diskNewer(h, rec) {
+		return nil
+	}
+	// Refusing is rare: only then check the whole file, values too, so
+	// that a file Load could not serve does not block saves.
+	data, _, reason, err := readFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the file it would replace: %w", err)
+	case reason == "":
+		if _, err := Decode(data); err != nil {
+			reason = strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": ")
+		}
+	}
+	if reason != "" {
+		d.log.Warn("cache: replacing a corrupt last-good file", "file", path, "reason", reason)
+		return nil
+	}
+	return &SupersededError{
+		Namespace: rec.Namespace, StoreID: rec.StoreID,
+		Revision: rec.Revision, ConfirmedAt: rec.ConfirmedAt,
+		DiskRevision: h.revision, DiskConfirmedAt: h.confirmedAt(),
+	}
+}
+
+// diskNewer is the rule of SupersededError for two records of one store id:
+// the revision first, then the confirmation time.
+func diskNewer(disk header, rec *Record) bool {
+	if disk.revision != rec.Revision {
+		return disk.revision > rec.Revision
+	}
+	return disk.confirmed > unixNano(rec.ConfirmedAt)
+}
+
+// unixNano is a confirmation time as the file keeps it (0 = unknown).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// statHeader reads the header of the file at path and checks its checksum.
+func statHeader(path string) (header, error) {
+	f, fi, reason, err := openFile(path)
+	if err != nil {
+		return header{}, err
+	}
+	if reason != "" {
+		return header{}, corruptf("%s", reason)
+	}
+	defer f.Close()
+	return readHeader(f, fi.Size())
+}
+
+// lockFile takes the exclusive lock across processes of the namespace whose
+// file is path, waiting up to d.lockTimeout, and returns the function that
+// releases it. Where there are no such locks, it does nothing.
+func (d *Dir) lockFile(path string) (unlock func(), err error) {
+	if !haveFlock {
+		return func() {}, nil
+	}
+	name := path + lockExt
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, filePerm)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	deadline := time.Now().Add(d.lockTimeout)
+	wait := time.Millisecond
+	for {
+		ok, err := tryLock(f)
+		if errors.Is(err, errNoLocking) {
+			d.noLocking.Do(func() {
+				d.log.Warn("cache: the file system of the cache directory cannot lock files; saves of processes sharing it may cross", "dir", d.path)
+			})
+			ok, err = true, nil
+		}
+		switch {
+		case err != nil:
+			f.Close()
+			return nil, err
+		case ok:
+			// Closing the file releases the lock.
+			return func() { f.Close() }, nil
+		case time.Now().After(deadline):
+			f.Close()
+			return nil, fmt.Errorf("lock %s held by another process for more than %v: %w", name, d.lockTimeout, os.ErrDeadlineExceeded)
+		}
+		if d.hookLockWait != nil {
+			d.hookLockWait()
+		}
+		// flock cannot wait with a deadline: poll, backing off.
+		time.Sleep(wait)
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // Load reads namespace ns's last-good file.
@@ -323,35 +560,18 @@ func (d *Dir) Load(ns string) (*Record, error) {
 
 // readFile reads path whole. A directory or an oversized file gives a
 // reason (the file is corrupt) rather than an error.
-func readFile(path string) (data []byte, fi os.FileInfo, reason string, err error) {
-	// Look before opening: opening a FIFO would block.
-	if fi, err := os.Lstat(path); err != nil {
-		return nil, nil, "", err
-	} else if fi.IsDir() {
-		return nil, fi, "a directory stands in its place", nil
-	} else if !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
-		return nil, fi, "not a regular file", nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, "", err
+func readFile(path string) ([]byte, os.FileInfo, string, error) {
+	f, fi, reason, err := openFile(path)
+	if err != nil || reason != "" {
+		return nil, fi, reason, err
 	}
 	defer f.Close()
-	fi, err = f.Stat()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	switch {
-	case fi.IsDir():
-		return nil, fi, "a directory stands in its place", nil
-	case !fi.Mode().IsRegular():
-		return nil, fi, "not a regular file", nil
-	case fi.Size() > MaxFileSize:
+	if fi.Size() > MaxFileSize {
 		return nil, fi, fmt.Sprintf("file of %d bytes exceeds the %d limit", fi.Size(), MaxFileSize), nil
 	}
 	// Read one byte more than the size, to see a file that grew (it is
 	// replaced by rename, never written in place, so it should not).
-	data = make([]byte, fi.Size()+1)
+	data := make([]byte, fi.Size()+1)
 	n, err := io.ReadFull(f, data)
 	switch {
 	case err == io.ErrUnexpectedEOF || err == io.EOF:
@@ -363,10 +583,50 @@ func readFile(path string) (data []byte, fi os.FileInfo, reason string, err erro
 	}
 }
 
+// openFile opens path for reading if it is a regular file (or a symlink to
+// one), and otherwise gives the reason it cannot be served (and no file).
+func openFile(path string) (f *os.File, fi os.FileInfo, reason string, err error) {
+	// Look before opening: opening a FIFO would block.
+	if fi, err := os.Lstat(path); err != nil {
+		return nil, nil, "", err
+	} else if fi.IsDir() {
+		return nil, fi, "a directory stands in its place", nil
+	} else if !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+		return nil, fi, "not a regular file", nil
+	}
+	f, err = os.Open(path)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	fi, err = f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, "", err
+	}
+	switch {
+	case fi.IsDir():
+		reason = "a directory stands in its place"
+	case !fi.Mode().IsRegular():
+		reason = "not a regular file"
+	default:
+		return f, fi, "", nil
+	}
+	f.Close()
+	return nil, fi, reason, nil
+}
+
 // moveAside renames a corrupt file (or directory) at path to
 // path+".corrupt", logs, and returns the *CorruptError for it.
 func (d *Dir) moveAside(path string, fi os.FileInfo, reason string) error {
 	cerr := &CorruptError{Path: path, Reason: reason}
+	// Under the lock, no other process's Save renames a file in between
+	// the check and the move.
+	unlock, err := d.lockFile(path)
+	if err != nil {
+		d.log.Warn("cache: corrupt last-good file not moved aside: cannot lock it", "file", path, "reason", reason, "err", err)
+		return cerr
+	}
+	defer unlock()
 	// Move only what was read: if another process replaced the file
 	// meanwhile, leave the new one alone. (A symlink is not moved either:
 	// its target is not ours to rename.)
@@ -375,7 +635,7 @@ func (d *Dir) moveAside(path string, fi os.FileInfo, reason string) error {
 		return cerr
 	}
 	to := path + corruptExt
-	err := os.Rename(path, to)
+	err = os.Rename(path, to)
 	if err != nil {
 		// An older .corrupt of the other kind (file vs directory) blocks
 		// the rename: remove it and retry.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io/fs"
 	"log/slog"
@@ -112,6 +113,47 @@ func TestLoadBitFlips(t *testing.T) {
 		b[i] ^= 1 << (i % 8)
 		p := plant(t, d, "ns", b)
 		expectCorrupt(t, d, "ns", p, b)
+	}
+}
+
+// readHeader, Save's look at the file it would replace, refuses every
+// truncation and every bit flip of a file as Decode does, and reads the
+// whole file's header right.
+func TestReadHeaderDamage(t *testing.T) {
+	rec := testRecord(t, "ns", 17, 12, 40)
+	full := encodeTest(t, rec)
+	check := func(what string, b []byte) {
+		t.Helper()
+		if _, err := readHeader(bytes.NewReader(b), int64(len(b))); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: %v, want ErrCorrupt", what, err)
+		}
+	}
+	for n := 0; n < len(full); n++ {
+		check(fmt.Sprintf("truncated to %d", n), full[:n])
+		// A file that shrank or grew between stat and read.
+		if _, err := readHeader(bytes.NewReader(full[:n]), int64(len(full))); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("shrank to %d: %v", n, err)
+		}
+	}
+	if _, err := readHeader(bytes.NewReader(append(bytes.Clone(full), 0)), int64(len(full))); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("grew: %v", err)
+	}
+	for i := range full {
+		for bit := 0; bit < 8; bit++ {
+			b := bytes.Clone(full)
+			b[i] ^= 1 << bit
+			check(fmt.Sprintf("flip of bit %d at byte %d", bit, i), b)
+		}
+	}
+	h, err := readHeader(bytes.NewReader(full), int64(len(full)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (header{"ns", "store-1", 17, 24, rec.ConfirmedAt.UnixNano()}); h != want {
+		t.Fatalf("header %+v, want %+v", h, want)
+	}
+	if _, err := readHeader(bytes.NewReader(nil), MaxFileSize+1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("oversized: %v", err)
 	}
 }
 
@@ -337,7 +379,9 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 // FuzzDecode feeds Decode arbitrary bytes, and the same bytes with a
 // recomputed checksum so that the fuzzer explores the parser behind the
 // checksum. Decode must not panic, and what it accepts must re-encode to a
-// file that decodes to the same record.
+// file that decodes to the same record. readHeader, Save's streaming look at
+// the file it replaces, must accept what Decode accepts, with the same
+// header, and refuse only as corrupt.
 func FuzzDecode(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
@@ -345,6 +389,14 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, in := range [][]byte{data, withCRC(data)} {
 			rec, err := Decode(in)
+			h, herr := readHeader(bytes.NewReader(in), int64(len(in)))
+			if herr != nil && !errors.Is(herr, ErrCorrupt) {
+				t.Fatalf("readHeader: %v", herr)
+			}
+			if err == nil && (herr != nil || h.namespace != rec.Namespace || h.storeID != rec.StoreID ||
+				h.revision != rec.Revision || h.cursor != rec.Cursor || !h.confirmedAt().Equal(rec.ConfirmedAt)) {
+				t.Fatalf("Decode accepts %+v; readHeader gives %+v, %v", rec, h, herr)
+			}
 			if err != nil {
 				if rec != nil || !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("error %v with record %v", err, rec)

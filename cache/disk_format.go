@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"time"
 )
 
@@ -157,20 +158,8 @@ func Decode(data []byte) (*Record, error) {
 	if len(data) > MaxFileSize {
 		return nil, corruptf("file of %d bytes exceeds the %d limit", len(data), MaxFileSize)
 	}
-	if len(data) < len(formatMagic) || string(data[:len(formatMagic)]) != formatMagic {
-		if len(data) == 0 {
-			return nil, corruptf("empty file")
-		}
-		return nil, corruptf("not a holdfast cache file (bad magic)")
-	}
-	if len(data) < fixedHeaderLen {
-		return nil, corruptf("truncated header")
-	}
-	if v := binary.LittleEndian.Uint16(data[len(formatMagic):]); v != formatVersion {
-		return nil, corruptf("unsupported format version %d (want %d)", v, formatVersion)
-	}
-	if f := binary.LittleEndian.Uint16(data[len(formatMagic)+2:]); f != 0 {
-		return nil, corruptf("unsupported format flags %#x", f)
+	if err := checkPreamble(data); err != nil {
+		return nil, err
 	}
 	if len(data) < minFileLen {
 		return nil, corruptf("truncated: %d bytes", len(data))
@@ -181,18 +170,13 @@ func Decode(data []byte) (*Record, error) {
 		return nil, corruptf("checksum mismatch (file %08x, computed %08x)", want, got)
 	}
 
-	r := reader{b: body[fixedHeaderLen:]}
-	ns := r.str("namespace", maxNamespaceLen)
-	storeID := r.str("store id", maxStoreIDLen)
-	revision := int64(r.u64("revision"))
-	cursor := int64(r.u64("cursor"))
-	confirmed := int64(r.u64("confirmed-at"))
+	h, r := decodeHeader(body)
 	count := r.uvarint("count")
 	if r.err != nil {
 		return nil, r.err
 	}
-	if err := checkNamespace(ns); err != nil {
-		return nil, corruptf("namespace name %q in file is invalid", ns)
+	if err := checkNamespace(h.namespace); err != nil {
+		return nil, corruptf("namespace name %q in file is invalid", h.namespace)
 	}
 	// Each entry takes at least two bytes (two zero lengths), so count is
 	// bounded by what remains before the map is sized by it.
@@ -224,17 +208,124 @@ func Decode(data []byte) (*Record, error) {
 	if len(r.b) != 0 {
 		return nil, corruptf("%d unexpected bytes after the values", len(r.b))
 	}
-	rec := &Record{
-		Namespace: ns,
-		StoreID:   storeID,
-		Revision:  revision,
-		Cursor:    cursor,
-		Snapshot:  FromValues(ns, storeID, revision, values),
+	return &Record{
+		Namespace:   h.namespace,
+		StoreID:     h.storeID,
+		Revision:    h.revision,
+		Cursor:      h.cursor,
+		ConfirmedAt: h.confirmedAt(),
+		Snapshot:    FromValues(h.namespace, h.storeID, h.revision, values),
+	}, nil
+}
+
+// header is the fixed part of a record, before its values.
+type header struct {
+	namespace string
+	storeID   string
+	revision  int64
+	cursor    int64
+	confirmed int64 // Unix nanoseconds; 0 = unknown
+}
+
+func (h header) confirmedAt() time.Time {
+	if h.confirmed == 0 {
+		return time.Time{}
 	}
-	if confirmed != 0 {
-		rec.ConfirmedAt = time.Unix(0, confirmed)
+	return time.Unix(0, h.confirmed)
+}
+
+// maxHeaderLen bounds the bytes of a well-formed file before its count:
+// the fixed header, the longest namespace and store id, and three int64s.
+const maxHeaderLen = fixedHeaderLen + 2 + maxNamespaceLen + 2 + maxStoreIDLen + 3*8
+
+// checkPreamble checks the magic, version and flags at the start of data (a
+// whole file, or at least its first fixedHeaderLen bytes).
+func checkPreamble(data []byte) error {
+	if len(data) < len(formatMagic) || string(data[:len(formatMagic)]) != formatMagic {
+		if len(data) == 0 {
+			return corruptf("empty file")
+		}
+		return corruptf("not a holdfast cache file (bad magic)")
 	}
-	return rec, nil
+	if len(data) < fixedHeaderLen {
+		return corruptf("truncated header")
+	}
+	if v := binary.LittleEndian.Uint16(data[len(formatMagic):]); v != formatVersion {
+		return corruptf("unsupported format version %d (want %d)", v, formatVersion)
+	}
+	if f := binary.LittleEndian.Uint16(data[len(formatMagic)+2:]); f != 0 {
+		return corruptf("unsupported format flags %#x", f)
+	}
+	return nil
+}
+
+// decodeHeader reads the header fields of body (a file's bytes before the
+// checksum, or their first maxHeaderLen or more), whose preamble has been
+// checked. It returns the reader positioned at the count; a defect is in
+// the reader's err.
+func decodeHeader(body []byte) (header, *reader) {
+	r := &reader{b: body[fixedHeaderLen:]}
+	h := header{
+		namespace: r.str("namespace", maxNamespaceLen),
+		storeID:   r.str("store id", maxStoreIDLen),
+		revision:  int64(r.u64("revision")),
+		cursor:    int64(r.u64("cursor")),
+		confirmed: int64(r.u64("confirmed-at")),
+	}
+	return h, r
+}
+
+// readHeader reads the header of the file open as f, of size bytes, and
+// checks the whole file's checksum, streaming it through a small buffer: a
+// Save compares headers without holding a second copy of a large file. A
+// defect gives an error wrapping ErrCorrupt; a read error is returned as is.
+func readHeader(f io.Reader, size int64) (header, error) {
+	if size > MaxFileSize {
+		return header{}, corruptf("file of %d bytes exceeds the %d limit", size, MaxFileSize)
+	}
+	if size < int64(minFileLen) {
+		return header{}, corruptf("truncated: %d bytes", size)
+	}
+	body := size - checksumLen
+	head := make([]byte, min(body, int64(maxHeaderLen)))
+	if _, err := io.ReadFull(f, head); err != nil {
+		return header{}, shortRead(err)
+	}
+	if err := checkPreamble(head); err != nil {
+		return header{}, err
+	}
+	crc := crc32.New(castagnoli)
+	crc.Write(head)
+	if _, err := io.CopyN(crc, f, body-int64(len(head))); err != nil {
+		return header{}, shortRead(err)
+	}
+	// The checksum, and one byte more to see a file that grew.
+	var tail [checksumLen + 1]byte
+	switch n, err := io.ReadFull(f, tail[:]); {
+	case n < checksumLen:
+		return header{}, shortRead(err)
+	case n > checksumLen:
+		return header{}, corruptf("file grew while being read")
+	case err != io.ErrUnexpectedEOF:
+		return header{}, err
+	}
+	if want, got := binary.LittleEndian.Uint32(tail[:]), crc.Sum32(); got != want {
+		return header{}, corruptf("checksum mismatch (file %08x, computed %08x)", want, got)
+	}
+	h, r := decodeHeader(head)
+	if r.err != nil {
+		return header{}, r.err
+	}
+	return h, nil
+}
+
+// shortRead makes a file that ended before its size (it is replaced by
+// rename, never written in place, so it should not) a defect.
+func shortRead(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return corruptf("file shrank while being read")
+	}
+	return err
 }
 
 func corruptf(format string, args ...any) error {

@@ -8,29 +8,50 @@ import (
 	"github.com/google/renameio/v2"
 )
 
-// writeFileAtomic replaces path with data: renameio writes a temporary file
-// in dir (the same file system, so the rename is atomic), fsyncs it and
-// renames it over path. The explicit options matter: renameio.WriteFile
-// would let an existing file's wider mode win, and without WithTempDir the
-// temporary file may land in another file system. renameio does not fsync
-// the directory, so without syncDir the rename may not survive a power loss.
-func writeFileAtomic(dir, path string, data []byte) error {
+// writeTemp writes data to a temporary file in dir and fsyncs it; commit
+// then renames it over path. It is two steps so that Save holds the
+// namespace's lock across processes for the rename only, not for the write.
+// renameio writes the temporary file in dir (the same file system, so the
+// rename is atomic). The explicit options matter: renameio.WriteFile would
+// let an existing file's wider mode win, and without WithTempDir the
+// temporary file may land in another file system.
+func writeTemp(dir, path string, data []byte) (*pendingFile, error) {
 	t, err := renameio.NewPendingFile(path,
 		renameio.WithTempDir(dir),
 		renameio.WithPermissions(filePerm),
 		renameio.WithStaticPermissions(filePerm))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer t.Cleanup() // removes the temporary file unless it was renamed
 	if _, err := t.Write(data); err != nil {
-		return err
+		t.Cleanup()
+		return nil, err
 	}
-	if err := t.CloseAtomicallyReplace(); err != nil {
-		return err
+	if err := t.Sync(); err != nil {
+		t.Cleanup()
+		return nil, err
 	}
-	return syncDir(dir)
+	return &pendingFile{t: t, dir: dir}, nil
 }
+
+type pendingFile struct {
+	t   *renameio.PendingFile
+	dir string
+}
+
+// commit renames the temporary file over its target and fsyncs the
+// directory, which renameio does not do: without it the rename may not
+// survive a power loss. (renameio fsyncs the file again first; it has
+// nothing left to write.)
+func (p *pendingFile) commit() error {
+	if err := p.t.CloseAtomicallyReplace(); err != nil {
+		return err
+	}
+	return syncDir(p.dir)
+}
+
+// cleanup removes the temporary file unless it was renamed.
+func (p *pendingFile) cleanup() { p.t.Cleanup() }
 
 // syncDir fsyncs a directory, making renames in it durable.
 func syncDir(dir string) error {

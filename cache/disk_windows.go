@@ -9,15 +9,15 @@ import (
 	"strings"
 )
 
-// writeFileAtomic replaces path with data. renameio has no Windows
-// implementation, so this is its sequence by hand: write a temporary file in
-// dir, fsync it, close it and rename it over path (os.Rename is MoveFileEx
-// with MOVEFILE_REPLACE_EXISTING). The temporary name, "." + base + digits,
-// is the one OpenDir sweeps.
-func writeFileAtomic(dir, path string, data []byte) (err error) {
+// writeTemp writes data to a temporary file in dir, fsyncs and closes it;
+// commit then renames it over path. renameio has no Windows implementation,
+// so this is its sequence by hand (os.Rename is MoveFileEx with
+// MOVEFILE_REPLACE_EXISTING). The temporary name, "." + base + digits, is the
+// one OpenDir sweeps.
+func writeTemp(dir, path string, data []byte) (_ *pendingFile, err error) {
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+"*")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tmp := f.Name()
 	defer func() {
@@ -27,15 +27,35 @@ func writeFileAtomic(dir, path string, data []byte) (err error) {
 		}
 	}()
 	if _, err = f.Write(data); err != nil {
-		return err
+		return nil, err
 	}
 	if err = f.Sync(); err != nil {
-		return err
+		return nil, err
 	}
 	if err = f.Close(); err != nil {
+		return nil, err
+	}
+	return &pendingFile{tmp: tmp, path: path}, nil
+}
+
+type pendingFile struct {
+	tmp, path string
+	done      bool
+}
+
+func (p *pendingFile) commit() error {
+	if err := os.Rename(p.tmp, p.path); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	p.done = true
+	return nil
+}
+
+// cleanup removes the temporary file unless it was renamed.
+func (p *pendingFile) cleanup() {
+	if !p.done {
+		os.Remove(p.tmp)
+	}
 }
 
 // syncDir is a no-op: Windows cannot fsync a directory handle opened this

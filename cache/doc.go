@@ -27,6 +27,13 @@
 // ErrCorrupt), and is never served. The format is described in
 // disk_format.go.
 //
+// Processes may share a directory. Save never replaces a newer record of
+// the same store id (a higher revision, or the same one confirmed later)
+// with an older one: it compares under a lock of the namespace across
+// processes ("<name>.hfc.lock", flock where the platform has it) and
+// returns a *SupersededError (errors.Is ErrSuperseded) instead, which is not
+// a write error. Another store id replaces the file: the store was reset.
+//
 // A Persister writes records off the apply path, on one goroutine of its
 // own, coalescing a burst of records of one namespace into one write.
 // Close flushes what is pending and stops it.

@@ -15,7 +15,13 @@ import (
 //
 // A write that fails is reported to onResult and not retried: the next
 // submission of that namespace writes again, and the previous file stays as
-// it was.
+// it was. A record refused because the file holds a newer one (a
+// *SupersededError, from another process sharing the directory) is reported
+// to onResult too, but is not a failure: the file holds better data.
+//
+// A record with NewHistory set that is coalesced away by a later one of the
+// same store id passes the flag on to it, so that the new history is
+// written even if the record that set it never was.
 type Persister struct {
 	d        *Dir
 	onResult func(*Record, error)
@@ -25,16 +31,23 @@ type Persister struct {
 	wg   sync.WaitGroup
 
 	mu        sync.Mutex
-	pending   map[string]*Record // newest unwritten record per namespace
+	pending   map[string]pending // newest unwritten record per namespace
 	submitted uint64             // sequence number of the last Submit
 	done      uint64             // every Submit up to this one is written, failed or superseded
 	doneCh    chan struct{}      // closed (and replaced) when done advances
 	closed    bool
 
-	failed map[string]error // namespaces whose newest write failed; writer goroutine only
+	failed map[string]error // namespaces whose newest write failed (not superseded); writer goroutine only
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// pending is a record waiting to be written, and whether it is to be
+// written as new history (its own NewHistory, or one it coalesced away).
+type pending struct {
+	rec        *Record
+	newHistory bool
 }
 
 // NewPersister starts a Persister writing to d. onResult, if not nil, is
@@ -50,7 +63,7 @@ func NewPersister(d *Dir, onResult func(rec *Record, err error)) *Persister {
 		onResult: onResult,
 		wake:     make(chan struct{}, 1),
 		halt:     make(chan struct{}),
-		pending:  make(map[string]*Record),
+		pending:  make(map[string]pending),
 		doneCh:   make(chan struct{}),
 		failed:   make(map[string]error),
 	}
@@ -72,7 +85,11 @@ func (p *Persister) Submit(rec *Record) {
 		return
 	}
 	p.submitted++
-	p.pending[rec.Namespace] = rec
+	next := pending{rec: rec, newHistory: rec.NewHistory}
+	if prev, ok := p.pending[rec.Namespace]; ok && prev.newHistory && prev.rec.StoreID == rec.StoreID {
+		next.newHistory = true
+	}
+	p.pending[rec.Namespace] = next
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -103,7 +120,8 @@ func (p *Persister) Flush(ctx context.Context) error {
 
 // Close writes what is pending and stops the goroutine. It returns an error
 // when, for some namespace, the newest record submitted is not on disk
-// because its write failed (each failure was also reported to onResult).
+// because its write failed (each failure was also reported to onResult); not
+// when it was superseded by a newer record on disk.
 // Later Submits are dropped. Close is idempotent: later calls wait for the
 // first and return its result.
 func (p *Persister) Close() error {
@@ -144,18 +162,24 @@ func (p *Persister) writePending() {
 	p.mu.Lock()
 	batch, upTo := p.pending, p.submitted
 	if len(batch) > 0 {
-		p.pending = make(map[string]*Record)
+		p.pending = make(map[string]pending)
 	}
 	p.mu.Unlock()
 
-	for ns, rec := range batch {
+	for ns, pr := range batch {
+		rec := pr.rec
+		if pr.newHistory && !rec.NewHistory {
+			r := *rec // the caller's record is not ours to modify
+			r.NewHistory = true
+			rec = &r
+		}
 		err := p.d.Save(rec)
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrSuperseded) {
 			p.failed[ns] = err
 		} else {
 			delete(p.failed, ns)
 		}
-		p.onResult(rec, err)
+		p.onResult(pr.rec, err)
 	}
 
 	var wake chan struct{}

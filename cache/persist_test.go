@@ -242,3 +242,96 @@ func TestPersisterReportsErrors(t *testing.T) {
 		t.Fatalf("the newest write succeeded, yet Close says %v", err)
 	}
 }
+
+// A record refused because another writer put a newer one on disk goes to
+// onResult as ErrSuperseded, and is not a failure for Close.
+func TestPersisterSuperseded(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	d := openTestDir(t)
+	other, err := OpenDir(d.path) // another process sharing the directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Save(smallRecord(t, "ns", 5)); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 1)
+	p := NewPersister(d, func(_ *Record, err error) { results <- err })
+	p.Submit(smallRecord(t, "ns", 3))
+	if err := p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var se *SupersededError
+	if err := <-results; !errors.As(err, &se) || se.Revision != 3 || se.DiskRevision != 5 {
+		t.Fatalf("onResult got %v, want a *SupersededError of 3 by 5", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close after a superseded write: %v", err)
+	}
+	if got := mustLoad(t, d, "ns").Revision; got != 5 {
+		t.Fatalf("file holds revision %d, want 5", got)
+	}
+}
+
+// A NewHistory record coalesced away passes the flag to the record of the
+// same store id that replaced it, which is then written over the old
+// history's higher revision; without the flag it would be refused.
+func TestPersisterNewHistoryCarries(t *testing.T) {
+	for _, flag := range []bool{true, false} {
+		t.Run(fmt.Sprintf("flag %v", flag), func(t *testing.T) {
+			defer goleak.VerifyNone(t)
+			d := openTestDir(t)
+			if err := d.Save(smallRecord(t, "ns", 50)); err != nil { // the old history
+				t.Fatal(err)
+			}
+			started := make(chan struct{})
+			release := make(chan struct{})
+			var mu sync.Mutex
+			got := map[*Record]error{}
+			p := NewPersister(d, func(rec *Record, err error) {
+				mu.Lock()
+				got[rec] = err
+				mu.Unlock()
+				if rec.Namespace == "hold" {
+					close(started)
+					<-release
+				}
+			})
+			defer p.Close()
+			p.Submit(smallRecord(t, "hold", 1))
+			<-started // the writer is busy: the next two coalesce
+			r1, r2 := smallRecord(t, "ns", 1), smallRecord(t, "ns", 2)
+			r1.NewHistory = flag
+			p.Submit(r1)
+			p.Submit(r2)
+			close(release)
+			if err := p.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if _, ok := got[r1]; ok {
+				t.Fatal("r1 was written, not coalesced")
+			}
+			err, ok := got[r2]
+			if !ok {
+				t.Fatal("onResult did not get the caller's r2")
+			}
+			if r2.NewHistory {
+				t.Fatal("the caller's record was modified")
+			}
+			want := int64(2)
+			if !flag {
+				want = 50
+				if !errors.Is(err, ErrSuperseded) {
+					t.Fatalf("r2 without the flag: %v, want ErrSuperseded", err)
+				}
+			} else if err != nil {
+				t.Fatalf("r2 carrying the flag: %v", err)
+			}
+			if rev := mustLoad(t, d, "ns").Revision; rev != want {
+				t.Fatalf("file holds revision %d, want %d", rev, want)
+			}
+		})
+	}
+}
