@@ -439,7 +439,8 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 	publish(t, srv, "restored", map[string]any{"k": 3})
 	last := publish(t, srv, "restored", map[string]any{"k": 4})
 	const grace = 500 * time.Millisecond
-	c := newClient(t, srv.URL(), config.WithHistoryRewriteGrace(grace))
+	dir := t.TempDir()
+	c := newClient(t, srv.URL(), config.WithHistoryRewriteGrace(grace), config.WithCacheDir(dir))
 	ns := open(t, c, "restored")
 	waitRevision(t, ns, last)
 
@@ -478,6 +479,71 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 	}
 	if freshOnOld.Load() {
 		t.Error("reported Fresh on the old history after the server showed it was behind")
+	}
+	// The last-good file follows the new history too, though its revision
+	// is below the old one's.
+	d, err := cache.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new history on disk", func() bool {
+		rec, err := d.Load("restored")
+		return err == nil && rec.Revision == next
+	})
+}
+
+// TestSharedCacheDirKeepsTheNewest (hole 5): two clients sharing a cache
+// directory; the one cut off from the server (serving r1) closes after the
+// other wrote r3. Its Close must not put r1 back. Before: the last writer
+// won, whatever its revision.
+func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "shared", map[string]any{"k": 1})
+	dir := t.TempDir()
+	// A replica cut off from the origin: it serves r1 and keeps
+	// confirming it, so Close has a newer confirmation of r1 to persist.
+	partitioned := &funcSource{
+		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+			return &transport.Snapshot{Namespace: req.Namespace, StoreID: srv.StoreID(), Revision: 1, Cursor: 1, Values: rawValues(map[string]string{"k": "1"})}, nil
+		},
+		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-tick.C:
+				}
+				if err := handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: srv.StoreID(), Revision: 1, Cursor: 1}}); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	old := sourceClient(t, partitioned, config.WithCacheDir(dir))
+	oldNS := open(t, old, "shared")
+	d, err := cache.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "r1 on disk", func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == 1 })
+
+	publish(t, srv, "shared", map[string]any{"k": 2})
+	last := publish(t, srv, "shared", map[string]any{"k": 3})
+	current := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	waitRevision(t, open(t, current, "shared"), last)
+	eventually(t, "r3 on disk", func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == last })
+
+	if err := old.Close(); err != nil { // persists its latest confirmation, of r1
+		t.Fatal(err)
+	}
+	rec, err := d.Load("shared")
+	if err != nil || rec.Revision != last {
+		t.Fatalf("after the cut-off client's Close the file holds %v (err %v); want revision %d", rec, err, last)
+	}
+	if pe := oldNS.Status().PersistError; pe.Kind != config.ErrorNone {
+		t.Errorf("the refused older save shows as a persist error: %+v", pe)
 	}
 }
 

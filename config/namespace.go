@@ -63,6 +63,10 @@ type Namespace struct {
 	stateWait     chan struct{} // closed and replaced at every state change
 	waiters       int           // Client.Namespace calls waiting for ready
 	lastPersist   time.Time
+	// newHistory: the applied data is of history rewritten under its store
+	// id; records persisted may replace the file's higher revision, until
+	// one is written.
+	newHistory bool
 	// persistedConfirm is the confirmation time of the last record handed
 	// to the persister.
 	persistedConfirm  time.Time

@@ -79,6 +79,7 @@ func (n *Namespace) persist(changed bool) {
 		Cursor:      n.cursor,
 		ConfirmedAt: n.confirm.Round(0), // the wall clock: it must mean something after a restart
 		Snapshot:    n.applied,
+		NewHistory:  n.newHistory,
 	})
 }
 
@@ -99,9 +100,20 @@ func (n *Namespace) persistConfirmEvery() time.Duration {
 }
 
 // persisted records the outcome of one write, on the persister's goroutine.
-func (n *Namespace) persisted(_ *cache.Record, err error) {
+func (n *Namespace) persisted(rec *cache.Record, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	var superseded *cache.SupersededError
+	if errors.As(err, &superseded) {
+		// Another process sharing the directory holds newer data: the
+		// file stays as it is, which is no failure.
+		n.log.Info("config: last-good file holds newer data from another process; left as it is",
+			"revision", superseded.Revision, "file_revision", superseded.DiskRevision)
+		return
+	}
+	if err == nil && rec.NewHistory {
+		n.newHistory = false // on disk: from now on, the ordinary rule
+	}
 	if err != nil {
 		n.c.persistErrors.Add(1)
 		n.metrics.PersistError()

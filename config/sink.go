@@ -22,6 +22,9 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.applied, n.appliedOrigin, n.firstRejected = u.Snapshot, OriginNetwork, false
+	if u.Reset == syncer.ResetHistory {
+		n.newHistory = true
+	}
 	n.status.Revision, n.status.StoreID = u.Snapshot.Revision(), u.Snapshot.StoreID()
 	n.confirmed(u.Position, true)
 	n.settle(up)
