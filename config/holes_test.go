@@ -535,6 +535,8 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 	waitRevision(t, open(t, current, "shared"), last)
 	eventually(t, "r3 on disk", func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == last })
 
+	mark := time.Now()
+	eventually(t, "a confirmation of r1 newer than the r3 file", func() bool { return oldNS.Status().LastConfirmed.After(mark) })
 	if err := old.Close(); err != nil { // persists its latest confirmation, of r1
 		t.Fatal(err)
 	}
