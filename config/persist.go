@@ -30,7 +30,7 @@ func (n *Namespace) loadFromDisk(dir *cache.Dir) {
 		n.log.Warn("config: last-good file is older than MaxStaleness; not serving it", "age", age, "max_staleness", n.opts.maxStaleness)
 		return
 	}
-	doc, err := n.check(rec.Snapshot.RawValues())
+	doc, err := n.check(rec.Snapshot)
 	if err != nil {
 		n.log.Error("config: last-good file fails this build's checks; not serving it", "revision", rec.Revision, "err", err)
 		return

@@ -2,7 +2,6 @@ package config
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -150,10 +149,10 @@ func (n *Namespace) resnapshot(ctx context.Context, reason string) (err error) {
 		n.confirmed(false)
 		return nil // rejected already; wait for a later revision
 	}
-	next, err := cache.Build(n.name, snap.StoreID, snap.Revision, snap.Values)
+	next, err := cache.BuildJSON(n.name, snap.StoreID, snap.Revision, snap.Values)
 	var doc map[string]any
 	if err == nil {
-		doc, err = n.check(snap.Values)
+		doc, err = n.check(next)
 	}
 	if cur != nil && snap.StoreID != cur.StoreID() {
 		n.log.Warn("config: store id changed; monotonic floor reset", "old", cur.StoreID(), "new", snap.StoreID)
@@ -178,14 +177,14 @@ func (n *Namespace) resnapshot(ctx context.Context, reason string) (err error) {
 	return nil
 }
 
-// check runs the namespace's schema, if it has one, on values: the whole
+// check runs the namespace's schema, if it has one, on s: the whole
 // namespace. It returns the decoded document, kept to check later changes
 // without decoding every value again.
-func (n *Namespace) check(values map[string]json.RawMessage) (map[string]any, error) {
+func (n *Namespace) check(s *cache.Snapshot) (map[string]any, error) {
 	if n.schema == nil {
 		return nil, nil
 	}
-	doc, err := schema.DecodeValues(values)
+	doc, err := schema.DecodeSeq(s.RawAll(), s.Len())
 	if err != nil {
 		return nil, err
 	}
