@@ -260,3 +260,132 @@ func TestFromValuesAndRawAll(t *testing.T) {
 		t.Errorf("the zero Value kept = %v, %v", v, ok)
 	}
 }
+
+// TestBuildJSONAllocationsPerSnapshot: BuildJSON allocates a few arrays
+// per snapshot, not an object per key (strings with escapes aside).
+func TestBuildJSONAllocationsPerSnapshot(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("coverage instrumentation allocates")
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := range 1000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"key-%d":[%d,{"x":"y"}],"s%d":"250ms","f%d":2.5,"n%d":null`, i, i, i, i, i)
+	}
+	b.WriteByte('}')
+	obj := json.RawMessage(b.String())
+	allocs := testing.AllocsPerRun(10, func() {
+		if _, err := BuildJSON("ns", "s", 1, obj); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 10 {
+		t.Errorf("BuildJSON of 5,000 keys made %.0f allocations; want a few per snapshot", allocs)
+	}
+}
+
+// collide returns n keys that fall in one bucket of x, found by trying.
+func collide(x *index, n int, prefix string) []string {
+	var keys []string
+	want := uint64(1<<64-1) >> x.shift // the last bucket
+	for i := 0; len(keys) < n; i++ {
+		k := prefix + strconv.Itoa(i)
+		if x.hashOf(k)>>x.shift == want {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func maxGroup(x *index) int {
+	most := 0
+	for b := range x.buckets() {
+		most = max(most, int(x.start[b+1]-x.start[b]))
+	}
+	return most
+}
+
+// TestCrowdedBucketRelaysOut: keys that crowd one bucket (a server that
+// found the hash's key) make the index hash with hash/maphash instead, so
+// that lookups and the duplicate check stay short.
+func TestCrowdedBucketRelaysOut(t *testing.T) {
+	var keys []string
+	x, err := layout(maxBucket+8, func(b *builder) error {
+		if keys == nil {
+			keys = collide(&b.x, maxBucket+8, "k")
+		}
+		for _, k := range keys {
+			b.count(k)
+		}
+		for _, k := range keys {
+			if err := b.add(k).set(`1`); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !x.strong || maxGroup(&x) > maxBucket {
+		t.Fatalf("strong = %v, fullest bucket %d; want hash/maphash and at most %d", x.strong, maxGroup(&x), maxBucket)
+	}
+	s := &Snapshot{index: x}
+	for _, k := range keys {
+		if v, ok := s.Get(k); !ok || v.String() != "1" {
+			t.Fatalf("Get(%q) = %v, %v", k, v, ok)
+		}
+	}
+}
+
+// TestApplyCrowdedBucketRelaysOut: puts that crowd one bucket of the
+// applied snapshot's layout make the change lay it out again.
+func TestApplyCrowdedBucketRelaysOut(t *testing.T) {
+	want := map[string]json.RawMessage{}
+	for i := range 2000 {
+		want["base"+strconv.Itoa(i)] = json.RawMessage(`0`)
+	}
+	base, err := Build("ns", "s", 1, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	puts := map[string]json.RawMessage{}
+	for _, k := range collide(&base.index, maxBucket+8, "put") {
+		puts[k] = json.RawMessage(`1`)
+	}
+	next, err := base.Apply(2, time.Time{}, puts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxGroup(&next.index) > maxBucket {
+		t.Fatalf("fullest bucket after the change holds %d; want at most %d", maxGroup(&next.index), maxBucket)
+	}
+	maps.Copy(want, puts)
+	for k, raw := range want {
+		if v, ok := next.Get(k); !ok || string(v.Raw()) != string(raw) {
+			t.Fatalf("Get(%q) = %s, %v; want %s", k, v.Raw(), ok, raw)
+		}
+	}
+}
+
+// TestKeyHashReadsOnlyTheKey: every length hashes the key's bytes and
+// nothing past them (a key that is a prefix of a longer string hashes as
+// the same key alone).
+func TestKeyHashReadsOnlyTheKey(t *testing.T) {
+	k := newKeyHash()
+	long := strings.Repeat("abcdefghijklmnopqrstuvwxyz0123456789", 4)
+	seen := map[uint64]int{}
+	for n := 0; n <= len(long); n++ {
+		h := k.sum(long[:n])
+		if h != k.sum(strings.Clone(long[:n])) {
+			t.Fatalf("length %d: the hash depends on more than the key", n)
+		}
+		if m, dup := seen[h]; dup {
+			t.Fatalf("lengths %d and %d hash alike", m, n)
+		}
+		seen[h] = n
+	}
+}

@@ -268,11 +268,11 @@ func eachMember(obj string, fn func(key, raw string) error) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		var key string
-		if plain {
-			key = obj[i+1 : kend-1]
-		} else if err := json.Unmarshal([]byte(obj[i:kend]), &key); err != nil {
-			return n, fmt.Errorf("key at offset %d: %w", i, err) // unreachable: scanString checked it
+		key := obj[i+1 : kend-1]
+		if !plain {
+			if key, err = unquote(obj[i:kend]); err != nil {
+				return n, fmt.Errorf("key at offset %d: %w", i, err) // unreachable: scanString checked it
+			}
 		}
 		i = skipSpace(obj, kend)
 		if i >= len(obj) || obj[i] != ':' {
@@ -307,4 +307,12 @@ func trailing(s string, i int) error {
 		return errAt(s, i, "the end after the object")
 	}
 	return nil
+}
+
+// unquote is json.Unmarshal's reading of a JSON string with escapes or bad
+// UTF-8 (each bad byte becomes U+FFFD).
+func unquote(text string) (string, error) {
+	var s string
+	err := json.Unmarshal([]byte(text), &s)
+	return s, err
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Snapshot is one namespace's content at one revision. It is immutable once
@@ -36,31 +37,35 @@ type Snapshot struct {
 // key besides the text, the decoded content of strings with escapes, and
 // the text.
 func BuildJSON(namespace, storeID string, revision int64, values json.RawMessage) (*Snapshot, error) {
-	var ents []entry
+	var (
+		obj string
+		n   int
+	)
 	if len(bytes.TrimLeft(values, " \t\r\n")) > 0 {
-		obj := string(values)
-		n, err := eachMember(obj, nil)
-		if err != nil {
+		obj = string(values)
+		var err error
+		if n, err = eachMember(obj, nil); err != nil { // all checked before anything is sized by it
 			return nil, fmt.Errorf("cache: values: %w", err)
 		}
-		ents = make([]entry, n)
-		i := 0
-		if _, err := eachMember(obj, func(key, raw string) error {
-			ents[i].key = key
-			if err := ents[i].v.set(raw); err != nil {
-				return fmt.Errorf("cache: key %q: %w", key, err)
-			}
-			i++
+	}
+	x, err := layout(n, func(b *builder) error {
+		if n == 0 {
+			return nil
+		}
+		if _, err := eachMember(obj, func(key, _ string) error {
+			b.count(key)
 			return nil
 		}); err != nil {
-			return nil, err
+			return fmt.Errorf("cache: values: %w", err)
 		}
-	}
-	return build(namespace, storeID, revision, ents)
-}
-
-func build(namespace, storeID string, revision int64, ents []entry) (*Snapshot, error) {
-	x, err := newIndex(ents)
+		_, err := eachMember(obj, func(key, raw string) error {
+			if err := b.add(key).set(raw); err != nil {
+				return fmt.Errorf("cache: key %q: %w", key, err)
+			}
+			return nil
+		})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -71,11 +76,21 @@ func build(namespace, storeID string, revision int64, ents []entry) (*Snapshot, 
 // once. A value that is not valid JSON fails the whole build. BuildJSON
 // decodes the wire's form with less memory.
 func Build(namespace, storeID string, revision int64, raw map[string]json.RawMessage) (*Snapshot, error) {
-	ents, err := decodeAll(raw)
+	x, err := layout(len(raw), func(b *builder) error {
+		for k := range raw {
+			b.count(k)
+		}
+		for k, r := range raw {
+			if err := b.add(k).decode(r); err != nil {
+				return fmt.Errorf("cache: key %q: %w", k, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return build(namespace, storeID, revision, ents)
+	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}, nil
 }
 
 // decodeAll decodes every value of raw into entries.
@@ -94,15 +109,19 @@ func decodeAll(raw map[string]json.RawMessage) ([]entry, error) {
 
 // FromValues makes a Snapshot of already decoded values.
 func FromValues(namespace, storeID string, revision int64, values map[string]Value) *Snapshot {
-	ents := make([]entry, 0, len(values))
-	for k, v := range values {
-		ents = append(ents, entry{key: k, v: *v.data()})
-	}
-	s, err := build(namespace, storeID, revision, ents)
+	x, err := layout(len(values), func(b *builder) error {
+		for k := range values {
+			b.count(k)
+		}
+		for k, v := range values {
+			b.addValue(k, v.data())
+		}
+		return nil
+	})
 	if err != nil {
 		panic("cache: " + err.Error()) // unreachable: a map has no key twice
 	}
-	return s
+	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}
 }
 
 // Apply returns a new Snapshot: s with puts and deletes applied, at revision.
@@ -146,15 +165,30 @@ func (s *Snapshot) Revision() int64 { return s.revision }
 func (s *Snapshot) CommittedAt() time.Time { return s.committedAt }
 
 // Get returns the value of key. It does not allocate.
+//
+// It is the read path of every getter, and as fast as a Go map's lookup:
+// the hash's top bits pick the bucket, its low bits (the tag) skip the
+// other keys in it, the one key left is compared in place (sameKey), and
+// the arrays are read without bounds checks, which newIndex and with make
+// needless: start has a bucket's start and end for every hash >> shift,
+// and they are offsets in ents.
 func (s *Snapshot) Get(key string) (Value, bool) {
 	if len(s.ents) == 0 {
 		return Value{}, false
 	}
-	b := maphash.String(s.seed, key) >> s.shift
-	for i, end := s.start[b], s.start[b+1]; i < end; i++ {
-		if e := &s.ents[i]; e.key == key {
+	var h uint64
+	if s.strong {
+		h = maphash.Comparable(s.seed, key)
+	} else {
+		h = s.hash.sum(key)
+	}
+	start := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.start)), (h>>(s.shift&63))*4)
+	e := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.ents)), uintptr(*(*uint32)(start))*entrySize)
+	for n := *(*uint32)(unsafe.Add(start, 4)) - *(*uint32)(start); n > 0; n-- {
+		if e := (*entry)(e); e.v.tag == uint16(h) && len(e.key) == len(key) && sameKey(e.key, key) {
 			return Value{&e.v}, true
 		}
+		e = unsafe.Add(e, entrySize)
 	}
 	return Value{}, false
 }

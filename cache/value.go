@@ -57,6 +57,10 @@ type valueData struct {
 	n     uint32 // the JSON text's length
 	kind  Kind
 	flags uint8
+	// tag is the low bits of the key's hash, set when the value is placed
+	// in a snapshot's index (it fills what would be padding): Get compares
+	// only the keys of its bucket whose tag matches. set and decode keep it.
+	tag uint16
 	// w is the int64 of an integer (flagInt), the bits of any other
 	// number's float64, the time.Duration of a string (flagDur), 1 for true.
 	w uint64
@@ -105,7 +109,7 @@ func (d *valueData) set(text string) error {
 	if uint64(len(text)) > math.MaxUint32 {
 		return fmt.Errorf("cache: a value of %d bytes", len(text))
 	}
-	*d = valueData{p: unsafe.Pointer(unsafe.StringData(text)), n: uint32(len(text))}
+	*d = valueData{p: unsafe.Pointer(unsafe.StringData(text)), n: uint32(len(text)), tag: d.tag}
 	switch text[0] {
 	case 'n':
 		d.kind = KindNull
@@ -120,7 +124,8 @@ func (d *valueData) set(text string) error {
 		if strings.IndexByte(str, '\\') >= 0 || !utf8.ValidString(str) {
 			// Rare: escapes or bad UTF-8 need the decoder's reading.
 			e := &escaped{text: text}
-			if err := json.Unmarshal([]byte(text), &e.str); err != nil {
+			var err error
+			if e.str, err = unquote(text); err != nil {
 				return fmt.Errorf("cache: invalid JSON string: %w", err)
 			}
 			d.p, d.flags, str = unsafe.Pointer(e), flagEscaped, e.str
