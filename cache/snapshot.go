@@ -33,9 +33,8 @@ type Snapshot struct {
 // key twice (the wire never has one; which would win is not defined),
 // fails the build.
 //
-// What it retains is bounded by the size of values: about 44 bytes per
-// key besides the text, the decoded content of strings with escapes, and
-// the text.
+// What it retains is bounded by the size of values: the text, 44 to 48
+// bytes a key, and the content of strings with escapes.
 func BuildJSON(namespace, storeID string, revision int64, values json.RawMessage) (*Snapshot, error) {
 	var (
 		obj string
