@@ -182,12 +182,11 @@ func (s *Snapshot) Get(key string) (Value, bool) {
 		h = s.hash.sum(key)
 	}
 	start := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.start)), (h>>(s.shift&63))*4)
-	e := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.ents)), uintptr(*(*uint32)(start))*entrySize)
-	for n := *(*uint32)(unsafe.Add(start, 4)) - *(*uint32)(start); n > 0; n-- {
-		if e := (*entry)(e); e.v.tag == uint16(h) && len(e.key) == len(key) && sameKey(e.key, key) {
+	ents := unsafe.Pointer(unsafe.SliceData(s.ents))
+	for i, end := *(*uint32)(start), *(*uint32)(unsafe.Add(start, 4)); i < end; i++ {
+		if e := (*entry)(unsafe.Add(ents, uintptr(i)*entrySize)); e.v.tag == uint16(h) && len(e.key) == len(key) && sameKey(e.key, key) {
 			return Value{&e.v}, true
 		}
-		e = unsafe.Add(e, entrySize)
 	}
 	return Value{}, false
 }
