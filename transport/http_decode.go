@@ -206,7 +206,7 @@ func decodeSnapshot(data []byte, ns string, maxKeys int) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: snapshot values are not a JSON object", ErrMalformed)
 	default:
 		if n := countMembers(v, maxKeys); n > maxKeys {
-			return nil, fmt.Errorf("%w: snapshot of %q has more than %d keys (the limit set by WithMaxSnapshotKeys)", ErrTooLarge, ns, maxKeys)
+			return nil, fmt.Errorf("%w: snapshot has more than %d keys (the limit set by WithMaxSnapshotKeys)", ErrTooLarge, maxKeys)
 		}
 	}
 	return &s, nil
