@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestBuildJSON(t *testing.T) {
@@ -387,5 +388,18 @@ func TestKeyHashReadsOnlyTheKey(t *testing.T) {
 			t.Fatalf("lengths %d and %d hash alike", m, n)
 		}
 		seen[h] = n
+	}
+}
+
+// TestSizes holds the sizes the memory bound rests on (64-bit platforms).
+func TestSizes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
+	if got := unsafe.Sizeof(valueData{}); got != 24 {
+		t.Errorf("valueData is %d bytes, want 24", got)
+	}
+	if entrySize != 40 {
+		t.Errorf("an entry is %d bytes, want 40", entrySize)
 	}
 }

@@ -26,9 +26,10 @@ type Snapshot struct {
 
 // BuildJSON decodes values, one JSON object of key to value (the form of
 // transport.Snapshot.Values), into a new Snapshot. It walks the object
-// once to check it and count its members, and once more to decode every
-// value into an array sized for them; keys and JSON texts are substrings
-// of one copy of values, which the caller may reuse. Empty values are an
+// three times and allocates nothing per key: to check it and count its
+// members, to count the keys of each bucket of the index, and to decode
+// each value where its bucket is. Keys and JSON texts are substrings of
+// one copy of values, which the caller may reuse. Empty values are an
 // empty namespace. Text that is not one JSON object, or an object with a
 // key twice (the wire never has one; which would win is not defined),
 // fails the build.
