@@ -1,12 +1,15 @@
 package cache
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
+	"hash/maphash"
+	"iter"
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Snapshot is one namespace's content at one revision. It is immutable once
@@ -18,57 +21,134 @@ type Snapshot struct {
 	// committedAt is when the server committed this revision (zero when
 	// unknown, as for a full snapshot).
 	committedAt time.Time
-	values      map[string]Value
+	index
+}
+
+// BuildJSON decodes values, one JSON object of key to value (the form of
+// transport.Snapshot.Values), into a new Snapshot. It walks the object
+// three times and allocates nothing per key: to check it and count its
+// members, to count the keys of each bucket of the index, and to decode
+// each value where its bucket is. Keys and JSON texts are substrings of
+// one copy of values, which the caller may reuse. Empty values are an
+// empty namespace. Text that is not one JSON object, or an object with a
+// key twice (the wire never has one; which would win is not defined),
+// fails the build.
+//
+// What it retains is bounded by the size of values: the text, 44 to 48
+// bytes a key, and the content of strings with escapes.
+func BuildJSON(namespace, storeID string, revision int64, values json.RawMessage) (*Snapshot, error) {
+	var (
+		obj string
+		n   int
+	)
+	if len(bytes.TrimLeft(values, " \t\r\n")) > 0 {
+		obj = string(values)
+		var err error
+		if n, err = eachMember(obj, nil); err != nil { // all checked before anything is sized by it
+			return nil, fmt.Errorf("cache: values: %w", err)
+		}
+	}
+	x, err := layout(n, func(b *builder) error {
+		if n == 0 {
+			return nil
+		}
+		if _, err := eachMember(obj, func(key, _ string) error {
+			b.count(key)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("cache: values: %w", err)
+		}
+		_, err := eachMember(obj, func(key, raw string) error {
+			if err := b.add(key).set(raw); err != nil {
+				return fmt.Errorf("cache: key %q: %w", key, err)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}, nil
 }
 
 // Build decodes raw values into a new Snapshot. Every value is decoded here,
-// once. A value that is not valid JSON fails the whole build.
+// once. A value that is not valid JSON fails the whole build. BuildJSON
+// decodes the wire's form with less memory.
 func Build(namespace, storeID string, revision int64, raw map[string]json.RawMessage) (*Snapshot, error) {
-	values := make(map[string]Value, len(raw))
-	data := make([]valueData, len(raw)) // one allocation for every value
-	i := 0
-	for k, r := range raw {
-		if err := data[i].decode(r); err != nil {
-			return nil, fmt.Errorf("cache: key %q: %w", k, err)
+	x, err := layout(len(raw), func(b *builder) error {
+		for k := range raw {
+			b.count(k)
 		}
-		values[k] = Value{&data[i]}
-		i++
+		for k, r := range raw {
+			if err := b.add(k).decode(r); err != nil {
+				return fmt.Errorf("cache: key %q: %w", k, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, values: values}, nil
+	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}, nil
 }
 
-// FromValues makes a Snapshot of already decoded values. The map is owned by
-// the Snapshot afterwards.
-func FromValues(namespace, storeID string, revision int64, values map[string]Value) *Snapshot {
-	if values == nil {
-		values = map[string]Value{}
+// decodeAll decodes every value of raw into entries.
+func decodeAll(raw map[string]json.RawMessage) ([]entry, error) {
+	ents := make([]entry, len(raw))
+	i := 0
+	for k, r := range raw {
+		ents[i].key = k
+		if err := ents[i].v.decode(r); err != nil {
+			return nil, fmt.Errorf("cache: key %q: %w", k, err)
+		}
+		i++
 	}
-	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, values: values}
+	return ents, nil
+}
+
+// FromValues makes a Snapshot of already decoded values.
+func FromValues(namespace, storeID string, revision int64, values map[string]Value) *Snapshot {
+	x, err := layout(len(values), func(b *builder) error {
+		for k := range values {
+			b.count(k)
+		}
+		for k, v := range values {
+			b.addValue(k, v.data())
+		}
+		return nil
+	})
+	if err != nil {
+		panic("cache: " + err.Error()) // unreachable: a map has no key twice
+	}
+	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}
 }
 
 // Apply returns a new Snapshot: s with puts and deletes applied, at revision.
 // s is unchanged. Every put is decoded before anything is built, so a bad
 // value fails the whole change.
 func (s *Snapshot) Apply(revision int64, committedAt time.Time, puts map[string]json.RawMessage, deletes []string) (*Snapshot, error) {
-	decoded := make(map[string]Value, len(puts))
-	data := make([]valueData, len(puts)) // one allocation for every value, as in Build
-	i := 0
-	for k, r := range puts {
-		if err := data[i].decode(r); err != nil {
-			return nil, fmt.Errorf("cache: key %q: %w", k, err)
-		}
-		decoded[k] = Value{&data[i]}
-		i++
+	added, err := decodeAll(puts)
+	if err != nil {
+		return nil, err
 	}
-	values := maps.Clone(s.values)
-	if values == nil {
-		values = make(map[string]Value, len(decoded))
-	}
+	gone := make([]uint32, 0, len(deletes)+len(puts))
 	for _, k := range deletes {
-		delete(values, k)
+		if i, ok := s.find(k); ok {
+			gone = append(gone, i)
+		}
 	}
-	maps.Copy(values, decoded)
-	return &Snapshot{namespace: s.namespace, storeID: s.storeID, revision: revision, committedAt: committedAt, values: values}, nil
+	for k := range puts {
+		if i, ok := s.find(k); ok {
+			gone = append(gone, i)
+		}
+	}
+	slices.Sort(gone)
+	x, err := s.with(slices.Compact(gone), added)
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshot{namespace: s.namespace, storeID: s.storeID, revision: revision, committedAt: committedAt, index: x}, nil
 }
 
 // Namespace is the namespace's name.
@@ -85,34 +165,73 @@ func (s *Snapshot) Revision() int64 { return s.revision }
 func (s *Snapshot) CommittedAt() time.Time { return s.committedAt }
 
 // Get returns the value of key. It does not allocate.
+//
+// It is the read path of every getter, and as fast as a Go map's lookup:
+// the hash's top bits pick the bucket, its low bits (the tag) skip the
+// other keys in it, the one key left is compared in place (sameKey), and
+// the arrays are read without bounds checks, which newIndex and with make
+// needless: start has a bucket's start and end for every hash >> shift,
+// and they are offsets in ents.
 func (s *Snapshot) Get(key string) (Value, bool) {
-	v, ok := s.values[key]
-	return v, ok
+	if len(s.ents) == 0 {
+		return Value{}, false
+	}
+	var h uint64
+	if s.strong {
+		h = maphash.Comparable(s.seed, key)
+	} else {
+		h = s.hash.sum(key)
+	}
+	start := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.start)), (h>>(s.shift&63))*4)
+	ents := unsafe.Pointer(unsafe.SliceData(s.ents))
+	for i, end := *(*uint32)(start), *(*uint32)(unsafe.Add(start, 4)); i < end; i++ {
+		if e := (*entry)(unsafe.Add(ents, uintptr(i)*entrySize)); e.v.tag == uint16(h) && len(e.key) == len(key) && sameKey(e.key, key) {
+			return Value{&e.v}, true
+		}
+	}
+	return Value{}, false
 }
 
 // Len is the number of keys.
-func (s *Snapshot) Len() int { return len(s.values) }
+func (s *Snapshot) Len() int { return len(s.ents) }
 
 // Keys returns the keys in sorted order, in a new slice.
 func (s *Snapshot) Keys() []string {
-	return slices.Sorted(maps.Keys(s.values))
+	keys := make([]string, len(s.ents))
+	for i := range s.ents {
+		keys[i] = s.ents[i].key
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Range calls fn for each key and value, in no particular order, until fn
 // returns false.
 func (s *Snapshot) Range(fn func(key string, v Value) bool) {
-	for k, v := range s.values {
-		if !fn(k, v) {
+	for i := range s.ents {
+		if !fn(s.ents[i].key, Value{&s.ents[i].v}) {
 			return
+		}
+	}
+}
+
+// RawAll yields each key and its JSON text, in no particular order. The
+// texts are the snapshot's own memory: the caller must not modify them.
+func (s *Snapshot) RawAll() iter.Seq2[string, json.RawMessage] {
+	return func(yield func(string, json.RawMessage) bool) {
+		for i := range s.ents {
+			if !yield(s.ents[i].key, Value{&s.ents[i].v}.Raw()) {
+				return
+			}
 		}
 	}
 }
 
 // RawValues returns a new map of every key to its JSON text.
 func (s *Snapshot) RawValues() map[string]json.RawMessage {
-	out := make(map[string]json.RawMessage, len(s.values))
-	for k, v := range s.values {
-		out[k] = v.Raw()
+	out := make(map[string]json.RawMessage, len(s.ents))
+	for k, raw := range s.RawAll() {
+		out[k] = raw
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Kind is the JSON type of a Value.
@@ -36,27 +37,51 @@ func (k Kind) String() string {
 
 // Value is one JSON value of a namespace, decoded once when its snapshot was
 // built, so that reading it never parses or allocates. A Value is a handle
-// to immutable data: copying it is copying a pointer, which keeps map slots
-// small and lookups fast. The zero Value has KindInvalid.
+// to immutable data: copying it is copying a pointer. The zero Value has
+// KindInvalid.
 type Value struct {
 	d *valueData
 }
 
-// valueData puts what the typed getters read first, in one cache line.
+// valueData is one decoded value in 24 bytes, because a snapshot holds
+// millions of them when its keys are tiny (issue 10: a 60 MiB snapshot
+// retained 749 MiB). The JSON text is not copied: it is a substring of the
+// snapshot's one copy of its values, reached through p and n, and a
+// string's content is the text without its quotes when it has no escapes.
+// What the typed getters return sits in w, read by kind and flags.
 type valueData struct {
+	// p is the JSON text's first byte; for a string whose content is not
+	// its text (escapes, invalid UTF-8), flagEscaped is set and p is an
+	// *escaped holding both.
+	p     unsafe.Pointer
+	n     uint32 // the JSON text's length
 	kind  Kind
-	isInt bool          // the number is an integer that fits int64 exactly
-	isDur bool          // the string parses with time.ParseDuration
-	b     bool          // KindBool
-	i     int64         // KindNumber, when isInt
-	num   float64       // KindNumber
-	dur   time.Duration // KindString, when isDur
-	str   string        // KindString: the decoded string
-	raw   json.RawMessage
+	flags uint8
+	// tag is the low bits of the key's hash, set when the value is placed
+	// in a snapshot's index (it fills what would be padding): Get compares
+	// only the keys of its bucket whose tag matches. set and decode keep it.
+	tag uint16
+	// w is the int64 of an integer (flagInt), the bits of any other
+	// number's float64, the time.Duration of a string (flagDur), 1 for true.
+	w uint64
 }
 
-// NewValue decodes one JSON value. raw must be a single valid JSON value.
-// NewValue keeps a copy of raw, so the caller may reuse it.
+const (
+	flagInt     = 1 << iota // a number that is an integer that fits int64 exactly
+	flagNegZero             // an integer written as negative zero ("-0"): Float gives -0
+	flagDur                 // a string that parses with time.ParseDuration
+	flagEscaped             // a string whose content differs from its text
+)
+
+// escaped is the text and the content of a string with escapes or invalid
+// UTF-8 (json.Unmarshal's reading of it, U+FFFD for each bad byte).
+type escaped struct {
+	text, str string
+}
+
+// NewValue decodes one JSON value. raw must be a single valid JSON value;
+// white space around it is allowed. NewValue keeps a copy of raw, so the
+// caller may reuse it.
 func NewValue(raw []byte) (Value, error) {
 	d := new(valueData)
 	if err := d.decode(raw); err != nil {
@@ -65,31 +90,49 @@ func NewValue(raw []byte) (Value, error) {
 	return Value{d}, nil
 }
 
-// decode fills d from raw.
+// decode checks raw and fills d from a copy of it.
 func (d *valueData) decode(raw []byte) error {
-	raw = bytes.Trim(raw, " \t\r\n") // JSON whitespace only
+	raw = bytes.Trim(raw, " \t\r\n") // JSON white space only
 	if len(raw) == 0 {
 		return fmt.Errorf("cache: empty value")
 	}
-	if !json.Valid(raw) {
-		return fmt.Errorf("cache: invalid JSON value %.64q", raw)
+	text := string(raw)
+	if err := validValue(text); err != nil {
+		return fmt.Errorf("cache: invalid JSON value %.64q: %w", raw, err)
 	}
-	*d = valueData{raw: bytes.Clone(raw)}
-	switch raw[0] {
+	return d.set(text)
+}
+
+// set fills d from text, one valid JSON value without white space around
+// it, which d keeps: text must never change.
+func (d *valueData) set(text string) error {
+	if uint64(len(text)) > math.MaxUint32 {
+		return fmt.Errorf("cache: a value of %d bytes", len(text))
+	}
+	*d = valueData{p: unsafe.Pointer(unsafe.StringData(text)), n: uint32(len(text)), tag: d.tag}
+	switch text[0] {
 	case 'n':
 		d.kind = KindNull
 	case 't', 'f':
-		d.kind, d.b = KindBool, raw[0] == 't'
+		d.kind = KindBool
+		if text[0] == 't' {
+			d.w = 1
+		}
 	case '"':
 		d.kind = KindString
-		if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-			d.str = string(inner) // valid JSON, no escapes, valid UTF-8: the bytes are the string
-		} else if err := json.Unmarshal(raw, &d.str); err != nil {
-			return fmt.Errorf("cache: invalid JSON string: %w", err)
+		str := text[1 : len(text)-1]
+		if strings.IndexByte(str, '\\') >= 0 || !utf8.ValidString(str) {
+			// Rare: escapes or bad UTF-8 need the decoder's reading.
+			e := &escaped{text: text}
+			var err error
+			if e.str, err = unquote(text); err != nil {
+				return fmt.Errorf("cache: invalid JSON string: %w", err)
+			}
+			d.p, d.flags, str = unsafe.Pointer(e), flagEscaped, e.str
 		}
-		if looksLikeDuration(d.str) {
-			if dur, err := time.ParseDuration(d.str); err == nil {
-				d.dur, d.isDur = dur, true
+		if looksLikeDuration(str) {
+			if dur, err := time.ParseDuration(str); err == nil {
+				d.w, d.flags = uint64(dur), d.flags|flagDur
 			}
 		}
 	case '[':
@@ -98,19 +141,55 @@ func (d *valueData) decode(raw []byte) error {
 		d.kind = KindObject
 	default:
 		d.kind = KindNumber
-		f, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil && !isRangeErr(err) {
-			return fmt.Errorf("cache: invalid JSON number %.64q: %w", raw, err)
+		if isIntLiteral(text) {
+			// An integer literal: ParseInt is exact where a float64 is
+			// not (beyond 2^53), and Float converts it as ParseFloat would.
+			if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+				d.w, d.flags = uint64(i), flagInt
+				if i == 0 && text[0] == '-' {
+					d.flags |= flagNegZero
+				}
+				return nil
+			}
 		}
-		d.num = f
-		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
-			d.i, d.isInt = n, true
-		} else if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
+		f, err := strconv.ParseFloat(text, 64)
+		if err != nil && !isRangeErr(err) {
+			return fmt.Errorf("cache: invalid JSON number %.64q: %w", text, err)
+		}
+		if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
 			// 1e3 or 2.0: integral, though not written as one.
-			d.i, d.isInt = int64(f), true
+			d.w, d.flags = uint64(int64(f)), flagInt
+			if f == 0 && math.Signbit(f) {
+				d.flags |= flagNegZero
+			}
+		} else {
+			d.w = math.Float64bits(f)
 		}
 	}
 	return nil
+}
+
+// isIntLiteral reports whether a JSON number is written without a fraction
+// or an exponent.
+func isIntLiteral(num string) bool {
+	return strings.IndexAny(num, ".eE") < 0
+}
+
+// text is the value's JSON text.
+func (d *valueData) text() string {
+	if d.flags&flagEscaped != 0 {
+		return (*escaped)(d.p).text
+	}
+	return unsafe.String((*byte)(d.p), d.n)
+}
+
+// str is a KindString value's content.
+func (d *valueData) str() string {
+	if d.flags&flagEscaped != 0 {
+		return (*escaped)(d.p).str
+	}
+	t := unsafe.String((*byte)(d.p), d.n)
+	return t[1 : len(t)-1]
 }
 
 // looksLikeDuration is a cheap test that spares time.ParseDuration (and the
@@ -142,57 +221,81 @@ func (v Value) data() *valueData {
 // Kind reports the JSON type of v.
 func (v Value) Kind() Kind { return v.data().kind }
 
-// Raw returns the value's JSON text. The caller must not modify it.
-func (v Value) Raw() json.RawMessage { return v.data().raw }
+// Raw returns the value's JSON text. The caller must not modify it: it is
+// the snapshot's own memory.
+func (v Value) Raw() json.RawMessage {
+	t := v.data().text()
+	if len(t) == 0 {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(t), len(t))
+}
 
 // String returns the string for KindString, and the JSON text otherwise,
 // so that a Value prints well.
 func (v Value) String() string {
 	d := v.data()
 	if d.kind == KindString {
-		return d.str
+		return d.str()
 	}
-	return string(d.raw)
+	return d.text()
 }
 
 // Str returns the string and true for KindString, else "" and false.
 func (v Value) Str() (string, bool) {
 	d := v.data()
-	return d.str, d.kind == KindString
+	if d.kind != KindString {
+		return "", false
+	}
+	return d.str(), true
 }
 
 // Int returns the number as an int when it is an integer that fits one.
 func (v Value) Int() (int, bool) {
 	d := v.data()
-	if d.kind != KindNumber || !d.isInt || int64(int(d.i)) != d.i {
+	if d.flags&flagInt == 0 || int64(int(int64(d.w))) != int64(d.w) {
 		return 0, false
 	}
-	return int(d.i), true
+	return int(int64(d.w)), true
 }
 
 // Int64 returns the number as an int64 when it is an integer that fits one.
 func (v Value) Int64() (int64, bool) {
 	d := v.data()
-	return d.i, d.kind == KindNumber && d.isInt
+	if d.flags&flagInt == 0 {
+		return 0, false
+	}
+	return int64(d.w), true
 }
 
 // Float returns the number for KindNumber.
 func (v Value) Float() (float64, bool) {
 	d := v.data()
-	return d.num, d.kind == KindNumber
+	switch {
+	case d.kind != KindNumber:
+		return 0, false
+	case d.flags&flagNegZero != 0:
+		return math.Copysign(0, -1), true
+	case d.flags&flagInt != 0:
+		return float64(int64(d.w)), true
+	}
+	return math.Float64frombits(d.w), true
 }
 
 // Bool returns the boolean for KindBool.
 func (v Value) Bool() (bool, bool) {
 	d := v.data()
-	return d.b, d.kind == KindBool
+	return d.w != 0 && d.kind == KindBool, d.kind == KindBool
 }
 
 // Duration returns the duration for a KindString value in
 // time.ParseDuration's format ("250ms", "1m30s"), parsed when v was built.
 func (v Value) Duration() (time.Duration, bool) {
 	d := v.data()
-	return d.dur, d.isDur
+	if d.flags&flagDur == 0 {
+		return 0, false
+	}
+	return time.Duration(int64(d.w)), true
 }
 
 // Decode unmarshals the value's JSON into dst, as json.Unmarshal does. It
@@ -201,7 +304,7 @@ func (v Value) Decode(dst any) error {
 	if v.d == nil {
 		return fmt.Errorf("cache: decode of an invalid value")
 	}
-	return json.Unmarshal(v.d.raw, dst)
+	return json.Unmarshal(v.Raw(), dst)
 }
 
 // Equal reports whether a and b have the same JSON text.
@@ -209,5 +312,6 @@ func (a Value) Equal(b Value) bool {
 	if a.d == b.d {
 		return true
 	}
-	return a.Kind() == b.Kind() && bytes.Equal(a.Raw(), b.Raw())
+	da, db := a.data(), b.data()
+	return da.kind == db.kind && da.text() == db.text()
 }

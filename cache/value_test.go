@@ -1,7 +1,12 @@
 package cache
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -120,30 +125,80 @@ func TestSnapshotApplyLeavesOriginal(t *testing.T) {
 }
 
 // FuzzNewValue checks NewValue against encoding/json: it accepts exactly
-// the single JSON values, its strings decode as json.Unmarshal's do, and
-// its durations as time.ParseDuration's.
+// the single JSON values, its kinds, strings, numbers and booleans are
+// json.Unmarshal's, and its durations time.ParseDuration's.
 func FuzzNewValue(f *testing.F) {
-	for _, s := range []string{`"x"`, `"caf\u00e9"`, `"a\"b"`, `"250ms"`, `"1h2m"`, `"0"`, `"-1.5µs"`, `12`, `-0.5e3`, `null`, `[1]`, `{"a":"b"}`, `"\ud800"`, `" "`} {
+	for _, s := range []string{`"x"`, `"caf\u00e9"`, `"a\"b"`, `"250ms"`, `"1h2m"`, `"0"`, `"-1.5µs"`, `"1\u00b5s"`,
+		`12`, `-0.5e3`, `-0`, `-0.0`, `9007199254740993`, `-9223372036854775808`, `9223372036854775808`, `1e400`, `1e-400`,
+		`null`, `true`, `false`, `[1]`, `{"a":"b"}`, `"\ud800"`, `" "`, "\"\xff\"", " [ {} , [] ] ", `[1,]`, `{"a" 1}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		v, err := NewValue(raw)
-		var generic any
-		jerr := json.Unmarshal(raw, &generic)
-		if (err == nil) != (jerr == nil) {
-			t.Fatalf("NewValue(%q) error %v; json.Unmarshal error %v", raw, err, jerr)
+		if (err == nil) != json.Valid(raw) {
+			t.Fatalf("NewValue(%q) error %v; json.Valid says %v", raw, err, json.Valid(raw))
 		}
 		if err != nil {
 			return
 		}
-		if s, ok := generic.(string); ok {
-			if got, _ := v.Str(); got != s {
-				t.Fatalf("NewValue(%q).Str() = %q; json says %q", raw, got, s)
-			}
-			d, derr := time.ParseDuration(s)
-			if got, ok := v.Duration(); ok != (derr == nil) || got != d {
-				t.Fatalf("NewValue(%q).Duration() = %v, %v; ParseDuration says %v, %v", raw, got, ok, d, derr)
-			}
-		}
+		checkValue(t, v, raw, generic(t, raw))
 	})
+}
+
+// generic is encoding/json's reading of raw, numbers as json.Number.
+func generic(t *testing.T, raw []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var g any
+	if err := dec.Decode(&g); err != nil {
+		t.Fatalf("json cannot decode %q, which it calls valid: %v", raw, err)
+	}
+	return g
+}
+
+// checkValue checks v, decoded from raw, against generic, json.Unmarshal's
+// reading of raw.
+func checkValue(t *testing.T, v Value, raw []byte, generic any) {
+	t.Helper()
+	if got, want := string(v.Raw()), strings.Trim(string(raw), " \t\r\n"); got != want {
+		t.Fatalf("NewValue(%q).Raw() = %q, want %q", raw, got, want)
+	}
+	want := map[string]Kind{"<nil>": KindNull, "bool": KindBool, "json.Number": KindNumber, "string": KindString, "[]interface {}": KindArray, "map[string]interface {}": KindObject}[fmt.Sprintf("%T", generic)]
+	if v.Kind() != want {
+		t.Fatalf("NewValue(%q).Kind() = %v, want %v", raw, v.Kind(), want)
+	}
+	switch g := generic.(type) {
+	case string:
+		if got, _ := v.Str(); got != g {
+			t.Fatalf("NewValue(%q).Str() = %q; json says %q", raw, got, g)
+		}
+		d, derr := time.ParseDuration(g)
+		if got, ok := v.Duration(); ok != (derr == nil) || got != d {
+			t.Fatalf("NewValue(%q).Duration() = %v, %v; ParseDuration says %v, %v", raw, got, ok, d, derr)
+		}
+	case json.Number:
+		want, _ := strconv.ParseFloat(string(g), 64) // ±Inf beyond float64's range
+		if f, ok := v.Float(); !ok || math.Float64bits(f) != math.Float64bits(want) {
+			t.Fatalf("NewValue(%q).Float() = %v, %v; want %v", raw, f, ok, want)
+		}
+		i, ok := v.Int64()
+		if n, err := strconv.ParseInt(string(g), 10, 64); err == nil {
+			if !ok || i != n {
+				t.Fatalf("NewValue(%q).Int64() = %d, %v; want %d", raw, i, ok, n)
+			}
+		} else if integral := want == math.Trunc(want) && want >= math.MinInt64 && want < math.MaxInt64; ok != integral || ok && i != int64(want) {
+			t.Fatalf("NewValue(%q).Int64() = %d, %v; want %v, %v", raw, i, ok, int64(want), integral)
+		}
+	case bool:
+		if b, ok := v.Bool(); !ok || b != g {
+			t.Fatalf("NewValue(%q).Bool() = %v, %v; want %v", raw, b, ok, g)
+		}
+	}
+	if _, ok := v.Str(); ok != (v.Kind() == KindString) {
+		t.Fatalf("NewValue(%q): Str ok = %v for kind %v", raw, ok, v.Kind())
+	}
+	if _, ok := v.Bool(); ok != (v.Kind() == KindBool) {
+		t.Fatalf("NewValue(%q): Bool ok = %v for kind %v", raw, ok, v.Kind())
+	}
 }

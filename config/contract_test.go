@@ -123,7 +123,7 @@ func TestGapOnFirstEventBacksOff(t *testing.T) {
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(transport.Snapshot{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5,
-			Values: map[string]json.RawMessage{"v": json.RawMessage(`5`)}})
+			Values: json.RawMessage(`{"v":5}`)})
 	})
 	mux.HandleFunc(transport.PathWatch, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -176,7 +176,7 @@ func (s *stuckSource) Snapshot(ctx context.Context, req transport.SnapshotReques
 		close(s.second)
 	}
 	return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 3, Cursor: 3,
-		Values: map[string]json.RawMessage{"v": json.RawMessage(`3`)}}, nil
+		Values: json.RawMessage(`{"v":3}`)}, nil
 }
 
 func (s *stuckSource) Watch(ctx context.Context, _ transport.WatchRequest, _ func(transport.Event) error) error {

@@ -235,7 +235,7 @@ func TestPersistErrorShowsAndServingGoesOn(t *testing.T) {
 // 5, a server of the same store that offers revision 3 is refused; a new
 // store id resets the floor.
 func TestDiskRevisionIsTheMonotonicFloor(t *testing.T) {
-	values := func(v string) map[string]json.RawMessage { return map[string]json.RawMessage{"v": json.RawMessage(v)} }
+	values := func(v string) json.RawMessage { return json.RawMessage(`{"v":` + v + `}`) }
 	srv := &scriptedServer{t: t, snapshots: []transport.Snapshot{
 		{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5, Values: values("5")},
 		{Namespace: "hm", StoreID: "s1", Revision: 3, Cursor: 3, Values: values("3")},

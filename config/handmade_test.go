@@ -87,8 +87,8 @@ func change(rev, prev int64, puts map[string]any) transport.ChangeSet {
 func TestDuplicatedAndReorderedEvents(t *testing.T) {
 	srv := &scriptedServer{t: t,
 		snapshots: []transport.Snapshot{
-			{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5, Values: map[string]json.RawMessage{"v": json.RawMessage(`5`)}},
-			{Namespace: "hm", StoreID: "s1", Revision: 9, Cursor: 9, Values: map[string]json.RawMessage{"v": json.RawMessage(`9`)}},
+			{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5, Values: json.RawMessage(`{"v":5}`)},
+			{Namespace: "hm", StoreID: "s1", Revision: 9, Cursor: 9, Values: json.RawMessage(`{"v":9}`)},
 		},
 		streams: [][]string{{
 			frame("change", 6, change(6, 5, map[string]any{"v": 6})),
@@ -145,7 +145,7 @@ func TestMalformedEventResumesWithoutPartialApply(t *testing.T) {
 	good := change(6, 5, map[string]any{"a": 6, "b": 6})
 	srv := &scriptedServer{t: t,
 		snapshots: []transport.Snapshot{
-			{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5, Values: map[string]json.RawMessage{"a": json.RawMessage(`5`), "b": json.RawMessage(`5`)}},
+			{Namespace: "hm", StoreID: "s1", Revision: 5, Cursor: 5, Values: json.RawMessage(`{"a":5,"b":5}`)},
 		},
 		streams: [][]string{
 			{"event: change\nid: 6\ndata: {\"ns\":\"hm\",\"store_id\":\"s1\",\"revision\":6,\"prev_revision\":5,\"puts\":{\"a\":6,\"b\":\n\n"},

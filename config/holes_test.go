@@ -53,6 +53,15 @@ func rawValues(kv map[string]string) map[string]json.RawMessage {
 	return out
 }
 
+// rawObject is kv as a snapshot's values on the wire.
+func rawObject(kv map[string]string) json.RawMessage {
+	obj, err := transport.EncodeValues(rawValues(kv))
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
 func sourceClient(t *testing.T, src transport.Source, opts ...config.Option) *config.Client {
 	t.Helper()
 	base := []config.Option{
@@ -92,7 +101,7 @@ func writeCacheFile(t *testing.T, dir, ns string, rev int64, kv map[string]strin
 func TestFreshNeedsARecentConfirmation(t *testing.T) {
 	src := &funcSource{
 		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
-			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawValues(map[string]string{"k": "v"})}, nil
+			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "v"})}, nil
 		},
 		// One progress, then silence on a stream that never ends.
 		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
@@ -192,7 +201,7 @@ func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 	dir := t.TempDir()
 	writeCacheFile(t, dir, "fc", 5, map[string]string{"k": "r5"}, time.Now().Add(-time.Hour))
 	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
-		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawValues(map[string]string{"k": "r2"})}, nil
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
 	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Minute))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -220,7 +229,7 @@ func TestOlderSnapshotTakenAfterTheRewriteGrace(t *testing.T) {
 	dir := t.TempDir()
 	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
 	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
-		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawValues(map[string]string{"k": "r2"})}, nil
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
 	const grace = 400 * time.Millisecond
 	c := sourceClient(t, restored, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(grace))
@@ -268,7 +277,7 @@ func TestLinearizableSnapshotProvesRewrittenHistory(t *testing.T) {
 	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
 	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Linearizable: true,
-			Values: rawValues(map[string]string{"k": "r2"})}, nil
+			Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
 	c := sourceClient(t, restored, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
 	ns := open(t, c, "rw")
@@ -504,7 +513,7 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 	// confirming it, so Close has a newer confirmation of r1 to persist.
 	partitioned := &funcSource{
 		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
-			return &transport.Snapshot{Namespace: req.Namespace, StoreID: srv.StoreID(), Revision: 1, Cursor: 1, Values: rawValues(map[string]string{"k": "1"})}, nil
+			return &transport.Snapshot{Namespace: req.Namespace, StoreID: srv.StoreID(), Revision: 1, Cursor: 1, Values: rawObject(map[string]string{"k": "1"})}, nil
 		},
 		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			tick := time.NewTicker(10 * time.Millisecond)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -233,24 +235,37 @@ func (s *Schema) ValidateValues(values map[string]json.RawMessage) error {
 // JSON, or followed by anything but white space gives an error wrapping
 // ErrInvalidValue and naming the first such key (in sorted order).
 func DecodeValues(values map[string]json.RawMessage) (map[string]any, error) {
-	doc := make(map[string]any, len(values))
-	var bad []string
+	return DecodeSeq(maps.All(values), len(values))
+}
+
+// DecodeSeq is DecodeValues for values held in another form than a map,
+// such as a cache.Snapshot's (its RawAll method), so that checking a
+// namespace needs no map of its raw values first. sizeHint is the number
+// of values, or 0 when unknown. A key yielded twice keeps its last value.
+func DecodeSeq(values iter.Seq2[string, json.RawMessage], sizeHint int) (map[string]any, error) {
+	doc := make(map[string]any, max(sizeHint, 0))
+	var (
+		bad    int
+		badKey string
+		badErr error
+	)
 	for k, raw := range values {
 		v, err := decodeOne(raw)
 		if err != nil {
-			bad = append(bad, k)
+			if bad == 0 || k < badKey {
+				badKey, badErr = k, err
+			}
+			bad++
 			continue
 		}
 		doc[k] = v
 	}
-	if len(bad) > 0 {
-		slices.Sort(bad)
-		_, err := decodeOne(values[bad[0]])
+	if bad > 0 {
 		more := ""
-		if len(bad) > 1 {
-			more = fmt.Sprintf(" (and %d more keys)", len(bad)-1)
+		if bad > 1 {
+			more = fmt.Sprintf(" (and %d more keys)", bad-1)
 		}
-		return nil, fmt.Errorf("%w: key %q%s: %v", ErrInvalidValue, bad[0], more, err)
+		return nil, fmt.Errorf("%w: key %q%s: %v", ErrInvalidValue, badKey, more, badErr)
 	}
 	return doc, nil
 }

@@ -25,6 +25,11 @@ const (
 	// DefaultMaxSnapshotBytes bounds a snapshot (after decompression) and a
 	// long-poll reply.
 	DefaultMaxSnapshotBytes int64 = 64 << 20
+	// DefaultMaxSnapshotKeys bounds the keys of a snapshot: far more than a
+	// namespace of configuration holds, and what bounds the memory a
+	// snapshot of tiny keys costs to decode (a key costs about 44 bytes
+	// however small it is on the wire).
+	DefaultMaxSnapshotKeys = 1 << 20
 	// DefaultIdleTimeout is three times the server's 5 s heartbeat.
 	DefaultIdleTimeout = 15 * time.Second
 	// DefaultLongPollWait is how long the server may hold a long-poll.
@@ -114,6 +119,7 @@ type httpOptions struct {
 	logger           *slog.Logger
 	maxEventBytes    int
 	maxSnapshotBytes int64
+	maxSnapshotKeys  int
 	idleTimeout      time.Duration
 	mode             WatchMode
 	longPollWait     time.Duration
@@ -154,6 +160,13 @@ func WithMaxEventBytes(n int) HTTPOption {
 // long-poll reply (default 64 MiB). A larger one fails with ErrTooLarge.
 func WithMaxSnapshotBytes(n int64) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.maxSnapshotBytes = n })
+}
+
+// WithMaxSnapshotKeys bounds the keys of a snapshot (default 1,048,576).
+// A snapshot with more fails with ErrTooLarge, naming the limit, before
+// its values are decoded.
+func WithMaxSnapshotKeys(n int) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.maxSnapshotKeys = n })
 }
 
 // WithIdleTimeout sets how long a snapshot or ack may receive no bytes at
@@ -205,6 +218,7 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	o := httpOptions{
 		maxEventBytes:    DefaultMaxEventBytes,
 		maxSnapshotBytes: DefaultMaxSnapshotBytes,
+		maxSnapshotKeys:  DefaultMaxSnapshotKeys,
 		idleTimeout:      DefaultIdleTimeout,
 		longPollWait:     DefaultLongPollWait,
 		userAgent:        DefaultUserAgent,
@@ -221,6 +235,8 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 		return nil, fmt.Errorf("transport: max event bytes must be positive, got %d", o.maxEventBytes)
 	case o.maxSnapshotBytes <= 0:
 		return nil, fmt.Errorf("transport: max snapshot bytes must be positive, got %d", o.maxSnapshotBytes)
+	case o.maxSnapshotKeys <= 0:
+		return nil, fmt.Errorf("transport: max snapshot keys must be positive, got %d", o.maxSnapshotKeys)
 	case o.idleTimeout <= 0:
 		return nil, fmt.Errorf("transport: idle timeout must be positive, got %v", o.idleTimeout)
 	case o.longPollWait <= 0:
@@ -354,7 +370,7 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 		if err != nil {
 			return nil, requestError(ctx, "snapshot", req.Namespace, fmt.Errorf("reading reply: %w", err))
 		}
-		snap, err := decodeSnapshot(body, req.Namespace)
+		snap, err := decodeSnapshot(body, req.Namespace, s.opts.maxSnapshotKeys)
 		if err != nil {
 			if errors.Is(err, ErrMalformed) {
 				err = notHoldfast(err, resp, body, "a snapshot")

@@ -210,8 +210,10 @@ func notModifiedSnapshot(req SnapshotRequest, h http.Header) (*Snapshot, error) 
 
 // decodeSnapshot decodes a 200 body of GET /sdk/snapshot for namespace ns.
 // Unknown fields are ignored; ns, store_id, revision and cursor are required
-// (0 <= revision <= cursor). Values is never nil.
-func decodeSnapshot(data []byte, ns string) (*Snapshot, error) {
+// (0 <= revision <= cursor). Values must be a JSON object (absent or null is
+// an empty one) of at most maxKeys members: a larger one fails with
+// ErrTooLarge before anything is built for its keys. Values is never nil.
+func decodeSnapshot(data []byte, ns string, maxKeys int) (*Snapshot, error) {
 	var w struct {
 		Snapshot
 		Revision *int64 `json:"revision"`
@@ -234,8 +236,16 @@ func decodeSnapshot(data []byte, ns string) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: snapshot compact_revision %d", ErrMalformed, s.CompactRevision)
 	}
 	s.Revision, s.Cursor = *w.Revision, *w.Cursor
-	if s.Values == nil {
-		s.Values = map[string]json.RawMessage{}
+	// json.Unmarshal checked that values is JSON; here, that it is an object.
+	switch v := bytes.TrimLeft(s.Values, " \t\r\n"); {
+	case len(v) == 0 || v[0] == 'n':
+		s.Values = json.RawMessage(`{}`)
+	case v[0] != '{':
+		return nil, fmt.Errorf("%w: snapshot values are not a JSON object", ErrMalformed)
+	default:
+		if n := countMembers(v, maxKeys); n > maxKeys {
+			return nil, fmt.Errorf("%w: snapshot has more than %d keys (the limit set by WithMaxSnapshotKeys)", ErrTooLarge, maxKeys)
+		}
 	}
 	return &s, nil
 }

@@ -90,19 +90,30 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":null}`))
 	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":{"k":nul}}`))
 	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":9223372036854775807,"cursor":9223372036854775807}`))
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":[1]}`))
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":{"a":1,"b":{"c":[2,"d:e"]},"f\"g:":3,"h":4}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := decodeSnapshot(data, testNS)
+		const maxKeys = 3
+		s, err := decodeSnapshot(data, testNS, maxKeys)
 		if err != nil {
-			wantKind(t, err, ErrMalformed)
+			wantKind(t, err, ErrMalformed, ErrTooLarge)
+			if errors.Is(err, ErrTooLarge) {
+				var m map[string]json.RawMessage
+				if json.Unmarshal(wireValues(t, data), &m) == nil && len(m) <= maxKeys && !hasDuplicateKeys(wireValues(t, data)) {
+					t.Fatalf("refused %d keys as too many: %v", len(m), err)
+				}
+			}
 			return
 		}
 		if s.Namespace != testNS || s.StoreID == "" || s.Revision < 0 || s.Cursor < s.Revision || s.CompactRevision < 0 || s.Values == nil {
 			t.Fatalf("accepted an invalid snapshot %+v", s)
 		}
-		for k, v := range s.Values {
-			if !json.Valid(v) {
-				t.Fatalf("value of %q is not JSON: %q", k, v)
-			}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(s.Values, &m); err != nil || m == nil {
+			t.Fatalf("values %q are not a JSON object: %v", s.Values, err)
+		}
+		if len(m) > maxKeys {
+			t.Fatalf("accepted %d keys, more than %d", len(m), maxKeys)
 		}
 	})
 }
@@ -272,5 +283,64 @@ func FuzzSSEStream(f *testing.F) {
 			t.Fatal("Watch returned nil")
 		}
 		wantKind(t, err, ErrMalformed, ErrTooLarge, io.ErrUnexpectedEOF)
+	})
+}
+
+// wireValues is the text of a snapshot body's "values" field.
+func wireValues(t *testing.T, data []byte) json.RawMessage {
+	var w struct {
+		Values json.RawMessage `json:"values"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		t.Fatalf("a body decodeSnapshot accepted as JSON: %v", err)
+	}
+	return w.Values
+}
+
+// hasDuplicateKeys reports whether the JSON object obj names a key twice
+// (a map decodes them into one, and countMembers counts both).
+func hasDuplicateKeys(obj json.RawMessage) bool {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		k, _ := tok.(string)
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// FuzzCountMembers checks countMembers against encoding/json on every
+// valid JSON object.
+func FuzzCountMembers(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1}`, `{"a:":"b:","c\\":{"d":[1,{"e":2}]}, "f" : "\":"}`, ` { "x" : [ ] } `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, obj []byte) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(obj, &m) != nil || m == nil || hasDuplicateKeys(obj) {
+			return
+		}
+		if n := countMembers(obj, len(m)); n != len(m) {
+			t.Fatalf("countMembers(%q) = %d, want %d", obj, n, len(m))
+		}
+		if len(m) > 0 {
+			if n := countMembers(obj, len(m)-1); n != len(m) {
+				t.Fatalf("countMembers(%q, %d) = %d, want %d (one past the limit)", obj, len(m)-1, n, len(m))
+			}
+		}
 	})
 }

@@ -76,8 +76,18 @@ func gzipBytes(t *testing.T, b []byte) []byte {
 func testSnapshot() Snapshot {
 	return Snapshot{
 		Namespace: testNS, StoreID: "store-1", Revision: 41, Cursor: 45, CompactRevision: 3,
-		Values: map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(`50`), "name": json.RawMessage(`"x"`)},
+		Values: json.RawMessage(`{"retry-timeout-ms":50,"name":"x"}`),
 	}
+}
+
+// valuesOf decodes a snapshot's values into a map, as only a test would.
+func valuesOf(t testing.TB, snap *Snapshot) map[string]json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(snap.Values, &m); err != nil {
+		t.Fatalf("values %.64q: %v", snap.Values, err)
+	}
+	return m
 }
 
 func TestNewHTTPSourceValidates(t *testing.T) {
@@ -95,6 +105,7 @@ func TestNewHTTPSourceValidates(t *testing.T) {
 		{url: "http://host", opts: []HTTPOption{WithHTTPClient(nil)}},
 		{url: "http://host", opts: []HTTPOption{WithMaxEventBytes(0)}},
 		{url: "http://host", opts: []HTTPOption{WithMaxSnapshotBytes(-1)}},
+		{url: "http://host", opts: []HTTPOption{WithMaxSnapshotKeys(0)}},
 		{url: "http://host", opts: []HTTPOption{WithIdleTimeout(0)}},
 		{url: "http://host", opts: []HTTPOption{WithLongPollWait(-time.Second)}},
 		{url: "http://host", opts: []HTTPOption{WithWatchMode(WatchMode(9))}},
@@ -141,8 +152,8 @@ func TestSnapshotOK(t *testing.T) {
 	}
 	want := testSnapshot()
 	if snap.Namespace != want.Namespace || snap.StoreID != want.StoreID || snap.Revision != 41 ||
-		snap.Cursor != 45 || snap.CompactRevision != 3 || len(snap.Values) != 2 ||
-		string(snap.Values["retry-timeout-ms"]) != "50" {
+		snap.Cursor != 45 || snap.CompactRevision != 3 || len(valuesOf(t, snap)) != 2 ||
+		string(valuesOf(t, snap)["retry-timeout-ms"]) != "50" {
 		t.Errorf("Snapshot = %+v, want %+v", snap, want)
 	}
 	if gotReq.URL.Path != PathSnapshot || gotReq.URL.Query().Get("ns") != testNS {
@@ -172,8 +183,8 @@ func TestSnapshotEmptyValuesNotNil(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
-	if snap.Values == nil || len(snap.Values) != 0 {
-		t.Errorf("Values = %#v, want empty non-nil map", snap.Values)
+	if string(snap.Values) != "{}" {
+		t.Errorf("Values = %q, want {}", snap.Values)
 	}
 }
 
@@ -216,7 +227,7 @@ func TestSnapshotGzip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
-	if snap.Revision != 41 || len(snap.Values) != 2 {
+	if snap.Revision != 41 || len(valuesOf(t, snap)) != 2 {
 		t.Errorf("Snapshot = %+v", snap)
 	}
 }
@@ -504,8 +515,8 @@ func ExampleHTTPSource_Snapshot() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(snap.Revision, snap.Cursor, string(snap.Values["retry-timeout-ms"]))
-	// Output: 7 9 50
+	fmt.Println(snap.Revision, snap.Cursor, string(snap.Values))
+	// Output: 7 9 {"retry-timeout-ms":50}
 }
 
 func TestSnapshotUnaskedNotModified(t *testing.T) {

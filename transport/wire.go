@@ -59,9 +59,14 @@ type Snapshot struct {
 	Revision int64 `json:"revision"`
 	// Cursor is the store revision up to which this view is complete; a
 	// watch resumes from it. Cursor >= Revision.
-	Cursor          int64                      `json:"cursor"`
-	CompactRevision int64                      `json:"compact_revision"`
-	Values          map[string]json.RawMessage `json:"values"`
+	Cursor          int64 `json:"cursor"`
+	CompactRevision int64 `json:"compact_revision"`
+	// Values is the namespace's content as on the wire: one JSON object of
+	// key to value, kept as text so that a client decodes it once, in
+	// place (cache.BuildJSON), rather than into a map of copies first.
+	// A source never returns it nil but with ErrNotModified; EncodeValues
+	// makes it from a map.
+	Values json.RawMessage `json:"values"`
 	// Linearizable is set by a source whose snapshot is a linearizable
 	// read of the store itself (etcd), never a replica's or a relay's
 	// possibly lagging view: a revision behind what the client applied is

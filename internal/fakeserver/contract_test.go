@@ -263,7 +263,7 @@ func TestRollbackAndCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Revision != rb.Revision || len(snap.Values) != 1 || string(snap.Values["a"]) != "2" {
+	if snap.Revision != rb.Revision || len(valuesOf(t, *snap)) != 1 || string(valuesOf(t, *snap)["a"]) != "2" {
 		t.Fatalf("after rollback to %d: %+v", r2, snap)
 	}
 }
@@ -304,7 +304,7 @@ func TestCursorErrorsAndETagAfterReset(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get(transport.HeaderStoreID) == oldID {
 		t.Fatalf("old store's ETag after reset: %d %v", resp.StatusCode, resp.Header)
 	}
-	if snap := decode[transport.Snapshot](t, body); snap.StoreID == oldID || snap.Revision != head || string(snap.Values["a"]) != "13" {
+	if snap := decode[transport.Snapshot](t, body); snap.StoreID == oldID || snap.Revision != head || string(valuesOf(t, snap)["a"]) != "13" {
 		t.Fatalf("snapshot after reset %s", body)
 	}
 	resp, body = do(t, c, "GET", u+"/sdk/watch?ns=app&since="+strconv.FormatInt(head+5, 10), "")

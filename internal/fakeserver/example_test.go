@@ -30,8 +30,8 @@ func Example() {
 	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
 		panic(err)
 	}
-	fmt.Println(resp.StatusCode, snap.Revision, string(snap.Values["retry-timeout-ms"]))
+	fmt.Println(resp.StatusCode, snap.Revision, string(snap.Values))
 	// Output:
 	// published revision 1
-	// 200 1 50
+	// 200 1 {"retry-timeout-ms":50}
 }

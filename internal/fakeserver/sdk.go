@@ -214,9 +214,14 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
+	values, err := transport.EncodeValues(snap.values)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
 	data, err := json.Marshal(transport.Snapshot{
 		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: snap.values,
+		CompactRevision: snap.compact, Values: values,
 	})
 	if err != nil {
 		s.replyError(w, err)

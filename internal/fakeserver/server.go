@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -337,9 +336,13 @@ func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	values, err := transport.EncodeValues(snap.values)
+	if err != nil {
+		return nil, err
+	}
 	return &transport.Snapshot{
 		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: maps.Clone(snap.values),
+		CompactRevision: snap.compact, Values: values,
 	}, nil
 }
 

@@ -5,7 +5,7 @@
 //
 // A Syncer owns the namespace's sync state on its one goroutine: the
 // applied data (the monotonic floor), the cursor, the store id, the head,
-// the revision last rejected, the schema document and the backoff. Nothing
+// the revision last rejected and the backoff. Nothing
 // else reads or writes it, so it takes no lock; it builds and checks every
 // new snapshot on that goroutine and reports what happened through a Sink,
 // in order: Applied, Confirmed, Failed, Rejected. What is served and which

@@ -2,11 +2,9 @@ package syncer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"time"
 
@@ -104,7 +102,6 @@ type Syncer struct {
 	log *slog.Logger
 
 	applied  *cache.Snapshot // the last good data: the monotonic floor; nil before any
-	doc      map[string]any  // applied as generic JSON, kept only with a schema
 	storeID  string          // the store the cursor belongs to
 	cursor   int64           // where a watch resumes
 	head     int64           // the newest namespace revision the server told of
@@ -137,11 +134,10 @@ func New(cfg Config) *Syncer {
 // the caller serves it. It fails, seeding nothing, if the data fails the
 // schema. Call it before Run.
 func (s *Syncer) Seed(snap *cache.Snapshot, cursor int64) error {
-	doc, err := s.check(snap.RawValues())
-	if err != nil {
+	if err := s.check(snap); err != nil {
 		return err
 	}
-	s.applied, s.doc = snap, doc
+	s.applied = snap
 	s.storeID, s.cursor = snap.StoreID(), cursor
 	return nil
 }
@@ -338,10 +334,9 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		s.confirmed()
 		return nil // rejected already; wait for a later revision
 	}
-	next, err := cache.Build(s.cfg.Namespace, snap.StoreID, snap.Revision, snap.Values)
-	var doc map[string]any
+	next, err := cache.BuildJSON(s.cfg.Namespace, snap.StoreID, snap.Revision, snap.Values)
 	if err == nil {
-		doc, err = s.check(snap.Values)
+		err = s.check(next)
 	}
 	// Watch on from this snapshot's cursor either way: a rejected snapshot
 	// is not fetched again, and the next revision, a gap from what is
@@ -349,15 +344,14 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	s.storeID, s.cursor = snap.StoreID, snap.Cursor
 	if err != nil {
 		if reset != "" {
-			s.applied, s.doc = nil, nil // nothing of the new history chains on the old
+			s.applied = nil // nothing of the new history chains on the old
 		}
 		s.reject(snap.Revision, err)
 		// In touch with the server, serving the newest data that passes.
 		s.confirmed()
 		return nil
 	}
-	s.rejected, s.doc = 0, doc
-	s.applied = next
+	s.rejected, s.applied = 0, next
 	s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position()})
 	return nil
 }
@@ -372,39 +366,19 @@ func (s *Syncer) historyRewritten(snap *transport.Snapshot) bool {
 	return snap.Linearizable || time.Since(s.rewriteSince) >= s.cfg.RewriteGrace
 }
 
-// check runs the schema, if there is one, on values: the whole namespace.
-// It returns the decoded document, kept to check later changes without
-// decoding every value again.
-func (s *Syncer) check(values map[string]json.RawMessage) (map[string]any, error) {
+// check runs the schema, if there is one, on snap: the whole namespace,
+// decoded as generic JSON for the check and dropped after it. Keeping the
+// document would cost more memory than the snapshot itself (about 12x its
+// size on the wire for small values) to save decoding on each change.
+func (s *Syncer) check(snap *cache.Snapshot) error {
 	if s.cfg.Schema == nil {
-		return nil, nil
+		return nil
 	}
-	doc, err := schema.DecodeValues(values)
+	doc, err := schema.DecodeSeq(snap.RawAll(), snap.Len())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return doc, s.cfg.Schema.Validate(doc)
-}
-
-// checkChange runs the schema on the applied document with one change set:
-// only the changed values are decoded.
-func (s *Syncer) checkChange(cs *transport.ChangeSet) (map[string]any, error) {
-	if s.cfg.Schema == nil {
-		return nil, nil
-	}
-	puts, err := schema.DecodeValues(cs.Puts)
-	if err != nil {
-		return nil, err
-	}
-	doc := maps.Clone(s.doc)
-	if doc == nil {
-		doc = make(map[string]any, len(puts))
-	}
-	for _, k := range cs.Deletes {
-		delete(doc, k)
-	}
-	maps.Copy(doc, puts)
-	return doc, s.cfg.Schema.Validate(doc)
+	return s.cfg.Schema.Validate(doc)
 }
 
 // reject records that revision failed its checks and tells the Sink.
@@ -443,9 +417,8 @@ func (s *Syncer) Handle(ev transport.Event) error {
 			return fmt.Errorf("%w: change %d follows %d, applied %d", ErrGap, cs.Revision, cs.PrevRevision, applied)
 		}
 		next, err := cur.Apply(cs.Revision, cs.CommittedAt, cs.Puts, cs.Deletes)
-		var doc map[string]any
 		if err == nil {
-			doc, err = s.checkChange(cs)
+			err = s.check(next)
 		}
 		if err != nil {
 			// Keep the stream: later changes chain on the rejected
@@ -456,7 +429,7 @@ func (s *Syncer) Handle(ev transport.Event) error {
 			return nil
 		}
 		s.cursor = max(s.cursor, cs.Revision)
-		s.doc, s.applied = doc, next
+		s.applied = next
 		s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Change: cs, Position: s.position()})
 		return nil
 	case ev.Progress != nil:

@@ -206,12 +206,16 @@ func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	obj, err := transport.EncodeValues(values)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: snapshot of %q: %w", req.Namespace, err)
+	}
 	return &transport.Snapshot{
 		Namespace: req.Namespace,
 		StoreID:   storeID(resp.Header),
 		Revision:  rev,
 		Cursor:    resp.Header.Revision,
-		Values:    values,
+		Values:    obj,
 	}, nil
 }
 

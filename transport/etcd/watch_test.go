@@ -357,7 +357,7 @@ func TestWatchCursorAheadAfterRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !snap.Linearizable || snap.StoreID != before.StoreID || snap.Revision != r0 || snap.Cursor >= last || string(snap.Values["v"]) != "0" {
+	if !snap.Linearizable || snap.StoreID != before.StoreID || snap.Revision != r0 || snap.Cursor >= last || string(snap.Values) != `{"v":0}` {
 		t.Errorf("snapshot after the restore = %+v; want Linearizable, store %s, revision %d, cursor below %d, v=0", snap, before.StoreID, r0, last)
 	}
 }

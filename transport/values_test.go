@@ -1,0 +1,100 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestEncodeValues(t *testing.T) {
+	in := map[string]json.RawMessage{
+		"b": json.RawMessage(` {"x": [1, "y"]} `), "a": json.RawMessage(`1`),
+		`q"uote`: json.RawMessage(`"\u00e9"`), "café": json.RawMessage(`null`),
+	}
+	obj, err := EncodeValues(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(obj), `{"a":1,"b": {"x": [1, "y"]} ,`) {
+		t.Errorf("EncodeValues = %s: want sorted keys and the texts as they are", obj)
+	}
+	var back map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &back); err != nil || len(back) != len(in) {
+		t.Fatalf("EncodeValues = %s: decodes to %v, %v", obj, back, err)
+	}
+	for k, v := range in {
+		if strings.TrimSpace(string(back[k])) != strings.TrimSpace(string(v)) {
+			t.Errorf("key %q: %s, want %s", k, back[k], v)
+		}
+	}
+	if obj, err := EncodeValues(nil); err != nil || string(obj) != "{}" {
+		t.Errorf("EncodeValues(nil) = %s, %v; want {}", obj, err)
+	}
+	// A text that is not one value must not be spliced in: it could add keys.
+	for _, bad := range []string{`1,"admin":true`, ``, `{`, `1 2`} {
+		_, err := EncodeValues(map[string]json.RawMessage{"k": json.RawMessage(bad)})
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), `"k"`) {
+			t.Errorf("EncodeValues(%q) error = %v, want ErrMalformed naming the key", bad, err)
+		}
+	}
+}
+
+func TestCountMembers(t *testing.T) {
+	for obj, want := range map[string]int{
+		`{}`: 0, ` { } `: 0, `{"a":1}`: 1, `{"a":{"b":1,"c":2},"d":[{"e":3}]}`: 2,
+		`{"a:b":"c:d","e\"f:":"\\","g":"\\\":"}`: 3,
+	} {
+		if got := countMembers([]byte(obj), 10); got != want {
+			t.Errorf("countMembers(%s) = %d, want %d", obj, got, want)
+		}
+	}
+	if got := countMembers([]byte(`{"a":1,"b":2,"c":3}`), 1); got != 2 {
+		t.Errorf("countMembers past a limit of 1 = %d, want 2 (it stops there)", got)
+	}
+}
+
+// TestSnapshotTooManyKeys: a snapshot over WithMaxSnapshotKeys fails with
+// ErrTooLarge naming the limit; one at the limit is accepted.
+func TestSnapshotTooManyKeys(t *testing.T) {
+	leakCheck(t)
+	keys := 4
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		var b strings.Builder
+		for i := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"k%d":{"nested":{"x":%d}}`, i, i)
+		}
+		fmt.Fprintf(w, `{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":{%s}}`, b.String())
+	})
+	s := newSource(t, srv.URL, WithMaxSnapshotKeys(3))
+	_, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "more than 3 keys") || !strings.Contains(err.Error(), "WithMaxSnapshotKeys") {
+		t.Fatalf("4 keys with a limit of 3: error = %v, want ErrTooLarge naming the limit", err)
+	}
+	keys = 3
+	snap, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS})
+	if err != nil || len(valuesOf(t, snap)) != 3 {
+		t.Fatalf("3 keys with a limit of 3: %v", err)
+	}
+}
+
+func TestSnapshotValuesNotAnObject(t *testing.T) {
+	for _, v := range []string{`[1]`, `"x"`, `1`} {
+		_, err := decodeSnapshot([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":`+v+`}`), testNS, 10)
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("values %s: error = %v, want ErrMalformed", v, err)
+		}
+	}
+	for _, v := range []string{`null`, ` {} `} {
+		s, err := decodeSnapshot([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":`+v+`}`), testNS, 10)
+		if err != nil || len(valuesOf(t, s)) != 0 {
+			t.Errorf("values %s: %v, want an empty namespace", v, err)
+		}
+	}
+}
