@@ -1,0 +1,100 @@
+package syncer
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a Sink that keeps every report.
+type recorder struct {
+	mu      sync.Mutex
+	applied []Update
+	failed  []error
+	notify  chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 100)} }
+
+func (r *recorder) Applied(u Update) {
+	r.mu.Lock()
+	r.applied = append(r.applied, u)
+	r.mu.Unlock()
+	r.notify <- struct{}{}
+}
+func (r *recorder) Confirmed(Position) {}
+func (r *recorder) Failed(err error) {
+	r.mu.Lock()
+	r.failed = append(r.failed, err)
+	r.mu.Unlock()
+}
+func (r *recorder) Rejected(int64, error) {}
+
+// movingSource serves store "s<k>" at revision 1 on its k-th snapshot and
+// refuses every watch with 400 cursor_ahead naming the next store: a
+// server whose store id changes all the time.
+type movingSource struct {
+	snapshots atomic.Int64
+	watches   atomic.Int64
+}
+
+func (s *movingSource) Snapshot(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	k := s.snapshots.Add(1)
+	return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s" + string(rune('0'+k)), Revision: 1, Cursor: 1, Values: []byte(`{"k":1}`)}, nil
+}
+
+func (s *movingSource) Watch(context.Context, transport.WatchRequest, func(transport.Event) error) error {
+	s.watches.Add(1)
+	return &transport.StatusError{StatusCode: http.StatusBadRequest, Code: transport.CodeCursorAhead, StoreID: "other", Err: transport.ErrCursorAhead}
+}
+
+// TestStoreMoveResnapshotsAtOnceButNotInALoop: the first answer that the
+// server's history moved (400 cursor_ahead, another store id) resnapshots
+// at once, however long the backoff; a second before any stream delivered
+// waits the backoff, so a server that always answers so is paced.
+func TestStoreMoveResnapshotsAtOnceButNotInALoop(t *testing.T) {
+	src, sink := &movingSource{}, newRecorder()
+	s := New(Config{
+		Namespace: "ns", Source: src, Sink: sink,
+		Backoff:      Backoff{Initial: time.Hour, Max: time.Hour, Unauthorized: time.Hour},
+		FetchTimeout: time.Second, Backstop: time.Hour,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for i := range 2 { // the initial snapshot, then the one made at once
+		select {
+		case <-sink.notify:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d snapshots applied; the store move did not resnapshot at once", i)
+		}
+	}
+	sink.mu.Lock()
+	second := sink.applied[1]
+	sink.mu.Unlock()
+	if second.Reset != ResetStore || second.Snapshot.StoreID() != "s2" {
+		t.Errorf("second apply: reset %q, store %s; want %q, s2", second.Reset, second.Snapshot.StoreID(), ResetStore)
+	}
+	// The second move meets the hour-long backoff: no third snapshot.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if n := src.snapshots.Load(); n > 2 {
+			t.Fatalf("%d snapshots: a server that always moves its store is answered in a loop", n)
+		}
+		time.Sleep(5 * time.Millisecond) // sampling a count over a window, not synchronising
+	}
+	if w := src.watches.Load(); w != 2 {
+		t.Errorf("%d watches; want 2 (one per snapshot)", w)
+	}
+}
