@@ -110,6 +110,11 @@ type Syncer struct {
 	// behind the floor, under the same store id, began; zero when there is
 	// none.
 	rewriteSince time.Time
+	// resetPending is why the floor was dropped for a snapshot that was
+	// rejected (ResetStore, ResetHistory): the next data applied, of the
+	// new store or history, reports it, as it would have reported the
+	// rejected one. Empty when none is pending.
+	resetPending string
 	// atOnce: a resnapshot was just made at once for a store change; the
 	// next one waits its backoff unless a watch delivered in between.
 	atOnce bool
@@ -345,13 +350,17 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	if err != nil {
 		if reset != "" {
 			s.applied = nil // nothing of the new history chains on the old
+			s.resetPending = reset
 		}
 		s.reject(snap.Revision, err)
 		// In touch with the server, serving the newest data that passes.
 		s.confirmed()
 		return nil
 	}
-	s.rejected, s.applied = 0, next
+	if reset == "" && cur == nil {
+		reset = s.resetPending // the first data of a new store or history whose first snapshot was rejected
+	}
+	s.rejected, s.applied, s.resetPending = 0, next, ""
 	s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position()})
 	return nil
 }

@@ -1,0 +1,128 @@
+package config_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// values is kv, each value's JSON text as given, as a snapshot's values on
+// the wire.
+func values(t *testing.T, kv map[string]string) json.RawMessage {
+	t.Helper()
+	raw := make(map[string]json.RawMessage, len(kv))
+	for k, v := range kv {
+		raw[k] = json.RawMessage(v)
+	}
+	obj, err := transport.EncodeValues(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// TestRejectedRewrittenHistoryThenGoodIsPersisted: the server's history is
+// rewritten under the same store id (proved at once: a linearizable
+// snapshot), and its first snapshot of the new history fails the schema.
+// The next good revision of the new history, lower than the old floor,
+// must reach the last-good file: otherwise the file keeps the old
+// history's higher revision, and every restart serves it again and refuses
+// the new history for the grace.
+func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
+	dir := t.TempDir()
+	writeCacheFile(t, dir, "rr", 5, map[string]string{"k": "r5"}, time.Now())
+	var snaps atomic.Int64
+	src := &funcSource{
+		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+			if snaps.Add(1) == 1 { // the restored store's first answer: fails the schema
+				return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Linearizable: true,
+					Values: values(t, map[string]string{"k": `2`})}, nil
+			}
+			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 3, Cursor: 3, Linearizable: true,
+				Values: values(t, map[string]string{"k": `"r3"`})}, nil
+		},
+	}
+	var watches atomic.Int64
+	src.watch = func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		if watches.Add(1) == 1 {
+			// The fix, r3, follows the rejected r2: a gap from nothing
+			// applied of the new history, so a resnapshot.
+			cs := transport.ChangeSet{Namespace: req.Namespace, StoreID: "s1", Revision: 3, PrevRevision: 2,
+				Puts: map[string]json.RawMessage{"k": json.RawMessage(`"r3"`)}}
+			if err := handle(transport.Event{Change: &cs}); err != nil {
+				return err
+			}
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	c := sourceClient(t, src, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
+	ns := open(t, c, "rr", config.WithSchema([]byte(`{"type":"object","properties":{"k":{"type":"string"}}}`)))
+	// WaitForRevision cannot tell: the old history's 5 is above 3.
+	eventually(t, "the new history's r3 served", func() bool { return ns.String("k", "") == "r3" })
+	if ns.Revision() != 3 || ns.Rejected() != 1 {
+		t.Fatalf("at revision %d with %d rejections; want 3 after rejecting 2", ns.Revision(), ns.Rejected())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := cache.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := d.Load("rr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Revision != 3 || rec.Snapshot.Len() != 1 {
+		v, _ := rec.Snapshot.Get("k")
+		t.Errorf("the last-good file holds revision %d (k=%s) after the client applied the new history's r3; want 3", rec.Revision, v.Raw())
+	}
+}
+
+// TestCloseDoesNotRewriteAnUnconfirmedFile: a namespace that served its
+// file and never reached the network has nothing new to persist at Close.
+// Writing the file back would put this process's old store over what
+// another process sharing the directory wrote since, of a new store (a
+// new store id always replaces).
+func TestCloseDoesNotRewriteAnUnconfirmedFile(t *testing.T) {
+	dir := t.TempDir()
+	writeCacheFile(t, dir, "uc", 4, map[string]string{"k": "old store"}, time.Now().Add(-time.Minute))
+	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+		return nil, errors.New("connection refused")
+	}}
+	c := sourceClient(t, down, config.WithCacheDir(dir))
+	ns := open(t, c, "uc")
+	if ns.String("k", "") != "old store" {
+		t.Fatalf("serves %q; want the file", ns.String("k", ""))
+	}
+	// Another process, in touch with the server, writes the new store's data.
+	d, err := cache.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := cache.Build("uc", "s2", 1, rawValues(map[string]string{"k": "new store"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(&cache.Record{Namespace: "uc", StoreID: "s2", Revision: 1, Cursor: 1, ConfirmedAt: time.Now(), Snapshot: snap}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := d.Load("uc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.StoreID != "s2" {
+		t.Errorf("after Close the file holds store %s revision %d; the other process's s2 was overwritten with what this one read at start", rec.StoreID, rec.Revision)
+	}
+}
