@@ -267,6 +267,7 @@ func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error
 	if q, ok := c.src.(transport.QuietLimiter); ok {
 		n.freshWindow = q.QuietLimit
 	}
+	n.window = n.freshWindow() // nothing runs yet: no lock is held
 	if c.dir != nil {
 		n.mu.Lock()
 		n.loadFromDisk(c.dir)
@@ -344,6 +345,7 @@ func newNamespace(c *Client, name string, o nsOptions, log *slog.Logger) *Namesp
 		kick:      make(chan struct{}, 1),
 		// The source's QuietLimit, when it has one (prepare).
 		freshWindow: func() time.Duration { return c.opts.idleTimeout },
+		window:      c.opts.idleTimeout,
 		status:      Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness},
 	}
 }

@@ -126,3 +126,66 @@ func TestCloseDoesNotRewriteAnUnconfirmedFile(t *testing.T) {
 		t.Errorf("after Close the file holds store %s revision %d; the other process's s2 was overwritten with what this one read at start", rec.StoreID, rec.Revision)
 	}
 }
+
+// lockingSource holds its own lock while it hands an event to the client,
+// and takes it again in QuietLimit: a source whose quiet limit depends on
+// the state of its watch (as the HTTP source's does on its mode).
+type lockingSource struct {
+	lock     chan struct{} // a mutex that can give up: cap 1, full while held
+	deadlock atomic.Bool   // QuietLimit could not take the lock for a long time
+}
+
+func (s *lockingSource) Snapshot(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1,
+		Values: rawObject(map[string]string{"k": "v"})}, nil
+}
+
+func (s *lockingSource) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		s.lock <- struct{}{}
+		err := handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1}})
+		<-s.lock
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (s *lockingSource) QuietLimit() time.Duration {
+	select {
+	case s.lock <- struct{}{}:
+		<-s.lock
+	case <-time.After(2 * time.Second): // a detector, not synchronisation: nothing holds the lock that long but a deadlock
+		s.deadlock.Store(true)
+	}
+	return time.Second
+}
+
+// TestQuietLimitIsNotAskedUnderTheNamespaceLock: the client must not call
+// the source's QuietLimit while it handles an event of that source, nor
+// while it holds the namespace's lock, which that event handling takes:
+// a source that holds its own lock across handle and takes it in
+// QuietLimit deadlocks the namespace (and Close).
+func TestQuietLimitIsNotAskedUnderTheNamespaceLock(t *testing.T) {
+	src := &lockingSource{lock: make(chan struct{}, 1)}
+	c := sourceClient(t, src)
+	ns := open(t, c, "locking")
+	mark := time.Now()
+	deadline := mark.Add(5 * time.Second)
+	for !ns.Status().LastConfirmed.After(mark.Add(100*time.Millisecond)) && time.Now().Before(deadline) && !src.deadlock.Load() {
+		time.Sleep(2 * time.Millisecond) // waiting on a condition with a deadline
+	}
+	if src.deadlock.Load() {
+		t.Fatal("QuietLimit waited 2s for the source's lock, held by the goroutine delivering an event: a deadlock")
+	}
+	if time.Now().After(deadline) {
+		t.Fatalf("no confirmation for 5s: %+v", ns.Status())
+	}
+}
