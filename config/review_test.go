@@ -253,3 +253,82 @@ func TestNoCallbackForWhatHappenedBeforeSubscribing(t *testing.T) {
 		t.Errorf("in %d rounds: %d OnChange and %d OnStatusChange calls for what happened before the subscription", rounds, early, earlyStatus)
 	}
 }
+
+// TestResnapshotAtOnceIsNoHotLoop: the at-once resnapshot (a store change,
+// a cursor above the head, a gap on a stream that delivered) must not
+// make a loop of requests against a server that answers so every time:
+// the reconnect backoff still paces it. Each case counts snapshot
+// requests over a window, with the backoff fixed at 50 ms (25-75 ms with
+// jitter: about 20 a second).
+func TestResnapshotAtOnceIsNoHotLoop(t *testing.T) {
+	const window = time.Second
+	const most = 50 // paced by the backoff; a hot loop makes thousands
+	snapshotOf := func(store func() string) func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+		return func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+			return &transport.Snapshot{Namespace: req.Namespace, StoreID: store(), Revision: 1, Cursor: 1, Values: rawObject(map[string]string{"k": "v"})}, nil
+		}
+	}
+	same := func() string { return "s1" }
+	var n atomic.Int64
+	// Two backends behind one balancer, with two store ids: every request
+	// may reach either.
+	flapping := func() string {
+		if n.Add(1)%2 == 0 {
+			return "s2"
+		}
+		return "s1"
+	}
+	progressThen := func(err error) func(context.Context, transport.WatchRequest, func(transport.Event) error) error {
+		return func(_ context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+			if err := handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1}}); err != nil {
+				return err
+			}
+			return err
+		}
+	}
+	for _, tt := range []struct {
+		name     string
+		snapshot func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error)
+		watch    func(context.Context, transport.WatchRequest, func(transport.Event) error) error
+	}{
+		{"always 400", snapshotOf(same), func(context.Context, transport.WatchRequest, func(transport.Event) error) error {
+			return &transport.StatusError{StatusCode: 400, Message: "bad cursor"}
+		}},
+		{"always cursor ahead", snapshotOf(same), func(context.Context, transport.WatchRequest, func(transport.Event) error) error {
+			return &transport.StatusError{StatusCode: 400, Code: "cursor_ahead", Err: transport.ErrCursorAhead}
+		}},
+		{"always a new store", snapshotOf(flapping), func(_ context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+			return handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: flapping(), Revision: 1, Cursor: 1}})
+		}},
+		{"a heartbeat, then a new store", snapshotOf(same), progressThen(transport.ErrStoreChanged)},
+		{"a heartbeat, then a gap", snapshotOf(same), func(_ context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+			if err := handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1}}); err != nil {
+				return err
+			}
+			return handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: "s1", Revision: 3, Cursor: 3}})
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := &funcSource{snapshot: tt.snapshot, watch: tt.watch}
+			c, err := config.New(config.WithSource(src), config.WithLogger(testLogger(t)),
+				config.WithReconnectBackoff(50*time.Millisecond, 50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			if _, err := c.Namespace(ctx, "loop"); err != nil {
+				t.Fatal(err)
+			}
+			before := src.snapshots.Load()
+			start := time.Now()
+			for time.Since(start) < window {
+				time.Sleep(10 * time.Millisecond) // letting the loop run for the window; nothing waits on it
+			}
+			if got := src.snapshots.Load() - before; got > most {
+				t.Errorf("%d snapshot requests in %v; want at most %d (the backoff paces them)", got, time.Since(start).Round(time.Millisecond), most)
+			}
+		})
+	}
+}

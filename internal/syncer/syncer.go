@@ -115,8 +115,9 @@ type Syncer struct {
 	// new store or history, reports it, as it would have reported the
 	// rejected one. Empty when none is pending.
 	resetPending string
-	// atOnce: a resnapshot was just made at once for a store change; the
-	// next one waits its backoff unless a watch delivered in between.
+	// atOnce: a resnapshot was made at once after a short stream (a store
+	// change, a gap); the next such one waits its backoff unless a
+	// healthy stream came in between.
 	atOnce bool
 
 	lastWarn   time.Time // of failures; see failed
@@ -178,11 +179,14 @@ func (s *Syncer) Run(ctx context.Context) {
 				return nil
 			})
 		cancel()
-		if delivered {
+		// A stream that delivered for healthyStream was healthy: the
+		// backoff starts over, and so does the allowance of one at-once
+		// resnapshot. A shorter one does neither, so a server that ends
+		// every stream after its first event meets a growing backoff.
+		healthy := delivered && time.Since(started) >= healthyStream
+		if healthy {
 			s.atOnce = false
-			if time.Since(started) >= healthyStream {
-				bo.Reset() // a healthy stream: the next failure starts the backoff over
-			}
+			bo.Reset()
 		}
 		if ctx.Err() != nil {
 			return
@@ -200,17 +204,20 @@ func (s *Syncer) Run(ctx context.Context) {
 		// trouble: no error reported, no state change.
 		needSnapshot, reason = true, s.resnapshotReason(err)
 		s.log.Info("config: resnapshot", "reason", err)
-		if s.storeMoved(err) {
+		moved := s.storeMoved(err)
+		if moved {
 			s.noteRewrite(err)
-			if !s.atOnce {
-				// The server's history is not the cursor's: find out
-				// what it is now rather than after a grown backoff.
-				s.atOnce = true
-				continue
-			}
 		}
-		if delivered {
-			continue // the stream was healthy: resnapshot at once
+		switch {
+		case healthy:
+			continue // at once, and at most once per healthyStream
+		case (moved || delivered) && !s.atOnce:
+			// The server's history is not the cursor's, or a stream
+			// that delivered met a gap: find out what the server holds
+			// now rather than after a grown backoff, once until the
+			// next healthy stream.
+			s.atOnce = true
+			continue
 		}
 		s.cfg.Backoff.Wait(ctx, bo, err)
 	}
