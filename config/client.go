@@ -294,6 +294,11 @@ func (c *Client) start(n *Namespace) {
 	if n.metrics != nil {
 		n.disp.onCallback = n.metrics.CallbackDuration
 	}
+	n.mu.Lock()
+	if st := n.status.State; st == StateBreached || st == StateFailedClosed {
+		n.metrics.Breach() // in breach from its file, before it had instruments
+	}
+	n.mu.Unlock()
 	n.syncer.SetMeter(n.metrics)
 	if c.dir != nil {
 		n.persister = cache.NewPersister(c.dir, n.persisted)
