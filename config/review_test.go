@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -375,5 +376,29 @@ func TestBreachAtOpenFromDiskIsCounted(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestFileFailingTheSchemaKeepsItsFloor: a new build with a stricter
+// schema finds its last-good file (r5, applied by the build before)
+// failing it. The data is not served, but the file's revision is still
+// the floor of its store id: a lagging replica's r2 is older data and is
+// refused until the rewrite grace.
+func TestFileFailingTheSchemaKeepsItsFloor(t *testing.T) {
+	dir := t.TempDir()
+	writeCacheFile(t, dir, "strict", 5, map[string]string{"k": "r5"}, time.Now())
+	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: values(t, map[string]string{"k": `"r2"`, "n": `1`})}, nil
+	}}
+	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	ns, err := c.Namespace(ctx, "strict", config.WithSchema([]byte(`{"type":"object","required":["n"]}`)))
+	if err == nil {
+		t.Fatalf("opened on the lagging replica's r%d (%q) below the file's r5", ns.Revision(), ns.String("k", ""))
+	}
+	var oe *config.OpenError
+	if !errors.As(err, &oe) || oe.Last == nil || !strings.Contains(oe.Last.Error(), "behind the applied 5") {
+		t.Errorf("open error = %v; want the refusal of data behind r5 as the last error", err)
 	}
 }

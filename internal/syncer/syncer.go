@@ -102,6 +102,10 @@ type Syncer struct {
 	log *slog.Logger
 
 	applied  *cache.Snapshot // the last good data: the monotonic floor; nil before any
+	// seedStore and seedRevision are the floor while applied is nil: a
+	// last-good file's, whose data failed the checks (see Seed).
+	seedStore    string
+	seedRevision int64
 	storeID  string          // the store the cursor belongs to
 	cursor   int64           // where a watch resumes
 	head     int64           // the newest namespace revision the server told of
@@ -137,15 +141,28 @@ func New(cfg Config) *Syncer {
 
 // Seed starts the Syncer from data read from disk: it becomes the applied
 // data (the monotonic floor for its store id) and cursor, whether or not
-// the caller serves it. It fails, seeding nothing, if the data fails the
-// schema. Call it before Run.
+// the caller serves it. If the data fails the schema, Seed returns why and
+// the data is not applied, but its store id and revision stay the floor:
+// older data of that store is refused as any is (see the package doc).
+// Call it before Run.
 func (s *Syncer) Seed(snap *cache.Snapshot, cursor int64) error {
+	s.storeID, s.cursor = snap.StoreID(), cursor
 	if err := s.check(snap); err != nil {
+		s.seedStore, s.seedRevision = snap.StoreID(), snap.Revision()
 		return err
 	}
 	s.applied = snap
-	s.storeID, s.cursor = snap.StoreID(), cursor
 	return nil
+}
+
+// floor is the store id and revision below which data of that store is
+// refused: the applied data's, or a seed's that failed the checks; "" and 0
+// when there is none.
+func (s *Syncer) floor() (storeID string, revision int64) {
+	if s.applied != nil {
+		return s.applied.StoreID(), s.applied.Revision()
+	}
+	return s.seedStore, s.seedRevision
 }
 
 // Run syncs until ctx ends: snapshot, then watch from the cursor; on a
@@ -307,6 +324,7 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 
 	cur := s.applied
 	sameStore := cur != nil && snap.StoreID == cur.StoreID()
+	floorStore, floorRev := s.floor()
 	reset := ""
 	switch {
 	case notModified && !sameStore:
@@ -321,15 +339,15 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		s.head = max(s.head, snap.Revision)
 		s.confirmed()
 		return nil
-	case sameStore && snap.Revision < cur.Revision():
+	case snap.StoreID == floorStore && snap.Revision < floorRev:
 		if !s.historyRewritten(snap) {
 			s.cfg.Meter.Resnapshot(reason)
-			return &BehindError{Namespace: s.cfg.Namespace, StoreID: snap.StoreID, Revision: snap.Revision, Applied: cur.Revision(),
+			return &BehindError{Namespace: s.cfg.Namespace, StoreID: snap.StoreID, Revision: snap.Revision, Applied: floorRev,
 				Since: s.rewriteSince, Grace: s.cfg.RewriteGrace}
 		}
 		reason, reset = telemetry.ResnapshotHistoryRewritten, ResetHistory
 		s.log.Warn("config: the server's history was rewritten under the same store id; monotonic floor reset",
-			"store_id", snap.StoreID, "applied", cur.Revision(), "server", snap.Revision,
+			"store_id", snap.StoreID, "applied", floorRev, "server", snap.Revision,
 			"linearizable", snap.Linearizable, "evidence_for", time.Since(s.rewriteSince).Round(time.Millisecond))
 	case cur != nil && !sameStore:
 		reset = ResetStore
@@ -337,6 +355,9 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	}
 	s.cfg.Meter.Resnapshot(reason) // fetched; counted before anything is applied
 	s.rewriteSince = time.Time{}
+	if reset != "" || snap.StoreID != floorStore || snap.Revision > floorRev {
+		s.seedStore, s.seedRevision = "", 0 // passed, or reset
+	}
 	if snap.StoreID != s.storeID || reset != "" {
 		s.head = 0
 	}
