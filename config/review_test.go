@@ -402,3 +402,20 @@ func TestFileFailingTheSchemaKeepsItsFloor(t *testing.T) {
 		t.Errorf("open error = %v; want the refusal of data behind r5 as the last error", err)
 	}
 }
+
+// TestSourceAnsweringNothingIsAnError: a source that breaks its contract
+// (no snapshot and no error, or a 304 without the snapshot it must carry)
+// is an error to retry, not a nil dereference that ends the process.
+func TestSourceAnsweringNothingIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	writeCacheFile(t, dir, "nil", 3, map[string]string{"k": "v"}, time.Now())
+	for _, err := range []error{nil, transport.ErrNotModified} {
+		src := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return nil, err }}
+		c := sourceClient(t, src, config.WithCacheDir(dir))
+		ns := open(t, c, "nil")
+		eventually(t, "the error in Status", func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrMalformed) })
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -318,6 +318,9 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	if err != nil && !notModified {
 		return err
 	}
+	if snap == nil { // a Source that breaks its contract must not end the process
+		return fmt.Errorf("%w: snapshot of %q: no snapshot (error %v)", transport.ErrMalformed, s.cfg.Namespace, err)
+	}
 	if snap.Namespace != s.cfg.Namespace {
 		return fmt.Errorf("%w: snapshot of %q for namespace %q", transport.ErrMalformed, snap.Namespace, s.cfg.Namespace)
 	}
