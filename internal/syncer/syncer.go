@@ -101,15 +101,15 @@ type Syncer struct {
 	cfg Config
 	log *slog.Logger
 
-	applied  *cache.Snapshot // the last good data: the monotonic floor; nil before any
+	applied *cache.Snapshot // the last good data: the monotonic floor; nil before any
 	// seedStore and seedRevision are the floor while applied is nil: a
 	// last-good file's, whose data failed the checks (see Seed).
 	seedStore    string
 	seedRevision int64
-	storeID  string          // the store the cursor belongs to
-	cursor   int64           // where a watch resumes
-	head     int64           // the newest namespace revision the server told of
-	rejected int64           // the namespace revision last rejected, if any
+	storeID      string // the store the cursor belongs to
+	cursor       int64  // where a watch resumes
+	head         int64  // the newest namespace revision the server told of
+	rejected     int64  // the namespace revision last rejected, if any
 	// rewriteSince is when the evidence that the server's history is
 	// behind the floor, under the same store id, began; zero when there is
 	// none.
