@@ -120,8 +120,10 @@ func (n *Namespace) Rejected() int64 { return n.rejects.Load() }
 func (n *Namespace) CallbackPanics() int64 { return n.disp.panics.Load() }
 
 // OnChange calls fn after each change of key's value, that is of what Get
-// returns, with the old and new value. Callbacks of a namespace run one at a
-// time on a goroutine of their own, in the order of the updates, after the
+// returns, with the old and new value: each change made after OnChange is
+// called, never one before it (nor the first data served). Callbacks of a
+// namespace run one at a time on a goroutine of their own, in the order of
+// the updates, after the
 // new data is served (inside fn, Revision() >= ch.Revision, within one store
 // and while no Defaults are served); a slow callback delays only later
 // callbacks of the namespace, never applying or reading; a panic is
