@@ -15,14 +15,15 @@ import (
 // is waiting at any time. Reporting is best effort: failures back off and
 // retry the newest outcome, and never touch reads or applies.
 type acker struct {
+	// Read-only after newAcker.
 	src      transport.Acker
 	log      *slog.Logger
 	clientID string
 	ns       string
+	wake     chan struct{} // cap 1: an outcome is pending
 
-	mu      sync.Mutex
-	pending *transport.Ack
-	wake    chan struct{}
+	mu      sync.Mutex     // guards pending
+	pending *transport.Ack // the newest outcome not yet taken by run; nil if none
 }
 
 func newAcker(src transport.Acker, log *slog.Logger, clientID, ns string) *acker {

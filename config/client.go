@@ -267,6 +267,7 @@ func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error
 	if q, ok := c.src.(transport.QuietLimiter); ok {
 		n.freshWindow = q.QuietLimit
 	}
+	n.window = n.freshWindow() // nothing runs yet: no lock is held
 	if c.dir != nil {
 		n.mu.Lock()
 		n.loadFromDisk(c.dir)
@@ -293,6 +294,11 @@ func (c *Client) start(n *Namespace) {
 	if n.metrics != nil {
 		n.disp.onCallback = n.metrics.CallbackDuration
 	}
+	n.mu.Lock()
+	if st := n.status.State; st == StateBreached || st == StateFailedClosed {
+		n.metrics.Breach() // in breach from its file, before it had instruments
+	}
+	n.mu.Unlock()
 	n.syncer.SetMeter(n.metrics)
 	if c.dir != nil {
 		n.persister = cache.NewPersister(c.dir, n.persisted)
@@ -344,6 +350,7 @@ func newNamespace(c *Client, name string, o nsOptions, log *slog.Logger) *Namesp
 		kick:      make(chan struct{}, 1),
 		// The source's QuietLimit, when it has one (prepare).
 		freshWindow: func() time.Duration { return c.opts.idleTimeout },
+		window:      c.opts.idleTimeout,
 		status:      Status{Namespace: name, State: StateSyncing, MaxStaleness: o.maxStaleness},
 	}
 }

@@ -22,9 +22,11 @@ type dispatcher struct {
 	log   *slog.Logger
 	limit int
 
+	// mu guards queue, registry and seq.
 	mu       sync.Mutex
 	queue    []item
 	registry registry // replaced whole on every subscribe and stop
+	seq      uint64   // of the last item queued
 	wake     chan struct{}
 
 	panics    atomic.Int64
@@ -42,6 +44,7 @@ type item struct {
 	changes  *ChangeSet
 	status   *Status
 	rejected *RejectedError
+	seq      uint64 // its place in the queue; a subscription sees the items queued after it
 }
 
 // registry is an immutable view of the subscriptions.
@@ -53,6 +56,7 @@ type registry struct {
 }
 
 type subscription struct {
+	since    uint64 // the dispatcher's seq when it subscribed: earlier items are not its
 	key      string
 	onChange func(Change)
 	onAny    func(ChangeSet)
@@ -73,6 +77,8 @@ func (d *dispatcher) enqueue(it item) {
 		d.queue = d.compact(d.queue)
 		d.coalesced.Add(1)
 	}
+	d.seq++
+	it.seq = d.seq
 	d.queue = append(d.queue, it)
 	d.mu.Unlock()
 	select {
@@ -86,29 +92,30 @@ func (d *dispatcher) enqueue(it item) {
 // items.
 func (d *dispatcher) compact(queue []item) []item {
 	var sets []ChangeSet
-	var status *Status
-	var rejected *RejectedError
+	var status, rejected item
+	var setsSeq uint64
 	for _, it := range queue {
 		if it.changes != nil {
 			sets = append(sets, *it.changes)
+			setsSeq = it.seq // a subscription made in between sees all of them
 		}
 		if it.status != nil {
-			status = it.status
+			status = it
 		}
 		if it.rejected != nil {
-			rejected = it.rejected
+			rejected = it
 		}
 	}
 	out := queue[:0]
 	if len(sets) > 0 {
 		merged := coalesce(sets)
-		out = append(out, item{changes: &merged})
+		out = append(out, item{changes: &merged, seq: setsSeq})
 	}
-	if rejected != nil {
-		out = append(out, item{rejected: rejected}) // the newest rejection
+	if rejected.rejected != nil {
+		out = append(out, rejected) // the newest rejection
 	}
-	if status != nil {
-		out = append(out, item{status: status})
+	if status.status != nil {
+		out = append(out, status)
 	}
 	clear(queue[len(out):])
 	return out
@@ -117,6 +124,7 @@ func (d *dispatcher) compact(queue []item) []item {
 // subscribe registers s and returns the function that stops it.
 func (d *dispatcher) subscribe(s *subscription) (stop func()) {
 	d.update(func(r *registry) {
+		s.since = d.seq // under d.mu, with enqueue
 		switch {
 		case s.onChange != nil:
 			if r.byKey == nil {
@@ -205,16 +213,16 @@ func (d *dispatcher) deliver(reg registry, it item) {
 	if cs := it.changes; cs != nil {
 		for _, ch := range cs.Changes {
 			for _, s := range reg.byKey[ch.Key] {
-				d.call(s, func() { s.onChange(ch) })
+				d.call(s, it, func() { s.onChange(ch) })
 			}
 		}
 		for _, s := range reg.any {
-			d.call(s, func() { s.onAny(*cs) })
+			d.call(s, it, func() { s.onAny(*cs) })
 		}
 	}
 	if rerr := it.rejected; rerr != nil {
 		for _, s := range reg.reject {
-			d.call(s, func() { s.onReject(rerr) })
+			d.call(s, it, func() { s.onReject(rerr) })
 		}
 	}
 	if st := it.status; st != nil {
@@ -223,13 +231,18 @@ func (d *dispatcher) deliver(reg registry, it item) {
 		}
 		d.lastState = st.State
 		for _, s := range reg.status {
-			d.call(s, func() { s.onStatus(*st) })
+			d.call(s, it, func() { s.onStatus(*st) })
 		}
 	}
 }
 
-// call runs one callback, recovering and counting a panic.
-func (d *dispatcher) call(s *subscription, fn func()) {
+// call runs one callback of it, recovering and counting a panic. An item
+// queued before s subscribed is not s's: it tells of what happened before
+// (the first data, a change the caller could already read).
+func (d *dispatcher) call(s *subscription, it item, fn func()) {
+	if it.seq <= s.since {
+		return
+	}
 	s.calling.Lock()
 	defer s.calling.Unlock()
 	if s.stopped.Load() {

@@ -29,7 +29,9 @@ type Namespace struct {
 	log      *slog.Logger
 	defaults *cache.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open); never nil
 	// freshWindow: past it without a confirmation, data is not Fresh (the
-	// source's QuietLimit, or the idle timeout).
+	// source's QuietLimit, or the idle timeout). Only the clock calls it,
+	// without n.mu: a source may take its own lock in QuietLimit and hold
+	// it while it hands the syncer an event, whose report takes n.mu.
 	freshWindow func() time.Duration
 	syncer      *syncer.Syncer
 	disp        *dispatcher
@@ -57,7 +59,8 @@ type Namespace struct {
 	ageKnown      bool      // false for a file confirmed in the future
 	healthy       bool      // the last sync attempt succeeded and no failure followed
 	cursor        int64
-	head          int64 // the newest namespace revision the server told of
+	head          int64         // the newest namespace revision the server told of
+	window        time.Duration // freshWindow's latest answer, as the clock last asked it
 	status        Status
 	revWait       chan struct{} // closed and replaced at every swap of what is served
 	stateWait     chan struct{} // closed and replaced at every state change
@@ -117,8 +120,10 @@ func (n *Namespace) Rejected() int64 { return n.rejects.Load() }
 func (n *Namespace) CallbackPanics() int64 { return n.disp.panics.Load() }
 
 // OnChange calls fn after each change of key's value, that is of what Get
-// returns, with the old and new value. Callbacks of a namespace run one at a
-// time on a goroutine of their own, in the order of the updates, after the
+// returns, with the old and new value: each change made after OnChange is
+// called, never one before it (nor the first data served). Callbacks of a
+// namespace run one at a time on a goroutine of their own, in the order of
+// the updates, after the
 // new data is served (inside fn, Revision() >= ch.Revision, within one store
 // and while no Defaults are served); a slow callback delays only later
 // callbacks of the namespace, never applying or reading; a panic is
@@ -240,7 +245,7 @@ func (n *Namespace) facts(now time.Time) facts {
 		applied: n.applied, appliedOrigin: n.appliedOrigin, defaults: n.defaults,
 		firstRejected: n.firstRejected, confirmed: n.confirm, ageKnown: n.ageKnown,
 		healthy: n.healthy, now: now,
-		maxStaleness: n.opts.maxStaleness, failClosed: n.opts.failClosed, freshWindow: n.freshWindow(),
+		maxStaleness: n.opts.maxStaleness, failClosed: n.opts.failClosed, freshWindow: n.window,
 	}
 }
 
@@ -326,7 +331,9 @@ func (n *Namespace) runClock(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
+		window := n.freshWindow() // outside n.mu: see freshWindow
 		n.mu.Lock()
+		n.window = window
 		n.settle(nil)
 		next := nextChange(n.facts(time.Now()), n.status.State)
 		n.mu.Unlock()

@@ -50,6 +50,7 @@ func (n *Namespace) loadFromDisk(dir *cache.Dir) {
 		n.ageKnown = true
 		n.confirm = time.Now().Add(-max(age, 0)) // with a monotonic reading
 		n.status.LastConfirmed = n.confirm
+		n.persistedConfirm = n.confirm // on disk already: Close has nothing to flush
 	}
 	n.settle(nil)
 	if n.serving.Load() == n.applied {

@@ -101,17 +101,27 @@ type Syncer struct {
 	cfg Config
 	log *slog.Logger
 
-	applied  *cache.Snapshot // the last good data: the monotonic floor; nil before any
-	storeID  string          // the store the cursor belongs to
-	cursor   int64           // where a watch resumes
-	head     int64           // the newest namespace revision the server told of
-	rejected int64           // the namespace revision last rejected, if any
+	applied *cache.Snapshot // the last good data: the monotonic floor; nil before any
+	// seedStore and seedRevision are the floor while applied is nil: a
+	// last-good file's, whose data failed the checks (see Seed).
+	seedStore    string
+	seedRevision int64
+	storeID      string // the store the cursor belongs to
+	cursor       int64  // where a watch resumes
+	head         int64  // the newest namespace revision the server told of
+	rejected     int64  // the namespace revision last rejected, if any
 	// rewriteSince is when the evidence that the server's history is
 	// behind the floor, under the same store id, began; zero when there is
 	// none.
 	rewriteSince time.Time
-	// atOnce: a resnapshot was just made at once for a store change; the
-	// next one waits its backoff unless a watch delivered in between.
+	// resetPending is why the floor was dropped for a snapshot that was
+	// rejected (ResetStore, ResetHistory): the next data applied, of the
+	// new store or history, reports it, as it would have reported the
+	// rejected one. Empty when none is pending.
+	resetPending string
+	// atOnce: a resnapshot was made at once after a short stream (a store
+	// change, a gap); the next such one waits its backoff unless a
+	// healthy stream came in between.
 	atOnce bool
 
 	lastWarn   time.Time // of failures; see failed
@@ -131,15 +141,28 @@ func New(cfg Config) *Syncer {
 
 // Seed starts the Syncer from data read from disk: it becomes the applied
 // data (the monotonic floor for its store id) and cursor, whether or not
-// the caller serves it. It fails, seeding nothing, if the data fails the
-// schema. Call it before Run.
+// the caller serves it. If the data fails the schema, Seed returns why and
+// the data is not applied, but its store id and revision stay the floor:
+// older data of that store is refused as any is (see the package doc).
+// Call it before Run.
 func (s *Syncer) Seed(snap *cache.Snapshot, cursor int64) error {
+	s.storeID, s.cursor = snap.StoreID(), cursor
 	if err := s.check(snap); err != nil {
+		s.seedStore, s.seedRevision = snap.StoreID(), snap.Revision()
 		return err
 	}
 	s.applied = snap
-	s.storeID, s.cursor = snap.StoreID(), cursor
 	return nil
+}
+
+// floor is the store id and revision below which data of that store is
+// refused: the applied data's, or a seed's that failed the checks; "" and 0
+// when there is none.
+func (s *Syncer) floor() (storeID string, revision int64) {
+	if s.applied != nil {
+		return s.applied.StoreID(), s.applied.Revision()
+	}
+	return s.seedStore, s.seedRevision
 }
 
 // Run syncs until ctx ends: snapshot, then watch from the cursor; on a
@@ -173,11 +196,14 @@ func (s *Syncer) Run(ctx context.Context) {
 				return nil
 			})
 		cancel()
-		if delivered {
+		// A stream that delivered for healthyStream was healthy: the
+		// backoff starts over, and so does the allowance of one at-once
+		// resnapshot. A shorter one does neither, so a server that ends
+		// every stream after its first event meets a growing backoff.
+		healthy := delivered && time.Since(started) >= healthyStream
+		if healthy {
 			s.atOnce = false
-			if time.Since(started) >= healthyStream {
-				bo.Reset() // a healthy stream: the next failure starts the backoff over
-			}
+			bo.Reset()
 		}
 		if ctx.Err() != nil {
 			return
@@ -195,17 +221,20 @@ func (s *Syncer) Run(ctx context.Context) {
 		// trouble: no error reported, no state change.
 		needSnapshot, reason = true, s.resnapshotReason(err)
 		s.log.Info("config: resnapshot", "reason", err)
-		if s.storeMoved(err) {
+		moved := s.storeMoved(err)
+		if moved {
 			s.noteRewrite(err)
-			if !s.atOnce {
-				// The server's history is not the cursor's: find out
-				// what it is now rather than after a grown backoff.
-				s.atOnce = true
-				continue
-			}
 		}
-		if delivered {
-			continue // the stream was healthy: resnapshot at once
+		switch {
+		case healthy:
+			continue // at once, and at most once per healthyStream
+		case (moved || delivered) && !s.atOnce:
+			// The server's history is not the cursor's, or a stream
+			// that delivered met a gap: find out what the server holds
+			// now rather than after a grown backoff, once until the
+			// next healthy stream.
+			s.atOnce = true
+			continue
 		}
 		s.cfg.Backoff.Wait(ctx, bo, err)
 	}
@@ -289,12 +318,16 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	if err != nil && !notModified {
 		return err
 	}
+	if snap == nil { // a Source that breaks its contract must not end the process
+		return fmt.Errorf("%w: snapshot of %q: no snapshot (error %v)", transport.ErrMalformed, s.cfg.Namespace, err)
+	}
 	if snap.Namespace != s.cfg.Namespace {
 		return fmt.Errorf("%w: snapshot of %q for namespace %q", transport.ErrMalformed, snap.Namespace, s.cfg.Namespace)
 	}
 
 	cur := s.applied
 	sameStore := cur != nil && snap.StoreID == cur.StoreID()
+	floorStore, floorRev := s.floor()
 	reset := ""
 	switch {
 	case notModified && !sameStore:
@@ -309,15 +342,15 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		s.head = max(s.head, snap.Revision)
 		s.confirmed()
 		return nil
-	case sameStore && snap.Revision < cur.Revision():
+	case snap.StoreID == floorStore && snap.Revision < floorRev:
 		if !s.historyRewritten(snap) {
 			s.cfg.Meter.Resnapshot(reason)
-			return &BehindError{Namespace: s.cfg.Namespace, StoreID: snap.StoreID, Revision: snap.Revision, Applied: cur.Revision(),
+			return &BehindError{Namespace: s.cfg.Namespace, StoreID: snap.StoreID, Revision: snap.Revision, Applied: floorRev,
 				Since: s.rewriteSince, Grace: s.cfg.RewriteGrace}
 		}
 		reason, reset = telemetry.ResnapshotHistoryRewritten, ResetHistory
 		s.log.Warn("config: the server's history was rewritten under the same store id; monotonic floor reset",
-			"store_id", snap.StoreID, "applied", cur.Revision(), "server", snap.Revision,
+			"store_id", snap.StoreID, "applied", floorRev, "server", snap.Revision,
 			"linearizable", snap.Linearizable, "evidence_for", time.Since(s.rewriteSince).Round(time.Millisecond))
 	case cur != nil && !sameStore:
 		reset = ResetStore
@@ -325,6 +358,9 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	}
 	s.cfg.Meter.Resnapshot(reason) // fetched; counted before anything is applied
 	s.rewriteSince = time.Time{}
+	if reset != "" || snap.StoreID != floorStore || snap.Revision > floorRev {
+		s.seedStore, s.seedRevision = "", 0 // passed, or reset
+	}
 	if snap.StoreID != s.storeID || reset != "" {
 		s.head = 0
 	}
@@ -345,13 +381,17 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	if err != nil {
 		if reset != "" {
 			s.applied = nil // nothing of the new history chains on the old
+			s.resetPending = reset
 		}
 		s.reject(snap.Revision, err)
 		// In touch with the server, serving the newest data that passes.
 		s.confirmed()
 		return nil
 	}
-	s.rejected, s.applied = 0, next
+	if reset == "" && cur == nil {
+		reset = s.resetPending // the first data of a new store or history whose first snapshot was rejected
+	}
+	s.rejected, s.applied, s.resetPending = 0, next, ""
 	s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position()})
 	return nil
 }
