@@ -195,7 +195,7 @@ func (d *valueData) str() string {
 // looksLikeDuration is a cheap test that spares time.ParseDuration (and the
 // error it allocates) the strings that cannot be durations.
 func looksLikeDuration(s string) bool {
-	if s == "0" {
+	if s == "0" || s == "-0" || s == "+0" { // the one form without a unit, signed or not
 		return true
 	}
 	// Every unit ends in one of "snmh" ("ns", "us", "µs", "ms", "s", "m", "h").
