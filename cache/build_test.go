@@ -65,6 +65,12 @@ func TestBuildJSONRejects(t *testing.T) {
 			t.Errorf("BuildJSON(%q) succeeded; want an error", bad)
 		}
 	}
+	// The error names its package once: "cache: values: not a JSON object: ...".
+	for _, bad := range []string{`null`, `{"a":1,"a":2}`, `{"a":tru}`} {
+		if _, err := BuildJSON("ns", "s", 1, json.RawMessage(bad)); err == nil || strings.Count(err.Error(), "cache:") != 1 {
+			t.Errorf("BuildJSON(%q) error %q; want one \"cache:\"", bad, err)
+		}
+	}
 	deep := `{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`
 	if _, err := BuildJSON("ns", "s", 1, json.RawMessage(deep)); err != nil || !json.Valid([]byte(deep)) {
 		t.Errorf("nesting at encoding/json's limit: %v (json.Valid %v)", err, json.Valid([]byte(deep)))

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -240,9 +239,6 @@ func validValue(s string) error {
 	return nil
 }
 
-// errNotObject: the values of a snapshot must be one JSON object.
-var errNotObject = errors.New("cache: values are not a JSON object")
-
 // eachMember walks obj, one JSON object (white space around it allowed),
 // and calls fn with each member's key, decoded, and the JSON text of its
 // value; both are substrings of obj where the key has no escapes. It
@@ -253,7 +249,7 @@ var errNotObject = errors.New("cache: values are not a JSON object")
 func eachMember(obj string, fn func(key, raw string) error) (int, error) {
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
-		return 0, fmt.Errorf("%w: %w", errNotObject, errAt(obj, i, "'{'"))
+		return 0, fmt.Errorf("not a JSON object: %w", errAt(obj, i, "'{'"))
 	}
 	n := 0
 	i = skipSpace(obj, i+1)
