@@ -409,3 +409,90 @@ func TestSizes(t *testing.T) {
 		t.Errorf("an entry is %d bytes, want 40", entrySize)
 	}
 }
+
+// TestApplyCompacts: as Apply deletes the values of a built snapshot, the
+// new snapshots copy what they still use out of its text, and every
+// snapshot, new and old, keeps its keys and values.
+func TestApplyCompacts(t *testing.T) {
+	var b strings.Builder
+	want := map[string]string{} // key to String()
+	raws := map[string]string{} // key to Raw()
+	b.WriteByte('{')
+	for i := range 64 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		switch i % 4 {
+		case 0:
+			fmt.Fprintf(&b, `"plain-%d":"v%d"`, i, i)
+			want[fmt.Sprintf("plain-%d", i)], raws[fmt.Sprintf("plain-%d", i)] = fmt.Sprintf("v%d", i), fmt.Sprintf(`"v%d"`, i)
+		case 1:
+			fmt.Fprintf(&b, `"esc\u00e9-%d":[%d, true]`, i, i)
+			want[fmt.Sprintf("escé-%d", i)], raws[fmt.Sprintf("escé-%d", i)] = fmt.Sprintf("[%d, true]", i), fmt.Sprintf("[%d, true]", i)
+		case 2:
+			fmt.Fprintf(&b, `"s%d":"\u00e9\/%d"`, i, i)
+			want[fmt.Sprintf("s%d", i)], raws[fmt.Sprintf("s%d", i)] = fmt.Sprintf("é/%d", i), fmt.Sprintf(`"\u00e9\/%d"`, i)
+		case 3:
+			fmt.Fprintf(&b, `"n%d":%d.5`, i, i)
+			want[fmt.Sprintf("n%d", i)], raws[fmt.Sprintf("n%d", i)] = fmt.Sprintf("%d.5", i), fmt.Sprintf("%d.5", i)
+		}
+	}
+	b.WriteByte('}')
+	snap, err := BuildJSON("ns", "s", 1, json.RawMessage(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(s *Snapshot, want, raws map[string]string) {
+		t.Helper()
+		if s.Len() != len(want) {
+			t.Fatalf("revision %d: Len = %d, want %d", s.Revision(), s.Len(), len(want))
+		}
+		for k, w := range want {
+			if v, ok := s.Get(k); !ok || v.String() != w || string(v.Raw()) != raws[k] {
+				t.Fatalf("revision %d: Get(%q) = %v (%s), %v; want %s (%s)", s.Revision(), k, v, v.Raw(), ok, w, raws[k])
+			}
+		}
+		n := 0
+		for k, raw := range s.RawAll() {
+			if n++; string(raw) != raws[k] {
+				t.Fatalf("revision %d: RawAll gave %q: %s; want %s", s.Revision(), k, raw, raws[k])
+			}
+		}
+	}
+	compacted := 0
+	keys := slices.Sorted(maps.Keys(want))
+	type state struct {
+		s          *Snapshot
+		want, raws map[string]string
+	}
+	var history []state
+	for rev := int64(2); len(keys) > 0; rev++ {
+		history = append(history, state{snap, maps.Clone(want), maps.Clone(raws)})
+		gone := keys[:min(5, len(keys))]
+		keys = keys[len(gone):]
+		put := fmt.Sprintf("put-%d", rev)
+		next, err := snap.Apply(rev, time.Time{}, map[string]json.RawMessage{put: json.RawMessage(`"p"`)}, gone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range gone {
+			delete(want, k)
+			delete(raws, k)
+		}
+		want[put], raws[put] = "p", `"p"`
+		if next.text != snap.text {
+			compacted++
+		}
+		if next.inText > len(next.text) || 2*next.inText < len(next.text) {
+			t.Fatalf("revision %d: the entries take %d bytes of a text of %d", rev, next.inText, len(next.text))
+		}
+		check(next, want, raws)
+		snap = next
+	}
+	for _, h := range history {
+		check(h.s, h.want, h.raws) // unchanged by the compactions after them
+	}
+	if compacted < 2 || snap.text != "" {
+		t.Errorf("compacted %d times, the last text %q; want a few, and none once no value of the built text is left", compacted, snap.text)
+	}
+}

@@ -3,13 +3,16 @@ package cache_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -199,5 +202,50 @@ func BenchmarkSnapshotDecode(b *testing.B) {
 			b.ReportMetric(c.allocatedX(), "alloc-x")
 			b.ReportMetric(float64(c.keys), "keys")
 		})
+	}
+}
+
+// TestApplyKeepsNoDeletedText: a snapshot that Apply makes from a built
+// one keeps no more of the built one's text than its own values need, so
+// that deleting the biggest value frees it; it retains at most
+// maxRetainedRatio times its own size on the wire.
+func TestApplyKeepsNoDeletedText(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("instrumentation changes what is allocated")
+	}
+	var b strings.Builder
+	b.WriteString(`{"big":"` + strings.Repeat("x", 4<<20) + `"`)
+	for i := range 100 {
+		fmt.Fprintf(&b, `,"key-%d":"value-%d","e%d":"\u00e9%d"`, i, i, i, i)
+	}
+	b.WriteString("}")
+	base, err := cache.BuildJSON("ns", "s", 1, json.RawMessage(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := base.Apply(2, time.Time{}, map[string]json.RawMessage{"new": json.RawMessage(`1`)}, []string{"big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base = nil
+	wire, err := transport.EncodeValues(next.RawValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept, dropped runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&kept)
+	if v, ok := next.Get("e7"); !ok || v.String() != "é7" || string(v.Raw()) != `"\u00e97"` {
+		t.Fatalf("e7 = %v (%s), %v", v, v.Raw(), ok)
+	}
+	runtime.KeepAlive(next)
+	next = nil
+	runtime.GC()
+	runtime.ReadMemStats(&dropped)
+	retained := int64(kept.HeapAlloc) - int64(dropped.HeapAlloc)
+	t.Logf("after the big value's delete: retained %d bytes, %d on the wire", retained, len(wire))
+	if retained > maxRetainedRatio*int64(len(wire)) {
+		t.Errorf("the applied snapshot retains %d bytes, %.0fx its %d bytes on the wire; want at most %dx",
+			retained, float64(retained)/float64(len(wire)), len(wire), maxRetainedRatio)
 	}
 }

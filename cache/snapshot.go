@@ -35,7 +35,10 @@ type Snapshot struct {
 // fails the build.
 //
 // What it retains is bounded by the size of values: the text, 44 to 48
-// bytes a key, and the content of strings with escapes.
+// bytes a key, and the content of strings with escapes. The snapshots
+// that Apply makes from it share the text while their entries take at
+// least half of it, and then copy what they take: deleted values are not
+// kept.
 func BuildJSON(namespace, storeID string, revision int64, values json.RawMessage) (*Snapshot, error) {
 	var (
 		obj string
@@ -69,6 +72,7 @@ func BuildJSON(namespace, storeID string, revision int64, values json.RawMessage
 	if err != nil {
 		return nil, err
 	}
+	x.keep(obj)
 	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}, nil
 }
 

@@ -183,6 +183,15 @@ func (d *valueData) text() string {
 	return unsafe.String((*byte)(d.p), d.n)
 }
 
+// moveText points d at t, a copy of its JSON text.
+func (d *valueData) moveText(t string) {
+	if d.flags&flagEscaped != 0 {
+		d.p = unsafe.Pointer(&escaped{text: t, str: (*escaped)(d.p).str})
+		return
+	}
+	d.p = unsafe.Pointer(unsafe.StringData(t))
+}
+
 // str is a KindString value's content.
 func (d *valueData) str() string {
 	if d.flags&flagEscaped != 0 {
