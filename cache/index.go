@@ -15,7 +15,8 @@ import (
 // arrays rather than a Go map because, with tiny keys, a map's slots
 // (24 bytes each, at a load of 7/16 to 7/8) cost more than the keys and
 // values themselves: an entry here is 40 bytes and a bucket 4, at a load
-// of 1/2 to 1, with no pointer but the entry's own. Entries are grouped by
+// of 1/2 to 1 when built (1/4 to 1 after Apply), with no pointer but the
+// entry's own. Entries are grouped by
 // bucket: bucket b's are ents[start[b]:start[b+1]].
 //
 // An index is immutable once built, like the Snapshot that holds it.
