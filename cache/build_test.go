@@ -101,7 +101,8 @@ func TestBuildJSONCopies(t *testing.T) {
 // twice), and each key's value is what NewValue makes of its text.
 func FuzzBuildJSON(f *testing.F) {
 	for _, s := range []string{`{}`, ` {"a":1,"b":[true,null],"c":{"d":"e"}} `, `{"k\u00e9y":"v\"al","x":-0.5e3}`,
-		`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, "{\"\xff\":\"\xfe\"}", `{"a":"1h"}`, `null`, `{"a":[}`, `{"a":1,}`} {
+		`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, "{\"\xff\":\"\xfe\"}", `{"a":"1h"}`, `null`, `{"a":[}`, `{"a":1,}`,
+		`{"\ud800\udc00":1,"\ud800\ud800":2,"\udc00x":3,"\ud800\u0041":4,"\ud800":5}`, "{\"\xed\xa0\x80\":1,\"\xf0\x9f\x98\":2,\"\\/\\b\\f\\n\\r\\t\\\"\\\\\":3}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, obj []byte) {
@@ -494,5 +495,24 @@ func TestApplyCompacts(t *testing.T) {
 	}
 	if compacted < 2 || snap.text != "" {
 		t.Errorf("compacted %d times, the last text %q; want a few, and none once no value of the built text is left", compacted, snap.text)
+	}
+}
+
+// TestUnquote: unquote reads strings as json.Unmarshal does, surrogates
+// and bytes that are not UTF-8 included, short and long.
+func TestUnquote(t *testing.T) {
+	for _, text := range []string{`"\u0061"`, `"\/"`, `"\b\f\n\r\t\"\\\/"`, `"\u00e9\u20ac\uD83D\uDE00"`, `"\ud800"`, `"\udc00"`,
+		`"\ud800\udc00"`, `"\ud800\ud800"`, `"\udbff\udfff"`, `"\ud800\u0041"`, `"\ud800x"`, `"x\ud800\\"`, `"\ud800\\u0041"`, "\"\xff\"", "\"\xed\xa0\x80\"",
+		"\"\xf0\x9f\x98\"", "\"\xc3\"", "\"a\xc3\xa9\\n\"", `"` + strings.Repeat(`\u00e9x`, 40) + `"`, "\"" + strings.Repeat("\xfe", 100) + "\""} {
+		if _, _, err := scanString(text, 0); err != nil {
+			t.Fatalf("scanString(%q): %v", text, err)
+		}
+		var want string
+		if err := json.Unmarshal([]byte(text), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := unquote(text); got != want {
+			t.Errorf("unquote(%q) = %q; json.Unmarshal reads %q", text, got, want)
+		}
 	}
 }

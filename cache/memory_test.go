@@ -174,6 +174,69 @@ func TestSnapshotMemoryBound(t *testing.T) {
 	}
 }
 
+// tinyKey is the i-th of the shortest distinct keys over keyAlphabet, in
+// tinyKeysBody's order.
+func tinyKey(i int) string {
+	l, span := 1, len(keyAlphabet)
+	for ; i >= span; l, span = l+1, span*len(keyAlphabet) {
+		i -= span
+	}
+	b := make([]byte, l)
+	for j := l - 1; j >= 0; j-- {
+		b[j] = keyAlphabet[i%len(keyAlphabet)]
+		i /= len(keyAlphabet)
+	}
+	return string(b)
+}
+
+// escapesBody is a GET /sdk/snapshot body of n keys, each tinyKey(i)
+// written as key(tinyKey(i)), with the value value.
+func escapesBody(n int, key func(string) string, value string) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"ns":"mem","store_id":"s1","revision":1,"cursor":1,"values":{`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"` + key(tinyKey(i)) + `":` + value)
+	}
+	b.WriteString("}}")
+	return b.Bytes()
+}
+
+// TestSnapshotMemoryBoundEscapes: the bound holds for the strings that
+// cost the most to decode, those with escapes or bytes that are not
+// UTF-8, as keys and as values.
+func TestSnapshotMemoryBoundEscapes(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("instrumentation changes what is allocated")
+	}
+	same := func(k string) string { return k }
+	n := transport.DefaultMaxSnapshotKeys / 4
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"escaped keys", escapesBody(n, func(k string) string { return `\/` + k }, `0`)},
+		{"escaped values", escapesBody(n, same, `"\n"`)},
+		{"values not UTF-8", escapesBody(n, same, "\"\xff\"")},
+		{"keys not UTF-8", escapesBody(n, func(k string) string { return k + "\xff" }, `0`)},
+	} {
+		cs, err := measure(t, c.body)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if cs.keys != n {
+			t.Fatalf("%s: built %d keys, want %d", c.name, cs.keys, n)
+		}
+		t.Logf("%s: %d keys, %d bytes on the wire: retained %.2fx, allocated %.2fx", c.name, cs.keys, cs.wire, cs.retainedX(), cs.allocatedX())
+		if cs.allocatedX() > maxAllocatedRatio {
+			t.Errorf("%s: allocated %.2fx the wire; want at most %dx", c.name, cs.allocatedX(), maxAllocatedRatio)
+		}
+	}
+}
+
 // BenchmarkSnapshotDecode fetches, decodes and builds snapshots of tiny
 // keys over loopback HTTP: the most the default key limit lets in, and 60
 // MiB of them with the limit raised to let it in. It reports the memory

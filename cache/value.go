@@ -123,11 +123,7 @@ func (d *valueData) set(text string) error {
 		str := text[1 : len(text)-1]
 		if strings.IndexByte(str, '\\') >= 0 || !utf8.ValidString(str) {
 			// Rare: escapes or bad UTF-8 need the decoder's reading.
-			e := &escaped{text: text}
-			var err error
-			if e.str, err = unquote(text); err != nil {
-				return fmt.Errorf("cache: invalid JSON string: %w", err)
-			}
+			e := &escaped{text: text, str: unquote(text)}
 			d.p, d.flags, str = unsafe.Pointer(e), flagEscaped, e.str
 		}
 		if looksLikeDuration(str) {

@@ -133,7 +133,7 @@ func TestSnapshotApplyLeavesOriginal(t *testing.T) {
 func FuzzNewValue(f *testing.F) {
 	for _, s := range []string{`"x"`, `"caf\u00e9"`, `"a\"b"`, `"250ms"`, `"1h2m"`, `"0"`, `"-0"`, `"-1.5µs"`, `"1\u00b5s"`,
 		`12`, `-0.5e3`, `-0`, `-0.0`, `9007199254740993`, `-9223372036854775808`, `9223372036854775808`, `1e400`, `1e-400`,
-		`null`, `true`, `false`, `[1]`, `{"a":"b"}`, `"\ud800"`, `" "`, "\"\xff\"", " [ {} , [] ] ", `[1,]`, `{"a" 1}`} {
+		`null`, `true`, `false`, `[1]`, `{"a":"b"}`, `"\ud800"`, `"\ud800\udc00"`, `"\ud83d\ude00x"`, `"\ud800\ud800"`, `"\udc00\ud800"`, `"\ud800\u0041"`, `"\uD83D\uDE00"`, `"\uFFFD\uffff"`, "\"\xed\xa0\x80\xf0\x9f\x98\"", `"\b\f\n\r\t\"\\\/"`, `" "`, "\"\xff\"", " [ {} , [] ] ", `[1,]`, `{"a" 1}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
