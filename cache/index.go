@@ -319,8 +319,7 @@ func within(s, text string) bool {
 
 // compact copies the keys and JSON texts that x's entries take from
 // x.text into a new text of just them, and points the entries there. The
-// entries must be x's own (with's copies); a string's *escaped, which the
-// snapshots before share, is replaced rather than changed.
+// entries must be x's own (with's copies): older snapshots share x.text.
 func (x *index) compact() {
 	var b strings.Builder
 	b.Grow(x.inText)

@@ -310,9 +310,13 @@ func trailing(s string, i int) error {
 // string it returns: Unmarshal's state cost 200 bytes a call, more than
 // the strings themselves when they are short keys.
 func unquote(text string) string {
-	s := text[1 : len(text)-1]
 	var buf [64]byte
-	b := buf[:0]
+	return string(appendUnquoted(buf[:0], text))
+}
+
+// appendUnquoted appends unquote's reading of text to b.
+func appendUnquoted(b []byte, text string) []byte {
+	s := text[1 : len(text)-1]
 	for i := 0; i < len(s); {
 		switch c := s[i]; {
 		case c == '\\':
@@ -355,7 +359,7 @@ func unquote(text string) string {
 			i += size
 		}
 	}
-	return string(b)
+	return b
 }
 
 // hex4 is the value of the 4 hex digits s starts with.

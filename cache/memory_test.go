@@ -231,8 +231,9 @@ func TestSnapshotMemoryBoundEscapes(t *testing.T) {
 			t.Fatalf("%s: built %d keys, want %d", c.name, cs.keys, n)
 		}
 		t.Logf("%s: %d keys, %d bytes on the wire: retained %.2fx, allocated %.2fx", c.name, cs.keys, cs.wire, cs.retainedX(), cs.allocatedX())
-		if cs.allocatedX() > maxAllocatedRatio {
-			t.Errorf("%s: allocated %.2fx the wire; want at most %dx", c.name, cs.allocatedX(), maxAllocatedRatio)
+		if cs.retainedX() > maxRetainedRatio || cs.allocatedX() > maxAllocatedRatio {
+			t.Errorf("%s: retained %.2fx and allocated %.2fx the wire; want at most %dx and %dx",
+				c.name, cs.retainedX(), cs.allocatedX(), maxRetainedRatio, maxAllocatedRatio)
 		}
 	}
 }

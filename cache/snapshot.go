@@ -35,7 +35,8 @@ type Snapshot struct {
 // fails the build.
 //
 // What it retains is bounded by the size of values: the text, 44 to 48
-// bytes a key, and the content of strings with escapes. The snapshots
+// bytes a key, and for the strings with escapes or bytes that are not
+// UTF-8, their content and their text again. The snapshots
 // that Apply makes from it share the text while their entries take at
 // least half of it, and then copy what they take: deleted values are not
 // kept.
