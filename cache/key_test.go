@@ -43,14 +43,22 @@ func TestGetKeyLengths(t *testing.T) {
 	}
 }
 
-// TestGetWhileApplying: readers Get from a snapshot while others build new
-// snapshots from it (go test -race).
+// TestGetWhileApplying: readers Get from a built snapshot while new
+// snapshots are made from it, some of which copy their texts out of its
+// (go test -race).
 func TestGetWhileApplying(t *testing.T) {
 	raw := map[string]json.RawMessage{}
 	for i := range 200 {
-		raw[keyOf(i)] = json.RawMessage(`1`)
+		raw[keyOf(i)] = json.RawMessage(`"\u0031"`)
+		if i%2 == 0 {
+			raw[keyOf(i)] = json.RawMessage(`"1"`)
+		}
 	}
-	base, err := Build("ns", "s", 1, raw)
+	text, err := json.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := BuildJSON("ns", "s", 1, text)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +83,7 @@ func TestGetWhileApplying(t *testing.T) {
 			}
 		}()
 	}
+	compacted := false
 	for rev := int64(2); rev < 200; rev++ {
 		puts := map[string]json.RawMessage{keyOf(int(rev)): json.RawMessage(`2`), keyOf(1000 + int(rev)): json.RawMessage(`3`)}
 		var deletes []string
@@ -86,12 +95,17 @@ func TestGetWhileApplying(t *testing.T) {
 				deletes = append(deletes, keyOf(i))
 			}
 		}
-		if _, err := base.Apply(rev, time.Time{}, puts, deletes); err != nil {
+		next, err := base.Apply(rev, time.Time{}, puts, deletes)
+		if err != nil {
 			t.Fatal(err)
 		}
+		compacted = compacted || next.text != base.text
 	}
 	close(done)
 	wg.Wait()
+	if !compacted {
+		t.Error("no change copied its texts out of the built snapshot's")
+	}
 }
 
 func keyOf(i int) string {
