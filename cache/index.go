@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -212,7 +213,7 @@ func (x *index) place(gone []uint32, added []entry) (index, error) {
 		added[i].v.tag = uint16(h)
 		adds[i] = placed{uint32(h >> x.shift), &added[i]}
 	}
-	slices.SortFunc(adds, func(a, b placed) int { return int(a.b) - int(b.b) })
+	slices.SortFunc(adds, func(a, b placed) int { return cmp.Compare(a.b, b.b) })
 	nx := index{hash: x.hash, strong: x.strong, seed: x.seed, shift: x.shift,
 		start: make([]uint32, len(x.start)), ents: make([]entry, 0, n)}
 	// The entries, in runs: up to the next position that goes, or to the

@@ -129,9 +129,9 @@ func FromValues(namespace, storeID string, revision int64, values map[string]Val
 	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}
 }
 
-// Apply returns a new Snapshot: s with puts and deletes applied, at revision.
-// s is unchanged. Every put is decoded before anything is built, so a bad
-// value fails the whole change.
+// Apply returns a new Snapshot: s with puts and deletes applied, at revision
+// (a key both put and deleted is put). s is unchanged. Every put is decoded
+// before anything is built, so a bad value fails the whole change.
 func (s *Snapshot) Apply(revision int64, committedAt time.Time, puts map[string]json.RawMessage, deletes []string) (*Snapshot, error) {
 	added, err := decodeAll(puts)
 	if err != nil {
