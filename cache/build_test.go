@@ -65,6 +65,12 @@ func TestBuildJSONRejects(t *testing.T) {
 			t.Errorf("BuildJSON(%q) succeeded; want an error", bad)
 		}
 	}
+	// The error names its package once: "cache: values: not a JSON object: ...".
+	for _, bad := range []string{`null`, `{"a":1,"a":2}`, `{"a":tru}`} {
+		if _, err := BuildJSON("ns", "s", 1, json.RawMessage(bad)); err == nil || strings.Count(err.Error(), "cache:") != 1 {
+			t.Errorf("BuildJSON(%q) error %q; want one \"cache:\"", bad, err)
+		}
+	}
 	deep := `{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`
 	if _, err := BuildJSON("ns", "s", 1, json.RawMessage(deep)); err != nil || !json.Valid([]byte(deep)) {
 		t.Errorf("nesting at encoding/json's limit: %v (json.Valid %v)", err, json.Valid([]byte(deep)))
@@ -95,7 +101,8 @@ func TestBuildJSONCopies(t *testing.T) {
 // twice), and each key's value is what NewValue makes of its text.
 func FuzzBuildJSON(f *testing.F) {
 	for _, s := range []string{`{}`, ` {"a":1,"b":[true,null],"c":{"d":"e"}} `, `{"k\u00e9y":"v\"al","x":-0.5e3}`,
-		`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, "{\"\xff\":\"\xfe\"}", `{"a":"1h"}`, `null`, `{"a":[}`, `{"a":1,}`} {
+		`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, "{\"\xff\":\"\xfe\"}", `{"a":"1h"}`, `null`, `{"a":[}`, `{"a":1,}`,
+		`{"\ud800\udc00":1,"\ud800\ud800":2,"\udc00x":3,"\ud800\u0041":4,"\ud800":5}`, "{\"\xed\xa0\x80\":1,\"\xf0\x9f\x98\":2,\"\\/\\b\\f\\n\\r\\t\\\"\\\\\":3}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, obj []byte) {
@@ -401,5 +408,111 @@ func TestSizes(t *testing.T) {
 	}
 	if entrySize != 40 {
 		t.Errorf("an entry is %d bytes, want 40", entrySize)
+	}
+}
+
+// TestApplyCompacts: as Apply deletes the values of a built snapshot, the
+// new snapshots copy what they still use out of its text, and every
+// snapshot, new and old, keeps its keys and values.
+func TestApplyCompacts(t *testing.T) {
+	var b strings.Builder
+	want := map[string]string{} // key to String()
+	raws := map[string]string{} // key to Raw()
+	b.WriteByte('{')
+	for i := range 64 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		switch i % 4 {
+		case 0:
+			fmt.Fprintf(&b, `"plain-%d":"v%d"`, i, i)
+			want[fmt.Sprintf("plain-%d", i)], raws[fmt.Sprintf("plain-%d", i)] = fmt.Sprintf("v%d", i), fmt.Sprintf(`"v%d"`, i)
+		case 1:
+			fmt.Fprintf(&b, `"esc\u00e9-%d":[%d, true]`, i, i)
+			want[fmt.Sprintf("escé-%d", i)], raws[fmt.Sprintf("escé-%d", i)] = fmt.Sprintf("[%d, true]", i), fmt.Sprintf("[%d, true]", i)
+		case 2:
+			fmt.Fprintf(&b, `"s%d":"\u00e9\/%d"`, i, i)
+			want[fmt.Sprintf("s%d", i)], raws[fmt.Sprintf("s%d", i)] = fmt.Sprintf("é/%d", i), fmt.Sprintf(`"\u00e9\/%d"`, i)
+		case 3:
+			fmt.Fprintf(&b, `"n%d":%d.5`, i, i)
+			want[fmt.Sprintf("n%d", i)], raws[fmt.Sprintf("n%d", i)] = fmt.Sprintf("%d.5", i), fmt.Sprintf("%d.5", i)
+		}
+	}
+	b.WriteByte('}')
+	snap, err := BuildJSON("ns", "s", 1, json.RawMessage(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(s *Snapshot, want, raws map[string]string) {
+		t.Helper()
+		if s.Len() != len(want) {
+			t.Fatalf("revision %d: Len = %d, want %d", s.Revision(), s.Len(), len(want))
+		}
+		for k, w := range want {
+			if v, ok := s.Get(k); !ok || v.String() != w || string(v.Raw()) != raws[k] {
+				t.Fatalf("revision %d: Get(%q) = %v (%s), %v; want %s (%s)", s.Revision(), k, v, v.Raw(), ok, w, raws[k])
+			}
+		}
+		n := 0
+		for k, raw := range s.RawAll() {
+			if n++; string(raw) != raws[k] {
+				t.Fatalf("revision %d: RawAll gave %q: %s; want %s", s.Revision(), k, raw, raws[k])
+			}
+		}
+	}
+	compacted := 0
+	keys := slices.Sorted(maps.Keys(want))
+	type state struct {
+		s          *Snapshot
+		want, raws map[string]string
+	}
+	var history []state
+	for rev := int64(2); len(keys) > 0; rev++ {
+		history = append(history, state{snap, maps.Clone(want), maps.Clone(raws)})
+		gone := keys[:min(5, len(keys))]
+		keys = keys[len(gone):]
+		put := fmt.Sprintf("put-%d", rev)
+		next, err := snap.Apply(rev, time.Time{}, map[string]json.RawMessage{put: json.RawMessage(`"p"`)}, gone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range gone {
+			delete(want, k)
+			delete(raws, k)
+		}
+		want[put], raws[put] = "p", `"p"`
+		if next.text != snap.text {
+			compacted++
+		}
+		if next.inText > len(next.text) || 2*next.inText < len(next.text) {
+			t.Fatalf("revision %d: the entries take %d bytes of a text of %d", rev, next.inText, len(next.text))
+		}
+		check(next, want, raws)
+		snap = next
+	}
+	for _, h := range history {
+		check(h.s, h.want, h.raws) // unchanged by the compactions after them
+	}
+	if compacted < 2 || snap.text != "" {
+		t.Errorf("compacted %d times, the last text %q; want a few, and none once no value of the built text is left", compacted, snap.text)
+	}
+}
+
+// TestUnquote: unquote reads strings as json.Unmarshal does, surrogates
+// and bytes that are not UTF-8 included, short and long.
+func TestUnquote(t *testing.T) {
+	for _, text := range []string{`"\u0061"`, `"\/"`, `"\b\f\n\r\t\"\\\/"`, `"\u00e9\u20ac\uD83D\uDE00"`, `"\ud800"`, `"\udc00"`,
+		`"\ud800\udc00"`, `"\ud800\ud800"`, `"\udbff\udfff"`, `"\ud800\u0041"`, `"\ud800x"`, `"x\ud800\\"`, `"\ud800\\u0041"`, "\"\xff\"", "\"\xed\xa0\x80\"",
+		"\"\xf0\x9f\x98\"", "\"\xc3\"", "\"a\xc3\xa9\\n\"", `"` + strings.Repeat(`\u00e9x`, 40) + `"`, "\"" + strings.Repeat("\xfe", 100) + "\""} {
+		if _, _, err := scanString(text, 0); err != nil {
+			t.Fatalf("scanString(%q): %v", text, err)
+		}
+		var want string
+		if err := json.Unmarshal([]byte(text), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := unquote(text); got != want {
+			t.Errorf("unquote(%q) = %q; json.Unmarshal reads %q", text, got, want)
+		}
 	}
 }

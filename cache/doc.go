@@ -20,8 +20,8 @@
 //
 // A snapshot's memory is bounded by its size on the wire: 44 to 48 bytes
 // a key besides the JSON text (a 40-byte entry and its share of the
-// index's buckets), so that even keys of a few bytes retain less than 8
-// times the text.
+// index's buckets; up to 56 after changes shrank it), so that even keys
+// of a few bytes retain less than 8 times the text.
 //
 // # Last-good files
 //

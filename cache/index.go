@@ -1,12 +1,14 @@
 package cache
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"unsafe"
 )
 
@@ -14,7 +16,8 @@ import (
 // arrays rather than a Go map because, with tiny keys, a map's slots
 // (24 bytes each, at a load of 7/16 to 7/8) cost more than the keys and
 // values themselves: an entry here is 40 bytes and a bucket 4, at a load
-// of 1/2 to 1, with no pointer but the entry's own. Entries are grouped by
+// of 1/2 to 1 when built (1/4 to 1 after Apply), with no pointer but the
+// entry's own. Entries are grouped by
 // bucket: bucket b's are ents[start[b]:start[b+1]].
 //
 // An index is immutable once built, like the Snapshot that holds it.
@@ -25,6 +28,13 @@ type index struct {
 	shift  uint8        // a key's bucket is its hash >> shift, shift < 64
 	start  []uint32     // len(start) is the bucket count + 1; nil when empty
 	ents   []entry
+	// text is the one copy of the values that BuildJSON made, which keys
+	// and JSON texts are substrings of ("" for other indexes); inText is
+	// how many of its bytes the entries take. with copies what they take
+	// out of it once that is less than half of it (compact), so that a
+	// snapshot that lost its biggest values to Apply does not keep them.
+	text   string
+	inText int
 }
 
 // entry is one key and its value; a Value points into it.
@@ -168,11 +178,27 @@ func (b *builder) finish() (index, error) {
 }
 
 // with returns a new index: x without the entries at the sorted positions
-// gone, and with added, whose keys are not in x but for those at gone. x
-// is unchanged. While the bucket count suits the new size, the hash and the
-// layout are kept: the entries are copied in runs, and no key is hashed
-// but the added ones.
+// gone, and with added, whose keys are not in x but for those at gone, and
+// whose texts are their own. x is unchanged.
 func (x *index) with(gone []uint32, added []entry) (index, error) {
+	nx, err := x.place(gone, added)
+	if err != nil {
+		return index{}, err
+	}
+	nx.text, nx.inText = x.text, x.inText
+	for _, i := range gone {
+		nx.inText -= x.ents[i].taken(x.text)
+	}
+	if nx.inText < len(nx.text)/2 {
+		nx.compact()
+	}
+	return nx, nil
+}
+
+// place is with but for the text: while the bucket count suits the new
+// size, the hash and the layout are kept, the entries are copied in runs,
+// and no key is hashed but the added ones.
+func (x *index) place(gone []uint32, added []entry) (index, error) {
 	n := len(x.ents) - len(gone) + len(added)
 	if len(x.ents) == 0 || n == 0 || n > x.buckets() || n < x.buckets()/4 {
 		return x.relayout(n, gone, added)
@@ -187,7 +213,7 @@ func (x *index) with(gone []uint32, added []entry) (index, error) {
 		added[i].v.tag = uint16(h)
 		adds[i] = placed{uint32(h >> x.shift), &added[i]}
 	}
-	slices.SortFunc(adds, func(a, b placed) int { return int(a.b) - int(b.b) })
+	slices.SortFunc(adds, func(a, b placed) int { return cmp.Compare(a.b, b.b) })
 	nx := index{hash: x.hash, strong: x.strong, seed: x.seed, shift: x.shift,
 		start: make([]uint32, len(x.start)), ents: make([]entry, 0, n)}
 	// The entries, in runs: up to the next position that goes, or to the
@@ -231,7 +257,7 @@ func (x *index) with(gone []uint32, added []entry) (index, error) {
 	return nx, nil
 }
 
-// relayout is with for another bucket count: a new index of x's entries
+// relayout is place for another bucket count: a new index of x's entries
 // but those at gone, and added.
 func (x *index) relayout(n int, gone []uint32, added []entry) (index, error) {
 	return layout(n, func(b *builder) error {
@@ -258,6 +284,71 @@ func (x *index) relayout(n int, gone []uint32, added []entry) (index, error) {
 		}
 		return nil
 	})
+}
+
+// keep records that x's keys and texts are substrings of text.
+func (x *index) keep(text string) {
+	x.text, x.inText = text, 0
+	for i := range x.ents {
+		x.inText += x.ents[i].taken(text)
+	}
+	if x.inText == 0 {
+		x.text = ""
+	}
+}
+
+// taken is how many bytes of text e's key and JSON text take.
+func (e *entry) taken(text string) int {
+	n := 0
+	if within(e.key, text) {
+		n += len(e.key)
+	}
+	if t := e.v.text(); within(t, text) {
+		n += len(t)
+	}
+	return n
+}
+
+// within reports whether s is a substring of text: whether its bytes are
+// text's own, by address, not whether text holds the same bytes. The
+// addresses are only compared, never made pointers again, and heap
+// memory does not move, so this is safe wherever s and text came from.
+func within(s, text string) bool {
+	off := uintptr(unsafe.Pointer(unsafe.StringData(s))) - uintptr(unsafe.Pointer(unsafe.StringData(text)))
+	return len(s) > 0 && off < uintptr(len(text))
+}
+
+// compact copies the keys and JSON texts that x's entries take from
+// x.text into a new text of just them, and points the entries there. The
+// entries must be x's own (with's copies): older snapshots share x.text.
+func (x *index) compact() {
+	var b strings.Builder
+	b.Grow(x.inText)
+	for i := range x.ents {
+		e := &x.ents[i]
+		if within(e.key, x.text) {
+			b.WriteString(e.key)
+		}
+		if t := e.v.text(); within(t, x.text) {
+			b.WriteString(t)
+		}
+	}
+	text := b.String()
+	next := func(n int) string {
+		s := text[:n]
+		text = text[n:]
+		return s
+	}
+	for i := range x.ents {
+		e := &x.ents[i]
+		if within(e.key, x.text) {
+			e.key = next(len(e.key))
+		}
+		if t := e.v.text(); within(t, x.text) {
+			e.v.moveText(next(len(t)))
+		}
+	}
+	x.keep(b.String())
 }
 
 // keyHash is a seeded hash of keys: the one Go's own maps use where the

@@ -1,10 +1,9 @@
 package cache
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -240,9 +239,6 @@ func validValue(s string) error {
 	return nil
 }
 
-// errNotObject: the values of a snapshot must be one JSON object.
-var errNotObject = errors.New("cache: values are not a JSON object")
-
 // eachMember walks obj, one JSON object (white space around it allowed),
 // and calls fn with each member's key, decoded, and the JSON text of its
 // value; both are substrings of obj where the key has no escapes. It
@@ -253,7 +249,7 @@ var errNotObject = errors.New("cache: values are not a JSON object")
 func eachMember(obj string, fn func(key, raw string) error) (int, error) {
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
-		return 0, fmt.Errorf("%w: %w", errNotObject, errAt(obj, i, "'{'"))
+		return 0, fmt.Errorf("not a JSON object: %w", errAt(obj, i, "'{'"))
 	}
 	n := 0
 	i = skipSpace(obj, i+1)
@@ -269,10 +265,8 @@ func eachMember(obj string, fn func(key, raw string) error) (int, error) {
 			return n, err
 		}
 		key := obj[i+1 : kend-1]
-		if !plain {
-			if key, err = unquote(obj[i:kend]); err != nil {
-				return n, fmt.Errorf("key at offset %d: %w", i, err) // unreachable: scanString checked it
-			}
+		if !plain && fn != nil {
+			key = unquote(obj[i:kend])
 		}
 		i = skipSpace(obj, kend)
 		if i >= len(obj) || obj[i] != ':' {
@@ -309,10 +303,78 @@ func trailing(s string, i int) error {
 	return nil
 }
 
-// unquote is json.Unmarshal's reading of a JSON string with escapes or bad
-// UTF-8 (each bad byte becomes U+FFFD).
-func unquote(text string) (string, error) {
-	var s string
-	err := json.Unmarshal([]byte(text), &s)
-	return s, err
+// unquote is json.Unmarshal's reading of text, a JSON string that
+// scanString accepted: escapes decoded, a surrogate that is not half of a
+// pair as U+FFFD, and each byte that is not UTF-8 as U+FFFD. It is here
+// rather than a call of json.Unmarshal because it allocates only the
+// string it returns: Unmarshal's state cost 200 bytes a call, more than
+// the strings themselves when they are short keys.
+func unquote(text string) string {
+	var buf [64]byte
+	return string(appendUnquoted(buf[:0], text))
+}
+
+// appendUnquoted appends unquote's reading of text to b.
+func appendUnquoted(b []byte, text string) []byte {
+	s := text[1 : len(text)-1]
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '\\':
+			i += 2
+			switch c = s[i-1]; c {
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				r := hex4(s[i:])
+				i += 4
+				if utf16.IsSurrogate(r) {
+					// Half of a pair: with the next escape if it is the other half.
+					if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+						if pair := utf16.DecodeRune(r, hex4(s[i+2:])); pair != utf8.RuneError {
+							b = utf8.AppendRune(b, pair)
+							i += 6
+							continue
+						}
+					}
+					r = utf8.RuneError
+				}
+				b = utf8.AppendRune(b, r)
+			default: // '"', '\\', '/'
+				b = append(b, c)
+			}
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			b = utf8.AppendRune(b, r) // utf8.RuneError for a byte that is not UTF-8
+			i += size
+		}
+	}
+	return b
+}
+
+// hex4 is the value of the 4 hex digits s starts with.
+func hex4(s string) rune {
+	var r rune
+	for _, c := range []byte(s[:4]) {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }

@@ -3,13 +3,16 @@ package cache_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -171,6 +174,70 @@ func TestSnapshotMemoryBound(t *testing.T) {
 	}
 }
 
+// tinyKey is the i-th of the shortest distinct keys over keyAlphabet, in
+// tinyKeysBody's order.
+func tinyKey(i int) string {
+	l, span := 1, len(keyAlphabet)
+	for ; i >= span; l, span = l+1, span*len(keyAlphabet) {
+		i -= span
+	}
+	b := make([]byte, l)
+	for j := l - 1; j >= 0; j-- {
+		b[j] = keyAlphabet[i%len(keyAlphabet)]
+		i /= len(keyAlphabet)
+	}
+	return string(b)
+}
+
+// escapesBody is a GET /sdk/snapshot body of n keys, each tinyKey(i)
+// written as key(tinyKey(i)), with the value value.
+func escapesBody(n int, key func(string) string, value string) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"ns":"mem","store_id":"s1","revision":1,"cursor":1,"values":{`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"` + key(tinyKey(i)) + `":` + value)
+	}
+	b.WriteString("}}")
+	return b.Bytes()
+}
+
+// TestSnapshotMemoryBoundEscapes: the bound holds for the strings that
+// cost the most to decode, those with escapes or bytes that are not
+// UTF-8, as keys and as values.
+func TestSnapshotMemoryBoundEscapes(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("instrumentation changes what is allocated")
+	}
+	same := func(k string) string { return k }
+	n := transport.DefaultMaxSnapshotKeys/4 + 1 // just past a power of two: the most buckets per key
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"escaped keys", escapesBody(n, func(k string) string { return `\/` + k }, `0`)},
+		{"escaped values", escapesBody(n, same, `"\n"`)},
+		{"values not UTF-8", escapesBody(n, same, "\"\xff\"")},
+		{"keys not UTF-8", escapesBody(n, func(k string) string { return k + "\xff" }, `0`)},
+	} {
+		cs, err := measure(t, c.body)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if cs.keys != n {
+			t.Fatalf("%s: built %d keys, want %d", c.name, cs.keys, n)
+		}
+		t.Logf("%s: %d keys, %d bytes on the wire: retained %.2fx, allocated %.2fx", c.name, cs.keys, cs.wire, cs.retainedX(), cs.allocatedX())
+		if cs.retainedX() > maxRetainedRatio || cs.allocatedX() > maxAllocatedRatio {
+			t.Errorf("%s: retained %.2fx and allocated %.2fx the wire; want at most %dx and %dx",
+				c.name, cs.retainedX(), cs.allocatedX(), maxRetainedRatio, maxAllocatedRatio)
+		}
+	}
+}
+
 // BenchmarkSnapshotDecode fetches, decodes and builds snapshots of tiny
 // keys over loopback HTTP: the most the default key limit lets in, and 60
 // MiB of them with the limit raised to let it in. It reports the memory
@@ -199,5 +266,50 @@ func BenchmarkSnapshotDecode(b *testing.B) {
 			b.ReportMetric(c.allocatedX(), "alloc-x")
 			b.ReportMetric(float64(c.keys), "keys")
 		})
+	}
+}
+
+// TestApplyKeepsNoDeletedText: a snapshot that Apply makes from a built
+// one keeps no more of the built one's text than its own values need, so
+// that deleting the biggest value frees it; it retains at most
+// maxRetainedRatio times its own size on the wire.
+func TestApplyKeepsNoDeletedText(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("instrumentation changes what is allocated")
+	}
+	var b strings.Builder
+	b.WriteString(`{"big":"` + strings.Repeat("x", 4<<20) + `"`)
+	for i := range 100 {
+		fmt.Fprintf(&b, `,"key-%d":"value-%d","e%d":"\u00e9%d"`, i, i, i, i)
+	}
+	b.WriteString("}")
+	base, err := cache.BuildJSON("ns", "s", 1, json.RawMessage(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := base.Apply(2, time.Time{}, map[string]json.RawMessage{"new": json.RawMessage(`1`)}, []string{"big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base = nil
+	wire, err := transport.EncodeValues(next.RawValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept, dropped runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&kept)
+	if v, ok := next.Get("e7"); !ok || v.String() != "é7" || string(v.Raw()) != `"\u00e97"` {
+		t.Fatalf("e7 = %v (%s), %v", v, v.Raw(), ok)
+	}
+	runtime.KeepAlive(next)
+	next = nil
+	runtime.GC()
+	runtime.ReadMemStats(&dropped)
+	retained := int64(kept.HeapAlloc) - int64(dropped.HeapAlloc)
+	t.Logf("after the big value's delete: retained %d bytes, %d on the wire", retained, len(wire))
+	if retained > maxRetainedRatio*int64(len(wire)) {
+		t.Errorf("the applied snapshot retains %d bytes, %.0fx its %d bytes on the wire; want at most %dx",
+			retained, float64(retained)/float64(len(wire)), len(wire), maxRetainedRatio)
 	}
 }

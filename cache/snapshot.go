@@ -35,7 +35,11 @@ type Snapshot struct {
 // fails the build.
 //
 // What it retains is bounded by the size of values: the text, 44 to 48
-// bytes a key, and the content of strings with escapes.
+// bytes a key, and for the strings with escapes or bytes that are not
+// UTF-8, their content and their text again. The snapshots
+// that Apply makes from it share the text while their entries take at
+// least half of it, and then copy what they take: deleted values are not
+// kept.
 func BuildJSON(namespace, storeID string, revision int64, values json.RawMessage) (*Snapshot, error) {
 	var (
 		obj string
@@ -69,6 +73,7 @@ func BuildJSON(namespace, storeID string, revision int64, values json.RawMessage
 	if err != nil {
 		return nil, err
 	}
+	x.keep(obj)
 	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}, nil
 }
 
@@ -124,9 +129,9 @@ func FromValues(namespace, storeID string, revision int64, values map[string]Val
 	return &Snapshot{namespace: namespace, storeID: storeID, revision: revision, index: x}
 }
 
-// Apply returns a new Snapshot: s with puts and deletes applied, at revision.
-// s is unchanged. Every put is decoded before anything is built, so a bad
-// value fails the whole change.
+// Apply returns a new Snapshot: s with puts and deletes applied, at revision
+// (a key both put and deleted is put). s is unchanged. Every put is decoded
+// before anything is built, so a bad value fails the whole change.
 func (s *Snapshot) Apply(revision int64, committedAt time.Time, puts map[string]json.RawMessage, deletes []string) (*Snapshot, error) {
 	added, err := decodeAll(puts)
 	if err != nil {
@@ -169,9 +174,11 @@ func (s *Snapshot) CommittedAt() time.Time { return s.committedAt }
 // It is the read path of every getter, and as fast as a Go map's lookup:
 // the hash's top bits pick the bucket, its low bits (the tag) skip the
 // other keys in it, the one key left is compared in place (sameKey), and
-// the arrays are read without bounds checks, which newIndex and with make
-// needless: start has a bucket's start and end for every hash >> shift,
-// and they are offsets in ents.
+// the arrays are read without bounds checks (a tenth of a lookup). They
+// cannot fail: the builder and place make start one longer than the
+// bucket count 1<<(64-shift), so h>>shift and h>>shift+1 index it, and
+// its offsets never decrease and end at len(ents). Each address is made
+// from an index in range, never one past the end (checkptr refuses that).
 func (s *Snapshot) Get(key string) (Value, bool) {
 	if len(s.ents) == 0 {
 		return Value{}, false

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -50,9 +51,11 @@ type Value struct {
 // string's content is the text without its quotes when it has no escapes.
 // What the typed getters return sits in w, read by kind and flags.
 type valueData struct {
-	// p is the JSON text's first byte; for a string whose content is not
-	// its text (escapes, invalid UTF-8), flagEscaped is set and p is an
-	// *escaped holding both.
+	// p is the JSON text's first byte. For a string whose content is not
+	// its text (escapes, bytes that are not UTF-8), flagEscaped is set and
+	// p is the first byte of one allocation of both, with no header that
+	// would cost a tiny value more than the value: the content's length
+	// (4 bytes, little-endian), the content, and a copy of the text.
 	p     unsafe.Pointer
 	n     uint32 // the JSON text's length
 	kind  Kind
@@ -72,12 +75,6 @@ const (
 	flagDur                 // a string that parses with time.ParseDuration
 	flagEscaped             // a string whose content differs from its text
 )
-
-// escaped is the text and the content of a string with escapes or invalid
-// UTF-8 (json.Unmarshal's reading of it, U+FFFD for each bad byte).
-type escaped struct {
-	text, str string
-}
 
 // NewValue decodes one JSON value. raw must be a single valid JSON value;
 // white space around it is allowed. NewValue keeps a copy of raw, so the
@@ -122,13 +119,16 @@ func (d *valueData) set(text string) error {
 		d.kind = KindString
 		str := text[1 : len(text)-1]
 		if strings.IndexByte(str, '\\') >= 0 || !utf8.ValidString(str) {
-			// Rare: escapes or bad UTF-8 need the decoder's reading.
-			e := &escaped{text: text}
-			var err error
-			if e.str, err = unquote(text); err != nil {
-				return fmt.Errorf("cache: invalid JSON string: %w", err)
+			// Rare: escapes or bad UTF-8 need decoding (see p).
+			var buf [64]byte
+			content := appendUnquoted(buf[:0], text)
+			if uint64(len(content)) > math.MaxUint32 {
+				return fmt.Errorf("cache: a string of %d bytes", len(content))
 			}
-			d.p, d.flags, str = unsafe.Pointer(e), flagEscaped, e.str
+			both := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+len(content)+len(text)), uint32(len(content)))
+			both = append(append(both, content...), text...)
+			d.p, d.flags = unsafe.Pointer(unsafe.SliceData(both)), flagEscaped
+			str = d.str()
 		}
 		if looksLikeDuration(str) {
 			if dur, err := time.ParseDuration(str); err == nil {
@@ -178,24 +178,34 @@ func isIntLiteral(num string) bool {
 // text is the value's JSON text.
 func (d *valueData) text() string {
 	if d.flags&flagEscaped != 0 {
-		return (*escaped)(d.p).text
+		return unsafe.String((*byte)(unsafe.Add(d.p, 4+d.contentLen())), d.n)
 	}
 	return unsafe.String((*byte)(d.p), d.n)
 }
 
+// moveText points d at t, a copy of its JSON text, which is a substring of
+// a snapshot's text: never a flagEscaped string's, which has its own.
+func (d *valueData) moveText(t string) { d.p = unsafe.Pointer(unsafe.StringData(t)) }
+
 // str is a KindString value's content.
 func (d *valueData) str() string {
 	if d.flags&flagEscaped != 0 {
-		return (*escaped)(d.p).str
+		return unsafe.String((*byte)(unsafe.Add(d.p, 4)), d.contentLen())
 	}
 	t := unsafe.String((*byte)(d.p), d.n)
 	return t[1 : len(t)-1]
 }
 
+// contentLen is a flagEscaped string's content length, the first 4 bytes
+// at p (see p: the text follows the content, inside the allocation).
+func (d *valueData) contentLen() uint32 {
+	return binary.LittleEndian.Uint32(unsafe.Slice((*byte)(d.p), 4))
+}
+
 // looksLikeDuration is a cheap test that spares time.ParseDuration (and the
 // error it allocates) the strings that cannot be durations.
 func looksLikeDuration(s string) bool {
-	if s == "0" {
+	if s == "0" || s == "-0" || s == "+0" { // the one form without a unit, signed or not
 		return true
 	}
 	// Every unit ends in one of "snmh" ("ns", "us", "µs", "ms", "s", "m", "h").

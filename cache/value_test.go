@@ -35,6 +35,9 @@ func TestNewValue(t *testing.T) {
 		{raw: `1e400`, kind: KindNumber, str: "1e400", f: posInf(), isFloat: true},
 		{raw: ` "x" `, kind: KindString, str: "x"},
 		{raw: `"250ms"`, kind: KindString, str: "250ms", dur: 250 * time.Millisecond, isDur: true},
+		{raw: `"0"`, kind: KindString, str: "0", isDur: true},
+		{raw: `"-0"`, kind: KindString, str: "-0", isDur: true}, // time.ParseDuration takes a signed zero
+		{raw: `"+0"`, kind: KindString, str: "+0", isDur: true},
 		{raw: `"caf\u00e9"`, kind: KindString, str: "café"},
 		{raw: `[1,2]`, kind: KindArray, str: "[1,2]"},
 		{raw: `{"a":1}`, kind: KindObject, str: `{"a":1}`},
@@ -128,9 +131,9 @@ func TestSnapshotApplyLeavesOriginal(t *testing.T) {
 // the single JSON values, its kinds, strings, numbers and booleans are
 // json.Unmarshal's, and its durations time.ParseDuration's.
 func FuzzNewValue(f *testing.F) {
-	for _, s := range []string{`"x"`, `"caf\u00e9"`, `"a\"b"`, `"250ms"`, `"1h2m"`, `"0"`, `"-1.5µs"`, `"1\u00b5s"`,
+	for _, s := range []string{`"x"`, `"caf\u00e9"`, `"a\"b"`, `"250ms"`, `"1h2m"`, `"0"`, `"-0"`, `"-1.5µs"`, `"1\u00b5s"`,
 		`12`, `-0.5e3`, `-0`, `-0.0`, `9007199254740993`, `-9223372036854775808`, `9223372036854775808`, `1e400`, `1e-400`,
-		`null`, `true`, `false`, `[1]`, `{"a":"b"}`, `"\ud800"`, `" "`, "\"\xff\"", " [ {} , [] ] ", `[1,]`, `{"a" 1}`} {
+		`null`, `true`, `false`, `[1]`, `{"a":"b"}`, `"\ud800"`, `"\ud800\udc00"`, `"\ud83d\ude00x"`, `"\ud800\ud800"`, `"\udc00\ud800"`, `"\ud800\u0041"`, `"\uD83D\uDE00"`, `"\uFFFD\uffff"`, "\"\xed\xa0\x80\xf0\x9f\x98\"", `"\b\f\n\r\t\"\\\/"`, `" "`, "\"\xff\"", " [ {} , [] ] ", `[1,]`, `{"a" 1}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
