@@ -110,6 +110,10 @@ func layout(n int, fill func(*builder) error) (index, error) {
 type builder struct {
 	x    index
 	next []uint32 // where each bucket's next entry goes, while adding
+	// mismatch: the adding round placed a key its counting round did not
+	// count (fill broke its promise); finish fails rather than corrupt.
+	mismatch bool
+	spare    valueData // written instead, when mismatch
 }
 
 func newBuilder(n int, strong bool) *builder {
@@ -137,8 +141,13 @@ func (b *builder) add(key string) *valueData {
 		b.next = slices.Clone(b.x.start[:len(b.x.start)-1])
 	}
 	h := b.x.hashOf(key)
-	e := &b.x.ents[b.next[h>>b.x.shift]]
-	b.next[h>>b.x.shift]++
+	bk := h >> b.x.shift
+	if b.next[bk] >= b.x.start[bk+1] {
+		b.mismatch = true
+		return &b.spare
+	}
+	e := &b.x.ents[b.next[bk]]
+	b.next[bk]++
 	e.key, e.v.tag = key, uint16(h)
 	return &e.v
 }
@@ -159,6 +168,9 @@ func (b *builder) finish() (index, error) {
 	if len(x.ents) == 0 {
 		x.start, x.ents = nil, nil
 		return x, nil
+	}
+	if b.mismatch || b.next == nil || !slices.Equal(b.next, x.start[1:]) {
+		return index{}, errors.New("cache: index rounds saw different keys")
 	}
 	for bk := range x.buckets() {
 		group := x.ents[x.start[bk]:x.start[bk+1]]

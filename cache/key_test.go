@@ -111,3 +111,26 @@ func TestGetWhileApplying(t *testing.T) {
 func keyOf(i int) string {
 	return "key-" + strings.Repeat("x", i%20) + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
 }
+
+// TestLayoutRoundsMustAgree: a fill whose adding round differs from its
+// counting round fails the layout instead of corrupting the index.
+func TestLayoutRoundsMustAgree(t *testing.T) {
+	for name, add := range map[string][]string{
+		"one key fewer": {"a", "b"},
+		"another key":   {"a", "b", "zz-not-counted"},
+		"one key more":  {"a", "b", "c", "d"},
+	} {
+		_, err := layout(3, func(b *builder) error {
+			for _, k := range []string{"a", "b", "c"} {
+				b.count(k)
+			}
+			for _, k := range add {
+				b.add(k)
+			}
+			return nil
+		})
+		if err == nil {
+			t.Errorf("%s: layout succeeded", name)
+		}
+	}
+}
