@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
 // The examples run against holdfast's reference server, started in-process
@@ -19,8 +19,8 @@ import (
 
 // exampleServer starts the reference server and publishes values to
 // namespace ns.
-func exampleServer(ns string, values map[string]any) *fakeserver.Server {
-	srv, err := fakeserver.Start(fakeserver.WithHeartbeat(100 * time.Millisecond))
+func exampleServer(ns string, values map[string]any) *holdfasttest.Server {
+	srv, err := holdfasttest.Start(holdfasttest.WithHeartbeat(100 * time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}

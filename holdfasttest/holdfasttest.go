@@ -39,6 +39,14 @@ type ClientState = fakeserver.ClientState
 // SchemaError is the error of a publish that fails its namespace's schema.
 type SchemaError = fakeserver.SchemaError
 
+// The defaults of the Server's options.
+const (
+	DefaultHeartbeat       = fakeserver.DefaultHeartbeat
+	DefaultWatcherBuffer   = fakeserver.DefaultWatcherBuffer
+	DefaultMaxPublishBytes = fakeserver.DefaultMaxPublishBytes
+	DefaultMaxWait         = fakeserver.DefaultMaxWait
+)
+
 // Errors of the Server's Go API.
 var (
 	ErrInvalid          = fakeserver.ErrInvalid

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
 const (
@@ -41,7 +41,7 @@ func main() {
 func run(ctx context.Context, out io.Writer) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 
-	srv, err := fakeserver.Start(fakeserver.WithHeartbeat(heartbeat))
+	srv, err := holdfasttest.Start(holdfasttest.WithHeartbeat(heartbeat))
 	if err != nil {
 		return err
 	}

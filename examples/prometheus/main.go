@@ -48,7 +48,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
 const (
@@ -95,7 +95,7 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	defer mp.Shutdown(context.Background())
 
-	srv, err := fakeserver.Start(fakeserver.WithHeartbeat(heartbeat))
+	srv, err := holdfasttest.Start(holdfasttest.WithHeartbeat(heartbeat))
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 }
 
 // traffic makes each kind of event the dashboard shows happen once.
-func traffic(ctx context.Context, srv *fakeserver.Server, payments *config.Namespace, dir string) error {
+func traffic(ctx context.Context, srv *holdfasttest.Server, payments *config.Namespace, dir string) error {
 	// Changes: applies, propagation delay, callback duration.
 	for i := range 3 {
 		rev, err := srv.Publish(ns, map[string]any{"retry-timeout-ms": 60 + i})

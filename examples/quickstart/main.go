@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
 const ns = "payments.prod"
@@ -46,7 +46,7 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 
 	// 1. The config plane: holdfast's reference server, in-process.
-	srv, err := fakeserver.Start(fakeserver.WithAddr("127.0.0.1:0"), fakeserver.WithHeartbeat(heartbeat))
+	srv, err := holdfasttest.Start(holdfasttest.WithAddr("127.0.0.1:0"), holdfasttest.WithHeartbeat(heartbeat))
 	if err != nil {
 		return err
 	}

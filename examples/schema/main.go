@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
 const (
@@ -52,7 +52,7 @@ func main() {
 func run(ctx context.Context, out io.Writer) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 
-	srv, err := fakeserver.Start(fakeserver.WithHeartbeat(200 * time.Millisecond))
+	srv, err := holdfasttest.Start(holdfasttest.WithHeartbeat(200 * time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func run(ctx context.Context, out io.Writer) error {
 		st.LastError.Kind, errors.Is(st.LastError.Err, config.ErrRejected))
 
 	// The server learns of it: GET /control/clients lists the nack.
-	var nack fakeserver.ClientState
+	var nack holdfasttest.ClientState
 	if err := within(ctx, func() bool {
 		nack = findClient(ctx, srv.URL(), "api-v1")
 		return nack.NackedRevision == rev
@@ -155,29 +155,29 @@ func run(ctx context.Context, out io.Writer) error {
 
 // findClient reads GET /control/clients and returns client id's entry for
 // the namespace (the zero ClientState when absent or on error).
-func findClient(ctx context.Context, base, id string) fakeserver.ClientState {
+func findClient(ctx context.Context, base, id string) holdfasttest.ClientState {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/control/clients", nil)
 	if err != nil {
-		return fakeserver.ClientState{}
+		return holdfasttest.ClientState{}
 	}
 	req.Close = true // leave no idle connection behind
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fakeserver.ClientState{}
+		return holdfasttest.ClientState{}
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Clients []fakeserver.ClientState `json:"clients"`
+		Clients []holdfasttest.ClientState `json:"clients"`
 	}
 	if json.NewDecoder(resp.Body).Decode(&body) != nil {
-		return fakeserver.ClientState{}
+		return holdfasttest.ClientState{}
 	}
 	for _, c := range body.Clients {
 		if c.ClientID == id && c.Namespace == ns {
 			return c
 		}
 	}
-	return fakeserver.ClientState{}
+	return holdfasttest.ClientState{}
 }
 
 // within polls cond until it holds, within stepLimit. Only the server's

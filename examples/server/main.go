@@ -20,7 +20,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
 func main() {
@@ -42,10 +42,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(url st
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	heartbeat := fs.Duration("heartbeat", fakeserver.DefaultHeartbeat, "progress event interval on watch streams")
+	heartbeat := fs.Duration("heartbeat", holdfasttest.DefaultHeartbeat, "progress event interval on watch streams")
 	retention := fs.Int64("retention", 0, "keep only the last N revisions of history (0: all)")
-	buffer := fs.Int("watcher-buffer", fakeserver.DefaultWatcherBuffer, "change sets queued per watcher before it is disconnected")
-	maxPublish := fs.Int64("max-publish-bytes", fakeserver.DefaultMaxPublishBytes, "largest publish body")
+	buffer := fs.Int("watcher-buffer", holdfasttest.DefaultWatcherBuffer, "change sets queued per watcher before it is disconnected")
+	maxPublish := fs.Int64("max-publish-bytes", holdfasttest.DefaultMaxPublishBytes, "largest publish body")
 	token := fs.String("token", "", "require this bearer token on the data plane")
 	verbose := fs.Bool("v", false, "log every publish")
 	if err := fs.Parse(args); err != nil {
@@ -58,14 +58,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(url st
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	srv, err := fakeserver.Start(
-		fakeserver.WithAddr(*addr),
-		fakeserver.WithHeartbeat(*heartbeat),
-		fakeserver.WithRetention(*retention),
-		fakeserver.WithWatcherBuffer(*buffer),
-		fakeserver.WithMaxPublishBytes(*maxPublish),
-		fakeserver.WithBearerToken(*token),
-		fakeserver.WithLogger(logger),
+	srv, err := holdfasttest.Start(
+		holdfasttest.WithAddr(*addr),
+		holdfasttest.WithHeartbeat(*heartbeat),
+		holdfasttest.WithRetention(*retention),
+		holdfasttest.WithWatcherBuffer(*buffer),
+		holdfasttest.WithMaxPublishBytes(*maxPublish),
+		holdfasttest.WithBearerToken(*token),
+		holdfasttest.WithLogger(logger),
 	)
 	if err != nil {
 		return err
