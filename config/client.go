@@ -124,18 +124,13 @@ func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOp
 		return nil, err
 	}
 	n := c.namespaces[name]
-	if n != nil {
-		if err := n.opts.sameAs(opts); err != nil {
-			c.mu.Unlock()
-			return nil, fmt.Errorf("config: namespace %q: %w", name, err)
-		}
-	}
+	var prepared *Namespace
 	if n == nil {
 		// Read the last-good file and compile the schema without holding
 		// c.mu: a large file must not hold up every other open and Close.
 		c.mu.Unlock()
-		prepared, err := c.prepare(name, opts)
-		if err != nil {
+		var err error
+		if prepared, err = c.prepare(name, opts); err != nil {
 			return nil, err
 		}
 		if err := c.lockOpen(ctx, name); err != nil {
@@ -145,7 +140,10 @@ func (c *Client) Namespace(ctx context.Context, name string, opts ...NamespaceOp
 			n = prepared
 			c.start(n)
 			c.namespaces[name] = n
-		} else if err := n.opts.sameAs(opts); err != nil {
+		}
+	}
+	if n != prepared { // open already, by someone else's options
+		if err := n.opts.sameAs(opts); err != nil {
 			c.mu.Unlock()
 			return nil, fmt.Errorf("config: namespace %q: %w", name, err)
 		}
