@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/syncer"
-	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
 // nsSink takes a namespace's syncer's reports: each records a fact under
@@ -29,10 +28,6 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.confirmed(u.Position, true)
 	n.settle(up)
 	n.acks.report(u.Snapshot.Revision(), nil)
-	n.metrics.Apply(telemetry.ResultApplied)
-	if t := u.Snapshot.CommittedAt(); !t.IsZero() {
-		n.metrics.PropagationDelay(time.Since(t))
-	}
 	n.wakeClock()
 }
 

@@ -392,8 +392,18 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		reset = s.resetPending // the first data of a new store or history whose first snapshot was rejected
 	}
 	s.rejected, s.applied, s.resetPending = 0, next, ""
-	s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position()})
+	s.apply(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position()})
 	return nil
+}
+
+// apply reports new applied data to the Sink and counts it; every apply
+// result (applied, rejected, duplicate) is counted here, in the syncer.
+func (s *Syncer) apply(u Update) {
+	s.cfg.Sink.Applied(u)
+	s.cfg.Meter.Apply(telemetry.ResultApplied)
+	if t := u.Snapshot.CommittedAt(); !t.IsZero() {
+		s.cfg.Meter.PropagationDelay(time.Since(t))
+	}
 }
 
 // historyRewritten reports whether a snapshot behind the floor, of the
@@ -470,7 +480,7 @@ func (s *Syncer) Handle(ev transport.Event) error {
 		}
 		s.cursor = max(s.cursor, cs.Revision)
 		s.applied = next
-		s.cfg.Sink.Applied(Update{Snapshot: next, Prev: cur, Change: cs, Position: s.position()})
+		s.apply(Update{Snapshot: next, Prev: cur, Change: cs, Position: s.position()})
 		return nil
 	case ev.Progress != nil:
 		p := ev.Progress
