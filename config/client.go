@@ -65,6 +65,7 @@ func New(opts ...Option) (*Client, error) {
 			transport.WithLogger(o.logger),
 			transport.WithMaxEventBytes(o.maxEventBytes),
 			transport.WithMaxSnapshotBytes(o.maxSnapshotBytes),
+			transport.WithMaxSnapshotKeys(o.maxSnapshotKeys),
 			transport.WithIdleTimeout(o.idleTimeout),
 			transport.WithWatchMode(o.watchMode),
 		}

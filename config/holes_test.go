@@ -631,3 +631,23 @@ func TestOpeningFailuresAreToldApartAndLogged(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotKeyLimitIsAClientOption (hole 4): the key limit that bounds
+// what decoding costs is reachable from config, not only from a hand-built
+// transport.HTTPSource: over it, ErrTooLarge in Status naming the limit,
+// and the last good keeps serving.
+func TestSnapshotKeyLimitIsAClientOption(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "keys", map[string]any{"a": 1})
+	dir, _ := syncedCacheDir(t, srv, "keys")
+	publish(t, srv, "keys", map[string]any{"b": 2, "c": 3})
+	c := newClient(t, srv.URL(), config.WithCacheDir(dir), config.WithMaxSnapshotKeys(2))
+	ns := open(t, c, "keys")
+	eventually(t, "ErrTooLarge in Status", func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) })
+	if msg := ns.Status().LastError.Message; !strings.Contains(msg, "2 keys") {
+		t.Errorf("LastError %q does not name the 2-key limit", msg)
+	}
+	if ns.Int("a", 0) != 1 || ns.Revision() != 1 {
+		t.Errorf("serves a=%d at %d; want the last good a=1 at 1", ns.Int("a", 0), ns.Revision())
+	}
+}

@@ -34,6 +34,7 @@ type options struct {
 	idleTimeout      time.Duration
 	maxEventBytes    int
 	maxSnapshotBytes int64
+	maxSnapshotKeys  int
 	backoffInitial   time.Duration
 	backoffMax       time.Duration
 	unauthorizedWait time.Duration
@@ -52,6 +53,7 @@ func defaultOptions() options {
 		idleTimeout:      15 * time.Second,
 		maxEventBytes:    1 << 20,
 		maxSnapshotBytes: 64 << 20,
+		maxSnapshotKeys:  transport.DefaultMaxSnapshotKeys,
 		backoffInitial:   500 * time.Millisecond,
 		backoffMax:       30 * time.Second,
 		unauthorizedWait: time.Minute,
@@ -122,6 +124,15 @@ func WithMaxEventBytes(n int) Option {
 // WithMaxSnapshotBytes bounds one snapshot, decompressed. Default 64 MiB.
 func WithMaxSnapshotBytes(n int64) Option {
 	return optionFunc(func(o *options) { o.maxSnapshotBytes = n })
+}
+
+// WithMaxSnapshotKeys bounds the keys of one snapshot, and so what
+// decoding it can cost in memory (a snapshot the client accepts retains at
+// most about 8x its size on the wire). A larger one is refused with
+// transport.ErrTooLarge in Status, and the last good keeps serving.
+// Default 1,048,576.
+func WithMaxSnapshotKeys(n int) Option {
+	return optionFunc(func(o *options) { o.maxSnapshotKeys = n })
 }
 
 // WithReconnectBackoff sets the exponential backoff between reconnects:
@@ -198,7 +209,7 @@ func (o *options) validate() error {
 	if o.idleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("config: stream idle timeout %v is not positive", o.idleTimeout))
 	}
-	if o.maxEventBytes <= 0 || o.maxSnapshotBytes <= 0 {
+	if o.maxEventBytes <= 0 || o.maxSnapshotBytes <= 0 || o.maxSnapshotKeys <= 0 {
 		errs = append(errs, errors.New("config: size limits must be positive"))
 	}
 	if o.backoffInitial <= 0 || o.backoffMax < o.backoffInitial {
