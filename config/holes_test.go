@@ -77,19 +77,32 @@ func sourceClient(t *testing.T, src transport.Source, opts ...config.Option) *co
 	return c
 }
 
-// writeCacheFile writes a last-good file for ns at revision rev of store
-// "s1", confirmed at confirmedAt.
-func writeCacheFile(t *testing.T, dir, ns string, rev int64, kv map[string]string, confirmedAt time.Time) {
+// openCacheDir opens dir as a cache directory, as another process would.
+func openCacheDir(t *testing.T, dir string) *cache.Dir {
 	t.Helper()
 	d, err := cache.OpenDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := cache.Build(ns, "s1", rev, rawValues(kv))
+	return d
+}
+
+// writeCacheFile writes a last-good file for ns at revision rev of store
+// "s1", confirmed at confirmedAt.
+func writeCacheFile(t *testing.T, dir, ns string, rev int64, kv map[string]string, confirmedAt time.Time) {
+	t.Helper()
+	writeStoreFile(t, dir, ns, "s1", rev, kv, confirmedAt)
+}
+
+// writeStoreFile is writeCacheFile for another store id.
+func writeStoreFile(t *testing.T, dir, ns, storeID string, rev int64, kv map[string]string, confirmedAt time.Time) {
+	t.Helper()
+	snap, err := cache.Build(ns, storeID, rev, rawValues(kv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Save(&cache.Record{Namespace: ns, StoreID: "s1", Revision: rev, Cursor: rev, ConfirmedAt: confirmedAt, Snapshot: snap}); err != nil {
+	rec := &cache.Record{Namespace: ns, StoreID: storeID, Revision: rev, Cursor: rev, ConfirmedAt: confirmedAt, Snapshot: snap}
+	if err := openCacheDir(t, dir).Save(rec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -491,10 +504,7 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 	}
 	// The last-good file follows the new history too, though its revision
 	// is below the old one's.
-	d, err := cache.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openCacheDir(t, dir)
 	eventually(t, "the new history on disk", func() bool {
 		rec, err := d.Load("restored")
 		return err == nil && rec.Revision == next
@@ -532,10 +542,7 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 	}
 	old := sourceClient(t, partitioned, config.WithCacheDir(dir))
 	oldNS := open(t, old, "shared")
-	d, err := cache.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openCacheDir(t, dir)
 	eventually(t, "r1 on disk", func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == 1 })
 
 	publish(t, srv, "shared", map[string]any{"k": 2})

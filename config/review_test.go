@@ -12,7 +12,6 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -79,10 +78,7 @@ func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := cache.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openCacheDir(t, dir)
 	rec, err := d.Load("rr")
 	if err != nil {
 		t.Fatal(err)
@@ -110,21 +106,11 @@ func TestCloseDoesNotRewriteAnUnconfirmedFile(t *testing.T) {
 		t.Fatalf("serves %q; want the file", ns.String("k", ""))
 	}
 	// Another process, in touch with the server, writes the new store's data.
-	d, err := cache.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := cache.Build("uc", "s2", 1, rawValues(map[string]string{"k": "new store"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Save(&cache.Record{Namespace: "uc", StoreID: "s2", Revision: 1, Cursor: 1, ConfirmedAt: time.Now(), Snapshot: snap}); err != nil {
-		t.Fatal(err)
-	}
+	writeStoreFile(t, dir, "uc", "s2", 1, map[string]string{"k": "new store"}, time.Now())
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := d.Load("uc")
+	rec, err := openCacheDir(t, dir).Load("uc")
 	if err != nil {
 		t.Fatal(err)
 	}
