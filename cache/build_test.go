@@ -347,6 +347,10 @@ func TestCrowdedBucketRelaysOut(t *testing.T) {
 			t.Fatalf("Get(%q) = %v, %v", k, v, ok)
 		}
 	}
+	// The read path stays allocation-free with hash/maphash too.
+	if n := testing.AllocsPerRun(100, func() { s.Get(keys[0]); s.Get("absent") }); n != 0 {
+		t.Errorf("Get on a relaid-out index allocates %v times", n)
+	}
 }
 
 // TestApplyCrowdedBucketRelaysOut: puts that crowd one bucket of the

@@ -56,7 +56,7 @@ var errCrowded = errors.New("cache: crowded bucket")
 
 func (x *index) hashOf(key string) uint64 {
 	if x.strong {
-		return maphash.Comparable(x.seed, key)
+		return maphash.String(x.seed, key)
 	}
 	return x.hash.sum(key)
 }

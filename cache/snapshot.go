@@ -185,7 +185,7 @@ func (s *Snapshot) Get(key string) (Value, bool) {
 	}
 	var h uint64
 	if s.strong {
-		h = maphash.Comparable(s.seed, key)
+		h = maphash.String(s.seed, key)
 	} else {
 		h = s.hash.sum(key)
 	}
