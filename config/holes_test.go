@@ -658,3 +658,20 @@ func TestSnapshotKeyLimitIsAClientOption(t *testing.T) {
 		t.Errorf("serves a=%d at %d; want the last good a=1 at 1", ns.Int("a", 0), ns.Revision())
 	}
 }
+
+// TestOversizedEventResnapshots (hole 4, events): a change over the event
+// limit ends the watch; resuming from the cursor would meet it again, so
+// the client resnapshots (the snapshot has its own, larger limit) and
+// converges. Before: it resumed into the same event forever.
+func TestOversizedEventResnapshots(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "ev", map[string]any{"k": "small"})
+	c := newClient(t, srv.URL(), config.WithMaxEventBytes(512))
+	ns := open(t, c, "ev")
+	big := strings.Repeat("x", 2048)
+	rev := publish(t, srv, "ev", map[string]any{"k": big})
+	waitRevision(t, ns, rev)
+	if ns.String("k", "") != big {
+		t.Errorf("serves %d bytes of k; want the 2048 of the oversized change", len(ns.String("k", "")))
+	}
+}
