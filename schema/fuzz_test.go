@@ -210,7 +210,7 @@ func TestCompileKeywordSweep(t *testing.T) {
 				}
 				for _, wrap := range wraps {
 					body := strings.Replace(wrap, "%s", `"`+k+`":`+v, 1)
-					s, err, p := tryCompile([]byte("{" + d + body + "}"))
+					s, p, err := tryCompile([]byte("{" + d + body + "}"))
 					if p != nil {
 						t.Errorf("Compile(%s) panicked: %v", "{"+d+body+"}", p)
 						continue
@@ -234,10 +234,10 @@ func TestCompileKeywordSweep(t *testing.T) {
 
 // tryCompile reports a panic of Compile as a value, so that a sweep lists
 // every panicking input instead of stopping at the first.
-func tryCompile(b []byte) (s *Schema, err error, p any) {
+func tryCompile(b []byte) (s *Schema, p any, err error) {
 	defer func() { p = recover() }()
 	s, err = Compile(b)
-	return s, err, nil
+	return s, nil, err
 }
 
 // FuzzDecodeValue: the fast path of DecodeValues gives exactly what
