@@ -59,6 +59,7 @@ type Namespace struct {
 	confirm       time.Time // last confirmed current, with a monotonic reading; zero: never or unknown
 	ageKnown      bool      // false for a file confirmed in the future
 	healthy       bool      // the last sync attempt succeeded and no failure followed
+	appliedAt     time.Time // when data from the network was last applied
 	cursor        int64
 	head          int64         // the newest namespace revision the server told of
 	window        time.Duration // freshWindow's latest answer, as the clock last asked it
@@ -215,6 +216,14 @@ func (n *Namespace) statusLocked() Status {
 	if !n.confirm.IsZero() {
 		st.Staleness = time.Since(n.confirm)
 	}
+	// The last error is past once data was confirmed after it; a
+	// rejection, once a later revision applied.
+	le := &st.LastError
+	since := n.confirm
+	if le.Kind == ErrorInvalidData {
+		since = n.appliedAt
+	}
+	le.Recovered = !le.Time.IsZero() && since.After(le.Time)
 	return st
 }
 

@@ -21,6 +21,7 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.applied, n.appliedOrigin, n.firstRejected = u.Snapshot, OriginNetwork, false
+	n.appliedAt = time.Now()
 	if u.Reset == syncer.ResetHistory {
 		n.newHistory = true
 	}
