@@ -223,7 +223,9 @@ func (n *Namespace) statusLocked() Status {
 	if le.Kind == ErrorInvalidData {
 		since = n.appliedAt
 	}
-	le.Recovered = !le.Time.IsZero() && since.After(le.Time)
+	if le.Kind != ErrorBind { // a Binding says when its error is past
+		le.Recovered = !le.Time.IsZero() && since.After(le.Time)
+	}
 	return st
 }
 
