@@ -59,20 +59,12 @@ func New(opts ...Option) (*Client, error) {
 	}
 	c := &Client{opts: o, src: o.source, namespaces: make(map[string]*Namespace), closing: make(map[string]chan struct{})}
 	if c.src == nil {
-		hopts := []transport.HTTPOption{
+		// The client's defaults first, so that the caller's options win;
+		// the source's own defaults fill the rest.
+		hopts := append([]transport.HTTPOption{
 			transport.WithLogger(o.logger),
-			transport.WithMaxEventBytes(o.maxEventBytes),
-			transport.WithMaxSnapshotBytes(o.maxSnapshotBytes),
-			transport.WithMaxSnapshotKeys(o.maxSnapshotKeys),
-			transport.WithIdleTimeout(o.idleTimeout),
-			transport.WithWatchMode(o.watchMode),
-		}
-		if o.httpClient != nil {
-			hopts = append(hopts, transport.WithHTTPClient(o.httpClient))
-		}
-		if o.bearerToken != "" {
-			hopts = append(hopts, transport.WithBearerToken(o.bearerToken))
-		}
+			transport.WithWatchMode(transport.WatchAuto),
+		}, o.httpOpts...)
 		hs, err := transport.NewHTTPSource(o.endpoint, hopts...)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)

@@ -58,7 +58,7 @@
 // WaitForState waits for one. MaxStaleness with FailOpen (the default) or
 // FailClosed and Defaults decides what a namespace serves once its data is
 // too old. WithCacheDir keeps the last good data on disk and serves it at
-// start, before the network; WithSchema rejects updates this build cannot
+// start, before the network; Schema rejects updates this build cannot
 // parse, keeping the last good, reporting a nack to the server and calling
 // OnReject subscribers. A namespace is Fresh only while its connection is
 // healthy and it was confirmed within the idle timeout.

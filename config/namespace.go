@@ -115,7 +115,7 @@ func (n *Namespace) Revision() int64 { return n.Snapshot().Revision() }
 func (n *Namespace) TypeMismatches() int64 { return n.mismatches.Load() }
 
 // Rejected counts updates rejected whole: undecodable values, or a failed
-// WithSchema check.
+// Schema check.
 func (n *Namespace) Rejected() int64 { return n.rejects.Load() }
 
 // CallbackPanics counts callbacks of this namespace that panicked.
@@ -149,7 +149,7 @@ func (n *Namespace) OnStatusChange(fn func(Status)) (stop func()) {
 }
 
 // OnReject calls fn with each update the namespace rejects whole (it
-// failed to decode, or failed WithSchema), under the same contract as
+// failed to decode, or failed Schema), under the same contract as
 // OnChange. The last good keeps serving; Status().LastError and Rejected
 // show the same.
 func (n *Namespace) OnReject(fn func(*RejectedError)) (stop func()) {
