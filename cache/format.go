@@ -11,7 +11,7 @@ import (
 
 // MaxFileSize is the largest last-good file Encode writes and Decode reads
 // (1 GiB).
-const MaxFileSize = cachedir.MaxFileSize
+const MaxFileSize = 1 << 30
 
 // ErrCorrupt marks a last-good file that cannot be served: truncated,
 // damaged, of a foreign format or version, failing its checksum, or holding
