@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -21,7 +21,7 @@ func benchNamespace(b testing.TB, keys int) (*Namespace, []string) {
 		names[i] = "service/key-" + strconv.Itoa(i)
 		raw[names[i]] = json.RawMessage(strconv.Itoa(i))
 	}
-	snap, err := cache.Build("bench", "store", 1, raw)
+	snap, err := snapshot.Build("bench", "store", 1, raw)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 )
@@ -16,18 +17,28 @@ type Binding[T any] struct {
 	mu   sync.Mutex // serialises refresh: a later refresh reads newer data
 	v    atomic.Pointer[T]
 	errs atomic.Int64
-	last atomic.Pointer[error]
+	last atomic.Pointer[error] // nil while the bound value is good
 	stop func()
+	// durations: T holds a time.Duration, decoded from "250ms" strings
+	// too (bind_duration.go).
+	durations bool
 }
 
 // Bind decodes key into a T now and after every change of key (with
 // encoding/json), so that reading it costs one atomic load. While the key is
-// absent, Get returns def. A value that does not decode into a T is not
-// bound: the previous value stays, the error is counted and kept (Err), and
-// the next change that decodes replaces it. Updates run on the namespace's
-// callback goroutine, in order with its OnChange callbacks; Stop ends them.
+// absent, Get returns def. A time.Duration in T (T itself, or a field or
+// element at any depth) decodes from the strings the Duration getter reads
+// ("250ms", "1m30s") as well as from a number of nanoseconds.
+//
+// A value that does not decode into a T is not bound: the previous value
+// stays, and the error is kept (Err), counted (Errors), shown in the
+// namespace's Status (LastError, of kind ErrorBind) and in its metrics (an
+// apply result "bind_error"). The next value that decodes replaces it and
+// clears Err (and marks that LastError Recovered). Updates run on the
+// namespace's callback goroutine, in order with its OnChange callbacks;
+// Stop ends them.
 func Bind[T any](ns *Namespace, key string, def T) *Binding[T] {
-	b := &Binding[T]{ns: ns, key: key, def: def}
+	b := &Binding[T]{ns: ns, key: key, def: def, durations: hasDuration(reflect.TypeFor[T]())}
 	b.v.Store(&b.def)
 	b.stop = ns.OnChange(key, func(Change) { b.refresh() })
 	b.refresh()
@@ -42,23 +53,41 @@ func (b *Binding[T]) refresh() {
 	v, ok := b.ns.Get(b.key)
 	if !ok {
 		b.v.Store(&b.def)
+		b.clearErr()
 		return
 	}
 	var x T
-	if err := v.Decode(&x); err != nil {
+	if err := b.decode(v, &x); err != nil {
 		err = fmt.Errorf("config: bind %q: %w", b.key, err)
 		b.errs.Add(1)
 		b.last.Store(&err)
+		b.ns.bindFailed(err)
 		return
 	}
 	b.v.Store(&x)
+	b.clearErr()
+}
+
+func (b *Binding[T]) decode(v Value, dst *T) error {
+	if !b.durations || v.Kind() == KindInvalid {
+		return v.Decode(dst)
+	}
+	return decodeDurations(v.Raw(), dst, reflect.TypeFor[T]())
+}
+
+// clearErr forgets the last decode error once a good value is bound.
+func (b *Binding[T]) clearErr() {
+	if p := b.last.Swap(nil); p != nil {
+		b.ns.bindRecovered(*p)
+	}
 }
 
 // Get returns the bound value. The caller must not modify what it points
 // into (maps, slices): every reader shares it.
 func (b *Binding[T]) Get() T { return *b.v.Load() }
 
-// Err returns the last decode error, or nil.
+// Err returns the error of the last value that did not decode, or nil once
+// a value that decodes (or the default, for an absent key) is bound again.
 func (b *Binding[T]) Err() error {
 	if p := b.last.Load(); p != nil {
 		return *p
@@ -66,7 +95,8 @@ func (b *Binding[T]) Err() error {
 	return nil
 }
 
-// Errors counts values that did not decode.
+// Errors counts values that did not decode, ever: it does not go down when
+// Err clears.
 func (b *Binding[T]) Errors() int64 { return b.errs.Load() }
 
 // Stop ends the updates; Get keeps returning the last value.

@@ -72,3 +72,96 @@ func TestWaitForState(t *testing.T) {
 		t.Errorf("WaitForState(Closed) after Close = %v", err)
 	}
 }
+
+type timeouts struct {
+	Read  time.Duration `json:"read"`
+	Inner struct {
+		Retry []time.Duration          `json:"retry"`
+		ByOp  map[string]time.Duration `json:"by_op"`
+		Ptr   *time.Duration           `json:"ptr"`
+	} `json:"inner"`
+	Embedded
+	Count int `json:"count"`
+}
+
+type Embedded struct {
+	Idle time.Duration // untagged: matched by name, without regard to case
+}
+
+// TestBindDurations: a time.Duration at any depth decodes from the strings
+// the Duration getter reads, and from numbers of nanoseconds as before.
+func TestBindDurations(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "d", map[string]any{
+		"top": "250ms",
+		"num": 1500,
+		"all": map[string]any{
+			"read":  "1m30s",
+			"inner": map[string]any{"retry": []any{"10ms", 20}, "by_op": map[string]any{"get": "2s"}, "ptr": "3h"},
+			"idle":  "5s",
+			"count": 3,
+		},
+	})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "d")
+
+	top := config.Bind(ns, "top", time.Duration(0))
+	defer top.Stop()
+	if got := top.Get(); got != 250*time.Millisecond || top.Err() != nil {
+		t.Errorf("top = %v, %v; the Duration getter reads %v", got, top.Err(), ns.Duration("top", 0))
+	}
+	num := config.Bind(ns, "num", time.Duration(0))
+	defer num.Stop()
+	if got := num.Get(); got != 1500 || num.Err() != nil {
+		t.Errorf("num = %v, %v", got, num.Err())
+	}
+	all := config.Bind(ns, "all", timeouts{})
+	defer all.Stop()
+	got := all.Get()
+	if all.Err() != nil || got.Read != 90*time.Second || got.Idle != 5*time.Second || got.Count != 3 ||
+		len(got.Inner.Retry) != 2 || got.Inner.Retry[0] != 10*time.Millisecond || got.Inner.Retry[1] != 20 ||
+		got.Inner.ByOp["get"] != 2*time.Second || got.Inner.Ptr == nil || *got.Inner.Ptr != 3*time.Hour {
+		t.Errorf("all = %+v, %v", got, all.Err())
+	}
+
+	// A string that is no duration still fails, as json.Unmarshal would.
+	rev := publish(t, srv, "d", map[string]any{"top": "soon"})
+	waitRevision(t, ns, rev)
+	eventually(t, "the decode error", func() bool { return top.Err() != nil })
+	if top.Get() != 250*time.Millisecond {
+		t.Errorf("after a bad value: %v", top.Get())
+	}
+}
+
+// TestBindErrorClearsAndShowsInStatus: Err clears once a good value
+// replaces a bad one, and the failure shows in Status as ErrorBind, marked
+// past once a good value is bound.
+func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "b", map[string]any{"port": 1})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "b")
+	b := config.Bind(ns, "port", 0)
+	defer b.Stop()
+
+	rev := publish(t, srv, "b", map[string]any{"port": "eighty"})
+	waitRevision(t, ns, rev)
+	eventually(t, "the decode error", func() bool { return b.Err() != nil })
+	st := ns.Status()
+	if st.LastError.Kind != config.ErrorBind || st.LastError.Recovered || !errors.Is(st.LastError.Err, b.Err()) {
+		t.Errorf("LastError after a bad value = %+v", st.LastError)
+	}
+
+	rev = publish(t, srv, "b", map[string]any{"port": 80})
+	waitRevision(t, ns, rev)
+	eventually(t, "the good value", func() bool { return b.Get() == 80 })
+	if err := b.Err(); err != nil {
+		t.Errorf("Err after a good value = %v", err)
+	}
+	if b.Errors() != 1 {
+		t.Errorf("Errors = %d, want 1", b.Errors())
+	}
+	if le := ns.Status().LastError; le.Kind != config.ErrorBind || !le.Recovered {
+		t.Errorf("LastError after the good value = %+v; want ErrorBind, recovered", le)
+	}
+}

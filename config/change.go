@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 )
 
 // Change is one key's change, as OnChange delivers it. Old is the zero Value
@@ -33,23 +33,23 @@ type ChangeSet struct {
 
 // diff lists what changed from old to new: every key whose value differs,
 // sorted by key. old may be nil.
-func diff(namespace string, old, new *cache.Snapshot) []Change {
+func diff(namespace string, old, new *snapshot.Snapshot) []Change {
 	var changes []Change
 	rev := new.Revision()
-	new.Range(func(k string, v cache.Value) bool {
-		var prev cache.Value
+	new.Range(func(k string, v snapshot.Value) bool {
+		var prev snapshot.Value
 		if old != nil {
 			prev, _ = old.Get(k)
 		}
 		if !prev.Equal(v) {
-			changes = append(changes, Change{Namespace: namespace, Key: k, Old: prev, New: v, Revision: rev})
+			changes = append(changes, Change{Namespace: namespace, Key: k, Old: Value{prev}, New: Value{v}, Revision: rev})
 		}
 		return true
 	})
 	if old != nil {
-		old.Range(func(k string, v cache.Value) bool {
+		old.Range(func(k string, v snapshot.Value) bool {
 			if _, ok := new.Get(k); !ok {
-				changes = append(changes, Change{Namespace: namespace, Key: k, Old: v, Revision: rev})
+				changes = append(changes, Change{Namespace: namespace, Key: k, Old: Value{v}, Revision: rev})
 			}
 			return true
 		})
@@ -60,14 +60,14 @@ func diff(namespace string, old, new *cache.Snapshot) []Change {
 
 // changedKeys lists what changed from old to new for the keys of one change
 // set: O(keys in the change), not O(namespace).
-func changedKeys(namespace string, old, new *cache.Snapshot, puts map[string]json.RawMessage, deletes []string) []Change {
+func changedKeys(namespace string, old, new *snapshot.Snapshot, puts map[string]json.RawMessage, deletes []string) []Change {
 	changes := make([]Change, 0, len(puts)+len(deletes))
 	rev := new.Revision()
 	add := func(k string) {
 		prev, _ := old.Get(k)
 		next, _ := new.Get(k)
 		if !prev.Equal(next) {
-			changes = append(changes, Change{Namespace: namespace, Key: k, Old: prev, New: next, Revision: rev})
+			changes = append(changes, Change{Namespace: namespace, Key: k, Old: Value{prev}, New: Value{next}, Revision: rev})
 		}
 	}
 	for k := range puts {

@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 )
 
-func mustBuild(t testing.TB, rev int64, kv map[string]string) *cache.Snapshot {
+func mustBuild(t testing.TB, rev int64, kv map[string]string) *snapshot.Snapshot {
 	t.Helper()
 	raw := make(map[string]json.RawMessage, len(kv))
 	for k, v := range kv {
 		raw[k] = json.RawMessage(v)
 	}
-	s, err := cache.Build("ns", "store", rev, raw)
+	s, err := snapshot.Build("ns", "store", rev, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestDiff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var old *cache.Snapshot
+			var old *snapshot.Snapshot
 			if tt.old != nil {
 				old = mustBuild(t, 1, tt.old)
 			}
@@ -77,11 +77,7 @@ func TestCoalesce(t *testing.T) {
 		if s == "" {
 			return Value{}
 		}
-		x, err := cache.NewValue([]byte(s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
+		return testValue(t, s)
 	}
 	ch := func(key, old, new string, rev int64) Change {
 		return Change{Key: key, Old: v(old), New: v(new), Revision: rev}

@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/telemetry"
@@ -26,17 +26,15 @@ type Client struct {
 	opts      options
 	src       transport.Source
 	ownSource *transport.HTTPSource // closed by Close; nil with WithSource
-	dir       *cache.Dir            // nil without WithCacheDir
+	dir       *cachedir.Dir         // nil without WithCacheDir
 	metrics   *telemetry.Instruments
 	tracer    *telemetry.Tracer
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
 
 	// Safe for concurrent use by themselves.
-	corruptFiles  atomic.Int64
-	persistErrors atomic.Int64
-	wg            sync.WaitGroup // every namespace's closer
-	closeOnce     sync.Once
+	wg        sync.WaitGroup // every namespace's closer
+	closeOnce sync.Once
 
 	// mu guards what follows; a namespace's own mu is taken after it,
 	// never before.
@@ -61,20 +59,12 @@ func New(opts ...Option) (*Client, error) {
 	}
 	c := &Client{opts: o, src: o.source, namespaces: make(map[string]*Namespace), closing: make(map[string]chan struct{})}
 	if c.src == nil {
-		hopts := []transport.HTTPOption{
+		// The client's defaults first, so that the caller's options win;
+		// the source's own defaults fill the rest.
+		hopts := append([]transport.HTTPOption{
 			transport.WithLogger(o.logger),
-			transport.WithMaxEventBytes(o.maxEventBytes),
-			transport.WithMaxSnapshotBytes(o.maxSnapshotBytes),
-			transport.WithMaxSnapshotKeys(o.maxSnapshotKeys),
-			transport.WithIdleTimeout(o.idleTimeout),
-			transport.WithWatchMode(o.watchMode),
-		}
-		if o.httpClient != nil {
-			hopts = append(hopts, transport.WithHTTPClient(o.httpClient))
-		}
-		if o.bearerToken != "" {
-			hopts = append(hopts, transport.WithBearerToken(o.bearerToken))
-		}
+			transport.WithWatchMode(transport.WatchAuto),
+		}, o.httpOpts...)
 		hs, err := transport.NewHTTPSource(o.endpoint, hopts...)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
@@ -82,7 +72,7 @@ func New(opts ...Option) (*Client, error) {
 		c.src, c.ownSource = hs, hs
 	}
 	if o.cacheDir != "" {
-		dir, err := cache.OpenDir(o.cacheDir, cache.WithDirLogger(o.logger))
+		dir, err := cachedir.OpenDir(o.cacheDir, cachedir.WithDirLogger(o.logger))
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
@@ -300,7 +290,7 @@ func (c *Client) start(n *Namespace) {
 	n.mu.Unlock()
 	n.syncer.SetMeter(n.metrics)
 	if c.dir != nil {
-		n.persister = cache.NewPersister(c.dir, n.persisted)
+		n.persister = cachedir.NewPersister(c.dir, n.persisted)
 	}
 
 	ctx, cancel := context.WithCancel(c.ctx)
@@ -357,7 +347,7 @@ func newNamespace(c *Client, name string, o nsOptions, log *slog.Logger) *Namesp
 // buildDefaults makes the snapshot a fail-closed namespace serves past its
 // MaxStaleness. Without Defaults it is empty: each getter returns the
 // default its caller passes.
-func buildDefaults(name string, values map[string]any) (*cache.Snapshot, error) {
+func buildDefaults(name string, values map[string]any) (*snapshot.Snapshot, error) {
 	raw := make(map[string]json.RawMessage, len(values))
 	for k, v := range values {
 		b, err := json.Marshal(v)
@@ -366,7 +356,7 @@ func buildDefaults(name string, values map[string]any) (*cache.Snapshot, error) 
 		}
 		raw[k] = b
 	}
-	return cache.Build(name, "", 0, raw)
+	return snapshot.Build(name, "", 0, raw)
 }
 
 // Close stops every namespace's sync loop and callbacks, waits for them to

@@ -20,8 +20,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -93,7 +93,7 @@ func TestCloseFlushesLatestConfirmation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d, err := cache.OpenDir(dir)
+	d, err := cachedir.OpenDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,14 @@ package config
 import (
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 )
 
 // facts is everything what a namespace serves and its State depend on.
 type facts struct {
-	applied       *cache.Snapshot // the last good data; nil before any
-	appliedOrigin Origin          // OriginDisk until the network confirms it
-	defaults      *cache.Snapshot // never nil: empty without Defaults
+	applied       *snapshot.Snapshot // the last good data; nil before any
+	appliedOrigin Origin             // OriginDisk until the network confirms it
+	defaults      *snapshot.Snapshot // never nil: empty without Defaults
 	// firstRejected: there is no applied data and the first snapshot
 	// failed its checks.
 	firstRejected bool
@@ -34,7 +34,7 @@ type facts struct {
 
 // serving is what a namespace serves and the state it reports.
 type serving struct {
-	snap   *cache.Snapshot // nil: nothing yet
+	snap   *snapshot.Snapshot // nil: nothing yet
 	origin Origin
 	state  State
 }

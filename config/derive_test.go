@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 )
 
 // TestDerive covers every combination that decides what a namespace serves
@@ -13,11 +13,11 @@ import (
 // policy.
 func TestDerive(t *testing.T) {
 	now := time.Now()
-	data, err := cache.Build("ns", "s1", 3, nil)
+	data, err := snapshot.Build("ns", "s1", 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defaults, err := cache.Build("ns", "", 0, nil)
+	defaults, err := snapshot.Build("ns", "", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestDerive(t *testing.T) {
 	tests := []struct {
 		name  string
 		in    in
-		serve *cache.Snapshot
+		serve *snapshot.Snapshot
 		state State
 	}{
 		{"nothing yet", in{}, nil, StateSyncing},
@@ -73,7 +73,7 @@ func TestDerive(t *testing.T) {
 			if got.snap != tt.serve || got.state != tt.state {
 				t.Errorf("derive = serve %v, %v; want %v, %v", name(got.snap, data, defaults), got.state, name(tt.serve, data, defaults), tt.state)
 			}
-			wantOrigin := map[*cache.Snapshot]Origin{nil: OriginNone, data: OriginNetwork, defaults: OriginDefaults}[tt.serve]
+			wantOrigin := map[*snapshot.Snapshot]Origin{nil: OriginNone, data: OriginNetwork, defaults: OriginDefaults}[tt.serve]
 			if got.origin != wantOrigin {
 				t.Errorf("origin = %v; want %v", got.origin, wantOrigin)
 			}
@@ -81,7 +81,7 @@ func TestDerive(t *testing.T) {
 	}
 }
 
-func name(s, data, defaults *cache.Snapshot) string {
+func name(s, data, defaults *snapshot.Snapshot) string {
 	switch s {
 	case nil:
 		return "nothing"
@@ -98,7 +98,7 @@ func name(s, data, defaults *cache.Snapshot) string {
 // cannot change.
 func TestNextChange(t *testing.T) {
 	now := time.Now()
-	data, _ := cache.Build("ns", "s1", 3, nil)
+	data, _ := snapshot.Build("ns", "s1", 3, nil)
 	f := facts{applied: data, confirmed: now, ageKnown: true, freshWindow: 15 * time.Second}
 	if got := nextChange(f, StateFresh); !got.Equal(now.Add(15 * time.Second)) {
 		t.Errorf("fresh, no policy: %v; want the window's end", got.Sub(now))

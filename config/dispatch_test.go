@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/holdfast-dev/holdfast/cache"
 )
 
 func TestDispatcherOrderPanicAndStop(t *testing.T) {
@@ -57,8 +55,7 @@ func TestDispatcherOverflowCoalesces(t *testing.T) {
 	const limit = 8
 	d := newDispatcher(slog.New(slog.DiscardHandler), limit)
 	v := func(n int) Value {
-		x, _ := cache.NewValue([]byte(strconv.Itoa(n)))
-		return x
+		return testValue(t, strconv.Itoa(n))
 	}
 	// No goroutine runs yet: everything queues, and must stay bounded.
 	for rev := 1; rev <= 1000; rev++ {

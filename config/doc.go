@@ -11,7 +11,13 @@
 //		config.WithClientID("checkout-7f9c"), config.WithLogger(logger))
 //	if err != nil { ... }
 //	defer c.Close()
-//	ns, err := c.Namespace(ctx, "payments.prod")
+//	ns, err := c.Namespace(ctx, "payments.prod", config.MaxStaleness(5*time.Minute))
+//
+// Client options start with With (WithEndpoint, WithCacheDir, ...);
+// WithHTTPOptions passes any transport.HTTPOption to the HTTP source, whose
+// defaults (transport.Default*) apply where no option says otherwise.
+// Namespace options are bare nouns: MaxStaleness, FailOpen, FailClosed,
+// Defaults, Schema (WithSchema is its deprecated former name).
 //
 // # Reading
 //
@@ -21,11 +27,16 @@
 // allocate; values were decoded once, when the snapshot was built. A getter
 // returns its default when the key is absent or holds another type (a type
 // mismatch, counted by TypeMismatches). To read several keys of one
-// revision, take a Snapshot and read from it.
+// revision, take a Snapshot and read from it. A Value (from Get) is a
+// handle to one decoded JSON value: Kind, Str, Int, Int64, Float, Bool,
+// Duration, Raw, Decode.
 //
 // To read a structured value without decoding it on every read, bind it:
 // Bind[T](ns, key, def) decodes the key once per change and Get returns it
-// with one atomic load.
+// with one atomic load. A time.Duration in T reads "250ms" strings as the
+// Duration getter does. A value that does not decode keeps the previous
+// one bound; Err says why until a good value replaces it, and Status shows
+// it (ErrorBind).
 //
 // # Changes
 //
@@ -54,11 +65,13 @@
 // Status reports the state (Syncing, Fresh, Stale, Breached, FailedClosed,
 // Closed), where the data came from (network, disk, defaults), its
 // revision and cursor, how long since it was last confirmed current, and
-// the last error by kind; OnStatusChange delivers transitions in order and
+// the last error by kind, when it happened and whether it is past
+// (ErrorInfo.Recovered; Status.String prints it all in one line);
+// OnStatusChange delivers transitions in order and
 // WaitForState waits for one. MaxStaleness with FailOpen (the default) or
 // FailClosed and Defaults decides what a namespace serves once its data is
 // too old. WithCacheDir keeps the last good data on disk and serves it at
-// start, before the network; WithSchema rejects updates this build cannot
+// start, before the network; Schema rejects updates this build cannot
 // parse, keeping the last good, reporting a nack to the server and calling
 // OnReject subscribers. A namespace is Fresh only while its connection is
 // healthy and it was confirmed within the idle timeout.

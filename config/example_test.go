@@ -302,11 +302,11 @@ func ExampleFailClosed() {
 	// true
 }
 
-// WithSchema checks every update before it is served. An update that fails
+// Schema checks every update before it is served. An update that fails
 // is rejected whole: the last good keeps serving, the rejection reaches
 // OnReject subscribers and shows in Status (and is reported to the server
 // as a nack).
-func ExampleWithSchema() {
+func ExampleSchema() {
 	srv := exampleServer("routes", map[string]any{"strategy": "round-robin"})
 	defer srv.Close()
 	client, err := config.New(config.WithEndpoint(srv.URL()))
@@ -316,7 +316,7 @@ func ExampleWithSchema() {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	routes, err := client.Namespace(ctx, "routes", config.WithSchema([]byte(`{
+	routes, err := client.Namespace(ctx, "routes", config.Schema([]byte(`{
 		"type": "object",
 		"properties": {"strategy": {"enum": ["round-robin", "least-conn"]}}
 	}`)))

@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -78,9 +79,9 @@ func sourceClient(t *testing.T, src transport.Source, opts ...config.Option) *co
 }
 
 // openCacheDir opens dir as a cache directory, as another process would.
-func openCacheDir(t *testing.T, dir string) *cache.Dir {
+func openCacheDir(t *testing.T, dir string) *cachedir.Dir {
 	t.Helper()
-	d, err := cache.OpenDir(dir)
+	d, err := cachedir.OpenDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +98,11 @@ func writeCacheFile(t *testing.T, dir, ns string, rev int64, kv map[string]strin
 // writeStoreFile is writeCacheFile for another store id.
 func writeStoreFile(t *testing.T, dir, ns, storeID string, rev int64, kv map[string]string, confirmedAt time.Time) {
 	t.Helper()
-	snap, err := cache.Build(ns, storeID, rev, rawValues(kv))
+	snap, err := snapshot.Build(ns, storeID, rev, rawValues(kv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &cache.Record{Namespace: ns, StoreID: storeID, Revision: rev, Cursor: rev, ConfirmedAt: confirmedAt, Snapshot: snap}
+	rec := &cachedir.Record{Namespace: ns, StoreID: storeID, Revision: rev, Cursor: rev, ConfirmedAt: confirmedAt, Snapshot: snap}
 	if err := openCacheDir(t, dir).Save(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func TestNamespaceWithOtherOptionsFails(t *testing.T) {
 		"MaxStaleness": {config.MaxStaleness(time.Hour), config.Defaults(map[string]any{"k": 0})},
 		"FailClosed":   {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.FailClosed()},
 		"Defaults":     {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 1})},
-		"WithSchema":   {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.WithSchema([]byte(`{}`))},
+		"WithSchema":   {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.Schema([]byte(`{}`))},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		_, err := c.Namespace(ctx, "opts", opts...)

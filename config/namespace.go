@@ -8,7 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
@@ -27,7 +28,7 @@ type Namespace struct {
 	c        *Client
 	opts     nsOptions
 	log      *slog.Logger
-	defaults *cache.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open); never nil
+	defaults *snapshot.Snapshot // served past MaxStaleness (fail-closed) or instead of a rejected first snapshot (fail-open); never nil
 	// freshWindow: past it without a confirmation, data is not Fresh (the
 	// source's QuietLimit, or the idle timeout). Only the clock calls it,
 	// without n.mu: a source may take its own lock in QuietLimit and hold
@@ -36,7 +37,7 @@ type Namespace struct {
 	syncer      *syncer.Syncer
 	disp        *dispatcher
 	acks        *acker                      // nil when the source cannot take acks
-	persister   *cache.Persister            // nil without a cache directory
+	persister   *cachedir.Persister         // nil without a cache directory
 	metrics     *telemetry.NamespaceMetrics // nil-safe
 	ready       chan struct{}               // closed once data is served
 	done        chan struct{}               // closed when every goroutine of the namespace has exited
@@ -44,7 +45,7 @@ type Namespace struct {
 	cancel      context.CancelFunc
 
 	// Lock-free.
-	serving    cache.Holder // what getters read
+	serving    snapshot.Holder // what getters read
 	mismatches atomic.Int64
 	rejects    atomic.Int64
 
@@ -52,12 +53,13 @@ type Namespace struct {
 	// to record a fact and settle; Status, WaitFor* and metric collection
 	// take it to read. Nothing is built or checked under it.
 	mu            sync.Mutex
-	applied       *cache.Snapshot // the last good data; nil before any
+	applied       *snapshot.Snapshot // the last good data; nil before any
 	appliedOrigin Origin
 	firstRejected bool      // no applied data, and the first snapshot was rejected
 	confirm       time.Time // last confirmed current, with a monotonic reading; zero: never or unknown
 	ageKnown      bool      // false for a file confirmed in the future
 	healthy       bool      // the last sync attempt succeeded and no failure followed
+	appliedAt     time.Time // when data from the network was last applied
 	cursor        int64
 	head          int64         // the newest namespace revision the server told of
 	window        time.Duration // freshWindow's latest answer, as the clock last asked it
@@ -113,7 +115,7 @@ func (n *Namespace) Revision() int64 { return n.Snapshot().Revision() }
 func (n *Namespace) TypeMismatches() int64 { return n.mismatches.Load() }
 
 // Rejected counts updates rejected whole: undecodable values, or a failed
-// WithSchema check.
+// Schema check.
 func (n *Namespace) Rejected() int64 { return n.rejects.Load() }
 
 // CallbackPanics counts callbacks of this namespace that panicked.
@@ -147,7 +149,7 @@ func (n *Namespace) OnStatusChange(fn func(Status)) (stop func()) {
 }
 
 // OnReject calls fn with each update the namespace rejects whole (it
-// failed to decode, or failed WithSchema), under the same contract as
+// failed to decode, or failed Schema), under the same contract as
 // OnChange. The last good keeps serving; Status().LastError and Rejected
 // show the same.
 func (n *Namespace) OnReject(fn func(*RejectedError)) (stop func()) {
@@ -213,6 +215,16 @@ func (n *Namespace) statusLocked() Status {
 	st := n.status
 	if !n.confirm.IsZero() {
 		st.Staleness = time.Since(n.confirm)
+	}
+	// The last error is past once data was confirmed after it; a
+	// rejection, once a later revision applied.
+	le := &st.LastError
+	since := n.confirm
+	if le.Kind == ErrorInvalidData {
+		since = n.appliedAt
+	}
+	if le.Kind != ErrorBind { // a Binding says when its error is past
+		le.Recovered = !le.Time.IsZero() && since.After(le.Time)
 	}
 	return st
 }
@@ -280,14 +292,14 @@ type update struct {
 	syncer.Update
 	// served is what was served when changes were worked out; changes
 	// are from it to Snapshot.
-	served  *cache.Snapshot
+	served  *snapshot.Snapshot
 	changes []Change
 }
 
 // newUpdate works out what u changes from served, the data served now:
 // O(keys in the change) when u is a change set on it, else a full diff.
 // It takes no lock: the snapshots are immutable.
-func (n *Namespace) newUpdate(u syncer.Update, served *cache.Snapshot) *update {
+func (n *Namespace) newUpdate(u syncer.Update, served *snapshot.Snapshot) *update {
 	up := &update{Update: u, served: served}
 	if served != nil {
 		up.changes = n.changes(served, u.Snapshot, &u)
@@ -295,7 +307,7 @@ func (n *Namespace) newUpdate(u syncer.Update, served *cache.Snapshot) *update {
 	return up
 }
 
-func (n *Namespace) changes(old, next *cache.Snapshot, u *syncer.Update) []Change {
+func (n *Namespace) changes(old, next *snapshot.Snapshot, u *syncer.Update) []Change {
 	if u != nil && u.Change != nil && old == u.Prev && next == u.Snapshot {
 		return changedKeys(n.name, old, next, u.Change.Puts, u.Change.Deletes)
 	}
@@ -305,7 +317,7 @@ func (n *Namespace) changes(old, next *cache.Snapshot, u *syncer.Update) []Chang
 // notifyChanges queues for the callbacks what a swap from old to next
 // changes for Get. The first data is no change: callbacks report changes
 // of what Get returns once the namespace is open. n.mu must be held.
-func (n *Namespace) notifyChanges(old, next *cache.Snapshot, u *update) {
+func (n *Namespace) notifyChanges(old, next *snapshot.Snapshot, u *update) {
 	if old == nil || next == nil {
 		return
 	}
@@ -352,7 +364,7 @@ func (n *Namespace) runClock(ctx context.Context) {
 
 // serve makes snap the served data and wakes WaitForRevision. n.mu must be
 // held.
-func (n *Namespace) serve(snap *cache.Snapshot) {
+func (n *Namespace) serve(snap *snapshot.Snapshot) {
 	n.serving.Store(snap)
 	close(n.revWait)
 	n.revWait = make(chan struct{})

@@ -16,7 +16,8 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// Option configures a Client. Pass options to New.
+// Option configures a Client. Pass options to New. Client options start
+// with With; namespace options (NamespaceOption) do not.
 type Option interface{ apply(*options) }
 
 type optionFunc func(*options)
@@ -24,17 +25,16 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 type options struct {
-	endpoint         string
-	source           transport.Source
-	clientID         string
-	logger           *slog.Logger
-	httpClient       *http.Client
-	bearerToken      string
-	watchMode        transport.WatchMode
+	endpoint string
+	source   transport.Source
+	clientID string
+	logger   *slog.Logger
+	// httpOpts configure the HTTP source, in order, after config's own
+	// defaults (see New); the source's defaults fill the rest.
+	httpOpts []transport.HTTPOption
+	// idleTimeout is the HTTP source's (WithStreamIdleTimeout sets both),
+	// and bounds fetches and freshness for any source.
 	idleTimeout      time.Duration
-	maxEventBytes    int
-	maxSnapshotBytes int64
-	maxSnapshotKeys  int
 	backoffInitial   time.Duration
 	backoffMax       time.Duration
 	unauthorizedWait time.Duration
@@ -49,11 +49,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		logger:           slog.New(slog.DiscardHandler),
-		watchMode:        transport.WatchAuto,
-		idleTimeout:      15 * time.Second,
-		maxEventBytes:    1 << 20,
-		maxSnapshotBytes: 64 << 20,
-		maxSnapshotKeys:  transport.DefaultMaxSnapshotKeys,
+		idleTimeout:      transport.DefaultIdleTimeout,
 		backoffInitial:   500 * time.Millisecond,
 		backoffMax:       30 * time.Second,
 		unauthorizedWait: time.Minute,
@@ -72,7 +68,10 @@ func WithEndpoint(url string) Option {
 
 // WithSource makes the client talk to the config plane through src instead
 // of the HTTP source (for example the etcd source). The client does not
-// close src. HTTP-specific options are ignored with it.
+// close src. The HTTP source's options (WithHTTPOptions and its wrappers:
+// WithHTTPClient, WithBearerToken, WithWatchMode, WithMaxEventBytes,
+// WithMaxSnapshotBytes, WithMaxSnapshotKeys) are ignored with it;
+// WithStreamIdleTimeout still bounds fetches and freshness.
 func WithSource(src transport.Source) Option {
 	return optionFunc(func(o *options) { o.source = src })
 }
@@ -88,51 +87,88 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) { o.logger = l })
 }
 
-// WithHTTPClient sets the HTTP client of the HTTP source. It must have no
-// overall Timeout: watches are long-lived streams.
-func WithHTTPClient(hc *http.Client) Option {
-	return optionFunc(func(o *options) { o.httpClient = hc })
+// WithHTTPOptions passes options to the HTTP source that WithEndpoint
+// makes (transport.NewHTTPSource), after config's own defaults (the
+// client's logger, transport.WatchAuto), so that any of them can be
+// overridden; what no option sets keeps the source's default
+// (transport.DefaultMaxEventBytes, DefaultMaxSnapshotBytes,
+// DefaultMaxSnapshotKeys, DefaultIdleTimeout, DefaultLongPollWait,
+// DefaultUserAgent). Options passed later win. An invalid one fails New
+// with the source's error. Ignored with WithSource.
+//
+// WithHTTPClient, WithBearerToken, WithWatchMode, WithMaxEventBytes,
+// WithMaxSnapshotBytes and WithMaxSnapshotKeys are shorthands for it.
+// transport.WithIdleTimeout here changes only the source's timeout: use
+// WithStreamIdleTimeout, which also bounds the client's fetches.
+func WithHTTPOptions(opts ...transport.HTTPOption) Option {
+	return optionFunc(func(o *options) { o.httpOpts = append(o.httpOpts, opts...) })
 }
 
-// WithBearerToken sends "Authorization: Bearer token" with every request.
+// WithHTTPClient sets the HTTP client of the HTTP source
+// (transport.WithHTTPClient). Its Transport, CheckRedirect and Jar serve
+// every request. Its Timeout, if any, bounds each snapshot fetch and ack,
+// but not watches: the source runs SSE streams and long-polls without it,
+// guarded by the stream idle timeout instead, so a Timeout does not cut
+// healthy streams. The default client has dial, TLS handshake and
+// response-header timeouts and no overall Timeout; nil keeps it.
+func WithHTTPClient(hc *http.Client) Option {
+	if hc == nil {
+		return optionFunc(func(*options) {}) // as before: nil is the default client
+	}
+	return WithHTTPOptions(transport.WithHTTPClient(hc))
+}
+
+// WithBearerToken sends "Authorization: Bearer token" with every request
+// to the endpoint's host, never to another host a redirect leads to
+// (transport.WithBearerToken).
 func WithBearerToken(token string) Option {
-	return optionFunc(func(o *options) { o.bearerToken = token })
+	return WithHTTPOptions(transport.WithBearerToken(token))
 }
 
 // WithWatchMode chooses how the HTTP source watches: transport.WatchSSE,
-// transport.WatchLongPoll, or transport.WatchAuto (the default: SSE, falling
-// back to long-poll when streams keep failing while plain requests succeed,
-// as behind a proxy that buffers streams).
+// transport.WatchLongPoll, or transport.WatchAuto (the client's default,
+// unlike the bare source's SSE: SSE, falling back to long-poll when
+// streams keep failing while plain requests succeed, as behind a proxy
+// that buffers streams). It is transport.WithWatchMode.
 func WithWatchMode(m transport.WatchMode) Option {
-	return optionFunc(func(o *options) { o.watchMode = m })
+	return WithHTTPOptions(transport.WithWatchMode(m))
 }
 
 // WithStreamIdleTimeout sets how long a watch may go without a whole event
 // (a change or a progress heartbeat; keepalive comments and partial events
 // do not count) before the client drops it as dead and reconnects, and how
-// long a namespace stays Fresh without a confirmation. Default 15s: three of
-// the server's default 5s heartbeats.
+// long a namespace stays Fresh without a confirmation; it also bounds each
+// fetch (twice it, plus 10s). It sets the HTTP source's
+// transport.WithIdleTimeout. Default transport.DefaultIdleTimeout, 15s:
+// three of the server's default 5s heartbeats.
 func WithStreamIdleTimeout(d time.Duration) Option {
-	return optionFunc(func(o *options) { o.idleTimeout = d })
+	return optionFunc(func(o *options) {
+		o.idleTimeout = d
+		o.httpOpts = append(o.httpOpts, transport.WithIdleTimeout(d))
+	})
 }
 
-// WithMaxEventBytes bounds one change event. Default 1 MiB.
+// WithMaxEventBytes bounds one change event (transport.WithMaxEventBytes;
+// default transport.DefaultMaxEventBytes, 1 MiB).
 func WithMaxEventBytes(n int) Option {
-	return optionFunc(func(o *options) { o.maxEventBytes = n })
+	return WithHTTPOptions(transport.WithMaxEventBytes(n))
 }
 
-// WithMaxSnapshotBytes bounds one snapshot, decompressed. Default 64 MiB.
+// WithMaxSnapshotBytes bounds one snapshot, decompressed
+// (transport.WithMaxSnapshotBytes; default
+// transport.DefaultMaxSnapshotBytes, 64 MiB).
 func WithMaxSnapshotBytes(n int64) Option {
-	return optionFunc(func(o *options) { o.maxSnapshotBytes = n })
+	return WithHTTPOptions(transport.WithMaxSnapshotBytes(n))
 }
 
 // WithMaxSnapshotKeys bounds the keys of one snapshot, and so what
 // decoding it can cost in memory (a snapshot the client accepts retains at
 // most about 8x its size on the wire). A larger one is refused with
-// transport.ErrTooLarge in Status, and the last good keeps serving.
-// Default 1,048,576.
+// transport.ErrTooLarge in Status, and the last good keeps serving. It is
+// transport.WithMaxSnapshotKeys; default transport.DefaultMaxSnapshotKeys,
+// 1,048,576.
 func WithMaxSnapshotKeys(n int) Option {
-	return optionFunc(func(o *options) { o.maxSnapshotKeys = n })
+	return WithHTTPOptions(transport.WithMaxSnapshotKeys(n))
 }
 
 // WithReconnectBackoff sets the exponential backoff between reconnects:
@@ -209,9 +245,6 @@ func (o *options) validate() error {
 	if o.idleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("config: stream idle timeout %v is not positive", o.idleTimeout))
 	}
-	if o.maxEventBytes <= 0 || o.maxSnapshotBytes <= 0 || o.maxSnapshotKeys <= 0 {
-		errs = append(errs, errors.New("config: size limits must be positive"))
-	}
 	if o.backoffInitial <= 0 || o.backoffMax < o.backoffInitial {
 		errs = append(errs, fmt.Errorf("config: reconnect backoff %v..%v is not a positive range", o.backoffInitial, o.backoffMax))
 	}
@@ -228,7 +261,8 @@ func (o *options) validate() error {
 }
 
 // NamespaceOption configures one namespace. Pass options to
-// Client.Namespace.
+// Client.Namespace. Namespace options are named by what they set, without
+// a With prefix: MaxStaleness, FailOpen, FailClosed, Defaults, Schema.
 type NamespaceOption interface{ applyNamespace(*nsOptions) }
 
 type nsOptionFunc func(*nsOptions)
@@ -254,7 +288,7 @@ func (o nsOptions) sameAs(opts []NamespaceOption) error {
 	case p.failClosed != o.failClosed:
 		which = fmt.Sprintf("FailClosed %v, open with %v", p.failClosed, o.failClosed)
 	case !bytes.Equal(p.schema, o.schema):
-		which = "WithSchema differs"
+		which = "Schema differs"
 	case !sameDefaults(p.defaults, o.defaults):
 		which = "Defaults differ"
 	default:
@@ -280,7 +314,7 @@ type nsOptions struct {
 	schema       []byte
 }
 
-// WithSchema checks every update of the namespace against a JSON Schema
+// Schema checks every update of the namespace against a JSON Schema
 // (draft 2020-12 unless it says otherwise) before it is served: the
 // application's own contract, what this build can parse. The document
 // checked is the whole namespace after the update, key to value. An update
@@ -288,9 +322,16 @@ type nsOptions struct {
 // shows in Status and is reported to the server (a nack); a later revision
 // that passes applies normally. A first snapshot that fails, with no last
 // good, serves Defaults (fail-open) or refuses to open (fail-closed).
-func WithSchema(schemaJSON []byte) NamespaceOption {
+func Schema(schemaJSON []byte) NamespaceOption {
 	return nsOptionFunc(func(o *nsOptions) { o.schema = schemaJSON })
 }
+
+// WithSchema is Schema.
+//
+// Deprecated: use Schema. Namespace options are named by what they set
+// (MaxStaleness, FailClosed, Defaults, Schema); client options start with
+// With.
+func WithSchema(schemaJSON []byte) NamespaceOption { return Schema(schemaJSON) }
 
 // MaxStaleness sets how old the namespace's data may be: the time since the
 // client last confirmed it was current (a snapshot, a change, or a progress

@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
 )
 
 // clockTolerance is how far in the future a last-good file's confirmation
@@ -20,13 +20,12 @@ const clockTolerance = 5 * time.Second
 // serve a file older than its MaxStaleness, or of unknown age, but does
 // not take older data for it either. Staleness carries across the
 // restart: the file's confirmation time. n.mu must be held.
-func (n *Namespace) loadFromDisk(dir *cache.Dir) {
+func (n *Namespace) loadFromDisk(dir *cachedir.Dir) {
 	rec, err := dir.Load(n.name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return
-	case errors.Is(err, cache.ErrCorrupt):
-		n.c.corruptFiles.Add(1)
+	case errors.Is(err, cachedir.ErrCorrupt):
 		n.log.Error("config: last-good file is corrupt; ignoring it", "err", err)
 		return
 	case err != nil:
@@ -73,7 +72,7 @@ func (n *Namespace) persist(changed bool) {
 		return
 	}
 	n.lastPersist, n.persistedConfirm = now, n.confirm
-	n.persister.Submit(&cache.Record{
+	n.persister.Submit(&cachedir.Record{
 		Namespace:   n.name,
 		StoreID:     n.applied.StoreID(),
 		Revision:    n.applied.Revision(),
@@ -101,10 +100,10 @@ func (n *Namespace) persistConfirmEvery() time.Duration {
 }
 
 // persisted records the outcome of one write, on the persister's goroutine.
-func (n *Namespace) persisted(rec *cache.Record, err error) {
+func (n *Namespace) persisted(rec *cachedir.Record, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var superseded *cache.SupersededError
+	var superseded *cachedir.SupersededError
 	if errors.As(err, &superseded) {
 		// Another process sharing the directory holds newer data: the
 		// file stays as it is, which is no failure.
@@ -116,7 +115,6 @@ func (n *Namespace) persisted(rec *cache.Record, err error) {
 		n.newHistory = false // on disk: from now on, the ordinary rule
 	}
 	if err != nil {
-		n.c.persistErrors.Add(1)
 		n.metrics.PersistError()
 		n.status.PersistError = ErrorInfo{Kind: ErrorPersist, Message: err.Error(), Time: time.Now(), Err: err}
 		n.log.Error("config: cannot write last-good file; serving goes on", "err", err)

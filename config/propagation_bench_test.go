@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 )
 
 // BenchmarkPropagation100Clients measures publish → OnChange fired in 100
@@ -81,15 +82,15 @@ func BenchmarkOpenFromDisk1MiB(b *testing.B) {
 		v, _ := json.Marshal(strconv.Itoa(i) + strings.Repeat("x", 180))
 		raw["service/key-"+strconv.Itoa(i)] = v
 	}
-	snap, err := cache.Build("big", "store", 7, raw)
+	snap, err := snapshot.Build("big", "store", 7, raw)
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := cache.OpenDir(dir)
+	d, err := cachedir.OpenDir(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := d.Save(&cache.Record{Namespace: "big", StoreID: "store", Revision: 7, Cursor: 7, ConfirmedAt: time.Now(), Snapshot: snap}); err != nil {
+	if err := d.Save(&cachedir.Record{Namespace: "big", StoreID: "store", Revision: 7, Cursor: 7, ConfirmedAt: time.Now(), Snapshot: snap}); err != nil {
 		b.Fatal(err)
 	}
 	if fi, err := os.Stat(dir + "/big.hfc"); err == nil {

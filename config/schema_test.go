@@ -90,7 +90,7 @@ func TestSchemaScenario(t *testing.T) {
 		hc, _ := countingClient(&wire)
 		opts := []config.NamespaceOption{}
 		if i%10 == 0 {
-			opts = append(opts, config.WithSchema([]byte(strictSchema)))
+			opts = append(opts, config.Schema([]byte(strictSchema)))
 		}
 		// 100 clients open at once: under -race on a loaded 2-core
 		// machine a snapshot can wait more than relaxedIdle for its
@@ -235,7 +235,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 		srv := startServer(t)
 		publish(t, srv, "svc", invalid)
 		c := newClient(t, srv.URL())
-		ns := open(t, c, "svc", config.WithSchema(portSchema), config.Defaults(map[string]any{"port": 8080}))
+		ns := open(t, c, "svc", config.Schema(portSchema), config.Defaults(map[string]any{"port": 8080}))
 		if ns.Int("port", 0) != 8080 {
 			t.Errorf("port = %d; want the default", ns.Int("port", 0))
 		}
@@ -256,7 +256,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 		c := newClient(t, srv.URL())
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		_, err := c.Namespace(ctx, "svc", config.WithSchema(portSchema), config.FailClosed(), config.MaxStaleness(time.Minute))
+		_, err := c.Namespace(ctx, "svc", config.Schema(portSchema), config.FailClosed(), config.MaxStaleness(time.Minute))
 		if !errors.Is(err, config.ErrStale) || !errors.Is(err, config.ErrRejected) {
 			t.Fatalf("Namespace = %v; want ErrStale wrapping the rejection", err)
 		}
@@ -269,7 +269,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 			bad := publish(t, srv, "svc", invalid)
 
 			b := newClient(t, srv.URL(), config.WithCacheDir(dir))
-			opts := []config.NamespaceOption{config.WithSchema(portSchema), config.MaxStaleness(time.Minute)}
+			opts := []config.NamespaceOption{config.Schema(portSchema), config.MaxStaleness(time.Minute)}
 			if failClosed {
 				opts = append(opts, config.FailClosed())
 			}

@@ -21,6 +21,7 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.applied, n.appliedOrigin, n.firstRejected = u.Snapshot, OriginNetwork, false
+	n.appliedAt = time.Now()
 	if u.Reset == syncer.ResetHistory {
 		n.newHistory = true
 	}
@@ -92,4 +93,29 @@ func (n *Namespace) wakeClock() {
 // recordError keeps err as the last error. n.mu must be held.
 func (n *Namespace) recordError(err error) {
 	n.status.LastError = errorInfo(err, time.Now())
+}
+
+// resultBindError is the apply result counted when a Bind cannot decode a
+// value the namespace applied (the update itself was applied).
+// TODO(telemetry): a telemetry.ResultBindError among the known results.
+const resultBindError = "bind_error"
+
+// bindFailed shows a Binding's decode error in Status and the metrics.
+func (n *Namespace) bindFailed(err error) {
+	n.metrics.Apply(resultBindError)
+	n.log.Error("config: bound value does not decode; the previous value stays bound", "err", err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	info := errorInfo(err, time.Now())
+	info.Kind = ErrorBind
+	n.status.LastError = info
+}
+
+// bindRecovered marks a Binding's error past, if it is still the last.
+func (n *Namespace) bindRecovered(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.status.LastError.Kind == ErrorBind && n.status.LastError.Err == err {
+		n.status.LastError.Recovered = true
+	}
 }

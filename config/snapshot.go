@@ -3,25 +3,7 @@ package config
 import (
 	"time"
 
-	"github.com/holdfast-dev/holdfast/cache"
-)
-
-// Value is one JSON value of a namespace, decoded once when its snapshot was
-// built: Kind, String, Str, Int, Int64, Float, Bool, Duration, Raw, Decode.
-type Value = cache.Value
-
-// Kind is the JSON type of a Value.
-type Kind = cache.Kind
-
-// The kinds of Value.
-const (
-	KindInvalid = cache.KindInvalid
-	KindNull    = cache.KindNull
-	KindBool    = cache.KindBool
-	KindNumber  = cache.KindNumber
-	KindString  = cache.KindString
-	KindArray   = cache.KindArray
-	KindObject  = cache.KindObject
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 )
 
 // Snapshot is a namespace's content at one revision. It never changes:
@@ -29,7 +11,7 @@ const (
 // reading them one by one from the Namespace does not promise. A Snapshot is
 // a small value; copying it is cheap.
 type Snapshot struct {
-	s  *cache.Snapshot
+	s  *snapshot.Snapshot
 	ns *Namespace // counts type mismatches; nil for the zero Snapshot
 }
 
@@ -43,11 +25,13 @@ func (s Snapshot) Revision() int64 {
 }
 
 // Get returns key's value. It does not allocate.
-func (s Snapshot) Get(key string) (Value, bool) {
-	if s.s == nil {
-		return Value{}, false
+func (s Snapshot) Get(key string) (v Value, ok bool) {
+	// Written to stay within the inliner's budget: Get is every getter's
+	// first step, and inlined it costs nothing over the snapshot's own.
+	if s.s != nil {
+		v.v, ok = s.s.Get(key)
 	}
-	return s.s.Get(key)
+	return v, ok
 }
 
 // Len is the number of keys.

@@ -80,9 +80,10 @@ const (
 	ErrorClock                  // the last-good file's time is in the future: its age is unknown
 	ErrorNotHoldfast            // the endpoint is not a holdfast server (a wrong URL or base path)
 	ErrorHistory                // the server's history is behind what was applied (a lagging replica, or a restore)
+	ErrorBind                   // a Bind could not decode its key's value into its type; the previous value stays bound
 )
 
-var errorKindNames = [...]string{"none", "network", "response", "unauthorized", "not_found", "invalid_data", "persist", "clock", "not_holdfast", "history"}
+var errorKindNames = [...]string{"none", "network", "response", "unauthorized", "not_found", "invalid_data", "persist", "clock", "not_holdfast", "history", "bind"}
 
 func (k ErrorKind) String() string {
 	if k >= 0 && int(k) < len(errorKindNames) {
@@ -92,12 +93,74 @@ func (k ErrorKind) String() string {
 }
 
 // ErrorInfo describes one error. The zero ErrorInfo means no error.
+//
+// An ErrorInfo in a Status is the most recent error, not necessarily a
+// current one: Time says when it happened, and Recovered whether the
+// namespace has confirmed its data since (the error is then past). String
+// says both: "network: ... (12s ago, since recovered)".
 type ErrorInfo struct {
 	Kind       ErrorKind
 	StatusCode int // the HTTP status, when the server replied one
 	Message    string
-	Time       time.Time
-	Err        error
+	// Time is when the error happened.
+	Time time.Time
+	Err  error
+	// Recovered: the error is past. For LastError, the namespace
+	// confirmed its data current after Time (Status.LastConfirmed is
+	// later); for a rejected update (ErrorInvalidData), a later revision
+	// was applied, since confirmations of the last good do not undo a
+	// rejection. A PersistError is cleared instead, by the next
+	// successful write.
+	Recovered bool
+}
+
+func (e ErrorInfo) isZero() bool {
+	return e.Kind == ErrorNone && e.Message == "" && e.Err == nil && e.Time.IsZero()
+}
+
+// String describes the error in one line: its kind, the HTTP status if
+// any, the message, how long ago it happened and whether it is past, as
+// "network: dial tcp 127.0.0.1:8080: connection refused (12s ago, since
+// recovered)". The zero ErrorInfo is "none".
+func (e ErrorInfo) String() string { return e.format(time.Now()) }
+
+func (e ErrorInfo) format(now time.Time) string {
+	if e.isZero() {
+		return "none"
+	}
+	b := []byte(e.Kind.String())
+	if e.StatusCode != 0 {
+		b = append(b, " (HTTP "...)
+		b = strconv.AppendInt(b, int64(e.StatusCode), 10)
+		b = append(b, ')')
+	}
+	if e.Message != "" {
+		b = append(b, ": "...)
+		b = append(b, e.Message...)
+	}
+	if !e.Time.IsZero() {
+		b = append(b, " ("...)
+		b = append(b, ago(now.Sub(e.Time))...)
+		if e.Recovered {
+			b = append(b, ", since recovered"...)
+		}
+		b = append(b, ')')
+	} else if e.Recovered {
+		b = append(b, " (since recovered)"...)
+	}
+	return string(b)
+}
+
+// ago is a short age: "350ms ago", "12s ago", "3m0s ago".
+func ago(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "in " + (-d).Round(time.Millisecond).String() // a clock step
+	case d < time.Second:
+		return d.Round(time.Millisecond).String() + " ago"
+	default:
+		return d.Round(time.Second).String() + " ago"
+	}
 }
 
 func errorInfo(err error, now time.Time) ErrorInfo {
@@ -140,9 +203,52 @@ type Status struct {
 	// Staleness is the time since LastConfirmed, when Status was taken.
 	Staleness    time.Duration
 	MaxStaleness time.Duration
-	// LastError is the most recent error of syncing or applying.
+	// LastError is the most recent error of syncing or applying, kept
+	// after recovery: LastError.Recovered tells it is past (the data was
+	// confirmed after it), LastError.Time when it was.
 	LastError ErrorInfo
 	// PersistError is the most recent error writing the last-good file,
 	// cleared by the next successful write.
 	PersistError ErrorInfo
+}
+
+// String describes the status in one line: namespace, state, revision,
+// staleness against MaxStaleness, origin, and the errors if any, as
+// `payments: Stale, revision 42, staleness 3s (max 30s), from disk, last
+// error: network: ... (3s ago)`.
+func (s Status) String() string { return s.format(time.Now()) }
+
+func (s Status) format(now time.Time) string {
+	b := make([]byte, 0, 128)
+	if s.Namespace != "" {
+		b = append(b, s.Namespace...)
+		b = append(b, ": "...)
+	}
+	b = append(b, s.State.String()...)
+	b = append(b, ", revision "...)
+	b = strconv.AppendInt(b, s.Revision, 10)
+	b = append(b, ", staleness "...)
+	if s.LastConfirmed.IsZero() {
+		b = append(b, "unknown"...)
+	} else {
+		b = append(b, s.Staleness.Round(time.Millisecond).String()...)
+	}
+	if s.MaxStaleness > 0 {
+		b = append(b, " (max "...)
+		b = append(b, s.MaxStaleness.String()...)
+		b = append(b, ')')
+	} else {
+		b = append(b, " (no max)"...)
+	}
+	b = append(b, ", from "...)
+	b = append(b, s.Origin.String()...)
+	if !s.LastError.isZero() {
+		b = append(b, ", last error: "...)
+		b = append(b, s.LastError.format(now)...)
+	}
+	if !s.PersistError.isZero() {
+		b = append(b, ", persist error: "...)
+		b = append(b, s.PersistError.format(now)...)
+	}
+	return string(b)
 }

@@ -1,6 +1,6 @@
 // Command schema shows what happens when a client's schema rejects an
 // update: a NACK. Two builds of a service watch one namespace; the older
-// build declares, with config.WithSchema, the values it can parse. A
+// build declares, with config.Schema, the values it can parse. A
 // publish that it cannot parse is rejected whole by that client, which keeps
 // serving its last good data and reports the rejection to the server (see
 // GET /control/clients); the newer build applies it. A later revision that
@@ -75,7 +75,7 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 		return c, n, nil
 	}
-	oldClient, oldNS, err := open("api-v1", config.WithSchema([]byte(oldBuildSchema)))
+	oldClient, oldNS, err := open("api-v1", config.Schema([]byte(oldBuildSchema)))
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer newClient.Close()
-	say("1. Two clients watch %s: api-v1 checks updates with WithSchema, api-v2 does not.", ns)
+	say("1. Two clients watch %s: api-v1 checks updates with Schema, api-v2 does not.", ns)
 	say("   both serve revision %d, strategy=%q.", oldNS.Revision(), oldNS.String("strategy", ""))
 
 	// A strategy that only the newer build knows. api-v1 hears of its

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -43,9 +43,9 @@ type Position struct {
 
 // Update describes one Applied event.
 type Update struct {
-	Snapshot *cache.Snapshot
+	Snapshot *snapshot.Snapshot
 	// Prev is the data applied before, nil if none.
-	Prev *cache.Snapshot
+	Prev *snapshot.Snapshot
 	// Change, when set, is the change set that made Snapshot from Prev;
 	// nil when Snapshot came whole.
 	Change *transport.ChangeSet
@@ -101,7 +101,7 @@ type Syncer struct {
 	cfg Config
 	log *slog.Logger
 
-	applied *cache.Snapshot // the last good data: the monotonic floor; nil before any
+	applied *snapshot.Snapshot // the last good data: the monotonic floor; nil before any
 	// seedStore and seedRevision are the floor while applied is nil: a
 	// last-good file's, whose data failed the checks (see Seed).
 	seedStore    string
@@ -145,7 +145,7 @@ func New(cfg Config) *Syncer {
 // the data is not applied, but its store id and revision stay the floor:
 // older data of that store is refused as any is (see the package doc).
 // Call it before Run.
-func (s *Syncer) Seed(snap *cache.Snapshot, cursor int64) error {
+func (s *Syncer) Seed(snap *snapshot.Snapshot, cursor int64) error {
 	s.storeID, s.cursor = snap.StoreID(), cursor
 	if err := s.check(snap); err != nil {
 		s.seedStore, s.seedRevision = snap.StoreID(), snap.Revision()
@@ -370,7 +370,7 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		s.confirmed()
 		return nil // rejected already; wait for a later revision
 	}
-	next, err := cache.BuildJSON(s.cfg.Namespace, snap.StoreID, snap.Revision, snap.Values)
+	next, err := snapshot.BuildJSON(s.cfg.Namespace, snap.StoreID, snap.Revision, snap.Values)
 	if err == nil {
 		err = s.check(next)
 	}
@@ -420,7 +420,7 @@ func (s *Syncer) historyRewritten(snap *transport.Snapshot) bool {
 // decoded as generic JSON for the check and dropped after it. Keeping the
 // document would cost more memory than the snapshot itself (about 12x its
 // size on the wire for small values) to save decoding on each change.
-func (s *Syncer) check(snap *cache.Snapshot) error {
+func (s *Syncer) check(snap *snapshot.Snapshot) error {
 	if s.cfg.Schema == nil {
 		return nil
 	}

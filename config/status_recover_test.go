@@ -1,0 +1,38 @@
+package config_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+)
+
+// TestLastErrorIsPastAfterRecovery: an error stays in Status.LastError
+// after the namespace recovers, but says it is past.
+func TestLastErrorIsPastAfterRecovery(t *testing.T) {
+	srv := startServer(t)
+	publish(t, srv, "ns", map[string]any{"v": 1})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "ns")
+
+	srv.FailNext(1, http.StatusServiceUnavailable, 0)
+	srv.DropStreams()
+	eventually(t, "the failure in Status", func() bool { return ns.Status().LastError.Kind == config.ErrorResponse })
+	// The reconnect after the failure confirms the data again.
+	eventually(t, "recovery", func() bool {
+		st := ns.Status()
+		return st.State == config.StateFresh && st.LastConfirmed.After(st.LastError.Time)
+	})
+	st := ns.Status()
+	if !st.LastError.Recovered {
+		t.Fatalf("LastError %+v not marked past though confirmed at %v", st.LastError, st.LastConfirmed)
+	}
+	if s := st.String(); !strings.Contains(s, "since recovered") || !strings.Contains(s, "HTTP 503") {
+		t.Errorf("Status.String() = %q", s)
+	}
+	if time.Since(st.LastError.Time) > waitLimit {
+		t.Errorf("LastError.Time %v", st.LastError.Time)
+	}
+}
