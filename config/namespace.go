@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
-	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
 // Namespace is an open namespace: a local, always-readable copy of its
@@ -35,12 +35,12 @@ type Namespace struct {
 	freshWindow func() time.Duration
 	syncer      *syncer.Syncer
 	disp        *dispatcher
-	acks        *acker                      // nil when the source cannot take acks
-	persister   *cache.Persister            // nil without a cache directory
-	metrics     *telemetry.NamespaceMetrics // nil-safe
-	ready       chan struct{}               // closed once data is served
-	done        chan struct{}               // closed when every goroutine of the namespace has exited
-	kick        chan struct{}               // wakes the clock after a report
+	acks        *acker                       // nil when the source cannot take acks
+	persister   *cache.Persister             // nil without a cache directory
+	metrics     *instrument.NamespaceMetrics // nil-safe
+	ready       chan struct{}                // closed once data is served
+	done        chan struct{}                // closed when every goroutine of the namespace has exited
+	kick        chan struct{}                // wakes the clock after a report
 	cancel      context.CancelFunc
 
 	// Lock-free.
@@ -60,6 +60,7 @@ type Namespace struct {
 	healthy       bool      // the last sync attempt succeeded and no failure followed
 	cursor        int64
 	head          int64         // the newest namespace revision the server told of
+	headAt        time.Time     // when the server last told of its head; zero: never, in this process
 	window        time.Duration // freshWindow's latest answer, as the clock last asked it
 	status        Status
 	revWait       chan struct{} // closed and replaced at every swap of what is served

@@ -1,11 +1,10 @@
-package telemetry_test
+package otelcheck_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -18,10 +17,11 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
-const dashboardPath = "dashboards/holdfast.json"
+const dashboardPath = "telemetry/dashboards/holdfast.json" // for messages; read through telemetry.Dashboard
 
 // exported runs every instrument once through an SDK MeterProvider wired
 // to the OTel Prometheus exporter (its default translation, what a user
@@ -36,11 +36,12 @@ func exported(t *testing.T) map[string]*dto.MetricFamily {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	in, err := telemetry.New(mp)
+	in, err := instrument.New(mp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &timedProbe{probe: probe{staleness: 3 * time.Second, revision: 12, headLag: 2, failedClosed: true,
+	p := &timedProbe{probe: probe{staleness: 3 * time.Second, maxStaleness: 10 * time.Second, headAge: time.Second,
+		state: telemetry.StateFailedClosed, revision: 12, headLag: 2, failedClosed: true,
 		breached: true, typeMismatches: 1, callbackPanics: 1}, closedFor: time.Second}
 	m, err := in.Namespace("payments.prod", p)
 	if err != nil {
@@ -86,6 +87,9 @@ func TestExportedNames(t *testing.T) {
 	mfs := exported(t)
 	want := map[string]dto.MetricType{
 		"holdfast_staleness_seconds":                dto.MetricType_GAUGE,
+		"holdfast_max_staleness_seconds":            dto.MetricType_GAUGE,
+		"holdfast_head_age_seconds":                 dto.MetricType_GAUGE,
+		"holdfast_state":                            dto.MetricType_GAUGE,
 		"holdfast_revision_applied":                 dto.MetricType_GAUGE,
 		"holdfast_revision_lag":                     dto.MetricType_GAUGE,
 		"holdfast_state_breached":                   dto.MetricType_GAUGE,
@@ -128,6 +132,9 @@ func TestExportedNames(t *testing.T) {
 	}
 	if l := labelMap(mfs["holdfast_applies_total"].GetMetric()[0]); l["result"] == "" {
 		t.Errorf("holdfast_applies_total labels %v, want result", l)
+	}
+	if l := labelMap(mfs["holdfast_state"].GetMetric()[0]); l["state"] == "" {
+		t.Errorf("holdfast_state labels %v, want state", l)
 	}
 	if l := labelMap(mfs["holdfast_reconnects_total"].GetMetric()[0]); l["reason"] == "" {
 		t.Errorf("holdfast_reconnects_total labels %v, want reason", l)
@@ -184,10 +191,7 @@ type datasource struct {
 
 func loadDashboard(t *testing.T) (dashboard, []byte) {
 	t.Helper()
-	raw, err := os.ReadFile(dashboardPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := telemetry.Dashboard()
 	var d dashboard
 	if err := json.Unmarshal(raw, &d); err != nil {
 		t.Fatalf("%s: %v", dashboardPath, err)
