@@ -169,11 +169,12 @@ type dashboard struct {
 }
 
 type panel struct {
-	ID         int         `json:"id"`
-	Type       string      `json:"type"`
-	Title      string      `json:"title"`
-	Datasource *datasource `json:"datasource"`
-	GridPos    *struct {
+	ID          int         `json:"id"`
+	Type        string      `json:"type"`
+	Title       string      `json:"title"`
+	Description string      `json:"description"`
+	Datasource  *datasource `json:"datasource"`
+	GridPos     *struct {
 		H, W, X, Y int
 	} `json:"gridPos"`
 	Targets []struct {
@@ -379,7 +380,9 @@ func TestDashboardShape(t *testing.T) {
 	}
 	check(d.Panels)
 
-	for _, want := range []string{"Fleet staleness", "Revision lag behind head", "Staleness breaches",
+	for _, want := range []string{"Fleet staleness", "Revision lag behind head (last known)",
+		"Time since the server last told its head", "State by namespace", "Worst instances",
+		"Namespaces breached now", "Namespaces failing closed now", "Staleness breaches",
 		"Rejected updates", "Reconnect storms", "Propagation delay p99", "Callback panics",
 		"Persist errors", "Fail-closed time"} {
 		if !slices.Contains(titles, want) {
@@ -389,6 +392,47 @@ func TestDashboardShape(t *testing.T) {
 	for _, p := range d.Panels {
 		if p.Title == "Fleet staleness" && p.Type != "heatmap" {
 			t.Errorf("Fleet staleness is a %s, want a heatmap", p.Type)
+		}
+	}
+
+	// What on-call reads off the panels: counts of namespaces, not of
+	// client x namespace pairs; the limit drawn with the staleness; a lag
+	// that says it is the last known; a table of instances.
+	byTitle := make(map[string]panel)
+	for _, p := range d.Panels {
+		byTitle[p.Title] = p
+	}
+	perNamespace := regexp.MustCompile(`^count\(max by \(holdfast_namespace\) \(`)
+	for _, title := range []string{"Namespaces breached now", "Namespaces failing closed now"} {
+		if p := byTitle[title]; len(p.Targets) != 1 || !perNamespace.MatchString(p.Targets[0].Expr) {
+			t.Errorf("%s: queries %+v; want a count of namespaces", title, p.Targets)
+		}
+	}
+	reads := func(title, metric string) bool {
+		for _, tg := range byTitle[title].Targets {
+			if names, _ := promqlMetricNames(tg.Expr); slices.Contains(names, metric) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct{ title, metric string }{
+		{"Staleness by namespace (worst client)", "holdfast_max_staleness_seconds"},
+		{"Time since the server last told its head", "holdfast_head_age_seconds"},
+		{"State by namespace", "holdfast_state"},
+		{"Worst instances", "holdfast_staleness_seconds"},
+		{"Worst instances", "holdfast_state"},
+	} {
+		if !reads(c.title, c.metric) {
+			t.Errorf("panel %q does not read %s", c.title, c.metric)
+		}
+	}
+	if p := byTitle["Worst instances"]; p.Type != "table" || len(p.Targets) == 0 || !strings.Contains(p.Targets[0].Expr, "by (instance") {
+		t.Errorf("Worst instances: a %q with queries %+v; want a table by instance", p.Type, p.Targets)
+	}
+	for _, title := range []string{"Revision lag behind head (last known)", "Worst last-known revision lag"} {
+		if !strings.Contains(strings.ToLower(byTitle[title].Description), "last time") && !strings.Contains(byTitle[title].Description, "cut off") {
+			t.Errorf("%s: description %q does not say the lag is the last known", title, byTitle[title].Description)
 		}
 	}
 }
