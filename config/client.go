@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/schema"
-	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -27,8 +27,8 @@ type Client struct {
 	src       transport.Source
 	ownSource *transport.HTTPSource // closed by Close; nil with WithSource
 	dir       *cachedir.Dir         // nil without WithCacheDir
-	metrics   *telemetry.Instruments
-	tracer    *telemetry.Tracer
+	metrics   *instrument.Instruments
+	tracer    *instrument.Tracer
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
 
@@ -78,12 +78,12 @@ func New(opts ...Option) (*Client, error) {
 		}
 		c.dir = dir
 	}
-	metrics, err := telemetry.New(o.meterProvider)
+	metrics, err := instrument.New(o.meterProvider)
 	if err != nil {
 		// The API hands back working instruments along with the error.
 		o.logger.Warn("config: some instruments were refused by the meter provider", "err", err)
 	}
-	c.metrics, c.tracer = metrics, telemetry.NewTracer(o.tracerProvider)
+	c.metrics, c.tracer = metrics, instrument.NewTracer(o.tracerProvider)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }

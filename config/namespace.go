@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
-	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
 // Namespace is an open namespace: a local, always-readable copy of its
@@ -36,12 +36,12 @@ type Namespace struct {
 	freshWindow func() time.Duration
 	syncer      *syncer.Syncer
 	disp        *dispatcher
-	acks        *acker                      // nil when the source cannot take acks
-	persister   *cachedir.Persister         // nil without a cache directory
-	metrics     *telemetry.NamespaceMetrics // nil-safe
-	ready       chan struct{}               // closed once data is served
-	done        chan struct{}               // closed when every goroutine of the namespace has exited
-	kick        chan struct{}               // wakes the clock after a report
+	acks        *acker                       // nil when the source cannot take acks
+	persister   *cachedir.Persister          // nil without a cache directory
+	metrics     *instrument.NamespaceMetrics // nil-safe
+	ready       chan struct{}                // closed once data is served
+	done        chan struct{}                // closed when every goroutine of the namespace has exited
+	kick        chan struct{}                // wakes the clock after a report
 	cancel      context.CancelFunc
 
 	// Lock-free.
@@ -62,6 +62,7 @@ type Namespace struct {
 	appliedAt     time.Time // when data from the network was last applied
 	cursor        int64
 	head          int64         // the newest namespace revision the server told of
+	headAt        time.Time     // when the server last told of its head; zero: never, in this process
 	window        time.Duration // freshWindow's latest answer, as the clock last asked it
 	status        Status
 	revWait       chan struct{} // closed and replaced at every swap of what is served

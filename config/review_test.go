@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -320,49 +318,6 @@ func TestResnapshotAtOnceIsNoHotLoop(t *testing.T) {
 			}
 			if got := src.snapshots.Load() - before; got > most {
 				t.Errorf("%d snapshot requests in %v; want at most %d (the backoff paces them)", got, time.Since(start).Round(time.Millisecond), most)
-			}
-		})
-	}
-}
-
-// TestBreachAtOpenFromDiskIsCounted: a namespace that starts from a file
-// older than its MaxStaleness is in breach from the start; the breaches
-// counter, "transitions into breach", must count it as it counts one at
-// run time, and the failed-closed time must grow.
-func TestBreachAtOpenFromDiskIsCounted(t *testing.T) {
-	for _, failClosed := range []bool{false, true} {
-		name := map[bool]string{false: "fail-open", true: "fail-closed"}[failClosed]
-		t.Run(name, func(t *testing.T) {
-			reader := sdkmetric.NewManualReader()
-			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-			defer mp.Shutdown(context.Background())
-			dir := t.TempDir()
-			writeCacheFile(t, dir, "old", 3, map[string]string{"k": "v"}, time.Now().Add(-time.Hour))
-			down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
-				return nil, errors.New("connection refused")
-			}}
-			c := sourceClient(t, down, config.WithCacheDir(dir), config.WithMeterProvider(mp))
-			opts := []config.NamespaceOption{config.MaxStaleness(time.Minute)}
-			if failClosed {
-				opts = append(opts, config.FailClosed())
-				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-				defer cancel()
-				if _, err := c.Namespace(ctx, "old", opts...); !errors.Is(err, config.ErrStale) {
-					t.Fatalf("open: %v; want ErrStale", err)
-				}
-				// Abandoned: its gauges went with it; the counter stays.
-				if m := collect(t, reader, "old"); m["holdfast.breaches"] != 1 {
-					t.Errorf("holdfast.breaches = %v after an open refused for a breach; want 1 (%v)", m["holdfast.breaches"], m)
-				}
-				return
-			}
-			open(t, c, "old", opts...)
-			m := collect(t, reader, "old")
-			if m["holdfast.state.breached"] != 1 || m["holdfast.breaches"] != 1 {
-				t.Errorf("holdfast.breaches = %v, breached gauge %v, in breach since the start; want 1, 1 (%v)", m["holdfast.breaches"], m["holdfast.state.breached"], m)
-			}
-			if err := c.Close(); err != nil {
-				t.Fatal(err)
 			}
 		})
 	}

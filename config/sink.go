@@ -76,7 +76,7 @@ func (s nsSink) Rejected(revision int64, err error) {
 // (changed: the data itself changed). n.mu must be held.
 func (n *Namespace) confirmed(p syncer.Position, changed bool) {
 	n.confirm, n.ageKnown, n.healthy = time.Now(), true, true
-	n.cursor, n.head = p.Cursor, p.Head
+	n.cursor, n.head, n.headAt = p.Cursor, p.Head, n.confirm // every report follows word of the head
 	n.status.LastConfirmed = n.confirm
 	n.status.Cursor = n.cursor
 	n.persist(changed)

@@ -3,6 +3,7 @@ package config
 import (
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
@@ -12,8 +13,8 @@ import (
 type probe struct{ n *Namespace }
 
 var (
-	_ telemetry.Probe             = probe{}
-	_ telemetry.FailedClosedTimer = probe{}
+	_ instrument.Probe             = probe{}
+	_ instrument.FailedClosedTimer = probe{}
 )
 
 func (p probe) Staleness() time.Duration {
@@ -23,6 +24,36 @@ func (p probe) Staleness() time.Duration {
 		return -1
 	}
 	return time.Since(p.n.confirm)
+}
+
+func (p probe) MaxStaleness() time.Duration { return p.n.opts.maxStaleness } // read-only after construction
+
+func (p probe) HeadAge() time.Duration {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	if p.n.headAt.IsZero() {
+		return -1
+	}
+	return time.Since(p.n.headAt)
+}
+
+// stateValues are the telemetry names of the States; Closed has none.
+var stateValues = [...]string{
+	StateSyncing:      telemetry.StateSyncing,
+	StateFresh:        telemetry.StateFresh,
+	StateStale:        telemetry.StateStale,
+	StateBreached:     telemetry.StateBreached,
+	StateFailedClosed: telemetry.StateFailedClosed,
+	StateClosed:       "",
+}
+
+func (p probe) State() string {
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	if st := p.n.status.State; st >= 0 && int(st) < len(stateValues) {
+		return stateValues[st]
+	}
+	return ""
 }
 
 func (p probe) Revision() int64 {

@@ -1,12 +1,17 @@
 // Command prometheus exports a holdfast client's metrics on /metrics, in
 // the Prometheus text format, through the OpenTelemetry SDK and its
 // Prometheus exporter (go.opentelemetry.io/otel/exporters/prometheus). The
-// shipped Grafana dashboard, telemetry/dashboards/holdfast.json, queries
-// these names.
+// shipped Grafana dashboard, telemetry/dashboards/holdfast.json
+// (telemetry.Dashboard), queries these names.
 //
-//	go run ./examples/prometheus                 # serve until interrupted
-//	go run ./examples/prometheus -once           # check the dashboard's names, then exit
+// It is a module of its own, so that holdfast's users do not download the
+// SDK, the exporter and client_golang with holdfast. From its directory:
+//
+//	go run .                 # serve until interrupted
+//	go run . -once           # check the dashboard's names, then exit
 //	curl -s 127.0.0.1:9464/metrics | grep '^holdfast_'
+//
+// (from the repository root, with its go.work: go run ./examples/prometheus).
 //
 // It starts the reference server in-process and drives a namespace through
 // the events the dashboard shows: changes with a callback, a wrong-type
@@ -49,6 +54,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
 const (
@@ -62,7 +68,7 @@ type settings struct {
 	addr      string        // where /metrics listens
 	once      bool          // check the dashboard's names against one scrape, then return
 	duration  time.Duration // serve this long (0: until ctx ends)
-	dashboard string        // path of the dashboard JSON
+	dashboard string        // path of the dashboard JSON; "": the shipped one
 }
 
 func main() {
@@ -70,8 +76,8 @@ func main() {
 	flag.StringVar(&s.addr, "addr", "127.0.0.1:9464", "listen address of /metrics")
 	flag.BoolVar(&s.once, "once", false, "scrape /metrics once, check the dashboard's metric names, and exit")
 	flag.DurationVar(&s.duration, "duration", 0, "serve for this long, then exit (0: until interrupted)")
-	flag.StringVar(&s.dashboard, "dashboard", filepath.Join("telemetry", "dashboards", "holdfast.json"),
-		"the Grafana dashboard whose metric names -once checks")
+	flag.StringVar(&s.dashboard, "dashboard", "",
+		"the Grafana dashboard whose metric names -once checks (default: the one shipped in package telemetry)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -244,7 +250,11 @@ func check(ctx context.Context, out io.Writer, url, dashboard string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "The dashboard (%s) queries %d metrics; in this scrape:\n", filepath.Base(dashboard), len(want))
+	name := "telemetry/dashboards/holdfast.json"
+	if dashboard != "" {
+		name = filepath.Base(dashboard)
+	}
+	fmt.Fprintf(out, "The dashboard (%s) queries %d metrics; in this scrape:\n", name, len(want))
 	var missing []string
 	for _, name := range want {
 		mark := "ok"
@@ -265,11 +275,16 @@ func check(ctx context.Context, out io.Writer, url, dashboard string) error {
 var metricName = regexp.MustCompile(`\bholdfast_[a-z0-9_]+`)
 
 // dashboardMetrics returns the sorted metric names the dashboard's queries
-// (every "expr" field) use.
+// (every "expr" field) use; path "" reads the shipped dashboard.
 func dashboardMetrics(path string) ([]string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read the dashboard: %w (run from the repository root, or pass -dashboard)", err)
+	data := telemetry.Dashboard()
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("read the dashboard: %w", err)
+		}
+	} else {
+		path = "the shipped dashboard"
 	}
 	var doc any
 	if err := json.Unmarshal(data, &doc); err != nil {

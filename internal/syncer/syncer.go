@@ -10,6 +10,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/telemetry"
@@ -68,9 +69,9 @@ type Config struct {
 	Sink      Sink
 	// Schema, when set, checks every update whole before it is applied.
 	Schema *schema.Schema
-	Log    *slog.Logger                // nil: discard
-	Meter  *telemetry.NamespaceMetrics // nil-safe
-	Tracer *telemetry.Tracer           // nil-safe
+	Log    *slog.Logger                 // nil: discard
+	Meter  *instrument.NamespaceMetrics // nil-safe
+	Tracer *instrument.Tracer           // nil-safe
 	// Backoff is the reconnect policy; see NewBackoff and Wait.
 	Backoff Backoff
 	// FetchTimeout bounds one snapshot fetch, so that a black-holed server
@@ -499,4 +500,4 @@ func (s *Syncer) Handle(ev transport.Event) error {
 }
 
 // SetMeter sets the namespace's instruments. Call it before Run.
-func (s *Syncer) SetMeter(m *telemetry.NamespaceMetrics) { s.cfg.Meter = m }
+func (s *Syncer) SetMeter(m *instrument.NamespaceMetrics) { s.cfg.Meter = m }

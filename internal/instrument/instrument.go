@@ -1,93 +1,33 @@
-package telemetry
+// Package instrument makes holdfast's OpenTelemetry instruments and spans
+// for config: one Instruments per Client, one NamespaceMetrics per open
+// namespace, read from a Probe at each collection. The names it records
+// under are the public package telemetry's.
+package instrument
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/holdfast-dev/holdfast/telemetry"
 )
-
-// ScopeName is the instrumentation scope of every instrument and span
-// (the otel_scope_name label in Prometheus).
-const ScopeName = "github.com/holdfast-dev/holdfast"
-
-// The names of the instruments; see the package documentation.
-const (
-	NameStaleness        = "holdfast.staleness"
-	NameRevisionApplied  = "holdfast.revision.applied"
-	NameRevisionLag      = "holdfast.revision.lag"
-	NameBreached         = "holdfast.state.breached"
-	NameFailedClosed     = "holdfast.state.failed_closed"
-	NameFailedClosedTime = "holdfast.failed_closed.time"
-	NameTypeMismatches   = "holdfast.getter.type_mismatches"
-	NameCallbackPanics   = "holdfast.callback.panics"
-	NameApplies          = "holdfast.applies"
-	NameResnapshots      = "holdfast.resnapshots"
-	NameReconnects       = "holdfast.reconnects"
-	NameBreaches         = "holdfast.breaches"
-	NamePersistErrors    = "holdfast.persist.errors"
-	NameCallbackDuration = "holdfast.callback.duration"
-	NamePropagationDelay = "holdfast.propagation.delay"
-)
-
-// The attribute keys.
-const (
-	AttrNamespace attribute.Key = "holdfast.namespace"
-	AttrResult    attribute.Key = "result"
-	AttrReason    attribute.Key = "reason"
-)
-
-// The results of Apply.
-const (
-	ResultApplied   = "applied"   // the data changed
-	ResultRejected  = "rejected"  // failed its checks; the last good keeps serving
-	ResultDuplicate = "duplicate" // a revision already applied or rejected
-)
-
-// The reasons of Resnapshot.
-const (
-	ResnapshotInitial    = "initial"     // the first snapshot of the namespace
-	ResnapshotCompacted  = "compacted"   // the cursor fell below the server's compaction
-	ResnapshotGap        = "gap"         // a change did not chain on the applied revision
-	ResnapshotStoreReset = "store_reset" // the server's store id changed
-	ResnapshotBadCursor  = "bad_cursor"  // the server refused the cursor
-	ResnapshotBackstop   = "backstop"    // a periodic full check
-	// ResnapshotCursorAhead: the server refused the cursor as above its
-	// head, under the same store id (a lagging replica, or a restore).
-	ResnapshotCursorAhead = "cursor_ahead"
-	// ResnapshotHistoryRewritten: a snapshot behind the applied revision of
-	// the same store id was taken as new history, resetting the floor.
-	ResnapshotHistoryRewritten = "history_rewritten"
-	// ResnapshotTooLarge: an event was over the size limit.
-	ResnapshotTooLarge = "too_large"
-)
-
-// The usual reasons of Reconnect; others are accepted.
-const (
-	ReconnectIdle         = "idle"         // no byte within the idle timeout
-	ReconnectEOF          = "eof"          // the server ended the stream
-	ReconnectError        = "error"        // a transport error
-	ReconnectUnauthorized = "unauthorized" // 401/403
-	ReconnectThrottled    = "throttled"    // 429/503
-)
-
-// ValueOther replaces a result or reason once an instrument of a namespace
-// has seen too many distinct ones (16 beyond the known values).
-const ValueOther = "other"
 
 const maxExtraValues = 16
 
 var (
-	knownResults    = []string{ResultApplied, ResultRejected, ResultDuplicate, ValueOther}
-	knownResnapshot = []string{ResnapshotInitial, ResnapshotCompacted, ResnapshotGap, ResnapshotStoreReset,
-		ResnapshotBadCursor, ResnapshotBackstop, ResnapshotCursorAhead, ResnapshotHistoryRewritten, ResnapshotTooLarge, ValueOther}
-	knownReconnect = []string{ReconnectIdle, ReconnectEOF, ReconnectError, ReconnectUnauthorized,
-		ReconnectThrottled, ValueOther}
+	knownResults    = []string{telemetry.ResultApplied, telemetry.ResultRejected, telemetry.ResultDuplicate, telemetry.ValueOther}
+	knownResnapshot = []string{telemetry.ResnapshotInitial, telemetry.ResnapshotCompacted, telemetry.ResnapshotGap, telemetry.ResnapshotStoreReset,
+		telemetry.ResnapshotBadCursor, telemetry.ResnapshotBackstop, telemetry.ResnapshotCursorAhead, telemetry.ResnapshotHistoryRewritten, telemetry.ResnapshotTooLarge, telemetry.ValueOther}
+	knownStates    = []string{telemetry.StateSyncing, telemetry.StateFresh, telemetry.StateStale, telemetry.StateBreached, telemetry.StateFailedClosed}
+	knownReconnect = []string{telemetry.ReconnectIdle, telemetry.ReconnectEOF, telemetry.ReconnectError, telemetry.ReconnectUnauthorized,
+		telemetry.ReconnectThrottled, telemetry.ValueOther}
 )
 
 // Histogram bucket boundaries, in seconds.
@@ -103,12 +43,22 @@ type Probe interface {
 	// Staleness is the time since the data was last confirmed current.
 	// A negative value is not reported.
 	Staleness() time.Duration
+	// MaxStaleness is the namespace's MaxStaleness; 0 (no limit) is not
+	// reported.
+	MaxStaleness() time.Duration
+	// HeadAge is the time since the server last told the client its head
+	// (a snapshot, a change or a progress event). A negative value means
+	// never, in this process, and is not reported.
+	HeadAge() time.Duration
 	// Revision is the applied revision.
 	Revision() int64
 	// HeadLag is how many revisions the applied one is behind the server's
 	// head (the cursor or the head the server last told, minus the applied
 	// revision). A negative value means unknown and is not reported.
 	HeadLag() int64
+	// State is the namespace's state, one of telemetry's State* values;
+	// another value (Closed) reports no state.
+	State() string
 	// FailedClosed reports whether a fail-closed namespace serves its
 	// Defaults, being stale past MaxStaleness.
 	FailedClosed() bool
@@ -138,6 +88,9 @@ type Instruments struct {
 	now   func() time.Time
 
 	staleness        metric.Float64ObservableGauge
+	maxStaleness     metric.Float64ObservableGauge
+	headAge          metric.Float64ObservableGauge
+	state            metric.Int64ObservableGauge
 	revisionApplied  metric.Int64ObservableGauge
 	revisionLag      metric.Int64ObservableGauge
 	breached         metric.Int64ObservableGauge
@@ -165,7 +118,7 @@ func New(mp metric.MeterProvider) (*Instruments, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := mp.Meter(ScopeName)
+	m := mp.Meter(telemetry.ScopeName)
 	in := &Instruments{meter: m, now: time.Now, namespaces: make(map[string]bool)}
 	var errs []error
 	check := func(err error) {
@@ -175,60 +128,73 @@ func New(mp metric.MeterProvider) (*Instruments, error) {
 	}
 	var err error
 
-	in.staleness, err = m.Float64ObservableGauge(NameStaleness, metric.WithUnit("s"),
+	in.staleness, err = m.Float64ObservableGauge(telemetry.NameStaleness, metric.WithUnit("s"),
 		metric.WithDescription("Time since the client last confirmed its data current."))
 	check(err)
-	in.revisionApplied, err = m.Int64ObservableGauge(NameRevisionApplied, metric.WithUnit("{revision}"),
+	in.maxStaleness, err = m.Float64ObservableGauge(telemetry.NameMaxStaleness, metric.WithUnit("s"),
+		metric.WithDescription("The namespace's MaxStaleness: how old its data may be before it breaches (not reported without one)."))
+	check(err)
+	in.headAge, err = m.Float64ObservableGauge(telemetry.NameHeadAge, metric.WithUnit("s"),
+		metric.WithDescription("Time since the server last told the client its head revision (a snapshot, a change or a progress event)."))
+	check(err)
+	in.state, err = m.Int64ObservableGauge(telemetry.NameState, metric.WithUnit("{namespace}"),
+		metric.WithDescription("The namespace's state: 1 for the current one, 0 for the others."))
+	check(err)
+	in.revisionApplied, err = m.Int64ObservableGauge(telemetry.NameRevisionApplied, metric.WithUnit("{revision}"),
 		metric.WithDescription("The revision of the last good data applied."))
 	check(err)
-	in.revisionLag, err = m.Int64ObservableGauge(NameRevisionLag, metric.WithUnit("{revision}"),
+	in.revisionLag, err = m.Int64ObservableGauge(telemetry.NameRevisionLag, metric.WithUnit("{revision}"),
 		metric.WithDescription("How far the applied revision is behind the server's head."))
 	check(err)
-	in.breached, err = m.Int64ObservableGauge(NameBreached, metric.WithUnit("{namespace}"),
+	in.breached, err = m.Int64ObservableGauge(telemetry.NameBreached, metric.WithUnit("{namespace}"),
 		metric.WithDescription("1 while the namespace is stale past its MaxStaleness, else 0."))
 	check(err)
-	in.failedClosed, err = m.Int64ObservableGauge(NameFailedClosed, metric.WithUnit("{namespace}"),
+	in.failedClosed, err = m.Int64ObservableGauge(telemetry.NameFailedClosed, metric.WithUnit("{namespace}"),
 		metric.WithDescription("1 while a fail-closed namespace serves its Defaults, else 0."))
 	check(err)
-	in.failedClosedTime, err = m.Float64ObservableCounter(NameFailedClosedTime, metric.WithUnit("s"),
+	in.failedClosedTime, err = m.Float64ObservableCounter(telemetry.NameFailedClosedTime, metric.WithUnit("s"),
 		metric.WithDescription("Cumulative time the namespace spent failed closed, serving its Defaults."))
 	check(err)
-	in.typeMismatches, err = m.Int64ObservableCounter(NameTypeMismatches, metric.WithUnit("{call}"),
+	in.typeMismatches, err = m.Int64ObservableCounter(telemetry.NameTypeMismatches, metric.WithUnit("{call}"),
 		metric.WithDescription("Getter calls that found a value of another type than asked and returned the default."))
 	check(err)
-	in.callbackPanics, err = m.Int64ObservableCounter(NameCallbackPanics, metric.WithUnit("{panic}"),
+	in.callbackPanics, err = m.Int64ObservableCounter(telemetry.NameCallbackPanics, metric.WithUnit("{panic}"),
 		metric.WithDescription("Change and status callbacks that panicked; each was recovered."))
 	check(err)
 
-	in.applies, err = m.Int64Counter(NameApplies, metric.WithUnit("{apply}"),
+	in.applies, err = m.Int64Counter(telemetry.NameApplies, metric.WithUnit("{apply}"),
 		metric.WithDescription("Updates handled, by result: applied, rejected, duplicate."))
 	check(err)
-	in.resnapshots, err = m.Int64Counter(NameResnapshots, metric.WithUnit("{resnapshot}"),
+	in.resnapshots, err = m.Int64Counter(telemetry.NameResnapshots, metric.WithUnit("{resnapshot}"),
 		metric.WithDescription("Full snapshot fetches, by reason."))
 	check(err)
-	in.reconnects, err = m.Int64Counter(NameReconnects, metric.WithUnit("{reconnect}"),
+	in.reconnects, err = m.Int64Counter(telemetry.NameReconnects, metric.WithUnit("{reconnect}"),
 		metric.WithDescription("Watch streams re-opened, by reason."))
 	check(err)
-	in.breaches, err = m.Int64Counter(NameBreaches, metric.WithUnit("{breach}"),
+	in.breaches, err = m.Int64Counter(telemetry.NameBreaches, metric.WithUnit("{breach}"),
 		metric.WithDescription("Transitions into breach: stale past MaxStaleness, fail-open or fail-closed."))
 	check(err)
-	in.persistErrors, err = m.Int64Counter(NamePersistErrors, metric.WithUnit("{error}"),
+	in.persistErrors, err = m.Int64Counter(telemetry.NamePersistErrors, metric.WithUnit("{error}"),
 		metric.WithDescription("Failed writes of the last-good file."))
 	check(err)
-	in.callbackDuration, err = m.Float64Histogram(NameCallbackDuration, metric.WithUnit("s"),
+	in.callbackDuration, err = m.Float64Histogram(telemetry.NameCallbackDuration, metric.WithUnit("s"),
 		metric.WithDescription("Run time of one change or status callback call."),
 		metric.WithExplicitBucketBoundaries(callbackBuckets...))
 	check(err)
-	in.propagationDelay, err = m.Float64Histogram(NamePropagationDelay, metric.WithUnit("s"),
+	in.propagationDelay, err = m.Float64Histogram(telemetry.NamePropagationDelay, metric.WithUnit("s"),
 		metric.WithDescription("Time from the server's commit of a change to its apply in the client."),
 		metric.WithExplicitBucketBoundaries(propagationBuckets...))
 	check(err)
 
 	if len(errs) > 0 {
-		return in, fmt.Errorf("telemetry: %w", errors.Join(errs...))
+		return in, fmt.Errorf("instrument: %w", errors.Join(errs...))
 	}
 	return in, nil
 }
+
+// SetClock replaces the clock that sums the fail-closed time of probes
+// without FailedClosedTimer; for tests. Call it before Namespace.
+func (in *Instruments) SetClock(now func() time.Time) { in.now = now }
 
 // Namespace registers the observable instruments of namespace ns, read
 // from probe at each collection, and returns its event recorder. Close it
@@ -240,18 +206,18 @@ func (in *Instruments) Namespace(ns string, probe Probe) (*NamespaceMetrics, err
 		return nil, nil
 	}
 	if ns == "" {
-		return nil, errors.New("telemetry: empty namespace name")
+		return nil, errors.New("instrument: empty namespace name")
 	}
 	if probe == nil {
-		return nil, fmt.Errorf("telemetry: namespace %q: nil Probe", ns)
+		return nil, fmt.Errorf("instrument: namespace %q: nil Probe", ns)
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.namespaces[ns] {
-		return nil, fmt.Errorf("telemetry: namespace %q already registered", ns)
+		return nil, fmt.Errorf("instrument: namespace %q already registered", ns)
 	}
 
-	nsAttr := AttrNamespace.String(ns)
+	nsAttr := telemetry.AttrNamespace.String(ns)
 	base := metric.WithAttributeSet(attribute.NewSet(nsAttr))
 	m := &NamespaceMetrics{
 		in:          in,
@@ -260,16 +226,20 @@ func (in *Instruments) Namespace(ns string, probe Probe) (*NamespaceMetrics, err
 		addBase:     []metric.AddOption{base},
 		recordBase:  []metric.RecordOption{base},
 		observeBase: []metric.ObserveOption{base},
-		applies:     newAddOpts(nsAttr, AttrResult, knownResults),
-		resnapshots: newAddOpts(nsAttr, AttrReason, knownResnapshot),
-		reconnects:  newAddOpts(nsAttr, AttrReason, knownReconnect),
+		applies:     newAddOpts(nsAttr, telemetry.AttrResult, knownResults),
+		resnapshots: newAddOpts(nsAttr, telemetry.AttrReason, knownResnapshot),
+		reconnects:  newAddOpts(nsAttr, telemetry.AttrReason, knownReconnect),
+		states:      make([]metric.ObserveOption, len(knownStates)),
+	}
+	for i, st := range knownStates {
+		m.states[i] = metric.WithAttributeSet(attribute.NewSet(nsAttr, telemetry.AttrState.String(st)))
 	}
 	m.fct, _ = probe.(FailedClosedTimer)
 	reg, err := in.meter.RegisterCallback(m.observe,
-		in.staleness, in.revisionApplied, in.revisionLag, in.breached, in.failedClosed,
+		in.staleness, in.maxStaleness, in.headAge, in.state, in.revisionApplied, in.revisionLag, in.breached, in.failedClosed,
 		in.failedClosedTime, in.typeMismatches, in.callbackPanics)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: namespace %q: %w", ns, err)
+		return nil, fmt.Errorf("instrument: namespace %q: %w", ns, err)
 	}
 	m.reg = reg
 	in.namespaces[ns] = true
@@ -278,7 +248,7 @@ func (in *Instruments) Namespace(ns string, probe Probe) (*NamespaceMetrics, err
 	ctx := context.Background()
 	in.breaches.Add(ctx, 0, m.addBase...)
 	in.persistErrors.Add(ctx, 0, m.addBase...)
-	in.applies.Add(ctx, 0, m.applies.get(ResultRejected)...)
+	in.applies.Add(ctx, 0, m.applies.get(telemetry.ResultRejected)...)
 	return m, nil
 }
 
@@ -296,6 +266,7 @@ type NamespaceMetrics struct {
 	applies     *addOpts
 	resnapshots *addOpts
 	reconnects  *addOpts
+	states      []metric.ObserveOption // per knownStates
 
 	// The fail-closed time summed from samples, when probe is no
 	// FailedClosedTimer; guarded by mu.
@@ -316,8 +287,8 @@ func (m *NamespaceMetrics) Namespace() string {
 	return m.ns
 }
 
-// Apply counts an update handled with result: ResultApplied,
-// ResultRejected or ResultDuplicate.
+// Apply counts an update handled with result: telemetry.ResultApplied,
+// telemetry.ResultRejected or telemetry.ResultDuplicate.
 func (m *NamespaceMetrics) Apply(result string) {
 	if m == nil {
 		return
@@ -387,7 +358,7 @@ func (m *NamespaceMetrics) Close() error {
 	}
 	m.closeOnce.Do(func() {
 		if err := m.reg.Unregister(); err != nil {
-			m.closeErr = fmt.Errorf("telemetry: namespace %q: %w", m.ns, err)
+			m.closeErr = fmt.Errorf("instrument: namespace %q: %w", m.ns, err)
 		}
 		m.in.mu.Lock()
 		delete(m.in.namespaces, m.ns)
@@ -404,8 +375,19 @@ func (m *NamespaceMetrics) observe(_ context.Context, o metric.Observer) error {
 		o.ObserveFloat64(in.staleness, s.Seconds(), opts...)
 	}
 	o.ObserveInt64(in.revisionApplied, p.Revision(), opts...)
+	if ms := p.MaxStaleness(); ms > 0 {
+		o.ObserveFloat64(in.maxStaleness, ms.Seconds(), opts...)
+	}
+	if a := p.HeadAge(); a >= 0 {
+		o.ObserveFloat64(in.headAge, a.Seconds(), opts...)
+	}
 	if lag := p.HeadLag(); lag >= 0 {
 		o.ObserveInt64(in.revisionLag, lag, opts...)
+	}
+	if st := p.State(); slices.Contains(knownStates, st) {
+		for i, s := range knownStates {
+			o.ObserveInt64(in.state, b2i(s == st), m.states[i])
+		}
 	}
 	failedClosed := p.FailedClosed()
 	o.ObserveInt64(in.breached, b2i(p.Breached() || failedClosed), opts...)
@@ -468,7 +450,7 @@ func (a *addOpts) build(v string) []metric.AddOption {
 }
 
 // get returns the options for value v, caching up to maxExtraValues values
-// beyond the known ones; past that, v counts as ValueOther.
+// beyond the known ones; past that, v counts as telemetry.ValueOther.
 func (a *addOpts) get(v string) []metric.AddOption {
 	for i := range a.known {
 		if a.known[i].value == v {
@@ -486,7 +468,7 @@ func (a *addOpts) getExtra(v string) []metric.AddOption {
 		return o
 	}
 	if len(a.extra) >= maxExtraValues {
-		return a.known[len(a.known)-1].opts // ValueOther, last of every known list
+		return a.known[len(a.known)-1].opts // telemetry.ValueOther, last of every known list
 	}
 	if a.extra == nil {
 		a.extra = make(map[string][]metric.AddOption)

@@ -1,11 +1,10 @@
-package telemetry_test
+package otelcheck_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -18,10 +17,11 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
-const dashboardPath = "dashboards/holdfast.json"
+const dashboardPath = "telemetry/dashboards/holdfast.json" // for messages; read through telemetry.Dashboard
 
 // exported runs every instrument once through an SDK MeterProvider wired
 // to the OTel Prometheus exporter (its default translation, what a user
@@ -36,11 +36,12 @@ func exported(t *testing.T) map[string]*dto.MetricFamily {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	in, err := telemetry.New(mp)
+	in, err := instrument.New(mp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &timedProbe{probe: probe{staleness: 3 * time.Second, revision: 12, headLag: 2, failedClosed: true,
+	p := &timedProbe{probe: probe{staleness: 3 * time.Second, maxStaleness: 10 * time.Second, headAge: time.Second,
+		state: telemetry.StateFailedClosed, revision: 12, headLag: 2, failedClosed: true,
 		breached: true, typeMismatches: 1, callbackPanics: 1}, closedFor: time.Second}
 	m, err := in.Namespace("payments.prod", p)
 	if err != nil {
@@ -86,6 +87,9 @@ func TestExportedNames(t *testing.T) {
 	mfs := exported(t)
 	want := map[string]dto.MetricType{
 		"holdfast_staleness_seconds":                dto.MetricType_GAUGE,
+		"holdfast_max_staleness_seconds":            dto.MetricType_GAUGE,
+		"holdfast_head_age_seconds":                 dto.MetricType_GAUGE,
+		"holdfast_state":                            dto.MetricType_GAUGE,
 		"holdfast_revision_applied":                 dto.MetricType_GAUGE,
 		"holdfast_revision_lag":                     dto.MetricType_GAUGE,
 		"holdfast_state_breached":                   dto.MetricType_GAUGE,
@@ -129,6 +133,9 @@ func TestExportedNames(t *testing.T) {
 	if l := labelMap(mfs["holdfast_applies_total"].GetMetric()[0]); l["result"] == "" {
 		t.Errorf("holdfast_applies_total labels %v, want result", l)
 	}
+	if l := labelMap(mfs["holdfast_state"].GetMetric()[0]); l["state"] == "" {
+		t.Errorf("holdfast_state labels %v, want state", l)
+	}
 	if l := labelMap(mfs["holdfast_reconnects_total"].GetMetric()[0]); l["reason"] == "" {
 		t.Errorf("holdfast_reconnects_total labels %v, want reason", l)
 	}
@@ -162,11 +169,12 @@ type dashboard struct {
 }
 
 type panel struct {
-	ID         int         `json:"id"`
-	Type       string      `json:"type"`
-	Title      string      `json:"title"`
-	Datasource *datasource `json:"datasource"`
-	GridPos    *struct {
+	ID          int         `json:"id"`
+	Type        string      `json:"type"`
+	Title       string      `json:"title"`
+	Description string      `json:"description"`
+	Datasource  *datasource `json:"datasource"`
+	GridPos     *struct {
 		H, W, X, Y int
 	} `json:"gridPos"`
 	Targets []struct {
@@ -184,10 +192,7 @@ type datasource struct {
 
 func loadDashboard(t *testing.T) (dashboard, []byte) {
 	t.Helper()
-	raw, err := os.ReadFile(dashboardPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := telemetry.Dashboard()
 	var d dashboard
 	if err := json.Unmarshal(raw, &d); err != nil {
 		t.Fatalf("%s: %v", dashboardPath, err)
@@ -375,7 +380,9 @@ func TestDashboardShape(t *testing.T) {
 	}
 	check(d.Panels)
 
-	for _, want := range []string{"Fleet staleness", "Revision lag behind head", "Staleness breaches",
+	for _, want := range []string{"Fleet staleness", "Revision lag behind head (last known)",
+		"Time since the server last told its head", "State by namespace", "Worst instances",
+		"Namespaces breached now", "Namespaces failing closed now", "Staleness breaches",
 		"Rejected updates", "Reconnect storms", "Propagation delay p99", "Callback panics",
 		"Persist errors", "Fail-closed time"} {
 		if !slices.Contains(titles, want) {
@@ -385,6 +392,47 @@ func TestDashboardShape(t *testing.T) {
 	for _, p := range d.Panels {
 		if p.Title == "Fleet staleness" && p.Type != "heatmap" {
 			t.Errorf("Fleet staleness is a %s, want a heatmap", p.Type)
+		}
+	}
+
+	// What on-call reads off the panels: counts of namespaces, not of
+	// client x namespace pairs; the limit drawn with the staleness; a lag
+	// that says it is the last known; a table of instances.
+	byTitle := make(map[string]panel)
+	for _, p := range d.Panels {
+		byTitle[p.Title] = p
+	}
+	perNamespace := regexp.MustCompile(`^count\(max by \(holdfast_namespace\) \(`)
+	for _, title := range []string{"Namespaces breached now", "Namespaces failing closed now"} {
+		if p := byTitle[title]; len(p.Targets) != 1 || !perNamespace.MatchString(p.Targets[0].Expr) {
+			t.Errorf("%s: queries %+v; want a count of namespaces", title, p.Targets)
+		}
+	}
+	reads := func(title, metric string) bool {
+		for _, tg := range byTitle[title].Targets {
+			if names, _ := promqlMetricNames(tg.Expr); slices.Contains(names, metric) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct{ title, metric string }{
+		{"Staleness by namespace (worst client)", "holdfast_max_staleness_seconds"},
+		{"Time since the server last told its head", "holdfast_head_age_seconds"},
+		{"State by namespace", "holdfast_state"},
+		{"Worst instances", "holdfast_staleness_seconds"},
+		{"Worst instances", "holdfast_state"},
+	} {
+		if !reads(c.title, c.metric) {
+			t.Errorf("panel %q does not read %s", c.title, c.metric)
+		}
+	}
+	if p := byTitle["Worst instances"]; p.Type != "table" || len(p.Targets) == 0 || !strings.Contains(p.Targets[0].Expr, "by (instance") {
+		t.Errorf("Worst instances: a %q with queries %+v; want a table by instance", p.Type, p.Targets)
+	}
+	for _, title := range []string{"Revision lag behind head (last known)", "Worst last-known revision lag"} {
+		if !strings.Contains(strings.ToLower(byTitle[title].Description), "last time") && !strings.Contains(byTitle[title].Description, "cut off") {
+			t.Errorf("%s: description %q does not say the lag is the last known", title, byTitle[title].Description)
 		}
 	}
 }

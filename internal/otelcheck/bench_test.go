@@ -1,4 +1,4 @@
-package telemetry_test
+package otelcheck_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
@@ -28,12 +29,12 @@ func providers(tb testing.TB) []struct {
 	}{{"nil", nil}, {"noop", noop.NewMeterProvider()}, {"sdk", sdk}}
 }
 
-func namespaceFor(tb testing.TB, mp metric.MeterProvider) *telemetry.NamespaceMetrics {
+func namespaceFor(tb testing.TB, mp metric.MeterProvider) *instrument.NamespaceMetrics {
 	tb.Helper()
 	if mp == nil {
 		return nil
 	}
-	in, err := telemetry.New(mp)
+	in, err := instrument.New(mp)
 	if err != nil {
 		tb.Fatal(err)
 	}

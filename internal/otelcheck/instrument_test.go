@@ -1,4 +1,4 @@
-package telemetry_test
+package otelcheck_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
@@ -24,6 +25,9 @@ import (
 type probe struct {
 	mu             sync.Mutex
 	staleness      time.Duration
+	maxStaleness   time.Duration
+	headAge        time.Duration
+	state          string
 	revision       int64
 	headLag        int64
 	failedClosed   bool
@@ -39,12 +43,19 @@ func (p *probe) set(f func(p *probe)) {
 }
 
 func (p *probe) Staleness() time.Duration { p.mu.Lock(); defer p.mu.Unlock(); return p.staleness }
-func (p *probe) Revision() int64          { p.mu.Lock(); defer p.mu.Unlock(); return p.revision }
-func (p *probe) HeadLag() int64           { p.mu.Lock(); defer p.mu.Unlock(); return p.headLag }
-func (p *probe) FailedClosed() bool       { p.mu.Lock(); defer p.mu.Unlock(); return p.failedClosed }
-func (p *probe) Breached() bool           { p.mu.Lock(); defer p.mu.Unlock(); return p.breached }
-func (p *probe) TypeMismatches() int64    { p.mu.Lock(); defer p.mu.Unlock(); return p.typeMismatches }
-func (p *probe) CallbackPanics() int64    { p.mu.Lock(); defer p.mu.Unlock(); return p.callbackPanics }
+func (p *probe) MaxStaleness() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxStaleness
+}
+func (p *probe) HeadAge() time.Duration { p.mu.Lock(); defer p.mu.Unlock(); return p.headAge }
+func (p *probe) State() string          { p.mu.Lock(); defer p.mu.Unlock(); return p.state }
+func (p *probe) Revision() int64        { p.mu.Lock(); defer p.mu.Unlock(); return p.revision }
+func (p *probe) HeadLag() int64         { p.mu.Lock(); defer p.mu.Unlock(); return p.headLag }
+func (p *probe) FailedClosed() bool     { p.mu.Lock(); defer p.mu.Unlock(); return p.failedClosed }
+func (p *probe) Breached() bool         { p.mu.Lock(); defer p.mu.Unlock(); return p.breached }
+func (p *probe) TypeMismatches() int64  { p.mu.Lock(); defer p.mu.Unlock(); return p.typeMismatches }
+func (p *probe) CallbackPanics() int64  { p.mu.Lock(); defer p.mu.Unlock(); return p.callbackPanics }
 
 // timedProbe keeps its own fail-closed time.
 type timedProbe struct {
@@ -59,15 +70,15 @@ func (p *timedProbe) FailedClosedTime() time.Duration {
 }
 
 var (
-	_ telemetry.Probe             = (*probe)(nil)
-	_ telemetry.FailedClosedTimer = (*timedProbe)(nil)
+	_ instrument.Probe             = (*probe)(nil)
+	_ instrument.FailedClosedTimer = (*timedProbe)(nil)
 )
 
 // rig is an SDK MeterProvider with a ManualReader and the instruments made
 // from it.
 type rig struct {
 	reader *sdkmetric.ManualReader
-	in     *telemetry.Instruments
+	in     *instrument.Instruments
 }
 
 func newRig(t testing.TB) *rig {
@@ -75,14 +86,14 @@ func newRig(t testing.TB) *rig {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	in, err := telemetry.New(mp)
+	in, err := instrument.New(mp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &rig{reader: reader, in: in}
 }
 
-func (r *rig) namespace(t testing.TB, ns string, p telemetry.Probe) *telemetry.NamespaceMetrics {
+func (r *rig) namespace(t testing.TB, ns string, p instrument.Probe) *instrument.NamespaceMetrics {
 	t.Helper()
 	m, err := r.in.Namespace(ns, p)
 	if err != nil {
@@ -166,84 +177,105 @@ func TestEachInstrumentMoves(t *testing.T) {
 	const ns = "payments.prod"
 	type step struct {
 		name   string
-		act    func(m *telemetry.NamespaceMetrics, p *timedProbe)
+		act    func(m *instrument.NamespaceMetrics, p *timedProbe)
 		key    string
 		before float64 // absent: no point before
 		after  float64
 	}
 	steps := []step{
-		{"apply applied", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultApplied) },
+		{"apply applied", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultApplied) },
 			key(telemetry.NameApplies, ns, "result=applied"), absent, 1},
-		{"apply rejected", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultRejected) },
+		{"apply rejected", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultRejected) },
 			key(telemetry.NameApplies, ns, "result=rejected"), 0, 1}, // starts at zero: a dashboard shows 0, not no data
-		{"apply duplicate", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultDuplicate) },
+		{"apply duplicate", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultDuplicate) },
 			key(telemetry.NameApplies, ns, "result=duplicate"), absent, 1},
-		{"apply unknown result", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Apply("weird") },
+		{"apply unknown result", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Apply("weird") },
 			key(telemetry.NameApplies, ns, "result=weird"), absent, 1},
-		{"resnapshot compacted", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotCompacted) },
+		{"resnapshot compacted", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotCompacted) },
 			key(telemetry.NameResnapshots, ns, "reason=compacted"), absent, 1},
-		{"resnapshot gap", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotGap) },
+		{"resnapshot gap", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotGap) },
 			key(telemetry.NameResnapshots, ns, "reason=gap"), absent, 1},
-		{"resnapshot store reset", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotStoreReset) },
+		{"resnapshot store reset", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotStoreReset) },
 			key(telemetry.NameResnapshots, ns, "reason=store_reset"), absent, 1},
-		{"resnapshot backstop", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotBackstop) },
+		{"resnapshot backstop", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotBackstop) },
 			key(telemetry.NameResnapshots, ns, "reason=backstop"), absent, 1},
-		{"resnapshot initial", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotInitial) },
+		{"resnapshot initial", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotInitial) },
 			key(telemetry.NameResnapshots, ns, "reason=initial"), absent, 1},
-		{"resnapshot bad cursor", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotBadCursor) },
+		{"resnapshot bad cursor", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotBadCursor) },
 			key(telemetry.NameResnapshots, ns, "reason=bad_cursor"), absent, 1},
-		{"reconnect idle", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Reconnect(telemetry.ReconnectIdle) },
+		{"reconnect idle", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Reconnect(telemetry.ReconnectIdle) },
 			key(telemetry.NameReconnects, ns, "reason=idle"), absent, 1},
-		{"reconnect throttled", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Reconnect(telemetry.ReconnectThrottled) },
+		{"reconnect throttled", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Reconnect(telemetry.ReconnectThrottled) },
 			key(telemetry.NameReconnects, ns, "reason=throttled"), absent, 1},
-		{"breach", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.Breach() },
+		{"breach", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Breach() },
 			key(telemetry.NameBreaches, ns), 0, 1}, // starts at zero: a dashboard shows 0, not no data
-		{"persist error", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.PersistError() },
+		{"persist error", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.PersistError() },
 			key(telemetry.NamePersistErrors, ns), 0, 1}, // starts at zero: a dashboard shows 0, not no data
-		{"callback duration count", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.CallbackDuration(3 * time.Millisecond) },
+		{"callback duration count", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.CallbackDuration(3 * time.Millisecond) },
 			key(telemetry.NameCallbackDuration+"#count", ns), absent, 1},
-		{"callback duration sum", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.CallbackDuration(250 * time.Millisecond) },
+		{"callback duration sum", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.CallbackDuration(250 * time.Millisecond) },
 			key(telemetry.NameCallbackDuration+"#sum", ns), absent, 0.25},
-		{"propagation delay count", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.PropagationDelay(40 * time.Millisecond) },
+		{"propagation delay count", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.PropagationDelay(40 * time.Millisecond) },
 			key(telemetry.NamePropagationDelay+"#count", ns), absent, 1},
-		{"propagation delay sum", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.PropagationDelay(1500 * time.Millisecond) },
+		{"propagation delay sum", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.PropagationDelay(1500 * time.Millisecond) },
 			key(telemetry.NamePropagationDelay+"#sum", ns), absent, 1.5},
-		{"propagation delay negative is 0", func(m *telemetry.NamespaceMetrics, _ *timedProbe) { m.PropagationDelay(-time.Second) },
+		{"propagation delay negative is 0", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.PropagationDelay(-time.Second) },
 			key(telemetry.NamePropagationDelay+"#sum", ns), absent, 0},
-		{"staleness", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"staleness", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.staleness = 4500 * time.Millisecond })
 		}, key(telemetry.NameStaleness, ns), 0, 4.5},
-		{"negative staleness not reported", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"negative staleness not reported", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.staleness = -1 })
 		}, key(telemetry.NameStaleness, ns), 0, absent},
-		{"applied revision", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"max staleness", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
+			p.set(func(p *probe) { p.maxStaleness = 30 * time.Second })
+		}, key(telemetry.NameMaxStaleness, ns), absent, 30}, // 0: no limit, not reported
+		{"head age", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
+			p.set(func(p *probe) { p.headAge = 2500 * time.Millisecond })
+		}, key(telemetry.NameHeadAge, ns), 0, 2.5},
+		{"unknown head age not reported", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
+			p.set(func(p *probe) { p.headAge = -1 })
+		}, key(telemetry.NameHeadAge, ns), 0, absent},
+		{"state is 1 for the current one", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
+			p.set(func(p *probe) { p.state = telemetry.StateStale })
+		}, key(telemetry.NameState, ns, "state=stale"), absent, 1}, // "": no state reported
+		{"state is 0 for the others", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
+			p.set(func(p *probe) { p.state = telemetry.StateStale })
+		}, key(telemetry.NameState, ns, "state=fresh"), absent, 0},
+		{"state failed closed", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
+			p.set(func(p *probe) { p.state = telemetry.StateFailedClosed })
+		}, key(telemetry.NameState, ns, "state=failed_closed"), absent, 1},
+		{"unknown state reports none", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
+			p.set(func(p *probe) { p.state = "closed" })
+		}, key(telemetry.NameState, ns, "state=syncing"), absent, absent},
+		{"applied revision", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.revision = 4182 })
 		}, key(telemetry.NameRevisionApplied, ns), 0, 4182},
-		{"revision lag", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"revision lag", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.headLag = 3 })
 		}, key(telemetry.NameRevisionLag, ns), 0, 3},
-		{"unknown revision lag not reported", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"unknown revision lag not reported", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.headLag = -1 })
 		}, key(telemetry.NameRevisionLag, ns), 0, absent},
-		{"breached", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"breached", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.breached = true })
 		}, key(telemetry.NameBreached, ns), 0, 1},
-		{"failed closed", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"failed closed", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.failedClosed = true })
 		}, key(telemetry.NameFailedClosed, ns), 0, 1},
-		{"failed closed is breached too", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"failed closed is breached too", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.failedClosed = true })
 		}, key(telemetry.NameBreached, ns), 0, 1},
-		{"failed closed time", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"failed closed time", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.failedClosed = true })
 			p.mu.Lock()
 			p.closedFor = 90 * time.Second
 			p.mu.Unlock()
 		}, key(telemetry.NameFailedClosedTime, ns), 0, 90},
-		{"type mismatches", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"type mismatches", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.typeMismatches = 7 })
 		}, key(telemetry.NameTypeMismatches, ns), 0, 7},
-		{"callback panics", func(_ *telemetry.NamespaceMetrics, p *timedProbe) {
+		{"callback panics", func(_ *instrument.NamespaceMetrics, p *timedProbe) {
 			p.set(func(p *probe) { p.callbackPanics = 2 })
 		}, key(telemetry.NameCallbackPanics, ns), 0, 2},
 	}
@@ -290,7 +322,7 @@ func TestEveryPointCarriesNamespace(t *testing.T) {
 }
 
 // exerciseAll records every event once.
-func exerciseAll(m *telemetry.NamespaceMetrics) {
+func exerciseAll(m *instrument.NamespaceMetrics) {
 	m.Apply(telemetry.ResultApplied)
 	m.Apply(telemetry.ResultRejected)
 	m.Apply(telemetry.ResultDuplicate)
@@ -305,7 +337,7 @@ func exerciseAll(m *telemetry.NamespaceMetrics) {
 func TestFailedClosedTimeFromSamples(t *testing.T) {
 	r := newRig(t)
 	now := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
-	telemetry.SetClock(r.in, func() time.Time { return now })
+	r.in.SetClock(func() time.Time { return now })
 	p := &probe{}
 	r.namespace(t, "ns", p)
 	k := key(telemetry.NameFailedClosedTime, "ns")
@@ -383,8 +415,8 @@ func TestCloseUnregisters(t *testing.T) {
 func TestNamespaceErrors(t *testing.T) {
 	r := newRig(t)
 	r.namespace(t, "dup", &probe{})
-	if _, err := r.in.Namespace("dup", &probe{}); err == nil || !strings.HasPrefix(err.Error(), "telemetry: ") {
-		t.Errorf("second registration: err = %v, want a telemetry: error", err)
+	if _, err := r.in.Namespace("dup", &probe{}); err == nil || !strings.HasPrefix(err.Error(), "instrument: ") {
+		t.Errorf("second registration: err = %v, want an instrument: error", err)
 	}
 	if _, err := r.in.Namespace("", &probe{}); err == nil {
 		t.Error("empty name: no error")
@@ -395,7 +427,7 @@ func TestNamespaceErrors(t *testing.T) {
 }
 
 func TestNilSafe(t *testing.T) {
-	var in *telemetry.Instruments
+	var in *instrument.Instruments
 	m, err := in.Namespace("ns", &probe{})
 	if m != nil || err != nil {
 		t.Fatalf("nil Instruments: %v, %v; want nil, nil", m, err)
@@ -410,7 +442,7 @@ func TestNilSafe(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var tr *telemetry.Tracer
+	var tr *instrument.Tracer
 	ctx := context.Background()
 	got, end := tr.Start(ctx, telemetry.SpanSnapshot, "ns")
 	if got != ctx {
@@ -420,7 +452,7 @@ func TestNilSafe(t *testing.T) {
 }
 
 func TestDefaultProviders(t *testing.T) {
-	in, err := telemetry.New(nil) // the global provider
+	in, err := instrument.New(nil) // the global provider
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,12 +464,12 @@ func TestDefaultProviders(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, end := telemetry.NewTracer(nil).Start(context.Background(), telemetry.SpanResnapshot, "ns")
+	_, end := instrument.NewTracer(nil).Start(context.Background(), telemetry.SpanResnapshot, "ns")
 	end(nil)
 }
 
 func TestNoopProvider(t *testing.T) {
-	in, err := telemetry.New(noop.NewMeterProvider())
+	in, err := instrument.New(noop.NewMeterProvider())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +554,7 @@ func TestTracer(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	tr := telemetry.NewTracer(tp)
+	tr := instrument.NewTracer(tp)
 
 	ctx, end := tr.Start(context.Background(), telemetry.SpanResnapshot, "payments.prod")
 	_, endFetch := tr.Start(ctx, telemetry.SpanSnapshot, "payments.prod")

@@ -1,4 +1,4 @@
-package telemetry
+package instrument
 
 import (
 	"context"
@@ -6,15 +6,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-)
 
-// The names of the spans.
-const (
-	// SpanSnapshot covers one snapshot request to the config plane.
-	SpanSnapshot = "holdfast.snapshot"
-	// SpanResnapshot covers a whole resnapshot: the fetch, the checks and
-	// the apply.
-	SpanResnapshot = "holdfast.resnapshot"
+	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
 // Tracer starts holdfast's spans. A nil *Tracer starts none.
@@ -27,7 +20,7 @@ func NewTracer(tp trace.TracerProvider) *Tracer {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return &Tracer{t: tp.Tracer(ScopeName)}
+	return &Tracer{t: tp.Tracer(telemetry.ScopeName)}
 }
 
 // Start starts span name for namespace ns, a child of ctx's span, and
@@ -37,7 +30,7 @@ func (t *Tracer) Start(ctx context.Context, name, ns string) (context.Context, f
 	if t == nil {
 		return ctx, endNothing
 	}
-	ctx, span := t.t.Start(ctx, name, trace.WithAttributes(AttrNamespace.String(ns)))
+	ctx, span := t.t.Start(ctx, name, trace.WithAttributes(telemetry.AttrNamespace.String(ns)))
 	if !span.IsRecording() {
 		return ctx, endNothing
 	}
