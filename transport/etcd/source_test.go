@@ -47,6 +47,10 @@ func TestSnapshotRevisionCursorAndNotModified(t *testing.T) {
 	if snap.Revision != rev || snap.Cursor < rev || string(snap.Values) != `{"a":1,"b":2}` || snap.StoreID == "" || !snap.Linearizable {
 		t.Fatalf("snapshot = %+v; want revision %d, Linearizable", snap, rev)
 	}
+	// The store id is the etcd cluster id.
+	if resp, err := cl.client(t).Get(ctx, "x"); err != nil || snap.StoreID != etcd.StoreID(resp.Header.ClusterId) {
+		t.Fatalf("store id %s; want the cluster id (%v)", snap.StoreID, err)
+	}
 	// Other namespaces move the cursor, not the revision.
 	other := publish(t, src, "snap.other", map[string]any{"x": 1})
 	req := transport.SnapshotRequest{Namespace: "snap", KnownStoreID: snap.StoreID, KnownRevision: rev}
