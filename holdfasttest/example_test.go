@@ -2,6 +2,7 @@ package holdfasttest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -59,5 +60,42 @@ func TestNewServerClosesWithTheTest(t *testing.T) {
 	if resp, err := (&http.Client{Transport: tr}).Get(srv.URL() + "/sdk/snapshot?ns=a"); err == nil {
 		resp.Body.Close()
 		t.Fatal("the server still answers after its test ended")
+	}
+}
+
+// The Go API's errors and results are this package's types, so a user's
+// test can name them.
+func TestServerTypes(t *testing.T) {
+	srv := holdfasttest.NewServer(t)
+	if err := srv.SetSchema("a", []byte(`{"type":"object","properties":{"k":{"type":"integer"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := srv.Publish("a", map[string]any{"k": "not a number"})
+	var se *holdfasttest.SchemaError
+	if !errors.As(err, &se) || se.Namespace != "a" || len(se.Failures) != 1 || se.Error() == "" {
+		t.Fatalf("Publish failing the schema = %v; want a *holdfasttest.SchemaError", err)
+	}
+	rev, err := srv.Publish("a", map[string]any{"k": 1, "j": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, err := srv.Delete("a", "j")
+	if err != nil || del <= rev {
+		t.Fatalf("Delete = %d, %v", del, err)
+	}
+	var st holdfasttest.NamespaceStatus
+	if st, err = srv.Status("a"); err != nil || st.Revision != del || st.StoreID != srv.StoreID() {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	if _, err := srv.Status("nope"); !errors.Is(err, holdfasttest.ErrUnknownNamespace) {
+		t.Fatalf("Status of an unknown namespace = %v", err)
+	}
+	var stats holdfasttest.Stats = srv.Stats()
+	if stats.Publishes != 2 {
+		t.Errorf("Stats = %+v; want 2 publishes", stats)
+	}
+	var clients []holdfasttest.ClientState = srv.Clients()
+	if len(clients) != 0 {
+		t.Errorf("Clients = %+v", clients)
 	}
 }

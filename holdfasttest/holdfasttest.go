@@ -14,30 +14,100 @@
 // The server listens on 127.0.0.1 on a free port. See Server for the whole
 // Go API; the same control API is served over HTTP under /control/ (see
 // docs/PROTOCOL.md).
+//
+// Errors of the Go API: ErrInvalid (a malformed name, key, value or
+// revision), ErrUnknownNamespace, *transport.CompactedError (a revision
+// below the compaction point), *SchemaError (a publish that fails the
+// namespace's schema), ErrClosed.
 package holdfasttest
 
 import (
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// Server is a running reference server.
-type Server = fakeserver.Server
+// Server is a running reference server. Start one with Start or NewServer;
+// it is safe for concurrent use.
+type Server struct {
+	s *fakeserver.Server
+}
 
 // Option configures a Server.
-type Option = fakeserver.Option
+type Option interface {
+	option() fakeserver.Option
+}
 
-// Stats counts the data-plane requests a Server has served.
-type Stats = fakeserver.Stats
+type option struct{ o fakeserver.Option }
 
-// ClientState is what a client reported for a namespace (acks and nacks).
-type ClientState = fakeserver.ClientState
+func (o option) option() fakeserver.Option { return o.o }
 
-// SchemaError is the error of a publish that fails its namespace's schema.
-type SchemaError = fakeserver.SchemaError
+// Stats counts the data-plane requests a Server has served since it
+// started. Each count includes requests that an injected fault refused.
+type Stats struct {
+	Snapshots   int64 // GET /sdk/snapshot
+	NotModified int64 // of which answered 304
+	Events      int64 // GET /sdk/events (long-polls)
+	Watches     int64 // GET /sdk/watch (SSE streams)
+	Acks        int64 // POST /sdk/ack
+	Publishes   int64 // committed publishes and rollbacks
+}
+
+// ClientState is what one client reported about one namespace (its acks
+// and nacks). It is also the JSON of one entry of GET /control/clients.
+type ClientState struct {
+	ClientID  string `json:"client_id"`
+	Namespace string `json:"ns"`
+	// AckedRevision is the last revision the client applied (0: none).
+	AckedRevision int64 `json:"acked_revision"`
+	// NackedRevision and NackError are the last revision it rejected, and why.
+	NackedRevision int64  `json:"nacked_revision,omitempty"`
+	NackError      string `json:"nack_error,omitempty"`
+	// HeadRevision is the namespace's revision now; Behind is
+	// AckedRevision < HeadRevision, and Lag their difference in store
+	// revisions.
+	HeadRevision int64     `json:"head_revision"`
+	Behind       bool      `json:"behind"`
+	Lag          int64     `json:"lag"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// NamespaceStatus is a namespace's revision and how many clients reported
+// it: the reply of GET /control/namespaces/{ns}/status.
+type NamespaceStatus struct {
+	Namespace       string `json:"ns"`
+	StoreID         string `json:"store_id"`
+	Revision        int64  `json:"revision"`
+	Head            int64  `json:"head"`
+	CompactRevision int64  `json:"compact_revision"`
+	// Clients counts clients that reported on the namespace: Acked of them
+	// applied Revision, Nacked rejected it, Behind have not applied it.
+	Clients int `json:"clients"`
+	Acked   int `json:"acked"`
+	Nacked  int `json:"nacked"`
+	Behind  int `json:"behind"`
+	// Streams counts open watch streams of the namespace.
+	Streams int `json:"streams"`
+}
+
+// SchemaError is the error of a publish (or rollback) whose result fails
+// its namespace's schema. Nothing was committed.
+type SchemaError struct {
+	Namespace string
+	// Failures lists every failure, each as "<JSON pointer>: <message>".
+	Failures []string
+}
+
+func (e *SchemaError) Error() string {
+	var fe fakeserver.SchemaError
+	fe.Namespace, fe.Failures = e.Namespace, e.Failures
+	return fe.Error()
+}
 
 // The defaults of the Server's options.
 const (
@@ -47,21 +117,37 @@ const (
 	DefaultMaxWait         = fakeserver.DefaultMaxWait
 )
 
-// Errors of the Server's Go API.
+// Errors of the Server's Go API. Test with errors.Is.
 var (
-	ErrInvalid          = fakeserver.ErrInvalid
+	// ErrInvalid: a malformed name, key, value or revision (HTTP 400).
+	ErrInvalid = fakeserver.ErrInvalid
+	// ErrUnknownNamespace: the namespace was never published to nor given
+	// a schema (HTTP 404).
 	ErrUnknownNamespace = fakeserver.ErrUnknownNamespace
-	ErrClosed           = fakeserver.ErrClosed
+	// ErrClosed: the server was closed.
+	ErrClosed = fakeserver.ErrClosed
 )
 
 // Start starts a server. Close it when done.
-func Start(opts ...Option) (*Server, error) { return fakeserver.Start(opts...) }
+func Start(opts ...Option) (*Server, error) {
+	fo := make([]fakeserver.Option, 0, len(opts))
+	for _, o := range opts {
+		if o != nil {
+			fo = append(fo, o.option())
+		}
+	}
+	s, err := fakeserver.Start(fo...)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{s: s}, nil
+}
 
 // NewServer starts a server for tb and closes it when tb ends; it fails tb
 // if the server cannot start.
 func NewServer(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	srv, err := fakeserver.Start(opts...)
+	srv, err := Start(opts...)
 	if err != nil {
 		tb.Fatalf("holdfasttest: %v", err)
 	}
@@ -69,27 +155,174 @@ func NewServer(tb testing.TB, opts ...Option) *Server {
 	return srv
 }
 
-// WithAddr sets the listen address (default "127.0.0.1:0").
-func WithAddr(addr string) Option { return fakeserver.WithAddr(addr) }
+// WithAddr sets the listen address (default "127.0.0.1:0": a free loopback
+// port).
+func WithAddr(addr string) Option { return option{fakeserver.WithAddr(addr)} }
 
 // WithHeartbeat sets how often a quiet stream gets a progress event
-// (default 5s). Tests usually want it short.
-func WithHeartbeat(d time.Duration) Option { return fakeserver.WithHeartbeat(d) }
+// (default 5s). The server advertises it (the Holdfast-Heartbeat-Ms
+// header), and a client that was given no idle timeout of its own derives
+// it from that. Tests usually want it short.
+func WithHeartbeat(d time.Duration) Option { return option{fakeserver.WithHeartbeat(d)} }
 
-// WithRetention keeps the last n revisions of history (0: all).
-func WithRetention(n int64) Option { return fakeserver.WithRetention(n) }
+// WithRetention keeps the last n revisions of history: every publish
+// compacts the store to head-n. Zero (the default) keeps all history.
+func WithRetention(n int64) Option { return option{fakeserver.WithRetention(n)} }
 
-// WithWatcherBuffer bounds the change sets queued for one watcher.
-func WithWatcherBuffer(n int) Option { return fakeserver.WithWatcherBuffer(n) }
+// WithWatcherBuffer bounds the change sets queued for one slow watcher
+// before it is disconnected (default DefaultWatcherBuffer).
+func WithWatcherBuffer(n int) Option { return option{fakeserver.WithWatcherBuffer(n)} }
 
-// WithMaxPublishBytes bounds a publish body.
-func WithMaxPublishBytes(n int64) Option { return fakeserver.WithMaxPublishBytes(n) }
+// WithMaxPublishBytes bounds a publish or schema body; a larger one gets
+// 413 (default DefaultMaxPublishBytes).
+func WithMaxPublishBytes(n int64) Option { return option{fakeserver.WithMaxPublishBytes(n)} }
 
-// WithMaxWait bounds how long a long-poll is held.
-func WithMaxWait(d time.Duration) Option { return fakeserver.WithMaxWait(d) }
+// WithMaxWait bounds how long a long-poll is held (default DefaultMaxWait).
+func WithMaxWait(d time.Duration) Option { return option{fakeserver.WithMaxWait(d)} }
 
-// WithBearerToken makes the data plane require "Authorization: Bearer token".
-func WithBearerToken(token string) Option { return fakeserver.WithBearerToken(token) }
+// WithBearerToken makes the data plane require "Authorization: Bearer
+// token"; the control API stays open.
+func WithBearerToken(token string) Option { return option{fakeserver.WithBearerToken(token)} }
 
 // WithLogger sets the server's logger (default: discard).
-func WithLogger(l *slog.Logger) Option { return fakeserver.WithLogger(l) }
+func WithLogger(l *slog.Logger) Option { return option{fakeserver.WithLogger(l)} }
+
+// schemaError gives err's *fakeserver.SchemaError as this package's type.
+func schemaError(err error) error {
+	var fe *fakeserver.SchemaError
+	if errors.As(err, &fe) {
+		return &SchemaError{Namespace: fe.Namespace, Failures: fe.Failures}
+	}
+	return err
+}
+
+// URL returns the server's base URL, e.g. "http://127.0.0.1:41234", for
+// config.WithEndpoint.
+func (s *Server) URL() string { return s.s.URL() }
+
+// Addr returns the address the server listens on (and listens on again
+// after Restart).
+func (s *Server) Addr() string { return s.s.Addr() }
+
+// Close stops the server for good and waits for every goroutine it
+// started. It is idempotent.
+func (s *Server) Close() error { return s.s.Close() }
+
+// Stop closes the listener and every connection at once, as a crash would:
+// the config plane goes down. The store is kept and the Go API keeps
+// working, so a test can publish while the server is down. Stopping a
+// stopped server does nothing.
+func (s *Server) Stop() error { return s.s.Stop() }
+
+// Restart stops the server if it is running and listens again on the same
+// address, keeping the store (and its id): clients resume from their
+// cursors.
+func (s *Server) Restart() error { return s.s.Restart() }
+
+// Publish commits puts and deletes to namespace ns as one new revision and
+// returns it. Each put value is marshalled with encoding/json (a
+// json.RawMessage is used as is). A publish that changes nothing still gets
+// a revision. It fails with ErrInvalid (a bad name, key or value, or a key
+// both put and deleted) or a *SchemaError.
+func (s *Server) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
+	rev, err := s.s.Publish(ns, puts, deletes...)
+	return rev, schemaError(err)
+}
+
+// PublishRaw is Publish with values given as JSON text, kept as written
+// (compacted): "9007199254740993" stays that integer.
+func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes []string) (int64, error) {
+	rev, err := s.s.PublishRaw(ns, puts, deletes)
+	return rev, schemaError(err)
+}
+
+// Delete removes keys from namespace ns as one new revision and returns
+// it: Publish with deletes only.
+func (s *Server) Delete(ns string, keys ...string) (int64, error) {
+	return s.Publish(ns, nil, keys...)
+}
+
+// Rollback publishes namespace ns's content at revision to as a new
+// revision and returns it. A revision below the compaction point gives a
+// *transport.CompactedError.
+func (s *Server) Rollback(ns string, to int64) (int64, error) {
+	rev, err := s.s.Rollback(ns, to)
+	return rev, schemaError(err)
+}
+
+// SetSchema makes every later publish to ns whose result fails the JSON
+// Schema schemaJSON a *SchemaError. It creates ns if needed. An invalid
+// schema gives an error wrapping ErrInvalid and changes nothing.
+func (s *Server) SetSchema(ns string, schemaJSON []byte) error { return s.s.SetSchema(ns, schemaJSON) }
+
+// Compact discards history at and below revision rev (0: the head) and
+// returns the compaction point: a client whose cursor is below it
+// resnapshots. Compacting below the current point does nothing.
+func (s *Server) Compact(rev int64) (int64, error) { return s.s.Compact(rev) }
+
+// CompactRevision returns the store's compaction point.
+func (s *Server) CompactRevision() int64 { return s.s.CompactRevision() }
+
+// Head returns the store's latest revision.
+func (s *Server) Head() int64 { return s.s.Head() }
+
+// StoreID returns the store's current id.
+func (s *Server) StoreID() string { return s.s.StoreID() }
+
+// Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.
+func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) { return s.s.Snapshot(ns) }
+
+// Status returns namespace ns's revision and what its clients reported.
+func (s *Server) Status(ns string) (NamespaceStatus, error) {
+	st, err := s.s.Status(ns)
+	return NamespaceStatus(st), err
+}
+
+// Clients returns every client's state, sorted by client id and namespace.
+func (s *Server) Clients() []ClientState {
+	in := s.s.Clients()
+	out := make([]ClientState, len(in))
+	for i, c := range in {
+		out[i] = ClientState(c)
+	}
+	return out
+}
+
+// Stats returns the request counters.
+func (s *Server) Stats() Stats { return Stats(s.s.Stats()) }
+
+// OpenStreams returns how many watch streams are open now, so that a test
+// can wait until its client is watching.
+func (s *Server) OpenStreams() int { return s.s.OpenStreams() }
+
+// FailNext makes the next n data-plane requests (snapshot, events, watch;
+// not acks) fail with status and a Retry-After of retryAfter, in whole
+// seconds rounded to the nearest. n = 0 clears the fault.
+func (s *Server) FailNext(n int, status int, retryAfter time.Duration) {
+	s.s.FailNext(n, status, retryAfter)
+}
+
+// SetLatency delays every data-plane request by d (0: no delay).
+func (s *Server) SetLatency(d time.Duration) { s.s.SetLatency(d) }
+
+// DropStreams ends every open watch stream (and held long-poll) now.
+// Clients resume from their cursors.
+func (s *Server) DropStreams() { s.s.DropStreams() }
+
+// SetBlackhole, when on, makes the data plane accept connections and
+// requests and then send nothing at all, on new requests and open streams
+// alike, as a dead network path would; once it returns, not a byte more is
+// sent. Off heals.
+func (s *Server) SetBlackhole(on bool) { s.s.SetBlackhole(on) }
+
+// ResetStore replaces the store by an empty one with a new id (revisions
+// restart at 1; schemas and acks are dropped) and ends every stream. It
+// returns the new id. Clients resnapshot.
+func (s *Server) ResetStore() string { return s.s.ResetStore() }
+
+// RestoreTo rewinds the store to revision rev, as a restore from a backup
+// taken at rev would: the same store id, every change after rev gone, and
+// later revision numbers reused with other content. Every stream is cut.
+// It fails, changing nothing, with ErrInvalid for rev outside 0..Head()
+// and a *transport.CompactedError for rev below the compaction point.
+func (s *Server) RestoreTo(rev int64) error { return s.s.RestoreTo(rev) }

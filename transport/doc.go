@@ -40,12 +40,17 @@
 // WithMaxEventBytes (1 MiB), a snapshot or long-poll reply after
 // decompression by WithMaxSnapshotBytes (64 MiB), an error body by 64 KiB;
 // a larger one fails with ErrTooLarge. A snapshot that receives no bytes,
-// or a watch stream that delivers no whole event, for WithIdleTimeout (15 s,
-// three of the reference server's 5 s heartbeats), before or after its
-// response headers, fails with ErrStreamIdle: keepalive comments from a
-// proxy whose upstream is gone do not keep a stream alive. Every message is checked before it is delivered (its
+// or a watch stream that delivers no whole event, for the idle timeout
+// (WithIdleTimeout; unless set, three of the heartbeats the server
+// advertises, else 15 s), before or after its response headers, fails with
+// ErrStreamIdle: keepalive comments from a proxy whose upstream is gone do
+// not keep a stream alive. Every message is checked before it is delivered (its
 // namespace, a store id, 0 <= revision <= cursor, prev_revision < revision);
 // one that fails is ErrMalformed and nothing of it is delivered.
+//
+// The source speaks protocol version ProtocolVersion: it says so on every
+// request (Holdfast-Protocol), declares no capability, and records what
+// the server advertises (ServerInfo). Servers of version 0 work as before.
 //
 // The bearer token is sent only to the base URL's host. Close closes idle
 // connections; it does not end running watches: cancel their contexts.

@@ -26,6 +26,11 @@ var (
 	// restored from a backup under the same store id, or a replica lagging
 	// behind the one the cursor came from. The caller resnapshots.
 	ErrCursorAhead = errors.New("transport: cursor above the server's head")
+	// ErrBadRequest: a server of protocol version 1 or later refused the
+	// request as malformed (400 bad_request). Unlike a 400 from a server
+	// of version 0, which may mean a refused cursor, it is retried from
+	// the same cursor with backoff: a new snapshot would not fix it.
+	ErrBadRequest = errors.New("transport: bad request")
 	// ErrNotModified: a conditional snapshot found the namespace unchanged.
 	ErrNotModified = errors.New("transport: not modified")
 	// ErrUnauthorized: the server refused the credentials (401) or the
@@ -65,7 +70,9 @@ func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
 
 // StatusError is a non-success HTTP reply. It unwraps to the sentinel that
 // matches its status and code, if any (ErrNotFound or ErrNotHoldfast on 404,
-// ErrCursorAhead on 400 cursor_ahead, ErrUnauthorized, ErrCompacted, ...).
+// ErrCursorAhead on 409, or 400 cursor_ahead from a server of version 0,
+// ErrBadRequest on 400 bad_request from a server of version 1,
+// ErrUnauthorized, ErrCompacted, ...).
 type StatusError struct {
 	StatusCode int
 	// Code and Message come from the JSON error body, when it had one.
@@ -98,13 +105,16 @@ func (e *StatusError) Unwrap() error { return e.Err }
 // Retryable reports whether a watch that failed with err can be retried
 // from the same cursor: everything except compaction, a store change, an
 // invalid namespace name and a cursor the server refuses (ErrCursorAhead,
-// or any 400). The others call for a new snapshot. A missing namespace, an
-// endpoint that is not holdfast (ErrNotHoldfast) or refused credentials
-// are retried (slowly): the namespace may be created, the proxy fixed, the
-// credentials rotated.
+// or a 400 from a server of protocol version 0, which may mean one). The
+// others call for a new snapshot. A missing namespace, an endpoint that is
+// not holdfast (ErrNotHoldfast), refused credentials and ErrBadRequest are
+// retried (slowly): the namespace may be created, the proxy fixed, the
+// credentials rotated, the server upgraded.
 func Retryable(err error) bool {
 	var se *StatusError
 	switch {
+	case errors.Is(err, ErrBadRequest):
+		return true
 	case errors.Is(err, ErrCompacted), errors.Is(err, ErrStoreChanged),
 		errors.Is(err, ErrInvalidNamespace), errors.Is(err, ErrCursorAhead),
 		errors.As(err, &se) && se.StatusCode == http.StatusBadRequest:

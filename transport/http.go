@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -99,6 +100,10 @@ type HTTPSource struct {
 	stream *http.Client // SSE: headers + whole events only, no overall Timeout (watchSSE times events)
 	poll   *http.Client // long-poll: headers; per-request deadline
 
+	// info is what the server last advertised (ServerInfo); nil before
+	// any reply from a holdfast server.
+	info atomic.Pointer[ServerInfo]
+
 	mu       sync.Mutex
 	mode     WatchMode // effective: WatchSSE or WatchLongPoll
 	sseFails int       // consecutive SSE streams that ended before any event
@@ -121,6 +126,7 @@ type httpOptions struct {
 	maxSnapshotBytes int64
 	maxSnapshotKeys  int
 	idleTimeout      time.Duration
+	idleSet          bool // by WithIdleTimeout: not derived from the server's heartbeat
 	mode             WatchMode
 	longPollWait     time.Duration
 	userAgent        string
@@ -172,12 +178,18 @@ func WithMaxSnapshotKeys(n int) HTTPOption {
 // WithIdleTimeout sets how long a snapshot or ack may receive no bytes at
 // all, and an SSE stream no whole event (a change or a progress event;
 // comments and partial events do not count), before or after the response
-// headers, before it is closed with ErrStreamIdle (default 15 s, three of
-// the server's 5 s heartbeats). An event must so arrive whole within the
-// timeout: at the default limits, 1 MiB in 15 s. A long-poll may take its
-// wait plus this timeout.
+// headers, before it is closed with ErrStreamIdle. An event must so arrive
+// whole within the timeout: at the default limits, 1 MiB in 15 s. A
+// long-poll may take its wait plus this timeout.
+//
+// Without it, the source derives the timeout from the heartbeat the server
+// advertises (Holdfast-Heartbeat-Ms): three heartbeats, at least
+// MinDerivedIdleTimeout and at most MaxDerivedIdleTimeout; until a server
+// has said, and for servers that do not say (protocol version 0), it is
+// DefaultIdleTimeout, three of the reference server's default 5 s
+// heartbeats. IdleTimeout reports the one in force.
 func WithIdleTimeout(d time.Duration) HTTPOption {
-	return httpOptionFunc(func(o *httpOptions) { o.idleTimeout = d })
+	return httpOptionFunc(func(o *httpOptions) { o.idleTimeout, o.idleSet = d, true })
 }
 
 // WithWatchMode selects SSE (default), long-poll or automatic fallback.
@@ -252,15 +264,20 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
 	if o.client == nil {
-		o.client = defaultHTTPClient(o.longPollWait + 2*o.idleTimeout)
+		maxIdle := o.idleTimeout
+		if !o.idleSet {
+			maxIdle = max(maxIdle, MaxDerivedIdleTimeout) // the idle timers cut sooner
+		}
+		o.client = defaultHTTPClient(o.longPollWait + 2*maxIdle)
 	}
+	src := &HTTPSource{base: u, opts: o}
 
 	rt := o.client.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	hdr := &headerTransport{base: rt, token: o.token, userAgent: o.userAgent, scheme: u.Scheme, host: u.Host}
-	idle := &idleTransport{base: hdr, timeout: o.idleTimeout}
+	hdr := &headerTransport{base: rt, token: o.token, userAgent: o.userAgent, scheme: u.Scheme, host: u.Host, onReply: src.noteReply}
+	idle := &idleTransport{base: hdr, timeout: src.IdleTimeout}
 
 	client := *o.client
 	client.Transport = idle
@@ -272,18 +289,12 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	poll.Transport = hdr
 	poll.Timeout = 0
 
-	mode := o.mode
-	if mode == WatchAuto {
-		mode = WatchSSE
+	src.mode = o.mode
+	if src.mode == WatchAuto {
+		src.mode = WatchSSE
 	}
-	return &HTTPSource{
-		base:   u,
-		opts:   o,
-		client: &client,
-		stream: &stream,
-		poll:   &poll,
-		mode:   mode,
-	}, nil
+	src.client, src.stream, src.poll = &client, &stream, &poll
+	return src, nil
 }
 
 // defaultHTTPClient has bounded dial, TLS and response-header phases and no
@@ -481,7 +492,7 @@ func (s *HTTPSource) noteStream(ctx context.Context, req WatchRequest, r sseResu
 // probe reports whether a plain request gets an answer from the server: a
 // long-poll with no wait, bounded by the idle timeout.
 func (s *HTTPSource) probe(ctx context.Context, req WatchRequest) bool {
-	pctx, cancel := context.WithTimeout(ctx, s.opts.idleTimeout)
+	pctx, cancel := context.WithTimeout(ctx, s.IdleTimeout())
 	defer cancel()
 	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}, "wait": {"0s"}}
 	hreq, err := http.NewRequestWithContext(pctx, http.MethodGet, s.endpoint(PathEvents, q), nil)

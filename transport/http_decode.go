@@ -109,7 +109,18 @@ func statusError(resp *http.Response) *StatusError {
 			e.Err = ErrNotFound
 		}
 	case http.StatusBadRequest:
-		if eb.Error == CodeCursorAhead {
+		switch {
+		case eb.Error == CodeCursorAhead: // a server of version 0 (or one that kept the old status)
+			e.Err = ErrCursorAhead
+		case eb.Error == CodeBadRequest && serverProtocol(resp.Header) >= 1:
+			// Version 1 gives a refused cursor a status of its own: this
+			// 400 is about the request, and a new snapshot would not fix it.
+			e.Err = ErrBadRequest
+		}
+	case http.StatusConflict:
+		// Version 1's status for a cursor above the head; a body cut short
+		// still says so by its status.
+		if eb.Error == CodeCursorAhead || eb.Error == "" {
 			e.Err = ErrCursorAhead
 		}
 	case http.StatusUnauthorized, http.StatusForbidden:
@@ -120,6 +131,15 @@ func statusError(resp *http.Response) *StatusError {
 		e.Err = ErrTooLarge
 	}
 	return e
+}
+
+// serverProtocol is the protocol version a reply names, 0 when none.
+func serverProtocol(h http.Header) int {
+	v, err := strconv.Atoi(strings.TrimSpace(h.Get(HeaderProtocol)))
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
 }
 
 // notHoldfast turns err, the failure to read a 200 reply as the protocol's,

@@ -4,17 +4,21 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
 
-// headerTransport adds the User-Agent and, for requests to the source's own
-// host, the bearer token. It never mutates the caller's request.
+// headerTransport adds the User-Agent, the protocol version and, for
+// requests to the source's own host, the bearer token; it hands every
+// reply's headers to onReply (what the server advertises). It never
+// mutates the caller's request.
 type headerTransport struct {
 	base         http.RoundTripper
 	token        string
 	userAgent    string
 	scheme, host string
+	onReply      func(*http.Response)
 }
 
 func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -22,10 +26,17 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.userAgent != "" {
 		r.Header.Set("User-Agent", t.userAgent)
 	}
+	// No Holdfast-Capabilities: this client declares none beyond the base
+	// protocol, so a server sends it no event type but change and progress.
+	r.Header.Set(HeaderProtocol, strconv.Itoa(ProtocolVersion))
 	if t.token != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
 		r.Header.Set("Authorization", "Bearer "+t.token)
 	}
-	return t.base.RoundTrip(r)
+	resp, err := t.base.RoundTrip(r)
+	if err == nil && t.onReply != nil {
+		t.onReply(resp)
+	}
+	return resp, err
 }
 
 // idleTransport abandons a request (a snapshot or an ack; watch streams are
@@ -37,13 +48,14 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // an error wrapping ErrStreamIdle.
 type idleTransport struct {
 	base    http.RoundTripper
-	timeout time.Duration
+	timeout func() time.Duration // read once per request: it may follow the server's heartbeat
 }
 
 func (t *idleTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancel(req.Context())
-	w := &idleWatch{timeout: t.timeout, cancel: cancel}
-	w.timer = time.AfterFunc(t.timeout, w.fire)
+	timeout := t.timeout()
+	w := &idleWatch{timeout: timeout, cancel: cancel}
+	w.timer = time.AfterFunc(timeout, w.fire)
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	w.timer.Stop()
 	if err != nil {

@@ -12,7 +12,8 @@ type QuietLimiter interface {
 
 var _ QuietLimiter = (*HTTPSource)(nil)
 
-// QuietLimit is the idle timeout while the source watches over SSE (in
+// QuietLimit is the idle timeout (IdleTimeout: it may follow the server's
+// advertised heartbeat) while the source watches over SSE (in
 // WatchAuto, until it switches); over long-poll, the long-poll wait plus
 // the idle timeout, since an empty long-poll confirms only when it ends.
 func (s *HTTPSource) QuietLimit() time.Duration {
@@ -20,7 +21,7 @@ func (s *HTTPSource) QuietLimit() time.Duration {
 	mode := s.mode
 	s.mu.Unlock()
 	if mode == WatchLongPoll {
-		return s.opts.longPollWait + s.opts.idleTimeout
+		return s.opts.longPollWait + s.IdleTimeout()
 	}
-	return s.opts.idleTimeout
+	return s.IdleTimeout()
 }

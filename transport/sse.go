@@ -51,7 +51,7 @@ type sseResult struct {
 func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func(Event) error) sseResult {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	clock := startEventClock(s.opts.idleTimeout, cancel)
+	clock := startEventClock(s.IdleTimeout(), cancel)
 	defer clock.stop() // on a panic of handle
 
 	var (
@@ -75,6 +75,8 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 			if mt == "text/event-stream" {
 				res.connected = true
+				// This stream's own server says how often it beats.
+				clock.retime(s.idleTimeoutFor(resp.Header))
 				return nil
 			}
 			defer closeBody(resp.Body)
@@ -140,7 +142,7 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			phase = "the next event"
 		}
 		res.err = fmt.Errorf("transport: watch %q: %w: no whole event for %v waiting for %s (comments and partial events do not count)",
-			req.Namespace, ErrStreamIdle, s.opts.idleTimeout, phase)
+			req.Namespace, ErrStreamIdle, clock.timeoutNow(), phase)
 	case err == nil:
 		// The library returns nil on a clean EOF.
 		res.err = fmt.Errorf("transport: watch %q: stream ended: %w", req.Namespace, io.ErrUnexpectedEOF)
@@ -158,18 +160,30 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 // eventClock ends a stream (by cancelling its context) when no event
 // arrives for timeout. It is reset only by whole, decoded events.
 type eventClock struct {
-	timeout time.Duration
+	timeout atomic.Int64 // a time.Duration
+	since   time.Time    // of the running period
 	timer   *time.Timer
 	done    atomic.Bool
 }
 
 func startEventClock(timeout time.Duration, cancel context.CancelFunc) *eventClock {
-	c := &eventClock{timeout: timeout}
+	c := &eventClock{since: time.Now()}
+	c.timeout.Store(int64(timeout))
 	c.timer = time.AfterFunc(timeout, func() {
 		c.done.Store(true)
 		cancel()
 	})
 	return c
+}
+
+func (c *eventClock) timeoutNow() time.Duration { return time.Duration(c.timeout.Load()) }
+
+// retime changes the timeout of the running period and of later ones.
+func (c *eventClock) retime(timeout time.Duration) {
+	if old := c.timeout.Swap(int64(timeout)); old == int64(timeout) || c.done.Load() {
+		return
+	}
+	c.timer.Reset(max(timeout-time.Since(c.since), 0))
 }
 
 // stop pauses the clock (while handle runs) or stops it for good.
@@ -179,7 +193,8 @@ func (c *eventClock) stop() { c.timer.Stop() }
 // ran out.
 func (c *eventClock) restart() {
 	if !c.done.Load() {
-		c.timer.Reset(c.timeout)
+		c.since = time.Now()
+		c.timer.Reset(c.timeoutNow())
 	}
 }
 

@@ -22,6 +22,33 @@ const (
 	HeaderCursor   = "Holdfast-Cursor"
 )
 
+// ProtocolVersion is the version of the data-plane protocol this package
+// speaks (docs/PROTOCOL.md). A peer that names no version speaks version 0,
+// the protocol as it was before versions were named.
+const ProtocolVersion = 1
+
+// Headers of version negotiation. A client sends HeaderProtocol (and
+// HeaderCapabilities, when it has any) on every request; a server of
+// version 1 or later sends HeaderProtocol, HeaderCapabilities (when it has
+// any) and HeaderHeartbeat on every data-plane reply. Peers of version 0
+// send none and ignore them.
+const (
+	// HeaderProtocol carries the sender's protocol version, a decimal
+	// integer. A server speaks to a client at the lower of the two.
+	HeaderProtocol = "Holdfast-Protocol"
+	// HeaderCapabilities is a comma-separated list of capability tokens
+	// ([a-z0-9-]+): on a request, what the client can handle; on a reply,
+	// what the server offers. A feature beyond the base protocol (a new
+	// event type, a new query parameter, a field a client must not ignore)
+	// is used only when both sides list its capability.
+	HeaderCapabilities = "Holdfast-Capabilities"
+	// HeaderHeartbeat is the server's heartbeat interval in whole
+	// milliseconds: on a quiet watch a progress event comes at least this
+	// often. A client with no idle timeout of its own derives its idle
+	// timeout from it (three heartbeats).
+	HeaderHeartbeat = "Holdfast-Heartbeat-Ms"
+)
+
 // SSE event names on /sdk/watch.
 const (
 	EventChange   = "change"
@@ -39,8 +66,10 @@ const (
 	CodeCompacted  = "compacted"
 	CodeNotFound   = "not_found"
 	CodeBadRequest = "bad_request"
-	// CodeCursorAhead comes with 400: the watch cursor is above the head.
-	// Clients that predate it read a plain 400 and resnapshot all the same.
+	// CodeCursorAhead: the watch cursor is above the head. It comes with
+	// 409 Conflict to clients of protocol version 1 or later, and with 400
+	// to clients that name no version (which predate the split of 400; the
+	// oldest of them read any 400 on a watch as "resnapshot").
 	CodeCursorAhead     = "cursor_ahead"
 	CodeTooLarge        = "too_large"
 	CodeSchemaViolation = "schema_violation"

@@ -59,6 +59,11 @@ func TestEndpoints(t *testing.T) {
 		{"events unknown ns", "GET", "/sdk/events?ns=nope&since=0", "", nil, 404, transport.CodeNotFound},
 		{"watch future since", "GET", "/sdk/watch?ns=app&since=99", "", nil, 400, transport.CodeCursorAhead},
 		{"watch future last-event-id", "GET", "/sdk/watch?ns=app", "", []string{"Last-Event-ID", "99"}, 400, transport.CodeCursorAhead},
+		{"events future since, v1 client", "GET", "/sdk/events?ns=app&since=99", "", []string{transport.HeaderProtocol, "1"}, 409, transport.CodeCursorAhead},
+		{"watch future since, v1 client", "GET", "/sdk/watch?ns=app&since=99", "", []string{transport.HeaderProtocol, "1"}, 409, transport.CodeCursorAhead},
+		{"watch future since, v2 client", "GET", "/sdk/watch?ns=app&since=99", "", []string{transport.HeaderProtocol, "2"}, 409, transport.CodeCursorAhead},
+		{"watch future since, garbled version", "GET", "/sdk/watch?ns=app&since=99", "", []string{transport.HeaderProtocol, "one"}, 400, transport.CodeCursorAhead},
+		{"events bad since, v1 client", "GET", "/sdk/events?ns=app&since=abc", "", []string{transport.HeaderProtocol, "1"}, 400, transport.CodeBadRequest},
 		{"watch bad last-event-id", "GET", "/sdk/watch?ns=app", "", []string{"Last-Event-ID", "x"}, 400, transport.CodeBadRequest},
 		{"watch unknown ns", "GET", "/sdk/watch?ns=nope&since=0", "", nil, 404, transport.CodeNotFound},
 		{"watch bad ns", "GET", "/sdk/watch?ns=a/b&since=0", "", nil, 400, transport.CodeBadRequest},
@@ -106,6 +111,13 @@ func TestEndpoints(t *testing.T) {
 			}
 			if strings.HasPrefix(tc.path, "/sdk/") && resp.Header.Get(transport.HeaderStoreID) != id {
 				t.Errorf("store id header %q, want %q", resp.Header.Get(transport.HeaderStoreID), id)
+			}
+			// What the server speaks, on every data-plane reply, whatever
+			// the client's version: a client of version 0 ignores it.
+			if strings.HasPrefix(tc.path, "/sdk/") && (resp.Header.Get(transport.HeaderProtocol) != "1" ||
+				resp.Header.Get(transport.HeaderHeartbeat) != strconv.FormatInt(DefaultHeartbeat.Milliseconds(), 10)) {
+				t.Errorf("protocol headers %q, %q; want 1 and the heartbeat in ms",
+					resp.Header.Get(transport.HeaderProtocol), resp.Header.Get(transport.HeaderHeartbeat))
 			}
 			if tc.code != "" {
 				eb := decode[transport.ErrorBody](t, body)

@@ -107,25 +107,53 @@ func (s *Server) planeHeaders(w http.ResponseWriter, ns string) {
 	if ns != "" {
 		rev, _ = s.store.nsRevision(ns)
 	}
-	setPlaneHeaders(w, id, rev, head)
+	s.setPlaneHeaders(w, id, rev, head)
 }
 
-func setPlaneHeaders(w http.ResponseWriter, storeID string, rev, cursor int64) {
+// setPlaneHeaders sets the store's headers, and what the server speaks:
+// its protocol version, its capabilities (none so far) and its heartbeat,
+// which clients of version 0 ignore.
+func (s *Server) setPlaneHeaders(w http.ResponseWriter, storeID string, rev, cursor int64) {
 	h := w.Header()
 	h.Set(transport.HeaderStoreID, storeID)
 	h.Set(transport.HeaderRevision, strconv.FormatInt(rev, 10))
 	h.Set(transport.HeaderCursor, strconv.FormatInt(cursor, 10))
+	h.Set(transport.HeaderProtocol, strconv.Itoa(transport.ProtocolVersion))
+	// Whole milliseconds, rounded up: a client's idle timeout must not
+	// come out shorter than the real heartbeat allows.
+	ms := max((s.opts.heartbeat+time.Millisecond-1)/time.Millisecond, 1)
+	h.Set(transport.HeaderHeartbeat, strconv.FormatInt(int64(ms), 10))
+}
+
+// clientProtocol is the protocol version a request names: 0 when it names
+// none (a client that predates versions) or names it badly.
+func clientProtocol(r *http.Request) int {
+	v, err := strconv.Atoi(strings.TrimSpace(r.Header.Get(transport.HeaderProtocol)))
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
 }
 
 // planeError replies to a data-plane request with the error's status.
 func (s *Server) planeError(w http.ResponseWriter, r *http.Request, ns string, err error) {
 	defer s.speak(r)()
 	s.planeHeaders(w, ns)
-	s.replyError(w, err)
+	status, body := errorReply(err)
+	if status == http.StatusBadRequest && body.Error == transport.CodeCursorAhead && clientProtocol(r) >= 1 {
+		// Version 1 splits 400: a refused cursor is a conflict with the
+		// store's state, not a malformed request.
+		status = http.StatusConflict
+	}
+	s.writeErrorReply(w, status, body, err)
 }
 
 func (s *Server) replyError(w http.ResponseWriter, err error) {
 	status, body := errorReply(err)
+	s.writeErrorReply(w, status, body, err)
+}
+
+func (s *Server) writeErrorReply(w http.ResponseWriter, status int, body transport.ErrorBody, err error) {
 	body.StoreID = s.StoreID()
 	if status == http.StatusInternalServerError {
 		s.log.Error("fakeserver: internal error", "err", err)
@@ -204,7 +232,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.speak(r)()
 	etag := transport.ETag(snap.storeID, snap.rev)
-	setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
+	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
 	h := w.Header()
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "no-cache")
@@ -376,7 +404,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer s.speak(r)()
-	setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
+	s.setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -427,7 +455,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	setPlaneHeaders(w, sub.storeID, sub.nsRev, sub.head)
+	s.setPlaneHeaders(w, sub.storeID, sub.nsRev, sub.head)
 	w.WriteHeader(http.StatusOK)
 
 	// The backlog, then a progress event: the client learns at once that it

@@ -388,7 +388,8 @@ func (s *Server) ResetStore() string {
 // reusing numbers a client may have seen with other content). Schemas stay;
 // acks of revisions after rev are forgotten. Every stream and held
 // long-poll is cut, as on a restart, before it returns; a client's cursor
-// past rev then gets 400 cursor_ahead. It fails, changing nothing, with
+// past rev then gets 409 cursor_ahead (400 if it names no protocol
+// version). It fails, changing nothing, with
 // ErrInvalid for rev outside 0..Head() and a *transport.CompactedError for
 // rev below the compaction point (that history is gone).
 func (s *Server) RestoreTo(rev int64) error {

@@ -47,6 +47,10 @@ func TestSnapshotRevisionCursorAndNotModified(t *testing.T) {
 	if snap.Revision != rev || snap.Cursor < rev || string(snap.Values) != `{"a":1,"b":2}` || snap.StoreID == "" || !snap.Linearizable {
 		t.Fatalf("snapshot = %+v; want revision %d, Linearizable", snap, rev)
 	}
+	// The store id is the etcd cluster id.
+	if resp, err := cl.client(t).Get(ctx, "x"); err != nil || snap.StoreID != etcd.StoreID(resp.Header.ClusterId) {
+		t.Fatalf("store id %s; want the cluster id (%v)", snap.StoreID, err)
+	}
 	// Other namespaces move the cursor, not the revision.
 	other := publish(t, src, "snap.other", map[string]any{"x": 1})
 	req := transport.SnapshotRequest{Namespace: "snap", KnownStoreID: snap.StoreID, KnownRevision: rev}
@@ -131,28 +135,6 @@ func testWatchChains(t *testing.T, opts ...etcd.Option) {
 }
 
 var errDone = errors.New("done")
-
-func TestWatchCompactedAndAhead(t *testing.T) {
-	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
-	old := publish(t, src, "wc", map[string]any{"v": 1})
-	head := publish(t, src, "wc", map[string]any{"v": 2})
-	if _, err := cl.client(t).Compact(context.Background(), head); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	err := src.Watch(ctx, transport.WatchRequest{Namespace: "wc", Since: old - 1}, func(transport.Event) error { return nil })
-	var ce *transport.CompactedError
-	if !errors.As(err, &ce) || ce.CompactRevision != head || !errors.Is(err, transport.ErrCompacted) {
-		t.Fatalf("Watch below compaction = %v; want CompactedError at %d", err, head)
-	}
-	// A cursor beyond the head: the store lost its history.
-	err = src.Watch(ctx, transport.WatchRequest{Namespace: "wc", Since: head + 1000}, func(transport.Event) error { return nil })
-	if !errors.Is(err, transport.ErrCursorAhead) {
-		t.Fatalf("Watch ahead of head = %v; want ErrCursorAhead", err)
-	}
-}
 
 func TestPublishSchemaAndLimits(t *testing.T) {
 	cl := sharedCluster(t)
