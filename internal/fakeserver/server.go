@@ -494,7 +494,8 @@ func (f *faults) setBlackhole(on bool) {
 	f.mu.Unlock()
 	if on { // a barrier: writes in flight finish, later ones see the hole
 		f.quiet.Lock()
-		f.quiet.Unlock() //nolint:staticcheck // an empty critical section is the point
+		//lint:ignore SA2001 an empty critical section is the point: it waits out writes in flight
+		f.quiet.Unlock()
 	}
 }
 

@@ -161,7 +161,7 @@ func (d *valueData) set(text string) error {
 // isIntLiteral reports whether a JSON number is written without a fraction
 // or an exponent.
 func isIntLiteral(num string) bool {
-	return strings.IndexAny(num, ".eE") < 0
+	return !strings.ContainsAny(num, ".eE")
 }
 
 // text is the value's JSON text.

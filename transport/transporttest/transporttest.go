@@ -195,9 +195,8 @@ var errStop = errors.New("transporttest: seen enough")
 type watcher struct {
 	t       *testing.T
 	req     transport.WatchRequest
-	storeID string // the first event's, or the expected one
-	floor   int64  // no change at or below it may come: the cursor so far
-	lastRev int64  // the last change's revision
+	floor   int64 // no change at or below it may come: the cursor so far
+	lastRev int64 // the last change's revision
 	changes []*transport.ChangeSet
 	prog    []*transport.Progress
 	bad     error

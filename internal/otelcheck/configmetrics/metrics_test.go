@@ -85,7 +85,7 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "tm", map[string]any{"port": 1, "name": "x"})
 	c := newClient(t, srv.URL(), config.WithMeterProvider(mp))
-	ns := open(t, c, "tm", config.WithSchema([]byte(`{"properties":{"port":{"type":"integer"}}}`)))
+	ns := open(t, c, "tm", config.Schema([]byte(`{"properties":{"port":{"type":"integer"}}}`)))
 	ns.OnChange("port", func(config.Change) {})
 	ns.OnChange("port", func(config.Change) { panic("counted") })
 
