@@ -130,7 +130,8 @@ func (d *valueData) set(text string) error {
 		d.kind = KindObject
 	default:
 		d.kind = KindNumber
-		if isIntLiteral(text) {
+		intLiteral := isIntLiteral(text)
+		if intLiteral {
 			// An integer literal: ParseInt is exact where a float64 is
 			// not (beyond 2^53), and Float converts it as ParseFloat would.
 			if i, err := strconv.ParseInt(text, 10, 64); err == nil {
@@ -145,7 +146,9 @@ func (d *valueData) set(text string) error {
 		if err != nil && !isRangeErr(err) {
 			return fmt.Errorf("cache: invalid JSON number %.64q: %w", text, err)
 		}
-		if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
+		// An integer literal that ParseInt refused is outside int64, even
+		// when its float64 rounds to -2^63 (-9223372036854775809 does).
+		if !intLiteral && f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
 			// 1e3 or 2.0: integral, though not written as one.
 			d.w, d.flags = uint64(int64(f)), flagInt
 			if f == 0 && math.Signbit(f) {
