@@ -28,6 +28,14 @@ const (
 // it (its body a NamespaceEnded); the others go on.
 const EventEnded = "ended"
 
+// CodeInvalidNamespace is the code of an ended event for a name that is
+// not a valid namespace name (ErrInvalidNamespace on the client).
+const CodeInvalidNamespace = "invalid_namespace"
+
+// CapabilityH2C: the server speaks HTTP/2 with prior knowledge (h2c) on
+// its plain-http listener, beside HTTP/1.1.
+const CapabilityH2C = "h2c"
+
 // MaxStreamNamespaces is how many namespaces one stream may carry. A
 // request with more is refused whole (400 bad_request).
 const MaxStreamNamespaces = 1000
