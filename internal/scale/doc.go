@@ -1,0 +1,6 @@
+// Package scale holds fleet benchmarks: thousands of config clients of one
+// namespace against one reference server, split over child processes.
+// They build only with the tag scale (see scale_test.go):
+//
+//	go test -tags scale -run '^$' -bench Fleet -benchtime 1x -timeout 30m ./internal/scale/
+package scale

@@ -1,0 +1,342 @@
+//go:build scale
+
+// Package scale measures a fleet: thousands of config clients of one
+// namespace against one reference server, the clients split over child
+// processes (one process's descriptor limit holds fewer). It is behind
+// the build tag scale, out of the default test run:
+//
+//	go test -tags scale -run '^$' -bench Fleet -benchtime 1x -timeout 30m ./internal/scale/
+//
+// HOLDFAST_SCALE_CLIENTS (default 10000), HOLDFAST_SCALE_PROCS (2) and
+// HOLDFAST_SCALE_PUBLISHES (20) change the shape. The server runs in the
+// benchmark's own process, so its RSS and CPU are read from /proc/self.
+package scale
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+)
+
+const (
+	namespace = "fleet.prod"
+	key       = "seq"
+	childEnv  = "HOLDFAST_SCALE_CHILD_URL"
+)
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(childEnv); url != "" {
+		n, _ := strconv.Atoi(os.Getenv("HOLDFAST_SCALE_CHILD_CLIENTS"))
+		if err := child(url, n, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkFleet: publish → every client's OnChange, p50 and p99 over
+// every client of every publish; server RSS per connected client; server
+// CPU per client per publish (acks included: measured until the acks of
+// the last publish are in, minus the same span of an idle fleet).
+func BenchmarkFleet(b *testing.B) {
+	clients := envInt("HOLDFAST_SCALE_CLIENTS", 10000)
+	procs := envInt("HOLDFAST_SCALE_PROCS", 2)
+	publishes := envInt("HOLDFAST_SCALE_PUBLISHES", 20)
+	for range b.N {
+		runFleet(b, clients, procs, publishes)
+	}
+}
+
+type childProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func runFleet(b *testing.B, clients, procs, publishes int) {
+	srv, err := fakeserver.Start(fakeserver.WithWatcherBuffer(64))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := srv.Publish(namespace, map[string]any{key: "0:0"}); err != nil {
+		b.Fatal(err)
+	}
+	rssBase := rss(b)
+
+	var kids []*childProc
+	defer func() {
+		for _, k := range kids {
+			_ = k.stdin.Close()
+			_ = k.cmd.Wait()
+		}
+	}()
+	start := time.Now()
+	for i := range procs {
+		n := clients / procs
+		if i < clients%procs {
+			n++
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+srv.URL(), "HOLDFAST_SCALE_CHILD_CLIENTS="+strconv.Itoa(n))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		k := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 64)}
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			sc.Buffer(make([]byte, 1<<20), 64<<20)
+			for sc.Scan() {
+				k.lines <- sc.Text()
+			}
+			close(k.lines)
+		}()
+		kids = append(kids, k)
+	}
+	for _, k := range kids {
+		expect(b, k, "ready", 10*time.Minute)
+	}
+	b.Logf("%d clients in %d processes connected in %v", clients, procs, time.Since(start).Round(time.Millisecond))
+	rssConnected := rss(b)
+	streams := srv.OpenStreams()
+
+	// An idle span first, as long as the publishes will take, for the
+	// heartbeats' CPU; then the publishes.
+	settle := time.Second
+	var spans []time.Duration
+	cpu0 := cpuTime(b)
+	t0 := time.Now()
+	for i := 1; i <= publishes; i++ {
+		pubStart := time.Now()
+		value := fmt.Sprintf("%d:%d", i, pubStart.UnixNano())
+		if _, err := srv.Publish(namespace, map[string]any{key: value}); err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range kids {
+			expect(b, k, "done "+strconv.Itoa(i), time.Minute)
+		}
+		spans = append(spans, time.Since(pubStart))
+		time.Sleep(500 * time.Millisecond) // let the acks of this publish land before the next
+	}
+	time.Sleep(settle)
+	busy := time.Since(t0)
+	cpuPublish := cpuTime(b) - cpu0
+	// The same span with nothing published: heartbeats and idle streams.
+	cpu1 := cpuTime(b)
+	time.Sleep(busy)
+	cpuIdle := cpuTime(b) - cpu1
+
+	var delays []time.Duration
+	for _, k := range kids {
+		fmt.Fprintln(k.stdin, "report")
+		for {
+			line := next(b, k, time.Minute)
+			if line == "end" {
+				break
+			}
+			for _, f := range strings.Fields(line) {
+				us, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					b.Fatalf("child report %q: %v", line, err)
+				}
+				delays = append(delays, time.Duration(us)*time.Microsecond)
+			}
+		}
+	}
+	if len(delays) != clients*publishes {
+		b.Fatalf("%d delays, want %d", len(delays), clients*publishes)
+	}
+	slices.Sort(delays)
+	perClientCPU := (cpuPublish - cpuIdle) / time.Duration(clients*publishes)
+	b.ReportMetric(float64(delays[len(delays)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(delays[len(delays)*99/100].Milliseconds()), "p99-ms")
+	b.ReportMetric(float64(delays[len(delays)-1].Milliseconds()), "max-ms")
+	b.ReportMetric(float64(rssConnected-rssBase)/float64(clients)/1024, "server-KiB/client")
+	b.ReportMetric(float64(perClientCPU.Nanoseconds())/1000, "server-cpu-µs/client/publish")
+	b.ReportMetric(float64(streams), "streams")
+	b.Logf("server RSS %d MiB idle, %d MiB with %d clients; CPU %v over %d publishes, %v idle over the same %v; publish spans %v",
+		rssBase>>20, rssConnected>>20, clients, cpuPublish, publishes, cpuIdle, busy.Round(time.Millisecond), spans)
+}
+
+func expect(b *testing.B, k *childProc, want string, limit time.Duration) {
+	b.Helper()
+	if got := next(b, k, limit); got != want {
+		b.Fatalf("child said %q, want %q", got, want)
+	}
+}
+
+func next(b *testing.B, k *childProc, limit time.Duration) string {
+	b.Helper()
+	select {
+	case line, ok := <-k.lines:
+		if !ok {
+			b.Fatal("child exited")
+		}
+		return line
+	case <-time.After(limit):
+		b.Fatalf("child silent for %v", limit)
+	}
+	return ""
+}
+
+// rss is the process's resident set after a GC, in bytes.
+func rss(b *testing.B) int64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+// cpuTime is the process's user+system CPU time (/proc/self/stat).
+func cpuTime(b *testing.B) time.Duration {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks
+}
+
+// child opens n clients of namespace, says "ready", then "done <seq>"
+// once all n saw publish seq, and on "report" prints every delay in µs,
+// one line per publish, then "end".
+func child(url string, n int, in io.Reader, out io.Writer) error {
+	var mu sync.Mutex
+	delays := map[int][]int64{}
+	counts := map[int]*atomic.Int64{}
+	w := bufio.NewWriter(out)
+	say := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintln(w, s)
+		w.Flush()
+	}
+	record := func(ch config.Change) {
+		s, _ := ch.New.Str()
+		seqText, nanos, ok := strings.Cut(s, ":")
+		seq, _ := strconv.Atoi(seqText)
+		t, _ := strconv.ParseInt(nanos, 10, 64)
+		if !ok || seq == 0 {
+			return
+		}
+		d := time.Since(time.Unix(0, t)).Microseconds()
+		mu.Lock()
+		delays[seq] = append(delays[seq], d)
+		c := counts[seq]
+		if c == nil {
+			c = new(atomic.Int64)
+			counts[seq] = c
+		}
+		mu.Unlock()
+		if c.Add(1) == int64(n) {
+			say("done " + strconv.Itoa(seq))
+		}
+	}
+
+	var clients []*config.Client
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	sem := make(chan struct{}, 100) // opens in flight
+	for range n {
+		c, err := config.New(config.WithEndpoint(url))
+		if err != nil {
+			return err
+		}
+		clients = append(clients, c)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			ns, err := c.Namespace(ctx, namespace)
+			if err != nil {
+				failed.Store(err)
+				return
+			}
+			ns.OnChange(key, record)
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return err
+	}
+	say("ready")
+
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		if sc.Text() != "report" {
+			continue
+		}
+		mu.Lock()
+		seqs := make([]int, 0, len(delays))
+		for s := range delays {
+			seqs = append(seqs, s)
+		}
+		slices.Sort(seqs)
+		for _, s := range seqs {
+			parts := make([]string, len(delays[s]))
+			for i, d := range delays[s] {
+				parts[i] = strconv.FormatInt(d, 10)
+			}
+			fmt.Fprintln(w, strings.Join(parts, " "))
+		}
+		fmt.Fprintln(w, "end")
+		w.Flush()
+		mu.Unlock()
+	}
+	return nil
+}
