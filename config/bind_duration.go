@@ -130,16 +130,39 @@ func rewriteDurations(t reflect.Type, v any) (any, bool) {
 		fields := jsonFields(t)
 		changed := false
 		for k, x := range obj {
-			ft, ok := fields.lookup(k)
+			f, ok := fields.lookup(k)
 			if !ok {
 				continue
 			}
 			var c bool
-			if obj[k], c = rewriteDurations(ft, x); c {
+			if f.quoted {
+				obj[k], c = rewriteQuoted(f.t, x)
+			} else {
+				obj[k], c = rewriteDurations(f.t, x)
+			}
+			if c {
 				changed = true
 			}
 		}
 		return obj, changed
+	}
+	return v, false
+}
+
+// rewriteQuoted is rewriteDurations for a field tagged ",string", whose
+// JSON is a string holding the number: a duration string becomes the
+// string of its nanoseconds, which is what json.Unmarshal reads there.
+func rewriteQuoted(t reflect.Type, v any) (any, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != durationType {
+		return v, false
+	}
+	if s, ok := v.(string); ok {
+		if d, err := time.ParseDuration(s); err == nil {
+			return formatInt(int64(d)), true
+		}
 	}
 	return v, false
 }
@@ -151,18 +174,24 @@ func formatInt(n int64) string {
 
 // fieldSet is a struct's JSON field names and types, as encoding/json
 // matches them: the exact name first, then without regard to case.
-type fieldSet map[string]reflect.Type
+type fieldSet map[string]jsonField
 
-func (f fieldSet) lookup(key string) (reflect.Type, bool) {
-	if t, ok := f[key]; ok {
-		return t, true
+// jsonField is a field's type, and whether its tag says ",string".
+type jsonField struct {
+	t      reflect.Type
+	quoted bool
+}
+
+func (f fieldSet) lookup(key string) (jsonField, bool) {
+	if jf, ok := f[key]; ok {
+		return jf, true
 	}
-	for name, t := range f {
+	for name, jf := range f {
 		if strings.EqualFold(name, key) {
-			return t, true
+			return jf, true
 		}
 	}
-	return nil, false
+	return jsonField{}, false
 }
 
 // jsonFields lists t's fields by JSON name: the tag's name or the field's,
@@ -182,7 +211,7 @@ func jsonFields(t reflect.Type) fieldSet {
 			if tag == "-" {
 				continue
 			}
-			name, _, _ := strings.Cut(tag, ",")
+			name, opts, _ := strings.Cut(tag, ",")
 			ft := f.Type
 			if f.Anonymous && name == "" {
 				et := ft
@@ -201,7 +230,7 @@ func jsonFields(t reflect.Type) fieldSet {
 				name = f.Name
 			}
 			if _, taken := out[name]; !taken {
-				out[name] = ft
+				out[name] = jsonField{t: ft, quoted: hasOption(opts, "string")}
 			}
 		}
 		for _, et := range embedded {
@@ -210,4 +239,17 @@ func jsonFields(t reflect.Type) fieldSet {
 	}
 	walk(t, 0)
 	return out
+}
+
+// hasOption reports whether a json tag's comma-separated options include
+// opt.
+func hasOption(opts, opt string) bool {
+	for opts != "" {
+		var o string
+		o, opts, _ = strings.Cut(opts, ",")
+		if o == opt {
+			return true
+		}
+	}
+	return false
 }

@@ -165,3 +165,27 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 		t.Errorf("LastError after the good value = %+v; want ErrorBind, recovered", le)
 	}
 }
+
+// A time.Duration field tagged ",string" holds its nanoseconds as a JSON
+// string: Bind still reads what json.Unmarshal reads ("0", "250000000"),
+// and duration strings too, as everywhere else.
+func TestBindDurationStringTag(t *testing.T) {
+	type tagged struct {
+		D time.Duration `json:"d,string"`
+	}
+	srv := startServer(t)
+	publish(t, srv, "st", map[string]any{
+		"zero":  map[string]any{"d": "0"},
+		"nanos": map[string]any{"d": "250000000"},
+		"text":  map[string]any{"d": "250ms"},
+	})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "st")
+	for key, want := range map[string]time.Duration{"zero": 0, "nanos": 250 * time.Millisecond, "text": 250 * time.Millisecond} {
+		b := config.Bind(ns, key, tagged{D: -1})
+		if got := b.Get(); got.D != want || b.Err() != nil {
+			t.Errorf("%s: %v, %v; want %v", key, got.D, b.Err(), want)
+		}
+		b.Stop()
+	}
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -221,7 +222,7 @@ func (n *Namespace) statusLocked() Status {
 	// rejection, once a later revision applied.
 	le := &st.LastError
 	since := n.confirm
-	if le.Kind == ErrorInvalidData {
+	if errors.Is(le.Err, ErrRejected) { // not a malformed stream: it rejected no revision
 		since = n.appliedAt
 	}
 	if le.Kind != ErrorBind { // a Binding says when its error is past

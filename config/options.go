@@ -139,8 +139,11 @@ func WithWatchMode(m transport.WatchMode) Option {
 // do not count) before the client drops it as dead and reconnects, and how
 // long a namespace stays Fresh without a confirmation; it also bounds each
 // fetch (twice it, plus 10s). It sets the HTTP source's
-// transport.WithIdleTimeout. Default transport.DefaultIdleTimeout, 15s:
-// three of the server's default 5s heartbeats.
+// transport.WithIdleTimeout. Without it, the HTTP source drops a stream
+// after three of the heartbeats its server advertises (0.5s to 3m; 15s for
+// a server that advertises none: see transport.HTTPSource.IdleTimeout),
+// the namespace stays Fresh for the source's QuietLimit, and each fetch is
+// bounded by 40s (twice transport.DefaultIdleTimeout, plus 10s).
 func WithStreamIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) {
 		o.idleTimeout = d

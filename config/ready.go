@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -56,8 +57,11 @@ func (e *NotReadyError) Is(target error) bool { return target == ErrNotReady }
 //
 //   - not open on this client, or still opening (StateSyncing);
 //   - FailedClosed: serving its Defaults, not config-plane data;
+//   - serving its Defaults for another reason (a fail-open namespace whose
+//     first snapshot was rejected);
 //   - Closed;
-//   - older than maxStaleness, when maxStaleness > 0 (whatever its own
+//   - older than maxStaleness, or of unknown age (a last-good file
+//     confirmed in the future), when maxStaleness > 0 (whatever its own
 //     policy says: a fail-open namespace past its MaxStaleness keeps
 //     serving, Breached, and is ready unless it is also past maxStaleness).
 //
@@ -76,6 +80,7 @@ func (c *Client) CheckReady(maxStaleness time.Duration, namespaces ...string) er
 		for name := range c.namespaces {
 			namespaces = append(namespaces, name)
 		}
+		slices.Sort(namespaces) // a stable body, not the map's order
 	}
 	open := make([]*Namespace, len(namespaces))
 	for i, name := range namespaces {
@@ -115,6 +120,10 @@ func readiness(name string, n *Namespace, maxStaleness time.Duration) (NotReady,
 		r.Reason = "closed"
 	case st.State == StateFailedClosed:
 		r.Reason = fmt.Sprintf("failed closed: stale %v, past its MaxStaleness %v; serving its Defaults", round(st.Staleness), st.MaxStaleness)
+	case st.Origin == OriginDefaults:
+		r.Reason = fmt.Sprintf("%v: serving its Defaults, not config-plane data (its first snapshot was rejected)", st.State)
+	case maxStaleness > 0 && st.LastConfirmed.IsZero():
+		r.Reason = fmt.Sprintf("%v: age unknown, so not within the %v this check allows (revision %d)", st.State, maxStaleness, st.Revision)
 	case maxStaleness > 0 && st.Staleness > maxStaleness:
 		r.Reason = fmt.Sprintf("%v: stale %v, past the %v this check allows (revision %d)", st.State, round(st.Staleness), maxStaleness, st.Revision)
 	default:

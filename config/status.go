@@ -107,10 +107,10 @@ type ErrorInfo struct {
 	Err  error
 	// Recovered: the error is past. For LastError, the namespace
 	// confirmed its data current after Time (Status.LastConfirmed is
-	// later); for a rejected update (ErrorInvalidData), a later revision
-	// was applied, since confirmations of the last good do not undo a
-	// rejection. A PersistError is cleared instead, by the next
-	// successful write.
+	// later); for a rejected update (ErrRejected), a later revision was
+	// applied, since confirmations of the last good do not undo a
+	// rejection; for ErrorBind, the Binding bound a value that decodes.
+	// A PersistError is cleared instead, by the next successful write.
 	Recovered bool
 }
 

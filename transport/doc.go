@@ -41,8 +41,9 @@
 // decompression by WithMaxSnapshotBytes (64 MiB), an error body by 64 KiB;
 // a larger one fails with ErrTooLarge. A snapshot that receives no bytes,
 // or a watch stream that delivers no whole event, for the idle timeout
-// (WithIdleTimeout; unless set, three of the heartbeats the server
-// advertises, else 15 s), before or after its response headers, fails with
+// (WithIdleTimeout; unless set, 15 s, and for an SSE stream's events after
+// its headers three of the heartbeats the server advertises), before or
+// after its response headers, fails with
 // ErrStreamIdle: keepalive comments from a proxy whose upstream is gone do
 // not keep a stream alive. Every message is checked before it is delivered (its
 // namespace, a store id, 0 <= revision <= cursor, prev_revision < revision);

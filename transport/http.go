@@ -187,7 +187,12 @@ func WithMaxSnapshotKeys(n int) HTTPOption {
 // MinDerivedIdleTimeout and at most MaxDerivedIdleTimeout; until a server
 // has said, and for servers that do not say (protocol version 0), it is
 // DefaultIdleTimeout, three of the reference server's default 5 s
-// heartbeats. IdleTimeout reports the one in force.
+// heartbeats. IdleTimeout reports the one in force. The derived timeout
+// times only what heartbeats pace, the events of an SSE stream after its
+// headers (and so QuietLimit over SSE); what they do not (a reply's time to
+// its headers, a snapshot's or ack's bytes, a long-poll past its wait)
+// keeps at least DefaultIdleTimeout, so that a short heartbeat does not
+// make a slow network look dead.
 func WithIdleTimeout(d time.Duration) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.idleTimeout, o.idleSet = d, true })
 }
@@ -277,7 +282,7 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 		rt = http.DefaultTransport
 	}
 	hdr := &headerTransport{base: rt, token: o.token, userAgent: o.userAgent, scheme: u.Scheme, host: u.Host, onReply: src.noteReply}
-	idle := &idleTransport{base: hdr, timeout: src.IdleTimeout}
+	idle := &idleTransport{base: hdr, timeout: src.replyTimeout}
 
 	client := *o.client
 	client.Transport = idle
@@ -492,7 +497,7 @@ func (s *HTTPSource) noteStream(ctx context.Context, req WatchRequest, r sseResu
 // probe reports whether a plain request gets an answer from the server: a
 // long-poll with no wait, bounded by the idle timeout.
 func (s *HTTPSource) probe(ctx context.Context, req WatchRequest) bool {
-	pctx, cancel := context.WithTimeout(ctx, s.IdleTimeout())
+	pctx, cancel := context.WithTimeout(ctx, s.replyTimeout())
 	defer cancel()
 	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}, "wait": {"0s"}}
 	hreq, err := http.NewRequestWithContext(pctx, http.MethodGet, s.endpoint(PathEvents, q), nil)

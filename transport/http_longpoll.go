@@ -55,7 +55,7 @@ const minEmptyPoll = 100 * time.Millisecond
 
 // longPoll makes one long-poll, bounded by the wait plus the idle timeout.
 func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*EventsResponse, error) {
-	limit := s.opts.longPollWait + s.IdleTimeout()
+	limit := s.opts.longPollWait + s.replyTimeout()
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	q := url.Values{"ns": {ns}, "since": {strconv.FormatInt(since, 10)}, "wait": {s.opts.longPollWait.String()}}
@@ -92,7 +92,7 @@ func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*Eve
 func (s *HTTPSource) pollError(ctx, rctx context.Context, ns string, err error) error {
 	if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("transport: long-poll %q: %w: no reply within wait %v + idle timeout %v",
-			ns, ErrStreamIdle, s.opts.longPollWait, s.IdleTimeout())
+			ns, ErrStreamIdle, s.opts.longPollWait, s.replyTimeout())
 	}
 	return requestError(ctx, "long-poll", ns, err)
 }

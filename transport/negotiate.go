@@ -126,6 +126,18 @@ func (s *HTTPSource) IdleTimeout() time.Duration {
 	return s.opts.idleTimeout
 }
 
+// replyTimeout bounds what the heartbeat does not govern: how long a reply
+// may take to start (latency, a large snapshot being built), a snapshot or
+// ack go without bytes, a long-poll run past its wait. It is IdleTimeout,
+// but never below the default when that is derived: a short heartbeat
+// must not make a slow network look dead.
+func (s *HTTPSource) replyTimeout() time.Duration {
+	if s.opts.idleSet {
+		return s.opts.idleTimeout
+	}
+	return max(s.IdleTimeout(), s.opts.idleTimeout)
+}
+
 // idleTimeoutFor is the idle timeout for a stream whose reply headers are
 // h: derived from the heartbeat of the server that answered it (behind a
 // load balancer, another server may have answered the last request),

@@ -21,7 +21,7 @@ func (s *HTTPSource) QuietLimit() time.Duration {
 	mode := s.mode
 	s.mu.Unlock()
 	if mode == WatchLongPoll {
-		return s.opts.longPollWait + s.IdleTimeout()
+		return s.opts.longPollWait + s.replyTimeout() // a poll may take that long, heartbeat or not
 	}
 	return s.IdleTimeout()
 }

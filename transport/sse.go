@@ -51,8 +51,8 @@ type sseResult struct {
 func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func(Event) error) sseResult {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	clock := startEventClock(s.IdleTimeout(), cancel)
-	defer clock.stop() // on a panic of handle
+	clock := startEventClock(s.replyTimeout(), cancel) // until the headers: the reply's time to start
+	defer clock.stop()                                 // on a panic of handle
 
 	var (
 		res      sseResult
@@ -178,9 +178,19 @@ func startEventClock(timeout time.Duration, cancel context.CancelFunc) *eventClo
 
 func (c *eventClock) timeoutNow() time.Duration { return time.Duration(c.timeout.Load()) }
 
-// retime changes the timeout of the running period and of later ones.
+// retime changes the timeout of the running period and of later ones. A
+// shorter one (the stream's own heartbeat, after the headers) starts a
+// new period: the time the reply took to start was the longer one's to
+// bound, and counting it against the shorter would cut a slow server's
+// stream before its first event.
 func (c *eventClock) retime(timeout time.Duration) {
-	if old := c.timeout.Swap(int64(timeout)); old == int64(timeout) || c.done.Load() {
+	old := time.Duration(c.timeout.Swap(int64(timeout)))
+	if old == timeout || c.done.Load() {
+		return
+	}
+	if timeout < old {
+		c.since = time.Now()
+		c.timer.Reset(timeout)
 		return
 	}
 	c.timer.Reset(max(timeout-time.Since(c.since), 0))
