@@ -58,8 +58,10 @@ func parseServerInfo(h http.Header, now time.Time) (info ServerInfo, ok bool) {
 		info.Protocol = v
 	}
 	info.Capabilities = parseCapabilities(h.Values(HeaderCapabilities))
-	if ms, err := strconv.ParseInt(strings.TrimSpace(h.Get(HeaderHeartbeat)), 10, 64); err == nil && ms > 0 && ms <= int64(time.Hour/time.Millisecond) {
-		info.Heartbeat = time.Duration(ms) * time.Millisecond
+	if ms, err := strconv.ParseInt(strings.TrimSpace(h.Get(HeaderHeartbeat)), 10, 64); err == nil && ms > 0 {
+		// Clamped, not ignored, past an hour: a huge heartbeat still means
+		// "slow", and the derived timeout caps it the same way.
+		info.Heartbeat = min(time.Duration(ms), time.Duration(time.Hour/time.Millisecond)) * time.Millisecond
 	}
 	return info, true
 }

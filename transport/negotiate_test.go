@@ -169,3 +169,28 @@ func TestUnknownEventIsRefused(t *testing.T) {
 		t.Errorf("the client declared capabilities %q; it has none", v)
 	}
 }
+
+func TestParseServerInfoHeartbeat(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"200", 200 * time.Millisecond},
+		{" 5000 ", 5 * time.Second},
+		{"3600000", time.Hour},
+		{"7200000", time.Hour}, // clamped, like the derived timeout, not ignored
+		{"99999999999999999", time.Hour},
+		{"0", 0},
+		{"-5", 0},
+		{"5s", 0},
+		{"", 0},
+	} {
+		h := http.Header{}
+		h.Set(HeaderStoreID, "s1")
+		h.Set(HeaderHeartbeat, tc.header)
+		info, ok := parseServerInfo(h, time.Now())
+		if !ok || info.Heartbeat != tc.want {
+			t.Errorf("Heartbeat %q: got %v (ok %v), want %v", tc.header, info.Heartbeat, ok, tc.want)
+		}
+	}
+}
