@@ -111,14 +111,17 @@ func (s *Server) planeHeaders(w http.ResponseWriter, ns string) {
 }
 
 // setPlaneHeaders sets the store's headers, and what the server speaks:
-// its protocol version, its capabilities (none so far) and its heartbeat,
-// which clients of version 0 ignore.
+// its protocol version, its capabilities and its heartbeat, which clients
+// of version 0 ignore.
 func (s *Server) setPlaneHeaders(w http.ResponseWriter, storeID string, rev, cursor int64) {
 	h := w.Header()
 	h.Set(transport.HeaderStoreID, storeID)
 	h.Set(transport.HeaderRevision, strconv.FormatInt(rev, 10))
 	h.Set(transport.HeaderCursor, strconv.FormatInt(cursor, 10))
 	h.Set(transport.HeaderProtocol, strconv.Itoa(transport.ProtocolVersion))
+	if s.caps != "" {
+		h.Set(transport.HeaderCapabilities, s.caps)
+	}
 	// Whole milliseconds, rounded up: a client's idle timeout must not
 	// come out shorter than the real heartbeat allows.
 	ms := max((s.opts.heartbeat+time.Millisecond-1)/time.Millisecond, 1)

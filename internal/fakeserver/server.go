@@ -27,6 +27,7 @@ type Server struct {
 	store *store
 	hub   *hub
 	mux   *http.ServeMux
+	caps  string // Holdfast-Capabilities
 
 	faults faults
 	acks   acks
@@ -60,6 +61,13 @@ func Start(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: o, log: o.logger, store: newStore(o.retention), addr: o.addr}
+	var caps []string
+	for _, c := range capabilities {
+		if o.offers(c) {
+			caps = append(caps, c)
+		}
+	}
+	s.caps = strings.Join(caps, ",")
 	s.faults.init()
 	s.hub = newHub(s.store.gen, s.faults.blackholed)
 	s.store.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
@@ -79,7 +87,14 @@ func (s *Server) listen() error {
 	}
 	s.addr = ln.Addr().String()
 	r := &run{served: make(chan struct{}), stopping: make(chan struct{})}
+	// HTTP/1.1 and, unless switched off, HTTP/2 with prior knowledge
+	// (h2c) on the same listener: a client then carries its stream,
+	// snapshots and acks over one connection.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(s.opts.offers(transport.CapabilityH2C))
 	r.srv = &http.Server{
+		Protocols:         &protos,
 		Handler:           s.track(r),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
@@ -412,10 +427,13 @@ type Stats struct {
 	Watches     int64 // GET /sdk/watch
 	Acks        int64 // POST /sdk/ack
 	Publishes   int64 // committed publishes and rollbacks
+	Streams     int64 // GET /sdk/stream
+	StreamPolls int64 // GET /sdk/stream/events
 }
 
 type counters struct {
 	snapshots, notModified, events, watches, acks, publishes atomic.Int64
+	streams, streamPolls                                     atomic.Int64
 }
 
 // Stats returns the request counters.
@@ -427,6 +445,8 @@ func (s *Server) Stats() Stats {
 		Watches:     s.stats.watches.Load(),
 		Acks:        s.stats.acks.Load(),
 		Publishes:   s.stats.publishes.Load(),
+		Streams:     s.stats.streams.Load(),
+		StreamPolls: s.stats.streamPolls.Load(),
 	}
 }
 
