@@ -29,6 +29,8 @@ type Server struct {
 	mux   *http.ServeMux
 	caps  string // Holdfast-Capabilities
 
+	accepted atomic.Int64 // connections accepted, for tests
+
 	faults faults
 	acks   acks
 	stats  counters
@@ -102,6 +104,7 @@ func (s *Server) listen() error {
 			switch st {
 			case http.StateNew:
 				r.conns.Add(1)
+				s.accepted.Add(1)
 			case http.StateClosed, http.StateHijacked:
 				r.conns.Done()
 			}
@@ -549,24 +552,28 @@ type ackState struct {
 	at            time.Time
 }
 
-func (a *acks) record(ack transport.Ack, now time.Time) {
+// record keeps what acks report, all under one short lock: map work
+// only, the decoding done before.
+func (a *acks) record(acks []transport.Ack, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
 		a.m = make(map[ackKey]*ackState)
 	}
-	k := ackKey{ack.ClientID, ack.Namespace}
-	st := a.m[k]
-	if st == nil {
-		st = &ackState{}
-		a.m[k] = st
+	for _, ack := range acks {
+		k := ackKey{ack.ClientID, ack.Namespace}
+		st := a.m[k]
+		if st == nil {
+			st = &ackState{}
+			a.m[k] = st
+		}
+		if ack.Status == transport.AckApplied {
+			st.acked = ack.Revision
+		} else {
+			st.nacked, st.nackErr = ack.Revision, ack.Error
+		}
+		st.at = now
 	}
-	if ack.Status == transport.AckApplied {
-		st.acked = ack.Revision
-	} else {
-		st.nacked, st.nackErr = ack.Revision, ack.Error
-	}
-	st.at = now
 }
 
 func (a *acks) reset() {

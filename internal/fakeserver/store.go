@@ -625,3 +625,11 @@ func (st *store) nsRevision(ns string) (int64, bool) {
 	}
 	return n.rev, true
 }
+
+// known returns the acks of namespaces that exist, in place, under one
+// lock for the whole batch.
+func (st *store) known(acks []transport.Ack) []transport.Ack {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.DeleteFunc(acks, func(a transport.Ack) bool { return st.nss[a.Namespace] == nil })
+}
