@@ -56,6 +56,8 @@ type Stats struct {
 	Watches     int64 // GET /sdk/watch (SSE streams)
 	Acks        int64 // POST /sdk/ack
 	Publishes   int64 // committed publishes and rollbacks
+	Streams     int64 // GET /sdk/stream (multi-namespace SSE streams)
+	StreamPolls int64 // GET /sdk/stream/events (multi-namespace long-polls)
 }
 
 // ClientState is what one client reported about one namespace (its acks
@@ -186,6 +188,15 @@ func WithBearerToken(token string) Option { return option{fakeserver.WithBearerT
 
 // WithLogger sets the server's logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return option{fakeserver.WithLogger(l)} }
+
+// WithoutCapability makes the server not offer capability name, as a
+// server that predates it would, for tests of a client's fallback:
+// transport.CapabilityStream (GET /sdk/stream and /sdk/stream/events
+// answer 404), transport.CapabilityAckBatch (a batched POST /sdk/ack is
+// refused with 400) or transport.CapabilityH2C (HTTP/1.1 only). The
+// capability is then not listed in Holdfast-Capabilities. Start fails for
+// an unknown name.
+func WithoutCapability(name string) Option { return option{fakeserver.WithoutCapability(name)} }
 
 // schemaError gives err's *fakeserver.SchemaError as this package's type.
 func schemaError(err error) error {

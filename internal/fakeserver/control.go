@@ -20,6 +20,8 @@ func (s *Server) routes() *http.ServeMux {
 		{"GET", transport.PathEvents, s.handleEvents},
 		{"GET", transport.PathWatch, s.handleWatch},
 		{"POST", transport.PathAck, s.handleAck},
+		{"GET", transport.PathStream, s.handleStream},
+		{"GET", transport.PathStreamEvents, s.handleStreamEvents},
 		{"POST", "/control/namespaces/{ns}/publish", s.handlePublish},
 		{"POST", "/control/namespaces/{ns}/rollback", s.handleRollback},
 		{"PUT", "/control/namespaces/{ns}/schema", s.handleSchema},
@@ -29,6 +31,9 @@ func (s *Server) routes() *http.ServeMux {
 		{"POST", "/control/faults", s.handleFaults},
 	}
 	for _, rt := range routes {
+		if (rt.path == transport.PathStream || rt.path == transport.PathStreamEvents) && !s.opts.offers(transport.CapabilityStream) {
+			continue // as a server that predates it: 404
+		}
 		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
 		allow, plane := rt.method, strings.HasPrefix(rt.path, "/sdk/")
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {

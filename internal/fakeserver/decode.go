@@ -15,7 +15,8 @@ import (
 
 // Limits on what clients send.
 const (
-	maxAckBytes     = 64 << 10
+	maxAckBytes     = 64 << 10 // one ack
+	maxAckBatch     = 1 << 20  // a batch
 	maxClientIDLen  = 256
 	maxAckErrorLen  = transport.MaxAckErrorBytes
 	maxControlBytes = 64 << 10
@@ -58,13 +59,64 @@ func parsePublish(ns string, data []byte) (map[string]json.RawMessage, []string,
 	return checkPublish(ns, body.Puts, body.Deletes)
 }
 
+// ackBody is the body of POST /sdk/ack: one transport.Ack, or (Acks not
+// nil) a transport.AckBatch.
+type ackBody struct {
+	transport.Ack
+	Acks []transport.Ack `json:"acks"`
+}
+
+// parseAckBody decodes and checks the body of POST /sdk/ack, a single ack
+// or a batch; batch says which. Every ack of a batch gets the batch's
+// client_id. One bad ack refuses the whole body. Unknown fields are
+// allowed, so that newer clients can send more.
+func parseAckBody(data []byte) (acks []transport.Ack, batch bool, err error) {
+	var body ackBody
+	if err := unmarshal(data, &body); err != nil {
+		return nil, false, err
+	}
+	if body.Acks == nil {
+		ack, err := checkAck(body.Ack)
+		if err != nil {
+			return nil, false, err
+		}
+		return []transport.Ack{ack}, false, nil
+	}
+	for i := range body.Acks {
+		body.Acks[i].ClientID = body.ClientID
+		ack, err := checkAck(body.Acks[i])
+		if err != nil {
+			return nil, true, fmt.Errorf("%w (ack %d of the batch)", err, i)
+		}
+		body.Acks[i] = ack
+	}
+	return body.Acks, true, nil
+}
+
+// unmarshal decodes exactly one JSON value (json.Unmarshal refuses
+// trailing data), without the allocations of a Decoder: the ack path.
+func unmarshal(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fmt.Errorf("%w: empty body", ErrInvalid)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: body: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
 // parseAck decodes and checks the body of POST /sdk/ack. Unknown fields are
 // allowed, so that newer clients can send more.
 func parseAck(data []byte) (transport.Ack, error) {
 	var ack transport.Ack
-	if err := decodeJSON(data, &ack, false); err != nil {
+	if err := unmarshal(data, &ack); err != nil {
 		return ack, err
 	}
+	return checkAck(ack)
+}
+
+// checkAck checks one ack, cutting a long error.
+func checkAck(ack transport.Ack) (transport.Ack, error) {
 	switch {
 	case ack.ClientID == "" || len(ack.ClientID) > maxClientIDLen:
 		return ack, fmt.Errorf("%w: client_id must have 1..%d bytes", ErrInvalid, maxClientIDLen)

@@ -2,20 +2,26 @@ package fakeserver
 
 import (
 	"bytes"
+	"encoding/json"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// appendFrame appends one SSE frame to b. Data is split on newlines so that
+// appendFrame appends one SSE frame to b (without an id line when id < 0). Data is split on newlines so that
 // a frame stays well-formed whatever the payload.
 func appendFrame(b []byte, event string, id int64, data []byte) []byte {
 	b = append(b, "event: "...)
 	b = append(b, event...)
-	b = append(b, "\nid: "...)
-	b = strconv.AppendInt(b, id, 10)
 	b = append(b, '\n')
+	if id >= 0 { // no id: an event that is no cursor
+		b = append(b, "id: "...)
+		b = strconv.AppendInt(b, id, 10)
+		b = append(b, '\n')
+	}
 	for {
 		line, rest, more := bytes.Cut(data, []byte{'\n'})
 		b = append(b, "data: "...)
@@ -45,6 +51,18 @@ type hub struct {
 	byNS     map[string]map[*watcher]struct{}
 	streams  int // watchers that are SSE streams
 	silenced func() bool
+	// multi counts the multi-namespace watchers (streams and long-polls),
+	// multiByNS those of each namespace: a change that every one of them
+	// carries moves nobody's cursor silently, so it needs no progress.
+	multis    map[*watcher]struct{}
+	multiByNS map[string]int
+
+	// tick is closed (and replaced) to tell every multi-namespace watcher
+	// that the head moved past what it may have been told: at most once
+	// per progressEvery, by the ticker goroutine, on a request in moved.
+	tick      atomic.Pointer[chan struct{}]
+	moved     chan struct{}
+	lastFrame atomic.Pointer[progressFrame]
 
 	qmu    sync.Mutex
 	queue  []hubItem
@@ -54,7 +72,7 @@ type hub struct {
 
 	dispatched atomic.Pointer[mark]
 	quit       chan struct{}
-	done       chan struct{}
+	wg         sync.WaitGroup // run and ticker
 }
 
 // hubItem is a change to fan out, or (c == nil) a store reset to generation gen.
@@ -63,17 +81,79 @@ type hubItem struct {
 	gen uint64
 }
 
+// progressEvery is how soon after the head moves a multi-namespace
+// watcher that did not carry the change hears of it, and how often at most.
+const progressEvery = 250 * time.Millisecond
+
 func newHub(gen uint64, silenced func() bool) *hub {
 	h := &hub{
-		byNS:     make(map[string]map[*watcher]struct{}),
-		silenced: silenced,
-		kick:     make(chan struct{}, 1),
-		quit:     make(chan struct{}),
-		done:     make(chan struct{}),
+		byNS:      make(map[string]map[*watcher]struct{}),
+		multis:    make(map[*watcher]struct{}),
+		multiByNS: make(map[string]int),
+		silenced:  silenced,
+		kick:      make(chan struct{}, 1),
+		moved:     make(chan struct{}, 1),
+		quit:      make(chan struct{}),
 	}
+	t := make(chan struct{})
+	h.tick.Store(&t)
 	h.dispatched.Store(&mark{gen: gen})
+	h.wg.Add(2)
 	go h.run()
+	go h.ticker()
 	return h
+}
+
+// ticks returns the channel that the next progress tick closes.
+func (h *hub) ticks() <-chan struct{} { return *h.tick.Load() }
+
+// ticker closes the tick channel once after each request in moved, but
+// never twice within progressEvery: however many publishes, a watcher
+// wakes for progress at most four times a second.
+func (h *hub) ticker() {
+	defer h.wg.Done()
+	var last time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-h.moved:
+		case <-h.quit:
+			return
+		}
+		if wait := progressEvery - time.Since(last); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-h.quit:
+				timer.Stop()
+				return
+			}
+		}
+		last = time.Now()
+		next := make(chan struct{})
+		old := h.tick.Swap(&next)
+		close(*old)
+	}
+}
+
+// progressFrame is the SSE progress frame of a multi-namespace stream at
+// one cursor: the same bytes for every stream, so encoded once.
+type progressFrame struct {
+	storeID string
+	cursor  int64
+	b       []byte
+}
+
+// streamProgress returns the progress frame for (storeID, cursor).
+func (h *hub) streamProgress(storeID string, cursor int64) []byte {
+	if f := h.lastFrame.Load(); f != nil && f.cursor == cursor && f.storeID == storeID {
+		return f.b
+	}
+	data, _ := json.Marshal(transport.StreamProgress{StoreID: storeID, Cursor: cursor})
+	f := &progressFrame{storeID: storeID, cursor: cursor, b: appendFrame(nil, transport.EventProgress, cursor, data)}
+	h.lastFrame.Store(f)
+	return f.b
 }
 
 // enqueue hands a change (or a reset) to the dispatcher. It never blocks.
@@ -90,7 +170,7 @@ func (h *hub) enqueue(it hubItem) {
 }
 
 func (h *hub) run() {
-	defer close(h.done)
+	defer h.wg.Done()
 	for {
 		select {
 		case <-h.kick:
@@ -102,6 +182,7 @@ func (h *hub) run() {
 		h.queue = h.spare[:0]
 		h.qmu.Unlock()
 		var last *change // the newest change handed over, marked once per batch
+		silent := false  // a change some multi-namespace watcher does not carry
 		for _, it := range items {
 			if it.c == nil {
 				h.kill(func(w *watcher) bool { return w.gen < it.gen })
@@ -117,11 +198,20 @@ func (h *hub) run() {
 			for w := range set {
 				w.push(it.c, h.silenced)
 			}
+			if h.multiByNS[it.c.cs.Namespace] < len(h.multis) {
+				silent = true
+			}
 			h.mu.RUnlock()
 			last = it.c
 		}
 		if last != nil {
 			h.dispatched.Store(&mark{gen: last.gen, rev: last.cs.Revision})
+		}
+		if silent {
+			select {
+			case h.moved <- struct{}{}:
+			default:
+			}
 		}
 		clear(items)
 		h.qmu.Lock()
@@ -139,7 +229,7 @@ func (h *hub) close() {
 	if !already {
 		close(h.quit)
 	}
-	<-h.done
+	h.wg.Wait()
 }
 
 // cursor returns the cursor a watcher of generation gen may report: every
@@ -154,12 +244,24 @@ func (h *hub) cursor(gen uint64, own int64) int64 {
 func (h *hub) add(w *watcher) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	set := h.byNS[w.ns]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		h.byNS[w.ns] = set
+	if w.added {
+		return
 	}
-	set[w] = struct{}{}
+	w.added = true
+	for _, ns := range w.names() {
+		set := h.byNS[ns]
+		if set == nil {
+			set = make(map[*watcher]struct{})
+			h.byNS[ns] = set
+		}
+		set[w] = struct{}{}
+		if w.multi {
+			h.multiByNS[ns]++
+		}
+	}
+	if w.multi {
+		h.multis[w] = struct{}{}
+	}
 	if w.stream {
 		h.streams++
 	}
@@ -168,13 +270,24 @@ func (h *hub) add(w *watcher) {
 func (h *hub) remove(w *watcher) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	set := h.byNS[w.ns]
-	if _, ok := set[w]; !ok {
+	if !w.added {
 		return
 	}
-	delete(set, w)
-	if len(set) == 0 {
-		delete(h.byNS, w.ns)
+	w.added = false
+	for _, ns := range w.names() {
+		set := h.byNS[ns]
+		delete(set, w)
+		if len(set) == 0 {
+			delete(h.byNS, ns)
+		}
+		if w.multi {
+			if h.multiByNS[ns]--; h.multiByNS[ns] == 0 {
+				delete(h.multiByNS, ns)
+			}
+		}
+	}
+	if w.multi {
+		delete(h.multis, w)
 	}
 	if w.stream {
 		h.streams--
@@ -187,9 +300,14 @@ func (h *hub) kill(match func(*watcher) bool) {
 	defer h.mu.RUnlock()
 	for _, set := range h.byNS {
 		for w := range set {
-			if match(w) {
+			if !w.multi && match(w) {
 				w.kill()
 			}
+		}
+	}
+	for w := range h.multis { // carried by several sets, or (all ended) by none
+		if match(w) {
+			w.kill()
 		}
 	}
 }
@@ -204,10 +322,13 @@ func (h *hub) openStreams() int {
 // waiting long-poll. Its queue is bounded; on overflow the watcher is ended
 // (never skipped) and its client resumes from its cursor.
 type watcher struct {
-	ns     string
+	ns     string   // the namespace of a single-namespace watcher
+	nss    []string // those of a multi-namespace one (multi)
+	multi  bool
 	gen    uint64
 	max    int
 	stream bool
+	added  bool // in the hub; guarded by hub.mu
 
 	mu         sync.Mutex
 	queue      []*change
@@ -231,6 +352,22 @@ func newWatcher(ns string, gen uint64, max int, stream bool) *watcher {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
+}
+
+// newMultiWatcher is the one watcher of a multi-namespace stream or
+// long-poll, however many namespaces it carries: one bounded queue.
+func newMultiWatcher(nss []string, gen uint64, max int, stream bool) *watcher {
+	w := newWatcher("", gen, max, stream)
+	w.nss, w.multi = nss, true
+	return w
+}
+
+// names returns the namespaces the watcher carries.
+func (w *watcher) names() []string {
+	if w.multi {
+		return w.nss
+	}
+	return []string{w.ns}
 }
 
 // push queues c. A watcher whose queue is full is ended, unless silenced

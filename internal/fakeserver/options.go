@@ -2,8 +2,12 @@ package fakeserver
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Defaults of the options.
@@ -23,6 +27,7 @@ type options struct {
 	maxWait         time.Duration
 	token           string
 	logger          *slog.Logger
+	without         map[string]bool // capabilities switched off
 }
 
 // Option configures a Server.
@@ -63,6 +68,27 @@ func WithMaxWait(d time.Duration) Option { return optionFunc(func(o *options) { 
 // API stays open: it is for tests and local tools.
 func WithBearerToken(token string) Option { return optionFunc(func(o *options) { o.token = token }) }
 
+// WithoutCapability makes the server not offer capability name, as a
+// server that predates it would: transport.CapabilityStream (no
+// /sdk/stream, /sdk/stream/events: 404), transport.CapabilityAckBatch
+// (a batched ack body is refused, 400) or transport.CapabilityH2C
+// (HTTP/1.1 only). It is not listed in Holdfast-Capabilities. For tests
+// of clients' fallbacks; Start refuses an unknown name.
+func WithoutCapability(name string) Option {
+	return optionFunc(func(o *options) {
+		if o.without == nil {
+			o.without = make(map[string]bool)
+		}
+		o.without[name] = true
+	})
+}
+
+// capabilities are those the server can offer, in the order it lists them.
+var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityH2C}
+
+// offers reports whether the server offers capability name.
+func (o *options) offers(name string) bool { return !o.without[name] }
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
 
@@ -90,6 +116,11 @@ func newOptions(opts []Option) (options, error) {
 		return o, errors.New("fakeserver: max publish bytes must be positive")
 	case o.maxWait < 0:
 		return o, errors.New("fakeserver: max wait must not be negative")
+	}
+	for name := range o.without {
+		if !slices.Contains(capabilities, name) {
+			return o, fmt.Errorf("fakeserver: WithoutCapability(%q): no such capability", name)
+		}
 	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)

@@ -1,13 +1,17 @@
 package fakeserver
 
 import (
+	"bytes"
 	"compress/gzip"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
@@ -111,14 +115,17 @@ func (s *Server) planeHeaders(w http.ResponseWriter, ns string) {
 }
 
 // setPlaneHeaders sets the store's headers, and what the server speaks:
-// its protocol version, its capabilities (none so far) and its heartbeat,
-// which clients of version 0 ignore.
+// its protocol version, its capabilities and its heartbeat, which clients
+// of version 0 ignore.
 func (s *Server) setPlaneHeaders(w http.ResponseWriter, storeID string, rev, cursor int64) {
 	h := w.Header()
 	h.Set(transport.HeaderStoreID, storeID)
 	h.Set(transport.HeaderRevision, strconv.FormatInt(rev, 10))
 	h.Set(transport.HeaderCursor, strconv.FormatInt(cursor, 10))
 	h.Set(transport.HeaderProtocol, strconv.Itoa(transport.ProtocolVersion))
+	if s.caps != "" {
+		h.Set(transport.HeaderCapabilities, s.caps)
+	}
 	// Whole milliseconds, rounded up: a client's idle timeout must not
 	// come out shorter than the real heartbeat allows.
 	ms := max((s.opts.heartbeat+time.Millisecond-1)/time.Millisecond, 1)
@@ -552,22 +559,79 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	if !s.gate(w, r, false) {
 		return
 	}
-	data, err := readBody(w, r, maxAckBytes)
+	bp := ackBuffers.Get().(*[]byte)
+	defer ackBuffers.Put(bp)
+	data, err := readBodyInto(w, r, maxAckBatch, bp)
 	if err != nil {
 		s.planeError(w, r, "", err)
 		return
 	}
-	ack, err := parseAck(data)
+	if len(data) > maxAckBytes && !bytes.Contains(data, []byte(`"acks"`)) {
+		s.planeError(w, r, "", &http.MaxBytesError{Limit: maxAckBytes}) // one ack, too large
+		return
+	}
+	acks, batch, err := parseAckBody(data)
+	switch {
+	case err != nil:
+	case !batch && len(data) > maxAckBytes:
+		err = &http.MaxBytesError{Limit: maxAckBytes}
+	case batch && !s.opts.offers(transport.CapabilityAckBatch):
+		err = fmt.Errorf("%w: batched acks are not offered", ErrInvalid)
+	}
 	if err != nil {
 		s.planeError(w, r, "", err)
 		return
 	}
-	if _, ok := s.store.nsRevision(ack.Namespace); !ok {
-		s.planeError(w, r, ack.Namespace, ErrUnknownNamespace)
-		return
+	if !batch {
+		if _, ok := s.store.nsRevision(acks[0].Namespace); !ok {
+			s.planeError(w, r, acks[0].Namespace, ErrUnknownNamespace)
+			return
+		}
+	} else {
+		// One namespace's trouble must not refuse the others: acks of
+		// namespaces that do not exist (any more) are dropped.
+		acks = s.store.known(acks)
 	}
-	s.acks.record(ack, time.Now())
+	s.acks.record(acks, time.Now())
 	defer s.speak(r)()
-	s.planeHeaders(w, ack.Namespace)
+	ns := ""
+	if !batch {
+		ns = acks[0].Namespace
+	}
+	s.planeHeaders(w, ns)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// ackBuffers are the bodies of acks being read: decoding copies what it
+// keeps, so a buffer serves request after request.
+var ackBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// readBodyInto reads a request body of at most limit bytes into *bp,
+// growing it as needed.
+func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, bp *[]byte) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	buf := (*bp)[:0]
+	if n := int(r.ContentLength); n > cap(buf) {
+		buf = make([]byte, 0, n)
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cap(buf) <= 64<<10 { // keep small buffers only
+		*bp = buf
+	}
+	return buf, nil
 }

@@ -27,6 +27,9 @@ type Server struct {
 	store *store
 	hub   *hub
 	mux   *http.ServeMux
+	caps  string // Holdfast-Capabilities
+
+	accepted atomic.Int64 // connections accepted, for tests
 
 	faults faults
 	acks   acks
@@ -60,6 +63,13 @@ func Start(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: o, log: o.logger, store: newStore(o.retention), addr: o.addr}
+	var caps []string
+	for _, c := range capabilities {
+		if o.offers(c) {
+			caps = append(caps, c)
+		}
+	}
+	s.caps = strings.Join(caps, ",")
 	s.faults.init()
 	s.hub = newHub(s.store.gen, s.faults.blackholed)
 	s.store.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
@@ -79,7 +89,14 @@ func (s *Server) listen() error {
 	}
 	s.addr = ln.Addr().String()
 	r := &run{served: make(chan struct{}), stopping: make(chan struct{})}
+	// HTTP/1.1 and, unless switched off, HTTP/2 with prior knowledge
+	// (h2c) on the same listener: a client then carries its stream,
+	// snapshots and acks over one connection.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(s.opts.offers(transport.CapabilityH2C))
 	r.srv = &http.Server{
+		Protocols:         &protos,
 		Handler:           s.track(r),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
@@ -87,6 +104,7 @@ func (s *Server) listen() error {
 			switch st {
 			case http.StateNew:
 				r.conns.Add(1)
+				s.accepted.Add(1)
 			case http.StateClosed, http.StateHijacked:
 				r.conns.Done()
 			}
@@ -412,10 +430,13 @@ type Stats struct {
 	Watches     int64 // GET /sdk/watch
 	Acks        int64 // POST /sdk/ack
 	Publishes   int64 // committed publishes and rollbacks
+	Streams     int64 // GET /sdk/stream
+	StreamPolls int64 // GET /sdk/stream/events
 }
 
 type counters struct {
 	snapshots, notModified, events, watches, acks, publishes atomic.Int64
+	streams, streamPolls                                     atomic.Int64
 }
 
 // Stats returns the request counters.
@@ -427,6 +448,8 @@ func (s *Server) Stats() Stats {
 		Watches:     s.stats.watches.Load(),
 		Acks:        s.stats.acks.Load(),
 		Publishes:   s.stats.publishes.Load(),
+		Streams:     s.stats.streams.Load(),
+		StreamPolls: s.stats.streamPolls.Load(),
 	}
 }
 
@@ -529,24 +552,28 @@ type ackState struct {
 	at            time.Time
 }
 
-func (a *acks) record(ack transport.Ack, now time.Time) {
+// record keeps what acks report, all under one short lock: map work
+// only, the decoding done before.
+func (a *acks) record(acks []transport.Ack, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
 		a.m = make(map[ackKey]*ackState)
 	}
-	k := ackKey{ack.ClientID, ack.Namespace}
-	st := a.m[k]
-	if st == nil {
-		st = &ackState{}
-		a.m[k] = st
+	for _, ack := range acks {
+		k := ackKey{ack.ClientID, ack.Namespace}
+		st := a.m[k]
+		if st == nil {
+			st = &ackState{}
+			a.m[k] = st
+		}
+		if ack.Status == transport.AckApplied {
+			st.acked = ack.Revision
+		} else {
+			st.nacked, st.nackErr = ack.Revision, ack.Error
+		}
+		st.at = now
 	}
-	if ack.Status == transport.AckApplied {
-		st.acked = ack.Revision
-	} else {
-		st.nacked, st.nackErr = ack.Revision, ack.Error
-	}
-	st.at = now
 }
 
 func (a *acks) reset() {

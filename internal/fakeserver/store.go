@@ -1,6 +1,8 @@
 package fakeserver
 
 import (
+	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -28,18 +30,38 @@ type change struct {
 	cs   transport.ChangeSet
 	once sync.Once
 	enc  []byte
+	data []byte // the ChangeSet's JSON: inside enc, its one data line
 }
 
-// frame returns the change's SSE frame, encoding it on first use.
-func (c *change) frame() []byte {
+// encode encodes the change once, for every stream and long-poll.
+func (c *change) encode() {
 	c.once.Do(func() {
 		data, err := json.Marshal(&c.cs)
 		if err != nil { // cannot happen: every value is valid, compact JSON
 			panic(fmt.Sprintf("fakeserver: encode change set: %v", err))
 		}
 		c.enc = appendFrame(nil, transport.EventChange, c.cs.Revision, data)
+		// json.Marshal escapes newlines, so the frame has one data line
+		// that is data itself: share it rather than keep a copy.
+		if i := bytes.Index(c.enc, []byte("\ndata: ")); i >= 0 && !bytes.ContainsRune(data, '\n') {
+			start := i + len("\ndata: ")
+			c.data = c.enc[start : start+len(data) : start+len(data)]
+		} else {
+			c.data = data
+		}
 	})
+}
+
+// frame returns the change's SSE frame, encoding it on first use.
+func (c *change) frame() []byte {
+	c.encode()
 	return c.enc
+}
+
+// json returns the change's ChangeSet JSON, encoding it on first use.
+func (c *change) json() []byte {
+	c.encode()
+	return c.data
 }
 
 // checker validates a namespace's whole content after a publish. It is held
@@ -439,6 +461,58 @@ func (st *store) subscribe(ns string, since int64, register func(subscription)) 
 	return sub, nil
 }
 
+// sinceReq is one namespace of a multi-namespace subscription.
+type sinceReq struct {
+	name  string
+	since int64
+}
+
+// subscribeMany is subscribe for several namespaces at once, under one
+// lock: the backlog holds every change of each namespace after its since,
+// in revision order, and sub.head speaks for all of them. A namespace that
+// subscribe would refuse is not subscribed: it is in ended, with the code
+// of its /sdk/watch error. register gets the namespaces subscribed (none
+// when all ended).
+func (st *store) subscribeMany(reqs []sinceReq, register func(sub subscription, names []string)) (subscription, []transport.NamespaceEndedBody) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	sub := subscription{storeID: st.id, gen: st.gen, head: st.head}
+	var ended []transport.NamespaceEndedBody
+	names := make([]string, 0, len(reqs))
+	parts := 0
+	for _, r := range reqs {
+		n := st.nss[r.name]
+		switch {
+		case n == nil:
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeNotFound,
+				Message: fmt.Sprintf("%v: %q", ErrUnknownNamespace, r.name)})
+			continue
+		case r.since > st.head:
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeCursorAhead,
+				Message: fmt.Sprintf("%v: cursor %d is above the store's head %d", transport.ErrCursorAhead, r.since, st.head)})
+			continue
+		case r.since < st.compact:
+			ce := &transport.CompactedError{CompactRevision: st.compact}
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeCompacted,
+				Message: ce.Error(), CompactRevision: st.compact})
+			continue
+		}
+		names = append(names, r.name)
+		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > r.since })
+		if len(n.changes) > i {
+			sub.backlog = append(sub.backlog, n.changes[i:]...)
+			parts++
+		}
+	}
+	if parts > 1 {
+		slices.SortFunc(sub.backlog, func(a, b *change) int { return cmp.Compare(a.cs.Revision, b.cs.Revision) })
+	}
+	if register != nil {
+		register(sub, names)
+	}
+	return sub, ended
+}
+
 // setSchema installs a checker for ns, creating the namespace if needed.
 func (st *store) setSchema(ns string, c *checker) {
 	st.mu.Lock()
@@ -550,4 +624,12 @@ func (st *store) nsRevision(ns string) (int64, bool) {
 		return 0, false
 	}
 	return n.rev, true
+}
+
+// known returns the acks of namespaces that exist, in place, under one
+// lock for the whole batch.
+func (st *store) known(acks []transport.Ack) []transport.Ack {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.DeleteFunc(acks, func(a transport.Ack) bool { return st.nss[a.Namespace] == nil })
 }

@@ -1,0 +1,374 @@
+package fakeserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// The multi-namespace watch (docs/PROTOCOL.md, "GET /sdk/stream"): one
+// watcher, one bounded queue, however many namespaces a stream carries.
+
+// parseStreamNamespaces reads the ns parameters of a stream request, each
+// "<name>:<since>". It refuses the request whole (an error wrapping
+// ErrInvalid) for no parameter, a malformed one, a name given twice or more
+// than transport.MaxStreamNamespaces. Names are not checked here: an
+// invalid one ends only itself (see splitInvalid).
+func parseStreamNamespaces(values []string) ([]sinceReq, error) {
+	switch {
+	case len(values) == 0:
+		return nil, fmt.Errorf("%w: no ns parameter (want ns=<name>:<since>, one per namespace)", ErrInvalid)
+	case len(values) > transport.MaxStreamNamespaces:
+		return nil, fmt.Errorf("%w: %d namespaces, at most %d per stream", ErrInvalid, len(values), transport.MaxStreamNamespaces)
+	}
+	reqs := make([]sinceReq, 0, len(values))
+	seen := make(map[string]struct{}, len(values))
+	for _, v := range values {
+		i := lastColon(v)
+		if i < 0 {
+			return nil, fmt.Errorf("%w: ns parameter %q is not <name>:<since>", ErrInvalid, truncate(v))
+		}
+		name, num := v[:i], v[i+1:]
+		since, ok := parseSince(num)
+		if !ok {
+			return nil, fmt.Errorf("%w: ns parameter %q: since %q is not a non-negative decimal integer", ErrInvalid, truncate(v), truncate(num))
+		}
+		if _, dup := seen[name]; dup {
+			return nil, fmt.Errorf("%w: namespace %q named twice", ErrInvalid, truncate(name))
+		}
+		seen[name] = struct{}{}
+		reqs = append(reqs, sinceReq{name: name, since: since})
+	}
+	return reqs, nil
+}
+
+// lastColon returns the index of the last ':' in v, or -1. A valid name
+// has none, so the last one separates the since; an invalid name with a
+// colon still gets its own ended event.
+func lastColon(v string) int {
+	for i := len(v) - 1; i >= 0; i-- {
+		if v[i] == ':' {
+			return i
+		}
+	}
+	return -1
+}
+
+// parseSince accepts decimal digits only (no sign, no space) within int64.
+func parseSince(s string) (int64, bool) {
+	if s == "" || len(s) > 19 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// truncate shortens what an error message quotes from a request.
+func truncate(s string) string {
+	if len(s) > 140 {
+		return s[:140] + "…"
+	}
+	return s
+}
+
+// splitInvalid takes the namespaces with an invalid name out of reqs:
+// each is an ended event of its own.
+func splitInvalid(reqs []sinceReq) ([]sinceReq, []transport.NamespaceEndedBody) {
+	var ended []transport.NamespaceEndedBody
+	valid := reqs[:0:0]
+	for _, r := range reqs {
+		if err := transport.ValidateNamespace(r.name); err != nil {
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeInvalidNamespace, Message: err.Error()})
+			continue
+		}
+		valid = append(valid, r)
+	}
+	return valid, ended
+}
+
+// streamRequest reads a stream request's namespaces: those to subscribe,
+// and those already ended by an invalid name.
+func streamRequest(r *http.Request) ([]sinceReq, []transport.NamespaceEndedBody, error) {
+	reqs, err := parseStreamNamespaces(r.URL.Query()["ns"])
+	if err != nil {
+		return nil, nil, err
+	}
+	valid, ended := splitInvalid(reqs)
+	return valid, ended, nil
+}
+
+func endedFrame(b []byte, e transport.NamespaceEndedBody) []byte {
+	data, _ := json.Marshal(e)
+	return appendFrame(b, transport.EventEnded, -1, data)
+}
+
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	s.stats.streams.Add(1)
+	if !s.gate(w, r, true) {
+		return
+	}
+	reqs, ended, err := streamRequest(r)
+	if err != nil {
+		s.planeError(w, r, "", err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	var wt *watcher
+	sub, more := s.store.subscribeMany(reqs, func(sub subscription, names []string) {
+		// Even with every namespace ended the stream stays: it still
+		// speaks for the store (progress), and ends with it (reset).
+		wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, true)
+		wt.attach(rc.SetWriteDeadline)
+		s.hub.add(wt)
+	})
+	ended = append(ended, more...)
+	defer func() {
+		wt.finish()
+		s.hub.remove(wt)
+	}()
+
+	s.speak(r) // returns with quiet read-locked: no black hole may open mid-write
+	speaking := true
+	defer func() {
+		if speaking {
+			s.faults.quiet.RUnlock()
+		}
+	}()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	s.setPlaneHeaders(w, sub.storeID, 0, sub.head)
+	w.WriteHeader(http.StatusOK)
+
+	// The ended namespaces, the backlog in store order, then a progress
+	// event at the head: the client learns at once that every namespace
+	// it joined is current up to it.
+	told := sub.head
+	if !wt.arm(s.writeTimeout()) {
+		return
+	}
+	var buf []byte
+	for _, e := range ended {
+		buf = endedFrame(buf, e)
+	}
+	if len(buf) > 0 {
+		if _, err := w.Write(buf); err != nil {
+			return
+		}
+	}
+	for _, c := range sub.backlog {
+		if _, err := w.Write(c.frame()); err != nil {
+			return
+		}
+	}
+	progress := func(cursor int64) error {
+		_, err := w.Write(s.hub.streamProgress(sub.storeID, cursor))
+		return err
+	}
+	if progress(told) != nil || rc.Flush() != nil {
+		return
+	}
+	s.faults.quiet.RUnlock()
+	speaking = false
+
+	ticker := time.NewTicker(s.opts.heartbeat)
+	defer ticker.Stop()
+	tick := s.hub.ticks()
+	for {
+		beat, prompt := false, false
+		select {
+		case <-wt.wake:
+		case <-ticker.C:
+			beat = true
+		case <-tick:
+			prompt = true
+		case <-wt.done:
+			return
+		case <-r.Context().Done():
+			return
+		}
+		for { // send nothing at all while black-holed
+			s.faults.quiet.RLock()
+			hole := s.faults.hole()
+			if hole == nil {
+				break
+			}
+			s.faults.quiet.RUnlock()
+			select {
+			case <-hole:
+				beat = true // say at once that the stream is alive
+			case <-wt.done:
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+		speaking = true
+		// The next tick's channel before the cursor: a tick for a head
+		// beyond d closes this channel after d was read.
+		tick = s.hub.ticks()
+		d := s.hub.cursor(wt.gen, told) // before take: every change up to d is queued
+		items, overflow := wt.take()
+		if overflow {
+			return // fell behind: the client resumes every namespace from its cursor
+		}
+		if !wt.arm(s.writeTimeout()) {
+			return
+		}
+		wrote := false
+		for _, c := range items {
+			if c.cs.Revision <= told {
+				continue // already sent with the backlog
+			}
+			if _, err := w.Write(c.frame()); err != nil {
+				return
+			}
+			// In store order: a change's id speaks for the whole stream.
+			told, wrote = c.cs.Revision, true
+		}
+		wt.recycle(items)
+		if beat || (prompt && d > told) {
+			told = max(told, d)
+			if progress(told) != nil {
+				return
+			}
+			wrote = true
+		}
+		if wrote && rc.Flush() != nil {
+			return
+		}
+		s.faults.quiet.RUnlock()
+		speaking = false
+	}
+}
+
+func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
+	s.stats.streamPolls.Add(1)
+	if !s.gate(w, r, true) {
+		return
+	}
+	reqs, ended, err := streamRequest(r)
+	if err != nil {
+		s.planeError(w, r, "", err)
+		return
+	}
+	wait := min(defaultWait, s.opts.maxWait)
+	if v := r.URL.Query().Get("wait"); v != "" {
+		if wait, err = parseDuration(v); err != nil {
+			s.planeError(w, r, "", err)
+			return
+		}
+		wait = min(wait, s.opts.maxWait)
+	}
+	var wt *watcher
+	var low int64 // the smallest since of the namespaces subscribed
+	sub, more := s.store.subscribeMany(reqs, func(sub subscription, names []string) {
+		low = sub.head
+		for _, q := range reqs {
+			if q.since < low && q.since <= sub.head {
+				low = q.since
+			}
+		}
+		// Wait only when there is nothing to tell: no change, no ended
+		// namespace, and no namespace behind the head.
+		if len(sub.backlog) == 0 && len(ended) == 0 && len(names) == len(reqs) && low >= sub.head && wait > 0 {
+			wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, false)
+			s.hub.add(wt)
+		}
+	})
+	ended = append(ended, more...)
+	changes := sub.backlog
+	cursor := sub.head
+	if wt != nil {
+		defer s.hub.remove(wt)
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		tick := s.hub.ticks()
+		var got []*change
+	wait:
+		for {
+			final, prompt := false, false
+			select {
+			case <-wt.wake:
+			case <-tick:
+				prompt = true
+			case <-timer.C:
+				final = true
+			case <-wt.done:
+				final = true
+			case <-r.Context().Done():
+				return
+			case <-stopping(r):
+				panic(http.ErrAbortHandler)
+			}
+			tick = s.hub.ticks()
+			d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+			items, overflow := wt.take()
+			if overflow {
+				// Changes were dropped from the queue: answer without
+				// moving the cursor past them; the next poll reads them
+				// from the history.
+				got = nil
+				break wait
+			}
+			for _, c := range items {
+				if c.cs.Revision > cursor {
+					got = append(got, c)
+					cursor = c.cs.Revision
+				}
+			}
+			if len(got) > 0 || final || (prompt && d > low) {
+				cursor = max(d, cursor)
+				break wait
+			}
+		}
+		changes = got
+		if wt.gen != s.store.generation() {
+			// The store was reset or restored meanwhile: what this poll
+			// read is another history's. Cut it, as a restart would.
+			panic(http.ErrAbortHandler)
+		}
+	}
+	defer s.speak(r)()
+	s.setPlaneHeaders(w, sub.storeID, 0, cursor)
+	writeStreamEvents(w, sub.storeID, cursor, changes, ended)
+}
+
+// writeStreamEvents writes a transport.StreamEventsResponse, each change
+// as the bytes encoded once for every reader.
+func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*change, ended []transport.NamespaceEndedBody) {
+	id, _ := json.Marshal(storeID)
+	b := make([]byte, 0, 64+len(changes)*256)
+	b = append(b, `{"store_id":`...)
+	b = append(b, id...)
+	b = append(b, `,"cursor":`...)
+	b = strconv.AppendInt(b, cursor, 10)
+	b = append(b, `,"changes":[`...)
+	for i, c := range changes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, c.json()...)
+	}
+	b = append(b, ']')
+	if len(ended) > 0 {
+		data, _ := json.Marshal(ended)
+		b = append(b, `,"ended":`...)
+		b = append(b, data...)
+	}
+	b = append(b, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
