@@ -58,8 +58,10 @@ type streamState struct {
 // Trouble with one member is an Ended event for it, and the stream goes on
 // with the others: an invalid name (before watching), a Since compacted
 // away (a *transport.CompactedError: the watch from the smallest Since is
-// cancelled by etcd, and the stream starts a new watch, on the same gRPC
-// stream, from the smallest Since of the members not compacted), a Since
+// cancelled by etcd, and the stream starts a new one (the etcd client may
+// put it on a new gRPC stream as it closes the old), from the smallest cursor of the members not compacted; a
+// member that a heartbeat confirmed past the compaction revision goes
+// on), a Since
 // above the store's head by a linearizable read (transport.ErrCursorAhead,
 // also when the store is restored from an older backup mid-stream), a
 // change over the size limits (transport.ErrTooLarge) or a malformed meta
@@ -119,7 +121,7 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 	)
 	// start opens the etcd watch from rev + 1. Its context is a child of
 	// wctx, with the same metadata: the etcd client puts it on the same
-	// gRPC stream. clientv3's Watch blocks until a member accepts the
+	// gRPC stream while that is open. clientv3's Watch blocks until a member accepts the
 	// watch: it runs aside, so that the idle timeout holds meanwhile.
 	start := func(rev int64) {
 		var c context.Context

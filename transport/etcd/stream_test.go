@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -348,14 +349,15 @@ func TestStreamInvalidNameAmongValid(t *testing.T) {
 func TestStreamCompactedMember(t *testing.T) {
 	cl := sharedCluster(t)
 	pub := newSource(t, cl.endpoints())
-	src, counts := countedSource(t, cl)
+	// No heartbeat in the test: one that read compacted-old's meta key at
+	// the head before etcd reported the compaction would confirm it past
+	// the compaction revision, and it would rightly go on.
+	src, counts := countedSource(t, cl, etcd.WithHeartbeat(time.Minute), etcd.WithIdleTimeout(2*time.Minute))
 	old := publish(t, pub, "compacted-old", map[string]any{"v": 0})
 	publish(t, pub, "compacted-filler", map[string]any{"v": 0})
 	publish(t, pub, "compacted-filler", map[string]any{"v": 1})
 	cur := publish(t, pub, "compacted-current", map[string]any{"v": 0})
-	if _, err := cl.client(t).Compact(context.Background(), cur); err != nil {
-		t.Fatal(err)
-	}
+	compactEverywhere(t, cl, cur)
 	req := transport.StreamRequest{Namespaces: []transport.WatchRequest{
 		{Namespace: "compacted-old", Since: old}, {Namespace: "compacted-current", Since: cur},
 	}}
@@ -391,6 +393,29 @@ func TestStreamCompactedMember(t *testing.T) {
 		t.Errorf("%d gRPC watch streams; want at most 2 (one before the compaction, one after)", n)
 	}
 	t.Logf("clientv3 Watch calls: %d, gRPC watch streams: %d", counts.watches.calls.Load(), counts.grpcStreams.Load())
+}
+
+// compactEverywhere compacts the cluster at rev and waits until every
+// member has applied it: Compact returns once the member that served it
+// has, and a watch on a member behind would still replay the history.
+func compactEverywhere(t *testing.T, cl *cluster, rev int64) {
+	t.Helper()
+	if _, err := cl.client(t).Compact(context.Background(), rev); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range cl.members {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.clientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "member "+m.name+" compacted at "+fmt.Sprint(rev), func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := cli.Get(ctx, etcd.KeyRoot, clientv3.WithRev(rev-1), clientv3.WithSerializable(), clientv3.WithCountOnly())
+			return errors.Is(err, rpctypes.ErrCompacted)
+		})
+		_ = cli.Close()
+	}
 }
 
 // TestStreamCursorAhead: a member whose cursor is above the store's head
