@@ -56,18 +56,20 @@ type streamState struct {
 // which the etcd client would then skip on resume.
 //
 // Trouble with one member is an Ended event for it, and the stream goes on
-// with the others: an invalid name (before watching), a Since compacted
-// away (a *transport.CompactedError: the watch from the smallest Since is
-// cancelled by etcd, and the stream starts a new one (the etcd client may
-// put it on a new gRPC stream as it closes the old), from the smallest cursor of the members not compacted; a
-// member that a heartbeat confirmed past the compaction revision goes
-// on), a Since
-// above the store's head by a linearizable read (transport.ErrCursorAhead,
-// also when the store is restored from an older backup mid-stream), a
-// change over the size limits (transport.ErrTooLarge) or a malformed meta
-// key (transport.ErrMalformed). A namespace named twice, more than
+// with the others: an invalid name (before watching); a Since compacted
+// away (a *transport.CompactedError: etcd cancels the watch from the
+// smallest cursor, and the stream starts a new one from the smallest
+// cursor of the members not compacted, which the etcd client may put on a
+// new gRPC stream as it closes the old; a member that a heartbeat
+// confirmed past the compaction revision goes on); a Since above the
+// store's head by a linearizable read (transport.ErrCursorAhead, also when
+// the store is restored from an older backup mid-stream); a change over
+// the size limits (transport.ErrTooLarge) or with a malformed meta key
+// (transport.ErrMalformed). A namespace named twice, more than
 // transport.MaxStreamNamespaces, or a negative Since fail the whole request
-// with an error wrapping transport.ErrBadRequest, before watching.
+// with an error wrapping transport.ErrBadRequest, before watching. The
+// watch needs read access to KeyRoot as a prefix (see WithAuth): without
+// it the whole stream fails with transport.ErrUnauthorized.
 //
 // It returns ctx.Err(), handle's error, transport.ErrStreamIdle,
 // transport.ErrBadRequest, ErrClosed, or an etcd error (such as "no
