@@ -489,3 +489,41 @@ func TestStreamHeartbeatProgress(t *testing.T) {
 		return ev.Progress != nil && ev.Progress.Cursor >= head
 	})
 }
+
+// TestStreamThroughDroppedConnections: connections dropped under a stream
+// (the etcd client resumes its watch): every member still gets each of its
+// changes once, in order.
+func TestStreamThroughDroppedConnections(t *testing.T) {
+	cl := sharedCluster(t)
+	ps := startProxies(t, cl)
+	pub := newSource(t, cl.endpoints())
+	src := newSource(t, ps.urls())
+	var req transport.StreamRequest
+	for i := range 5 {
+		ns := fmt.Sprintf("dropped-%d", i)
+		req.Namespaces = append(req.Namespaces, transport.WatchRequest{Namespace: ns, Since: publish(t, pub, ns, map[string]any{"v": 0})})
+	}
+	events, done := streamInto(t, src, req)
+	c := newStreamChecker(t, req, map[string]int64{})
+	for _, r := range req.Namespaces {
+		c.last[r.Namespace] = r.Since
+	}
+	want := map[string]int{}
+	var last int64
+	for i := range 30 {
+		ns := req.Namespaces[i%len(req.Namespaces)].Namespace
+		last = publish(t, pub, ns, map[string]any{"i": i})
+		want[ns]++
+		if i%5 == 0 {
+			ps.drop()
+		}
+	}
+	for c.pos < last {
+		c.check(nextStreamEvent(t, events, done, fmt.Sprintf("every change up to %d", last), func(transport.StreamEvent) bool { return true }).StreamEvent)
+	}
+	for _, r := range req.Namespaces {
+		if got := len(c.changes[r.Namespace]); got != want[r.Namespace] {
+			t.Errorf("%s: %d changes; want %d", r.Namespace, got, want[r.Namespace])
+		}
+	}
+}
