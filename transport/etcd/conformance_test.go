@@ -12,7 +12,9 @@ import (
 // through proxies so that a case can cut its connections. Restart and
 // Reset are left out: a whole-cluster restart and a new cluster per case
 // cost more than they add here (fault_test.go and restore_test.go kill
-// members and restore backups).
+// members and restore backups). The Source is a transport.StreamSource:
+// the suite's stream cases run on it as they are (stream_test.go has the
+// etcd-specific ones).
 func TestConformance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) *transporttest.Store {
 		cl := sharedCluster(t)

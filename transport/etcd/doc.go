@@ -27,6 +27,17 @@
 // made past it is delivered, but a delete made past it does not move the
 // namespace's revision.
 //
+// # Stream
+//
+// WatchStream (transport.StreamSource) carries every namespace of a client
+// over one etcd watch of the whole KeyRoot prefix: one etcd watcher, on
+// one gRPC stream, however many namespaces. A write to any namespace, one
+// the stream carries or not, advances the stream's cursor as soon as the
+// watch delivers it, with no request: a client's global revision follows
+// every publish within milliseconds. The cost is that every client
+// receives every write under KeyRoot. Per-namespace trouble (compacted,
+// cursor ahead, invalid name, too large) ends that namespace only.
+//
 // # Use
 //
 //	src, err := etcd.New(etcd.WithEndpoints("https://etcd-0:2379", "https://etcd-1:2379", "https://etcd-2:2379"),

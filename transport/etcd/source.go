@@ -254,16 +254,20 @@ func (s *Source) decodeKVs(ns string, kvs []*mvccpb.KeyValue) (map[string]json.R
 // tells apart: credentials refused → transport.ErrUnauthorized, a message
 // over the gRPC limit → transport.ErrTooLarge; the rest is wrapped as is.
 func mapError(op, ns string, err error) error {
+	what := fmt.Sprintf("%s of %q", op, ns)
+	if ns == "" {
+		what = op
+	}
 	switch {
 	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty),
 		errors.Is(err, rpctypes.ErrAuthOldRevision):
-		return fmt.Errorf("etcd: %s of %q: %w: %w", op, ns, transport.ErrUnauthorized, err)
+		return fmt.Errorf("etcd: %s: %w: %w", what, transport.ErrUnauthorized, err)
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted {
-		return fmt.Errorf("etcd: %s of %q: %w: %w", op, ns, transport.ErrTooLarge, err)
+		return fmt.Errorf("etcd: %s: %w: %w", what, transport.ErrTooLarge, err)
 	}
-	return fmt.Errorf("etcd: %s of %q: %w", op, ns, err)
+	return fmt.Errorf("etcd: %s: %w", what, err)
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
