@@ -16,7 +16,9 @@ import (
 
 const allCaps = "stream,ack-batch,h2c"
 
-func rawKV(k, v string) map[string]json.RawMessage { return map[string]json.RawMessage{k: json.RawMessage(v)} }
+func rawKV(k, v string) map[string]json.RawMessage {
+	return map[string]json.RawMessage{k: json.RawMessage(v)}
+}
 
 // streamLog records a stream's events and stops once until holds.
 type streamLog struct {
