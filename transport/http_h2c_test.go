@@ -35,8 +35,8 @@ func connScenario(t *testing.T, caps string, together bool) (after, open int64, 
 		srv.Publish(ns, rawKV("v", "1"), nil)
 		nss = append(nss, WatchRequest{Namespace: ns})
 	}
-	s = newSource(t, srv.URL)
-	ctx, cancel := context.WithCancel(context.Background())
+	s = newSource(t, srv.URL, WithIdleTimeout(5*time.Second)) // a loaded machine must not idle the stream out
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	snap, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "ns-00"})
 	if err != nil {
@@ -46,19 +46,22 @@ func connScenario(t *testing.T, caps string, together bool) (after, open int64, 
 	for i := range nss {
 		nss[i].Since = snap.Cursor
 	}
-	var progress sync.WaitGroup
-	progress.Add(1)
+	progress := make(chan struct{})
 	var once sync.Once
 	done := make(chan error, 1)
 	go func() {
 		done <- s.WatchStream(ctx, StreamRequest{Namespaces: nss}, func(e StreamEvent) error {
 			if e.Progress != nil {
-				once.Do(progress.Done)
+				once.Do(func() { close(progress) })
 			}
 			return nil
 		})
 	}()
-	progress.Wait()
+	select {
+	case <-progress:
+	case err := <-done:
+		t.Fatalf("WatchStream = %v before its first progress", err)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := range 20 {
