@@ -69,3 +69,33 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// The stream cases, run against this package's stand-in of the stream's
+// wire (the reference server's own stream is another branch's), over SSE
+// and long-poll: here they must run, not skip.
+func TestConformanceStreamStandIn(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	for _, mode := range []transport.WatchMode{transport.WatchSSE, transport.WatchLongPoll} {
+		t.Run(mode.String(), func(t *testing.T) {
+			transporttest.RunStream(t, func(t *testing.T) *transporttest.Store {
+				srv := transport.StartStandIn(t, "stream,ack-batch,h2c", 100*time.Millisecond)
+				src, err := transport.NewHTTPSource(srv.URL, transport.WithWatchMode(mode),
+					transport.WithIdleTimeout(5*time.Second), transport.WithLongPollWait(time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = src.Close() })
+				return &transporttest.Store{
+					Source: src,
+					Publish: func(t *testing.T, ns string, puts map[string]json.RawMessage, deletes []string) int64 {
+						return srv.Publish(ns, puts, deletes)
+					},
+					Compact:        func(t *testing.T, rev int64) { srv.Compact(rev) },
+					RequireStream:  true,
+					PromptProgress: true,
+				}
+			})
+		})
+	}
+}

@@ -100,6 +100,11 @@ type HTTPSource struct {
 	stream *http.Client // SSE: headers + whole events only, no overall Timeout (watchSSE times events)
 	poll   *http.Client // long-poll: headers; per-request deadline
 
+	// h2c is the source's own transport for an http:// endpoint, which
+	// switches to HTTP/2 with prior knowledge once the server lists
+	// CapabilityH2C; nil with WithHTTPClient or https.
+	h2c *h2cTransport
+
 	// info is what the server last advertised (ServerInfo); nil before
 	// any reply from a holdfast server.
 	info atomic.Pointer[ServerInfo]
@@ -268,14 +273,20 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
+	var h2c *h2cTransport
 	if o.client == nil {
 		maxIdle := o.idleTimeout
 		if !o.idleSet {
 			maxIdle = max(maxIdle, MaxDerivedIdleTimeout) // the idle timers cut sooner
 		}
-		o.client = defaultHTTPClient(o.longPollWait + 2*maxIdle)
+		t := defaultHTTPTransport(o.longPollWait + 2*maxIdle)
+		o.client = &http.Client{Transport: t}
+		if u.Scheme == "http" {
+			h2c = newH2CTransport(t)
+			o.client.Transport = h2c
+		}
 	}
-	src := &HTTPSource{base: u, opts: o}
+	src := &HTTPSource{base: u, opts: o, h2c: h2c}
 
 	rt := o.client.Transport
 	if rt == nil {
@@ -302,16 +313,19 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	return src, nil
 }
 
-// defaultHTTPClient has bounded dial, TLS and response-header phases and no
-// overall Timeout, which would cut healthy streams.
-func defaultHTTPClient(responseHeaderTimeout time.Duration) *http.Client {
+// defaultHTTPTransport has bounded dial, TLS and response-header phases
+// (the client has no overall Timeout, which would cut healthy streams). It
+// keeps one idle connection per host: over HTTP/1.1 the stream holds one
+// connection and snapshots and acks reuse one other, never a new one per
+// request; over HTTP/2 (https, or h2c) one connection carries everything.
+func defaultHTTPTransport(responseHeaderTimeout time.Duration) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.ResponseHeaderTimeout = responseHeaderTimeout
 	t.ExpectContinueTimeout = time.Second
-	t.MaxIdleConnsPerHost = 16
-	return &http.Client{Transport: t}
+	t.MaxIdleConnsPerHost = 1
+	return t
 }
 
 func validHeaderValue(s string) bool {
@@ -401,11 +415,8 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 
 // Ack reports what the client applied or rejected: POST /sdk/ack.
 func (s *HTTPSource) Ack(ctx context.Context, ack Ack) error {
-	if err := ValidateNamespace(ack.Namespace); err != nil {
+	if err := checkAck(ack); err != nil {
 		return err
-	}
-	if ack.Status != AckApplied && ack.Status != AckRejected {
-		return fmt.Errorf("transport: ack %q: status %q (want %q or %q)", ack.Namespace, ack.Status, AckApplied, AckRejected)
 	}
 	// A nack listing many failures must still fit the server's limits.
 	ack.Error = truncateUTF8(ack.Error, MaxAckErrorBytes)
@@ -455,7 +466,10 @@ func (s *HTTPSource) Watch(ctx context.Context, req WatchRequest, handle func(Ev
 	}
 	r := s.watchSSE(ctx, req, handle)
 	if s.opts.mode == WatchAuto {
-		s.noteStream(ctx, req, r)
+		s.noteStream(ctx, r, func(ctx context.Context) bool {
+			q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}, "wait": {"0s"}}
+			return s.probeURL(ctx, s.endpoint(PathEvents, q))
+		})
 	}
 	return r.err
 }
@@ -464,7 +478,7 @@ func (s *HTTPSource) Watch(ctx context.Context, req WatchRequest, handle func(Ev
 // WatchAuto, switches to long-poll after autoSwitchFailures of them in a row
 // when plain requests get through (the stream's own headers did, or a probe
 // does): the signature of a proxy that buffers streams.
-func (s *HTTPSource) noteStream(ctx context.Context, req WatchRequest, r sseResult) {
+func (s *HTTPSource) noteStream(ctx context.Context, r sseResult, probe func(context.Context) bool) {
 	if r.delivered > 0 {
 		s.mu.Lock()
 		s.sseFails = 0
@@ -481,7 +495,7 @@ func (s *HTTPSource) noteStream(ctx context.Context, req WatchRequest, r sseResu
 	if n < autoSwitchFailures {
 		return
 	}
-	if !r.connected && !s.probe(ctx, req) {
+	if !r.connected && !s.probeOK(ctx, probe) {
 		return
 	}
 	s.mu.Lock()
@@ -494,13 +508,17 @@ func (s *HTTPSource) noteStream(ctx context.Context, req WatchRequest, r sseResu
 	}
 }
 
-// probe reports whether a plain request gets an answer from the server: a
-// long-poll with no wait, bounded by the idle timeout.
-func (s *HTTPSource) probe(ctx context.Context, req WatchRequest) bool {
+// probeOK reports whether a plain request gets an answer from the server
+// (probe: a long-poll with no wait), bounded by the idle timeout.
+func (s *HTTPSource) probeOK(ctx context.Context, probe func(context.Context) bool) bool {
 	pctx, cancel := context.WithTimeout(ctx, s.replyTimeout())
 	defer cancel()
-	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}, "wait": {"0s"}}
-	hreq, err := http.NewRequestWithContext(pctx, http.MethodGet, s.endpoint(PathEvents, q), nil)
+	return probe(pctx)
+}
+
+// probeURL reports whether a GET of u gets an answer below 500.
+func (s *HTTPSource) probeURL(ctx context.Context, u string) bool {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false
 	}

@@ -273,13 +273,26 @@ func decodeSnapshot(data []byte, ns string, maxKeys int) (*Snapshot, error) {
 // decodeChangeSet decodes one change set of namespace ns: store_id set,
 // revision > 0 and 0 <= prev_revision < revision. Keys are not checked here.
 func decodeChangeSet(data []byte, ns string) (*ChangeSet, error) {
+	cs, err := decodeAnyChangeSet(data)
+	if err != nil {
+		return nil, err
+	}
+	if cs.Namespace != ns {
+		return nil, fmt.Errorf("%w: change of namespace %q, want %q", ErrMalformed, truncate(cs.Namespace, 130), ns)
+	}
+	return cs, nil
+}
+
+// decodeAnyChangeSet is decodeChangeSet for a change of any namespace (a
+// stream's: its caller checks that the stream carries it).
+func decodeAnyChangeSet(data []byte) (*ChangeSet, error) {
 	var cs ChangeSet
 	if err := json.Unmarshal(data, &cs); err != nil {
 		return nil, fmt.Errorf("%w: change: %v", ErrMalformed, err)
 	}
 	switch {
-	case cs.Namespace != ns:
-		return nil, fmt.Errorf("%w: change of namespace %q, want %q", ErrMalformed, truncate(cs.Namespace, 130), ns)
+	case cs.Namespace == "":
+		return nil, fmt.Errorf("%w: change without ns", ErrMalformed)
 	case cs.StoreID == "":
 		return nil, fmt.Errorf("%w: change without store_id", ErrMalformed)
 	case cs.Revision <= 0 || cs.PrevRevision < 0 || cs.PrevRevision >= cs.Revision:
@@ -380,6 +393,223 @@ func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, e
 		r.Changes = append(r.Changes, *cs)
 	}
 	return r, nil
+}
+
+// decodeStreamProgress decodes the data of a stream's progress event:
+// store_id set, cursor present and not negative. It names no namespace.
+func decodeStreamProgress(data []byte) (*StreamProgress, error) {
+	var w struct {
+		StoreID string `json:"store_id"`
+		Cursor  *int64 `json:"cursor"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("%w: stream progress: %v", ErrMalformed, err)
+	}
+	switch {
+	case w.StoreID == "":
+		return nil, fmt.Errorf("%w: stream progress without store_id", ErrMalformed)
+	case w.Cursor == nil || *w.Cursor < 0:
+		return nil, fmt.Errorf("%w: stream progress without a cursor >= 0", ErrMalformed)
+	}
+	return &StreamProgress{StoreID: w.StoreID, Cursor: *w.Cursor}, nil
+}
+
+// decodeNamespaceEnded decodes the data of an ended event (or an element
+// of a long-poll's ended list): ns and error set, compact_revision not
+// negative. The message is cut to 1 KiB.
+func decodeNamespaceEnded(data []byte) (NamespaceEndedBody, error) {
+	var b NamespaceEndedBody
+	if err := json.Unmarshal(data, &b); err != nil {
+		return NamespaceEndedBody{}, fmt.Errorf("%w: ended: %v", ErrMalformed, err)
+	}
+	if err := checkEnded(&b); err != nil {
+		return NamespaceEndedBody{}, err
+	}
+	return b, nil
+}
+
+func checkEnded(b *NamespaceEndedBody) error {
+	switch {
+	case b.Namespace == "":
+		return fmt.Errorf("%w: ended without ns", ErrMalformed)
+	case b.Code == "":
+		return fmt.Errorf("%w: ended %q without an error code", ErrMalformed, truncate(b.Namespace, 130))
+	case b.CompactRevision < 0:
+		return fmt.Errorf("%w: ended %q with compact_revision %d", ErrMalformed, truncate(b.Namespace, 130), b.CompactRevision)
+	}
+	b.Code = truncate(b.Code, 128)
+	b.Message = truncate(b.Message, 1024)
+	return nil
+}
+
+// endedStatus maps an ended event's code to the status and sentinel the
+// namespace's own watch would have failed with.
+var endedStatus = map[string]struct {
+	status int
+	err    error
+}{
+	CodeInvalidNamespace: {http.StatusBadRequest, ErrInvalidNamespace},
+	CodeBadRequest:       {http.StatusBadRequest, ErrBadRequest},
+	CodeNotFound:         {http.StatusNotFound, ErrNotFound},
+	CodeUnauthorized:     {http.StatusUnauthorized, ErrUnauthorized},
+	CodeForbidden:        {http.StatusForbidden, ErrUnauthorized},
+	CodeCursorAhead:      {http.StatusConflict, ErrCursorAhead},
+	CodeTooLarge:         {http.StatusRequestEntityTooLarge, ErrTooLarge},
+	CodeUnavailable:      {http.StatusServiceUnavailable, nil},
+}
+
+// endedError is what a namespace's own watch would have returned for the
+// trouble an ended event reports: a *StatusError (with the status its
+// watch would have had, the stream's store id) that unwraps to
+// *CompactedError, ErrNotFound, ErrUnauthorized, ErrCursorAhead,
+// ErrInvalidNamespace, ...; an unknown code is a 500 without a sentinel
+// (retryable).
+func endedError(b NamespaceEndedBody, storeID string) error {
+	se := &StatusError{Code: b.Code, Message: b.Message, StoreID: truncate(storeID, 128)}
+	if b.Code == CodeCompacted {
+		se.StatusCode, se.Err = http.StatusGone, &CompactedError{CompactRevision: b.CompactRevision}
+	} else if m, ok := endedStatus[b.Code]; ok {
+		se.StatusCode, se.Err = m.status, m.err
+	} else {
+		se.StatusCode = http.StatusInternalServerError
+	}
+	return fmt.Errorf("transport: stream: namespace %q ended: %w", b.Namespace, se)
+}
+
+// decodeStreamEvents decodes a 200 body of GET /sdk/stream/events: store_id
+// set, cursor present and not negative, each change at most maxEventBytes,
+// valid and at most the cursor, each ended element valid. Which namespaces
+// the changes and ended elements may name, and their order, is the
+// stream's to check (streamState).
+func decodeStreamEvents(data []byte, maxEventBytes int) (*StreamEventsResponse, error) {
+	var w struct {
+		StoreID string            `json:"store_id"`
+		Cursor  *int64            `json:"cursor"`
+		Changes []json.RawMessage `json:"changes"`
+		Ended   []json.RawMessage `json:"ended"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("%w: stream events: %v", ErrMalformed, err)
+	}
+	switch {
+	case w.StoreID == "":
+		return nil, fmt.Errorf("%w: stream events without store_id", ErrMalformed)
+	case w.Cursor == nil || *w.Cursor < 0:
+		return nil, fmt.Errorf("%w: stream events without a cursor >= 0", ErrMalformed)
+	}
+	r := &StreamEventsResponse{StoreID: w.StoreID, Cursor: *w.Cursor}
+	if len(w.Changes) > 0 {
+		r.Changes = make([]ChangeSet, 0, len(w.Changes))
+	}
+	for i, raw := range w.Changes {
+		if len(raw) > maxEventBytes {
+			return nil, tooLarge(fmt.Sprintf("change %d", i), int64(maxEventBytes))
+		}
+		cs, err := decodeAnyChangeSet(raw)
+		if err != nil {
+			return nil, fmt.Errorf("stream events: change %d: %w", i, err)
+		}
+		if cs.Revision > r.Cursor {
+			return nil, fmt.Errorf("%w: stream events: change %d has revision %d above the cursor %d", ErrMalformed, i, cs.Revision, r.Cursor)
+		}
+		r.Changes = append(r.Changes, *cs)
+	}
+	for i, raw := range w.Ended {
+		if len(raw) > maxEventBytes {
+			return nil, tooLarge(fmt.Sprintf("ended %d", i), int64(maxEventBytes))
+		}
+		b, err := decodeNamespaceEnded(raw)
+		if err != nil {
+			return nil, fmt.Errorf("stream events: ended %d: %w", i, err)
+		}
+		r.Ended = append(r.Ended, b)
+	}
+	return r, nil
+}
+
+// streamState checks a stream's events against its request: a change or
+// an end only of a namespace still in the stream, a namespace's changes
+// above its cursor (since, its last change, the stream's progress) and
+// increasing, the stream's progress never going back.
+type streamState struct {
+	floor   map[string]int64 // the namespaces still in the stream: their cursor
+	cursor  int64            // the stream's last progress
+	storeID string           // of the reply, for ended errors
+}
+
+func newStreamState(nss []WatchRequest) *streamState {
+	st := &streamState{floor: make(map[string]int64, len(nss))}
+	for _, r := range nss {
+		st.floor[r.Namespace] = r.Since
+	}
+	return st
+}
+
+func (st *streamState) change(cs *ChangeSet) error {
+	f, ok := st.floor[cs.Namespace]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: change of namespace %q, which the stream does not carry (or no longer)", ErrMalformed, truncate(cs.Namespace, 130))
+	case cs.Revision <= max(f, st.cursor):
+		return fmt.Errorf("%w: change of %q at revision %d, at or below its cursor %d", ErrMalformed, cs.Namespace, cs.Revision, max(f, st.cursor))
+	}
+	st.floor[cs.Namespace] = cs.Revision
+	return nil
+}
+
+func (st *streamState) progress(p *StreamProgress) error {
+	if p.Cursor < st.cursor {
+		return fmt.Errorf("%w: stream progress at %d, behind its progress at %d", ErrMalformed, p.Cursor, st.cursor)
+	}
+	st.cursor = p.Cursor
+	return nil
+}
+
+func (st *streamState) ended(b NamespaceEndedBody) (*NamespaceEnded, error) {
+	if _, ok := st.floor[b.Namespace]; !ok {
+		return nil, fmt.Errorf("%w: ended for namespace %q, which the stream does not carry (or no longer)", ErrMalformed, truncate(b.Namespace, 130))
+	}
+	delete(st.floor, b.Namespace)
+	return &NamespaceEnded{Namespace: b.Namespace, Err: endedError(b, st.storeID)}, nil
+}
+
+// decodeStreamSSEEvent decodes the data of one event of a stream and checks
+// it against the stream's state (which it advances).
+func decodeStreamSSEEvent(typ string, data []byte, st *streamState, maxBytes int) (StreamEvent, error) {
+	if len(data) > maxBytes {
+		return StreamEvent{}, tooLarge("event", int64(maxBytes))
+	}
+	switch typ {
+	case EventChange:
+		cs, err := decodeAnyChangeSet(data)
+		if err == nil {
+			err = st.change(cs)
+		}
+		if err != nil {
+			return StreamEvent{}, err
+		}
+		return StreamEvent{Change: cs}, nil
+	case EventProgress:
+		p, err := decodeStreamProgress(data)
+		if err == nil {
+			err = st.progress(p)
+		}
+		if err != nil {
+			return StreamEvent{}, err
+		}
+		return StreamEvent{Progress: p}, nil
+	case EventEnded:
+		b, err := decodeNamespaceEnded(data)
+		if err != nil {
+			return StreamEvent{}, err
+		}
+		e, err := st.ended(b)
+		if err != nil {
+			return StreamEvent{}, err
+		}
+		return StreamEvent{Ended: e}, nil
+	}
+	return StreamEvent{}, fmt.Errorf("%w: unknown event type %q", ErrMalformed, truncate(typ, 64))
 }
 
 // truncateUTF8 cuts s to at most n bytes, on a rune boundary.

@@ -344,3 +344,95 @@ func FuzzCountMembers(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeNamespaceEnded(f *testing.F) {
+	seedJSON(f, NamespaceEndedBody{Namespace: "a", Code: CodeCompacted, CompactRevision: 7, Message: "m"},
+		NamespaceEndedBody{Namespace: "Bad Name", Code: CodeInvalidNamespace},
+		NamespaceEndedBody{Namespace: "a", Code: CodeCursorAhead})
+	f.Add([]byte(`{"ns":"a","error":"compacted","compact_revision":-1}`))
+	f.Add([]byte(`{"ns":"","error":"not_found"}`))
+	f.Add([]byte(`{"ns":"a"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := decodeNamespaceEnded(data)
+		if err != nil {
+			wantKind(t, err, ErrMalformed)
+			return
+		}
+		if b.Namespace == "" || b.Code == "" || b.CompactRevision < 0 || len(b.Message) > 1024+len("…") {
+			t.Fatalf("accepted an invalid ended %+v", b)
+		}
+		st := newStreamState([]WatchRequest{{Namespace: b.Namespace}})
+		e, err := st.ended(b)
+		var se *StatusError
+		if err != nil || e.Namespace != b.Namespace || !errors.As(e.Err, &se) || se.Code != b.Code {
+			t.Fatalf("ended %+v: %+v, %v", b, e, err)
+		}
+		if _, err := st.ended(b); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("a second end of %q: %v; want ErrMalformed", b.Namespace, err)
+		}
+	})
+}
+
+func FuzzDecodeStreamProgress(f *testing.F) {
+	seedJSON(f, StreamProgress{StoreID: "s", Cursor: 12}, StreamProgress{StoreID: "s"})
+	f.Add([]byte(`{"store_id":"s","cursor":-1}`))
+	f.Add([]byte(`{"store_id":"s"}`))
+	f.Add([]byte(`{"cursor":1}`))
+	f.Add([]byte(`{"store_id":"s","cursor":1.5}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := decodeStreamProgress(data)
+		if err != nil {
+			wantKind(t, err, ErrMalformed)
+			return
+		}
+		if p.StoreID == "" || p.Cursor < 0 {
+			t.Fatalf("accepted an invalid progress %+v", p)
+		}
+	})
+}
+
+func FuzzDecodeStreamEvents(f *testing.F) {
+	a := change(12, 11, map[string]string{"k": "1"})
+	b := change(13, 0, nil, "x")
+	b.Namespace = "other"
+	seedJSON(f,
+		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, b}},
+		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{}, Ended: []NamespaceEndedBody{{Namespace: "gone", Code: CodeNotFound}}},
+		StreamEventsResponse{StoreID: "s", Cursor: 11, Changes: []ChangeSet{a}},
+		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
+	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":null}`))
+	f.Add([]byte(`{"store_id":"s","changes":[]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeStreamEvents(data, 512)
+		if err != nil {
+			wantKind(t, err, ErrMalformed, ErrTooLarge)
+			return
+		}
+		if r.StoreID == "" || r.Cursor < 0 {
+			t.Fatalf("accepted %+v", r)
+		}
+		st := newStreamState([]WatchRequest{{Namespace: testNS, Since: 10}, {Namespace: "other"}, {Namespace: "gone"}})
+		last := map[string]int64{}
+		for i := range r.Changes {
+			c := &r.Changes[i]
+			if c.StoreID == "" || c.Revision <= 0 || c.PrevRevision < 0 || c.PrevRevision >= c.Revision || c.Revision > r.Cursor {
+				t.Fatalf("accepted an invalid change %+v (cursor %d)", c, r.Cursor)
+			}
+			_, member := st.floor[c.Namespace]
+			floor := max(st.floor[c.Namespace], last[c.Namespace])
+			err := st.change(c)
+			if ok := member && c.Revision > floor; ok != (err == nil) {
+				t.Fatalf("change %+v (floor %d, member %v): %v", c, floor, member, err)
+			}
+			if err != nil {
+				return
+			}
+			last[c.Namespace] = c.Revision
+		}
+		for _, b := range r.Ended {
+			if b.Namespace == "" || b.Code == "" || b.CompactRevision < 0 {
+				t.Fatalf("accepted an invalid ended %+v", b)
+			}
+		}
+	})
+}

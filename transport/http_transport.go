@@ -26,9 +26,8 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.userAgent != "" {
 		r.Header.Set("User-Agent", t.userAgent)
 	}
-	// No Holdfast-Capabilities: this client declares none beyond the base
-	// protocol, so a server sends it no event type but change and progress.
 	r.Header.Set(HeaderProtocol, strconv.Itoa(ProtocolVersion))
+	r.Header.Set(HeaderCapabilities, clientCapabilities)
 	if t.token != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
 		r.Header.Set("Authorization", "Bearer "+t.token)
 	}

@@ -17,6 +17,11 @@ const (
 	MaxDerivedIdleTimeout = 3 * time.Minute
 )
 
+// clientCapabilities is what this client declares it can handle, in
+// HeaderCapabilities on every request: informational (the request path
+// says what the client uses), so that a server can count its clients.
+const clientCapabilities = CapabilityStream + "," + CapabilityAckBatch
+
 // heartbeatsPerIdle is how many advertised heartbeats make the derived idle
 // timeout: one late heartbeat, or two, are not a dead stream.
 const heartbeatsPerIdle = 3
@@ -158,5 +163,8 @@ func (s *HTTPSource) idleTimeoutFor(h http.Header) time.Duration {
 func (s *HTTPSource) noteReply(resp *http.Response) {
 	if info, ok := parseServerInfo(resp.Header, time.Now()); ok {
 		s.info.Store(&info)
+		if s.h2c != nil && info.HasCapability(CapabilityH2C) {
+			s.h2c.upgrade()
+		}
 	}
 }

@@ -145,10 +145,11 @@ func TestStatusCodesOfProtocolVersions(t *testing.T) {
 	}
 }
 
-// A client of this version declares no capability, so a conforming server
-// sends it only change and progress events: an unknown event name is the
-// server's mistake, and the stream ends with ErrMalformed (resumed from
-// the cursor), never skipped, since a skipped event may have carried state.
+// A client declares stream and ack-batch, neither of which adds an event
+// to the single-namespace watch, so a conforming server sends it only
+// change and progress events there: an unknown event name is the server's
+// mistake, and the stream ends with ErrMalformed (resumed from the
+// cursor), never skipped, since a skipped event may have carried state.
 func TestUnknownEventIsRefused(t *testing.T) {
 	leakCheck(t)
 	var caps atomic.Value
@@ -165,8 +166,8 @@ func TestUnknownEventIsRefused(t *testing.T) {
 	if !errors.Is(err, ErrMalformed) || n != 1 {
 		t.Errorf("Watch = %v after %d events; want ErrMalformed after 1", err, n)
 	}
-	if v, _ := caps.Load().([]string); len(v) != 0 {
-		t.Errorf("the client declared capabilities %q; it has none", v)
+	if v, _ := caps.Load().([]string); !slices.Equal(v, []string{"stream,ack-batch"}) {
+		t.Errorf("the client declared capabilities %q; want [\"stream,ack-batch\"]", v)
 	}
 }
 

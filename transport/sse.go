@@ -35,6 +35,40 @@ type sseResult struct {
 }
 
 // watchSSE follows one SSE stream of GET /sdk/watch?ns=N&since=C.
+func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func(Event) error) sseResult {
+	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}}
+	return s.followSSE(ctx, sseSpec{
+		url:  s.endpoint(PathWatch, q),
+		op:   "watch",
+		name: strconv.Quote(req.Namespace),
+		ns:   req.Namespace,
+		decode: func(typ string, data []byte) (func() error, error) {
+			e, err := decodeSSEEvent(typ, data, req.Namespace, s.opts.maxEventBytes)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return handle(e) }, nil
+		},
+	})
+}
+
+// sseSpec is one SSE stream of the protocol: where, how to name it in
+// errors, and how to decode its events.
+type sseSpec struct {
+	url  string
+	op   string // "watch", "stream": in errors
+	name string // what the stream carries, quoted: in errors
+	ns   string // for checkOK's message
+	// connected is called with the reply's headers once the server
+	// answered 200 text/event-stream.
+	connected func(http.Header)
+	// decode checks one event (with data, at most the frame limit) and
+	// returns what delivers it; an error ends the stream, with nothing of
+	// the event delivered.
+	decode func(typ string, data []byte) (deliver func() error, err error)
+}
+
+// followSSE follows one SSE stream.
 //
 // r3labs/sse is used for one connection attempt only (ReconnectStrategy is
 // backoff v1's StopBackOff; reconnects are package config's job). It calls
@@ -47,8 +81,8 @@ type sseResult struct {
 // and only a decoded event resets it, so a stream of keepalive comments
 // from an intermediary whose upstream is dead, or an event trickled a byte
 // at a time, ends with ErrStreamIdle like a silent one. The clock stops
-// while handle runs: a slow consumer is not a dead server.
-func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func(Event) error) sseResult {
+// while the handler runs: a slow consumer is not a dead server.
+func (s *HTTPSource) followSSE(ctx context.Context, spec sseSpec) sseResult {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clock := startEventClock(s.replyTimeout(), cancel) // until the headers: the reply's time to start
@@ -59,8 +93,7 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		stop     error // a decode or handler error that ended the stream
 		panicked any   // a panic of handle, re-raised once the stream is down
 	)
-	q := url.Values{"ns": {req.Namespace}, "since": {strconv.FormatInt(req.Since, 10)}}
-	c := sse.NewClient(s.endpoint(PathWatch, q), sse.ClientMaxBufferSize(sseFrameLimit(s.opts.maxEventBytes)))
+	c := sse.NewClient(spec.url, sse.ClientMaxBufferSize(sseFrameLimit(s.opts.maxEventBytes)))
 	c.Connection = s.stream
 	// A compressed event stream is buffered by whoever compresses it, and
 	// would look dead: ask for none (net/http would otherwise ask for gzip).
@@ -77,6 +110,9 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 				res.connected = true
 				// This stream's own server says how often it beats.
 				clock.retime(s.idleTimeoutFor(resp.Header))
+				if spec.connected != nil {
+					spec.connected(resp.Header)
+				}
 				return nil
 			}
 			defer closeBody(resp.Body)
@@ -89,10 +125,10 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			return notHoldfast(err, resp, body, "an event stream")
 		}
 		defer closeBody(resp.Body)
-		return checkOK(resp, "watch", req.Namespace)
+		return checkOK(resp, spec.op, spec.ns)
 	}
 
-	s.opts.logger.Debug("transport: watch stream opening", "ns", req.Namespace, "since", req.Since)
+	s.opts.logger.Debug("transport: "+spec.op+" stream opening", "url", spec.url)
 	err := c.SubscribeRawWithContext(sctx, func(ev *sse.Event) {
 		if stop != nil || len(ev.Data) == 0 {
 			// Aborted (events still queued are dropped), or a frame of
@@ -100,14 +136,14 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 			// delivers with no data.
 			return
 		}
-		e, derr := decodeSSEEvent(string(ev.Event), ev.Data, req.Namespace, s.opts.maxEventBytes)
+		deliver, derr := spec.decode(string(ev.Event), ev.Data)
 		if derr != nil {
-			stop = fmt.Errorf("transport: watch %q: %w", req.Namespace, derr)
+			stop = fmt.Errorf("transport: %s %s: %w", spec.op, spec.name, derr)
 			cancel()
 			return
 		}
 		clock.stop()
-		herr := callHandle(handle, e, &panicked)
+		herr := callHandle(deliver, &panicked)
 		if herr != nil {
 			stop = herr
 			cancel()
@@ -141,18 +177,18 @@ func (s *HTTPSource) watchSSE(ctx context.Context, req WatchRequest, handle func
 		case res.delivered > 0:
 			phase = "the next event"
 		}
-		res.err = fmt.Errorf("transport: watch %q: %w: no whole event for %v waiting for %s (comments and partial events do not count)",
-			req.Namespace, ErrStreamIdle, clock.timeoutNow(), phase)
+		res.err = fmt.Errorf("transport: %s %s: %w: no whole event for %v waiting for %s (comments and partial events do not count)",
+			spec.op, spec.name, ErrStreamIdle, clock.timeoutNow(), phase)
 	case err == nil:
 		// The library returns nil on a clean EOF.
-		res.err = fmt.Errorf("transport: watch %q: stream ended: %w", req.Namespace, io.ErrUnexpectedEOF)
+		res.err = fmt.Errorf("transport: %s %s: stream ended: %w", spec.op, spec.name, io.ErrUnexpectedEOF)
 	case errors.Is(err, bufio.ErrTooLong):
-		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace,
+		res.err = fmt.Errorf("transport: %s %s: %w", spec.op, spec.name,
 			tooLarge("event", int64(s.opts.maxEventBytes)))
 	default:
-		res.err = fmt.Errorf("transport: watch %q: %w", req.Namespace, err)
+		res.err = fmt.Errorf("transport: %s %s: %w", spec.op, spec.name, err)
 	}
-	s.opts.logger.Debug("transport: watch stream ended", "ns", req.Namespace,
+	s.opts.logger.Debug("transport: "+spec.op+" stream ended", "url", spec.url,
 		"events", res.delivered, "error", res.err.Error())
 	return res
 }
@@ -214,15 +250,16 @@ func (c *eventClock) fired() bool { return c.done.Load() }
 // errHandlePanicked stops a stream whose handle panicked.
 var errHandlePanicked = errors.New("transport: watch: handle panicked")
 
-// callHandle calls handle, turning a panic into *panicked and an error.
-func callHandle(handle func(Event) error, e Event, panicked *any) (err error) {
+// callHandle calls deliver (which calls handle), turning a panic into
+// *panicked and an error.
+func callHandle(deliver func() error, panicked *any) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			*panicked = p
 			err = errHandlePanicked
 		}
 	}()
-	return handle(e)
+	return deliver()
 }
 
 // sseFrameTransport hands r3labs/sse only whole events. The library's reader

@@ -21,8 +21,12 @@
 // was delivered) as well as what the case expects. Cases whose fault the
 // Store cannot inject (Disconnect, Restart, Reset left nil) are skipped.
 //
-// The suite grows with the protocol: the multi-namespace watch and the
-// relay add their cases here.
+// The cases of the multi-namespace watch (transport.StreamSource) run
+// when the Store has one (Store.Stream, or a Source that is one), and
+// check each stream's events likewise: a change only of a namespace in the
+// stream and not ended, above its cursor, progress never going back, an
+// end only once. The suite grows with the protocol: the relay adds its
+// cases here.
 package transporttest
 
 import (
@@ -61,12 +65,41 @@ type Store struct {
 	Reset func(t *testing.T)
 	// Timeout bounds each wait of a case (default 30 s).
 	Timeout time.Duration
+
+	// Stream is the multi-namespace watch under test; nil means Source
+	// itself when it is a transport.StreamSource. The stream cases skip
+	// without one, and when it answers transport.ErrStreamUnsupported,
+	// unless RequireStream.
+	Stream transport.StreamSource
+	// RequireStream makes ErrStreamUnsupported a failure of the stream
+	// cases rather than a reason to skip them.
+	RequireStream bool
+	// PromptProgress: the stream promises a progress past a publish to a
+	// namespace it does not carry within 1 s (the global revision).
+	PromptProgress bool
 }
 
 // Run runs every case as a subtest of t, each on a Store from newStore
 // (called with the subtest's t, so that the harness can clean up with
 // t.Cleanup).
 func Run(t *testing.T, newStore func(t *testing.T) *Store) {
+	t.Helper()
+	run(t, newStore, cases)
+	run(t, newStore, streamCases)
+}
+
+// RunStream runs only the cases of the multi-namespace watch.
+func RunStream(t *testing.T, newStore func(t *testing.T) *Store) {
+	t.Helper()
+	run(t, newStore, streamCases)
+}
+
+type testCase = struct {
+	name string
+	run  func(t *testing.T, e *env)
+}
+
+func run(t *testing.T, newStore func(t *testing.T) *Store, cases []testCase) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -82,10 +115,7 @@ func Run(t *testing.T, newStore func(t *testing.T) *Store) {
 	}
 }
 
-var cases = []struct {
-	name string
-	run  func(t *testing.T, e *env)
-}{
+var cases = []testCase{
 	{"Snapshot", testSnapshot},
 	{"NotFound", testNotFound},
 	{"WatchFromCursor", testWatchFromCursor},

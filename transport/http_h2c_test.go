@@ -1,0 +1,180 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// connScenario opens a stream of 20 namespaces after a first snapshot,
+// then makes 20 snapshots at once and a batch of acks while the stream
+// runs, and returns the connections the server accepted after the first
+// snapshot and those open at the end.
+func connScenario(t *testing.T, caps string, together bool) (after, open int64, s *HTTPSource, srv *StandIn) {
+	srv = StartStandIn(t, caps, 100*time.Millisecond)
+	var nss []WatchRequest
+	for i := range 20 {
+		ns := fmt.Sprintf("ns-%02d", i)
+		srv.Publish(ns, rawKV("v", "1"), nil)
+		nss = append(nss, WatchRequest{Namespace: ns})
+	}
+	s = newSource(t, srv.URL, WithIdleTimeout(5*time.Second)) // a loaded machine must not idle the stream out
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	snap, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "ns-00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := srv.accepted.Load()
+	for i := range nss {
+		nss[i].Since = snap.Cursor
+	}
+	progress := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		done <- s.WatchStream(ctx, StreamRequest{Namespaces: nss}, func(e StreamEvent) error {
+			if e.Progress != nil {
+				once.Do(func() { close(progress) })
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-progress:
+	case err := <-done:
+		t.Fatalf("WatchStream = %v before its first progress", err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 20 {
+		get := func() {
+			defer wg.Done()
+			if _, err := s.Snapshot(ctx, SnapshotRequest{Namespace: nss[i].Namespace}); err != nil {
+				errs <- err
+			}
+		}
+		wg.Add(1)
+		if together {
+			go get()
+		} else {
+			get()
+		}
+	}
+	wg.Wait()
+	var acks []Ack
+	for _, r := range nss {
+		acks = append(acks, Ack{ClientID: "c", Namespace: r.Namespace, Revision: 1, Status: AckApplied})
+	}
+	if err := s.AckBatch(ctx, acks); err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	after = srv.accepted.Load() - before
+	open = srv.open.Load()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("WatchStream = %v; want context.Canceled", err)
+	}
+	return after, open, s, srv
+}
+
+// Against a server that speaks h2c, the source switches after its first
+// reply: the stream, 20 snapshots made at once and the acks then share
+// one TCP connection, and the HTTP/1.1 one is closed.
+func TestOneConnectionOverH2C(t *testing.T) {
+	leakCheck(t)
+	after, _, s, srv := connScenario(t, allCaps, true)
+	if after != 1 {
+		t.Errorf("%d connections accepted after the switch; want 1", after)
+	}
+	if !s.h2c.on.Load() || srv.h2Reqs.Load() < 22 {
+		t.Errorf("h2c on %v, %d requests over HTTP/2; want on, >= 22", s.h2c.on.Load(), srv.h2Reqs.Load())
+	}
+	waitFor(t, "one open connection", func() bool { return srv.open.Load() == 1 })
+}
+
+// Over HTTP/1.1: the stream's connection and at most one other, whether
+// the snapshots come one after another (then on one reused connection) or
+// at once (extra connections closed as they go idle).
+func TestHTTP1ConnectionsBesideTheStream(t *testing.T) {
+	leakCheck(t)
+	after, _, s, srv := connScenario(t, "stream,ack-batch", false)
+	if after > 1 || s.h2c.on.Load() {
+		t.Errorf("%d connections accepted for the stream and 20 snapshots one after another (h2c %v); want at most 1 more", after, s.h2c.on.Load())
+	}
+	if n := srv.accepted.Load(); n > 2 {
+		t.Errorf("%d connections in all; want at most 2", n)
+	}
+	_, _, _, srv = connScenario(t, "stream,ack-batch", true)
+	waitFor(t, "at most 2 open connections", func() bool { return srv.open.Load() <= 2 })
+}
+
+// Requests started together right after the switch still share one
+// connection: the first dials, the others wait for its connection.
+func TestH2CSwitchWarmsOneConnection(t *testing.T) {
+	leakCheck(t)
+	srv := StartStandIn(t, allCaps, time.Second)
+	srv.Publish("a", rawKV("v", "1"), nil)
+	s := newSource(t, srv.URL)
+	ctx := streamCtx(t)
+	if _, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	before := srv.accepted.Load()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if _, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "a"}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := srv.accepted.Load() - before; n != 1 {
+		t.Errorf("20 snapshots at once after the switch: %d connections; want 1", n)
+	}
+	waitFor(t, "the HTTP/1.1 connection closed", func() bool { return srv.open.Load() == 1 })
+}
+
+// A server (or a proxy in front of it) that lists h2c but speaks only
+// HTTP/1.1 costs a failed request per fallback, at most maxH2CFallbacks,
+// then h2c is off for good.
+func TestH2CFallsBackToHTTP1(t *testing.T) {
+	leakCheck(t)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderStoreID, "s")
+		w.Header().Set(HeaderCapabilities, allCaps)
+		writeJSON(t, w, http.StatusOK, Snapshot{Namespace: "a", StoreID: "s", Revision: 1, Cursor: 1, Values: json.RawMessage(`{}`)})
+	})
+	s := newSource(t, srv.URL)
+	failed := 0
+	for range 10 {
+		if _, err := s.Snapshot(streamCtx(t), SnapshotRequest{Namespace: "a"}); err != nil {
+			failed++
+		}
+	}
+	if failed != maxH2CFallbacks || s.h2c.on.Load() {
+		t.Errorf("%d of 10 snapshots failed, h2c on %v; want %d, off", failed, s.h2c.on.Load(), maxH2CFallbacks)
+	}
+}
