@@ -53,6 +53,10 @@ func fakeStore(t *testing.T, opts ...transport.HTTPOption) *transporttest.Store 
 			}
 		},
 		Reset: func(*testing.T) { srv.ResetStore() },
+		// The reference server offers the stream and promises progress
+		// within 250 ms of a publish elsewhere: the stream cases must run.
+		RequireStream:  true,
+		PromptProgress: true,
 	}
 }
 

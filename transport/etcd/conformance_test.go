@@ -39,6 +39,10 @@ func TestConformance(t *testing.T) {
 				}
 			},
 			Disconnect: func(*testing.T) { ps.drop() },
+			// One prefix watch carries the stream; a put elsewhere is an
+			// event of it, so progress follows at once.
+			RequireStream:  true,
+			PromptProgress: true,
 		}
 	})
 }

@@ -312,7 +312,14 @@ func (s *Source) streamRevision(st *streamState, evs []*clientv3.Event, handle f
 // streamProgress tells the stream complete up to rev, when it is news and
 // no member waits for a change that a check found in the store.
 func (s *Source) streamProgress(st *streamState, rev int64, handle func(transport.StreamEvent) error) error {
-	if rev <= st.told {
+	return s.progressAt(st, rev, false, handle)
+}
+
+// progressAt is streamProgress; a heartbeat (again) also repeats the
+// cursor last told, so that a quiet stream still hears, every heartbeat,
+// that it is alive and current (as the reference server's stream does).
+func (s *Source) progressAt(st *streamState, rev int64, again bool, handle func(transport.StreamEvent) error) error {
+	if rev < st.told || rev == st.told && !again {
 		return nil
 	}
 	for _, w := range st.members {
@@ -432,5 +439,5 @@ func (s *Source) streamCheck(ctx context.Context, st *streamState, handle func(t
 		}
 		w.pending = 0
 	}
-	return true, s.streamProgress(st, head, handle)
+	return true, s.progressAt(st, head, true, handle)
 }
