@@ -28,7 +28,7 @@ const (
 	// A namespace whose queue overflows leaves the stream (its Watch ends
 	// with errMemberOverflow and it rejoins from its cursor); the others
 	// are never held up.
-	memberQueue = 256
+	memberQueue = 1024
 	// streamRetryEvery is how long after a source said it has no stream
 	// the namespaces watch one by one before the stream is tried again
 	// (at their next reconnect).
