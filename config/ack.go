@@ -2,7 +2,9 @@ package config
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -10,38 +12,55 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// acker reports a namespace's outcomes (applied or rejected revisions) to
-// the config plane, off the apply path. Outcomes coalesce: only the newest
-// is waiting at any time. Reporting is best effort: failures back off and
-// retry the newest outcome, and never touch reads or applies.
+// The window over which a client spreads its acks: an outcome waits a
+// random delay within it, so that the clients of a publish do not all
+// report in the same millisecond, yet a client in a rollout stage
+// reports promptly. Outcomes that arrive meanwhile, of any namespace, go
+// in the same batch.
+const (
+	ackDelayMin = 50 * time.Millisecond
+	ackDelayMax = 250 * time.Millisecond
+)
+
+// acker reports the client's outcomes (applied or rejected revisions) to
+// the config plane, off the apply path, on one goroutine for all its
+// namespaces. Outcomes coalesce: the newest of each namespace is waiting
+// at any time. They go as one transport.BatchAcker batch when the source
+// has it, else one Ack each. Reporting is best effort: failures back off
+// and retry the newest outcomes, and never touch reads or applies.
 type acker struct {
 	// Read-only after newAcker.
 	src      transport.Acker
+	batch    transport.BatchAcker // nil when the source has none
 	log      *slog.Logger
 	clientID string
-	ns       string
 	wake     chan struct{} // cap 1: an outcome is pending
 
-	mu      sync.Mutex     // guards pending
-	pending *transport.Ack // the newest outcome not yet taken by run; nil if none
+	startOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex                // guards pending
+	pending map[string]*transport.Ack // the newest outcome of each namespace not yet taken by run
 }
 
-func newAcker(src transport.Acker, log *slog.Logger, clientID, ns string) *acker {
-	return &acker{src: src, log: log, clientID: clientID, ns: ns, wake: make(chan struct{}, 1)}
+func newAcker(src transport.Acker, log *slog.Logger, clientID string) *acker {
+	a := &acker{src: src, log: log, clientID: clientID, wake: make(chan struct{}, 1), pending: make(map[string]*transport.Ack)}
+	a.batch, _ = src.(transport.BatchAcker)
+	return a
 }
 
-// report queues an outcome without blocking; it replaces any outcome not
-// yet sent. A nil acker ignores it.
-func (a *acker) report(revision int64, err error) {
+// report queues an outcome of ns without blocking; it replaces any outcome
+// of ns not yet sent. A nil acker ignores it.
+func (a *acker) report(ns string, revision int64, err error) {
 	if a == nil {
 		return
 	}
-	ack := &transport.Ack{ClientID: a.clientID, Namespace: a.ns, Revision: revision, Status: transport.AckApplied}
+	ack := &transport.Ack{ClientID: a.clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied}
 	if err != nil {
 		ack.Status, ack.Error = transport.AckRejected, err.Error()
 	}
 	a.mu.Lock()
-	a.pending = ack
+	a.pending[ns] = ack
 	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
@@ -49,42 +68,108 @@ func (a *acker) report(revision int64, err error) {
 	}
 }
 
-func (a *acker) take() *transport.Ack {
+// start starts run, once, until ctx ends.
+func (a *acker) start(ctx context.Context, policy syncer.Backoff) {
+	if a == nil {
+		return
+	}
+	a.startOnce.Do(func() {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); a.run(ctx, policy) }()
+	})
+}
+
+// wait waits for run to return, once ctx ended.
+func (a *acker) wait() {
+	if a != nil {
+		a.wg.Wait()
+	}
+}
+
+// take returns the pending outcomes, in no order: order across namespaces
+// means nothing.
+func (a *acker) take() []transport.Ack {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ack := a.pending
-	a.pending = nil
-	return ack
+	if len(a.pending) == 0 {
+		return nil
+	}
+	acks := make([]transport.Ack, 0, len(a.pending))
+	for ns, ack := range a.pending {
+		acks = append(acks, *ack)
+		delete(a.pending, ns)
+	}
+	return acks
+}
+
+// requeue puts back the outcomes of a failed send, unless a newer one of
+// the same namespace came meanwhile.
+func (a *acker) requeue(acks []transport.Ack) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range acks {
+		if _, newer := a.pending[acks[i].Namespace]; !newer {
+			a.pending[acks[i].Namespace] = &acks[i]
+		}
+	}
 }
 
 // run sends outcomes until ctx ends. After a failure it waits as policy
 // says (the client's: backoff, Retry-After, the unauthorized wait).
 func (a *acker) run(ctx context.Context, policy syncer.Backoff) {
 	bo := policy.New()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.wake:
 		}
-		for ack := a.take(); ack != nil; {
-			sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := a.src.Ack(sendCtx, *ack)
-			cancel()
+		// Spread: wait a random delay within the window, gathering what
+		// else comes in.
+		t.Reset(ackDelayMin + rand.N(ackDelayMax-ackDelayMin))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for acks := a.take(); len(acks) > 0; acks = a.take() {
+			err := a.send(ctx, acks)
 			if err == nil {
 				bo.Reset()
-				break
+				continue
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			a.log.Debug("config: ack not delivered; will retry", "revision", ack.Revision, "err", err)
+			a.log.Debug("config: acks not delivered; will retry", "acks", len(acks), "err", err)
+			a.requeue(acks) // the newest outcome of each namespace wins
 			if policy.Wait(ctx, bo, err); ctx.Err() != nil {
 				return
 			}
-			if newer := a.take(); newer != nil {
-				ack = newer // the newest outcome wins
-			}
 		}
 	}
+}
+
+// send reports acks: as one batch, or one by one; it stops at the first
+// failure, and what was not sent is the caller's to retry (sending an ack
+// twice is harmless: the newest outcome is the server's).
+func (a *acker) send(ctx context.Context, acks []transport.Ack) error {
+	sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if a.batch != nil {
+		// A source that finds the server without batches says so with
+		// ErrStreamUnsupported: then one by one.
+		if err := a.batch.AckBatch(sendCtx, acks); !errors.Is(err, transport.ErrStreamUnsupported) {
+			return err
+		}
+	}
+	for _, ack := range acks {
+		if err := a.src.Ack(sendCtx, ack); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -31,10 +31,18 @@ type Client struct {
 	tracer    *instrument.Tracer
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
+	mux       *streamMux          // nil when the source has no multi-namespace watch
+	acks      *acker              // nil when the source cannot take acks
+	persister *cachedir.Persister // nil without a cache directory; started with the first namespace
+	rev       revision            // the global revision (Revision)
 
 	// Safe for concurrent use by themselves.
-	wg        sync.WaitGroup // every namespace's closer
+	wg        sync.WaitGroup // every namespace's goroutines
 	closeOnce sync.Once
+	persistMu sync.Mutex // guards persistOwners; taken after c.mu, and holds no other lock
+	// persistOwners routes the persister's results to the open namespace
+	// of that name.
+	persistOwners map[string]*Namespace
 
 	// mu guards what follows; a namespace's own mu is taken after it,
 	// never before.
@@ -85,6 +93,13 @@ func New(opts ...Option) (*Client, error) {
 	}
 	c.metrics, c.tracer = metrics, instrument.NewTracer(o.tracerProvider)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if ss, ok := c.src.(transport.StreamSource); ok {
+		c.mux = newStreamMux(c.ctx, ss, o.logger, c.backoff())
+	}
+	if a, ok := c.src.(transport.Acker); ok {
+		c.acks = newAcker(a, o.logger, o.clientID)
+	}
+	c.rev.init()
 	return c, nil
 }
 
@@ -243,7 +258,7 @@ func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error
 	}
 	n.syncer = syncer.New(syncer.Config{
 		Namespace:    name,
-		Source:       c.src,
+		Source:       nsView{src: c.src, mux: c.mux},
 		Sink:         nsSink{n},
 		Schema:       checks,
 		Log:          log,
@@ -270,13 +285,15 @@ func (c *Client) backoff() syncer.Backoff {
 	return syncer.Backoff{Initial: c.opts.backoffInitial, Max: c.opts.backoffMax, Unauthorized: c.opts.unauthorizedWait}
 }
 
-// start registers the namespace's metrics and starts its goroutines. c.mu
-// must be held.
+// start registers the namespace's metrics and starts its goroutines: the
+// syncer, the callbacks' dispatcher and the clock. Whichever of them exits
+// last finishes the namespace (finish): no goroutine waits for them. Acks
+// and the last-good file are the client's (one acker, one persister).
+// c.mu must be held.
 func (c *Client) start(n *Namespace) {
 	var err error
-	if a, ok := c.src.(transport.Acker); ok {
-		n.acks = newAcker(a, n.log, c.opts.clientID, n.name)
-	}
+	n.acks = c.acks
+	c.acks.start(c.ctx, c.backoff())
 	if n.metrics, err = c.metrics.Namespace(n.name, probe{n}); err != nil {
 		n.log.Warn("config: namespace metrics not registered", "err", err)
 	}
@@ -290,38 +307,75 @@ func (c *Client) start(n *Namespace) {
 	n.mu.Unlock()
 	n.syncer.SetMeter(n.metrics)
 	if c.dir != nil {
-		n.persister = cachedir.NewPersister(c.dir, n.persisted)
+		n.persister = c.persisterFor(n)
 	}
+	c.rev.add(n)
 
 	ctx, cancel := context.WithCancel(c.ctx)
 	n.cancel = cancel
-	var wg sync.WaitGroup
-	start := func(fn func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); fn(ctx) }()
-	}
-	start(n.syncer.Run)
-	start(n.disp.run)
-	if n.acks != nil {
-		start(func(ctx context.Context) { n.acks.run(ctx, c.backoff()) })
-	}
-	start(n.runClock)
+	fns := []func(context.Context){n.syncer.Run, n.disp.run, n.runClock}
+	n.running.Store(int32(len(fns)))
 	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		wg.Wait()
-		if n.persister != nil {
-			n.mu.Lock()
-			n.flushConfirmation()
-			n.mu.Unlock()
-			_ = n.persister.Close() // writes what is pending
-		}
-		_ = n.metrics.Close()
+	for _, fn := range fns {
+		go func() {
+			defer func() {
+				if n.running.Add(-1) == 0 {
+					c.finish(n)
+				}
+			}()
+			fn(ctx)
+		}()
+	}
+}
+
+// finish closes a namespace whose goroutines have all exited: it leaves
+// the stream and the global revision, writes its last confirmation,
+// unregisters its metrics and closes done.
+func (c *Client) finish(n *Namespace) {
+	defer c.wg.Done()
+	if c.mux != nil {
+		c.mux.leave(n.name)
+	}
+	c.rev.remove(n)
+	if n.persister != nil {
 		n.mu.Lock()
-		n.setState(StateClosed)
+		n.flushConfirmation()
 		n.mu.Unlock()
-		close(n.done)
-	}()
+		c.persistMu.Lock()
+		if c.persistOwners[n.name] == n {
+			delete(c.persistOwners, n.name)
+		}
+		c.persistMu.Unlock()
+	}
+	_ = n.metrics.Close()
+	n.mu.Lock()
+	n.setState(StateClosed)
+	n.mu.Unlock()
+	close(n.done)
+}
+
+// persisterFor returns the client's persister, started with the first
+// namespace, and routes n's results to n. c.mu must be held.
+func (c *Client) persisterFor(n *Namespace) *cachedir.Persister {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	if c.persister == nil {
+		c.persistOwners = make(map[string]*Namespace)
+		c.persister = cachedir.NewPersister(c.dir, c.persisted)
+	}
+	c.persistOwners[n.name] = n
+	return c.persister
+}
+
+// persisted hands a write's result to the namespace that submitted it, if
+// it is still open; on the persister's goroutine.
+func (c *Client) persisted(rec *cachedir.Record, err error) {
+	c.persistMu.Lock()
+	n := c.persistOwners[rec.Namespace]
+	c.persistMu.Unlock()
+	if n != nil {
+		n.persisted(rec, err)
+	}
 }
 
 // newNamespace makes a namespace in StateSyncing, with nothing started.
@@ -371,6 +425,13 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		c.cancel()
 		c.wg.Wait()
+		if c.mux != nil {
+			c.mux.wait()
+		}
+		c.acks.wait()
+		if c.persister != nil {
+			_ = c.persister.Close() // writes what is pending
+		}
 		if c.ownSource != nil {
 			_ = c.ownSource.Close()
 		}

@@ -46,9 +46,12 @@ type Namespace struct {
 	cancel      context.CancelFunc
 
 	// Lock-free.
-	serving    snapshot.Holder // what getters read
-	mismatches atomic.Int64
-	rejects    atomic.Int64
+	running         atomic.Int32 // goroutines of the namespace still running; the last to exit finishes it
+	closeOnce       sync.Once
+	confirmedCursor atomic.Int64    // the cursor last confirmed, for the global revision
+	serving         snapshot.Holder // what getters read
+	mismatches      atomic.Int64
+	rejects         atomic.Int64
 
 	// mu guards what follows. The syncer's reports and the clock take it
 	// to record a fact and settle; Status, WaitFor* and metric collection
@@ -377,4 +380,32 @@ func (n *Namespace) readyOnce() {
 	if !isClosed(n.ready) {
 		close(n.ready)
 	}
+}
+
+// Close stops the namespace's sync loop, clock and callbacks and waits for
+// them to return (a callback that is running is waited for); it takes the
+// namespace out of the client's shared watch stream without disturbing
+// the others. The namespace keeps serving its last data to readers, in
+// StateClosed; a later Client.Namespace of the same name opens it anew.
+// Its last confirmation is handed to the client's last-good writer, which
+// writes it in the background (Client.Close waits for it). Close is
+// idempotent and safe to call concurrently; it must not be called from a
+// callback of the namespace.
+func (n *Namespace) Close() error {
+	c := n.c
+	n.closeOnce.Do(func() {
+		c.mu.Lock()
+		if c.namespaces[n.name] == n {
+			delete(c.namespaces, n.name)
+			// Until it has finished, a new open of the name waits: its
+			// metrics and file are this one's until then.
+			c.closing[n.name] = n.done
+		}
+		c.mu.Unlock()
+		if n.cancel != nil {
+			n.cancel()
+		}
+	})
+	<-n.done
+	return nil
 }

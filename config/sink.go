@@ -28,7 +28,7 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.status.Revision, n.status.StoreID = u.Snapshot.Revision(), u.Snapshot.StoreID()
 	n.confirmed(u.Position, true)
 	n.settle(up)
-	n.acks.report(u.Snapshot.Revision(), nil)
+	n.acks.report(n.name, u.Snapshot.Revision(), nil)
 	n.wakeClock()
 }
 
@@ -61,7 +61,7 @@ func (s nsSink) Rejected(revision int64, err error) {
 	n := s.n
 	rerr := &RejectedError{Namespace: n.name, Revision: revision, Err: err}
 	n.log.Error("config: update rejected; the last good keeps serving", "revision", revision, "err", err)
-	n.acks.report(revision, rerr)
+	n.acks.report(n.name, revision, rerr)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.recordError(rerr)
@@ -77,6 +77,10 @@ func (s nsSink) Rejected(revision int64, err error) {
 func (n *Namespace) confirmed(p syncer.Position, changed bool) {
 	n.confirm, n.ageKnown, n.healthy = time.Now(), true, true
 	n.cursor, n.head, n.headAt = p.Cursor, p.Head, n.confirm // every report follows word of the head
+	if prev := n.confirmedCursor.Load(); p.Cursor > prev {
+		n.confirmedCursor.Store(p.Cursor)
+		n.c.rev.confirmed(n, prev, p.Cursor)
+	}
 	n.status.LastConfirmed = n.confirm
 	n.status.Cursor = n.cursor
 	n.persist(changed)

@@ -1,0 +1,471 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// One stream per client: every open namespace's syncer watches through a
+// nsView, whose Watch rides the client's one shared stream (a streamMux)
+// when the source is a transport.StreamSource that offers it, and is the
+// source's own per-namespace Watch otherwise. Resume, resnapshot and
+// backoff stay in each syncer: the view only carries events.
+
+// Tunables of the multiplexer.
+const (
+	// streamDebounce batches joins and leaves: a stream restarts once
+	// membership has been still this long, or after streamDebounceMax.
+	streamDebounce    = 5 * time.Millisecond
+	streamDebounceMax = 50 * time.Millisecond
+	// memberQueue bounds the events waiting for one namespace's syncer.
+	// A namespace whose queue overflows leaves the stream (its Watch ends
+	// with errMemberOverflow and it rejoins from its cursor); the others
+	// are never held up.
+	memberQueue = 1024
+	// streamRetryEvery is how long after a source said it has no stream
+	// the namespaces watch one by one before the stream is tried again
+	// (at their next reconnect).
+	streamRetryEvery = 5 * time.Minute
+	// healthyShared is how long a shared stream must have delivered for
+	// its reconnect backoff to start over.
+	healthyShared = 5 * time.Second
+)
+
+// errMemberOverflow ends a namespace's Watch whose queue overflowed: its
+// syncer could not keep up with the shared stream. It resumes from its
+// cursor.
+var errMemberOverflow = errors.New("config: namespace fell behind the shared watch stream")
+
+// errRestart is the cause of a stream attempt cut for a membership change.
+var errRestart = errors.New("config: stream membership changed")
+
+// nsView is the transport.Source a namespace's syncer sees: snapshots go
+// to the real source, watches to the client's multiplexer.
+type nsView struct {
+	src transport.Source
+	mux *streamMux // nil when src is no StreamSource
+}
+
+func (v nsView) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	return v.src.Snapshot(ctx, req)
+}
+
+func (v nsView) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	if v.mux == nil || v.mux.fallback() {
+		return v.src.Watch(ctx, req, handle)
+	}
+	err, since := v.mux.watch(ctx, req, handle)
+	if errors.Is(err, transport.ErrStreamUnsupported) && ctx.Err() == nil {
+		// Decided for this attempt: watch alone, from where the stream
+		// left the namespace.
+		return v.src.Watch(ctx, transport.WatchRequest{Namespace: req.Namespace, Since: since}, handle)
+	}
+	return err
+}
+
+// streamMux owns the client's one shared stream and fans its events out to
+// the namespaces in it (members), each through a bounded queue drained by
+// that namespace's syncer on its own goroutine, inside its Watch.
+type streamMux struct {
+	src     transport.StreamSource
+	log     *slog.Logger
+	backoff syncer.Backoff
+	ctx     context.Context // the client's
+
+	startOnce sync.Once
+	wg        sync.WaitGroup
+	changed   chan struct{} // cap 1: membership changed
+
+	mu          sync.Mutex
+	members     map[string]*member
+	cancel      context.CancelCauseFunc // of the running attempt; nil between attempts
+	inStream    map[string]*member      // the members the running attempt carries
+	restart     *time.Timer             // a debounced restart of the running attempt
+	firstChange time.Time               // of the changes the pending restart batches
+	unsupported time.Time               // when the source last said it has no stream
+	attempts    int                     // stream attempts opened, for tests
+}
+
+// member is one namespace of the stream. Its queue holds the events not
+// yet taken by its Watch; cursor is after the last event queued, handled
+// after the last taken: between two Watch calls of its syncer (a backoff,
+// a backstop snapshot) the stream keeps queueing for it, and a Watch from
+// handled or later resumes from the queue without restarting the stream.
+type member struct {
+	ns      string
+	queue   chan transport.Event
+	cursor  int64 // after the last event queued (mux.mu)
+	lastRev int64 // the revision of the last change queued, 0 if none since the member (re)started (mux.mu)
+	handled int64 // after the last event taken by a Watch (mux.mu)
+	// ended is closed (and err set) when the stream ends the member's
+	// current Watch: its namespace's Ended, an overflow, the stream's
+	// failure. Replaced on each attach. (mux.mu)
+	ended    chan struct{}
+	err      error
+	attached bool // a Watch is draining the queue (mux.mu)
+	// gone: the member is out of the stream (Ended, overflow): it queues
+	// nothing more, and its next Watch starts it afresh. (mux.mu)
+	gone bool
+	// stale: its syncer refused an event (a gap, a new store): the next
+	// Watch starts it afresh from its own since. (mux.mu)
+	stale bool
+}
+
+func newStreamMux(ctx context.Context, src transport.StreamSource, log *slog.Logger, bo syncer.Backoff) *streamMux {
+	return &streamMux{src: src, log: log, backoff: bo, ctx: ctx, changed: make(chan struct{}, 1), members: make(map[string]*member)}
+}
+
+// fallback reports whether watches go one per namespace for now: the
+// source said it has no stream, less than streamRetryEvery ago.
+func (m *streamMux) fallback() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.unsupported.IsZero() && time.Since(m.unsupported) < streamRetryEvery
+}
+
+// watch is a namespace's Watch over the shared stream. It returns the
+// error that ended it and the cursor the namespace's events were taken up
+// to (for a fallback to the source's own Watch).
+func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) (error, int64) {
+	m.startOnce.Do(func() {
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.run() }()
+	})
+	mb := m.attach(req)
+	for {
+		select {
+		case ev := <-mb.queue:
+			if err := m.deliver(mb, ev, handle); err != nil {
+				return err, m.detach(mb, true)
+			}
+			continue
+		default:
+		}
+		// The queue is empty: wait for more, the end or ctx.
+		select {
+		case ev := <-mb.queue:
+			if err := m.deliver(mb, ev, handle); err != nil {
+				return err, m.detach(mb, true)
+			}
+		case <-mb.ended:
+			// Events queued before the end are delivered first.
+			for {
+				select {
+				case ev := <-mb.queue:
+					if err := m.deliver(mb, ev, handle); err != nil {
+						return err, m.detach(mb, true)
+					}
+					continue
+				default:
+				}
+				break
+			}
+			m.mu.Lock()
+			err, since := mb.err, mb.handled
+			m.mu.Unlock()
+			m.detach(mb, false)
+			return err, since
+		case <-ctx.Done():
+			return ctx.Err(), m.detach(mb, false)
+		}
+	}
+}
+
+func (m *streamMux) deliver(mb *member, ev transport.Event, handle func(transport.Event) error) error {
+	if err := handle(ev); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	switch {
+	case ev.Change != nil:
+		mb.handled = max(mb.handled, ev.Change.Revision)
+	case ev.Progress != nil:
+		mb.handled = max(mb.handled, ev.Progress.Cursor)
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// attach makes the namespace's Watch the one draining its member, joining
+// the stream if it is not in it (or must start afresh).
+func (m *streamMux) attach(req transport.WatchRequest) *member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.unsupported.IsZero() && time.Since(m.unsupported) < streamRetryEvery {
+		ended := make(chan struct{})
+		close(ended)
+		return &member{ns: req.Namespace, handled: req.Since, ended: ended, err: transport.ErrStreamUnsupported, gone: true}
+	}
+	mb := m.members[req.Namespace]
+	if mb != nil && (mb.gone || mb.stale || req.Since < mb.handled) {
+		// Not to be resumed from its queue: out of the stream, refused by
+		// its syncer, or the syncer's cursor went back (a new store).
+		m.dropLocked(mb)
+		mb = nil
+	}
+	if mb == nil {
+		mb = &member{ns: req.Namespace, queue: make(chan transport.Event, memberQueue),
+			cursor: req.Since, handled: req.Since}
+		m.members[req.Namespace] = mb
+		m.changedLocked()
+	}
+	// A Since at or past handled resumes from the queue: the stream is
+	// complete for it from handled on, and the syncer skips what it
+	// already holds.
+	mb.handled = max(mb.handled, req.Since)
+	mb.ended, mb.err, mb.attached = make(chan struct{}), nil, true
+	return mb
+}
+
+// detach ends a Watch's hold on its member; refused marks it stale (its
+// syncer refused an event). It returns the cursor its events were taken
+// up to.
+func (m *streamMux) detach(mb *member, refused bool) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb.attached = false
+	if refused {
+		mb.stale = true
+	}
+	return mb.handled
+}
+
+// leave takes a closed namespace out of the stream.
+func (m *streamMux) leave(ns string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mb := m.members[ns]; mb != nil {
+		m.dropLocked(mb)
+		m.changedLocked()
+	}
+}
+
+// dropLocked removes mb from the members. m.mu must be held.
+func (m *streamMux) dropLocked(mb *member) {
+	if m.members[mb.ns] == mb {
+		delete(m.members, mb.ns)
+	}
+	mb.gone = true
+}
+
+// changedLocked notes a membership change: the running attempt restarts
+// once joins and leaves have been quiet for streamDebounce (at most
+// streamDebounceMax after the first), or the next one starts. m.mu must be
+// held.
+func (m *streamMux) changedLocked() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+	if m.cancel == nil {
+		return
+	}
+	now := time.Now()
+	if m.restart == nil {
+		m.firstChange = now
+		cancel := m.cancel
+		m.restart = time.AfterFunc(streamDebounce, func() { cancel(errRestart) })
+		return
+	}
+	if now.Sub(m.firstChange) < streamDebounceMax {
+		m.restart.Reset(streamDebounce)
+	}
+}
+
+// endLocked ends mb's current Watch with err; gone takes it out of the
+// stream. m.mu must be held.
+func (m *streamMux) endLocked(mb *member, err error, gone bool) {
+	if gone {
+		m.dropLocked(mb)
+	}
+	if mb.ended != nil && mb.err == nil {
+		mb.err = err
+		close(mb.ended)
+	}
+}
+
+// run opens the stream with every member's cursor, restarts it on
+// membership changes and after failures (backing off), until the client
+// closes.
+func (m *streamMux) run() {
+	bo := m.backoff.New()
+	for {
+		if !m.waitMembers() {
+			return
+		}
+		attemptCtx, cancel := context.WithCancelCause(m.ctx)
+		req, carried := m.open(cancel)
+
+		started, delivered := time.Now(), false
+		err := m.src.WatchStream(attemptCtx, req, func(ev transport.StreamEvent) error {
+			delivered = true
+			return m.dispatch(ev)
+		})
+		cause := context.Cause(attemptCtx)
+		cancel(nil)
+		m.mu.Lock()
+		m.cancel, m.inStream = nil, nil
+		if m.restart != nil {
+			m.restart.Stop()
+			m.restart = nil
+		}
+		m.mu.Unlock()
+		if m.ctx.Err() != nil {
+			return
+		}
+		if errors.Is(cause, errRestart) {
+			continue // membership changed: at once, with every cursor
+		}
+		if delivered && time.Since(started) >= healthyShared {
+			bo.Reset()
+		}
+		unsupported := errors.Is(err, transport.ErrStreamUnsupported)
+		m.mu.Lock()
+		if unsupported {
+			m.unsupported = time.Now()
+			m.log.Info("config: the source has no multi-namespace watch; watching each namespace alone")
+		}
+		// Every member's Watch ends with the stream's error (its syncer
+		// reports it and backs off); members stay, queueing from their
+		// cursors once the stream is back. Without a stream, every member
+		// leaves it and watches alone.
+		if unsupported {
+			for _, mb := range m.members {
+				m.endLocked(mb, err, true)
+			}
+		}
+		for _, mb := range carried {
+			m.endLocked(mb, err, unsupported)
+		}
+		m.mu.Unlock()
+		if unsupported {
+			continue // its members watch alone; a later join tries again
+		}
+		m.log.Debug("config: shared watch stream ended; reconnecting", "err", err)
+		m.backoff.Wait(m.ctx, bo, err)
+	}
+}
+
+// waitMembers waits until there are members and membership has been still
+// for streamDebounce (batching joins), or the client closes (false).
+func (m *streamMux) waitMembers() bool {
+	for {
+		m.mu.Lock()
+		n := len(m.members)
+		fb := !m.unsupported.IsZero() && time.Since(m.unsupported) < streamRetryEvery
+		m.mu.Unlock()
+		if n > 0 && !fb {
+			break
+		}
+		select {
+		case <-m.ctx.Done():
+			return false
+		case <-m.changed:
+		}
+	}
+	t := time.NewTimer(streamDebounce)
+	defer t.Stop()
+	deadline := time.Now().Add(streamDebounceMax)
+	for {
+		select {
+		case <-m.ctx.Done():
+			return false
+		case <-m.changed:
+			if time.Now().Before(deadline) {
+				t.Reset(streamDebounce)
+			}
+		case <-t.C:
+			return true
+		}
+	}
+}
+
+// open makes the request of the next attempt, whose cancel it records:
+// every member, each from its cursor. A change after it restarts the
+// attempt.
+func (m *streamMux) open(cancel context.CancelCauseFunc) (transport.StreamRequest, map[string]*member) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.changed: // this attempt carries every change so far
+	default:
+	}
+	req := transport.StreamRequest{Namespaces: make([]transport.WatchRequest, 0, len(m.members))}
+	carried := make(map[string]*member, len(m.members))
+	for ns, mb := range m.members {
+		req.Namespaces = append(req.Namespaces, transport.WatchRequest{Namespace: ns, Since: mb.cursor})
+		carried[ns] = mb
+	}
+	m.cancel, m.inStream, m.attempts = cancel, carried, m.attempts+1
+	return req, carried
+}
+
+// dispatch queues one stream event for the members it concerns. It never
+// blocks: a member whose queue is full leaves the stream.
+func (m *streamMux) dispatch(ev transport.StreamEvent) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case ev.Change != nil:
+		mb := m.inStream[ev.Change.Namespace]
+		if mb == nil || mb.gone {
+			return nil // left the stream since it opened
+		}
+		if ev.Change.Revision <= mb.cursor {
+			return nil // queued already (a stream resumed from an older cursor)
+		}
+		if m.queueLocked(mb, transport.Event{Change: ev.Change}) {
+			mb.cursor, mb.lastRev = ev.Change.Revision, ev.Change.Revision
+		}
+	case ev.Progress != nil:
+		p := ev.Progress
+		for _, mb := range m.inStream {
+			if mb.gone || p.Cursor <= mb.cursor {
+				continue
+			}
+			// The namespace revision is the last change of it the stream
+			// delivered: nothing of it changed since, so the syncer's
+			// gap check holds (0 when none: at or below anything applied).
+			prog := &transport.Progress{Namespace: mb.ns, StoreID: p.StoreID, Revision: mb.lastRev, Cursor: p.Cursor}
+			if m.queueLocked(mb, transport.Event{Progress: prog}) {
+				mb.cursor = p.Cursor
+			}
+		}
+	case ev.Ended != nil:
+		mb := m.inStream[ev.Ended.Namespace]
+		if mb == nil || mb.gone {
+			return nil
+		}
+		err := ev.Ended.Err
+		if err == nil {
+			err = fmt.Errorf("%w: namespace %q ended without an error", transport.ErrMalformed, ev.Ended.Namespace)
+		}
+		m.endLocked(mb, err, true)
+	default:
+		return fmt.Errorf("%w: empty stream event", transport.ErrMalformed)
+	}
+	return nil
+}
+
+// queueLocked queues ev for mb, or, if its queue is full, takes mb out of
+// the stream. m.mu must be held.
+func (m *streamMux) queueLocked(mb *member, ev transport.Event) bool {
+	select {
+	case mb.queue <- ev:
+		return true
+	default:
+		m.log.Warn("config: namespace fell behind the shared watch stream; it resumes from its cursor", "ns", mb.ns)
+		m.endLocked(mb, errMemberOverflow, true)
+		return false
+	}
+}
+
+// wait waits for the stream goroutine, once the client's context ended.
+func (m *streamMux) wait() { m.wg.Wait() }
