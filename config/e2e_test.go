@@ -555,8 +555,8 @@ func TestLongPollMode(t *testing.T) {
 		last = publish(t, srv, "lp", map[string]any{"v": i})
 	}
 	waitRevision(t, ns, last)
-	if srv.Stats().Watches != 0 || srv.Stats().Events == 0 {
-		t.Errorf("long-poll mode used streams: %+v", srv.Stats())
+	if st := srv.Stats(); st.Watches != 0 || st.Streams != 0 || st.Events+st.StreamPolls == 0 {
+		t.Errorf("long-poll mode used SSE: %+v", st)
 	}
 	srv.DropStreams()
 	last = publish(t, srv, "lp", map[string]any{"v": 11})

@@ -401,7 +401,7 @@ func TestServerRestartWithNewStoreConvergesAtOnce(t *testing.T) {
 	var first time.Time
 	eventually(t, "the client's first request after the restart", func() bool {
 		st := srv.Stats()
-		if st.Watches+st.Snapshots+st.Events > before.Watches+before.Snapshots+before.Events {
+		if st.Watches+st.Streams+st.StreamPolls+st.Snapshots+st.Events > before.Watches+before.Streams+before.StreamPolls+before.Snapshots+before.Events {
 			first = time.Now()
 			return true
 		}

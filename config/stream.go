@@ -427,7 +427,10 @@ func (m *streamMux) dispatch(ev transport.StreamEvent) error {
 	case ev.Progress != nil:
 		p := ev.Progress
 		for _, mb := range m.inStream {
-			if mb.gone || p.Cursor <= mb.cursor {
+			// A progress at the cursor already reached still counts: it
+			// confirms the namespace current (a heartbeat, the progress
+			// at the head a reopened stream starts with).
+			if mb.gone || p.Cursor < mb.cursor {
 				continue
 			}
 			// The namespace revision is the last change of it the stream
