@@ -1,10 +1,13 @@
 package config
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,17 +43,23 @@ type acker struct {
 	wg        sync.WaitGroup
 
 	mu      sync.Mutex                // guards pending
-	pending map[string]*transport.Ack // the newest outcome of each namespace not yet taken by run
+	pending map[ackKey]*transport.Ack // the newest ack and the newest nack of each namespace not yet taken by run
 }
 
+// ackKey keeps a namespace's newest ack and newest nack apart: they are
+// different facts (what it applied, what it rejected), and the server's
+// view needs both, as a rejection right after an apply must not hide it.
+type ackKey struct{ ns, status string }
+
 func newAcker(src transport.Acker, log *slog.Logger, clientID string) *acker {
-	a := &acker{src: src, log: log, clientID: clientID, wake: make(chan struct{}, 1), pending: make(map[string]*transport.Ack)}
+	a := &acker{src: src, log: log, clientID: clientID, wake: make(chan struct{}, 1), pending: make(map[ackKey]*transport.Ack)}
 	a.batch, _ = src.(transport.BatchAcker)
 	return a
 }
 
-// report queues an outcome of ns without blocking; it replaces any outcome
-// of ns not yet sent. A nil acker ignores it.
+// report queues an outcome of ns without blocking; it replaces an outcome
+// of ns of the same kind (ack or nack) not yet sent. A nil acker ignores
+// it.
 func (a *acker) report(ns string, revision int64, err error) {
 	if a == nil {
 		return
@@ -60,7 +69,7 @@ func (a *acker) report(ns string, revision int64, err error) {
 		ack.Status, ack.Error = transport.AckRejected, err.Error()
 	}
 	a.mu.Lock()
-	a.pending[ns] = ack
+	a.pending[ackKey{ns, ack.Status}] = ack
 	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
@@ -86,8 +95,8 @@ func (a *acker) wait() {
 	}
 }
 
-// take returns the pending outcomes, in no order: order across namespaces
-// means nothing.
+// take returns the pending outcomes, each namespace's in revision order
+// (order across namespaces means nothing).
 func (a *acker) take() []transport.Ack {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -95,10 +104,13 @@ func (a *acker) take() []transport.Ack {
 		return nil
 	}
 	acks := make([]transport.Ack, 0, len(a.pending))
-	for ns, ack := range a.pending {
+	for k, ack := range a.pending {
 		acks = append(acks, *ack)
-		delete(a.pending, ns)
+		delete(a.pending, k)
 	}
+	slices.SortFunc(acks, func(x, y transport.Ack) int {
+		return cmp.Or(strings.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Revision, y.Revision))
+	})
 	return acks
 }
 
@@ -108,8 +120,9 @@ func (a *acker) requeue(acks []transport.Ack) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := range acks {
-		if _, newer := a.pending[acks[i].Namespace]; !newer {
-			a.pending[acks[i].Namespace] = &acks[i]
+		k := ackKey{acks[i].Namespace, acks[i].Status}
+		if _, newer := a.pending[k]; !newer {
+			a.pending[k] = &acks[i]
 		}
 	}
 }

@@ -60,8 +60,8 @@ func (b *Binding[T]) refresh() {
 	if err := b.decode(v, &x); err != nil {
 		err = fmt.Errorf("config: bind %q: %w", b.key, err)
 		b.errs.Add(1)
+		b.ns.bindFailed(err) // first: once Err shows it, Status does too
 		b.last.Store(&err)
-		b.ns.bindFailed(err)
 		return
 	}
 	b.v.Store(&x)

@@ -149,7 +149,7 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 	eventually(t, "the decode error", func() bool { return b.Err() != nil })
 	st := ns.Status()
 	if st.LastError.Kind != config.ErrorBind || st.LastError.Recovered || !errors.Is(st.LastError.Err, b.Err()) {
-		t.Errorf("LastError after a bad value = %+v", st.LastError)
+		t.Errorf("LastError after a bad value = %#v", st.LastError)
 	}
 
 	rev = publish(t, srv, "b", map[string]any{"port": 80})
