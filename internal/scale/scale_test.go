@@ -8,7 +8,11 @@
 //	go test -tags scale -run '^$' -bench Fleet -benchtime 1x -timeout 30m ./internal/scale/
 //
 // HOLDFAST_SCALE_CLIENTS (default 10000), HOLDFAST_SCALE_PROCS (2) and
-// HOLDFAST_SCALE_PUBLISHES (20) change the shape. The server runs in the
+// HOLDFAST_SCALE_PUBLISHES (20) change the shape; HOLDFAST_SCALE_CPUPROFILE
+// names a file for the server's CPU profile over the publishes;
+// HOLDFAST_SCALE_WITHOUT="h2c stream ack-batch" makes the server an older
+// one (the clients then fall back: HTTP/1.1, one watch per namespace,
+// single acks). The server runs in the
 // benchmark's own process, so its RSS and CPU are read from /proc/self.
 package scale
 
@@ -21,6 +25,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,7 +83,11 @@ type childProc struct {
 }
 
 func runFleet(b *testing.B, clients, procs, publishes int) {
-	srv, err := fakeserver.Start(fakeserver.WithWatcherBuffer(64))
+	opts := []fakeserver.Option{fakeserver.WithWatcherBuffer(64)}
+	for _, c := range strings.Fields(os.Getenv("HOLDFAST_SCALE_WITHOUT")) {
+		opts = append(opts, fakeserver.WithoutCapability(c))
+	}
+	srv, err := fakeserver.Start(opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,6 +146,16 @@ func runFleet(b *testing.B, clients, procs, publishes int) {
 	// heartbeats' CPU; then the publishes.
 	settle := time.Second
 	var spans []time.Duration
+	if path := os.Getenv("HOLDFAST_SCALE_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	cpu0 := cpuTime(b)
 	t0 := time.Now()
 	for i := 1; i <= publishes; i++ {
