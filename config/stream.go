@@ -61,7 +61,7 @@ func (v nsView) Watch(ctx context.Context, req transport.WatchRequest, handle fu
 	if v.mux == nil || v.mux.fallback() {
 		return v.src.Watch(ctx, req, handle)
 	}
-	err, since := v.mux.watch(ctx, req, handle)
+	since, err := v.mux.watch(ctx, req, handle)
 	if errors.Is(err, transport.ErrStreamUnsupported) && ctx.Err() == nil {
 		// Decided for this attempt: watch alone, from where the stream
 		// left the namespace.
@@ -131,9 +131,9 @@ func (m *streamMux) fallback() bool {
 }
 
 // watch is a namespace's Watch over the shared stream. It returns the
-// error that ended it and the cursor the namespace's events were taken up
-// to (for a fallback to the source's own Watch).
-func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) (error, int64) {
+// cursor the namespace's events were taken up to (for a fallback to the
+// source's own Watch) and the error that ended it.
+func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) (int64, error) {
 	m.startOnce.Do(func() {
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.run() }()
@@ -143,7 +143,7 @@ func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handl
 		select {
 		case ev := <-mb.queue:
 			if err := m.deliver(mb, ev, handle); err != nil {
-				return err, m.detach(mb, true)
+				return m.detach(mb, true), err
 			}
 			continue
 		default:
@@ -152,7 +152,7 @@ func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handl
 		select {
 		case ev := <-mb.queue:
 			if err := m.deliver(mb, ev, handle); err != nil {
-				return err, m.detach(mb, true)
+				return m.detach(mb, true), err
 			}
 		case <-mb.ended:
 			// Events queued before the end are delivered first.
@@ -160,7 +160,7 @@ func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handl
 				select {
 				case ev := <-mb.queue:
 					if err := m.deliver(mb, ev, handle); err != nil {
-						return err, m.detach(mb, true)
+						return m.detach(mb, true), err
 					}
 					continue
 				default:
@@ -171,9 +171,9 @@ func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handl
 			err, since := mb.err, mb.handled
 			m.mu.Unlock()
 			m.detach(mb, false)
-			return err, since
+			return since, err
 		case <-ctx.Done():
-			return ctx.Err(), m.detach(mb, false)
+			return m.detach(mb, false), ctx.Err()
 		}
 	}
 }

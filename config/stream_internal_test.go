@@ -68,7 +68,7 @@ func TestStreamMemberOverflowEndsOnlyItsWatch(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		slowErr, _ = m.watch(ctx, transport.WatchRequest{Namespace: "slow"}, func(transport.Event) error {
+		_, slowErr = m.watch(ctx, transport.WatchRequest{Namespace: "slow"}, func(transport.Event) error {
 			<-release
 			slowGot++
 			return nil
@@ -78,7 +78,7 @@ func TestStreamMemberOverflowEndsOnlyItsWatch(t *testing.T) {
 	fastDone := make(chan struct{})
 	go func() {
 		defer wg.Done()
-		fastErr, _ = m.watch(fastCtx, transport.WatchRequest{Namespace: "fast"}, func(transport.Event) error {
+		_, fastErr = m.watch(fastCtx, transport.WatchRequest{Namespace: "fast"}, func(transport.Event) error {
 			if fastGot++; fastGot == fastEvents {
 				close(fastDone)
 				fastCancel()
