@@ -58,6 +58,8 @@ type Stats struct {
 	Publishes   int64 // committed publishes and rollbacks
 	Streams     int64 // GET /sdk/stream (multi-namespace SSE streams)
 	StreamPolls int64 // GET /sdk/stream/events (multi-namespace long-polls)
+	AckStreams  int64 // POST /sdk/ack/stream (each batch on it counts in Acks)
+	Conns       int64 // TCP connections accepted
 }
 
 // ClientState is what one client reported about one namespace (its acks

@@ -109,6 +109,8 @@ type HTTPSource struct {
 	// any reply from a holdfast server.
 	info atomic.Pointer[ServerInfo]
 
+	acks ackStreamState // POST /sdk/ack/stream, when offered over h2c
+
 	mu       sync.Mutex
 	mode     WatchMode // effective: WatchSSE or WatchLongPoll
 	sseFails int       // consecutive SSE streams that ended before any event
@@ -346,9 +348,11 @@ func (s *HTTPSource) WatchMode() WatchMode {
 	return s.mode
 }
 
-// Close closes the client's idle connections. It does not end running
-// watches (cancel their contexts). It is idempotent and always returns nil.
+// Close ends the ack stream (waiting for its goroutine) and closes the
+// client's idle connections. It does not end running watches (cancel
+// their contexts). It is idempotent and always returns nil.
 func (s *HTTPSource) Close() error {
+	s.closeAckStream()
 	s.opts.client.CloseIdleConnections() // the caller's client, as given
 	return nil
 }

@@ -300,6 +300,9 @@ func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 	}
 	var errs []error
 	for _, b := range batches(acks) {
+		if s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
+			continue
+		}
 		if err := s.postAckBatch(ctx, b); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -20,6 +20,7 @@ func (s *Server) routes() *http.ServeMux {
 		{"GET", transport.PathEvents, s.handleEvents},
 		{"GET", transport.PathWatch, s.handleWatch},
 		{"POST", transport.PathAck, s.handleAck},
+		{"POST", transport.PathAckStream, s.handleAckStream},
 		{"GET", transport.PathStream, s.handleStream},
 		{"GET", transport.PathStreamEvents, s.handleStreamEvents},
 		{"POST", "/control/namespaces/{ns}/publish", s.handlePublish},

@@ -84,10 +84,15 @@ func WithoutCapability(name string) Option {
 }
 
 // capabilities are those the server can offer, in the order it lists them.
-var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityH2C}
+var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityH2C}
 
 // offers reports whether the server offers capability name.
-func (o *options) offers(name string) bool { return !o.without[name] }
+func (o *options) offers(name string) bool {
+	if name == transport.CapabilityAckStream && o.without[transport.CapabilityAckBatch] {
+		return false // its lines are batches
+	}
+	return !o.without[name]
+}
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }

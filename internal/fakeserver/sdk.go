@@ -1,6 +1,7 @@
 package fakeserver
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"crypto/subtle"
@@ -600,6 +601,42 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	}
 	s.planeHeaders(w, ns)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleAckStream is POST /sdk/ack/stream (capability ack-stream, over
+// HTTP/2 only): the reply's headers go at once, then the request body is
+// read for as long as the client keeps it open, one AckBatch per line,
+// each recorded as a batched POST /sdk/ack is. A malformed or oversized
+// line ends the stream (the client opens another); so does a server stop.
+func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.offers(transport.CapabilityAckStream) || !s.opts.offers(transport.CapabilityAckBatch) {
+		s.planeError(w, r, "", fmt.Errorf("%w: the ack stream is not offered", ErrInvalid))
+		return
+	}
+	if r.ProtoMajor < 2 {
+		// Over HTTP/1.1 a body that never ends holds a connection.
+		s.planeError(w, r, "", fmt.Errorf("%w: the ack stream needs HTTP/2", ErrInvalid))
+		return
+	}
+	s.stats.ackStreams.Add(1)
+	if !s.gate(w, r, false) {
+		return
+	}
+	s.planeHeaders(w, "")
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush()
+	sc := bufio.NewScanner(r.Body)
+	sc.Buffer(make([]byte, 0, 1024), maxAckBatch)
+	for sc.Scan() {
+		acks, batch, err := parseAckBody(sc.Bytes())
+		if err != nil || !batch {
+			return
+		}
+		s.stats.acks.Add(1)
+		release := s.speak(r) // a black hole holds acks too
+		s.acks.record(s.store.known(acks), time.Now())
+		release()
+	}
 }
 
 // ackBuffers are the bodies of acks being read: decoding copies what it

@@ -432,11 +432,13 @@ type Stats struct {
 	Publishes   int64 // committed publishes and rollbacks
 	Streams     int64 // GET /sdk/stream
 	StreamPolls int64 // GET /sdk/stream/events
+	AckStreams  int64 // POST /sdk/ack/stream (each line counts in Acks)
+	Conns       int64 // TCP connections accepted
 }
 
 type counters struct {
 	snapshots, notModified, events, watches, acks, publishes atomic.Int64
-	streams, streamPolls                                     atomic.Int64
+	streams, streamPolls, ackStreams                         atomic.Int64
 }
 
 // Stats returns the request counters.
@@ -450,6 +452,8 @@ func (s *Server) Stats() Stats {
 		Publishes:   s.stats.publishes.Load(),
 		Streams:     s.stats.streams.Load(),
 		StreamPolls: s.stats.streamPolls.Load(),
+		AckStreams:  s.stats.ackStreams.Load(),
+		Conns:       s.accepted.Load(),
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 const (
@@ -156,6 +157,7 @@ func runFleet(b *testing.B, clients, procs, publishes int) {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	conns0 := srv.Stats().Conns
 	cpu0 := cpuTime(b)
 	t0 := time.Now()
 	for i := 1; i <= publishes; i++ {
@@ -173,6 +175,7 @@ func runFleet(b *testing.B, clients, procs, publishes int) {
 	time.Sleep(settle)
 	busy := time.Since(t0)
 	cpuPublish := cpuTime(b) - cpu0
+	newConns := srv.Stats().Conns - conns0
 	// The same span with nothing published: heartbeats and idle streams.
 	cpu1 := cpuTime(b)
 	time.Sleep(busy)
@@ -206,6 +209,7 @@ func runFleet(b *testing.B, clients, procs, publishes int) {
 	b.ReportMetric(float64(rssConnected-rssBase)/float64(clients)/1024, "server-KiB/client")
 	b.ReportMetric(float64(perClientCPU.Nanoseconds())/1000, "server-cpu-µs/client/publish")
 	b.ReportMetric(float64(streams), "streams")
+	b.ReportMetric(float64(newConns), "conns-during-publishes")
 	b.Logf("server RSS %d MiB idle, %d MiB with %d clients; CPU %v over %d publishes, %v idle over the same %v; publish spans %v",
 		rssBase>>20, rssConnected>>20, clients, cpuPublish, publishes, cpuIdle, busy.Round(time.Millisecond), spans)
 }
@@ -263,6 +267,22 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(utime+stime) * time.Second / ticks
 }
 
+// noAcks is the HTTP source without its Acker: the fleet without acks,
+// to tell their cost from the fan-out's (HOLDFAST_SCALE_NOACKS=1).
+type noAcks struct{ src *transport.HTTPSource }
+
+func (s noAcks) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	return s.src.Snapshot(ctx, req)
+}
+
+func (s noAcks) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	return s.src.Watch(ctx, req, handle)
+}
+
+func (s noAcks) WatchStream(ctx context.Context, req transport.StreamRequest, handle func(transport.StreamEvent) error) error {
+	return s.src.WatchStream(ctx, req, handle)
+}
+
 // child opens n clients of namespace, says "ready", then "done <seq>"
 // once all n saw publish seq, and on "report" prints every delay in µs,
 // one line per publish, then "end".
@@ -309,7 +329,15 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 	var failed atomic.Value
 	sem := make(chan struct{}, 100) // opens in flight
 	for range n {
-		c, err := config.New(config.WithEndpoint(url))
+		opts := []config.Option{config.WithEndpoint(url)}
+		if os.Getenv("HOLDFAST_SCALE_NOACKS") != "" {
+			src, err := transport.NewHTTPSource(url)
+			if err != nil {
+				return err
+			}
+			opts = []config.Option{config.WithSource(noAcks{src})}
+		}
+		c, err := config.New(opts...)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,86 @@
+package transport_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// TestAckStream: over h2c, batches after the first go as lines of one
+// POST /sdk/ack/stream, and the server records each; a server without the
+// capability gets one POST /sdk/ack per batch; Close ends the stream and
+// waits for its goroutine.
+func TestAckStream(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		without []fakeserver.Option
+		streams int64
+	}{
+		{"offered", nil, 1},
+		{"not offered", []fakeserver.Option{fakeserver.WithoutCapability(transport.CapabilityAckStream)}, 0},
+		{"no h2c", []fakeserver.Option{fakeserver.WithoutCapability(transport.CapabilityH2C)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			srv, err := fakeserver.Start(tc.without...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			const batches = 5
+			for i := range batches {
+				if _, err := srv.Publish(nsName(i), map[string]any{"k": i}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src, err := transport.NewHTTPSource(srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {
+				t.Fatal(err) // learns the capabilities (and switches to h2c)
+			}
+			for i := range batches {
+				ack := transport.Ack{ClientID: "c1", Namespace: nsName(i), Revision: int64(i + 1), Status: transport.AckApplied}
+				if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+					t.Fatalf("batch %d: %v", i, err)
+				}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for recorded(srv) < batches {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d acks recorded; stats %+v", recorded(srv), batches, srv.Stats())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if st := srv.Stats(); st.AckStreams != tc.streams || st.Acks != batches {
+				t.Errorf("stats %+v: want %d ack streams, %d acks", st, tc.streams, batches)
+			}
+			_ = src.Close()
+			if err := src.AckBatch(ctx, []transport.Ack{{ClientID: "c1", Namespace: nsName(0), Revision: 1, Status: transport.AckApplied}}); err != nil {
+				t.Errorf("a batch after Close (a request again): %v", err)
+			}
+			_ = src.Close()
+		})
+	}
+}
+
+func nsName(i int) string { return "ack" + string(rune('a'+i)) }
+
+// recorded counts the namespaces whose ack the server holds.
+func recorded(srv *fakeserver.Server) int {
+	n := 0
+	for _, c := range srv.Clients() {
+		if c.AckedRevision > 0 {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,182 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// CapabilityAckStream is the capability of POST /sdk/ack/stream: one
+// long-lived request per client over HTTP/2 whose body is a sequence of
+// AckBatch JSON texts, one per line. Each batch then costs the server one
+// DATA frame, not a request (its own stream, headers both ways, a reply).
+const CapabilityAckStream = "ack-stream"
+
+// PathAckStream is the path of the ack stream.
+const PathAckStream = "/sdk/ack/stream"
+
+// errAckStreamDown: the ack stream is not open (it failed, or it was
+// never offered); the batch goes as a request instead.
+var errAckStreamDown = errors.New("transport: ack stream down")
+
+// ackStream is an open POST /sdk/ack/stream: lines written to w travel as
+// the request body; done is closed once the request has ended (err set).
+type ackStream struct {
+	w      *io.PipeWriter
+	cancel context.CancelFunc // of the request
+	done   chan struct{}
+	err    error
+	idle   *time.Timer // closes the stream after ackStreamIdle without a batch
+}
+
+// ackStreamIdle is how long an ack stream stays open without a batch: a
+// quiet client holds no request (nor the server a handler) for it.
+const ackStreamIdle = 2 * time.Second
+
+// ackStreamState is the source's ack stream, opened on first use when the
+// server offers it over h2c, reopened after it fails.
+type ackStreamState struct {
+	writing sync.Mutex // held while writing: lines must not interleave
+	mu      sync.Mutex // guards cur and closed
+	cur     *ackStream
+	closed  bool
+	wg      sync.WaitGroup // every stream's goroutine, closed by idleness or not
+}
+
+// ackStreamUsable reports whether batches may go on the ack stream: the
+// server offers it and this source speaks h2c to it (over HTTP/1.1 a
+// request body that never ends would hold a connection of its own).
+func (s *HTTPSource) ackStreamUsable() bool {
+	return s.h2c != nil && s.h2c.on.Load() && s.ServerInfo().HasCapability(CapabilityAckStream)
+}
+
+// sendOnAckStream writes b as one line of the ack stream, opening it if
+// need be. An error means the line may not have reached the server: the
+// caller sends the batch as a request.
+func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
+	line, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("transport: ack stream: %w", err)
+	}
+	line = append(line, '\n')
+	st := &s.acks
+	st.writing.Lock()
+	defer st.writing.Unlock()
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return errAckStreamDown
+	}
+	if st.cur != nil {
+		select {
+		case <-st.cur.done:
+			st.cur = nil // it ended: open another
+		default:
+		}
+	}
+	if st.cur == nil {
+		st.cur = s.openAckStream()
+		cur := st.cur
+		cur.idle = time.AfterFunc(ackStreamIdle, func() {
+			st.mu.Lock()
+			if st.cur == cur {
+				st.cur = nil
+			}
+			st.mu.Unlock()
+			_ = cur.w.Close()
+		})
+	}
+	cur := st.cur
+	st.mu.Unlock()
+	// A write blocks until the transport takes the bytes: ctx cuts a
+	// stalled stream (the next batch opens another).
+	stop := context.AfterFunc(ctx, func() { cur.w.CloseWithError(ctx.Err()) })
+	_, err = cur.w.Write(line)
+	stop()
+	if err == nil {
+		cur.idle.Reset(ackStreamIdle)
+	}
+	if err != nil {
+		cur.cancel()
+		st.mu.Lock()
+		if st.cur == cur {
+			st.cur = nil
+		}
+		st.mu.Unlock()
+		return fmt.Errorf("%w: %w", errAckStreamDown, err)
+	}
+	return nil
+}
+
+// openAckStream starts the request whose body is the returned stream's
+// pipe; its goroutine ends when the pipe is closed or the request fails,
+// and closeAckStream waits for it.
+func (s *HTTPSource) openAckStream() *ackStream {
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	as := &ackStream{w: pw, cancel: cancel, done: make(chan struct{})}
+	s.acks.wg.Add(1)
+	go func() {
+		defer s.acks.wg.Done()
+		defer close(as.done)
+		defer cancel()
+		body := &ackBody{r: pr, cancel: cancel}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAckStream, nil), body)
+		if err == nil {
+			req.Header.Set("Content-Type", "application/x-ndjson")
+			var resp *http.Response
+			if resp, err = s.poll.Do(req); err == nil {
+				if resp.StatusCode != http.StatusOK {
+					err = statusError(resp)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				closeBody(resp.Body)
+			}
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		as.err = err
+		_ = pr.CloseWithError(err) // a writer blocked on it returns
+	}()
+	return as
+}
+
+// closeAckStream ends the ack stream for good and waits for its goroutine
+// (a write in flight returns an error).
+func (s *HTTPSource) closeAckStream() {
+	st := &s.acks
+	st.mu.Lock()
+	st.closed = true
+	cur := st.cur
+	st.cur = nil
+	st.mu.Unlock()
+	if cur != nil {
+		cur.idle.Stop()
+		_ = cur.w.Close() // the body ends: the server has every line
+	}
+	st.wg.Wait() // this one and any closed for idleness: ackBody bounds them
+}
+
+// ackBody is an ack stream's request body. Once it has ended (closed for
+// idleness or by Close) the server has a second to end its reply, or the
+// request is cut: a server that stopped answering must not hold the
+// request's goroutine, nor Close that waits for it.
+type ackBody struct {
+	r      *io.PipeReader
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (b *ackBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil {
+		b.once.Do(func() { time.AfterFunc(time.Second, b.cancel) })
+	}
+	return n, err
+}
