@@ -175,8 +175,14 @@ type ackBody struct {
 
 func (b *ackBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil {
+	switch {
+	case err == io.EOF:
 		b.once.Do(func() { time.AfterFunc(time.Second, b.cancel) })
+	case err != nil:
+		// Aborted by this side (a stalled write, Close): cancel first,
+		// so that the transport sees a cancelled request, not a failure
+		// of h2c to fall back from.
+		b.cancel()
 	}
 	return n, err
 }
