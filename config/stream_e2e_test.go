@@ -557,11 +557,11 @@ func TestE2EWaitForRevisionOfUnwatchedPublish(t *testing.T) {
 	})
 	streams := srv.Stats().Streams
 	for i := 1; i <= 5; i++ {
+		before, start := c.Revision(), time.Now()
 		rev := publish(t, srv, "unwatched", map[string]any{"v": i})
-		if got := c.Revision(); got >= rev {
-			t.Fatalf("Revision %d before the publish of %d", got, rev)
+		if before >= rev {
+			t.Fatalf("Revision %d before the publish of %d", before, rev)
 		}
-		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := c.WaitForRevision(ctx, rev)
 		cancel()
