@@ -504,20 +504,20 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		victimLast = publish(t, srv, victim, map[string]any{"seq": i})
 	}
-	if _, err := srv.Compact(0); err != nil {
-		t.Fatal(err)
-	}
 	// The stream restarts with every cursor when the victim joins: the
 	// others' cursors must be past the compaction point by then (the
 	// stream's prompt progress moves them).
 	eventually(t, "the others confirmed at the head", func() bool {
 		for _, name := range others {
-			if nss[name].Status().Cursor < srv.Head() {
+			if nss[name].Status().Cursor < victimLast {
 				return false
 			}
 		}
 		return true
 	})
+	if _, err := srv.Compact(victimLast); err != nil {
+		t.Fatal(err)
+	}
 	pub1 := pub
 	pub = startPublisher(t, srv, others, 2*time.Millisecond, 1000)
 	close(ht.release)
@@ -540,7 +540,9 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 		})
 		log.check(t, name, revs, last(revs), true)
 		if n := ht.count(name); n != 1 {
-			t.Errorf("%s: %d snapshots; want 1", name, n)
+			logMu.Lock()
+			t.Errorf("%s: %d snapshots; want 1; client log: %q", name, n, logs)
+			logMu.Unlock()
 		}
 	}
 	if n := ht.count(victim); n != 2 {
