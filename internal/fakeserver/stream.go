@@ -122,6 +122,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
+	// The tick channel before the subscription: a head move after
+	// sub.head closes it (or a later one), even one made while the
+	// stream is still opening.
+	tick := s.hub.ticks()
 	var wt *watcher
 	sub, more := s.store.subscribeMany(reqs, func(sub subscription, names []string) {
 		// Even with every namespace ended the stream stays: it still
@@ -183,7 +187,6 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
-	tick := s.hub.ticks()
 	for {
 		beat, prompt := false, false
 		select {
@@ -270,6 +273,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = min(wait, s.opts.maxWait)
 	}
+	tick := s.hub.ticks() // before the subscription, as in handleStream
 	var wt *watcher
 	var low int64 // the smallest since of the namespaces subscribed
 	sub, more := s.store.subscribeMany(reqs, func(sub subscription, names []string) {
@@ -293,7 +297,6 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 		defer s.hub.remove(wt)
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
-		tick := s.hub.ticks()
 		var got []*change
 	wait:
 		for {
