@@ -59,9 +59,11 @@ func (b *Binding[T]) refresh() {
 	var x T
 	if err := b.decode(v, &x); err != nil {
 		err = fmt.Errorf("config: bind %q: %w", b.key, err)
-		b.errs.Add(1)
-		b.ns.bindFailed(err) // first: once Err shows it, Status does too
+		// Status first, then Err, then the count: whoever sees one sees
+		// those before it.
+		b.ns.bindFailed(err)
 		b.last.Store(&err)
+		b.errs.Add(1)
 		return
 	}
 	b.v.Store(&x)
