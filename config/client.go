@@ -94,7 +94,7 @@ func New(opts ...Option) (*Client, error) {
 	c.metrics, c.tracer = metrics, instrument.NewTracer(o.tracerProvider)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if ss, ok := c.src.(transport.StreamSource); ok {
-		c.mux = newStreamMux(c.ctx, ss, o.logger, c.backoff())
+		c.mux = newStreamMux(c.ctx, ss, o.logger)
 	}
 	if a, ok := c.src.(transport.Acker); ok {
 		c.acks = newAcker(a, o.logger, o.clientID)

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -33,9 +32,6 @@ const (
 	// the namespaces watch one by one before the stream is tried again
 	// (at their next reconnect).
 	streamRetryEvery = 5 * time.Minute
-	// healthyShared is how long a shared stream must have delivered for
-	// its reconnect backoff to start over.
-	healthyShared = 5 * time.Second
 )
 
 // errMemberOverflow ends a namespace's Watch whose queue overflowed: its
@@ -74,10 +70,9 @@ func (v nsView) Watch(ctx context.Context, req transport.WatchRequest, handle fu
 // the namespaces in it (members), each through a bounded queue drained by
 // that namespace's syncer on its own goroutine, inside its Watch.
 type streamMux struct {
-	src     transport.StreamSource
-	log     *slog.Logger
-	backoff syncer.Backoff
-	ctx     context.Context // the client's
+	src transport.StreamSource
+	log *slog.Logger
+	ctx context.Context // the client's
 
 	startOnce sync.Once
 	wg        sync.WaitGroup
@@ -85,6 +80,8 @@ type streamMux struct {
 
 	mu          sync.Mutex
 	members     map[string]*member
+	ended       map[string]*member      // gone members whose end no Watch has taken yet
+	attaches    int64                   // Watch calls so far: a failed attempt waits for the next
 	cancel      context.CancelCauseFunc // of the running attempt; nil between attempts
 	inStream    map[string]*member      // the members the running attempt carries
 	restart     *time.Timer             // a debounced restart of the running attempt
@@ -116,10 +113,14 @@ type member struct {
 	// stale: its syncer refused an event (a gap, a new store): the next
 	// Watch starts it afresh from its own since. (mux.mu)
 	stale bool
+	// undelivered: it was ended (gone) while no Watch drained it: its
+	// next Watch returns err at once (a cursor_ahead after a restart
+	// must reach the syncer, which resnapshots at once). (mux.mu)
+	undelivered bool
 }
 
-func newStreamMux(ctx context.Context, src transport.StreamSource, log *slog.Logger, bo syncer.Backoff) *streamMux {
-	return &streamMux{src: src, log: log, backoff: bo, ctx: ctx, changed: make(chan struct{}, 1), members: make(map[string]*member)}
+func newStreamMux(ctx context.Context, src transport.StreamSource, log *slog.Logger) *streamMux {
+	return &streamMux{src: src, log: log, ctx: ctx, changed: make(chan struct{}, 1), members: make(map[string]*member), ended: make(map[string]*member)}
 }
 
 // fallback reports whether watches go one per namespace for now: the
@@ -203,7 +204,20 @@ func (m *streamMux) attach(req transport.WatchRequest) *member {
 		close(ended)
 		return &member{ns: req.Namespace, handled: req.Since, ended: ended, err: transport.ErrStreamUnsupported, gone: true}
 	}
+	m.attaches++
 	mb := m.members[req.Namespace]
+	if mb == nil {
+		mb = m.ended[req.Namespace]
+	}
+	if mb != nil && mb.undelivered {
+		// Ended while its syncer was away: this Watch takes the end.
+		delete(m.ended, req.Namespace)
+		mb.undelivered, mb.attached = false, true
+		return mb
+	}
+	if m.cancel == nil {
+		m.wakeLocked() // a syncer back from its backoff: the stream may reopen
+	}
 	if mb != nil && (mb.gone || mb.stale || req.Since < mb.handled) {
 		// Not to be resumed from its queue: out of the stream, refused by
 		// its syncer, or the syncer's cursor went back (a new store).
@@ -241,6 +255,7 @@ func (m *streamMux) detach(mb *member, refused bool) int64 {
 func (m *streamMux) leave(ns string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.ended, ns)
 	if mb := m.members[ns]; mb != nil {
 		m.dropLocked(mb)
 		m.changedLocked()
@@ -260,10 +275,7 @@ func (m *streamMux) dropLocked(mb *member) {
 // streamDebounceMax after the first), or the next one starts. m.mu must be
 // held.
 func (m *streamMux) changedLocked() {
-	select {
-	case m.changed <- struct{}{}:
-	default:
-	}
+	m.wakeLocked()
 	if m.cancel == nil {
 		return
 	}
@@ -288,14 +300,26 @@ func (m *streamMux) endLocked(mb *member, err error, gone bool) {
 	if mb.ended != nil && mb.err == nil {
 		mb.err = err
 		close(mb.ended)
+		if gone && !mb.attached {
+			mb.undelivered = true
+			m.ended[mb.ns] = mb
+		}
+	}
+}
+
+// wakeLocked signals the stream goroutine (membership, or a member back).
+// m.mu must be held.
+func (m *streamMux) wakeLocked() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
 	}
 }
 
 // run opens the stream with every member's cursor, restarts it on
-// membership changes and after failures (backing off), until the client
-// closes.
+// membership changes and, after a failure, once a namespace's syncer
+// watches again (the syncers' backoff paces it), until the client closes.
 func (m *streamMux) run() {
-	bo := m.backoff.New()
 	for {
 		if !m.waitMembers() {
 			return
@@ -303,9 +327,7 @@ func (m *streamMux) run() {
 		attemptCtx, cancel := context.WithCancelCause(m.ctx)
 		req, carried := m.open(cancel)
 
-		started, delivered := time.Now(), false
 		err := m.src.WatchStream(attemptCtx, req, func(ev transport.StreamEvent) error {
-			delivered = true
 			return m.dispatch(ev)
 		})
 		cause := context.Cause(attemptCtx)
@@ -322,9 +344,6 @@ func (m *streamMux) run() {
 		}
 		if errors.Is(cause, errRestart) {
 			continue // membership changed: at once, with every cursor
-		}
-		if delivered && time.Since(started) >= healthyShared {
-			bo.Reset()
 		}
 		unsupported := errors.Is(err, transport.ErrStreamUnsupported)
 		m.mu.Lock()
@@ -344,12 +363,42 @@ func (m *streamMux) run() {
 		for _, mb := range carried {
 			m.endLocked(mb, err, unsupported)
 		}
+		attaches := m.attaches // the Watches back after this are the syncers' retries
 		m.mu.Unlock()
 		if unsupported {
 			continue // its members watch alone; a later join tries again
 		}
-		m.log.Debug("config: shared watch stream ended; reconnecting", "err", err)
-		m.backoff.Wait(m.ctx, bo, err)
+		m.log.Debug("config: shared watch stream ended; reopening once a namespace's watch is back", "err", err)
+		// The syncers back off (each its own, jittered, Retry-After
+		// and all): the stream reopens when the first of them watches
+		// again, so that its first answer reaches a watching syncer
+		// (a new store resnapshots at once), and no second backoff
+		// adds to theirs.
+		if !m.awaitAttach(attaches) {
+			return
+		}
+	}
+}
+
+// awaitAttach waits, after a failed attempt, until a namespace's Watch
+// comes back (a Watch call after since: attach wakes the stream
+// goroutine), or the client closes (false).
+func (m *streamMux) awaitAttach(since int64) bool {
+	for {
+		m.mu.Lock()
+		back := m.attaches > since
+		for _, mb := range m.members {
+			back = back || mb.attached && mb.err == nil // joined after the attempt opened: watching now
+		}
+		m.mu.Unlock()
+		if back {
+			return true
+		}
+		select {
+		case <-m.ctx.Done():
+			return false
+		case <-m.changed:
+		}
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -55,7 +54,7 @@ func TestStreamMemberOverflowEndsOnlyItsWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := memberQueue + 50
 	burst := make(chan struct{})
-	m := newStreamMux(ctx, burstSource{n: n, done: burst}, slog.New(slog.DiscardHandler), syncer.Backoff{Initial: time.Millisecond, Max: time.Millisecond})
+	m := newStreamMux(ctx, burstSource{n: n, done: burst}, slog.New(slog.DiscardHandler))
 	defer func() { cancel(); m.wait() }()
 
 	release := make(chan struct{})
