@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -185,6 +186,10 @@ func (s *HTTPSource) followSSE(ctx context.Context, spec sseSpec) sseResult {
 	case errors.Is(err, bufio.ErrTooLong):
 		res.err = fmt.Errorf("transport: %s %s: %w", spec.op, spec.name,
 			tooLarge("event", int64(s.opts.maxEventBytes)))
+	case isStreamReset(err):
+		// The server cut the stream (HTTP/2 RST_STREAM): what a closed
+		// connection is over HTTP/1.1.
+		res.err = fmt.Errorf("transport: %s %s: stream cut: %w (%w)", spec.op, spec.name, io.ErrUnexpectedEOF, err)
 	default:
 		res.err = fmt.Errorf("transport: %s %s: %w", spec.op, spec.name, err)
 	}
@@ -354,4 +359,11 @@ func lastEventEnd(b []byte) int {
 		end = i + 3
 	}
 	return end
+}
+
+// isStreamReset reports whether err is an HTTP/2 stream reset by the peer:
+// net/http's bundled HTTP/2 client reports it with an unexported type
+// whose text starts so.
+func isStreamReset(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "stream error: stream ID ")
 }

@@ -98,3 +98,19 @@ func TestSnapshotValuesNotAnObject(t *testing.T) {
 		}
 	}
 }
+
+func TestIsStreamReset(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{errors.New("stream error: stream ID 3; INTERNAL_ERROR; received from peer"), true},
+		{fmt.Errorf("read: %w", errors.New("stream error: stream ID 15; CANCEL")), true},
+		{errors.New("connection refused"), false},
+		{nil, false},
+	} {
+		if got := isStreamReset(tc.err); got != tc.want {
+			t.Errorf("isStreamReset(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
