@@ -504,22 +504,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		for { // send nothing at all while black-holed
-			s.faults.quiet.RLock()
-			hole := s.faults.hole()
-			if hole == nil {
-				break
-			}
-			s.faults.quiet.RUnlock()
-			select {
-			case <-hole:
-				beat = true // say at once that the stream is alive
-			case <-wt.done:
-				return
-			case <-r.Context().Done():
-				return
-			}
+		healed, ok := s.heard(wt, r) // send nothing at all while black-holed
+		if !ok {
+			return
 		}
+		beat = beat || healed // say at once that the stream is alive
 		speaking = true
 		d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
 		items, overflow := wt.take()
@@ -671,4 +660,27 @@ func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, bp *[]byt
 		*bp = buf
 	}
 	return buf, nil
+}
+
+// heard waits while the server is black-holed, for a stream's writer: it
+// returns with s.faults.quiet read-locked (the caller writes, then
+// unlocks), healed when a black hole ended meanwhile, or ok false when the
+// stream ended (wt.done, the request's context).
+func (s *Server) heard(wt *watcher, r *http.Request) (healed, ok bool) {
+	for {
+		s.faults.quiet.RLock()
+		hole := s.faults.hole()
+		if hole == nil {
+			return healed, true
+		}
+		s.faults.quiet.RUnlock()
+		select {
+		case <-hole:
+			healed = true
+		case <-wt.done:
+			return healed, false
+		case <-r.Context().Done():
+			return healed, false
+		}
+	}
 }

@@ -200,22 +200,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		for { // send nothing at all while black-holed
-			s.faults.quiet.RLock()
-			hole := s.faults.hole()
-			if hole == nil {
-				break
-			}
-			s.faults.quiet.RUnlock()
-			select {
-			case <-hole:
-				beat = true // say at once that the stream is alive
-			case <-wt.done:
-				return
-			case <-r.Context().Done():
-				return
-			}
+		healed, ok := s.heard(wt, r) // send nothing at all while black-holed
+		if !ok {
+			return
 		}
+		beat = beat || healed // say at once that the stream is alive
 		speaking = true
 		// The next tick's channel before the cursor: a tick for a head
 		// beyond d closes this channel after d was read.
