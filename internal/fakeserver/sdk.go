@@ -459,12 +459,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			s.faults.quiet.RUnlock()
 		}
 	}()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	s.setPlaneHeaders(w, sub.storeID, sub.nsRev, sub.head)
-	w.WriteHeader(http.StatusOK)
+	s.writeSSEHeaders(w, sub.storeID, sub.nsRev, sub.head)
 
 	// The backlog, then a progress event: the client learns at once that it
 	// is current up to the head.
@@ -683,4 +678,15 @@ func (s *Server) heard(wt *watcher, r *http.Request) (healed, ok bool) {
 			return healed, false
 		}
 	}
+}
+
+// writeSSEHeaders starts an SSE reply (a watch's or a stream's): no
+// caching, no proxy buffering, the plane's headers.
+func (s *Server) writeSSEHeaders(w http.ResponseWriter, storeID string, nsRev, head int64) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	s.setPlaneHeaders(w, storeID, nsRev, head)
+	w.WriteHeader(http.StatusOK)
 }

@@ -147,12 +147,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			s.faults.quiet.RUnlock()
 		}
 	}()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	s.setPlaneHeaders(w, sub.storeID, 0, sub.head)
-	w.WriteHeader(http.StatusOK)
+	s.writeSSEHeaders(w, sub.storeID, 0, sub.head)
 
 	// The ended namespaces, the backlog in store order, then a progress
 	// event at the head: the client learns at once that every namespace

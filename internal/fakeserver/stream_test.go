@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,16 +106,8 @@ func parseCaps(h http.Header) string {
 	for i := range caps {
 		caps[i] = strings.TrimSpace(caps[i])
 	}
-	slicesSort(caps)
+	slices.Sort(caps)
 	return strings.Join(caps, ",")
-}
-
-func slicesSort(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 func TestWithoutCapability(t *testing.T) {
