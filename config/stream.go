@@ -146,27 +146,13 @@ func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handl
 			if err := m.deliver(mb, ev, handle); err != nil {
 				return m.detach(mb, true), err
 			}
-			continue
-		default:
-		}
-		// The queue is empty: wait for more, the end or ctx.
-		select {
-		case ev := <-mb.queue:
-			if err := m.deliver(mb, ev, handle); err != nil {
-				return m.detach(mb, true), err
-			}
 		case <-mb.ended:
-			// Events queued before the end are delivered first.
-			for {
-				select {
-				case ev := <-mb.queue:
-					if err := m.deliver(mb, ev, handle); err != nil {
-						return m.detach(mb, true), err
-					}
-					continue
-				default:
+			// Events queued before the end are delivered first (this
+			// Watch is the queue's one reader).
+			for len(mb.queue) > 0 {
+				if err := m.deliver(mb, <-mb.queue, handle); err != nil {
+					return m.detach(mb, true), err
 				}
-				break
 			}
 			m.mu.Lock()
 			err, since := mb.err, mb.handled
