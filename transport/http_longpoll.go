@@ -31,17 +31,8 @@ func (s *HTTPSource) watchLongPoll(ctx context.Context, req WatchRequest, handle
 			return err
 		}
 		since = r.Cursor
-		// A server that answers an empty poll at once (one that ignores
-		// wait) must not make this a busy loop.
 		if len(r.Changes) == 0 {
-			if pause := minEmptyPoll - time.Since(started); pause > 0 {
-				t := time.NewTimer(pause)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-				case <-t.C:
-				}
-			}
+			pauseAfterEmptyPoll(ctx, started)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -95,4 +86,18 @@ func (s *HTTPSource) pollError(ctx, rctx context.Context, ns string, err error) 
 			ns, ErrStreamIdle, s.opts.longPollWait, s.replyTimeout())
 	}
 	return requestError(ctx, "long-poll", ns, err)
+}
+
+// pauseAfterEmptyPoll waits out the rest of minEmptyPoll since started (or
+// until ctx ends): a server that answers an empty poll at once (one that
+// ignores wait) must not make polling a busy loop.
+func pauseAfterEmptyPoll(ctx context.Context, started time.Time) {
+	if pause := minEmptyPoll - time.Since(started); pause > 0 {
+		t := time.NewTimer(pause)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 }

@@ -206,17 +206,8 @@ func (s *HTTPSource) watchStreamLongPoll(ctx context.Context, nss []WatchRequest
 				return err
 			}
 		}
-		// A server that answers an empty poll at once must not make this
-		// a busy loop.
 		if len(r.Changes) == 0 && len(r.Ended) == 0 {
-			if pause := minEmptyPoll - time.Since(started); pause > 0 {
-				t := time.NewTimer(pause)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-				case <-t.C:
-				}
-			}
+			pauseAfterEmptyPoll(ctx, started)
 		}
 		if err := ctx.Err(); err != nil {
 			return err

@@ -424,20 +424,7 @@ func (s *Source) streamCheck(ctx context.Context, st *streamState, handle func(t
 		return true, nil // restored below what the watch saw: confirm nothing
 	}
 	for _, w := range st.members {
-		metaRev := metaRevs[w.ns]
-		switch {
-		case w.known && metaRev <= w.nsRev:
-		case !w.known && metaRev <= w.since:
-			w.nsRev, w.known = metaRev, true
-		default:
-			if w.pending == 0 {
-				w.pendingSince = time.Now()
-				s.log.Debug("etcd: the store has a change the stream has not delivered yet; waiting for it", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
-			}
-			w.pending = max(w.pending, metaRev)
-			continue
-		}
-		w.pending = 0
+		s.delivered(w, metaRevs[w.ns], "stream") // a pending member holds progressAt back
 	}
 	return true, s.progressAt(st, head, true, handle)
 }

@@ -332,6 +332,18 @@ func metaRevision(resp *clientv3.GetResponse) int64 {
 // confirms nothing, and Watch waits for the watch to deliver it (see
 // Watch).
 func (s *Source) confirm(w *watchState, id string, rev, metaRev int64, handle func(transport.Event) error) error {
+	if !s.delivered(w, metaRev, "watch") {
+		return nil
+	}
+	w.cursor = rev // callers check rev >= w.cursor
+	return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: w.nsRev, Cursor: rev}})
+}
+
+// delivered reports whether the namespace's revision in the store,
+// metaRev, was delivered (by what, "watch" or "stream", for the log): then
+// nothing is pending. Otherwise the change at metaRev is pending from now
+// (or since it was first found) and confirms nothing.
+func (s *Source) delivered(w *watchState, metaRev int64, by string) bool {
 	switch {
 	case w.known && metaRev <= w.nsRev:
 	case !w.known && metaRev <= w.since:
@@ -339,14 +351,13 @@ func (s *Source) confirm(w *watchState, id string, rev, metaRev int64, handle fu
 	default:
 		if w.pending == 0 {
 			w.pendingSince = time.Now()
-			s.log.Debug("etcd: the store has a change the watch has not delivered yet; waiting for it", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
+			s.log.Debug("etcd: the store has a change the "+by+" has not delivered yet; waiting for it", "ns", w.ns, "revision", metaRev, "delivered", w.nsRev)
 		}
 		w.pending = max(w.pending, metaRev)
-		return nil
+		return false
 	}
 	w.pending = 0
-	w.cursor = rev // callers check rev >= w.cursor
-	return handle(transport.Event{Progress: &transport.Progress{Namespace: w.ns, StoreID: id, Revision: w.nsRev, Cursor: rev}})
+	return true
 }
 
 // checkAhead handles a watch from a cursor beyond the head the member
