@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/streammux"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -31,7 +32,7 @@ type Client struct {
 	tracer    *instrument.Tracer
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
-	mux       *streamMux          // nil when the source has no multi-namespace watch
+	mux       *streammux.Mux      // nil when the source has no multi-namespace watch
 	acks      *acker              // nil when the source cannot take acks
 	persister *cachedir.Persister // nil without a cache directory; started with the first namespace
 	rev       revision            // the global revision (Revision)
@@ -94,7 +95,7 @@ func New(opts ...Option) (*Client, error) {
 	c.metrics, c.tracer = metrics, instrument.NewTracer(o.tracerProvider)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if ss, ok := c.src.(transport.StreamSource); ok {
-		c.mux = newStreamMux(c.ctx, ss, o.logger)
+		c.mux = streammux.New(c.ctx, ss, o.logger)
 	}
 	if a, ok := c.src.(transport.Acker); ok {
 		c.acks = newAcker(a, o.logger, o.clientID)
@@ -258,7 +259,7 @@ func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error
 	}
 	n.syncer = syncer.New(syncer.Config{
 		Namespace:    name,
-		Source:       nsView{src: c.src, mux: c.mux},
+		Source:       streammux.View{Src: c.src, Mux: c.mux},
 		Sink:         nsSink{n},
 		Schema:       checks,
 		Log:          log,
@@ -334,7 +335,7 @@ func (c *Client) start(n *Namespace) {
 func (c *Client) finish(n *Namespace) {
 	defer c.wg.Done()
 	if c.mux != nil {
-		c.mux.leave(n.name)
+		c.mux.Leave(n.name)
 	}
 	c.rev.remove(n)
 	if n.persister != nil {
@@ -426,7 +427,7 @@ func (c *Client) Close() error {
 		c.cancel()
 		c.wg.Wait()
 		if c.mux != nil {
-			c.mux.wait()
+			c.mux.Wait()
 		}
 		c.acks.wait()
 		if c.persister != nil {

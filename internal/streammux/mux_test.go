@@ -1,4 +1,4 @@
-package config
+package streammux
 
 import (
 	"context"
@@ -54,8 +54,8 @@ func TestStreamMemberOverflowEndsOnlyItsWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := memberQueue + 50
 	burst := make(chan struct{})
-	m := newStreamMux(ctx, burstSource{n: n, done: burst}, slog.New(slog.DiscardHandler))
-	defer func() { cancel(); m.wait() }()
+	m := New(ctx, burstSource{n: n, done: burst}, slog.New(slog.DiscardHandler))
+	defer func() { cancel(); m.Wait() }()
 
 	release := make(chan struct{})
 	var releaseOnce sync.Once

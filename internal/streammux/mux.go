@@ -1,4 +1,4 @@
-package config
+package streammux
 
 import (
 	"context"
@@ -10,12 +10,6 @@ import (
 
 	"github.com/holdfast-dev/holdfast/transport"
 )
-
-// One stream per client: every open namespace's syncer watches through a
-// nsView, whose Watch rides the client's one shared stream (a streamMux)
-// when the source is a transport.StreamSource that offers it, and is the
-// source's own per-namespace Watch otherwise. Resume, resnapshot and
-// backoff stay in each syncer: the view only carries events.
 
 // Tunables of the multiplexer.
 const (
@@ -42,34 +36,34 @@ var errMemberOverflow = errors.New("config: namespace fell behind the shared wat
 // errRestart is the cause of a stream attempt cut for a membership change.
 var errRestart = errors.New("config: stream membership changed")
 
-// nsView is the transport.Source a namespace's syncer sees: snapshots go
+// View is the transport.Source a namespace's syncer sees: snapshots go
 // to the real source, watches to the client's multiplexer.
-type nsView struct {
-	src transport.Source
-	mux *streamMux // nil when src is no StreamSource
+type View struct {
+	Src transport.Source
+	Mux *Mux // nil when Src is no StreamSource
 }
 
-func (v nsView) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
-	return v.src.Snapshot(ctx, req)
+func (v View) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	return v.Src.Snapshot(ctx, req)
 }
 
-func (v nsView) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
-	if v.mux == nil || v.mux.fallback() {
-		return v.src.Watch(ctx, req, handle)
+func (v View) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	if v.Mux == nil || v.Mux.fallback() {
+		return v.Src.Watch(ctx, req, handle)
 	}
-	since, err := v.mux.watch(ctx, req, handle)
+	since, err := v.Mux.watch(ctx, req, handle)
 	if errors.Is(err, transport.ErrStreamUnsupported) && ctx.Err() == nil {
 		// Decided for this attempt: watch alone, from where the stream
 		// left the namespace.
-		return v.src.Watch(ctx, transport.WatchRequest{Namespace: req.Namespace, Since: since}, handle)
+		return v.Src.Watch(ctx, transport.WatchRequest{Namespace: req.Namespace, Since: since}, handle)
 	}
 	return err
 }
 
-// streamMux owns the client's one shared stream and fans its events out to
+// Mux owns the client's one shared stream and fans its events out to
 // the namespaces in it (members), each through a bounded queue drained by
 // that namespace's syncer on its own goroutine, inside its Watch.
-type streamMux struct {
+type Mux struct {
 	src transport.StreamSource
 	log *slog.Logger
 	ctx context.Context // the client's
@@ -119,13 +113,16 @@ type member struct {
 	undelivered bool
 }
 
-func newStreamMux(ctx context.Context, src transport.StreamSource, log *slog.Logger) *streamMux {
-	return &streamMux{src: src, log: log, ctx: ctx, changed: make(chan struct{}, 1), members: make(map[string]*member), ended: make(map[string]*member)}
+// New returns the multiplexer of src's one stream; it stops when ctx ends
+// (then Wait waits for its goroutine). It opens nothing before a View's
+// first Watch.
+func New(ctx context.Context, src transport.StreamSource, log *slog.Logger) *Mux {
+	return &Mux{src: src, log: log, ctx: ctx, changed: make(chan struct{}, 1), members: make(map[string]*member), ended: make(map[string]*member)}
 }
 
 // fallback reports whether watches go one per namespace for now: the
 // source said it has no stream, less than streamRetryEvery ago.
-func (m *streamMux) fallback() bool {
+func (m *Mux) fallback() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return !m.unsupported.IsZero() && time.Since(m.unsupported) < streamRetryEvery
@@ -134,7 +131,7 @@ func (m *streamMux) fallback() bool {
 // watch is a namespace's Watch over the shared stream. It returns the
 // cursor the namespace's events were taken up to (for a fallback to the
 // source's own Watch) and the error that ended it.
-func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) (int64, error) {
+func (m *Mux) watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) (int64, error) {
 	m.startOnce.Do(func() {
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.run() }()
@@ -165,7 +162,7 @@ func (m *streamMux) watch(ctx context.Context, req transport.WatchRequest, handl
 	}
 }
 
-func (m *streamMux) deliver(mb *member, ev transport.Event, handle func(transport.Event) error) error {
+func (m *Mux) deliver(mb *member, ev transport.Event, handle func(transport.Event) error) error {
 	if err := handle(ev); err != nil {
 		return err
 	}
@@ -182,7 +179,7 @@ func (m *streamMux) deliver(mb *member, ev transport.Event, handle func(transpor
 
 // attach makes the namespace's Watch the one draining its member, joining
 // the stream if it is not in it (or must start afresh).
-func (m *streamMux) attach(req transport.WatchRequest) *member {
+func (m *Mux) attach(req transport.WatchRequest) *member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.unsupported.IsZero() && time.Since(m.unsupported) < streamRetryEvery {
@@ -227,7 +224,7 @@ func (m *streamMux) attach(req transport.WatchRequest) *member {
 // detach ends a Watch's hold on its member; refused marks it stale (its
 // syncer refused an event). It returns the cursor its events were taken
 // up to.
-func (m *streamMux) detach(mb *member, refused bool) int64 {
+func (m *Mux) detach(mb *member, refused bool) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mb.attached = false
@@ -237,8 +234,8 @@ func (m *streamMux) detach(mb *member, refused bool) int64 {
 	return mb.handled
 }
 
-// leave takes a closed namespace out of the stream.
-func (m *streamMux) leave(ns string) {
+// Leave takes a closed namespace out of the stream.
+func (m *Mux) Leave(ns string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.ended, ns)
@@ -249,7 +246,7 @@ func (m *streamMux) leave(ns string) {
 }
 
 // dropLocked removes mb from the members. m.mu must be held.
-func (m *streamMux) dropLocked(mb *member) {
+func (m *Mux) dropLocked(mb *member) {
 	if m.members[mb.ns] == mb {
 		delete(m.members, mb.ns)
 	}
@@ -260,7 +257,7 @@ func (m *streamMux) dropLocked(mb *member) {
 // once joins and leaves have been quiet for streamDebounce (at most
 // streamDebounceMax after the first), or the next one starts. m.mu must be
 // held.
-func (m *streamMux) changedLocked() {
+func (m *Mux) changedLocked() {
 	m.wakeLocked()
 	if m.cancel == nil {
 		return
@@ -279,7 +276,7 @@ func (m *streamMux) changedLocked() {
 
 // endLocked ends mb's current Watch with err; gone takes it out of the
 // stream. m.mu must be held.
-func (m *streamMux) endLocked(mb *member, err error, gone bool) {
+func (m *Mux) endLocked(mb *member, err error, gone bool) {
 	if gone {
 		m.dropLocked(mb)
 	}
@@ -295,7 +292,7 @@ func (m *streamMux) endLocked(mb *member, err error, gone bool) {
 
 // wakeLocked signals the stream goroutine (membership, or a member back).
 // m.mu must be held.
-func (m *streamMux) wakeLocked() {
+func (m *Mux) wakeLocked() {
 	select {
 	case m.changed <- struct{}{}:
 	default:
@@ -305,7 +302,7 @@ func (m *streamMux) wakeLocked() {
 // run opens the stream with every member's cursor, restarts it on
 // membership changes and, after a failure, once a namespace's syncer
 // watches again (the syncers' backoff paces it), until the client closes.
-func (m *streamMux) run() {
+func (m *Mux) run() {
 	for {
 		if !m.waitMembers() {
 			return
@@ -369,7 +366,7 @@ func (m *streamMux) run() {
 // awaitAttach waits, after a failed attempt, until a namespace's Watch
 // comes back (a Watch call after since: attach wakes the stream
 // goroutine), or the client closes (false).
-func (m *streamMux) awaitAttach(since int64) bool {
+func (m *Mux) awaitAttach(since int64) bool {
 	for {
 		m.mu.Lock()
 		back := m.attaches > since
@@ -390,7 +387,7 @@ func (m *streamMux) awaitAttach(since int64) bool {
 
 // waitMembers waits until there are members and membership has been still
 // for streamDebounce (batching joins), or the client closes (false).
-func (m *streamMux) waitMembers() bool {
+func (m *Mux) waitMembers() bool {
 	for {
 		m.mu.Lock()
 		n := len(m.members)
@@ -425,7 +422,7 @@ func (m *streamMux) waitMembers() bool {
 // open makes the request of the next attempt, whose cancel it records:
 // every member, each from its cursor. A change after it restarts the
 // attempt.
-func (m *streamMux) open(cancel context.CancelCauseFunc) (transport.StreamRequest, map[string]*member) {
+func (m *Mux) open(cancel context.CancelCauseFunc) (transport.StreamRequest, map[string]*member) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	select {
@@ -444,7 +441,7 @@ func (m *streamMux) open(cancel context.CancelCauseFunc) (transport.StreamReques
 
 // dispatch queues one stream event for the members it concerns. It never
 // blocks: a member whose queue is full leaves the stream.
-func (m *streamMux) dispatch(ev transport.StreamEvent) error {
+func (m *Mux) dispatch(ev transport.StreamEvent) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
@@ -494,7 +491,7 @@ func (m *streamMux) dispatch(ev transport.StreamEvent) error {
 
 // queueLocked queues ev for mb, or, if its queue is full, takes mb out of
 // the stream. m.mu must be held.
-func (m *streamMux) queueLocked(mb *member, ev transport.Event) bool {
+func (m *Mux) queueLocked(mb *member, ev transport.Event) bool {
 	select {
 	case mb.queue <- ev:
 		return true
@@ -505,5 +502,5 @@ func (m *streamMux) queueLocked(mb *member, ev transport.Event) bool {
 	}
 }
 
-// wait waits for the stream goroutine, once the client's context ended.
-func (m *streamMux) wait() { m.wg.Wait() }
+// Wait waits for the stream goroutine, once the context given to New ended.
+func (m *Mux) Wait() { m.wg.Wait() }
