@@ -1,0 +1,101 @@
+package relay
+
+import (
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Defaults of the options.
+const (
+	DefaultHeartbeat            = 5 * time.Second
+	DefaultHistory              = 1000    // change sets kept per namespace
+	DefaultHistoryBytes         = 4 << 20 // bytes of change sets kept per namespace
+	DefaultLinger               = time.Minute
+	DefaultMaxNamespaces        = 10000
+	DefaultMaxSnapshotsInFlight = 64
+	DefaultRetryAfterWindow     = 10 * time.Second
+)
+
+type options struct {
+	logger               *slog.Logger
+	meter                metric.MeterProvider
+	cacheDir             string
+	namespaces           []string
+	allow                []string
+	maxNamespaces        int
+	history              int
+	historyBytes         int64
+	heartbeat            time.Duration
+	linger               time.Duration
+	maxSnapshotsInFlight int
+	retryAfterWindow     time.Duration
+	id                   string
+}
+
+// Option configures a Relay.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
+
+// WithMeterProvider sets where the relay's metrics go (default: the
+// global OpenTelemetry provider, a no-op unless the program set one).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(o *options) { o.meter = mp })
+}
+
+// WithCacheDir persists the last good of every namespace served in dir
+// (the SDK's file format and atomic write) and loads it before the relay
+// dials its upstream. Without it nothing is persisted.
+func WithCacheDir(dir string) Option { return optionFunc(func(o *options) { o.cacheDir = dir }) }
+
+// WithNamespaces makes the relay follow these namespaces from the start,
+// not only on a downstream client's first demand; they never linger out.
+func WithNamespaces(names ...string) Option {
+	return optionFunc(func(o *options) { o.namespaces = append(o.namespaces, names...) })
+}
+
+// WithAllow limits the namespaces served to those matching one of the
+// patterns (path.Match syntax, e.g. "payments.*"); a request for another
+// gets 403 and no upstream subscription. Without it every name is allowed.
+func WithAllow(patterns ...string) Option {
+	return optionFunc(func(o *options) { o.allow = append(o.allow, patterns...) })
+}
+
+// WithMaxNamespaces bounds how many namespaces the relay follows at once
+// (default DefaultMaxNamespaces); a request for one more gets 429.
+func WithMaxNamespaces(n int) Option { return optionFunc(func(o *options) { o.maxNamespaces = n }) }
+
+// WithHistory bounds the change sets kept per namespace for clients that
+// resume, by count and by bytes (defaults DefaultHistory,
+// DefaultHistoryBytes); an older cursor gets 410 and its client
+// resnapshots from the relay.
+func WithHistory(changes int, bytes int64) Option {
+	return optionFunc(func(o *options) { o.history, o.historyBytes = changes, bytes })
+}
+
+// WithHeartbeat sets how often the relay's watch streams send progress
+// (default DefaultHeartbeat).
+func WithHeartbeat(d time.Duration) Option { return optionFunc(func(o *options) { o.heartbeat = d }) }
+
+// WithLinger sets how long a namespace is still followed after its last
+// downstream client left (default DefaultLinger).
+func WithLinger(d time.Duration) Option { return optionFunc(func(o *options) { o.linger = d }) }
+
+// WithMaxSnapshotsInFlight bounds the snapshot replies being written at
+// once (default DefaultMaxSnapshotsInFlight); past it a snapshot request
+// gets 503 with a Retry-After spread over window (default
+// DefaultRetryAfterWindow), so that a reconnect storm converges.
+func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
+	return optionFunc(func(o *options) { o.maxSnapshotsInFlight, o.retryAfterWindow = n, window })
+}
+
+// WithID sets the client id the relay reports upstream as (default: a
+// random one). The acks it forwards keep their own clients' ids.
+func WithID(id string) Option { return optionFunc(func(o *options) { o.id = id }) }
