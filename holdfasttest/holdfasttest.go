@@ -60,6 +60,7 @@ type Stats struct {
 	StreamPolls int64 // GET /sdk/stream/events (multi-namespace long-polls)
 	AckStreams  int64 // POST /sdk/ack/stream (each batch on it counts in Acks)
 	Conns       int64 // TCP connections accepted
+	Shed        int64 // snapshot requests refused 503 by a bound on snapshots in flight (relays)
 }
 
 // ClientState is what one client reported about one namespace (its acks

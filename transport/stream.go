@@ -85,8 +85,10 @@ type StreamEvent struct {
 // still in it is complete up to Cursor: nothing of theirs changed between
 // their last change delivered (or the cursor they joined at) and Cursor.
 type StreamProgress struct {
-	StoreID string `json:"store_id"`
-	Cursor  int64  `json:"cursor"`
+	StoreID     string `json:"store_id"`
+	Cursor      int64  `json:"cursor"`
+	AgeMillis   int64  `json:"age_ms,omitempty"`      // see Snapshot.AgeMillis
+	Unconfirmed bool   `json:"unconfirmed,omitempty"` // see Snapshot.Unconfirmed
 }
 
 // NamespaceEnded takes one namespace out of a stream; the stream goes on

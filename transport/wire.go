@@ -47,6 +47,13 @@ const (
 	// often. A client with no idle timeout of its own derives its idle
 	// timeout from it (three heartbeats).
 	HeaderHeartbeat = "Holdfast-Heartbeat-Ms"
+	// HeaderAge, on a relay's data-plane replies, is how many milliseconds
+	// ago its upstream last confirmed the data (absent: current, as an
+	// origin's always is); HeaderUnconfirmed ("true") says its upstream is
+	// not confirming it right now. See "Age of relayed data" in
+	// docs/PROTOCOL.md.
+	HeaderAge         = "Holdfast-Age"
+	HeaderUnconfirmed = "Holdfast-Unconfirmed"
 )
 
 // SSE event names on /sdk/watch.
@@ -101,6 +108,11 @@ type Snapshot struct {
 	// possibly lagging view: a revision behind what the client applied is
 	// then proof that the store's history was rewritten.
 	Linearizable bool `json:"-"`
+	// AgeMillis and Unconfirmed: how long ago the server's upstream last
+	// confirmed this data, and whether it is not confirming it now (a
+	// relay's; zero and false from an origin).
+	AgeMillis   int64 `json:"age_ms,omitempty"`
+	Unconfirmed bool  `json:"unconfirmed,omitempty"`
 }
 
 // ChangeSet is one atomic publish to one namespace: every put and delete of
@@ -120,20 +132,24 @@ type ChangeSet struct {
 // Progress says that the stream is alive and that nothing changed in the
 // namespace up to Cursor. Revision is the namespace's current revision.
 type Progress struct {
-	Namespace string `json:"ns"`
-	StoreID   string `json:"store_id"`
-	Revision  int64  `json:"revision"`
-	Cursor    int64  `json:"cursor"`
+	Namespace   string `json:"ns"`
+	StoreID     string `json:"store_id"`
+	Revision    int64  `json:"revision"`
+	Cursor      int64  `json:"cursor"`
+	AgeMillis   int64  `json:"age_ms,omitempty"`      // see Snapshot.AgeMillis
+	Unconfirmed bool   `json:"unconfirmed,omitempty"` // see Snapshot.Unconfirmed
 }
 
 // EventsResponse is the body of GET /sdk/events (long-poll). An empty Changes
 // still advances Cursor.
 type EventsResponse struct {
-	Namespace string      `json:"ns"`
-	StoreID   string      `json:"store_id"`
-	Cursor    int64       `json:"cursor"`
-	Revision  int64       `json:"revision"`
-	Changes   []ChangeSet `json:"changes"`
+	Namespace   string      `json:"ns"`
+	StoreID     string      `json:"store_id"`
+	Cursor      int64       `json:"cursor"`
+	Revision    int64       `json:"revision"`
+	Changes     []ChangeSet `json:"changes"`
+	AgeMillis   int64       `json:"age_ms,omitempty"`      // see Snapshot.AgeMillis
+	Unconfirmed bool        `json:"unconfirmed,omitempty"` // see Snapshot.Unconfirmed
 }
 
 // MaxAckErrorBytes bounds Ack.Error: a client cuts a longer error, and the

@@ -35,6 +35,9 @@ func (s *Server) routes() *http.ServeMux {
 		if (rt.path == transport.PathStream || rt.path == transport.PathStreamEvents) && !s.opts.offers(transport.CapabilityStream) {
 			continue // as a server that predates it: 404
 		}
+		if s.store == nil && !strings.HasPrefix(rt.path, "/sdk/") {
+			continue // a relay's data plane: the control API is the origin's
+		}
 		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
 		allow, plane := rt.method, strings.HasPrefix(rt.path, "/sdk/")
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {

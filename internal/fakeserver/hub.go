@@ -71,14 +71,20 @@ type hub struct {
 	kick   chan struct{}
 
 	dispatched atomic.Pointer[mark]
-	quit       chan struct{}
+	// follow: the hub of a relay's Follower, whose namespaces are each
+	// complete up to a cursor of their own: a change marks nothing, the
+	// Follower's head (the lowest of them) does.
+	follow bool
+	quit   chan struct{}
 	wg         sync.WaitGroup // run and ticker
 }
 
-// hubItem is a change to fan out, or (c == nil) a store reset to generation gen.
+// hubItem is a change to fan out; or (c == nil) a store reset to
+// generation gen, or, with head set, a follower's head that moved.
 type hubItem struct {
-	c   *change
-	gen uint64
+	c    *change
+	gen  uint64
+	head int64
 }
 
 // progressEvery is how soon after the head moves a multi-namespace
@@ -184,6 +190,13 @@ func (h *hub) run() {
 		var last *change // the newest change handed over, marked once per batch
 		silent := false  // a change some multi-namespace watcher does not carry
 		for _, it := range items {
+			if it.c == nil && it.head > 0 {
+				if m := h.dispatched.Load(); m.gen == it.gen && it.head > m.rev {
+					h.dispatched.Store(&mark{gen: it.gen, rev: it.head})
+					silent = true
+				}
+				continue
+			}
 			if it.c == nil {
 				h.kill(func(w *watcher) bool { return w.gen < it.gen })
 				h.dispatched.Store(&mark{gen: it.gen})
@@ -202,7 +215,9 @@ func (h *hub) run() {
 				silent = true
 			}
 			h.mu.RUnlock()
-			last = it.c
+			if !h.follow {
+				last = it.c
+			}
 		}
 		if last != nil {
 			h.dispatched.Store(&mark{gen: last.gen, rev: last.cs.Revision})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"time"
 
@@ -28,6 +29,10 @@ type options struct {
 	token           string
 	logger          *slog.Logger
 	without         map[string]bool // capabilities switched off
+	listener        net.Listener    // WithListener
+	ackSink         func([]transport.Ack)
+	maxSnapshots    int
+	retryWindow     time.Duration
 }
 
 // Option configures a Server.
@@ -92,6 +97,24 @@ func (o *options) offers(name string) bool {
 		return false // its lines are batches
 	}
 	return !o.without[name]
+}
+
+// WithListener serves on l (its first run; Restart listens on l's
+// address anew) rather than on WithAddr's address.
+func WithListener(l net.Listener) Option { return optionFunc(func(o *options) { o.listener = l }) }
+
+// WithAckSink hands every ack received to sink (a relay forwards them
+// upstream) instead of recording them. sink must not block.
+func WithAckSink(sink func([]transport.Ack)) Option {
+	return optionFunc(func(o *options) { o.ackSink = sink })
+}
+
+// WithMaxSnapshotsInFlight bounds the snapshot bodies being written at
+// once; past it a snapshot request gets 503 with a Retry-After spread
+// over 1s..window. Zero (the default) sets no bound. 304 replies are
+// never refused: they cost nothing.
+func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
+	return optionFunc(func(o *options) { o.maxSnapshots, o.retryWindow = n, window })
 }
 
 // WithLogger sets the logger (default: discard).

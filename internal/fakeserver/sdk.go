@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -107,10 +108,10 @@ func (s *Server) hold(r *http.Request) { s.speak(r)() }
 // planeHeaders sets the headers every data-plane reply carries. With ns
 // empty (or unknown) the revision is 0.
 func (s *Server) planeHeaders(w http.ResponseWriter, ns string) {
-	id, head, _ := s.store.info()
+	id, head, _ := s.be.info()
 	var rev int64
 	if ns != "" {
-		rev, _ = s.store.nsRevision(ns)
+		rev, _ = s.be.nsRevision(ns)
 	}
 	s.setPlaneHeaders(w, id, rev, head)
 }
@@ -175,7 +176,10 @@ func errorReply(err error) (int, transport.ErrorBody) {
 	var ce *transport.CompactedError
 	var se *SchemaError
 	var mbe *http.MaxBytesError
+	var re *RefusedError
 	switch {
+	case errors.As(err, &re):
+		return re.Status, transport.ErrorBody{Error: re.Code, Message: err.Error()}
 	case errors.As(err, &ce):
 		return http.StatusGone, transport.ErrorBody{Error: transport.CodeCompacted, Message: err.Error(), CompactRevision: ce.CompactRevision}
 	case errors.As(err, &se):
@@ -233,7 +237,10 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", err)
 		return
 	}
-	snap, err := s.store.snapshot(ns)
+	if !s.demanded(w, r, ns, -1) {
+		return
+	}
+	snap, err := s.be.snapshot(ns)
 	if err != nil {
 		s.planeError(w, r, ns, err)
 		return
@@ -241,6 +248,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	defer s.speak(r)()
 	etag := transport.ETag(snap.storeID, snap.rev)
 	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
+	age, unconfirmed := s.setAge(w, ns)
 	h := w.Header()
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "no-cache")
@@ -250,6 +258,11 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
+	release, ok := s.admit(w)
+	if !ok {
+		return
+	}
+	defer release()
 	values, err := transport.EncodeValues(snap.values)
 	if err != nil {
 		s.replyError(w, err)
@@ -257,7 +270,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	data, err := json.Marshal(transport.Snapshot{
 		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: values,
+		CompactRevision: snap.compact, Values: values, AgeMillis: age, Unconfirmed: unconfirmed,
 	})
 	if err != nil {
 		s.replyError(w, err)
@@ -346,8 +359,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		wait = min(wait, s.opts.maxWait)
 	}
 
+	if !s.demanded(w, r, ns, since) {
+		return
+	}
 	var wt *watcher
-	sub, err := s.store.subscribe(ns, since, func(sub subscription) {
+	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
 		if len(sub.backlog) == 0 && wait > 0 {
 			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false)
 			s.hub.add(wt)
@@ -405,7 +421,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				break wait
 			}
 		}
-		if wt.gen != s.store.generation() {
+		if wt.gen != s.be.generation() {
 			// The store was reset or restored meanwhile: what this poll
 			// read is another history's. Cut it, as a restart would.
 			panic(http.ErrAbortHandler)
@@ -413,6 +429,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.speak(r)()
 	s.setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
+	resp.AgeMillis, resp.Unconfirmed = s.setAge(w, ns)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -436,9 +453,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, ns, err)
 		return
 	}
+	if !s.demanded(w, r, ns, since) {
+		return
+	}
 	rc := http.NewResponseController(w)
 	var wt *watcher
-	sub, err := s.store.subscribe(ns, since, func(sub subscription) {
+	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
 		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true)
 		wt.attach(rc.SetWriteDeadline)
 		s.hub.add(wt)
@@ -459,7 +479,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			s.faults.quiet.RUnlock()
 		}
 	}()
-	s.writeSSEHeaders(w, sub.storeID, sub.nsRev, sub.head)
+	s.writeSSEHeaders(w, sub.storeID, sub.nsRev, sub.head, ns)
 
 	// The backlog, then a progress event: the client learns at once that it
 	// is current up to the head.
@@ -474,7 +494,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf []byte
 	progress := func() error {
-		data, _ := json.Marshal(transport.Progress{Namespace: ns, StoreID: sub.storeID, Revision: nsRev, Cursor: cursor})
+		age, unconfirmed := s.be.freshness(ns)
+		data, _ := json.Marshal(transport.Progress{Namespace: ns, StoreID: sub.storeID, Revision: nsRev, Cursor: cursor,
+			AgeMillis: age.Milliseconds(), Unconfirmed: unconfirmed})
 		buf = appendFrame(buf[:0], transport.EventProgress, cursor, data)
 		_, err := w.Write(buf)
 		return err
@@ -567,17 +589,17 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", err)
 		return
 	}
-	if !batch {
-		if _, ok := s.store.nsRevision(acks[0].Namespace); !ok {
+	if !batch && s.follow == nil {
+		if _, ok := s.be.nsRevision(acks[0].Namespace); !ok {
 			s.planeError(w, r, acks[0].Namespace, ErrUnknownNamespace)
 			return
 		}
 	} else {
 		// One namespace's trouble must not refuse the others: acks of
 		// namespaces that do not exist (any more) are dropped.
-		acks = s.store.known(acks)
+		acks = s.be.known(acks)
 	}
-	s.acks.record(acks, time.Now())
+	s.recordAcks(acks)
 	defer s.speak(r)()
 	ns := ""
 	if !batch {
@@ -618,7 +640,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 		}
 		s.stats.acks.Add(1)
 		release := s.speak(r) // a black hole holds acks too
-		s.acks.record(s.store.known(acks), time.Now())
+		s.recordAcks(s.be.known(acks))
 		release()
 	}
 }
@@ -680,13 +702,72 @@ func (s *Server) heard(wt *watcher, r *http.Request) (healed, ok bool) {
 	}
 }
 
-// writeSSEHeaders starts an SSE reply (a watch's or a stream's): no
-// caching, no proxy buffering, the plane's headers.
-func (s *Server) writeSSEHeaders(w http.ResponseWriter, storeID string, nsRev, head int64) {
+// writeSSEHeaders starts an SSE reply (a watch's or a stream's, of
+// names): no caching, no proxy buffering, the plane's headers.
+func (s *Server) writeSSEHeaders(w http.ResponseWriter, storeID string, nsRev, head int64, names ...string) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	s.setPlaneHeaders(w, storeID, nsRev, head)
+	s.setAge(w, names...)
 	w.WriteHeader(http.StatusOK)
+}
+
+// setAge sets the age headers of a reply about names (none from an
+// origin) and returns the age in milliseconds and the unconfirmed flag
+// for its body.
+func (s *Server) setAge(w http.ResponseWriter, names ...string) (int64, bool) {
+	age, unconfirmed := s.be.freshness(names...)
+	h := w.Header()
+	if age > 0 {
+		h.Set(transport.HeaderAge, strconv.FormatInt(age.Milliseconds(), 10))
+	}
+	if unconfirmed {
+		h.Set(transport.HeaderUnconfirmed, "true")
+	}
+	return age.Milliseconds(), unconfirmed
+}
+
+// demanded asks the backend for ns before a request reads it (a relay may
+// have to follow it first) and answers the request itself when ns is
+// refused. since is the request's cursor (-1: none).
+func (s *Server) demanded(w http.ResponseWriter, r *http.Request, ns string, since int64) bool {
+	if err := s.be.demand(r.Context(), []sinceReq{{name: ns, since: since}})[ns]; err != nil {
+		s.planeError(w, r, ns, err)
+		return false
+	}
+	return true
+}
+
+// recordAcks records acks at the origin, or hands them to a relay's
+// forwarder.
+func (s *Server) recordAcks(acks []transport.Ack) {
+	if s.opts.ackSink != nil {
+		s.opts.ackSink(acks)
+		return
+	}
+	s.acks.record(acks, time.Now())
+}
+
+// admit bounds the snapshot bodies being written at once
+// (WithMaxSnapshotsInFlight). Past the bound it answers 503 with a
+// Retry-After spread over the window, so that a reconnect storm is
+// served in waves rather than all at once.
+func (s *Server) admit(w http.ResponseWriter) (release func(), ok bool) {
+	if s.snapshotSlots == nil {
+		return func() {}, true
+	}
+	select {
+	case s.snapshotSlots <- struct{}{}:
+		return func() { <-s.snapshotSlots }, true
+	default:
+	}
+	s.stats.shed.Add(1)
+	spread := time.Second + rand.N(max(s.opts.retryWindow, time.Second))
+	w.Header().Set("Retry-After", strconv.FormatInt(int64(spread/time.Second), 10))
+	w.Header().Del("ETag")
+	writeError(w, http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable,
+		Message: "too many snapshots in flight; retry later", StoreID: s.StoreID()})
+	return nil, false
 }

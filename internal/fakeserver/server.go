@@ -24,8 +24,15 @@ import (
 type Server struct {
 	opts  options
 	log   *slog.Logger
-	store *store
-	hub   *hub
+	store *store // the origin's MVCC store; nil for a relay
+	// be is what the data plane reads: store, or a relay's Follower
+	// (follow, nil for an origin).
+	be     backend
+	follow *Follower
+	hub    *hub
+	// snapshotSlots bounds the snapshot bodies in flight
+	// (WithMaxSnapshotsInFlight); nil: no bound.
+	snapshotSlots chan struct{}
 	mux   *http.ServeMux
 	caps  string // Holdfast-Capabilities
 
@@ -62,7 +69,39 @@ func Start(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, log: o.logger, store: newStore(o.retention), addr: o.addr}
+	st := newStore(o.retention)
+	s := newServer(o, st, nil)
+	s.hub = newHub(st.gen, s.faults.blackholed)
+	st.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
+	st.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
+	return s, s.start()
+}
+
+// StartFollower starts a relay's data plane over f: the same handlers as
+// the reference server's, reading f, with no control API. Acks go to
+// WithAckSink. Close it when done; f must not be fed after.
+func StartFollower(f *Follower, opts ...Option) (*Server, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := newServer(o, nil, f)
+	s.hub = newHub(f.gen, s.faults.blackholed)
+	s.hub.follow = true
+	f.mu.Lock()
+	f.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
+	f.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
+	f.onAdvance = func(gen uint64, head int64) { s.hub.enqueue(hubItem{gen: gen, head: head}) }
+	f.mu.Unlock()
+	return s, s.start()
+}
+
+func newServer(o options, st *store, f *Follower) *Server {
+	s := &Server{opts: o, log: o.logger, store: st, follow: f, addr: o.addr}
+	s.be = st
+	if f != nil {
+		s.be = f
+	}
 	var caps []string
 	for _, c := range capabilities {
 		if o.offers(c) {
@@ -70,22 +109,31 @@ func Start(opts ...Option) (*Server, error) {
 		}
 	}
 	s.caps = strings.Join(caps, ",")
+	if o.maxSnapshots > 0 {
+		s.snapshotSlots = make(chan struct{}, o.maxSnapshots)
+	}
 	s.faults.init()
-	s.hub = newHub(s.store.gen, s.faults.blackholed)
-	s.store.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
-	s.store.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
+	return s
+}
+
+// start mounts the routes and listens.
+func (s *Server) start() error {
 	s.mux = s.routes()
 	if err := s.listen(); err != nil {
 		s.hub.close()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Server) listen() error {
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("fakeserver: listen: %w", err)
+	ln := s.opts.listener
+	s.opts.listener = nil // once: Restart listens on the address again
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.addr); err != nil {
+			return fmt.Errorf("fakeserver: listen: %w", err)
+		}
 	}
 	s.addr = ln.Addr().String()
 	r := &run{served: make(chan struct{}), stopping: make(chan struct{})}
@@ -214,19 +262,20 @@ func (s *Server) Close() error {
 
 // StoreID returns the store's current id.
 func (s *Server) StoreID() string {
-	id, _, _ := s.store.info()
+	id, _, _ := s.be.info()
 	return id
 }
 
-// Head returns the store's latest revision.
+// Head returns the store's latest revision (a relay's: the cursor every
+// namespace it serves is complete up to).
 func (s *Server) Head() int64 {
-	_, head, _ := s.store.info()
+	_, head, _ := s.be.info()
 	return head
 }
 
 // CompactRevision returns the store's compaction point.
 func (s *Server) CompactRevision() int64 {
-	_, _, c := s.store.info()
+	_, _, c := s.be.info()
 	return c
 }
 
@@ -434,11 +483,12 @@ type Stats struct {
 	StreamPolls int64 // GET /sdk/stream/events
 	AckStreams  int64 // POST /sdk/ack/stream (each line counts in Acks)
 	Conns       int64 // TCP connections accepted
+	Shed        int64 // snapshot requests answered 503 by WithMaxSnapshotsInFlight
 }
 
 type counters struct {
 	snapshots, notModified, events, watches, acks, publishes atomic.Int64
-	streams, streamPolls, ackStreams                         atomic.Int64
+	streams, streamPolls, ackStreams, shed                   atomic.Int64
 }
 
 // Stats returns the request counters.
@@ -454,6 +504,7 @@ func (s *Server) Stats() Stats {
 		StreamPolls: s.stats.streamPolls.Load(),
 		AckStreams:  s.stats.ackStreams.Load(),
 		Conns:       s.accepted.Load(),
+		Shed:        s.stats.shed.Load(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -96,14 +97,27 @@ func splitInvalid(reqs []sinceReq) ([]sinceReq, []transport.NamespaceEndedBody) 
 }
 
 // streamRequest reads a stream request's namespaces: those to subscribe,
-// and those already ended by an invalid name.
-func streamRequest(r *http.Request) ([]sinceReq, []transport.NamespaceEndedBody, error) {
+// and those already ended by an invalid name or refused by the backend.
+func (s *Server) streamRequest(r *http.Request) ([]sinceReq, []transport.NamespaceEndedBody, error) {
 	reqs, err := parseStreamNamespaces(r.URL.Query()["ns"])
 	if err != nil {
 		return nil, nil, err
 	}
 	valid, ended := splitInvalid(reqs)
-	return valid, ended, nil
+	refused := s.be.demand(r.Context(), valid)
+	if len(refused) == 0 {
+		return valid, ended, nil
+	}
+	kept := valid[:0:0]
+	for _, q := range valid {
+		if err := refused[q.name]; err != nil {
+			_, body := errorReply(err)
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: q.name, Code: body.Error, Message: body.Message})
+			continue
+		}
+		kept = append(kept, q)
+	}
+	return kept, ended, nil
 }
 
 func endedFrame(b []byte, e transport.NamespaceEndedBody) []byte {
@@ -116,7 +130,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if !s.gate(w, r, true) {
 		return
 	}
-	reqs, ended, err := streamRequest(r)
+	reqs, ended, err := s.streamRequest(r)
 	if err != nil {
 		s.planeError(w, r, "", err)
 		return
@@ -127,7 +141,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	// stream is still opening.
 	tick := s.hub.ticks()
 	var wt *watcher
-	sub, more := s.store.subscribeMany(reqs, func(sub subscription, names []string) {
+	sub, more := s.be.subscribeMany(reqs, func(sub subscription, names []string) {
 		// Even with every namespace ended the stream stays: it still
 		// speaks for the store (progress), and ends with it (reset).
 		wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, true)
@@ -147,7 +161,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			s.faults.quiet.RUnlock()
 		}
 	}()
-	s.writeSSEHeaders(w, sub.storeID, 0, sub.head)
+	names := wt.names()
+	s.writeSSEHeaders(w, sub.storeID, 0, sub.head, names...)
 
 	// The ended namespaces, the backlog in store order, then a progress
 	// event at the head: the client learns at once that every namespace
@@ -171,7 +186,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	progress := func(cursor int64) error {
-		_, err := w.Write(s.hub.streamProgress(sub.storeID, cursor))
+		_, err := w.Write(s.streamProgress(sub.storeID, cursor, names))
 		return err
 	}
 	if progress(told) != nil || rc.Flush() != nil {
@@ -214,14 +229,19 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		wrote := false
 		for _, c := range items {
-			if c.cs.Revision <= told {
+			if s.follow == nil && c.cs.Revision <= told {
 				continue // already sent with the backlog
 			}
 			if _, err := w.Write(c.frame()); err != nil {
 				return
 			}
-			// In store order: a change's id speaks for the whole stream.
-			told, wrote = c.cs.Revision, true
+			wrote = true
+			if s.follow == nil {
+				// In store order: a change's id speaks for the whole
+				// stream. A relay's namespaces are each complete up to
+				// a cursor of their own: its progress speaks for them.
+				told = c.cs.Revision
+			}
 		}
 		wt.recycle(items)
 		if beat || (prompt && d > told) {
@@ -244,7 +264,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	if !s.gate(w, r, true) {
 		return
 	}
-	reqs, ended, err := streamRequest(r)
+	reqs, ended, err := s.streamRequest(r)
 	if err != nil {
 		s.planeError(w, r, "", err)
 		return
@@ -260,7 +280,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	tick := s.hub.ticks() // before the subscription, as in handleStream
 	var wt *watcher
 	var low int64 // the smallest since of the namespaces subscribed
-	sub, more := s.store.subscribeMany(reqs, func(sub subscription, names []string) {
+	sub, more := s.be.subscribeMany(reqs, func(sub subscription, names []string) {
 		low = sub.head
 		for _, q := range reqs {
 			if q.since < low && q.since <= sub.head {
@@ -277,6 +297,9 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	ended = append(ended, more...)
 	changes := sub.backlog
 	cursor := sub.head
+	if s.follow != nil {
+		changes = s.upTo(changes, cursor)
+	}
 	if wt != nil {
 		defer s.hub.remove(wt)
 		timer := time.NewTimer(wait)
@@ -309,10 +332,22 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 				break wait
 			}
 			for _, c := range items {
-				if c.cs.Revision > cursor {
+				switch {
+				case s.follow != nil:
+					// Each of a relay's namespaces is complete up to
+					// its own cursor: the reply's speaks for them all.
+					got = append(got, c)
+				case c.cs.Revision > cursor:
 					got = append(got, c)
 					cursor = c.cs.Revision
 				}
+			}
+			if s.follow != nil {
+				if ready := s.upTo(got, d); len(ready) > 0 || final || (prompt && d > low) {
+					got, cursor = ready, max(d, cursor)
+					break wait
+				}
+				continue
 			}
 			if len(got) > 0 || final || (prompt && d > low) {
 				cursor = max(d, cursor)
@@ -320,7 +355,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		changes = got
-		if wt.gen != s.store.generation() {
+		if wt.gen != s.be.generation() {
 			// The store was reset or restored meanwhile: what this poll
 			// read is another history's. Cut it, as a restart would.
 			panic(http.ErrAbortHandler)
@@ -328,7 +363,31 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.speak(r)()
 	s.setPlaneHeaders(w, sub.storeID, 0, cursor)
+	names := make([]string, len(reqs))
+	for i, q := range reqs {
+		names[i] = q.name
+	}
+	s.setAge(w, names...)
 	writeStreamEvents(w, sub.storeID, cursor, changes, ended)
+}
+
+// upTo returns the changes at or below cursor, in place: what a relay's
+// multi-namespace poll may send with that cursor (the others come with a
+// later one, from the backlog).
+func (s *Server) upTo(changes []*change, cursor int64) []*change {
+	return slices.DeleteFunc(changes, func(c *change) bool { return c.cs.Revision > cursor })
+}
+
+// streamProgress returns the progress frame of a multi-namespace stream of
+// names at cursor: the hub's, shared by every stream, from an origin; one
+// with the data's age from a relay.
+func (s *Server) streamProgress(storeID string, cursor int64, names []string) []byte {
+	if s.follow == nil {
+		return s.hub.streamProgress(storeID, cursor)
+	}
+	age, unconfirmed := s.be.freshness(names...)
+	data, _ := json.Marshal(transport.StreamProgress{StoreID: storeID, Cursor: cursor, AgeMillis: age.Milliseconds(), Unconfirmed: unconfirmed})
+	return appendFrame(nil, transport.EventProgress, cursor, data)
 }
 
 // writeStreamEvents writes a transport.StreamEventsResponse, each change

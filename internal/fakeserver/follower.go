@@ -1,0 +1,502 @@
+package fakeserver
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// A Follower is a relay's backend: the namespaces it follows from its
+// upstream, each with its live content and a bounded window of the change
+// sets that led to it, under the upstream's store id and revisions. The
+// relay feeds it what its syncers learn (Load, Apply, Confirm, Fail);
+// the data-plane handlers read it as they read the MVCC store.
+type Follower struct {
+	mu         sync.Mutex
+	id         string // the upstream's store id; "" before any data
+	gen        uint64
+	nss        map[string]*followed
+	head       int64 // every namespace with data is complete up to it
+	maxChanges int
+	maxBytes   int64
+	// want is the relay's: start following ns (it must not block), or
+	// refuse it with a *RefusedError.
+	want    func(ns string) error
+	changed chan struct{} // closed and replaced on every change of state
+	now     func() time.Time
+
+	onCommit  func(*change)
+	onReset   func(gen uint64)
+	onAdvance func(gen uint64, head int64)
+}
+
+// followed is one namespace of a Follower.
+type followed struct {
+	ready   bool // it has data of the current store
+	rev     int64
+	live    map[string]json.RawMessage // replaced, never mutated
+	changes []*change                  // the window, oldest first
+	bytes   int64                      // of changes' JSON
+	// floor: the window holds every change after it; an older cursor is
+	// compacted away here.
+	floor       int64
+	cursor      int64
+	confirmedAt time.Time // when the upstream last confirmed the data
+	unconfirmed bool      // the upstream is not confirming it now
+	demanded    time.Time // the last downstream request for it
+}
+
+// RefusedError is a relay's refusal to serve a namespace: outside its
+// allow-list (403), past its limit (429), not available yet (503).
+type RefusedError struct {
+	Namespace string
+	Status    int    // HTTP status
+	Code      string // transport.Code*
+	Message   string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("fakeserver: namespace %q refused: %s", e.Namespace, e.Message)
+}
+
+// NewFollower returns an empty Follower whose windows keep at most
+// maxChanges change sets and maxBytes of them per namespace. want is
+// called, without the Follower's lock, for a namespace a request names
+// that is not followed yet.
+func NewFollower(maxChanges int, maxBytes int64, want func(ns string) error) *Follower {
+	return &Follower{
+		gen: 1, nss: make(map[string]*followed), maxChanges: max(maxChanges, 1), maxBytes: maxBytes,
+		want: want, changed: make(chan struct{}), now: time.Now,
+	}
+}
+
+// changedLocked wakes every request waiting for the Follower's state.
+func (f *Follower) changedLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *Follower) get(ns string) *followed {
+	n := f.nss[ns]
+	if n == nil {
+		n = &followed{}
+		f.nss[ns] = n
+	}
+	return n
+}
+
+// Load serves data read from a last-good file until the upstream speaks:
+// unconfirmed, confirmed at confirmedAt. It is ignored for a namespace
+// that has data, or of another store than data already loaded.
+func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, confirmedAt time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.id != "" && f.id != storeID {
+		return
+	}
+	n := f.get(ns)
+	if n.ready {
+		return
+	}
+	f.id = storeID
+	*n = followed{ready: true, rev: rev, live: values, floor: cursor, cursor: cursor,
+		confirmedAt: confirmedAt, unconfirmed: true, demanded: n.demanded}
+	f.advanceLocked()
+	f.changedLocked()
+}
+
+// Apply records new data of ns from its syncer: the change set that led to
+// it from the data applied before (cs, nil when the data came whole as a
+// snapshot), its store id, revision and content, and the cursor it is
+// complete up to. A new store id is a store reset for every namespace:
+// the others serve nothing until they have data of the new store; a
+// revision behind the one served (history rewound) likewise.
+func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.get(ns)
+	if storeID != f.id || (n.ready && rev < n.rev) {
+		f.resetLocked(storeID)
+	}
+	switch {
+	case !n.ready:
+		n.ready, n.changes, n.bytes, n.floor = true, nil, 0, cursor
+	case rev == n.rev:
+		// The same data again (a resnapshot that found nothing new).
+	case cs != nil && cs.PrevRevision == n.rev:
+		f.commitLocked(ns, n, *cs)
+	default:
+		// Whole data after a gap: downstream gets the difference as one
+		// change set from the revision it holds.
+		f.commitLocked(ns, n, diff(ns, storeID, n.rev, rev, n.live, values, f.now()))
+	}
+	n.rev, n.live = rev, values
+	n.cursor = max(n.cursor, cursor)
+	n.confirmedAt, n.unconfirmed = f.now(), false
+	f.advanceLocked()
+	f.changedLocked()
+}
+
+// resetLocked starts a new generation of storeID: every namespace serves
+// nothing until it has data of it, every watcher of the old one is ended.
+func (f *Follower) resetLocked(storeID string) {
+	f.id = storeID
+	f.gen++
+	for _, n := range f.nss {
+		*n = followed{demanded: n.demanded}
+	}
+	f.head = 0
+	if f.onReset != nil {
+		f.onReset(f.gen)
+	}
+}
+
+// commitLocked appends cs to ns's window (trimming it) and hands it to the
+// hub.
+func (f *Follower) commitLocked(ns string, n *followed, cs transport.ChangeSet) {
+	c := &change{gen: f.gen, cs: cs}
+	c.encode()
+	n.changes = append(n.changes, c)
+	n.bytes += int64(len(c.data))
+	for len(n.changes) > f.maxChanges || (f.maxBytes > 0 && n.bytes > f.maxBytes && len(n.changes) > 1) {
+		old := n.changes[0]
+		n.floor = old.cs.Revision
+		n.bytes -= int64(len(old.data))
+		n.changes = slices.Delete(slices.Clone(n.changes), 0, 1)
+	}
+	if f.onCommit != nil {
+		f.onCommit(c)
+	}
+}
+
+// diff is the change set from content old at revision prev to content
+// next at revision rev.
+func diff(ns, storeID string, prev, rev int64, old, next map[string]json.RawMessage, at time.Time) transport.ChangeSet {
+	cs := transport.ChangeSet{Namespace: ns, Revision: rev, PrevRevision: prev, StoreID: storeID, CommittedAt: at.UTC()}
+	for k, v := range next {
+		if o, ok := old[k]; !ok || !bytes.Equal(o, v) {
+			if cs.Puts == nil {
+				cs.Puts = make(map[string]json.RawMessage)
+			}
+			cs.Puts[k] = v
+		}
+	}
+	for k := range old {
+		if _, ok := next[k]; !ok {
+			cs.Deletes = append(cs.Deletes, k)
+		}
+	}
+	slices.Sort(cs.Deletes)
+	return cs
+}
+
+// Confirm records that the upstream confirmed ns as current up to cursor,
+// age ago (its own upstream's age), unconfirmed if it said so.
+func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nss[ns]
+	if n == nil || !n.ready {
+		return
+	}
+	n.cursor = max(n.cursor, cursor)
+	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
+	f.advanceLocked()
+	f.changedLocked()
+}
+
+// Fail records that the upstream is not confirming ns right now.
+func (f *Follower) Fail(ns string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nss[ns]; n != nil && !n.unconfirmed {
+		n.unconfirmed = true
+		f.changedLocked()
+	}
+}
+
+// Drop stops serving ns (its relay no longer follows it).
+func (f *Follower) Drop(ns string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.nss, ns)
+	f.advanceLocked()
+	f.changedLocked()
+}
+
+// Idle returns the namespaces no request named within d, whose data the
+// hub carries to nobody (busy reports whether it does).
+func (f *Follower) Idle(d time.Duration, busy func(ns string) bool) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	cut := f.now().Add(-d)
+	for ns, n := range f.nss {
+		if n.demanded.Before(cut) && !busy(ns) {
+			out = append(out, ns)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// FollowedStatus is what a Follower serves of one namespace.
+type FollowedStatus struct {
+	Namespace   string
+	StoreID     string
+	Ready       bool
+	Revision    int64
+	Cursor      int64
+	Floor       int64 // the oldest cursor the window resumes
+	Changes     int   // in the window
+	Age         time.Duration
+	Unconfirmed bool
+}
+
+// Status returns what the Follower serves, by namespace.
+func (f *Follower) Status() []FollowedStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]FollowedStatus, 0, len(f.nss))
+	now := f.now()
+	for ns, n := range f.nss {
+		st := FollowedStatus{Namespace: ns, Ready: n.ready}
+		if n.ready {
+			st.StoreID, st.Revision, st.Cursor, st.Floor, st.Changes = f.id, n.rev, n.cursor, n.floor, len(n.changes)
+			st.Age, st.Unconfirmed = now.Sub(n.confirmedAt), n.unconfirmed
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b FollowedStatus) int { return strings.Compare(a.Namespace, b.Namespace) })
+	return out
+}
+
+// advanceLocked moves the head to the lowest cursor of the namespaces with
+// data, and tells the hub when it moved.
+func (f *Follower) advanceLocked() {
+	var low int64 = -1
+	for _, n := range f.nss {
+		if n.ready && (low < 0 || n.cursor < low) {
+			low = n.cursor
+		}
+	}
+	if low < 0 || low == f.head {
+		return
+	}
+	f.head = low
+	if f.onAdvance != nil {
+		f.onAdvance(f.gen, low)
+	}
+}
+
+// backend
+
+func (f *Follower) info() (string, int64, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.id, f.head, 0
+}
+
+func (f *Follower) nsRevision(ns string) (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nss[ns]; n != nil && n.ready {
+		return n.rev, true
+	}
+	return 0, false
+}
+
+func (f *Follower) generation() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gen
+}
+
+// known: a relay forwards every ack; its upstream knows its namespaces.
+func (f *Follower) known(acks []transport.Ack) []transport.Ack { return acks }
+
+func (f *Follower) snapshot(ns string) (snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nss[ns]
+	if n == nil || !n.ready {
+		return snapshot{storeID: f.id, cursor: f.head}, errNotReady(ns)
+	}
+	return snapshot{storeID: f.id, rev: n.rev, cursor: n.cursor, compact: n.floor, values: n.live}, nil
+}
+
+func errNotReady(ns string) error {
+	return &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+		Message: "the relay has no data of it yet"}
+}
+
+// check is subscribe's verdict on one namespace: nil, or the error of its
+// own watch.
+func (f *Follower) check(ns string, since int64) (*followed, error) {
+	n := f.nss[ns]
+	switch {
+	case n == nil || !n.ready:
+		return nil, errNotReady(ns)
+	case since > n.cursor:
+		return nil, fmt.Errorf("%w: cursor %d is above the relay's %d", transport.ErrCursorAhead, since, n.cursor)
+	case since < n.floor:
+		return nil, &transport.CompactedError{CompactRevision: n.floor}
+	}
+	return n, nil
+}
+
+func (f *Follower) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sub := subscription{storeID: f.id, gen: f.gen, head: f.head}
+	if n := f.nss[ns]; n != nil && n.ready {
+		sub.head, sub.nsRev = n.cursor, n.rev
+		if since < 0 {
+			since = n.cursor
+		}
+	}
+	n, err := f.check(ns, since)
+	if err != nil {
+		return sub, err
+	}
+	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > since })
+	sub.backlog = n.changes[i:len(n.changes):len(n.changes)]
+	if register != nil {
+		register(sub)
+	}
+	return sub, nil
+}
+
+func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []string)) (subscription, []transport.NamespaceEndedBody) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sub := subscription{storeID: f.id, gen: f.gen, head: f.head}
+	var ended []transport.NamespaceEndedBody
+	names := make([]string, 0, len(reqs))
+	low := int64(-1) // the lowest cursor of the namespaces subscribed
+	for _, r := range reqs {
+		n, err := f.check(r.name, r.since)
+		if err != nil {
+			_, body := errorReply(err)
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: body.Error, Message: body.Message, CompactRevision: body.CompactRevision})
+			continue
+		}
+		names = append(names, r.name)
+		if low < 0 || n.cursor < low {
+			low = n.cursor
+		}
+		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > r.since })
+		sub.backlog = append(sub.backlog, n.changes[i:]...)
+	}
+	if low >= 0 {
+		sub.head = low
+	}
+	slices.SortFunc(sub.backlog, func(a, b *change) int { return cmp.Compare(a.cs.Revision, b.cs.Revision) })
+	if register != nil {
+		register(sub, names)
+	}
+	return sub, ended
+}
+
+func (f *Follower) freshness(names ...string) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var age time.Duration
+	unconfirmed := false
+	now := f.now()
+	for _, ns := range names {
+		if n := f.nss[ns]; n != nil && n.ready {
+			age = max(age, now.Sub(n.confirmedAt))
+			unconfirmed = unconfirmed || n.unconfirmed
+		}
+	}
+	return age, unconfirmed
+}
+
+// demandWait bounds how long a request waits for a namespace's first data
+// or for the relay to catch up with its cursor.
+const demandWait = 10 * time.Second
+
+func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error {
+	ctx, cancel := context.WithTimeout(ctx, demandWait)
+	defer cancel()
+	var refused map[string]error
+	wanted := make(map[string]bool)
+	for {
+		f.mu.Lock()
+		var missing []string
+		waiting := false
+		now := f.now()
+		for _, r := range reqs {
+			if refused[r.name] != nil {
+				continue
+			}
+			n := f.nss[r.name]
+			if n != nil {
+				n.demanded = now
+			}
+			switch {
+			case n == nil:
+				if !wanted[r.name] {
+					missing = append(missing, r.name)
+				}
+				waiting = true
+			case !n.ready || r.since > n.cursor:
+				waiting = true
+			}
+		}
+		changed := f.changed
+		f.mu.Unlock()
+		for _, ns := range missing {
+			wanted[ns] = true
+			if err := f.want(ns); err != nil {
+				if refused == nil {
+					refused = make(map[string]error)
+				}
+				refused[ns] = err
+			}
+		}
+		if len(missing) > 0 {
+			continue // the refusals, or the namespaces now followed
+		}
+		if !waiting {
+			return refused
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return refused // the handler answers with what there is: 503, cursor_ahead
+		}
+	}
+}
+
+// Follow registers ns as followed (no data yet), so that it counts
+// against limits and a Drop can end it.
+func (f *Follower) Follow(ns string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.get(ns)
+	n.demanded = f.now()
+}
+
+// Followed returns the namespaces followed.
+func (f *Follower) Followed() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.nss))
+}
+
+var _ backend = (*Follower)(nil)
+var _ backend = (*store)(nil)
+
