@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
@@ -33,7 +34,7 @@ type Client struct {
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
 	mux       *streammux.Mux      // nil when the source has no multi-namespace watch
-	acks      *acker              // nil when the source cannot take acks
+	acks      *acks.Queue         // nil when the source cannot take acks
 	persister *cachedir.Persister // nil without a cache directory; started with the first namespace
 	rev       revision            // the global revision (Revision)
 
@@ -98,7 +99,7 @@ func New(opts ...Option) (*Client, error) {
 		c.mux = streammux.New(c.ctx, ss, o.logger)
 	}
 	if a, ok := c.src.(transport.Acker); ok {
-		c.acks = newAcker(a, o.logger, o.clientID)
+		c.acks = acks.New(a, o.logger, "")
 	}
 	c.rev.init()
 	return c, nil
@@ -294,7 +295,7 @@ func (c *Client) backoff() syncer.Backoff {
 func (c *Client) start(n *Namespace) {
 	var err error
 	n.acks = c.acks
-	c.acks.start(c.ctx, c.backoff())
+	c.acks.Start(c.ctx, c.backoff())
 	if n.metrics, err = c.metrics.Namespace(n.name, probe{n}); err != nil {
 		n.log.Warn("config: namespace metrics not registered", "err", err)
 	}
@@ -429,7 +430,7 @@ func (c *Client) Close() error {
 		if c.mux != nil {
 			c.mux.Wait()
 		}
-		c.acks.wait()
+		c.acks.Wait()
 		if c.persister != nil {
 			_ = c.persister.Close() // writes what is pending
 		}

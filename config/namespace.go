@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
@@ -37,7 +38,7 @@ type Namespace struct {
 	freshWindow func() time.Duration
 	syncer      *syncer.Syncer
 	disp        *dispatcher
-	acks        *acker                       // nil when the source cannot take acks
+	acks        *acks.Queue                  // nil when the source cannot take acks
 	persister   *cachedir.Persister          // nil without a cache directory
 	metrics     *instrument.NamespaceMetrics // nil-safe
 	ready       chan struct{}                // closed once data is served

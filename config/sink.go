@@ -28,7 +28,7 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.status.Revision, n.status.StoreID = u.Snapshot.Revision(), u.Snapshot.StoreID()
 	n.confirmed(u.Position, true)
 	n.settle(up)
-	n.acks.report(n.name, u.Snapshot.Revision(), nil)
+	n.acks.Report(n.c.opts.clientID, n.name, u.Snapshot.Revision(), nil)
 	n.wakeClock()
 }
 
@@ -61,7 +61,7 @@ func (s nsSink) Rejected(revision int64, err error) {
 	n := s.n
 	rerr := &RejectedError{Namespace: n.name, Revision: revision, Err: err}
 	n.log.Error("config: update rejected; the last good keeps serving", "revision", revision, "err", err)
-	n.acks.report(n.name, revision, rerr)
+	n.acks.Report(n.c.opts.clientID, n.name, revision, rerr)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.recordError(rerr)

@@ -2,17 +2,66 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"path"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/acks"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/streammux"
+	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Relay follows an upstream and serves its data plane. Create one with
 // New; it is safe for concurrent use.
-type Relay struct{}
+type Relay struct {
+	opts options
+	log  *slog.Logger
+	src  transport.Source
+	ctx  context.Context
+	stop context.CancelFunc
+	mux  *streammux.Mux // nil when the upstream has no multi-namespace watch
+
+	follower *fakeserver.Follower
+	srv      *fakeserver.Server
+	dir      *cachedir.Dir       // nil without WithCacheDir
+	persist  *cachedir.Persister // nil without WithCacheDir
+	acks     *acks.Queue
+	heard    atomic.Bool // the upstream answered once
+
+	mu     sync.Mutex
+	nss    map[string]*followed
+	closed bool
+	wg     sync.WaitGroup // syncers, janitor, forwarder
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// followed is one namespace the relay follows.
+type followed struct {
+	name   string
+	pinned bool // WithNamespaces: never lingers out
+	cancel context.CancelFunc
+	done   chan struct{}
+	// lastErr is the syncer's last failure, for Namespaces.
+	lastErr atomic.Pointer[string]
+	// Its syncer's goroutine only (sink):
+	applied *snapshot.Snapshot // the last good, for its file
+	savedAt time.Time          // of the last file written
+}
 
 // NamespaceStatus is what a relay knows of one namespace it follows.
 type NamespaceStatus struct {
@@ -20,13 +69,15 @@ type NamespaceStatus struct {
 	StoreID   string
 	Revision  int64
 	Cursor    int64
-	// Age is how long ago the upstream last confirmed the data (zero
-	// when it confirms it right now); Unconfirmed says it is not
-	// confirming it now.
+	// Ready: the relay has data of it to serve.
+	Ready bool
+	// Age is how long ago the upstream last confirmed the data;
+	// Unconfirmed says it is not confirming it now.
 	Age         time.Duration
 	Unconfirmed bool
-	// Streams counts the downstream watch streams carrying it.
-	Streams   int
+	// Changes counts the change sets in the relay's window for clients
+	// that resume.
+	Changes   int
 	LastError string
 }
 
@@ -35,28 +86,338 @@ var ErrClosed = errors.New("relay: closed")
 
 // New returns a relay following upstream. When upstream is a
 // transport.StreamSource its one multi-namespace stream carries every
-// namespace; acks go upstream when it is a transport.Acker. It loads the
-// cache directory (WithCacheDir) before it dials.
+// namespace; acks go upstream when it is a transport.Acker (coalesced,
+// when a transport.RelayAcker or transport.BatchAcker). It loads the cache
+// directory (WithCacheDir) before it dials.
 func New(upstream transport.Source, opts ...Option) (*Relay, error) {
-	return nil, errors.New("relay: not implemented yet")
+	if upstream == nil {
+		return nil, errors.New("relay: nil upstream")
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	r := &Relay{opts: o, log: o.logger, src: upstream, ctx: ctx, stop: stop, nss: make(map[string]*followed)}
+	if ss, ok := upstream.(transport.StreamSource); ok {
+		r.mux = streammux.New(ctx, ss, r.log)
+	}
+	r.follower = fakeserver.NewFollower(o.history, o.historyBytes, r.want)
+	if a, ok := upstream.(transport.Acker); ok {
+		r.acks = acks.New(a, r.log, o.id)
+	}
+	srvOpts := []fakeserver.Option{
+		fakeserver.WithHeartbeat(o.heartbeat),
+		fakeserver.WithLogger(r.log),
+		fakeserver.WithAckSink(r.forward),
+		fakeserver.WithMaxSnapshotsInFlight(o.maxSnapshotsInFlight, o.retryAfterWindow),
+	}
+	if r.srv, err = fakeserver.NewFollowerServer(r.follower, srvOpts...); err != nil {
+		stop()
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	if o.cacheDir != "" {
+		if err := r.openCache(); err != nil {
+			stop()
+			_ = r.srv.Close()
+			return nil, err
+		}
+	}
+	r.acks.Start(ctx, r.backoff())
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.janitor(ctx) }()
+	for _, ns := range o.namespaces {
+		if err := r.follow(ns, true); err != nil {
+			_ = r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func newOptions(opts []Option) (options, error) {
+	o := options{
+		history:              DefaultHistory,
+		historyBytes:         DefaultHistoryBytes,
+		heartbeat:            DefaultHeartbeat,
+		linger:               DefaultLinger,
+		maxNamespaces:        DefaultMaxNamespaces,
+		maxSnapshotsInFlight: DefaultMaxSnapshotsInFlight,
+		retryAfterWindow:     DefaultRetryAfterWindow,
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	switch {
+	case o.history < 1:
+		return o, errors.New("relay: history must keep at least one change set")
+	case o.heartbeat <= 0:
+		return o, errors.New("relay: heartbeat must be positive")
+	case o.maxNamespaces < 1:
+		return o, errors.New("relay: max namespaces must be at least 1")
+	case o.linger < 0:
+		return o, errors.New("relay: linger must not be negative")
+	}
+	for _, p := range o.allow {
+		if _, err := path.Match(p, ""); err != nil {
+			return o, fmt.Errorf("relay: allow pattern %q: %w", p, err)
+		}
+	}
+	for _, ns := range o.namespaces {
+		if err := transport.ValidateNamespace(ns); err != nil {
+			return o, fmt.Errorf("relay: %w", err)
+		}
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		o.id = "relay-" + hex.EncodeToString(b[:])
+	}
+	return o, nil
+}
+
+// openCache opens the cache directory and serves every namespace it holds
+// (unconfirmed, with its age) until the upstream speaks.
+func (r *Relay) openCache() error {
+	dir, err := cachedir.OpenDir(r.opts.cacheDir, cachedir.WithDirLogger(r.log))
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	names, err := dir.Namespaces()
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	r.dir = dir
+	r.persist = cachedir.NewPersister(dir, func(rec *cachedir.Record, err error) {
+		if err != nil {
+			r.log.Warn("relay: last-good file not written; serving goes on", "ns", rec.Namespace, "err", err)
+		}
+	})
+	for _, ns := range names {
+		rec, err := dir.Load(ns)
+		if err != nil {
+			r.log.Warn("relay: last-good file not loaded", "ns", ns, "err", err)
+			continue
+		}
+		r.follower.Load(ns, rec.StoreID, rec.Revision, rec.Cursor, values(rec.Snapshot), rec.ConfirmedAt)
+		r.log.Info("relay: serving from its last-good file until the upstream confirms it", "ns", ns,
+			"revision", rec.Revision, "age", time.Since(rec.ConfirmedAt).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// values is a snapshot's content as the Follower keeps it.
+func values(s *snapshot.Snapshot) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, s.Len())
+	for k, v := range s.RawAll() {
+		out[k] = v
+	}
+	return out
+}
+
+// want is the Follower's: start following ns for a downstream request, or
+// refuse it.
+func (r *Relay) want(ns string) error {
+	if !r.allowed(ns) {
+		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusForbidden, Code: transport.CodeForbidden,
+			Message: "not in the relay's allow-list"}
+	}
+	return r.follow(ns, false)
+}
+
+func (r *Relay) allowed(ns string) bool {
+	if len(r.opts.allow) == 0 {
+		return true
+	}
+	for _, p := range r.opts.allow {
+		if ok, _ := path.Match(p, ns); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// follow starts a syncer for ns unless it runs already.
+func (r *Relay) follow(ns string, pinned bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable, Message: "the relay is closing"}
+	}
+	if f := r.nss[ns]; f != nil {
+		f.pinned = f.pinned || pinned
+		return nil
+	}
+	if len(r.nss) >= r.opts.maxNamespaces {
+		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusTooManyRequests, Code: transport.CodeUnavailable,
+			Message: fmt.Sprintf("the relay follows %d namespaces, its limit", r.opts.maxNamespaces)}
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	f := &followed{name: ns, pinned: pinned, cancel: cancel, done: make(chan struct{})}
+	r.nss[ns] = f
+	r.follower.Follow(ns)
+	s := syncer.New(syncer.Config{
+		Namespace:    ns,
+		Source:       streammux.View{Src: r.src, Mux: r.mux},
+		Sink:         sink{r: r, f: f},
+		Log:          r.log.With("ns", ns),
+		Backoff:      r.backoff(),
+		FetchTimeout: 30 * time.Second,
+		Backstop:     time.Hour,
+	})
+	if snap, cursor := r.seed(ns); snap != nil {
+		// Resume from the last-good file: a conditional snapshot, then
+		// the watch from its cursor.
+		f.applied = snap
+		_ = s.Seed(snap, cursor)
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(f.done)
+		s.Run(ctx)
+	}()
+	r.log.Debug("relay: following", "ns", ns)
+	return nil
+}
+
+// backoff is the reconnect policy of the relay's loops: its syncers and
+// its acks.
+func (r *Relay) backoff() syncer.Backoff {
+	return syncer.Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Unauthorized: 30 * time.Second}
+}
+
+// forward hands downstream acks to the queue that reports them upstream
+// (none when the upstream takes no acks).
+func (r *Relay) forward(batch []transport.Ack) {
+	for _, a := range batch {
+		r.acks.Add(a)
+	}
+}
+
+// janitor stops following namespaces nobody asked for within the linger
+// time, WithNamespaces' excepted.
+func (r *Relay) janitor(ctx context.Context) {
+	every := max(r.opts.linger/4, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, ns := range r.follower.Idle(r.opts.linger, r.srv.Carried) {
+			r.mu.Lock()
+			f := r.nss[ns]
+			if f == nil || f.pinned {
+				r.mu.Unlock()
+				continue
+			}
+			delete(r.nss, ns)
+			r.mu.Unlock()
+			f.cancel()
+			<-f.done
+			if r.mux != nil {
+				r.mux.Leave(ns)
+			}
+			r.follower.Drop(ns)
+			r.log.Debug("relay: no longer following; no client asked for it", "ns", ns, "linger", r.opts.linger)
+		}
+	}
 }
 
 // Handler returns the relay's data plane (/sdk/...): snapshot, long-poll,
-// SSE watch and stream, ack.
-func (r *Relay) Handler() http.Handler { return http.NotFoundHandler() }
+// SSE watch and stream, ack. Requests through it end when the relay
+// closes.
+func (r *Relay) Handler() http.Handler { return r.srv.Handler() }
 
 // Serve serves the data plane on l (HTTP/1.1 and h2c) until ctx ends or
-// the relay is closed; then it drains the streams and returns.
-func (r *Relay) Serve(ctx context.Context, l net.Listener) error { return ErrClosed }
+// the relay is closed; then it closes the relay and returns nil (or
+// ErrClosed if it was closed already).
+func (r *Relay) Serve(ctx context.Context, l net.Listener) error {
+	if err := r.srv.Listen(l); err != nil {
+		_ = l.Close()
+		return ErrClosed
+	}
+	select {
+	case <-ctx.Done():
+	case <-r.ctx.Done():
+	}
+	return r.Close()
+}
 
 // Ready returns nil once the relay serves data: every namespace of
 // WithNamespaces has data (from upstream or its cache), or, without any,
 // once it has heard from its upstream.
-func (r *Relay) Ready() error { return errors.New("relay: not ready") }
+func (r *Relay) Ready() error {
+	st := r.follower.Status()
+	if len(r.opts.namespaces) == 0 {
+		if r.heard.Load() {
+			return nil
+		}
+		for _, s := range st {
+			if s.Ready {
+				return nil // from its cache
+			}
+		}
+		return errors.New("relay: not ready: the upstream has not answered yet")
+	}
+	ready := make(map[string]bool, len(st))
+	for _, s := range st {
+		ready[s.Namespace] = s.Ready
+	}
+	for _, ns := range r.opts.namespaces {
+		if !ready[ns] {
+			return fmt.Errorf("relay: not ready: no data of namespace %q yet", ns)
+		}
+	}
+	return nil
+}
 
 // Namespaces returns the status of every namespace followed, by name.
-func (r *Relay) Namespaces() []NamespaceStatus { return nil }
+func (r *Relay) Namespaces() []NamespaceStatus {
+	st := r.follower.Status()
+	out := make([]NamespaceStatus, 0, len(st))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range st {
+		ns := NamespaceStatus{Namespace: s.Namespace, StoreID: s.StoreID, Revision: s.Revision, Cursor: s.Cursor,
+			Ready: s.Ready, Age: s.Age, Unconfirmed: s.Unconfirmed, Changes: s.Changes}
+		if f := r.nss[s.Namespace]; f != nil {
+			if e := f.lastErr.Load(); e != nil {
+				ns.LastError = *e
+			}
+		}
+		out = append(out, ns)
+	}
+	return out
+}
 
 // Close stops following, ends every downstream stream, flushes the cache
-// and waits for every goroutine the relay started. It is idempotent.
-func (r *Relay) Close() error { return nil }
+// and waits for every goroutine the relay started. Acks not yet forwarded
+// are dropped (reporting is best effort). It is idempotent.
+func (r *Relay) Close() error {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		err := r.srv.Close()
+		r.stop()
+		r.wg.Wait()
+		if r.mux != nil {
+			r.mux.Wait()
+		}
+		r.acks.Wait()
+		if r.persist != nil {
+			err = errors.Join(err, r.persist.Close())
+		}
+		r.closeErr = err
+	})
+	return r.closeErr
+}

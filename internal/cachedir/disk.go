@@ -656,3 +656,20 @@ func (d *Dir) moveAside(path string, fi os.FileInfo, reason string) error {
 	d.log.Warn("cache: corrupt last-good file moved aside", "file", path, "moved_to", to, "reason", reason)
 	return cerr
 }
+
+// Namespaces returns the namespaces that have a file in the directory, by
+// name (a relay loads them all before it dials).
+func (d *Dir) Namespaces() ([]string, error) {
+	ents, err := os.ReadDir(d.path)
+	if err != nil {
+		return nil, fmt.Errorf("cache: list cache directory: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		ns, ok := strings.CutSuffix(e.Name(), fileExt)
+		if ok && e.Type().IsRegular() && checkNamespace(ns) == nil {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
+}

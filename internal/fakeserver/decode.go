@@ -68,9 +68,10 @@ type ackBody struct {
 
 // parseAckBody decodes and checks the body of POST /sdk/ack, a single ack
 // or a batch; batch says which. Every ack of a batch gets the batch's
-// client_id. One bad ack refuses the whole body. Unknown fields are
-// allowed, so that newer clients can send more.
-func parseAckBody(data []byte) (acks []transport.Ack, batch bool, err error) {
+// client_id, but with relayed (transport.CapabilityAckRelay) one that
+// names its own keeps it. One bad ack refuses the whole body. Unknown
+// fields are allowed, so that newer clients can send more.
+func parseAckBody(data []byte, relayed bool) (acks []transport.Ack, batch bool, err error) {
 	var body ackBody
 	if err := unmarshal(data, &body); err != nil {
 		return nil, false, err
@@ -83,7 +84,9 @@ func parseAckBody(data []byte) (acks []transport.Ack, batch bool, err error) {
 		return []transport.Ack{ack}, false, nil
 	}
 	for i := range body.Acks {
-		body.Acks[i].ClientID = body.ClientID
+		if !relayed || body.Acks[i].ClientID == "" {
+			body.Acks[i].ClientID = body.ClientID
+		}
 		ack, err := checkAck(body.Acks[i])
 		if err != nil {
 			return nil, true, fmt.Errorf("%w (ack %d of the batch)", err, i)

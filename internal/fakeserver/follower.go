@@ -500,3 +500,14 @@ func (f *Follower) Followed() []string {
 var _ backend = (*Follower)(nil)
 var _ backend = (*store)(nil)
 
+// Data returns what the Follower serves of ns: its store id, revision,
+// cursor and content (shared: do not modify); ok false when it has none.
+func (f *Follower) Data(ns string) (storeID string, rev, cursor int64, values map[string]json.RawMessage, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nss[ns]
+	if n == nil || !n.ready {
+		return "", 0, 0, nil, false
+	}
+	return f.id, n.rev, n.cursor, n.live, true
+}

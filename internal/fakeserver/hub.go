@@ -76,7 +76,7 @@ type hub struct {
 	// Follower's head (the lowest of them) does.
 	follow bool
 	quit   chan struct{}
-	wg         sync.WaitGroup // run and ticker
+	wg     sync.WaitGroup // run and ticker
 }
 
 // hubItem is a change to fan out; or (c == nil) a store reset to
@@ -487,4 +487,11 @@ func (w *watcher) finish() {
 	w.mu.Lock()
 	w.finished = true
 	w.mu.Unlock()
+}
+
+// carries reports whether any watcher carries ns.
+func (h *hub) carries(ns string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.byNS[ns]) > 0
 }

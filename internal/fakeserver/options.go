@@ -89,11 +89,11 @@ func WithoutCapability(name string) Option {
 }
 
 // capabilities are those the server can offer, in the order it lists them.
-var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityH2C}
+var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityH2C}
 
 // offers reports whether the server offers capability name.
 func (o *options) offers(name string) bool {
-	if name == transport.CapabilityAckStream && o.without[transport.CapabilityAckBatch] {
+	if (name == transport.CapabilityAckStream || name == transport.CapabilityAckRelay) && o.without[transport.CapabilityAckBatch] {
 		return false // its lines are batches
 	}
 	return !o.without[name]

@@ -577,7 +577,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", &http.MaxBytesError{Limit: maxAckBytes}) // one ack, too large
 		return
 	}
-	acks, batch, err := parseAckBody(data)
+	acks, batch, err := parseAckBody(data, s.opts.offers(transport.CapabilityAckRelay))
 	switch {
 	case err != nil:
 	case !batch && len(data) > maxAckBytes:
@@ -634,7 +634,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 0, 1024), maxAckBatch)
 	for sc.Scan() {
-		acks, batch, err := parseAckBody(sc.Bytes())
+		acks, batch, err := parseAckBody(sc.Bytes(), s.opts.offers(transport.CapabilityAckRelay))
 		if err != nil || !batch {
 			return
 		}

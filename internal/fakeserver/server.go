@@ -33,14 +33,16 @@ type Server struct {
 	// snapshotSlots bounds the snapshot bodies in flight
 	// (WithMaxSnapshotsInFlight); nil: no bound.
 	snapshotSlots chan struct{}
-	mux   *http.ServeMux
-	caps  string // Holdfast-Capabilities
+	mux           *http.ServeMux
+	caps          string // Holdfast-Capabilities
 
 	accepted atomic.Int64 // connections accepted, for tests
 
 	faults faults
 	acks   acks
 	stats  counters
+
+	closing chan struct{} // closed by Close: requests through Handler end
 
 	mu     sync.Mutex
 	addr   string // fixed by the first listen, reused by Restart
@@ -77,27 +79,49 @@ func Start(opts ...Option) (*Server, error) {
 	return s, s.start()
 }
 
-// StartFollower starts a relay's data plane over f: the same handlers as
-// the reference server's, reading f, with no control API. Acks go to
-// WithAckSink. Close it when done; f must not be fed after.
-func StartFollower(f *Follower, opts ...Option) (*Server, error) {
+// NewFollower returns a relay's data plane over f, not yet listening
+// (see Listen, Handler): the same handlers as the reference server's,
+// reading f, with no control API. Acks go to WithAckSink. Close it when
+// done.
+func NewFollowerServer(f *Follower, opts ...Option) (*Server, error) {
 	o, err := newOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	s := newServer(o, nil, f)
+	f.mu.Lock()
 	s.hub = newHub(f.gen, s.faults.blackholed)
 	s.hub.follow = true
-	f.mu.Lock()
 	f.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
 	f.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
 	f.onAdvance = func(gen uint64, head int64) { s.hub.enqueue(hubItem{gen: gen, head: head}) }
 	f.mu.Unlock()
-	return s, s.start()
+	s.mux = s.routes()
+	return s, nil
+}
+
+// Listen serves on l until Stop or Close (Restart listens on l's address
+// again).
+func (s *Server) Listen(l net.Listener) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.cur != nil {
+		return ErrClosed
+	}
+	s.opts.listener = l
+	return s.listen()
+}
+
+// Handler returns the server's routes, to mount in another server; a
+// request through it ends when the server closes.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), stoppingKey{}, s.closing)))
+	})
 }
 
 func newServer(o options, st *store, f *Follower) *Server {
-	s := &Server{opts: o, log: o.logger, store: st, follow: f, addr: o.addr}
+	s := &Server{opts: o, log: o.logger, store: st, follow: f, addr: o.addr, closing: make(chan struct{})}
 	s.be = st
 	if f != nil {
 		s.be = f
@@ -252,9 +276,14 @@ func (s *Server) Restart() error {
 // It is idempotent.
 func (s *Server) Close() error {
 	s.mu.Lock()
+	already := s.closed
 	s.closed = true
 	s.mu.Unlock()
 	err := s.Stop()
+	if !already {
+		close(s.closing)
+	}
+	s.hub.kill(func(*watcher) bool { return true }) // those of Handler
 	s.hub.close()
 	s.faults.setBlackhole(false)
 	return err
@@ -698,3 +727,7 @@ func (s *Server) Clients() []ClientState {
 	})
 	return out
 }
+
+// Carried reports whether a watcher (a stream or a waiting long-poll)
+// carries ns now.
+func (s *Server) Carried(ns string) bool { return s.hub.carries(ns) }

@@ -1,4 +1,4 @@
-package config
+package acks
 
 import (
 	"cmp"
@@ -25,19 +25,22 @@ const (
 	ackDelayMax = 250 * time.Millisecond
 )
 
-// acker reports the client's outcomes (applied or rejected revisions) to
-// the config plane, off the apply path, on one goroutine for all its
-// namespaces. Outcomes coalesce: the newest of each namespace is waiting
-// at any time. They go as one transport.BatchAcker batch when the source
-// has it, else one Ack each. Reporting is best effort: failures back off
-// and retry the newest outcomes, and never touch reads or applies.
-type acker struct {
-	// Read-only after newAcker.
-	src      transport.Acker
-	batch    transport.BatchAcker // nil when the source has none
-	log      *slog.Logger
-	clientID string
-	wake     chan struct{} // cap 1: an outcome is pending
+// Queue reports outcomes (applied or rejected revisions) to the config
+// plane, off the apply path, on one goroutine for all namespaces: a
+// client's own, or those of the clients a relay forwards. Outcomes
+// coalesce: the newest of each client's namespace is waiting at any time.
+// They go as one transport.RelayAcker batch for a relay, one
+// transport.BatchAcker batch when the source has it, else one Ack each.
+// Reporting is best effort: failures back off and retry the newest
+// outcomes, and never touch reads or applies.
+type Queue struct {
+	// Read-only after New.
+	src     transport.Acker
+	batch   transport.BatchAcker // nil when the source has none
+	relay   transport.RelayAcker // a relay's, when the source has it
+	relayID string
+	log     *slog.Logger
+	wake    chan struct{} // cap 1: an outcome is pending
 
 	startOnce sync.Once
 	wg        sync.WaitGroup
@@ -49,27 +52,42 @@ type acker struct {
 // ackKey keeps a namespace's newest ack and newest nack apart: they are
 // different facts (what it applied, what it rejected), and the server's
 // view needs both, as a rejection right after an apply must not hide it.
-type ackKey struct{ ns, status string }
+type ackKey struct{ client, ns, status string }
 
-func newAcker(src transport.Acker, log *slog.Logger, clientID string) *acker {
-	a := &acker{src: src, log: log, clientID: clientID, wake: make(chan struct{}, 1), pending: make(map[ackKey]*transport.Ack)}
+// New returns a Queue reporting to src. With relayID set it forwards the
+// outcomes of other clients, as the relay relayID, in one batch for all
+// of them when src is a transport.RelayAcker.
+func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
+	a := &Queue{src: src, log: log, relayID: relayID, wake: make(chan struct{}, 1), pending: make(map[ackKey]*transport.Ack)}
 	a.batch, _ = src.(transport.BatchAcker)
+	if relayID != "" {
+		a.relay, _ = src.(transport.RelayAcker)
+	}
 	return a
 }
 
-// report queues an outcome of ns without blocking; it replaces an outcome
-// of ns of the same kind (ack or nack) not yet sent. A nil acker ignores
-// it.
-func (a *acker) report(ns string, revision int64, err error) {
-	if a == nil {
-		return
-	}
-	ack := &transport.Ack{ClientID: a.clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied}
+// Report queues the outcome of a client's namespace, ack.Revision applied
+// or (err not nil) rejected. See Add.
+func (a *Queue) Report(clientID, ns string, revision int64, err error) {
+	ack := transport.Ack{ClientID: clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied}
 	if err != nil {
 		ack.Status, ack.Error = transport.AckRejected, err.Error()
 	}
+	a.Add(ack)
+}
+
+// Add queues ack without blocking; it replaces an outcome of the same
+// client's namespace of the same kind (ack or nack) not yet sent, unless
+// that one is of a later revision. A nil Queue ignores it.
+func (a *Queue) Add(ack transport.Ack) {
+	if a == nil {
+		return
+	}
+	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
-	a.pending[ackKey{ns, ack.Status}] = ack
+	if old := a.pending[k]; old == nil || old.Revision <= ack.Revision {
+		a.pending[k] = &ack
+	}
 	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
@@ -77,8 +95,10 @@ func (a *acker) report(ns string, revision int64, err error) {
 	}
 }
 
-// start starts run, once, until ctx ends.
-func (a *acker) start(ctx context.Context, policy syncer.Backoff) {
+// Start starts the Queue's goroutine, once, until ctx ends; after a
+// failure it waits as policy says (backoff, Retry-After, the unauthorized
+// wait).
+func (a *Queue) Start(ctx context.Context, policy syncer.Backoff) {
 	if a == nil {
 		return
 	}
@@ -88,8 +108,8 @@ func (a *acker) start(ctx context.Context, policy syncer.Backoff) {
 	})
 }
 
-// wait waits for run to return, once ctx ended.
-func (a *acker) wait() {
+// Wait waits for the goroutine to return, once Start's ctx ended.
+func (a *Queue) Wait() {
 	if a != nil {
 		a.wg.Wait()
 	}
@@ -97,7 +117,7 @@ func (a *acker) wait() {
 
 // take returns the pending outcomes, each namespace's in revision order
 // (order across namespaces means nothing).
-func (a *acker) take() []transport.Ack {
+func (a *Queue) take() []transport.Ack {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.pending) == 0 {
@@ -109,18 +129,18 @@ func (a *acker) take() []transport.Ack {
 		delete(a.pending, k)
 	}
 	slices.SortFunc(acks, func(x, y transport.Ack) int {
-		return cmp.Or(strings.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Revision, y.Revision))
+		return cmp.Or(strings.Compare(x.ClientID, y.ClientID), strings.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Revision, y.Revision))
 	})
 	return acks
 }
 
 // requeue puts back the outcomes of a failed send, unless a newer one of
 // the same namespace came meanwhile.
-func (a *acker) requeue(acks []transport.Ack) {
+func (a *Queue) requeue(acks []transport.Ack) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := range acks {
-		k := ackKey{acks[i].Namespace, acks[i].Status}
+		k := ackKey{acks[i].ClientID, acks[i].Namespace, acks[i].Status}
 		if _, newer := a.pending[k]; !newer {
 			a.pending[k] = &acks[i]
 		}
@@ -129,7 +149,7 @@ func (a *acker) requeue(acks []transport.Ack) {
 
 // run sends outcomes until ctx ends. After a failure it waits as policy
 // says (the client's: backoff, Retry-After, the unauthorized wait).
-func (a *acker) run(ctx context.Context, policy syncer.Backoff) {
+func (a *Queue) run(ctx context.Context, policy syncer.Backoff) {
 	bo := policy.New()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -157,7 +177,7 @@ func (a *acker) run(ctx context.Context, policy syncer.Backoff) {
 			if ctx.Err() != nil {
 				return
 			}
-			a.log.Debug("config: acks not delivered; will retry", "acks", len(acks), "err", err)
+			a.log.Debug("acks not delivered; will retry", "acks", len(acks), "err", err)
 			a.requeue(acks) // the newest outcome of each namespace wins
 			if policy.Wait(ctx, bo, err); ctx.Err() != nil {
 				return
@@ -169,9 +189,12 @@ func (a *acker) run(ctx context.Context, policy syncer.Backoff) {
 // send reports acks: as one batch, or one by one; it stops at the first
 // failure, and what was not sent is the caller's to retry (sending an ack
 // twice is harmless: the newest outcome is the server's).
-func (a *acker) send(ctx context.Context, acks []transport.Ack) error {
+func (a *Queue) send(ctx context.Context, acks []transport.Ack) error {
 	sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if a.relay != nil {
+		return a.relay.AckRelayed(sendCtx, a.relayID, acks)
+	}
 	if a.batch != nil {
 		// A source that finds the server without batches says so with
 		// ErrStreamUnsupported: then one by one.

@@ -1,0 +1,103 @@
+package relay_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// startRelay starts a relay following url, serving on a free loopback
+// port, closed at the test's end. It returns the relay and its URL.
+func startRelay(t testing.TB, url string, opts ...relay.Option) (*relay.Relay, string) {
+	t.Helper()
+	src, err := transport.NewHTTPSource(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(src, append([]relay.Option{relay.WithHeartbeat(200 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Serve(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		_ = src.Close()
+	})
+	return r, "http://" + l.Addr().String()
+}
+
+func newClient(t testing.TB, url string, opts ...config.Option) *config.Client {
+	t.Helper()
+	c, err := config.New(append([]config.Option{
+		config.WithEndpoint(url),
+		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
+	}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRelayServesUpstream(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	if _, err := origin.Publish("app", map[string]any{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, url := startRelay(t, origin.URL())
+	c := newClient(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := c.Namespace(ctx, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := ns.Get("a"); v.String() != "1" {
+		t.Fatalf("a = %v", v)
+	}
+	rev, err := origin.Publish("app", map[string]any{"a": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a=2 through the relay", func() bool { v, _ := ns.Get("a"); return v.String() == "2" })
+	if st := ns.Status(); st.Revision != rev || st.StoreID != origin.StoreID() {
+		t.Fatalf("status %v, want revision %d of store %s", st, rev, origin.StoreID())
+	}
+	eventually(t, "Fresh", func() bool { return ns.Status().State == config.StateFresh })
+	// The origin counts the client behind the relay.
+	eventually(t, "the origin hears the ack", func() bool {
+		for _, cs := range origin.Clients() {
+			if cs.ClientID == c.ClientID() {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("origin stats %+v", origin.Stats())
+}

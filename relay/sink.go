@@ -1,0 +1,80 @@
+package relay
+
+import (
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/syncer"
+)
+
+// persistConfirmEvery bounds how often a confirmation alone (no new data)
+// rewrites a namespace's last-good file: often enough that a relay
+// restarted during an outage knows its data's age within it.
+const persistConfirmEvery = 10 * time.Second
+
+// sink takes one namespace's syncer's reports (on its goroutine) into the
+// Follower and the last-good file.
+type sink struct {
+	r *Relay
+	f *followed
+}
+
+var _ syncer.Sink = sink{}
+
+func (s sink) Applied(u syncer.Update) {
+	snap := u.Snapshot
+	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change)
+	s.r.heard.Store(true)
+	s.f.lastErr.Store(nil)
+	s.f.applied = snap
+	s.save(u.Cursor, time.Now())
+}
+
+func (s sink) Confirmed(p syncer.Position) {
+	s.r.follower.Confirm(s.f.name, p.Cursor, 0, false)
+	s.r.heard.Store(true)
+	s.f.lastErr.Store(nil)
+	if now := time.Now(); now.Sub(s.f.savedAt) >= persistConfirmEvery {
+		s.save(p.Cursor, now)
+	}
+}
+
+func (s sink) Failed(err error) {
+	s.r.follower.Fail(s.f.name)
+	msg := err.Error()
+	s.f.lastErr.Store(&msg)
+}
+
+// Rejected: a relay checks nothing of its own (no schema); what its
+// syncer refuses (torn or backwards data) it does not serve.
+func (s sink) Rejected(revision int64, err error) {
+	s.r.log.Error("relay: upstream update refused; the last good keeps serving", "ns", s.f.name, "revision", revision, "err", err)
+	s.r.follower.Fail(s.f.name)
+	msg := err.Error()
+	s.f.lastErr.Store(&msg)
+}
+
+// save submits the namespace's last good, confirmed at, to its file.
+func (s sink) save(cursor int64, at time.Time) {
+	if s.r.persist == nil || s.f.applied == nil {
+		return
+	}
+	s.f.savedAt = at
+	s.r.persist.Submit(&cachedir.Record{Namespace: s.f.name, StoreID: s.f.applied.StoreID(), Revision: s.f.applied.Revision(),
+		Cursor: cursor, ConfirmedAt: at, Snapshot: s.f.applied})
+}
+
+// seed is the syncer's starting point from what the Follower serves (its
+// last-good file): nil when it serves nothing of ns.
+func (r *Relay) seed(ns string) (*snapshot.Snapshot, int64) {
+	storeID, rev, cursor, vals, ok := r.follower.Data(ns)
+	if !ok {
+		return nil, 0
+	}
+	snap, err := snapshot.Build(ns, storeID, rev, vals)
+	if err != nil {
+		return nil, 0
+	}
+	return snap, cursor
+}

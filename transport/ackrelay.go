@@ -1,0 +1,68 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// CapabilityAckRelay is the capability of a batched POST /sdk/ack (or
+// ack-stream line) whose acks carry client ids of their own: a relay
+// forwarding its clients' reports in one batch, each recorded for its own
+// client. A server without it records every ack of a batch for the
+// batch's client id.
+const CapabilityAckRelay = "ack-relay"
+
+// maxRelayedBatch bounds the acks of one relayed batch: about 100 bytes
+// each, well within a server's 1 MiB body limit.
+const maxRelayedBatch = 4096
+
+// RelayAcker is implemented by sources that can forward the acks of many
+// clients at once, each ack with its own ClientID (a relay's upstream).
+type RelayAcker interface {
+	// AckRelayed reports acks on behalf of their clients; relayID names
+	// the relay that forwards them.
+	AckRelayed(ctx context.Context, relayID string, acks []Ack) error
+}
+
+var _ RelayAcker = (*HTTPSource)(nil)
+
+// AckRelayed sends acks in batches of relayID whose acks keep their own
+// client ids, over the ack stream when it is open. A server that does not
+// offer CapabilityAckRelay gets one batch per client instead.
+func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack) error {
+	for _, a := range acks {
+		if err := checkAck(a); err != nil {
+			return err
+		}
+		if a.ClientID == "" {
+			return fmt.Errorf("transport: relayed ack of %q without a client id", a.Namespace)
+		}
+	}
+	if len(acks) == 0 {
+		return nil
+	}
+	if !s.ServerInfo().HasCapability(CapabilityAckRelay) {
+		return s.AckBatch(ctx, acks)
+	}
+	var errs []error
+	for len(acks) > 0 {
+		n := min(len(acks), maxRelayedBatch)
+		b := AckBatch{ClientID: relayID, Acks: make([]Ack, n)}
+		for i, a := range acks[:n] {
+			a.Error = truncateUTF8(a.Error, MaxAckErrorBytes)
+			b.Acks[i] = a
+		}
+		acks = acks[n:]
+		if s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
+			continue
+		}
+		if err := s.postAckBatch(ctx, b); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
