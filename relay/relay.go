@@ -126,6 +126,13 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	r.acks.Start(ctx, r.backoff())
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.janitor(ctx) }()
+	// What the cache holds is followed, so that it is confirmed (or
+	// updated) as soon as the upstream answers.
+	for _, ns := range r.follower.Followed() {
+		if err := r.follow(ns, false); err != nil {
+			r.log.Warn("relay: not following a namespace of its cache", "ns", ns, "err", err)
+		}
+	}
 	for _, ns := range o.namespaces {
 		if err := r.follow(ns, true); err != nil {
 			_ = r.Close()
@@ -420,4 +427,26 @@ func (r *Relay) Close() error {
 		r.closeErr = err
 	})
 	return r.closeErr
+}
+
+// Stats counts the requests the relay served downstream.
+type Stats struct {
+	Snapshots   int64 // GET /sdk/snapshot
+	NotModified int64 // of which answered 304
+	Shed        int64 // of which answered 503 by WithMaxSnapshotsInFlight
+	Events      int64 // GET /sdk/events
+	Watches     int64 // GET /sdk/watch
+	Streams     int64 // GET /sdk/stream
+	StreamPolls int64 // GET /sdk/stream/events
+	Acks        int64 // acks received (POST /sdk/ack, ack-stream lines)
+	Conns       int64 // TCP connections accepted
+	// OpenStreams is how many watch streams are open now.
+	OpenStreams int
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() Stats {
+	s := r.srv.Stats()
+	return Stats{Snapshots: s.Snapshots, NotModified: s.NotModified, Shed: s.Shed, Events: s.Events, Watches: s.Watches,
+		Streams: s.Streams, StreamPolls: s.StreamPolls, Acks: s.Acks, Conns: s.Conns, OpenStreams: r.srv.OpenStreams()}
 }

@@ -424,13 +424,22 @@ func (f *Follower) freshness(names ...string) (time.Duration, bool) {
 	return age, unconfirmed
 }
 
-// demandWait bounds how long a request waits for a namespace's first data
-// or for the relay to catch up with its cursor.
-const demandWait = 10 * time.Second
+// demandWait bounds how long a request waits for a namespace's first
+// data; catchUpWait how long for the relay to catch up with a cursor
+// ahead of its own (a client that comes from a relay a little ahead: the
+// upstream's prompt progress closes such a gap within a second). A cursor
+// still ahead after it belongs to another history: cursor_ahead.
+const (
+	demandWait  = 10 * time.Second
+	catchUpWait = time.Second
+)
 
 func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, demandWait)
 	defer cancel()
+	catchUp := time.NewTimer(catchUpWait)
+	defer catchUp.Stop()
+	caughtUp := false // catchUpWait is over: a cursor ahead waits no more
 	var refused map[string]error
 	wanted := make(map[string]bool)
 	for {
@@ -452,7 +461,7 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 					missing = append(missing, r.name)
 				}
 				waiting = true
-			case !n.ready || r.since > n.cursor:
+			case !n.ready, r.since > n.cursor && !caughtUp:
 				waiting = true
 			}
 		}
@@ -475,6 +484,8 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 		}
 		select {
 		case <-changed:
+		case <-catchUp.C:
+			caughtUp = true
 		case <-ctx.Done():
 			return refused // the handler answers with what there is: 503, cursor_ahead
 		}

@@ -95,7 +95,7 @@ func TestCapabilitiesOnEveryReply(t *testing.T) {
 	for _, u := range []string{"/sdk/snapshot?ns=app", "/sdk/events?ns=app&since=0", "/sdk/snapshot?ns=none", streamURL("", transport.PathStreamEvents, "app:0")} {
 		resp, _ := do(t, c, http.MethodGet, s.URL()+u, "")
 		info := parseCaps(resp.Header)
-		if info != "ack-batch,ack-stream,h2c,stream" {
+		if info != "ack-batch,ack-relay,ack-stream,h2c,stream" {
 			t.Errorf("%s: capabilities %q", u, resp.Header.Get(transport.HeaderCapabilities))
 		}
 	}
@@ -532,9 +532,12 @@ func TestAckBatch(t *testing.T) {
 	if code := post(`{"client_id":"c1","acks":[{"ns":"a","revision":1,"status":"ack"},{"ns":"b","revision":2,"status":"nack","error":"bad"},{"ns":"gone","revision":2,"status":"ack"},{"client_id":"other","ns":"b","revision":2,"status":"nack","error":"bad"}]}`); code != http.StatusNoContent {
 		t.Fatalf("batch: %d", code)
 	}
+	// With ack-relay an ack that names its own client is that client's
+	// (a relay forwarding its clients' reports).
 	got := s.Clients()
-	if len(got) != 2 || got[0].ClientID != "c1" || got[0].Namespace != "a" || got[0].AckedRevision != 1 ||
-		got[1].ClientID != "c1" || got[1].NackedRevision != 2 || got[1].NackError != "bad" {
+	if len(got) != 3 || got[0].ClientID != "c1" || got[0].Namespace != "a" || got[0].AckedRevision != 1 ||
+		got[1].ClientID != "c1" || got[1].NackedRevision != 2 || got[1].NackError != "bad" ||
+		got[2].ClientID != "other" || got[2].NackedRevision != 2 {
 		t.Fatalf("clients %+v", got)
 	}
 	for _, bad := range []string{
@@ -548,7 +551,7 @@ func TestAckBatch(t *testing.T) {
 			t.Fatalf("%s: %d, want 400", bad, code)
 		}
 	}
-	if len(s.Clients()) != 2 {
+	if len(s.Clients()) != 3 {
 		t.Fatalf("a refused batch recorded something: %+v", s.Clients())
 	}
 	if code := post(`{"client_id":"c3","acks":[]}`); code != http.StatusNoContent {
@@ -623,5 +626,24 @@ func TestWithoutH2C(t *testing.T) {
 	if resp, err := tr.RoundTrip(req); err == nil {
 		resp.Body.Close()
 		t.Fatalf("h2c answered: %s", resp.Proto)
+	}
+}
+
+// TestAckBatchWithoutRelayKeepsTheBatchsClient: a server that does not
+// offer ack-relay records every ack of a batch for the batch's client,
+// whatever client an ack names.
+func TestAckBatchWithoutRelayKeepsTheBatchsClient(t *testing.T) {
+	s := start(t, WithoutCapability(transport.CapabilityAckRelay))
+	c := newClient(t)
+	s.Publish("a", map[string]any{"k": 1})
+	resp, data := do(t, c, http.MethodPost, s.URL()+"/sdk/ack", `{"client_id":"c1","acks":[{"client_id":"other","ns":"a","revision":1,"status":"ack"}]}`)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("ack: %d %s", resp.StatusCode, data)
+	}
+	if got := s.Clients(); len(got) != 1 || got[0].ClientID != "c1" {
+		t.Fatalf("clients %+v, want the batch's c1 only", got)
+	}
+	if caps := resp.Header.Get(transport.HeaderCapabilities); strings.Contains(caps, transport.CapabilityAckRelay) {
+		t.Fatalf("capabilities %q list ack-relay", caps)
 	}
 }

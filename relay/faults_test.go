@@ -1,0 +1,220 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// getSnapshot fetches ns's snapshot from a server or relay at url, as raw
+// HTTP: its status, its headers and its body.
+func getSnapshot(t testing.TB, url, ns string) (int, http.Header, transport.Snapshot) {
+	t.Helper()
+	resp, err := http.Get(url + transport.PathSnapshot + "?ns=" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var snap transport.Snapshot
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(data, &snap); err != nil {
+			t.Fatalf("snapshot body %q: %v", data, err)
+		}
+	}
+	return resp.StatusCode, resp.Header, snap
+}
+
+func openNamespace(t testing.TB, c *config.Client, name string, opts ...config.NamespaceOption) *config.Namespace {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := c.Namespace(ctx, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func valueOf(ns *config.Namespace, key string) string {
+	v, _ := ns.Get(key)
+	return v.String()
+}
+
+// TestRelayChain: origin → relay → relay → client, revisions and store id
+// unchanged all the way.
+func TestRelayChain(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	mustPublish(t, origin, "app", map[string]any{"k": "v1"})
+	_, first := startRelay(t, origin.URL())
+	_, second := startRelay(t, first)
+	ns := openNamespace(t, newClient(t, second), "app")
+	for i := 2; i <= 5; i++ {
+		rev := mustPublish(t, origin, "app", map[string]any{"k": "v" + strconv.Itoa(i)})
+		eventually(t, "the change through two relays", func() bool { return ns.Status().Revision == rev })
+	}
+	if got := valueOf(ns, "k"); got != `v5` {
+		t.Fatalf("k = %s", got)
+	}
+	if st := ns.Status(); st.StoreID != origin.StoreID() {
+		t.Fatalf("store id %q, want the origin's %q", st.StoreID, origin.StoreID())
+	}
+}
+
+func mustPublish(t testing.TB, s *holdfasttest.Server, ns string, puts map[string]any) int64 {
+	t.Helper()
+	rev, err := s.Publish(ns, puts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// TestRelayRestartedWithOriginDownServesItsCache: a relay restarted while
+// the origin is down serves its last-good files, saying that its
+// upstream is not confirming them, with their true age.
+func TestRelayRestartedWithOriginDownServesItsCache(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	rev := mustPublish(t, origin, "app", map[string]any{"k": "cached"})
+	dir := t.TempDir()
+	src, err := transport.NewHTTPSource(origin.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	r1, err := relay.New(src, relay.WithCacheDir(dir), relay.WithNamespaces("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first relay ready", func() bool { return r1.Ready() == nil })
+	if err := r1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := origin.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the outage's age, to be seen below
+
+	r2, url := startRelay(t, origin.URL(), relay.WithCacheDir(dir))
+	if err := r2.Ready(); err != nil {
+		t.Fatalf("a relay with a cache is ready at once: %v", err)
+	}
+	status, h, snap := getSnapshot(t, url, "app")
+	if status != http.StatusOK || snap.Revision != rev || snap.StoreID != origin.StoreID() {
+		t.Fatalf("snapshot %d %+v, want revision %d of %s", status, snap, rev, origin.StoreID())
+	}
+	if !snap.Unconfirmed || h.Get(transport.HeaderUnconfirmed) != "true" {
+		t.Errorf("snapshot of a relay cut off not marked unconfirmed: %+v, headers %v", snap, h)
+	}
+	if snap.AgeMillis < 300 {
+		t.Errorf("age %d ms, want at least the outage's 300", snap.AgeMillis)
+	}
+	var vals map[string]string
+	_ = json.Unmarshal(snap.Values, &vals)
+	if vals["k"] != "cached" {
+		t.Fatalf("values %s", snap.Values)
+	}
+	if err := origin.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "confirmed once the origin is back", func() bool {
+		_, _, s := getSnapshot(t, url, "app")
+		return !s.Unconfirmed && s.AgeMillis < 5000
+	})
+}
+
+// TestRelayStoreResetAndOriginRestart: the origin restarts (same store),
+// then its store is reset: a client behind the relay converges each time.
+func TestRelayStoreResetAndOriginRestart(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	mustPublish(t, origin, "app", map[string]any{"k": "a"})
+	_, url := startRelay(t, origin.URL())
+	ns := openNamespace(t, newClient(t, url), "app")
+
+	if err := origin.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	rev := mustPublish(t, origin, "app", map[string]any{"k": "b"})
+	eventually(t, "converged after the origin restarted", func() bool { return ns.Status().Revision == rev })
+
+	id := origin.ResetStore()
+	rev = mustPublish(t, origin, "app", map[string]any{"k": "c"})
+	eventually(t, "converged on the new store", func() bool {
+		st := ns.Status()
+		return st.StoreID == id && st.Revision == rev && valueOf(ns, "k") == "c"
+	})
+}
+
+// TestRelayCompactionDuringItsOutage: the origin compacts away the relay's
+// cursor while the relay cannot reach it; the relay resnapshots and its
+// client gets the difference as one change, without a snapshot of its
+// own.
+func TestRelayCompactionDuringItsOutage(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	mustPublish(t, origin, "app", map[string]any{"k": "0", "gone": true})
+	r, url := startRelay(t, origin.URL())
+	ns := openNamespace(t, newClient(t, url), "app")
+	snapshots := r.Stats().Snapshots
+
+	origin.SetBlackhole(true)
+	for i := 1; i <= 5; i++ {
+		mustPublish(t, origin, "app", map[string]any{"k": strconv.Itoa(i)})
+	}
+	if _, err := origin.Delete("app", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	rev := mustPublish(t, origin, "app", map[string]any{"new": 1})
+	if _, err := origin.Compact(0); err != nil {
+		t.Fatal(err)
+	}
+	origin.DropStreams()
+	origin.SetBlackhole(false)
+	eventually(t, "the client converged", func() bool { return ns.Status().Revision == rev })
+	if _, ok := ns.Get("gone"); ok || valueOf(ns, "k") != "5" || valueOf(ns, "new") != "1" {
+		t.Fatalf("content after the gap: k=%s new=%s", valueOf(ns, "k"), valueOf(ns, "new"))
+	}
+	if got := r.Stats().Snapshots; got != snapshots {
+		t.Errorf("the client fetched %d snapshots from the relay; want none: the gap comes as one change", got-snapshots)
+	}
+}
+
+// TestRelayAllowListAndLimit: a namespace outside the allow-list gets 403,
+// one past the limit 429, and neither is followed upstream.
+func TestRelayAllowListAndLimit(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	for _, n := range []string{"pay.a", "pay.b", "other"} {
+		mustPublish(t, origin, n, map[string]any{"k": 1})
+	}
+	r, url := startRelay(t, origin.URL(), relay.WithAllow("pay.*"), relay.WithMaxNamespaces(1))
+	if status, _, _ := getSnapshot(t, url, "pay.a"); status != http.StatusOK {
+		t.Fatalf("pay.a: %d", status)
+	}
+	before := origin.Stats().Snapshots
+	if status, _, _ := getSnapshot(t, url, "other"); status != http.StatusForbidden {
+		t.Errorf("other (not allowed): %d, want 403", status)
+	}
+	status, h, _ := getSnapshot(t, url, "pay.b")
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Errorf("pay.b (past the limit): %d Retry-After %q, want 429 with one", status, h.Get("Retry-After"))
+	}
+	if got := origin.Stats().Snapshots - before; got != 0 {
+		t.Errorf("%d upstream snapshots for refused namespaces", got)
+	}
+	var names []string
+	for _, st := range r.Namespaces() {
+		names = append(names, st.Namespace)
+	}
+	if strings.Join(names, ",") != "pay.a" {
+		t.Errorf("followed %v, want [pay.a]", names)
+	}
+}
