@@ -1,0 +1,137 @@
+package relay_test
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// TestRelayOneUpstreamStream: however many clients and namespaces behind
+// it, the relay holds one stream to the origin; every client gets every
+// revision, and the origin counts each client behind the relay.
+func TestRelayOneUpstreamStream(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	names := []string{"n0", "n1", "n2"}
+	for _, n := range names {
+		mustPublish(t, origin, n, map[string]any{"v": 0})
+	}
+	_, url := startRelay(t, origin.URL())
+	const clients = 8
+	nss := make([][]*config.Namespace, clients)
+	cs := make([]*config.Client, clients)
+	for i := range cs {
+		cs[i] = newClient(t, url)
+		for _, n := range names {
+			nss[i] = append(nss[i], openNamespace(t, cs[i], n))
+		}
+	}
+	var last int64
+	for round := 1; round <= 3; round++ {
+		for _, n := range names {
+			last = mustPublish(t, origin, n, map[string]any{"v": round})
+		}
+	}
+	for i := range nss {
+		for j, ns := range nss[i] {
+			eventually(t, "every client at v=3", func() bool { return valueOf(ns, "v") == "3" })
+			if ns.Status().Revision > last {
+				t.Fatalf("client %d ns %s at revision %d past the head %d", i, names[j], ns.Status().Revision, last)
+			}
+		}
+	}
+	eventually(t, "one stream at the origin", func() bool { return origin.OpenStreams() == 1 })
+	// Joins restart the stream (debounced): one per namespace at most.
+	if got := origin.Stats().Streams; got > int64(len(names)) {
+		t.Errorf("the relay opened %d streams to the origin, want at most %d", got, len(names))
+	}
+	eventually(t, "the origin counts every client behind the relay, and one stream", func() bool {
+		st, err := origin.Status("n0")
+		return err == nil && st.Clients == clients && st.Acked == clients && st.Streams == 1
+	})
+}
+
+// TestRelayLingersThenLetsGo: a namespace nobody asks for any more is
+// followed for the linger time, then dropped (no upstream subscription);
+// a namespace of WithNamespaces stays.
+func TestRelayLingersThenLetsGo(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	mustPublish(t, origin, "pinned", map[string]any{"v": 1})
+	mustPublish(t, origin, "passing", map[string]any{"v": 1})
+	r, url := startRelay(t, origin.URL(), relay.WithNamespaces("pinned"), relay.WithLinger(200*time.Millisecond))
+	if status, _, _ := getSnapshot(t, url, "passing"); status != http.StatusOK {
+		t.Fatalf("passing: %d", status)
+	}
+	followed := func() string {
+		var out []string
+		for _, st := range r.Namespaces() {
+			out = append(out, st.Namespace)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := followed(); got != "passing,pinned" {
+		t.Fatalf("followed %q", got)
+	}
+	eventually(t, "passing dropped after the linger", func() bool { return followed() == "pinned" })
+	// Asked again: followed again.
+	if status, _, snap := getSnapshot(t, url, "passing"); status != http.StatusOK || snap.Revision == 0 {
+		t.Fatalf("passing again: %d %+v", status, snap)
+	}
+}
+
+// TestRelaySnapshotAdmission: past WithMaxSnapshotsInFlight a snapshot
+// request gets 503 with a Retry-After within the window; a 304 is never
+// refused.
+func TestRelaySnapshotAdmission(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	big := strings.Repeat("x", 8<<20) // larger than the socket buffers: a reader that does not read holds its slot
+	rev := mustPublish(t, origin, "big", map[string]any{"blob": big})
+	r, url := startRelay(t, origin.URL(), relay.WithMaxSnapshotsInFlight(1, 5*time.Second))
+	// A reader that does not read.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET " + transport.PathSnapshot + "?ns=big HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(conn).Peek(1); err != nil { // its reply has begun: it holds the slot
+		t.Fatal(err)
+	}
+	var resp *http.Response
+	eventually(t, "a 503 while the slot is held", func() bool {
+		resp, err = http.Get(url + transport.PathSnapshot + "?ns=big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || secs < 1 || secs > 5 {
+		t.Errorf("Retry-After %q, want 1..5", resp.Header.Get("Retry-After"))
+	}
+	if r.Stats().Shed == 0 {
+		t.Error("Stats.Shed is 0")
+	}
+	// A conditional request for what the client has costs nothing: 304.
+	req, _ := http.NewRequest(http.MethodGet, url+transport.PathSnapshot+"?ns=big", nil)
+	req.Header.Set("If-None-Match", transport.ETag(origin.StoreID(), rev))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotModified {
+		t.Errorf("conditional snapshot while shedding: %d, want 304", resp.StatusCode)
+	}
+}
