@@ -12,15 +12,33 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
+// withSource, among startRelay's options, makes the relay follow src
+// rather than the URL's HTTP source.
+type withSource transport.Source
+
 // startRelay starts a relay following url, serving on a free loopback
 // port, closed at the test's end. It returns the relay and its URL.
-func startRelay(t testing.TB, url string, opts ...relay.Option) (*relay.Relay, string) {
+func startRelay(t testing.TB, url string, opts ...any) (*relay.Relay, string) {
 	t.Helper()
-	src, err := transport.NewHTTPSource(url)
-	if err != nil {
-		t.Fatal(err)
+	var src transport.Source
+	var ropts []relay.Option
+	for _, o := range opts {
+		switch o := o.(type) {
+		case withSource:
+			src = o
+		case relay.Option:
+			ropts = append(ropts, o)
+		}
 	}
-	r, err := relay.New(src, append([]relay.Option{relay.WithHeartbeat(200 * time.Millisecond)}, opts...)...)
+	if src == nil {
+		hs, err := transport.NewHTTPSource(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hs.Close() })
+		src = hs
+	}
+	r, err := relay.New(src, append([]relay.Option{relay.WithHeartbeat(200 * time.Millisecond)}, ropts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +54,6 @@ func startRelay(t testing.TB, url string, opts ...relay.Option) (*relay.Relay, s
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		_ = src.Close()
 	})
 	return r, "http://" + l.Addr().String()
 }

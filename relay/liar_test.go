@@ -1,0 +1,92 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// liar is an upstream that lies: after its snapshot (revision 5) its
+// watch sends a good change (6), then a change of revision 4 (backwards),
+// then a change of an unknown store, then it answers every new watch
+// with a snapshot-less gap it cannot fill (the same store, revision 6).
+type liar struct {
+	mu      sync.Mutex
+	watches int
+}
+
+func (l *liar) Snapshot(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	snap := &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 6, Cursor: 6, Values: json.RawMessage(`{"k":"6"}`)}
+	if req.KnownStoreID == "s1" && req.KnownRevision == 6 {
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 6, Cursor: 6}, transport.ErrNotModified
+	}
+	l.mu.Lock()
+	first := l.watches == 0
+	l.mu.Unlock()
+	if first {
+		snap = &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 5, Cursor: 5, Values: json.RawMessage(`{"k":"5"}`)}
+	}
+	return snap, nil
+}
+
+func (l *liar) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	l.mu.Lock()
+	l.watches++
+	n := l.watches
+	l.mu.Unlock()
+	if n == 1 {
+		at := time.Now()
+		for _, cs := range []transport.ChangeSet{
+			{Namespace: req.Namespace, StoreID: "s1", Revision: 6, PrevRevision: 5, CommittedAt: at, Puts: map[string]json.RawMessage{"k": json.RawMessage(`"6"`)}},
+			{Namespace: req.Namespace, StoreID: "s1", Revision: 4, PrevRevision: 3, CommittedAt: at, Puts: map[string]json.RawMessage{"k": json.RawMessage(`"4"`)}},
+			{Namespace: req.Namespace, StoreID: "evil", Revision: 7, PrevRevision: 6, CommittedAt: at, Puts: map[string]json.RawMessage{"k": json.RawMessage(`"evil"`)}},
+		} {
+			if err := handle(transport.Event{Change: &cs}); err != nil {
+				return err
+			}
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestRelayUpstreamThatLies: revisions backwards and an unknown store id
+// mid-stream get what the SDK does with them: the last good keeps
+// serving, and downstream sees no backwards or foreign data.
+func TestRelayUpstreamThatLies(t *testing.T) {
+	up := &liar{}
+	_, url := startRelay(t, "", withSource(up))
+	c := newClient(t, url)
+	ns := openNamespace(t, c, "app")
+	var mu sync.Mutex
+	var seen []string
+	ns.OnChange("k", func(ch config.Change) {
+		mu.Lock()
+		seen = append(seen, ch.New.String())
+		mu.Unlock()
+	})
+	eventually(t, "revision 6 through the relay", func() bool { return ns.Status().Revision == 6 })
+	// The lies were refused once the relay watches again (the foreign
+	// store id ended its first watch).
+	eventually(t, "a second watch", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.watches >= 2 })
+	status, _, snap := getSnapshot(t, url, "app")
+	if status != http.StatusOK || snap.StoreID != "s1" || snap.Revision != 6 || string(snap.Values) != `{"k":"6"}` {
+		t.Fatalf("the relay serves %d %+v", status, snap)
+	}
+	if got := valueOf(ns, "k"); got != "6" {
+		t.Fatalf("k = %s", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range seen {
+		if v == "4" || v == "evil" {
+			t.Fatalf("a client saw %s (changes seen %v)", v, seen)
+		}
+	}
+}
