@@ -135,3 +135,37 @@ func TestRelaySnapshotAdmission(t *testing.T) {
 		t.Errorf("conditional snapshot while shedding: %d, want 304", resp.StatusCode)
 	}
 }
+
+// TestRelayCutsASlowClient: a downstream reader that stops reading is cut
+// off once its queue overflows; a fast client behind the same relay gets
+// every change meanwhile.
+func TestRelayCutsASlowClient(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	mustPublish(t, origin, "app", map[string]any{"v": 0})
+	r, url := startRelay(t, origin.URL())
+	fast := openNamespace(t, newClient(t, url), "app")
+
+	slow, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if _, err := slow.Write([]byte("GET " + transport.PathWatch + "?ns=app HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(slow).Peek(1); err != nil { // its reply began; it reads no more
+		t.Fatal(err)
+	}
+	eventually(t, "both streams open", func() bool { return r.Stats().OpenStreams == 2 })
+
+	pad := strings.Repeat("p", 16<<10)
+	var last int64
+	for i := 1; i <= 2500; i++ { // past the socket buffers, then past the queue of 1024 per watcher
+		last = mustPublish(t, origin, "app", map[string]any{"v": i, "pad": pad})
+	}
+	start := time.Now()
+	eventually(t, "the fast client at the last change", func() bool { return fast.Status().Revision == last })
+	t.Logf("fast done after %v", time.Since(start))
+	eventually(t, "the slow one cut off", func() bool { return r.Stats().OpenStreams == 1 })
+	t.Logf("slow cut after %v", time.Since(start))
+}
