@@ -36,6 +36,7 @@ type Follower struct {
 	changed chan struct{} // closed and replaced on every change of state
 	now     func() time.Time
 
+	onConfirm func() // the upstream confirmed data
 	onCommit  func(*change)
 	onReset   func(gen uint64)
 	onAdvance func(gen uint64, head int64)
@@ -214,6 +215,9 @@ func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirm
 	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
 	f.advanceLocked()
 	f.changedLocked()
+	if f.onConfirm != nil {
+		f.onConfirm()
+	}
 }
 
 // Fail records that the upstream is not confirming ns right now.

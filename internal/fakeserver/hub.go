@@ -62,6 +62,13 @@ type hub struct {
 	// per progressEvery, by the ticker goroutine, on a request in moved.
 	tick      atomic.Pointer[chan struct{}]
 	moved     chan struct{}
+	// beat, for a relay's hub (startBeats), is closed (and replaced)
+	// after its upstream confirmed data: every stream then sends progress
+	// at once, so that what a relay tells is as fresh as what it heard,
+	// hop after hop. At most once per progressEvery, on a request in
+	// beatReq. Nil for an origin's.
+	beat    atomic.Pointer[chan struct{}]
+	beatReq chan struct{}
 	lastFrame atomic.Pointer[progressFrame]
 
 	qmu    sync.Mutex
@@ -106,24 +113,51 @@ func newHub(gen uint64, silenced func() bool) *hub {
 	h.dispatched.Store(&mark{gen: gen})
 	h.wg.Add(2)
 	go h.run()
-	go h.ticker()
+	go h.pace(h.moved, &h.tick)
 	return h
+}
+
+// startBeats makes a relay's hub beat (see hub.beat). Call it before the
+// hub is used.
+func (h *hub) startBeats() {
+	ch := make(chan struct{})
+	h.beat.Store(&ch)
+	h.beatReq = make(chan struct{}, 1)
+	h.wg.Add(1)
+	go h.pace(h.beatReq, &h.beat)
 }
 
 // ticks returns the channel that the next progress tick closes.
 func (h *hub) ticks() <-chan struct{} { return *h.tick.Load() }
 
-// ticker closes the tick channel once after each request in moved, but
-// never twice within progressEvery: however many publishes, a watcher
-// wakes for progress at most four times a second.
-func (h *hub) ticker() {
+// beats returns the channel that the next beat closes; nil (never) for an
+// origin's hub.
+func (h *hub) beats() <-chan struct{} {
+	if p := h.beat.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// requestBeat asks for a beat; it never blocks.
+func (h *hub) requestBeat() {
+	select {
+	case h.beatReq <- struct{}{}:
+	default:
+	}
+}
+
+// pace closes the channel in ch once after each request in req, but never
+// twice within progressEvery: however many publishes (or confirmations),
+// a watcher wakes for progress at most four times a second.
+func (h *hub) pace(req <-chan struct{}, ch *atomic.Pointer[chan struct{}]) {
 	defer h.wg.Done()
 	var last time.Time
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
-		case <-h.moved:
+		case <-req:
 		case <-h.quit:
 			return
 		}
@@ -138,7 +172,7 @@ func (h *hub) ticker() {
 		}
 		last = time.Now()
 		next := make(chan struct{})
-		old := h.tick.Swap(&next)
+		old := ch.Swap(&next)
 		close(*old)
 	}
 }

@@ -510,12 +510,15 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
+	beats := s.hub.beats()
 	for {
 		beat := false
 		select {
 		case <-wt.wake:
 		case <-ticker.C:
 			beat = true
+		case <-beats:
+			beat, beats = true, s.hub.beats()
 		case <-wt.done:
 			return
 		case <-r.Context().Done():

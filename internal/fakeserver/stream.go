@@ -197,12 +197,15 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
+	beats := s.hub.beats()
 	for {
 		beat, prompt := false, false
 		select {
 		case <-wt.wake:
 		case <-ticker.C:
 			beat = true
+		case <-beats:
+			beat, beats = true, s.hub.beats()
 		case <-tick:
 			prompt = true
 		case <-wt.done:
