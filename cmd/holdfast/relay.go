@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/telemetry"
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+func relayCommand() *command {
+	return &command{
+		name:    "relay",
+		summary: "run a relay: follow an upstream, serve its data plane to clients",
+		doc: `
+Relay follows an upstream config plane over one multi-namespace stream and
+serves the same data plane (snapshot, long-poll, SSE watch and stream, ack)
+to its own clients, with the upstream's store id and revisions unchanged:
+a client moves between relays, or between a relay and the origin, and
+resumes with its cursor. It logs to stderr, and stops cleanly on SIGTERM or
+SIGINT (exit status 0): it ends its clients' streams and flushes its cache
+directory first.
+
+-upstream is one of:
+
+	http://HOST:PORT[/PATH] or https://...   a holdfast server or another relay
+	URL,URL,...                              several of them, for failover (for now the
+	                                         first is followed; see below)
+	etcd://HOST:PORT[,HOST:PORT...]          etcd's members, through holdfast's etcd source
+
+Failover across several http(s) upstreams comes with the SDK's failover
+source (the client's WithEndpoints); until then the relay follows the first
+URL and logs that it ignores the others.
+
+The admin endpoints are served in front of the data plane on -addr, or on a
+listener of their own with -admin-addr:
+
+	GET /readyz    200 once the relay serves data (every -namespaces
+	               namespace has data, from upstream or its cache; without
+	               -namespaces, once it has heard from its upstream); 503 and
+	               the reason before
+	GET /healthz   200 while the process runs
+	GET /statusz   every namespace followed, as JSON: store id, revision,
+	               cursor, age_seconds (how long ago the upstream last
+	               confirmed it), unconfirmed, streams, last_error
+	GET /metrics   Prometheus text: the relay's metrics,
+	               holdfast_relay_namespace_age_seconds{holdfast_namespace},
+	               holdfast_relay_namespace_unconfirmed, and the Go runtime's
+	               and process's metrics`,
+		flags: relayFlags,
+	}
+}
+
+func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+	addr := fs.String("addr", "", "listen `HOST:PORT` of the data plane (required)")
+	adminAddr := fs.String("admin-addr", "", "listen `HOST:PORT` of /metrics, /readyz, /healthz and /statusz (empty: on -addr)")
+	upstreamFlag := fs.String("upstream", "", "the upstream: the `URL[,URL...]` of a holdfast server or relay, or etcd://HOST:PORT[,HOST:PORT...] (required)")
+	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream")
+	id := fs.String("id", "", "the client `ID` the relay reports upstream as (default: a random one)")
+	cacheDir := fs.String("cache-dir", "", "persist the last good of every namespace served in `DIR`, and serve it at start (empty: no persistence)")
+	heartbeat := fs.Duration("heartbeat", relay.DefaultHeartbeat, "progress event interval on the relay's watch streams")
+	history := fs.Int("history", relay.DefaultHistory, "change sets kept per namespace for clients that resume")
+	historyBytes := fs.Int64("history-bytes", relay.DefaultHistoryBytes, "bytes of change sets kept per namespace")
+	var namespaces, allow list
+	fs.Var(&namespaces, "namespaces", "follow these comma-separated `NAMESPACES` from the start, beside those clients ask for")
+	fs.Var(&allow, "allow", "serve only the namespaces matching one of these comma-separated `PATTERNS` (path.Match syntax, e.g. payments.*); others get 403")
+	maxNamespaces := fs.Int("max-namespaces", relay.DefaultMaxNamespaces, "the most namespaces followed at once; a request for one more gets 429")
+	linger := fs.Duration("linger", relay.DefaultLinger, "how long a namespace is still followed after its last client left")
+	maxSnapshots := fs.Int("max-snapshots", relay.DefaultMaxSnapshotsInFlight, "snapshot replies written at once; past it 503 with a spread Retry-After")
+	retryWindow := fs.Duration("retry-after-window", relay.DefaultRetryAfterWindow, "the window the Retry-After of a refused snapshot is spread over")
+	logs := addLogFlags(fs)
+	return func(ctx context.Context, e *env, _ []string) error {
+		if *addr == "" {
+			return usagef("-addr is required")
+		}
+		up, err := parseUpstream(*upstreamFlag)
+		if err != nil {
+			return err
+		}
+		if *token != "" && up.kind != upstreamHTTP {
+			return usagef("-token is for an http(s) upstream, not %s", up)
+		}
+		for _, ns := range namespaces {
+			if err := transport.ValidateNamespace(ns); err != nil {
+				return usagef("-namespaces: %v", err)
+			}
+		}
+		for _, p := range allow {
+			if _, err := path.Match(p, ""); err != nil {
+				return usagef("-allow: pattern %q: %v", p, err)
+			}
+		}
+		switch {
+		case *heartbeat <= 0:
+			return usagef("-heartbeat must be positive, got %v", *heartbeat)
+		case *history < 0 || *historyBytes < 0:
+			return usagef("-history and -history-bytes must not be negative")
+		case *maxNamespaces <= 0:
+			return usagef("-max-namespaces must be positive, got %d", *maxNamespaces)
+		case *linger < 0:
+			return usagef("-linger must not be negative, got %v", *linger)
+		case *maxSnapshots <= 0:
+			return usagef("-max-snapshots must be positive, got %d", *maxSnapshots)
+		case *retryWindow <= 0:
+			return usagef("-retry-after-window must be positive, got %v", *retryWindow)
+		}
+
+		log := logs.logger(e.stderr)
+		m, err := newMetrics()
+		if err != nil {
+			return err
+		}
+		src, err := up.source(log, *token)
+		if err != nil {
+			return errors.Join(err, m.shutdown())
+		}
+		opts := []relay.Option{
+			relay.WithLogger(log),
+			relay.WithMeterProvider(m.mp),
+			relay.WithHeartbeat(*heartbeat),
+			relay.WithHistory(*history, *historyBytes),
+			relay.WithMaxNamespaces(*maxNamespaces),
+			relay.WithLinger(*linger),
+			relay.WithMaxSnapshotsInFlight(*maxSnapshots, *retryWindow),
+		}
+		if *cacheDir != "" {
+			opts = append(opts, relay.WithCacheDir(*cacheDir))
+		}
+		if len(namespaces) > 0 {
+			opts = append(opts, relay.WithNamespaces(namespaces...))
+		}
+		if len(allow) > 0 {
+			opts = append(opts, relay.WithAllow(allow...))
+		}
+		if *id != "" {
+			opts = append(opts, relay.WithID(*id))
+		}
+		r, err := relay.New(src, opts...)
+		if err != nil {
+			return errors.Join(err, src.Close(), m.shutdown())
+		}
+		err = serveRelay(ctx, log, r, m, *addr, *adminAddr, up.String())
+		// The relay is closed: nothing reads from the upstream any more.
+		err = errors.Join(err, src.Close(), m.shutdown())
+		log.Info("stopped")
+		return err
+	}
+}
+
+// The kinds of upstream.
+const (
+	upstreamHTTP = "http"
+	upstreamEtcd = "etcd"
+)
+
+// upstream is a parsed -upstream.
+type upstream struct {
+	kind string
+	// urls are the http(s) base URLs, or the etcd endpoints as
+	// http://HOST:PORT.
+	urls []string
+}
+
+// parseUpstream parses -upstream: http(s) URLs separated by commas, or
+// etcd://HOST:PORT[,HOST:PORT...]. Every error is a usage error.
+func parseUpstream(s string) (upstream, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return upstream{}, usagef("-upstream is required")
+	}
+	var items []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	if len(items) == 0 {
+		return upstream{}, usagef("-upstream %q names no upstream", s)
+	}
+	if strings.HasPrefix(items[0], "etcd://") {
+		up := upstream{kind: upstreamEtcd}
+		for i, item := range items {
+			hostport := strings.TrimPrefix(item, "etcd://")
+			if i > 0 && hostport == item && strings.Contains(item, "://") {
+				return upstream{}, usagef("-upstream %q: an etcd upstream lists HOST:PORT of etcd members only; it cannot be mixed with %q", s, item)
+			}
+			host, port, err := net.SplitHostPort(hostport)
+			if err != nil || host == "" {
+				return upstream{}, usagef("-upstream %q: etcd member %q is not HOST:PORT", s, hostport)
+			}
+			if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+				return upstream{}, usagef("-upstream %q: etcd member %q has no valid port", s, hostport)
+			}
+			up.urls = append(up.urls, "http://"+hostport)
+		}
+		return up, nil
+	}
+	up := upstream{kind: upstreamHTTP}
+	for _, item := range items {
+		u, err := url.Parse(item)
+		if err != nil {
+			return upstream{}, usagef("-upstream: %v", err)
+		}
+		switch {
+		case u.Scheme == "etcd":
+			return upstream{}, usagef("-upstream %q: etcd:// cannot be mixed with http(s) upstreams", s)
+		case u.Scheme != "http" && u.Scheme != "https":
+			return upstream{}, usagef("-upstream %q: scheme must be http, https or etcd, got %q", item, u.Scheme)
+		case u.Hostname() == "":
+			return upstream{}, usagef("-upstream %q has no host", item)
+		case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+			return upstream{}, usagef("-upstream %q must not have a query or fragment", item)
+		}
+		up.urls = append(up.urls, item)
+	}
+	return up, nil
+}
+
+// String is the upstream for logs and /statusz, passwords redacted.
+func (u upstream) String() string {
+	if u.kind == upstreamEtcd {
+		hosts := make([]string, len(u.urls))
+		for i, e := range u.urls {
+			hosts[i] = strings.TrimPrefix(e, "http://")
+		}
+		return "etcd://" + strings.Join(hosts, ",")
+	}
+	shown := make([]string, len(u.urls))
+	for i, s := range u.urls {
+		shown[i] = s
+		if p, err := url.Parse(s); err == nil {
+			shown[i] = p.Redacted()
+		}
+	}
+	return strings.Join(shown, ",")
+}
+
+// closingSource is a transport.Source the relay command closes once the
+// relay is closed.
+type closingSource interface {
+	transport.Source
+	Close() error
+}
+
+// source returns the transport.Source that follows the upstream.
+func (u upstream) source(log *slog.Logger, token string) (closingSource, error) {
+	if u.kind == upstreamEtcd {
+		return etcd.New(etcd.WithEndpoints(u.urls...), etcd.WithLogger(log))
+	}
+	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent("holdfast-relay")}
+	if token != "" {
+		opts = append(opts, transport.WithBearerToken(token))
+	}
+	// TODO(failover): follow every URL, failing over in order, once the
+	// failover source of package transport lands (the client's
+	// WithEndpoints work, built by another helper): this one line becomes
+	// that source over u.urls with opts.
+	return firstHTTPSource(log, u.urls, opts)
+}
+
+// firstHTTPSource follows urls[0] only, saying so when there are more.
+func firstHTTPSource(log *slog.Logger, urls []string, opts []transport.HTTPOption) (closingSource, error) {
+	if len(urls) > 1 {
+		log.Warn("following the first upstream only: failover across upstream URLs comes with transport's failover source",
+			"following", urls[0], "ignored", len(urls)-1)
+	}
+	return transport.NewHTTPSource(urls[0], opts...)
+}
+
+// relayer is what the command uses of a *relay.Relay, so that its tests
+// can stand one in.
+type relayer interface {
+	Handler() http.Handler
+	Serve(ctx context.Context, l net.Listener) error
+	Ready() error
+	Namespaces() []relay.NamespaceStatus
+	Close() error
+}
+
+var _ relayer = (*relay.Relay)(nil)
+
+// serveRelay serves r's data plane on addr and its admin endpoints in
+// front of it or, with adminAddr, on a listener of their own, until ctx
+// ends; then it closes r (which ends its streams and flushes its cache)
+// and the listeners.
+func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, addr, adminAddr, upstreamName string) (err error) {
+	closeRelay := sync.OnceValue(r.Close)
+	defer func() { err = errors.Join(err, closeRelay()) }()
+	if err := relayMetrics(m.mp.Meter(meterScope), r); err != nil {
+		return err
+	}
+	admin := http.NewServeMux()
+	adminRoutes(admin, m, r.Ready, func() any { return newRelayStatus(r, upstreamName) })
+
+	if adminAddr == "" {
+		// One listener: the admin paths in front of the data plane, with
+		// the relay's own settings (HTTP/1.1 and h2c, a header timeout).
+		admin.Handle("/", r.Handler())
+		data, err := listenAndServe(addr, httpServer(admin, log, true))
+		if err != nil {
+			return err
+		}
+		log.Info("relay serving", "url", data.url(), "admin_url", data.url(), "upstream", upstreamName)
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
+		case <-data.failed():
+		}
+		// Shutdown refuses new connections at once and waits for the
+		// open ones to go idle, which they do once Close has ended the
+		// relay's streams.
+		stopped := make(chan error, 1)
+		go func() { stopped <- data.stop() }()
+		return errors.Join(closeRelay(), <-stopped)
+	}
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	adm, err := listenAndServe(adminAddr, httpServer(admin, log, false))
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("admin: %w", err)
+	}
+	defer func() { err = errors.Join(err, adm.stop()) }()
+	serveCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(serveCtx, ln) }()
+	log.Info("relay serving", "url", "http://"+ln.Addr().String(), "admin_url", adm.url(), "upstream", upstreamName)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case <-adm.failed():
+	case err := <-served: // by itself: the listener failed
+		return err
+	}
+	cancel()
+	if err := <-served; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, relay.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// relayStatus is the JSON of the relay's /statusz.
+type relayStatus struct {
+	Ready      bool              `json:"ready"`
+	Reason     string            `json:"reason,omitempty"` // why not ready
+	Upstream   string            `json:"upstream"`
+	Namespaces []namespaceStatus `json:"namespaces"`
+}
+
+// namespaceStatus is one relay.NamespaceStatus in /statusz.
+type namespaceStatus struct {
+	Namespace string `json:"ns"`
+	StoreID   string `json:"store_id"`
+	Revision  int64  `json:"revision"`
+	Cursor    int64  `json:"cursor"`
+	// AgeSeconds is how long ago the upstream last confirmed the data (0:
+	// it confirms it now); Unconfirmed says it is not confirming it now.
+	AgeSeconds  float64 `json:"age_seconds"`
+	Unconfirmed bool    `json:"unconfirmed"`
+	Streams     int     `json:"streams"`
+	LastError   string  `json:"last_error,omitempty"`
+}
+
+func newRelayStatus(r relayer, upstreamName string) relayStatus {
+	st := relayStatus{Ready: true, Upstream: upstreamName, Namespaces: []namespaceStatus{}}
+	if err := r.Ready(); err != nil {
+		st.Ready, st.Reason = false, err.Error()
+	}
+	for _, ns := range r.Namespaces() {
+		st.Namespaces = append(st.Namespaces, namespaceStatus{
+			Namespace:   ns.Namespace,
+			StoreID:     ns.StoreID,
+			Revision:    ns.Revision,
+			Cursor:      ns.Cursor,
+			AgeSeconds:  ns.Age.Seconds(),
+			Unconfirmed: ns.Unconfirmed,
+			Streams:     ns.Streams,
+			LastError:   ns.LastError,
+		})
+	}
+	return st
+}
+
+// relayMetrics registers the staleness of every namespace the relay
+// follows, read at each scrape:
+// holdfast_relay_namespace_age_seconds{holdfast_namespace} and
+// holdfast_relay_namespace_unconfirmed{holdfast_namespace}.
+func relayMetrics(meter metric.Meter, r relayer) error {
+	age, err1 := meter.Float64ObservableGauge("holdfast.relay.namespace.age", metric.WithUnit("s"),
+		metric.WithDescription("How long ago the relay's upstream last confirmed the namespace's data (0: it confirms it now)."))
+	unconfirmed, err2 := meter.Int64ObservableGauge("holdfast.relay.namespace.unconfirmed",
+		metric.WithDescription("1 while the relay's upstream is not confirming the namespace's data, else 0."))
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, ns := range r.Namespaces() {
+			attrs := metric.WithAttributes(telemetry.AttrNamespace.String(ns.Namespace))
+			o.ObserveFloat64(age, ns.Age.Seconds(), attrs)
+			var u int64
+			if ns.Unconfirmed {
+				u = 1
+			}
+			o.ObserveInt64(unconfirmed, u, attrs)
+		}
+		return nil
+	}, age, unconfirmed)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
