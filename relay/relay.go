@@ -77,7 +77,10 @@ type NamespaceStatus struct {
 	Unconfirmed bool
 	// Changes counts the change sets in the relay's window for clients
 	// that resume.
-	Changes   int
+	Changes int
+	// Streams counts the downstream watches (streams and waiting
+	// long-polls) carrying it now.
+	Streams   int
 	LastError string
 }
 
@@ -395,7 +398,7 @@ func (r *Relay) Namespaces() []NamespaceStatus {
 	defer r.mu.Unlock()
 	for _, s := range st {
 		ns := NamespaceStatus{Namespace: s.Namespace, StoreID: s.StoreID, Revision: s.Revision, Cursor: s.Cursor,
-			Ready: s.Ready, Age: s.Age, Unconfirmed: s.Unconfirmed, Changes: s.Changes}
+			Ready: s.Ready, Age: s.Age, Unconfirmed: s.Unconfirmed, Changes: s.Changes, Streams: r.srv.Watchers(s.Namespace)}
 		if f := r.nss[s.Namespace]; f != nil {
 			if e := f.lastErr.Load(); e != nil {
 				ns.LastError = *e

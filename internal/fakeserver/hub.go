@@ -523,9 +523,9 @@ func (w *watcher) finish() {
 	w.mu.Unlock()
 }
 
-// carries reports whether any watcher carries ns.
-func (h *hub) carries(ns string) bool {
+// watchers counts the watchers that carry ns.
+func (h *hub) watchers(ns string) int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return len(h.byNS[ns]) > 0
+	return len(h.byNS[ns])
 }

@@ -732,4 +732,8 @@ func (s *Server) Clients() []ClientState {
 
 // Carried reports whether a watcher (a stream or a waiting long-poll)
 // carries ns now.
-func (s *Server) Carried(ns string) bool { return s.hub.carries(ns) }
+func (s *Server) Carried(ns string) bool { return s.hub.watchers(ns) > 0 }
+
+// Watchers counts the watchers (streams and waiting long-polls) that carry
+// ns now.
+func (s *Server) Watchers(ns string) int { return s.hub.watchers(ns) }
