@@ -60,15 +60,15 @@ type hub struct {
 	// tick is closed (and replaced) to tell every multi-namespace watcher
 	// that the head moved past what it may have been told: at most once
 	// per progressEvery, by the ticker goroutine, on a request in moved.
-	tick      atomic.Pointer[chan struct{}]
-	moved     chan struct{}
+	tick  atomic.Pointer[chan struct{}]
+	moved chan struct{}
 	// beat, for a relay's hub (startBeats), is closed (and replaced)
 	// after its upstream confirmed data: every stream then sends progress
 	// at once, so that what a relay tells is as fresh as what it heard,
 	// hop after hop. At most once per progressEvery, on a request in
 	// beatReq. Nil for an origin's.
-	beat    atomic.Pointer[chan struct{}]
-	beatReq chan struct{}
+	beat      atomic.Pointer[chan struct{}]
+	beatReq   chan struct{}
 	lastFrame atomic.Pointer[progressFrame]
 
 	qmu    sync.Mutex
