@@ -221,7 +221,8 @@ type Status struct {
 }
 
 // String describes the status in one line: namespace, state, revision,
-// staleness against MaxStaleness, origin, and the errors if any, as
+// staleness against MaxStaleness, origin, "unconfirmed upstream" when
+// so, and the errors if any, as
 // `payments: Stale, revision 42, staleness 3s (max 30s), from disk, last
 // error: network: ... (3s ago)`.
 func (s Status) String() string { return s.format(time.Now()) }
