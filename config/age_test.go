@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,4 +262,58 @@ func TestLastGoodFileKeepsTheTrueAge(t *testing.T) {
 		t.Errorf("restarted: %v; want from disk, staleness past %v", st, age)
 	}
 	near(t, "restarted, LastConfirmed", st.LastConfirmed, rec.ConfirmedAt, 5*time.Millisecond, 5*time.Millisecond)
+}
+
+// TestRelayedAgeOverHTTP: the same through the HTTP source, against a
+// handler that answers as a relay cut off from its origin 90 s ago does:
+// the snapshot's age in its body, the flag in its headers only, then
+// progress events whose ages grow.
+func TestRelayedAgeOverHTTP(t *testing.T) {
+	const age = 90 * time.Second
+	cutAt := time.Now().Add(-age)
+	var beats atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(transport.HeaderStoreID, "s1")
+		w.Header().Set(transport.HeaderUnconfirmed, "true")
+		switch r.URL.Path {
+		case transport.PathSnapshot:
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"ns":"relayed","store_id":"s1","revision":3,"cursor":5,"values":{"k":"v"},"age_ms":%d}`, time.Since(cutAt).Milliseconds())
+		case transport.PathWatch:
+			w.Header().Set("Content-Type", "text/event-stream")
+			beat := time.NewTicker(20 * time.Millisecond)
+			defer beat.Stop()
+			for {
+				fmt.Fprintf(w, "event: progress\nid: 5\ndata: {\"ns\":\"relayed\",\"store_id\":\"s1\",\"revision\":3,\"cursor\":5,\"age_ms\":%d,\"unconfirmed\":true}\n\n",
+					time.Since(cutAt).Milliseconds())
+				w.(http.Flusher).Flush()
+				beats.Add(1)
+				select {
+				case <-r.Context().Done():
+					return
+				case <-beat.C:
+				}
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, err := config.New(config.WithEndpoint(srv.URL), config.WithLogger(testLogger(t)), config.WithWatchMode(transport.WatchSSE))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns := open(t, c, "relayed", config.MaxStaleness(2*time.Minute))
+	st := ns.Status()
+	if st.State != config.StateStale || !st.Unconfirmed {
+		t.Errorf("first answer: %v (unconfirmed %v); want Stale, unconfirmed", st, st.Unconfirmed)
+	}
+	// The watch's progress keeps the relay's confirmation time.
+	eventually(t, "a few heartbeats of the relay", func() bool { return beats.Load() >= 5 })
+	st = ns.Status()
+	near(t, "LastConfirmed", st.LastConfirmed, cutAt, 5*time.Millisecond, 500*time.Millisecond)
+	if st.State != config.StateStale || !st.Unconfirmed || st.Staleness < age || st.LastError.Kind != config.ErrorNone {
+		t.Errorf("watching: %v (unconfirmed %v); want Stale, unconfirmed, staleness past %v, no error", st, st.Unconfirmed, age)
+	}
 }
