@@ -22,7 +22,10 @@ type facts struct {
 	ageKnown bool
 	// healthy: the last sync attempt succeeded and no failure followed.
 	healthy bool
-	now     time.Time
+	// unconfirmed: the server's last report said its upstream is not
+	// confirming the data right now (a relay cut off).
+	unconfirmed bool
+	now         time.Time
 
 	maxStaleness time.Duration // 0: never stale by policy
 	failClosed   bool
@@ -52,7 +55,7 @@ func derive(f facts) serving {
 		return serving{f.defaults, OriginDefaults, StateFailedClosed}
 	case breached:
 		return serving{f.applied, f.appliedOrigin, StateBreached}
-	case f.healthy && f.ageKnown && age <= f.freshWindow:
+	case f.healthy && !f.unconfirmed && f.ageKnown && age <= f.freshWindow:
 		return serving{f.applied, f.appliedOrigin, StateFresh}
 	}
 	return serving{f.applied, f.appliedOrigin, StateStale}

@@ -9,8 +9,8 @@ import (
 
 // TestDerive covers every combination that decides what a namespace serves
 // and its State: data or none, a rejected first snapshot, age (fresh, past
-// the fresh window, past MaxStaleness, unknown), connection health, and the
-// policy.
+// the fresh window, past MaxStaleness, unknown), connection health, the
+// upstream's confirmation, and the policy.
 func TestDerive(t *testing.T) {
 	now := time.Now()
 	data, err := snapshot.Build("ns", "s1", 3, nil)
@@ -28,6 +28,7 @@ func TestDerive(t *testing.T) {
 		age           time.Duration // since the last confirmation
 		ageUnknown    bool
 		healthy       bool
+		unconfirmed   bool // the server's upstream is not confirming its data
 		maxStaleness  time.Duration
 		failClosed    bool
 	}
@@ -55,12 +56,15 @@ func TestDerive(t *testing.T) {
 		{"age unknown, fail-closed, no MaxStaleness", in{applied: true, ageUnknown: true, failClosed: true}, data, StateStale},
 		{"fail-closed, fresh", in{applied: true, healthy: true, age: time.Second, maxStaleness: maxStale, failClosed: true}, data, StateFresh},
 		{"data after a rejected first snapshot", in{applied: true, firstRejected: true, healthy: true}, data, StateFresh},
+		{"healthy, just confirmed, unconfirmed upstream", in{applied: true, healthy: true, unconfirmed: true, age: time.Second}, data, StateStale},
+		{"unconfirmed upstream, past MaxStaleness", in{applied: true, healthy: true, unconfirmed: true, age: maxStale + time.Second, maxStaleness: maxStale}, data, StateBreached},
+		{"unconfirmed upstream, fail-closed, within MaxStaleness", in{applied: true, healthy: true, unconfirmed: true, age: time.Second, maxStaleness: maxStale, failClosed: true}, data, StateStale},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := facts{
 				appliedOrigin: OriginNetwork, defaults: defaults, firstRejected: tt.in.firstRejected,
-				ageKnown: !tt.in.ageUnknown, healthy: tt.in.healthy, now: now,
+				ageKnown: !tt.in.ageUnknown, healthy: tt.in.healthy, unconfirmed: tt.in.unconfirmed, now: now,
 				maxStaleness: tt.in.maxStaleness, failClosed: tt.in.failClosed, freshWindow: window,
 			}
 			if tt.in.applied {

@@ -76,6 +76,14 @@
 // OnReject subscribers. A namespace is Fresh only while its connection is
 // healthy and it was confirmed within the idle timeout.
 //
+// Behind a relay, a confirmation counts from when the relay's upstream
+// last confirmed the data, as the relay says (its age of relayed data,
+// added up along a chain of relays; no synchronised clocks needed), and a
+// relay that says its upstream is not confirming right now
+// (Status.Unconfirmed) keeps the namespace out of Fresh: a client behind a
+// relay cut off from its origin goes Stale, then Breached, as if it were
+// cut off itself.
+//
 // # Errors
 //
 // Namespace fails at once with transport.ErrInvalidNamespace for a bad

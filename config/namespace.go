@@ -64,6 +64,7 @@ type Namespace struct {
 	confirm       time.Time // last confirmed current, with a monotonic reading; zero: never or unknown
 	ageKnown      bool      // false for a file confirmed in the future
 	healthy       bool      // the last sync attempt succeeded and no failure followed
+	unconfirmed   bool      // the server's last report said its upstream is not confirming the data
 	appliedAt     time.Time // when data from the network was last applied
 	cursor        int64
 	head          int64         // the newest namespace revision the server told of
@@ -262,7 +263,7 @@ func (n *Namespace) facts(now time.Time) facts {
 	return facts{
 		applied: n.applied, appliedOrigin: n.appliedOrigin, defaults: n.defaults,
 		firstRejected: n.firstRejected, confirmed: n.confirm, ageKnown: n.ageKnown,
-		healthy: n.healthy, now: now,
+		healthy: n.healthy, unconfirmed: n.unconfirmed, now: now,
 		maxStaleness: n.opts.maxStaleness, failClosed: n.opts.failClosed, freshWindow: n.window,
 	}
 }

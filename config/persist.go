@@ -59,16 +59,21 @@ func (n *Namespace) loadFromDisk(dir *cachedir.Dir) {
 	}
 }
 
+// backdateTolerance is how far a confirmation may move back before it is
+// written at once: a relay's ages jitter by the network's delay.
+const backdateTolerance = time.Second
+
 // persist hands the applied data to the persister, if there is one. A
 // change is always written; a confirmation alone (a progress event) at
 // most every persistConfirmEvery, so a quiet namespace does not rewrite its
-// file on every heartbeat yet its file's age stays honest. n.mu must be held.
+// file on every heartbeat yet its file's age stays honest; but one that
+// moved back (backdated) at once. n.mu must be held.
 func (n *Namespace) persist(changed bool) {
 	if n.persister == nil || n.applied == nil {
 		return
 	}
 	now := time.Now()
-	if !changed && now.Sub(n.lastPersist) < n.persistConfirmEvery() {
+	if !changed && !n.backdated() && now.Sub(n.lastPersist) < n.persistConfirmEvery() {
 		return
 	}
 	n.lastPersist, n.persistedConfirm = now, n.confirm
@@ -87,9 +92,17 @@ func (n *Namespace) persist(changed bool) {
 // not on disk yet, so that a clean restart reads an honest age. n.mu must
 // be held.
 func (n *Namespace) flushConfirmation() {
-	if n.confirm.After(n.persistedConfirm) {
+	if n.confirm.After(n.persistedConfirm) || n.backdated() {
 		n.persist(true)
 	}
+}
+
+// backdated reports whether the confirmation moved back, past
+// backdateTolerance, from the one last handed to the persister: a relay
+// said its data is older than a change made it look, and the file must
+// not claim a later confirmation than that. n.mu must be held.
+func (n *Namespace) backdated() bool {
+	return n.confirm.Before(n.persistedConfirm.Add(-backdateTolerance))
 }
 
 func (n *Namespace) persistConfirmEvery() time.Duration {
@@ -104,6 +117,14 @@ func (n *Namespace) persisted(rec *cachedir.Record, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var superseded *cachedir.SupersededError
+	if errors.As(err, &superseded) && superseded.Revision == superseded.DiskRevision {
+		// The file confirms the same data later (ours, written before a
+		// relay said the data is older; or another process's): the file
+		// keeps its time.
+		n.log.Debug("config: last-good file keeps its later confirmation of the same revision",
+			"revision", superseded.Revision, "confirmed_at", superseded.ConfirmedAt, "file_confirmed_at", superseded.DiskConfirmedAt)
+		return
+	}
 	if errors.As(err, &superseded) {
 		// Another process sharing the directory holds newer data: the
 		// file stays as it is, which is no failure.

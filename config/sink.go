@@ -72,10 +72,18 @@ func (s nsSink) Rejected(revision int64, err error) {
 	n.disp.enqueue(item{rejected: rerr})
 }
 
-// confirmed records that the data is current as of now and persists it
-// (changed: the data itself changed). n.mu must be held.
+// confirmed records that the data is current as of now minus p.Age (the
+// time since a relay's upstream confirmed it; 0 from an origin) and
+// persists it (changed: the data itself changed). A report with an age may
+// move the confirmation back: a relay cut off that replays its backlog
+// confirms the changes now, and the progress after them tells the truth.
+// n.mu must be held.
 func (n *Namespace) confirmed(p syncer.Position, changed bool) {
-	n.confirm, n.ageKnown, n.healthy = time.Now(), true, true
+	// Now minus the age: the monotonic reading stays, so a clock step
+	// does not age the data.
+	n.confirm, n.ageKnown, n.healthy = time.Now().Add(-p.Age), true, true
+	n.unconfirmed = p.Unconfirmed
+	n.status.Unconfirmed = p.Unconfirmed
 	n.cursor, n.head, n.headAt = p.Cursor, p.Head, n.confirm // every report follows word of the head
 	if prev := n.confirmedCursor.Load(); p.Cursor > prev {
 		n.confirmedCursor.Store(p.Cursor)

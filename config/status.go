@@ -199,9 +199,17 @@ type Status struct {
 	Origin   Origin
 	// LastConfirmed is when the client last confirmed its data current: a
 	// snapshot, a change, or a progress event (from disk: the file's time).
+	// Through a relay it is when the relay's upstream last confirmed the
+	// data, as the relay says (the reply's receipt minus its age): a relay
+	// cut off from its origin keeps answering, but the data ages.
 	LastConfirmed time.Time
 	// Staleness is the time since LastConfirmed, when Status was taken.
-	Staleness    time.Duration
+	Staleness time.Duration
+	// Unconfirmed: the server's last report said that its upstream is not
+	// confirming the data right now (a relay cut off from its origin). The
+	// namespace is then not Fresh, however healthy its connection, until a
+	// report without it.
+	Unconfirmed  bool
 	MaxStaleness time.Duration
 	// LastError is the most recent error of syncing or applying, kept
 	// after recovery: LastError.Recovered tells it is past (the data was
@@ -213,7 +221,8 @@ type Status struct {
 }
 
 // String describes the status in one line: namespace, state, revision,
-// staleness against MaxStaleness, origin, and the errors if any, as
+// staleness against MaxStaleness, origin, "unconfirmed upstream" when
+// so, and the errors if any, as
 // `payments: Stale, revision 42, staleness 3s (max 30s), from disk, last
 // error: network: ... (3s ago)`.
 func (s Status) String() string { return s.format(time.Now()) }
@@ -242,6 +251,9 @@ func (s Status) format(now time.Time) string {
 	}
 	b = append(b, ", from "...)
 	b = append(b, s.Origin.String()...)
+	if s.Unconfirmed {
+		b = append(b, ", unconfirmed upstream"...)
+	}
 	if !s.LastError.isZero() {
 		b = append(b, ", last error: "...)
 		b = append(b, s.LastError.format(now)...)

@@ -30,10 +30,14 @@ type fakeStream struct {
 	log         []transport.ChangeSet
 	signal      chan struct{} // closed and replaced on each publish and hook
 	progressGen int           // a stream sends progress at the head when it moves
-	failGen     int
-	failErr     error
-	endNext     map[string]error // the next stream carrying the name ends it so
-	unsupported bool
+	// progressAge and progressUnconfirmed are the age of relayed data the
+	// progress events carry (see progressAged).
+	progressAge         int64
+	progressUnconfirmed bool
+	failGen             int
+	failErr             error
+	endNext             map[string]error // the next stream carrying the name ends it so
+	unsupported         bool
 
 	snapshots map[string]int
 	watches   map[string]int
@@ -82,6 +86,16 @@ func (f *fakeStream) publish(ns string, puts map[string]any) int64 {
 func (f *fakeStream) progress() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.progressGen++
+	f.wakeLocked()
+}
+
+// progressAged is progress with the age of relayed data: as a relay would
+// send it, ageMillis after its upstream last confirmed the data.
+func (f *fakeStream) progressAged(ageMillis int64, unconfirmed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.progressAge, f.progressUnconfirmed = ageMillis, unconfirmed
 	f.progressGen++
 	f.wakeLocked()
 }
@@ -147,7 +161,8 @@ func (f *fakeStream) Watch(ctx context.Context, req transport.WatchRequest, hand
 		}
 		if prog != f.progressGen {
 			prog = f.progressGen
-			evs = append(evs, transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: f.storeID, Revision: f.revs[req.Namespace], Cursor: f.head}})
+			evs = append(evs, transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: f.storeID, Revision: f.revs[req.Namespace], Cursor: f.head,
+				AgeMillis: f.progressAge, Unconfirmed: f.progressUnconfirmed}})
 			since = f.head
 		}
 		sig := f.signal
@@ -210,7 +225,8 @@ func (f *fakeStream) WatchStream(ctx context.Context, req transport.StreamReques
 		}
 		if prog != f.progressGen {
 			prog = f.progressGen
-			evs = append(evs, transport.StreamEvent{Progress: &transport.StreamProgress{StoreID: f.storeID, Cursor: f.head}})
+			evs = append(evs, transport.StreamEvent{Progress: &transport.StreamProgress{StoreID: f.storeID, Cursor: f.head,
+				AgeMillis: f.progressAge, Unconfirmed: f.progressUnconfirmed}})
 			for ns := range sinces {
 				sinces[ns] = max(sinces[ns], f.head)
 			}

@@ -366,8 +366,10 @@ func (s *HTTPSource) endpoint(path string, q url.Values) string {
 
 // Snapshot fetches a namespace: GET /sdk/snapshot, conditional on
 // req.KnownStoreID and req.KnownRevision when KnownStoreID is set. On 304 it
-// returns a Snapshot with nil Values (store id, revision and cursor from the
-// reply's headers) and ErrNotModified. A 200 always has non-nil Values.
+// returns a Snapshot with nil Values (store id, revision, cursor and the
+// age of relayed data from the reply's headers) and ErrNotModified. A 200
+// always has non-nil Values; its age is the body's, or the headers' when
+// they say the data is older.
 func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapshot, error) {
 	if err := ValidateNamespace(req.Namespace); err != nil {
 		return nil, err
@@ -411,6 +413,7 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 			}
 			return nil, fmt.Errorf("transport: snapshot %q: %w", req.Namespace, err)
 		}
+		replyAge(resp.Header, &snap.AgeMillis, &snap.Unconfirmed)
 		return snap, nil
 	default:
 		return nil, checkOK(resp, "snapshot", req.Namespace)

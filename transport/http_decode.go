@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -188,6 +189,86 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
+// maxAgeMillis is MaxAge in the wire's unit.
+const maxAgeMillis = int64(MaxAge / time.Millisecond)
+
+// parseAge reads an age in milliseconds from a Holdfast-Age value or an
+// age_ms number's text. What is not a number says nothing: 0. A number is
+// clamped to 0..maxAgeMillis, a fraction cut: a negative age would make
+// data look fresher than its server said, and an absurd one is taken as
+// very old, never as new.
+func parseAge(s string) int64 {
+	s = strings.TrimSpace(s)
+	if !isNumberText(s) {
+		return 0
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		// Out of int64's range, n is its bound of the same sign.
+		return min(max(n, 0), maxAgeMillis)
+	}
+	f, err := strconv.ParseFloat(s, 64) // a fraction or an exponent; ±Inf past float64
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f) {
+		return 0
+	}
+	switch {
+	case f <= 0:
+		return 0
+	case f >= float64(maxAgeMillis):
+		return maxAgeMillis
+	}
+	return int64(f)
+}
+
+// isNumberText reports whether s looks like a JSON number (a sign, digits,
+// a fraction, an exponent): not "Inf", "NaN", hex or words.
+func isNumberText(s string) bool {
+	if s == "" || s[0] != '-' && s[0] != '+' && (s[0] < '0' || s[0] > '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ageJSON reads an age_ms member as parseAge does; absent, null or not a
+// number is 0.
+func ageJSON(raw json.RawMessage) int64 { return parseAge(string(raw)) }
+
+// unconfirmedJSON reads an unconfirmed member: only its absence, null or
+// false clear it; any other value sets it (a garbled flag is not taken
+// for a confirmation).
+func unconfirmedJSON(raw json.RawMessage) bool {
+	switch v := strings.TrimSpace(string(raw)); v {
+	case "", "null", "false":
+		return false
+	}
+	return true
+}
+
+// unconfirmedHeader reads Holdfast-Unconfirmed as unconfirmedJSON does:
+// set by any value but "false" (or an empty one).
+func unconfirmedHeader(h http.Header) bool {
+	for _, v := range h.Values(HeaderUnconfirmed) {
+		if v = strings.TrimSpace(v); v != "" && !strings.EqualFold(v, "false") {
+			return true
+		}
+	}
+	return false
+}
+
+// replyAge folds a reply's age headers into what its body said (the
+// body's age in *ageMillis, its flag in *unconfirmed): the staler wins,
+// so a server that says it in only one place is heard.
+func replyAge(h http.Header, ageMillis *int64, unconfirmed *bool) {
+	*ageMillis = max(*ageMillis, parseAge(h.Get(HeaderAge)))
+	*unconfirmed = *unconfirmed || unconfirmedHeader(h)
+}
+
 // decodeErrorBody decodes the JSON body of an error reply.
 func decodeErrorBody(data []byte) (ErrorBody, error) {
 	var eb ErrorBody
@@ -198,7 +279,7 @@ func decodeErrorBody(data []byte) (ErrorBody, error) {
 }
 
 // notModifiedSnapshot builds the Snapshot of a 304 from the Holdfast-*
-// headers, falling back on what the request named.
+// headers (its age too), falling back on what the request named.
 func notModifiedSnapshot(req SnapshotRequest, h http.Header) (*Snapshot, error) {
 	snap := &Snapshot{
 		Namespace: req.Namespace,
@@ -225,6 +306,7 @@ func notModifiedSnapshot(req SnapshotRequest, h http.Header) (*Snapshot, error) 
 		}
 		snap.Cursor = n
 	}
+	replyAge(h, &snap.AgeMillis, &snap.Unconfirmed)
 	return snap, nil
 }
 
@@ -233,11 +315,15 @@ func notModifiedSnapshot(req SnapshotRequest, h http.Header) (*Snapshot, error) 
 // (0 <= revision <= cursor). Values must be a JSON object (absent or null is
 // an empty one) of at most maxKeys members: a larger one fails with
 // ErrTooLarge before anything is built for its keys. Values is never nil.
+// A bad age_ms or unconfirmed fails nothing (see parseAge,
+// unconfirmedJSON).
 func decodeSnapshot(data []byte, ns string, maxKeys int) (*Snapshot, error) {
 	var w struct {
 		Snapshot
-		Revision *int64 `json:"revision"`
-		Cursor   *int64 `json:"cursor"`
+		Revision    *int64          `json:"revision"`
+		Cursor      *int64          `json:"cursor"`
+		AgeMillis   json.RawMessage `json:"age_ms"`
+		Unconfirmed json.RawMessage `json:"unconfirmed"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("%w: snapshot: %v", ErrMalformed, err)
@@ -256,6 +342,7 @@ func decodeSnapshot(data []byte, ns string, maxKeys int) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: snapshot compact_revision %d", ErrMalformed, s.CompactRevision)
 	}
 	s.Revision, s.Cursor = *w.Revision, *w.Cursor
+	s.AgeMillis, s.Unconfirmed = ageJSON(w.AgeMillis), unconfirmedJSON(w.Unconfirmed)
 	// json.Unmarshal checked that values is JSON; here, that it is an object.
 	switch v := bytes.TrimLeft(s.Values, " \t\r\n"); {
 	case len(v) == 0 || v[0] == 'n':
@@ -306,7 +393,9 @@ func decodeAnyChangeSet(data []byte) (*ChangeSet, error) {
 func decodeProgress(data []byte, ns string) (*Progress, error) {
 	var w struct {
 		Progress
-		Cursor *int64 `json:"cursor"`
+		Cursor      *int64          `json:"cursor"`
+		AgeMillis   json.RawMessage `json:"age_ms"`
+		Unconfirmed json.RawMessage `json:"unconfirmed"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("%w: progress: %v", ErrMalformed, err)
@@ -323,6 +412,7 @@ func decodeProgress(data []byte, ns string) (*Progress, error) {
 		return nil, fmt.Errorf("%w: progress revision %d, cursor %d (want 0 <= revision <= cursor)", ErrMalformed, p.Revision, *w.Cursor)
 	}
 	p.Cursor = *w.Cursor
+	p.AgeMillis, p.Unconfirmed = ageJSON(w.AgeMillis), unconfirmedJSON(w.Unconfirmed)
 	return &p, nil
 }
 
@@ -354,11 +444,13 @@ func decodeSSEEvent(typ string, data []byte, ns string, maxBytes int) (Event, er
 // at most the cursor, store_id set, cursor present, 0 <= revision <= cursor.
 func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, error) {
 	var w struct {
-		Namespace string            `json:"ns"`
-		StoreID   string            `json:"store_id"`
-		Cursor    *int64            `json:"cursor"`
-		Revision  int64             `json:"revision"`
-		Changes   []json.RawMessage `json:"changes"`
+		Namespace   string            `json:"ns"`
+		StoreID     string            `json:"store_id"`
+		Cursor      *int64            `json:"cursor"`
+		Revision    int64             `json:"revision"`
+		Changes     []json.RawMessage `json:"changes"`
+		AgeMillis   json.RawMessage   `json:"age_ms"`
+		Unconfirmed json.RawMessage   `json:"unconfirmed"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("%w: events: %v", ErrMalformed, err)
@@ -373,7 +465,8 @@ func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, e
 	case w.Revision < 0 || *w.Cursor < w.Revision:
 		return nil, fmt.Errorf("%w: events revision %d, cursor %d (want 0 <= revision <= cursor)", ErrMalformed, w.Revision, *w.Cursor)
 	}
-	r := &EventsResponse{Namespace: ns, StoreID: w.StoreID, Cursor: *w.Cursor, Revision: w.Revision}
+	r := &EventsResponse{Namespace: ns, StoreID: w.StoreID, Cursor: *w.Cursor, Revision: w.Revision,
+		AgeMillis: ageJSON(w.AgeMillis), Unconfirmed: unconfirmedJSON(w.Unconfirmed)}
 	if len(w.Changes) > 0 {
 		r.Changes = make([]ChangeSet, 0, len(w.Changes))
 	}
@@ -399,8 +492,10 @@ func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, e
 // store_id set, cursor present and not negative. It names no namespace.
 func decodeStreamProgress(data []byte) (*StreamProgress, error) {
 	var w struct {
-		StoreID string `json:"store_id"`
-		Cursor  *int64 `json:"cursor"`
+		StoreID     string          `json:"store_id"`
+		Cursor      *int64          `json:"cursor"`
+		AgeMillis   json.RawMessage `json:"age_ms"`
+		Unconfirmed json.RawMessage `json:"unconfirmed"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("%w: stream progress: %v", ErrMalformed, err)
@@ -411,7 +506,8 @@ func decodeStreamProgress(data []byte) (*StreamProgress, error) {
 	case w.Cursor == nil || *w.Cursor < 0:
 		return nil, fmt.Errorf("%w: stream progress without a cursor >= 0", ErrMalformed)
 	}
-	return &StreamProgress{StoreID: w.StoreID, Cursor: *w.Cursor}, nil
+	return &StreamProgress{StoreID: w.StoreID, Cursor: *w.Cursor,
+		AgeMillis: ageJSON(w.AgeMillis), Unconfirmed: unconfirmedJSON(w.Unconfirmed)}, nil
 }
 
 // decodeNamespaceEnded decodes the data of an ended event (or an element
@@ -483,10 +579,12 @@ func endedError(b NamespaceEndedBody, storeID string) error {
 // stream's to check (streamState).
 func decodeStreamEvents(data []byte, maxEventBytes int) (*StreamEventsResponse, error) {
 	var w struct {
-		StoreID string            `json:"store_id"`
-		Cursor  *int64            `json:"cursor"`
-		Changes []json.RawMessage `json:"changes"`
-		Ended   []json.RawMessage `json:"ended"`
+		StoreID     string            `json:"store_id"`
+		Cursor      *int64            `json:"cursor"`
+		Changes     []json.RawMessage `json:"changes"`
+		Ended       []json.RawMessage `json:"ended"`
+		AgeMillis   json.RawMessage   `json:"age_ms"`
+		Unconfirmed json.RawMessage   `json:"unconfirmed"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("%w: stream events: %v", ErrMalformed, err)
@@ -497,7 +595,8 @@ func decodeStreamEvents(data []byte, maxEventBytes int) (*StreamEventsResponse, 
 	case w.Cursor == nil || *w.Cursor < 0:
 		return nil, fmt.Errorf("%w: stream events without a cursor >= 0", ErrMalformed)
 	}
-	r := &StreamEventsResponse{StoreID: w.StoreID, Cursor: *w.Cursor}
+	r := &StreamEventsResponse{StoreID: w.StoreID, Cursor: *w.Cursor,
+		AgeMillis: ageJSON(w.AgeMillis), Unconfirmed: unconfirmedJSON(w.Unconfirmed)}
 	if len(w.Changes) > 0 {
 		r.Changes = make([]ChangeSet, 0, len(w.Changes))
 	}

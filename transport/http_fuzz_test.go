@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,16 @@ func checkProgress(t *testing.T, p *Progress) {
 	if p.Namespace != testNS || p.StoreID == "" || p.Revision < 0 || p.Cursor < p.Revision {
 		t.Fatalf("accepted an invalid progress %+v", p)
 	}
+	checkAge(t, p.AgeMillis)
+}
+
+// checkAge: an age taken from the server is never negative (fresher than
+// the server said) nor past MaxAge.
+func checkAge(t *testing.T, ms int64) {
+	t.Helper()
+	if ms < 0 || ms > maxAgeMillis {
+		t.Fatalf("accepted an age of %d ms, outside 0..%d", ms, maxAgeMillis)
+	}
 }
 
 func FuzzDecodeSSEEvent(f *testing.F) {
@@ -61,6 +72,9 @@ func FuzzDecodeSSEEvent(f *testing.F) {
 	f.Add(EventProgress, []byte(`{"ns":"payments.prod","store_id":"s","revision":3,"cursor":2}`))
 	f.Add("message", []byte(`{}`))
 	f.Add(EventChange, []byte(`{"ns":"payments.prod","store_id":"s","revision":2,"prev_revision":1,"committed_at":"not a time"}`))
+	f.Add(EventProgress, []byte(`{"ns":"payments.prod","store_id":"s","revision":3,"cursor":4,"age_ms":1500,"unconfirmed":true}`))
+	f.Add(EventProgress, []byte(`{"ns":"payments.prod","store_id":"s","revision":3,"cursor":4,"age_ms":-7,"unconfirmed":"yes"}`))
+	f.Add(EventProgress, []byte(`{"ns":"payments.prod","store_id":"s","revision":3,"cursor":4,"age_ms":1e400}`))
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
 		const maxBytes = 4 << 10
 		e, err := decodeSSEEvent(typ, data, testNS, maxBytes)
@@ -92,6 +106,9 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":9223372036854775807,"cursor":9223372036854775807}`))
 	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":[1]}`))
 	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"values":{"a":1,"b":{"c":[2,"d:e"]},"f\"g:":3,"h":4}}`))
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"age_ms":90000,"unconfirmed":true}`))
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"age_ms":99999999999999999999999,"unconfirmed":1}`))
+	f.Add([]byte(`{"ns":"payments.prod","store_id":"s","revision":1,"cursor":1,"age_ms":"12","unconfirmed":null}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const maxKeys = 3
 		s, err := decodeSnapshot(data, testNS, maxKeys)
@@ -108,6 +125,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		if s.Namespace != testNS || s.StoreID == "" || s.Revision < 0 || s.Cursor < s.Revision || s.CompactRevision < 0 || s.Values == nil {
 			t.Fatalf("accepted an invalid snapshot %+v", s)
 		}
+		checkAge(t, s.AgeMillis)
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(s.Values, &m); err != nil || m == nil {
 			t.Fatalf("values %q are not a JSON object: %v", s.Values, err)
@@ -125,6 +143,8 @@ func FuzzDecodeEvents(f *testing.F) {
 	)
 	f.Add([]byte(`{"store_id":"s","cursor":3,"changes":[{"ns":"payments.prod","store_id":"s","revision":4,"prev_revision":1}]}`))
 	f.Add([]byte(`{"store_id":"s","cursor":3,"changes":null}`))
+	f.Add([]byte(`{"store_id":"s","cursor":3,"changes":[],"age_ms":250.9,"unconfirmed":true}`))
+	f.Add([]byte(`{"store_id":"s","cursor":3,"changes":[],"age_ms":-1e3,"unconfirmed":false}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const maxEvent = 2 << 10
 		r, err := decodeEvents(data, testNS, maxEvent)
@@ -135,6 +155,7 @@ func FuzzDecodeEvents(f *testing.F) {
 		if r.Namespace != testNS || r.StoreID == "" || r.Revision < 0 || r.Cursor < r.Revision {
 			t.Fatalf("accepted invalid events %+v", r)
 		}
+		checkAge(t, r.AgeMillis)
 		var last int64
 		for i := range r.Changes {
 			checkChange(t, &r.Changes[i])
@@ -379,6 +400,8 @@ func FuzzDecodeStreamProgress(f *testing.F) {
 	f.Add([]byte(`{"store_id":"s"}`))
 	f.Add([]byte(`{"cursor":1}`))
 	f.Add([]byte(`{"store_id":"s","cursor":1.5}`))
+	f.Add([]byte(`{"store_id":"s","cursor":1,"age_ms":4000,"unconfirmed":true}`))
+	f.Add([]byte(`{"store_id":"s","cursor":1,"age_ms":-9223372036854775809,"unconfirmed":{}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := decodeStreamProgress(data)
 		if err != nil {
@@ -388,6 +411,7 @@ func FuzzDecodeStreamProgress(f *testing.F) {
 		if p.StoreID == "" || p.Cursor < 0 {
 			t.Fatalf("accepted an invalid progress %+v", p)
 		}
+		checkAge(t, p.AgeMillis)
 	})
 }
 
@@ -402,6 +426,7 @@ func FuzzDecodeStreamEvents(f *testing.F) {
 		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
 	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":null}`))
 	f.Add([]byte(`{"store_id":"s","changes":[]}`))
+	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":[],"age_ms":315360000001,"unconfirmed":true}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := decodeStreamEvents(data, 512)
 		if err != nil {
@@ -411,6 +436,7 @@ func FuzzDecodeStreamEvents(f *testing.F) {
 		if r.StoreID == "" || r.Cursor < 0 {
 			t.Fatalf("accepted %+v", r)
 		}
+		checkAge(t, r.AgeMillis)
 		st := newStreamState([]WatchRequest{{Namespace: testNS, Since: 10}, {Namespace: "other"}, {Namespace: "gone"}})
 		last := map[string]int64{}
 		for i := range r.Changes {
@@ -433,6 +459,20 @@ func FuzzDecodeStreamEvents(f *testing.F) {
 			if b.Namespace == "" || b.Code == "" || b.CompactRevision < 0 {
 				t.Fatalf("accepted an invalid ended %+v", b)
 			}
+		}
+	})
+}
+
+func FuzzParseAge(f *testing.F) {
+	for _, s := range []string{"", "0", "1500", " 42 ", "-1", "1.9", "1e3", "-0", "1e400", "-1e400",
+		"9223372036854775808", "Inf", "NaN", "0x10", "+5", "12abc", "--1", "1e", "315360000000", "315360000001"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ms := parseAge(s)
+		checkAge(t, ms)
+		if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil && n >= 0 && n <= maxAgeMillis && ms != n {
+			t.Fatalf("parseAge(%q) = %d; want %d", s, ms, n)
 		}
 	})
 }

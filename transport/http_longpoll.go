@@ -11,8 +11,9 @@ import (
 )
 
 // watchLongPoll repeats GET /sdk/events?ns=N&since=C&wait=W, delivering each
-// reply's changes and then a Progress at its cursor (so that freshness
-// advances on a quiet namespace), and resumes from that cursor.
+// reply's changes and then a Progress at its cursor, with the reply's age
+// (so that freshness advances on a quiet namespace, as far as the server
+// vouches for it), and resumes from that cursor.
 func (s *HTTPSource) watchLongPoll(ctx context.Context, req WatchRequest, handle func(Event) error) error {
 	since := req.Since
 	for {
@@ -26,7 +27,8 @@ func (s *HTTPSource) watchLongPoll(ctx context.Context, req WatchRequest, handle
 				return err
 			}
 		}
-		p := &Progress{Namespace: req.Namespace, StoreID: r.StoreID, Revision: r.Revision, Cursor: r.Cursor}
+		p := &Progress{Namespace: req.Namespace, StoreID: r.StoreID, Revision: r.Revision, Cursor: r.Cursor,
+			AgeMillis: r.AgeMillis, Unconfirmed: r.Unconfirmed}
 		if err := handle(Event{Progress: p}); err != nil {
 			return err
 		}
@@ -75,6 +77,7 @@ func (s *HTTPSource) longPoll(ctx context.Context, ns string, since int64) (*Eve
 		}
 		return nil, fmt.Errorf("transport: long-poll %q: %w", ns, err)
 	}
+	replyAge(resp.Header, &r.AgeMillis, &r.Unconfirmed)
 	return r, nil
 }
 

@@ -196,7 +196,7 @@ func (s *HTTPSource) watchStreamLongPoll(ctx context.Context, nss []WatchRequest
 			}
 			events = append(events, StreamEvent{Ended: e})
 		}
-		p := &StreamProgress{StoreID: r.StoreID, Cursor: r.Cursor}
+		p := &StreamProgress{StoreID: r.StoreID, Cursor: r.Cursor, AgeMillis: r.AgeMillis, Unconfirmed: r.Unconfirmed}
 		if err := st.progress(p); err != nil {
 			return fmt.Errorf("transport: long-poll stream %s: %w", name, err)
 		}
@@ -247,6 +247,7 @@ func (s *HTTPSource) streamPoll(ctx context.Context, nss []WatchRequest, name st
 		}
 		return nil, "", fmt.Errorf("transport: long-poll stream %s: %w", name, err)
 	}
+	replyAge(resp.Header, &r.AgeMillis, &r.Unconfirmed)
 	return r, resp.Header.Get(HeaderStoreID), nil
 }
 

@@ -84,11 +84,13 @@ type StreamEvent struct {
 // StreamProgress says that the stream is alive and that every namespace
 // still in it is complete up to Cursor: nothing of theirs changed between
 // their last change delivered (or the cursor they joined at) and Cursor.
+// AgeMillis and Unconfirmed are the age of relayed data, for every
+// namespace of the stream (see Snapshot).
 type StreamProgress struct {
 	StoreID     string `json:"store_id"`
 	Cursor      int64  `json:"cursor"`
-	AgeMillis   int64  `json:"age_ms,omitempty"`      // see Snapshot.AgeMillis
-	Unconfirmed bool   `json:"unconfirmed,omitempty"` // see Snapshot.Unconfirmed
+	AgeMillis   int64  `json:"age_ms,omitempty"`
+	Unconfirmed bool   `json:"unconfirmed,omitempty"`
 }
 
 // NamespaceEnded takes one namespace out of a stream; the stream goes on
@@ -114,12 +116,15 @@ type NamespaceEndedBody struct {
 // StreamEventsResponse is the body of GET /sdk/stream/events (the
 // long-poll form of the stream): the changes after the request's cursors,
 // in store order, the namespaces that left the stream, and the cursor up
-// to which every namespace still in the stream is complete.
+// to which every namespace still in the stream is complete. AgeMillis and
+// Unconfirmed are the age of relayed data as of the reply (see Snapshot).
 type StreamEventsResponse struct {
-	StoreID string               `json:"store_id"`
-	Cursor  int64                `json:"cursor"`
-	Changes []ChangeSet          `json:"changes"`
-	Ended   []NamespaceEndedBody `json:"ended,omitempty"`
+	StoreID     string               `json:"store_id"`
+	Cursor      int64                `json:"cursor"`
+	Changes     []ChangeSet          `json:"changes"`
+	Ended       []NamespaceEndedBody `json:"ended,omitempty"`
+	AgeMillis   int64                `json:"age_ms,omitempty"`
+	Unconfirmed bool                 `json:"unconfirmed,omitempty"`
 }
 
 // BatchAcker is implemented by sources that can report several acks in

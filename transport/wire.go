@@ -47,14 +47,40 @@ const (
 	// often. A client with no idle timeout of its own derives its idle
 	// timeout from it (three heartbeats).
 	HeaderHeartbeat = "Holdfast-Heartbeat-Ms"
-	// HeaderAge, on a relay's data-plane replies, is how many milliseconds
-	// ago its upstream last confirmed the data (absent: current, as an
-	// origin's always is); HeaderUnconfirmed ("true") says its upstream is
-	// not confirming it right now. See "Age of relayed data" in
-	// docs/PROTOCOL.md.
-	HeaderAge         = "Holdfast-Age"
+)
+
+// Headers of the age of relayed data (docs/PROTOCOL.md, "Age of relayed
+// data"). A server that serves data it got from an upstream (a relay) may
+// send them on every data-plane reply but errors; an origin sends neither:
+// its data is current by definition. Peers that predate them ignore them.
+const (
+	// HeaderAge is how long before the reply was written the server's
+	// upstream last confirmed the data: whole milliseconds, a decimal
+	// integer >= 0. Absent means 0. Along a chain of relays ages add up.
+	HeaderAge = "Holdfast-Age"
+	// HeaderUnconfirmed, with the value "true", says that the server's
+	// upstream is not confirming the data right now (the relay is cut
+	// off, or its own upstream said so): the data is served, but must not
+	// be called fresh. A client reads any value but "false" as true.
 	HeaderUnconfirmed = "Holdfast-Unconfirmed"
 )
+
+// MaxAge bounds the age a client takes from a server: a larger one (an
+// absurd value; ten years) is read as MaxAge, never as younger.
+const MaxAge = 10 * 365 * 24 * time.Hour
+
+// AgeFromMillis is a wire age (an AgeMillis field) as a duration: a
+// negative one is 0 (it would make data look fresher than the server's
+// upstream said), one over MaxAge is MaxAge.
+func AgeFromMillis(ms int64) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	if ms >= int64(MaxAge/time.Millisecond) {
+		return MaxAge
+	}
+	return time.Duration(ms) * time.Millisecond
+}
 
 // SSE event names on /sdk/watch.
 const (
@@ -103,22 +129,26 @@ type Snapshot struct {
 	// A source never returns it nil but with ErrNotModified; EncodeValues
 	// makes it from a map.
 	Values json.RawMessage `json:"values"`
+	// AgeMillis and Unconfirmed are the age of relayed data (see
+	// HeaderAge, HeaderUnconfirmed): how many milliseconds before the
+	// reply was written the server's upstream last confirmed this data (0
+	// from an origin), and whether that upstream is not confirming it
+	// right now. With ErrNotModified they come from the reply's headers.
+	AgeMillis   int64 `json:"age_ms,omitempty"`
+	Unconfirmed bool  `json:"unconfirmed,omitempty"`
 	// Linearizable is set by a source whose snapshot is a linearizable
 	// read of the store itself (etcd), never a replica's or a relay's
 	// possibly lagging view: a revision behind what the client applied is
 	// then proof that the store's history was rewritten.
 	Linearizable bool `json:"-"`
-	// AgeMillis and Unconfirmed: how long ago the server's upstream last
-	// confirmed this data, and whether it is not confirming it now (a
-	// relay's; zero and false from an origin).
-	AgeMillis   int64 `json:"age_ms,omitempty"`
-	Unconfirmed bool  `json:"unconfirmed,omitempty"`
 }
 
 // ChangeSet is one atomic publish to one namespace: every put and delete of
 // it shares one revision. PrevRevision is the namespace's revision before it,
 // so a client can tell a gap (PrevRevision != what it applied) from a
-// duplicate (Revision <= what it applied).
+// duplicate (Revision <= what it applied). A change carries no age: it is
+// the origin's data, passed through relays unchanged (a relay follows a
+// backlog of changes with a progress that says how old they are).
 type ChangeSet struct {
 	Namespace    string                     `json:"ns"`
 	Revision     int64                      `json:"revision"`
@@ -131,25 +161,29 @@ type ChangeSet struct {
 
 // Progress says that the stream is alive and that nothing changed in the
 // namespace up to Cursor. Revision is the namespace's current revision.
+// AgeMillis and Unconfirmed are the age of relayed data, as of when the
+// event was written (see Snapshot): a relay's progress confirms only what
+// its upstream confirmed, that long ago.
 type Progress struct {
 	Namespace   string `json:"ns"`
 	StoreID     string `json:"store_id"`
 	Revision    int64  `json:"revision"`
 	Cursor      int64  `json:"cursor"`
-	AgeMillis   int64  `json:"age_ms,omitempty"`      // see Snapshot.AgeMillis
-	Unconfirmed bool   `json:"unconfirmed,omitempty"` // see Snapshot.Unconfirmed
+	AgeMillis   int64  `json:"age_ms,omitempty"`
+	Unconfirmed bool   `json:"unconfirmed,omitempty"`
 }
 
 // EventsResponse is the body of GET /sdk/events (long-poll). An empty Changes
-// still advances Cursor.
+// still advances Cursor. AgeMillis and Unconfirmed are the age of relayed
+// data as of the reply (see Snapshot); the changes carry none.
 type EventsResponse struct {
 	Namespace   string      `json:"ns"`
 	StoreID     string      `json:"store_id"`
 	Cursor      int64       `json:"cursor"`
 	Revision    int64       `json:"revision"`
 	Changes     []ChangeSet `json:"changes"`
-	AgeMillis   int64       `json:"age_ms,omitempty"`      // see Snapshot.AgeMillis
-	Unconfirmed bool        `json:"unconfirmed,omitempty"` // see Snapshot.Unconfirmed
+	AgeMillis   int64       `json:"age_ms,omitempty"`
+	Unconfirmed bool        `json:"unconfirmed,omitempty"`
 }
 
 // MaxAckErrorBytes bounds Ack.Error: a client cuts a longer error, and the

@@ -370,8 +370,8 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	for i, q := range reqs {
 		names[i] = q.name
 	}
-	s.setAge(w, names...)
-	writeStreamEvents(w, sub.storeID, cursor, changes, ended)
+	age, unconfirmed := s.setAge(w, names...)
+	writeStreamEvents(w, sub.storeID, cursor, changes, ended, age, unconfirmed)
 }
 
 // upTo returns the changes at or below cursor, in place: what a relay's
@@ -395,7 +395,7 @@ func (s *Server) streamProgress(storeID string, cursor int64, names []string) []
 
 // writeStreamEvents writes a transport.StreamEventsResponse, each change
 // as the bytes encoded once for every reader.
-func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*change, ended []transport.NamespaceEndedBody) {
+func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*change, ended []transport.NamespaceEndedBody, ageMillis int64, unconfirmed bool) {
 	id, _ := json.Marshal(storeID)
 	b := make([]byte, 0, 64+len(changes)*256)
 	b = append(b, `{"store_id":`...)
@@ -410,6 +410,13 @@ func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, chan
 		b = append(b, c.json()...)
 	}
 	b = append(b, ']')
+	if ageMillis > 0 {
+		b = append(b, `,"age_ms":`...)
+		b = strconv.AppendInt(b, ageMillis, 10)
+	}
+	if unconfirmed {
+		b = append(b, `,"unconfirmed":true`...)
+	}
 	if len(ended) > 0 {
 		data, _ := json.Marshal(ended)
 		b = append(b, `,"ended":`...)

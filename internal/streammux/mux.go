@@ -468,7 +468,9 @@ func (m *Mux) dispatch(ev transport.StreamEvent) error {
 			// The namespace revision is the last change of it the stream
 			// delivered: nothing of it changed since, so the syncer's
 			// gap check holds (0 when none: at or below anything applied).
-			prog := &transport.Progress{Namespace: mb.ns, StoreID: p.StoreID, Revision: mb.lastRev, Cursor: p.Cursor}
+			// The stream's age of relayed data is every member's.
+			prog := &transport.Progress{Namespace: mb.ns, StoreID: p.StoreID, Revision: mb.lastRev, Cursor: p.Cursor,
+				AgeMillis: p.AgeMillis, Unconfirmed: p.Unconfirmed}
 			if m.queueLocked(mb, transport.Event{Progress: prog}) {
 				mb.cursor = p.Cursor
 			}

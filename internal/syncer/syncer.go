@@ -22,9 +22,9 @@ import (
 type Sink interface {
 	// Applied: u.Snapshot is the new applied data, checked whole.
 	Applied(u Update)
-	// Confirmed: the applied data is current as of now (a progress event,
-	// a 304, a snapshot or change of a revision already applied or
-	// rejected).
+	// Confirmed: the applied data is current as of now minus p.Age (a
+	// progress event, a 304, a snapshot or change of a revision already
+	// applied or rejected).
 	Confirmed(p Position)
 	// Failed: syncing was interrupted by err (a transport error, a refused
 	// snapshot); the data is not confirmed until the next Applied or
@@ -36,10 +36,23 @@ type Sink interface {
 	Rejected(revision int64, err error)
 }
 
-// Position is where the Syncer stands with the server.
+// Position is where the Syncer stands with the server, and how far the
+// server vouches for the data in the report that gave it.
 type Position struct {
 	Cursor int64 // the store revision a watch resumes from
 	Head   int64 // the newest namespace revision the server told of
+	// Age is how long before the report the server's upstream last
+	// confirmed the data (a relay's AgeMillis; 0 from an origin): the data
+	// was confirmed current at the report's receipt minus Age. A change
+	// applied or skipped has none: it is the origin's data, current when
+	// it arrives (a relay replaying a backlog follows it with a progress
+	// that tells the truth).
+	Age time.Duration
+	// Unconfirmed: the server said its upstream is not confirming the
+	// data right now (a relay cut off); the data must not be called
+	// fresh. Set or cleared by each snapshot, 304, progress or long-poll
+	// reply; a change keeps what the last of them said.
+	Unconfirmed bool
 }
 
 // Update describes one Applied event.
@@ -111,6 +124,9 @@ type Syncer struct {
 	cursor       int64  // where a watch resumes
 	head         int64  // the newest namespace revision the server told of
 	rejected     int64  // the namespace revision last rejected, if any
+	// unconfirmed is what the server's last snapshot or progress said:
+	// its upstream is not confirming the data (Position.Unconfirmed).
+	unconfirmed bool
 	// rewriteSince is when the evidence that the server's history is
 	// behind the floor, under the same store id, began; zero when there is
 	// none.
@@ -296,9 +312,20 @@ func (s *Syncer) failed(err error, msg string) {
 	s.log.Debug(msg, "cursor", s.cursor, "err", err)
 }
 
-func (s *Syncer) position() Position { return Position{Cursor: s.cursor, Head: s.head} }
+// position is where the Syncer stands, for a report whose data its server's
+// upstream confirmed age before.
+func (s *Syncer) position(age time.Duration) Position {
+	return Position{Cursor: s.cursor, Head: s.head, Age: age, Unconfirmed: s.unconfirmed}
+}
 
-func (s *Syncer) confirmed() { s.cfg.Sink.Confirmed(s.position()) }
+func (s *Syncer) confirmed(age time.Duration) { s.cfg.Sink.Confirmed(s.position(age)) }
+
+// vouched notes what a snapshot or progress said of its data's age and
+// returns the age.
+func (s *Syncer) vouched(ageMillis int64, unconfirmed bool) time.Duration {
+	s.unconfirmed = unconfirmed
+	return transport.AgeFromMillis(ageMillis)
+}
 
 // resnapshot fetches the namespace whole and applies it. When the Syncer
 // already holds data of the same store, the request is conditional, and an
@@ -325,6 +352,7 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	if snap.Namespace != s.cfg.Namespace {
 		return fmt.Errorf("%w: snapshot of %q for namespace %q", transport.ErrMalformed, snap.Namespace, s.cfg.Namespace)
 	}
+	age := s.vouched(snap.AgeMillis, snap.Unconfirmed)
 
 	cur := s.applied
 	sameStore := cur != nil && snap.StoreID == cur.StoreID()
@@ -341,7 +369,7 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		s.rewriteSince = time.Time{}
 		s.storeID, s.cursor = snap.StoreID, snap.Cursor
 		s.head = max(s.head, snap.Revision)
-		s.confirmed()
+		s.confirmed(age)
 		return nil
 	case snap.StoreID == floorStore && snap.Revision < floorRev:
 		if !s.historyRewritten(snap) {
@@ -368,7 +396,7 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	s.head = max(s.head, snap.Revision)
 	if reset == "" && snap.StoreID == s.storeID && snap.Revision == s.rejected {
 		s.cursor = max(s.cursor, snap.Cursor)
-		s.confirmed()
+		s.confirmed(age)
 		return nil // rejected already; wait for a later revision
 	}
 	next, err := snapshot.BuildJSON(s.cfg.Namespace, snap.StoreID, snap.Revision, snap.Values)
@@ -386,14 +414,14 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		}
 		s.reject(snap.Revision, err)
 		// In touch with the server, serving the newest data that passes.
-		s.confirmed()
+		s.confirmed(age)
 		return nil
 	}
 	if reset == "" && cur == nil {
 		reset = s.resetPending // the first data of a new store or history whose first snapshot was rejected
 	}
 	s.rejected, s.applied, s.resetPending = 0, next, ""
-	s.apply(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position()})
+	s.apply(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position(age)})
 	return nil
 }
 
@@ -461,7 +489,7 @@ func (s *Syncer) Handle(ev transport.Event) error {
 		if cs.Revision <= applied || cs.Revision == s.rejected {
 			s.cfg.Meter.Apply(telemetry.ResultDuplicate)
 			s.cursor = max(s.cursor, cs.Revision)
-			s.confirmed()
+			s.confirmed(0)
 			return nil // a duplicate, or a revision already rejected
 		}
 		if cur == nil || cs.PrevRevision != applied {
@@ -476,12 +504,12 @@ func (s *Syncer) Handle(ev transport.Event) error {
 			// revision, so the next one is a gap and resnapshots, and
 			// is checked whole.
 			s.reject(cs.Revision, err)
-			s.confirmed()
+			s.confirmed(0)
 			return nil
 		}
 		s.cursor = max(s.cursor, cs.Revision)
 		s.applied = next
-		s.apply(Update{Snapshot: next, Prev: cur, Change: cs, Position: s.position()})
+		s.apply(Update{Snapshot: next, Prev: cur, Change: cs, Position: s.position(0)})
 		return nil
 	case ev.Progress != nil:
 		p := ev.Progress
@@ -493,7 +521,7 @@ func (s *Syncer) Handle(ev transport.Event) error {
 			return fmt.Errorf("%w: progress at namespace revision %d, applied %d", ErrGap, p.Revision, applied)
 		}
 		s.cursor = max(s.cursor, p.Cursor)
-		s.confirmed()
+		s.confirmed(s.vouched(p.AgeMillis, p.Unconfirmed))
 		return nil
 	}
 	return fmt.Errorf("%w: empty watch event", transport.ErrMalformed)
