@@ -218,3 +218,56 @@ func TestRelayAllowListAndLimit(t *testing.T) {
 		t.Errorf("followed %v, want [pay.a]", names)
 	}
 }
+
+// TestClientBehindACutOffRelay: the origin stops; the relay keeps
+// answering, but its clients go Stale within their idle timeout and
+// Breached past MaxStaleness, as if they were cut off themselves; a
+// chain of two relays passes it on. The origin back, they are Fresh.
+func TestClientBehindACutOffRelay(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(100*time.Millisecond))
+	rev := mustPublish(t, origin, "app", map[string]any{"k": 1})
+	_, first := startRelay(t, origin.URL())
+	_, second := startRelay(t, first)
+	const maxStale = 1500 * time.Millisecond
+	var nss []*config.Namespace
+	for _, url := range []string{first, second} {
+		c := newClient(t, url, config.WithStreamIdleTimeout(500*time.Millisecond))
+		nss = append(nss, openNamespace(t, c, "app", config.MaxStaleness(maxStale)))
+	}
+	for _, ns := range nss {
+		eventually(t, "Fresh", func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == rev })
+	}
+	// Healthy, a chain stays Fresh: its age does not add up heartbeats.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		for i, ns := range nss {
+			if st := ns.Status(); st.State != config.StateFresh {
+				t.Fatalf("client %d not Fresh behind healthy relays: %v", i, st)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if err := origin.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	for i, ns := range nss {
+		eventually(t, "Stale", func() bool { return ns.Status().State == config.StateStale })
+		if d := time.Since(down); d > 1200*time.Millisecond {
+			t.Errorf("client %d Stale %v after the origin stopped", i, d)
+		}
+	}
+	for _, ns := range nss {
+		eventually(t, "Breached", func() bool { return ns.Status().State == config.StateBreached })
+		if st := ns.Status(); st.Staleness < maxStale {
+			t.Errorf("Breached at staleness %v", st.Staleness)
+		}
+	}
+	if err := origin.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss {
+		eventually(t, "Fresh again", func() bool { return ns.Status().State == config.StateFresh })
+	}
+}

@@ -259,7 +259,7 @@ func TestFleetOriginDown(t *testing.T) {
 	rev := publishV(t, origin, "app", 1)
 	r := startRelayProc(t, bin, origin.URL(), "-cache-dir", t.TempDir())
 	const maxStale = 2 * time.Second
-	c, _ := fleetClient(t, []string{r.url()}, config.WithIdleTimeout(600*time.Millisecond))
+	c, _ := fleetClient(t, []string{r.url()}, config.WithStreamIdleTimeout(600*time.Millisecond))
 	ns := openNS(t, c, "app", config.MaxStaleness(maxStale))
 	until(t, "Fresh", func() bool { return ns.Status().State == config.StateFresh && ns.Status().Revision == rev })
 
