@@ -90,3 +90,53 @@ func TestRelayUpstreamThatLies(t *testing.T) {
 		}
 	}
 }
+
+// future is an upstream from a later protocol: its change sets carry a
+// field this version does not know.
+type future struct{}
+
+func (future) Snapshot(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1, Values: json.RawMessage(`{"k":1}`)}, nil
+}
+
+func (future) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	raw := `{"ns":"` + req.Namespace + `","revision":2,"prev_revision":1,"store_id":"s1","committed_at":"2026-01-01T00:00:00Z","puts":{"k":2},"rollout":{"id":"r1","stage":10}}`
+	var cs transport.ChangeSet
+	if err := json.Unmarshal([]byte(raw), &cs); err != nil {
+		return err
+	}
+	cs.Raw = json.RawMessage(raw)
+	if err := handle(transport.Event{Change: &cs}); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestRelayPassesUnknownFieldsThrough: what the relay does not understand
+// in a change set reaches its clients unchanged.
+func TestRelayPassesUnknownFieldsThrough(t *testing.T) {
+	_, url := startRelay(t, "", withSource(future{}))
+	if status, _, _ := getSnapshot(t, url, "app"); status != http.StatusOK {
+		t.Fatalf("snapshot: %d", status)
+	}
+	eventually(t, "the change in the relay's window", func() bool {
+		resp, err := http.Get(url + transport.PathEvents + "?ns=app&since=1&wait=0s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Changes []json.RawMessage `json:"changes"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Changes) == 0 {
+			return false
+		}
+		var got map[string]json.RawMessage
+		_ = json.Unmarshal(body.Changes[0], &got)
+		if string(got["rollout"]) != `{"id":"r1","stage":10}` {
+			t.Fatalf("the change as relayed: %s", body.Changes[0])
+		}
+		return true
+	})
+}

@@ -385,6 +385,7 @@ func decodeAnyChangeSet(data []byte) (*ChangeSet, error) {
 	case cs.Revision <= 0 || cs.PrevRevision < 0 || cs.PrevRevision >= cs.Revision:
 		return nil, fmt.Errorf("%w: change revision %d, prev_revision %d (want 0 <= prev_revision < revision)", ErrMalformed, cs.Revision, cs.PrevRevision)
 	}
+	cs.Raw = bytes.Clone(data) // the caller's buffer may be reused
 	return &cs, nil
 }
 

@@ -157,6 +157,10 @@ type ChangeSet struct {
 	CommittedAt  time.Time                  `json:"committed_at"`
 	Puts         map[string]json.RawMessage `json:"puts,omitempty"`
 	Deletes      []string                   `json:"deletes,omitempty"`
+	// Raw is the change set as it came on the wire, when a source decoded
+	// it (the HTTP source does): a relay serves these bytes, so that
+	// fields it does not know pass through unchanged. Not encoded.
+	Raw json.RawMessage `json:"-"`
 }
 
 // Progress says that the stream is alive and that nothing changed in the

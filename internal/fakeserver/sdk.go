@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,13 +374,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, ns, err)
 		return
 	}
-	resp := transport.EventsResponse{
-		Namespace: ns, StoreID: sub.storeID, Cursor: sub.head, Revision: sub.nsRev,
-		Changes: make([]transport.ChangeSet, 0, len(sub.backlog)),
-	}
-	for _, c := range sub.backlog {
-		resp.Changes = append(resp.Changes, c.cs)
-		resp.Revision = c.cs.Revision
+	resp := transport.EventsResponse{Namespace: ns, StoreID: sub.storeID, Cursor: sub.head, Revision: sub.nsRev}
+	changes := slices.Clip(sub.backlog)
+	if n := len(changes); n > 0 {
+		resp.Revision = changes[n-1].cs.Revision
 	}
 	if wt != nil {
 		defer s.hub.remove(wt)
@@ -411,12 +409,12 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, c := range items {
 				if c.cs.Revision > cursor {
-					resp.Changes = append(resp.Changes, c.cs)
+					changes = append(changes, c)
 					resp.Revision = c.cs.Revision
 					cursor = c.cs.Revision
 				}
 			}
-			if len(resp.Changes) > 0 || final {
+			if len(changes) > 0 || final {
 				resp.Cursor = max(d, cursor)
 				break wait
 			}
@@ -430,7 +428,39 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer s.speak(r)()
 	s.setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
 	resp.AgeMillis, resp.Unconfirmed = s.setAge(w, ns)
-	writeJSON(w, http.StatusOK, resp)
+	writeEvents(w, resp, changes)
+}
+
+// writeEvents writes a transport.EventsResponse whose changes are the
+// bytes encoded once for every reader (a relay's: its upstream's).
+func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes []*change) {
+	resp.Changes = []transport.ChangeSet{} // a placeholder: "changes":[]
+	head, err := json.Marshal(resp)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: "encode reply"})
+		return
+	}
+	i := bytes.Index(head, []byte(`"changes":[]`))
+	b := make([]byte, 0, len(head)+len(changes)*256)
+	b = append(b, head[:i+len(`"changes":[`)]...)
+	b = appendChanges(b, changes)
+	b = append(b, head[i+len(`"changes":[`):]...)
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// appendChanges appends changes' JSON, comma-separated.
+func appendChanges(b []byte, changes []*change) []byte {
+	for i, c := range changes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, c.json()...)
+	}
+	return b
 }
 
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {

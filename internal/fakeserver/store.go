@@ -36,9 +36,12 @@ type change struct {
 // encode encodes the change once, for every stream and long-poll.
 func (c *change) encode() {
 	c.once.Do(func() {
-		data, err := json.Marshal(&c.cs)
-		if err != nil { // cannot happen: every value is valid, compact JSON
-			panic(fmt.Sprintf("fakeserver: encode change set: %v", err))
+		data := []byte(c.cs.Raw) // a relay's: its upstream's bytes, unknown fields and all
+		if data == nil {
+			var err error
+			if data, err = json.Marshal(&c.cs); err != nil { // cannot happen: every value is valid, compact JSON
+				panic(fmt.Sprintf("fakeserver: encode change set: %v", err))
+			}
 		}
 		c.enc = appendFrame(nil, transport.EventChange, c.cs.Revision, data)
 		// json.Marshal escapes newlines, so the frame has one data line

@@ -403,12 +403,7 @@ func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, chan
 	b = append(b, `,"cursor":`...)
 	b = strconv.AppendInt(b, cursor, 10)
 	b = append(b, `,"changes":[`...)
-	for i, c := range changes {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, c.json()...)
-	}
+	b = appendChanges(b, changes)
 	b = append(b, ']')
 	if ageMillis > 0 {
 		b = append(b, `,"age_ms":`...)
