@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,4 +141,60 @@ func TestRelayPassesUnknownFieldsThrough(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// reportSink is the future upstream's ack side: it records what the
+// relay forwards.
+type reportSink struct {
+	future
+	mu   sync.Mutex
+	acks []transport.Ack
+}
+
+func (r *reportSink) Ack(_ context.Context, a transport.Ack) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(r.acks, a)
+	return nil
+}
+
+func (r *reportSink) AckRelayed(_ context.Context, _ string, acks []transport.Ack) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(r.acks, acks...)
+	return nil
+}
+
+// TestRelayForwardsReportsItDoesNotKnow: a client's report of a later
+// protocol (a status and a field this version does not know) reaches the
+// upstream as it was sent, beside the ordinary acks.
+func TestRelayForwardsReportsItDoesNotKnow(t *testing.T) {
+	up := &reportSink{}
+	_, url := startRelay(t, "", withSource(up))
+	if status, _, _ := getSnapshot(t, url, "app"); status != http.StatusOK {
+		t.Fatalf("snapshot: %d", status)
+	}
+	body := `{"client_id":"c1","acks":[{"ns":"app","revision":1,"status":"ack"},{"ns":"app","revision":2,"status":"would_nack","error":"strict","rollout":"r1"}]}`
+	resp, err := http.Post(url+transport.PathAck, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("ack: %d", resp.StatusCode)
+	}
+	eventually(t, "both reports upstream", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return len(up.acks) == 2 })
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	slices.SortFunc(up.acks, func(a, b transport.Ack) int { return strings.Compare(a.Status, b.Status) })
+	if a := up.acks[0]; a.ClientID != "c1" || a.Status != "ack" || a.Revision != 1 || a.Extra != "" {
+		t.Errorf("the ack forwarded as %+v", a)
+	}
+	w := up.acks[1]
+	if w.ClientID != "c1" || w.Status != "would_nack" || w.Error != "strict" || w.Extra != `"rollout":"r1"` {
+		t.Errorf("the report forwarded as %+v", w)
+	}
+	if data, _ := json.Marshal(w); string(data) != `{"client_id":"c1","ns":"app","revision":2,"status":"would_nack","error":"strict","rollout":"r1"}` {
+		t.Errorf("encoded upstream as %s", data)
+	}
 }

@@ -32,8 +32,13 @@ var _ RelayAcker = (*HTTPSource)(nil)
 // offer CapabilityAckRelay gets one batch per client instead.
 func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack) error {
 	for _, a := range acks {
-		if err := checkAck(a); err != nil {
+		// Any status: a relay forwards reports of later protocols too,
+		// for its upstream to judge.
+		if err := ValidateNamespace(a.Namespace); err != nil {
 			return err
+		}
+		if a.Status == "" {
+			return fmt.Errorf("transport: relayed ack of %q without a status", a.Namespace)
 		}
 		if a.ClientID == "" {
 			return fmt.Errorf("transport: relayed ack of %q without a client id", a.Namespace)

@@ -2,6 +2,8 @@ package transport
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -199,8 +201,54 @@ type Ack struct {
 	ClientID  string `json:"client_id"`
 	Namespace string `json:"ns"`
 	Revision  int64  `json:"revision"`
-	Status    string `json:"status"` // AckApplied or AckRejected
+	Status    string `json:"status"` // AckApplied or AckRejected (a relay forwards any)
 	Error     string `json:"error,omitempty"`
+	// Extra holds the fields of a client's report that this version does
+	// not know, as the members of a JSON object (`"stage":10,"x":true`),
+	// kept by a relay that forwards it: they are encoded back as they
+	// came. Empty for an ack this version made.
+	Extra string `json:"-"`
+}
+
+// MarshalJSON encodes the ack with its Extra fields after the known ones.
+func (a Ack) MarshalJSON() ([]byte, error) {
+	type plain Ack // without this method
+	b, err := json.Marshal(plain(a))
+	if err != nil || a.Extra == "" {
+		return b, err
+	}
+	return append(append(append(b[:len(b)-1], ','), a.Extra...), '}'), nil
+}
+
+// knownAckField reports whether k names a field of Ack on the wire.
+func knownAckField(k string) bool {
+	switch k {
+	case "client_id", "ns", "revision", "status", "error":
+		return true
+	}
+	return false
+}
+
+// AckExtra returns the members of one ack object that Ack does not know,
+// as Ack.Extra keeps them ("" when none), for a relay that forwards it;
+// skip names more members to leave out.
+func AckExtra(obj []byte, skip ...string) string {
+	var all map[string]json.RawMessage
+	if json.Unmarshal(obj, &all) != nil {
+		return ""
+	}
+	var b []byte
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		if knownAckField(k) || slices.Contains(skip, k) {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		key, _ := json.Marshal(k)
+		b = append(append(append(b, key...), ':'), all[k]...)
+	}
+	return string(b)
 }
 
 // ErrorBody is the JSON body of every error reply.

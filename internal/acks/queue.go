@@ -177,6 +177,11 @@ func (a *Queue) run(ctx context.Context, policy syncer.Backoff) {
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, transport.ErrBadRequest) {
+				// Refused as malformed: sending it again cannot help.
+				a.log.Warn("acks refused by the server; dropped", "acks", len(acks), "err", err)
+				continue
+			}
 			a.log.Debug("acks not delivered; will retry", "acks", len(acks), "err", err)
 			a.requeue(acks) // the newest outcome of each namespace wins
 			if policy.Wait(ctx, bo, err); ctx.Err() != nil {

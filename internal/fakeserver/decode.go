@@ -68,32 +68,72 @@ type ackBody struct {
 
 // parseAckBody decodes and checks the body of POST /sdk/ack, a single ack
 // or a batch; batch says which. Every ack of a batch gets the batch's
-// client_id, but with relayed (transport.CapabilityAckRelay) one that
-// names its own keeps it. One bad ack refuses the whole body. Unknown
-// fields are allowed, so that newer clients can send more.
-func parseAckBody(data []byte, relayed bool) (acks []transport.Ack, batch bool, err error) {
+// client_id, but with ownIDs (transport.CapabilityAckRelay) one that names
+// its own keeps it. One bad ack refuses the whole body. Unknown fields are
+// allowed, so that newer clients can send more; a relay (relay) keeps
+// them (transport.Ack.Extra) and takes any status, to forward what it
+// does not know.
+func parseAckBody(data []byte, ownIDs, relay bool) (acks []transport.Ack, batch bool, err error) {
+	if relay {
+		return parseRelayedAckBody(data, ownIDs)
+	}
 	var body ackBody
 	if err := unmarshal(data, &body); err != nil {
 		return nil, false, err
 	}
 	if body.Acks == nil {
-		ack, err := checkAck(body.Ack)
+		ack, err := checkAck(body.Ack, false)
 		if err != nil {
 			return nil, false, err
 		}
 		return []transport.Ack{ack}, false, nil
 	}
 	for i := range body.Acks {
-		if !relayed || body.Acks[i].ClientID == "" {
+		if !ownIDs || body.Acks[i].ClientID == "" {
 			body.Acks[i].ClientID = body.ClientID
 		}
-		ack, err := checkAck(body.Acks[i])
+		ack, err := checkAck(body.Acks[i], false)
 		if err != nil {
 			return nil, true, fmt.Errorf("%w (ack %d of the batch)", err, i)
 		}
 		body.Acks[i] = ack
 	}
 	return body.Acks, true, nil
+}
+
+// parseRelayedAckBody is parseAckBody for a relay: each ack decoded on its
+// own, to keep what this version does not know of it.
+func parseRelayedAckBody(data []byte, ownIDs bool) (acks []transport.Ack, batch bool, err error) {
+	var body struct {
+		transport.Ack
+		Acks []json.RawMessage `json:"acks"`
+	}
+	if err := unmarshal(data, &body); err != nil {
+		return nil, false, err
+	}
+	if body.Acks == nil {
+		body.Ack.Extra = transport.AckExtra(data, "acks")
+		ack, err := checkAck(body.Ack, true)
+		if err != nil {
+			return nil, false, err
+		}
+		return []transport.Ack{ack}, false, nil
+	}
+	acks = make([]transport.Ack, len(body.Acks))
+	for i, raw := range body.Acks {
+		var a transport.Ack
+		if err := unmarshal(raw, &a); err != nil {
+			return nil, true, fmt.Errorf("%w (ack %d of the batch)", err, i)
+		}
+		if !ownIDs || a.ClientID == "" {
+			a.ClientID = body.ClientID
+		}
+		a.Extra = transport.AckExtra(raw)
+		if acks[i], err = checkAck(a, true); err != nil {
+			return nil, true, fmt.Errorf("%w (ack %d of the batch)", err, i)
+		}
+	}
+	return acks, true, nil
 }
 
 // unmarshal decodes exactly one JSON value (json.Unmarshal refuses
@@ -115,11 +155,14 @@ func parseAck(data []byte) (transport.Ack, error) {
 	if err := unmarshal(data, &ack); err != nil {
 		return ack, err
 	}
-	return checkAck(ack)
+	return checkAck(ack, false)
 }
 
-// checkAck checks one ack, cutting a long error.
-func checkAck(ack transport.Ack) (transport.Ack, error) {
+// checkAck checks one ack, cutting a long error. A relay (relay) takes
+// any status that is a token: a report of a later protocol, forwarded for
+// its upstream to judge.
+func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
+	known := ack.Status == transport.AckApplied || ack.Status == transport.AckRejected
 	switch {
 	case ack.ClientID == "" || len(ack.ClientID) > maxClientIDLen:
 		return ack, fmt.Errorf("%w: client_id must have 1..%d bytes", ErrInvalid, maxClientIDLen)
@@ -127,7 +170,7 @@ func checkAck(ack transport.Ack) (transport.Ack, error) {
 		return ack, fmt.Errorf("%w: client_id has a control character", ErrInvalid)
 	case ack.Revision < 0:
 		return ack, fmt.Errorf("%w: negative revision %d", ErrInvalid, ack.Revision)
-	case ack.Status != transport.AckApplied && ack.Status != transport.AckRejected:
+	case !known && !(relay && isToken(ack.Status)):
 		return ack, fmt.Errorf("%w: status %q (want %q or %q)", ErrInvalid, ack.Status, transport.AckApplied, transport.AckRejected)
 	}
 	if err := transport.ValidateNamespace(ack.Namespace); err != nil {
@@ -137,6 +180,19 @@ func checkAck(ack transport.Ack) (transport.Ack, error) {
 		ack.Error = ack.Error[:maxAckErrorLen]
 	}
 	return ack, nil
+}
+
+// isToken reports whether s is [a-z0-9_-]{1,64}.
+func isToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseCursor parses a cursor; "" means "from the head" (-1).

@@ -610,7 +610,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", &http.MaxBytesError{Limit: maxAckBytes}) // one ack, too large
 		return
 	}
-	acks, batch, err := parseAckBody(data, s.opts.offers(transport.CapabilityAckRelay))
+	acks, batch, err := parseAckBody(data, s.opts.offers(transport.CapabilityAckRelay), s.follow != nil)
 	switch {
 	case err != nil:
 	case !batch && len(data) > maxAckBytes:
@@ -667,7 +667,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 0, 1024), maxAckBatch)
 	for sc.Scan() {
-		acks, batch, err := parseAckBody(sc.Bytes(), s.opts.offers(transport.CapabilityAckRelay))
+		acks, batch, err := parseAckBody(sc.Bytes(), s.opts.offers(transport.CapabilityAckRelay), s.follow != nil)
 		if err != nil || !batch {
 			return
 		}
