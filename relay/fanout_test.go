@@ -169,3 +169,19 @@ func TestRelayCutsASlowClient(t *testing.T) {
 	eventually(t, "the slow one cut off", func() bool { return r.Stats().OpenStreams == 1 })
 	t.Logf("slow cut after %v", time.Since(start))
 }
+
+// TestRelayClosesItsUpstreamStreamWhenIdle: once the last namespace
+// lingered out, the relay holds no stream to the origin.
+func TestRelayClosesItsUpstreamStreamWhenIdle(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	mustPublish(t, origin, "app", map[string]any{"v": 1})
+	r, url := startRelay(t, origin.URL(), relay.WithLinger(100*time.Millisecond))
+	ns := openNamespace(t, newClient(t, url), "app")
+	eventually(t, "the relay's stream at the origin", func() bool { return origin.OpenStreams() == 1 })
+	// The client leaves; nobody asks for app any more.
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no namespace followed", func() bool { return len(r.Namespaces()) == 0 })
+	eventually(t, "no stream at the origin", func() bool { return origin.OpenStreams() == 0 })
+}
