@@ -268,7 +268,11 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 	}
 	for i, ns := range nss {
 		published := pub.get(names[i])
-		revs.check(t, names[i], published, published[len(published)-1], true)
+		eventually(t, names[i]+"'s last callback", func() bool {
+			seen, _ := revs.get(names[i])
+			return last(seen) == last(published)
+		})
+		revs.check(t, names[i], published, last(published), true)
 		if st := states.get(); slices.Contains(st, config.StateStale) {
 			t.Errorf("%s went Stale on the planned return (states %v)", ns.Name(), st)
 		}
