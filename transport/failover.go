@@ -324,9 +324,19 @@ func (f *FailoverSource) WatchStream(ctx context.Context, req StreamRequest, han
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		hintNS := next.Namespaces[0].Namespace
+		// The namespace the stream's progress is noted for (the prober
+		// asks for it): one the server is asked for, still in the stream.
+		hintNS, hintSince := "", int64(0)
+		for _, r := range next.Namespaces {
+			if ValidateNamespace(r.Namespace) == nil {
+				hintNS, hintSince = r.Namespace, r.Since
+				break
+			}
+		}
 		i, wctx, w := f.begin(ctx)
-		f.warm(wctx, i, hintNS, next.Namespaces[0].Since)
+		if hintNS != "" {
+			f.warm(wctx, i, hintNS, hintSince)
+		}
 		var herr error
 		err := f.srcs[i].WatchStream(wctx, next, func(ev StreamEvent) error {
 			if err := handle(ev); err != nil {
@@ -342,9 +352,20 @@ func (f *FailoverSource) WatchStream(ctx context.Context, req StreamRequest, han
 				f.note(ns, ev.Change.Revision, ev.Change.StoreID)
 			case ev.Progress != nil:
 				progress = max(progress, ev.Progress.Cursor)
-				f.note(hintNS, ev.Progress.Cursor, ev.Progress.StoreID)
+				if hintNS != "" {
+					f.note(hintNS, ev.Progress.Cursor, ev.Progress.StoreID)
+				}
 			case ev.Ended != nil:
 				delete(cursors, ev.Ended.Namespace)
+				if ev.Ended.Namespace == hintNS {
+					hintNS = ""
+					for ns := range cursors {
+						if ValidateNamespace(ns) == nil {
+							hintNS = ns
+							break
+						}
+					}
+				}
 			}
 			return nil
 		})

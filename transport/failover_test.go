@@ -130,6 +130,10 @@ func (s *StandIn) events(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, ok := s.nsRev[ns]; !ok {
+		standInJSON(w, http.StatusNotFound, ErrorBody{Error: CodeNotFound, StoreID: s.storeID})
+		return
+	}
 	if since > s.head {
 		standInJSON(w, http.StatusConflict, ErrorBody{Error: CodeCursorAhead, StoreID: s.storeID})
 		return
@@ -526,5 +530,53 @@ func TestFailoverProbeRefusesBehind(t *testing.T) {
 	waitFor(t, "probes", func() bool { return a.probes.Load() >= before+10 })
 	if f.Endpoint() != b.url {
 		t.Fatalf("returned to an endpoint of another store")
+	}
+}
+
+// TestFailoverProbesANamespaceOfTheStream: the prober asks for a
+// namespace the stream still carries, not for the first one named (here
+// invalid, or unknown to the server and ended): the client returns to
+// the first endpoint.
+func TestFailoverProbesANamespaceOfTheStream(t *testing.T) {
+	leakCheck(t)
+	const window = 200 * time.Millisecond
+	in := StartStandIn(t, failoverCaps, 20*time.Millisecond)
+	in.Publish(testNS, map[string]json.RawMessage{"k": json.RawMessage(`1`)}, nil)
+	a, b := newFront(t, in), newFront(t, in)
+	f := newFailover(t, []*front{a, b}, WithFailbackAfter(window))
+	a.down()
+	_, _ = f.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS})
+	snap, err := f.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS})
+	if err != nil || f.Endpoint() != b.url {
+		t.Fatalf("not on the second endpoint (%s): %v", f.Endpoint(), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.WatchStream(ctx, StreamRequest{Namespaces: []WatchRequest{
+			{Namespace: ".bad"}, {Namespace: "ghost"}, {Namespace: testNS, Since: snap.Cursor},
+		}}, func(ev StreamEvent) error {
+			if ev.Ended != nil {
+				ended <- ev.Ended.Namespace
+			}
+			return nil
+		})
+	}()
+	for range 2 {
+		select {
+		case <-ended:
+		case err := <-done:
+			t.Fatalf("stream ended: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no ended event")
+		}
+	}
+	a.up()
+	waitFor(t, "the return to the first endpoint", func() bool { return f.Endpoint() == a.url })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("stream ended with %v, want context.Canceled", err)
 	}
 }
