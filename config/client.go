@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -27,16 +28,17 @@ type Client struct {
 	// Read-only after New.
 	opts      options
 	src       transport.Source
-	ownSource *transport.HTTPSource // closed by Close; nil with WithSource
-	dir       *cachedir.Dir         // nil without WithCacheDir
+	ownSource io.Closer     // the HTTP or failover source, closed by Close; nil with WithSource
+	dir       *cachedir.Dir // nil without WithCacheDir
 	metrics   *instrument.Instruments
 	tracer    *instrument.Tracer
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
-	mux       *streammux.Mux      // nil when the source has no multi-namespace watch
-	acks      *acks.Queue         // nil when the source cannot take acks
-	persister *cachedir.Persister // nil without a cache directory; started with the first namespace
-	rev       revision            // the global revision (Revision)
+	endpoints transport.EndpointReporter // the source's, for Status.Endpoint; nil when it has none
+	mux       *streammux.Mux             // nil when the source has no multi-namespace watch
+	acks      *acks.Queue                // nil when the source cannot take acks
+	persister *cachedir.Persister        // nil without a cache directory; started with the first namespace
+	rev       revision                   // the global revision (Revision)
 
 	// Safe for concurrent use by themselves.
 	wg        sync.WaitGroup // every namespace's goroutines
@@ -69,17 +71,11 @@ func New(opts ...Option) (*Client, error) {
 	}
 	c := &Client{opts: o, src: o.source, namespaces: make(map[string]*Namespace), closing: make(map[string]chan struct{})}
 	if c.src == nil {
-		// The client's defaults first, so that the caller's options win;
-		// the source's own defaults fill the rest.
-		hopts := append([]transport.HTTPOption{
-			transport.WithLogger(o.logger),
-			transport.WithWatchMode(transport.WatchAuto),
-		}, o.httpOpts...)
-		hs, err := transport.NewHTTPSource(o.endpoint, hopts...)
+		src, err := newHTTPSource(o)
 		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+			return nil, err
 		}
-		c.src, c.ownSource = hs, hs
+		c.src, c.ownSource = src, src
 	}
 	if o.cacheDir != "" {
 		dir, err := cachedir.OpenDir(o.cacheDir, cachedir.WithDirLogger(o.logger))
@@ -95,6 +91,7 @@ func New(opts ...Option) (*Client, error) {
 	}
 	c.metrics, c.tracer = metrics, instrument.NewTracer(o.tracerProvider)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.endpoints, _ = c.src.(transport.EndpointReporter)
 	if ss, ok := c.src.(transport.StreamSource); ok {
 		c.mux = streammux.New(c.ctx, ss, o.logger)
 	}
@@ -103,6 +100,57 @@ func New(opts ...Option) (*Client, error) {
 	}
 	c.rev.init()
 	return c, nil
+}
+
+// newHTTPSource makes the source of WithEndpoint or WithEndpoints: the
+// HTTP source of the one endpoint, or a failover source over one HTTP
+// source per endpoint.
+func newHTTPSource(o options) (ownedSource, error) {
+	// The client's defaults first, so that the caller's options win; the
+	// source's own defaults fill the rest.
+	hopts := append([]transport.HTTPOption{
+		transport.WithLogger(o.logger),
+		transport.WithWatchMode(transport.WatchAuto),
+	}, o.httpOpts...)
+	if len(o.endpoints) == 1 {
+		hs, err := transport.NewHTTPSource(o.endpoints[0], hopts...)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		return hs, nil
+	}
+	srcs := make([]*transport.HTTPSource, 0, len(o.endpoints))
+	closeAll := func() {
+		for _, s := range srcs {
+			_ = s.Close()
+		}
+	}
+	seen := make(map[string]bool, len(o.endpoints))
+	for i, u := range o.endpoints {
+		if seen[u] {
+			closeAll()
+			return nil, fmt.Errorf("config: WithEndpoints: endpoint %d of %d: %q named twice", i+1, len(o.endpoints), u)
+		}
+		seen[u] = true
+		hs, err := transport.NewHTTPSource(u, hopts...)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("config: WithEndpoints: endpoint %d of %d: %w", i+1, len(o.endpoints), err)
+		}
+		srcs = append(srcs, hs)
+	}
+	fs, err := transport.NewFailoverSource(srcs, transport.WithFailbackAfter(o.failbackAfter))
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return fs, nil
+}
+
+// ownedSource is a source the client made and closes.
+type ownedSource interface {
+	transport.Source
+	io.Closer
 }
 
 func defaultClientID() string {

@@ -60,11 +60,30 @@
 // a backup) is refused, the last good serving Stale, until it is proven to
 // be new history (WithHistoryRewriteGrace).
 //
+// # Several endpoints
+//
+// WithEndpoints lists several servers or relays of one config plane, in
+// order of preference; they serve the same store (the same store id and
+// revisions), so a cursor of one is a cursor of any:
+//
+//	c, err := config.New(config.WithEndpoints("http://relay-1:8080", "http://relay-2:8080"))
+//
+// The client talks to one at a time, all its traffic (snapshots, its one
+// stream, acks) on one connection. When that endpoint cannot be reached
+// or fails (a broken or idle connection, a 5xx, a 429), it moves to the
+// next, after the usual backoff (and Retry-After), and every namespace
+// resumes from its cursor: no snapshot is fetched again. While another
+// serves, the first is probed in the background, and the client returns
+// to it once it has answered well for WithFailbackAfter (30s), not on
+// every blip; that return does not interrupt anything. Status.Endpoint
+// says which endpoint serves, and each switch is logged at Info.
+// WithEndpoint is the one-endpoint case.
+//
 // # Staleness and status
 //
 // Status reports the state (Syncing, Fresh, Stale, Breached, FailedClosed,
-// Closed), where the data came from (network, disk, defaults), its
-// revision and cursor, how long since it was last confirmed current, and
+// Closed), where the data came from (network, disk, defaults), the
+// endpoint serving, its revision and cursor, how long since it was last confirmed current, and
 // the last error by kind, when it happened and whether it is past
 // (ErrorInfo.Recovered; Status.String prints it all in one line);
 // OnStatusChange delivers transitions in order and

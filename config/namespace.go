@@ -223,6 +223,9 @@ func (n *Namespace) statusLocked() Status {
 	if !n.confirm.IsZero() {
 		st.Staleness = time.Since(n.confirm)
 	}
+	if er := n.c.endpoints; er != nil {
+		st.Endpoint = er.Endpoint()
+	}
 	// The last error is past once data was confirmed after it; a
 	// rejection, once a later revision applied.
 	le := &st.LastError

@@ -25,10 +25,14 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 type options struct {
-	endpoint string
-	source   transport.Source
-	clientID string
-	logger   *slog.Logger
+	// endpoints are the base URLs of WithEndpoint or WithEndpoints, in
+	// order of preference; endpointsSet tells WithEndpoints() apart.
+	endpoints     []string
+	endpointsSet  bool
+	failbackAfter time.Duration
+	source        transport.Source
+	clientID      string
+	logger        *slog.Logger
 	// httpOpts configure the HTTP source, in order, after config's own
 	// defaults (see New); the source's defaults fill the rest.
 	httpOpts []transport.HTTPOption
@@ -56,14 +60,46 @@ func defaultOptions() options {
 		callbackQueue:    1024,
 		backstop:         10 * time.Minute,
 		rewriteGrace:     syncer.DefaultRewriteGrace,
+		failbackAfter:    transport.DefaultFailbackAfter,
 	}
 }
 
 // WithEndpoint sets the base URL of the config plane's HTTP data plane, for
-// example "https://config.example.com". One of WithEndpoint and WithSource is
-// required.
+// example "https://config.example.com". It is WithEndpoints with one URL.
+// One of WithEndpoint, WithEndpoints and WithSource is required.
 func WithEndpoint(url string) Option {
-	return optionFunc(func(o *options) { o.endpoint = url })
+	return WithEndpoints(url)
+}
+
+// WithEndpoints sets the base URLs of several servers or relays of the
+// same config plane, in order of preference: they serve the same store
+// (the same store id and revisions), so that the client can move between
+// them with its cursor. The client talks to one at a time, the current
+// one, starting with the first. When the current one cannot be reached or
+// fails (a broken or idle connection, a 5xx, a 429 once its Retry-After
+// has been waited), the client moves to the next, wrapping around, and
+// resumes every namespace from its cursor, without fetching snapshots
+// again. While another serves, the first is probed in the background, and
+// the client returns to it once it has answered well for a while
+// (WithFailbackAfter, default 30s), not on every blip. Status.Endpoint
+// says which endpoint serves; each switch is logged at Info.
+//
+// Every URL must be http or https, with a host and no query; New fails
+// on a malformed one, a repeated one, or none. The HTTP source's options
+// (WithHTTPOptions and its wrappers) apply to each endpoint. Passing it
+// again replaces the list; WithEndpoint is the one-URL case.
+func WithEndpoints(urls ...string) Option {
+	urls = append([]string(nil), urls...)
+	return optionFunc(func(o *options) { o.endpoints, o.endpointsSet = urls, true })
+}
+
+// WithFailbackAfter sets how long the first of WithEndpoints' endpoints
+// must answer its health probes, every one of them, before a client that
+// moved to another returns to it (default 30s,
+// transport.DefaultFailbackAfter). It is probed six times in that window,
+// at most every 5s. Ignored with a single endpoint and with WithSource.
+func WithFailbackAfter(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.failbackAfter = d })
 }
 
 // WithSource makes the client talk to the config plane through src instead
@@ -88,7 +124,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithHTTPOptions passes options to the HTTP source that WithEndpoint
-// makes (transport.NewHTTPSource), after config's own defaults (the
+// makes (transport.NewHTTPSource; with WithEndpoints, to the source of
+// each endpoint), after config's own defaults (the
 // client's logger, transport.WatchAuto), so that any of them can be
 // overridden; what no option sets keeps the source's default
 // (transport.DefaultMaxEventBytes, DefaultMaxSnapshotBytes,
@@ -239,8 +276,16 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 func (o *options) validate() error {
 	var errs []error
-	if o.source == nil && o.endpoint == "" {
-		errs = append(errs, errors.New("config: no endpoint: pass WithEndpoint or WithSource"))
+	if o.source == nil {
+		switch {
+		case !o.endpointsSet || len(o.endpoints) == 1 && o.endpoints[0] == "":
+			errs = append(errs, errors.New("config: no endpoint: pass WithEndpoint, WithEndpoints or WithSource"))
+		case len(o.endpoints) == 0:
+			errs = append(errs, errors.New("config: WithEndpoints: no URL"))
+		}
+		if o.failbackAfter <= 0 {
+			errs = append(errs, fmt.Errorf("config: failback window %v is not positive", o.failbackAfter))
+		}
 	}
 	if o.logger == nil {
 		errs = append(errs, errors.New("config: logger is nil"))

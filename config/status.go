@@ -197,6 +197,11 @@ type Status struct {
 	Cursor   int64
 	StoreID  string
 	Origin   Origin
+	// Endpoint is the base URL of the endpoint the client talks to now
+	// (WithEndpoint, or the current one of WithEndpoints; a password in it
+	// redacted); with WithSource, what a source that is a
+	// transport.EndpointReporter says, else empty.
+	Endpoint string
 	// LastConfirmed is when the client last confirmed its data current: a
 	// snapshot, a change, or a progress event (from disk: the file's time).
 	// Through a relay it is when the relay's upstream last confirmed the
@@ -222,9 +227,9 @@ type Status struct {
 
 // String describes the status in one line: namespace, state, revision,
 // staleness against MaxStaleness, origin, "unconfirmed upstream" when
-// so, and the errors if any, as
-// `payments: Stale, revision 42, staleness 3s (max 30s), from disk, last
-// error: network: ... (3s ago)`.
+// so, the endpoint if known, and the errors if any, as `payments: Stale,
+// revision 42, staleness 3s (max 30s), from disk, endpoint
+// http://relay-2:8080, last error: network: ... (3s ago)`.
 func (s Status) String() string { return s.format(time.Now()) }
 
 func (s Status) format(now time.Time) string {
@@ -253,6 +258,10 @@ func (s Status) format(now time.Time) string {
 	b = append(b, s.Origin.String()...)
 	if s.Unconfirmed {
 		b = append(b, ", unconfirmed upstream"...)
+	}
+	if s.Endpoint != "" {
+		b = append(b, ", endpoint "...)
+		b = append(b, s.Endpoint...)
 	}
 	if !s.LastError.isZero() {
 		b = append(b, ", last error: "...)

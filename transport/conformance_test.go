@@ -103,3 +103,20 @@ func TestConformanceStreamStandIn(t *testing.T) {
 		})
 	}
 }
+
+// A FailoverSource passes the suite too: over one endpoint it must be the
+// HTTP source it wraps, whatever it adds around each call.
+func TestConformanceFailover(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	transporttest.Run(t, func(t *testing.T) *transporttest.Store {
+		st := fakeStore(t)
+		f, err := transport.NewFailoverSource([]*transport.HTTPSource{st.Source.(*transport.HTTPSource)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		st.Source = f
+		return st
+	})
+}

@@ -53,6 +53,16 @@
 // request (Holdfast-Protocol), declares no capability, and records what
 // the server advertises (ServerInfo). Servers of version 0 work as before.
 //
+// # Several endpoints
+//
+// FailoverSource is a Source over several HTTP sources whose endpoints
+// serve the same store (servers or relays of one config plane): every
+// request goes to the current one; a failure of the endpoint (not of the
+// request) makes the next one current, the caller resuming there from
+// its cursor; a background probe returns to the first once it has been
+// healthy for WithFailbackAfter, moving running watches without ending
+// them. EndpointReporter says which endpoint serves.
+//
 // The bearer token is sent only to the base URL's host. Close closes idle
 // connections; it does not end running watches: cancel their contexts.
 package transport

@@ -357,6 +357,38 @@ func (s *HTTPSource) Close() error {
 	return nil
 }
 
+// closeIdle closes the idle connections of the source's own transport
+// (not those of a client given with WithHTTPClient, which other sources
+// may share).
+func (s *HTTPSource) closeIdle() {
+	if !s.opts.clientSet {
+		s.opts.client.CloseIdleConnections()
+	}
+}
+
+// probe asks for ns's changes after since without waiting (GET
+// /sdk/events, wait 0s): a cheap request that a healthy server answers at
+// once with 200 and its store id, and that fails when the server is down
+// or failing, or refuses since as above its head (409: it is behind).
+// The changes in the reply are not read.
+func (s *HTTPSource) probe(ctx context.Context, ns string, since int64) (storeID string, err error) {
+	q := url.Values{"ns": {ns}, "since": {strconv.FormatInt(since, 10)}, "wait": {"0s"}}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint(PathEvents, q), nil)
+	if err != nil {
+		return "", fmt.Errorf("transport: probe %q: %w", ns, err)
+	}
+	hreq.Header.Set("Accept", "application/json")
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		return "", requestError(ctx, "probe", ns, err)
+	}
+	defer closeBody(resp.Body)
+	if err := checkOK(resp, "probe", ns); err != nil {
+		return "", err
+	}
+	return resp.Header.Get(HeaderStoreID), nil
+}
+
 func (s *HTTPSource) endpoint(path string, q url.Values) string {
 	u := *s.base
 	u.Path = s.base.Path + path

@@ -163,6 +163,27 @@ func (s *HTTPSource) closeAckStream() {
 	st.wg.Wait() // this one and any closed for idleness: ackBody bounds them
 }
 
+// release lets go of the source's connections while a FailoverSource
+// uses another endpoint: it ends the ack stream (the next batch opens
+// another), waits for its request to end (ackBody bounds it) or ctx, and
+// closes the idle connections. Requests running are not touched.
+func (s *HTTPSource) release(ctx context.Context) {
+	st := &s.acks
+	st.mu.Lock()
+	cur := st.cur
+	st.cur = nil
+	st.mu.Unlock()
+	if cur != nil {
+		cur.idle.Stop()
+		_ = cur.w.Close() // the body ends: the server has every line
+		select {
+		case <-cur.done:
+		case <-ctx.Done():
+		}
+	}
+	s.closeIdle()
+}
+
 // ackBody is an ack stream's request body. Once it has ended (closed for
 // idleness or by Close) the server has a second to end its reply, or the
 // request is cut: a server that stopped answering must not hold the
