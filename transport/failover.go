@@ -254,6 +254,15 @@ func (f *FailoverSource) AckBatch(ctx context.Context, acks []Ack) error {
 	return err
 }
 
+// AckRelayed forwards a relay's clients' acks to the current endpoint
+// (HTTPSource.AckRelayed).
+func (f *FailoverSource) AckRelayed(ctx context.Context, relayID string, acks []Ack) error {
+	i := f.current()
+	err := f.srcs[i].AckRelayed(ctx, relayID, acks)
+	f.after(ctx, i, err)
+	return err
+}
+
 // Watch follows the namespace on the current endpoint (HTTPSource.Watch).
 // When a switch cuts it, it resumes on the new current endpoint from the
 // cursor delivered so far, without returning.

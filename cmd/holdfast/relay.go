@@ -38,13 +38,13 @@ directory first.
 -upstream is one of:
 
 	http://HOST:PORT[/PATH] or https://...   a holdfast server or another relay
-	URL,URL,...                              several of them, for failover (for now the
-	                                         first is followed; see below)
+	URL,URL,...                              several of them, for failover (see below)
 	etcd://HOST:PORT[,HOST:PORT...]          etcd's members, through holdfast's etcd source
 
-Failover across several http(s) upstreams comes with the SDK's failover
-source (the client's WithEndpoints); until then the relay follows the first
-URL and logs that it ignores the others.
+Several http(s) upstreams fail over in order, as the SDK's WithEndpoints:
+on a failure of the one followed the relay moves to the next and resumes
+from its cursors; it returns to the first once that one has been healthy
+for 30s.
 
 The admin endpoints are served in front of the data plane on -addr, or on a
 listener of their own with -admin-addr:
@@ -265,20 +265,28 @@ func (u upstream) source(log *slog.Logger, token string) (closingSource, error) 
 	if token != "" {
 		opts = append(opts, transport.WithBearerToken(token))
 	}
-	// TODO(failover): follow every URL, failing over in order, once the
-	// failover source of package transport lands (the client's
-	// WithEndpoints work, built by another helper): this one line becomes
-	// that source over u.urls with opts.
-	return firstHTTPSource(log, u.urls, opts)
+	return httpUpstream(u.urls, opts)
 }
 
-// firstHTTPSource follows urls[0] only, saying so when there are more.
-func firstHTTPSource(log *slog.Logger, urls []string, opts []transport.HTTPOption) (closingSource, error) {
-	if len(urls) > 1 {
-		log.Warn("following the first upstream only: failover across upstream URLs comes with transport's failover source",
-			"following", urls[0], "ignored", len(urls)-1)
+// httpUpstream follows urls: one HTTP source, or for several a failover
+// source that moves to the next on a failure and returns to the first
+// once it has been healthy for a while (the SDK's WithEndpoints).
+func httpUpstream(urls []string, opts []transport.HTTPOption) (closingSource, error) {
+	if len(urls) == 1 {
+		return transport.NewHTTPSource(urls[0], opts...)
 	}
-	return transport.NewHTTPSource(urls[0], opts...)
+	srcs := make([]*transport.HTTPSource, 0, len(urls))
+	for _, u := range urls {
+		s, err := transport.NewHTTPSource(u, opts...)
+		if err != nil {
+			for _, s := range srcs {
+				_ = s.Close()
+			}
+			return nil, err
+		}
+		srcs = append(srcs, s)
+	}
+	return transport.NewFailoverSource(srcs)
 }
 
 // relayer is what the command uses of a *relay.Relay, so that its tests

@@ -125,12 +125,6 @@ func TestRelayCommandLines(t *testing.T) {
 		default:
 			t.Errorf("%q: exit %d, want 0 or 1:\n%s", all, code, logs.String())
 		}
-		if strings.Contains(args[1], ",http") {
-			rec := logs.waitFor(t, "following the first upstream only: failover across upstream URLs comes with transport's failover source", nil)
-			if rec["following"] != "http://127.0.0.1:1" || rec["ignored"] != 1.0 {
-				t.Errorf("the failover warning: %v", rec)
-			}
-		}
 	}
 }
 
