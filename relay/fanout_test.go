@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -184,4 +185,33 @@ func TestRelayClosesItsUpstreamStreamWhenIdle(t *testing.T) {
 	}
 	eventually(t, "no namespace followed", func() bool { return len(r.Namespaces()) == 0 })
 	eventually(t, "no stream at the origin", func() bool { return origin.OpenStreams() == 0 })
+}
+
+// TestWaitForRevisionThroughARelay: a publish to a namespace neither the
+// client nor its relay follows still advances the client's Revision
+// within a second (the origin's prompt progress, passed on), although
+// the heartbeat is 5 s.
+func TestWaitForRevisionThroughARelay(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(5*time.Second))
+	mustPublish(t, origin, "watched", map[string]any{"v": 1})
+	mustPublish(t, origin, "elsewhere", map[string]any{"v": 1})
+	src, err := transport.NewHTTPSource(origin.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Close() })
+	_, url := startRelay(t, "", withSource(src), relay.WithHeartbeat(5*time.Second))
+	c := newClient(t, url)
+	openNamespace(t, c, "watched")
+	eventually(t, "the client's revision at the head", func() bool { return c.Revision() >= origin.Head() })
+	rev := mustPublish(t, origin, "elsewhere", map[string]any{"v": 2})
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.WaitForRevision(ctx, rev); err != nil {
+		t.Fatalf("WaitForRevision(%d): %v (at %d)", rev, err, c.Revision())
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("WaitForRevision took %v through the relay, want under 1s", d)
+	}
 }
