@@ -202,6 +202,14 @@ func scanValue(s string, i, depth int) (int, error) {
 	}
 }
 
+// SkipValue returns the index just past the JSON value that starts at
+// s[i] (white space before it is not skipped), or an error where s stops
+// being one that encoding/json accepts. depth is how many arrays and
+// objects enclose it, for encoding/json's nesting limit. It allocates
+// nothing below 64 levels of nesting: the server's ack decoder skips
+// unknown fields with it.
+func SkipValue(s string, i, depth int) (int, error) { return scanValue(s, i, depth) }
+
 // scanKey checks a member's key and colon, and returns the index of its
 // value.
 func scanKey(s string, i int) (int, error) {
