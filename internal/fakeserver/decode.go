@@ -74,13 +74,12 @@ type ackBody struct {
 // them (transport.Ack.Extra) and takes any status, to forward what it
 // does not know.
 func parseAckBody(data []byte, ownIDs, relay bool) (acks []transport.Ack, batch bool, err error) {
-	if relay {
-		return parseRelayedAckBody(data, ownIDs)
-	}
-	var body ackBody
-	if err := unmarshal(data, &body); err != nil {
-		return nil, false, err
-	}
+	var d ackDecoder
+	return d.parse(data, ownIDs, relay)
+}
+
+// checkAckBody checks a decoded body and returns its acks.
+func checkAckBody(body ackBody, ownIDs bool) (acks []transport.Ack, batch bool, err error) {
 	if body.Acks == nil {
 		ack, err := checkAck(body.Ack, false)
 		if err != nil {
@@ -173,13 +172,29 @@ func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
 	case !known && !(relay && isToken(ack.Status)):
 		return ack, fmt.Errorf("%w: status %q (want %q or %q)", ErrInvalid, ack.Status, transport.AckApplied, transport.AckRejected)
 	}
-	if err := transport.ValidateNamespace(ack.Namespace); err != nil {
-		return ack, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if !isNamespace(ack.Namespace) { // the regexp costs more than decoding the ack
+		if err := transport.ValidateNamespace(ack.Namespace); err != nil {
+			return ack, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
 	}
 	if len(ack.Error) > maxAckErrorLen {
 		ack.Error = ack.Error[:maxAckErrorLen]
 	}
 	return ack, nil
+}
+
+// isNamespace reports whether transport.ValidateNamespace takes s:
+// ^[a-z0-9][a-z0-9._-]{0,127}$, by hand.
+func isNamespace(s string) bool {
+	if s == "" || len(s) > 128 || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // isToken reports whether s is [a-z0-9_-]{1,64}.

@@ -666,8 +666,9 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).Flush()
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 0, 1024), maxAckBatch)
+	dec := ackDecoder{intern: true} // a client's id and namespaces, allocated once
 	for sc.Scan() {
-		acks, batch, err := parseAckBody(sc.Bytes(), s.opts.offers(transport.CapabilityAckRelay), s.follow != nil)
+		acks, batch, err := dec.parse(sc.Bytes(), s.opts.offers(transport.CapabilityAckRelay), s.follow != nil)
 		if err != nil || !batch {
 			return
 		}
