@@ -15,10 +15,13 @@ import (
 // body per client per publish. What it does not read itself it leaves to
 // encoding/json (decode). A stream's decoder (intern) keeps the strings
 // it made, so that its client's id and namespaces are allocated once per
-// stream rather than once per ack.
+// stream rather than once per ack; and (reuse) decodes every batch into
+// one slice, valid until the next body.
 type ackDecoder struct {
 	intern bool
 	names  map[string]string // intern: strings made, each its own key
+	reuse  bool
+	acks   []transport.Ack // reuse: the last batch's
 }
 
 // maxInterned bounds the strings a stream's decoder keeps: a client has
@@ -53,67 +56,109 @@ func (d *ackDecoder) parse(data []byte, ownIDs, relay bool) (acks []transport.Ac
 // "acks" (encoding/json decodes it into the first one's elements).
 func (d *ackDecoder) decode(data []byte, body *ackBody) bool {
 	// s aliases data, which may be reused once the body is decoded: what
-	// is kept is copied (keep, keepText).
+	// is kept is copied (str).
 	s := unsafe.String(unsafe.SliceData(data), len(data))
-	i, ok := d.object(s, skipWS(s, 0), &body.Ack, &body.Acks, 1)
+	i, ok := d.body(s, skipWS(s, 0), body)
 	return ok && skipWS(s, i) == len(s)
 }
 
-// object reads the JSON object at s[i] into *a, and into *acks its "acks"
-// (the body itself; nil for an ack of a batch). depth is how many arrays
-// and objects enclose the object's members. It returns the index just
-// past the object.
-func (d *ackDecoder) object(s string, i int, a *transport.Ack, acks *[]transport.Ack, depth int) (int, bool) {
-	if i >= len(s) || s[i] != '{' {
-		return 0, false
-	}
-	if i = skipWS(s, i+1); i < len(s) && s[i] == '}' {
-		return i + 1, true
-	}
+// body reads the object at s[i] into *b and returns the index just past
+// it. (It and ack are two functions rather than one that calls itself
+// through array so that array's buffer stays on the stack.)
+func (d *ackDecoder) body(s string, i int, b *ackBody) (int, bool) {
+	i, more, ok := openObject(s, i)
 	seenAcks := false
-	for {
-		key, j, ok := fieldName(s, i)
-		if !ok {
-			return 0, false
+	for more && ok {
+		var key string
+		if key, i, ok = member(s, i); !ok {
+			break
 		}
-		if j = skipWS(s, j); j >= len(s) || s[j] != ':' {
-			return 0, false
-		}
-		i = skipWS(s, j+1)
-		switch {
-		case key == "client_id":
-			i, ok = d.str(s, i, &a.ClientID, true)
-		case key == "ns":
-			i, ok = d.str(s, i, &a.Namespace, true)
-		case key == "status":
-			i, ok = d.str(s, i, &a.Status, true)
-		case key == "error":
-			i, ok = d.str(s, i, &a.Error, false)
-		case key == "revision":
-			i, ok = readInt(s, i, &a.Revision)
-		case key == "acks" && acks != nil:
+		if key == "acks" {
 			if seenAcks {
 				return 0, false
 			}
 			seenAcks = true
-			i, ok = d.array(s, i, acks)
-		default: // a field this version does not know
-			var err error
-			i, err = snap.SkipValue(s, i, depth)
-			ok = err == nil
+			i, ok = d.array(s, i, &b.Acks)
+		} else {
+			i, ok = d.field(s, i, key, &b.Ack, 1)
 		}
-		if !ok {
-			return 0, false
-		}
-		switch i = skipWS(s, i); {
-		case i < len(s) && s[i] == ',':
-			i = skipWS(s, i+1)
-		case i < len(s) && s[i] == '}':
-			return i + 1, true
-		default:
-			return 0, false
+		if ok {
+			i, more, ok = nextMember(s, i)
 		}
 	}
+	return i, ok
+}
+
+// ack reads the object at s[i], an element of "acks", into *a and
+// returns the index just past it.
+func (d *ackDecoder) ack(s string, i int, a *transport.Ack) (int, bool) {
+	i, more, ok := openObject(s, i)
+	for more && ok {
+		var key string
+		if key, i, ok = member(s, i); ok {
+			if i, ok = d.field(s, i, key, a, 3); ok {
+				i, more, ok = nextMember(s, i)
+			}
+		}
+	}
+	return i, ok
+}
+
+// field reads the value at s[i] of the member key into its field of *a,
+// or skips it: a field this version does not know. depth is how many
+// arrays and objects enclose the value.
+func (d *ackDecoder) field(s string, i int, key string, a *transport.Ack, depth int) (int, bool) {
+	switch key {
+	case "client_id":
+		return d.str(s, i, &a.ClientID, true)
+	case "ns":
+		return d.str(s, i, &a.Namespace, true)
+	case "status":
+		return d.str(s, i, &a.Status, true)
+	case "error":
+		return d.str(s, i, &a.Error, false)
+	case "revision":
+		return readInt(s, i, &a.Revision)
+	}
+	i, err := snap.SkipValue(s, i, depth)
+	return i, err == nil
+}
+
+// openObject reads the '{' at s[i] and the white space after it; more
+// says whether a member follows (or the object ends at once, '}' read).
+func openObject(s string, i int) (next int, more, ok bool) {
+	if i >= len(s) || s[i] != '{' {
+		return 0, false, false
+	}
+	if i = skipWS(s, i+1); i < len(s) && s[i] == '}' {
+		return i + 1, false, true
+	}
+	return i, true, true
+}
+
+// member reads a member's key at s[i] and its colon, and returns the
+// field the key names (fieldName) and the index of the value.
+func member(s string, i int) (key string, value int, ok bool) {
+	key, i, ok = fieldName(s, i)
+	if !ok {
+		return "", 0, false
+	}
+	if i = skipWS(s, i); i >= len(s) || s[i] != ':' {
+		return "", 0, false
+	}
+	return key, skipWS(s, i+1), true
+}
+
+// nextMember reads what follows a member's value at s[i]: a ',' and the
+// white space after it (more), or the '}' that ends the object.
+func nextMember(s string, i int) (next int, more, ok bool) {
+	switch i = skipWS(s, i); {
+	case i < len(s) && s[i] == ',':
+		return skipWS(s, i+1), true, true
+	case i < len(s) && s[i] == '}':
+		return i + 1, false, true
+	}
+	return 0, false, false
 }
 
 // array reads the "acks" at s[i] into *acks: null, or an array of ack
@@ -130,25 +175,43 @@ func (d *ackDecoder) array(s string, i int, acks *[]transport.Ack) (int, bool) {
 		*acks = []transport.Ack{} // empty, not nil: a batch
 		return i + 1, true
 	}
+	if d.reuse {
+		var ok bool
+		i, d.acks, ok = d.elements(s, i, d.acks[:0])
+		*acks = d.acks
+		if cap(d.acks) > maxReused {
+			d.acks = nil // a stream keeps no big batch's room
+		}
+		return i, ok
+	}
 	var buf [16]transport.Ack // a batch that fits allocates only its copy
-	out := buf[:0]
+	i, out, ok := d.elements(s, i, buf[:0])
+	*acks = append(make([]transport.Ack, 0, len(out)), out...)
+	return i, ok
+}
+
+// maxReused bounds the acks a stream's decoder keeps room for.
+const maxReused = 64
+
+// elements reads the elements of an array of acks from s[i], past its
+// '[', appending them to out, and returns the index past the array.
+func (d *ackDecoder) elements(s string, i int, out []transport.Ack) (int, []transport.Ack, bool) {
 	for {
 		var a transport.Ack
 		var ok bool
 		if strings.HasPrefix(s[i:], "null") {
 			i += 4
-		} else if i, ok = d.object(s, i, &a, nil, 3); !ok {
-			return 0, false
+		} else if i, ok = d.ack(s, i, &a); !ok {
+			return 0, out, false
 		}
 		out = append(out, a)
 		switch i = skipWS(s, i); {
 		case i < len(s) && s[i] == ',':
 			i = skipWS(s, i+1)
 		case i < len(s) && s[i] == ']':
-			*acks = append(make([]transport.Ack, 0, len(out)), out...)
-			return i + 1, true
+			return i + 1, out, true
 		default:
-			return 0, false
+			return 0, out, false
 		}
 	}
 }

@@ -92,11 +92,11 @@ var ackBodySeeds = []string{
 	`{"client_id":"c","ns":"` + strings.Repeat("a", 128) + `","status":"ack"}`, `{"client_id":"c","ns":"` + strings.Repeat("a", 129) + `","status":"ack"}`,
 	`{"client_id":"` + strings.Repeat("c", 256) + `","ns":"a","status":"ack"}`, `{"client_id":"` + strings.Repeat("c", 257) + `","ns":"a","status":"ack"}`,
 	`{"client_id":"c","ns":"a","status":"nack","error":"` + strings.Repeat("e", maxAckErrorLen+1) + `"}`,
-	// Nesting at encoding/json's limit of 10000, in an ack and at the top.
-	`{"client_id":"c","acks":[{"ns":"a","status":"ack","x":` + strings.Repeat("[", 9997) + strings.Repeat("]", 9997) + `}]}`,
-	`{"client_id":"c","acks":[{"ns":"a","status":"ack","x":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}]}`,
-	`{"client_id":"c","ns":"a","status":"ack","x":` + strings.Repeat(`{"a":`, 9999) + "1" + strings.Repeat("}", 9999) + `}`,
-	`{"client_id":"c","ns":"a","status":"ack","x":` + strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000) + `}`,
+	// Nesting past the 64 levels SkipValue keeps on its stack (its limit,
+	// encoding/json's 10000, is TestAckBodyNestingLimit's: too big a seed
+	// slows the fuzzer down).
+	`{"client_id":"c","acks":[{"ns":"a","status":"ack","x":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}]}`,
+	`{"client_id":"c","ns":"a","status":"ack","x":` + strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 69) + `}`,
 }
 
 // FuzzAckBody holds ackDecoder to encoding/json: on every input the
@@ -107,44 +107,90 @@ func FuzzAckBody(f *testing.F) {
 	for _, seed := range ackBodySeeds {
 		f.Add([]byte(seed))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var want ackBody
-		jsonErr := json.Unmarshal(data, &want)
-		var got ackBody
-		if (&ackDecoder{}).decode(data, &got) {
-			if jsonErr != nil {
-				t.Fatalf("decoded %.300q, which encoding/json refuses: %v", data, jsonErr)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("decoded %.300q as\n%#v\nencoding/json reads\n%#v", data, got, want)
-			}
+	f.Fuzz(agreesWithJSON)
+}
+
+// FuzzAckBodyFields is FuzzAckBody for inputs shaped as clients send
+// them: its fields put verbatim into a single ack and a batch of two, so
+// that most inputs are ackDecoder's to read rather than left to
+// encoding/json (few of FuzzAckBody's are).
+func FuzzAckBodyFields(f *testing.F) {
+	f.Add("host-1", "app", "ack", "", "7", "stage", "1", "")
+	f.Add("c", "db.main", "nack", "port: bad", "-9223372036854775808", "Revision", `{"a":[1,"x"]}`, "\n")
+	f.Add(`c\u0031`, "a", "ack", `\"q\" \ud800`, "1e3", "acks", "null", " \t")
+	f.Add("cé", "A", "maybe", "\xff", "9223372036854775808", "ns", `"b"`, "\r")
+	f.Fuzz(func(t *testing.T, clientID, ns, status, errText, rev, key, value, ws string) {
+		member := func(k, v string) string { return ws + `"` + k + `"` + ws + ":" + ws + v + ws }
+		one := "{" + member("ns", `"`+ns+`"`) + "," + member("revision", rev) + "," + member("status", `"`+status+`"`) +
+			"," + member("error", `"`+errText+`"`) + "," + member(key, value) + "}"
+		agreesWithJSON(t, []byte(`{"client_id":"`+clientID+`","acks":[`+one+","+one+"]}"))
+		agreesWithJSON(t, []byte("{"+member("client_id", `"`+clientID+`"`)+","+one[1:]))
+	})
+}
+
+// TestAckBodyNestingLimit: an unknown field nested as deep as
+// encoding/json takes (10000 levels) is skipped, one level deeper refused,
+// in an ack and at the top.
+func TestAckBodyNestingLimit(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"client_id":"c","acks":[{"ns":"a","status":"ack","x":` + strings.Repeat("[", 9997) + strings.Repeat("]", 9997) + `}]}`, true},
+		{`{"client_id":"c","acks":[{"ns":"a","status":"ack","x":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}]}`, false},
+		{`{"client_id":"c","ns":"a","status":"ack","x":` + strings.Repeat(`{"a":`, 9999) + "1" + strings.Repeat("}", 9999) + `}`, true},
+		{`{"client_id":"c","ns":"a","status":"ack","x":` + strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000) + `}`, false},
+	} {
+		if (json.Unmarshal([]byte(tc.body), &ackBody{}) == nil) != tc.ok {
+			t.Fatalf("encoding/json's limit is not 10000 levels any more")
 		}
-		for _, ownIDs := range []bool{false, true} {
-			wantAcks, wantBatch, wantErr := parseAckBodyJSON(data, ownIDs)
-			interned := &ackDecoder{intern: true}
-			for round := range 2 { // the second finds its strings interned
-				for name, parse := range map[string]func([]byte, bool, bool) ([]transport.Ack, bool, error){
-					"parseAckBody": parseAckBody, "interning": interned.parse,
-				} {
-					acks, batch, err := parse(data, ownIDs, false)
-					if fmt.Sprint(err) != fmt.Sprint(wantErr) || batch != wantBatch || !reflect.DeepEqual(acks, wantAcks) {
-						t.Fatalf("%s (ownIDs %v, round %d) of %.300q: %v, %v, %#v\nencoding/json: %v, %v, %#v",
-							name, ownIDs, round, data, err, batch, acks, wantErr, wantBatch, wantAcks)
-					}
+		var body ackBody
+		if (&ackDecoder{}).decode([]byte(tc.body), &body) != tc.ok {
+			t.Errorf("decode of %d bytes nested at the limit (ok %v): %v", len(tc.body), tc.ok, !tc.ok)
+		}
+		agreesWithJSON(t, []byte(tc.body))
+	}
+}
+
+// agreesWithJSON is FuzzAckBody's test of one input.
+func agreesWithJSON(t *testing.T, data []byte) {
+	t.Helper()
+	var want ackBody
+	jsonErr := json.Unmarshal(data, &want)
+	var got ackBody
+	if (&ackDecoder{}).decode(data, &got) {
+		if jsonErr != nil {
+			t.Fatalf("decoded %.300q, which encoding/json refuses: %v", data, jsonErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("decoded %.300q as\n%#v\nencoding/json reads\n%#v", data, got, want)
+		}
+	}
+	for _, ownIDs := range []bool{false, true} {
+		wantAcks, wantBatch, wantErr := parseAckBodyJSON(data, ownIDs)
+		interned := &ackDecoder{intern: true, reuse: true}
+		for round := range 2 { // the second finds its strings interned
+			for name, parse := range map[string]func([]byte, bool, bool) ([]transport.Ack, bool, error){
+				"parseAckBody": parseAckBody, "stream's": interned.parse,
+			} {
+				acks, batch, err := parse(data, ownIDs, false)
+				if fmt.Sprint(err) != fmt.Sprint(wantErr) || batch != wantBatch || !reflect.DeepEqual(acks, wantAcks) {
+					t.Fatalf("%s (ownIDs %v, round %d) of %.300q: %v, %v, %#v\nencoding/json: %v, %v, %#v",
+						name, ownIDs, round, data, err, batch, acks, wantErr, wantBatch, wantAcks)
 				}
 			}
 		}
-		// checkAck's isNamespace is transport.ValidateNamespace's test.
-		names := []string{string(data), want.Namespace}
-		for _, a := range want.Acks {
-			names = append(names, a.Namespace)
+	}
+	// checkAck's isNamespace is transport.ValidateNamespace's test.
+	names := []string{string(data), want.Namespace}
+	for _, a := range want.Acks {
+		names = append(names, a.Namespace)
+	}
+	for _, ns := range names {
+		if isNamespace(ns) != (transport.ValidateNamespace(ns) == nil) {
+			t.Fatalf("isNamespace(%.300q) = %v; transport.ValidateNamespace: %v", ns, isNamespace(ns), transport.ValidateNamespace(ns))
 		}
-		for _, ns := range names {
-			if isNamespace(ns) != (transport.ValidateNamespace(ns) == nil) {
-				t.Fatalf("isNamespace(%q) = %v; transport.ValidateNamespace: %v", ns, isNamespace(ns), transport.ValidateNamespace(ns))
-			}
-		}
-	})
+	}
 }
 
 // TestAckDecoderReadsWhatClientsSend: the bodies clients send, and the
@@ -180,8 +226,8 @@ func TestAckDecoderReadsWhatClientsSend(t *testing.T) {
 }
 
 // TestAckStreamDecoderAllocatesPerBatch: a stream's decoder allocates
-// one slice per batch, not a string per ack, once it saw the client's
-// namespaces.
+// nothing once it saw the client's namespaces, and one slice per batch
+// when its acks may be kept (a sink); not a string per ack.
 func TestAckStreamDecoderAllocatesPerBatch(t *testing.T) {
 	var buf strings.Builder
 	buf.WriteString(`{"client_id":"host-1","acks":[`)
@@ -193,15 +239,20 @@ func TestAckStreamDecoderAllocatesPerBatch(t *testing.T) {
 	}
 	buf.WriteString(`]}`)
 	line := []byte(buf.String())
-	dec := ackDecoder{intern: true}
-	if _, _, err := dec.parse(line, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if n := testing.AllocsPerRun(100, func() {
-		if acks, _, err := dec.parse(line, false, false); err != nil || len(acks) != 10 {
-			t.Fatal(acks, err)
+	for _, tc := range []struct {
+		dec  ackDecoder
+		want float64
+	}{{ackDecoder{intern: true, reuse: true}, 0}, {ackDecoder{intern: true}, 1}} {
+		dec := tc.dec
+		if _, _, err := dec.parse(line, false, false); err != nil {
+			t.Fatal(err)
 		}
-	}); n > 1 {
-		t.Errorf("%v allocations per batch of 10 acks, want 1", n)
+		if n := testing.AllocsPerRun(100, func() {
+			if acks, _, err := dec.parse(line, false, false); err != nil || len(acks) != 10 || acks[9].Revision != 109 {
+				t.Fatal(acks, err)
+			}
+		}); n > tc.want {
+			t.Errorf("reuse %v: %v allocations per batch of 10 acks, want %v", tc.dec.reuse, n, tc.want)
+		}
 	}
 }
