@@ -89,7 +89,7 @@ func (s *Server) speak(r *http.Request) (release func()) {
 		s.faults.quiet.RLock()
 		ch := s.faults.hole()
 		if ch == nil {
-			return s.faults.quiet.RUnlock
+			return s.unquiet
 		}
 		s.faults.quiet.RUnlock()
 		select {
@@ -666,9 +666,12 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).Flush()
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 0, 1024), maxAckBatch)
-	dec := ackDecoder{intern: true} // a client's id and namespaces, allocated once
+	// A client's id and namespaces allocated once; the slice of acks
+	// reused line after line, unless a sink may keep it.
+	dec := ackDecoder{intern: true, reuse: s.opts.ackSink == nil}
+	ownIDs, relay := s.opts.offers(transport.CapabilityAckRelay), s.follow != nil
 	for sc.Scan() {
-		acks, batch, err := dec.parse(sc.Bytes(), s.opts.offers(transport.CapabilityAckRelay), s.follow != nil)
+		acks, batch, err := dec.parse(sc.Bytes(), ownIDs, relay)
 		if err != nil || !batch {
 			return
 		}

@@ -39,8 +39,11 @@ type Server struct {
 	accepted atomic.Int64 // connections accepted, for tests
 
 	faults faults
-	acks   acks
-	stats  counters
+	// unquiet is s.faults.quiet.RUnlock, made once: speak returns it on
+	// every request, and a method value made there is an allocation.
+	unquiet func()
+	acks    acks
+	stats   counters
 
 	closing chan struct{} // closed by Close: requests through Handler end
 
@@ -124,6 +127,7 @@ func (s *Server) Handler() http.Handler {
 
 func newServer(o options, st *store, f *Follower) *Server {
 	s := &Server{opts: o, log: o.logger, store: st, follow: f, addr: o.addr, closing: make(chan struct{})}
+	s.unquiet = s.faults.quiet.RUnlock
 	s.be = st
 	if f != nil {
 		s.be = f
