@@ -296,6 +296,13 @@ func waitFor(b *testing.B, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
+// statsDelta is what a relay served between two of its reports.
+func statsDelta(a, b relay.Stats) relay.Stats {
+	return relay.Stats{Snapshots: b.Snapshots - a.Snapshots, NotModified: b.NotModified - a.NotModified, Shed: b.Shed - a.Shed,
+		Events: b.Events - a.Events, Watches: b.Watches - a.Watches, Streams: b.Streams - a.Streams,
+		StreamPolls: b.StreamPolls - a.StreamPolls, Acks: b.Acks - a.Acks, Conns: b.Conns - a.Conns, OpenStreams: b.OpenStreams}
+}
+
 // relayProc is a relay child process.
 type relayProc struct {
 	*childProc

@@ -295,7 +295,8 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	if path := os.Getenv("HOLDFAST_SCALE_RELAY_CPUPROFILE"); path != "" && rl != nil {
 		rl.profile(b, path)
 	}
-	conns0 := srv.Stats().Conns
+	origin0 := srv.Stats()
+	conns0 := origin0.Conns
 	cpu0 := cpuTime(b)
 	var relay0 relayReport
 	if rl != nil {
@@ -309,7 +310,8 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	time.Sleep(settle)
 	busy := time.Since(t0)
 	cpuPublish := cpuTime(b) - cpu0
-	newConns := srv.Stats().Conns - conns0
+	origin1 := srv.Stats()
+	newConns := origin1.Conns - conns0
 	var relay1 relayReport
 	if rl != nil {
 		relay1 = rl.report(b, false)
@@ -327,6 +329,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	}
 
 	all := delays(b, kids)
+	logErrors(b, kids)
 	if len(all) != clients*publishes {
 		b.Fatalf("%d delays, want %d", len(all), clients*publishes)
 	}
@@ -339,9 +342,14 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	b.ReportMetric(float64((cpuPublish-cpuIdle).Microseconds())/1000/float64(publishes), "origin-cpu-ms/publish")
 	b.ReportMetric(float64(streams), "streams")
 	b.ReportMetric(float64(newConns), "conns-during-publishes")
+	b.ReportMetric(float64(origin1.Streams-origin0.Streams), "streams-during-publishes")
 	if st, err := srv.Status(namespace); err == nil {
 		b.ReportMetric(float64(st.Acked), "origin-acked")
 	}
+	b.Logf("origin requests during the publishes: snapshots %d (304: %d), streams %d, watches %d, long-polls %d, acks %d, conns %d",
+		origin1.Snapshots-origin0.Snapshots, origin1.NotModified-origin0.NotModified, origin1.Streams-origin0.Streams,
+		origin1.Watches-origin0.Watches, origin1.Events-origin0.Events+origin1.StreamPolls-origin0.StreamPolls,
+		origin1.Acks-origin0.Acks, newConns)
 	b.Logf("origin RSS %d MiB idle, %d MiB with %d clients; CPU %v over %d publishes, %v idle over the same %v; publish spans %v",
 		rssBase>>20, rssConnected>>20, clients, cpuPublish, publishes, cpuIdle, busy.Round(time.Millisecond), spans)
 	if rl == nil {
@@ -353,6 +361,8 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	b.ReportMetric(float64(relayConnected.RSS-relayBase.RSS)/float64(clients)/1024, "relay-KiB/client")
 	b.ReportMetric(float64(relayConnected.Stats.OpenStreams), "relay-streams")
 	b.ReportMetric(float64(relay1.Stats.Conns-relay0.Stats.Conns), "relay-conns-during-publishes")
+	b.ReportMetric(float64(relay1.Stats.Streams-relay0.Stats.Streams), "relay-streams-during-publishes")
+	b.Logf("relay requests during the publishes: %+v", statsDelta(relay0.Stats, relay1.Stats))
 	outPublish, outIdle := relay1.Out-relay0.Out, relay2.Out-relay1.Out
 	b.ReportMetric(float64(outPublish-outIdle)/float64(clients*publishes), "relay-out-B/client/publish")
 	b.Logf("relay RSS %d MiB idle, %d MiB with %d clients (peak %d MiB); CPU %v over the publishes, %v idle over the same span; %d bytes out over the publishes, %d idle",
@@ -469,6 +479,7 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 	}
 
 	var clients []*config.Client
+	var nss []*config.Namespace // under mu
 	defer func() {
 		for _, c := range clients {
 			_ = c.Close()
@@ -504,6 +515,9 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 				return
 			}
 			ns.OnChange(key, record)
+			mu.Lock()
+			nss = append(nss, ns)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -514,6 +528,10 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
+		if sc.Text() == "errors" {
+			say(lastErrors(nss))
+			continue
+		}
 		if sc.Text() != "report" {
 			continue
 		}
@@ -535,4 +553,36 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 		mu.Unlock()
 	}
 	return nil
+}
+
+// lastErrors counts the clients' last errors by kind and message (what
+// made them reconnect, if they did), on one line.
+func lastErrors(nss []*config.Namespace) string {
+	counts := map[string]int{}
+	for _, ns := range nss {
+		e := ns.Status().LastError
+		if e.Message == "" {
+			continue
+		}
+		msg := e.Message
+		if len(msg) > 120 {
+			msg = msg[:120]
+		}
+		counts[fmt.Sprintf("%v: %s", e.Kind, msg)]++
+	}
+	var out []string
+	for m, n := range counts {
+		out = append(out, fmt.Sprintf("%d× %s", n, m))
+	}
+	slices.Sort(out)
+	return "errors " + strings.Join(out, " | ")
+}
+
+// logErrors logs each child's count of its clients' last errors.
+func logErrors(b *testing.B, kids []*childProc) {
+	b.Helper()
+	for i, k := range kids {
+		fmt.Fprintln(k.stdin, "errors")
+		b.Logf("clients of child %d, last errors: %s", i, strings.TrimPrefix(next(b, k, time.Minute), "errors "))
+	}
 }
