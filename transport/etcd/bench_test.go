@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,7 +54,9 @@ var discard = slog.New(slog.DiscardHandler)
 // The relay runs as a process of its own, so that its CPU is read apart:
 // this test binary run again in a relay role (TestMain, relayEnv), with
 // the heartbeat (1 s) of the others. Its clients speak HTTP to it as those
-// of the reference server do.
+// of the reference server do. HOLDFAST_BENCH_RELAY_CPUPROFILE names a file
+// for the relay's CPU profile over its life (the clients' opening
+// included).
 //
 // Each op is one publish; p50-ms and p99-ms are over every client's
 // callback of every op, timed from the start of the publish call.
@@ -400,6 +403,21 @@ func relayMain() int {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		_ = r.Close()
 		return 1
+	}
+	if path := os.Getenv(relayEnv + "_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			_ = r.Close()
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			_ = r.Close()
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	fmt.Println("listening", l.Addr())
 	ctx, cancel := context.WithCancel(context.Background())
