@@ -297,6 +297,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	}
 	origin0 := srv.Stats()
 	conns0 := origin0.Conns
+	kids0 := kidsCPU(kids)
 	cpu0 := cpuTime(b)
 	var relay0 relayReport
 	if rl != nil {
@@ -310,6 +311,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	time.Sleep(settle)
 	busy := time.Since(t0)
 	cpuPublish := cpuTime(b) - cpu0
+	kidsPublish := kidsCPU(kids) - kids0
 	origin1 := srv.Stats()
 	newConns := origin1.Conns - conns0
 	var relay1 relayReport
@@ -320,9 +322,9 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 		}
 	}
 	// The same span with nothing published: heartbeats and idle streams.
-	cpu1 := cpuTime(b)
+	cpu1, kids1 := cpuTime(b), kidsCPU(kids)
 	time.Sleep(busy)
-	cpuIdle := cpuTime(b) - cpu1
+	cpuIdle, kidsIdle := cpuTime(b)-cpu1, kidsCPU(kids)-kids1
 	var relay2 relayReport
 	if rl != nil {
 		relay2 = rl.report(b, false)
@@ -340,6 +342,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	b.ReportMetric(float64(rssConnected-rssBase)/float64(clients)/1024, "server-KiB/client")
 	b.ReportMetric(float64(perClientCPU.Nanoseconds())/1000, "server-cpu-µs/client/publish")
 	b.ReportMetric(float64((cpuPublish-cpuIdle).Microseconds())/1000/float64(publishes), "origin-cpu-ms/publish")
+	b.ReportMetric(float64((kidsPublish-kidsIdle).Microseconds())/1000/float64(publishes), "clients-cpu-ms/publish")
 	b.ReportMetric(float64(streams), "streams")
 	b.ReportMetric(float64(newConns), "conns-during-publishes")
 	b.ReportMetric(float64(origin1.Streams-origin0.Streams), "streams-during-publishes")
@@ -388,6 +391,23 @@ func next(b *testing.B, k *childProc, limit time.Duration) string {
 		b.Fatalf("child silent for %v", limit)
 	}
 	return ""
+}
+
+// kidsCPU is the CPU time of the client processes, from /proc/<pid>/stat
+// (10 ms ticks: enough for seconds).
+func kidsCPU(kids []*childProc) time.Duration {
+	var total time.Duration
+	for _, k := range kids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	}
+	return total
 }
 
 // rss is the process's resident set after a GC, in bytes.
