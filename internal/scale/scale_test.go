@@ -228,10 +228,34 @@ func publishSeq(b *testing.B, srv *fakeserver.Server, kids []*childProc, i int) 
 	if _, err := srv.Publish(namespace, map[string]any{key: value}); err != nil {
 		b.Fatal(err)
 	}
+	want := "done " + strconv.Itoa(i)
 	for _, k := range kids {
-		expect(b, k, "done "+strconv.Itoa(i), time.Minute)
+		select {
+		case line, ok := <-k.lines:
+			if !ok || line != want {
+				b.Fatalf("child said %q (open: %v), want %q", line, ok, want)
+			}
+		case <-time.After(time.Minute):
+			logStatus(b, kids)
+			b.Fatalf("publish %d: a child's clients not all there after a minute", i)
+		}
 	}
 	return time.Since(pubStart)
+}
+
+// logStatus logs what each child's clients have: how many at each seq and
+// state, and their last errors.
+func logStatus(b *testing.B, kids []*childProc) {
+	b.Helper()
+	for i, k := range kids {
+		fmt.Fprintln(k.stdin, "status")
+		select {
+		case line := <-k.lines:
+			b.Logf("child %d: %s", i, line)
+		case <-time.After(time.Minute):
+			b.Logf("child %d: no status", i)
+		}
+	}
 }
 
 // delays collects every client's delay of every publish from the children.
@@ -548,8 +572,18 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		if sc.Text() == "errors" {
-			say(lastErrors(nss))
+		switch sc.Text() {
+		case "errors":
+			mu.Lock()
+			all := slices.Clone(nss)
+			mu.Unlock()
+			say(lastErrors(all))
+			continue
+		case "status":
+			mu.Lock()
+			all := slices.Clone(nss)
+			mu.Unlock()
+			say(statusCounts(all))
 			continue
 		}
 		if sc.Text() != "report" {
@@ -596,6 +630,25 @@ func lastErrors(nss []*config.Namespace) string {
 	}
 	slices.Sort(out)
 	return "errors " + strings.Join(out, " | ")
+}
+
+// statusCounts counts the clients by the seq they hold and their state,
+// with their last errors, on one line.
+func statusCounts(nss []*config.Namespace) string {
+	counts := map[string]int{}
+	for _, ns := range nss {
+		v, _ := ns.Get(key)
+		s, _ := v.Str()
+		seq, _, _ := strings.Cut(s, ":")
+		st := ns.Status()
+		counts[fmt.Sprintf("seq %s %v rev %d", seq, st.State, st.Revision)]++
+	}
+	var out []string
+	for m, n := range counts {
+		out = append(out, fmt.Sprintf("%d× %s", n, m))
+	}
+	slices.Sort(out)
+	return "status " + strings.Join(out, ", ") + "; " + lastErrors(nss)
 }
 
 // logErrors logs each child's count of its clients' last errors.
