@@ -372,6 +372,18 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	b.ReportMetric(float64(origin1.Streams-origin0.Streams), "streams-during-publishes")
 	if st, err := srv.Status(namespace); err == nil {
 		b.ReportMetric(float64(st.Acked), "origin-acked")
+		if os.Getenv("HOLDFAST_SCALE_NOACKS") == "" && st.Acked < clients {
+			// Whose ack is missing: by how many revisions, and when the
+			// origin last heard from them.
+			lags := map[string]int{}
+			for _, c := range srv.Clients() {
+				if c.Namespace == namespace && c.AckedRevision < st.Revision {
+					lags[fmt.Sprintf("lag %d, last heard %v before the end", st.Revision-c.AckedRevision,
+						time.Since(c.UpdatedAt).Round(time.Second))]++
+				}
+			}
+			b.Logf("origin: %d of %d clients acked revision %d (%d reported); the others: %v", st.Acked, clients, st.Revision, st.Clients, lags)
+		}
 	}
 	b.Logf("origin requests during the publishes: snapshots %d (304: %d), streams %d, watches %d, long-polls %d, acks %d, conns %d",
 		origin1.Snapshots-origin0.Snapshots, origin1.NotModified-origin0.NotModified, origin1.Streams-origin0.Streams,
