@@ -4,6 +4,7 @@ package scale
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -315,6 +316,7 @@ type relayReport struct {
 	CPU      time.Duration // user+system (getrusage)
 	RSS, HWM int64         // resident set now and at its peak
 	In, Out  int64         // bytes read and written by its listener's connections
+	H2C, H1  int64         // connections that opened with HTTP/2's preface, and the others
 	Stats    relay.Stats
 }
 
@@ -431,7 +433,8 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 			}
 			cpu, _ := selfCPU()
 			rss, hwm := procMem()
-			data, _ := json.Marshal(relayReport{CPU: cpu, RSS: rss, HWM: hwm, In: cl.in.Load(), Out: cl.out.Load(), Stats: r.Stats()})
+			data, _ := json.Marshal(relayReport{CPU: cpu, RSS: rss, HWM: hwm, In: cl.in.Load(), Out: cl.out.Load(),
+				H2C: cl.h2c.Load(), H1: cl.h1.Load(), Stats: r.Stats()})
 			say("stats " + string(data))
 		case "profile":
 			if prof, err = os.Create(f[1]); err != nil {
@@ -473,10 +476,12 @@ func procMem() (rss, hwm int64) {
 	return rss, hwm
 }
 
-// countingListener counts the bytes its connections read and write.
+// countingListener counts the bytes its connections read and write, and
+// the connections that open with the HTTP/2 preface (h2c) or not.
 type countingListener struct {
 	net.Listener
 	in, out atomic.Int64
+	h2c, h1 atomic.Int64
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
@@ -484,17 +489,27 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: c, in: &l.in, out: &l.out}, nil
+	return &countingConn{Conn: c, in: &l.in, out: &l.out, l: l}, nil
 }
 
 type countingConn struct {
 	net.Conn
 	in, out *atomic.Int64
+	l       *countingListener // nil: no protocol count
+	seen    bool              // its first bytes were counted
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.in.Add(int64(n))
+	if n > 0 && !c.seen && c.l != nil {
+		c.seen = true
+		if bytes.HasPrefix(p[:n], []byte("PRI * HTTP/2.0")) {
+			c.l.h2c.Add(1)
+		} else {
+			c.l.h1.Add(1)
+		}
+	}
 	return n, err
 }
 
