@@ -401,8 +401,8 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	b.ReportMetric(float64(relayConnected.Stats.OpenStreams), "relay-streams")
 	b.ReportMetric(float64(relay1.Stats.Conns-relay0.Stats.Conns), "relay-conns-during-publishes")
 	b.ReportMetric(float64(relay1.Stats.Streams-relay0.Stats.Streams), "relay-streams-during-publishes")
-	b.Logf("relay requests during the publishes: %+v; connections opened: %d h2c, %d HTTP/1.1",
-		statsDelta(relay0.Stats, relay1.Stats), relay1.H2C-relay0.H2C, relay1.H1-relay0.H1)
+	b.Logf("relay requests during the publishes: %+v; connections opened: %d h2c, %d HTTP/1.1 (%d and %d before)",
+		statsDelta(relay0.Stats, relay1.Stats), relay1.H2C-relay0.H2C, relay1.H1-relay0.H1, relay0.H2C, relay0.H1)
 	outPublish, outIdle := relay1.Out-relay0.Out, relay2.Out-relay1.Out
 	b.ReportMetric(float64(outPublish-outIdle)/float64(clients*publishes), "relay-out-B/client/publish")
 	b.Logf("relay RSS %d MiB idle, %d MiB with %d clients (peak %d MiB); CPU %v over the publishes, %v idle over the same span; %d bytes out over the publishes, %d idle",
