@@ -1,19 +1,29 @@
 //go:build scale
 
 // Package scale measures a fleet: thousands of config clients of one
-// namespace against one reference server, the clients split over child
-// processes (one process's descriptor limit holds fewer). It is behind
-// the build tag scale, out of the default test run:
+// namespace against one reference server, directly or through one relay,
+// the clients split over child processes (one process's descriptor limit
+// holds fewer). It is behind the build tag scale, out of the default test
+// run:
 //
-//	go test -tags scale -run '^$' -bench Fleet -benchtime 1x -timeout 30m ./internal/scale/
+//	go test -tags scale -run '^$' -bench Fleet -benchtime 1x -timeout 60m ./internal/scale/
+//
+// runs BenchmarkFleet (10,000 clients on the origin directly) and
+// BenchmarkFleetRelay (1,000 and 10,000 behind one relay) in one run;
+// relay_test.go has the relay's reconnect storm and bytes on the wire.
 //
 // HOLDFAST_SCALE_CLIENTS (default 10000), HOLDFAST_SCALE_PROCS (2) and
-// HOLDFAST_SCALE_PUBLISHES (20) change the shape; HOLDFAST_SCALE_CPUPROFILE
-// names a file for the server's CPU profile over the publishes;
-// HOLDFAST_SCALE_WITHOUT="h2c stream ack-batch" makes the server an older
-// one (the clients then fall back: HTTP/1.1, one watch per namespace,
-// single acks). The server runs in the
-// benchmark's own process, so its RSS and CPU are read from /proc/self.
+// HOLDFAST_SCALE_PUBLISHES (20) change the shape; HOLDFAST_SCALE_RELAY=1
+// puts BenchmarkFleet's clients behind a relay too;
+// HOLDFAST_SCALE_CPUPROFILE names a file for the origin's CPU profile over
+// the publishes, HOLDFAST_SCALE_RELAY_CPUPROFILE one for the relay's;
+// HOLDFAST_SCALE_WITHOUT="h2c stream ack-batch" makes the origin an older
+// server (the clients then fall back: HTTP/1.1, one watch per namespace,
+// single acks); HOLDFAST_SCALE_NOACKS=1 runs the clients without acks.
+// The origin runs in the benchmark's own process, so its RSS and CPU are
+// read from /proc/self and getrusage; the relay runs in a child process of
+// its own (this test binary again, in a relay role: relay_test.go), which
+// reports its own CPU (getrusage), RSS and counters when asked.
 package scale
 
 import (
@@ -31,6 +41,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +65,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if upstream := os.Getenv(relayEnv); upstream != "" {
+		if err := relayChild(upstream, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
@@ -67,13 +85,44 @@ func envInt(name string, def int) int {
 // BenchmarkFleet: publish → every client's OnChange, p50 and p99 over
 // every client of every publish; server RSS per connected client; server
 // CPU per client per publish (acks included: measured until the acks of
-// the last publish are in, minus the same span of an idle fleet).
+// the last publish are in, minus the same span of an idle fleet). The
+// server is the origin, with every client on it (behind a relay with
+// HOLDFAST_SCALE_RELAY=1).
 func BenchmarkFleet(b *testing.B) {
 	clients := envInt("HOLDFAST_SCALE_CLIENTS", 10000)
 	procs := envInt("HOLDFAST_SCALE_PROCS", 2)
 	publishes := envInt("HOLDFAST_SCALE_PUBLISHES", 20)
+	relayed := os.Getenv("HOLDFAST_SCALE_RELAY") != ""
 	for range b.N {
-		runFleet(b, clients, procs, publishes)
+		runFleet(b, clients, procs, publishes, relayed)
+	}
+}
+
+// BenchmarkFleetRelay is BenchmarkFleet with the clients behind one relay
+// (a process of its own) at each size of HOLDFAST_SCALE_RELAY_CLIENTS
+// (default "1000 10000"): the origin holds one watch stream (streams),
+// and its CPU per publish (origin-cpu-ms/publish) should not grow with
+// the clients; the relay's is relay-cpu-ms/publish. Beside BenchmarkFleet
+// in one run:
+//
+//	go test -tags scale -run '^$' -bench Fleet -benchtime 1x -timeout 60m ./internal/scale/
+func BenchmarkFleetRelay(b *testing.B) {
+	procs := envInt("HOLDFAST_SCALE_PROCS", 2)
+	publishes := envInt("HOLDFAST_SCALE_PUBLISHES", 20)
+	sizes := strings.Fields(os.Getenv("HOLDFAST_SCALE_RELAY_CLIENTS"))
+	if len(sizes) == 0 {
+		sizes = []string{"1000", "10000"}
+	}
+	for _, size := range sizes {
+		clients, err := strconv.Atoi(size)
+		if err != nil || clients < 1 {
+			b.Fatalf("HOLDFAST_SCALE_RELAY_CLIENTS: %q", size)
+		}
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			for range b.N {
+				runFleet(b, clients, procs, publishes, true)
+			}
+		})
 	}
 }
 
@@ -83,7 +132,48 @@ type childProc struct {
 	lines chan string
 }
 
-func runFleet(b *testing.B, clients, procs, publishes int) {
+// startProc runs this test binary again with env added, its stdout read
+// line by line.
+func startProc(b *testing.B, env ...string) *childProc {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	k := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 64)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			k.lines <- sc.Text()
+		}
+		close(k.lines)
+	}()
+	return k
+}
+
+// stop closes the child's stdin (it then exits) and waits for it.
+func (k *childProc) stop() {
+	_ = k.stdin.Close()
+	_ = k.cmd.Wait()
+}
+
+// startOrigin starts the reference server with namespace published once:
+// seq "0:0" and filler keys k0000, k0001, ... (a 1,000-key namespace is
+// filler 999).
+func startOrigin(b *testing.B, filler int) *fakeserver.Server {
+	b.Helper()
 	opts := []fakeserver.Option{fakeserver.WithWatcherBuffer(64)}
 	for _, c := range strings.Fields(os.Getenv("HOLDFAST_SCALE_WITHOUT")) {
 		opts = append(opts, fakeserver.WithoutCapability(c))
@@ -92,56 +182,125 @@ func runFleet(b *testing.B, clients, procs, publishes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.Close()
-	if _, err := srv.Publish(namespace, map[string]any{key: "0:0"}); err != nil {
+	b.Cleanup(func() { _ = srv.Close() })
+	puts := map[string]any{key: "0:0"}
+	for i := range filler {
+		puts[fmt.Sprintf("k%04d", i)] = fmt.Sprintf("value of key %d, a setting", i)
+	}
+	if _, err := srv.Publish(namespace, puts); err != nil {
 		b.Fatal(err)
 	}
-	rssBase := rss(b)
+	return srv
+}
 
+// startClients starts clients config clients of namespace at url in procs
+// child processes and waits until each says ready. They stop at the
+// benchmark's end.
+func startClients(b *testing.B, url string, clients, procs int) []*childProc {
+	b.Helper()
 	var kids []*childProc
-	defer func() {
+	b.Cleanup(func() {
 		for _, k := range kids {
-			_ = k.stdin.Close()
-			_ = k.cmd.Wait()
+			k.stop()
 		}
-	}()
+	})
 	start := time.Now()
 	for i := range procs {
 		n := clients / procs
 		if i < clients%procs {
 			n++
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+srv.URL(), "HOLDFAST_SCALE_CHILD_CLIENTS="+strconv.Itoa(n))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		k := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 64)}
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			sc.Buffer(make([]byte, 1<<20), 64<<20)
-			for sc.Scan() {
-				k.lines <- sc.Text()
-			}
-			close(k.lines)
-		}()
-		kids = append(kids, k)
+		kids = append(kids, startProc(b, childEnv+"="+url, "HOLDFAST_SCALE_CHILD_CLIENTS="+strconv.Itoa(n)))
 	}
 	for _, k := range kids {
 		expect(b, k, "ready", 10*time.Minute)
 	}
 	b.Logf("%d clients in %d processes connected in %v", clients, procs, time.Since(start).Round(time.Millisecond))
+	return kids
+}
+
+// publishSeq publishes seq i (with the time, for the clients' delays) and
+// waits until every child says all its clients saw it.
+func publishSeq(b *testing.B, srv *fakeserver.Server, kids []*childProc, i int) time.Duration {
+	b.Helper()
+	pubStart := time.Now()
+	value := fmt.Sprintf("%d:%d", i, pubStart.UnixNano())
+	if _, err := srv.Publish(namespace, map[string]any{key: value}); err != nil {
+		b.Fatal(err)
+	}
+	want := "done " + strconv.Itoa(i)
+	for _, k := range kids {
+		select {
+		case line, ok := <-k.lines:
+			if !ok || line != want {
+				b.Fatalf("child said %q (open: %v), want %q", line, ok, want)
+			}
+		case <-time.After(time.Minute):
+			logStatus(b, kids)
+			b.Fatalf("publish %d: a child's clients not all there after a minute", i)
+		}
+	}
+	return time.Since(pubStart)
+}
+
+// logStatus logs what each child's clients have: how many at each seq and
+// state, and their last errors.
+func logStatus(b *testing.B, kids []*childProc) {
+	b.Helper()
+	for i, k := range kids {
+		fmt.Fprintln(k.stdin, "status")
+		select {
+		case line := <-k.lines:
+			b.Logf("child %d: %s", i, line)
+		case <-time.After(time.Minute):
+			b.Logf("child %d: no status", i)
+		}
+	}
+}
+
+// delays collects every client's delay of every publish from the children.
+func delays(b *testing.B, kids []*childProc) []time.Duration {
+	b.Helper()
+	var out []time.Duration
+	for _, k := range kids {
+		fmt.Fprintln(k.stdin, "report")
+		for {
+			line := next(b, k, time.Minute)
+			if line == "end" {
+				break
+			}
+			for _, f := range strings.Fields(line) {
+				us, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					b.Fatalf("child report %q: %v", line, err)
+				}
+				out = append(out, time.Duration(us)*time.Microsecond)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
+	srv := startOrigin(b, 0)
+	rssBase := rss(b)
+	url := srv.URL()
+	var rl *relayProc
+	var relayBase relayReport
+	if relayed {
+		rl = startRelay(b, srv.URL(), "127.0.0.1:0", "")
+		url = rl.url
+		relayBase = rl.report(b, true)
+	}
+
+	kids := startClients(b, url, clients, procs)
 	rssConnected := rss(b)
 	streams := srv.OpenStreams()
+	var relayConnected relayReport
+	if rl != nil {
+		relayConnected = rl.report(b, true)
+	}
 
 	// An idle span first, as long as the publishes will take, for the
 	// heartbeats' CPU; then the publishes.
@@ -157,61 +316,97 @@ func runFleet(b *testing.B, clients, procs, publishes int) {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	conns0 := srv.Stats().Conns
+	if path := os.Getenv("HOLDFAST_SCALE_RELAY_CPUPROFILE"); path != "" && rl != nil {
+		rl.profile(b, path)
+	}
+	origin0 := srv.Stats()
+	conns0 := origin0.Conns
+	kids0 := kidsCPU(kids)
 	cpu0 := cpuTime(b)
+	var relay0 relayReport
+	if rl != nil {
+		relay0 = rl.report(b, false)
+	}
 	t0 := time.Now()
 	for i := 1; i <= publishes; i++ {
-		pubStart := time.Now()
-		value := fmt.Sprintf("%d:%d", i, pubStart.UnixNano())
-		if _, err := srv.Publish(namespace, map[string]any{key: value}); err != nil {
-			b.Fatal(err)
-		}
-		for _, k := range kids {
-			expect(b, k, "done "+strconv.Itoa(i), time.Minute)
-		}
-		spans = append(spans, time.Since(pubStart))
+		spans = append(spans, publishSeq(b, srv, kids, i))
 		time.Sleep(500 * time.Millisecond) // let the acks of this publish land before the next
 	}
 	time.Sleep(settle)
 	busy := time.Since(t0)
 	cpuPublish := cpuTime(b) - cpu0
-	newConns := srv.Stats().Conns - conns0
-	// The same span with nothing published: heartbeats and idle streams.
-	cpu1 := cpuTime(b)
-	time.Sleep(busy)
-	cpuIdle := cpuTime(b) - cpu1
-
-	var delays []time.Duration
-	for _, k := range kids {
-		fmt.Fprintln(k.stdin, "report")
-		for {
-			line := next(b, k, time.Minute)
-			if line == "end" {
-				break
-			}
-			for _, f := range strings.Fields(line) {
-				us, err := strconv.ParseInt(f, 10, 64)
-				if err != nil {
-					b.Fatalf("child report %q: %v", line, err)
-				}
-				delays = append(delays, time.Duration(us)*time.Microsecond)
-			}
+	kidsPublish := kidsCPU(kids) - kids0
+	origin1 := srv.Stats()
+	newConns := origin1.Conns - conns0
+	var relay1 relayReport
+	if rl != nil {
+		relay1 = rl.report(b, false)
+		if os.Getenv("HOLDFAST_SCALE_RELAY_CPUPROFILE") != "" {
+			rl.profileStop(b)
 		}
 	}
-	if len(delays) != clients*publishes {
-		b.Fatalf("%d delays, want %d", len(delays), clients*publishes)
+	// The same span with nothing published: heartbeats and idle streams.
+	cpu1, kids1 := cpuTime(b), kidsCPU(kids)
+	time.Sleep(busy)
+	cpuIdle, kidsIdle := cpuTime(b)-cpu1, kidsCPU(kids)-kids1
+	var relay2 relayReport
+	if rl != nil {
+		relay2 = rl.report(b, false)
 	}
-	slices.Sort(delays)
+
+	all := delays(b, kids)
+	logErrors(b, kids)
+	if len(all) != clients*publishes {
+		b.Fatalf("%d delays, want %d", len(all), clients*publishes)
+	}
 	perClientCPU := (cpuPublish - cpuIdle) / time.Duration(clients*publishes)
-	b.ReportMetric(float64(delays[len(delays)/2].Milliseconds()), "p50-ms")
-	b.ReportMetric(float64(delays[len(delays)*99/100].Milliseconds()), "p99-ms")
-	b.ReportMetric(float64(delays[len(delays)-1].Milliseconds()), "max-ms")
+	b.ReportMetric(float64(all[len(all)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Milliseconds()), "p99-ms")
+	b.ReportMetric(float64(all[len(all)-1].Milliseconds()), "max-ms")
 	b.ReportMetric(float64(rssConnected-rssBase)/float64(clients)/1024, "server-KiB/client")
 	b.ReportMetric(float64(perClientCPU.Nanoseconds())/1000, "server-cpu-µs/client/publish")
+	b.ReportMetric(float64((cpuPublish-cpuIdle).Microseconds())/1000/float64(publishes), "origin-cpu-ms/publish")
+	b.ReportMetric(float64((kidsPublish-kidsIdle).Microseconds())/1000/float64(publishes), "clients-cpu-ms/publish")
 	b.ReportMetric(float64(streams), "streams")
 	b.ReportMetric(float64(newConns), "conns-during-publishes")
-	b.Logf("server RSS %d MiB idle, %d MiB with %d clients; CPU %v over %d publishes, %v idle over the same %v; publish spans %v",
+	b.ReportMetric(float64(origin1.Streams-origin0.Streams), "streams-during-publishes")
+	if st, err := srv.Status(namespace); err == nil {
+		b.ReportMetric(float64(st.Acked), "origin-acked")
+		if os.Getenv("HOLDFAST_SCALE_NOACKS") == "" && st.Acked < clients {
+			// Whose ack is missing: by how many revisions, and when the
+			// origin last heard from them.
+			lags := map[string]int{}
+			for _, c := range srv.Clients() {
+				if c.Namespace == namespace && c.AckedRevision < st.Revision {
+					lags[fmt.Sprintf("lag %d, last heard %v before the end", st.Revision-c.AckedRevision,
+						time.Since(c.UpdatedAt).Round(time.Second))]++
+				}
+			}
+			b.Logf("origin: %d of %d clients acked revision %d (%d reported); the others: %v", st.Acked, clients, st.Revision, st.Clients, lags)
+		}
+	}
+	b.Logf("origin requests during the publishes: snapshots %d (304: %d), streams %d, watches %d, long-polls %d, acks %d, conns %d",
+		origin1.Snapshots-origin0.Snapshots, origin1.NotModified-origin0.NotModified, origin1.Streams-origin0.Streams,
+		origin1.Watches-origin0.Watches, origin1.Events-origin0.Events+origin1.StreamPolls-origin0.StreamPolls,
+		origin1.Acks-origin0.Acks, newConns)
+	b.Logf("origin RSS %d MiB idle, %d MiB with %d clients; CPU %v over %d publishes, %v idle over the same %v; publish spans %v",
 		rssBase>>20, rssConnected>>20, clients, cpuPublish, publishes, cpuIdle, busy.Round(time.Millisecond), spans)
+	if rl == nil {
+		return
+	}
+	relayPublish, relayIdle := relay1.CPU-relay0.CPU, relay2.CPU-relay1.CPU
+	b.ReportMetric(float64((relayPublish-relayIdle).Microseconds())/1000/float64(publishes), "relay-cpu-ms/publish")
+	b.ReportMetric(float64((relayPublish-relayIdle).Nanoseconds())/1000/float64(clients*publishes), "relay-cpu-µs/client/publish")
+	b.ReportMetric(float64(relayConnected.RSS-relayBase.RSS)/float64(clients)/1024, "relay-KiB/client")
+	b.ReportMetric(float64(relayConnected.Stats.OpenStreams), "relay-streams")
+	b.ReportMetric(float64(relay1.Stats.Conns-relay0.Stats.Conns), "relay-conns-during-publishes")
+	b.ReportMetric(float64(relay1.Stats.Streams-relay0.Stats.Streams), "relay-streams-during-publishes")
+	b.Logf("relay requests during the publishes: %+v; connections opened: %d h2c, %d HTTP/1.1 (%d and %d before)",
+		statsDelta(relay0.Stats, relay1.Stats), relay1.H2C-relay0.H2C, relay1.H1-relay0.H1, relay0.H2C, relay0.H1)
+	outPublish, outIdle := relay1.Out-relay0.Out, relay2.Out-relay1.Out
+	b.ReportMetric(float64(outPublish-outIdle)/float64(clients*publishes), "relay-out-B/client/publish")
+	b.Logf("relay RSS %d MiB idle, %d MiB with %d clients (peak %d MiB); CPU %v over the publishes, %v idle over the same span; %d bytes out over the publishes, %d idle",
+		relayBase.RSS>>20, relayConnected.RSS>>20, clients, relay2.HWM>>20, relayPublish, relayIdle, outPublish, outIdle)
 }
 
 func expect(b *testing.B, k *childProc, want string, limit time.Duration) {
@@ -235,6 +430,23 @@ func next(b *testing.B, k *childProc, limit time.Duration) string {
 	return ""
 }
 
+// kidsCPU is the CPU time of the client processes, from /proc/<pid>/stat
+// (10 ms ticks: enough for seconds).
+func kidsCPU(kids []*childProc) time.Duration {
+	var total time.Duration
+	for _, k := range kids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	}
+	return total
+}
+
 // rss is the process's resident set after a GC, in bytes.
 func rss(b *testing.B) int64 {
 	runtime.GC()
@@ -253,18 +465,22 @@ func rss(b *testing.B) int64 {
 	return 0
 }
 
-// cpuTime is the process's user+system CPU time (/proc/self/stat).
+// cpuTime is the process's user+system CPU time (getrusage: exact, where
+// /proc/self/stat counts 10 ms ticks).
 func cpuTime(b *testing.B) time.Duration {
-	data, err := os.ReadFile("/proc/self/stat")
+	d, err := selfCPU()
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticks
+	return d
+}
+
+func selfCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // noAcks is the HTTP source without its Acker: the fleet without acks,
@@ -320,6 +536,7 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 	}
 
 	var clients []*config.Client
+	var nss []*config.Namespace // under mu
 	defer func() {
 		for _, c := range clients {
 			_ = c.Close()
@@ -355,6 +572,9 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 				return
 			}
 			ns.OnChange(key, record)
+			mu.Lock()
+			nss = append(nss, ns)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -365,6 +585,20 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
+		switch sc.Text() {
+		case "errors":
+			mu.Lock()
+			all := slices.Clone(nss)
+			mu.Unlock()
+			say(lastErrors(all))
+			continue
+		case "status":
+			mu.Lock()
+			all := slices.Clone(nss)
+			mu.Unlock()
+			say(statusCounts(all))
+			continue
+		}
 		if sc.Text() != "report" {
 			continue
 		}
@@ -386,4 +620,55 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 		mu.Unlock()
 	}
 	return nil
+}
+
+// lastErrors counts the clients' last errors by kind and message (what
+// made them reconnect, if they did), on one line.
+func lastErrors(nss []*config.Namespace) string {
+	counts := map[string]int{}
+	for _, ns := range nss {
+		e := ns.Status().LastError
+		if e.Message == "" {
+			continue
+		}
+		msg := e.Message
+		if len(msg) > 120 {
+			msg = msg[:120]
+		}
+		counts[fmt.Sprintf("%v: %s", e.Kind, msg)]++
+	}
+	var out []string
+	for m, n := range counts {
+		out = append(out, fmt.Sprintf("%d× %s", n, m))
+	}
+	slices.Sort(out)
+	return "errors " + strings.Join(out, " | ")
+}
+
+// statusCounts counts the clients by the seq they hold and their state,
+// with their last errors, on one line.
+func statusCounts(nss []*config.Namespace) string {
+	counts := map[string]int{}
+	for _, ns := range nss {
+		v, _ := ns.Get(key)
+		s, _ := v.Str()
+		seq, _, _ := strings.Cut(s, ":")
+		st := ns.Status()
+		counts[fmt.Sprintf("seq %s %v rev %d", seq, st.State, st.Revision)]++
+	}
+	var out []string
+	for m, n := range counts {
+		out = append(out, fmt.Sprintf("%d× %s", n, m))
+	}
+	slices.Sort(out)
+	return "status " + strings.Join(out, ", ") + "; " + lastErrors(nss)
+}
+
+// logErrors logs each child's count of its clients' last errors.
+func logErrors(b *testing.B, kids []*childProc) {
+	b.Helper()
+	for i, k := range kids {
+		fmt.Fprintln(k.stdin, "errors")
+		b.Logf("clients of child %d, last errors: %s", i, strings.TrimPrefix(next(b, k, time.Minute), "errors "))
+	}
 }

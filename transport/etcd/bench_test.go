@@ -1,14 +1,18 @@
 package etcd_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +22,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -41,13 +46,26 @@ var discard = slog.New(slog.DiscardHandler)
 //     100 watches of the namespace into one watch on the cluster;
 //   - http: the reference server (examples/server, built from the root
 //     module and run as a process, since internal/fakeserver cannot be
-//     imported from this module), over SSE.
+//     imported from this module), over SSE;
+//   - relay-etcd: the clients of one holdfast relay (package relay), which
+//     follows the cluster through the etcd source over one watch stream;
+//   - relay-http: the clients of one relay following the reference server.
+//
+// The relay runs as a process of its own, so that its CPU is read apart:
+// this test binary run again in a relay role (TestMain, relayEnv), with
+// the heartbeat (1 s) of the others. Its clients speak HTTP to it as those
+// of the reference server do. HOLDFAST_BENCH_RELAY_CPUPROFILE names a file
+// for the relay's CPU profile over its life (the clients' opening
+// included).
 //
 // Each op is one publish; p50-ms and p99-ms are over every client's
 // callback of every op, timed from the start of the publish call.
 // server-cpu-ms/op is the CPU time the servers (the three etcd members, or
 // the reference server) spent per op, heartbeats included; proxy-cpu-ms/op
-// that of the grpc-proxy. Set HOLDFAST_BENCH_CLIENTS to change the fleet.
+// that of the grpc-proxy or the relay. Set HOLDFAST_BENCH_CLIENTS to change
+// the fleet; the figures of the issue are at 1,000:
+//
+//	HOLDFAST_BENCH_CLIENTS=1000 go test -run '^$' -bench Propagation100Clients -benchtime 20x -timeout 30m .
 func BenchmarkPropagation100Clients(b *testing.B) {
 	b.Run("etcd", func(b *testing.B) {
 		cl := startCluster(b)
@@ -64,6 +82,25 @@ func BenchmarkPropagation100Clients(b *testing.B) {
 		benchEtcd(b, cl, pub, func(int) []string { return []string{proxyURL} }, []int{proxyPID})
 	})
 	b.Run("http", benchHTTP)
+	b.Run("relay-etcd", func(b *testing.B) {
+		cl := startCluster(b)
+		pub := newSource(b, cl.endpoints())
+		publish(b, pub, "bench", map[string]any{"v": 0})
+		relayURL, relayPID := startRelay(b, relayEnv+"_ETCD="+strings.Join(cl.endpoints(), ","))
+		var members []int
+		for _, m := range cl.members {
+			members = append(members, m.pid())
+		}
+		measure(b, httpClients(b, relayURL), members, []int{relayPID}, func(i int) {
+			publish(b, pub, "bench", map[string]any{"v": i})
+		})
+	})
+	b.Run("relay-http", func(b *testing.B) {
+		base, pid, pub := startReferenceServer(b)
+		relayURL, relayPID := startRelay(b, relayEnv+"_HTTP="+base)
+		measure(b, httpClients(b, relayURL), []int{pid}, []int{relayPID}, pub)
+		http.DefaultClient.CloseIdleConnections()
+	})
 }
 
 func benchEtcd(b *testing.B, cl *cluster, pub *etcd.Source, endpoints func(int) []string, extraPIDs []int) {
@@ -83,6 +120,30 @@ func benchEtcd(b *testing.B, cl *cluster, pub *etcd.Source, endpoints func(int) 
 }
 
 func benchHTTP(b *testing.B) {
+	base, pid, pub := startReferenceServer(b)
+	measure(b, httpClients(b, base), []int{pid}, nil, pub)
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// httpClients returns benchClients clients of the HTTP data plane at base,
+// over SSE.
+func httpClients(b *testing.B, base string) []*config.Client {
+	clients := make([]*config.Client, benchClients)
+	for i := range clients {
+		c, err := config.New(config.WithEndpoint(base), config.WithWatchMode(transport.WatchSSE), config.WithLogger(discard))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	return clients
+}
+
+// startReferenceServer builds and runs examples/server with a 1 s
+// heartbeat, and returns its URL, its pid and a publish of {"v": i} to
+// namespace "bench" (which it has published once, v=0).
+func startReferenceServer(b *testing.B) (string, int, func(i int)) {
 	bin := filepath.Join(b.TempDir(), "server")
 	build := exec.Command("go", "build", "-o", bin, "./examples/server")
 	build.Dir = "../.."
@@ -123,17 +184,7 @@ func benchHTTP(b *testing.B) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	clients := make([]*config.Client, benchClients)
-	for i := range clients {
-		c, err := config.New(config.WithEndpoint(base), config.WithWatchMode(transport.WatchSSE), config.WithLogger(discard))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = c.Close() })
-		clients[i] = c
-	}
-	measure(b, clients, []int{cmd.Process.Pid}, nil, pub)
-	http.DefaultClient.CloseIdleConnections()
+	return base, cmd.Process.Pid, pub
 }
 
 // measure opens "bench" in every client, then publishes b.N times, each
@@ -153,6 +204,7 @@ func measure(b *testing.B, clients []*config.Client, servers, proxies []int, pub
 		})
 	}
 	var lat []time.Duration
+	b.ReportAllocs()
 	cpu0, proxy0 := cpuTime(servers), cpuTime(proxies)
 	b.ResetTimer()
 	for i := 1; i <= b.N; i++ {
@@ -241,4 +293,141 @@ func startGRPCProxy(b testing.TB, cl *cluster) (url string, pid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return "http://" + addr, cmd.Process.Pid
+}
+
+// relayEnv, suffixed _ETCD (comma-separated member URLs) or _HTTP (the
+// base URL of a holdfast server), runs the test binary as a relay of
+// namespace "bench" instead of the tests: see relayMain.
+const relayEnv = "HOLDFAST_BENCH_RELAY"
+
+// startRelay runs this test binary in its relay role with the upstream
+// env, and returns the relay's URL once it serves "bench", and its pid.
+// It is stopped (stdin closed) at the benchmark's end.
+func startRelay(b *testing.B, env string) (string, int) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env)
+	var log syncBuffer
+	cmd.Stderr = &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(waitLimit):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if b.Failed() {
+			b.Logf("relay log:\n%s", log.String())
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
+				addr <- a
+			}
+		}
+	}()
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case <-time.After(waitLimit):
+		b.Fatalf("relay did not start:\n%s", log.String())
+	}
+	deadline := time.Now().Add(waitLimit)
+	for {
+		resp, err := http.Get(base + transport.PathSnapshot + "?ns=bench")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("relay does not serve bench: %v\n%s", err, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	return base, cmd.Process.Pid
+}
+
+// relayMain is the relay role: it follows the upstream of relayEnv,
+// serves on a free loopback port (printed as "listening ADDR"), and stops
+// when its stdin closes.
+func relayMain() int {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var src transport.Source
+	if eps := os.Getenv(relayEnv + "_ETCD"); eps != "" {
+		s, err := etcd.New(etcd.WithEndpoints(strings.Split(eps, ",")...), etcd.WithHeartbeat(time.Second),
+			etcd.WithIdleTimeout(5*time.Second), etcd.WithLogger(logger))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			return 1
+		}
+		defer s.Close()
+		src = s
+	} else {
+		s, err := transport.NewHTTPSource(os.Getenv(relayEnv + "_HTTP"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			return 1
+		}
+		defer s.Close()
+		src = s
+	}
+	r, err := relay.New(src, relay.WithHeartbeat(time.Second), relay.WithNamespaces("bench"), relay.WithLogger(logger))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		return 1
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		_ = r.Close()
+		return 1
+	}
+	if path := os.Getenv(relayEnv + "_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			_ = r.Close()
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			_ = r.Close()
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	fmt.Println("listening", l.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	if err := r.Serve(ctx, l); err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		return 1
+	}
+	return 0
 }
