@@ -84,3 +84,47 @@ func recorded(srv *fakeserver.Server) int {
 	}
 	return n
 }
+
+// TestAckStreamSlowServerLosesNothing: an ack stream that ends for
+// idleness while the server has not read it yet (a busy server: here one
+// that answers 3.5 s late, past the stream's 2 s idle time) still has
+// every line recorded: the request is not cut a second after its body
+// ended.
+func TestAckStreamSlowServerLosesNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	srv, err := fakeserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := srv.Publish(nsName(0), map[string]any{"k": 0}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := transport.NewHTTPSource(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {
+		t.Fatal(err)
+	}
+	ack := transport.Ack{ClientID: "c1", Namespace: nsName(0), Revision: 1, Status: transport.AckApplied}
+	if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil { // a POST: the stream opens with the next
+		t.Fatal(err)
+	}
+	srv.SetLatency(3500 * time.Millisecond)
+	ack.ClientID = "c2"
+	if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for recorded(srv) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 acks recorded; stats %+v", recorded(srv), srv.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.SetLatency(0)
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,11 +33,22 @@ type ackStream struct {
 	done   chan struct{}
 	err    error
 	idle   *time.Timer // closes the stream after ackStreamIdle without a batch
+	body   *ackBody
 }
 
 // ackStreamIdle is how long an ack stream stays open without a batch: a
 // quiet client holds no request (nor the server a handler) for it.
 const ackStreamIdle = 2 * time.Second
+
+// Once an ack stream's body has ended, how long the server has to read
+// the rest of it and end its reply before the request is cut (which
+// loses the lines it has not read): a busy server may take seconds when
+// the stream ends for idleness; Close and a move to another endpoint
+// bound their wait for it more tightly.
+const (
+	ackStreamDrain      = 30 * time.Second
+	ackStreamDrainClose = time.Second
+)
 
 // ackStreamState is the source's ack stream, opened on first use when the
 // server offers it over h2c, reopened after it fails.
@@ -119,13 +131,14 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 func (s *HTTPSource) openAckStream() *ackStream {
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
-	as := &ackStream{w: pw, cancel: cancel, done: make(chan struct{})}
+	body := &ackBody{r: pr, cancel: cancel}
+	body.drain.Store(int64(ackStreamDrain))
+	as := &ackStream{w: pw, cancel: cancel, done: make(chan struct{}), body: body}
 	s.acks.wg.Add(1)
 	go func() {
 		defer s.acks.wg.Done()
 		defer close(as.done)
 		defer cancel()
-		body := &ackBody{r: pr, cancel: cancel}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAckStream, nil), body)
 		if err == nil {
 			req.Header.Set("Content-Type", "application/x-ndjson")
@@ -158,6 +171,7 @@ func (s *HTTPSource) closeAckStream() {
 	st.mu.Unlock()
 	if cur != nil {
 		cur.idle.Stop()
+		cur.body.drain.Store(int64(ackStreamDrainClose))
 		_ = cur.w.Close() // the body ends: the server has every line
 	}
 	st.wg.Wait() // this one and any closed for idleness: ackBody bounds them
@@ -175,6 +189,7 @@ func (s *HTTPSource) release(ctx context.Context) {
 	st.mu.Unlock()
 	if cur != nil {
 		cur.idle.Stop()
+		cur.body.drain.Store(int64(ackStreamDrainClose))
 		_ = cur.w.Close() // the body ends: the server has every line
 		select {
 		case <-cur.done:
@@ -185,20 +200,21 @@ func (s *HTTPSource) release(ctx context.Context) {
 }
 
 // ackBody is an ack stream's request body. Once it has ended (closed for
-// idleness or by Close) the server has a second to end its reply, or the
+// idleness or by Close) the server has drain to end its reply, or the
 // request is cut: a server that stopped answering must not hold the
 // request's goroutine, nor Close that waits for it.
 type ackBody struct {
 	r      *io.PipeReader
 	cancel context.CancelFunc
 	once   sync.Once
+	drain  atomic.Int64 // a time.Duration: ackStreamDrain, or ackStreamDrainClose
 }
 
 func (b *ackBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	switch {
 	case err == io.EOF:
-		b.once.Do(func() { time.AfterFunc(time.Second, b.cancel) })
+		b.once.Do(func() { time.AfterFunc(time.Duration(b.drain.Load()), b.cancel) })
 	case err != nil:
 		// Aborted by this side (a stalled write, Close): cancel first,
 		// so that the transport sees a cancelled request, not a failure
