@@ -30,6 +30,10 @@ type Follower struct {
 	head       int64 // every namespace with data is complete up to it
 	maxChanges int
 	maxBytes   int64
+	// seq numbers what is handed to the hub (changes, head moves), in
+	// order; headSeq is the last head's. A watcher keeps them from its
+	// subscription (see watcher.seq).
+	seq, headSeq uint64
 	// want is the relay's: start following ns (it must not block), or
 	// refuse it with a *RefusedError.
 	want    func(ns string) error
@@ -39,7 +43,7 @@ type Follower struct {
 	onConfirm func() // the upstream confirmed data
 	onCommit  func(*change)
 	onReset   func(gen uint64)
-	onAdvance func(gen uint64, head int64)
+	onAdvance func(gen uint64, head int64, seq uint64)
 }
 
 // followed is one namespace of a Follower.
@@ -166,7 +170,8 @@ func (f *Follower) resetLocked(storeID string) {
 // commitLocked appends cs to ns's window (trimming it) and hands it to the
 // hub.
 func (f *Follower) commitLocked(ns string, n *followed, cs transport.ChangeSet) {
-	c := &change{gen: f.gen, cs: cs}
+	f.seq++
+	c := &change{gen: f.gen, seq: f.seq, cs: cs}
 	c.encode()
 	n.changes = append(n.changes, c)
 	n.bytes += int64(len(c.data))
@@ -287,7 +292,8 @@ func (f *Follower) Status() []FollowedStatus {
 }
 
 // advanceLocked moves the head to the lowest cursor of the namespaces with
-// data, and tells the hub when it moved.
+// data, and tells the hub when it moved: up, or down when a namespace
+// joins below it.
 func (f *Follower) advanceLocked() {
 	var low int64 = -1
 	for _, n := range f.nss {
@@ -299,8 +305,10 @@ func (f *Follower) advanceLocked() {
 		return
 	}
 	f.head = low
+	f.seq++
+	f.headSeq = f.seq
 	if f.onAdvance != nil {
-		f.onAdvance(f.gen, low)
+		f.onAdvance(f.gen, low, f.seq)
 	}
 }
 
@@ -363,7 +371,7 @@ func (f *Follower) check(ns string, since int64) (*followed, error) {
 func (f *Follower) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head}
+	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
 	if n := f.nss[ns]; n != nil && n.ready {
 		sub.head, sub.nsRev = n.cursor, n.rev
 		if since < 0 {
@@ -385,7 +393,7 @@ func (f *Follower) subscribe(ns string, since int64, register func(subscription)
 func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []string)) (subscription, []transport.NamespaceEndedBody) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head}
+	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
 	var ended []transport.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
 	low := int64(-1) // the lowest cursor of the namespaces subscribed

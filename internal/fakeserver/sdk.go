@@ -366,7 +366,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	var wt *watcher
 	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
 		if len(sub.backlog) == 0 && wait > 0 {
-			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false)
+			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false).since(sub)
 			s.hub.add(wt)
 		}
 	})
@@ -398,7 +398,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			case <-stopping(r):
 				panic(http.ErrAbortHandler)
 			}
-			d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+			d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
 			items, overflow := wt.take()
 			if overflow {
 				// Changes were dropped from this watcher's queue: answer
@@ -489,7 +489,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	var wt *watcher
 	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
-		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true)
+		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true).since(sub)
 		wt.attach(rc.SetWriteDeadline)
 		s.hub.add(wt)
 	})
@@ -560,7 +560,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		beat = beat || healed // say at once that the stream is alive
 		speaking = true
-		d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+		d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
 		items, overflow := wt.take()
 		if overflow {
 			return // fell behind: the client resumes from its last id

@@ -96,7 +96,9 @@ func NewFollowerServer(f *Follower, opts ...Option) (*Server, error) {
 	f.onConfirm = s.hub.requestBeat
 	f.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
 	f.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
-	f.onAdvance = func(gen uint64, head int64) { s.hub.enqueue(hubItem{gen: gen, head: head}) }
+	f.onAdvance = func(gen uint64, head int64, seq uint64) {
+		s.hub.enqueue(hubItem{gen: gen, head: head, seq: seq, move: true})
+	}
 	f.mu.Unlock()
 	s.mux = s.routes()
 	return s, nil
