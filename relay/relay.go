@@ -56,6 +56,9 @@ type followed struct {
 	pinned bool // WithNamespaces: never lingers out
 	cancel context.CancelFunc
 	done   chan struct{}
+	// leaving: the janitor is dropping it (r.mu); it is followed again
+	// only once the drop is done.
+	leaving bool
 	// lastErr is the syncer's last failure, for Namespaces.
 	lastErr atomic.Pointer[string]
 	// Its syncer's goroutine only (sink):
@@ -260,6 +263,10 @@ func (r *Relay) follow(ns string, pinned bool) error {
 		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable, Message: "the relay is closing"}
 	}
 	if f := r.nss[ns]; f != nil {
+		if f.leaving {
+			return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+				Message: "the relay is letting it go; retry"}
+		}
 		f.pinned = f.pinned || pinned
 		return nil
 	}
@@ -325,18 +332,23 @@ func (r *Relay) janitor(ctx context.Context) {
 		for _, ns := range r.follower.Idle(r.opts.linger, r.srv.Carried) {
 			r.mu.Lock()
 			f := r.nss[ns]
-			if f == nil || f.pinned {
+			// Leave checks again, in the step that subscriptions take:
+			// a request that came meanwhile keeps it.
+			if f == nil || f.pinned || !r.follower.Leave(ns, r.opts.linger, r.srv.Carried) {
 				r.mu.Unlock()
 				continue
 			}
-			delete(r.nss, ns)
+			f.leaving = true // a request from now on gets 503 until the drop is done
 			r.mu.Unlock()
 			f.cancel()
 			<-f.done
 			if r.mux != nil {
 				r.mux.Leave(ns)
 			}
+			r.mu.Lock()
+			delete(r.nss, ns)
 			r.follower.Drop(ns)
+			r.mu.Unlock()
 			r.log.Debug("relay: no longer following; no client asked for it", "ns", ns, "linger", r.opts.linger)
 		}
 	}

@@ -34,6 +34,9 @@ type Follower struct {
 	// order; headSeq is the last head's. A watcher keeps them from its
 	// subscription (see watcher.seq).
 	seq, headSeq uint64
+	// waiting counts, by name, the requests in demand: a namespace a
+	// request waits for is not idle.
+	waiting map[string]int
 	// want is the relay's: start following ns (it must not block), or
 	// refuse it with a *RefusedError.
 	want    func(ns string) error
@@ -60,6 +63,9 @@ type followed struct {
 	confirmedAt time.Time // when the upstream last confirmed the data
 	unconfirmed bool      // the upstream is not confirming it now
 	demanded    time.Time // the last downstream request for it
+	// leaving: its relay is dropping it (Leave): no request may join it
+	// until Drop, as nothing will follow it.
+	leaving bool
 }
 
 // RefusedError is a relay's refusal to serve a namespace: outside its
@@ -82,7 +88,7 @@ func (e *RefusedError) Error() string {
 func NewFollower(maxChanges int, maxBytes int64, want func(ns string) error) *Follower {
 	return &Follower{
 		gen: 1, nss: make(map[string]*followed), maxChanges: max(maxChanges, 1), maxBytes: maxBytes,
-		want: want, changed: make(chan struct{}), now: time.Now,
+		want: want, changed: make(chan struct{}), now: time.Now, waiting: make(map[string]int),
 	}
 }
 
@@ -159,7 +165,7 @@ func (f *Follower) resetLocked(storeID string) {
 	f.id = storeID
 	f.gen++
 	for _, n := range f.nss {
-		*n = followed{demanded: n.demanded}
+		*n = followed{demanded: n.demanded, leaving: n.leaving}
 	}
 	f.head = 0
 	if f.onReset != nil {
@@ -245,19 +251,40 @@ func (f *Follower) Drop(ns string) {
 }
 
 // Idle returns the namespaces no request named within d, whose data the
-// hub carries to nobody (busy reports whether it does).
+// hub carries to nobody (busy reports whether it does), and that no
+// request waits for.
 func (f *Follower) Idle(d time.Duration, busy func(ns string) bool) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []string
 	cut := f.now().Add(-d)
 	for ns, n := range f.nss {
-		if n.demanded.Before(cut) && !busy(ns) {
+		if f.idleLocked(ns, n, cut, busy) {
 			out = append(out, ns)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+func (f *Follower) idleLocked(ns string, n *followed, cut time.Time, busy func(ns string) bool) bool {
+	return n.demanded.Before(cut) && f.waiting[ns] == 0 && !busy(ns)
+}
+
+// Leave marks ns as leaving if it is still idle (see Idle), and reports
+// whether it did: from then on no request joins it (they are refused as
+// the relay's want refuses them) until Drop. The check and the mark are
+// one step under the lock that subscriptions take, so that no watcher
+// is left carrying a namespace nobody follows.
+func (f *Follower) Leave(ns string, d time.Duration, busy func(ns string) bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nss[ns]
+	if n == nil || !f.idleLocked(ns, n, f.now().Add(-d), busy) {
+		return false
+	}
+	n.leaving = true
+	return true
 }
 
 // FollowedStatus is what a Follower serves of one namespace.
@@ -358,7 +385,7 @@ func errNotReady(ns string) error {
 func (f *Follower) check(ns string, since int64) (*followed, error) {
 	n := f.nss[ns]
 	switch {
-	case n == nil || !n.ready:
+	case n == nil || !n.ready || n.leaving:
 		return nil, errNotReady(ns)
 	case since > n.cursor:
 		return nil, fmt.Errorf("%w: cursor %d is above the relay's %d", transport.ErrCursorAhead, since, n.cursor)
@@ -454,6 +481,20 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 	caughtUp := false // catchUpWait is over: a cursor ahead waits no more
 	var refused map[string]error
 	wanted := make(map[string]bool)
+	f.mu.Lock()
+	for _, r := range reqs {
+		f.waiting[r.name]++
+	}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, r := range reqs {
+			if f.waiting[r.name]--; f.waiting[r.name] <= 0 {
+				delete(f.waiting, r.name)
+			}
+		}
+	}()
 	for {
 		f.mu.Lock()
 		var missing []string
@@ -468,7 +509,9 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 				n.demanded = now
 			}
 			switch {
-			case n == nil:
+			case n == nil || n.leaving:
+				// Not followed, or being dropped: the relay follows it
+				// (again), or refuses it for now.
 				if !wanted[r.name] {
 					missing = append(missing, r.name)
 				}

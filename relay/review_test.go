@@ -1,0 +1,153 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// slowUpstream serves one namespace at revision 1. Its snapshot waits for
+// snapshotGate (when set); its watch sends nothing and, once its context
+// ends, says so on canceled and (when set) waits for watchGate before it
+// returns, as a slow connection's teardown would.
+type slowUpstream struct {
+	snapshotGate chan struct{}
+	watchGate    chan struct{}
+	mu           sync.Mutex
+	snapshots    int
+	canceled     chan struct{} // closed at the first end of a snapshot or watch's context
+	once         sync.Once
+}
+
+func newSlowUpstream() *slowUpstream { return &slowUpstream{canceled: make(chan struct{})} }
+
+func (u *slowUpstream) cancel() { u.once.Do(func() { close(u.canceled) }) }
+
+func (u *slowUpstream) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	u.mu.Lock()
+	u.snapshots++
+	u.mu.Unlock()
+	if u.snapshotGate != nil {
+		select {
+		case <-u.snapshotGate:
+		case <-ctx.Done():
+			u.cancel()
+			return nil, ctx.Err()
+		}
+	}
+	snap := &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1, Values: json.RawMessage(`{"k":1}`)}
+	if req.KnownStoreID == "s1" && req.KnownRevision == 1 {
+		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1}, transport.ErrNotModified
+	}
+	return snap, nil
+}
+
+func (u *slowUpstream) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	<-ctx.Done()
+	u.cancel()
+	if u.watchGate != nil {
+		<-u.watchGate
+	}
+	return ctx.Err()
+}
+
+// A request that waits for a namespace's first data keeps the namespace
+// followed, however short the linger: the janitor must not drop what a
+// request is waiting for.
+func TestRelayKeepsANamespaceARequestWaitsFor(t *testing.T) {
+	up := newSlowUpstream()
+	up.snapshotGate = make(chan struct{})
+	_, url := startRelay(t, "", withSource(up), relay.WithLinger(50*time.Millisecond))
+	type result struct {
+		status int
+		err    error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := http.Get(url + transport.PathSnapshot + "?ns=app")
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		resp.Body.Close()
+		got <- result{status: resp.StatusCode}
+	}()
+	eventually(t, "the relay's upstream snapshot", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.snapshots > 0 })
+	// A few janitor rounds (every 100ms) while the request waits.
+	select {
+	case <-up.canceled:
+		t.Error("the relay stopped following the namespace a request waits for")
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(up.snapshotGate)
+	r := <-got
+	if r.err != nil || r.status != http.StatusOK {
+		t.Fatalf("snapshot: %d %v, want 200", r.status, r.err)
+	}
+}
+
+// A watch that opens while the janitor drops its namespace must not be
+// left carrying a namespace the relay no longer follows (it would never
+// get another change, and look fresh): it is refused (503, retried), or
+// the namespace is followed again.
+func TestRelayWatchOpenedWhileItsNamespaceIsDropped(t *testing.T) {
+	up := newSlowUpstream()
+	up.watchGate = make(chan struct{})
+	r, url := startRelay(t, "", withSource(up), relay.WithLinger(50*time.Millisecond))
+	if status, _, _ := getSnapshot(t, url, "app"); status != http.StatusOK {
+		t.Fatalf("snapshot: %d", status)
+	}
+	<-up.canceled // the janitor drops app: its syncer is stopping
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		status int
+		err    error
+	}
+	opened := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+transport.PathWatch+"?ns=app&since=1", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			opened <- result{err: err}
+			return
+		}
+		opened <- result{status: resp.StatusCode}
+		<-ctx.Done()
+		resp.Body.Close()
+	}()
+	var res result
+	select {
+	case res = <-opened:
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(up.watchGate) // the syncer stops; the drop completes
+	if res == (result{}) {
+		res = <-opened
+	}
+	if res.status == http.StatusOK {
+		// Followed again: a new syncer, with a snapshot of its own.
+		eventually(t, "a watch open only on a namespace followed", func() bool {
+			up.mu.Lock()
+			again := up.snapshots > 1
+			up.mu.Unlock()
+			if !again {
+				return false
+			}
+			for _, st := range r.Namespaces() {
+				if st.Namespace == "app" && st.Ready {
+					return true
+				}
+			}
+			return false
+		})
+	} else if res.status != http.StatusServiceUnavailable {
+		t.Fatalf("watch: %d %v, want 200 (followed) or 503", res.status, res.err)
+	}
+}
