@@ -132,17 +132,21 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	r.acks.Start(ctx, r.backoff())
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.janitor(ctx) }()
-	// What the cache holds is followed, so that it is confirmed (or
-	// updated) as soon as the upstream answers.
-	for _, ns := range r.follower.Followed() {
-		if err := r.follow(ns, false); err != nil {
-			r.log.Warn("relay: not following a namespace of its cache", "ns", ns, "err", err)
-		}
-	}
 	for _, ns := range o.namespaces {
 		if err := r.follow(ns, true); err != nil {
 			_ = r.Close()
 			return nil, err
+		}
+	}
+	// What the cache holds is followed, so that it is confirmed (or
+	// updated) as soon as the upstream answers; what the relay may not
+	// follow (its allow-list, its limit) it does not serve either: a file
+	// served with no syncer behind it would never change again.
+	for _, ns := range r.follower.Followed() {
+		err := r.want(ns)
+		if err != nil {
+			r.follower.Drop(ns)
+			r.log.Warn("relay: not serving a namespace of its cache", "ns", ns, "err", err)
 		}
 	}
 	return r, nil

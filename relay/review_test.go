@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -149,5 +150,57 @@ func TestRelayWatchOpenedWhileItsNamespaceIsDropped(t *testing.T) {
 		})
 	} else if res.status != http.StatusServiceUnavailable {
 		t.Fatalf("watch: %d %v, want 200 (followed) or 503", res.status, res.err)
+	}
+}
+
+// cacheOf fills a cache directory with the origin's namespaces, through a
+// relay that follows them, closed before it returns.
+func cacheOf(t *testing.T, originURL string, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, err := transport.NewHTTPSource(originURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	r, err := relay.New(src, relay.WithCacheDir(dir), relay.WithNamespaces(names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the relay ready", func() bool { return r.Ready() == nil })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A relay restarted with a cache holding a namespace its allow-list no
+// longer allows must not serve it, nor follow it upstream; one holding
+// more namespaces than its limit serves those it follows, and refuses the
+// others as past the limit rather than serve their files, unfollowed,
+// for ever.
+func TestRelayCacheObeysTheAllowListAndTheLimit(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	for _, n := range []string{"app", "secret"} {
+		mustPublish(t, origin, n, map[string]any{"k": 1})
+	}
+	dir := cacheOf(t, origin.URL(), "app", "secret")
+
+	r, url := startRelay(t, origin.URL(), relay.WithCacheDir(dir), relay.WithAllow("app"))
+	if status, _, _ := getSnapshot(t, url, "secret"); status != http.StatusForbidden {
+		t.Errorf("secret (no longer allowed, in the cache): %d, want 403", status)
+	}
+	for _, st := range r.Namespaces() {
+		if st.Namespace == "secret" {
+			t.Errorf("the relay follows %+v, outside its allow-list", st)
+		}
+	}
+
+	_, url = startRelay(t, origin.URL(), relay.WithCacheDir(dir), relay.WithMaxNamespaces(1))
+	if status, _, _ := getSnapshot(t, url, "app"); status != http.StatusOK {
+		t.Errorf("app (followed from the cache): %d, want 200", status)
+	}
+	if status, _, _ := getSnapshot(t, url, "secret"); status != http.StatusTooManyRequests {
+		t.Errorf("secret (in the cache, past the limit): %d, want 429", status)
 	}
 }
