@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,4 +205,43 @@ func TestRelayCacheObeysTheAllowListAndTheLimit(t *testing.T) {
 	if status, _, _ := getSnapshot(t, url, "secret"); status != http.StatusTooManyRequests {
 		t.Errorf("secret (in the cache, past the limit): %d, want 429", status)
 	}
+}
+
+// postAck posts one ack body to a relay or server at url.
+func postAck(t *testing.T, url, body string) {
+	t.Helper()
+	resp, err := http.Post(url+transport.PathAck, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("ack %s: %d", body, resp.StatusCode)
+	}
+}
+
+// One client's report that the upstream refuses (a status of a later
+// protocol, to an origin of this one) must not cost the other clients
+// whose acks the relay forwards in the same batch theirs.
+func TestRelayForwardsTheOthersAcksPastOneTheUpstreamRefuses(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	rev := mustPublish(t, origin, "app", map[string]any{"k": 1})
+	_, url := startRelay(t, origin.URL())
+	if status, _, _ := getSnapshot(t, url, "app"); status != http.StatusOK {
+		t.Fatalf("snapshot: %d", status)
+	}
+	// Within one batch's gathering (50 ms at least): the refused one, then
+	// two good ones.
+	postAck(t, url, `{"client_id":"odd","ns":"app","revision":1,"status":"would_nack"}`)
+	postAck(t, url, `{"client_id":"good-1","ns":"app","revision":`+strconv.FormatInt(rev, 10)+`,"status":"ack"}`)
+	postAck(t, url, `{"client_id":"good-2","ns":"app","revision":`+strconv.FormatInt(rev, 10)+`,"status":"ack"}`)
+	eventually(t, "the good acks at the origin", func() bool {
+		n := 0
+		for _, cs := range origin.Clients() {
+			if strings.HasPrefix(cs.ClientID, "good-") && cs.AckedRevision == rev {
+				n++
+			}
+		}
+		return n == 2
+	})
 }
