@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"github.com/holdfast-dev/holdfast/config"
 	"net/http"
 	"strconv"
 	"strings"
@@ -244,4 +246,97 @@ func TestRelayForwardsTheOthersAcksPastOneTheUpstreamRefuses(t *testing.T) {
 		}
 		return n == 2
 	})
+}
+
+// cuttable passes an upstream through until cut: from then on every call
+// fails, and the watch running ends, as a partition would.
+type cuttable struct {
+	inner transport.Source
+	cut   chan struct{}
+	once  sync.Once
+}
+
+var errCut = errors.New("cut off from the upstream")
+
+func newCuttable(inner transport.Source) *cuttable {
+	return &cuttable{inner: inner, cut: make(chan struct{})}
+}
+
+func (c *cuttable) sever() { c.once.Do(func() { close(c.cut) }) }
+
+func (c *cuttable) severed() bool {
+	select {
+	case <-c.cut:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *cuttable) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	if c.severed() {
+		return nil, errCut
+	}
+	return c.inner.Snapshot(ctx, req)
+}
+
+func (c *cuttable) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	if c.severed() {
+		return errCut
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.cut:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := c.inner.Watch(ctx, req, handle)
+	if c.severed() {
+		return errCut
+	}
+	return err
+}
+
+// A client that fails over to a relay cut off from the origin, behind the
+// revision the client holds, keeps what it holds (Stale): the relay must
+// not call the client's cursor another history (cursor_ahead), which
+// makes the client resnapshot and, the relay's older data persisting,
+// take it for rewritten history and go back.
+func TestClientFailingOverToACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(100*time.Millisecond))
+	mustPublish(t, origin, "app", map[string]any{"k": 1})
+	hs, err := transport.NewHTTPSource(origin.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hs.Close() })
+	up := newCuttable(hs)
+	a, urlA := startRelay(t, origin.URL())
+	_, urlB := startRelay(t, "", withSource(up))
+	if status, _, _ := getSnapshot(t, urlB, "app"); status != http.StatusOK { // b follows app
+		t.Fatalf("b: %d", status)
+	}
+	c := newClient(t, urlA, config.WithEndpoints(urlA, urlB), config.WithHistoryRewriteGrace(300*time.Millisecond))
+	ns := openNamespace(t, c, "app")
+	up.sever() // b is cut off at revision 1
+	rev := mustPublish(t, origin, "app", map[string]any{"k": 2})
+	eventually(t, "the client at the new revision through a", func() bool { return ns.Status().Revision == rev })
+	if err := a.Close(); err != nil { // the client moves to b
+		t.Fatal(err)
+	}
+	eventually(t, "the client on b", func() bool { return ns.Status().Endpoint == urlB })
+	// b's catch-up wait (1s), the grace, and some more.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if st := ns.Status(); st.Revision < rev {
+			t.Fatalf("the client went back to revision %d from %d: %v", st.Revision, rev, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := ns.Status(); st.State == config.StateFresh {
+		t.Errorf("the client is %v on a relay cut off", st)
+	}
 }

@@ -387,6 +387,13 @@ func (f *Follower) check(ns string, since int64) (*followed, error) {
 	switch {
 	case n == nil || !n.ready || n.leaving:
 		return nil, errNotReady(ns)
+	case since > n.cursor && n.unconfirmed:
+		// Behind the client and cut off: not another history, as far as
+		// the relay can tell. cursor_ahead would make the client
+		// resnapshot and, the older data persisting, take it for
+		// rewritten history and go back; 503 keeps what it holds.
+		return nil, &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+			Message: fmt.Sprintf("cursor %d is above the relay's %d, and its upstream is not confirming it", since, n.cursor)}
 	case since > n.cursor:
 		return nil, fmt.Errorf("%w: cursor %d is above the relay's %d", transport.ErrCursorAhead, since, n.cursor)
 	case since < n.floor:
@@ -467,7 +474,8 @@ func (f *Follower) freshness(names ...string) (time.Duration, bool) {
 // data; catchUpWait how long for the relay to catch up with a cursor
 // ahead of its own (a client that comes from a relay a little ahead: the
 // upstream's prompt progress closes such a gap within a second). A cursor
-// still ahead after it belongs to another history: cursor_ahead.
+// still ahead after it belongs to another history: cursor_ahead; unless
+// the relay's upstream is not confirming it (see check): 503.
 const (
 	demandWait  = 10 * time.Second
 	catchUpWait = time.Second
