@@ -340,3 +340,39 @@ func TestClientFailingOverToACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
 		t.Errorf("the client is %v on a relay cut off", st)
 	}
 }
+
+// cutOffRelay is an upstream relay that is itself cut off: every
+// namespace at revision 1, last confirmed 90 s ago, unconfirmed.
+type cutOffRelay struct{}
+
+func (cutOffRelay) Snapshot(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	snap := &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1, AgeMillis: 90000, Unconfirmed: true}
+	if req.KnownStoreID == "s1" && req.KnownRevision == 1 {
+		return snap, transport.ErrNotModified
+	}
+	snap.Values = json.RawMessage(`{"k":1}`)
+	return snap, nil
+}
+
+func (cutOffRelay) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A client that opens a namespace through a relay whose upstream is a
+// relay cut off gets, in its very first answer, the data's true age and
+// the flag: never a fresh-looking reply made between the relay's taking
+// the data and its taking the upstream's word on it.
+func TestFirstAnswerThroughARelayOfACutOffRelayIsUnconfirmed(t *testing.T) {
+	_, url := startRelay(t, "", withSource(cutOffRelay{}), relay.WithMaxNamespaces(1000))
+	for i := 0; i < 200; i++ {
+		ns := "n" + strconv.Itoa(i)
+		status, _, snap := getSnapshot(t, url, ns)
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d", ns, status)
+		}
+		if !snap.Unconfirmed || snap.AgeMillis < 90000 {
+			t.Fatalf("%s, first answer: unconfirmed %v, age %d ms; want unconfirmed, at least 90000 ms", ns, snap.Unconfirmed, snap.AgeMillis)
+		}
+	}
+}

@@ -24,10 +24,9 @@ var _ syncer.Sink = sink{}
 
 func (s sink) Applied(u syncer.Update) {
 	snap := u.Snapshot
-	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change)
 	// As the SDK does: a change confirms at age 0 and keeps the flag of the
 	// last report; a snapshot's age and flag are its own.
-	s.r.follower.Confirm(s.f.name, u.Cursor, u.Age, u.Unconfirmed)
+	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change, u.Age, u.Unconfirmed)
 	s.r.heard.Store(true)
 	s.f.lastErr.Store(nil)
 	s.f.applied = snap

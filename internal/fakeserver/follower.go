@@ -129,11 +129,15 @@ func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string
 
 // Apply records new data of ns from its syncer: the change set that led to
 // it from the data applied before (cs, nil when the data came whole as a
-// snapshot), its store id, revision and content, and the cursor it is
-// complete up to. A new store id is a store reset for every namespace:
-// the others serve nothing until they have data of the new store; a
-// revision behind the one served (history rewound) likewise.
-func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet) {
+// snapshot), its store id, revision and content, the cursor it is
+// complete up to, and, as Confirm, how long ago the upstream's upstream
+// confirmed it and whether the upstream is confirming it now: in the
+// same step, so that no reply tells the data without its age. A new
+// store id is a store reset for every namespace: the others serve nothing
+// until they have data of the new store; a revision behind the one served
+// (history rewound) likewise.
+func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
+	age time.Duration, unconfirmed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.get(ns)
@@ -154,9 +158,12 @@ func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[strin
 	}
 	n.rev, n.live = rev, values
 	n.cursor = max(n.cursor, cursor)
-	n.confirmedAt, n.unconfirmed = f.now(), false
+	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
 	f.advanceLocked()
 	f.changedLocked()
+	if f.onConfirm != nil {
+		f.onConfirm()
+	}
 }
 
 // resetLocked starts a new generation of storeID: every namespace serves

@@ -67,7 +67,7 @@ func TestFollowerWatchOfANamespaceBehindTheOthers(t *testing.T) {
 		}
 	}
 	// b's syncer catches up: a change at 80, then its cursor.
-	f.Apply("b", "st", 80, 100, raw("y", "2"), chained("b", "st", 40, 80, "y", "2"))
+	f.Apply("b", "st", 80, 100, raw("y", "2"), chained("b", "st", 40, 80, "y", "2"), 0, false)
 	for {
 		cs, p := checked(t, mustNext(t, st))
 		if cs != nil {
@@ -145,12 +145,12 @@ func pollAsync(c *http.Client, url string) <-chan pollResult {
 // once the wait ends or the cursor reaches it.
 func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
-	f.Apply("a", "st", 100, 100, raw("x", "1"), nil)
-	f.Apply("b", "st", 90, 100, raw("y", "1"), nil)
+	f.Apply("a", "st", 100, 100, raw("x", "1"), nil, 0, false)
+	f.Apply("b", "st", 90, 100, raw("y", "1"), nil, 0, false)
 	c := newClient(t)
 	reply := pollAsync(c, s.URL()+"/sdk/stream/events?ns=a:100&ns=b:100&wait=400ms")
 	waitFor(t, "the poll to wait", func() bool { return s.Watchers("a") == 1 })
-	f.Apply("a", "st", 101, 101, raw("x", "2"), chained("a", "st", 100, 101, "x", "2")) // b still at 100
+	f.Apply("a", "st", 101, 101, raw("x", "2"), chained("a", "st", 100, 101, "x", "2"), 0, false) // b still at 100
 	r := <-reply
 	if r.err != nil || r.status != 200 {
 		t.Fatalf("poll: %v %d %s", r.err, r.status, r.body)
@@ -177,7 +177,7 @@ func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 // stream too.
 func TestFollowerStreamSendsEachChangeOnce(t *testing.T) {
 	f, s := startFollower(t, 1000, 0, WithHeartbeat(time.Hour))
-	f.Apply("a", "st", 1, 1, raw("x", "1"), nil)
+	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
 	c := newClient(t)
 	rev := int64(1)
 	deadline := time.Now().Add(2 * time.Second)
@@ -189,7 +189,7 @@ func TestFollowerStreamSendsEachChangeOnce(t *testing.T) {
 			defer close(done)
 			for r := from + 1; r <= to; r++ {
 				v := strconv.FormatInt(r, 10)
-				f.Apply("a", "st", r, r, raw("x", v), chained("a", "st", r-1, r, "x", v))
+				f.Apply("a", "st", r, r, raw("x", v), chained("a", "st", r-1, r, "x", v), 0, false)
 			}
 		}()
 		since := max(from-2, 1)
