@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/holdfast-dev/holdfast/config"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -374,5 +377,85 @@ func TestFirstAnswerThroughARelayOfACutOffRelayIsUnconfirmed(t *testing.T) {
 		if !snap.Unconfirmed || snap.AgeMillis < 90000 {
 			t.Fatalf("%s, first answer: unconfirmed %v, age %d ms; want unconfirmed, at least 90000 ms", ns, snap.Unconfirmed, snap.AgeMillis)
 		}
+	}
+}
+
+// Requests through Handler end when the relay closes: one waiting for a
+// namespace's first data ends at once, not after its 10 s; and once
+// closed, Handler serves nothing (503), not the data it held, unconfirmed
+// by nobody and never to change, nor a watch that never ends.
+func TestRelayHandlerRequestsEndWithTheRelay(t *testing.T) {
+	up := newSlowUpstream()
+	up.snapshotGate = make(chan struct{}) // never opened: "waiting" has no data
+	r, err := relay.New(up, relay.WithHeartbeat(50*time.Millisecond), relay.WithNamespaces("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(srv.URL + transport.PathSnapshot + "?ns=app")
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	eventually(t, "the relay's upstream snapshot", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.snapshots > 0 })
+	eventually(t, "the request in", func() bool { return r.Stats().Snapshots == 1 })
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("a waiting request ended %v after Close", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a waiting request still waits 5s after Close")
+	}
+
+	// A relay that had data: closed, it serves none.
+	origin := holdfasttest.NewServer(t)
+	mustPublish(t, origin, "app", map[string]any{"k": 1})
+	hs, err := transport.NewHTTPSource(origin.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	r2, err := relay.New(hs, relay.WithHeartbeat(50*time.Millisecond), relay.WithNamespaces("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the relay ready", func() bool { return r2.Ready() == nil })
+	srv2 := httptest.NewServer(r2.Handler())
+	defer srv2.Close()
+	if err := r2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Close(); err != nil {
+		t.Fatalf("Close again: %v", err)
+	}
+	if status, _, _ := getSnapshot(t, srv2.URL, "app"); status != http.StatusServiceUnavailable {
+		t.Errorf("snapshot after Close: %d, want 503", status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv2.URL+transport.PathWatch+"?ns=app", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("watch after Close: %v", err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || err != nil {
+		t.Errorf("watch after Close: %d (body read: %v), want 503", resp.StatusCode, err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	if err := r2.Serve(context.Background(), l); !errors.Is(err, relay.ErrClosed) {
+		t.Errorf("Serve after Close: %v, want ErrClosed", err)
 	}
 }
