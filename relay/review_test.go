@@ -459,3 +459,42 @@ func TestRelayHandlerRequestsEndWithTheRelay(t *testing.T) {
 		t.Errorf("Serve after Close: %v, want ErrClosed", err)
 	}
 }
+
+// The origin's store is restored to an earlier revision: the namespace
+// that changed after it goes back (a rewind, which the relay's Follower
+// takes as a reset of every namespace), and the one that did not must be
+// served again too, although its syncer, whose data is still good, has
+// nothing new to apply.
+func TestRelayServesEveryNamespaceAfterTheOriginRestoresItsStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the syncer's history-rewrite grace (10s)")
+	}
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	mustPublish(t, origin, "a", map[string]any{"k": 1})
+	rb := mustPublish(t, origin, "b", map[string]any{"k": 1})
+	ra := mustPublish(t, origin, "a", map[string]any{"k": 2})
+	r, url := startRelay(t, origin.URL(), relay.WithNamespaces("a", "b"))
+	revision := func(ns string) int64 {
+		for _, st := range r.Namespaces() {
+			if st.Namespace == ns && st.Ready {
+				return st.Revision
+			}
+		}
+		return -1
+	}
+	eventually(t, "both followed", func() bool { return revision("a") == ra && revision("b") == rb })
+	if err := origin.RestoreTo(rb); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second) // a's rewind waits out the grace
+	for revision("a") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a at %d, want 1 after the restore", revision("a"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	eventually(t, "b served again", func() bool {
+		status, _, snap := getSnapshot(t, url, "b")
+		return status == http.StatusOK && snap.Revision == rb
+	})
+}

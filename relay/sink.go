@@ -34,7 +34,10 @@ func (s sink) Applied(u syncer.Update) {
 }
 
 func (s sink) Confirmed(p syncer.Position) {
-	s.r.follower.Confirm(s.f.name, p.Cursor, p.Age, p.Unconfirmed)
+	if !s.r.follower.Confirm(s.f.name, p.Cursor, p.Age, p.Unconfirmed) && s.f.applied != nil {
+		a := s.f.applied
+		s.r.follower.Refill(s.f.name, a.StoreID(), a.Revision(), p.Cursor, values(a), p.Age, p.Unconfirmed)
+	}
 	s.r.heard.Store(true)
 	s.f.lastErr.Store(nil)
 	if now := time.Now(); now.Sub(s.f.savedAt) >= persistConfirmEvery {

@@ -140,6 +140,11 @@ func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[strin
 	age time.Duration, unconfirmed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.applyLocked(ns, storeID, rev, cursor, values, cs, age, unconfirmed)
+}
+
+func (f *Follower) applyLocked(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
+	age time.Duration, unconfirmed bool) {
 	n := f.get(ns)
 	if storeID != f.id || (n.ready && rev < n.rev) {
 		f.resetLocked(storeID)
@@ -221,13 +226,14 @@ func diff(ns, storeID string, prev, rev int64, old, next map[string]json.RawMess
 }
 
 // Confirm records that the upstream confirmed ns as current up to cursor,
-// age ago (its own upstream's age), unconfirmed if it said so.
-func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) {
+// age ago (its own upstream's age), unconfirmed if it said so. It reports
+// false when the Follower has no data of ns to confirm (see Refill).
+func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.nss[ns]
 	if n == nil || !n.ready {
-		return
+		return false
 	}
 	n.cursor = max(n.cursor, cursor)
 	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
@@ -235,6 +241,20 @@ func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirm
 	f.changedLocked()
 	if f.onConfirm != nil {
 		f.onConfirm()
+	}
+	return true
+}
+
+// Refill serves again the data ns's syncer holds, of storeID, when ns has
+// none because of a reset another namespace brought (a new store, history
+// rewound): a syncer whose data is still good applies nothing until it
+// changes, and only confirms it. It does nothing while the Follower is of
+// another store (the syncer resnapshots once it learns of it).
+func (f *Follower) Refill(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, age time.Duration, unconfirmed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nss[ns]; n != nil && !n.ready && f.id == storeID {
+		f.applyLocked(ns, storeID, rev, cursor, values, nil, age, unconfirmed)
 	}
 }
 
