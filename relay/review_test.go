@@ -498,3 +498,42 @@ func TestRelayServesEveryNamespaceAfterTheOriginRestoresItsStore(t *testing.T) {
 		return status == http.StatusOK && snap.Revision == rb
 	})
 }
+
+// A namespace the upstream does not have is refused as the origin refuses
+// it (404; on a stream, ended not_found) and at once: not after the
+// relay's 10 s wait for first data, which held the whole stream, every
+// other namespace of it included, at every open.
+func TestRelayRefusesANamespaceItsUpstreamDoesNotHave(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	mustPublish(t, origin, "app", map[string]any{"k": 1})
+	_, url := startRelay(t, origin.URL())
+	start := time.Now()
+	if status, _, _ := getSnapshot(t, url, "nope"); status != http.StatusNotFound {
+		t.Errorf("snapshot of a namespace the origin does not have: %d, want 404", status)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the 404 took %v", d)
+	}
+	for i := 0; i < 2; i++ { // the first open, and one once the relay knows
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+transport.PathStream+"?ns=app:0&ns=nope:0", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("stream %d: %v (the relay held it)", i, err)
+		}
+		buf := make([]byte, 4096)
+		n, _ := io.ReadAtLeast(resp.Body, buf, 1)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(buf[:n]), `"error":"not_found"`) {
+			t.Errorf("stream %d: %d %q, want nope ended not_found", i, resp.StatusCode, buf[:n])
+		}
+	}
+	// Published at last: served.
+	rev := mustPublish(t, origin, "nope", map[string]any{"k": 1})
+	eventually(t, "nope served once the origin has it", func() bool {
+		status, _, snap := getSnapshot(t, url, "nope")
+		return status == http.StatusOK && snap.Revision == rev
+	})
+}

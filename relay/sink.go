@@ -1,11 +1,13 @@
 package relay
 
 import (
+	"errors"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // persistConfirmEvery bounds how often a confirmation alone (no new data)
@@ -46,6 +48,9 @@ func (s sink) Confirmed(p syncer.Position) {
 }
 
 func (s sink) Failed(err error) {
+	if errors.Is(err, transport.ErrNotFound) {
+		s.r.follower.Absent(s.f.name)
+	}
 	s.r.follower.Fail(s.f.name)
 	msg := err.Error()
 	s.f.lastErr.Store(&msg)

@@ -66,6 +66,9 @@ type followed struct {
 	// leaving: its relay is dropping it (Leave): no request may join it
 	// until Drop, as nothing will follow it.
 	leaving bool
+	// absent: the upstream says it has no such namespace (Absent); while
+	// there is no data of it, a request for it is refused as unknown.
+	absent bool
 }
 
 // RefusedError is a relay's refusal to serve a namespace: outside its
@@ -151,7 +154,7 @@ func (f *Follower) applyLocked(ns, storeID string, rev, cursor int64, values map
 	}
 	switch {
 	case !n.ready:
-		n.ready, n.changes, n.bytes, n.floor = true, nil, 0, cursor
+		n.ready, n.changes, n.bytes, n.floor, n.absent = true, nil, 0, cursor, false
 	case rev == n.rev:
 		// The same data again (a resnapshot that found nothing new).
 	case cs != nil && cs.PrevRevision == n.rev:
@@ -266,6 +269,22 @@ func (f *Follower) Fail(ns string) {
 		n.unconfirmed = true
 		f.changedLocked()
 	}
+}
+
+// Absent records that the upstream has no namespace ns: until it has
+// data of it, the Follower answers a request for it as the upstream
+// would (404, ended not_found), at once.
+func (f *Follower) Absent(ns string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nss[ns]; n != nil && !n.ready && !n.absent {
+		n.absent = true
+		f.changedLocked()
+	}
+}
+
+func errAbsent(ns string) error {
+	return fmt.Errorf("%w: %q: the relay's upstream has no such namespace", ErrUnknownNamespace, ns)
 }
 
 // Drop stops serving ns (its relay no longer follows it).
@@ -396,6 +415,9 @@ func (f *Follower) snapshot(ns string) (snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.nss[ns]
+	if n != nil && !n.ready && n.absent {
+		return snapshot{storeID: f.id, cursor: f.head}, errAbsent(ns)
+	}
 	if n == nil || !n.ready {
 		return snapshot{storeID: f.id, cursor: f.head}, errNotReady(ns)
 	}
@@ -412,6 +434,8 @@ func errNotReady(ns string) error {
 func (f *Follower) check(ns string, since int64) (*followed, error) {
 	n := f.nss[ns]
 	switch {
+	case n != nil && !n.ready && n.absent:
+		return nil, errAbsent(ns)
 	case n == nil || !n.ready || n.leaving:
 		return nil, errNotReady(ns)
 	case since > n.cursor && n.unconfirmed:
@@ -551,6 +575,8 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 					missing = append(missing, r.name)
 				}
 				waiting = true
+			case !n.ready && n.absent:
+				// The upstream has none: answered now, as it would.
 			case !n.ready, r.since > n.cursor && !caughtUp:
 				waiting = true
 			}
