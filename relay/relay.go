@@ -63,7 +63,7 @@ type followed struct {
 	lastErr atomic.Pointer[string]
 	// Its syncer's goroutine only (sink):
 	applied *snapshot.Snapshot // the last good, for its file
-	savedAt time.Time          // of the last file written
+	savedAt time.Time          // when the last file was submitted
 }
 
 // NamespaceStatus is what a relay knows of one namespace it follows.

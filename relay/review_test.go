@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -536,4 +538,49 @@ func TestRelayRefusesANamespaceItsUpstreamDoesNotHave(t *testing.T) {
 		status, _, snap := getSnapshot(t, url, "nope")
 		return status == http.StatusOK && snap.Revision == rev
 	})
+}
+
+// chattyCutOffRelay is cutOffRelay whose watch sends a progress every
+// 10 ms, each with the upstream's age (90 s and growing).
+type chattyCutOffRelay struct{ cutOffRelay }
+
+func (chattyCutOffRelay) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	start := time.Now()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		age := 90000 + time.Since(start).Milliseconds()
+		if err := handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1,
+			AgeMillis: age, Unconfirmed: true}}); err != nil {
+			return err
+		}
+	}
+}
+
+// A confirmation alone rewrites a namespace's file at most every 10 s,
+// whatever the age its upstream reports: not at every progress while the
+// upstream is itself cut off.
+func TestRelayRewritesItsFileRarelyWhileItsUpstreamIsCutOff(t *testing.T) {
+	dir := t.TempDir()
+	r, _ := startRelay(t, "", withSource(chattyCutOffRelay{}), relay.WithCacheDir(dir), relay.WithNamespaces("app"))
+	eventually(t, "the relay ready", func() bool { return r.Ready() == nil })
+	file := filepath.Join(dir, "app.hfc")
+	var first os.FileInfo
+	eventually(t, "the file written", func() bool {
+		var err error
+		first, err = os.Stat(file)
+		return err == nil
+	})
+	deadline := time.Now().Add(time.Second) // a hundred progress events
+	for time.Now().Before(deadline) {
+		if st, err := os.Stat(file); err == nil && !st.ModTime().Equal(first.ModTime()) {
+			t.Fatalf("the file was rewritten %v after it was written, for a confirmation alone", st.ModTime().Sub(first.ModTime()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -70,7 +70,7 @@ func (s sink) save(cursor int64, at time.Time) {
 	if s.r.persist == nil || s.f.applied == nil {
 		return
 	}
-	s.f.savedAt = at
+	s.f.savedAt = time.Now() // not at: an upstream's age must not make every confirmation a write
 	s.r.persist.Submit(&cachedir.Record{Namespace: s.f.name, StoreID: s.f.applied.StoreID(), Revision: s.f.applied.Revision(),
 		Cursor: cursor, ConfirmedAt: at, Snapshot: s.f.applied})
 }
