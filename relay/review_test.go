@@ -584,3 +584,43 @@ func TestRelayRewritesItsFileRarelyWhileItsUpstreamIsCutOff(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A client restarted from its last-good file against a relay cut off from
+// the origin, behind that file, keeps what it holds (Stale): the relay's
+// older data, which it would refuse and then, persisting, take for
+// rewritten history, is not offered to it.
+func TestClientFromItsCacheOnACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(100*time.Millisecond))
+	mustPublish(t, origin, "app", map[string]any{"k": 1})
+	hs, err := transport.NewHTTPSource(origin.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hs.Close() })
+	up := newCuttable(hs)
+	_, urlB := startRelay(t, "", withSource(up))
+	if status, _, _ := getSnapshot(t, urlB, "app"); status != http.StatusOK { // b follows app
+		t.Fatalf("b: %d", status)
+	}
+	up.sever() // b is cut off at revision 1
+	rev := mustPublish(t, origin, "app", map[string]any{"k": 2})
+	dir := t.TempDir()
+	c1 := newClient(t, origin.URL(), config.WithCacheDir(dir))
+	ns := openNamespace(t, c1, "app")
+	eventually(t, "the client at the new revision", func() bool { return ns.Status().Revision == rev })
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := newClient(t, urlB, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(300*time.Millisecond))
+	ns = openNamespace(t, c2, "app")
+	deadline := time.Now().Add(2 * time.Second) // the grace, and some more
+	for time.Now().Before(deadline) {
+		if st := ns.Status(); st.Revision < rev {
+			t.Fatalf("the client went back to revision %d from %d: %v", st.Revision, rev, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := ns.Status(); st.State == config.StateFresh {
+		t.Errorf("the client is %v on a relay cut off", st)
+	}
+}

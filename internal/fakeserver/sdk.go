@@ -246,6 +246,16 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, ns, err)
 		return
 	}
+	if s.follow != nil && holdsNewer(r.Header.Get("If-None-Match"), snap.storeID, snap.rev) {
+		if _, unconfirmed := s.be.freshness(ns); unconfirmed {
+			// A relay cut off, behind what the client holds: its older
+			// data would be refused and then, persisting, taken for
+			// rewritten history. As for a cursor ahead (Follower.check).
+			s.planeError(w, r, ns, &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+				Message: fmt.Sprintf("the relay is at revision %d, behind the client's, and its upstream is not confirming it", snap.rev)})
+			return
+		}
+	}
 	defer s.speak(r)()
 	etag := transport.ETag(snap.storeID, snap.rev)
 	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
@@ -300,6 +310,22 @@ func etagMatches(header, etag string) bool {
 	for _, t := range strings.Split(header, ",") {
 		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
 		if t == "*" || t == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsNewer reports whether an If-None-Match header names a revision of
+// storeID after rev: the client holds newer data than rev.
+func holdsNewer(header, storeID string, rev int64) bool {
+	for _, t := range strings.Split(header, ",") {
+		t = strings.Trim(strings.TrimPrefix(strings.TrimSpace(t), "W/"), `"`)
+		i := strings.LastIndexByte(t, '.')
+		if i < 0 || t[:i] != storeID {
+			continue
+		}
+		if n, err := strconv.ParseInt(t[i+1:], 10, 64); err == nil && n > rev {
 			return true
 		}
 	}
