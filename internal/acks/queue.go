@@ -25,6 +25,12 @@ const (
 	ackDelayMax = 250 * time.Millisecond
 )
 
+// maxPending bounds the outcomes waiting (each client's newest of each
+// namespace and kind): past it, an outcome of one more is dropped, so
+// that a relay whose upstream is down does not grow without bound. Ten
+// thousand clients of a dozen namespaces fit.
+const maxPending = 1 << 18
+
 // Queue reports outcomes (applied or rejected revisions) to the config
 // plane, off the apply path, on one goroutine for all namespaces: a
 // client's own, or those of the clients a relay forwards. Outcomes
@@ -45,8 +51,9 @@ type Queue struct {
 	startOnce sync.Once
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex                // guards pending
+	mu      sync.Mutex                // guards pending, dropped
 	pending map[ackKey]*transport.Ack // the newest ack and the newest nack of each namespace not yet taken by run
+	dropped int                       // outcomes dropped past maxPending
 }
 
 // ackKey keeps a namespace's newest ack and newest nack apart: they are
@@ -85,7 +92,13 @@ func (a *Queue) Add(ack transport.Ack) {
 	}
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
-	if old := a.pending[k]; old == nil || old.Revision <= ack.Revision {
+	switch old := a.pending[k]; {
+	case old == nil && len(a.pending) >= maxPending:
+		a.dropped++
+		if a.dropped == 1 {
+			a.log.Warn("acks: too many outcomes waiting to be reported; dropping new ones", "max", maxPending)
+		}
+	case old == nil || old.Revision <= ack.Revision:
 		a.pending[k] = &ack
 	}
 	a.mu.Unlock()
@@ -141,7 +154,7 @@ func (a *Queue) requeue(acks []transport.Ack) {
 	defer a.mu.Unlock()
 	for i := range acks {
 		k := ackKey{acks[i].ClientID, acks[i].Namespace, acks[i].Status}
-		if _, newer := a.pending[k]; !newer {
+		if _, newer := a.pending[k]; !newer && len(a.pending) < maxPending {
 			a.pending[k] = &acks[i]
 		}
 	}

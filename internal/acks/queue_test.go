@@ -2,9 +2,11 @@ package acks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -116,4 +118,26 @@ func (r *recorder) AckRelayed(_ context.Context, _ string, acks []transport.Ack)
 	defer r.mu.Unlock()
 	r.batches = append(r.batches, slices.Clone(acks))
 	return nil
+}
+
+// down is an upstream that is down.
+type down struct{}
+
+func (down) Ack(context.Context, transport.Ack) error { return errors.New("down") }
+
+// What waits is bounded however many clients report (the queue not yet
+// sending, as while its upstream is down): a relay's downstream, or a
+// crash-looping fleet whose every process is a new client id, cannot make
+// it grow without bound.
+func TestQueueBoundsWhatWaits(t *testing.T) {
+	q := New(down{}, slog.New(slog.DiscardHandler), "relay-1")
+	for i := 0; i < maxPending+1000; i++ {
+		q.Add(transport.Ack{ClientID: "c" + strconv.Itoa(i), Namespace: "app", Revision: 1, Status: transport.AckApplied})
+	}
+	q.mu.Lock()
+	n := len(q.pending)
+	q.mu.Unlock()
+	if n > maxPending {
+		t.Fatalf("%d acks wait, more than %d", n, maxPending)
+	}
 }
