@@ -314,10 +314,13 @@ func (r *Relay) backoff() syncer.Backoff {
 }
 
 // forward hands downstream acks to the queue that reports them upstream
-// (none when the upstream takes no acks).
+// (none when the upstream takes no acks): those of namespaces the relay
+// may serve; its allow-list bounds what its clients tell the origin too.
 func (r *Relay) forward(batch []transport.Ack) {
 	for _, a := range batch {
-		r.acks.Add(a)
+		if r.allowed(a.Namespace) {
+			r.acks.Add(a)
+		}
 	}
 }
 

@@ -624,3 +624,19 @@ func TestClientFromItsCacheOnACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
 		t.Errorf("the client is %v on a relay cut off", st)
 	}
 }
+
+// A relay forwards only reports of namespaces it may serve: its
+// allow-list bounds what its clients can tell the origin too.
+func TestRelayForwardsNoReportOutsideItsAllowList(t *testing.T) {
+	up := &reportSink{}
+	_, url := startRelay(t, "", withSource(up), relay.WithAllow("app"))
+	postAck(t, url, `{"client_id":"c1","acks":[{"ns":"secret","revision":1,"status":"ack"},{"ns":"app","revision":1,"status":"ack"}]}`)
+	eventually(t, "the ack of app upstream", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return len(up.acks) > 0 })
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	for _, a := range up.acks {
+		if a.Namespace != "app" {
+			t.Errorf("forwarded %+v, outside the allow-list", a)
+		}
+	}
+}
