@@ -56,11 +56,14 @@ type followed struct {
 	pinned bool // WithNamespaces: never lingers out
 	cancel context.CancelFunc
 	done   chan struct{}
+	// leaving: the janitor is dropping it (r.mu); it is followed again
+	// only once the drop is done.
+	leaving bool
 	// lastErr is the syncer's last failure, for Namespaces.
 	lastErr atomic.Pointer[string]
 	// Its syncer's goroutine only (sink):
 	applied *snapshot.Snapshot // the last good, for its file
-	savedAt time.Time          // of the last file written
+	savedAt time.Time          // when the last file was submitted
 }
 
 // NamespaceStatus is what a relay knows of one namespace it follows.
@@ -129,17 +132,21 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	r.acks.Start(ctx, r.backoff())
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.janitor(ctx) }()
-	// What the cache holds is followed, so that it is confirmed (or
-	// updated) as soon as the upstream answers.
-	for _, ns := range r.follower.Followed() {
-		if err := r.follow(ns, false); err != nil {
-			r.log.Warn("relay: not following a namespace of its cache", "ns", ns, "err", err)
-		}
-	}
 	for _, ns := range o.namespaces {
 		if err := r.follow(ns, true); err != nil {
 			_ = r.Close()
 			return nil, err
+		}
+	}
+	// What the cache holds is followed, so that it is confirmed (or
+	// updated) as soon as the upstream answers; what the relay may not
+	// follow (its allow-list, its limit) it does not serve either: a file
+	// served with no syncer behind it would never change again.
+	for _, ns := range r.follower.Followed() {
+		err := r.want(ns)
+		if err != nil {
+			r.follower.Drop(ns)
+			r.log.Warn("relay: not serving a namespace of its cache", "ns", ns, "err", err)
 		}
 	}
 	return r, nil
@@ -260,6 +267,10 @@ func (r *Relay) follow(ns string, pinned bool) error {
 		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable, Message: "the relay is closing"}
 	}
 	if f := r.nss[ns]; f != nil {
+		if f.leaving {
+			return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+				Message: "the relay is letting it go; retry"}
+		}
 		f.pinned = f.pinned || pinned
 		return nil
 	}
@@ -303,10 +314,13 @@ func (r *Relay) backoff() syncer.Backoff {
 }
 
 // forward hands downstream acks to the queue that reports them upstream
-// (none when the upstream takes no acks).
+// (none when the upstream takes no acks): those of namespaces the relay
+// may serve; its allow-list bounds what its clients tell the origin too.
 func (r *Relay) forward(batch []transport.Ack) {
 	for _, a := range batch {
-		r.acks.Add(a)
+		if r.allowed(a.Namespace) {
+			r.acks.Add(a)
+		}
 	}
 }
 
@@ -325,18 +339,23 @@ func (r *Relay) janitor(ctx context.Context) {
 		for _, ns := range r.follower.Idle(r.opts.linger, r.srv.Carried) {
 			r.mu.Lock()
 			f := r.nss[ns]
-			if f == nil || f.pinned {
+			// Leave checks again, in the step that subscriptions take:
+			// a request that came meanwhile keeps it.
+			if f == nil || f.pinned || !r.follower.Leave(ns, r.opts.linger, r.srv.Carried) {
 				r.mu.Unlock()
 				continue
 			}
-			delete(r.nss, ns)
+			f.leaving = true // a request from now on gets 503 until the drop is done
 			r.mu.Unlock()
 			f.cancel()
 			<-f.done
 			if r.mux != nil {
 				r.mux.Leave(ns)
 			}
+			r.mu.Lock()
+			delete(r.nss, ns)
 			r.follower.Drop(ns)
+			r.mu.Unlock()
 			r.log.Debug("relay: no longer following; no client asked for it", "ns", ns, "linger", r.opts.linger)
 		}
 	}

@@ -1,11 +1,13 @@
 package relay
 
 import (
+	"errors"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // persistConfirmEvery bounds how often a confirmation alone (no new data)
@@ -24,10 +26,9 @@ var _ syncer.Sink = sink{}
 
 func (s sink) Applied(u syncer.Update) {
 	snap := u.Snapshot
-	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change)
 	// As the SDK does: a change confirms at age 0 and keeps the flag of the
 	// last report; a snapshot's age and flag are its own.
-	s.r.follower.Confirm(s.f.name, u.Cursor, u.Age, u.Unconfirmed)
+	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change, u.Age, u.Unconfirmed)
 	s.r.heard.Store(true)
 	s.f.lastErr.Store(nil)
 	s.f.applied = snap
@@ -35,7 +36,10 @@ func (s sink) Applied(u syncer.Update) {
 }
 
 func (s sink) Confirmed(p syncer.Position) {
-	s.r.follower.Confirm(s.f.name, p.Cursor, p.Age, p.Unconfirmed)
+	if !s.r.follower.Confirm(s.f.name, p.Cursor, p.Age, p.Unconfirmed) && s.f.applied != nil {
+		a := s.f.applied
+		s.r.follower.Refill(s.f.name, a.StoreID(), a.Revision(), p.Cursor, values(a), p.Age, p.Unconfirmed)
+	}
 	s.r.heard.Store(true)
 	s.f.lastErr.Store(nil)
 	if now := time.Now(); now.Sub(s.f.savedAt) >= persistConfirmEvery {
@@ -44,6 +48,9 @@ func (s sink) Confirmed(p syncer.Position) {
 }
 
 func (s sink) Failed(err error) {
+	if errors.Is(err, transport.ErrNotFound) {
+		s.r.follower.Absent(s.f.name)
+	}
 	s.r.follower.Fail(s.f.name)
 	msg := err.Error()
 	s.f.lastErr.Store(&msg)
@@ -63,7 +70,7 @@ func (s sink) save(cursor int64, at time.Time) {
 	if s.r.persist == nil || s.f.applied == nil {
 		return
 	}
-	s.f.savedAt = at
+	s.f.savedAt = time.Now() // not at: an upstream's age must not make every confirmation a write
 	s.r.persist.Submit(&cachedir.Record{Namespace: s.f.name, StoreID: s.f.applied.StoreID(), Revision: s.f.applied.Revision(),
 		Cursor: cursor, ConfirmedAt: at, Snapshot: s.f.applied})
 }

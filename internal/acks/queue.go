@@ -25,6 +25,12 @@ const (
 	ackDelayMax = 250 * time.Millisecond
 )
 
+// maxPending bounds the outcomes waiting (each client's newest of each
+// namespace and kind): past it, an outcome of one more is dropped, so
+// that a relay whose upstream is down does not grow without bound. Ten
+// thousand clients of a dozen namespaces fit.
+const maxPending = 1 << 18
+
 // Queue reports outcomes (applied or rejected revisions) to the config
 // plane, off the apply path, on one goroutine for all namespaces: a
 // client's own, or those of the clients a relay forwards. Outcomes
@@ -45,8 +51,9 @@ type Queue struct {
 	startOnce sync.Once
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex                // guards pending
+	mu      sync.Mutex                // guards pending, dropped
 	pending map[ackKey]*transport.Ack // the newest ack and the newest nack of each namespace not yet taken by run
+	dropped int                       // outcomes dropped past maxPending
 }
 
 // ackKey keeps a namespace's newest ack and newest nack apart: they are
@@ -85,7 +92,13 @@ func (a *Queue) Add(ack transport.Ack) {
 	}
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
-	if old := a.pending[k]; old == nil || old.Revision <= ack.Revision {
+	switch old := a.pending[k]; {
+	case old == nil && len(a.pending) >= maxPending:
+		a.dropped++
+		if a.dropped == 1 {
+			a.log.Warn("acks: too many outcomes waiting to be reported; dropping new ones", "max", maxPending)
+		}
+	case old == nil || old.Revision <= ack.Revision:
 		a.pending[k] = &ack
 	}
 	a.mu.Unlock()
@@ -141,7 +154,7 @@ func (a *Queue) requeue(acks []transport.Ack) {
 	defer a.mu.Unlock()
 	for i := range acks {
 		k := ackKey{acks[i].ClientID, acks[i].Namespace, acks[i].Status}
-		if _, newer := a.pending[k]; !newer {
+		if _, newer := a.pending[k]; !newer && len(a.pending) < maxPending {
 			a.pending[k] = &acks[i]
 		}
 	}
@@ -169,7 +182,7 @@ func (a *Queue) run(ctx context.Context, policy syncer.Backoff) {
 		case <-t.C:
 		}
 		for acks := a.take(); len(acks) > 0; acks = a.take() {
-			err := a.send(ctx, acks)
+			unsent, err := a.deliver(ctx, acks)
 			if err == nil {
 				bo.Reset()
 				continue
@@ -177,19 +190,55 @@ func (a *Queue) run(ctx context.Context, policy syncer.Backoff) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, transport.ErrBadRequest) {
-				// Refused as malformed: sending it again cannot help.
-				a.log.Warn("acks refused by the server; dropped", "acks", len(acks), "err", err)
-				continue
-			}
-			a.log.Debug("acks not delivered; will retry", "acks", len(acks), "err", err)
-			a.requeue(acks) // the newest outcome of each namespace wins
+			a.log.Debug("acks not delivered; will retry", "acks", len(unsent), "err", err)
+			a.requeue(unsent) // the newest outcome of each namespace wins
 			if policy.Wait(ctx, bo, err); ctx.Err() != nil {
 				return
 			}
 		}
 	}
 }
+
+// deliver sends acks. A batch refused as malformed is sent again in
+// halves until the refused acks are alone, and those are dropped (sending
+// them again cannot help): one client's report that the server refuses (a
+// relay forwards every kind) must not cost the others theirs. After a
+// failure of another kind it returns it, with the acks not yet delivered.
+func (a *Queue) deliver(ctx context.Context, acks []transport.Ack) ([]transport.Ack, error) {
+	// Reports of a kind this version does not know (a relay forwards
+	// them for a later upstream) go last, in a batch of their own: an
+	// upstream that refuses them then refuses only them, on an ack stream
+	// too, which a refused line ends without a word.
+	if slices.ContainsFunc(acks, unknown) && slices.ContainsFunc(acks, known) {
+		other := slices.DeleteFunc(slices.Clone(acks), known)
+		if unsent, err := a.deliver(ctx, slices.DeleteFunc(acks, unknown)); err != nil {
+			return append(unsent, other...), err
+		}
+		return a.deliver(ctx, other)
+	}
+	err := a.send(ctx, acks)
+	switch {
+	case err == nil:
+		return nil, nil
+	case ctx.Err() != nil || !errors.Is(err, transport.ErrBadRequest):
+		return acks, err
+	case len(acks) == 1:
+		a.log.Warn("ack refused by the server; dropped", "client_id", acks[0].ClientID, "ns", acks[0].Namespace,
+			"status", acks[0].Status, "err", err)
+		return nil, nil
+	}
+	half := len(acks) / 2
+	if unsent, err := a.deliver(ctx, acks[:half]); err != nil {
+		return append(unsent, acks[half:]...), err
+	}
+	return a.deliver(ctx, acks[half:])
+}
+
+func known(a transport.Ack) bool {
+	return a.Status == transport.AckApplied || a.Status == transport.AckRejected
+}
+
+func unknown(a transport.Ack) bool { return !known(a) }
 
 // send reports acks: as one batch, or one by one; it stops at the first
 // failure, and what was not sent is the caller's to retry (sending an ack

@@ -30,6 +30,13 @@ type Follower struct {
 	head       int64 // every namespace with data is complete up to it
 	maxChanges int
 	maxBytes   int64
+	// seq numbers what is handed to the hub (changes, head moves), in
+	// order; headSeq is the last head's. A watcher keeps them from its
+	// subscription (see watcher.seq).
+	seq, headSeq uint64
+	// waiting counts, by name, the requests in demand: a namespace a
+	// request waits for is not idle.
+	waiting map[string]int
 	// want is the relay's: start following ns (it must not block), or
 	// refuse it with a *RefusedError.
 	want    func(ns string) error
@@ -39,7 +46,7 @@ type Follower struct {
 	onConfirm func() // the upstream confirmed data
 	onCommit  func(*change)
 	onReset   func(gen uint64)
-	onAdvance func(gen uint64, head int64)
+	onAdvance func(gen uint64, head int64, seq uint64)
 }
 
 // followed is one namespace of a Follower.
@@ -56,6 +63,12 @@ type followed struct {
 	confirmedAt time.Time // when the upstream last confirmed the data
 	unconfirmed bool      // the upstream is not confirming it now
 	demanded    time.Time // the last downstream request for it
+	// leaving: its relay is dropping it (Leave): no request may join it
+	// until Drop, as nothing will follow it.
+	leaving bool
+	// absent: the upstream says it has no such namespace (Absent); while
+	// there is no data of it, a request for it is refused as unknown.
+	absent bool
 }
 
 // RefusedError is a relay's refusal to serve a namespace: outside its
@@ -78,7 +91,7 @@ func (e *RefusedError) Error() string {
 func NewFollower(maxChanges int, maxBytes int64, want func(ns string) error) *Follower {
 	return &Follower{
 		gen: 1, nss: make(map[string]*followed), maxChanges: max(maxChanges, 1), maxBytes: maxBytes,
-		want: want, changed: make(chan struct{}), now: time.Now,
+		want: want, changed: make(chan struct{}), now: time.Now, waiting: make(map[string]int),
 	}
 }
 
@@ -119,20 +132,29 @@ func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string
 
 // Apply records new data of ns from its syncer: the change set that led to
 // it from the data applied before (cs, nil when the data came whole as a
-// snapshot), its store id, revision and content, and the cursor it is
-// complete up to. A new store id is a store reset for every namespace:
-// the others serve nothing until they have data of the new store; a
-// revision behind the one served (history rewound) likewise.
-func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet) {
+// snapshot), its store id, revision and content, the cursor it is
+// complete up to, and, as Confirm, how long ago the upstream's upstream
+// confirmed it and whether the upstream is confirming it now: in the
+// same step, so that no reply tells the data without its age. A new
+// store id is a store reset for every namespace: the others serve nothing
+// until they have data of the new store; a revision behind the one served
+// (history rewound) likewise.
+func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
+	age time.Duration, unconfirmed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.applyLocked(ns, storeID, rev, cursor, values, cs, age, unconfirmed)
+}
+
+func (f *Follower) applyLocked(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
+	age time.Duration, unconfirmed bool) {
 	n := f.get(ns)
 	if storeID != f.id || (n.ready && rev < n.rev) {
 		f.resetLocked(storeID)
 	}
 	switch {
 	case !n.ready:
-		n.ready, n.changes, n.bytes, n.floor = true, nil, 0, cursor
+		n.ready, n.changes, n.bytes, n.floor, n.absent = true, nil, 0, cursor, false
 	case rev == n.rev:
 		// The same data again (a resnapshot that found nothing new).
 	case cs != nil && cs.PrevRevision == n.rev:
@@ -144,9 +166,12 @@ func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[strin
 	}
 	n.rev, n.live = rev, values
 	n.cursor = max(n.cursor, cursor)
-	n.confirmedAt, n.unconfirmed = f.now(), false
+	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
 	f.advanceLocked()
 	f.changedLocked()
+	if f.onConfirm != nil {
+		f.onConfirm()
+	}
 }
 
 // resetLocked starts a new generation of storeID: every namespace serves
@@ -155,7 +180,7 @@ func (f *Follower) resetLocked(storeID string) {
 	f.id = storeID
 	f.gen++
 	for _, n := range f.nss {
-		*n = followed{demanded: n.demanded}
+		*n = followed{demanded: n.demanded, leaving: n.leaving}
 	}
 	f.head = 0
 	if f.onReset != nil {
@@ -166,7 +191,8 @@ func (f *Follower) resetLocked(storeID string) {
 // commitLocked appends cs to ns's window (trimming it) and hands it to the
 // hub.
 func (f *Follower) commitLocked(ns string, n *followed, cs transport.ChangeSet) {
-	c := &change{gen: f.gen, cs: cs}
+	f.seq++
+	c := &change{gen: f.gen, seq: f.seq, cs: cs}
 	c.encode()
 	n.changes = append(n.changes, c)
 	n.bytes += int64(len(c.data))
@@ -203,13 +229,14 @@ func diff(ns, storeID string, prev, rev int64, old, next map[string]json.RawMess
 }
 
 // Confirm records that the upstream confirmed ns as current up to cursor,
-// age ago (its own upstream's age), unconfirmed if it said so.
-func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) {
+// age ago (its own upstream's age), unconfirmed if it said so. It reports
+// false when the Follower has no data of ns to confirm (see Refill).
+func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.nss[ns]
 	if n == nil || !n.ready {
-		return
+		return false
 	}
 	n.cursor = max(n.cursor, cursor)
 	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
@@ -217,6 +244,20 @@ func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirm
 	f.changedLocked()
 	if f.onConfirm != nil {
 		f.onConfirm()
+	}
+	return true
+}
+
+// Refill serves again the data ns's syncer holds, of storeID, when ns has
+// none because of a reset another namespace brought (a new store, history
+// rewound): a syncer whose data is still good applies nothing until it
+// changes, and only confirms it. It does nothing while the Follower is of
+// another store (the syncer resnapshots once it learns of it).
+func (f *Follower) Refill(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, age time.Duration, unconfirmed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nss[ns]; n != nil && !n.ready && f.id == storeID {
+		f.applyLocked(ns, storeID, rev, cursor, values, nil, age, unconfirmed)
 	}
 }
 
@@ -230,6 +271,22 @@ func (f *Follower) Fail(ns string) {
 	}
 }
 
+// Absent records that the upstream has no namespace ns: until it has
+// data of it, the Follower answers a request for it as the upstream
+// would (404, ended not_found), at once.
+func (f *Follower) Absent(ns string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nss[ns]; n != nil && !n.ready && !n.absent {
+		n.absent = true
+		f.changedLocked()
+	}
+}
+
+func errAbsent(ns string) error {
+	return fmt.Errorf("%w: %q: the relay's upstream has no such namespace", ErrUnknownNamespace, ns)
+}
+
 // Drop stops serving ns (its relay no longer follows it).
 func (f *Follower) Drop(ns string) {
 	f.mu.Lock()
@@ -240,19 +297,40 @@ func (f *Follower) Drop(ns string) {
 }
 
 // Idle returns the namespaces no request named within d, whose data the
-// hub carries to nobody (busy reports whether it does).
+// hub carries to nobody (busy reports whether it does), and that no
+// request waits for.
 func (f *Follower) Idle(d time.Duration, busy func(ns string) bool) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []string
 	cut := f.now().Add(-d)
 	for ns, n := range f.nss {
-		if n.demanded.Before(cut) && !busy(ns) {
+		if f.idleLocked(ns, n, cut, busy) {
 			out = append(out, ns)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+func (f *Follower) idleLocked(ns string, n *followed, cut time.Time, busy func(ns string) bool) bool {
+	return n.demanded.Before(cut) && f.waiting[ns] == 0 && !busy(ns)
+}
+
+// Leave marks ns as leaving if it is still idle (see Idle), and reports
+// whether it did: from then on no request joins it (they are refused as
+// the relay's want refuses them) until Drop. The check and the mark are
+// one step under the lock that subscriptions take, so that no watcher
+// is left carrying a namespace nobody follows.
+func (f *Follower) Leave(ns string, d time.Duration, busy func(ns string) bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nss[ns]
+	if n == nil || !f.idleLocked(ns, n, f.now().Add(-d), busy) {
+		return false
+	}
+	n.leaving = true
+	return true
 }
 
 // FollowedStatus is what a Follower serves of one namespace.
@@ -287,7 +365,8 @@ func (f *Follower) Status() []FollowedStatus {
 }
 
 // advanceLocked moves the head to the lowest cursor of the namespaces with
-// data, and tells the hub when it moved.
+// data, and tells the hub when it moved: up, or down when a namespace
+// joins below it.
 func (f *Follower) advanceLocked() {
 	var low int64 = -1
 	for _, n := range f.nss {
@@ -299,8 +378,10 @@ func (f *Follower) advanceLocked() {
 		return
 	}
 	f.head = low
+	f.seq++
+	f.headSeq = f.seq
 	if f.onAdvance != nil {
-		f.onAdvance(f.gen, low)
+		f.onAdvance(f.gen, low, f.seq)
 	}
 }
 
@@ -334,6 +415,9 @@ func (f *Follower) snapshot(ns string) (snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.nss[ns]
+	if n != nil && !n.ready && n.absent {
+		return snapshot{storeID: f.id, cursor: f.head}, errAbsent(ns)
+	}
 	if n == nil || !n.ready {
 		return snapshot{storeID: f.id, cursor: f.head}, errNotReady(ns)
 	}
@@ -350,8 +434,17 @@ func errNotReady(ns string) error {
 func (f *Follower) check(ns string, since int64) (*followed, error) {
 	n := f.nss[ns]
 	switch {
-	case n == nil || !n.ready:
+	case n != nil && !n.ready && n.absent:
+		return nil, errAbsent(ns)
+	case n == nil || !n.ready || n.leaving:
 		return nil, errNotReady(ns)
+	case since > n.cursor && n.unconfirmed:
+		// Behind the client and cut off: not another history, as far as
+		// the relay can tell. cursor_ahead would make the client
+		// resnapshot and, the older data persisting, take it for
+		// rewritten history and go back; 503 keeps what it holds.
+		return nil, &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+			Message: fmt.Sprintf("cursor %d is above the relay's %d, and its upstream is not confirming it", since, n.cursor)}
 	case since > n.cursor:
 		return nil, fmt.Errorf("%w: cursor %d is above the relay's %d", transport.ErrCursorAhead, since, n.cursor)
 	case since < n.floor:
@@ -363,7 +456,7 @@ func (f *Follower) check(ns string, since int64) (*followed, error) {
 func (f *Follower) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head}
+	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
 	if n := f.nss[ns]; n != nil && n.ready {
 		sub.head, sub.nsRev = n.cursor, n.rev
 		if since < 0 {
@@ -385,7 +478,7 @@ func (f *Follower) subscribe(ns string, since int64, register func(subscription)
 func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []string)) (subscription, []transport.NamespaceEndedBody) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head}
+	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
 	var ended []transport.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
 	low := int64(-1) // the lowest cursor of the namespaces subscribed
@@ -432,7 +525,8 @@ func (f *Follower) freshness(names ...string) (time.Duration, bool) {
 // data; catchUpWait how long for the relay to catch up with a cursor
 // ahead of its own (a client that comes from a relay a little ahead: the
 // upstream's prompt progress closes such a gap within a second). A cursor
-// still ahead after it belongs to another history: cursor_ahead.
+// still ahead after it belongs to another history: cursor_ahead; unless
+// the relay's upstream is not confirming it (see check): 503.
 const (
 	demandWait  = 10 * time.Second
 	catchUpWait = time.Second
@@ -446,6 +540,20 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 	caughtUp := false // catchUpWait is over: a cursor ahead waits no more
 	var refused map[string]error
 	wanted := make(map[string]bool)
+	f.mu.Lock()
+	for _, r := range reqs {
+		f.waiting[r.name]++
+	}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, r := range reqs {
+			if f.waiting[r.name]--; f.waiting[r.name] <= 0 {
+				delete(f.waiting, r.name)
+			}
+		}
+	}()
 	for {
 		f.mu.Lock()
 		var missing []string
@@ -460,11 +568,15 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 				n.demanded = now
 			}
 			switch {
-			case n == nil:
+			case n == nil || n.leaving:
+				// Not followed, or being dropped: the relay follows it
+				// (again), or refuses it for now.
 				if !wanted[r.name] {
 					missing = append(missing, r.name)
 				}
 				waiting = true
+			case !n.ready && n.absent:
+				// The upstream has none: answered now, as it would.
 			case !n.ready, r.since > n.cursor && !caughtUp:
 				waiting = true
 			}

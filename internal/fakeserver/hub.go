@@ -36,10 +36,12 @@ func appendFrame(b []byte, event string, id int64, data []byte) []byte {
 }
 
 // mark is how far the hub has fanned out: every change of generation gen up
-// to rev is in the queue of every watcher that wants it.
+// to rev is in the queue of every watcher that wants it. seq, on a
+// relay's hub, is the Follower's sequence number of the head it marks.
 type mark struct {
 	gen uint64
 	rev int64
+	seq uint64
 }
 
 // hub fans committed changes out to watchers. Publishes only append to its
@@ -87,11 +89,14 @@ type hub struct {
 }
 
 // hubItem is a change to fan out; or (c == nil) a store reset to
-// generation gen, or, with head set, a follower's head that moved.
+// generation gen, or, with move set, a follower's head that moved to head
+// (its sequence number seq).
 type hubItem struct {
 	c    *change
 	gen  uint64
 	head int64
+	seq  uint64
+	move bool
 }
 
 // progressEvery is how soon after the head moves a multi-namespace
@@ -224,10 +229,14 @@ func (h *hub) run() {
 		var last *change // the newest change handed over, marked once per batch
 		silent := false  // a change some multi-namespace watcher does not carry
 		for _, it := range items {
-			if it.c == nil && it.head > 0 {
-				if m := h.dispatched.Load(); m.gen == it.gen && it.head > m.rev {
-					h.dispatched.Store(&mark{gen: it.gen, rev: it.head})
-					silent = true
+			if it.move {
+				// A follower's head, down as well as up: a namespace that
+				// joins below it (a last-good file's cursor, an upstream
+				// behind) lowers it, and the mark must not speak for
+				// changes of it that are still to come.
+				if m := h.dispatched.Load(); m.gen == it.gen {
+					h.dispatched.Store(&mark{gen: it.gen, rev: it.head, seq: it.seq})
+					silent = silent || it.head > m.rev
 				}
 				continue
 			}
@@ -281,10 +290,12 @@ func (h *hub) close() {
 	h.wg.Wait()
 }
 
-// cursor returns the cursor a watcher of generation gen may report: every
-// change up to it has been handed to that watcher.
-func (h *hub) cursor(gen uint64, own int64) int64 {
-	if m := h.dispatched.Load(); m.gen == gen && m.rev > own {
+// cursor returns the cursor watcher w may report: every change up to it
+// has been handed to w. On a relay's hub only a head marked at or after
+// w's subscription speaks for w (an older one may predate a namespace of
+// w that joined below it).
+func (h *hub) cursor(w *watcher, own int64) int64 {
+	if m := h.dispatched.Load(); m.gen == w.gen && m.seq >= w.headSeq && m.rev > own {
 		return m.rev
 	}
 	return own
@@ -367,6 +378,16 @@ func (h *hub) openStreams() int {
 	return h.streams
 }
 
+// since records what w's subscription read (see watcher.seq); it returns w.
+func (w *watcher) since(sub subscription) *watcher {
+	w.seq, w.headSeq = sub.seq, sub.headSeq
+	return w
+}
+
+// fresh reports whether c came after w's subscription: one before is in
+// its backlog (or older than its cursor), however late the hub hands it.
+func (w *watcher) fresh(c *change) bool { return c.seq == 0 || c.seq > w.seq }
+
 // watcher is one reader of a namespace's changes: an SSE stream or a
 // waiting long-poll. Its queue is bounded; on overflow the watcher is ended
 // (never skipped) and its client resumes from its cursor.
@@ -378,6 +399,10 @@ type watcher struct {
 	max    int
 	stream bool
 	added  bool // in the hub; guarded by hub.mu
+	// seq and headSeq are, on a relay's hub, the Follower's sequence
+	// numbers at the subscription: of the last change (those up to it are
+	// in the backlog, or not wanted) and of the last head.
+	seq, headSeq uint64
 
 	mu         sync.Mutex
 	queue      []*change

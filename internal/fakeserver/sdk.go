@@ -246,6 +246,16 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, ns, err)
 		return
 	}
+	if s.follow != nil && holdsNewer(r.Header.Get("If-None-Match"), snap.storeID, snap.rev) {
+		if _, unconfirmed := s.be.freshness(ns); unconfirmed {
+			// A relay cut off, behind what the client holds: its older
+			// data would be refused and then, persisting, taken for
+			// rewritten history. As for a cursor ahead (Follower.check).
+			s.planeError(w, r, ns, &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+				Message: fmt.Sprintf("the relay is at revision %d, behind the client's, and its upstream is not confirming it", snap.rev)})
+			return
+		}
+	}
 	defer s.speak(r)()
 	etag := transport.ETag(snap.storeID, snap.rev)
 	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
@@ -300,6 +310,22 @@ func etagMatches(header, etag string) bool {
 	for _, t := range strings.Split(header, ",") {
 		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
 		if t == "*" || t == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsNewer reports whether an If-None-Match header names a revision of
+// storeID after rev: the client holds newer data than rev.
+func holdsNewer(header, storeID string, rev int64) bool {
+	for _, t := range strings.Split(header, ",") {
+		t = strings.Trim(strings.TrimPrefix(strings.TrimSpace(t), "W/"), `"`)
+		i := strings.LastIndexByte(t, '.')
+		if i < 0 || t[:i] != storeID {
+			continue
+		}
+		if n, err := strconv.ParseInt(t[i+1:], 10, 64); err == nil && n > rev {
 			return true
 		}
 	}
@@ -366,7 +392,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	var wt *watcher
 	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
 		if len(sub.backlog) == 0 && wait > 0 {
-			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false)
+			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false).since(sub)
 			s.hub.add(wt)
 		}
 	})
@@ -398,7 +424,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			case <-stopping(r):
 				panic(http.ErrAbortHandler)
 			}
-			d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+			d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
 			items, overflow := wt.take()
 			if overflow {
 				// Changes were dropped from this watcher's queue: answer
@@ -489,7 +515,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	var wt *watcher
 	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
-		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true)
+		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true).since(sub)
 		wt.attach(rc.SetWriteDeadline)
 		s.hub.add(wt)
 	})
@@ -560,7 +586,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		beat = beat || healed // say at once that the stream is alive
 		speaking = true
-		d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+		d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
 		items, overflow := wt.take()
 		if overflow {
 			return // fell behind: the client resumes from its last id

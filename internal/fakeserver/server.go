@@ -46,6 +46,10 @@ type Server struct {
 	stats   counters
 
 	closing chan struct{} // closed by Close: requests through Handler end
+	// life is canceled by Close: the context of requests through
+	// Handler ends with it, so that each ends, wherever it waits.
+	life    context.Context
+	endLife context.CancelFunc
 
 	mu     sync.Mutex
 	addr   string // fixed by the first listen, reused by Restart
@@ -99,7 +103,9 @@ func NewFollowerServer(f *Follower, opts ...Option) (*Server, error) {
 	f.onConfirm = s.hub.requestBeat
 	f.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
 	f.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
-	f.onAdvance = func(gen uint64, head int64) { s.hub.enqueue(hubItem{gen: gen, head: head}) }
+	f.onAdvance = func(gen uint64, head int64, seq uint64) {
+		s.hub.enqueue(hubItem{gen: gen, head: head, seq: seq, move: true})
+	}
 	f.mu.Unlock()
 	s.mux = s.routes()
 	return s, nil
@@ -118,16 +124,24 @@ func (s *Server) Listen(l net.Listener) error {
 }
 
 // Handler returns the server's routes, to mount in another server; a
-// request through it ends when the server closes.
+// request through it ends when the server closes, and one after gets 503.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), stoppingKey{}, s.closing)))
+		if s.life.Err() != nil {
+			writeError(w, http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "server closed"})
+			return
+		}
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		defer context.AfterFunc(s.life, cancel)()
+		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(ctx, stoppingKey{}, s.closing)))
 	})
 }
 
 func newServer(o options, st *store, f *Follower) *Server {
 	s := &Server{opts: o, log: o.logger, store: st, follow: f, addr: o.addr, closing: make(chan struct{})}
 	s.unquiet = s.faults.quiet.RUnlock
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.be = st
 	if f != nil {
 		s.be = f
@@ -288,6 +302,7 @@ func (s *Server) Close() error {
 	err := s.Stop()
 	if !already {
 		close(s.closing)
+		s.endLife()
 	}
 	s.hub.kill(func(*watcher) bool { return true }) // those of Handler
 	s.hub.close()

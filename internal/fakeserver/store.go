@@ -27,6 +27,7 @@ type version struct {
 // SSE frame is encoded once and shared by every watcher.
 type change struct {
 	gen  uint64 // store generation (see store.gen)
+	seq  uint64 // a Follower's sequence number; 0 from the store
 	cs   transport.ChangeSet
 	once sync.Once
 	enc  []byte
@@ -432,6 +433,9 @@ type subscription struct {
 	head    int64 // cursor up to which backlog is complete
 	nsRev   int64
 	backlog []*change
+	// seq and headSeq: a Follower's sequence numbers at the subscription
+	// (see watcher.seq); 0 from the store.
+	seq, headSeq uint64
 }
 
 // subscribe reads the change sets of ns after since (since < 0: from head)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -144,7 +143,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	sub, more := s.be.subscribeMany(reqs, func(sub subscription, names []string) {
 		// Even with every namespace ended the stream stays: it still
 		// speaks for the store (progress), and ends with it (reset).
-		wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, true)
+		wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, true).since(sub)
 		wt.attach(rc.SetWriteDeadline)
 		s.hub.add(wt)
 	})
@@ -222,7 +221,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		// The next tick's channel before the cursor: a tick for a head
 		// beyond d closes this channel after d was read.
 		tick = s.hub.ticks()
-		d := s.hub.cursor(wt.gen, told) // before take: every change up to d is queued
+		d := s.hub.cursor(wt, told) // before take: every change up to d is queued
 		items, overflow := wt.take()
 		if overflow {
 			return // fell behind: the client resumes every namespace from its cursor
@@ -232,7 +231,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		wrote := false
 		for _, c := range items {
-			if s.follow == nil && c.cs.Revision <= told {
+			if s.follow == nil && c.cs.Revision <= told || !wt.fresh(c) {
 				continue // already sent with the backlog
 			}
 			if _, err := w.Write(c.frame()); err != nil {
@@ -290,10 +289,15 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 				low = q.since
 			}
 		}
-		// Wait only when there is nothing to tell: no change, no ended
-		// namespace, and no namespace behind the head.
-		if len(sub.backlog) == 0 && len(ended) == 0 && len(names) == len(reqs) && low >= sub.head && wait > 0 {
-			wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, false)
+		// Wait only when there is nothing to tell: no change (a relay's:
+		// none it may send with its cursor), no ended namespace, and no
+		// namespace behind the head.
+		tell := len(sub.backlog)
+		if s.follow != nil {
+			tell = len(upTo(sub.backlog, sub.head))
+		}
+		if tell == 0 && len(ended) == 0 && len(names) == len(reqs) && low >= sub.head && wait > 0 {
+			wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, false).since(sub)
 			s.hub.add(wt)
 		}
 	})
@@ -301,13 +305,16 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	changes := sub.backlog
 	cursor := sub.head
 	if s.follow != nil {
-		changes = s.upTo(changes, cursor)
+		changes = upTo(changes, cursor)
 	}
 	if wt != nil {
 		defer s.hub.remove(wt)
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		var got []*change
+		if s.follow != nil {
+			got = sub.backlog // a relay's changes above its cursor: sent once the cursor reaches them
+		}
 	wait:
 		for {
 			final, prompt := false, false
@@ -325,7 +332,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 				panic(http.ErrAbortHandler)
 			}
 			tick = s.hub.ticks()
-			d := s.hub.cursor(wt.gen, cursor) // before take: every change up to d is queued
+			d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
 			items, overflow := wt.take()
 			if overflow {
 				// Changes were dropped from the queue: answer without
@@ -339,14 +346,16 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 				case s.follow != nil:
 					// Each of a relay's namespaces is complete up to
 					// its own cursor: the reply's speaks for them all.
-					got = append(got, c)
+					if wt.fresh(c) {
+						got = append(got, c)
+					}
 				case c.cs.Revision > cursor:
 					got = append(got, c)
 					cursor = c.cs.Revision
 				}
 			}
 			if s.follow != nil {
-				if ready := s.upTo(got, d); len(ready) > 0 || final || (prompt && d > low) {
+				if ready := upTo(got, max(d, cursor)); len(ready) > 0 || final || (prompt && d > low) {
 					got, cursor = ready, max(d, cursor)
 					break wait
 				}
@@ -374,11 +383,17 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	writeStreamEvents(w, sub.storeID, cursor, changes, ended, age, unconfirmed)
 }
 
-// upTo returns the changes at or below cursor, in place: what a relay's
-// multi-namespace poll may send with that cursor (the others come with a
-// later one, from the backlog).
-func (s *Server) upTo(changes []*change, cursor int64) []*change {
-	return slices.DeleteFunc(changes, func(c *change) bool { return c.cs.Revision > cursor })
+// upTo returns the changes at or below cursor, in a new slice (changes is
+// kept whole: the others come with a later cursor): what a relay's
+// multi-namespace poll may send with that cursor.
+func upTo(changes []*change, cursor int64) []*change {
+	var out []*change
+	for _, c := range changes {
+		if c.cs.Revision <= cursor {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // streamProgress returns the progress frame of a multi-namespace stream of

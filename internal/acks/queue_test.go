@@ -1,0 +1,143 @@
+package acks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// picky is an upstream that refuses, as malformed, every batch holding an
+// ack of client "bad" (whatever its status), and records the others.
+type picky struct {
+	mu      sync.Mutex
+	got     []transport.Ack
+	batches int
+}
+
+func (p *picky) Ack(ctx context.Context, a transport.Ack) error {
+	return p.AckRelayed(ctx, "", []transport.Ack{a})
+}
+
+func (p *picky) AckRelayed(_ context.Context, _ string, acks []transport.Ack) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.batches++
+	if slices.ContainsFunc(acks, func(a transport.Ack) bool { return a.ClientID == "bad" }) {
+		return fmt.Errorf("400: %w", transport.ErrBadRequest)
+	}
+	p.got = append(p.got, acks...)
+	return nil
+}
+
+func (p *picky) clients() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, a := range p.got {
+		out = append(out, a.ClientID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A batch refused as malformed for one ack's sake delivers the others:
+// only the refused ack is dropped.
+func TestQueueDropsOnlyTheAckTheUpstreamRefuses(t *testing.T) {
+	up := &picky{}
+	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
+	ctx, cancel := context.WithCancel(context.Background())
+	q.Start(ctx, syncer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})
+	defer func() { cancel(); q.Wait() }()
+	for _, c := range []string{"c1", "c2", "bad", "c3", "c4", "c5"} {
+		q.Add(transport.Ack{ClientID: c, Namespace: "app", Revision: 1, Status: transport.AckApplied})
+	}
+	want := []string{"c1", "c2", "c3", "c4", "c5"}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(up.clients(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered %v, want %v", up.clients(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.batches > 8 {
+		t.Errorf("%d batches for 6 acks", up.batches)
+	}
+}
+
+// A report of a kind this version does not know goes in a batch of its
+// own, after the others: an upstream that refuses it keeps the others.
+func TestQueueSendsUnknownReportsApart(t *testing.T) {
+	up := &recorder{}
+	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
+	ctx, cancel := context.WithCancel(context.Background())
+	q.Start(ctx, syncer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})
+	defer func() { cancel(); q.Wait() }()
+	q.Add(transport.Ack{ClientID: "c1", Namespace: "app", Revision: 1, Status: "would_nack"})
+	q.Add(transport.Ack{ClientID: "c2", Namespace: "app", Revision: 1, Status: transport.AckApplied})
+	q.Add(transport.Ack{ClientID: "c3", Namespace: "app", Revision: 1, Status: transport.AckRejected})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		up.mu.Lock()
+		b := slices.Clone(up.batches)
+		up.mu.Unlock()
+		if len(b) == 2 {
+			if len(b[0]) != 2 || len(b[1]) != 1 || b[1][0].Status != "would_nack" {
+				t.Fatalf("batches %v, want the known ones, then the other", b)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batches %v", b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type recorder struct {
+	mu      sync.Mutex
+	batches [][]transport.Ack
+}
+
+func (r *recorder) Ack(ctx context.Context, a transport.Ack) error {
+	return r.AckRelayed(ctx, "", []transport.Ack{a})
+}
+
+func (r *recorder) AckRelayed(_ context.Context, _ string, acks []transport.Ack) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.batches = append(r.batches, slices.Clone(acks))
+	return nil
+}
+
+// down is an upstream that is down.
+type down struct{}
+
+func (down) Ack(context.Context, transport.Ack) error { return errors.New("down") }
+
+// What waits is bounded however many clients report (the queue not yet
+// sending, as while its upstream is down): a relay's downstream, or a
+// crash-looping fleet whose every process is a new client id, cannot make
+// it grow without bound.
+func TestQueueBoundsWhatWaits(t *testing.T) {
+	q := New(down{}, slog.New(slog.DiscardHandler), "relay-1")
+	for i := 0; i < maxPending+1000; i++ {
+		q.Add(transport.Ack{ClientID: "c" + strconv.Itoa(i), Namespace: "app", Revision: 1, Status: transport.AckApplied})
+	}
+	q.mu.Lock()
+	n := len(q.pending)
+	q.mu.Unlock()
+	if n > maxPending {
+		t.Fatalf("%d acks wait, more than %d", n, maxPending)
+	}
+}

@@ -1,0 +1,212 @@
+package fakeserver
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// startFollower serves a Follower on a loopback port, closed at the end of
+// the test. want accepts every namespace.
+func startFollower(t testing.TB, maxChanges int, maxBytes int64, opts ...Option) (*Follower, *Server) {
+	t.Helper()
+	f := NewFollower(maxChanges, maxBytes, func(string) error { return nil })
+	s, err := NewFollowerServer(f, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return f, s
+}
+
+func raw(kv ...string) map[string]json.RawMessage {
+	m := make(map[string]json.RawMessage)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = json.RawMessage(kv[i+1])
+	}
+	return m
+}
+
+// chained is the change set of ns from prev to rev putting k=v.
+func chained(ns, storeID string, prev, rev int64, k, v string) *transport.ChangeSet {
+	return &transport.ChangeSet{Namespace: ns, StoreID: storeID, Revision: rev, PrevRevision: prev,
+		Puts: map[string]json.RawMessage{k: json.RawMessage(v)}}
+}
+
+// A namespace whose cursor is below the others' (loaded from a last-good
+// file saved earlier) must not be told complete up to the others' cursor:
+// its changes in between are still to come from the upstream.
+func TestFollowerWatchOfANamespaceBehindTheOthers(t *testing.T) {
+	f, s := startFollower(t, 100, 0, WithHeartbeat(20*time.Millisecond))
+	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
+	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
+	c := newClient(t)
+	st := openStream(t, c, s.URL()+"/sdk/watch?ns=b&since=50", "")
+	// A few heartbeats: none may speak past b's cursor.
+	for i := 0; i < 5; i++ {
+		_, p := checked(t, mustNext(t, st))
+		if p == nil || p.Cursor > 50 {
+			t.Fatalf("event %d: progress %+v, b is complete up to 50 only", i, p)
+		}
+	}
+	// b's syncer catches up: a change at 80, then its cursor.
+	f.Apply("b", "st", 80, 100, raw("y", "2"), chained("b", "st", 40, 80, "y", "2"), 0, false)
+	for {
+		cs, p := checked(t, mustNext(t, st))
+		if cs != nil {
+			if cs.Revision != 80 {
+				t.Fatalf("change %+v", cs)
+			}
+			return
+		}
+		if p.Cursor >= 80 {
+			t.Fatalf("progress at %d before the change at 80", p.Cursor)
+		}
+	}
+}
+
+func TestFollowerLongPollOfANamespaceBehindTheOthers(t *testing.T) {
+	f, s := startFollower(t, 100, 0, WithHeartbeat(20*time.Millisecond))
+	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
+	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
+	c := newClient(t)
+	resp, data := do(t, c, "GET", s.URL()+"/sdk/events?ns=b&since=50&wait=100ms", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, data)
+	}
+	if ev := decode[transport.EventsResponse](t, data); ev.Cursor > 50 {
+		t.Fatalf("long-poll cursor %d, b is complete up to 50 only", ev.Cursor)
+	}
+	resp, data = do(t, c, "GET", s.URL()+"/sdk/stream/events?ns=b:50&wait=100ms", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, data)
+	}
+	if ev := decode[transport.StreamEventsResponse](t, data); ev.Cursor > 50 {
+		t.Fatalf("stream long-poll cursor %d, b is complete up to 50 only", ev.Cursor)
+	}
+}
+
+func TestFollowerStreamOfANamespaceBehindTheOthers(t *testing.T) {
+	f, s := startFollower(t, 100, 0, WithHeartbeat(20*time.Millisecond))
+	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
+	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
+	c := newClient(t)
+	st := openStream(t, c, s.URL()+"/sdk/stream?ns=b:50", "")
+	for i := 0; i < 5; i++ {
+		ev := mustNext(t, st)
+		if id, _ := strconv.ParseInt(ev.id, 10, 64); ev.event != transport.EventProgress || id > 50 {
+			t.Fatalf("event %d: %+v, b is complete up to 50 only", i, ev)
+		}
+	}
+}
+
+// pollResult is one long-poll's outcome.
+type pollResult struct {
+	status int
+	body   []byte
+	err    error
+}
+
+func pollAsync(c *http.Client, url string) <-chan pollResult {
+	ch := make(chan pollResult, 1)
+	go func() {
+		resp, err := c.Get(url)
+		if err != nil {
+			ch <- pollResult{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		ch <- pollResult{status: resp.StatusCode, body: body, err: err}
+	}()
+	return ch
+}
+
+// A relay's multi-namespace long-poll that waits gets a change of one
+// namespace above the cursor of another (its syncer applied it first, the
+// other's progress is still to come): the reply must still come, whole,
+// once the wait ends or the cursor reaches it.
+func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
+	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+	f.Apply("a", "st", 100, 100, raw("x", "1"), nil, 0, false)
+	f.Apply("b", "st", 90, 100, raw("y", "1"), nil, 0, false)
+	c := newClient(t)
+	reply := pollAsync(c, s.URL()+"/sdk/stream/events?ns=a:100&ns=b:100&wait=400ms")
+	waitFor(t, "the poll to wait", func() bool { return s.Watchers("a") == 1 })
+	f.Apply("a", "st", 101, 101, raw("x", "2"), chained("a", "st", 100, 101, "x", "2"), 0, false) // b still at 100
+	r := <-reply
+	if r.err != nil || r.status != 200 {
+		t.Fatalf("poll: %v %d %s", r.err, r.status, r.body)
+	}
+	if ev := decode[transport.StreamEventsResponse](t, r.body); ev.Cursor != 100 || len(ev.Changes) != 0 {
+		t.Fatalf("reply %+v, want cursor 100 and no change yet", ev)
+	}
+	// b catches up: the change comes with the cursor that covers it.
+	reply = pollAsync(c, s.URL()+"/sdk/stream/events?ns=a:100&ns=b:100&wait=5s")
+	waitFor(t, "the poll to wait", func() bool { return s.Watchers("a") == 1 })
+	f.Confirm("b", 101, 0, false)
+	r = <-reply
+	if r.err != nil || r.status != 200 {
+		t.Fatalf("poll: %v %d %s", r.err, r.status, r.body)
+	}
+	if ev := decode[transport.StreamEventsResponse](t, r.body); ev.Cursor != 101 || len(ev.Changes) != 1 || ev.Changes[0].Revision != 101 {
+		t.Fatalf("reply %+v, want the change at 101 with cursor 101", ev)
+	}
+}
+
+// A relay's stream that opens while its namespace's changes flow gets each
+// change once: one committed before the subscription is in the backlog,
+// and the hub, which hands it out later, must not hand it to the new
+// stream too.
+func TestFollowerStreamSendsEachChangeOnce(t *testing.T) {
+	f, s := startFollower(t, 1000, 0, WithHeartbeat(time.Hour))
+	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
+	c := newClient(t)
+	rev := int64(1)
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; i < 500 && time.Now().Before(deadline); i++ {
+		// A burst of changes while the stream opens.
+		from, to := rev, rev+10
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for r := from + 1; r <= to; r++ {
+				v := strconv.FormatInt(r, 10)
+				f.Apply("a", "st", r, r, raw("x", v), chained("a", "st", r-1, r, "x", v), 0, false)
+			}
+		}()
+		since := max(from-2, 1)
+		st := openStream(t, c, s.URL()+"/sdk/stream?ns=a:"+strconv.FormatInt(since, 10), "")
+		for last := since; last < to; {
+			ev := mustNext(t, st)
+			if ev.event != transport.EventChange {
+				continue
+			}
+			id, _ := strconv.ParseInt(ev.id, 10, 64)
+			if id != last+1 {
+				t.Fatalf("stream %d (since %d): change %d after %d", i, since, id, last)
+			}
+			last = id
+		}
+		st.close()
+		<-done
+		rev = to
+	}
+}
