@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -50,7 +49,7 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 	if !s.ServerInfo().HasCapability(CapabilityAckRelay) {
 		return s.AckBatch(ctx, acks)
 	}
-	var errs []error
+	var bs []AckBatch
 	for len(acks) > 0 {
 		n := min(len(acks), maxRelayedBatch)
 		b := AckBatch{ClientID: relayID, Acks: make([]Ack, n)}
@@ -59,15 +58,7 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 			b.Acks[i] = a
 		}
 		acks = acks[n:]
-		if s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
-			continue
-		}
-		if err := s.postAckBatch(ctx, b); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			errs = append(errs, err)
-		}
+		bs = append(bs, b)
 	}
-	return errors.Join(errs...)
+	return s.sendBatches(ctx, bs)
 }

@@ -170,11 +170,18 @@ func (s *HTTPSource) closeAckStream() {
 	st.cur = nil
 	st.mu.Unlock()
 	if cur != nil {
-		cur.idle.Stop()
-		cur.body.drain.Store(int64(ackStreamDrainClose))
-		_ = cur.w.Close() // the body ends: the server has every line
+		cur.end()
 	}
 	st.wg.Wait() // this one and any closed for idleness: ackBody bounds them
+}
+
+// end ends the stream's body (the server has every line) for Close or a
+// move to another endpoint: its request is cut if the server has not
+// answered within ackStreamDrainClose.
+func (as *ackStream) end() {
+	as.idle.Stop()
+	as.body.drain.Store(int64(ackStreamDrainClose))
+	_ = as.w.Close()
 }
 
 // release lets go of the source's connections while a FailoverSource
@@ -188,9 +195,7 @@ func (s *HTTPSource) release(ctx context.Context) {
 	st.cur = nil
 	st.mu.Unlock()
 	if cur != nil {
-		cur.idle.Stop()
-		cur.body.drain.Store(int64(ackStreamDrainClose))
-		_ = cur.w.Close() // the body ends: the server has every line
+		cur.end()
 		select {
 		case <-cur.done:
 		case <-ctx.Done():

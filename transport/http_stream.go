@@ -290,8 +290,15 @@ func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 		}
 		return errors.Join(errs...)
 	}
+	return s.sendBatches(ctx, batches(acks))
+}
+
+// sendBatches sends each batch as a line of the ack stream when it is
+// open, else as a POST; it goes on past a failed POST and returns every
+// error (ctx's alone once it ended).
+func (s *HTTPSource) sendBatches(ctx context.Context, bs []AckBatch) error {
 	var errs []error
-	for _, b := range batches(acks) {
+	for _, b := range bs {
 		if s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
 			continue
 		}
