@@ -437,8 +437,13 @@ func (s *Syncer) apply(u Update) {
 
 // historyRewritten reports whether a snapshot behind the floor, of the
 // same store id, is proof of new history: it is a linearizable read, or the
-// evidence has lasted the grace. It starts the evidence clock.
+// evidence has lasted the grace. It starts the evidence clock. A snapshot
+// its server says is unconfirmed (a relay cut off from its upstream, which
+// may simply be behind) is no proof, however long it lasts.
 func (s *Syncer) historyRewritten(snap *transport.Snapshot) bool {
+	if snap.Unconfirmed {
+		return false
+	}
 	if s.rewriteSince.IsZero() {
 		s.rewriteSince = time.Now()
 	}

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -96,5 +98,74 @@ func TestStoreMoveResnapshotsAtOnceButNotInALoop(t *testing.T) {
 	}
 	if w := src.watches.Load(); w != 2 {
 		t.Errorf("%d watches; want 2 (one per snapshot)", w)
+	}
+}
+
+// behindSource serves revision 3 of store "s" (the client applied 5),
+// unconfirmed while unconfirmed is set: a relay cut off from its upstream
+// that is behind the client.
+type behindSource struct {
+	unconfirmed atomic.Bool
+	snapshots   atomic.Int64
+}
+
+func (b *behindSource) Snapshot(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	b.snapshots.Add(1)
+	return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s", Revision: 3, Cursor: 3, Values: []byte(`{"k":3}`),
+		Unconfirmed: b.unconfirmed.Load()}, nil
+}
+
+func (b *behindSource) Watch(ctx context.Context, _ transport.WatchRequest, _ func(transport.Event) error) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestUnconfirmedSnapshotIsNoProofOfRewrittenHistory: a snapshot behind
+// the applied data, of the same store, from a server that says its
+// upstream is not confirming it, is never taken for rewritten history,
+// however long past the grace; once confirmed, the grace decides as
+// before.
+func TestUnconfirmedSnapshotIsNoProofOfRewrittenHistory(t *testing.T) {
+	src := &behindSource{}
+	src.unconfirmed.Store(true)
+	rec := newRecorder()
+	s := New(Config{Namespace: "app", Source: src, Sink: rec, RewriteGrace: 50 * time.Millisecond,
+		Backoff: Backoff{Initial: 5 * time.Millisecond, Max: 10 * time.Millisecond}, FetchTimeout: time.Second, Backstop: time.Hour})
+	seed, err := snapshot.Build("app", "s", 5, map[string]json.RawMessage{"k": json.RawMessage(`5`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Seed(seed, 5); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Well past the grace, many snapshots later: still nothing applied.
+	deadline := time.Now().Add(5 * time.Second)
+	for src.snapshots.Load() < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d snapshots", src.snapshots.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	n := len(rec.applied)
+	rec.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("an unconfirmed snapshot behind the floor was applied as rewritten history")
+	}
+	src.unconfirmed.Store(false)
+	select {
+	case <-rec.notify:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a confirmed snapshot behind the floor was not taken after the grace")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if u := rec.applied[0]; u.Snapshot.Revision() != 3 || u.Reset != ResetHistory {
+		t.Fatalf("applied %d (reset %q), want 3 as rewritten history", u.Snapshot.Revision(), u.Reset)
 	}
 }
