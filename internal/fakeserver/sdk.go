@@ -412,19 +412,24 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		cursor := sub.head
 	wait:
 		for {
-			final := false
+			final, killed := false, false
 			select {
 			case <-wt.wake:
 			case <-timer.C:
 				final = true
 			case <-wt.done:
-				final = true
+				final, killed = true, true
 			case <-r.Context().Done():
 				return
 			case <-stopping(r):
 				panic(http.ErrAbortHandler)
 			}
 			d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
+			if killed {
+				// An ended watcher (DropStreams) is handed nothing
+				// more: the hub's mark may be past what it got.
+				d = cursor
+			}
 			items, overflow := wt.take()
 			if overflow {
 				// Changes were dropped from this watcher's queue: answer

@@ -317,7 +317,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	wait:
 		for {
-			final, prompt := false, false
+			final, prompt, killed := false, false, false
 			select {
 			case <-wt.wake:
 			case <-tick:
@@ -325,7 +325,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 			case <-timer.C:
 				final = true
 			case <-wt.done:
-				final = true
+				final, killed = true, true
 			case <-r.Context().Done():
 				return
 			case <-stopping(r):
@@ -333,6 +333,11 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			tick = s.hub.ticks()
 			d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
+			if killed {
+				// An ended watcher (DropStreams) is handed nothing
+				// more: the hub's mark may be past what it got.
+				d = cursor
+			}
 			items, overflow := wt.take()
 			if overflow {
 				// Changes were dropped from the queue: answer without
