@@ -165,13 +165,7 @@ func (f *Follower) applyLocked(ns, storeID string, rev, cursor int64, values map
 		f.commitLocked(ns, n, diff(ns, storeID, n.rev, rev, n.live, values, f.now()))
 	}
 	n.rev, n.live = rev, values
-	n.cursor = max(n.cursor, cursor)
-	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
-	f.advanceLocked()
-	f.changedLocked()
-	if f.onConfirm != nil {
-		f.onConfirm()
-	}
+	f.confirmLocked(n, cursor, age, unconfirmed)
 }
 
 // resetLocked starts a new generation of storeID: every namespace serves
@@ -238,6 +232,14 @@ func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirm
 	if n == nil || !n.ready {
 		return false
 	}
+	f.confirmLocked(n, cursor, age, unconfirmed)
+	return true
+}
+
+// confirmLocked records that n's data is complete up to cursor and was
+// confirmed by the upstream age ago (unconfirmed: not now), moves the
+// head, wakes the requests waiting and asks the streams to beat.
+func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, unconfirmed bool) {
 	n.cursor = max(n.cursor, cursor)
 	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
 	f.advanceLocked()
@@ -245,7 +247,6 @@ func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirm
 	if f.onConfirm != nil {
 		f.onConfirm()
 	}
-	return true
 }
 
 // Refill serves again the data ns's syncer holds, of storeID, when ns has
