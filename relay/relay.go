@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"path"
@@ -229,13 +230,7 @@ func (r *Relay) openCache() error {
 }
 
 // values is a snapshot's content as the Follower keeps it.
-func values(s *snapshot.Snapshot) map[string]json.RawMessage {
-	out := make(map[string]json.RawMessage, s.Len())
-	for k, v := range s.RawAll() {
-		out[k] = v
-	}
-	return out
-}
+func values(s *snapshot.Snapshot) map[string]json.RawMessage { return maps.Collect(s.RawAll()) }
 
 // want is the Follower's: start following ns for a downstream request, or
 // refuse it.
