@@ -316,8 +316,8 @@ func checkAck(a Ack) error {
 	if err := ValidateNamespace(a.Namespace); err != nil {
 		return err
 	}
-	if a.Status != AckApplied && a.Status != AckRejected {
-		return fmt.Errorf("transport: ack %q: status %q (want %q or %q)", a.Namespace, a.Status, AckApplied, AckRejected)
+	if a.Status != AckApplied && a.Status != AckRejected && a.Status != AckWouldReject {
+		return fmt.Errorf("transport: ack %q: status %q (want %q, %q or %q)", a.Namespace, a.Status, AckApplied, AckRejected, AckWouldReject)
 	}
 	return nil
 }

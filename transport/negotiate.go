@@ -20,7 +20,7 @@ const (
 // clientCapabilities is what this client declares it can handle, in
 // HeaderCapabilities on every request: informational (the request path
 // says what the client uses), so that a server can count its clients.
-const clientCapabilities = CapabilityStream + "," + CapabilityAckBatch + "," + CapabilityAckStream
+const clientCapabilities = CapabilityStream + "," + CapabilityAckBatch + "," + CapabilityAckStream + "," + CapabilityRollout
 
 // heartbeatsPerIdle is how many advertised heartbeats make the derived idle
 // timeout: one late heartbeat, or two, are not a dead stream.

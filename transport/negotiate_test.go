@@ -166,8 +166,8 @@ func TestUnknownEventIsRefused(t *testing.T) {
 	if !errors.Is(err, ErrMalformed) || n != 1 {
 		t.Errorf("Watch = %v after %d events; want ErrMalformed after 1", err, n)
 	}
-	if v, _ := caps.Load().([]string); !slices.Equal(v, []string{"stream,ack-batch,ack-stream"}) {
-		t.Errorf("the client declared capabilities %q; want [\"stream,ack-batch,ack-stream\"]", v)
+	if v, _ := caps.Load().([]string); !slices.Equal(v, []string{"stream,ack-batch,ack-stream,rollout"}) {
+		t.Errorf("the client declared capabilities %q; want [\"stream,ack-batch,ack-stream,rollout\"]", v)
 	}
 }
 

@@ -94,6 +94,11 @@ const (
 const (
 	AckApplied  = "ack"
 	AckRejected = "nack"
+	// AckWouldReject is a prevalidation's report (docs/PROTOCOL.md,
+	// "Staged rollouts"): the client's checks reject the staged change of
+	// rollout Ack.Rollout, carried by Ack.Revision, whether or not the
+	// client is in the stage; nothing was applied or rejected by it.
+	AckWouldReject = "would_nack"
 )
 
 // Error codes carried in ErrorBody.Error.
@@ -201,8 +206,13 @@ type Ack struct {
 	ClientID  string `json:"client_id"`
 	Namespace string `json:"ns"`
 	Revision  int64  `json:"revision"`
-	Status    string `json:"status"` // AckApplied or AckRejected (a relay forwards any)
+	Status    string `json:"status"` // AckApplied, AckRejected or AckWouldReject (a relay forwards any)
 	Error     string `json:"error,omitempty"`
+	// Rollout names the staged rollout the report is about: with
+	// AckApplied or AckRejected, the client is in its stage, and applied
+	// (serves) or rejected the staged change; with AckWouldReject, the
+	// rollout whose change the client's checks reject. Empty otherwise.
+	Rollout string `json:"rollout,omitempty"`
 	// Extra holds the fields of a client's report that this version does
 	// not know, as the members of a JSON object (`"stage":10,"x":true`),
 	// kept by a relay that forwards it: they are encoded back as they
@@ -223,7 +233,7 @@ func (a Ack) MarshalJSON() ([]byte, error) {
 // knownAckField reports whether k names a field of Ack on the wire.
 func knownAckField(k string) bool {
 	switch k {
-	case "client_id", "ns", "revision", "status", "error":
+	case "client_id", "ns", "revision", "status", "error", "rollout":
 		return true
 	}
 	return false
