@@ -335,15 +335,24 @@ func (s *Server) CompactRevision() int64 {
 // a revision. It fails with ErrInvalid (bad name, key or value, or a key both
 // put and deleted) or a *SchemaError.
 func (s *Server) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
+	raw, err := marshalPuts(puts)
+	if err != nil {
+		return 0, err
+	}
+	return s.PublishRaw(ns, raw, deletes)
+}
+
+// marshalPuts marshals each value of puts with encoding/json.
+func marshalPuts(puts map[string]any) (map[string]json.RawMessage, error) {
 	raw := make(map[string]json.RawMessage, len(puts))
 	for k, v := range puts {
 		b, err := json.Marshal(v)
 		if err != nil {
-			return 0, fmt.Errorf("%w: key %q: %v", ErrInvalid, k, err)
+			return nil, fmt.Errorf("%w: key %q: %v", ErrInvalid, k, err)
 		}
 		raw[k] = b
 	}
-	return s.PublishRaw(ns, raw, deletes)
+	return raw, nil
 }
 
 // PublishRaw is Publish with values given as raw JSON.
@@ -352,13 +361,13 @@ func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes 
 	if err != nil {
 		return 0, err
 	}
-	return s.commit(ns, clean, dels)
+	return s.commit(ns, clean, dels, PublishOptions{})
 }
 
-// commit publishes checked puts and deletes: the one way a publish, over
-// HTTP or the Go API, reaches the store.
-func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string) (int64, error) {
-	c, err := s.store.publish(ns, puts, deletes)
+// commit publishes checked puts and deletes with checked opts: the one way
+// a publish, over HTTP or the Go API, reaches the store.
+func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string, opts PublishOptions) (int64, error) {
+	c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, Reason: opts.Reason}, opts.IfRevision)
 	if err != nil {
 		return 0, err
 	}
@@ -404,10 +413,15 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 // it. A revision below the compaction point gives a
 // *transport.CompactedError.
 func (s *Server) Rollback(ns string, to int64) (int64, error) {
+	return s.rollback(ns, to, commitMeta{})
+}
+
+// rollback is Rollback recording meta.
+func (s *Server) rollback(ns string, to int64, meta commitMeta) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	c, err := s.store.rollback(ns, to)
+	c, err := s.store.rollback(ns, to, meta)
 	if err != nil {
 		return 0, err
 	}
