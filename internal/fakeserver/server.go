@@ -503,7 +503,8 @@ func (s *Server) DropStreams() {
 func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 
 // ResetStore replaces the store by an empty one with a new id (revisions
-// restart at 1; schemas and acks are dropped) and ends every stream and
+// restart at 1; schemas, acks and audit records are dropped: a new
+// history) and ends every stream and
 // held long-poll, as a restart would. It returns the new id.
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
@@ -513,11 +514,11 @@ func (s *Server) ResetStore() string {
 }
 
 // RestoreTo rewinds the store to revision rev, as a restore from a backup
-// taken at rev would: the same store id, every change after rev gone (the
-// namespaces' content and revisions are theirs at rev, namespaces first
-// published after rev are gone, and the next publish is revision rev+1,
-// reusing numbers a client may have seen with other content). Schemas stay;
-// acks of revisions after rev are forgotten. Every stream and held
+// taken at rev would: the same store id, every change after rev gone (and
+// its audit record; the namespaces' content and revisions are theirs at
+// rev, namespaces first published after rev are gone, and the next publish
+// is revision rev+1, reusing numbers a client may have seen with other
+// content). Schemas stay; acks of revisions after rev are forgotten. Every stream and held
 // long-poll is cut, as on a restart, before it returns; a client's cursor
 // past rev then gets 409 cursor_ahead (400 if it names no protocol
 // version). It fails, changing nothing, with
