@@ -173,7 +173,7 @@ func newNamespace() *namespace {
 // publish commits puts and deletes to ns atomically as one new revision.
 // Inputs must be validated (names, keys, compact JSON values) and a key may
 // not be both put and deleted. A publish that changes nothing still gets a
-// revision, which keeps the contract simple.
+// revision: every publish is one revision, which keeps the contract simple.
 func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []string) (*change, error) {
 	return st.publishIf(ns, puts, deletes, commitMeta{}, nil)
 }
