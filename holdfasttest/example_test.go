@@ -99,3 +99,49 @@ func TestServerTypes(t *testing.T) {
 		t.Errorf("Clients = %+v", clients)
 	}
 }
+
+// The audit's Go API: records, values then, diffs and a conflicting
+// publish, each in this package's types.
+func TestAuditTypes(t *testing.T) {
+	srv := holdfasttest.NewServer(t)
+	none := int64(0)
+	r1, err := srv.PublishWith("a", map[string]any{"retry-timeout-ms": 200}, nil,
+		holdfasttest.PublishOptions{Actor: "alice", Reason: "first", IfRevision: &none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = srv.PublishWith("a", map[string]any{"retry-timeout-ms": 1}, nil, holdfasttest.PublishOptions{IfRevision: &none})
+	var ce *holdfasttest.ConflictError
+	if !errors.As(err, &ce) || ce.Namespace != "a" || ce.Revision != r1 || ce.IfRevision != 0 || ce.Error() == "" {
+		t.Fatalf("a conflicting PublishWith = %v; want a *holdfasttest.ConflictError", err)
+	}
+	r2, err := srv.PublishWith("a", map[string]any{"retry-timeout-ms": 50}, nil, holdfasttest.PublishOptions{Actor: "bob", IfRevision: &r1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3, err := srv.RollbackWith("a", r1, holdfasttest.RollbackOptions{Actor: "carol", Reason: "too aggressive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *holdfasttest.History
+	if h, err = srv.History("a", 0, 0); err != nil || len(h.Revisions) != 3 {
+		t.Fatalf("History = %+v, %v", h, err)
+	}
+	if r := h.Revisions[0]; r.Revision != r3 || r.Kind != holdfasttest.KindRollback || r.RollbackOf != r1 || r.Actor != "carol" {
+		t.Fatalf("newest record %+v", r)
+	}
+	var v *holdfasttest.NamespaceValues
+	if v, err = srv.ValuesAt("a", r2); err != nil || string(v.Values["retry-timeout-ms"]) != "50" {
+		t.Fatalf("ValuesAt = %+v, %v", v, err)
+	}
+	if v, err = srv.ValuesAtTime("a", time.Now()); err != nil || v.Revision != r3 {
+		t.Fatalf("ValuesAtTime(now) = %+v, %v", v, err)
+	}
+	var d *holdfasttest.Diff
+	if d, err = srv.Diff("a", r1, r2); err != nil || len(d.Changes) != 1 || string(d.Changes[0].Old) != "200" || string(d.Changes[0].New) != "50" {
+		t.Fatalf("Diff = %+v, %v", d, err)
+	}
+	if _, err = srv.ValuesAt("a", 99); !errors.Is(err, holdfasttest.ErrNoRevision) {
+		t.Fatalf("ValuesAt above the head = %v", err)
+	}
+}

@@ -16,9 +16,16 @@
 // docs/PROTOCOL.md).
 //
 // Errors of the Go API: ErrInvalid (a malformed name, key, value or
-// revision), ErrUnknownNamespace, *transport.CompactedError (a revision
-// below the compaction point), *SchemaError (a publish that fails the
-// namespace's schema), ErrClosed.
+// revision), ErrUnknownNamespace, ErrNoRevision (a revision or time the
+// namespace never had), *transport.CompactedError (a revision below the
+// compaction point), *SchemaError (a publish that fails the namespace's
+// schema), *ConflictError (a publish whose IfRevision is not the
+// namespace's revision), ErrClosed.
+//
+// Every revision has an audit record (History): who committed it, why,
+// and which keys it changed. Compaction drops values, not records, so a
+// test can check what an operator did long after; ValuesAt, ValuesAtTime
+// and Diff read the values still kept.
 package holdfasttest
 
 import (
@@ -114,6 +121,105 @@ func (e *SchemaError) Error() string {
 	return fe.Error()
 }
 
+// ConflictError is the error of a publish whose IfRevision is not its
+// namespace's revision (HTTP 409 conflict). Nothing was committed.
+type ConflictError struct {
+	Namespace string
+	// Revision is the namespace's revision (0: it has none); IfRevision
+	// the one the publish expected.
+	Revision, IfRevision int64
+}
+
+func (e *ConflictError) Error() string {
+	return (*fakeserver.ConflictError)(e).Error()
+}
+
+// Kinds of commit, in AuditRecord.Kind.
+const (
+	KindPublish        = fakeserver.KindPublish
+	KindRollback       = fakeserver.KindRollback
+	KindRolloutStage   = fakeserver.KindRolloutStage
+	KindRolloutPromote = fakeserver.KindRolloutPromote
+	KindRolloutRevert  = fakeserver.KindRolloutRevert
+)
+
+// Limits of the audit: an actor's and a reason's length, and the records
+// of one History page.
+const (
+	MaxActorBytes       = fakeserver.MaxActorBytes
+	MaxReasonBytes      = fakeserver.MaxReasonBytes
+	DefaultHistoryLimit = fakeserver.DefaultHistoryLimit
+	MaxHistoryLimit     = fakeserver.MaxHistoryLimit
+)
+
+// AuditRecord is the record of one committed revision of a namespace: who
+// committed it, why, and which keys it put and deleted (sorted; keys
+// reserved to holdfast included). It is also the JSON of one entry of GET
+// /control/namespaces/{ns}/history.
+type AuditRecord struct {
+	Revision     int64     `json:"revision"`
+	PrevRevision int64     `json:"prev_revision"` // the namespace's revision before (0: none)
+	CommittedAt  time.Time `json:"committed_at"`
+	Actor        string    `json:"actor"`
+	Reason       string    `json:"reason"`
+	Kind         string    `json:"kind"`        // Kind*
+	RollbackOf   int64     `json:"rollback_of"` // a rollback's target revision; else 0
+	Puts         []string  `json:"puts"`
+	Deletes      []string  `json:"deletes"`
+}
+
+// History is a page of a namespace's audit records, newest first: the
+// reply of GET /control/namespaces/{ns}/history.
+type History struct {
+	Namespace string        `json:"ns"`
+	Revisions []AuditRecord `json:"revisions"`
+}
+
+// NamespaceValues is a namespace's content as of a revision or a time (keys
+// reserved to holdfast left out): the reply of GET
+// /control/namespaces/{ns}/values. Revision is the namespace's revision
+// live then, CommittedAt its commit time.
+type NamespaceValues struct {
+	Namespace   string                     `json:"ns"`
+	Revision    int64                      `json:"revision"`
+	CommittedAt time.Time                  `json:"committed_at"`
+	Values      map[string]json.RawMessage `json:"values"`
+}
+
+// Diff is what changed in a namespace between two revisions (keys
+// reserved to holdfast left out): the reply of GET
+// /control/namespaces/{ns}/diff. From and To are the namespace's revisions
+// live at the two revisions asked for.
+type Diff struct {
+	Namespace string      `json:"ns"`
+	From      int64       `json:"from"`
+	To        int64       `json:"to"`
+	Changes   []KeyChange `json:"changes"` // sorted by key
+}
+
+// KeyChange is one key of a Diff: Old is nil for a key added, New for a
+// key deleted.
+type KeyChange struct {
+	Key string          `json:"key"`
+	Old json.RawMessage `json:"old,omitempty"`
+	New json.RawMessage `json:"new,omitempty"`
+}
+
+// PublishOptions are what PublishWith records and checks.
+type PublishOptions struct {
+	Actor  string // at most MaxActorBytes, no control characters
+	Reason string // at most MaxReasonBytes, no control characters
+	// IfRevision, when not nil, commits only if the namespace's revision
+	// is *IfRevision (0: it has none), else a *ConflictError: checked
+	// atomically with the commit.
+	IfRevision *int64
+}
+
+// RollbackOptions are what RollbackWith records.
+type RollbackOptions struct {
+	Actor, Reason string // as in PublishOptions
+}
+
 // The defaults of the Server's options.
 const (
 	DefaultHeartbeat       = fakeserver.DefaultHeartbeat
@@ -129,6 +235,10 @@ var (
 	// ErrUnknownNamespace: the namespace was never published to nor given
 	// a schema (HTTP 404).
 	ErrUnknownNamespace = fakeserver.ErrUnknownNamespace
+	// ErrNoRevision: the namespace has no revision at the revision or
+	// time asked for: before its first, above the head or in the future
+	// (HTTP 404).
+	ErrNoRevision = fakeserver.ErrNoRevision
 	// ErrClosed: the server was closed.
 	ErrClosed = fakeserver.ErrClosed
 )
@@ -201,11 +311,16 @@ func WithLogger(l *slog.Logger) Option { return option{fakeserver.WithLogger(l)}
 // an unknown name.
 func WithoutCapability(name string) Option { return option{fakeserver.WithoutCapability(name)} }
 
-// schemaError gives err's *fakeserver.SchemaError as this package's type.
+// schemaError gives err's *fakeserver.SchemaError or
+// *fakeserver.ConflictError as this package's type.
 func schemaError(err error) error {
 	var fe *fakeserver.SchemaError
 	if errors.As(err, &fe) {
 		return &SchemaError{Namespace: fe.Namespace, Failures: fe.Failures}
+	}
+	var ce *fakeserver.ConflictError
+	if errors.As(err, &ce) {
+		return (*ConflictError)(ce)
 	}
 	return err
 }
@@ -262,6 +377,78 @@ func (s *Server) Delete(ns string, keys ...string) (int64, error) {
 func (s *Server) Rollback(ns string, to int64) (int64, error) {
 	rev, err := s.s.Rollback(ns, to)
 	return rev, schemaError(err)
+}
+
+// PublishWith is Publish with an actor and a reason, recorded in the
+// revision's audit record, and an optional IfRevision, checked atomically
+// with the commit. Besides Publish's errors it fails with ErrInvalid (an
+// actor or reason too long or with control characters, a negative
+// IfRevision) or a *ConflictError.
+func (s *Server) PublishWith(ns string, puts map[string]any, deletes []string, opts PublishOptions) (int64, error) {
+	rev, err := s.s.PublishWith(ns, puts, deletes, fakeserver.PublishOptions(opts))
+	return rev, schemaError(err)
+}
+
+// RollbackWith is Rollback with an actor and a reason, recorded in the
+// revision's audit record (kind KindRollback, RollbackOf to).
+func (s *Server) RollbackWith(ns string, to int64, opts RollbackOptions) (int64, error) {
+	rev, err := s.s.RollbackWith(ns, to, fakeserver.RollbackOptions(opts))
+	return rev, schemaError(err)
+}
+
+// History returns up to limit (0: DefaultHistoryLimit; at most
+// MaxHistoryLimit) of namespace ns's audit records below revision before
+// (0: from the newest), newest first. Records outlive compaction; a
+// RestoreTo drops those above its revision, a ResetStore all. It fails
+// with ErrInvalid or ErrUnknownNamespace.
+func (s *Server) History(ns string, limit int, before int64) (*History, error) {
+	h, err := s.s.History(ns, limit, before)
+	if err != nil {
+		return nil, err
+	}
+	out := &History{Namespace: h.Namespace, Revisions: make([]AuditRecord, len(h.Revisions))}
+	for i, r := range h.Revisions {
+		out.Revisions[i] = AuditRecord(r)
+	}
+	return out, nil
+}
+
+// ValuesAt returns namespace ns's content live at store revision rev: that
+// of its last revision at or below rev. It fails with ErrInvalid,
+// ErrUnknownNamespace, ErrNoRevision (rev above the head or before ns's
+// first revision) or a *transport.CompactedError (that content was
+// replaced at or below the compaction point).
+func (s *Server) ValuesAt(ns string, rev int64) (*NamespaceValues, error) {
+	v, err := s.s.ValuesAt(ns, rev)
+	if err != nil {
+		return nil, err
+	}
+	return (*NamespaceValues)(v), nil
+}
+
+// ValuesAtTime is ValuesAt for the last revision committed at or before t.
+// A t before ns's first revision or after now is ErrNoRevision.
+func (s *Server) ValuesAtTime(ns string, t time.Time) (*NamespaceValues, error) {
+	v, err := s.s.ValuesAtTime(ns, t)
+	if err != nil {
+		return nil, err
+	}
+	return (*NamespaceValues)(v), nil
+}
+
+// Diff returns the keys whose values differ between namespace ns's content
+// at store revisions from and to (either may be the larger), each read as
+// ValuesAt reads it, with the same errors.
+func (s *Server) Diff(ns string, from, to int64) (*Diff, error) {
+	d, err := s.s.Diff(ns, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := &Diff{Namespace: d.Namespace, From: d.From, To: d.To, Changes: make([]KeyChange, len(d.Changes))}
+	for i, c := range d.Changes {
+		out.Changes[i] = KeyChange(c)
+	}
+	return out, nil
 }
 
 // SetSchema makes every later publish to ns whose result fails the JSON
@@ -330,13 +517,15 @@ func (s *Server) DropStreams() { s.s.DropStreams() }
 func (s *Server) SetBlackhole(on bool) { s.s.SetBlackhole(on) }
 
 // ResetStore replaces the store by an empty one with a new id (revisions
-// restart at 1; schemas and acks are dropped) and ends every stream. It
+// restart at 1; schemas, acks and audit records are dropped: a new
+// history) and ends every stream. It
 // returns the new id. Clients resnapshot.
 func (s *Server) ResetStore() string { return s.s.ResetStore() }
 
 // RestoreTo rewinds the store to revision rev, as a restore from a backup
-// taken at rev would: the same store id, every change after rev gone, and
-// later revision numbers reused with other content. Every stream is cut.
+// taken at rev would: the same store id, every change after rev gone (and
+// its audit record), and later revision numbers reused with other content.
+// Every stream is cut.
 // It fails, changing nothing, with ErrInvalid for rev outside 0..Head()
 // and a *transport.CompactedError for rev below the compaction point.
 func (s *Server) RestoreTo(rev int64) error { return s.s.RestoreTo(rev) }

@@ -106,6 +106,10 @@ const (
 	CodeCompacted  = "compacted"
 	CodeNotFound   = "not_found"
 	CodeBadRequest = "bad_request"
+	// CodeConflict: a write's precondition failed (a publish's
+	// if_revision is not the namespace's revision); nothing changed. It
+	// comes with 409 Conflict and ErrorBody.Revision.
+	CodeConflict = "conflict"
 	// CodeCursorAhead: the watch cursor is above the head. It comes with
 	// 409 Conflict to clients of protocol version 1 or later, and with 400
 	// to clients that name no version (which predate the split of 400; the
@@ -268,6 +272,9 @@ type ErrorBody struct {
 	StoreID string `json:"store_id,omitempty"`
 	// CompactRevision is set with CodeCompacted.
 	CompactRevision int64 `json:"compact_revision,omitempty"`
+	// Revision is set with CodeConflict: the namespace's revision now
+	// (absent: 0, it has none).
+	Revision int64 `json:"revision,omitempty"`
 	// Details lists every failure, for example each schema violation.
 	Details []string `json:"details,omitempty"`
 }

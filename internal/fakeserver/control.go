@@ -27,6 +27,9 @@ func (s *Server) routes() *http.ServeMux {
 		{"POST", "/control/namespaces/{ns}/rollback", s.handleRollback},
 		{"PUT", "/control/namespaces/{ns}/schema", s.handleSchema},
 		{"GET", "/control/namespaces/{ns}/status", s.handleStatus},
+		{"GET", "/control/namespaces/{ns}/history", s.handleHistory},
+		{"GET", "/control/namespaces/{ns}/values", s.handleValues},
+		{"GET", "/control/namespaces/{ns}/diff", s.handleDiff},
 		{"POST", "/control/compact", s.handleCompact},
 		{"GET", "/control/clients", s.handleClients},
 		{"POST", "/control/faults", s.handleFaults},
@@ -86,14 +89,17 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		s.replyError(w, err)
 		return
 	}
-	puts, deletes, err := parsePublish(ns, data)
+	puts, deletes, opts, err := parsePublish(ns, data)
 	if err != nil {
 		s.replyError(w, err)
 		return
 	}
-	rev, err := s.commit(ns, puts, deletes)
+	if opts.Actor == "" {
+		opts.Actor = actorFrom(r)
+	}
+	rev, err := s.commit(ns, puts, deletes, opts)
 	if err != nil {
-		s.replyError(w, err)
+		s.replyControlError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
@@ -111,7 +117,9 @@ func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		To *int64 `json:"to_revision"`
+		To     *int64 `json:"to_revision"`
+		Actor  string `json:"actor"`
+		Reason string `json:"reason"`
 	}
 	if err := decodeJSON(data, &body, true); err != nil {
 		s.replyError(w, err)
@@ -121,7 +129,14 @@ func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
 		s.replyError(w, errors.Join(ErrInvalid, errors.New("to_revision is required")))
 		return
 	}
-	rev, err := s.Rollback(ns, *body.To)
+	if err := checkMeta(body.Actor, body.Reason); err != nil {
+		s.replyError(w, err)
+		return
+	}
+	if body.Actor == "" {
+		body.Actor = actorFrom(r)
+	}
+	rev, err := s.rollback(ns, *body.To, commitMeta{Actor: body.Actor, Reason: body.Reason})
 	if err != nil {
 		s.replyError(w, err)
 		return

@@ -44,19 +44,27 @@ func decodeJSON(data []byte, v any, strict bool) error {
 
 // publishBody is the body of POST /control/namespaces/{ns}/publish.
 type publishBody struct {
-	Puts    map[string]json.RawMessage `json:"puts"`
-	Deletes []string                   `json:"deletes"`
+	Puts       map[string]json.RawMessage `json:"puts"`
+	Deletes    []string                   `json:"deletes"`
+	Actor      string                     `json:"actor"`
+	Reason     string                     `json:"reason"`
+	IfRevision *int64                     `json:"if_revision"`
 }
 
 // parsePublish decodes and checks a publish body for namespace ns. It
-// returns compacted values and de-duplicated deletes, or an error wrapping
-// ErrInvalid.
-func parsePublish(ns string, data []byte) (map[string]json.RawMessage, []string, error) {
+// returns compacted values, de-duplicated deletes and the options, or an
+// error wrapping ErrInvalid.
+func parsePublish(ns string, data []byte) (map[string]json.RawMessage, []string, PublishOptions, error) {
 	var body publishBody
 	if err := decodeJSON(data, &body, true); err != nil {
-		return nil, nil, err
+		return nil, nil, PublishOptions{}, err
 	}
-	return checkPublish(ns, body.Puts, body.Deletes)
+	opts := PublishOptions{Actor: body.Actor, Reason: body.Reason, IfRevision: body.IfRevision}
+	if err := checkPublishOptions(opts); err != nil {
+		return nil, nil, PublishOptions{}, err
+	}
+	puts, dels, err := checkPublish(ns, body.Puts, body.Deletes)
+	return puts, dels, opts, err
 }
 
 // ackBody is the body of POST /sdk/ack: one transport.Ack, or (Acks not

@@ -38,9 +38,14 @@
 // after it is at or below it.
 //
 // Errors of the Go API: ErrInvalid (a malformed name, key, value or
-// revision; HTTP 400), ErrUnknownNamespace (404), *transport.CompactedError
-// (410), *SchemaError (422). Over HTTP every error is a transport.ErrorBody;
-// a client's mistake is never a 500.
+// revision; HTTP 400), ErrUnknownNamespace and ErrNoRevision (404),
+// *ConflictError (409), *transport.CompactedError (410), *SchemaError
+// (422). Over HTTP every error is a transport.ErrorBody; a client's
+// mistake is never a 500.
+//
+// Audit: every revision has a record (History: actor, reason, kind, keys
+// put and deleted) that compaction keeps; ValuesAt, ValuesAtTime and Diff
+// read the past values compaction kept (audit.go).
 //
 // A namespace exists once it is published to or given a schema. Every
 // publish gets exactly one new revision, even one that changes nothing

@@ -23,7 +23,7 @@ func FuzzParsePublish(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		puts, dels, err := parsePublish("ns", data)
+		puts, dels, _, err := parsePublish("ns", data)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)

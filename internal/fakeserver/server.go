@@ -335,15 +335,24 @@ func (s *Server) CompactRevision() int64 {
 // a revision. It fails with ErrInvalid (bad name, key or value, or a key both
 // put and deleted) or a *SchemaError.
 func (s *Server) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
+	raw, err := marshalPuts(puts)
+	if err != nil {
+		return 0, err
+	}
+	return s.PublishRaw(ns, raw, deletes)
+}
+
+// marshalPuts marshals each value of puts with encoding/json.
+func marshalPuts(puts map[string]any) (map[string]json.RawMessage, error) {
 	raw := make(map[string]json.RawMessage, len(puts))
 	for k, v := range puts {
 		b, err := json.Marshal(v)
 		if err != nil {
-			return 0, fmt.Errorf("%w: key %q: %v", ErrInvalid, k, err)
+			return nil, fmt.Errorf("%w: key %q: %v", ErrInvalid, k, err)
 		}
 		raw[k] = b
 	}
-	return s.PublishRaw(ns, raw, deletes)
+	return raw, nil
 }
 
 // PublishRaw is Publish with values given as raw JSON.
@@ -352,13 +361,13 @@ func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes 
 	if err != nil {
 		return 0, err
 	}
-	return s.commit(ns, clean, dels)
+	return s.commit(ns, clean, dels, PublishOptions{})
 }
 
-// commit publishes checked puts and deletes: the one way a publish, over
-// HTTP or the Go API, reaches the store.
-func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string) (int64, error) {
-	c, err := s.store.publish(ns, puts, deletes)
+// commit publishes checked puts and deletes with checked opts: the one way
+// a publish, over HTTP or the Go API, reaches the store.
+func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string, opts PublishOptions) (int64, error) {
+	c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, Reason: opts.Reason}, opts.IfRevision)
 	if err != nil {
 		return 0, err
 	}
@@ -404,10 +413,15 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 // it. A revision below the compaction point gives a
 // *transport.CompactedError.
 func (s *Server) Rollback(ns string, to int64) (int64, error) {
+	return s.rollback(ns, to, commitMeta{})
+}
+
+// rollback is Rollback recording meta.
+func (s *Server) rollback(ns string, to int64, meta commitMeta) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	c, err := s.store.rollback(ns, to)
+	c, err := s.store.rollback(ns, to, meta)
 	if err != nil {
 		return 0, err
 	}
@@ -489,7 +503,8 @@ func (s *Server) DropStreams() {
 func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 
 // ResetStore replaces the store by an empty one with a new id (revisions
-// restart at 1; schemas and acks are dropped) and ends every stream and
+// restart at 1; schemas, acks and audit records are dropped: a new
+// history) and ends every stream and
 // held long-poll, as a restart would. It returns the new id.
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
@@ -499,11 +514,11 @@ func (s *Server) ResetStore() string {
 }
 
 // RestoreTo rewinds the store to revision rev, as a restore from a backup
-// taken at rev would: the same store id, every change after rev gone (the
-// namespaces' content and revisions are theirs at rev, namespaces first
-// published after rev are gone, and the next publish is revision rev+1,
-// reusing numbers a client may have seen with other content). Schemas stay;
-// acks of revisions after rev are forgotten. Every stream and held
+// taken at rev would: the same store id, every change after rev gone (and
+// its audit record; the namespaces' content and revisions are theirs at
+// rev, namespaces first published after rev are gone, and the next publish
+// is revision rev+1, reusing numbers a client may have seen with other
+// content). Schemas stay; acks of revisions after rev are forgotten. Every stream and held
 // long-poll is cut, as on a restart, before it returns; a client's cursor
 // past rev then gets 409 cursor_ahead (400 if it names no protocol
 // version). It fails, changing nothing, with

@@ -88,6 +88,9 @@ type namespace struct {
 	// point when no later change is left, which a restore needs.
 	compactedRev int64
 	schema       *checker // nil: anything goes
+	// audit records who committed each revision and why; compaction
+	// keeps it (audit.go).
+	audit auditLog
 }
 
 // logEntry records which keys a revision touched, so that compaction visits
@@ -114,6 +117,8 @@ type store struct {
 	nss       map[string]*namespace
 	log       []logEntry
 	now       func() time.Time
+	lastAt    time.Time // the last commit's time: commit times never go back
+	auditMax  int       // audit records kept per namespace (see trimAuditLocked)
 	// onCommit is called under mu, in revision order, with every committed
 	// change; onReset likewise with the new generation. Neither may block.
 	onCommit func(*change)
@@ -157,6 +162,7 @@ func newStore(retention int64) *store {
 		retention: retention,
 		nss:       make(map[string]*namespace),
 		now:       time.Now,
+		auditMax:  DefaultAuditRecords,
 	}
 }
 
@@ -169,14 +175,26 @@ func newNamespace() *namespace {
 // not be both put and deleted. A publish that changes nothing still gets a
 // revision: every publish is one revision, which keeps the contract simple.
 func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []string) (*change, error) {
+	return st.publishIf(ns, puts, deletes, commitMeta{}, nil)
+}
+
+// publishIf is publish recording meta, and, when ifRev is not nil, only if
+// ns's revision is *ifRev when it commits (0: ns has none), else a
+// *ConflictError: checked under the same lock as the commit, so that of
+// two publishers expecting the same revision exactly one wins.
+func (st *store) publishIf(ns string, puts map[string]json.RawMessage, deletes []string, meta commitMeta, ifRev *int64) (*change, error) {
 	// Validate outside the lock when there is a schema; commit only if
 	// nothing changed meanwhile, else try again (validating under the lock
 	// on the last attempt, so that a busy namespace cannot starve a publish).
 	for attempt := 0; ; attempt++ {
 		st.mu.Lock()
 		n := st.nss[ns]
+		if err := checkRevision(ns, n, ifRev); err != nil {
+			st.mu.Unlock()
+			return nil, err
+		}
 		if n == nil || n.schema == nil {
-			c := st.commitLocked(ns, n, puts, deletes)
+			c := st.commitLocked(ns, n, puts, deletes, meta)
 			st.mu.Unlock()
 			return c, nil
 		}
@@ -185,7 +203,7 @@ func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []s
 			if err := validate(ns, n.schema, apply(n.live, puts, deletes)); err != nil {
 				return nil, err
 			}
-			return st.commitLocked(ns, n, puts, deletes), nil
+			return st.commitLocked(ns, n, puts, deletes, meta), nil
 		}
 		sch, live, rev, gen := n.schema, n.live, n.rev, st.gen
 		st.mu.Unlock()
@@ -195,8 +213,9 @@ func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []s
 		}
 
 		st.mu.Lock()
+		// n.rev == rev: ifRev, checked at rev, still holds.
 		if st.gen == gen && st.nss[ns] == n && n.rev == rev && n.schema == sch {
-			c := st.commitLocked(ns, n, puts, deletes)
+			c := st.commitLocked(ns, n, puts, deletes, meta)
 			st.mu.Unlock()
 			return c, nil
 		}
@@ -228,21 +247,26 @@ func apply(live, puts map[string]json.RawMessage, deletes []string) map[string]j
 }
 
 // commitLocked assigns the next revision to a change set of ns (creating
-// the namespace if n is nil) and records it. Deletes of absent keys are
-// dropped from the change set.
-func (st *store) commitLocked(name string, n *namespace, puts map[string]json.RawMessage, deletes []string) *change {
+// the namespace if n is nil) and records it, with its audit record of meta.
+// Deletes of absent keys are dropped from the change set.
+func (st *store) commitLocked(name string, n *namespace, puts map[string]json.RawMessage, deletes []string, meta commitMeta) *change {
 	if n == nil {
 		n = newNamespace()
 		st.nss[name] = n
 	}
 	st.head++
 	rev := st.head
+	// Commit times follow revisions, even if the clock steps back, so that
+	// "the last revision committed at or before t" is well defined.
+	if now := st.now().UTC(); now.After(st.lastAt) {
+		st.lastAt = now
+	}
 	cs := transport.ChangeSet{
 		Namespace:    name,
 		Revision:     rev,
 		PrevRevision: n.rev,
 		StoreID:      st.id,
-		CommittedAt:  st.now().UTC(),
+		CommittedAt:  st.lastAt,
 	}
 	live := maps.Clone(n.live)
 	touched := make([]string, 0, len(puts)+len(deletes))
@@ -273,14 +297,16 @@ func (st *store) commitLocked(name string, n *namespace, puts map[string]json.Ra
 	if st.retention > 0 && rev-st.retention > st.compact {
 		st.compactLocked(rev - st.retention)
 	}
+	st.recordLocked(n, &cs, meta)
 	if st.onCommit != nil {
 		st.onCommit(c)
 	}
 	return c
 }
 
-// rollback publishes ns's content at revision to as a new revision.
-func (st *store) rollback(ns string, to int64) (*change, error) {
+// rollback publishes ns's content at revision to as a new revision,
+// recorded with meta (its Kind and RollbackOf set here).
+func (st *store) rollback(ns string, to int64, meta commitMeta) (*change, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	n := st.nss[ns]
@@ -311,7 +337,8 @@ func (st *store) rollback(ns string, to int64) (*change, error) {
 			return nil, err
 		}
 	}
-	return st.commitLocked(ns, n, puts, deletes), nil
+	meta.Kind, meta.RollbackOf = KindRollback, to
+	return st.commitLocked(ns, n, puts, deletes, meta), nil
 }
 
 // contentAt returns n's content at revision rev, which must not be below the
@@ -606,6 +633,7 @@ func (st *store) restore(rev int64) (uint64, error) {
 			continue
 		}
 		n.live = contentAt(n, rev)
+		n.audit.truncate(rev)
 	}
 	st.head = rev
 	st.gen++
