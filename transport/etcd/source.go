@@ -37,11 +37,23 @@ var ErrClosed = errors.New("etcd: source closed")
 // commit time (see Publish).
 func Prefix(ns string) string { return KeyRoot + ns + "/" }
 
-// meta is the value of a namespace's meta key.
+// meta is the value of a namespace's meta key: the chain of change sets,
+// and the audit of the change. Records written before the audit fields
+// existed hold only PrevRevision and CommittedAt (Kind is empty); every
+// field added since is optional, so older readers (Watch of an older
+// version) still decode newer records.
 type meta struct {
 	// PrevRevision is the namespace's revision before this publish.
 	PrevRevision int64     `json:"prev_revision"`
 	CommittedAt  time.Time `json:"committed_at"`
+	Actor        string    `json:"actor,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	Kind         string    `json:"kind,omitempty"`
+	RollbackOf   int64     `json:"rollback_of,omitempty"`
+	// Puts and Deletes are the keys the change put and deleted, sorted:
+	// known whenever Kind is set (omitted when empty).
+	Puts    []string `json:"puts,omitempty"`
+	Deletes []string `json:"deletes,omitempty"`
 }
 
 // Source is a transport.Source over etcd v3. It is safe for concurrent use
