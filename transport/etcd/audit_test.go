@@ -419,3 +419,44 @@ func TestHistoryOfOlderMetaRecords(t *testing.T) {
 		t.Errorf("history = %s\nwant %s", mustJSON(t, h.Revisions), mustJSON(t, want))
 	}
 }
+
+// TestActorDefaultsToTheEtcdUser: without WithActor the record names the
+// authenticated etcd user (on a cluster of its own, with auth enabled).
+func TestActorDefaultsToTheEtcdUser(t *testing.T) {
+	cl := startCluster(t)
+	ctx := auditCtx(t)
+	cli := cl.client(t)
+	for _, step := range []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "holdfast-writer"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "holdfast-writer", etcd.KeyRoot, clientv3.GetPrefixRangeEnd(etcd.KeyRoot), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, "deployer", "deploypw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "deployer", "holdfast-writer"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := newSource(t, cl.endpoints(), etcd.WithAuth("deployer", "deploypw"))
+	r1, err := src.Publish(ctx, "who", raw(t, map[string]any{"a": 1}), nil, etcd.WithReason("no actor given"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := src.Publish(ctx, "who", raw(t, map[string]any{"a": 2}), nil, etcd.WithActor("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := src.History(ctx, "who", etcd.HistoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Revisions) != 2 || h.Revisions[0].Revision != r2 || h.Revisions[0].Actor != "alice" ||
+		h.Revisions[1].Revision != r1 || h.Revisions[1].Actor != "deployer" || h.Revisions[1].Reason != "no actor given" {
+		t.Fatalf("history = %s", mustJSON(t, h))
+	}
+}
