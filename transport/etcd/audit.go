@@ -30,6 +30,8 @@ import (
 // modules). Such keys never show in ValuesAt, Diff or History.
 const reservedPrefix = "$holdfast/"
 
+func reserved(key string) bool { return strings.HasPrefix(key, reservedPrefix) }
+
 // Bounds of History's limit.
 const (
 	DefaultHistoryLimit = 100
@@ -267,7 +269,7 @@ func (s *Source) valuesAt(ctx context.Context, op, ns string, rev int64) (*Names
 		return nil, err
 	}
 	for k := range values {
-		if strings.HasPrefix(k, reservedPrefix) {
+		if reserved(k) {
 			delete(values, k)
 		}
 	}
@@ -437,7 +439,7 @@ func maxModRevision(kvs []*mvccpb.KeyValue) int64 {
 func visible(keys []string) []string {
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		if !strings.HasPrefix(k, reservedPrefix) {
+		if !reserved(k) {
 			out = append(out, k)
 		}
 	}

@@ -261,6 +261,19 @@ func TestValuesAtAndDiff(t *testing.T) {
 	if d, err := src.Diff(ctx, "vals", r2, r3); err != nil || len(d.Changes) != 0 {
 		t.Errorf("diff over a respaced value = %+v, %v", d, err)
 	}
+	// A rollback restores the content ValuesAt shows and leaves the
+	// reserved keys as they are.
+	if _, err := src.Publish(ctx, "vals", raw(t, map[string]any{"$holdfast/rollout": "now", "$holdfast/extra": 1}), nil); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := src.Rollback(ctx, "vals", r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "vals"})
+	if err != nil || snap.Revision != rb || string(snap.Values) != `{"$holdfast/extra":1,"$holdfast/rollout":"now","mode":"a","retry-timeout-ms":200}` {
+		t.Errorf("after a rollback to %d: %+v, %v", r1, snap, err)
+	}
 }
 
 // TestAuditBadInput: every query's refusals.

@@ -150,7 +150,9 @@ func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.Ra
 
 // Rollback republishes the namespace's content as of revision toRevision
 // as a new revision, which it returns: keys that differ are put, keys that
-// did not exist then are deleted. History stays append-only. A revision
+// did not exist then are deleted; keys reserved to holdfast ("$holdfast/…",
+// such as a staged rollout) are left as they are. History stays
+// append-only. A revision
 // below etcd's compaction point gives a *transport.CompactedError; one at
 // which the namespace had no key, or beyond the cluster's head, gives
 // transport.ErrNotFound; one below 1, ErrInvalidArgument.
@@ -184,13 +186,13 @@ func (s *Source) Rollback(ctx context.Context, ns string, toRevision int64, opts
 	return s.publish(ctx, ns, opts, func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
 		puts := make(map[string]json.RawMessage)
 		for k, v := range target {
-			if cur, ok := current[k]; !ok || string(cur) != string(v) {
+			if cur, ok := current[k]; !reserved(k) && (!ok || string(cur) != string(v)) {
 				puts[k] = v
 			}
 		}
 		var deletes []string
 		for k := range current {
-			if _, ok := target[k]; !ok {
+			if _, ok := target[k]; !ok && !reserved(k) {
 				deletes = append(deletes, k)
 			}
 		}

@@ -33,8 +33,8 @@ var ErrClosed = errors.New("etcd: source closed")
 // Key k of the namespace is Prefix(ns) + k. The key equal to the prefix
 // itself (an empty key name, which transport.ValidateKey refuses) is the
 // namespace's meta key: every Publish writes it in the same transaction as
-// its puts and deletes, holding the namespace's previous revision and the
-// commit time (see Publish).
+// its puts and deletes, holding the namespace's previous revision, the
+// commit time and the audit of the change (see Publish and History).
 func Prefix(ns string) string { return KeyRoot + ns + "/" }
 
 // meta is the value of a namespace's meta key: the chain of change sets,
