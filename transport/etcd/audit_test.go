@@ -301,6 +301,10 @@ func TestAuditBadInput(t *testing.T) {
 	_, invalid["rollback: reason too long"] = src.Rollback(ctx, "bad", r1, etcd.WithReason(strings.Repeat("r", etcd.MaxReasonBytes+1)))
 	_, invalid["rollback: revision 0"] = src.Rollback(ctx, "bad", 0)
 	_, invalid["publish: invalid namespace"] = src.Publish(ctx, "NS", nil, nil)
+	_, invalid["publish: invalid key"] = src.Publish(ctx, "bad", raw(t, map[string]any{"a key": 1}), nil)
+	_, invalid["publish: invalid key to delete"] = src.Publish(ctx, "bad", nil, []string{""})
+	_, invalid["publish: not JSON"] = src.Publish(ctx, "bad", map[string]json.RawMessage{"a": json.RawMessage("{")}, nil)
+	_, invalid["publish: put and deleted"] = src.Publish(ctx, "bad", raw(t, map[string]any{"a": 1}), []string{"a"})
 	for what, err := range invalid {
 		if !errors.Is(err, etcd.ErrInvalidArgument) {
 			t.Errorf("%s: %v; want ErrInvalidArgument", what, err)

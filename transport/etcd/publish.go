@@ -81,9 +81,11 @@ const (
 var ErrConflict = errors.New("etcd: key both put and deleted")
 
 // ErrInvalidArgument is returned for malformed input to Publish, Rollback
-// and the history queries: a bad revision, limit, time, actor or reason,
-// or a namespace name that transport.ValidateNamespace refuses (then
-// errors.Is(err, transport.ErrInvalidNamespace) holds too).
+// and the history queries: a bad revision, limit, time, actor or reason, a
+// value that is not JSON (with schema.ErrInvalidValue), a key both put and
+// deleted (with ErrConflict), or a namespace name or key that
+// transport.ValidateNamespace or ValidateKey refuses (with
+// transport.ErrInvalidNamespace or ErrInvalidKey).
 var ErrInvalidArgument = errors.New("etcd: invalid argument")
 
 // ConflictError is returned by a publish or rollback WithIfRevision when
@@ -126,21 +128,21 @@ func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.Ra
 	}
 	for k, v := range puts {
 		if err := transport.ValidateKey(k); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 		if len(v) > s.opts.maxValueBytes {
 			return 0, fmt.Errorf("%w: %q holds %d bytes (limit %d)", transport.ErrTooLarge, k, len(v), s.opts.maxValueBytes)
 		}
 		if !json.Valid(v) {
-			return 0, fmt.Errorf("etcd: publish to %q: %w: %q is not JSON", ns, schema.ErrInvalidValue, k)
+			return 0, fmt.Errorf("etcd: publish to %q: %w: %w: %q is not JSON", ns, ErrInvalidArgument, schema.ErrInvalidValue, k)
 		}
 	}
 	for _, k := range deletes {
 		if err := transport.ValidateKey(k); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 		if _, ok := puts[k]; ok {
-			return 0, fmt.Errorf("%w: %q", ErrConflict, k)
+			return 0, fmt.Errorf("%w: %w: %q", ErrInvalidArgument, ErrConflict, k)
 		}
 	}
 	return s.publish(ctx, ns, opts, func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
@@ -152,10 +154,11 @@ func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.Ra
 // as a new revision, which it returns: keys that differ are put, keys that
 // did not exist then are deleted; keys reserved to holdfast ("$holdfast/…",
 // such as a staged rollout) are left as they are. History stays
-// append-only. A revision
-// below etcd's compaction point gives a *transport.CompactedError; one at
-// which the namespace had no key, or beyond the cluster's head, gives
-// transport.ErrNotFound; one below 1, ErrInvalidArgument.
+// append-only. A revision below etcd's compaction point gives a
+// *transport.CompactedError (unless the namespace did not change between
+// it and the compaction point); one at which the namespace had no key, or
+// beyond the cluster's head, gives transport.ErrNotFound; one below 1,
+// ErrInvalidArgument.
 //
 // The meta record says kind "rollback", and rollback_of the namespace's
 // revision at toRevision (its last change at or before it), with the
