@@ -9,7 +9,8 @@
 // at "/holdfast/N/k". The key "/holdfast/N/" itself (an empty key name,
 // which no holdfast key can be) is the namespace's meta key: Publish writes
 // it in the same transaction as the puts and deletes, with the namespace's
-// previous revision and the commit time. So:
+// previous revision, the commit time and the change's audit (see Audit).
+// So:
 //
 //   - a namespace's revision is the revision of its last publish, deletes
 //     included (a delete leaves no key, but the meta key moves);
@@ -53,6 +54,31 @@
 // an optional schema check) and Rollback (a revision's content as a new
 // revision).
 //
+// # Audit
+//
+// Publish and Rollback record, in the meta key and in the same
+// transaction as the change, the actor (WithActor; by default the etcd
+// user of WithAuth), the reason (WithReason), the kind ("publish" or
+// "rollback"), the revision a rollback restored, and the keys put and
+// deleted. WithIfRevision makes either conditional on the namespace's
+// current revision: otherwise nothing is written and the error is a
+// *ConflictError carrying the current revision; of concurrent publishers
+// at the same revision exactly one commits.
+//
+// History (the meta key's revisions, newest first), ValuesAt and
+// ValuesAtTime (the namespace's content then) and Diff (the keys that
+// differ between two revisions) answer the queries of the reference
+// server's control API, in its JSON form (History, NamespaceValues, Diff),
+// for the holdfast command's -etcd flag. They read etcd's own revisions,
+// so they reach back to etcd's compaction point and no further (a
+// *transport.CompactedError with it): unlike the reference server's, this
+// audit does not survive compaction. Keep etcd's compaction retention as
+// long as the audit must reach, or export History before compacting.
+// Keys reserved to holdfast ("$holdfast/…") show in none of them. Meta
+// records of earlier versions of this module (previous revision and
+// commit time only) read as publishes without actor or reason, their keys
+// taken from etcd's revisions.
+//
 // # Errors
 //
 // Snapshot returns transport.ErrNotFound for a namespace without keys,
@@ -69,6 +95,13 @@
 // resume, or resnapshot. Every Snapshot is a linearizable read and says so
 // (transport.Snapshot.Linearizable): one behind what the client applied, at
 // the same store id, proves the history was rewritten.
+//
+// The audit's methods return ErrInvalidArgument for malformed input (a
+// revision below 1, a zero time, a negative limit, a bad namespace name),
+// transport.ErrNotFound for a namespace never published, a revision
+// beyond the cluster's head or one at which the namespace had no key, and
+// a time before its first revision, and a *transport.CompactedError below
+// etcd's compaction point.
 //
 // # Close
 //

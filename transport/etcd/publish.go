@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
+	"unicode/utf8"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/schema"
@@ -23,7 +24,14 @@ type publishOptionFunc func(*publishOptions)
 func (f publishOptionFunc) applyPublish(o *publishOptions) { f(o) }
 
 type publishOptions struct {
-	schema *schema.Schema
+	schema     *schema.Schema
+	actor      string
+	reason     string
+	ifRevision int64
+	hasIf      bool
+	// Set by Rollback, not by an option.
+	kind       string
+	rollbackOf int64
 }
 
 // WithSchema checks the namespace's whole content after the publish
@@ -33,8 +41,66 @@ func WithSchema(s *schema.Schema) PublishOption {
 	return publishOptionFunc(func(o *publishOptions) { o.schema = s })
 }
 
+// WithActor records who made the change in the namespace's meta record
+// (at most MaxActorBytes of UTF-8). Without it, or with "", the actor is
+// the etcd user name of the Source's client (WithAuth), if any.
+func WithActor(actor string) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.actor = actor })
+}
+
+// WithReason records why the change was made in the namespace's meta
+// record (at most MaxReasonBytes of UTF-8).
+func WithReason(reason string) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.reason = reason })
+}
+
+// WithIfRevision makes the publish (or rollback) conditional: it commits
+// only if the namespace's current revision (Snapshot's Revision) is rev,
+// checked in the same etcd transaction as the change. Otherwise nothing
+// changes and the error is a *ConflictError with the current revision.
+// rev 0 means "the namespace has no key yet". A negative rev is
+// ErrInvalidArgument.
+func WithIfRevision(rev int64) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.ifRevision, o.hasIf = rev, true })
+}
+
+// Bounds of the audit fields of a publish.
+const (
+	MaxActorBytes  = 256
+	MaxReasonBytes = 4096
+)
+
+// Kinds of change recorded in a namespace's meta record (HistoryRecord.Kind).
+const (
+	KindPublish  = "publish"
+	KindRollback = "rollback"
+)
+
 // ErrConflict is returned by Publish when a key is both put and deleted.
+// (A revision that WithIfRevision did not match is a *ConflictError.)
 var ErrConflict = errors.New("etcd: key both put and deleted")
+
+// ErrInvalidArgument is returned for malformed input to Publish, Rollback
+// and the history queries: a bad revision, limit, time, actor or reason, a
+// value that is not JSON (with schema.ErrInvalidValue), a key both put and
+// deleted (with ErrConflict), or a namespace name or key that
+// transport.ValidateNamespace or ValidateKey refuses (with
+// transport.ErrInvalidNamespace or ErrInvalidKey).
+var ErrInvalidArgument = errors.New("etcd: invalid argument")
+
+// ConflictError is returned by a publish or rollback WithIfRevision when
+// the namespace was at another revision: nothing changed.
+type ConflictError struct {
+	Namespace string
+	// Revision is the namespace's current revision (0: it has no key).
+	Revision int64
+	// IfRevision is the revision the caller expected.
+	IfRevision int64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("etcd: conflict: namespace %q is at revision %d, not %d", e.Namespace, e.Revision, e.IfRevision)
+}
 
 // Publish writes puts and deletes of namespace ns in one etcd transaction,
 // so they share one revision, which it returns. Deletes of absent keys are
@@ -48,30 +114,35 @@ var ErrConflict = errors.New("etcd: key both put and deleted")
 // default 128: up to 127 keys per publish) and its size
 // (--max-request-bytes, default 1.5 MiB).
 //
+// The meta key also records the audit of the change: kind "publish", the
+// actor (WithActor) and reason (WithReason), and the keys put and deleted;
+// History reads it back. WithIfRevision makes the publish conditional on
+// the namespace's current revision.
+//
 // An error after the transaction was sent (a timeout, a member lost
 // mid-request) leaves it unknown whether it committed: read back before
 // publishing again.
 func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.RawMessage, deletes []string, opts ...PublishOption) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	for k, v := range puts {
 		if err := transport.ValidateKey(k); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 		if len(v) > s.opts.maxValueBytes {
 			return 0, fmt.Errorf("%w: %q holds %d bytes (limit %d)", transport.ErrTooLarge, k, len(v), s.opts.maxValueBytes)
 		}
 		if !json.Valid(v) {
-			return 0, fmt.Errorf("etcd: publish to %q: %w: %q is not JSON", ns, schema.ErrInvalidValue, k)
+			return 0, fmt.Errorf("etcd: publish to %q: %w: %w: %q is not JSON", ns, ErrInvalidArgument, schema.ErrInvalidValue, k)
 		}
 	}
 	for _, k := range deletes {
 		if err := transport.ValidateKey(k); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 		if _, ok := puts[k]; ok {
-			return 0, fmt.Errorf("%w: %q", ErrConflict, k)
+			return 0, fmt.Errorf("%w: %w: %q", ErrInvalidArgument, ErrConflict, k)
 		}
 	}
 	return s.publish(ctx, ns, opts, func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
@@ -81,45 +152,50 @@ func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.Ra
 
 // Rollback republishes the namespace's content as of revision toRevision
 // as a new revision, which it returns: keys that differ are put, keys that
-// did not exist then are deleted. History stays append-only. A revision
-// below etcd's compaction point gives a *transport.CompactedError; one at
-// which the namespace had no key gives transport.ErrNotFound.
+// did not exist then are deleted; keys reserved to holdfast ("$holdfast/…",
+// such as a staged rollout) are left as they are. History stays
+// append-only. A revision below etcd's compaction point gives a
+// *transport.CompactedError (unless the namespace did not change between
+// it and the compaction point); one at which the namespace had no key, or
+// beyond the cluster's head, gives transport.ErrNotFound; one below 1,
+// ErrInvalidArgument.
+//
+// The meta record says kind "rollback", and rollback_of the namespace's
+// revision at toRevision (its last change at or before it), with the
+// actor and reason of the options. WithIfRevision applies as in Publish.
 func (s *Source) Rollback(ctx context.Context, ns string, toRevision int64, opts ...PublishOption) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	if toRevision <= 0 {
-		return 0, fmt.Errorf("etcd: rollback of %q to revision %d: not a revision", ns, toRevision)
+		return 0, fmt.Errorf("etcd: rollback of %q to revision %d: %w: not a revision", ns, toRevision, ErrInvalidArgument)
 	}
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	rctx, cancel := s.requestCtx(ctx)
-	resp, err := s.cli.Get(rctx, Prefix(ns), clientv3.WithPrefix(), clientv3.WithRev(toRevision))
-	cancel()
+	kvs, err := s.rangeAt(ctx, "rollback", ns, Prefix(ns), toRevision, true)
 	s.wg.Done()
 	switch {
-	case errors.Is(err, rpctypes.ErrCompacted):
-		return 0, fmt.Errorf("etcd: rollback of %q to %d: %w", ns, toRevision, &transport.CompactedError{CompactRevision: s.compactRevision(ctx, ns)})
 	case err != nil:
-		return 0, mapError("rollback", ns, err)
-	case len(resp.Kvs) == 0:
+		return 0, err
+	case len(kvs) == 0:
 		return 0, fmt.Errorf("etcd: rollback of %q to %d: %w at that revision", ns, toRevision, transport.ErrNotFound)
 	}
-	target, _, err := s.decodeKVs(ns, resp.Kvs)
+	target, of, err := s.decodeKVs(ns, kvs)
 	if err != nil {
 		return 0, err
 	}
+	opts = append(opts, publishOptionFunc(func(o *publishOptions) { o.kind, o.rollbackOf = KindRollback, of }))
 	return s.publish(ctx, ns, opts, func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
 		puts := make(map[string]json.RawMessage)
 		for k, v := range target {
-			if cur, ok := current[k]; !ok || string(cur) != string(v) {
+			if cur, ok := current[k]; !reserved(k) && (!ok || string(cur) != string(v)) {
 				puts[k] = v
 			}
 		}
 		var deletes []string
 		for k := range current {
-			if _, ok := target[k]; !ok {
+			if _, ok := target[k]; !ok && !reserved(k) {
 				deletes = append(deletes, k)
 			}
 		}
@@ -147,11 +223,17 @@ func (s *Source) compactRevision(ctx context.Context, ns string) int64 {
 // transaction guarded by "no key of the namespace changed since the read";
 // it retries when the guard fails.
 func (s *Source) publish(ctx context.Context, ns string, opts []PublishOption, change func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (int64, error) {
-	var po publishOptions
+	po := publishOptions{kind: KindPublish}
 	for _, o := range opts {
 		if o != nil {
 			o.applyPublish(&po)
 		}
+	}
+	if err := po.validate(); err != nil {
+		return 0, fmt.Errorf("etcd: publish to %q: %w", ns, err)
+	}
+	if po.actor == "" {
+		po.actor = s.cli.Username // the authenticated identity, if any
 	}
 	if err := s.enter(); err != nil {
 		return 0, err
@@ -186,32 +268,46 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 			current[key[len(prefix):]] = kv.Value
 		}
 	}
+	if po.hasIf && prev != po.ifRevision {
+		return 0, false, &ConflictError{Namespace: ns, Revision: prev, IfRevision: po.ifRevision}
+	}
 	puts, deletes, err := change(current)
 	if err != nil {
 		return 0, false, err
 	}
 	next := maps.Clone(current)
 	ops := make([]clientv3.Op, 0, len(puts)+len(deletes)+1)
+	m := meta{
+		PrevRevision: prev, Actor: po.actor, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf,
+		Puts: []string{}, Deletes: []string{},
+	}
 	for k, v := range puts {
 		ops = append(ops, clientv3.OpPut(prefix+k, string(v)))
 		next[k] = v
+		m.Puts = append(m.Puts, k)
 	}
 	for _, k := range deletes {
 		if _, ok := current[k]; ok {
 			ops = append(ops, clientv3.OpDelete(prefix+k))
 			delete(next, k)
+			m.Deletes = append(m.Deletes, k)
 		}
 	}
+	slices.Sort(m.Puts)
+	slices.Sort(m.Deletes)
 	if po.schema != nil {
 		if err := po.schema.ValidateValues(next); err != nil {
 			return 0, false, fmt.Errorf("etcd: publish to %q: %w", ns, err)
 		}
 	}
-	m, err := json.Marshal(meta{PrevRevision: prev, CommittedAt: time.Now().UTC()})
+	m.CommittedAt = time.Now().UTC()
+	mb, err := json.Marshal(m)
 	if err != nil {
 		return 0, false, err
 	}
-	ops = append(ops, clientv3.OpPut(prefix, string(m)))
+	ops = append(ops, clientv3.OpPut(prefix, string(mb)))
+	// The guard "no key of the namespace changed since the read" is also
+	// WithIfRevision's compare: the read found the namespace at prev.
 	tr, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", head+1)).
 		Then(ops...).
@@ -223,4 +319,16 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 		return 0, true, nil
 	}
 	return tr.Header.Revision, false, nil
+}
+
+func (o *publishOptions) validate() error {
+	switch {
+	case len(o.actor) > MaxActorBytes || !utf8.ValidString(o.actor):
+		return fmt.Errorf("%w: actor must be at most %d bytes of UTF-8", ErrInvalidArgument, MaxActorBytes)
+	case len(o.reason) > MaxReasonBytes || !utf8.ValidString(o.reason):
+		return fmt.Errorf("%w: reason must be at most %d bytes of UTF-8", ErrInvalidArgument, MaxReasonBytes)
+	case o.hasIf && o.ifRevision < 0:
+		return fmt.Errorf("%w: if_revision %d is negative", ErrInvalidArgument, o.ifRevision)
+	}
+	return nil
 }

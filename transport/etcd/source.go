@@ -33,15 +33,27 @@ var ErrClosed = errors.New("etcd: source closed")
 // Key k of the namespace is Prefix(ns) + k. The key equal to the prefix
 // itself (an empty key name, which transport.ValidateKey refuses) is the
 // namespace's meta key: every Publish writes it in the same transaction as
-// its puts and deletes, holding the namespace's previous revision and the
-// commit time (see Publish).
+// its puts and deletes, holding the namespace's previous revision, the
+// commit time and the audit of the change (see Publish and History).
 func Prefix(ns string) string { return KeyRoot + ns + "/" }
 
-// meta is the value of a namespace's meta key.
+// meta is the value of a namespace's meta key: the chain of change sets,
+// and the audit of the change. Records written before the audit fields
+// existed hold only PrevRevision and CommittedAt (Kind is empty); every
+// field added since is optional, so older readers (Watch of an older
+// version) still decode newer records.
 type meta struct {
 	// PrevRevision is the namespace's revision before this publish.
 	PrevRevision int64     `json:"prev_revision"`
 	CommittedAt  time.Time `json:"committed_at"`
+	Actor        string    `json:"actor,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	Kind         string    `json:"kind,omitempty"`
+	RollbackOf   int64     `json:"rollback_of,omitempty"`
+	// Puts and Deletes are the keys the change put and deleted, sorted:
+	// known whenever Kind is set (omitted when empty).
+	Puts    []string `json:"puts,omitempty"`
+	Deletes []string `json:"deletes,omitempty"`
 }
 
 // Source is a transport.Source over etcd v3. It is safe for concurrent use

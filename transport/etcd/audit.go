@@ -1,0 +1,460 @@
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// The audit over etcd: History, ValuesAt, ValuesAtTime and Diff read etcd's
+// own revisions of a namespace's keys and of its meta key, which every
+// Publish and Rollback writes with the actor, reason, kind and keys of the
+// change. etcd keeps every revision until it is compacted, and so does this
+// audit: unlike the reference server's, whose audit survives compaction,
+// the record of who changed what over etcd ends at etcd's compaction point.
+
+// reservedPrefix begins the keys reserved to holdfast itself (the root
+// module's internal/rollout.ReservedPrefix, which this module, versioned on
+// its own, does not import: an internal package is no stable API across
+// modules). Such keys never show in ValuesAt, Diff or History.
+const reservedPrefix = "$holdfast/"
+
+func reserved(key string) bool { return strings.HasPrefix(key, reservedPrefix) }
+
+// Bounds of History's limit.
+const (
+	DefaultHistoryLimit = 100
+	MaxHistoryLimit     = 1000
+)
+
+// HistoryOptions selects the records History returns.
+type HistoryOptions struct {
+	// Limit bounds how many records: 0 means DefaultHistoryLimit, more
+	// than MaxHistoryLimit means MaxHistoryLimit; negative is
+	// ErrInvalidArgument.
+	Limit int
+	// Before, when positive, keeps the records of revisions below it (to
+	// page: the last record's Revision). 0 means from the newest; negative
+	// is ErrInvalidArgument.
+	Before int64
+}
+
+// History is a namespace's change records, newest first. It has the JSON
+// form of the reference server's GET /control/namespaces/{ns}/history.
+type History struct {
+	Namespace string          `json:"ns"`
+	Revisions []HistoryRecord `json:"revisions"`
+}
+
+// HistoryRecord is one change of a namespace: one revision of its meta key.
+type HistoryRecord struct {
+	Revision int64 `json:"revision"`
+	// PrevRevision is the namespace's revision before the change; 0 for
+	// its first. A last record of a History with PrevRevision > 0 and no
+	// record after it (with Before set to its Revision) marks etcd's
+	// compaction: older records are gone.
+	PrevRevision int64     `json:"prev_revision"`
+	CommittedAt  time.Time `json:"committed_at"`
+	Actor        string    `json:"actor"`
+	Reason       string    `json:"reason"`
+	// Kind is KindPublish or KindRollback. A record written by a version
+	// of this module without the audit says KindPublish, with no actor or
+	// reason, and keys read back from etcd's revisions (while etcd keeps
+	// them).
+	Kind string `json:"kind"`
+	// RollbackOf is, for a rollback, the namespace's revision it restored.
+	RollbackOf int64 `json:"rollback_of,omitempty"`
+	// Puts and Deletes are the keys the change put and deleted, sorted.
+	Puts    []string `json:"puts"`
+	Deletes []string `json:"deletes"`
+}
+
+// NamespaceValues is a namespace's content at one of its revisions. It has
+// the JSON form of the reference server's GET
+// /control/namespaces/{ns}/values.
+type NamespaceValues struct {
+	Namespace string `json:"ns"`
+	// Revision is the namespace's revision: its last change at or before
+	// the revision or time asked for.
+	Revision int64 `json:"revision"`
+	// CommittedAt is the commit time of that change (zero when the change
+	// was written past Publish, with no meta record).
+	CommittedAt time.Time                  `json:"committed_at"`
+	Values      map[string]json.RawMessage `json:"values"`
+}
+
+// Diff is the semantic difference between two revisions of a namespace,
+// with the JSON form of the reference server's GET
+// /control/namespaces/{ns}/diff.
+type Diff struct {
+	Changes []Change `json:"changes"`
+}
+
+// Change is one key that differs: Old is its value at the first revision,
+// New at the second; either is nil (and left out of the JSON) when the key
+// was absent there.
+type Change struct {
+	Key string          `json:"key"`
+	Old json.RawMessage `json:"old,omitempty"`
+	New json.RawMessage `json:"new,omitempty"`
+}
+
+// History returns the namespace's change records, newest first, one per
+// revision of its meta key, following each record's PrevRevision back:
+// its publishes and rollbacks, with their actor, reason and keys.
+// It reads etcd's revisions, so it ends at etcd's compaction point (see
+// HistoryRecord.PrevRevision); a Before at or below it gives a
+// *transport.CompactedError. A namespace never published gives
+// transport.ErrNotFound; bad options, ErrInvalidArgument.
+func (s *Source) History(ctx context.Context, ns string, opts HistoryOptions) (*History, error) {
+	if err := validNamespace(ns); err != nil {
+		return nil, err
+	}
+	limit := opts.Limit
+	switch {
+	case limit < 0:
+		return nil, fmt.Errorf("etcd: history of %q: %w: limit %d is negative", ns, ErrInvalidArgument, limit)
+	case limit == 0:
+		limit = DefaultHistoryLimit
+	case limit > MaxHistoryLimit:
+		limit = MaxHistoryLimit
+	}
+	if opts.Before < 0 {
+		return nil, fmt.Errorf("etcd: history of %q: %w: before %d is negative", ns, ErrInvalidArgument, opts.Before)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
+	h := &History{Namespace: ns, Revisions: []HistoryRecord{}}
+	err := s.walk(ctx, ns, opts.Before, func(rev int64, m *meta) (bool, error) {
+		r, err := s.record(ctx, ns, rev, m)
+		if err != nil {
+			return false, err
+		}
+		h.Revisions = append(h.Revisions, r)
+		return len(h.Revisions) < limit, nil
+	})
+	if errors.Is(err, transport.ErrCompacted) && len(h.Revisions) > 0 {
+		err = nil // the history etcd still keeps
+	}
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// ValuesAt returns the namespace's content at revision rev: at its last
+// change at or before rev. A rev below 1 gives ErrInvalidArgument; one
+// beyond the cluster's head, or at which the namespace had no key,
+// transport.ErrNotFound; one below etcd's compaction point, a
+// *transport.CompactedError (unless the namespace did not change between
+// rev and the compaction point: then its content is still known).
+func (s *Source) ValuesAt(ctx context.Context, ns string, rev int64) (*NamespaceValues, error) {
+	if err := validNamespace(ns); err != nil {
+		return nil, err
+	}
+	if rev <= 0 {
+		return nil, fmt.Errorf("etcd: values of %q: %w: revision %d", ns, ErrInvalidArgument, rev)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
+	return s.valuesAt(ctx, "values", ns, rev)
+}
+
+// ValuesAtTime returns the namespace's content as it was at time at: at
+// its last change committed at or before at (by the commit times of the
+// meta records, newest first). A zero at gives ErrInvalidArgument; a time
+// before the namespace's first revision, transport.ErrNotFound; a time
+// whose change etcd has compacted, a *transport.CompactedError. It reads
+// one meta record per change newer than at.
+func (s *Source) ValuesAtTime(ctx context.Context, ns string, at time.Time) (*NamespaceValues, error) {
+	if err := validNamespace(ns); err != nil {
+		return nil, err
+	}
+	if at.IsZero() {
+		return nil, fmt.Errorf("etcd: values of %q: %w: zero time", ns, ErrInvalidArgument)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
+	var found int64
+	err := s.walk(ctx, ns, 0, func(rev int64, m *meta) (bool, error) {
+		if !m.CommittedAt.After(at) {
+			found = rev
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == 0 {
+		return nil, fmt.Errorf("etcd: values of %q at %s: %w: before its first revision", ns, at.Format(time.RFC3339Nano), transport.ErrNotFound)
+	}
+	return s.valuesAt(ctx, "values", ns, found)
+}
+
+// Diff returns the keys whose values differ between the namespace's
+// content at revision from and at revision to (each as ValuesAt reads it,
+// with its errors), sorted by key. Values compare as JSON text with
+// insignificant space removed.
+func (s *Source) Diff(ctx context.Context, ns string, from, to int64) (*Diff, error) {
+	if err := validNamespace(ns); err != nil {
+		return nil, err
+	}
+	if from <= 0 || to <= 0 {
+		return nil, fmt.Errorf("etcd: diff of %q: %w: revisions %d and %d", ns, ErrInvalidArgument, from, to)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
+	a, err := s.valuesAt(ctx, "diff", ns, from)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.valuesAt(ctx, "diff", ns, to)
+	if err != nil {
+		return nil, err
+	}
+	d := &Diff{Changes: []Change{}}
+	for k, old := range a.Values {
+		if cur, ok := b.Values[k]; !ok || !sameJSON(old, cur) {
+			d.Changes = append(d.Changes, Change{Key: k, Old: old, New: cur})
+		}
+	}
+	for k, cur := range b.Values {
+		if _, ok := a.Values[k]; !ok {
+			d.Changes = append(d.Changes, Change{Key: k, New: cur})
+		}
+	}
+	slices.SortFunc(d.Changes, func(x, y Change) int { return strings.Compare(x.Key, y.Key) })
+	return d, nil
+}
+
+func validNamespace(ns string) error {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// valuesAt reads the namespace's content at rev, reserved keys left out.
+func (s *Source) valuesAt(ctx context.Context, op, ns string, rev int64) (*NamespaceValues, error) {
+	prefix := Prefix(ns)
+	kvs, err := s.rangeAt(ctx, op, ns, prefix, rev, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(kvs) == 0 {
+		return nil, fmt.Errorf("etcd: %s of %q at %d: %w: no key at that revision", op, ns, rev, transport.ErrNotFound)
+	}
+	values, nsRev, err := s.decodeKVs(ns, kvs)
+	if err != nil {
+		return nil, err
+	}
+	for k := range values {
+		if reserved(k) {
+			delete(values, k)
+		}
+	}
+	v := &NamespaceValues{Namespace: ns, Revision: nsRev, Values: values}
+	for _, kv := range kvs {
+		if string(kv.Key) == prefix && kv.ModRevision == nsRev {
+			var m meta
+			if err := json.Unmarshal(kv.Value, &m); err != nil {
+				return nil, fmt.Errorf("%w: meta key of %q at %d: %v", transport.ErrMalformed, ns, nsRev, err)
+			}
+			v.CommittedAt = m.CommittedAt
+		}
+	}
+	return v, nil
+}
+
+// walk calls fn with the namespace's meta records newest first, from the
+// last one below before (0: from the newest), following PrevRevision, until
+// fn says stop, the first record, or etcd's compaction point (a
+// *transport.CompactedError).
+func (s *Source) walk(ctx context.Context, ns string, before int64, fn func(rev int64, m *meta) (more bool, err error)) error {
+	key := Prefix(ns)
+	kvs, err := s.rangeAt(ctx, "history", ns, key, 0, false)
+	if err != nil {
+		return err
+	}
+	if len(kvs) == 0 {
+		return fmt.Errorf("etcd: history of %q: %w: never published", ns, transport.ErrNotFound)
+	}
+	if before > 0 && before <= kvs[0].ModRevision {
+		if before == 1 {
+			return nil
+		}
+		if kvs, err = s.rangeAt(ctx, "history", ns, key, before-1, false); err != nil {
+			return err
+		}
+	}
+	for len(kvs) > 0 {
+		kv := kvs[0]
+		var m meta
+		if err := json.Unmarshal(kv.Value, &m); err != nil {
+			return fmt.Errorf("%w: meta key of %q at %d: %v", transport.ErrMalformed, ns, kv.ModRevision, err)
+		}
+		if more, err := fn(kv.ModRevision, &m); err != nil || !more {
+			return err
+		}
+		// PrevRevision is the revision of the previous meta record unless
+		// a key was written past Publish in between: then the read at it
+		// finds the record before, as it should.
+		next := min(m.PrevRevision, kv.ModRevision-1)
+		if next <= 0 {
+			return nil
+		}
+		if kvs, err = s.rangeAt(ctx, "history", ns, key, next, false); err != nil {
+			return err
+		}
+	}
+	return nil // the meta key did not exist then: deleted past Publish
+}
+
+// record turns a meta record into a HistoryRecord. A record of a version
+// without the audit (no kind) gets its keys from etcd's revisions: those
+// of the namespace changed at rev, and those gone since rev-1.
+func (s *Source) record(ctx context.Context, ns string, rev int64, m *meta) (HistoryRecord, error) {
+	r := HistoryRecord{
+		Revision: rev, PrevRevision: m.PrevRevision, CommittedAt: m.CommittedAt,
+		Actor: m.Actor, Reason: m.Reason, Kind: m.Kind, RollbackOf: m.RollbackOf,
+		Puts: visible(m.Puts), Deletes: visible(m.Deletes),
+	}
+	if m.Kind != "" {
+		return r, nil
+	}
+	r.Kind = KindPublish
+	prefix := Prefix(ns)
+	keysAt := func(at int64) (map[string]int64, error) {
+		rctx, cancel := s.requestCtx(ctx)
+		defer cancel()
+		resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(at))
+		if err != nil {
+			return nil, err
+		}
+		keys := make(map[string]int64, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			if k := string(kv.Key); k != prefix {
+				keys[k[len(prefix):]] = kv.ModRevision
+			}
+		}
+		return keys, nil
+	}
+	now, err := keysAt(rev)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return r, nil // the keys are compacted away: unknown
+	}
+	if err != nil {
+		return r, mapError("history", ns, err)
+	}
+	var puts, deletes []string
+	for k, mod := range now {
+		if mod == rev {
+			puts = append(puts, k)
+		}
+	}
+	if rev > 1 {
+		before, err := keysAt(rev - 1)
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+		case err != nil:
+			return r, mapError("history", ns, err)
+		}
+		for k := range before {
+			if _, ok := now[k]; !ok {
+				deletes = append(deletes, k)
+			}
+		}
+	}
+	slices.Sort(puts)
+	slices.Sort(deletes)
+	r.Puts, r.Deletes = visible(puts), visible(deletes)
+	return r, nil
+}
+
+// rangeAt reads key, or the range it prefixes, at revision rev (0: now).
+// Below etcd's compaction point it reads at the compaction point instead,
+// which holds the same content when nothing of the range changed between
+// rev and it; otherwise it gives a *transport.CompactedError. Beyond the
+// cluster's head it gives transport.ErrNotFound.
+func (s *Source) rangeAt(ctx context.Context, op, ns, key string, rev int64, prefix bool) ([]*mvccpb.KeyValue, error) {
+	get := func(at int64) (*clientv3.GetResponse, error) {
+		rctx, cancel := s.requestCtx(ctx)
+		defer cancel()
+		var opts []clientv3.OpOption
+		if prefix {
+			opts = append(opts, clientv3.WithPrefix())
+		}
+		if at > 0 {
+			opts = append(opts, clientv3.WithRev(at))
+		}
+		return s.cli.Get(rctx, key, opts...)
+	}
+	resp, err := get(rev)
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		c := s.compactRevision(ctx, ns)
+		if c > rev {
+			if resp, err := get(c); err == nil && maxModRevision(resp.Kvs) <= rev {
+				return resp.Kvs, nil
+			}
+		}
+		return nil, fmt.Errorf("etcd: %s of %q at %d: %w", op, ns, rev, &transport.CompactedError{CompactRevision: c})
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		return nil, fmt.Errorf("etcd: %s of %q at %d: %w: beyond the cluster's head", op, ns, rev, transport.ErrNotFound)
+	case err != nil:
+		return nil, mapError(op, ns, err)
+	}
+	return resp.Kvs, nil
+}
+
+func maxModRevision(kvs []*mvccpb.KeyValue) int64 {
+	var m int64
+	for _, kv := range kvs {
+		m = max(m, kv.ModRevision)
+	}
+	return m
+}
+
+// visible returns keys without those reserved to holdfast, never nil.
+func visible(keys []string) []string {
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if !reserved(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// sameJSON reports whether a and b are the same JSON text but for
+// insignificant space.
+func sameJSON(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return false
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}

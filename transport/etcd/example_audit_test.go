@@ -1,0 +1,58 @@
+package etcd_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// A guarded publish with its audit, and the queries an operator's tool
+// prints: the JSON is the reference server's.
+func ExampleSource_History() {
+	ctx := context.Background()
+	src, err := etcd.New(etcd.WithEndpoints("http://127.0.0.1:2379"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer src.Close()
+
+	_, err = src.Publish(ctx, "payments.prod", map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage("50")}, nil,
+		etcd.WithActor("alice"), etcd.WithReason("INC-1234: retries pile up"), etcd.WithIfRevision(41))
+	var conflict *etcd.ConflictError
+	if errors.As(err, &conflict) {
+		fmt.Fprintf(os.Stderr, "conflict: %s is at revision %d\n", conflict.Namespace, conflict.Revision)
+		return
+	}
+
+	h, err := src.History(ctx, "payments.prod", etcd.HistoryOptions{Limit: 10})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(h)
+
+	v, err := src.ValuesAtTime(ctx, "payments.prod", time.Date(2026, 12, 1, 14, 3, 0, 0, time.UTC))
+	var compacted *transport.CompactedError
+	switch {
+	case errors.As(err, &compacted):
+		fmt.Fprintf(os.Stderr, "compacted: etcd keeps revisions from %d\n", compacted.CompactRevision)
+	case errors.Is(err, transport.ErrNotFound), errors.Is(err, etcd.ErrInvalidArgument):
+		fmt.Fprintln(os.Stderr, err)
+	case err == nil:
+		_ = json.NewEncoder(os.Stdout).Encode(v)
+	}
+
+	d, err := src.Diff(ctx, "payments.prod", 40, 42)
+	if err == nil {
+		for _, c := range d.Changes {
+			fmt.Printf("%s: %s → %s\n", c.Key, c.Old, c.New)
+		}
+	}
+}
