@@ -100,12 +100,6 @@ func (id Identity) MayControlAll() bool { return slices.Contains(id.control, "*"
 // HasControl reports whether the identity has any control scope at all.
 func (id Identity) HasControl() bool { return len(id.control) > 0 }
 
-// Control returns the identity's control patterns.
-func (id Identity) Control() []string { return slices.Clone(id.control) }
-
-// Data returns the identity's data patterns.
-func (id Identity) Data() []string { return slices.Clone(id.data) }
-
 func matchAny(patterns []string, ns string) bool {
 	for _, p := range patterns {
 		if ok, _ := path.Match(p, ns); ok {

@@ -178,6 +178,21 @@ func TestDataScopeBatchedAcks(t *testing.T) {
 	if len(got) != 1 || got[0].Namespace != "payments.prod" || got[0].ClientID != "c1" {
 		t.Fatalf("clients after the batch: %+v", got)
 	}
+
+	// The ack stream (HTTP/2 only: served here in-process), one batch a line.
+	req := httptest.NewRequest(http.MethodPost, "/sdk/ack/stream", strings.NewReader(
+		`{"client_id":"c2","acks":[{"ns":"fraud.prod","revision":2,"status":"ack"},{"ns":"payments.prod","revision":1,"status":"ack"}]}`+"\n"))
+	req.ProtoMajor, req.ProtoMinor = 2, 0
+	req.Header.Set("Authorization", "Bearer "+secretPayments)
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("ack stream: %d %s", w.Code, w.Body)
+	}
+	got = s.Clients()
+	if len(got) != 2 || got[1].ClientID != "c2" || got[1].Namespace != "payments.prod" {
+		t.Fatalf("clients after the ack stream: %+v", got)
+	}
 }
 
 // TestStreamScope: on the multi-namespace stream (SSE and long-poll) a

@@ -722,8 +722,8 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.stats.acks.Add(1)
-		release := s.speak(r) // a black hole holds acks too
 		acks, _ = s.readableAcks(r, acks, true)
+		release := s.speak(r) // a black hole holds acks too
 		s.recordAcks(s.be.known(acks))
 		release()
 	}
