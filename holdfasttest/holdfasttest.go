@@ -35,6 +35,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -298,6 +299,16 @@ func WithMaxWait(d time.Duration) Option { return option{fakeserver.WithMaxWait(
 // WithBearerToken makes the data plane require "Authorization: Bearer
 // token"; the control API stays open.
 func WithBearerToken(token string) Option { return option{fakeserver.WithBearerToken(token)} }
+
+// WithTokens makes the server require a token of t on the data plane and
+// the control API: a control token over a namespace to change it, a data
+// token over it to read and ack it (see package access). A request
+// without a valid token gets 401, one outside its token's scope 403 with
+// the reason; on a multi-namespace stream a namespace outside the scope
+// ends alone (an ended event, code forbidden). Without WithTokens (or
+// WithBearerToken) the server is open, and says so in a warning at start.
+// It excludes WithBearerToken.
+func WithTokens(t *access.Tokens) Option { return option{fakeserver.WithTokens(t)} }
 
 // WithLogger sets the server's logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return option{fakeserver.WithLogger(l)} }

@@ -41,9 +41,9 @@ func (s *Server) routes() *http.ServeMux {
 		if s.store == nil && !strings.HasPrefix(rt.path, "/sdk/") {
 			continue // a relay's data plane: the control API is the origin's
 		}
-		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
+		mux.HandleFunc(rt.method+" "+rt.path, s.guard(rt.path, rt.h))
 		allow, plane := rt.method, strings.HasPrefix(rt.path, "/sdk/")
-		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+		mux.HandleFunc(rt.path, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
 			if plane {
 				// The data plane's faults and token hold for every request.
 				if !s.gate(w, r, false) {
@@ -54,7 +54,7 @@ func (s *Server) routes() *http.ServeMux {
 			}
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, transport.ErrorBody{Error: transport.CodeBadRequest, Message: "method not allowed; use " + allow})
-		})
+		}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
@@ -190,11 +190,11 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, compactReply{CompactRevision: k})
 }
 
-func (s *Server) handleClients(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleClients(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Head    int64         `json:"head"`
 		Clients []ClientState `json:"clients"`
-	}{s.Head(), s.Clients()})
+	}{s.Head(), s.controlled(r, s.Clients())})
 }
 
 // NamespaceStatus is the reply of GET /control/namespaces/{ns}/status: the

@@ -83,6 +83,7 @@ func Start(opts ...Option) (*Server, error) {
 	s.hub = newHub(st.gen, s.faults.blackholed)
 	st.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
 	st.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
+	s.logAccess()
 	return s, s.start()
 }
 
