@@ -89,8 +89,8 @@ func noSecret(t testing.TB, what, text string) {
 	}
 }
 
-// wantError checks a refusal's status and JSON body.
-func wantError(t testing.TB, what string, resp *http.Response, body []byte, status int, code, message string) {
+// wantRefusal checks a refusal's status and JSON body.
+func wantRefusal(t testing.TB, what string, resp *http.Response, body []byte, status int, code, message string) {
 	t.Helper()
 	if resp.StatusCode != status {
 		t.Fatalf("%s: %d %s, want %d", what, resp.StatusCode, body, status)
@@ -142,20 +142,20 @@ func TestDataScope(t *testing.T) {
 		if strings.Contains(path, "fraud.none") {
 			msg = `token "payments-svc" may not read namespace "fraud.none"`
 		}
-		wantError(t, path, resp, body, http.StatusForbidden, transport.CodeForbidden, msg)
+		wantRefusal(t, path, resp, body, http.StatusForbidden, transport.CodeForbidden, msg)
 		if rev := resp.Header.Get(transport.HeaderRevision); rev != "0" {
 			t.Errorf("%s: %s %q: a refusal tells the namespace's revision", path, transport.HeaderRevision, rev)
 		}
 	}
 	resp, body = do(t, svc, "POST", s.URL()+"/sdk/ack", `{"client_id":"c1","ns":"fraud.prod","revision":2,"status":"ack"}`)
-	wantError(t, "ack of fraud.prod", resp, body, http.StatusForbidden, transport.CodeForbidden, forbiddenFraud)
+	wantRefusal(t, "ack of fraud.prod", resp, body, http.StatusForbidden, transport.CodeForbidden, forbiddenFraud)
 	if got := s.Clients(); len(got) != 0 {
 		t.Fatalf("a refused ack recorded: %+v", got)
 	}
 
 	for name, c := range map[string]*http.Client{"no token": authClient(t, ""), "a wrong token": authClient(t, "s3cret-not-a-token-at-all")} {
 		resp, body := do(t, c, "GET", s.URL()+"/sdk/snapshot?ns=payments.prod", "")
-		wantError(t, name, resp, body, http.StatusUnauthorized, transport.CodeUnauthorized, "")
+		wantRefusal(t, name, resp, body, http.StatusUnauthorized, transport.CodeUnauthorized, "")
 		if resp.Header.Get("WWW-Authenticate") == "" {
 			t.Errorf("%s: 401 without WWW-Authenticate", name)
 		}
@@ -275,29 +275,29 @@ func TestControlScope(t *testing.T) {
 	}
 
 	resp, body := publish(none, "payments.prod")
-	wantError(t, "publish without a token", resp, body, http.StatusUnauthorized, transport.CodeUnauthorized, "")
+	wantRefusal(t, "publish without a token", resp, body, http.StatusUnauthorized, transport.CodeUnauthorized, "")
 	if resp.Header.Get("WWW-Authenticate") == "" {
 		t.Error("401 without WWW-Authenticate")
 	}
 	resp, body = publish(svc, "payments.prod")
-	wantError(t, "publish with a data token", resp, body, http.StatusForbidden, transport.CodeForbidden, `token "payments-svc" has no control scope`)
+	wantRefusal(t, "publish with a data token", resp, body, http.StatusForbidden, transport.CodeForbidden, `token "payments-svc" has no control scope`)
 
 	if resp, body := publish(deploy, "payments.prod"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("publish in scope: %d %s", resp.StatusCode, body)
 	}
 	resp, body = publish(deploy, "fraud.prod")
-	wantError(t, "publish outside the scope", resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not control namespace "fraud.prod"`)
+	wantRefusal(t, "publish outside the scope", resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not control namespace "fraud.prod"`)
 	for _, r := range []struct{ method, path, body string }{
 		{"POST", "/control/namespaces/fraud.prod/rollback", `{"to_revision":1}`},
 		{"PUT", "/control/namespaces/fraud.prod/schema", `{}`},
 		{"GET", "/control/namespaces/fraud.prod/status", ""},
 	} {
 		resp, body := do(t, deploy, r.method, s.URL()+r.path, r.body)
-		wantError(t, r.path, resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not control namespace "fraud.prod"`)
+		wantRefusal(t, r.path, resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not control namespace "fraud.prod"`)
 	}
 	for _, r := range []struct{ path, body string }{{"/control/compact", ""}, {"/control/faults", `{"drop_streams":true}`}} {
 		resp, body := do(t, deploy, "POST", s.URL()+r.path, r.body)
-		wantError(t, r.path, resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not run store-wide operations (they need the control pattern "*")`)
+		wantRefusal(t, r.path, resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not run store-wide operations (they need the control pattern "*")`)
 	}
 	if resp, body := do(t, deploy, "GET", s.URL()+"/control/namespaces/payments.prod/status", ""); resp.StatusCode != http.StatusOK {
 		t.Fatalf("status in scope: %d %s", resp.StatusCode, body)
@@ -319,7 +319,7 @@ func TestControlScope(t *testing.T) {
 	}
 	noSecret(t, "/control/clients", string(body))
 	resp, body = do(t, svc, "GET", s.URL()+"/control/clients", "")
-	wantError(t, "clients with a data token", resp, body, http.StatusForbidden, transport.CodeForbidden, "")
+	wantRefusal(t, "clients with a data token", resp, body, http.StatusForbidden, transport.CodeForbidden, "")
 
 	if resp, body := publish(ops, "fraud.prod"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("publish with \"*\": %d %s", resp.StatusCode, body)
