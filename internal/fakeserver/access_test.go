@@ -400,3 +400,25 @@ func TestBearerTokenStillOpensControl(t *testing.T) {
 		}
 	}
 }
+
+// TestActorDefaultsToTheToken: a commit whose body names no actor is the
+// authenticated token's, by name (never its secret); one that names an
+// actor keeps it.
+func TestActorDefaultsToTheToken(t *testing.T) {
+	s, _ := startScoped(t)
+	c := newClient(t)
+	u := s.URL() + "/control/namespaces/payments.prod/publish"
+	if resp, data := do(t, c, "POST", u, `{"puts":{"a":1},"reason":"r"}`, "Authorization", "Bearer "+secretDeploy); resp.StatusCode != 200 {
+		t.Fatalf("publish: %d %s", resp.StatusCode, data)
+	}
+	if resp, data := do(t, c, "POST", u, `{"puts":{"a":2},"actor":"alice"}`, "Authorization", "Bearer "+secretDeploy); resp.StatusCode != 200 {
+		t.Fatalf("publish: %d %s", resp.StatusCode, data)
+	}
+	h, err := s.History("payments.prod", 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Revisions) != 2 || h.Revisions[0].Actor != "alice" || h.Revisions[1].Actor != "deploy-bot" {
+		t.Fatalf("actors %+v, want alice then deploy-bot", h.Revisions)
+	}
+}
