@@ -117,6 +117,9 @@ const (
 	CodeForbidden       = "forbidden"
 	CodeUnavailable     = "unavailable"
 	CodeInternal        = "internal"
+	// CodeConflict: the request conflicts with the state of the server
+	// (409), e.g. a publish to a namespace with a staged rollout running.
+	CodeConflict = "conflict"
 )
 
 // Snapshot is the full content of one namespace at one revision:
