@@ -138,7 +138,9 @@ type RolloutRecord struct {
 	StageRevision int64 `json:"stage_revision"`
 	MaxNacks      int   `json:"max_nacks"`
 	Prevalidate   bool  `json:"prevalidate,omitempty"`
-	// Held: a stage timed out with OnTimeoutHold.
+	// Baking: every client of the stage reported; it bakes. Held: a stage
+	// timed out with OnTimeoutHold.
+	Baking    bool       `json:"baking,omitempty"`
 	Held      bool       `json:"held,omitempty"`
 	StartedAt time.Time  `json:"started_at"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
@@ -197,17 +199,15 @@ type rolloutRun struct {
 	started   time.Time
 	ended     time.Time
 
-	// lastReport is when a report last touched it and stageEnded when its
-	// last stage ended: for measurements.
-	lastReport time.Time
+	// stageEnded is when its last stage ended: for measurements.
 	stageEnded time.Time
 }
 
 // rolloutClient is what a rollout knows of one client.
 type rolloutClient struct {
-	hash  uint64
-	since time.Time // when the rollout first knew it
-	rev   int64     // the highest revision of the rollout it acked or nacked
+	hash                                 uint64
+	since                                time.Time // when the rollout first knew it
+	rev                                  int64     // the highest revision of the rollout it acked or nacked
 	acked, nacked, would, served, nacker bool
 }
 
@@ -281,7 +281,6 @@ func (run *rolloutRun) observe(a *transport.Ack, now time.Time) bool {
 		}
 		c = run.know(a.ClientID, now)
 	}
-	run.lastReport = now
 	switch a.Status {
 	case transport.AckApplied:
 		if inRange {
@@ -391,6 +390,7 @@ func (run *rolloutRun) record(now time.Time) RolloutRecord {
 		if run.bakeEnd.IsZero() {
 			rec.Lagging = lag
 		}
+		rec.Baking = !run.bakeEnd.IsZero()
 	} else {
 		rec.Lagging = run.lagging
 		end := run.ended
