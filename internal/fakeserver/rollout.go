@@ -1,6 +1,7 @@
 package fakeserver
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -201,6 +202,7 @@ type rolloutRun struct {
 
 	// stageEnded is when its last stage ended: for measurements.
 	stageEnded time.Time
+	done       chan struct{} // closed when it ends
 }
 
 // rolloutClient is what a rollout knows of one client.
@@ -680,6 +682,7 @@ func (run *rolloutRun) end(state string, rev int64, reason string, now time.Time
 	}
 	run.state, run.endRev, run.reason, run.ended = state, rev, reason, now
 	run.bakeEnd = time.Time{}
+	close(run.done)
 }
 
 // endRun ends run without a commit and drops it from the running ones.
@@ -794,7 +797,7 @@ func (s *Server) StartRollout(ns string, spec RolloutSpec) (RolloutRecord, error
 	}
 	now := r.now()
 	run := &rolloutRun{id: newRolloutID(), ns: ns, spec: spec, gen: gen, state: RolloutRunning,
-		clients: make(map[string]*rolloutClient), started: now}
+		clients: make(map[string]*rolloutClient), started: now, done: make(chan struct{})}
 	r.mu.Lock()
 	if gen < r.gen { // a reset between the check and now
 		r.mu.Unlock()
@@ -846,6 +849,29 @@ func (s *Server) Rollout(ns, id string) (RolloutRecord, error) {
 	s.rollouts.mu.Lock()
 	defer s.rollouts.mu.Unlock()
 	return run.record(s.rollouts.now()), nil
+}
+
+// WaitRollout waits until rollout id of namespace ns has ended (promoted
+// or reverted) and returns its record; or until ctx is done, returning
+// its record then and ctx's error. It fails at once with
+// ErrUnknownRollout, and with ErrClosed when the server closes.
+func (s *Server) WaitRollout(ctx context.Context, ns, id string) (RolloutRecord, error) {
+	if s.rollouts == nil {
+		return RolloutRecord{}, errNoRollouts
+	}
+	run, err := s.rollouts.find(ns, id)
+	if err != nil {
+		return RolloutRecord{}, err
+	}
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-s.closing:
+		err = ErrClosed
+	}
+	rec, _ := s.Rollout(ns, id)
+	return rec, err
 }
 
 // Rollouts returns the records of namespace ns's rollouts, newest first

@@ -1,6 +1,7 @@
 package fakeserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -416,9 +417,22 @@ func TestRolloutWithNoClientsPromotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{1, 10, 100}})
-	rec = waitRollout(t, s, "app", rec.ID, "promotion", inState(RolloutPromoted))
-	if len(rec.Revisions) != 4 || rec.Clients != 0 {
-		t.Fatalf("%+v", rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := s.WaitRollout(ctx, "app", rec.ID)
+	if err != nil || rec.State != RolloutPromoted || len(rec.Revisions) != 4 || rec.Clients != 0 {
+		t.Fatalf("WaitRollout = %+v, %v", rec, err)
+	}
+	if _, err := s.WaitRollout(ctx, "app", "r-nope"); !errors.Is(err, ErrUnknownRollout) {
+		t.Fatalf("WaitRollout of an unknown id: %v", err)
+	}
+	// One that waits for a client, until the context ends.
+	s.recordAcks([]transport.Ack{{ClientID: "c", Namespace: "app", Revision: s.Head(), Status: transport.AckApplied}})
+	rec = mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{100}})
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if got, err := s.WaitRollout(short, "app", rec.ID); !errors.Is(err, context.DeadlineExceeded) || got.State != RolloutRunning || got.InStage != 1 {
+		t.Fatalf("WaitRollout of a waiting rollout = %+v, %v", got, err)
 	}
 }
 
