@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -189,6 +190,10 @@ type rolloutRun struct {
 
 	revisions []int64
 	clients   map[string]*rolloutClient
+	// inStage counts the known clients of the current stage, reported
+	// those of them that reported its revision: kept as reports come, so
+	// that a report costs the controller no walk over every client.
+	inStage, reported int
 	acked     int
 	nacked    int
 	would     int
@@ -286,7 +291,7 @@ func (run *rolloutRun) observe(a *transport.Ack, now time.Time) bool {
 	switch a.Status {
 	case transport.AckApplied:
 		if inRange {
-			c.rev = max(c.rev, a.Revision)
+			run.reportRev(c, a.Revision)
 			if !c.acked {
 				c.acked = true
 				run.acked++
@@ -300,7 +305,7 @@ func (run *rolloutRun) observe(a *transport.Ack, now time.Time) bool {
 		if !inRange && !explicit {
 			return true
 		}
-		c.rev = max(c.rev, a.Revision)
+		run.reportRev(c, a.Revision)
 		if !c.nacked {
 			c.nacked = true
 			run.nacked++
@@ -323,7 +328,18 @@ func (run *rolloutRun) observe(a *transport.Ack, now time.Time) bool {
 func (run *rolloutRun) know(client string, now time.Time) *rolloutClient {
 	c := &rolloutClient{hash: rollout.Hash(run.id, client), since: now}
 	run.clients[client] = c
+	if c.hash <= run.cut && run.stageRev > 0 {
+		run.inStage++
+	}
 	return c
+}
+
+// reportRev records that c reported revision rev of the rollout.
+func (run *rolloutRun) reportRev(c *rolloutClient, rev int64) {
+	if c.hash <= run.cut && run.stageRev > 0 && c.rev < run.stageRev && rev >= run.stageRev {
+		run.reported++
+	}
+	c.rev = max(c.rev, rev)
 }
 
 // nack counts a client's first rejection of the change and keeps its
@@ -422,11 +438,11 @@ func (run *rolloutRun) decide(now time.Time) (action, string) {
 			run.nackers, run.spec.Stages[run.stage], run.spec.MaxNacks, strings.Join(run.nackErrs, "; "))
 	}
 	if run.bakeEnd.IsZero() {
-		in, reported, lagging := run.members(now)
-		if reported < in {
+		if run.reported < run.inStage {
 			if now.Sub(run.stageAt) < run.spec.StageTimeout || run.held {
 				return actNone, ""
 			}
+			in, reported, lagging := run.members(now)
 			why := fmt.Sprintf("stage %v%% timed out after %v: %d of %d client(s) reported, %d lagging",
 				run.spec.Stages[run.stage], run.spec.StageTimeout, reported, in, lagging)
 			if run.spec.OnTimeout == OnTimeoutHold {
@@ -551,10 +567,15 @@ func (a *acks) knownClients(ns string) []string {
 	return out
 }
 
-// stageCut adds the clients the server knows for run's namespace to run
-// and returns the cut of a stage of pct percent, never below the current.
-func (s *Server) stageCut(run *rolloutRun, pct float64) uint64 {
-	known := s.acks.knownClients(run.ns)
+// stageCut returns the cut of a stage of pct percent over the clients
+// the server knows for run's namespace, never below the current cut. At
+// the first stage it adds those known before to run; from then on every
+// client that reports on the namespace is run's already (observe).
+func (s *Server) stageCut(run *rolloutRun, pct float64, first bool) uint64 {
+	var known []string
+	if first {
+		known = s.acks.knownClients(run.ns)
+	}
 	r := s.rollouts
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -563,6 +584,9 @@ func (s *Server) stageCut(run *rolloutRun, pct float64) uint64 {
 		if run.clients[c] == nil {
 			run.know(c, now)
 		}
+	}
+	if pct >= 100 {
+		return math.MaxUint64
 	}
 	hashes := make([]uint64, 0, len(run.clients))
 	for _, c := range run.clients {
@@ -603,12 +627,13 @@ func stagedValue(run *rolloutRun, i int, cut uint64) (json.RawMessage, error) {
 // the stripe lock is held.
 func (s *Server) nextStageLocked(run *rolloutRun) error {
 	s.rollouts.mu.Lock()
+	first := run.firstRev == 0
 	i := run.stage + 1
-	if run.firstRev == 0 {
+	if first {
 		i = 0
 	}
 	s.rollouts.mu.Unlock()
-	cut := s.stageCut(run, run.spec.Stages[i])
+	cut := s.stageCut(run, run.spec.Stages[i], first)
 	val, err := stagedValue(run, i, cut)
 	if err == nil {
 		err = s.commitRollout(run, KindRolloutStage, map[string]json.RawMessage{rollout.Key: val}, nil, func(rev int64, now time.Time) {
@@ -619,6 +644,7 @@ func (s *Server) nextStageLocked(run *rolloutRun) error {
 			}
 			run.stage, run.cut, run.stageRev, run.stageAt = i, cut, rev, now
 			run.bakeEnd, run.held = time.Time{}, false
+			run.inStage, run.reported, _ = run.members(now)
 		})
 	}
 	if err != nil && run.firstRev > 0 {
