@@ -194,16 +194,16 @@ type rolloutRun struct {
 	// those of them that reported its revision: kept as reports come, so
 	// that a report costs the controller no walk over every client.
 	inStage, reported int
-	acked     int
-	nacked    int
-	would     int
-	served    int
-	nackers   int
-	nackErrs  []string
-	reason    string
-	lagging   int // frozen when it ends
-	started   time.Time
-	ended     time.Time
+	acked             int
+	nacked            int
+	would             int
+	served            int
+	nackers           int
+	nackErrs          []string
+	reason            string
+	lagging           int // frozen when it ends
+	started           time.Time
+	ended             time.Time
 
 	// stageEnded is when its last stage ended: for measurements.
 	stageEnded time.Time
