@@ -802,11 +802,14 @@ var errNoRollouts = fmt.Errorf("%w: rollouts run at the origin, not at a relay",
 // and returns its record: the first stage committed as a new revision
 // (Revisions[0]). It fails with ErrInvalid (a bad spec), ErrUnknownNamespace,
 // a *SchemaError (the change fails ns's schema), or ErrRolloutRunning (one
-// rollout per namespace at a time).
+// rollout per namespace at a time), or ErrClosed.
 func (s *Server) StartRollout(ns string, spec RolloutSpec) (RolloutRecord, error) {
 	r := s.rollouts
 	if r == nil {
 		return RolloutRecord{}, errNoRollouts
+	}
+	if s.life.Err() != nil {
+		return RolloutRecord{}, ErrClosed // no controller would move it along
 	}
 	spec, err := checkRolloutSpec(ns, spec)
 	if err != nil {

@@ -916,3 +916,29 @@ func BenchmarkRolloutStageEnd(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "stage-end-µs")
 }
+
+func TestRolloutAfterClose(t *testing.T) {
+	s, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Publish("app", map[string]any{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	s.recordAcks([]transport.Ack{{ClientID: "c", Namespace: "app", Revision: 1, Status: transport.AckApplied}})
+	rec := mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{100}})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.WaitRollout(context.Background(), "app", rec.ID)
+		done <- err
+	}()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitRollout across Close: %v", err)
+	}
+	if _, err := s.StartRollout("other", RolloutSpec{Puts: goodChange(), Stages: []float64{100}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("StartRollout after Close: %v", err)
+	}
+}
