@@ -971,8 +971,9 @@ func (s *Server) endRollout(ns, id string, end func(run *rolloutRun, stage float
 
 // guardPublish is taken by a plain publish or rollback of ns: it holds
 // ns's stripe lock (release it after the commit) and refuses while a
-// rollout runs, unless abort, which reverts it first.
-func (s *Server) guardPublish(ns string, abort bool) (release func(), err error) {
+// rollout runs, unless abort, which reverts it first, if precheck (the
+// publish's own checks) passes.
+func (s *Server) guardPublish(ns string, abort bool, precheck func() error) (release func(), err error) {
 	r := s.rollouts
 	if r == nil {
 		return func() {}, nil
@@ -985,6 +986,12 @@ func (s *Server) guardPublish(ns string, abort bool) (release func(), err error)
 	if !abort {
 		unlock()
 		return nil, fmt.Errorf("%w: namespace %q: rollout %q; abort it first (or publish with abort_rollout)", ErrRolloutRunning, ns, run.id)
+	}
+	if precheck != nil {
+		if err := precheck(); err != nil { // a publish that would fail aborts nothing
+			unlock()
+			return nil, err
+		}
 	}
 	r.mu.Lock()
 	stage := run.spec.Stages[run.stage]

@@ -486,6 +486,14 @@ func TestRolloutConflicts(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict {
 		t.Fatalf("rollback: %d %s", resp.StatusCode, body)
 	}
+	// A publish that fails its own checks aborts nothing.
+	if err := s.SetSchema("app", []byte(`{"type":"object","properties":{"a":{"type":"integer"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = do(t, c, http.MethodPost, s.URL()+"/control/namespaces/app/publish", `{"puts":{"a":"three"},"abort_rollout":true}`)
+	if got, _ := s.Rollout("app", rec.ID); resp.StatusCode != http.StatusUnprocessableEntity || got.State != RolloutRunning {
+		t.Fatalf("a publish failing the schema, aborting: %d %s; rollout %s", resp.StatusCode, body, got.State)
+	}
 	resp, body = do(t, c, http.MethodPost, s.URL()+"/control/namespaces/app/publish", `{"puts":{"a":3},"abort_rollout":true}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("publish aborting: %d %s", resp.StatusCode, body)

@@ -373,7 +373,10 @@ func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes 
 // HTTP or the Go API, reaches the store. It is refused while a rollout
 // runs on ns, unless abort, which reverts the rollout first.
 func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string, abort bool) (int64, error) {
-	release, err := s.guardPublish(ns, abort)
+	release, err := s.guardPublish(ns, abort, func() error {
+		_, err := s.store.checkStaged(ns, puts, deletes)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -442,7 +445,7 @@ func (s *Server) Rollback(ns string, to int64) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	release, err := s.guardPublish(ns, false)
+	release, err := s.guardPublish(ns, false, nil)
 	if err != nil {
 		return 0, err
 	}
