@@ -950,3 +950,47 @@ func TestRolloutAfterClose(t *testing.T) {
 		t.Fatalf("StartRollout after Close: %v", err)
 	}
 }
+
+// TestRolloutThroughARelay: reports a relay's data plane takes, forwarded
+// as a relay forwards them (one batch, each ack its client's), count at
+// the origin as the origin's own.
+func TestRolloutThroughARelay(t *testing.T) {
+	origin := start(t)
+	fl := newFleet(t, origin, "app", 20)
+	rec := mustStart(t, origin, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{50, 100}, Prevalidate: true, MaxNacks: 3})
+	in, out, rev, st := fl.split()
+	forwarded := make(chan error, 1)
+	follower, relay := startFollower(t, 100, 0, WithAckSink(func(acks []transport.Ack) {
+		body, err := json.Marshal(transport.AckBatch{ClientID: "relay-1", Acks: acks})
+		if err == nil {
+			var got []transport.Ack
+			if got, _, err = parseAckBody(body, true, false); err == nil {
+				origin.recordAcks(origin.store.known(got))
+			}
+		}
+		forwarded <- err
+	}))
+	snap, err := origin.store.snapshot("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower.Load("app", snap.storeID, snap.rev, snap.cursor, snap.values, time.Now())
+	var acks []string
+	for _, c := range in {
+		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack","rollout":%q}`, c, rev, st.ID))
+	}
+	for _, c := range out[:2] {
+		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"would_nack","error":"strict","rollout":%q}`, c, rev, st.ID))
+	}
+	c := newClient(t)
+	if resp, data := do(t, c, http.MethodPost, relay.URL()+transport.PathAck, `{"client_id":"x","acks":[`+strings.Join(acks, ",")+`]}`); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("ack at the relay: %d %s", resp.StatusCode, data)
+	}
+	if err := <-forwarded; err != nil {
+		t.Fatalf("forwarding: %v", err)
+	}
+	got := waitRollout(t, origin, "app", rec.ID, "stage 100", atStage(100))
+	if got.Served != len(in) || got.WouldNack != 2 {
+		t.Fatalf("at the origin: %+v", got)
+	}
+}
