@@ -127,6 +127,10 @@ type PublishOptions struct {
 	// IfRevision, when not nil, commits only if the namespace's revision
 	// is *IfRevision (0: it has none), else a *ConflictError.
 	IfRevision *int64
+	// AbortRollout reverts the rollout running on the namespace, if any,
+	// before the publish; without it, a publish during a rollout fails
+	// with ErrRolloutRunning.
+	AbortRollout bool
 }
 
 // RollbackOptions are what RollbackWith records.

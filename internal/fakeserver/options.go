@@ -91,7 +91,7 @@ func WithoutCapability(name string) Option {
 }
 
 // capabilities are those the server can offer, in the order it lists them.
-var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityH2C}
+var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityH2C, transport.CapabilityRollout}
 
 // offers reports whether the server offers capability name.
 func (o *options) offers(name string) bool {

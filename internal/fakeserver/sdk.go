@@ -186,7 +186,9 @@ func errorReply(err error) (int, transport.ErrorBody) {
 		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: se.Failures}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
-	case errors.Is(err, ErrUnknownNamespace):
+	case errors.Is(err, ErrRolloutRunning), errors.Is(err, ErrRolloutEnded), errors.Is(err, errStoreChanged):
+		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error()}
+	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownRollout):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, transport.ErrCursorAhead):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeCursorAhead, Message: err.Error()}
@@ -832,6 +834,7 @@ func (s *Server) recordAcks(acks []transport.Ack) {
 		return
 	}
 	s.acks.record(acks, time.Now())
+	s.rollouts.observe(acks)
 }
 
 // admit bounds the snapshot bodies being written at once
