@@ -286,3 +286,48 @@ func TestRolloutResnapshotServesTheView(t *testing.T) {
 		t.Fatalf("snapshot's update: serves %v (a=%s), wire %v, rollout %+v", u.Snapshot.Keys(), str(t, u.Snapshot, "a"), u.Wire.Keys(), u.Rollout)
 	}
 }
+
+// BenchmarkHandleOneKey applies a one-key change set to a 1,000-key
+// namespace without a rollout: as a relay (no ClientID, nothing
+// evaluated) and as a client (rollout.Serve finds no key). The two must
+// cost alike: the client pays one lookup.
+func BenchmarkHandleOneKey(b *testing.B) {
+	raw := make(map[string]json.RawMessage, 1000)
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("service/key-%d", i)
+		raw[names[i]] = json.RawMessage(fmt.Sprint(i))
+	}
+	seed, err := snapshot.Build("app", "s", 1, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, client := range []string{"", "client-1"} {
+		name := map[string]string{"": "relay", "client-1": "client"}[client]
+		b.Run(name, func(b *testing.B) {
+			s := New(Config{Namespace: "app", Sink: discard{}, ClientID: client})
+			if err := s.Seed(seed, 1); err != nil {
+				b.Fatal(err)
+			}
+			puts := map[string]json.RawMessage{"": nil}
+			b.ReportAllocs()
+			rev := int64(1)
+			for b.Loop() {
+				rev++
+				clear(puts)
+				puts[names[int(rev)%len(names)]] = json.RawMessage(`1`)
+				if err := s.Handle(change(rev, puts)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+type discard struct{}
+
+func (discard) Applied(Update)                   {}
+func (discard) Confirmed(Position)               {}
+func (discard) Failed(error)                     {}
+func (discard) Rejected(int64, error)            {}
+func (discard) WouldReject(int64, string, error) {}
