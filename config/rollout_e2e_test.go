@@ -420,7 +420,7 @@ func TestRolloutRestartMidStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Restarted with another id, the server down: the base, from disk.
-	b, _ := rolloutClient(t, srv, out, config.WithCacheDir(dir))
+	b, recB := rolloutClient(t, srv, out, config.WithCacheDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	nsB, err := b.Namespace(ctx, "app")
@@ -433,7 +433,7 @@ func TestRolloutRestartMidStage(t *testing.T) {
 		t.Errorf("restarted outside the stage: serves %s at %d, %s", got, nsB.Revision(), st)
 	}
 	// Restarted with the member's id, from the same file: the change.
-	cm, _ := rolloutClient(t, srv, in, config.WithCacheDir(dir))
+	cm, recM := rolloutClient(t, srv, in, config.WithCacheDir(dir))
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel2()
 	nsM, err := cm.Namespace(ctx2, "app")
@@ -455,6 +455,14 @@ func TestRolloutRestartMidStage(t *testing.T) {
 	})
 	if got := serves(nsB); got != `a="1" b="x"` {
 		t.Errorf("B confirmed: serves %s", got)
+	}
+	// Confirmed from the network, each tells the server what it serves
+	// of the file's revision: the member, the staged change.
+	if a := recB.find(t, r1, transport.AckApplied); a.Rollout != "" {
+		t.Errorf("B's ack of the file's revision %+v: not a member", a)
+	}
+	if a := recM.find(t, r1, transport.AckApplied); a.Rollout != "r1" {
+		t.Errorf("the member's ack of the file's revision %+v", a)
 	}
 	r2 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 100, Cut: math.MaxUint64, Puts: stagedChange}, nil)
 	waitRevision(t, nsB, r2)

@@ -51,6 +51,17 @@ func (s nsSink) Confirmed(p syncer.Position) {
 	n := s.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.applied != nil && n.appliedOrigin == OriginDisk {
+		// Data from disk, now confirmed: the server hears what this client
+		// serves, as after an apply. A report lost to a crash before the
+		// restart, or made under another client id, would otherwise be
+		// missing, and a rollout's stage waits for every member's.
+		rollout := ""
+		if n.status.Rollout.Staged {
+			rollout = n.status.Rollout.ID
+		}
+		n.acks.Report(n.c.opts.clientID, n.name, n.applied.Revision(), rollout, nil)
+	}
 	if n.applied != nil {
 		n.appliedOrigin = OriginNetwork // data from disk, now confirmed
 	}
