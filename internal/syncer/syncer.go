@@ -525,7 +525,8 @@ func (s *Syncer) prevalidated(revision int64, v rollout.View, wouldReject error)
 }
 
 // apply reports new applied data to the Sink and counts it; every apply
-// result (applied, rejected, duplicate) is counted here, in the syncer.
+// result (applied, rejected, duplicate, would_reject) is counted here, in
+// the syncer.
 func (s *Syncer) apply(u Update) {
 	s.cfg.Sink.Applied(u)
 	s.cfg.Meter.Apply(telemetry.ResultApplied)
