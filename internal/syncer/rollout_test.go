@@ -324,6 +324,31 @@ func BenchmarkHandleOneKey(b *testing.B) {
 	}
 }
 
+// BenchmarkAdmitNoRollout is what a client adds to each revision without
+// a rollout, beside a relay: looking for the rollout key.
+func BenchmarkAdmitNoRollout(b *testing.B) {
+	raw := make(map[string]json.RawMessage, 1000)
+	for i := range 1000 {
+		raw[fmt.Sprintf("service/key-%d", i)] = json.RawMessage(fmt.Sprint(i))
+	}
+	wire, err := snapshot.Build("app", "s", 1, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, client := range []string{"", "client-1"} {
+		name := map[string]string{"": "relay", "client-1": "client"}[client]
+		b.Run(name, func(b *testing.B) {
+			s := New(Config{Namespace: "app", Sink: discard{}, ClientID: client})
+			b.ReportAllocs()
+			for b.Loop() {
+				if v, _, err := s.admit(wire, true); err != nil || v.Served != wire {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 type discard struct{}
 
 func (discard) Applied(Update)                   {}
