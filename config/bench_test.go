@@ -27,7 +27,7 @@ func benchNamespace(b testing.TB, keys int) (*Namespace, []string) {
 	}
 	c := &Client{opts: defaultOptions()}
 	n := newNamespace(c, "bench", nsOptions{}, c.opts.logger)
-	n.syncer = syncer.New(syncer.Config{Namespace: "bench", Sink: nsSink{n}})
+	n.syncer = syncer.New(syncer.Config{Namespace: "bench", Sink: nsSink{n}, ClientID: "bench-client"}) // as a real client: rollouts evaluated
 	if err := n.syncer.Seed(snap, 1); err != nil {
 		b.Fatal(err)
 	}

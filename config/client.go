@@ -311,6 +311,7 @@ func (c *Client) prepare(name string, opts []NamespaceOption) (*Namespace, error
 		Source:       streammux.View{Src: c.src, Mux: c.mux},
 		Sink:         nsSink{n},
 		Schema:       checks,
+		ClientID:     c.opts.clientID, // each client evaluates its own place in a staged rollout
 		Log:          log,
 		Tracer:       c.tracer,
 		Backoff:      c.backoff(),

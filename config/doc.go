@@ -103,6 +103,27 @@
 // relay cut off from its origin goes Stale, then Breached, as if it were
 // cut off itself.
 //
+// # Staged rollouts
+//
+// A server can stage a change to a share of its clients (a rollout: 1%,
+// then 10%, then all, advancing while no client nacks). The staged change
+// and the stage's rule travel with the namespace's data, and each client
+// works out from its client id (WithClientID; choose one that is stable
+// across restarts) whether it is in the stage: a client in it serves the
+// namespace with the change, the others without. Either is an ordinary
+// revision: Get, OnChange (with what changed of what is served; a stage
+// that changes nothing a client serves calls nothing), the last-good file
+// and Status behave as for any update. Status.Rollout says which rollout
+// the data carries and whether this client serves its change. Schema runs
+// on what the client serves: a client in the stage whose Schema rejects
+// the change rejects the revision, keeps its last good and nacks (naming
+// the rollout), which stops the rollout. With the rollout's prevalidation
+// on, a client outside the stage also checks the change, and reports a
+// would-nack when its Schema rejects it (logged and counted as the
+// apply result would_reject), serving the base all the same. The
+// last-good file keeps the data as it came, so a client restarted with
+// another id serves what its new id's membership says, from disk at once.
+//
 // # Errors
 //
 // Namespace fails at once with transport.ErrInvalidNamespace for a bad

@@ -58,7 +58,8 @@ type Namespace struct {
 	// to record a fact and settle; Status, WaitFor* and metric collection
 	// take it to read. Nothing is built or checked under it.
 	mu            sync.Mutex
-	applied       *snapshot.Snapshot // the last good data; nil before any
+	applied       *snapshot.Snapshot // the last good data, as served (a staged rollout evaluated); nil before any
+	appliedWire   *snapshot.Snapshot // applied as it came (rollout key and all): what the last-good file keeps
 	appliedOrigin Origin
 	firstRejected bool      // no applied data, and the first snapshot was rejected
 	confirm       time.Time // last confirmed current, with a monotonic reading; zero: never or unknown

@@ -113,7 +113,10 @@ func WithSource(src transport.Source) Option {
 }
 
 // WithClientID names this client in acks to the server, so operators can see
-// what each instance applied. Default: hostname-pid-random.
+// what each instance applied. It also places the client in a staged
+// rollout's stages (see the package doc): an id stable across restarts
+// keeps a restarted instance on the same side of a stage. Default:
+// hostname-pid-random, new at every start.
 func WithClientID(id string) Option {
 	return optionFunc(func(o *options) { o.clientID = id })
 }

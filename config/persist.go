@@ -36,7 +36,11 @@ func (n *Namespace) loadFromDisk(dir *cachedir.Dir) {
 		n.log.Error("config: last-good file fails this build's checks; not serving it", "revision", rec.Revision, "err", err)
 		return
 	}
-	n.applied, n.appliedOrigin = rec.Snapshot, OriginDisk
+	// The file holds the content as it came; what this client serves of a
+	// staged rollout in it is worked out again (its id may have changed).
+	served, ro := n.syncer.Served()
+	n.applied, n.appliedWire, n.appliedOrigin = served, rec.Snapshot, OriginDisk
+	n.status.Rollout = rolloutStatus(ro)
 	n.cursor = rec.Cursor
 	n.status.Revision, n.status.StoreID, n.status.Cursor = rec.Revision, rec.StoreID, rec.Cursor
 	age := time.Since(rec.ConfirmedAt)
@@ -69,7 +73,7 @@ const backdateTolerance = time.Second
 // file on every heartbeat yet its file's age stays honest; but one that
 // moved back (backdated) at once. n.mu must be held.
 func (n *Namespace) persist(changed bool) {
-	if n.persister == nil || n.applied == nil {
+	if n.persister == nil || n.appliedWire == nil {
 		return
 	}
 	now := time.Now()
@@ -79,11 +83,11 @@ func (n *Namespace) persist(changed bool) {
 	n.lastPersist, n.persistedConfirm = now, n.confirm
 	n.persister.Submit(&cachedir.Record{
 		Namespace:   n.name,
-		StoreID:     n.applied.StoreID(),
-		Revision:    n.applied.Revision(),
+		StoreID:     n.appliedWire.StoreID(),
+		Revision:    n.appliedWire.Revision(),
 		Cursor:      n.cursor,
 		ConfirmedAt: n.confirm.Round(0), // the wall clock: it must mean something after a restart
-		Snapshot:    n.applied,
+		Snapshot:    n.appliedWire,      // rollout key and all: a restart evaluates its membership again
 		NewHistory:  n.newHistory,
 	})
 }

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"errors"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // nsSink takes a namespace's syncer's reports: each records a fact under
@@ -20,22 +22,46 @@ func (s nsSink) Applied(u syncer.Update) {
 	up := n.newUpdate(u, n.serving.Load())
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.applied, n.appliedOrigin, n.firstRejected = u.Snapshot, OriginNetwork, false
+	n.applied, n.appliedWire, n.appliedOrigin, n.firstRejected = u.Snapshot, u.Wire, OriginNetwork, false
+	if n.appliedWire == nil {
+		n.appliedWire = u.Snapshot
+	}
 	n.appliedAt = time.Now()
+	n.status.Rollout = rolloutStatus(u.Rollout)
 	if u.Reset == syncer.ResetHistory {
 		n.newHistory = true
 	}
 	n.status.Revision, n.status.StoreID = u.Snapshot.Revision(), u.Snapshot.StoreID()
 	n.confirmed(u.Position, true)
 	n.settle(up)
-	n.acks.Report(n.c.opts.clientID, n.name, u.Snapshot.Revision(), nil)
+	n.acks.Report(n.c.opts.clientID, n.name, u.Snapshot.Revision(), memberOf(u.Rollout), nil)
 	n.wakeClock()
+}
+
+// memberOf is the rollout an ack speaks for: r's, when the client is in
+// its stage (it applied or rejected the staged change); else none.
+func memberOf(r syncer.Rollout) string {
+	if r.Member {
+		return r.ID
+	}
+	return ""
 }
 
 func (s nsSink) Confirmed(p syncer.Position) {
 	n := s.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.applied != nil && n.appliedOrigin == OriginDisk {
+		// Data from disk, now confirmed: the server hears what this client
+		// serves, as after an apply. A report lost to a crash before the
+		// restart, or made under another client id, would otherwise be
+		// missing, and a rollout's stage waits for every member's.
+		rollout := ""
+		if n.status.Rollout.Staged {
+			rollout = n.status.Rollout.ID
+		}
+		n.acks.Report(n.c.opts.clientID, n.name, n.applied.Revision(), rollout, nil)
+	}
 	if n.applied != nil {
 		n.appliedOrigin = OriginNetwork // data from disk, now confirmed
 	}
@@ -61,7 +87,12 @@ func (s nsSink) Rejected(revision int64, err error) {
 	n := s.n
 	rerr := &RejectedError{Namespace: n.name, Revision: revision, Err: err}
 	n.log.Error("config: update rejected; the last good keeps serving", "revision", revision, "err", err)
-	n.acks.Report(n.c.opts.clientID, n.name, revision, rerr)
+	var staged *syncer.StagedError
+	rollout := ""
+	if errors.As(err, &staged) {
+		rollout = staged.Rollout // a member's nack of the staged change: it counts against the rollout
+	}
+	n.acks.Report(n.c.opts.clientID, n.name, revision, rollout, rerr)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.recordError(rerr)
@@ -70,6 +101,19 @@ func (s nsSink) Rejected(revision int64, err error) {
 		n.firstRejected = true
 	}
 	n.disp.enqueue(item{rejected: rerr})
+}
+
+// WouldReject: a staged change this client is not in the stage of fails
+// its checks (prevalidation). The base keeps serving (it was applied); the
+// would-nack goes to the server, which counts it as a nack of the rollout.
+// Readers see nothing: it is logged and counted (holdfast.applies,
+// result would_reject).
+func (s nsSink) WouldReject(revision int64, rolloutID string, err error) {
+	n := s.n
+	n.log.Warn("config: a staged rollout's change would be rejected; reported, serving the base",
+		"revision", revision, "rollout", rolloutID, "err", err)
+	n.acks.Add(transport.Ack{ClientID: n.c.opts.clientID, Namespace: n.name, Revision: revision,
+		Status: transport.AckWouldReject, Rollout: rolloutID, Error: err.Error()})
 }
 
 // confirmed records that the data is current as of now minus p.Age (the

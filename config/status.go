@@ -223,13 +223,53 @@ type Status struct {
 	// PersistError is the most recent error writing the last-good file,
 	// cleared by the next successful write.
 	PersistError ErrorInfo
+	// Rollout is the staged rollout the last good data carries, if any:
+	// whether this client serves its change.
+	Rollout RolloutStatus
+}
+
+// RolloutStatus describes the staged rollout a namespace's data carries
+// (see the package doc, "Staged rollouts"). The zero RolloutStatus means
+// none is running.
+type RolloutStatus struct {
+	// ID names the rollout; empty when none is running.
+	ID string
+	// Stage is the percentage of the namespace's clients the current
+	// stage covers.
+	Stage float64
+	// Staged: this client is in the stage, and serves the staged change;
+	// false, it serves the base.
+	Staged bool
+}
+
+func rolloutStatus(r syncer.Rollout) RolloutStatus {
+	return RolloutStatus{ID: r.ID, Stage: r.Stage, Staged: r.Member}
+}
+
+// String describes the rollout as `rollout "r1" at 10%, serving the staged
+// change` (or `…, serving the base`); "no rollout" when none is running.
+func (r RolloutStatus) String() string { return string(r.appendTo(nil)) }
+
+func (r RolloutStatus) appendTo(b []byte) []byte {
+	if r.ID == "" {
+		return append(b, "no rollout"...)
+	}
+	b = append(b, "rollout "...)
+	b = strconv.AppendQuote(b, r.ID)
+	b = append(b, " at "...)
+	b = strconv.AppendFloat(b, r.Stage, 'g', -1, 64)
+	if r.Staged {
+		return append(b, "%, serving the staged change"...)
+	}
+	return append(b, "%, serving the base"...)
 }
 
 // String describes the status in one line: namespace, state, revision,
 // staleness against MaxStaleness, origin, "unconfirmed upstream" when
-// so, the endpoint if known, and the errors if any, as `payments: Stale,
-// revision 42, staleness 3s (max 30s), from disk, endpoint
-// http://relay-2:8080, last error: network: ... (3s ago)`.
+// so, the endpoint if known, the staged rollout the data carries if any,
+// and the errors if any, as `payments: Stale, revision 42, staleness 3s
+// (max 30s), from disk, endpoint http://relay-2:8080, rollout "r1" at
+// 10%, serving the base, last error: network: ... (3s ago)`.
 func (s Status) String() string { return s.format(time.Now()) }
 
 func (s Status) format(now time.Time) string {
@@ -262,6 +302,10 @@ func (s Status) format(now time.Time) string {
 	if s.Endpoint != "" {
 		b = append(b, ", endpoint "...)
 		b = append(b, s.Endpoint...)
+	}
+	if s.Rollout.ID != "" {
+		b = append(b, ", "...)
+		b = s.Rollout.appendTo(b)
 	}
 	if !s.LastError.isZero() {
 		b = append(b, ", last error: "...)

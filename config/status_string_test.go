@@ -60,10 +60,20 @@ func TestStatusString(t *testing.T) {
 			LastError:    ErrorInfo{Kind: ErrorNetwork, Message: "refused", Time: now.Add(-time.Second)},
 			PersistError: ErrorInfo{Kind: ErrorPersist, Message: "disk full", Time: now.Add(-2 * time.Second), Err: errors.Join(errors.New("a"))}},
 			"p: Stale, revision 7, staleness 3s (no max), from disk, last error: network: refused (1s ago), persist error: persist: disk full (2s ago)"},
+		{"staged", Status{Namespace: "p", State: StateFresh, Revision: 9, Origin: OriginNetwork, LastConfirmed: now,
+			Rollout: RolloutStatus{ID: "r-7", Stage: 12.5, Staged: true}},
+			`p: Fresh, revision 9, staleness 0s (no max), from network, rollout "r-7" at 12.5%, serving the staged change`},
+		{"base of a rollout", Status{Namespace: "p", State: StateFresh, Revision: 9, Origin: OriginNetwork, LastConfirmed: now,
+			Rollout:   RolloutStatus{ID: "r-7", Stage: 1},
+			LastError: ErrorInfo{Kind: ErrorNetwork, Message: "EOF", Time: now.Add(-time.Second)}},
+			`p: Fresh, revision 9, staleness 0s (no max), from network, rollout "r-7" at 1%, serving the base, last error: network: EOF (1s ago)`},
 	}
 	for _, tt := range tests {
 		if got := tt.s.format(now); got != tt.want {
 			t.Errorf("%s:\n got %q\nwant %q", tt.name, got, tt.want)
 		}
+	}
+	if got := (RolloutStatus{}).String(); got != "no rollout" {
+		t.Errorf("zero RolloutStatus: %q", got)
 	}
 }

@@ -65,6 +65,10 @@ func (s sink) Rejected(revision int64, err error) {
 	s.f.lastErr.Store(&msg)
 }
 
+// WouldReject is never called: a relay's syncer evaluates no rollout (it
+// has no ClientID) and passes the rollout key on as it came.
+func (s sink) WouldReject(int64, string, error) {}
+
 // save submits the namespace's last good, confirmed at, to its file.
 func (s sink) save(cursor int64, at time.Time) {
 	if s.r.persist == nil || s.f.applied == nil {

@@ -34,7 +34,7 @@
 //	holdfast.failed_closed.time      counter (observable)  s             namespace          cumulative time spent failed closed
 //	holdfast.getter.type_mismatches  counter (observable)  {call}        namespace          getter calls that found another type than asked and returned the default
 //	holdfast.callback.panics         counter (observable)  {panic}       namespace          change and status callbacks that panicked (recovered)
-//	holdfast.applies                 counter               {apply}       namespace, result  updates handled: applied, rejected (failed its checks; the last good kept), duplicate
+//	holdfast.applies                 counter               {apply}       namespace, result  updates handled: applied, rejected (failed its checks; the last good kept), duplicate, would_reject (a staged rollout's change failed this client's prevalidation; the base kept)
 //	holdfast.resnapshots             counter               {resnapshot}  namespace, reason  full snapshot fetches: initial, compacted, gap, store_reset, bad_cursor, backstop, ...
 //	holdfast.reconnects              counter               {reconnect}   namespace, reason  watch streams re-opened: idle, eof, error, unauthorized, throttled, ...
 //	holdfast.breaches                counter               {breach}      namespace          transitions into breach (stale past MaxStaleness), fail-open or fail-closed

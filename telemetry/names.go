@@ -52,6 +52,10 @@ const (
 	ResultApplied   = "applied"   // the data changed
 	ResultRejected  = "rejected"  // failed its checks; the last good keeps serving
 	ResultDuplicate = "duplicate" // a revision already applied or rejected
+	// ResultWouldReject: a staged rollout's change, prevalidated by a
+	// client not in its stage, failed its checks; the client reported a
+	// would-nack and serves the base (counted besides the base's apply).
+	ResultWouldReject = "would_reject"
 )
 
 // The reasons of a resnapshot (AttrReason of holdfast.resnapshots).

@@ -74,9 +74,11 @@ func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
 }
 
 // Report queues the outcome of a client's namespace, ack.Revision applied
-// or (err not nil) rejected. See Add.
-func (a *Queue) Report(clientID, ns string, revision int64, err error) {
-	ack := transport.Ack{ClientID: clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied}
+// or (err not nil) rejected; rollout, when set, names the staged rollout
+// whose change the client applied or rejected as a member of its stage
+// (transport.Ack.Rollout). See Add.
+func (a *Queue) Report(clientID, ns string, revision int64, rollout string, err error) {
+	ack := transport.Ack{ClientID: clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied, Rollout: rollout}
 	if err != nil {
 		ack.Status, ack.Error = transport.AckRejected, err.Error()
 	}

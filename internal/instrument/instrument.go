@@ -22,7 +22,7 @@ import (
 const maxExtraValues = 16
 
 var (
-	knownResults    = []string{telemetry.ResultApplied, telemetry.ResultRejected, telemetry.ResultDuplicate, telemetry.ValueOther}
+	knownResults    = []string{telemetry.ResultApplied, telemetry.ResultRejected, telemetry.ResultDuplicate, telemetry.ResultWouldReject, telemetry.ValueOther}
 	knownResnapshot = []string{telemetry.ResnapshotInitial, telemetry.ResnapshotCompacted, telemetry.ResnapshotGap, telemetry.ResnapshotStoreReset,
 		telemetry.ResnapshotBadCursor, telemetry.ResnapshotBackstop, telemetry.ResnapshotCursorAhead, telemetry.ResnapshotHistoryRewritten, telemetry.ResnapshotTooLarge, telemetry.ValueOther}
 	knownStates    = []string{telemetry.StateSyncing, telemetry.StateFresh, telemetry.StateStale, telemetry.StateBreached, telemetry.StateFailedClosed}
@@ -288,7 +288,8 @@ func (m *NamespaceMetrics) Namespace() string {
 }
 
 // Apply counts an update handled with result: telemetry.ResultApplied,
-// telemetry.ResultRejected or telemetry.ResultDuplicate.
+// telemetry.ResultRejected, telemetry.ResultDuplicate or (a staged
+// change that prevalidation rejected) telemetry.ResultWouldReject.
 func (m *NamespaceMetrics) Apply(result string) {
 	if m == nil {
 		return

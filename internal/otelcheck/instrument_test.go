@@ -189,6 +189,8 @@ func TestEachInstrumentMoves(t *testing.T) {
 			key(telemetry.NameApplies, ns, "result=rejected"), 0, 1}, // starts at zero: a dashboard shows 0, not no data
 		{"apply duplicate", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultDuplicate) },
 			key(telemetry.NameApplies, ns, "result=duplicate"), absent, 1},
+		{"apply would reject", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Apply(telemetry.ResultWouldReject) },
+			key(telemetry.NameApplies, ns, "result=would_reject"), absent, 1},
 		{"apply unknown result", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Apply("weird") },
 			key(telemetry.NameApplies, ns, "result=weird"), absent, 1},
 		{"resnapshot compacted", func(m *instrument.NamespaceMetrics, _ *timedProbe) { m.Resnapshot(telemetry.ResnapshotCompacted) },
@@ -326,6 +328,7 @@ func exerciseAll(m *instrument.NamespaceMetrics) {
 	m.Apply(telemetry.ResultApplied)
 	m.Apply(telemetry.ResultRejected)
 	m.Apply(telemetry.ResultDuplicate)
+	m.Apply(telemetry.ResultWouldReject)
 	m.Resnapshot(telemetry.ResnapshotCompacted)
 	m.Reconnect(telemetry.ReconnectEOF)
 	m.Breach()

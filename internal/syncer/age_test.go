@@ -19,6 +19,8 @@ func (p *positions) Confirmed(pos Position) { p.got = append(p.got, pos) }
 func (p *positions) Failed(error)           {}
 func (p *positions) Rejected(int64, error)  {}
 
+func (p *positions) WouldReject(int64, string, error) {}
+
 // snapshotSource answers every snapshot with the next of its scripted
 // answers (the last one again when they run out).
 type snapshotSource struct {

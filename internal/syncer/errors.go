@@ -42,6 +42,21 @@ func (e *BehindError) Error() string {
 // Is reports ErrBehind.
 func (e *BehindError) Is(target error) bool { return target == ErrBehind }
 
+// StagedError: the client is in the stage of rollout Rollout, and its
+// checks rejected the data with the staged change (Err says why). The
+// revision is rejected whole, as any; the last good keeps serving.
+type StagedError struct {
+	Rollout string
+	Stage   float64 // the stage's percentage
+	Err     error
+}
+
+func (e *StagedError) Error() string {
+	return fmt.Sprintf("staged change of rollout %q (stage %v%%): %v", e.Rollout, e.Stage, e.Err)
+}
+
+func (e *StagedError) Unwrap() error { return e.Err }
+
 // NeedsResnapshot reports whether a watch that ended with err cannot resume
 // from its cursor: what the transport says cannot be retried there
 // (compaction, a new store id, a refused cursor), a gap, the backstop, or

@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/holdfast-dev/holdfast/internal/instrument"
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/telemetry"
@@ -32,8 +33,15 @@ type Sink interface {
 	Failed(err error)
 	// Rejected: revision failed its checks (err says why) and is not
 	// applied; the applied data is unchanged. Confirmed follows when the
-	// server is otherwise in touch.
+	// server is otherwise in touch. When the client is in a rollout's
+	// stage and its checks rejected the data with the staged change, err
+	// is a *StagedError naming the rollout.
 	Rejected(revision int64, err error)
+	// WouldReject: revision carries rollout rolloutID with prevalidation,
+	// the client is not in its stage, and its checks reject the staged
+	// change (err says why). Applied of revision (the base) precedes it.
+	// Only with Config.ClientID set.
+	WouldReject(revision int64, rolloutID string, err error)
 }
 
 // Position is where the Syncer stands with the server, and how far the
@@ -57,16 +65,44 @@ type Position struct {
 
 // Update describes one Applied event.
 type Update struct {
+	// Snapshot is the data to serve: Wire itself, or with Config.ClientID
+	// set and a rollout on the wire, the client's view of it (see
+	// rollout.Serve).
 	Snapshot *snapshot.Snapshot
-	// Prev is the data applied before, nil if none.
+	// Prev is the data served before (the previous Update's Snapshot), nil
+	// if none.
 	Prev *snapshot.Snapshot
+	// Wire is the namespace's content as the server sent it, rollout key
+	// and all: the monotonic floor, what changes chain on, what a
+	// last-good file keeps. It is Snapshot when no rollout is evaluated.
+	Wire *snapshot.Snapshot
 	// Change, when set, is the change set that made Snapshot from Prev;
-	// nil when Snapshot came whole.
+	// nil when Snapshot came whole, or when a rollout's view is served
+	// now or was before (the change set is the wire's, not the view's).
 	Change *transport.ChangeSet
+	// Rollout is the rollout the wire content carries, zero when none.
+	Rollout Rollout
 	// Reset says why the monotonic floor was reset (ResetStore,
 	// ResetHistory), or is empty.
 	Reset string
 	Position
+}
+
+// Rollout describes the staged rollout a namespace's data carries, as one
+// client sees it.
+type Rollout struct {
+	ID    string  // empty: no rollout
+	Stage float64 // the stage's percentage
+	// Member: the client is in the stage and serves the staged change.
+	Member bool
+}
+
+// rolloutOf is v's Rollout.
+func rolloutOf(v rollout.View) Rollout {
+	if v.Staged == nil {
+		return Rollout{}
+	}
+	return Rollout{ID: v.Staged.ID, Stage: v.Staged.Stage, Member: v.Member}
 }
 
 // Why a monotonic floor was reset.
@@ -82,9 +118,15 @@ type Config struct {
 	Sink      Sink
 	// Schema, when set, checks every update whole before it is applied.
 	Schema *schema.Schema
-	Log    *slog.Logger                 // nil: discard
-	Meter  *instrument.NamespaceMetrics // nil-safe
-	Tracer *instrument.Tracer           // nil-safe
+	// ClientID, when set, is the client whose view of a staged rollout is
+	// served: each new revision is turned into it with rollout.Serve and
+	// checked as served (and, with prevalidation, with the staged change;
+	// see Sink.WouldReject). Empty (a relay): the data is served as it
+	// came, the rollout key and all.
+	ClientID string
+	Log      *slog.Logger                 // nil: discard
+	Meter    *instrument.NamespaceMetrics // nil-safe
+	Tracer   *instrument.Tracer           // nil-safe
 	// Backoff is the reconnect policy; see NewBackoff and Wait.
 	Backoff Backoff
 	// FetchTimeout bounds one snapshot fetch, so that a black-holed server
@@ -115,7 +157,9 @@ type Syncer struct {
 	cfg Config
 	log *slog.Logger
 
-	applied *snapshot.Snapshot // the last good data: the monotonic floor; nil before any
+	applied *snapshot.Snapshot // the last good data as it came: the monotonic floor; nil before any
+	served  *snapshot.Snapshot // applied's view for cfg.ClientID (applied itself without a rollout); nil with applied
+	staged  Rollout            // the rollout applied carries
 	// seedStore and seedRevision are the floor while applied is nil: a
 	// last-good file's, whose data failed the checks (see Seed).
 	seedStore    string
@@ -162,15 +206,25 @@ func New(cfg Config) *Syncer {
 // the data is not applied, but its store id and revision stay the floor:
 // older data of that store is refused as any is (see the package doc).
 // Call it before Run.
+//
+// snap is the content as it came from the server (Update.Wire): with
+// Config.ClientID set, a rollout it carries is evaluated afresh for this
+// client, and Served says what to serve.
 func (s *Syncer) Seed(snap *snapshot.Snapshot, cursor int64) error {
 	s.storeID, s.cursor = snap.StoreID(), cursor
-	if err := s.check(snap); err != nil {
+	v, _, err := s.admit(snap, false)
+	if err != nil {
 		s.seedStore, s.seedRevision = snap.StoreID(), snap.Revision()
 		return err
 	}
-	s.applied = snap
+	s.applied, s.served, s.staged = snap, v.Served, rolloutOf(v)
 	return nil
 }
+
+// Served is what the applied data serves, and the rollout it carries: after
+// a Seed that succeeded, the seed's view. nil before any data. Call it
+// before Run, or from the Sink.
+func (s *Syncer) Served() (*snapshot.Snapshot, Rollout) { return s.served, s.staged }
 
 // floor is the store id and revision below which data of that store is
 // refused: the applied data's, or a seed's that failed the checks; "" and 0
@@ -400,8 +454,10 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 		return nil // rejected already; wait for a later revision
 	}
 	next, err := snapshot.BuildJSON(s.cfg.Namespace, snap.StoreID, snap.Revision, snap.Values)
+	var v rollout.View
+	var wouldReject error
 	if err == nil {
-		err = s.check(next)
+		v, wouldReject, err = s.admit(next, true)
 	}
 	// Watch on from this snapshot's cursor either way: a rejected snapshot
 	// is not fetched again, and the next revision, a gap from what is
@@ -409,7 +465,7 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	s.storeID, s.cursor = snap.StoreID, snap.Cursor
 	if err != nil {
 		if reset != "" {
-			s.applied = nil // nothing of the new history chains on the old
+			s.applied, s.served, s.staged = nil, nil, Rollout{} // nothing of the new history chains on the old
 			s.resetPending = reset
 		}
 		s.reject(snap.Revision, err)
@@ -420,13 +476,57 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 	if reset == "" && cur == nil {
 		reset = s.resetPending // the first data of a new store or history whose first snapshot was rejected
 	}
-	s.rejected, s.applied, s.resetPending = 0, next, ""
-	s.apply(Update{Snapshot: next, Prev: cur, Reset: reset, Position: s.position(age)})
+	prev := s.served
+	s.rejected, s.resetPending = 0, ""
+	s.take(next, v)
+	s.apply(Update{Snapshot: v.Served, Prev: prev, Wire: next, Rollout: s.staged, Reset: reset, Position: s.position(age)})
+	s.prevalidated(next.Revision(), v, wouldReject)
 	return nil
 }
 
+// admit turns new data as it came (wire) into what the client serves and
+// checks that: an error rejects the revision (a malformed rollout; the
+// checks failing the served view, a *StagedError when it holds the staged
+// change). With prevalidate, a rollout that asks for it and a client not
+// in its stage, the staged change is checked too: wouldReject says why the
+// checks fail it (the base is served all the same). Without
+// Config.ClientID, wire is served as it is.
+func (s *Syncer) admit(wire *snapshot.Snapshot, prevalidate bool) (v rollout.View, wouldReject, err error) {
+	if s.cfg.ClientID == "" {
+		v = rollout.View{Served: wire}
+	} else if v, err = rollout.Serve(wire, s.cfg.ClientID); err != nil {
+		return v, nil, err
+	}
+	if err := s.check(v.Served); err != nil {
+		if v.Member {
+			err = &StagedError{Rollout: v.Staged.ID, Stage: v.Staged.Stage, Err: err}
+		}
+		return v, nil, err
+	}
+	if prevalidate && v.Staged != nil && v.Staged.Prevalidate && !v.Member {
+		wouldReject = s.check(v.Candidate)
+	}
+	return v, wouldReject, nil
+}
+
+// take makes wire, served as v, the applied data.
+func (s *Syncer) take(wire *snapshot.Snapshot, v rollout.View) {
+	s.applied, s.served, s.staged = wire, v.Served, rolloutOf(v)
+}
+
+// prevalidated reports a prevalidation that failed, after the base of
+// revision was applied.
+func (s *Syncer) prevalidated(revision int64, v rollout.View, wouldReject error) {
+	if wouldReject == nil {
+		return
+	}
+	s.cfg.Meter.Apply(telemetry.ResultWouldReject)
+	s.cfg.Sink.WouldReject(revision, v.Staged.ID, wouldReject)
+}
+
 // apply reports new applied data to the Sink and counts it; every apply
-// result (applied, rejected, duplicate) is counted here, in the syncer.
+// result (applied, rejected, duplicate, would_reject) is counted here, in
+// the syncer.
 func (s *Syncer) apply(u Update) {
 	s.cfg.Sink.Applied(u)
 	s.cfg.Meter.Apply(telemetry.ResultApplied)
@@ -501,8 +601,10 @@ func (s *Syncer) Handle(ev transport.Event) error {
 			return fmt.Errorf("%w: change %d follows %d, applied %d", ErrGap, cs.Revision, cs.PrevRevision, applied)
 		}
 		next, err := cur.Apply(cs.Revision, cs.CommittedAt, cs.Puts, cs.Deletes)
+		var v rollout.View
+		var wouldReject error
 		if err == nil {
-			err = s.check(next)
+			v, wouldReject, err = s.admit(next, true)
 		}
 		if err != nil {
 			// Keep the stream: later changes chain on the rejected
@@ -513,8 +615,14 @@ func (s *Syncer) Handle(ev transport.Event) error {
 			return nil
 		}
 		s.cursor = max(s.cursor, cs.Revision)
-		s.applied = next
-		s.apply(Update{Snapshot: next, Prev: cur, Change: cs, Position: s.position(0)})
+		prev := s.served
+		s.take(next, v)
+		u := Update{Snapshot: v.Served, Prev: prev, Wire: next, Rollout: s.staged, Position: s.position(0)}
+		if v.Served == next && prev == cur {
+			u.Change = cs // the wire's change is the served one's
+		}
+		s.apply(u)
+		s.prevalidated(cs.Revision, v, wouldReject)
 		return nil
 	case ev.Progress != nil:
 		p := ev.Progress

@@ -39,7 +39,8 @@ func (r *recorder) Failed(err error) {
 	r.failed = append(r.failed, err)
 	r.mu.Unlock()
 }
-func (r *recorder) Rejected(int64, error) {}
+func (r *recorder) Rejected(int64, error)            {}
+func (r *recorder) WouldReject(int64, string, error) {}
 
 // movingSource serves store "s<k>" at revision 1 on its k-th snapshot and
 // refuses every watch with 400 cursor_ahead naming the next store: a
