@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -20,27 +19,14 @@ import (
 )
 
 // stageRollout puts rollout s on ns's data at srv, and is the one place
-// these tests do so (the server's rollout API is to replace it): s nil
+// these tests do so, with a cut of their choosing (the server's controller
+// picks cuts from the clients it knows; see internal/rollout's proof): s nil
 // ends the rollout, dropping the key; base, when set, is published into
 // the base in the same revision (a promotion: the staged change becomes
 // the base as the key goes). It returns the revision.
 func stageRollout(t testing.TB, srv *fakeserver.Server, ns string, s *rollout.Staged, base map[string]json.RawMessage) int64 {
 	t.Helper()
-	puts := maps.Clone(base)
-	if puts == nil {
-		puts = map[string]json.RawMessage{}
-	}
-	var deletes []string
-	if s == nil {
-		deletes = []string{rollout.Key}
-	} else {
-		raw, err := rollout.Encode(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		puts[rollout.Key] = raw
-	}
-	rev, err := srv.PublishRaw(ns, puts, deletes)
+	rev, err := srv.PublishStaged(ns, s, base)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -996,3 +996,34 @@ func (s *Server) guardPublish(ns string, abort bool, precheck func() error) (rel
 	}
 	return unlock, nil
 }
+
+// PublishStaged commits, as one revision, puts and staged as the value of
+// rollout.Key (nil staged: the key deleted), past the rollout controller:
+// for tests of how clients evaluate a rollout whose cut they choose (the
+// controller picks cuts from the clients it knows). Refused while the
+// controller runs a rollout on ns. Not part of holdfasttest.
+func (s *Server) PublishStaged(ns string, staged *rollout.Staged, puts map[string]json.RawMessage) (int64, error) {
+	clean, _, err := checkPublish(ns, puts, nil)
+	if err != nil {
+		return 0, err
+	}
+	deletes := []string{rollout.Key}
+	if staged != nil {
+		raw, err := rollout.Encode(staged)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		clean[rollout.Key], deletes = raw, nil
+	}
+	release, err := s.guardPublish(ns, false, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	c, err := s.store.publishIf(ns, clean, deletes, commitMeta{Kind: KindRolloutStage, Reason: "staged by hand"}, nil)
+	if err != nil {
+		return 0, err
+	}
+	s.stats.publishes.Add(1)
+	return c.cs.Revision, nil
+}
