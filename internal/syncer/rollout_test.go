@@ -169,7 +169,9 @@ func TestRolloutMalformedRejects(t *testing.T) {
 // TestRolloutChecks: the checks run on what the client serves; a member
 // that rejects the staged change rejects the revision with a StagedError;
 // with prevalidation, a non-member applies the base and reports a
-// would-reject after it, and a member is checked once.
+// would-reject after it, and a member (checked once) reports the
+// would-reject after its rejection: every client whose checks fail a
+// prevalidated change says so, in the stage or not.
 func TestRolloutChecks(t *testing.T) {
 	bad := map[string]json.RawMessage{"a": json.RawMessage(`"new-field"`)}
 	for _, tc := range []struct {
@@ -179,7 +181,7 @@ func TestRolloutChecks(t *testing.T) {
 		want        string
 	}{
 		{"member", math.MaxUint64, false, "rejected 2"},
-		{"member prevalidating", math.MaxUint64, true, "rejected 2"},
+		{"member prevalidating", math.MaxUint64, true, "rejected 2, would reject 2 r1"},
 		{"not a member", 0, false, "applied 2"},
 		{"not a member prevalidating", 0, true, "applied 2, would reject 2 r1"},
 	} {

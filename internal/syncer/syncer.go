@@ -38,9 +38,10 @@ type Sink interface {
 	// is a *StagedError naming the rollout.
 	Rejected(revision int64, err error)
 	// WouldReject: revision carries rollout rolloutID with prevalidation,
-	// the client is not in its stage, and its checks reject the staged
-	// change (err says why). Applied of revision (the base) precedes it.
-	// Only with Config.ClientID set.
+	// and the client's checks reject the staged change (err says why),
+	// whether or not the client is in its stage: Applied of revision (the
+	// base) precedes it for a client outside the stage, Rejected for one
+	// in it. Only with Config.ClientID set.
 	WouldReject(revision int64, rolloutID string, err error)
 }
 
@@ -469,6 +470,7 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 			s.resetPending = reset
 		}
 		s.reject(snap.Revision, err)
+		s.prevalidated(snap.Revision, v, wouldReject)
 		// In touch with the server, serving the newest data that passes.
 		s.confirmed(age)
 		return nil
@@ -487,9 +489,10 @@ func (s *Syncer) resnapshot(ctx context.Context, reason string) (err error) {
 // admit turns new data as it came (wire) into what the client serves and
 // checks that: an error rejects the revision (a malformed rollout; the
 // checks failing the served view, a *StagedError when it holds the staged
-// change). With prevalidate, a rollout that asks for it and a client not
-// in its stage, the staged change is checked too: wouldReject says why the
-// checks fail it (the base is served all the same). Without
+// change). With prevalidate and a rollout that asks for it, wouldReject
+// says why the checks fail the staged change: for a client outside the
+// stage the candidate is checked too (the base is served all the same),
+// for one in it the check of what it serves says. Without
 // Config.ClientID, wire is served as it is.
 func (s *Syncer) admit(wire *snapshot.Snapshot, prevalidate bool) (v rollout.View, wouldReject, err error) {
 	if s.cfg.ClientID == "" {
@@ -499,9 +502,12 @@ func (s *Syncer) admit(wire *snapshot.Snapshot, prevalidate bool) (v rollout.Vie
 	}
 	if err := s.check(v.Served); err != nil {
 		if v.Member {
+			if prevalidate && v.Staged.Prevalidate {
+				wouldReject = err // a member's check of what it serves is its prevalidation too
+			}
 			err = &StagedError{Rollout: v.Staged.ID, Stage: v.Staged.Stage, Err: err}
 		}
-		return v, nil, err
+		return v, wouldReject, err
 	}
 	if prevalidate && v.Staged != nil && v.Staged.Prevalidate && !v.Member {
 		wouldReject = s.check(v.Candidate)
@@ -611,6 +617,7 @@ func (s *Syncer) Handle(ev transport.Event) error {
 			// revision, so the next one is a gap and resnapshots, and
 			// is checked whole.
 			s.reject(cs.Revision, err)
+			s.prevalidated(cs.Revision, v, wouldReject)
 			s.confirmed(0)
 			return nil
 		}
