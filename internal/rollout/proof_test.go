@@ -86,12 +86,12 @@ func startFleet(t testing.TB, url string, n int, opts ...config.Option) fleet {
 	t.Helper()
 	var f fleet
 	for i := range n {
-		f = append(f, startMember(t, url, clientID(i), opts...))
+		f = append(f, startMember(t, url, proofNS, clientID(i), opts...))
 	}
 	return f
 }
 
-func startMember(t testing.TB, url, id string, opts ...config.Option) *member {
+func startMember(t testing.TB, url, nsName, id string, opts ...config.Option) *member {
 	t.Helper()
 	c, err := config.New(append([]config.Option{config.WithEndpoint(url), config.WithClientID(id),
 		config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond)}, opts...)...)
@@ -105,7 +105,7 @@ func startMember(t testing.TB, url, id string, opts ...config.Option) *member {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	ns, err := c.Namespace(ctx, proofNS, config.WithSchema([]byte(sch)))
+	ns, err := c.Namespace(ctx, nsName, config.WithSchema([]byte(sch)))
 	if err != nil {
 		t.Fatalf("%s: open: %v", id, err)
 	}
@@ -327,23 +327,33 @@ func TestProofFourRollouts(t *testing.T) {
 
 	t.Run("good change is promoted", func(t *testing.T) {
 		api := controlAPI{t, srv.URL()}
-		before := written.Load()
+		// The idle cost of the fleet's streams (heartbeats) over a second,
+		// to take out of what the rollout's span cost.
+		idleFrom, idleStart := written.Load(), time.Now()
+		time.Sleep(time.Second)
+		idleRate := float64(written.Load()-idleFrom) / time.Since(idleStart).Seconds()
+
 		good := `{"cluster":"c2"}`
+		before, start := written.Load(), time.Now()
 		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "50ms"})
 		r := api.ended(proofNS, id)
 		if r.State != "promoted" || r.Stage != 100 {
 			t.Fatalf("rollout %+v, want promoted after stage 100", r)
 		}
 		f.converge(t, good)
-		eventually(t, "every client's ack", func() bool { return api.get(proofNS, id).Acked >= fleetSize })
+		eventually(t, "every client's ack of the promotion", func() bool { return api.get(proofNS, id).Acked >= fleetSize })
+		span := time.Since(start)
 		// Bytes on the wire: every stage and the promotion reached 100
-		// clients, against one full snapshot each.
-		rollout := written.Load() - before
-		snap := snapshotBytes(t, srv.URL(), proofNS)
-		t.Logf("scenario 1: %d bytes on the wire through %d revisions; 100 full snapshots: %d bytes (%.0fx)",
-			rollout, len(r.Revisions), 100*snap, float64(100*snap)/float64(rollout))
-		if rollout*20 > 100*snap {
-			t.Errorf("a rollout cost %d bytes, over a twentieth of 100 snapshots (%d)", rollout, 100*snap)
+		// clients (and their acks were answered), against one full
+		// snapshot each.
+		spent := float64(written.Load()-before) - idleRate*span.Seconds()
+		identity, gzipped := snapshotBytes(t, srv.URL(), proofNS, false), snapshotBytes(t, srv.URL(), proofNS, true)
+		t.Logf("scenario 1: %.0f bytes written in %v through %d revisions beyond the heartbeats (%.0f B/s idle); "+
+			"100 full snapshots: %d bytes (%.0fx), %d gzipped (%.0fx)",
+			spent, span.Round(time.Millisecond), len(r.Revisions), idleRate, 100*identity, float64(100*identity)/spent,
+			100*gzipped, float64(100*gzipped)/spent)
+		if spent*10 > float64(100*identity) {
+			t.Errorf("a rollout cost %.0f bytes, over a tenth of 100 snapshots (%d)", spent, 100*identity)
 		}
 		// Back to the base for the next scenarios.
 		if _, err := srv.Publish(proofNS, map[string]any{"route/a": raw(baseRoute)}); err != nil {
@@ -400,9 +410,20 @@ func TestProofFourRollouts(t *testing.T) {
 	})
 }
 
-func snapshotBytes(t testing.TB, url, ns string) int64 {
+// snapshotBytes is the size of one snapshot body of ns, gzipped as the
+// SDK asks for it, or not.
+func snapshotBytes(t testing.TB, url, ns string, gzipped bool) int64 {
 	t.Helper()
-	resp, err := http.Get(url + transport.PathSnapshot + "?ns=" + ns)
+	req, err := http.NewRequest("GET", url+transport.PathSnapshot+"?ns="+ns, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := "identity"
+	if gzipped {
+		enc = "gzip"
+	}
+	req.Header.Set("Accept-Encoding", enc) // set by hand: the transport then leaves the body as sent
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,4 +486,168 @@ func TestProofThroughARelay(t *testing.T) {
 	}
 	eventually(t, "would-nacks through the relay", func() bool { return api.get(proofNS, id).WouldNack == 2 })
 	f.converge(t, good)
+}
+
+// TestProofAbortDuringBake: an operator's abort while a stage bakes
+// reverts at once: the clients that took the change return to the base,
+// and the history tells each revision's kind.
+func TestProofAbortDuringBake(t *testing.T) {
+	srv := startOrigin(t, nil)
+	api := controlAPI{t, srv.URL()}
+	f := startFleet(t, srv.URL(), 20)
+	api.known(proofNS, len(f))
+	staged := `{"cluster":"c5"}`
+	id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(staged)}, Stages: []float64{50, 100}, Bake: "1h"})
+	var baking struct {
+		Baking  bool `json:"baking"`
+		InStage int  `json:"in_stage"`
+	}
+	eventually(t, "the first stage to bake", func() bool {
+		api.do("GET", "/control/namespaces/"+proofNS+"/rollouts/"+id, nil, http.StatusOK, &baking)
+		return baking.Baking
+	})
+	serving := 0
+	for _, m := range f {
+		if m.route() == staged {
+			serving++
+		}
+	}
+	if serving != baking.InStage || serving != 10 {
+		t.Fatalf("%d clients serve the staged change, %d in the stage; want 10", serving, baking.InStage)
+	}
+	var r record
+	api.do("POST", "/control/namespaces/"+proofNS+"/rollouts/"+id+"/abort", nil, http.StatusOK, &r)
+	if r.State != "reverted" || r.Stage != 50 {
+		t.Fatalf("abort: %+v", r)
+	}
+	f.converge(t, baseRoute)
+
+	var h struct {
+		Revisions []struct {
+			Revision int64  `json:"revision"`
+			Kind     string `json:"kind"`
+		} `json:"revisions"`
+	}
+	api.do("GET", "/control/namespaces/"+proofNS+"/history?limit=3", nil, http.StatusOK, &h)
+	var kinds []string
+	for _, rev := range h.Revisions {
+		kinds = append(kinds, rev.Kind)
+	}
+	if want := []string{"rollout-revert", "rollout-stage", "publish"}; !slices.Equal(kinds, want) {
+		t.Fatalf("history kinds %v, want %v", kinds, want)
+	}
+}
+
+// TestProofTwoNamespacesAtOnce: rollouts of two namespaces run side by
+// side, each gated on its own clients: one promoted, one reverted.
+func TestProofTwoNamespacesAtOnce(t *testing.T) {
+	srv := startOrigin(t, nil)
+	const other = "proof.other"
+	if _, err := srv.Publish(other, proofContent()); err != nil {
+		t.Fatal(err)
+	}
+	api := controlAPI{t, srv.URL()}
+	var a, b fleet
+	for i := range 10 {
+		a = append(a, startMember(t, srv.URL(), proofNS, clientID(i)))
+		b = append(b, startMember(t, srv.URL(), other, clientID(100+i)))
+	}
+	api.known(proofNS, len(a))
+	api.known(other, len(b))
+	good := `{"cluster":"c3"}`
+	stages := []float64{10, 50, 100}
+	idA, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "20ms"})
+	idB, _ := api.start(other, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"BAD"}`)}, Stages: stages, Bake: "20ms"})
+	if r := api.ended(proofNS, idA); r.State != "promoted" {
+		t.Errorf("%s: %+v, want promoted", proofNS, r)
+	}
+	if r := api.ended(other, idB); r.State != "reverted" || r.Stage != 10 {
+		t.Errorf("%s: %+v, want reverted at stage 10", other, r)
+	}
+	a.converge(t, good)
+	b.converge(t, baseRoute)
+}
+
+// stagedOnTheWire reads ns's rollout as a client that evaluates rollouts
+// sees it.
+func stagedOnTheWire(t testing.TB, url, ns string) *rollout.Staged {
+	t.Helper()
+	req, err := http.NewRequest("GET", url+transport.PathSnapshot+"?ns="+ns, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(transport.HeaderCapabilities, transport.CapabilityRollout)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var snap transport.Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]json.RawMessage
+	if err := json.Unmarshal(snap.Values, &values); err != nil {
+		t.Fatal(err)
+	}
+	s, err := rollout.Decode(values[rollout.Key])
+	if err != nil {
+		t.Fatalf("the rollout on the wire: %v", err)
+	}
+	return s
+}
+
+// TestProofRestartMidStage: a client that served the staged change
+// restarts, under an id outside the stage, mid-stage: its last-good file
+// holds the change, and it serves what its membership says, the base, from
+// disk with the server down and then from the server; the promotion
+// brings it the change.
+func TestProofRestartMidStage(t *testing.T) {
+	srv := startOrigin(t, nil)
+	api := controlAPI{t, srv.URL()}
+	dir := t.TempDir()
+	f := startFleet(t, srv.URL(), 10)
+	cached := startMember(t, srv.URL(), proofNS, "app-cached", config.WithCacheDir(dir))
+	api.known(proofNS, len(f)+1)
+	staged := `{"cluster":"c7"}`
+	id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(staged)}, Stages: []float64{99, 100}, Bake: "1h"})
+	eventually(t, "the cached client to serve the staged change", func() bool { return cached.route() == staged })
+	s := stagedOnTheWire(t, srv.URL(), proofNS)
+	if !s.Member(cached.id) {
+		t.Fatalf("app-cached serves the change but is not in the stage")
+	}
+	outside := ""
+	for i := 0; outside == ""; i++ {
+		if c := fmt.Sprintf("app-restarted-%d", i); !s.Member(c) {
+			outside = c
+		}
+	}
+	if err := cached.client.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// From disk alone: the server's port is closed.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	offline := startMember(t, dead, proofNS, outside, config.WithCacheDir(dir))
+	if got := offline.route(); got != baseRoute {
+		t.Fatalf("restarted outside the stage, from disk: route/a %s, want the base %s", got, baseRoute)
+	}
+	if st := offline.ns.Status(); st.Rollout.ID != id || st.Rollout.Staged {
+		t.Fatalf("status from disk: %+v", st.Rollout)
+	}
+	if err := offline.client.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	online := startMember(t, srv.URL(), proofNS, outside, config.WithCacheDir(dir))
+	if got := online.route(); got != baseRoute {
+		t.Fatalf("restarted outside the stage: route/a %s, want the base", got)
+	}
+	api.do("POST", "/control/namespaces/"+proofNS+"/rollouts/"+id+"/promote", nil, http.StatusOK, nil)
+	eventually(t, "the promotion at the restarted client", func() bool { return online.route() == staged })
 }
