@@ -8,8 +8,10 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -45,6 +47,46 @@ func hasReserved(values map[string]json.RawMessage) bool {
 		}
 	}
 	return false
+}
+
+// reservedScans remembers, by namespace, the base of the content last
+// asked for: the content without its reserved keys. Content is replaced,
+// never mutated (store.live, followed.live), so the base holds for as
+// long as the map is the one scanned: a 304 to a client that predates
+// rollouts costs no scan of every key, and a 200 no copy of them. It
+// keeps at most two maps per namespace alive, and forgets them all past
+// maxReservedScans namespaces.
+type reservedScans struct {
+	mu sync.Mutex
+	m  map[string]reservedScan
+}
+
+type reservedScan struct {
+	values map[string]json.RawMessage // kept, so that no other map takes its address
+	base   map[string]json.RawMessage // values itself when it holds no reserved key
+}
+
+const maxReservedScans = 4096
+
+// base returns values, ns's content, without its reserved keys (shared,
+// never mutate), and whether it had any.
+func (r *reservedScans) base(ns string, values map[string]json.RawMessage) (map[string]json.RawMessage, bool) {
+	r.mu.Lock()
+	e, ok := r.m[ns]
+	r.mu.Unlock()
+	if !ok || reflect.ValueOf(e.values).UnsafePointer() != reflect.ValueOf(values).UnsafePointer() {
+		e = reservedScan{values: values, base: values}
+		if hasReserved(values) {
+			e.base = withoutReserved(values)
+		}
+		r.mu.Lock()
+		if r.m == nil || len(r.m) >= maxReservedScans {
+			r.m = make(map[string]reservedScan)
+		}
+		r.m[ns] = e
+		r.mu.Unlock()
+	}
+	return e.base, len(e.base) != len(values)
 }
 
 // withoutReserved returns a copy of values without its reserved keys.

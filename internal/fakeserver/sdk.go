@@ -261,15 +261,14 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	etag := transport.ETag(snap.storeID, snap.rev)
 	inm := r.Header.Get("If-None-Match")
 	notModified := etagMatches(inm, etag)
-	if !rolloutAware(r) && hasReserved(values) {
-		// The base, without reserved keys: another representation of
-		// the revision, with a tag of its own. A client names the
-		// revision it holds with transport.ETag, and one that predates
-		// rollouts holds nothing but the base.
-		etag = baseETag(snap.storeID, snap.rev)
-		notModified = notModified || etagMatches(inm, etag)
-		if !notModified {
-			values = withoutReserved(values)
+	if !rolloutAware(r) {
+		if base, stripped := s.reserved.base(ns, values); stripped {
+			// The base, without reserved keys: another representation
+			// of the revision, with a tag of its own. A client names
+			// the revision it holds with transport.ETag, and one that
+			// predates rollouts holds nothing but the base.
+			values, etag = base, baseETag(snap.storeID, snap.rev)
+			notModified = notModified || etagMatches(inm, etag)
 		}
 	}
 	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
