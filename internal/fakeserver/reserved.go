@@ -96,11 +96,12 @@ func withoutReserved(values map[string]json.RawMessage) map[string]json.RawMessa
 	return out
 }
 
-// baseETag is the ETag of a snapshot without its reserved keys: another
-// representation of the same revision than transport.ETag's, so that no
-// HTTP cache takes one for the other.
+// baseETag is the ETag of a snapshot without its reserved keys,
+// "<store_id>.base.<revision>": another representation of the same
+// revision than transport.ETag's, so that no HTTP cache takes one for the
+// other. The part after the last "." is still the revision.
 func baseETag(storeID string, rev int64) string {
-	return `"` + storeID + "." + strconv.FormatInt(rev, 10) + `.base"`
+	return `"` + storeID + ".base." + strconv.FormatInt(rev, 10) + `"`
 }
 
 // view returns c as a client sees it: c itself for one that evaluates

@@ -109,6 +109,9 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
 	rev := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedValue(t, "r1")})
 	full, base := transport.ETag(id, rev), baseETag(id, rev)
+	if base == full || !strings.HasSuffix(base, "."+strconv.FormatInt(rev, 10)+`"`) {
+		t.Fatalf("base ETag %s: the part after the last . is not the revision %d, or it is the full content's", base, rev)
+	}
 
 	for _, caps := range []string{"", oldCaps} {
 		resp, snap, values := snapshotOf(t, c, s, "app", caps, "")
