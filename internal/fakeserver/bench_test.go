@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,13 +34,14 @@ func needFDs(b *testing.B, n uint64) {
 }
 
 // dialSSE opens a raw HTTP/1.1 stream and returns the connection and a
-// reader of the (de-chunked) body.
-func dialSSE(b *testing.B, addr, path string) (net.Conn, *bufio.Reader) {
+// reader of the (de-chunked) body. hdr is more header lines, each ending
+// in "\r\n".
+func dialSSE(b *testing.B, addr, path string, hdr ...string) (net.Conn, *bufio.Reader) {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: bench\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: bench\r\n"+strings.Join(hdr, "")+"\r\n"); err != nil {
 		b.Fatal(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 512), nil)
@@ -54,11 +56,12 @@ func dialSSE(b *testing.B, addr, path string) (net.Conn, *bufio.Reader) {
 type readers struct {
 	conns []net.Conn
 	wg    sync.WaitGroup
+	hdr   string // more header lines for each request (see dialSSE)
 }
 
 func (r *readers) start(b *testing.B, n int, addr, path string, onChange func()) {
 	for range n {
-		conn, br := dialSSE(b, addr, path)
+		conn, br := dialSSE(b, addr, path, r.hdr)
 		r.conns = append(r.conns, conn)
 		r.wg.Add(1)
 		go func() {

@@ -51,6 +51,14 @@
 // publish gets exactly one new revision, even one that changes nothing
 // (deletes of absent keys are dropped from its change set).
 //
+// Clients that predate staged rollouts: to a request whose
+// Holdfast-Capabilities does not list transport.CapabilityRollout, every
+// data-plane reply leaves out reserved keys (rollout.Reserved): snapshots
+// (with an ETag of their own, "<store_id>.base.<revision>", when the
+// content held any) and change sets (a change of only reserved keys is an
+// empty one of the same revision and prev_revision). Origin and relay
+// alike: the serving code is the same.
+//
 // Watchers: each has a bounded queue (WithWatcherBuffer). A watcher that
 // falls further behind is disconnected, never silently skipped; its client
 // resumes from its cursor. A watch stream that cannot take a batch of

@@ -107,6 +107,13 @@ type stream struct {
 // openStream opens GET /sdk/watch; lastEventID may be empty.
 func openStream(t testing.TB, c *http.Client, url, lastEventID string) *stream {
 	t.Helper()
+	return openStreamWith(t, c, url, lastEventID)
+}
+
+// openStreamWith is openStream with request headers, given as name, value
+// pairs.
+func openStreamWith(t testing.TB, c *http.Client, url, lastEventID string, hdr ...string) *stream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -114,6 +121,9 @@ func openStream(t testing.TB, c *http.Client, url, lastEventID string) *stream {
 	}
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := c.Do(req)
 	if err != nil {

@@ -262,14 +262,27 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer s.speak(r)()
+	values := snap.values
 	etag := transport.ETag(snap.storeID, snap.rev)
+	inm := r.Header.Get("If-None-Match")
+	notModified := etagMatches(inm, etag)
+	if !rolloutAware(r) {
+		if base, stripped := s.reserved.base(ns, values); stripped {
+			// The base, without reserved keys: another representation
+			// of the revision, with a tag of its own. A client names
+			// the revision it holds with transport.ETag, and one that
+			// predates rollouts holds nothing but the base.
+			values, etag = base, baseETag(snap.storeID, snap.rev)
+			notModified = notModified || etagMatches(inm, etag)
+		}
+	}
 	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
 	age, unconfirmed := s.setAge(w, ns)
 	h := w.Header()
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Vary", "Accept-Encoding")
-	if etagMatches(r.Header.Get("If-None-Match"), etag) {
+	h.Set("Vary", "Accept-Encoding, "+transport.HeaderCapabilities)
+	if notModified {
 		s.stats.notModified.Add(1)
 		w.WriteHeader(http.StatusNotModified)
 		return
@@ -279,14 +292,14 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	values, err := transport.EncodeValues(snap.values)
+	encoded, err := transport.EncodeValues(values)
 	if err != nil {
 		s.replyError(w, err)
 		return
 	}
 	data, err := json.Marshal(transport.Snapshot{
 		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: values, AgeMillis: age, Unconfirmed: unconfirmed,
+		CompactRevision: snap.compact, Values: encoded, AgeMillis: age, Unconfirmed: unconfirmed,
 	})
 	if err != nil {
 		s.replyError(w, err)
@@ -468,12 +481,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer s.speak(r)()
 	s.setPlaneHeaders(w, resp.StoreID, resp.Revision, resp.Cursor)
 	resp.AgeMillis, resp.Unconfirmed = s.setAge(w, ns)
-	writeEvents(w, resp, changes)
+	writeEvents(w, resp, changes, rolloutAware(r))
 }
 
 // writeEvents writes a transport.EventsResponse whose changes are the
-// bytes encoded once for every reader (a relay's: its upstream's).
-func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes []*change) {
+// bytes encoded once for every reader (a relay's: its upstream's), as a
+// client that evaluates rollouts (aware) or not sees them (change.view).
+func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes []*change, aware bool) {
 	resp.Changes = []transport.ChangeSet{} // a placeholder: "changes":[]
 	head, err := json.Marshal(resp)
 	if err != nil {
@@ -483,7 +497,7 @@ func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes [
 	i := bytes.Index(head, []byte(`"changes":[]`))
 	b := make([]byte, 0, len(head)+len(changes)*256)
 	b = append(b, head[:i+len(`"changes":[`)]...)
-	b = appendChanges(b, changes)
+	b = appendChanges(b, changes, aware)
 	b = append(b, head[i+len(`"changes":[`):]...)
 	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
@@ -492,13 +506,14 @@ func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes [
 	_, _ = w.Write(b)
 }
 
-// appendChanges appends changes' JSON, comma-separated.
-func appendChanges(b []byte, changes []*change) []byte {
+// appendChanges appends changes' JSON, comma-separated, as a client that
+// evaluates rollouts (aware) or not sees them.
+func appendChanges(b []byte, changes []*change, aware bool) []byte {
 	for i, c := range changes {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, c.json()...)
+		b = append(b, c.view(aware).json()...)
 	}
 	return b
 }
@@ -531,6 +546,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
+	aware := rolloutAware(r)
 	var wt *watcher
 	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
 		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true).since(sub)
@@ -562,7 +578,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, c := range sub.backlog {
-		if _, err := w.Write(c.frame()); err != nil {
+		if _, err := w.Write(c.view(aware).frame()); err != nil {
 			return
 		}
 	}
@@ -617,7 +633,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			if c.cs.Revision <= cursor {
 				continue // already sent with the backlog
 			}
-			if _, err := w.Write(c.frame()); err != nil {
+			if _, err := w.Write(c.view(aware).frame()); err != nil {
 				return
 			}
 			cursor, nsRev, wrote = c.cs.Revision, c.cs.Revision, true

@@ -37,6 +37,7 @@ type Server struct {
 	snapshotSlots chan struct{}
 	mux           *http.ServeMux
 	caps          string // Holdfast-Capabilities
+	reserved      reservedScans
 
 	accepted atomic.Int64 // connections accepted, for tests
 

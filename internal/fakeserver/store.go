@@ -33,6 +33,11 @@ type change struct {
 	once sync.Once
 	enc  []byte
 	data []byte // the ChangeSet's JSON: inside enc, its one data line
+	// base is the change as a client that predates rollouts sees it,
+	// without reserved keys: c itself when it touches none. Built on first
+	// use (see baseView), shared by every such client.
+	baseOnce sync.Once
+	base     *change
 }
 
 // encode encodes the change once, for every stream and long-poll.

@@ -137,6 +137,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
+	aware := rolloutAware(r)
 	// The tick channel before the subscription: a head move after
 	// sub.head closes it (or a later one), even one made while the
 	// stream is still opening.
@@ -182,7 +183,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, c := range sub.backlog {
-		if _, err := w.Write(c.frame()); err != nil {
+		if _, err := w.Write(c.view(aware).frame()); err != nil {
 			return
 		}
 	}
@@ -236,7 +237,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			if s.follow == nil && c.cs.Revision <= told || !wt.fresh(c) {
 				continue // already sent with the backlog
 			}
-			if _, err := w.Write(c.frame()); err != nil {
+			if _, err := w.Write(c.view(aware).frame()); err != nil {
 				return
 			}
 			wrote = true
@@ -387,7 +388,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 		names[i] = q.name
 	}
 	age, unconfirmed := s.setAge(w, names...)
-	writeStreamEvents(w, sub.storeID, cursor, changes, ended, age, unconfirmed)
+	writeStreamEvents(w, sub.storeID, cursor, changes, ended, age, unconfirmed, rolloutAware(r))
 }
 
 // upTo returns the changes at or below cursor, in a new slice (changes is
@@ -416,8 +417,10 @@ func (s *Server) streamProgress(storeID string, cursor int64, names []string) []
 }
 
 // writeStreamEvents writes a transport.StreamEventsResponse, each change
-// as the bytes encoded once for every reader.
-func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*change, ended []transport.NamespaceEndedBody, ageMillis int64, unconfirmed bool) {
+// as the bytes encoded once for every reader that evaluates rollouts
+// (aware), or for every one that does not (change.view).
+func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*change, ended []transport.NamespaceEndedBody,
+	ageMillis int64, unconfirmed, aware bool) {
 	id, _ := json.Marshal(storeID)
 	b := make([]byte, 0, 64+len(changes)*256)
 	b = append(b, `{"store_id":`...)
@@ -425,7 +428,7 @@ func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, chan
 	b = append(b, `,"cursor":`...)
 	b = strconv.AppendInt(b, cursor, 10)
 	b = append(b, `,"changes":[`...)
-	b = appendChanges(b, changes)
+	b = appendChanges(b, changes, aware)
 	b = append(b, ']')
 	if ageMillis > 0 {
 		b = append(b, `,"age_ms":`...)

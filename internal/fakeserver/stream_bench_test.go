@@ -2,6 +2,7 @@ package fakeserver
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Run with:
@@ -23,7 +27,10 @@ import (
 // readers together, so an upper bound for the server's) until every reader
 // has read the change. "other" publishes to a namespace no stream carries
 // (prompt progress, coalesced per 250 ms); "acks" has every reader POST an
-// AckBatch for each change, on its own kept-alive connection.
+// AckBatch for each change, on its own kept-alive connection. The readers
+// list no capabilities (clients that predate rollouts) unless
+// "rollout-aware"; "reserved" puts the reserved key with every change,
+// so that each has a base view, built once for all the readers.
 
 func cpuNow() time.Duration {
 	var ru syscall.Rusage
@@ -31,7 +38,9 @@ func cpuNow() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func benchStreamCPU(b *testing.B, n int, acks bool) {
+func benchStreamCPU(b *testing.B, n int, acks bool) { benchStreamCPUWith(b, n, acks, false, false) }
+
+func benchStreamCPUWith(b *testing.B, n int, acks, aware, reserved bool) {
 	fds := uint64(2 * n)
 	if acks {
 		fds *= 2
@@ -52,6 +61,9 @@ func benchStreamCPU(b *testing.B, n int, acks bool) {
 		}
 	}
 	rd := &readers{}
+	if aware {
+		rd.hdr = transport.HeaderCapabilities + ": " + transport.CapabilityRollout + "\r\n"
+	}
 	path := "/sdk/stream?ns=bench:" + strconv.FormatInt(rev, 10)
 	var ackConns []net.Conn
 	for i := range n {
@@ -93,7 +105,10 @@ func benchStreamCPU(b *testing.B, n int, acks bool) {
 	cpu0, t0 := cpuNow(), time.Now()
 	for i := range b.N {
 		remaining.Store(int64(n))
-		if _, err := s.Publish("bench", map[string]any{"retry-timeout-ms": i}); err != nil {
+		if reserved {
+			publishReserved(b, s, "bench", map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(strconv.Itoa(i)),
+				rollout.Key: json.RawMessage(`{"id":"r` + strconv.Itoa(i) + `"}`)})
+		} else if _, err := s.Publish("bench", map[string]any{"retry-timeout-ms": i}); err != nil {
 			b.Fatal(err)
 		}
 		select {
@@ -115,6 +130,9 @@ func BenchmarkStreamCPU(b *testing.B) {
 	for _, n := range []int{1000, 4000} {
 		b.Run(fmt.Sprintf("streams=%d/acks", n), func(b *testing.B) { benchStreamCPU(b, n, true) })
 	}
+	b.Run("streams=1000/rollout-aware", func(b *testing.B) { benchStreamCPUWith(b, 1000, false, true, false) })
+	b.Run("streams=1000/reserved", func(b *testing.B) { benchStreamCPUWith(b, 1000, false, false, true) })
+	b.Run("streams=1000/rollout-aware/reserved", func(b *testing.B) { benchStreamCPUWith(b, 1000, false, true, true) })
 }
 
 // BenchmarkStreamCPUOther publishes to a namespace that none of the N
