@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -87,13 +86,6 @@ func (r *reservedScans) base(ns string, values map[string]json.RawMessage) (map[
 		r.mu.Unlock()
 	}
 	return e.base, len(e.base) != len(values)
-}
-
-// withoutReserved returns a copy of values without its reserved keys.
-func withoutReserved(values map[string]json.RawMessage) map[string]json.RawMessage {
-	out := maps.Clone(values)
-	maps.DeleteFunc(out, func(k string, _ json.RawMessage) bool { return rollout.Reserved(k) })
-	return out
 }
 
 // baseETag is the ETag of a snapshot without its reserved keys,

@@ -31,8 +31,8 @@ func publishReserved(t testing.TB, s *Server, ns string, puts map[string]json.Ra
 	return c.cs.Revision
 }
 
-// stagedValue is a valid value of rollout.Key.
-func stagedValue(t testing.TB, id string) json.RawMessage {
+// stagedFor is a valid value of rollout.Key for rollout id.
+func stagedFor(t testing.TB, id string) json.RawMessage {
 	t.Helper()
 	v, err := rollout.Encode(&rollout.Staged{ID: id, Stage: 10, Cut: 1 << 60, Puts: map[string]json.RawMessage{"a": json.RawMessage(`"staged"`)}})
 	if err != nil {
@@ -107,7 +107,7 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
-	rev := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedValue(t, "r1")})
+	rev := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedFor(t, "r1")})
 	full, base := transport.ETag(id, rev), baseETag(id, rev)
 	if base == full || !strings.HasSuffix(base, "."+strconv.FormatInt(rev, 10)+`"`) {
 		t.Fatalf("base ETag %s: the part after the last . is not the revision %d, or it is the full content's", base, rev)
@@ -129,7 +129,7 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 		}
 	}
 	resp, snap, values := snapshotOf(t, c, s, "app", newCaps, "")
-	if resp.StatusCode != 200 || string(values[rollout.Key]) != string(stagedValue(t, "r1")) || len(values) != 2 {
+	if resp.StatusCode != 200 || string(values[rollout.Key]) != string(stagedFor(t, "r1")) || len(values) != 2 {
 		t.Fatalf("new client: %d %s", resp.StatusCode, snap.Values)
 	}
 	if got := resp.Header.Get("ETag"); got != full {
@@ -174,7 +174,7 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 		base    bool
 	}{
 		{map[string]json.RawMessage{"b": json.RawMessage(`2`)}, []string{rollout.Key}, false},
-		{map[string]json.RawMessage{rollout.Key: stagedValue(t, "r2")}, nil, true},
+		{map[string]json.RawMessage{rollout.Key: stagedFor(t, "r2")}, nil, true},
 		{map[string]json.RawMessage{"b": json.RawMessage(`3`)}, nil, true},
 		{nil, []string{rollout.Key}, false},
 	} {
@@ -211,8 +211,8 @@ func reservedHistory(t *testing.T, s *Server) []int64 {
 	t.Helper()
 	return []int64{
 		publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)}),
-		publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedValue(t, "r1")}),
-		publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedValue(t, "r2")}),
+		publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedFor(t, "r1")}),
+		publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedFor(t, "r2")}),
 		publishReserved(t, s, "app", nil, rollout.Key),
 		publishReserved(t, s, "app", map[string]json.RawMessage{"b": json.RawMessage(`true`)}),
 	}
@@ -286,7 +286,7 @@ func TestLongPollWithoutReservedKeysForOldClients(t *testing.T) {
 		}
 	}
 	waitFor(t, "four waiting polls", func() bool { return s.Watchers("app") == 4 })
-	rev := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedValue(t, "r3")})
+	rev := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedFor(t, "r3")})
 	for name, ch := range waits {
 		r := <-ch
 		if r.err != nil || r.status != 200 {
@@ -398,7 +398,7 @@ func TestWatchAndStreamWithoutReservedKeysForOldClients(t *testing.T) {
 func TestBaseViewIsSharedAndFreeWithoutReservedKeys(t *testing.T) {
 	s := start(t)
 	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
-	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedValue(t, "r1")})
+	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedFor(t, "r1")})
 	sub, err := s.store.subscribe("app", 0, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -469,7 +469,7 @@ func TestFollowerServesTheBaseOfRawChanges(t *testing.T) {
 // capability, so that a relay receives and keeps the reserved key.
 func TestHTTPSourceReceivesReservedKeys(t *testing.T) {
 	s := start(t)
-	rev := publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: stagedValue(t, "r1")})
+	rev := publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: stagedFor(t, "r1")})
 	src, err := transport.NewHTTPSource(s.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -484,12 +484,12 @@ func TestHTTPSourceReceivesReservedKeys(t *testing.T) {
 	if !strings.Contains(string(snap.Values), rollout.Key) {
 		t.Fatalf("the HTTP source got %s", snap.Values)
 	}
-	next := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedValue(t, "r2")})
+	next := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedFor(t, "r2")})
 	err = src.Watch(ctx, transport.WatchRequest{Namespace: "app", Since: rev}, func(ev transport.Event) error {
 		if ev.Change == nil {
 			return nil
 		}
-		if ev.Change.Revision != next || string(ev.Change.Puts[rollout.Key]) != string(stagedValue(t, "r2")) ||
+		if ev.Change.Revision != next || string(ev.Change.Puts[rollout.Key]) != string(stagedFor(t, "r2")) ||
 			!strings.Contains(string(ev.Change.Raw), rollout.Key) {
 			t.Fatalf("the HTTP source got %+v", ev.Change)
 		}
@@ -537,7 +537,7 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mode := tc.mode
 			s := start(t, append([]Option{WithHeartbeat(50 * time.Millisecond)}, tc.opts...)...)
-			first := publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: stagedValue(t, "r0")})
+			first := publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: stagedFor(t, "r0")})
 			tr := &http.Transport{}
 			t.Cleanup(tr.CloseIdleConnections)
 			cl, err := config.New(config.WithEndpoint(s.URL()), config.WithClientID("old-1"),
@@ -559,9 +559,9 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 			snapshots := s.Stats().Snapshots
 			var last int64
 			for i, puts := range []map[string]json.RawMessage{
-				{rollout.Key: stagedValue(t, "r1")},
+				{rollout.Key: stagedFor(t, "r1")},
 				{"b": json.RawMessage(`2`)},
-				{rollout.Key: stagedValue(t, "r2"), "a": json.RawMessage(`3`)},
+				{rollout.Key: stagedFor(t, "r2"), "a": json.RawMessage(`3`)},
 			} {
 				last = publishReserved(t, s, "app", puts)
 				waitFor(t, "revision "+strconv.FormatInt(last, 10), func() bool { return ns.Status().Revision == last })
@@ -596,7 +596,7 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 // frame: a base view's data line is one line, as the change's.
 func TestBaseViewFrameIsOneDataLine(t *testing.T) {
 	s := start(t)
-	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`"x\ny"`), rollout.Key: stagedValue(t, "r1")})
+	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`"x\ny"`), rollout.Key: stagedFor(t, "r1")})
 	sub, err := s.store.subscribe("app", 0, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -626,7 +626,7 @@ func TestBaseViewFrameIsOneDataLine(t *testing.T) {
 func BenchmarkChangeView(b *testing.B) {
 	s := start(b)
 	publishReserved(b, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
-	publishReserved(b, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedValue(b, "r1")})
+	publishReserved(b, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedFor(b, "r1")})
 	sub, err := s.store.subscribe("app", 0, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -664,7 +664,7 @@ func BenchmarkSnapshotFor(b *testing.B) {
 		puts["cluster/c"+strconv.Itoa(i)] = json.RawMessage(`{"replicas":3,"image":"app:1.2.3"}`)
 	}
 	publishReserved(b, s, "plain", puts)
-	puts[rollout.Key] = stagedValue(b, "r1")
+	puts[rollout.Key] = stagedFor(b, "r1")
 	publishReserved(b, s, "staged", puts)
 	h := s.routes()
 	w := &nopWriter{h: make(http.Header)}
