@@ -2,9 +2,11 @@ package holdfasttest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,5 +145,84 @@ func TestAuditTypes(t *testing.T) {
 	}
 	if _, err = srv.ValuesAt("a", 99); !errors.Is(err, holdfasttest.ErrNoRevision) {
 		t.Fatalf("ValuesAt above the head = %v", err)
+	}
+}
+
+// A staged rollout with no client to wait for: no client has reported on
+// the namespace, so each stage ends as it begins, and the change is
+// promoted. With clients, each stage waits for the acks of those in it.
+func ExampleServer_StartRollout() {
+	srv, err := holdfasttest.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	if _, err := srv.Publish("payments.prod", map[string]any{"retry-timeout-ms": 50}); err != nil {
+		panic(err)
+	}
+	rec, err := srv.StartRollout("payments.prod", holdfasttest.RolloutSpec{
+		Puts:   map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(`80`)},
+		Stages: []float64{1, 10, 100},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("started:", rec.State, rec.Stage)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if rec, err = srv.WaitRollout(ctx, "payments.prod", rec.ID); err != nil {
+		panic(err)
+	}
+	fmt.Println("ended:", rec.State, len(rec.Revisions), "revisions")
+	snap, err := srv.Snapshot("payments.prod")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(snap.Values))
+	// Output:
+	// started: running 1
+	// ended: promoted 4 revisions
+	// {"retry-timeout-ms":80}
+}
+
+func TestRolloutTypes(t *testing.T) {
+	srv := holdfasttest.NewServer(t)
+	if _, err := srv.Publish("a", map[string]any{"k": 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A client known to the server: the stage waits for its report.
+	c := &http.Client{Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Post(srv.URL()+"/sdk/ack", "application/json", strings.NewReader(`{"client_id":"c1","ns":"a","revision":1,"status":"ack"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var rec holdfasttest.RolloutRecord
+	rec, err = srv.StartRollout("a", holdfasttest.RolloutSpec{Puts: map[string]json.RawMessage{"k": json.RawMessage(`2`)}, Stages: []float64{50, 100}, Bake: time.Hour})
+	if err != nil || rec.State != holdfasttest.RolloutRunning || rec.InStage != 1 || rec.Clients != 1 {
+		t.Fatalf("StartRollout = %+v, %v", rec, err)
+	}
+	if _, err := srv.Publish("a", map[string]any{"k": 3}); !errors.Is(err, holdfasttest.ErrRolloutRunning) {
+		t.Fatalf("Publish during a rollout: %v", err)
+	}
+	if list, err := srv.Rollouts("a"); err != nil || len(list) != 1 || list[0].ID != rec.ID {
+		t.Fatalf("Rollouts = %+v, %v", list, err)
+	}
+	if rec, err = srv.AbortRollout("a", rec.ID); err != nil || rec.State != holdfasttest.RolloutReverted {
+		t.Fatalf("AbortRollout = %+v, %v", rec, err)
+	}
+	if _, err := srv.PromoteRollout("a", rec.ID); !errors.Is(err, holdfasttest.ErrRolloutEnded) {
+		t.Fatalf("PromoteRollout after the abort: %v", err)
+	}
+	if _, err := srv.Rollout("a", "r-nope"); !errors.Is(err, holdfasttest.ErrUnknownRollout) {
+		t.Fatalf("Rollout of an unknown id: %v", err)
+	}
+	var se *holdfasttest.SchemaError
+	if err := srv.SetSchema("a", []byte(`{"type":"object","properties":{"k":{"type":"integer"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.StartRollout("a", holdfasttest.RolloutSpec{Puts: map[string]json.RawMessage{"k": json.RawMessage(`"x"`)}, Stages: []float64{100}}); !errors.As(err, &se) {
+		t.Fatalf("a rollout failing the schema: %v", err)
 	}
 }

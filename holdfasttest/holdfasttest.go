@@ -20,7 +20,8 @@
 // namespace never had), *transport.CompactedError (a revision below the
 // compaction point), *SchemaError (a publish that fails the namespace's
 // schema), *ConflictError (a publish whose IfRevision is not the
-// namespace's revision), ErrClosed.
+// namespace's revision), ErrClosed; of staged rollouts (StartRollout),
+// ErrRolloutRunning, ErrRolloutEnded and ErrUnknownRollout.
 //
 // Every revision has an audit record (History): who committed it, why,
 // and which keys it changed. Compaction drops values, not records, so a
@@ -29,12 +30,14 @@
 package holdfasttest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -213,6 +216,10 @@ type PublishOptions struct {
 	// is *IfRevision (0: it has none), else a *ConflictError: checked
 	// atomically with the commit.
 	IfRevision *int64
+	// AbortRollout reverts the rollout running on the namespace, if any,
+	// before the publish; without it, a publish during a rollout fails
+	// with ErrRolloutRunning.
+	AbortRollout bool
 }
 
 // RollbackOptions are what RollbackWith records.
@@ -241,7 +248,115 @@ var (
 	ErrNoRevision = fakeserver.ErrNoRevision
 	// ErrClosed: the server was closed.
 	ErrClosed = fakeserver.ErrClosed
+	// ErrRolloutRunning: a rollout runs on the namespace: a second one, a
+	// Publish or a Rollback is refused (HTTP 409) until it ends
+	// (AbortRollout, PromoteRollout).
+	ErrRolloutRunning = fakeserver.ErrRolloutRunning
+	// ErrRolloutEnded: the rollout has ended; it can be neither aborted
+	// nor promoted (HTTP 409).
+	ErrRolloutEnded = fakeserver.ErrRolloutEnded
+	// ErrUnknownRollout: no rollout of that id on the namespace (HTTP 404).
+	ErrUnknownRollout = fakeserver.ErrUnknownRollout
 )
+
+// The defaults of a RolloutSpec, what it does on a stage's timeout, and
+// the states of a rollout.
+const (
+	DefaultRolloutReportTimeout = fakeserver.DefaultRolloutReportTimeout
+	DefaultRolloutStageTimeout  = fakeserver.DefaultRolloutStageTimeout
+
+	OnTimeoutRevert = fakeserver.OnTimeoutRevert
+	OnTimeoutHold   = fakeserver.OnTimeoutHold
+
+	RolloutRunning  = fakeserver.RolloutRunning
+	RolloutPromoted = fakeserver.RolloutPromoted
+	RolloutReverted = fakeserver.RolloutReverted
+)
+
+// RolloutSpec is a staged rollout of a change to one namespace: each
+// stage a percentage of the clients the server knows for it (those that
+// reported on it), each stage waiting until every client in it has
+// reported, then baking; nacks past MaxNacks revert it, and after the
+// last stage's bake the change becomes the base for every client. It is
+// the body of POST /control/namespaces/{ns}/rollouts, with durations as
+// strings ("2s").
+type RolloutSpec struct {
+	// Puts and Deletes are the change (one of them not empty; keys valid
+	// and not reserved; no key both put and deleted).
+	Puts    map[string]json.RawMessage
+	Deletes []string
+	// Stages are the percentages of the namespace's clients each stage
+	// covers: strictly increasing, each in (0, 100].
+	Stages []float64
+	// Bake is how long each stage holds once every client in it
+	// reported, before the next (0: none).
+	Bake time.Duration
+	// MaxNacks is how many clients may reject the change (nack or
+	// would-nack) before the rollout reverts.
+	MaxNacks int
+	// Prevalidate asks every client to check the staged change against
+	// its own checks as soon as it learns of it and report a would-nack.
+	Prevalidate bool
+	// ReportTimeout is how long a client of a stage may stay silent
+	// before it is counted as lagging (0: DefaultRolloutReportTimeout).
+	ReportTimeout time.Duration
+	// StageTimeout is how long a stage waits for its clients' reports
+	// (0: DefaultRolloutStageTimeout); then OnTimeout decides.
+	StageTimeout time.Duration
+	// OnTimeout is OnTimeoutRevert (the default, "") or OnTimeoutHold:
+	// stay at the stage until promoted or aborted, or the missing reports
+	// come.
+	OnTimeout string
+}
+
+// RolloutRecord is the state of a rollout: the reply of GET
+// /control/namespaces/{ns}/rollouts/{id}. Counts are of distinct clients.
+type RolloutRecord struct {
+	ID        string `json:"id"`
+	Namespace string `json:"ns"`
+	// State is RolloutRunning, RolloutPromoted or RolloutReverted.
+	State string `json:"state"`
+	// Stage is the percentage of the stage it is in, or was in when it
+	// ended; Stages the plan.
+	Stage  float64   `json:"stage"`
+	Stages []float64 `json:"stages"`
+	// Clients counts the clients the rollout knows: those the server
+	// knew for the namespace when a stage began, and those that reported
+	// since.
+	Clients int `json:"clients"`
+	// InStage counts the known clients of the current stage, Reported
+	// those of them that reported its revision.
+	InStage  int `json:"in_stage"`
+	Reported int `json:"reported"`
+	// Served counts clients that served the staged change: acked it in a
+	// stage, or acked the promotion.
+	Served int `json:"served"`
+	// Acked and Nacked count clients that acked (nacked) a revision of
+	// the rollout; WouldNack those whose checks reject the change
+	// (prevalidation). Nacks and would-nacks past MaxNacks revert it.
+	Acked     int `json:"acked"`
+	Nacked    int `json:"nacked"`
+	WouldNack int `json:"would_nack"`
+	// Lagging counts clients of the current stage silent for longer than
+	// the report timeout (when it ended: then).
+	Lagging int `json:"lagging"`
+	// Reason says why it reverted (the nacks' errors, bounded), that it
+	// holds, or who promoted it early.
+	Reason string `json:"reason"`
+	// Revisions are those it committed: one per stage, then the promotion
+	// or the revert.
+	Revisions []int64 `json:"revisions"`
+	// StageRevision is the revision of the current (or last) stage.
+	StageRevision int64 `json:"stage_revision"`
+	MaxNacks      int   `json:"max_nacks"`
+	Prevalidate   bool  `json:"prevalidate,omitempty"`
+	// Baking: every client of the stage reported; it bakes. Held: a stage
+	// timed out with OnTimeoutHold.
+	Baking    bool       `json:"baking,omitempty"`
+	Held      bool       `json:"held,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+}
 
 // Start starts a server. Close it when done.
 func Start(opts ...Option) (*Server, error) {
@@ -299,6 +414,16 @@ func WithMaxWait(d time.Duration) Option { return option{fakeserver.WithMaxWait(
 // token"; the control API stays open.
 func WithBearerToken(token string) Option { return option{fakeserver.WithBearerToken(token)} }
 
+// WithTokens makes the server require a token of t on the data plane and
+// the control API: a control token over a namespace to change it, a data
+// token over it to read and ack it (see package access). A request
+// without a valid token gets 401, one outside its token's scope 403 with
+// the reason; on a multi-namespace stream a namespace outside the scope
+// ends alone (an ended event, code forbidden). Without WithTokens (or
+// WithBearerToken) the server is open, and says so in a warning at start.
+// It excludes WithBearerToken.
+func WithTokens(t *access.Tokens) Option { return option{fakeserver.WithTokens(t)} }
+
 // WithLogger sets the server's logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return option{fakeserver.WithLogger(l)} }
 
@@ -351,8 +476,9 @@ func (s *Server) Restart() error { return s.s.Restart() }
 // Publish commits puts and deletes to namespace ns as one new revision and
 // returns it. Each put value is marshalled with encoding/json (a
 // json.RawMessage is used as is). A publish that changes nothing still gets
-// a revision. It fails with ErrInvalid (a bad name, key or value, or a key
-// both put and deleted) or a *SchemaError.
+// a revision. It fails with ErrInvalid (a bad name, key or value, a key
+// reserved to holdfast, or a key both put and deleted), a *SchemaError, or
+// ErrRolloutRunning while a rollout runs on ns.
 func (s *Server) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
 	rev, err := s.s.Publish(ns, puts, deletes...)
 	return rev, schemaError(err)
@@ -529,3 +655,54 @@ func (s *Server) ResetStore() string { return s.s.ResetStore() }
 // It fails, changing nothing, with ErrInvalid for rev outside 0..Head()
 // and a *transport.CompactedError for rev below the compaction point.
 func (s *Server) RestoreTo(rev int64) error { return s.s.RestoreTo(rev) }
+
+// StartRollout starts a staged rollout of spec's change to namespace ns:
+// its first stage is committed as a new revision (Revisions[0]) before
+// it returns. It fails with ErrInvalid (a bad spec), ErrUnknownNamespace,
+// a *SchemaError (the change fails ns's schema) or ErrRolloutRunning.
+func (s *Server) StartRollout(ns string, spec RolloutSpec) (RolloutRecord, error) {
+	rec, err := s.s.StartRollout(ns, fakeserver.RolloutSpec(spec))
+	return RolloutRecord(rec), schemaError(err)
+}
+
+// Rollout returns the record of rollout id of namespace ns, running or
+// ended, or ErrUnknownRollout.
+func (s *Server) Rollout(ns, id string) (RolloutRecord, error) {
+	rec, err := s.s.Rollout(ns, id)
+	return RolloutRecord(rec), err
+}
+
+// Rollouts returns the records of namespace ns's rollouts, newest first.
+func (s *Server) Rollouts(ns string) ([]RolloutRecord, error) {
+	in, err := s.s.Rollouts(ns)
+	out := make([]RolloutRecord, len(in))
+	for i, r := range in {
+		out[i] = RolloutRecord(r)
+	}
+	return out, err
+}
+
+// WaitRollout waits until rollout id of namespace ns has ended (promoted
+// or reverted) and returns its record; or until ctx is done, returning
+// its record then and ctx's error.
+func (s *Server) WaitRollout(ctx context.Context, ns, id string) (RolloutRecord, error) {
+	rec, err := s.s.WaitRollout(ctx, ns, id)
+	return RolloutRecord(rec), err
+}
+
+// AbortRollout reverts the running rollout id now: one new revision
+// without the staged change. It returns the ended record, or fails with
+// ErrUnknownRollout or ErrRolloutEnded.
+func (s *Server) AbortRollout(ns, id string) (RolloutRecord, error) {
+	rec, err := s.s.AbortRollout(ns, id)
+	return RolloutRecord(rec), err
+}
+
+// PromoteRollout skips the running rollout id to its promotion now: one
+// new revision that makes the change the base for every client. It
+// returns the ended record, or fails with ErrUnknownRollout or
+// ErrRolloutEnded.
+func (s *Server) PromoteRollout(ns, id string) (RolloutRecord, error) {
+	rec, err := s.s.PromoteRollout(ns, id)
+	return RolloutRecord(rec), err
+}

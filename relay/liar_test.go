@@ -174,7 +174,7 @@ func TestRelayForwardsReportsItDoesNotKnow(t *testing.T) {
 	if status, _, _ := getSnapshot(t, url, "app"); status != http.StatusOK {
 		t.Fatalf("snapshot: %d", status)
 	}
-	body := `{"client_id":"c1","acks":[{"ns":"app","revision":1,"status":"ack"},{"ns":"app","revision":2,"status":"would_nack","error":"strict","rollout":"r1"}]}`
+	body := `{"client_id":"c1","acks":[{"ns":"app","revision":1,"status":"ack"},{"ns":"app","revision":2,"status":"would_nack","error":"strict","rollout":"r1","canary":{"ring":2}}]}`
 	resp, err := http.Post(url+transport.PathAck, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -191,10 +191,10 @@ func TestRelayForwardsReportsItDoesNotKnow(t *testing.T) {
 		t.Errorf("the ack forwarded as %+v", a)
 	}
 	w := up.acks[1]
-	if w.ClientID != "c1" || w.Status != "would_nack" || w.Error != "strict" || w.Extra != `"rollout":"r1"` {
+	if w.ClientID != "c1" || w.Status != "would_nack" || w.Error != "strict" || w.Rollout != "r1" || w.Extra != `"canary":{"ring":2}` {
 		t.Errorf("the report forwarded as %+v", w)
 	}
-	if data, _ := json.Marshal(w); string(data) != `{"client_id":"c1","ns":"app","revision":2,"status":"would_nack","error":"strict","rollout":"r1"}` {
+	if data, _ := json.Marshal(w); string(data) != `{"client_id":"c1","ns":"app","revision":2,"status":"would_nack","error":"strict","rollout":"r1","canary":{"ring":2}}` {
 		t.Errorf("encoded upstream as %s", data)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -32,6 +33,7 @@ type options struct {
 	maxSnapshotsInFlight int
 	retryAfterWindow     time.Duration
 	id                   string
+	tokens               *access.Tokens
 }
 
 // Option configures a Relay.
@@ -99,3 +101,16 @@ func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
 // WithID sets the client id the relay reports upstream as (default: a
 // random one). The acks it forwards keep their own clients' ids.
 func WithID(id string) Option { return optionFunc(func(o *options) { o.id = id }) }
+
+// WithTokens makes the relay require a token of t from its clients, with
+// data scope over each namespace they read or ack (see package access;
+// the same configuration as the origin's serves): 401 without a valid
+// token, 403 outside its scope, before the relay follows anything for the
+// request. Without it every client may read every namespace the relay
+// serves, and New says so in a warning.
+//
+// The relay's own identity at its upstream is its upstream source's
+// (transport.WithBearerToken): that token needs data scope over every
+// namespace the relay serves, for it reads them and forwards its clients'
+// acks of them under it; the upstream drops acks outside it.
+func WithTokens(t *access.Tokens) Option { return optionFunc(func(o *options) { o.tokens = t }) }

@@ -119,6 +119,12 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 		fakeserver.WithAckSink(r.forward),
 		fakeserver.WithMaxSnapshotsInFlight(o.maxSnapshotsInFlight, o.retryAfterWindow),
 	}
+	if o.tokens != nil {
+		srvOpts = append(srvOpts, fakeserver.WithTokens(o.tokens))
+		r.log.Info("relay: access control on", "tokens", o.tokens.Names())
+	} else {
+		r.log.Warn("relay: no tokens configured: every client may read every namespace the relay serves")
+	}
 	if r.srv, err = fakeserver.NewFollowerServer(r.follower, srvOpts...); err != nil {
 		stop()
 		return nil, fmt.Errorf("relay: %w", err)

@@ -106,9 +106,10 @@ const (
 	CodeCompacted  = "compacted"
 	CodeNotFound   = "not_found"
 	CodeBadRequest = "bad_request"
-	// CodeConflict: a write's precondition failed (a publish's
-	// if_revision is not the namespace's revision); nothing changed. It
-	// comes with 409 Conflict and ErrorBody.Revision.
+	// CodeConflict: a write conflicts with the server's state; nothing
+	// changed. It comes with 409 Conflict: a publish whose if_revision is
+	// not the namespace's revision (with ErrorBody.Revision), or one
+	// during a staged rollout.
 	CodeConflict = "conflict"
 	// CodeCursorAhead: the watch cursor is above the head. It comes with
 	// 409 Conflict to clients of protocol version 1 or later, and with 400

@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -60,7 +61,17 @@ listener of their own with -admin-addr:
 	GET /metrics   Prometheus text: the relay's metrics,
 	               holdfast_relay_namespace_age_seconds{holdfast_namespace},
 	               holdfast_relay_namespace_unconfirmed, and the Go runtime's
-	               and process's metrics`,
+	               and process's metrics
+
+With -tokens FILE (the origin's token file: see holdfast help serve) the
+relay requires one of FILE's tokens from its clients, with data scope over
+every namespace they read or ack: 401 without one, 403 outside its scope,
+and nothing followed upstream for a refused request. Without it every
+client may read every namespace the relay serves, and it says so in a
+warning at start. -token is the relay's own identity at its upstream: that
+token needs data scope over every namespace the relay serves, for it reads
+them and forwards its clients' acks under it (the upstream drops acks
+outside it).`,
 		flags: relayFlags,
 	}
 }
@@ -69,7 +80,8 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	addr := fs.String("addr", "", "listen `HOST:PORT` of the data plane (required)")
 	adminAddr := fs.String("admin-addr", "", "listen `HOST:PORT` of /metrics, /readyz, /healthz and /statusz (empty: on -addr)")
 	upstreamFlag := fs.String("upstream", "", "the upstream: the `URL[,URL...]` of a holdfast server or relay, or etcd://HOST:PORT[,HOST:PORT...] (required)")
-	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream")
+	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream: its own identity there")
+	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, the origin's: see holdfast help serve) from the relay's clients")
 	id := fs.String("id", "", "the client `ID` the relay reports upstream as (default: a random one)")
 	cacheDir := fs.String("cache-dir", "", "persist the last good of every namespace served in `DIR`, and serve it at start (empty: no persistence)")
 	heartbeat := fs.Duration("heartbeat", relay.DefaultHeartbeat, "progress event interval on the relay's watch streams")
@@ -102,6 +114,12 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		for _, p := range allow {
 			if _, err := path.Match(p, ""); err != nil {
 				return usagef("-allow: pattern %q: %v", p, err)
+			}
+		}
+		var toks *access.Tokens
+		if *tokensFile != "" {
+			if toks, err = loadTokens(*tokensFile); err != nil {
+				return err
 			}
 		}
 		switch {
@@ -148,6 +166,9 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		}
 		if *id != "" {
 			opts = append(opts, relay.WithID(*id))
+		}
+		if toks != nil {
+			opts = append(opts, relay.WithTokens(toks))
 		}
 		r, err := relay.New(src, opts...)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
@@ -36,7 +37,26 @@ Publish with the control API, e.g.
 
 	curl -d '{"puts":{"retry-timeout-ms":50}}' http://127.0.0.1:8080/control/namespaces/payments.prod/publish
 
-and point a client at http://127.0.0.1:8080.`,
+and point a client at http://127.0.0.1:8080.
+
+Without -tokens (or -token) anyone who reaches -addr may read and change
+everything, and serve says so in a warning at start. With -tokens FILE
+every request needs "Authorization: Bearer <token>" of one of FILE's
+tokens (401 without one): a control token over a namespace to publish,
+roll back, roll out or set its schema there, the pattern "*" for
+store-wide operations (compact, faults); a data token over a namespace to
+read and ack it (403 outside, with the reason). FILE is JSON:
+
+	{"tokens": [
+	  {"name": "deploy-bot", "token": "…", "control": ["payments.*"]},
+	  {"name": "payments-svc", "token": "…", "data": ["payments.*"]}
+	]}
+
+Patterns are path.Match's: "payments.*" matches payments.prod and
+payments.prod.eu, not payments. Secrets are 16 to 4096 bytes of printable
+ASCII without spaces; they appear in no log or reply, only names do.
+-token (one token for the data plane, the control API open) is the older,
+coarser form; the two exclude each other.`,
 		flags: serveFlags,
 	}
 }
@@ -48,7 +68,8 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	retention := fs.Int64("retention", 0, "keep only the last `N` revisions of history (0: all)")
 	buffer := fs.Int("watcher-buffer", holdfasttest.DefaultWatcherBuffer, "change sets queued per watcher before it is disconnected")
 	maxPublish := fs.Int64("max-publish-bytes", holdfasttest.DefaultMaxPublishBytes, "largest publish body")
-	token := fs.String("token", "", "require this bearer `TOKEN` on the data plane (the control API stays open)")
+	token := fs.String("token", "", "require this bearer `TOKEN` on the data plane (the control API stays open; see -tokens)")
+	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
 		switch {
@@ -61,16 +82,26 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		case *maxPublish <= 0:
 			return usagef("-max-publish-bytes must be positive, got %d", *maxPublish)
 		}
-		log := logs.logger(e.stderr)
-		srv, err := holdfasttest.Start(
+		opts := []holdfasttest.Option{
 			holdfasttest.WithAddr(*addr),
 			holdfasttest.WithHeartbeat(*heartbeat),
 			holdfasttest.WithRetention(*retention),
 			holdfasttest.WithWatcherBuffer(*buffer),
 			holdfasttest.WithMaxPublishBytes(*maxPublish),
 			holdfasttest.WithBearerToken(*token),
-			holdfasttest.WithLogger(log),
-		)
+		}
+		if *tokensFile != "" {
+			if *token != "" {
+				return usagef("-token and -tokens exclude each other")
+			}
+			toks, err := loadTokens(*tokensFile)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, holdfasttest.WithTokens(toks))
+		}
+		log := logs.logger(e.stderr)
+		srv, err := holdfasttest.Start(append(opts, holdfasttest.WithLogger(log))...)
 		if err != nil {
 			return err
 		}
@@ -78,6 +109,16 @@ func serveFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		log.Info("stopped")
 		return err
 	}
+}
+
+// loadTokens reads a -tokens file; a missing or invalid one is a usage
+// error.
+func loadTokens(name string) (*access.Tokens, error) {
+	toks, err := access.Load(name)
+	if err != nil {
+		return nil, usagef("-tokens: %v", err)
+	}
+	return toks, nil
 }
 
 // serveUntilDone serves srv, and the admin endpoints on adminAddr if

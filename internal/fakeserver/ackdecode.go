@@ -117,6 +117,8 @@ func (d *ackDecoder) field(s string, i int, key string, a *transport.Ack, depth 
 		return d.str(s, i, &a.Status, true)
 	case "error":
 		return d.str(s, i, &a.Error, false)
+	case "rollout":
+		return d.str(s, i, &a.Rollout, true)
 	case "revision":
 		return readInt(s, i, &a.Revision)
 	}
@@ -260,6 +262,8 @@ func (d *ackDecoder) keep(v string) string {
 		return transport.AckApplied
 	case transport.AckRejected:
 		return transport.AckRejected
+	case transport.AckWouldReject:
+		return transport.AckWouldReject
 	}
 	if k, ok := d.names[v]; ok {
 		return k
@@ -289,7 +293,7 @@ func fieldName(s string, i int) (string, int, bool) {
 		case c == '"':
 			key := s[i+1 : j]
 			if upper {
-				for _, f := range [...]string{"client_id", "ns", "revision", "status", "error", "acks"} {
+				for _, f := range [...]string{"client_id", "ns", "revision", "status", "error", "rollout", "acks"} {
 					if strings.EqualFold(key, f) {
 						return f, j + 1, true
 					}

@@ -87,6 +87,11 @@ var ackBodySeeds = []string{
 	`{"client_id":"c","ns":"a","status":"ack"}}`, `{"client_id":"c","ns":"a","status":"ack",}`,
 	`{"client_id" "c"}`, `{client_id:"c"}`, `{'client_id':'c'}`, "\ufeff{\"client_id\":\"c\",\"ns\":\"a\",\"status\":\"ack\"}",
 	"", " ", "\v", `null`, `{}`, `[]`, `"x"`, `1`, `true`, `{"acks":[]}`, "{\"client_id\":\"c\",\"ns\":\"a\",\"status\":\"ack\"}\x00",
+	// Rollout reports: the id, its case, its length, a would-nack.
+	`{"client_id":"c","ns":"a","revision":3,"status":"ack","rollout":"r-0123456789ab"}`,
+	`{"client_id":"c","acks":[{"ns":"a","revision":3,"status":"would_nack","error":"x","Rollout":"r1"},{"ns":"a","revision":3,"status":"nack","ROLLOUT":null}]}`,
+	`{"client_id":"c","ns":"a","revision":3,"status":"ack","rollout":1}`, `{"client_id":"c","ns":"a","status":"would_nack","rollout":"r\u0031"}`,
+	`{"client_id":"c","ns":"a","status":"ack","rollout":"` + strings.Repeat("r", 64) + `"}`, `{"client_id":"c","ns":"a","status":"ack","rollout":"` + strings.Repeat("r", 65) + `"}`,
 	// Namespaces at the edges of their pattern, and lengths.
 	`{"client_id":"c","ns":"a.b_c-d9","status":"ack"}`, `{"client_id":"c","ns":"-a","status":"ack"}`, `{"client_id":"c","ns":".","status":"ack"}`,
 	`{"client_id":"c","ns":"` + strings.Repeat("a", 128) + `","status":"ack"}`, `{"client_id":"c","ns":"` + strings.Repeat("a", 129) + `","status":"ack"}`,
@@ -119,6 +124,7 @@ func FuzzAckBodyFields(f *testing.F) {
 	f.Add("c", "db.main", "nack", "port: bad", "-9223372036854775808", "Revision", `{"a":[1,"x"]}`, "\n")
 	f.Add(`c\u0031`, "a", "ack", `\"q\" \ud800`, "1e3", "acks", "null", " \t")
 	f.Add("cé", "A", "maybe", "\xff", "9223372036854775808", "ns", `"b"`, "\r")
+	f.Add("c", "a", "would_nack", "strict", "3", "rollout", `"r-1"`, "")
 	f.Fuzz(func(t *testing.T, clientID, ns, status, errText, rev, key, value, ws string) {
 		member := func(k, v string) string { return ws + `"` + k + `"` + ws + ":" + ws + v + ws }
 		one := "{" + member("ns", `"`+ns+`"`) + "," + member("revision", rev) + "," + member("status", `"`+status+`"`) +

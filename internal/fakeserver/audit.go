@@ -127,6 +127,10 @@ type PublishOptions struct {
 	// IfRevision, when not nil, commits only if the namespace's revision
 	// is *IfRevision (0: it has none), else a *ConflictError.
 	IfRevision *int64
+	// AbortRollout reverts the rollout running on the namespace, if any,
+	// before the publish; without it, a publish during a rollout fails
+	// with ErrRolloutRunning.
+	AbortRollout bool
 }
 
 // RollbackOptions are what RollbackWith records.
@@ -441,9 +445,12 @@ func (s *Server) Diff(ns string, from, to int64) (*Diff, error) {
 	return s.store.diff(ns, from, to)
 }
 
-// actorFrom returns the identity that authenticated r, the actor of its
-// commit when its body names none. There is no authentication yet: "".
-func actorFrom(*http.Request) string { return "" }
+// actorFrom returns the name of the token that authenticated r, the actor
+// of its commit when its body names none ("" on an open server).
+func actorFrom(r *http.Request) string {
+	name, _ := identityFrom(r.Context())
+	return name
+}
 
 // replyControlError is replyError with the control API's own errors.
 func (s *Server) replyControlError(w http.ResponseWriter, err error) {

@@ -30,10 +30,17 @@ func (s *Server) routes() *http.ServeMux {
 		{"GET", "/control/namespaces/{ns}/history", s.handleHistory},
 		{"GET", "/control/namespaces/{ns}/values", s.handleValues},
 		{"GET", "/control/namespaces/{ns}/diff", s.handleDiff},
+		{"POST", "/control/namespaces/{ns}/rollouts", s.handleStartRollout},
+		{"GET", "/control/namespaces/{ns}/rollouts", s.handleRollouts},
+		{"GET", "/control/namespaces/{ns}/rollouts/{id}", s.handleRollout},
+		{"POST", "/control/namespaces/{ns}/rollouts/{id}/abort", s.handleRolloutAction},
+		{"POST", "/control/namespaces/{ns}/rollouts/{id}/promote", s.handleRolloutAction},
 		{"POST", "/control/compact", s.handleCompact},
 		{"GET", "/control/clients", s.handleClients},
 		{"POST", "/control/faults", s.handleFaults},
 	}
+	allowed := map[string][]string{} // path: its methods
+	var paths []string
 	for _, rt := range routes {
 		if (rt.path == transport.PathStream || rt.path == transport.PathStreamEvents) && !s.opts.offers(transport.CapabilityStream) {
 			continue // as a server that predates it: 404
@@ -41,9 +48,15 @@ func (s *Server) routes() *http.ServeMux {
 		if s.store == nil && !strings.HasPrefix(rt.path, "/sdk/") {
 			continue // a relay's data plane: the control API is the origin's
 		}
-		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
-		allow, plane := rt.method, strings.HasPrefix(rt.path, "/sdk/")
-		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+		mux.HandleFunc(rt.method+" "+rt.path, s.guard(rt.path, rt.h))
+		if allowed[rt.path] == nil {
+			paths = append(paths, rt.path)
+		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	for _, path := range paths {
+		allow, plane := strings.Join(allowed[path], ", "), strings.HasPrefix(path, "/sdk/")
+		mux.HandleFunc(path, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
 			if plane {
 				// The data plane's faults and token hold for every request.
 				if !s.gate(w, r, false) {
@@ -54,7 +67,7 @@ func (s *Server) routes() *http.ServeMux {
 			}
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, transport.ErrorBody{Error: transport.CodeBadRequest, Message: "method not allowed; use " + allow})
-		})
+		}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
@@ -190,11 +203,11 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, compactReply{CompactRevision: k})
 }
 
-func (s *Server) handleClients(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleClients(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Head    int64         `json:"head"`
 		Clients []ClientState `json:"clients"`
-	}{s.Head(), s.Clients()})
+	}{s.Head(), s.controlled(r, s.Clients())})
 }
 
 // NamespaceStatus is the reply of GET /control/namespaces/{ns}/status: the
@@ -335,4 +348,85 @@ func (s *Server) handleFaults(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		StoreID string `json:"store_id"`
 	}{s.StoreID()})
+}
+
+// startReply is the reply of POST /control/namespaces/{ns}/rollouts: the
+// rollout's id and its first stage's revision.
+type startReply struct {
+	ID       string `json:"id"`
+	Revision int64  `json:"revision"`
+}
+
+func (s *Server) handleStartRollout(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	data, err := readBody(w, r, s.opts.maxPublishBytes)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	spec, err := parseRollout(data)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	rec, err := s.StartRollout(ns, spec)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, startReply{ID: rec.ID, Revision: rec.Revisions[0]})
+}
+
+func (s *Server) handleRollouts(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	recs, err := s.Rollouts(ns)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Rollouts []RolloutRecord `json:"rollouts"`
+	}{recs})
+}
+
+func (s *Server) handleRollout(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	rec, err := s.Rollout(ns, r.PathValue("id"))
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+// handleRolloutAction is POST .../rollouts/{id}/abort and .../promote; a
+// body, if any, is ignored.
+func (s *Server) handleRolloutAction(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	act := s.AbortRollout
+	if strings.HasSuffix(r.URL.Path, "/promote") {
+		act = s.PromoteRollout
+	}
+	rec, err := act(ns, r.PathValue("id"))
+	if err != nil {
+		s.replyError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
 }

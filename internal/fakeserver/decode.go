@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -49,6 +50,9 @@ type publishBody struct {
 	Actor      string                     `json:"actor"`
 	Reason     string                     `json:"reason"`
 	IfRevision *int64                     `json:"if_revision"`
+	// AbortRollout reverts the rollout running on the namespace, if any,
+	// before the publish (without it, the publish is refused: 409).
+	AbortRollout bool `json:"abort_rollout"`
 }
 
 // parsePublish decodes and checks a publish body for namespace ns. It
@@ -59,12 +63,54 @@ func parsePublish(ns string, data []byte) (map[string]json.RawMessage, []string,
 	if err := decodeJSON(data, &body, true); err != nil {
 		return nil, nil, PublishOptions{}, err
 	}
-	opts := PublishOptions{Actor: body.Actor, Reason: body.Reason, IfRevision: body.IfRevision}
+	opts := PublishOptions{Actor: body.Actor, Reason: body.Reason, IfRevision: body.IfRevision, AbortRollout: body.AbortRollout}
 	if err := checkPublishOptions(opts); err != nil {
 		return nil, nil, PublishOptions{}, err
 	}
 	puts, dels, err := checkPublish(ns, body.Puts, body.Deletes)
 	return puts, dels, opts, err
+}
+
+// rolloutBody is the body of POST /control/namespaces/{ns}/rollouts.
+type rolloutBody struct {
+	Puts          map[string]json.RawMessage `json:"puts"`
+	Deletes       []string                   `json:"deletes"`
+	Stages        []float64                  `json:"stages"`
+	Bake          string                     `json:"bake"`
+	MaxNacks      int                        `json:"max_nacks"`
+	Prevalidate   bool                       `json:"prevalidate"`
+	ReportTimeout string                     `json:"report_timeout"`
+	StageTimeout  string                     `json:"stage_timeout"`
+	OnTimeout     string                     `json:"on_timeout"`
+}
+
+// parseRollout decodes a rollout body into a spec (StartRollout checks
+// the rest).
+func parseRollout(data []byte) (RolloutSpec, error) {
+	var body rolloutBody
+	if err := decodeJSON(data, &body, true); err != nil {
+		return RolloutSpec{}, err
+	}
+	spec := RolloutSpec{Puts: body.Puts, Deletes: body.Deletes, Stages: body.Stages, MaxNacks: body.MaxNacks,
+		Prevalidate: body.Prevalidate, OnTimeout: body.OnTimeout}
+	for _, d := range []struct {
+		name, text string
+		to         *time.Duration
+	}{
+		{"bake", body.Bake, &spec.Bake},
+		{"report_timeout", body.ReportTimeout, &spec.ReportTimeout},
+		{"stage_timeout", body.StageTimeout, &spec.StageTimeout},
+	} {
+		if d.text == "" {
+			continue
+		}
+		v, err := parseDuration(d.text)
+		if err != nil {
+			return spec, fmt.Errorf("%s: %w", d.name, err)
+		}
+		*d.to = v
+	}
+	return spec, nil
 }
 
 // ackBody is the body of POST /sdk/ack: one transport.Ack, or (Acks not
@@ -169,7 +215,7 @@ func parseAck(data []byte) (transport.Ack, error) {
 // any status that is a token: a report of a later protocol, forwarded for
 // its upstream to judge.
 func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
-	known := ack.Status == transport.AckApplied || ack.Status == transport.AckRejected
+	known := ack.Status == transport.AckApplied || ack.Status == transport.AckRejected || ack.Status == transport.AckWouldReject
 	switch {
 	case ack.ClientID == "" || len(ack.ClientID) > maxClientIDLen:
 		return ack, fmt.Errorf("%w: client_id must have 1..%d bytes", ErrInvalid, maxClientIDLen)
@@ -178,7 +224,9 @@ func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
 	case ack.Revision < 0:
 		return ack, fmt.Errorf("%w: negative revision %d", ErrInvalid, ack.Revision)
 	case !known && !(relay && isToken(ack.Status)):
-		return ack, fmt.Errorf("%w: status %q (want %q or %q)", ErrInvalid, ack.Status, transport.AckApplied, transport.AckRejected)
+		return ack, fmt.Errorf("%w: status %q (want %q, %q or %q)", ErrInvalid, ack.Status, transport.AckApplied, transport.AckRejected, transport.AckWouldReject)
+	case len(ack.Rollout) > rollout.MaxIDLen:
+		return ack, fmt.Errorf("%w: rollout must have at most %d bytes", ErrInvalid, rollout.MaxIDLen)
 	}
 	if !isNamespace(ack.Namespace) { // the regexp costs more than decoding the ack
 		if err := transport.ValidateNamespace(ack.Namespace); err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -19,6 +20,7 @@ func FuzzParsePublish(f *testing.F) {
 		`{}`, `{"puts":null}`, `{"puts":{"a":1},"deletes":["a"]}`, `{"puts":{"a b":1}}`,
 		`{"puts":{"a":{"n":[1,2,{"x":null}]}}}`, `{"deletes":["a","a"]}`, `{"puts":{"a":1e400}}`,
 		`[]`, `null`, `{"puts":{"a":"\ud800"}}`, "{\"puts\":{\"a\":\"\x00\"}}", `{"puts":{"":1}}`, `{} {}`,
+		`{"puts":{"$holdfast/rollout":1}}`, `{"deletes":["$holdfast/x"],"abort_rollout":true}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -31,12 +33,12 @@ func FuzzParsePublish(f *testing.F) {
 			return
 		}
 		for k, v := range puts {
-			if transport.ValidateKey(k) != nil || !json.Valid(v) {
+			if transport.ValidateKey(k) != nil || rollout.Reserved(k) || !json.Valid(v) {
 				t.Fatalf("accepted key %q value %q", k, v)
 			}
 		}
 		for _, k := range dels {
-			if _, ok := puts[k]; ok || transport.ValidateKey(k) != nil {
+			if _, ok := puts[k]; ok || transport.ValidateKey(k) != nil || rollout.Reserved(k) {
 				t.Fatalf("accepted delete %q", k)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -27,6 +28,7 @@ type options struct {
 	maxPublishBytes int64
 	maxWait         time.Duration
 	token           string
+	tokens          *access.Tokens // WithTokens; nil: open
 	logger          *slog.Logger
 	without         map[string]bool // capabilities switched off
 	listener        net.Listener    // WithListener
@@ -89,7 +91,7 @@ func WithoutCapability(name string) Option {
 }
 
 // capabilities are those the server can offer, in the order it lists them.
-var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityH2C}
+var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityH2C, transport.CapabilityRollout}
 
 // offers reports whether the server offers capability name.
 func (o *options) offers(name string) bool {
@@ -144,6 +146,8 @@ func newOptions(opts []Option) (options, error) {
 		return o, errors.New("fakeserver: max publish bytes must be positive")
 	case o.maxWait < 0:
 		return o, errors.New("fakeserver: max wait must not be negative")
+	case o.tokens != nil && o.token != "":
+		return o, errors.New("fakeserver: WithTokens and WithBearerToken exclude each other")
 	}
 	for name := range o.without {
 		if !slices.Contains(capabilities, name) {

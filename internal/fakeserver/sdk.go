@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,15 +65,12 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 			return false
 		}
 	}
-	if tok := s.opts.token; tok != "" {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-			defer s.speak(r)()
-			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
-			s.planeHeaders(w, "")
-			writeError(w, http.StatusUnauthorized, transport.ErrorBody{Error: transport.CodeUnauthorized, Message: "missing or wrong bearer token", StoreID: s.StoreID()})
-			return false
-		}
+	if !s.admitted(r) {
+		defer s.speak(r)()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
+		s.planeHeaders(w, "")
+		writeError(w, http.StatusUnauthorized, transport.ErrorBody{Error: transport.CodeUnauthorized, Message: "missing or wrong bearer token", StoreID: s.StoreID()})
+		return false
 	}
 	return true
 }
@@ -178,7 +174,10 @@ func errorReply(err error) (int, transport.ErrorBody) {
 	var se *SchemaError
 	var mbe *http.MaxBytesError
 	var re *RefusedError
+	var ae *accessError
 	switch {
+	case errors.As(err, &ae):
+		return ae.status, transport.ErrorBody{Error: ae.code(), Message: ae.msg}
 	case errors.As(err, &re):
 		return re.Status, transport.ErrorBody{Error: re.Code, Message: err.Error()}
 	case errors.As(err, &ce):
@@ -187,7 +186,9 @@ func errorReply(err error) (int, transport.ErrorBody) {
 		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: se.Failures}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
-	case errors.Is(err, ErrUnknownNamespace):
+	case errors.Is(err, ErrRolloutRunning), errors.Is(err, ErrRolloutEnded), errors.Is(err, errStoreChanged):
+		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error()}
+	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownRollout):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, transport.ErrCursorAhead):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeCursorAhead, Message: err.Error()}
@@ -236,6 +237,10 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	ns, err := namespaceParam(r)
 	if err != nil {
 		s.planeError(w, r, "", err)
+		return
+	}
+	if err := s.mayRead(r, ns); err != nil {
+		s.planeError(w, r, "", err) // no headers of ns: a refusal tells nothing of it
 		return
 	}
 	if !s.demanded(w, r, ns, -1) {
@@ -371,6 +376,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", err)
 		return
 	}
+	if err := s.mayRead(r, ns); err != nil {
+		s.planeError(w, r, "", err) // no headers of ns: a refusal tells nothing of it
+		return
+	}
 	q := r.URL.Query()
 	since, err := parseCursor(q.Get("since"))
 	if err != nil {
@@ -502,6 +511,10 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	ns, err := namespaceParam(r)
 	if err != nil {
 		s.planeError(w, r, "", err)
+		return
+	}
+	if err := s.mayRead(r, ns); err != nil {
+		s.planeError(w, r, "", err) // no headers of ns: a refusal tells nothing of it
 		return
 	}
 	// Last-Event-ID wins: on a reconnect the URL still has the first cursor.
@@ -653,6 +666,10 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", err)
 		return
 	}
+	if acks, err = s.readableAcks(r, acks, batch); err != nil {
+		s.planeError(w, r, "", err) // before the lookup: a refusal tells nothing of the namespace
+		return
+	}
 	if !batch && s.follow == nil {
 		if _, ok := s.be.nsRevision(acks[0].Namespace); !ok {
 			s.planeError(w, r, acks[0].Namespace, ErrUnknownNamespace)
@@ -707,6 +724,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.stats.acks.Add(1)
+		acks, _ = s.readableAcks(r, acks, true)
 		release := s.speak(r) // a black hole holds acks too
 		s.recordAcks(s.be.known(acks))
 		release()
@@ -816,6 +834,7 @@ func (s *Server) recordAcks(acks []transport.Ack) {
 		return
 	}
 	s.acks.record(acks, time.Now())
+	s.rollouts.observe(acks)
 }
 
 // admit bounds the snapshot bodies being written at once

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -44,6 +46,8 @@ type Server struct {
 	unquiet func()
 	acks    acks
 	stats   counters
+	// rollouts is the origin's rollout controller; nil for a relay.
+	rollouts *rollouts
 
 	closing chan struct{} // closed by Close: requests through Handler end
 	// life is canceled by Close: the context of requests through
@@ -83,7 +87,14 @@ func Start(opts ...Option) (*Server, error) {
 	s.hub = newHub(st.gen, s.faults.blackholed)
 	st.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
 	st.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
-	return s, s.start()
+	s.logAccess()
+	s.rollouts = newRollouts(st.gen)
+	go s.rolloutLoop()
+	if err := s.start(); err != nil {
+		s.rollouts.close()
+		return s, err
+	}
+	return s, nil
 }
 
 // NewFollower returns a relay's data plane over f, not yet listening
@@ -306,6 +317,9 @@ func (s *Server) Close() error {
 	}
 	s.hub.kill(func(*watcher) bool { return true }) // those of Handler
 	s.hub.close()
+	if s.rollouts != nil {
+		s.rollouts.close()
+	}
 	s.faults.setBlackhole(false)
 	return err
 }
@@ -332,8 +346,9 @@ func (s *Server) CompactRevision() int64 {
 // Publish commits puts and deletes to namespace ns as one new revision and
 // returns it. Each put value is marshalled with encoding/json (a
 // json.RawMessage is used as is). A publish that changes nothing still gets
-// a revision. It fails with ErrInvalid (bad name, key or value, or a key both
-// put and deleted) or a *SchemaError.
+// a revision. It fails with ErrInvalid (bad name, key or value, a reserved
+// key, or a key both put and deleted), a *SchemaError, or
+// ErrRolloutRunning while a rollout runs on ns (AbortRollout first).
 func (s *Server) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
 	raw, err := marshalPuts(puts)
 	if err != nil {
@@ -365,8 +380,21 @@ func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes 
 }
 
 // commit publishes checked puts and deletes with checked opts: the one way
-// a publish, over HTTP or the Go API, reaches the store.
+// a publish, over HTTP or the Go API, reaches the store. It is refused
+// while a rollout runs on ns, unless opts.AbortRollout, which reverts the
+// rollout first.
 func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string, opts PublishOptions) (int64, error) {
+	release, err := s.guardPublish(ns, opts.AbortRollout, func() error {
+		_, err := s.store.checkStaged(ns, puts, deletes)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	// A rollout key with no rollout running (a restore brought it back)
+	// goes with the next publish; the delete of an absent key is dropped.
+	deletes = append(slices.Clip(deletes), rollout.Key)
 	c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, Reason: opts.Reason}, opts.IfRevision)
 	if err != nil {
 		return 0, err
@@ -384,8 +412,8 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	}
 	clean := make(map[string]json.RawMessage, len(puts))
 	for k, v := range puts {
-		if err := transport.ValidateKey(k); err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		if err := checkKey(k); err != nil {
+			return nil, nil, err
 		}
 		var buf bytes.Buffer // Compact refuses empty, invalid and trailing data
 		if err := json.Compact(&buf, v); err != nil {
@@ -395,8 +423,8 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	}
 	var dels []string
 	for _, k := range deletes {
-		if err := transport.ValidateKey(k); err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		if err := checkKey(k); err != nil {
+			return nil, nil, err
 		}
 		if _, ok := clean[k]; ok {
 			return nil, nil, fmt.Errorf("%w: key %q is both put and deleted", ErrInvalid, k)
@@ -408,10 +436,22 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	return clean, dels, nil
 }
 
+// checkKey checks a key a publish writes: valid, and not reserved.
+func checkKey(k string) error {
+	if err := transport.ValidateKey(k); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if rollout.Reserved(k) {
+		return fmt.Errorf("%w: key %q is reserved to holdfast (prefix %q)", ErrInvalid, k, rollout.ReservedPrefix)
+	}
+	return nil
+}
+
 // Rollback publishes namespace ns's content at revision to as a new revision
 // (puts of the values that differ, deletes of keys absent at to) and returns
-// it. A revision below the compaction point gives a
-// *transport.CompactedError.
+// it; a rollout running then is not brought back (its reserved key is
+// left out). A revision below the compaction point gives a
+// *transport.CompactedError; a rollout running on ns, ErrRolloutRunning.
 func (s *Server) Rollback(ns string, to int64) (int64, error) {
 	return s.rollback(ns, to, commitMeta{})
 }
@@ -421,6 +461,11 @@ func (s *Server) rollback(ns string, to int64, meta commitMeta) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	release, err := s.guardPublish(ns, false, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	c, err := s.store.rollback(ns, to, meta)
 	if err != nil {
 		return 0, err
@@ -447,7 +492,7 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	s.store.setSchema(ns, &checker{check: func(content map[string]json.RawMessage) error {
-		err := sch.ValidateValues(content)
+		err := sch.ValidateValues(withoutReserved(content))
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
 			se := &SchemaError{}
@@ -459,6 +504,23 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 		return err
 	}})
 	return nil
+}
+
+// withoutReserved returns content without holdfast's reserved keys (the
+// base a client serves), a copy only when it has some.
+func withoutReserved(content map[string]json.RawMessage) map[string]json.RawMessage {
+	for k := range content {
+		if rollout.Reserved(k) {
+			return maps.Collect(func(yield func(string, json.RawMessage) bool) {
+				for k, v := range content {
+					if !rollout.Reserved(k) && !yield(k, v) {
+						return
+					}
+				}
+			})
+		}
+	}
+	return content
 }
 
 // Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.
@@ -504,10 +566,12 @@ func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 
 // ResetStore replaces the store by an empty one with a new id (revisions
 // restart at 1; schemas, acks and audit records are dropped: a new
-// history) and ends every stream and
-// held long-poll, as a restart would. It returns the new id.
+// history) and ends every stream and held long-poll, as a restart would.
+// Running rollouts end, reverted, with nothing committed. It returns the
+// new id.
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
+	s.rollouts.endAll(gen, "the store was reset")
 	s.acks.reset()
 	s.hub.kill(func(w *watcher) bool { return w.gen < gen })
 	return id
@@ -518,7 +582,10 @@ func (s *Server) ResetStore() string {
 // its audit record; the namespaces' content and revisions are theirs at
 // rev, namespaces first published after rev are gone, and the next publish
 // is revision rev+1, reusing numbers a client may have seen with other
-// content). Schemas stay; acks of revisions after rev are forgotten. Every stream and held
+// content). Schemas stay; acks of revisions after rev are forgotten;
+// running rollouts end, reverted, with nothing committed (content restored
+// from the middle of a rollout keeps its rollout key until the next
+// publish or rollback drops it). Every stream and held
 // long-poll is cut, as on a restart, before it returns; a client's cursor
 // past rev then gets 409 cursor_ahead (400 if it names no protocol
 // version). It fails, changing nothing, with
@@ -529,6 +596,7 @@ func (s *Server) RestoreTo(rev int64) error {
 	if err != nil {
 		return err
 	}
+	s.rollouts.endAll(gen, fmt.Sprintf("the store was restored to revision %d", rev))
 	s.acks.rewind(rev)
 	s.hub.kill(func(w *watcher) bool { return w.gen < gen })
 	s.log.Info("fakeserver: store restored", "store_id", s.StoreID(), "revision", rev)
@@ -681,6 +749,9 @@ func (a *acks) record(acks []transport.Ack, now time.Time) {
 		a.m = make(map[ackKey]*ackState)
 	}
 	for _, ack := range acks {
+		if ack.Status == transport.AckWouldReject {
+			continue // the rollout's alone: the client applied nothing, rejected nothing
+		}
 		k := ackKey{ack.ClientID, ack.Namespace}
 		st := a.m[k]
 		if st == nil {

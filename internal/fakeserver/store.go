@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -320,6 +321,11 @@ func (st *store) rollback(ns string, to int64, meta commitMeta) (*change, error)
 		return nil, &transport.CompactedError{CompactRevision: st.compact}
 	}
 	target := contentAt(n, to)
+	for k := range target {
+		if rollout.Reserved(k) { // a rollout of then is not one of now
+			delete(target, k)
+		}
+	}
 	puts := make(map[string]json.RawMessage)
 	for k, v := range target {
 		if cur, ok := n.live[k]; !ok || string(cur) != string(v) {
@@ -667,4 +673,46 @@ func (st *store) known(acks []transport.Ack) []transport.Ack {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return slices.DeleteFunc(acks, func(a transport.Ack) bool { return st.nss[a.Namespace] == nil })
+}
+
+// publishStaged is publish for the rollout controller: it commits only
+// while the store is still of generation gen and ns exists, validates the
+// result against ns's schema only when check, records meta, and calls pre
+// with the revision under the lock, before any reader can see the change.
+func (st *store) publishStaged(ns string, gen uint64, puts map[string]json.RawMessage, deletes []string, check bool, meta commitMeta, pre func(rev int64)) (*change, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.gen != gen {
+		return nil, errStoreChanged
+	}
+	n := st.nss[ns]
+	if n == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	if check && n.schema != nil {
+		if err := validate(ns, n.schema, apply(n.live, puts, deletes)); err != nil {
+			return nil, err
+		}
+	}
+	pre(st.head + 1)
+	return st.commitLocked(ns, n, puts, deletes, meta), nil
+}
+
+// checkStaged checks that ns exists and that its content with puts and
+// deletes applied passes its schema; it returns the store's generation.
+func (st *store) checkStaged(ns string, puts map[string]json.RawMessage, deletes []string) (uint64, error) {
+	st.mu.Lock()
+	n := st.nss[ns]
+	if n == nil {
+		st.mu.Unlock()
+		return 0, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	sch, live, gen := n.schema, n.live, st.gen
+	st.mu.Unlock()
+	if sch != nil {
+		if err := validate(ns, sch, apply(live, puts, deletes)); err != nil {
+			return 0, err
+		}
+	}
+	return gen, nil
 }

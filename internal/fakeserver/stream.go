@@ -103,6 +103,8 @@ func (s *Server) streamRequest(r *http.Request) ([]sinceReq, []transport.Namespa
 		return nil, nil, err
 	}
 	valid, ended := splitInvalid(reqs)
+	valid, denied := s.splitForbidden(r, valid) // before demand: a relay follows none of them
+	ended = append(ended, denied...)
 	refused := s.be.demand(r.Context(), valid)
 	if len(refused) == 0 {
 		return valid, ended, nil

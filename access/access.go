@@ -1,0 +1,268 @@
+// Package access is the token configuration of holdfast's reference
+// server (holdfasttest, holdfast serve) and of its relays (package relay,
+// holdfast relay): bearer tokens, each with a name and two scopes.
+//
+//   - Control: the namespaces the token may change through the control API
+//     (publish, rollback, rollouts, schemas, and reading a namespace's
+//     status and history there). A store-wide operation (compaction, fault
+//     injection) needs the pattern "*", which names every namespace.
+//   - Data: the namespaces the token may read on the data plane (snapshot,
+//     long-poll, watch, the multi-namespace stream) and ack. A token with
+//     data scope only cannot call the control API.
+//
+// A scope is a list of patterns in path.Match syntax, matched against the
+// whole namespace name. Namespace names have no '/', so '*' matches any run
+// of characters, dots included: "payments.*" matches "payments.prod" and
+// "payments.prod.eu", not "payments"; "fraud.prod" matches only itself;
+// "*" matches every name.
+//
+// The file form (Load, Parse), for the commands' -tokens flag:
+//
+//	{"tokens": [
+//	  {"name": "deploy-bot", "token": "…", "control": ["payments.*"]},
+//	  {"name": "payments-svc", "token": "…", "data": ["payments.*"]},
+//	  {"name": "ops", "token": "…", "control": ["*"], "data": ["*"]}
+//	]}
+//
+// Secrets are compared in constant time (Authenticate), and no value of
+// this package prints one: an Identity has no secret, and a Token's String,
+// GoString and LogValue leave it out.
+package access
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"slices"
+	"strings"
+)
+
+// ErrInvalid is wrapped by every error of New, Parse and Load: the
+// configuration is refused whole.
+var ErrInvalid = errors.New("access: invalid token configuration")
+
+// The bounds of a secret, in bytes.
+const (
+	MinSecretLen = 16
+	MaxSecretLen = 4096
+)
+
+// Token is one bearer token and what it may do. Secret is what a client
+// sends ("Authorization: Bearer <Secret>"); Name identifies it in replies,
+// logs and audit records, which never show the secret.
+type Token struct {
+	Name    string   `json:"name"`
+	Secret  string   `json:"token"`
+	Control []string `json:"control,omitempty"`
+	Data    []string `json:"data,omitempty"`
+}
+
+// String describes t without its secret.
+func (t Token) String() string {
+	return fmt.Sprintf("token %q (control %v, data %v)", t.Name, t.Control, t.Data)
+}
+
+// GoString is String: %#v does not print the secret either.
+func (t Token) GoString() string { return t.String() }
+
+// LogValue logs t without its secret.
+func (t Token) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", t.Name), slog.Any("control", t.Control), slog.Any("data", t.Data))
+}
+
+// Identity is an authenticated token: its name and scopes, never its
+// secret. The zero Identity may do nothing.
+type Identity struct {
+	Name    string
+	control []string
+	data    []string
+}
+
+// MayRead reports whether the identity may read namespace ns on the data
+// plane (and ack it).
+func (id Identity) MayRead(ns string) bool { return matchAny(id.data, ns) }
+
+// MayControl reports whether the identity may change namespace ns through
+// the control API.
+func (id Identity) MayControl(ns string) bool { return matchAny(id.control, ns) }
+
+// MayControlAll reports whether the identity may run store-wide control
+// operations (compaction, faults): its control scope has the pattern "*".
+func (id Identity) MayControlAll() bool { return slices.Contains(id.control, "*") }
+
+// HasControl reports whether the identity has any control scope at all.
+func (id Identity) HasControl() bool { return len(id.control) > 0 }
+
+func matchAny(patterns []string, ns string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, ns); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Tokens is a checked token configuration. It is immutable and safe for
+// concurrent use.
+type Tokens struct {
+	entries []entry
+}
+
+type entry struct {
+	id     Identity
+	digest [sha256.Size]byte // of the secret: fixed-length, for the comparison
+}
+
+// New checks tokens and returns the configuration: at least one token;
+// each with a unique non-empty name of printable ASCII, a unique secret
+// of MinSecretLen..MaxSecretLen bytes of printable ASCII without spaces
+// (what a header carries), and at least one valid, non-empty pattern in
+// Control or Data. Errors wrap ErrInvalid and never quote a secret.
+func New(tokens ...Token) (*Tokens, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("%w: no token", ErrInvalid)
+	}
+	t := &Tokens{entries: make([]entry, 0, len(tokens))}
+	names := make(map[string]bool, len(tokens))
+	secrets := make(map[[sha256.Size]byte]string, len(tokens))
+	for i, tok := range tokens {
+		switch {
+		case tok.Name == "":
+			return nil, fmt.Errorf("%w: token %d has no name", ErrInvalid, i+1)
+		case !printable(tok.Name, true) || len(tok.Name) > 128:
+			return nil, fmt.Errorf("%w: token %d: name %q: want 1..128 bytes of printable ASCII", ErrInvalid, i+1, tok.Name)
+		case names[tok.Name]:
+			return nil, fmt.Errorf("%w: token name %q given twice", ErrInvalid, tok.Name)
+		case len(tok.Secret) < MinSecretLen || len(tok.Secret) > MaxSecretLen:
+			return nil, fmt.Errorf("%w: token %q: its secret has %d bytes, want %d..%d", ErrInvalid, tok.Name, len(tok.Secret), MinSecretLen, MaxSecretLen)
+		case !printable(tok.Secret, false):
+			return nil, fmt.Errorf("%w: token %q: its secret has a byte a header cannot carry (want printable ASCII, no space)", ErrInvalid, tok.Name)
+		case len(tok.Control) == 0 && len(tok.Data) == 0:
+			return nil, fmt.Errorf("%w: token %q has neither control nor data scope", ErrInvalid, tok.Name)
+		}
+		names[tok.Name] = true
+		for _, p := range slices.Concat(tok.Control, tok.Data) {
+			if _, err := path.Match(p, ""); err != nil || p == "" {
+				return nil, fmt.Errorf("%w: token %q: pattern %q: want a non-empty path.Match pattern", ErrInvalid, tok.Name, p)
+			}
+		}
+		d := sha256.Sum256([]byte(tok.Secret))
+		if other, dup := secrets[d]; dup {
+			return nil, fmt.Errorf("%w: tokens %q and %q have the same secret", ErrInvalid, other, tok.Name)
+		}
+		secrets[d] = tok.Name
+		t.entries = append(t.entries, entry{
+			id:     Identity{Name: tok.Name, control: slices.Clone(tok.Control), data: slices.Clone(tok.Data)},
+			digest: d,
+		})
+	}
+	return t, nil
+}
+
+// printable reports whether s is printable ASCII (with space if space).
+func printable(s string, space bool) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == ' ' && !space {
+			return false
+		}
+	}
+	return true
+}
+
+// file is the JSON form of a configuration.
+type file struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// Parse reads a configuration in its JSON form, {"tokens":[{"name",
+// "token","control","data"}…]}; an unknown field is an error (a
+// misspelt scope must not pass for none). Then as New.
+func Parse(data []byte) (*Tokens, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f file
+	if err := dec.Decode(&f); err != nil {
+		// encoding/json's messages name fields and offsets, not values.
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalid)
+	}
+	return New(f.Tokens...)
+}
+
+// Load reads and parses the configuration file at name (see Parse).
+func Load(name string) (*Tokens, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("access: %w", err)
+	}
+	t, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return t, nil
+}
+
+// Authenticate returns the identity whose secret is secret. It takes the
+// same time whichever token matches, if any, and whatever secret's
+// length: it compares fixed-length digests, with every token, without
+// an early exit.
+func (t *Tokens) Authenticate(secret string) (Identity, bool) {
+	if t == nil {
+		return Identity{}, false
+	}
+	d := sha256.Sum256([]byte(secret))
+	match := 0 // 1 + the index of the matching entry; 0: none
+	for i := range t.entries {
+		eq := subtle.ConstantTimeCompare(d[:], t.entries[i].digest[:])
+		match = subtle.ConstantTimeSelect(eq, i+1, match)
+	}
+	if match == 0 {
+		return Identity{}, false
+	}
+	return t.entries[match-1].id, true
+}
+
+// AuthenticateHeader is Authenticate for the value of an Authorization
+// header, "Bearer <secret>" (the scheme is case-insensitive).
+func (t *Tokens) AuthenticateHeader(header string) (Identity, bool) {
+	scheme, secret, _ := strings.Cut(header, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		secret = "" // still the full comparison: no timing of its own
+	}
+	return t.Authenticate(secret)
+}
+
+// Names returns the tokens' names, in configuration order.
+func (t *Tokens) Names() []string {
+	if t == nil {
+		return nil
+	}
+	names := make([]string, len(t.entries))
+	for i, e := range t.entries {
+		names[i] = e.id.Name
+	}
+	return names
+}
+
+type identityKey struct{}
+
+// NewContext returns ctx carrying id, the identity a request authenticated
+// as.
+func NewContext(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// FromContext returns the identity NewContext put in ctx, if any.
+func FromContext(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
