@@ -78,6 +78,9 @@ type publishRequest struct {
 	Actor      string                     `json:"actor,omitempty"`
 	Reason     string                     `json:"reason,omitempty"`
 	IfRevision *int64                     `json:"if_revision,omitempty"`
+	// AbortRollout reverts the namespace's running rollout first (the
+	// server's alone: etcd has no rollouts).
+	AbortRollout bool `json:"abort_rollout,omitempty"`
 }
 
 // rollbackRequest is the body of POST /control/namespaces/{ns}/rollback.
@@ -332,6 +335,9 @@ func (p *etcdPlane) publish(ctx context.Context, ns string, req publishRequest) 
 	opts := []etcd.PublishOption{etcd.WithActor(req.Actor), etcd.WithReason(req.Reason)}
 	if req.IfRevision != nil {
 		opts = append(opts, etcd.WithIfRevision(*req.IfRevision))
+	}
+	if req.AbortRollout {
+		return nil, usagef("-abort-rollout: etcd has no rollouts; it is for -server")
 	}
 	rev, err := p.src.Publish(ctx, ns, req.Puts, req.Deletes, opts...)
 	return reply(revisionReply{rev}, err)

@@ -54,7 +54,9 @@ the namespace's history (the server defaults the actor to the token's
 identity). With -if-revision N the publish commits only if the namespace
 is at revision N (0: it has none yet): else nothing changes, and the
 conflict with the current revision is on stderr, exit status 1. Read the
-revision with 'holdfast status' or 'holdfast history -limit 1'.
+revision with 'holdfast status' or 'holdfast history -limit 1'. A
+publish while a rollout runs on the namespace is refused (409), unless
+-abort-rollout reverts the rollout first.
 ` + targetDoc,
 		minArgs: 1, maxArgs: math.MaxInt,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -64,13 +66,14 @@ revision with 'holdfast status' or 'holdfast history -limit 1'.
 			reason := fs.String("reason", "", "`WHY`, for the history (a ticket, an incident)")
 			var ifRev optInt
 			fs.Var(&ifRev, "if-revision", "commit only if the namespace is at revision `N` (0: it has none)")
+			abort := fs.Bool("abort-rollout", false, "revert the namespace's running rollout first, if any (else a publish during one is refused)")
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
 				puts, deletes, err := parseChange(*file, args[1:])
 				if err != nil {
 					return err
 				}
-				req := publishRequest{Puts: puts, Deletes: deletes, Actor: *actor, Reason: *reason}
+				req := publishRequest{Puts: puts, Deletes: deletes, Actor: *actor, Reason: *reason, AbortRollout: *abort}
 				if ifRev.set {
 					req.IfRevision = &ifRev.v
 				}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -54,17 +53,7 @@ func postAck(t *testing.T, srv *holdfasttest.Server, id, ns string, rev int64, e
 	if errMsg != "" {
 		a.Status, a.Error = transport.AckRejected, errMsg
 	}
-	body, _ := json.Marshal(a)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Post(srv.URL()+transport.PathAck, "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("ack: %s", resp.Status)
-	}
+	report(t, srv, a)
 }
 
 func revisionOf(t *testing.T, out string) int64 {
