@@ -395,3 +395,29 @@ func TestNotTheAPIsError(t *testing.T) {
 	defer hs.Close()
 	mustFail(t, exitFail, "bad_gateway (HTTP 502): upstream went away", "status", "-server", hs.URL, "ns.a")
 }
+
+// TestAfterCompaction: after the server compacts, history still tells who
+// changed which keys, while values and diffs of compacted revisions are
+// 410 with the compaction point (exit status 1).
+func TestAfterCompaction(t *testing.T) {
+	srv := holdfasttest.NewServer(t)
+	u := srv.URL()
+	r1 := revisionOf(t, mustRun(t, "publish", "-server", u, "-o", "json", "-actor", "alice", "-reason", "first", "ns.a", "a=1"))
+	r2 := revisionOf(t, mustRun(t, "publish", "-server", u, "-o", "json", "-actor", "bob", "ns.a", "a=2"))
+	r3 := revisionOf(t, mustRun(t, "publish", "-server", u, "-o", "json", "-actor", "carol", "ns.a", "a=3"))
+	if _, err := srv.Compact(r3); err != nil {
+		t.Fatal(err)
+	}
+	out := mustRun(t, "history", "-server", u, "ns.a")
+	for _, w := range []string{"alice", "first", "bob", "carol"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("history after compaction does not say %q:\n%s", w, out)
+		}
+	}
+	want := fmt.Sprintf("transport: cursor compacted (compact revision %d)", r3)
+	mustFail(t, exitFail, "compacted (HTTP 410): "+want, "get", "-server", u, "-revision", strconv.FormatInt(r1, 10), "ns.a")
+	mustFail(t, exitFail, "compacted (HTTP 410): from: "+want, "diff", "-server", u, "ns.a", strconv.FormatInt(r2, 10), strconv.FormatInt(r3, 10))
+	if out := mustRun(t, "get", "-server", u, "-revision", strconv.FormatInt(r3, 10), "ns.a", "a"); out != "3\n" {
+		t.Errorf("get at the compaction point = %q", out)
+	}
+}
