@@ -146,7 +146,7 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 		base:  strings.TrimSuffix(u.String(), "/"),
 		token: token,
 		tr:    tr,
-		hc:    &http.Client{Transport: tr, Timeout: requestTimeout},
+		hc:    &http.Client{Transport: tr}, // withPlane bounds the requests
 	}, nil
 }
 

@@ -326,7 +326,7 @@ func TestOperatorUsageErrors(t *testing.T) {
 		{"-max-nacks must not be negative", []string{"rollout", "start", "-server", s, "-stages", "100", "-max-nacks", "-1", "ns.a", "a=1"}},
 		{"must not be negative", []string{"rollout", "start", "-server", s, "-stages", "100", "-bake", "-1s", "ns.a", "a=1"}},
 		{"nothing to publish", []string{"rollout", "start", "-server", s, "-stages", "100", "ns.a"}},
-		{"-id is required", []string{"rollout", "status", "-server", s, "ns.a"}},
+		{"-id is required", []string{"rollout", "abort", "-server", s, "ns.a"}},
 		{"-id is required", []string{"rollout", "promote", "-server", s, "ns.a"}},
 		{"holdfast rollout: missing command", []string{"rollout"}},
 		{`holdfast rollout: unknown command "frob"`, []string{"rollout", "frob"}},

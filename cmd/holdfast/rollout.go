@@ -123,7 +123,9 @@ func rolloutStatusCommand() *command {
 Rollout status prints rollout -id of NAMESPACE: its state (running,
 promoted, reverted), the stage it is in (or ended in), how many clients it
 knows, how many served the change, acked, nacked, would have nacked
-(prevalidation) and lag, why it reverted, and the revisions it committed.`)
+(prevalidation) and lag, why it reverted, and the revisions it committed.
+Without -id it lists NAMESPACE's rollouts, newest first: the running one
+and the last few that ended (GET /control/namespaces/{ns}/rollouts).`)
 }
 
 func rolloutAbortCommand() *command {
@@ -149,13 +151,24 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			t := addTargetFlags(fs, true)
-			id := fs.String("id", "", "the rollout's `ID`, as rollout start printed it (required)")
+			idUsage := "the rollout's `ID`, as rollout start printed it (required)"
+			if action == "" {
+				idUsage = "the rollout's `ID`, as rollout start printed it (empty: list the namespace's rollouts)"
+			}
+			id := fs.String("id", "", idUsage)
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
-				if *id == "" {
+				if *id == "" && action != "" {
 					return usagef("-id is required")
 				}
 				return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
+					if *id == "" {
+						data, err := p.get(ctx, nsPath(ns, "rollouts"), nil)
+						if err != nil {
+							return err
+						}
+						return t.print(e, data, func(w io.Writer) error { return printRollouts(w, ns, data) })
+					}
 					path := nsPath(ns, "rollouts", *id)
 					var data []byte
 					var err error
@@ -174,23 +187,26 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 	}
 }
 
+// rolloutRecord is what the commands print of a rollout's record.
+type rolloutRecord struct {
+	ID        string    `json:"id"`
+	Namespace string    `json:"ns"`
+	State     string    `json:"state"`
+	Stage     float64   `json:"stage"`
+	Stages    []float64 `json:"stages"`
+	Clients   int       `json:"clients"`
+	Served    int       `json:"served"`
+	Acked     int       `json:"acked"`
+	Nacked    int       `json:"nacked"`
+	WouldNack int       `json:"would_nack"`
+	Lagging   int       `json:"lagging"`
+	Reason    string    `json:"reason"`
+	Revisions []int64   `json:"revisions"`
+}
+
 // printRollout prints a rollout's record as a table.
 func printRollout(w io.Writer, data []byte) error {
-	var r struct {
-		ID        string    `json:"id"`
-		Namespace string    `json:"ns"`
-		State     string    `json:"state"`
-		Stage     float64   `json:"stage"`
-		Stages    []float64 `json:"stages"`
-		Clients   int       `json:"clients"`
-		Served    int       `json:"served"`
-		Acked     int       `json:"acked"`
-		Nacked    int       `json:"nacked"`
-		WouldNack int       `json:"would_nack"`
-		Lagging   int       `json:"lagging"`
-		Reason    string    `json:"reason"`
-		Revisions []int64   `json:"revisions"`
-	}
+	var r rolloutRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return err
 	}
@@ -217,6 +233,25 @@ func printRollout(w io.Writer, data []byte) error {
 	tw.row("lagging", r.Lagging)
 	tw.row("reason", orDash(r.Reason))
 	tw.row("revisions", orDash(strings.Join(revs, ", ")))
+	return tw.flush()
+}
+
+// printRollouts prints the list of a namespace's rollouts, one a line.
+func printRollouts(w io.Writer, ns string, data []byte) error {
+	var l struct {
+		Rollouts []rolloutRecord `json:"rollouts"`
+	}
+	if err := json.Unmarshal(data, &l); err != nil {
+		return err
+	}
+	if len(l.Rollouts) == 0 {
+		_, err := fmt.Fprintf(w, "no rollouts of %s\n", ns)
+		return err
+	}
+	tw := newTable(w, "ROLLOUT", "STATE", "STAGE", "CLIENTS", "SERVED", "NACKED", "WOULD-NACK", "LAGGING", "REASON")
+	for _, r := range l.Rollouts {
+		tw.row(r.ID, r.State, percent(r.Stage), r.Clients, r.Served, r.Nacked, r.WouldNack, r.Lagging, orDash(clip(r.Reason, 80)))
+	}
 	return tw.flush()
 }
 

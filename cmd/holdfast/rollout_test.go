@@ -138,6 +138,20 @@ func TestRolloutCommands(t *testing.T) {
 	if out := mustRun(t, "get", "-server", u, "app", "a"); out != "6\n" {
 		t.Errorf("a = %q after the publish", out)
 	}
+	// Without -id, the namespace's rollouts, newest first.
+	out = mustRun(t, "rollout", "status", "-server", u, "app")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 5 || !strings.HasPrefix(lines[0], "ROLLOUT") ||
+		!strings.HasPrefix(lines[1], id4+" ") || !strings.Contains(lines[3], "promoted") || !strings.HasPrefix(lines[4], id+" ") || !strings.Contains(lines[4], "rejected the change") {
+		t.Errorf("rollout status without -id:\n%s", out)
+	}
+	jsonOut = mustRun(t, "rollout", "status", "-server", u, "-o", "json", "app")
+	if code, body, _ := get(t, u+"/control/namespaces/app/rollouts"); code != http.StatusOK || body != jsonOut {
+		t.Errorf("rollout status -o json printed\n%s\nthe API answered %d\n%s", jsonOut, code, body)
+	}
+	if out := mustRun(t, "rollout", "status", "-server", u, "other"); out != "no rollouts of other\n" {
+		t.Errorf("rollout status of a namespace without rollouts: %q", out)
+	}
+
 	// The history tells the rollouts' story.
 	out = mustRun(t, "history", "-server", u, "app")
 	for _, k := range []string{"rollout-stage", "rollout-revert", "rollout-promote"} {
