@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -12,20 +14,46 @@ import (
 	"time"
 )
 
-// buildBinary builds the command with the go tool into a temporary
-// directory and returns its path.
+// built is the command's binary, built once for all the tests that run
+// it, in a directory TestMain removes.
+var built struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// buildBinary builds the command with the go tool (once) and returns the
+// binary's path.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go tool on PATH to build the binary with")
 	}
-	bin := filepath.Join(t.TempDir(), "holdfast")
-	out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "holdfast-cmd-test-"); built.err != nil {
+			return
+		}
+		built.path = filepath.Join(built.dir, "holdfast")
+		if out, err := exec.Command(goTool, "build", "-o", built.path, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.path
+}
+
+// removeBinary is TestMain's cleanup of buildBinary's directory.
+type removeBinary struct{ *testing.M }
+
+func (m removeBinary) Run() int {
+	code := m.M.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	return code
 }
 
 // exitCode returns the exit status of a finished command.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -43,18 +44,57 @@ type command struct {
 	flags func(fs *flag.FlagSet) func(ctx context.Context, e *env, args []string) error
 }
 
-// commands returns every subcommand, in the order of `holdfast help`.
+// commands returns every subcommand, in the order of `holdfast help`. A
+// name of two words ("rollout start") is a subcommand of a group: the
+// group's word alone names no command.
 func commands() []*command {
-	return []*command{serveCommand(), relayCommand()}
+	return []*command{
+		serveCommand(), relayCommand(),
+		publishCommand(), rollbackCommand(), historyCommand(), getCommand(), diffCommand(),
+		statusCommand(), clientsCommand(),
+		rolloutStartCommand(), rolloutStatusCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
+	}
 }
 
-func lookup(name string) *command {
+// lookup returns the command that args begin with, and how many of its
+// words name it (1, or 2 in a group); nil if none.
+func lookup(args []string) (*command, int) {
 	for _, c := range commands() {
-		if c.name == name {
-			return c
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return c, len(words)
 		}
 	}
-	return nil
+	return nil, 0
+}
+
+// group returns the commands of group name ("rollout"), none if it is no
+// group.
+func group(name string) []*command {
+	var cs []*command
+	for _, c := range commands() {
+		if strings.HasPrefix(c.name, name+" ") {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// printGroup lists the commands of a group.
+func printGroup(w io.Writer, name string, cs []*command) {
+	fmt.Fprintf(w, "usage: holdfast %s COMMAND [flags] [arguments]\n\nThe %s commands are:\n\n", name, name)
+	printCommands(w, cs)
+	fmt.Fprintf(w, "\nRun 'holdfast help %s COMMAND' for a command's flags.\n", name)
+}
+
+func printCommands(w io.Writer, cs []*command) {
+	width := 0
+	for _, c := range cs {
+		width = max(width, len(c.name))
+	}
+	for _, c := range cs {
+		fmt.Fprintf(w, "\t%-*s   %s\n", width, c.name, c.summary)
+	}
 }
 
 // run runs the command line args (without the program name) and returns
@@ -70,12 +110,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		return help(e, args[1:])
 	}
-	c := lookup(args[0])
+	c, n := lookup(args)
 	if c == nil {
+		if cs := group(args[0]); cs != nil {
+			if len(args) == 1 {
+				fmt.Fprintf(stderr, "holdfast %s: missing command\n", args[0])
+			} else {
+				fmt.Fprintf(stderr, "holdfast %s: unknown command %q\n", args[0], args[1])
+			}
+			printGroup(stderr, args[0], cs)
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "holdfast: unknown command %q\nRun 'holdfast help' for usage.\n", args[0])
 		return exitUsage
 	}
-	return c.run(ctx, e, args[1:])
+	return c.run(ctx, e, args[n:])
 }
 
 // help is `holdfast help [COMMAND]`.
@@ -84,21 +133,36 @@ func help(e *env, args []string) int {
 	case len(args) == 0:
 		printUsage(e.stdout)
 		return exitOK
-	case len(args) > 1:
+	}
+	c, n := lookup(args)
+	switch {
+	case c != nil && n == len(args):
+		c.printHelp(e.stdout)
+		return exitOK
+	case c != nil || len(args) > 2:
 		fmt.Fprintln(e.stderr, "usage: holdfast help [COMMAND]")
 		return exitUsage
 	}
-	c := lookup(args[0])
-	if c == nil {
-		fmt.Fprintf(e.stderr, "holdfast help: unknown command %q\nRun 'holdfast help' for the list.\n", args[0])
+	if cs := group(args[0]); cs != nil {
+		if len(args) == 1 {
+			printGroup(e.stdout, args[0], cs)
+			return exitOK
+		}
+		fmt.Fprintf(e.stderr, "holdfast help: unknown command %q\nRun 'holdfast help %s' for the list.\n", strings.Join(args, " "), args[0])
 		return exitUsage
 	}
-	c.printHelp(e.stdout)
-	return exitOK
+	if len(args) > 1 {
+		fmt.Fprintln(e.stderr, "usage: holdfast help [COMMAND]")
+		return exitUsage
+	}
+	fmt.Fprintf(e.stderr, "holdfast help: unknown command %q\nRun 'holdfast help' for the list.\n", args[0])
+	return exitUsage
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprint(w, `holdfast runs holdfast's reference server and its relay.
+	fmt.Fprint(w, `holdfast runs holdfast's reference server and its relay, and is the
+operator's tool of a config plane: publish and roll back with an actor and
+a reason, read who changed what and what was live when, roll out in stages.
 
 Usage:
 
@@ -107,14 +171,12 @@ Usage:
 The commands are:
 
 `)
-	width := 0
-	for _, c := range commands() {
-		width = max(width, len(c.name))
-	}
-	for _, c := range commands() {
-		fmt.Fprintf(w, "\t%-*s   %s\n", width, c.name, c.summary)
-	}
+	printCommands(w, commands())
 	fmt.Fprint(w, `
+The operator commands reach the holdfast server's control API with
+-server URL (and -token TOKEN, or $`+tokenEnv+`), or etcd with
+-etcd HOST:PORT[,HOST:PORT...] (publish, rollback, history, get, diff).
+
 Flags go before positional arguments ('--' ends the flags). Output is
 human-readable; a command that prints the API's data takes -o json for
 its JSON as the API sends it.

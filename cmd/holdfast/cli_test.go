@@ -33,11 +33,12 @@ func TestHelp(t *testing.T) {
 // same help, naming every flag, on stdout, with exit status 0.
 func TestCommandHelp(t *testing.T) {
 	for _, c := range commands() {
-		code, viaHelp, errOut := runCapture("help", c.name)
+		words := strings.Fields(c.name) // "rollout start": two
+		code, viaHelp, errOut := runCapture(append([]string{"help"}, words...)...)
 		if code != exitOK || errOut != "" {
 			t.Errorf("help %s: exit %d, stderr %q", c.name, code, errOut)
 		}
-		code, viaFlag, errOut := runCapture(c.name, "-h")
+		code, viaFlag, errOut := runCapture(append(words, "-h")...)
 		if code != exitOK || errOut != "" {
 			t.Errorf("%s -h: exit %d, stderr %q", c.name, code, errOut)
 		}

@@ -1,10 +1,23 @@
 // Command holdfast is holdfast's one binary: the reference server, the
-// relay, and (to come) the operator commands.
+// relay, and the operator commands.
 //
 //	holdfast serve -addr 127.0.0.1:8080 -admin-addr 127.0.0.1:9090
 //	holdfast relay -addr :8081 -upstream http://origin:8080 -cache-dir /var/lib/holdfast
 //	holdfast relay -addr :8081 -upstream etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379
+//	holdfast publish -server http://origin:8080 -actor alice -reason INC-1234 -if-revision 41 payments.prod retry-timeout-ms=50
+//	holdfast history -server http://origin:8080 -limit 20 payments.prod
+//	holdfast get -server http://origin:8080 -at 2026-12-01T14:03:00Z payments.prod
+//	holdfast diff -etcd 10.0.0.1:2379,10.0.0.2:2379 payments.prod 40 42
+//	holdfast rollback -server http://origin:8080 -to 40 -reason "INC-1234: revert" payments.prod
+//	holdfast status -server http://origin:8080 payments.prod
+//	holdfast clients -server http://origin:8080 payments.prod
+//	holdfast rollout start -server http://origin:8080 -stages 1,10,100 -bake 2m payments.prod retry-timeout-ms=50
+//	holdfast rollout status -server http://origin:8080 -id ID payments.prod
 //	holdfast help [COMMAND]
+//
+// The operator commands reach the reference server's control API with
+// -server (a token in -token or $HOLDFAST_TOKEN), or etcd with -etcd for
+// publish, rollback, history, get and diff.
 //
 // Every subcommand follows the same conventions: flags before positional
 // arguments, one flag.FlagSet each, human-readable output by default and

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(removeBinary{m}) }
 
 // logRecorder is the stderr of a command run with -log-format json: it
 // keeps every JSON record and lets a test wait for one.

@@ -213,22 +213,8 @@ func parseUpstream(s string) (upstream, error) {
 		return upstream{}, usagef("-upstream %q names no upstream", s)
 	}
 	if strings.HasPrefix(items[0], "etcd://") {
-		up := upstream{kind: upstreamEtcd}
-		for i, item := range items {
-			hostport := strings.TrimPrefix(item, "etcd://")
-			if i > 0 && hostport == item && strings.Contains(item, "://") {
-				return upstream{}, usagef("-upstream %q: an etcd upstream lists HOST:PORT of etcd members only; it cannot be mixed with %q", s, item)
-			}
-			host, port, err := net.SplitHostPort(hostport)
-			if err != nil || host == "" {
-				return upstream{}, usagef("-upstream %q: etcd member %q is not HOST:PORT", s, hostport)
-			}
-			if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-				return upstream{}, usagef("-upstream %q: etcd member %q has no valid port", s, hostport)
-			}
-			up.urls = append(up.urls, "http://"+hostport)
-		}
-		return up, nil
+		urls, err := parseEtcdMembers("-upstream", s)
+		return upstream{kind: upstreamEtcd, urls: urls}, err
 	}
 	up := upstream{kind: upstreamHTTP}
 	for _, item := range items {
@@ -249,6 +235,34 @@ func parseUpstream(s string) (upstream, error) {
 		up.urls = append(up.urls, item)
 	}
 	return up, nil
+}
+
+// parseEtcdMembers parses the etcd members of flag name:
+// HOST:PORT[,HOST:PORT...], each optionally etcd://HOST:PORT, into their
+// client URLs, http://HOST:PORT. Every error is a usage error.
+func parseEtcdMembers(name, s string) ([]string, error) {
+	var urls []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		hostport := strings.TrimPrefix(item, "etcd://")
+		if strings.Contains(hostport, "://") {
+			return nil, usagef("%s %q: list HOST:PORT of etcd members only; they cannot be mixed with %q", name, s, item)
+		}
+		host, port, err := net.SplitHostPort(hostport)
+		if err != nil || host == "" {
+			return nil, usagef("%s %q: etcd member %q is not HOST:PORT", name, s, hostport)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return nil, usagef("%s %q: etcd member %q has no valid port", name, s, hostport)
+		}
+		urls = append(urls, "http://"+hostport)
+	}
+	if len(urls) == 0 {
+		return nil, usagef("%s %q names no etcd member", name, s)
+	}
+	return urls, nil
 }
 
 // String is the upstream for logs and /statusz, passwords redacted.

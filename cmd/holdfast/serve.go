@@ -33,8 +33,9 @@ runtime's and process's metrics), /readyz (200 once the server listens),
 They need a listener of their own because the reference server owns
 -addr's; without -admin-addr they are not served.
 
-Publish with the control API, e.g.
+Publish with the operator commands or the control API, e.g.
 
+	holdfast publish -server http://127.0.0.1:8080 -reason "first try" payments.prod retry-timeout-ms=50
 	curl -d '{"puts":{"retry-timeout-ms":50}}' http://127.0.0.1:8080/control/namespaces/payments.prod/publish
 
 and point a client at http://127.0.0.1:8080.

@@ -73,8 +73,9 @@ type HistoryRecord struct {
 	// reason, and keys read back from etcd's revisions (while etcd keeps
 	// them).
 	Kind string `json:"kind"`
-	// RollbackOf is, for a rollback, the namespace's revision it restored.
-	RollbackOf int64 `json:"rollback_of,omitempty"`
+	// RollbackOf is, for a rollback, the namespace's revision it restored;
+	// 0 for a publish.
+	RollbackOf int64 `json:"rollback_of"`
 	// Puts and Deletes are the keys the change put and deleted, sorted.
 	Puts    []string `json:"puts"`
 	Deletes []string `json:"deletes"`
@@ -98,6 +99,11 @@ type NamespaceValues struct {
 // with the JSON form of the reference server's GET
 // /control/namespaces/{ns}/diff.
 type Diff struct {
+	Namespace string `json:"ns"`
+	// From and To are the namespace's revisions live at the two revisions
+	// asked for: its last change at or before each.
+	From    int64    `json:"from"`
+	To      int64    `json:"to"`
 	Changes []Change `json:"changes"`
 }
 
@@ -232,7 +238,7 @@ func (s *Source) Diff(ctx context.Context, ns string, from, to int64) (*Diff, er
 	if err != nil {
 		return nil, err
 	}
-	d := &Diff{Changes: []Change{}}
+	d := &Diff{Namespace: ns, From: a.Revision, To: b.Revision, Changes: []Change{}}
 	for k, old := range a.Values {
 		if cur, ok := b.Values[k]; !ok || !sameJSON(old, cur) {
 			d.Changes = append(d.Changes, Change{Key: k, Old: old, New: cur})

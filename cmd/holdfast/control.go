@@ -1,0 +1,391 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// The operator commands reach a config plane in one of two ways: the
+// reference server's control API (-server URL, with -token) or etcd
+// through the etcd module's audit (-etcd HOST:PORT,...). Both answer with
+// the same JSON, which -o json prints as it came.
+
+// tokenEnv is read when -token is not given, so that a token need not
+// show in the process list.
+const tokenEnv = "HOLDFAST_TOKEN"
+
+// requestTimeout bounds one operator command's requests.
+const requestTimeout = 30 * time.Second
+
+// maxReplyBytes bounds a control API reply (a namespace's values).
+const maxReplyBytes = 256 << 20
+
+// targetFlags are the flags that name the config plane, and -o.
+type targetFlags struct {
+	server, token, etcd *string
+	output              *choice
+	// serverOnly: the command has no etcd form (status, clients, rollout).
+	serverOnly bool
+}
+
+func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
+	t := &targetFlags{serverOnly: serverOnly}
+	t.server = fs.String("server", "", "the `URL` of the holdfast server's control API, e.g. http://127.0.0.1:8080")
+	t.token = fs.String("token", "", "the bearer `TOKEN` sent to -server (default: $"+tokenEnv+")")
+	if serverOnly {
+		t.etcd = fs.String("etcd", "", "not for this command: it needs the holdfast server (-server)")
+	} else {
+		t.etcd = fs.String("etcd", "", "the `HOST:PORT[,HOST:PORT...]` of etcd's members, instead of -server")
+	}
+	t.output = newChoice(fs, "o", "output", "text", "json")
+	return t
+}
+
+// json reports whether -o json was asked for.
+func (t *targetFlags) json() bool { return t.output.value == "json" }
+
+// plane is a config plane the operator commands read and change. Every
+// method returns the API's JSON reply.
+type plane interface {
+	publish(ctx context.Context, ns string, req publishRequest) ([]byte, error)
+	rollback(ctx context.Context, ns string, req rollbackRequest) ([]byte, error)
+	history(ctx context.Context, ns string, limit int, before int64) ([]byte, error)
+	// values reads the content live at revision rev, or at time at when
+	// it is not zero, or now when rev < 0.
+	values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error)
+	diff(ctx context.Context, ns string, from, to int64) ([]byte, error)
+	close() error
+}
+
+// publishRequest is the body of POST /control/namespaces/{ns}/publish.
+type publishRequest struct {
+	Puts       map[string]json.RawMessage `json:"puts,omitempty"`
+	Deletes    []string                   `json:"deletes,omitempty"`
+	Actor      string                     `json:"actor,omitempty"`
+	Reason     string                     `json:"reason,omitempty"`
+	IfRevision *int64                     `json:"if_revision,omitempty"`
+	// AbortRollout reverts the namespace's running rollout first (the
+	// server's alone: etcd has no rollouts).
+	AbortRollout bool `json:"abort_rollout,omitempty"`
+}
+
+// rollbackRequest is the body of POST /control/namespaces/{ns}/rollback.
+type rollbackRequest struct {
+	To     int64  `json:"to_revision"`
+	Actor  string `json:"actor,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// open checks the flags and returns the plane they name. Every error is
+// a usage error.
+func (t *targetFlags) open(name string) (plane, error) {
+	if t.serverOnly && *t.etcd != "" {
+		return nil, usagef("-etcd: %s is the holdfast server's alone (etcd keeps no clients' reports or rollouts); use -server", name)
+	}
+	switch {
+	case *t.server != "" && *t.etcd != "":
+		return nil, usagef("-server and -etcd exclude each other")
+	case *t.etcd != "":
+		if *t.token != "" {
+			return nil, usagef("-token is for -server, not -etcd")
+		}
+		eps, err := parseEtcdMembers("-etcd", *t.etcd)
+		if err != nil {
+			return nil, err
+		}
+		src, err := etcd.New(etcd.WithEndpoints(eps...), etcd.WithRequestTimeout(requestTimeout))
+		if err != nil {
+			return nil, usagef("-etcd: %v", err)
+		}
+		return &etcdPlane{src: src}, nil
+	case *t.server != "":
+		return t.openServer()
+	}
+	if t.serverOnly {
+		return nil, usagef("-server is required")
+	}
+	return nil, usagef("-server or -etcd is required")
+}
+
+// openServer is open for a command that needs the server.
+func (t *targetFlags) openServer() (*serverPlane, error) {
+	if *t.server == "" {
+		return nil, usagef("-server is required")
+	}
+	u, err := url.Parse(*t.server)
+	switch {
+	case err != nil:
+		return nil, usagef("-server: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, usagef("-server %q: scheme must be http or https", u.Redacted())
+	case u.Host == "":
+		return nil, usagef("-server %q has no host", u.Redacted())
+	case u.RawQuery != "" || u.Fragment != "":
+		return nil, usagef("-server %q must not have a query or fragment", u.Redacted())
+	}
+	token := *t.token
+	if token == "" {
+		token = os.Getenv(tokenEnv)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return &serverPlane{
+		base:  strings.TrimSuffix(u.String(), "/"),
+		token: token,
+		tr:    tr,
+		hc:    &http.Client{Transport: tr}, // withPlane bounds the requests
+	}, nil
+}
+
+// serverPlane is the reference server's control API.
+type serverPlane struct {
+	base  string
+	token string
+	tr    *http.Transport
+	hc    *http.Client
+}
+
+func (p *serverPlane) close() error {
+	p.tr.CloseIdleConnections()
+	return nil
+}
+
+// apiError is an error reply of the control API.
+type apiError struct {
+	status int
+	body   transport.ErrorBody
+}
+
+func (e *apiError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (HTTP %d)", e.body.Error, e.status)
+	if e.body.Message != "" {
+		b.WriteString(": " + e.body.Message)
+	}
+	for _, d := range e.body.Details {
+		b.WriteString("\n\t" + d)
+	}
+	return b.String()
+}
+
+// nsPath is the control API's path of namespace ns, and then of elems.
+func nsPath(ns string, elems ...string) string {
+	p := "/control/namespaces/" + url.PathEscape(ns)
+	for _, e := range elems {
+		p += "/" + url.PathEscape(e)
+	}
+	return p
+}
+
+// call sends one request (body, if not nil, as JSON) and returns the
+// reply's body; a reply that is not 2xx is an *apiError.
+func (p *serverPlane) call(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	u := p.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "holdfast-cli")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return nil, err // a *url.Error: the URL without its password, no header
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: reading the reply: %w", method, path, err)
+	}
+	if len(data) > maxReplyBytes {
+		return nil, fmt.Errorf("%s %s: reply larger than %d bytes", method, path, maxReplyBytes)
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &apiError{status: resp.StatusCode}
+		if json.Unmarshal(data, &e.body) != nil || e.body.Error == "" {
+			// Not the API's error form (a proxy's page, say): its
+			// status and the start of its text.
+			e.body = transport.ErrorBody{Error: strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_")), Message: clip(strings.TrimSpace(string(data)), 512)}
+		}
+		return nil, e
+	}
+	if !json.Valid(data) {
+		return nil, fmt.Errorf("%s %s: the reply is not JSON: %q", method, path, clip(string(data), 128))
+	}
+	return data, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (p *serverPlane) get(ctx context.Context, path string, query url.Values) ([]byte, error) {
+	return p.call(ctx, http.MethodGet, path, query, nil)
+}
+
+func (p *serverPlane) post(ctx context.Context, path string, body any) ([]byte, error) {
+	return p.call(ctx, http.MethodPost, path, nil, body)
+}
+
+func (p *serverPlane) publish(ctx context.Context, ns string, req publishRequest) ([]byte, error) {
+	return p.post(ctx, nsPath(ns, "publish"), req)
+}
+
+func (p *serverPlane) rollback(ctx context.Context, ns string, req rollbackRequest) ([]byte, error) {
+	return p.post(ctx, nsPath(ns, "rollback"), req)
+}
+
+func (p *serverPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if before > 0 {
+		q.Set("before", strconv.FormatInt(before, 10))
+	}
+	return p.get(ctx, nsPath(ns, "history"), q)
+}
+
+func (p *serverPlane) values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error) {
+	q := url.Values{}
+	switch {
+	case !at.IsZero():
+		q.Set("at", at.Format(time.RFC3339Nano))
+	case rev >= 0:
+		q.Set("revision", strconv.FormatInt(rev, 10))
+	default:
+		// Now: the namespace's content at the store's head, read in one
+		// request after the status that names the head.
+		data, err := p.get(ctx, nsPath(ns, "status"), nil)
+		if err != nil {
+			return nil, err
+		}
+		var st struct {
+			Head int64 `json:"head"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			return nil, fmt.Errorf("status of %q: %w", ns, err)
+		}
+		q.Set("revision", strconv.FormatInt(st.Head, 10))
+	}
+	return p.get(ctx, nsPath(ns, "values"), q)
+}
+
+func (p *serverPlane) diff(ctx context.Context, ns string, from, to int64) ([]byte, error) {
+	q := url.Values{"from": {strconv.FormatInt(from, 10)}, "to": {strconv.FormatInt(to, 10)}}
+	return p.get(ctx, nsPath(ns, "diff"), q)
+}
+
+// etcdPlane is etcd, through the etcd module's publish helpers and audit.
+type etcdPlane struct {
+	src *etcd.Source
+}
+
+func (p *etcdPlane) close() error { return p.src.Close() }
+
+// reply is the JSON of v, as the server would send it.
+func reply(v any, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+type revisionReply struct {
+	Revision int64 `json:"revision"`
+}
+
+func (p *etcdPlane) publish(ctx context.Context, ns string, req publishRequest) ([]byte, error) {
+	opts := []etcd.PublishOption{etcd.WithActor(req.Actor), etcd.WithReason(req.Reason)}
+	if req.IfRevision != nil {
+		opts = append(opts, etcd.WithIfRevision(*req.IfRevision))
+	}
+	if req.AbortRollout {
+		return nil, usagef("-abort-rollout: etcd has no rollouts; it is for -server")
+	}
+	rev, err := p.src.Publish(ctx, ns, req.Puts, req.Deletes, opts...)
+	return reply(revisionReply{rev}, err)
+}
+
+func (p *etcdPlane) rollback(ctx context.Context, ns string, req rollbackRequest) ([]byte, error) {
+	rev, err := p.src.Rollback(ctx, ns, req.To, etcd.WithActor(req.Actor), etcd.WithReason(req.Reason))
+	return reply(revisionReply{rev}, err)
+}
+
+func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {
+	return reply(p.src.History(ctx, ns, etcd.HistoryOptions{Limit: limit, Before: before}))
+}
+
+func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error) {
+	switch {
+	case !at.IsZero():
+		return reply(p.src.ValuesAtTime(ctx, ns, at))
+	case rev >= 0:
+		return reply(p.src.ValuesAt(ctx, ns, rev))
+	}
+	// Now: at the revision of the namespace's snapshot.
+	snap, err := p.src.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	return reply(p.src.ValuesAt(ctx, ns, snap.Revision))
+}
+
+func (p *etcdPlane) diff(ctx context.Context, ns string, from, to int64) ([]byte, error) {
+	return reply(p.src.Diff(ctx, ns, from, to))
+}
+
+// withPlane opens the plane t names, runs fn with it under the request
+// timeout, and closes it.
+func withPlane(ctx context.Context, t *targetFlags, name string, fn func(context.Context, plane) error) error {
+	p, err := t.open(name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return errors.Join(fn(ctx, p), p.close())
+}
+
+// withServer is withPlane for a command that needs the server.
+func withServer(ctx context.Context, t *targetFlags, name string, fn func(context.Context, *serverPlane) error) error {
+	return withPlane(ctx, t, name, func(ctx context.Context, p plane) error {
+		return fn(ctx, p.(*serverPlane)) // serverOnly: open refused -etcd
+	})
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The rollout commands: a staged rollout of a change on the holdfast
+// server (POST /control/namespaces/{ns}/rollouts, GET .../rollouts/{id},
+// POST .../rollouts/{id}/abort and .../promote).
+
+const rolloutDoc = `
+A rollout stages a change to a namespace over -stages, each a percentage
+of the clients that report on it, chosen by client id. Each stage waits
+until every client in it has reported (acked or nacked) its revision, then
+bakes for -bake; more nacks than -max-nacks so far revert it, in one new
+revision that drops the change. After the last stage's bake the change
+becomes the base for everyone (promoted). With -prevalidate every client
+checks the change as soon as it learns of it, in the stage or not, and a
+would-nack counts as a nack. A client silent past -report-timeout is
+lagging; a stage still waiting after -stage-timeout reverts or holds, as
+-on-timeout says.`
+
+func rolloutStartCommand() *command {
+	return &command{
+		name:    "rollout start",
+		args:    "NAMESPACE [KEY=VALUE...]",
+		summary: "start a staged rollout of a change (1% → 10% → 100%), gated on the clients' acks",
+		doc: `
+Rollout start starts a staged rollout of a change to NAMESPACE and prints
+its id and its first stage's revision. The change is KEY=VALUE arguments
+or -f FILE, as for 'holdfast publish'. Follow it with 'holdfast rollout
+status -id ID', end it early with 'holdfast rollout abort' or 'holdfast
+rollout promote'. One rollout per namespace at a time: a second, or a
+plain publish during one, is refused (409).
+` + rolloutDoc + `
+` + serverOnlyDoc,
+		minArgs: 1, maxArgs: math.MaxInt,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			t := addTargetFlags(fs, true)
+			var stages percentList
+			fs.Var(&stages, "stages", "the stages: comma-separated `PERCENTS` of the clients, e.g. 1,10,100 (required)")
+			bake := fs.Duration("bake", 0, "how long each stage holds once all its clients reported (0: none)")
+			maxNacks := fs.Int("max-nacks", 0, "the nacks (and would-nacks) tolerated before the rollout reverts")
+			prevalidate := fs.Bool("prevalidate", false, "every client checks the change at once and reports a would-nack")
+			reportTimeout := fs.Duration("report-timeout", 0, "a client silent this long is lagging (0: the server's default, 10s)")
+			stageTimeout := fs.Duration("stage-timeout", 0, "how long a stage waits for its clients (0: the server's default, 5m)")
+			onTimeout := newChoice(fs, "on-timeout", "what a stage that timed out does", "revert", "hold")
+			file := fs.String("f", "", "take the change from `FILE`: {\"puts\":{...},\"deletes\":[...]}")
+			return func(ctx context.Context, e *env, args []string) error {
+				ns := args[0]
+				puts, deletes, err := parseChange(*file, args[1:])
+				if err != nil {
+					return err
+				}
+				switch {
+				case len(stages) == 0:
+					return usagef("-stages is required, e.g. -stages 1,10,100")
+				case *bake < 0 || *reportTimeout < 0 || *stageTimeout < 0:
+					return usagef("-bake, -report-timeout and -stage-timeout must not be negative")
+				case *maxNacks < 0:
+					return usagef("-max-nacks must not be negative, got %d", *maxNacks)
+				}
+				req := rolloutRequest{
+					Puts: puts, Deletes: deletes, Stages: stages,
+					Bake: durationText(*bake), MaxNacks: *maxNacks, Prevalidate: *prevalidate,
+					ReportTimeout: durationText(*reportTimeout), StageTimeout: durationText(*stageTimeout),
+					OnTimeout: onTimeout.value,
+				}
+				return withServer(ctx, t, "rollout start", func(ctx context.Context, p *serverPlane) error {
+					data, err := p.post(ctx, nsPath(ns, "rollouts"), req)
+					if err != nil {
+						return err
+					}
+					return t.print(e, data, func(w io.Writer) error {
+						var r struct {
+							ID       string `json:"id"`
+							Revision int64  `json:"revision"`
+						}
+						if err := json.Unmarshal(data, &r); err != nil {
+							return err
+						}
+						_, err := fmt.Fprintf(w, "rollout %s of %s started: stage %s at revision %d\n", cell(r.ID), ns, percent(stages[0]), r.Revision)
+						return err
+					})
+				})
+			}
+		},
+	}
+}
+
+// rolloutRequest is the body of POST /control/namespaces/{ns}/rollouts;
+// what is not given is left to the server's defaults.
+type rolloutRequest struct {
+	Puts          map[string]json.RawMessage `json:"puts,omitempty"`
+	Deletes       []string                   `json:"deletes,omitempty"`
+	Stages        []float64                  `json:"stages"`
+	Bake          string                     `json:"bake,omitempty"`
+	MaxNacks      int                        `json:"max_nacks"`
+	Prevalidate   bool                       `json:"prevalidate,omitempty"`
+	ReportTimeout string                     `json:"report_timeout,omitempty"`
+	StageTimeout  string                     `json:"stage_timeout,omitempty"`
+	OnTimeout     string                     `json:"on_timeout,omitempty"`
+}
+
+// durationText is d as the API takes it, "" (the default) for 0.
+func durationText(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+func rolloutStatusCommand() *command {
+	return rolloutRecordCommand("status", "", "print a rollout's state: its stage, the clients' acks and nacks", `
+Rollout status prints rollout -id of NAMESPACE: its state (running,
+promoted, reverted), the stage it is in (or ended in), how many clients it
+knows, how many served the change, acked, nacked, would have nacked
+(prevalidation) and lag, why it reverted, and the revisions it committed.
+Without -id it lists NAMESPACE's rollouts, newest first: the running one
+and the last few that ended (GET /control/namespaces/{ns}/rollouts).`)
+}
+
+func rolloutAbortCommand() *command {
+	return rolloutRecordCommand("abort", "abort", "revert a running rollout now", `
+Rollout abort reverts rollout -id of NAMESPACE now, in one new revision that
+drops the staged change, and prints its state.`)
+}
+
+func rolloutPromoteCommand() *command {
+	return rolloutRecordCommand("promote", "promote", "skip a running rollout to 100%: its change becomes the base", `
+Rollout promote ends rollout -id of NAMESPACE early: its change becomes the
+base for every client, in one new revision; it prints its state.`)
+}
+
+// rolloutRecordCommand is rollout status (action ""), abort or promote:
+// each prints the rollout's record.
+func rolloutRecordCommand(name, action, summary, doc string) *command {
+	return &command{
+		name:    "rollout " + name,
+		args:    "NAMESPACE",
+		summary: summary,
+		doc:     doc + "\n" + serverOnlyDoc,
+		minArgs: 1, maxArgs: 1,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			t := addTargetFlags(fs, true)
+			idUsage := "the rollout's `ID`, as rollout start printed it (required)"
+			if action == "" {
+				idUsage = "the rollout's `ID`, as rollout start printed it (empty: list the namespace's rollouts)"
+			}
+			id := fs.String("id", "", idUsage)
+			return func(ctx context.Context, e *env, args []string) error {
+				ns := args[0]
+				if *id == "" && action != "" {
+					return usagef("-id is required")
+				}
+				return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
+					if *id == "" {
+						data, err := p.get(ctx, nsPath(ns, "rollouts"), nil)
+						if err != nil {
+							return err
+						}
+						return t.print(e, data, func(w io.Writer) error { return printRollouts(w, ns, data) })
+					}
+					path := nsPath(ns, "rollouts", *id)
+					var data []byte
+					var err error
+					if action == "" {
+						data, err = p.get(ctx, path, nil)
+					} else {
+						data, err = p.post(ctx, path+"/"+action, nil)
+					}
+					if err != nil {
+						return err
+					}
+					return t.print(e, data, func(w io.Writer) error { return printRollout(w, data) })
+				})
+			}
+		},
+	}
+}
+
+// rolloutRecord is what the commands print of a rollout's record.
+type rolloutRecord struct {
+	ID        string    `json:"id"`
+	Namespace string    `json:"ns"`
+	State     string    `json:"state"`
+	Stage     float64   `json:"stage"`
+	Stages    []float64 `json:"stages"`
+	Clients   int       `json:"clients"`
+	Served    int       `json:"served"`
+	Acked     int       `json:"acked"`
+	Nacked    int       `json:"nacked"`
+	WouldNack int       `json:"would_nack"`
+	Lagging   int       `json:"lagging"`
+	Reason    string    `json:"reason"`
+	Revisions []int64   `json:"revisions"`
+}
+
+// printRollout prints a rollout's record as a table.
+func printRollout(w io.Writer, data []byte) error {
+	var r rolloutRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return err
+	}
+	stages := make([]string, len(r.Stages))
+	for i, s := range r.Stages {
+		stages[i] = percent(s)
+	}
+	revs := make([]string, len(r.Revisions))
+	for i, v := range r.Revisions {
+		revs[i] = strconv.FormatInt(v, 10)
+	}
+	tw := newTable(w)
+	tw.row("rollout", r.ID)
+	if r.Namespace != "" {
+		tw.row("namespace", r.Namespace)
+	}
+	tw.row("state", r.State)
+	tw.row("stage", fmt.Sprintf("%s of %s", percent(r.Stage), strings.Join(stages, " → ")))
+	tw.row("clients", r.Clients)
+	tw.row("served", r.Served)
+	tw.row("acked", r.Acked)
+	tw.row("nacked", r.Nacked)
+	tw.row("would nack", r.WouldNack)
+	tw.row("lagging", r.Lagging)
+	tw.row("reason", orDash(r.Reason))
+	tw.row("revisions", orDash(strings.Join(revs, ", ")))
+	return tw.flush()
+}
+
+// printRollouts prints the list of a namespace's rollouts, one a line.
+func printRollouts(w io.Writer, ns string, data []byte) error {
+	var l struct {
+		Rollouts []rolloutRecord `json:"rollouts"`
+	}
+	if err := json.Unmarshal(data, &l); err != nil {
+		return err
+	}
+	if len(l.Rollouts) == 0 {
+		_, err := fmt.Fprintf(w, "no rollouts of %s\n", ns)
+		return err
+	}
+	tw := newTable(w, "ROLLOUT", "STATE", "STAGE", "CLIENTS", "SERVED", "NACKED", "WOULD-NACK", "LAGGING", "REASON")
+	for _, r := range l.Rollouts {
+		tw.row(r.ID, r.State, percent(r.Stage), r.Clients, r.Served, r.Nacked, r.WouldNack, r.Lagging, orDash(clip(r.Reason, 80)))
+	}
+	return tw.flush()
+}
+
+func percent(p float64) string { return strconv.FormatFloat(p, 'f', -1, 64) + "%" }
+
+// percentList is a comma-separated list of percentages (-stages).
+type percentList []float64
+
+func (l *percentList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = strconv.FormatFloat(p, 'f', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *percentList) Set(s string) error {
+	*l = (*l)[:0]
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSuffix(strings.TrimSpace(item), "%")
+		p, err := strconv.ParseFloat(item, 64)
+		if err != nil || math.IsNaN(p) || math.IsInf(p, 0) {
+			return fmt.Errorf("%q is not a percentage", item)
+		}
+		*l = append(*l, p)
+	}
+	return nil
+}
