@@ -33,7 +33,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const (
 	proofNS     = "proof.routes"
 	fleetSize   = 100
-	waitLimit   = 30 * time.Second
+	waitLimit   = 60 * time.Second
 	baseRoute   = `{"cluster":"c1"}`
 	strictDigit = "3" // clients whose ids end in it also reject new-field
 )
@@ -93,8 +93,10 @@ func startFleet(t testing.TB, url string, n int, opts ...config.Option) fleet {
 
 func startMember(t testing.TB, url, nsName, id string, opts ...config.Option) *member {
 	t.Helper()
+	// A generous idle timeout: 100 clients of 1,000 keys under -race on a
+	// busy machine must not turn slow replies into reconnects.
 	c, err := config.New(append([]config.Option{config.WithEndpoint(url), config.WithClientID(id),
-		config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond)}, opts...)...)
+		config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond), config.WithStreamIdleTimeout(15 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +124,9 @@ func startMember(t testing.TB, url, nsName, id string, opts ...config.Option) *m
 
 // controlAPI drives the reference server over its real HTTP control API.
 type controlAPI struct {
-	t   testing.TB
-	url string
+	t     testing.TB
+	url   string
+	debug func() string
 }
 
 func (c controlAPI) do(method, path string, body any, want int, out any) {
@@ -199,14 +202,24 @@ func (c controlAPI) get(ns, id string) record {
 	return r
 }
 
-// ended waits for the rollout to end and returns its record.
+// ended waits for the rollout to end and returns its record; on the
+// deadline it shows the record as the server has it.
 func (c controlAPI) ended(ns, id string) record {
 	c.t.Helper()
 	var r record
-	eventually(c.t, "rollout "+id+" to end", func() bool {
-		r = c.get(ns, id)
-		return r.State != "running"
-	})
+	deadline := time.Now().Add(waitLimit)
+	for r = c.get(ns, id); r.State == "running"; r = c.get(ns, id) {
+		if time.Now().After(deadline) {
+			var raw json.RawMessage
+			c.do("GET", "/control/namespaces/"+ns+"/rollouts/"+id, nil, http.StatusOK, &raw)
+			more := ""
+			if c.debug != nil {
+				more = c.debug()
+			}
+			c.t.Fatalf("rollout %s still running after %v: %s %s", id, waitLimit, raw, more)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	return r
 }
 
@@ -251,6 +264,20 @@ func firstStageWith(id string, ids []string, stages []float64, pick func(string)
 		}
 	}
 	return 0
+}
+
+// describe says where the fleet stands, for a test that times out: how
+// many clients serve each revision, and the status of a few of the last.
+func (f fleet) describe() string {
+	revs := map[int64]int{}
+	low := f[0]
+	for _, m := range f {
+		revs[m.ns.Revision()]++
+		if m.ns.Revision() < low.ns.Revision() {
+			low = m
+		}
+	}
+	return fmt.Sprintf("clients at each revision %v; %s: %v", revs, low.id, low.ns.Status())
 }
 
 func (f fleet) ids() []string {
@@ -320,13 +347,13 @@ func raw(s string) json.RawMessage { return json.RawMessage(s) }
 func TestProofFourRollouts(t *testing.T) {
 	var written atomic.Int64
 	srv := startOrigin(t, &written)
-	api := controlAPI{t, srv.URL()}
+	api := controlAPI{t, srv.URL(), nil}
 	f := startFleet(t, srv.URL(), fleetSize)
 	api.known(proofNS, fleetSize)
 	stages := []float64{1, 10, 100}
 
 	t.Run("good change is promoted", func(t *testing.T) {
-		api := controlAPI{t, srv.URL()}
+		api := controlAPI{t, srv.URL(), f.describe}
 		// The idle cost of the fleet's streams (heartbeats) over a second,
 		// to take out of what the rollout's span cost.
 		idleFrom, idleStart := written.Load(), time.Now()
@@ -363,22 +390,22 @@ func TestProofFourRollouts(t *testing.T) {
 	})
 
 	t.Run("BAD stops at 1%", func(t *testing.T) {
-		api := controlAPI{t, srv.URL()}
+		api := controlAPI{t, srv.URL(), f.describe}
 		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"BAD"}`)}, Stages: stages, Bake: "50ms"})
 		r := api.ended(proofNS, id)
-		if r.State != "reverted" || r.Stage != 1 || r.Nacked < 1 || r.Served != 0 {
-			t.Fatalf("rollout %+v, want reverted at stage 1 with a nack and none served", r)
-		}
 		f.converge(t, baseRoute)
 		for _, m := range f {
 			if m.served("BAD") {
-				t.Errorf("%s served BAD", m.id)
+				t.Errorf("%s served BAD: %v; %v", m.id, m.routes, m.ns.Status())
 			}
+		}
+		if r.State != "reverted" || r.Stage != 1 || r.Nacked < 1 || r.Served != 0 {
+			t.Fatalf("rollout %+v, want reverted at stage 1 with a nack and none served", r)
 		}
 	})
 
 	t.Run("new-field stops at the first stage with a strict client", func(t *testing.T) {
-		api := controlAPI{t, srv.URL()}
+		api := controlAPI{t, srv.URL(), f.describe}
 		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":true}`)}, Stages: stages, Bake: "50ms"})
 		r := api.ended(proofNS, id)
 		want := firstStageWith(id, f.ids(), stages, strict)
@@ -394,7 +421,7 @@ func TestProofFourRollouts(t *testing.T) {
 	})
 
 	t.Run("new-field with prevalidation stops before any strict client", func(t *testing.T) {
-		api := controlAPI{t, srv.URL()}
+		api := controlAPI{t, srv.URL(), f.describe}
 		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":true}`)}, Stages: stages, Bake: "50ms", Prevalidate: true})
 		r := api.ended(proofNS, id)
 		if r.State != "reverted" || r.Stage != 1 {
@@ -467,7 +494,7 @@ func startRelay(t testing.TB, url string) string {
 // would-nacks, and passes the staged change on as data.
 func TestProofThroughARelay(t *testing.T) {
 	srv := startOrigin(t, nil)
-	api := controlAPI{t, srv.URL()}
+	api := controlAPI{t, srv.URL(), nil}
 	f := startFleet(t, startRelay(t, srv.URL()), 20)
 	api.known(proofNS, len(f))
 	stages := []float64{5, 50, 100}
@@ -493,7 +520,7 @@ func TestProofThroughARelay(t *testing.T) {
 // and the history tells each revision's kind.
 func TestProofAbortDuringBake(t *testing.T) {
 	srv := startOrigin(t, nil)
-	api := controlAPI{t, srv.URL()}
+	api := controlAPI{t, srv.URL(), nil}
 	f := startFleet(t, srv.URL(), 20)
 	api.known(proofNS, len(f))
 	staged := `{"cluster":"c5"}`
@@ -546,7 +573,7 @@ func TestProofTwoNamespacesAtOnce(t *testing.T) {
 	if _, err := srv.Publish(other, proofContent()); err != nil {
 		t.Fatal(err)
 	}
-	api := controlAPI{t, srv.URL()}
+	api := controlAPI{t, srv.URL(), nil}
 	var a, b fleet
 	for i := range 10 {
 		a = append(a, startMember(t, srv.URL(), proofNS, clientID(i)))
@@ -604,7 +631,7 @@ func stagedOnTheWire(t testing.TB, url, ns string) *rollout.Staged {
 // brings it the change.
 func TestProofRestartMidStage(t *testing.T) {
 	srv := startOrigin(t, nil)
-	api := controlAPI{t, srv.URL()}
+	api := controlAPI{t, srv.URL(), nil}
 	dir := t.TempDir()
 	f := startFleet(t, srv.URL(), 10)
 	cached := startMember(t, srv.URL(), proofNS, "app-cached", config.WithCacheDir(dir))
