@@ -324,10 +324,8 @@ type RolloutRecord struct {
 	// knew for the namespace when a stage began, and those that reported
 	// since.
 	Clients int `json:"clients"`
-	// InStage counts the known clients the current stage waits for (its
-	// members; with Prevalidate, the first stage waits for every known
-	// client, as each checks the change), Reported those of them that
-	// reported its revision.
+	// InStage counts the known clients of the current stage, Reported
+	// those of them that reported its revision.
 	InStage  int `json:"in_stage"`
 	Reported int `json:"reported"`
 	// Served counts clients that served the staged change: acked it in a

@@ -107,10 +107,8 @@ type RolloutRecord struct {
 	// knew for the namespace when a stage began, and those that reported
 	// since.
 	Clients int `json:"clients"`
-	// InStage counts the known clients the current stage waits for (its
-	// members; with Prevalidate, the first stage waits for every known
-	// client, as each checks the change), Reported those of them that
-	// reported its revision.
+	// InStage counts the known clients of the current stage, Reported
+	// those of them that reported its revision.
 	InStage  int `json:"in_stage"`
 	Reported int `json:"reported"`
 	// Served counts clients that served the staged change: acked it in a
@@ -323,23 +321,15 @@ func (run *rolloutRun) observe(a *transport.Ack, now time.Time) bool {
 func (run *rolloutRun) know(client string, now time.Time) *rolloutClient {
 	c := &rolloutClient{hash: rollout.Hash(run.id, client), since: now}
 	run.clients[client] = c
-	if run.waitsFor(c) && run.stageRev > 0 {
+	if c.hash <= run.cut && run.stageRev > 0 {
 		run.inStage++
 	}
 	return c
 }
 
-// waitsFor reports whether the current stage waits for c's report: c is
-// in the stage, or (with prevalidation) it is the first stage, which waits
-// for every client known, since each checks the change as it learns of
-// it: no stage can pass a would-nack still on its way.
-func (run *rolloutRun) waitsFor(c *rolloutClient) bool {
-	return c.hash <= run.cut || run.spec.Prevalidate && run.stage == 0
-}
-
 // reportRev records that c reported revision rev of the rollout.
 func (run *rolloutRun) reportRev(c *rolloutClient, rev int64) {
-	if run.waitsFor(c) && run.stageRev > 0 && c.rev < run.stageRev && rev >= run.stageRev {
+	if c.hash <= run.cut && run.stageRev > 0 && c.rev < run.stageRev && rev >= run.stageRev {
 		run.reported++
 	}
 	c.rev = max(c.rev, rev)
@@ -366,12 +356,12 @@ func (run *rolloutRun) nack(a *transport.Ack, c *rolloutClient) {
 	}
 }
 
-// members counts the known clients the current stage waits for, and
-// those of them that reported its revision and those lagging.
+// members counts the known clients of the current stage, and those of
+// them that reported its revision and those lagging.
 func (run *rolloutRun) members(now time.Time) (in, reported, lagging int) {
 	timeout := run.spec.ReportTimeout
 	for _, c := range run.clients {
-		if !run.waitsFor(c) {
+		if c.hash > run.cut {
 			continue
 		}
 		in++

@@ -387,30 +387,6 @@ func TestRolloutPrevalidate(t *testing.T) {
 	}
 }
 
-// TestRolloutPrevalidationWaitsForEveryClient: with prevalidation the
-// first stage ends only once every known client has reported, in it or
-// not, so a would-nack that comes after every member's ack still stops the
-// rollout at its first stage, with no bake.
-func TestRolloutPrevalidationWaitsForEveryClient(t *testing.T) {
-	s := start(t)
-	f := newFleet(t, s, "app", 20)
-	rec := mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{5, 100}, Prevalidate: true})
-	in, out, rev, st := f.split()
-	f.report(rev, transport.AckApplied, st.ID, "", in...)
-	f.report(rev, transport.AckApplied, "", "", out[1:]...)
-	s.stepRollouts() // what the controller does on a report, done here to look at once
-	countsAgree(t, s, "app")
-	if got, _ := s.Rollout("app", rec.ID); got.State != RolloutRunning || got.Stage != 5 || got.InStage != 20 || got.Reported != 19 {
-		t.Fatalf("with one client outside the stage silent: %+v", got)
-	}
-	f.report(rev, transport.AckApplied, "", "", out[0])
-	f.report(rev, transport.AckWouldReject, st.ID, "strict", out[0])
-	rec = waitRollout(t, s, "app", rec.ID, "the revert", inState(RolloutReverted))
-	if rec.Stage != 5 || rec.WouldNack != 1 {
-		t.Fatalf("reverted: %+v", rec)
-	}
-}
-
 func TestRolloutTwoNamespacesAtOnce(t *testing.T) {
 	s := start(t)
 	fa, fb := newFleet(t, s, "a", 50), newFleet(t, s, "b", 50)
@@ -729,9 +705,6 @@ func TestRolloutAcksOverHTTP(t *testing.T) {
 		relayed = append(relayed, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack","rollout":%q}`, id, rev, st.ID))
 	}
 	relayed = append(relayed, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"would_nack","error":"strict","rollout":%q}`, out[0], rev, st.ID))
-	for _, id := range out { // with prevalidation the first stage waits for every client's report: the base's ack
-		relayed = append(relayed, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack"}`, id, rev))
-	}
 	post(`{"client_id":"relay-1","acks":[` + strings.Join(relayed, ",") + `]}`)
 	got := waitRollout(t, s, "app", rec.ID, "stage 100", atStage(100))
 	if got.Served != len(in) || got.WouldNack != 1 {
@@ -1008,9 +981,6 @@ func TestRolloutThroughARelay(t *testing.T) {
 	}
 	for _, c := range out[:2] {
 		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"would_nack","error":"strict","rollout":%q}`, c, rev, st.ID))
-	}
-	for _, c := range out { // with prevalidation the first stage waits for every client's report: the base's ack
-		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack"}`, c, rev))
 	}
 	c := newClient(t)
 	if resp, data := do(t, c, http.MethodPost, relay.URL()+transport.PathAck, `{"client_id":"x","acks":[`+strings.Join(acks, ",")+`]}`); resp.StatusCode != http.StatusNoContent {
