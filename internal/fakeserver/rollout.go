@@ -303,7 +303,13 @@ func (run *rolloutRun) observe(a *transport.Ack, now time.Time) bool {
 			c.nacked = true
 			run.nacked++
 		}
-		run.nack(a, c)
+		// A nack rejects the change when it names the rollout, or comes
+		// from a client in the stage that could not (the key did not
+		// decode). One outside the stage without the id rejects the base,
+		// which the rollout does not change: counted, but no revert.
+		if explicit || c.hash <= run.cut {
+			run.nack(a, c)
+		}
 	case transport.AckWouldReject:
 		if !explicit {
 			return true
