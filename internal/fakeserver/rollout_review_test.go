@@ -1,7 +1,12 @@
 package fakeserver
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -29,5 +34,101 @@ func TestRolloutNonMemberNackOfTheBaseDoesNotRevert(t *testing.T) {
 	rec = waitRollout(t, s, "app", rec.ID, "the promotion", func(r RolloutRecord) bool { return r.State != RolloutRunning })
 	if rec.State != RolloutPromoted {
 		t.Fatalf("ended %+v", rec)
+	}
+}
+
+// TestRolloutConcurrentControl: rollouts started, aborted, promoted and
+// reported on while plain publishes, compactions, resets, restores and
+// finally Close run at once; run with -race. Nothing may deadlock, and
+// every rollout left must have ended by Close.
+func TestRolloutConcurrentControl(t *testing.T) {
+	s := start(t)
+	newFleet(t, s, "app", 20)
+	newFleet(t, s, "other", 20)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	loop := func(f func(i int)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f(i)
+			}
+		}()
+	}
+	for _, ns := range []string{"app", "other"} {
+		loop(func(i int) {
+			rec, err := s.StartRollout(ns, RolloutSpec{Puts: goodChange(), Stages: []float64{10, 50, 100}, Bake: time.Millisecond})
+			if err != nil {
+				return
+			}
+			switch i % 3 {
+			case 0:
+				_, _ = s.AbortRollout(ns, rec.ID)
+			case 1:
+				_, _ = s.PromoteRollout(ns, rec.ID)
+			}
+		})
+		loop(func(i int) {
+			recs, _ := s.Rollouts(ns)
+			rev := s.Head()
+			acks := make([]transport.Ack, 0, 20)
+			for c := range 20 {
+				a := transport.Ack{ClientID: fmt.Sprintf("%s-client-%d", ns, c), Namespace: ns, Revision: rev, Status: transport.AckApplied}
+				if len(recs) > 0 && c%2 == 0 {
+					a.Rollout = recs[0].ID
+				}
+				if c == 3 && i%7 == 0 {
+					a.Status = transport.AckWouldReject
+				}
+				acks = append(acks, a)
+			}
+			s.recordAcks(acks)
+		})
+	}
+	loop(func(i int) {
+		_, _ = s.PublishWith("app", map[string]any{"p": i}, nil, PublishOptions{AbortRollout: i%2 == 0})
+	})
+	loop(func(i int) {
+		switch i % 4 {
+		case 0:
+			_, _ = s.Compact(s.Head())
+		case 1:
+			_ = s.RestoreTo(max(s.CompactRevision(), s.Head()-1))
+		case 2:
+			if i%40 == 2 {
+				s.ResetStore()
+			}
+		}
+		time.Sleep(time.Millisecond) // pacing, not synchronisation
+	})
+	time.Sleep(300 * time.Millisecond) // how long to stress, not synchronisation
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close deadlocked")
+	}
+	close(stop)
+	wg.Wait()
+	for _, ns := range []string{"app", "other"} {
+		recs, _ := s.Rollouts(ns)
+		for _, r := range recs {
+			if r.State == RolloutRunning {
+				_, err := s.WaitRollout(context.Background(), ns, r.ID)
+				if !errors.Is(err, ErrClosed) {
+					t.Errorf("WaitRollout of %s after Close: %v", r.ID, err)
+				}
+			}
+		}
 	}
 }
