@@ -132,3 +132,54 @@ func TestRolloutConcurrentControl(t *testing.T) {
 		}
 	}
 }
+
+// TestRolloutPrevalidateWaitsForTheOthers: with prevalidation, the
+// clients outside a stage report their would-nacks with their acks of the
+// stage's revision; a stage whose members have all reported must not end
+// before the others have too (or the report timeout passed), else a bake
+// shorter than the fleet's report latency lets the change past the stage
+// whose would-nacks were on their way.
+func TestRolloutPrevalidateWaitsForTheOthers(t *testing.T) {
+	s := start(t)
+	f := newFleet(t, s, "app", 100)
+	rec := mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{10, 100}, Prevalidate: true, ReportTimeout: time.Hour})
+	in, out, rev, st := f.split()
+	f.report(rev, transport.AckApplied, st.ID, "", in...)
+	s.stepRollouts() // serialised with the controller's own step
+	if got, _ := s.Rollout("app", rec.ID); got.State != RolloutRunning || got.Stage != 10 {
+		t.Fatalf("the members reported, the others not yet: %+v", got)
+	}
+	// The others, in one batch: one of them would reject the change.
+	acks := []transport.Ack{{ClientID: out[0], Namespace: "app", Revision: rev, Status: transport.AckWouldReject, Rollout: st.ID, Error: "strict"}}
+	for _, c := range out {
+		acks = append(acks, transport.Ack{ClientID: c, Namespace: "app", Revision: rev, Status: transport.AckApplied})
+	}
+	s.recordAcks(acks)
+	rec = waitRollout(t, s, "app", rec.ID, "the end", func(r RolloutRecord) bool { return r.State != RolloutRunning })
+	if rec.State != RolloutReverted || rec.Stage != 10 || rec.WouldNack != 1 {
+		t.Fatalf("ended %+v, want reverted at stage 10", rec)
+	}
+}
+
+// TestRolloutPrevalidateSilentOthersWaitTheReportTimeout: clients outside
+// the stage that do not report hold it for the report timeout only.
+func TestRolloutPrevalidateSilentOthersWaitTheReportTimeout(t *testing.T) {
+	s := start(t)
+	f := newFleet(t, s, "app", 100)
+	rec := mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{10, 100}, Prevalidate: true, ReportTimeout: 50 * time.Millisecond})
+	in, _, rev, st := f.split()
+	f.report(rev, transport.AckApplied, st.ID, "", in...)
+	waitRollout(t, s, "app", rec.ID, "stage 100", atStage(100))
+}
+
+// TestRolloutPrevalidateStageTimeoutBelowReportTimeout: the clients
+// outside the stage are waited for no longer than the stage timeout.
+func TestRolloutPrevalidateStageTimeoutBelowReportTimeout(t *testing.T) {
+	s := start(t)
+	f := newFleet(t, s, "app", 100)
+	rec := mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{10, 100}, Prevalidate: true,
+		ReportTimeout: time.Hour, StageTimeout: 50 * time.Millisecond})
+	in, _, rev, st := f.split()
+	f.report(rev, transport.AckApplied, st.ID, "", in...)
+	waitRollout(t, s, "app", rec.ID, "stage 100", atStage(100))
+}

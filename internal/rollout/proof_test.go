@@ -479,11 +479,7 @@ func TestProofThroughARelay(t *testing.T) {
 	}
 	f.converge(t, good)
 
-	// A stage waits for its members' reports alone: the would-nacks of
-	// the others stop it only if they come within its bake. Each hop's
-	// ack queue spreads reports over up to 250ms (a client's, then the
-	// relay's), so the bake covers both, with room for a loaded machine.
-	id, _ = api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":1}`)}, Stages: stages, Bake: "1s", Prevalidate: true})
+	id, _ = api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":1}`)}, Stages: stages, Bake: "20ms", Prevalidate: true})
 	r := api.ended(proofNS, id)
 	if r.State != "reverted" || r.Stage != 5 {
 		t.Fatalf("through a relay: %+v, want reverted at stage 5", r)
