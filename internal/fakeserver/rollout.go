@@ -79,6 +79,8 @@ type RolloutSpec struct {
 	MaxNacks int
 	// Prevalidate asks every client to check the staged change against
 	// its own checks as soon as it learns of it and report a would-nack.
+	// A stage then waits for the reports of the clients outside it too,
+	// up to ReportTimeout (or StageTimeout, if shorter) from its start.
 	Prevalidate bool
 	// ReportTimeout is how long a client of a stage may stay silent
 	// before it is counted as lagging (0: DefaultRolloutReportTimeout).
@@ -198,6 +200,12 @@ type rolloutRun struct {
 	started           time.Time
 	ended             time.Time
 
+	// heard counts the known clients, in the stage or not, that reported
+	// the current stage's revision: with prevalidation, a stage waits for
+	// them too (their would-nacks come with their acks), up to the report
+	// timeout.
+	heard int
+
 	// stageEnded is when its last stage ended: for measurements.
 	stageEnded time.Time
 	done       chan struct{} // closed when it ends
@@ -303,7 +311,13 @@ func (run *rolloutRun) observe(a *transport.Ack, now time.Time) bool {
 			c.nacked = true
 			run.nacked++
 		}
-		run.nack(a, c)
+		// A nack rejects the change when it names the rollout, or comes
+		// from a client in the stage that could not (the key did not
+		// decode). One outside the stage without the id rejects the base,
+		// which the rollout does not change: counted, but no revert.
+		if explicit || c.hash <= run.cut {
+			run.nack(a, c)
+		}
 	case transport.AckWouldReject:
 		if !explicit {
 			return true
@@ -329,8 +343,11 @@ func (run *rolloutRun) know(client string, now time.Time) *rolloutClient {
 
 // reportRev records that c reported revision rev of the rollout.
 func (run *rolloutRun) reportRev(c *rolloutClient, rev int64) {
-	if c.hash <= run.cut && run.stageRev > 0 && c.rev < run.stageRev && rev >= run.stageRev {
-		run.reported++
+	if run.stageRev > 0 && c.rev < run.stageRev && rev >= run.stageRev {
+		run.heard++
+		if c.hash <= run.cut {
+			run.reported++
+		}
 	}
 	c.rev = max(c.rev, rev)
 }
@@ -445,6 +462,9 @@ func (run *rolloutRun) decide(now time.Time) (action, string) {
 			}
 			return actRevert, why
 		}
+		if run.waitsForOthers(now) {
+			return actNone, ""
+		}
 		run.held, run.reason = false, ""
 		run.bakeEnd = now.Add(run.spec.Bake)
 	}
@@ -457,6 +477,21 @@ func (run *rolloutRun) decide(now time.Time) (action, string) {
 	return actPromote, ""
 }
 
+// waitsForOthers reports whether a stage whose members have all reported
+// still waits for the clients outside it: with prevalidation their
+// would-nacks travel with their acks of the stage's revision, and a stage
+// that ended on its members' reports alone would let the change past the
+// would-nacks on their way. A client silent for the report timeout is not
+// waited for.
+func (run *rolloutRun) waitsForOthers(now time.Time) bool {
+	return run.spec.Prevalidate && run.heard < len(run.clients) && now.Before(run.othersDeadline())
+}
+
+// othersDeadline is how long a stage waits for the clients outside it.
+func (run *rolloutRun) othersDeadline() time.Time {
+	return run.stageAt.Add(min(run.spec.ReportTimeout, run.spec.StageTimeout))
+}
+
 // deadline is when run must be looked at again without a report (zero:
 // only on a report).
 func (run *rolloutRun) deadline() time.Time {
@@ -467,6 +502,8 @@ func (run *rolloutRun) deadline() time.Time {
 		return run.bakeEnd
 	case run.held:
 		return time.Time{}
+	case run.reported >= run.inStage && run.spec.Prevalidate:
+		return run.othersDeadline()
 	}
 	return run.stageAt.Add(run.spec.StageTimeout)
 }
@@ -639,6 +676,12 @@ func (s *Server) nextStageLocked(run *rolloutRun) error {
 			run.stage, run.cut, run.stageRev, run.stageAt = i, cut, rev, now
 			run.bakeEnd, run.held = time.Time{}, false
 			run.inStage, run.reported, _ = run.members(now)
+			run.heard = 0
+			for _, c := range run.clients {
+				if c.rev >= rev {
+					run.heard++
+				}
+			}
 		})
 	}
 	if err != nil && run.firstRev > 0 {

@@ -705,6 +705,9 @@ func TestRolloutAcksOverHTTP(t *testing.T) {
 		relayed = append(relayed, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack","rollout":%q}`, id, rev, st.ID))
 	}
 	relayed = append(relayed, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"would_nack","error":"strict","rollout":%q}`, out[0], rev, st.ID))
+	for _, id := range out { // with prevalidation, the stage waits for the others' reports too
+		relayed = append(relayed, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack"}`, id, rev))
+	}
 	post(`{"client_id":"relay-1","acks":[` + strings.Join(relayed, ",") + `]}`)
 	got := waitRollout(t, s, "app", rec.ID, "stage 100", atStage(100))
 	if got.Served != len(in) || got.WouldNack != 1 {
@@ -981,6 +984,9 @@ func TestRolloutThroughARelay(t *testing.T) {
 	}
 	for _, c := range out[:2] {
 		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"would_nack","error":"strict","rollout":%q}`, c, rev, st.ID))
+	}
+	for _, c := range out { // with prevalidation, the stage waits for the others' reports too
+		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack"}`, c, rev))
 	}
 	c := newClient(t)
 	if resp, data := do(t, c, http.MethodPost, relay.URL()+transport.PathAck, `{"client_id":"x","acks":[`+strings.Join(acks, ",")+`]}`); resp.StatusCode != http.StatusNoContent {
