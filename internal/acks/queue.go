@@ -236,8 +236,11 @@ func (a *Queue) deliver(ctx context.Context, acks []transport.Ack) ([]transport.
 	return a.deliver(ctx, acks[half:])
 }
 
+// known reports whether this version knows a's status. A would-nack is
+// known: it goes in the same batch as the ack of the base it comes with,
+// so that a rollout's stage, which may end on that ack, hears both at once.
 func known(a transport.Ack) bool {
-	return a.Status == transport.AckApplied || a.Status == transport.AckRejected
+	return a.Status == transport.AckApplied || a.Status == transport.AckRejected || a.Status == transport.AckWouldReject
 }
 
 func unknown(a transport.Ack) bool { return !known(a) }

@@ -75,24 +75,26 @@ func TestQueueDropsOnlyTheAckTheUpstreamRefuses(t *testing.T) {
 	}
 }
 
-// A report of a kind this version does not know goes in a batch of its
-// own, after the others: an upstream that refuses it keeps the others.
+// A report of a kind this version does not know (a later protocol's)
+// goes in a batch of its own, after the others: an upstream that refuses
+// it keeps the others. A would-nack is known: it goes with the others.
 func TestQueueSendsUnknownReportsApart(t *testing.T) {
 	up := &recorder{}
 	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
 	ctx, cancel := context.WithCancel(context.Background())
 	q.Start(ctx, syncer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})
 	defer func() { cancel(); q.Wait() }()
-	q.Add(transport.Ack{ClientID: "c1", Namespace: "app", Revision: 1, Status: "would_nack"})
+	q.Add(transport.Ack{ClientID: "c1", Namespace: "app", Revision: 1, Status: "stage_seen"})
 	q.Add(transport.Ack{ClientID: "c2", Namespace: "app", Revision: 1, Status: transport.AckApplied})
 	q.Add(transport.Ack{ClientID: "c3", Namespace: "app", Revision: 1, Status: transport.AckRejected})
+	q.Add(transport.Ack{ClientID: "c4", Namespace: "app", Revision: 1, Status: transport.AckWouldReject, Rollout: "r1"})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		up.mu.Lock()
 		b := slices.Clone(up.batches)
 		up.mu.Unlock()
 		if len(b) == 2 {
-			if len(b[0]) != 2 || len(b[1]) != 1 || b[1][0].Status != "would_nack" {
+			if len(b[0]) != 3 || len(b[1]) != 1 || b[1][0].Status != "stage_seen" {
 				t.Fatalf("batches %v, want the known ones, then the other", b)
 			}
 			return
