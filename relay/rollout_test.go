@@ -113,7 +113,7 @@ func TestRelayHidesReservedKeysFromOldClients(t *testing.T) {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	old := newClient(t, url, config.WithHTTPClient(&http.Client{Transport: dropRollout{tr}}))
-	ns := openNamespace(t, old, "app", config.WithSchema([]byte(`{"properties":{"a":{},"b":{}},"additionalProperties":false}`)))
+	ns := openNamespace(t, old, "app", config.Schema([]byte(`{"properties":{"a":{},"b":{}},"additionalProperties":false}`)))
 	if _, ok := ns.Get(rollout.Key); ok || ns.Status().Revision != 1 || valueOf(ns, "a") != "1" {
 		t.Fatalf("the old client: %v", ns.Status())
 	}

@@ -207,7 +207,7 @@ func TestEtcdCommands(t *testing.T) {
 		if out := run("get", "-revision", strconv.FormatInt(r2, 10), "pay", "a"); out != "2\n" {
 			t.Errorf("%s: get -revision %d a = %q", target[0], r2, out)
 		}
-		out = run("get", "-o", "json", "pay")
+		run("get", "-o", "json", "pay")
 		if v := mustRun(t, append(append([]string{"get"}, target...), "pay")...); !strings.Contains(v, fmt.Sprintf("pay at revision %d", r4)) || !strings.Contains(v, `mode  "fast"`) {
 			t.Errorf("%s: get:\n%s", target[0], v)
 		}

@@ -549,7 +549,7 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 			t.Cleanup(func() { _ = cl.Close() })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			ns, err := cl.Namespace(ctx, "app", config.WithSchema([]byte(`{"properties":{"a":{},"b":{}},"additionalProperties":false}`)))
+			ns, err := cl.Namespace(ctx, "app", config.Schema([]byte(`{"properties":{"a":{},"b":{}},"additionalProperties":false}`)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -657,6 +657,9 @@ func TestRolloutHTTP(t *testing.T) {
 	}
 	// A second rollout, aborted; the list is newest first.
 	resp, data = do(t, c, http.MethodPost, base, `{"deletes":["new"],"stages":[100]}`)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("a second rollout: %d %s", resp.StatusCode, data)
+	}
 	second := decode[startReply](t, data)
 	resp, data = do(t, c, http.MethodPost, base+"/"+second.ID+"/abort", "")
 	if rec := decode[RolloutRecord](t, data); resp.StatusCode != http.StatusOK || rec.State != "reverted" || rec.Reason == "" {

@@ -107,7 +107,7 @@ func startMember(t testing.TB, url, nsName, id string, opts ...config.Option) *m
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	ns, err := c.Namespace(ctx, nsName, config.WithSchema([]byte(sch)))
+	ns, err := c.Namespace(ctx, nsName, config.Schema([]byte(sch)))
 	if err != nil {
 		t.Fatalf("%s: open: %v", id, err)
 	}
