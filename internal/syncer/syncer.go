@@ -520,8 +520,8 @@ func (s *Syncer) take(wire *snapshot.Snapshot, v rollout.View) {
 	s.applied, s.served, s.staged = wire, v.Served, rolloutOf(v)
 }
 
-// prevalidated reports a prevalidation that failed, after the base of
-// revision was applied.
+// prevalidated reports a prevalidation that failed, after revision was
+// applied (the base, outside the stage) or rejected (in it).
 func (s *Syncer) prevalidated(revision int64, v rollout.View, wouldReject error) {
 	if wouldReject == nil {
 		return
