@@ -15,7 +15,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -276,12 +275,6 @@ func (st *store) liveAtLocked(ns string, n *namespace, p point) (AuditRecord, in
 	return r, max(r.Revision, st.compact), nil
 }
 
-// visible returns content without the keys reserved to holdfast.
-func visible(content map[string]json.RawMessage) map[string]json.RawMessage {
-	maps.DeleteFunc(content, func(k string, _ json.RawMessage) bool { return rollout.Reserved(k) })
-	return content
-}
-
 // valuesAt returns ns's content live at p.
 func (st *store) valuesAt(ns string, p point) (*NamespaceValues, error) {
 	st.mu.Lock()
@@ -294,7 +287,7 @@ func (st *store) valuesAt(ns string, p point) (*NamespaceValues, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &NamespaceValues{Namespace: ns, Revision: r.Revision, CommittedAt: r.CommittedAt, Values: visible(contentAt(n, at))}, nil
+	return &NamespaceValues{Namespace: ns, Revision: r.Revision, CommittedAt: r.CommittedAt, Values: withoutReserved(contentAt(n, at))}, nil
 }
 
 // diff returns what changed in ns from revision from to revision to.
@@ -313,7 +306,7 @@ func (st *store) diff(ns string, from, to int64) (*Diff, error) {
 	if err != nil {
 		return nil, fmt.Errorf("to: %w", err)
 	}
-	old, cur := visible(contentAt(n, atFrom)), visible(contentAt(n, atTo))
+	old, cur := withoutReserved(contentAt(n, atFrom)), withoutReserved(contentAt(n, atTo))
 	d := &Diff{Namespace: ns, From: rf.Revision, To: rt.Revision, Changes: []KeyChange{}}
 	for k, v := range old {
 		if w, ok := cur[k]; !ok || string(w) != string(v) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -36,6 +37,17 @@ func rolloutAware(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// withoutReserved returns content without its reserved keys (the base a
+// client serves): content itself when it has none, else a copy.
+func withoutReserved(content map[string]json.RawMessage) map[string]json.RawMessage {
+	if !hasReserved(content) {
+		return content
+	}
+	out := maps.Clone(content)
+	maps.DeleteFunc(out, func(k string, _ json.RawMessage) bool { return rollout.Reserved(k) })
+	return out
 }
 
 // hasReserved reports whether values holds a reserved key.

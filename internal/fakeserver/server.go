@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -505,23 +504,6 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 		return err
 	}})
 	return nil
-}
-
-// withoutReserved returns content without holdfast's reserved keys (the
-// base a client serves), a copy only when it has some.
-func withoutReserved(content map[string]json.RawMessage) map[string]json.RawMessage {
-	for k := range content {
-		if rollout.Reserved(k) {
-			return maps.Collect(func(yield func(string, json.RawMessage) bool) {
-				for k, v := range content {
-					if !rollout.Reserved(k) && !yield(k, v) {
-						return
-					}
-				}
-			})
-		}
-	}
-	return content
 }
 
 // Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -325,12 +324,7 @@ func (st *store) rollback(ns string, to int64, meta commitMeta) (*change, error)
 	if to < st.compact {
 		return nil, &transport.CompactedError{CompactRevision: st.compact}
 	}
-	target := contentAt(n, to)
-	for k := range target {
-		if rollout.Reserved(k) { // a rollout of then is not one of now
-			delete(target, k)
-		}
-	}
+	target := withoutReserved(contentAt(n, to)) // a rollout of then is not one of now
 	puts := make(map[string]json.RawMessage)
 	for k, v := range target {
 		if cur, ok := n.live[k]; !ok || string(cur) != string(v) {
