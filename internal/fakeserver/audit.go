@@ -445,19 +445,6 @@ func actorFrom(r *http.Request) string {
 	return name
 }
 
-// replyControlError is replyError with the control API's own errors.
-func (s *Server) replyControlError(w http.ResponseWriter, err error) {
-	var ce *ConflictError
-	switch {
-	case errors.As(err, &ce):
-		s.writeErrorReply(w, http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: ce.Revision}, err)
-	case errors.Is(err, ErrNoRevision):
-		s.writeErrorReply(w, http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}, err)
-	default:
-		s.replyError(w, err)
-	}
-}
-
 // query reads a control GET's query: each parameter at most once and none
 // but those allowed, so that a typo is not silently ignored.
 func query(r *http.Request, allowed ...string) (url.Values, error) {
@@ -491,12 +478,12 @@ func intParam(q url.Values, name string, low int64) (v int64, ok bool, err error
 func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	q, err := query(r, "limit", "before")
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	limit, ok, err := intParam(q, "limit", 1)
@@ -504,17 +491,17 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("%w: limit %d is above %d", ErrInvalid, limit, MaxHistoryLimit)
 	}
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	before, _, err := intParam(q, "before", 1)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	h, err := s.History(ns, int(limit), before)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, h)
@@ -523,16 +510,16 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleValues(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	q, err := query(r, "revision", "at")
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	if q.Has("revision") == q.Has("at") {
-		s.replyControlError(w, fmt.Errorf("%w: give one of revision=R and at=RFC3339", ErrInvalid))
+		s.replyError(w, fmt.Errorf("%w: give one of revision=R and at=RFC3339", ErrInvalid))
 		return
 	}
 	var v *NamespaceValues
@@ -541,20 +528,20 @@ func (s *Server) handleValues(w http.ResponseWriter, r *http.Request) {
 		// space, which RFC 3339 times never hold.
 		at, perr := time.Parse(time.RFC3339Nano, strings.ReplaceAll(q.Get("at"), " ", "+"))
 		if perr != nil {
-			s.replyControlError(w, fmt.Errorf("%w: at=%q: want an RFC 3339 time, e.g. 2026-12-01T14:03:00Z", ErrInvalid, q.Get("at")))
+			s.replyError(w, fmt.Errorf("%w: at=%q: want an RFC 3339 time, e.g. 2026-12-01T14:03:00Z", ErrInvalid, q.Get("at")))
 			return
 		}
 		v, err = s.ValuesAtTime(ns, at)
 	} else {
 		rev, _, perr := intParam(q, "revision", 0)
 		if perr != nil {
-			s.replyControlError(w, perr)
+			s.replyError(w, perr)
 			return
 		}
 		v, err = s.ValuesAt(ns, rev)
 	}
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -563,31 +550,31 @@ func (s *Server) handleValues(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleDiff(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	q, err := query(r, "from", "to")
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	from, okFrom, err := intParam(q, "from", 0)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	to, okTo, err := intParam(q, "to", 0)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	if !okFrom || !okTo {
-		s.replyControlError(w, fmt.Errorf("%w: give both from=R1 and to=R2", ErrInvalid))
+		s.replyError(w, fmt.Errorf("%w: give both from=R1 and to=R2", ErrInvalid))
 		return
 	}
 	d, err := s.Diff(ns, from, to)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, d)

@@ -112,7 +112,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	rev, err := s.commit(ns, puts, deletes, opts)
 	if err != nil {
-		s.replyControlError(w, err)
+		s.replyError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})

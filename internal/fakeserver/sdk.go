@@ -175,7 +175,10 @@ func errorReply(err error) (int, transport.ErrorBody) {
 	var mbe *http.MaxBytesError
 	var re *RefusedError
 	var ae *accessError
+	var conflict *ConflictError
 	switch {
+	case errors.As(err, &conflict):
+		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: conflict.Revision}
 	case errors.As(err, &ae):
 		return ae.status, transport.ErrorBody{Error: ae.code(), Message: ae.msg}
 	case errors.As(err, &re):
@@ -188,7 +191,7 @@ func errorReply(err error) (int, transport.ErrorBody) {
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
 	case errors.Is(err, ErrRolloutRunning), errors.Is(err, ErrRolloutEnded), errors.Is(err, errStoreChanged):
 		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error()}
-	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownRollout):
+	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrNoRevision):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, transport.ErrCursorAhead):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeCursorAhead, Message: err.Error()}
