@@ -86,20 +86,28 @@ func pathNamespace(r *http.Request) (string, error) {
 	return ns, transport.ValidateNamespace(ns)
 }
 
+// namespaceBody reads a control request's {ns} and its body of at most
+// limit bytes, or answers the request with what is wrong (ok false).
+func (s *Server) namespaceBody(w http.ResponseWriter, r *http.Request, limit int64) (ns string, data []byte, ok bool) {
+	ns, err := pathNamespace(r)
+	if err == nil {
+		data, err = readBody(w, r, limit)
+	}
+	if err != nil {
+		s.replyError(w, err)
+		return "", nil, false
+	}
+	return ns, data, true
+}
+
 // revisionReply is the reply of publish and rollback.
 type revisionReply struct {
 	Revision int64 `json:"revision"`
 }
 
 func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	data, err := readBody(w, r, s.opts.maxPublishBytes)
-	if err != nil {
-		s.replyError(w, err)
+	ns, data, ok := s.namespaceBody(w, r, s.opts.maxPublishBytes)
+	if !ok {
 		return
 	}
 	puts, deletes, opts, err := parsePublish(ns, data)
@@ -119,14 +127,8 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	data, err := readBody(w, r, maxControlBytes)
-	if err != nil {
-		s.replyError(w, err)
+	ns, data, ok := s.namespaceBody(w, r, maxControlBytes)
+	if !ok {
 		return
 	}
 	var body struct {
@@ -158,14 +160,8 @@ func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSchema(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	data, err := readBody(w, r, s.opts.maxPublishBytes)
-	if err != nil {
-		s.replyError(w, err)
+	ns, data, ok := s.namespaceBody(w, r, s.opts.maxPublishBytes)
+	if !ok {
 		return
 	}
 	if err := s.SetSchema(ns, data); err != nil {
@@ -358,14 +354,8 @@ type startReply struct {
 }
 
 func (s *Server) handleStartRollout(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	data, err := readBody(w, r, s.opts.maxPublishBytes)
-	if err != nil {
-		s.replyError(w, err)
+	ns, data, ok := s.namespaceBody(w, r, s.opts.maxPublishBytes)
+	if !ok {
 		return
 	}
 	spec, err := parseRollout(data)
