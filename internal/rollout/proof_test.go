@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -42,10 +43,45 @@ const (
 const schemaNoBad = `{"$defs":{"v":{"not":{"type":"string","pattern":"BAD"},"additionalProperties":{"$ref":"#/$defs/v"}}},
  "additionalProperties":{"$ref":"#/$defs/v"}}`
 
-// schemaStrict also rejects a route with the field new-field.
+// schemaStrict also rejects a route with the field new-field. Naming
+// route/a under "properties" takes it out of "additionalProperties", so its
+// own schema must check for BAD too.
 const schemaStrict = `{"$defs":{"v":{"not":{"type":"string","pattern":"BAD"},"additionalProperties":{"$ref":"#/$defs/v"}}},
  "additionalProperties":{"$ref":"#/$defs/v"},
- "properties":{"route/a":{"propertyNames":{"not":{"const":"new-field"}}}}}`
+ "properties":{"route/a":{"$ref":"#/$defs/v","propertyNames":{"not":{"const":"new-field"}}}}}`
+
+// TestProofSchemas checks the fleet's own checks, which every scenario
+// relies on: each schema rejects exactly what it is meant to.
+func TestProofSchemas(t *testing.T) {
+	for _, tc := range []struct {
+		route            string
+		noBad, strictToo bool // whether each schema rejects it
+	}{
+		{baseRoute, false, false},
+		{`{"cluster":"c2"}`, false, false},
+		{`{"cluster":"BAD"}`, true, true},
+		{`{"cluster":"c1","new-field":true}`, false, true},
+		{`{"cluster":"c1","new-field":"BAD"}`, true, true},
+	} {
+		for _, s := range []struct {
+			name, src string
+			reject    bool
+		}{{"schemaNoBad", schemaNoBad, tc.noBad}, {"schemaStrict", schemaStrict, tc.strictToo}} {
+			sch, err := schema.Compile([]byte(s.src))
+			if err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			for _, key := range []string{"route/a", "cluster/c1"} {
+				err := sch.ValidateValues(map[string]json.RawMessage{key: raw(tc.route)})
+				// Only route/a is checked for new-field.
+				want := s.reject && (key == "route/a" || strings.Contains(tc.route, "BAD"))
+				if (err != nil) != want {
+					t.Errorf("%s on %s=%s: error %v, want rejected %v", s.name, key, tc.route, err, want)
+				}
+			}
+		}
+	}
+}
 
 func clientID(i int) string { return fmt.Sprintf("app-%03d", i) }
 
