@@ -34,7 +34,7 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.status.Revision, n.status.StoreID = u.Snapshot.Revision(), u.Snapshot.StoreID()
 	n.confirmed(u.Position, true)
 	n.settle(up)
-	n.acks.Report(n.c.opts.clientID, n.name, u.Snapshot.Revision(), memberOf(u.Rollout), nil)
+	n.acks.Report(n.c.opts.clientID, n.name, u.Snapshot.Revision(), memberOf(u.Rollout), u.Rollout.ID != "", nil)
 	n.wakeClock()
 }
 
@@ -60,7 +60,7 @@ func (s nsSink) Confirmed(p syncer.Position) {
 		if n.status.Rollout.Staged {
 			rollout = n.status.Rollout.ID
 		}
-		n.acks.Report(n.c.opts.clientID, n.name, n.applied.Revision(), rollout, nil)
+		n.acks.Report(n.c.opts.clientID, n.name, n.applied.Revision(), rollout, n.status.Rollout.ID != "", nil)
 	}
 	if n.applied != nil {
 		n.appliedOrigin = OriginNetwork // data from disk, now confirmed
@@ -92,7 +92,7 @@ func (s nsSink) Rejected(revision int64, err error) {
 	if errors.As(err, &staged) {
 		rollout = staged.Rollout // a member's nack of the staged change: it counts against the rollout
 	}
-	n.acks.Report(n.c.opts.clientID, n.name, revision, rollout, rerr)
+	n.acks.Report(n.c.opts.clientID, n.name, revision, rollout, true, rerr)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.recordError(rerr)

@@ -11,8 +11,9 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// TestAckStream: over h2c, batches after the first go as lines of one
-// POST /sdk/ack/stream, and the server records each; a server without the
+// TestAckStream: over h2c, batches after the first (which finds no
+// stream open and none recent: a POST) go as lines of one POST
+// /sdk/ack/stream, and the server records each; a server without the
 // capability gets one POST /sdk/ack per batch; Close ends the stream and
 // waits for its goroutine.
 func TestAckStream(t *testing.T) {
@@ -72,6 +73,69 @@ func TestAckStream(t *testing.T) {
 	}
 }
 
+// TestAckStreamOnlyForFrequentBatches: a batch after a quiet spell goes
+// as one POST (a client reporting once per publish, minutes apart, opens
+// no stream to hold); batches closer together than the stream's idle time
+// go on one stream, which closes once they stop.
+func TestAckStreamOnlyForFrequentBatches(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	srv, err := fakeserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := srv.Publish(nsName(0), map[string]any{"k": 0}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := transport.NewHTTPSource(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	const idle = time.Second
+	transport.SetAckStreamIdle(src, idle)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(rev int64) {
+		t.Helper()
+		ack := transport.Ack{ClientID: "c1", Namespace: nsName(0), Revision: rev, Status: transport.AckApplied}
+		if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAcks := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for srv.Stats().Acks < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("stats %+v: want %d acks", srv.Stats(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for i, step := range []struct {
+		pause   time.Duration // before the batch
+		streams int64         // ack streams opened so far, after it
+	}{
+		{0, 0},         // the first: a POST
+		{0, 1},         // close behind it: the stream opens
+		{0, 1},         // and carries the next
+		{2 * idle, 1},  // after a quiet spell (the stream closed): a POST
+		{2 * idle, 1},  // again
+		{idle / 10, 2}, // close behind: a stream again
+	} {
+		time.Sleep(step.pause)
+		send(int64(i + 1))
+		waitAcks(int64(i + 1))
+		if st := srv.Stats(); st.AckStreams != step.streams {
+			t.Fatalf("batch %d: %d ack streams opened, want %d", i, st.AckStreams, step.streams)
+		}
+	}
+}
+
 func nsName(i int) string { return "ack" + string(rune('a'+i)) }
 
 // recorded counts the namespaces whose ack the server holds.
@@ -105,6 +169,7 @@ func TestAckStreamSlowServerLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
+	transport.SetAckStreamIdle(src, 2*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {

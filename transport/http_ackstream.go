@@ -25,6 +25,10 @@ const PathAckStream = "/sdk/ack/stream"
 // never offered); the batch goes as a request instead.
 var errAckStreamDown = errors.New("transport: ack stream down")
 
+// errAckStreamQuiet: no ack stream is open and the last batch came more
+// than ackStreamIdle ago; the batch goes as a request instead.
+var errAckStreamQuiet = errors.New("transport: ack stream not worth opening")
+
 // ackStream is an open POST /sdk/ack/stream: lines written to w travel as
 // the request body; done is closed once the request has ended (err set).
 type ackStream struct {
@@ -37,8 +41,14 @@ type ackStream struct {
 }
 
 // ackStreamIdle is how long an ack stream stays open without a batch: a
-// quiet client holds no request (nor the server a handler) for it.
-const ackStreamIdle = 2 * time.Second
+// quiet client holds no request (nor the server a handler) for it. It is
+// also how close together batches must come for the stream to be worth
+// opening: after a quiet spell a batch goes as one POST, which costs the
+// server one write, where a stream opened for it costs two and a handler
+// held for ackStreamIdle. A client reporting once per publish, minutes
+// apart, posts; a relay forwarding all the time streams, as does a client
+// of a namespace that changes every few seconds.
+const ackStreamIdle = 10 * time.Second
 
 // Once an ack stream's body has ended, how long the server has to read
 // the rest of it and end its reply before the request is cut (which
@@ -54,10 +64,19 @@ const (
 // server offers it over h2c, reopened after it fails.
 type ackStreamState struct {
 	writing sync.Mutex // held while writing: lines must not interleave
-	mu      sync.Mutex // guards cur and closed
+	mu      sync.Mutex // guards cur, last and closed
 	cur     *ackStream
+	last    time.Time // when the last batch came
 	closed  bool
+	idle    time.Duration  // ackStreamIdle; tests set it shorter
 	wg      sync.WaitGroup // every stream's goroutine, closed by idleness or not
+}
+
+func (st *ackStreamState) idleTime() time.Duration {
+	if st.idle > 0 {
+		return st.idle
+	}
+	return ackStreamIdle
 }
 
 // ackStreamUsable reports whether batches may go on the ack stream: the
@@ -68,8 +87,9 @@ func (s *HTTPSource) ackStreamUsable() bool {
 }
 
 // sendOnAckStream writes b as one line of the ack stream, opening it if
-// need be. An error means the line may not have reached the server: the
-// caller sends the batch as a request.
+// need be, unless batches come too seldom for it (errAckStreamQuiet). An
+// error means the line may not have reached the server: the caller sends
+// the batch as a request.
 func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	line, err := json.Marshal(b)
 	if err != nil {
@@ -91,10 +111,17 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 		default:
 		}
 	}
+	now := time.Now()
+	quiet := st.last.IsZero() || now.Sub(st.last) >= st.idleTime()
+	st.last = now
+	if st.cur == nil && quiet {
+		st.mu.Unlock()
+		return errAckStreamQuiet
+	}
 	if st.cur == nil {
 		st.cur = s.openAckStream()
 		cur := st.cur
-		cur.idle = time.AfterFunc(ackStreamIdle, func() {
+		cur.idle = time.AfterFunc(st.idleTime(), func() {
 			st.mu.Lock()
 			if st.cur == cur {
 				st.cur = nil
@@ -111,7 +138,7 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	_, err = cur.w.Write(line)
 	stop()
 	if err == nil {
-		cur.idle.Reset(ackStreamIdle)
+		cur.idle.Reset(st.idleTime())
 	}
 	if err != nil {
 		cur.cancel()

@@ -15,14 +15,23 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// The window over which a client spreads its acks: an outcome waits a
-// random delay within it, so that the clients of a publish do not all
-// report in the same millisecond, yet a client in a rollout stage
-// reports promptly. Outcomes that arrive meanwhile, of any namespace, go
-// in the same batch.
+// The windows over which a client spreads its acks: an outcome waits a
+// random delay within one, so that the clients of a publish do not all
+// report in the same millisecond. A plain ack takes the wider window,
+// which mostly falls after the publish has reached the fleet: the acks of
+// ten thousand clients then do not compete with the delivery to the last
+// of them. A nack, a would-nack, and any report while a rollout runs in
+// the namespace (its stage may wait on it) take the narrow one. When the
+// first outcome waiting is due, everything waiting goes, of any
+// namespace, in one batch; a relay forwards in the narrow window (its
+// clients spread theirs).
 const (
 	ackDelayMin = 50 * time.Millisecond
 	ackDelayMax = 250 * time.Millisecond
+	// AckDelayPlainMax bounds how long a plain ack waits: a benchmark
+	// that measures a publish's acks waits at least this long for them.
+	AckDelayPlainMax = time.Second
+	ackDelayPlainMin = 250 * time.Millisecond
 )
 
 // maxPending bounds the outcomes waiting (each client's newest of each
@@ -51,8 +60,9 @@ type Queue struct {
 	startOnce sync.Once
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex                // guards pending, dropped
+	mu      sync.Mutex                // guards pending, due, dropped
 	pending map[ackKey]*transport.Ack // the newest ack and the newest nack of each namespace not yet taken by run
+	due     time.Time                 // when the first outcome pending is due; zero when none
 	dropped int                       // outcomes dropped past maxPending
 }
 
@@ -76,22 +86,34 @@ func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
 // Report queues the outcome of a client's namespace, ack.Revision applied
 // or (err not nil) rejected; rollout, when set, names the staged rollout
 // whose change the client applied or rejected as a member of its stage
-// (transport.Ack.Rollout). See Add.
-func (a *Queue) Report(clientID, ns string, revision int64, rollout string, err error) {
+// (transport.Ack.Rollout); staged says that a rollout runs in the
+// namespace's data, member or not, so that the report goes promptly. See
+// Add.
+func (a *Queue) Report(clientID, ns string, revision int64, rollout string, staged bool, err error) {
 	ack := transport.Ack{ClientID: clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied, Rollout: rollout}
 	if err != nil {
 		ack.Status, ack.Error = transport.AckRejected, err.Error()
 	}
-	a.Add(ack)
+	a.add(ack, staged || rollout != "" || err != nil)
 }
 
-// Add queues ack without blocking; it replaces an outcome of the same
+// Add queues ack without blocking, to go within the narrow window unless
+// it is a plain ack of a client's own; it replaces an outcome of the same
 // client's namespace of the same kind (ack or nack) not yet sent, unless
 // that one is of a later revision. A nil Queue ignores it.
 func (a *Queue) Add(ack transport.Ack) {
+	a.add(ack, ack.Status != transport.AckApplied || ack.Rollout != "")
+}
+
+func (a *Queue) add(ack transport.Ack, prompt bool) {
 	if a == nil {
 		return
 	}
+	delay := ackDelayPlainMin + rand.N(AckDelayPlainMax-ackDelayPlainMin)
+	if prompt || a.relayID != "" {
+		delay = ackDelayMin + rand.N(ackDelayMax-ackDelayMin)
+	}
+	due := time.Now().Add(delay)
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
 	switch old := a.pending[k]; {
@@ -102,6 +124,9 @@ func (a *Queue) Add(ack transport.Ack) {
 		}
 	case old == nil || old.Revision <= ack.Revision:
 		a.pending[k] = &ack
+		if a.due.IsZero() || due.Before(a.due) {
+			a.due = due
+		}
 	}
 	a.mu.Unlock()
 	select {
@@ -135,6 +160,7 @@ func (a *Queue) Wait() {
 func (a *Queue) take() []transport.Ack {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.due = time.Time{}
 	if len(a.pending) == 0 {
 		return nil
 	}
@@ -175,13 +201,26 @@ func (a *Queue) run(ctx context.Context, policy syncer.Backoff) {
 			return
 		case <-a.wake:
 		}
-		// Spread: wait a random delay within the window, gathering what
-		// else comes in.
-		t.Reset(ackDelayMin + rand.N(ackDelayMax-ackDelayMin))
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		// Spread: wait until the first outcome pending is due (an
+		// earlier one may come meanwhile), gathering what else comes in.
+		for {
+			a.mu.Lock()
+			wait := time.Until(a.due)
+			if a.due.IsZero() {
+				wait = 0 // taken by a retry's take: nothing to wait for
+			}
+			a.mu.Unlock()
+			if wait <= 0 {
+				break
+			}
+			t.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.wake:
+				t.Stop()
+			case <-t.C:
+			}
 		}
 		for acks := a.take(); len(acks) > 0; acks = a.take() {
 			unsent, err := a.deliver(ctx, acks)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/cache"
+	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -228,7 +229,7 @@ func runWire(b *testing.B, clients, procs, keys, publishes int) {
 	t0 := time.Now()
 	for i := 1; i <= publishes; i++ {
 		publishSeq(b, srv, kids, i)
-		time.Sleep(500 * time.Millisecond) // the acks of this publish
+		time.Sleep(acks.AckDelayPlainMax + 500*time.Millisecond) // the acks of this publish
 	}
 	time.Sleep(3 * time.Second) // the last acks, and their streams' close
 	busy := time.Since(t0)

@@ -16,7 +16,10 @@
 // HOLDFAST_SCALE_PUBLISHES (20) change the shape; HOLDFAST_SCALE_RELAY=1
 // puts BenchmarkFleet's clients behind a relay too;
 // HOLDFAST_SCALE_CPUPROFILE names a file for the origin's CPU profile over
-// the publishes, HOLDFAST_SCALE_RELAY_CPUPROFILE one for the relay's;
+// the publishes, HOLDFAST_SCALE_RELAY_CPUPROFILE one for the relay's,
+// HOLDFAST_SCALE_HEAPPROFILE one for the origin's heap once the clients
+// are connected, HOLDFAST_SCALE_CHILD_CPUPROFILE a prefix for each client process's
+// (from ready to its end; PREFIX.<pid>);
 // HOLDFAST_SCALE_WITHOUT="h2c stream ack-batch" makes the origin an older
 // server (the clients then fall back: HTTP/1.1, one watch per namespace,
 // single acks); HOLDFAST_SCALE_NOACKS=1 runs the clients without acks.
@@ -46,6 +49,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -296,6 +300,21 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 
 	kids := startClients(b, url, clients, procs)
 	rssConnected := rss(b)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.Logf("origin with %d clients: per client %.1f KiB heap in use, %.1f KiB of stacks, %.2f goroutines",
+		clients, float64(ms.HeapInuse)/float64(clients)/1024, float64(ms.StackInuse)/float64(clients)/1024,
+		float64(runtime.NumGoroutine())/float64(clients))
+	if path := os.Getenv("HOLDFAST_SCALE_HEAPPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
 	streams := srv.OpenStreams()
 	var relayConnected relayReport
 	if rl != nil {
@@ -304,7 +323,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 
 	// An idle span first, as long as the publishes will take, for the
 	// heartbeats' CPU; then the publishes.
-	settle := time.Second
+	settle := acks.AckDelayPlainMax + time.Second
 	var spans []time.Duration
 	if path := os.Getenv("HOLDFAST_SCALE_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
@@ -330,7 +349,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	t0 := time.Now()
 	for i := 1; i <= publishes; i++ {
 		spans = append(spans, publishSeq(b, srv, kids, i))
-		time.Sleep(500 * time.Millisecond) // let the acks of this publish land before the next
+		time.Sleep(acks.AckDelayPlainMax + 500*time.Millisecond) // let the acks of this publish land before the next
 	}
 	time.Sleep(settle)
 	busy := time.Since(t0)
@@ -582,6 +601,16 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 		return err
 	}
 	say("ready")
+	if path := os.Getenv("HOLDFAST_SCALE_CHILD_CPUPROFILE"); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, os.Getpid()))
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
