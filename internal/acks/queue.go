@@ -207,7 +207,7 @@ func (a *Queue) run(ctx context.Context, policy syncer.Backoff) {
 			a.mu.Lock()
 			wait := time.Until(a.due)
 			if a.due.IsZero() {
-				wait = 0 // taken by a retry's take: nothing to wait for
+				wait = 0 // taken already (by a retry): nothing to wait for
 			}
 			a.mu.Unlock()
 			if wait <= 0 {

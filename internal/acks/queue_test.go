@@ -115,6 +115,10 @@ func (r *recorder) Ack(ctx context.Context, a transport.Ack) error {
 	return r.AckRelayed(ctx, "", []transport.Ack{a})
 }
 
+func (r *recorder) AckBatch(ctx context.Context, acks []transport.Ack) error {
+	return r.AckRelayed(ctx, "", acks)
+}
+
 func (r *recorder) AckRelayed(_ context.Context, _ string, acks []transport.Ack) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -141,5 +145,62 @@ func TestQueueBoundsWhatWaits(t *testing.T) {
 	q.mu.Unlock()
 	if n > maxPending {
 		t.Fatalf("%d acks wait, more than %d", n, maxPending)
+	}
+}
+
+// A client's plain ack waits in the wide window, after the publish has
+// reached the fleet; a nack, or any report while a rollout runs, goes in
+// the narrow one and takes what else waits along, in one batch.
+func TestQueueSpreadsPlainAcksWider(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		report func(q *Queue)
+		prompt bool
+	}{
+		{"plain ack", func(q *Queue) { q.Report("c1", "app", 1, "", false, nil) }, false},
+		{"nack", func(q *Queue) { q.Report("c1", "app", 1, "", false, errors.New("bad")) }, true},
+		{"ack while a rollout runs", func(q *Queue) { q.Report("c1", "app", 1, "", true, nil) }, true},
+		{"member's ack", func(q *Queue) { q.Report("c1", "app", 1, "r1", true, nil) }, true},
+		{"would-nack", func(q *Queue) {
+			q.Add(transport.Ack{ClientID: "c1", Namespace: "app", Revision: 1, Status: transport.AckWouldReject, Rollout: "r1"})
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &recorder{}
+			q := New(up, slog.New(slog.DiscardHandler), "")
+			q.Report("c1", "other", 7, "", false, nil) // a plain ack of another namespace, waiting
+			start := time.Now()
+			tc.report(q)
+			q.mu.Lock()
+			wait := q.due.Sub(start)
+			q.mu.Unlock()
+			if tc.prompt && wait > ackDelayMax || !tc.prompt && wait < ackDelayPlainMin {
+				t.Fatalf("due in %v (prompt %v)", wait, tc.prompt)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			q.Start(ctx, syncer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})
+			defer func() { cancel(); q.Wait() }()
+			deadline := start.Add(5 * time.Second)
+			for {
+				up.mu.Lock()
+				b := slices.Clone(up.batches)
+				up.mu.Unlock()
+				if len(b) > 0 {
+					took := time.Since(start)
+					if len(b) != 1 || len(b[0]) != 2 {
+						t.Fatalf("batches %v, want both reports in one", b)
+					}
+					// Lower bounds only: a busy machine may be late, never early.
+					if !tc.prompt && took < ackDelayPlainMin {
+						t.Errorf("a plain ack went after %v, before the wide window (%v)", took, ackDelayPlainMin)
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("nothing delivered")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
 	}
 }
