@@ -92,7 +92,8 @@ func batchLine(n int) []byte {
 // BenchmarkAckParse is the decoding and checking of one body alone:
 // encoding/json (the baseline, as before ackDecoder), ackDecoder as POST
 // /sdk/ack uses it, and as a stream's, which interns its strings and
-// reuses its slice of acks.
+// reuses its slice of acks; then the same for a relay, which keeps
+// unknown fields (relay-json: encoding/json alone, as before).
 func BenchmarkAckParse(b *testing.B) {
 	bodies := []struct {
 		name string
@@ -124,6 +125,25 @@ func BenchmarkAckParse(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
 				if _, _, err := dec.parse(body.data, false, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// A relay's downstream: the baseline is encoding/json, as the relay
+		// decoded every body before; then the stream's decoder in a relay.
+		b.Run(body.name+"/relay-json", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, _, err := parseRelayedAckBody(body.data, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(body.name+"/relay-stream", func(b *testing.B) {
+			dec := ackDecoder{intern: true, reuse: true}
+			b.ReportAllocs()
+			for range b.N {
+				if _, _, err := dec.parse(body.data, false, true); err != nil {
 					b.Fatal(err)
 				}
 			}

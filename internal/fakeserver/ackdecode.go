@@ -22,6 +22,11 @@ type ackDecoder struct {
 	names  map[string]string // intern: strings made, each its own key
 	reuse  bool
 	acks   []transport.Ack // reuse: the last batch's
+	// other: the last decode met a key that is not exactly a field's
+	// name (one this version does not know, or a known one in another
+	// case), which a relay keeps (transport.Ack.Extra): the body is then
+	// parseRelayedAckBody's.
+	other bool
 }
 
 // maxInterned bounds the strings a stream's decoder keeps: a client has
@@ -31,10 +36,15 @@ const maxInterned = 128
 
 // parse is parseAckBody, decoding with d.
 func (d *ackDecoder) parse(data []byte, ownIDs, relay bool) (acks []transport.Ack, batch bool, err error) {
-	if relay {
-		return parseRelayedAckBody(data, ownIDs)
-	}
 	var body ackBody
+	if relay {
+		// A relay reads the common body (no field it must keep) as the
+		// origin does, and leaves the rest to parseRelayedAckBody.
+		if !d.decode(data, &body) || d.other {
+			return parseRelayedAckBody(data, ownIDs)
+		}
+		return checkAckBody(body, ownIDs, true)
+	}
 	if !d.decode(data, &body) {
 		// A body of its own, fresh (encoding/json would merge into what
 		// decode left), so that body stays on the stack.
@@ -44,7 +54,7 @@ func (d *ackDecoder) parse(data []byte, ownIDs, relay bool) (acks []transport.Ac
 		}
 		body = *fallback
 	}
-	return checkAckBody(body, ownIDs)
+	return checkAckBody(body, ownIDs, false)
 }
 
 // decode reads data into *body exactly as json.Unmarshal would, or
@@ -58,6 +68,7 @@ func (d *ackDecoder) decode(data []byte, body *ackBody) bool {
 	// s aliases data, which may be reused once the body is decoded: what
 	// is kept is copied (str).
 	s := unsafe.String(unsafe.SliceData(data), len(data))
+	d.other = false
 	i, ok := d.body(s, skipWS(s, 0), body)
 	return ok && skipWS(s, i) == len(s)
 }
@@ -70,9 +81,11 @@ func (d *ackDecoder) body(s string, i int, b *ackBody) (int, bool) {
 	seenAcks := false
 	for more && ok {
 		var key string
+		start := i
 		if key, i, ok = member(s, i); !ok {
 			break
 		}
+		d.noteKey(s, start, key)
 		if key == "acks" {
 			if seenAcks {
 				return 0, false
@@ -95,13 +108,23 @@ func (d *ackDecoder) ack(s string, i int, a *transport.Ack) (int, bool) {
 	i, more, ok := openObject(s, i)
 	for more && ok {
 		var key string
+		start := i
 		if key, i, ok = member(s, i); ok {
+			d.noteKey(s, start, key)
 			if i, ok = d.field(s, i, key, a, 3); ok {
 				i, more, ok = nextMember(s, i)
 			}
 		}
 	}
 	return i, ok
+}
+
+// noteKey sets d.other unless the key at s[start] is exactly key, the
+// field member found it to name (a key in another case names one too).
+func (d *ackDecoder) noteKey(s string, start int, key string) {
+	if !strings.HasPrefix(s[start+1:], key+`"`) {
+		d.other = true
+	}
 }
 
 // field reads the value at s[i] of the member key into its field of *a,
@@ -122,6 +145,7 @@ func (d *ackDecoder) field(s string, i int, key string, a *transport.Ack, depth 
 	case "revision":
 		return readInt(s, i, &a.Revision)
 	}
+	d.other = true
 	i, err := snap.SkipValue(s, i, depth)
 	return i, err == nil
 }

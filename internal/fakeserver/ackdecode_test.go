@@ -18,7 +18,7 @@ func parseAckBodyJSON(data []byte, ownIDs bool) ([]transport.Ack, bool, error) {
 	if err := unmarshal(data, &body); err != nil {
 		return nil, false, err
 	}
-	return checkAckBody(body, ownIDs)
+	return checkAckBody(body, ownIDs, false)
 }
 
 // ackBodySeeds are bodies clients send and bodies they should not:
@@ -182,6 +182,23 @@ func agreesWithJSON(t *testing.T, data []byte) {
 				acks, batch, err := parse(data, ownIDs, false)
 				if fmt.Sprint(err) != fmt.Sprint(wantErr) || batch != wantBatch || !reflect.DeepEqual(acks, wantAcks) {
 					t.Fatalf("%s (ownIDs %v, round %d) of %.300q: %v, %v, %#v\nencoding/json: %v, %v, %#v",
+						name, ownIDs, round, data, err, batch, acks, wantErr, wantBatch, wantAcks)
+				}
+			}
+		}
+	}
+	// A relay's: what parseRelayedAckBody (encoding/json alone, keeping
+	// unknown fields) returns.
+	for _, ownIDs := range []bool{false, true} {
+		wantAcks, wantBatch, wantErr := parseRelayedAckBody(data, ownIDs)
+		interned := &ackDecoder{intern: true, reuse: true}
+		for round := range 2 {
+			for name, parse := range map[string]func([]byte, bool, bool) ([]transport.Ack, bool, error){
+				"parseAckBody": parseAckBody, "stream's": interned.parse,
+			} {
+				acks, batch, err := parse(data, ownIDs, true)
+				if fmt.Sprint(err) != fmt.Sprint(wantErr) || batch != wantBatch || !reflect.DeepEqual(acks, wantAcks) {
+					t.Fatalf("relay's %s (ownIDs %v, round %d) of %.300q: %v, %v, %#v\nencoding/json: %v, %v, %#v",
 						name, ownIDs, round, data, err, batch, acks, wantErr, wantBatch, wantAcks)
 				}
 			}

@@ -132,10 +132,11 @@ func parseAckBody(data []byte, ownIDs, relay bool) (acks []transport.Ack, batch 
 	return d.parse(data, ownIDs, relay)
 }
 
-// checkAckBody checks a decoded body and returns its acks.
-func checkAckBody(body ackBody, ownIDs bool) (acks []transport.Ack, batch bool, err error) {
+// checkAckBody checks a decoded body and returns its acks; a relay's
+// (relay) may have any status.
+func checkAckBody(body ackBody, ownIDs, relay bool) (acks []transport.Ack, batch bool, err error) {
 	if body.Acks == nil {
-		ack, err := checkAck(body.Ack, false)
+		ack, err := checkAck(body.Ack, relay)
 		if err != nil {
 			return nil, false, err
 		}
@@ -145,7 +146,7 @@ func checkAckBody(body ackBody, ownIDs bool) (acks []transport.Ack, batch bool, 
 		if !ownIDs || body.Acks[i].ClientID == "" {
 			body.Acks[i].ClientID = body.ClientID
 		}
-		ack, err := checkAck(body.Acks[i], false)
+		ack, err := checkAck(body.Acks[i], relay)
 		if err != nil {
 			return nil, true, fmt.Errorf("%w (ack %d of the batch)", err, i)
 		}
