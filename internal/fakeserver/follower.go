@@ -43,10 +43,35 @@ type Follower struct {
 	changed chan struct{} // closed and replaced on every change of state
 	now     func() time.Time
 
-	onConfirm func() // the upstream confirmed data
-	onCommit  func(*change)
-	onReset   func(gen uint64)
-	onAdvance func(gen uint64, head int64, seq uint64)
+	// pending are the hub items (changes, resets, head moves, the beat
+	// a confirmation asks for) of the operation under way, handed to out
+	// as one batch before f.mu is released (unlock): the hub then sees a
+	// change and the head move that covers it together, and a relay's
+	// stream sends both in one write, before the beat.
+	pending []hubItem
+	out     func([]hubItem)
+	// confirms counts the upstream's confirmations: a stream that told
+	// progress since the last one has nothing new to beat for.
+	confirms uint64
+}
+
+// confirmations returns how many times the upstream confirmed data.
+func (f *Follower) confirmations() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.confirms
+}
+
+// unlock hands the pending hub items over, in order, and releases f.mu.
+func (f *Follower) unlock() {
+	if len(f.pending) > 0 {
+		if f.out != nil {
+			f.out(f.pending)
+		}
+		clear(f.pending)
+		f.pending = f.pending[:0]
+	}
+	f.mu.Unlock()
 }
 
 // followed is one namespace of a Follower.
@@ -115,7 +140,7 @@ func (f *Follower) get(ns string) *followed {
 // that has data, or of another store than data already loaded.
 func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, confirmedAt time.Time) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if f.id != "" && f.id != storeID {
 		return
 	}
@@ -142,7 +167,7 @@ func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string
 func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
 	age time.Duration, unconfirmed bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	f.applyLocked(ns, storeID, rev, cursor, values, cs, age, unconfirmed)
 }
 
@@ -177,9 +202,7 @@ func (f *Follower) resetLocked(storeID string) {
 		*n = followed{demanded: n.demanded, leaving: n.leaving}
 	}
 	f.head = 0
-	if f.onReset != nil {
-		f.onReset(f.gen)
-	}
+	f.pending = append(f.pending, hubItem{gen: f.gen})
 }
 
 // commitLocked appends cs to ns's window (trimming it) and hands it to the
@@ -196,9 +219,7 @@ func (f *Follower) commitLocked(ns string, n *followed, cs transport.ChangeSet) 
 		n.bytes -= int64(len(old.data))
 		n.changes = slices.Delete(slices.Clone(n.changes), 0, 1)
 	}
-	if f.onCommit != nil {
-		f.onCommit(c)
-	}
+	f.pending = append(f.pending, hubItem{c: c, gen: c.gen})
 }
 
 // diff is the change set from content old at revision prev to content
@@ -227,7 +248,7 @@ func diff(ns, storeID string, prev, rev int64, old, next map[string]json.RawMess
 // false when the Follower has no data of ns to confirm (see Refill).
 func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) bool {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	n := f.nss[ns]
 	if n == nil || !n.ready {
 		return false
@@ -244,9 +265,8 @@ func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, u
 	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
 	f.advanceLocked()
 	f.changedLocked()
-	if f.onConfirm != nil {
-		f.onConfirm()
-	}
+	f.confirms++
+	f.pending = append(f.pending, hubItem{beat: true})
 }
 
 // Refill serves again the data ns's syncer holds, of storeID, when ns has
@@ -256,7 +276,7 @@ func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, u
 // another store (the syncer resnapshots once it learns of it).
 func (f *Follower) Refill(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, age time.Duration, unconfirmed bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.ready && f.id == storeID {
 		f.applyLocked(ns, storeID, rev, cursor, values, nil, age, unconfirmed)
 	}
@@ -265,7 +285,7 @@ func (f *Follower) Refill(ns, storeID string, rev, cursor int64, values map[stri
 // Fail records that the upstream is not confirming ns right now.
 func (f *Follower) Fail(ns string) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.unconfirmed {
 		n.unconfirmed = true
 		f.changedLocked()
@@ -277,7 +297,7 @@ func (f *Follower) Fail(ns string) {
 // would (404, ended not_found), at once.
 func (f *Follower) Absent(ns string) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.ready && !n.absent {
 		n.absent = true
 		f.changedLocked()
@@ -291,7 +311,7 @@ func errAbsent(ns string) error {
 // Drop stops serving ns (its relay no longer follows it).
 func (f *Follower) Drop(ns string) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	delete(f.nss, ns)
 	f.advanceLocked()
 	f.changedLocked()
@@ -302,7 +322,7 @@ func (f *Follower) Drop(ns string) {
 // request waits for.
 func (f *Follower) Idle(d time.Duration, busy func(ns string) bool) []string {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	var out []string
 	cut := f.now().Add(-d)
 	for ns, n := range f.nss {
@@ -325,7 +345,7 @@ func (f *Follower) idleLocked(ns string, n *followed, cut time.Time, busy func(n
 // is left carrying a namespace nobody follows.
 func (f *Follower) Leave(ns string, d time.Duration, busy func(ns string) bool) bool {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	n := f.nss[ns]
 	if n == nil || !f.idleLocked(ns, n, f.now().Add(-d), busy) {
 		return false
@@ -350,7 +370,7 @@ type FollowedStatus struct {
 // Status returns what the Follower serves, by namespace.
 func (f *Follower) Status() []FollowedStatus {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	out := make([]FollowedStatus, 0, len(f.nss))
 	now := f.now()
 	for ns, n := range f.nss {
@@ -381,22 +401,20 @@ func (f *Follower) advanceLocked() {
 	f.head = low
 	f.seq++
 	f.headSeq = f.seq
-	if f.onAdvance != nil {
-		f.onAdvance(f.gen, low, f.seq)
-	}
+	f.pending = append(f.pending, hubItem{gen: f.gen, head: low, seq: f.seq, move: true})
 }
 
 // backend
 
 func (f *Follower) info() (string, int64, int64) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	return f.id, f.head, 0
 }
 
 func (f *Follower) nsRevision(ns string) (int64, bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if n := f.nss[ns]; n != nil && n.ready {
 		return n.rev, true
 	}
@@ -405,7 +423,7 @@ func (f *Follower) nsRevision(ns string) (int64, bool) {
 
 func (f *Follower) generation() uint64 {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	return f.gen
 }
 
@@ -414,7 +432,7 @@ func (f *Follower) known(acks []transport.Ack) []transport.Ack { return acks }
 
 func (f *Follower) snapshot(ns string) (snapshot, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	n := f.nss[ns]
 	if n != nil && !n.ready && n.absent {
 		return snapshot{storeID: f.id, cursor: f.head}, errAbsent(ns)
@@ -456,7 +474,7 @@ func (f *Follower) check(ns string, since int64) (*followed, error) {
 
 func (f *Follower) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
 	if n := f.nss[ns]; n != nil && n.ready {
 		sub.head, sub.nsRev = n.cursor, n.rev
@@ -478,7 +496,7 @@ func (f *Follower) subscribe(ns string, since int64, register func(subscription)
 
 func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []string)) (subscription, []transport.NamespaceEndedBody) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
 	var ended []transport.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
@@ -509,7 +527,7 @@ func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []
 
 func (f *Follower) freshness(names ...string) (time.Duration, bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	var age time.Duration
 	unconfirmed := false
 	now := f.now()
@@ -545,10 +563,10 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 	for _, r := range reqs {
 		f.waiting[r.name]++
 	}
-	f.mu.Unlock()
+	f.unlock()
 	defer func() {
 		f.mu.Lock()
-		defer f.mu.Unlock()
+		defer f.unlock()
 		for _, r := range reqs {
 			if f.waiting[r.name]--; f.waiting[r.name] <= 0 {
 				delete(f.waiting, r.name)
@@ -583,7 +601,7 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			}
 		}
 		changed := f.changed
-		f.mu.Unlock()
+		f.unlock()
 		for _, ns := range missing {
 			wanted[ns] = true
 			if err := f.want(ns); err != nil {
@@ -613,7 +631,7 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 // against limits and a Drop can end it.
 func (f *Follower) Follow(ns string) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	n := f.get(ns)
 	n.demanded = f.now()
 }
@@ -621,7 +639,7 @@ func (f *Follower) Follow(ns string) {
 // Followed returns the namespaces followed.
 func (f *Follower) Followed() []string {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	return slices.Sorted(maps.Keys(f.nss))
 }
 
@@ -632,7 +650,7 @@ var _ backend = (*store)(nil)
 // cursor and content (shared: do not modify); ok false when it has none.
 func (f *Follower) Data(ns string) (storeID string, rev, cursor int64, values map[string]json.RawMessage, ok bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	n := f.nss[ns]
 	if n == nil || !n.ready {
 		return "", 0, 0, nil, false

@@ -73,6 +73,8 @@ type hub struct {
 	beatReq   chan struct{}
 	lastFrame atomic.Pointer[progressFrame]
 
+	woken []*watcher // run's, for a relay's hub: the watchers of a batch to wake
+
 	qmu    sync.Mutex
 	queue  []hubItem
 	spare  []hubItem
@@ -90,13 +92,15 @@ type hub struct {
 
 // hubItem is a change to fan out; or (c == nil) a store reset to
 // generation gen, or, with move set, a follower's head that moved to head
-// (its sequence number seq).
+// (its sequence number seq), or, with beat set, a follower's request for
+// a beat.
 type hubItem struct {
 	c    *change
 	gen  uint64
 	head int64
 	seq  uint64
 	move bool
+	beat bool // a follower's upstream confirmed data: requestBeat, after the batch
 }
 
 // progressEvery is how soon after the head moves a multi-namespace
@@ -202,10 +206,10 @@ func (h *hub) streamProgress(storeID string, cursor int64) []byte {
 }
 
 // enqueue hands a change (or a reset) to the dispatcher. It never blocks.
-func (h *hub) enqueue(it hubItem) {
+func (h *hub) enqueue(items ...hubItem) {
 	h.qmu.Lock()
 	if !h.closed {
-		h.queue = append(h.queue, it)
+		h.queue = append(h.queue, items...)
 	}
 	h.qmu.Unlock()
 	select {
@@ -228,7 +232,16 @@ func (h *hub) run() {
 		h.qmu.Unlock()
 		var last *change // the newest change handed over, marked once per batch
 		silent := false  // a change some multi-namespace watcher does not carry
+		// A relay's watchers wake once the whole batch is in, the head
+		// moves that cover its changes included (Follower.unlock hands
+		// a change and its move over together).
+		woken := h.woken[:0]
+		beat := false
 		for _, it := range items {
+			if it.beat {
+				beat = true
+				continue
+			}
 			if it.move {
 				// A follower's head, down as well as up: a namespace that
 				// joins below it (a last-good file's cursor, an upstream
@@ -252,7 +265,11 @@ func (h *hub) run() {
 				it.c.frame() // encode once, before the first watcher needs it
 			}
 			for w := range set {
-				w.push(it.c, h.silenced)
+				if !h.follow {
+					w.push(it.c, h.silenced)
+				} else if w.queued(it.c, h.silenced) {
+					woken = append(woken, w)
+				}
 			}
 			if h.multiByNS[it.c.cs.Namespace] < len(h.multis) {
 				silent = true
@@ -264,6 +281,14 @@ func (h *hub) run() {
 		}
 		if last != nil {
 			h.dispatched.Store(&mark{gen: last.gen, rev: last.cs.Revision})
+		}
+		for _, w := range woken {
+			w.signal()
+		}
+		clear(woken)
+		h.woken = woken
+		if beat {
+			h.requestBeat()
 		}
 		if silent {
 			select {
@@ -448,13 +473,20 @@ func (w *watcher) names() []string {
 // (black-holed) streams must not even see a disconnect: then it ends once
 // the black hole heals.
 func (w *watcher) push(c *change, silenced func() bool) {
+	if w.queued(c, silenced) {
+		w.signal()
+	}
+}
+
+// queued is push without the signal: it reports whether w needs one.
+func (w *watcher) queued(c *change, silenced func() bool) bool {
 	if c.gen != w.gen {
-		return
+		return false
 	}
 	w.mu.Lock()
 	if w.overflow || w.killed {
 		w.mu.Unlock()
-		return
+		return false
 	}
 	if len(w.queue) >= w.max {
 		w.overflow = true
@@ -463,12 +495,11 @@ func (w *watcher) push(c *change, silenced func() bool) {
 		if silenced == nil || !silenced() {
 			w.kill()
 		}
-		w.signal()
-		return
+		return true
 	}
 	w.queue = append(w.queue, c)
 	w.mu.Unlock()
-	w.signal()
+	return true
 }
 
 func (w *watcher) signal() {

@@ -111,12 +111,7 @@ func NewFollowerServer(f *Follower, opts ...Option) (*Server, error) {
 	s.hub = newHub(f.gen, s.faults.blackholed)
 	s.hub.follow = true
 	s.hub.startBeats()
-	f.onConfirm = s.hub.requestBeat
-	f.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
-	f.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
-	f.onAdvance = func(gen uint64, head int64, seq uint64) {
-		s.hub.enqueue(hubItem{gen: gen, head: head, seq: seq, move: true})
-	}
+	f.out = func(items []hubItem) { s.hub.enqueue(items...) }
 	f.mu.Unlock()
 	s.mux = s.routes()
 	return s, nil

@@ -187,7 +187,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	var toldConfirms uint64 // a relay's: its upstream's confirmations when progress last went out
 	progress := func(cursor int64) error {
+		if s.follow != nil {
+			toldConfirms = s.follow.confirmations()
+		}
 		_, err := w.Write(s.streamProgress(sub.storeID, cursor, names))
 		return err
 	}
@@ -201,13 +205,13 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	defer ticker.Stop()
 	beats := s.hub.beats()
 	for {
-		beat, prompt := false, false
+		beat, prompt, confirmed := false, false, false
 		select {
 		case <-wt.wake:
 		case <-ticker.C:
 			beat = true
 		case <-beats:
-			beat, beats = true, s.hub.beats()
+			beat, confirmed, beats = true, true, s.hub.beats()
 		case <-tick:
 			prompt = true
 		case <-wt.done:
@@ -249,6 +253,17 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		wt.recycle(items)
+		if s.follow != nil {
+			// A relay's progress goes in the same write as the changes
+			// it follows (the head covers them once their upstream
+			// confirmed them); and the beat that confirmation asked for
+			// is then news to nobody: one frame per client per publish,
+			// not two. (The heartbeat's beat always goes.)
+			prompt = prompt || wrote
+			if confirmed && !healed && d <= told && s.follow.confirmations() == toldConfirms {
+				beat = false
+			}
+		}
 		if beat || (prompt && d > told) {
 			told = max(told, d)
 			if progress(told) != nil {
