@@ -11,11 +11,11 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// TestAckStream: over h2c, batches after the first (which finds no
-// stream open and none recent: a POST) go as lines of one POST
+// TestAckStream: over h2c, a relay's batches after the first (which finds
+// no stream open and none recent: a POST) go as lines of one POST
 // /sdk/ack/stream, and the server records each; a server without the
 // capability gets one POST /sdk/ack per batch; Close ends the stream and
-// waits for its goroutine.
+// waits for its goroutine. A client's own batches always post.
 func TestAckStream(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -50,7 +50,7 @@ func TestAckStream(t *testing.T) {
 			}
 			for i := range batches {
 				ack := transport.Ack{ClientID: "c1", Namespace: nsName(i), Revision: int64(i + 1), Status: transport.AckApplied}
-				if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+				if err := src.AckRelayed(ctx, "relay-1", []transport.Ack{ack}); err != nil {
 					t.Fatalf("batch %d: %v", i, err)
 				}
 			}
@@ -64,8 +64,18 @@ func TestAckStream(t *testing.T) {
 			if st := srv.Stats(); st.AckStreams != tc.streams || st.Acks != batches {
 				t.Errorf("stats %+v: want %d ack streams, %d acks", st, tc.streams, batches)
 			}
+			// A client's own batches, however close together: POSTs.
+			for i := range batches {
+				ack := transport.Ack{ClientID: "c2", Namespace: nsName(i), Revision: int64(i + 1), Status: transport.AckApplied}
+				if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+					t.Fatalf("own batch %d: %v", i, err)
+				}
+			}
+			if st := srv.Stats(); st.AckStreams != tc.streams || st.Acks != 2*batches {
+				t.Errorf("stats %+v after a client's own batches: want %d ack streams, %d acks", st, tc.streams, 2*batches)
+			}
 			_ = src.Close()
-			if err := src.AckBatch(ctx, []transport.Ack{{ClientID: "c1", Namespace: nsName(0), Revision: 1, Status: transport.AckApplied}}); err != nil {
+			if err := src.AckRelayed(ctx, "relay-1", []transport.Ack{{ClientID: "c1", Namespace: nsName(0), Revision: 1, Status: transport.AckApplied}}); err != nil {
 				t.Errorf("a batch after Close (a request again): %v", err)
 			}
 			_ = src.Close()
@@ -73,10 +83,10 @@ func TestAckStream(t *testing.T) {
 	}
 }
 
-// TestAckStreamOnlyForFrequentBatches: a batch after a quiet spell goes
-// as one POST (a client reporting once per publish, minutes apart, opens
-// no stream to hold); batches closer together than the stream's idle time
-// go on one stream, which closes once they stop.
+// TestAckStreamOnlyForFrequentBatches: a relay's batch after a quiet
+// spell goes as one POST (it opens no stream to hold); batches closer
+// together than the stream's idle time go on one stream, which closes
+// once they stop.
 func TestAckStreamOnlyForFrequentBatches(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	srv, err := fakeserver.Start()
@@ -102,7 +112,7 @@ func TestAckStreamOnlyForFrequentBatches(t *testing.T) {
 	send := func(rev int64) {
 		t.Helper()
 		ack := transport.Ack{ClientID: "c1", Namespace: nsName(0), Revision: rev, Status: transport.AckApplied}
-		if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+		if err := src.AckRelayed(ctx, "relay-1", []transport.Ack{ack}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,7 +159,7 @@ func recorded(srv *fakeserver.Server) int {
 	return n
 }
 
-// TestAckStreamSlowServerLosesNothing: an ack stream that ends for
+// TestAckStreamSlowServerLosesNothing: a relay's ack stream that ends for
 // idleness while the server has not read it yet (a busy server: here one
 // that answers 3.5 s late, past the stream's 2 s idle time) still has
 // every line recorded: the request is not cut a second after its body
@@ -176,12 +186,12 @@ func TestAckStreamSlowServerLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ack := transport.Ack{ClientID: "c1", Namespace: nsName(0), Revision: 1, Status: transport.AckApplied}
-	if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil { // a POST: the stream opens with the next
+	if err := src.AckRelayed(ctx, "relay-1", []transport.Ack{ack}); err != nil { // a POST: the stream opens with the next
 		t.Fatal(err)
 	}
 	srv.SetLatency(3500 * time.Millisecond)
 	ack.ClientID = "c2"
-	if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+	if err := src.AckRelayed(ctx, "relay-1", []transport.Ack{ack}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
