@@ -60,5 +60,5 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 		acks = acks[n:]
 		bs = append(bs, b)
 	}
-	return s.sendBatches(ctx, bs, true)
+	return s.sendBatches(ctx, bs)
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -25,10 +24,6 @@ const PathAckStream = "/sdk/ack/stream"
 // never offered); the batch goes as a request instead.
 var errAckStreamDown = errors.New("transport: ack stream down")
 
-// errAckStreamQuiet: no ack stream is open and the last batch came more
-// than ackStreamIdle ago; the batch goes as a request instead.
-var errAckStreamQuiet = errors.New("transport: ack stream not worth opening")
-
 // ackStream is an open POST /sdk/ack/stream: lines written to w travel as
 // the request body; done is closed once the request has ended (err set).
 type ackStream struct {
@@ -36,49 +31,32 @@ type ackStream struct {
 	cancel context.CancelFunc // of the request
 	done   chan struct{}
 	err    error
-	idle   *time.Timer // closes the stream after ackStreamIdle without a batch
 	body   *ackBody
 }
 
-// ackStreamIdle is how long a relay's ack stream stays open without a
-// batch: a quiet relay holds no request (nor its upstream a handler) for
-// it. It is also how close together batches must come for the stream to
-// be worth opening: after a quiet spell a batch goes as one POST, which
-// costs the server one write, where a stream opened for it costs two and
-// a handler held for ackStreamIdle. A client's own acks always post: at
-// 10,000 clients of one server, their streams opening in the second after
-// a publish made it 3–6x slower to reach the fleet (1.5 s with POSTs, 3.3
-// s with streams opening; 0.5 s once open) and held 18 KiB per client on
-// the server while open.
-const ackStreamIdle = 10 * time.Second
+// An ack stream stays open for as long as the source (or until it fails),
+// however seldom its batches: one opened for a batch and closed again
+// costs the server two writes and a handler, where a line of an open one
+// costs a DATA frame. At 10,000 clients of one server, streams that closed
+// when quiet and opened again for a publish's acks made the next publish
+// 3-6x slower to reach the fleet (3.3 s, against 0.5 s with the streams
+// open and 1.5 s with one POST per batch). An open stream costs the server
+// about 18 KiB per client.
 
-// Once an ack stream's body has ended, how long the server has to read
-// the rest of it and end its reply before the request is cut (which
-// loses the lines it has not read): a busy server may take seconds when
-// the stream ends for idleness; Close and a move to another endpoint
-// bound their wait for it more tightly.
-const (
-	ackStreamDrain      = 30 * time.Second
-	ackStreamDrainClose = time.Second
-)
+// ackStreamDrainClose is how long the server has, once an ack stream's
+// body has ended (Close, a move to another endpoint), to read the rest of
+// it and end its reply before the request is cut: a server that stopped
+// answering must not hold Close.
+const ackStreamDrainClose = time.Second
 
 // ackStreamState is the source's ack stream, opened on first use when the
 // server offers it over h2c, reopened after it fails.
 type ackStreamState struct {
 	writing sync.Mutex // held while writing: lines must not interleave
-	mu      sync.Mutex // guards cur, last and closed
+	mu      sync.Mutex // guards cur and closed
 	cur     *ackStream
-	last    time.Time // when the last batch came
 	closed  bool
-	idle    time.Duration  // ackStreamIdle; tests set it shorter
-	wg      sync.WaitGroup // every stream's goroutine, closed by idleness or not
-}
-
-func (st *ackStreamState) idleTime() time.Duration {
-	if st.idle > 0 {
-		return st.idle
-	}
-	return ackStreamIdle
+	wg      sync.WaitGroup // every stream's goroutine
 }
 
 // ackStreamUsable reports whether batches may go on the ack stream: the
@@ -89,9 +67,8 @@ func (s *HTTPSource) ackStreamUsable() bool {
 }
 
 // sendOnAckStream writes b as one line of the ack stream, opening it if
-// need be, unless batches come too seldom for it (errAckStreamQuiet). An
-// error means the line may not have reached the server: the caller sends
-// the batch as a request.
+// need be. An error means the line may not have reached the server: the
+// caller sends the batch as a request.
 func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	line, err := json.Marshal(b)
 	if err != nil {
@@ -113,24 +90,8 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 		default:
 		}
 	}
-	now := time.Now()
-	quiet := st.last.IsZero() || now.Sub(st.last) >= st.idleTime()
-	st.last = now
-	if st.cur == nil && quiet {
-		st.mu.Unlock()
-		return errAckStreamQuiet
-	}
 	if st.cur == nil {
 		st.cur = s.openAckStream()
-		cur := st.cur
-		cur.idle = time.AfterFunc(st.idleTime(), func() {
-			st.mu.Lock()
-			if st.cur == cur {
-				st.cur = nil
-			}
-			st.mu.Unlock()
-			_ = cur.w.Close()
-		})
 	}
 	cur := st.cur
 	st.mu.Unlock()
@@ -139,9 +100,6 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	stop := context.AfterFunc(ctx, func() { cur.w.CloseWithError(ctx.Err()) })
 	_, err = cur.w.Write(line)
 	stop()
-	if err == nil {
-		cur.idle.Reset(st.idleTime())
-	}
 	if err != nil {
 		cur.cancel()
 		st.mu.Lock()
@@ -161,7 +119,6 @@ func (s *HTTPSource) openAckStream() *ackStream {
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	body := &ackBody{r: pr, cancel: cancel}
-	body.drain.Store(int64(ackStreamDrain))
 	as := &ackStream{w: pw, cancel: cancel, done: make(chan struct{}), body: body}
 	s.acks.wg.Add(1)
 	go func() {
@@ -201,15 +158,13 @@ func (s *HTTPSource) closeAckStream() {
 	if cur != nil {
 		cur.end()
 	}
-	st.wg.Wait() // this one and any closed for idleness: ackBody bounds them
+	st.wg.Wait() // ackBody bounds it
 }
 
 // end ends the stream's body (the server has every line) for Close or a
 // move to another endpoint: its request is cut if the server has not
 // answered within ackStreamDrainClose.
 func (as *ackStream) end() {
-	as.idle.Stop()
-	as.body.drain.Store(int64(ackStreamDrainClose))
 	_ = as.w.Close()
 }
 
@@ -233,22 +188,21 @@ func (s *HTTPSource) release(ctx context.Context) {
 	s.closeIdle()
 }
 
-// ackBody is an ack stream's request body. Once it has ended (closed for
-// idleness or by Close) the server has drain to end its reply, or the
+// ackBody is an ack stream's request body. Once it has ended (by Close or
+// a move) the server has ackStreamDrainClose to end its reply, or the
 // request is cut: a server that stopped answering must not hold the
 // request's goroutine, nor Close that waits for it.
 type ackBody struct {
 	r      *io.PipeReader
 	cancel context.CancelFunc
 	once   sync.Once
-	drain  atomic.Int64 // a time.Duration: ackStreamDrain, or ackStreamDrainClose
 }
 
 func (b *ackBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	switch {
 	case err == io.EOF:
-		b.once.Do(func() { time.AfterFunc(time.Duration(b.drain.Load()), b.cancel) })
+		b.once.Do(func() { time.AfterFunc(ackStreamDrainClose, b.cancel) })
 	case err != nil:
 		// Aborted by this side (a stalled write, Close): cancel first,
 		// so that the transport sees a cancelled request, not a failure

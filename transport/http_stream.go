@@ -290,19 +290,16 @@ func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 		}
 		return errors.Join(errs...)
 	}
-	return s.sendBatches(ctx, batches(acks), false)
+	return s.sendBatches(ctx, batches(acks))
 }
 
-// sendBatches sends each batch as a POST, or, with stream (a relay's),
-// as a line of the ack stream when it is worth it (sendOnAckStream); it
-// goes on past a failed POST and returns every error (ctx's alone once
-// it ended). A client's own batches always post: it reports once per
-// publish, and ten thousand clients opening streams in the same second
-// after one cost the server more than as many POSTs (see ackStreamIdle).
-func (s *HTTPSource) sendBatches(ctx context.Context, bs []AckBatch, stream bool) error {
+// sendBatches sends each batch as a line of the ack stream when it is
+// usable, else as a POST; it goes on past a failed POST and returns every
+// error (ctx's alone once it ended).
+func (s *HTTPSource) sendBatches(ctx context.Context, bs []AckBatch) error {
 	var errs []error
 	for _, b := range bs {
-		if stream && s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
+		if s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
 			continue
 		}
 		if err := s.postAckBatch(ctx, b); err != nil {
