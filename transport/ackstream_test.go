@@ -2,6 +2,10 @@ package transport_test
 
 import (
 	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -139,4 +143,82 @@ func recorded(srv *fakeserver.Server) int {
 		}
 	}
 	return n
+}
+
+// TestAckStreamCloseWithAStalledServer: Close returns within about the
+// drain bound even when the server stopped reading the ack stream with
+// its flow-control window full (a black-holed or stalled server, when a
+// failover is likely): the request is cut, its goroutine ends.
+func TestAckStreamCloseWithAStalledServer(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	fs, err := fakeserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if _, err := fs.Publish("app", map[string]any{"k": 1}); err != nil {
+		t.Fatal(err)
+	}
+	unblock := make(chan struct{})
+	h := fs.Handler()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Protocols: &protos,
+		HTTP2:     &http.HTTP2Config{MaxReceiveBufferPerStream: 65536},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != transport.PathAckStream {
+				h.ServeHTTP(w, r)
+				return
+			}
+			w.WriteHeader(http.StatusOK) // then reads nothing
+			http.NewResponseController(w).Flush()
+			select {
+			case <-unblock:
+			case <-r.Context().Done():
+			}
+		}),
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	defer close(unblock)
+
+	src, err := transport.NewHTTPSource("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "app"}); err != nil {
+		t.Fatal(err) // learns h2c and ack-stream
+	}
+	// Lines past the stream's window: the transport then waits for a
+	// window update that never comes.
+	for sent := 0; sent <= 65536; {
+		var acks []transport.Ack
+		for i := range 8 {
+			acks = append(acks, transport.Ack{ClientID: "c" + strconv.Itoa(sent) + "-" + strconv.Itoa(i), Namespace: "app", Revision: 1, Status: transport.AckApplied})
+		}
+		line, _ := json.Marshal(transport.AckBatch{ClientID: "relay-1", Acks: acks})
+		sent += len(line) + 1
+		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		_ = src.AckRelayed(wctx, "relay-1", acks) // the last may stall: its ctx cuts it
+		wcancel()
+	}
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() { _ = src.Close(); close(closed) }()
+	select {
+	case <-closed:
+		if took := time.Since(start); took > 4*time.Second {
+			t.Errorf("Close took %v", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waiting after 10 s for a stalled ack stream")
+	}
 }

@@ -130,11 +130,16 @@ func (s *HTTPSource) openAckStream() *ackStream {
 			req.Header.Set("Content-Type", "application/x-ndjson")
 			var resp *http.Response
 			if resp, err = s.poll.Do(req); err == nil {
+				// Once the reply's headers are in, HTTP/2 watches ctx no
+				// more: closing the body is what aborts the stream when
+				// it is cancelled.
+				stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
 				if resp.StatusCode != http.StatusOK {
 					err = statusError(resp)
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				closeBody(resp.Body)
+				stop()
 			}
 		}
 		if err == nil {
@@ -163,8 +168,10 @@ func (s *HTTPSource) closeAckStream() {
 
 // end ends the stream's body (the server has every line) for Close or a
 // move to another endpoint: its request is cut if the server has not
-// answered within ackStreamDrainClose.
+// answered within ackStreamDrainClose, even one that stopped reading, so
+// that the body never reaches its end (the flow-control window is full).
 func (as *ackStream) end() {
+	time.AfterFunc(ackStreamDrainClose, as.cancel)
 	_ = as.w.Close()
 }
 

@@ -50,12 +50,14 @@ type Follower struct {
 	// stream sends both in one write, before the beat.
 	pending []hubItem
 	out     func([]hubItem)
-	// confirms counts the upstream's confirmations: a stream that told
-	// progress since the last one has nothing new to beat for.
+	// confirms counts the changes of what progress tells of freshness:
+	// the upstream's confirmations, and a namespace it stopped
+	// confirming (Fail). A stream that told progress since the last one
+	// has nothing new to beat for.
 	confirms uint64
 }
 
-// confirmations returns how many times the upstream confirmed data.
+// confirmations returns confirms.
 func (f *Follower) confirmations() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -288,6 +290,8 @@ func (f *Follower) Fail(ns string) {
 	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.unconfirmed {
 		n.unconfirmed = true
+		f.confirms++ // a beat already asked for must now go: it carries the flag
+		f.pending = append(f.pending, hubItem{beat: true})
 		f.changedLocked()
 	}
 }

@@ -271,7 +271,10 @@ func TestFollowerStreamSendsChangeAndProgressInOneWrite(t *testing.T) {
 		}
 		return w.all()
 	}
-	opened := len(waitFor("opening write", func(s []string) bool { return len(s) > 0 }))
+	// The opening: headers (maybe a write of their own), then progress.
+	opened := len(waitFor("opening progress", func(s []string) bool {
+		return len(s) > 0 && strings.Contains(s[len(s)-1], "event: progress\nid: 1\n")
+	}))
 	for rev := int64(2); rev <= 4; rev++ {
 		v := strconv.FormatInt(rev, 10)
 		f.Apply("a", "st", rev, rev, raw("x", v), chained("a", "st", rev-1, rev, "x", v), 0, false)
@@ -289,4 +292,49 @@ func TestFollowerStreamSendsChangeAndProgressInOneWrite(t *testing.T) {
 		}
 		opened++
 	}
+}
+
+// A beat already asked for when the upstream stops confirming (Fail) is
+// news, though the stream told progress since the confirmation that asked
+// for it: it carries the unconfirmed flag, which the client must see now,
+// not at the next heartbeat.
+func TestFollowerStreamBeatAfterFailIsNotSkipped(t *testing.T) {
+	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &flushes{header: http.Header{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Handler().ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, "/sdk/stream?ns=a:1", nil))
+	}()
+	defer func() { cancel(); <-done }()
+	waitWrites := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); len(w.all()) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("writes %q, want %d", w.all(), n)
+			}
+		}
+	}
+	// The opening: headers (maybe a write of their own), then progress.
+	for deadline := time.Now().Add(5 * time.Second); !slices.ContainsFunc(w.all(), func(b string) bool { return strings.Contains(b, "event: progress") }); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no opening progress; writes %q", w.all())
+		}
+	}
+	base := len(w.all())
+	f.Confirm("a", 1, 0, false) // a beat now; the next one is paced
+	waitWrites(base + 1)
+	f.Apply("a", "st", 2, 2, raw("x", "2"), chained("a", "st", 1, 2, "x", "2"), 0, false)
+	waitWrites(base + 2) // the change and its progress
+	f.Fail("a")
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, b := range w.all()[base+2:] {
+			if strings.Contains(b, `"unconfirmed":true`) {
+				return
+			}
+		}
+	}
+	t.Fatalf("no unconfirmed progress after Fail: %q", w.all())
 }
