@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -220,5 +221,67 @@ func TestAckStreamCloseWithAStalledServer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close still waiting after 10 s for a stalled ack stream")
+	}
+}
+
+// TestAckStreamRefusedFallsBackToPosts: a server that answers the ack
+// stream with an error status (a fault, a refused token) may have taken
+// its lines without recording them; later batches go as POSTs, whose
+// failures the caller retries, rather than into one refused stream after
+// another.
+func TestAckStreamRefusedFallsBackToPosts(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	fs, err := fakeserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if _, err := fs.Publish("app", map[string]any{"k": 1}); err != nil {
+		t.Fatal(err)
+	}
+	h := fs.Handler()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: &protos, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == transport.PathAckStream {
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1)) // takes a line's first byte, records nothing
+			http.Error(w, `{"error":"unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	src, err := transport.NewHTTPSource("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	const batches = 10
+	for i := range batches {
+		ack := transport.Ack{ClientID: "c" + strconv.Itoa(i), Namespace: "app", Revision: 1, Status: transport.AckApplied}
+		if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := map[string]bool{}
+	for _, c := range fs.Clients() {
+		got[c.ClientID] = c.AckedRevision == 1
+	}
+	for i := 2; i < batches; i++ { // the first one or two may have gone into the refused stream
+		if !got["c"+strconv.Itoa(i)] {
+			t.Errorf("batch %d not recorded; recorded %v", i, got)
+		}
 	}
 }

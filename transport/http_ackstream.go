@@ -53,11 +53,19 @@ const ackStreamDrainClose = time.Second
 // server offers it over h2c, reopened after it fails.
 type ackStreamState struct {
 	writing sync.Mutex // held while writing: lines must not interleave
-	mu      sync.Mutex // guards cur and closed
+	mu      sync.Mutex // guards cur, refused and closed
 	cur     *ackStream
+	// refused is when a stream was last answered with an error status (a
+	// fault, a token refused): its lines may be lost unrecorded, so for
+	// ackStreamRetry batches go as POSTs, whose failures are retried.
+	refused time.Time
 	closed  bool
 	wg      sync.WaitGroup // every stream's goroutine
 }
+
+// ackStreamRetry is how long after a refused ack stream batches go as
+// POSTs before a stream is tried again.
+const ackStreamRetry = 30 * time.Second
 
 // ackStreamUsable reports whether batches may go on the ack stream: the
 // server offers it and this source speaks h2c to it (over HTTP/1.1 a
@@ -79,7 +87,7 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	st.writing.Lock()
 	defer st.writing.Unlock()
 	st.mu.Lock()
-	if st.closed {
+	if st.closed || !st.refused.IsZero() && time.Since(st.refused) < ackStreamRetry {
 		st.mu.Unlock()
 		return errAckStreamDown
 	}
@@ -136,6 +144,9 @@ func (s *HTTPSource) openAckStream() *ackStream {
 				stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
 				if resp.StatusCode != http.StatusOK {
 					err = statusError(resp)
+					s.acks.mu.Lock()
+					s.acks.refused = time.Now()
+					s.acks.mu.Unlock()
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				closeBody(resp.Body)
