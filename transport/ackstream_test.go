@@ -151,7 +151,8 @@ func recorded(srv *fakeserver.Server) int {
 // its flow-control window full (a black-holed or stalled server, when a
 // failover is likely): the request is cut, its goroutine ends.
 func TestAckStreamCloseWithAStalledServer(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the server's cleanup
 	fs, err := fakeserver.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -161,35 +162,16 @@ func TestAckStreamCloseWithAStalledServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock := make(chan struct{})
-	h := fs.Handler()
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Protocols: &protos,
-		HTTP2:     &http.HTTP2Config{MaxReceiveBufferPerStream: 65536},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != transport.PathAckStream {
-				h.ServeHTTP(w, r)
-				return
-			}
-			w.WriteHeader(http.StatusOK) // then reads nothing
-			http.NewResponseController(w).Flush()
-			select {
-			case <-unblock:
-			case <-r.Context().Done():
-			}
-		}),
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
 	defer close(unblock)
-
-	src, err := transport.NewHTTPSource("http://" + ln.Addr().String())
+	url := ackStreamServer(t, fs, 65536, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK) // then reads nothing
+		http.NewResponseController(w).Flush()
+		select {
+		case <-unblock:
+		case <-r.Context().Done():
+		}
+	})
+	src, err := transport.NewHTTPSource(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +212,8 @@ func TestAckStreamCloseWithAStalledServer(t *testing.T) {
 // failures the caller retries, rather than into one refused stream after
 // another.
 func TestAckStreamRefusedFallsBackToPosts(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the server's cleanup
 	fs, err := fakeserver.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -239,25 +222,11 @@ func TestAckStreamRefusedFallsBackToPosts(t *testing.T) {
 	if _, err := fs.Publish("app", map[string]any{"k": 1}); err != nil {
 		t.Fatal(err)
 	}
-	h := fs.Handler()
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Protocols: &protos, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == transport.PathAckStream {
-			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1)) // takes a line's first byte, records nothing
-			http.Error(w, `{"error":"unavailable"}`, http.StatusServiceUnavailable)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	src, err := transport.NewHTTPSource("http://" + ln.Addr().String())
+	url := ackStreamServer(t, fs, 0, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1)) // takes a line's first byte, records nothing
+		http.Error(w, `{"error":"unavailable"}`, http.StatusServiceUnavailable)
+	})
+	src, err := transport.NewHTTPSource(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,4 +253,30 @@ func TestAckStreamRefusedFallsBackToPosts(t *testing.T) {
 			t.Errorf("batch %d not recorded; recorded %v", i, got)
 		}
 	}
+}
+
+// ackStreamServer serves fs over HTTP/1.1 and h2c (a stream's receive
+// buffer of window bytes, unless 0), but POST /sdk/ack/stream with
+// ackStream; it returns the base URL and stops at the test's end.
+func ackStreamServer(t *testing.T, fs *fakeserver.Server, window int, ackStream http.HandlerFunc) string {
+	t.Helper()
+	h := fs.Handler()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: &protos, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: window},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == transport.PathAckStream {
+				ackStream(w, r)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
 }

@@ -245,6 +245,36 @@ func (w *flushes) all() []string {
 	return slices.Clone(w.sent)
 }
 
+// waitFor waits until ok holds of what was sent, and returns it.
+func (w *flushes) waitFor(t *testing.T, what string, ok func([]string) bool) []string {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(w.all()); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s; writes %q", what, w.all())
+		}
+	}
+	return w.all()
+}
+
+// serveFlushed serves GET path from s into a flushes until the test ends,
+// and returns it once the stream's opening progress (after headers that
+// may go in a write of their own) was sent.
+func serveFlushed(t *testing.T, s *Server, path string) *flushes {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &flushes{header: http.Header{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Handler().ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	w.waitFor(t, "opening progress", func(s []string) bool {
+		return len(s) > 0 && strings.Contains(s[len(s)-1], "event: progress")
+	})
+	return w
+}
+
 // A relay's stream sends a change and the progress that covers it in one
 // write, and the beat its upstream's confirmation asked for is then not
 // sent again: one write per client per publish, not two (at 10,000
@@ -252,33 +282,12 @@ func (w *flushes) all() []string {
 func TestFollowerStreamSendsChangeAndProgressInOneWrite(t *testing.T) {
 	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
 	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &flushes{header: http.Header{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Handler().ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, "/sdk/stream?ns=a:1", nil))
-	}()
-	defer func() { cancel(); <-done }()
-	waitFor := func(what string, ok func([]string) bool) []string {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !ok(w.all()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s; writes %q", what, w.all())
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		return w.all()
-	}
-	// The opening: headers (maybe a write of their own), then progress.
-	opened := len(waitFor("opening progress", func(s []string) bool {
-		return len(s) > 0 && strings.Contains(s[len(s)-1], "event: progress\nid: 1\n")
-	}))
+	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
+	opened := len(w.all())
 	for rev := int64(2); rev <= 4; rev++ {
 		v := strconv.FormatInt(rev, 10)
 		f.Apply("a", "st", rev, rev, raw("x", v), chained("a", "st", rev-1, rev, "x", v), 0, false)
-		sent := waitFor("change "+v, func(s []string) bool { return len(s) > opened })
+		sent := w.waitFor(t, "change "+v, func(s []string) bool { return len(s) > opened })
 		got := sent[opened]
 		change, progress := strings.Index(got, "event: change\nid: "+v+"\n"), strings.Index(got, "event: progress\nid: "+v+"\n")
 		if change < 0 || progress < change {
@@ -301,40 +310,18 @@ func TestFollowerStreamSendsChangeAndProgressInOneWrite(t *testing.T) {
 func TestFollowerStreamBeatAfterFailIsNotSkipped(t *testing.T) {
 	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
 	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &flushes{header: http.Header{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Handler().ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, "/sdk/stream?ns=a:1", nil))
-	}()
-	defer func() { cancel(); <-done }()
+	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
+	base := len(w.all())
 	waitWrites := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); len(w.all()) < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("writes %q, want %d", w.all(), n)
-			}
-		}
+		w.waitFor(t, strconv.Itoa(n)+" writes", func(s []string) bool { return len(s) >= n })
 	}
-	// The opening: headers (maybe a write of their own), then progress.
-	for deadline := time.Now().Add(5 * time.Second); !slices.ContainsFunc(w.all(), func(b string) bool { return strings.Contains(b, "event: progress") }); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no opening progress; writes %q", w.all())
-		}
-	}
-	base := len(w.all())
 	f.Confirm("a", 1, 0, false) // a beat now; the next one is paced
 	waitWrites(base + 1)
 	f.Apply("a", "st", 2, 2, raw("x", "2"), chained("a", "st", 1, 2, "x", "2"), 0, false)
 	waitWrites(base + 2) // the change and its progress
 	f.Fail("a")
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		for _, b := range w.all()[base+2:] {
-			if strings.Contains(b, `"unconfirmed":true`) {
-				return
-			}
-		}
-	}
-	t.Fatalf("no unconfirmed progress after Fail: %q", w.all())
+	w.waitFor(t, "unconfirmed progress after Fail", func(s []string) bool {
+		return slices.ContainsFunc(s[base+2:], func(b string) bool { return strings.Contains(b, `"unconfirmed":true`) })
+	})
 }
