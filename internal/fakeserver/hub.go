@@ -100,7 +100,7 @@ type hubItem struct {
 	head int64
 	seq  uint64
 	move bool
-	beat bool // a follower's upstream confirmed data: requestBeat, after the batch
+	beat bool // a follower's freshness changed (a confirmation, Fail): requestBeat, after the batch
 }
 
 // progressEvery is how soon after the head moves a multi-namespace
