@@ -31,7 +31,6 @@ type ackStream struct {
 	cancel context.CancelFunc // of the request
 	done   chan struct{}
 	err    error
-	body   *ackBody
 }
 
 // An ack stream stays open for as long as the source (or until it fails),
@@ -127,7 +126,7 @@ func (s *HTTPSource) openAckStream() *ackStream {
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	body := &ackBody{r: pr, cancel: cancel}
-	as := &ackStream{w: pw, cancel: cancel, done: make(chan struct{}), body: body}
+	as := &ackStream{w: pw, cancel: cancel, done: make(chan struct{})}
 	s.acks.wg.Add(1)
 	go func() {
 		defer s.acks.wg.Done()
@@ -208,20 +207,16 @@ func (s *HTTPSource) release(ctx context.Context) {
 
 // ackBody is an ack stream's request body. Once it has ended (by Close or
 // a move) the server has ackStreamDrainClose to end its reply, or the
-// request is cut: a server that stopped answering must not hold the
-// request's goroutine, nor Close that waits for it.
+// request is cut (ackStream.end): a server that stopped answering must
+// not hold the request's goroutine, nor Close that waits for it.
 type ackBody struct {
 	r      *io.PipeReader
 	cancel context.CancelFunc
-	once   sync.Once
 }
 
 func (b *ackBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	switch {
-	case err == io.EOF:
-		b.once.Do(func() { time.AfterFunc(ackStreamDrainClose, b.cancel) })
-	case err != nil:
+	if err != nil && err != io.EOF {
 		// Aborted by this side (a stalled write, Close): cancel first,
 		// so that the transport sees a cancelled request, not a failure
 		// of h2c to fall back from.
