@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/h2cserver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -106,33 +107,40 @@ func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 }
 
-// httpServer returns the server settings of the command's listeners:
-// HTTP/1.1 and, when h2c, HTTP/2 with prior knowledge on the same
-// listener (as the reference server and the SDK's HTTP source speak), and
-// a bound on slow request headers. No read or write timeout: watch
-// streams are long-lived.
-func httpServer(h http.Handler, log *slog.Logger, h2c bool) *http.Server {
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(h2c)
-	return &http.Server{
+// httpServer returns the server of the command's listeners: HTTP/1.1
+// and, when h2c, HTTP/2 with prior knowledge on the same listener (as the
+// reference server and the SDK's HTTP source speak), and a bound on slow
+// request headers. No read or write timeout: watch streams are
+// long-lived.
+func httpServer(h http.Handler, log *slog.Logger, h2c bool) server {
+	srv := &http.Server{
 		Handler:           h,
-		Protocols:         &protos,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	if !h2c {
+		return srv
+	}
+	return h2cserver.New(srv)
 }
 
-// serving is an http.Server running on a listener in a goroutine.
+// server is an *http.Server, or an *h2cserver.Server for h2c.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// serving is a server running on a listener in a goroutine.
 type serving struct {
-	srv  *http.Server
+	srv  server
 	addr net.Addr
 	done chan struct{} // closed when Serve has returned, with err
 	err  error
 }
 
 // listenAndServe listens on addr and serves srv there.
-func listenAndServe(addr string, srv *http.Server) (*serving, error) {
+func listenAndServe(addr string, srv server) (*serving, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/h2cserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -63,7 +64,7 @@ type Server struct {
 
 // run is one listening period of the server, between Start/Restart and Stop.
 type run struct {
-	srv      *http.Server
+	srv      server
 	served   chan struct{}
 	mu       sync.Mutex
 	stopping chan struct{} // closed by Stop: waiting handlers return
@@ -190,11 +191,7 @@ func (s *Server) listen() error {
 	// HTTP/1.1 and, unless switched off, HTTP/2 with prior knowledge
 	// (h2c) on the same listener: a client then carries its stream,
 	// snapshots and acks over one connection.
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(s.opts.offers(transport.CapabilityH2C))
-	r.srv = &http.Server{
-		Protocols:         &protos,
+	hs := &http.Server{
 		Handler:           s.track(r),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
@@ -208,6 +205,10 @@ func (s *Server) listen() error {
 			}
 		},
 	}
+	r.srv = hs
+	if s.opts.offers(transport.CapabilityH2C) {
+		r.srv = h2cserver.New(hs)
+	}
 	s.cur = r
 	go func() {
 		defer close(r.served)
@@ -215,6 +216,12 @@ func (s *Server) listen() error {
 	}()
 	s.log.Info("fakeserver: listening", "addr", s.addr, "store_id", s.StoreID())
 	return nil
+}
+
+// server is an *http.Server, or an *h2cserver.Server when h2c is offered.
+type server interface {
+	Serve(net.Listener) error
+	Close() error
 }
 
 // track counts the handlers of run r so that Stop can wait for them, and
