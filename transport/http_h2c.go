@@ -42,6 +42,17 @@ func newH2CTransport(h1 *http.Transport) *h2cTransport {
 	h2 := h1.Clone()
 	h2.Protocols = new(http.Protocols)
 	h2.Protocols.SetUnencryptedHTTP2(true)
+	// Index no request header in HPACK: a connection carries a few
+	// long-lived requests, and every entry would be held in the server's
+	// table (a server's memory per client) for nothing.
+	var conf http.HTTP2Config
+	if h1.HTTP2 != nil {
+		conf = *h1.HTTP2
+	}
+	if conf.MaxEncoderHeaderTableSize == 0 {
+		conf.MaxEncoderHeaderTableSize = 1
+	}
+	h2.HTTP2 = &conf
 	return &h2cTransport{h1: h1, h2: h2}
 }
 

@@ -732,7 +732,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_ = http.NewResponseController(w).Flush()
 	sc := bufio.NewScanner(r.Body)
-	sc.Buffer(make([]byte, 0, 1024), maxAckBatch)
+	sc.Buffer(make([]byte, 0, 256), maxAckBatch) // a client's line fits; a relay's grows it
 	// A client's id and namespaces allocated once; the slice of acks
 	// reused line after line, unless a sink may keep it.
 	dec := ackDecoder{intern: true, reuse: s.opts.ackSink == nil}

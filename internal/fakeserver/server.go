@@ -192,7 +192,13 @@ func (s *Server) listen() error {
 	// (h2c) on the same listener: a client then carries its stream,
 	// snapshots and acks over one connection.
 	hs := &http.Server{
-		Handler:           s.track(r),
+		Handler: s.track(r),
+		// Every request's context carries r's stopping channel: set once
+		// here, not copied into each request (a long-lived stream would
+		// hold the copy).
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.Background(), stoppingKey{}, r.stopping)
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState: func(_ net.Conn, st http.ConnState) {
@@ -224,8 +230,7 @@ type server interface {
 	Close() error
 }
 
-// track counts the handlers of run r so that Stop can wait for them, and
-// hands each request r's stopping channel.
+// track counts the handlers of run r so that Stop can wait for them.
 func (s *Server) track(r *run) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
@@ -237,7 +242,7 @@ func (s *Server) track(r *run) http.Handler {
 		r.active.Add(1)
 		r.mu.Unlock()
 		defer r.active.Done()
-		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), stoppingKey{}, r.stopping)))
+		s.mux.ServeHTTP(w, req) // its context has r's stopping channel (listen's BaseContext)
 	})
 }
 

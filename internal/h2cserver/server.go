@@ -53,7 +53,10 @@ func New(srv *http.Server) *Server {
 	protos.SetHTTP1(true)
 	srv.Protocols = &protos
 	srv.TLSConfig = nil
-	h2 := &http2.Server{}
+	// No HPACK table of the server's own: what it would index (the
+	// response headers of a connection's few, long-lived streams) is
+	// rarely sent twice, and its maps cost 2 KiB per connection.
+	h2 := &http2.Server{MaxEncoderHeaderTableSize: 1}
 	// ConfigureServer takes srv's idle timeout and HTTP2 settings, and
 	// makes srv.Shutdown send GOAWAY to every HTTP/2 connection. It
 	// fails only on a TLS config's cipher suites, and there is none.
