@@ -125,15 +125,19 @@ func isTemporary(err error) bool {
 // HTTP/2 if it is all there, or hands c to the HTTP/1 server.
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	defer s.wg.Done()
-	if d := s.srv.ReadHeaderTimeout; d > 0 {
+	// As net/http bounds the wait for a request's headers.
+	d := s.srv.ReadHeaderTimeout
+	if d <= 0 {
+		d = s.srv.ReadTimeout
+	}
+	if d > 0 {
 		_ = c.SetReadDeadline(time.Now().Add(d))
 	}
 	var buf [len(preface)]byte
 	n, h2, err := readPrefix(c, buf[:])
 	_ = c.SetReadDeadline(time.Time{})
 	if err != nil {
-		s.untrack(c)
-		_ = c.Close()
+		s.drop(c)
 		return
 	}
 	if !h2 {
@@ -142,7 +146,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	if !s.serving(c) {
-		_ = c.Close()
+		s.drop(c)
 		return
 	}
 	if s.srv.ConnContext != nil {
@@ -157,6 +161,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	})
 	_ = c.Close()
 	s.untrack(c)
+	s.connState(c, http.StateClosed)
+}
+
+// drop closes c, which never reached a server, and reports it to
+// ConnState as net/http does a connection that sent no request.
+func (s *Server) drop(c net.Conn) {
+	s.untrack(c)
+	_ = c.Close()
+	s.connState(c, http.StateNew)
 	s.connState(c, http.StateClosed)
 }
 
@@ -316,6 +329,12 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	n := copy(p, c.prefix)
 	c.prefix = c.prefix[n:]
 	return n, nil
+}
+
+// ReadFrom lets net/http use sendfile or splice for a response, as it
+// does on a *net.TCPConn.
+func (c *prefixConn) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(c.Conn, r)
 }
 
 // CloseWrite lets net/http half-close as it does a *net.TCPConn.

@@ -210,24 +210,47 @@ func TestShutdownLetsRequestsFinish(t *testing.T) {
 }
 
 func TestPrefaceTimeout(t *testing.T) {
-	s, base, _ := start(t, &http.Server{Handler: protoHandler(), ReadHeaderTimeout: 50 * time.Millisecond})
-	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		hs   *http.Server
+	}{
+		{"ReadHeaderTimeout", &http.Server{ReadHeaderTimeout: 50 * time.Millisecond}},
+		{"ReadTimeout alone", &http.Server{ReadTimeout: 50 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			states := map[http.ConnState]int{}
+			tc.hs.Handler = protoHandler()
+			tc.hs.ConnState = func(_ net.Conn, st http.ConnState) {
+				mu.Lock()
+				states[st]++
+				mu.Unlock()
+			}
+			s, base, _ := start(t, tc.hs)
+			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n"); err != nil { // and no more
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+				t.Errorf("read after half a preface: %v, want EOF (closed by the server)", err)
+			}
+			waitFor(t, "no connection left", func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return len(s.conns) == 0
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if states[http.StateNew] != 1 || states[http.StateClosed] != 1 {
+				t.Errorf("connection states %v: want one StateNew and one StateClosed, as net/http reports a connection that sent no request", states)
+			}
+		})
 	}
-	defer c.Close()
-	if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n"); err != nil { // and no more
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		t.Errorf("read after half a preface: %v, want EOF (closed by the server)", err)
-	}
-	waitFor(t, "no connection left", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.conns) == 0
-	})
 }
 
 func TestReadPrefix(t *testing.T) {
