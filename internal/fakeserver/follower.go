@@ -55,13 +55,16 @@ type Follower struct {
 	// confirming (Fail). A stream that told progress since the last one
 	// has nothing new to beat for.
 	confirms uint64
+	// flips counts the changes of a namespace's unconfirmed flag: a beat
+	// that tells one is news, however recent the stream's last progress.
+	flips uint64
 }
 
-// confirmations returns confirms.
-func (f *Follower) confirmations() uint64 {
+// confirmations returns confirms and flips.
+func (f *Follower) confirmations() (confirms, flips uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.confirms
+	return f.confirms, f.flips
 }
 
 // unlock hands the pending hub items over, in order, and releases f.mu.
@@ -153,6 +156,7 @@ func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string
 	f.id = storeID
 	*n = followed{ready: true, rev: rev, live: values, floor: cursor, cursor: cursor,
 		confirmedAt: confirmedAt, unconfirmed: true, demanded: n.demanded}
+	f.flips++
 	f.advanceLocked()
 	f.changedLocked()
 }
@@ -264,6 +268,9 @@ func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirm
 // head, wakes the requests waiting and asks the streams to beat.
 func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, unconfirmed bool) {
 	n.cursor = max(n.cursor, cursor)
+	if n.unconfirmed != unconfirmed {
+		f.flips++
+	}
 	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
 	f.advanceLocked()
 	f.changedLocked()
@@ -291,6 +298,7 @@ func (f *Follower) Fail(ns string) {
 	if n := f.nss[ns]; n != nil && !n.unconfirmed {
 		n.unconfirmed = true
 		f.confirms++ // a beat already asked for must now go: it carries the flag
+		f.flips++
 		f.pending = append(f.pending, hubItem{beat: true})
 		f.changedLocked()
 	}

@@ -316,12 +316,74 @@ func TestFollowerStreamBeatAfterFailIsNotSkipped(t *testing.T) {
 		t.Helper()
 		w.waitFor(t, strconv.Itoa(n)+" writes", func(s []string) bool { return len(s) >= n })
 	}
-	f.Confirm("a", 1, 0, false) // a beat now; the next one is paced
-	waitWrites(base + 1)
+	f.Confirm("a", 1, 0, false) // a beat (which the opening progress makes redundant); the next one is paced
 	f.Apply("a", "st", 2, 2, raw("x", "2"), chained("a", "st", 1, 2, "x", "2"), 0, false)
-	waitWrites(base + 2) // the change and its progress
+	waitWrites(base + 1) // the change and its progress
 	f.Fail("a")
 	w.waitFor(t, "unconfirmed progress after Fail", func(s []string) bool {
-		return slices.ContainsFunc(s[base+2:], func(b string) bool { return strings.Contains(b, `"unconfirmed":true`) })
+		return slices.ContainsFunc(s[base+1:], func(b string) bool { return strings.Contains(b, `"unconfirmed":true`) })
+	})
+}
+
+// A relay's beat reaches its streams' shards one after another, evenly
+// over the spread, so that its streams' progress does not all go at once;
+// every shard hears every beat.
+func TestRelayBeatIsSpread(t *testing.T) {
+	const spread = 160 * time.Millisecond
+	h := newHub(0, func() bool { return false })
+	h.startBeats(spread)
+	defer h.close()
+	for round := range 2 {
+		chs := make([]<-chan struct{}, beatShards)
+		for i := range chs {
+			chs[i] = h.beats(i)
+		}
+		start := time.Now()
+		h.requestBeat()
+		var closed []time.Duration
+		for i, ch := range chs {
+			select {
+			case <-ch:
+				closed = append(closed, time.Since(start))
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: shard %d never heard the beat", round, i)
+			}
+		}
+		// The last shard waits beatShards-1 steps of spread/beatShards.
+		if least := spread * (beatShards - 1) / beatShards; closed[beatShards-1] < least {
+			t.Errorf("round %d: every shard heard the beat within %v, want the last no sooner than %v: %v", round, closed[beatShards-1], least, closed)
+		}
+		if h.beats(0) == chs[0] {
+			t.Errorf("round %d: shard 0's channel was not replaced", round)
+		}
+	}
+}
+
+// A confirmation that changes no namespace's flag is not written to a
+// stream that told progress just before (the publish's own progress,
+// here): ten thousand streams that just had a publish do not all write
+// again for the upstream's next heartbeat. One later is written, as a
+// flag's change always is.
+func TestFollowerStreamSkipsARoutineBeatRightAfterProgress(t *testing.T) {
+	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour)) // spread 1 s, no heartbeat
+	spread := beatSpread(time.Hour)
+	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
+	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
+	opened := len(w.all())
+	f.Apply("a", "st", 2, 2, raw("x", "2"), chained("a", "st", 1, 2, "x", "2"), 0, false)
+	w.waitFor(t, "the change", func(s []string) bool { return len(s) > opened })
+	told := time.Now()
+	f.Confirm("a", 2, 0, false) // routine, right after the change's progress
+	// Its beat reaches every shard within two rounds: nothing may come.
+	time.Sleep(2*spread + 2*progressEvery)
+	if sent := w.all(); len(sent) != opened+1 {
+		t.Fatalf("writes after a routine confirmation within %v of the last progress: %q, want none", time.Since(told), sent[opened+1:])
+	}
+	if wait := recentProgress(time.Hour) - time.Since(told); wait > 0 {
+		time.Sleep(wait)
+	}
+	f.Confirm("a", 2, 0, false) // routine, but the last progress is not recent any more: written
+	w.waitFor(t, "progress for a confirmation past the spread", func(s []string) bool {
+		return len(s) > opened+1 && strings.Contains(s[opened+1], "event: progress")
 	})
 }

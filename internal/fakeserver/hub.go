@@ -65,11 +65,15 @@ type hub struct {
 	tick  atomic.Pointer[chan struct{}]
 	moved chan struct{}
 	// beat, for a relay's hub (startBeats), is closed (and replaced)
-	// after its upstream confirmed data: every stream then sends progress
-	// at once, so that what a relay tells is as fresh as what it heard,
-	// hop after hop. At most once per progressEvery, on a request in
-	// beatReq. Nil for an origin's.
-	beat      atomic.Pointer[chan struct{}]
+	// after its upstream confirmed data: every stream then sends progress,
+	// so that what a relay tells is as fresh as what it heard, hop after
+	// hop. A stream listens to one of beatShards channels, and a beat
+	// closes them one after another over beatSpread: ten thousand
+	// streams' progress (and their clients' work on it) then does not
+	// land at once, on a publish that happens to come with it. At most
+	// one beat per progressEvery, on a request in beatReq. Nil for an
+	// origin's.
+	beat      [beatShards]atomic.Pointer[chan struct{}]
 	beatReq   chan struct{}
 	lastFrame atomic.Pointer[progressFrame]
 
@@ -122,27 +126,53 @@ func newHub(gen uint64, silenced func() bool) *hub {
 	h.dispatched.Store(&mark{gen: gen})
 	h.wg.Add(2)
 	go h.run()
-	go h.pace(h.moved, &h.tick)
+	go h.pace(h.moved, 0, &h.tick)
 	return h
 }
 
-// startBeats makes a relay's hub beat (see hub.beat). Call it before the
-// hub is used.
-func (h *hub) startBeats() {
-	ch := make(chan struct{})
-	h.beat.Store(&ch)
+// beatShards is how many groups of streams a relay's beat reaches one
+// after another.
+const beatShards = 8
+
+// beatSpread is how long a relay's beat takes to reach all its streams:
+// a quarter of a heartbeat, at most a second (what a hop adds to the age
+// a client learns).
+func beatSpread(heartbeat time.Duration) time.Duration {
+	return min(heartbeat/4, time.Second)
+}
+
+// recentProgress is how recent a stream's last progress makes a routine
+// beat (a confirmation that changes no flag) redundant: a beat can reach
+// a stream as late as the round under way, the pacing, and its own round
+// after the confirmation.
+func recentProgress(heartbeat time.Duration) time.Duration {
+	return 2*beatSpread(heartbeat) + progressEvery
+}
+
+// startBeats makes a relay's hub beat (see hub.beat), each beat spread
+// over spread. Call it before the hub is used.
+func (h *hub) startBeats(spread time.Duration) {
+	for i := range h.beat {
+		ch := make(chan struct{})
+		h.beat[i].Store(&ch)
+	}
 	h.beatReq = make(chan struct{}, 1)
+	chs := make([]*atomic.Pointer[chan struct{}], len(h.beat))
+	for i := range h.beat {
+		chs[i] = &h.beat[i]
+	}
 	h.wg.Add(1)
-	go h.pace(h.beatReq, &h.beat)
+	go h.pace(h.beatReq, spread, chs...)
 }
 
 // ticks returns the channel that the next progress tick closes.
 func (h *hub) ticks() <-chan struct{} { return *h.tick.Load() }
 
-// beats returns the channel that the next beat closes; nil (never) for an
+// beats returns the channel that the next beat closes for the streams of
+// shard (any int: it is taken modulo beatShards); nil (never) for an
 // origin's hub.
-func (h *hub) beats() <-chan struct{} {
-	if p := h.beat.Load(); p != nil {
+func (h *hub) beats(shard int) <-chan struct{} {
+	if p := h.beat[uint(shard)%beatShards].Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -156,33 +186,46 @@ func (h *hub) requestBeat() {
 	}
 }
 
-// pace closes the channel in ch once after each request in req, but never
-// twice within progressEvery: however many publishes (or confirmations),
-// a watcher wakes for progress at most four times a second.
-func (h *hub) pace(req <-chan struct{}, ch *atomic.Pointer[chan struct{}]) {
+// pace closes the channels in chs once after each request in req, but
+// never twice within progressEvery: however many publishes (or
+// confirmations), a watcher wakes for progress at most four times a
+// second. It closes them one after another, evenly over spread.
+func (h *hub) pace(req <-chan struct{}, spread time.Duration, chs ...*atomic.Pointer[chan struct{}]) {
 	defer h.wg.Done()
 	var last time.Time
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	sleep := func(d time.Duration) bool {
+		if d <= 0 {
+			return true
+		}
+		timer.Reset(d)
+		select {
+		case <-timer.C:
+			return true
+		case <-h.quit:
+			timer.Stop()
+			return false
+		}
+	}
 	for {
 		select {
 		case <-req:
 		case <-h.quit:
 			return
 		}
-		if wait := progressEvery - time.Since(last); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-h.quit:
-				timer.Stop()
-				return
-			}
+		if !sleep(progressEvery - time.Since(last)) {
+			return
 		}
 		last = time.Now()
-		next := make(chan struct{})
-		old := ch.Swap(&next)
-		close(*old)
+		for i, ch := range chs {
+			if i > 0 && !sleep(spread/time.Duration(len(chs))) {
+				return
+			}
+			next := make(chan struct{})
+			old := ch.Swap(&next)
+			close(*old)
+		}
 	}
 }
 

@@ -603,7 +603,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
-	beats := s.hub.beats()
+	shard := rand.Int() // which of a relay's beats this stream hears
+	beats := s.hub.beats(shard)
 	for {
 		beat := false
 		select {
@@ -611,7 +612,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-ticker.C:
 			beat = true
 		case <-beats:
-			beat, beats = true, s.hub.beats()
+			beat, beats = true, s.hub.beats(shard)
 		case <-wt.done:
 			return
 		case <-r.Context().Done():

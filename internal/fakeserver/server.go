@@ -111,7 +111,7 @@ func NewFollowerServer(f *Follower, opts ...Option) (*Server, error) {
 	f.mu.Lock()
 	s.hub = newHub(f.gen, s.faults.blackholed)
 	s.hub.follow = true
-	s.hub.startBeats()
+	s.hub.startBeats(beatSpread(o.heartbeat))
 	f.out = func(items []hubItem) { s.hub.enqueue(items...) }
 	f.mu.Unlock()
 	s.mux = s.routes()

@@ -3,6 +3,7 @@ package fakeserver
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -187,10 +188,14 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var toldConfirms uint64 // a relay's: its upstream's confirmations when progress last went out
+	// A relay's: its upstream's confirmations and flag changes when
+	// progress last went out, and when.
+	var toldConfirms, toldFlips uint64
+	var toldAt time.Time
 	progress := func(cursor int64) error {
 		if s.follow != nil {
-			toldConfirms = s.follow.confirmations()
+			toldConfirms, toldFlips = s.follow.confirmations()
+			toldAt = time.Now()
 		}
 		_, err := w.Write(s.streamProgress(sub.storeID, cursor, names))
 		return err
@@ -203,7 +208,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
-	beats := s.hub.beats()
+	shard := rand.Int() // which of a relay's beats this stream hears
+	beats := s.hub.beats(shard)
 	for {
 		beat, prompt, confirmed := false, false, false
 		select {
@@ -211,7 +217,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case <-ticker.C:
 			beat = true
 		case <-beats:
-			beat, confirmed, beats = true, true, s.hub.beats()
+			beat, confirmed, beats = true, true, s.hub.beats(shard)
 		case <-tick:
 			prompt = true
 		case <-wt.done:
@@ -260,8 +266,15 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			// is then news to nobody: one frame per client per publish,
 			// not two. (The heartbeat's beat always goes.)
 			prompt = prompt || wrote
-			if confirmed && !healed && d <= told && s.follow.confirmations() == toldConfirms {
-				beat = false
+			// A confirmation that changes no flag is not worth a write
+			// to a stream that told progress just before either (a
+			// publish's, say): the age its client knows is at most
+			// recentProgress older than it could be.
+			if confirmed && !healed && d <= told {
+				confirms, flips := s.follow.confirmations()
+				if confirms == toldConfirms || flips == toldFlips && time.Since(toldAt) < recentProgress(s.opts.heartbeat) {
+					beat = false
+				}
 			}
 		}
 		if beat || (prompt && d > told) {

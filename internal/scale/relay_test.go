@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -318,6 +319,8 @@ type relayReport struct {
 	RSS, HWM int64         // resident set now and at its peak
 	In, Out  int64         // bytes read and written by its listener's connections
 	H2C, H1  int64         // connections that opened with HTTP/2's preface, and the others
+	GCs      uint64        // garbage collections so far
+	Alloc    uint64        // bytes allocated so far
 	Stats    relay.Stats
 }
 
@@ -434,8 +437,10 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 			}
 			cpu, _ := selfCPU()
 			rss, hwm := procMem()
+			gc := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
+			metrics.Read(gc)
 			data, _ := json.Marshal(relayReport{CPU: cpu, RSS: rss, HWM: hwm, In: cl.in.Load(), Out: cl.out.Load(),
-				H2C: cl.h2c.Load(), H1: cl.h1.Load(), Stats: r.Stats()})
+				H2C: cl.h2c.Load(), H1: cl.h1.Load(), GCs: gc[0].Value.Uint64(), Alloc: gc[1].Value.Uint64(), Stats: r.Stats()})
 			say("stats " + string(data))
 		case "profile":
 			if prof, err = os.Create(f[1]); err != nil {

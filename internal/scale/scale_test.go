@@ -179,6 +179,9 @@ func (k *childProc) stop() {
 func startOrigin(b *testing.B, filler int) *fakeserver.Server {
 	b.Helper()
 	opts := []fakeserver.Option{fakeserver.WithWatcherBuffer(64)}
+	if d, err := time.ParseDuration(os.Getenv("HOLDFAST_SCALE_ORIGIN_HEARTBEAT")); err == nil {
+		opts = append(opts, fakeserver.WithHeartbeat(d))
+	}
 	for _, c := range strings.Fields(os.Getenv("HOLDFAST_SCALE_WITHOUT")) {
 		opts = append(opts, fakeserver.WithoutCapability(c))
 	}
@@ -434,6 +437,8 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	b.ReportMetric(float64((relayPublish-relayIdle).Microseconds())/1000/float64(publishes), "relay-cpu-ms/publish")
 	b.ReportMetric(float64((relayPublish-relayIdle).Nanoseconds())/1000/float64(clients*publishes), "relay-cpu-µs/client/publish")
 	b.ReportMetric(float64(relayConnected.RSS-relayBase.RSS)/float64(clients)/1024, "relay-KiB/client")
+	b.ReportMetric(float64(relay1.GCs-relay0.GCs)/float64(publishes), "relay-gc/publish")
+	b.ReportMetric(float64(relay1.Alloc-relay0.Alloc)/float64(clients*publishes), "relay-alloc-B/client/publish")
 	b.ReportMetric(float64(relayConnected.Stats.OpenStreams), "relay-streams")
 	b.ReportMetric(float64(relay1.Stats.Conns-relay0.Stats.Conns), "relay-conns-during-publishes")
 	b.ReportMetric(float64(relay1.Stats.Streams-relay0.Stats.Streams), "relay-streams-during-publishes")
