@@ -1,14 +1,3 @@
-// Package h2cserver serves HTTP/1.1 and HTTP/2 with prior knowledge (h2c)
-// on one listener, as net/http does with
-// http.Protocols.SetUnencryptedHTTP2, but without net/http's HTTP/1
-// buffers on every HTTP/2 connection.
-//
-// net/http allocates a connection's 4 KiB HTTP/1 read and write buffers
-// before it looks for the HTTP/2 preface, and keeps them for as long as
-// the HTTP/2 connection lives: 8 KiB of a server's memory per client that
-// nothing reads or writes through. A Server reads the preface first and
-// hands an HTTP/2 connection straight to golang.org/x/net/http2; every
-// other connection goes to the http.Server as before.
 package h2cserver
 
 import (
