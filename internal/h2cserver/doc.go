@@ -14,4 +14,10 @@
 // ConnState, contexts, ErrorLog, HTTP2) and has the same life: Serve,
 // Shutdown (GOAWAY to HTTP/2 connections, as net/http sends), Close (every
 // connection at once). It serves no TLS.
+//
+// x/net/http2's Server, which this package uses, is deprecated in favour
+// of net/http's own HTTP/2; it is still a complete server of its own
+// (v0.59.0). Should it become a shim over net/http, or go, the reference
+// server and relay go back to http.Protocols.SetUnencryptedHTTP2 and lose
+// only the 8 KiB per connection.
 package h2cserver

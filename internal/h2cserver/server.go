@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 x/net/http2's Server is deprecated for net/http's, whose h2c costs 8 KiB more per connection (see the package doc)
 package h2cserver
 
 import (
