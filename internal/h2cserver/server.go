@@ -150,17 +150,17 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		SawClientPreface: true,
 	})
 	_ = c.Close()
-	s.untrack(c)
 	s.connState(c, http.StateClosed)
+	s.untrack(c)
 }
 
 // drop closes c, which never reached a server, and reports it to
 // ConnState as net/http does a connection that sent no request.
 func (s *Server) drop(c net.Conn) {
-	s.untrack(c)
 	_ = c.Close()
 	s.connState(c, http.StateNew)
 	s.connState(c, http.StateClosed)
+	s.untrack(c) // last: a connection no longer tracked has been reported
 }
 
 // readPrefix reads into buf, as long as the preface, while what c sends
