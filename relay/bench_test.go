@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/memstat"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -76,7 +73,7 @@ func BenchmarkRelayIdleStreamMemory(b *testing.B) {
 // idleStreams opens n streams with req, measures, and closes them.
 func idleStreams(b *testing.B, r *relay.Relay, port int, req []byte, n int) {
 	b.Helper()
-	before := memNow()
+	before := memstat.Now()
 	fds := make([]int, 0, n)
 	defer func() {
 		for _, fd := range fds {
@@ -99,16 +96,16 @@ func idleStreams(b *testing.B, r *relay.Relay, port int, req []byte, n int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	after := memNow()
+	after := memstat.Now()
 	if path := os.Getenv("HOLDFAST_BENCH_HEAPPROFILE"); path != "" {
 		writeHeapProfile(b, path)
 	}
 	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
-	b.ReportMetric(per(after.heap+after.stacks, before.heap+before.stacks), "relay-B/stream")
-	b.ReportMetric(per(after.heap, before.heap), "heap-B/stream")
-	b.ReportMetric(per(after.stacks, before.stacks), "stack-B/stream")
-	b.ReportMetric(per(after.rss, before.rss), "rss-B/stream")
-	b.ReportMetric(per(after.goroutines, before.goroutines), "goroutines/stream")
+	b.ReportMetric(per(after.Heap+after.Stacks, before.Heap+before.Stacks), "relay-B/stream")
+	b.ReportMetric(per(after.Heap, before.Heap), "heap-B/stream")
+	b.ReportMetric(per(after.Stacks, before.Stacks), "stack-B/stream")
+	b.ReportMetric(per(after.RSS, before.RSS), "rss-B/stream")
+	b.ReportMetric(per(after.Goroutines, before.Goroutines), "goroutines/stream")
 }
 
 // writeHeapProfile writes the heap profile now, streams open, to path.
@@ -121,37 +118,6 @@ func writeHeapProfile(b *testing.B, path string) {
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(err)
 	}
-}
-
-type memSample struct{ heap, stacks, rss, goroutines uint64 }
-
-// memNow is the process's memory after a GC: the live heap and the
-// goroutine stacks from runtime/metrics, the resident set from /proc
-// after freed memory went back to the OS.
-func memNow() memSample {
-	runtime.GC()
-	debug.FreeOSMemory()
-	s := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/heap/stacks:bytes"},
-		{Name: "/sched/goroutines:goroutines"},
-	}
-	metrics.Read(s)
-	return memSample{heap: s[0].Value.Uint64(), stacks: s[1].Value.Uint64(), goroutines: s[2].Value.Uint64(), rss: vmRSS()}
-}
-
-func vmRSS() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // rawConn connects to 127.0.0.1:port with a bare socket and writes req.

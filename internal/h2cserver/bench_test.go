@@ -5,12 +5,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/memstat"
 )
 
 // BenchmarkIdleConnMemory holds HOLDFAST_BENCH_CONNS (default 2000) h2c
@@ -59,7 +58,7 @@ func idleConns(b *testing.B, mode string, n int) {
 	}
 	defer func() { _ = closeServer() }()
 
-	before := memNow()
+	before := memstat.Now()
 	conns := make([]net.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
@@ -86,12 +85,12 @@ func idleConns(b *testing.B, mode string, n int) {
 		}
 	}
 	// The clients' side is a net.Conn each, which the figures include.
-	after := memNow()
+	after := memstat.Now()
 	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
-	b.ReportMetric(per(after.heap+after.stacks, before.heap+before.stacks), "B/conn")
-	b.ReportMetric(per(after.heap, before.heap), "heap-B/conn")
-	b.ReportMetric(per(after.stacks, before.stacks), "stack-B/conn")
-	b.ReportMetric(per(after.goroutines, before.goroutines), "goroutines/conn")
+	b.ReportMetric(per(after.Heap+after.Stacks, before.Heap+before.Stacks), "B/conn")
+	b.ReportMetric(per(after.Heap, before.Heap), "heap-B/conn")
+	b.ReportMetric(per(after.Stacks, before.Stacks), "stack-B/conn")
+	b.ReportMetric(per(after.Goroutines, before.Goroutines), "goroutines/conn")
 }
 
 // rawRequest is an h2c client's first bytes: the preface, an empty
@@ -115,18 +114,4 @@ func frame(typ, flags byte, stream uint32, payload []byte) []byte {
 	f := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags}
 	f = binary.BigEndian.AppendUint32(f, stream)
 	return append(f, payload...)
-}
-
-type memSample struct{ heap, stacks, goroutines uint64 }
-
-func memNow() memSample {
-	runtime.GC()
-	debug.FreeOSMemory()
-	s := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/heap/stacks:bytes"},
-		{Name: "/sched/goroutines:goroutines"},
-	}
-	metrics.Read(s)
-	return memSample{heap: s[0].Value.Uint64(), stacks: s[1].Value.Uint64(), goroutines: s[2].Value.Uint64()}
 }
