@@ -230,20 +230,22 @@ func (h *hub) pace(req <-chan struct{}, spread time.Duration, chs ...*atomic.Poi
 }
 
 // progressFrame is the SSE progress frame of a multi-namespace stream at
-// one cursor: the same bytes for every stream, so encoded once.
+// one cursor (and, a relay's, one age): the same bytes for every stream
+// that writes it, so encoded once.
 type progressFrame struct {
-	storeID string
-	cursor  int64
-	b       []byte
+	p transport.StreamProgress
+	b []byte
 }
 
-// streamProgress returns the progress frame for (storeID, cursor).
-func (h *hub) streamProgress(storeID string, cursor int64) []byte {
-	if f := h.lastFrame.Load(); f != nil && f.cursor == cursor && f.storeID == storeID {
+// streamProgress returns the progress frame of p. A relay's streams tell
+// ages in whole milliseconds, so a fan-out's streams share a frame for
+// every millisecond it takes.
+func (h *hub) streamProgress(p transport.StreamProgress) []byte {
+	if f := h.lastFrame.Load(); f != nil && f.p == p {
 		return f.b
 	}
-	data, _ := json.Marshal(transport.StreamProgress{StoreID: storeID, Cursor: cursor})
-	f := &progressFrame{storeID: storeID, cursor: cursor, b: appendFrame(nil, transport.EventProgress, cursor, data)}
+	data, _ := json.Marshal(p)
+	f := &progressFrame{p: p, b: appendFrame(nil, transport.EventProgress, p.Cursor, data)}
 	h.lastFrame.Store(f)
 	return f.b
 }

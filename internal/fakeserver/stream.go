@@ -433,15 +433,15 @@ func upTo(changes []*change, cursor int64) []*change {
 }
 
 // streamProgress returns the progress frame of a multi-namespace stream of
-// names at cursor: the hub's, shared by every stream, from an origin; one
-// with the data's age from a relay.
+// names at cursor (a relay's with the data's age), shared by every stream
+// that tells the same.
 func (s *Server) streamProgress(storeID string, cursor int64, names []string) []byte {
-	if s.follow == nil {
-		return s.hub.streamProgress(storeID, cursor)
+	p := transport.StreamProgress{StoreID: storeID, Cursor: cursor}
+	if s.follow != nil {
+		age, unconfirmed := s.be.freshness(names...)
+		p.AgeMillis, p.Unconfirmed = age.Milliseconds(), unconfirmed
 	}
-	age, unconfirmed := s.be.freshness(names...)
-	data, _ := json.Marshal(transport.StreamProgress{StoreID: storeID, Cursor: cursor, AgeMillis: age.Milliseconds(), Unconfirmed: unconfirmed})
-	return appendFrame(nil, transport.EventProgress, cursor, data)
+	return s.hub.streamProgress(p)
 }
 
 // writeStreamEvents writes a transport.StreamEventsResponse, each change
