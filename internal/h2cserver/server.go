@@ -19,9 +19,9 @@ import (
 const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // Server serves HTTP/1.1 and h2c with the settings of an http.Server:
-// its Handler, ReadHeaderTimeout (which also bounds the wait for the
-// preface), ConnState, BaseContext, ConnContext, ErrorLog, IdleTimeout
-// and HTTP2. It serves no TLS.
+// its Handler, ReadHeaderTimeout (or, without one, ReadTimeout: either
+// also bounds the wait for the preface), ConnState, BaseContext,
+// ConnContext, ErrorLog, IdleTimeout and HTTP2. It serves no TLS.
 type Server struct {
 	srv *http.Server
 	h2  *http2.Server
