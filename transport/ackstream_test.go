@@ -151,16 +151,7 @@ func recorded(srv *fakeserver.Server) int {
 // its flow-control window full (a black-holed or stalled server, when a
 // failover is likely): the request is cut, its goroutine ends.
 func TestAckStreamCloseWithAStalledServer(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the server's cleanup
-	fs, err := fakeserver.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	if _, err := fs.Publish("app", map[string]any{"k": 1}); err != nil {
-		t.Fatal(err)
-	}
+	fs := startAppServer(t)
 	unblock := make(chan struct{})
 	defer close(unblock)
 	url := ackStreamServer(t, fs, 65536, func(w http.ResponseWriter, r *http.Request) {
@@ -212,16 +203,7 @@ func TestAckStreamCloseWithAStalledServer(t *testing.T) {
 // failures the caller retries, rather than into one refused stream after
 // another.
 func TestAckStreamRefusedFallsBackToPosts(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the server's cleanup
-	fs, err := fakeserver.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	if _, err := fs.Publish("app", map[string]any{"k": 1}); err != nil {
-		t.Fatal(err)
-	}
+	fs := startAppServer(t)
 	url := ackStreamServer(t, fs, 0, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1)) // takes a line's first byte, records nothing
 		http.Error(w, `{"error":"unavailable"}`, http.StatusServiceUnavailable)
@@ -279,4 +261,22 @@ func ackStreamServer(t *testing.T, fs *fakeserver.Server, window int, ackStream 
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// startAppServer starts a reference server with namespace "app" published
+// once, closed when the test ends, and checks then that the test leaked no
+// goroutine.
+func startAppServer(t *testing.T) *fakeserver.Server {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs after the server's Close
+	fs, err := fakeserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fs.Close() })
+	if _, err := fs.Publish("app", map[string]any{"k": 1}); err != nil {
+		t.Fatal(err)
+	}
+	return fs
 }
