@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -77,11 +76,7 @@ func (s *HTTPSource) ackStreamUsable() bool {
 // need be. An error means the line may not have reached the server: the
 // caller sends the batch as a request.
 func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
-	line, err := json.Marshal(b)
-	if err != nil {
-		return fmt.Errorf("transport: ack stream: %w", err)
-	}
-	line = append(line, '\n')
+	line := append(appendAckBatch(nil, b), '\n')
 	st := &s.acks
 	st.writing.Lock()
 	defer st.writing.Unlock()
@@ -105,7 +100,7 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	// A write blocks until the transport takes the bytes: ctx cuts a
 	// stalled stream (the next batch opens another).
 	stop := context.AfterFunc(ctx, func() { cur.w.CloseWithError(ctx.Err()) })
-	_, err = cur.w.Write(line)
+	_, err := cur.w.Write(line)
 	stop()
 	if err != nil {
 		cur.cancel()

@@ -3,7 +3,6 @@ package transport
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -343,10 +342,7 @@ func batches(acks []Ack) []AckBatch {
 
 func (s *HTTPSource) postAckBatch(ctx context.Context, b AckBatch) error {
 	name := fmt.Sprintf("batch of %d", len(b.Acks))
-	body, err := json.Marshal(b)
-	if err != nil {
-		return fmt.Errorf("transport: ack %s: %w", name, err)
-	}
+	body := appendAckBatch(nil, b)
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAck, nil), bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("transport: ack %s: %w", name, err)

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -226,13 +227,63 @@ type Ack struct {
 }
 
 // MarshalJSON encodes the ack with its Extra fields after the known ones.
-func (a Ack) MarshalJSON() ([]byte, error) {
-	type plain Ack // without this method
-	b, err := json.Marshal(plain(a))
-	if err != nil || a.Extra == "" {
-		return b, err
+func (a Ack) MarshalJSON() ([]byte, error) { return appendAck(nil, a), nil }
+
+// appendAck appends a's JSON (as MarshalJSON encodes it) to b. It writes
+// the bytes itself: a relay encodes one ack per client per publish, and
+// encoding/json would marshal each one twice (the ack, then its
+// MarshalJSON's output checked again).
+func appendAck(b []byte, a Ack) []byte {
+	b = append(b, `{"client_id":`...)
+	b = appendJSONString(b, a.ClientID)
+	b = append(b, `,"ns":`...)
+	b = appendJSONString(b, a.Namespace)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, a.Revision, 10)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, a.Status)
+	if a.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, a.Error)
 	}
-	return append(append(append(b[:len(b)-1], ','), a.Extra...), '}'), nil
+	if a.Rollout != "" {
+		b = append(b, `,"rollout":`...)
+		b = appendJSONString(b, a.Rollout)
+	}
+	if a.Extra != "" {
+		b = append(append(b, ','), a.Extra...)
+	}
+	return append(b, '}')
+}
+
+// appendAckBatch appends ab's JSON to b, as json.Marshal(ab) would.
+func appendAckBatch(b []byte, ab AckBatch) []byte {
+	b = append(b, `{"client_id":`...)
+	b = appendJSONString(b, ab.ClientID)
+	if ab.Acks == nil {
+		return append(b, `,"acks":null}`...)
+	}
+	b = append(b, `,"acks":[`...)
+	for i, a := range ab.Acks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendAck(b, a)
+	}
+	return append(b, "]}"...)
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: as it is
+// when every byte is printable ASCII but '"', '\\', '<', '>' and '&' (an id,
+// a namespace, a status), through encoding/json otherwise.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
 }
 
 // knownAckField reports whether k names a field of Ack on the wire.
@@ -260,8 +311,12 @@ func AckExtra(obj []byte, skip ...string) string {
 		if len(b) > 0 {
 			b = append(b, ',')
 		}
-		key, _ := json.Marshal(k)
-		b = append(append(append(b, key...), ':'), all[k]...)
+		b = append(appendJSONString(b, k), ':')
+		// Compact: a value laid out over lines must not break the line
+		// of an ack stream that carries it on.
+		var v bytes.Buffer
+		_ = json.Compact(&v, all[k]) // valid: Unmarshal took it
+		b = append(b, v.Bytes()...)
 	}
 	return string(b)
 }
