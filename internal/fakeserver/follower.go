@@ -50,13 +50,11 @@ type Follower struct {
 	// stream sends both in one write, before the beat.
 	pending []hubItem
 	out     func([]hubItem)
-	// confirms counts the changes of what progress tells of freshness:
-	// the upstream's confirmations, and a namespace it stopped
-	// confirming (Fail). A stream that told progress since the last one
-	// has nothing new to beat for.
+	// confirms counts the upstream's confirmations: a stream that told
+	// progress since the last one has nothing new to beat for.
 	confirms uint64
-	// flips counts the changes of a namespace's unconfirmed flag: a beat
-	// that tells one is news, however recent the stream's last progress.
+	// flips counts the changes of a namespace's unconfirmed flag (a
+	// confirmation's, Fail's): a beat that tells one always goes.
 	flips uint64
 }
 
@@ -297,8 +295,7 @@ func (f *Follower) Fail(ns string) {
 	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.unconfirmed {
 		n.unconfirmed = true
-		f.confirms++ // a beat already asked for must now go: it carries the flag
-		f.flips++
+		f.flips++ // a beat already asked for must now go: it carries the flag
 		f.pending = append(f.pending, hubItem{beat: true})
 		f.changedLocked()
 	}

@@ -152,15 +152,13 @@ func recentProgress(heartbeat time.Duration) time.Duration {
 // startBeats makes a relay's hub beat (see hub.beat), each beat spread
 // over spread. Call it before the hub is used.
 func (h *hub) startBeats(spread time.Duration) {
+	chs := make([]*atomic.Pointer[chan struct{}], len(h.beat))
 	for i := range h.beat {
 		ch := make(chan struct{})
 		h.beat[i].Store(&ch)
-	}
-	h.beatReq = make(chan struct{}, 1)
-	chs := make([]*atomic.Pointer[chan struct{}], len(h.beat))
-	for i := range h.beat {
 		chs[i] = &h.beat[i]
 	}
+	h.beatReq = make(chan struct{}, 1)
 	h.wg.Add(1)
 	go h.pace(h.beatReq, spread, chs...)
 }

@@ -266,13 +266,13 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			// is then news to nobody: one frame per client per publish,
 			// not two. (The heartbeat's beat always goes.)
 			prompt = prompt || wrote
-			// A confirmation that changes no flag is not worth a write
-			// to a stream that told progress just before either (a
-			// publish's, say): the age its client knows is at most
-			// recentProgress older than it could be.
+			// A flag's change always goes. Without one, a confirmation
+			// is not worth a write to a stream that told progress just
+			// before either (a publish's, say): the age its client knows
+			// is at most recentProgress older than it could be.
 			if confirmed && !healed && d <= told {
 				confirms, flips := s.follow.confirmations()
-				if confirms == toldConfirms || flips == toldFlips && time.Since(toldAt) < recentProgress(s.opts.heartbeat) {
+				if flips == toldFlips && (confirms == toldConfirms || time.Since(toldAt) < recentProgress(s.opts.heartbeat)) {
 					beat = false
 				}
 			}
