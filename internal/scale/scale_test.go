@@ -22,7 +22,8 @@
 // (from ready to its end; PREFIX.<pid>);
 // HOLDFAST_SCALE_WITHOUT="h2c stream ack-batch" makes the origin an older
 // server (the clients then fall back: HTTP/1.1, one watch per namespace,
-// single acks); HOLDFAST_SCALE_NOACKS=1 runs the clients without acks.
+// single acks); HOLDFAST_SCALE_NOACKS=1 runs the clients without acks;
+// HOLDFAST_SCALE_ORIGIN_HEARTBEAT (a duration) sets the origin's heartbeat.
 // The origin runs in the benchmark's own process, so its RSS and CPU are
 // read from /proc/self and getrusage; the relay runs in a child process of
 // its own (this test binary again, in a relay role: relay_test.go), which
