@@ -1,4 +1,3 @@
-//lint:file-ignore SA1019 x/net/http2's Server is deprecated for net/http's, whose h2c costs 8 KiB more per connection (see the package doc)
 package h2cserver
 
 import (
@@ -9,9 +8,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // preface is what an HTTP/2 client with prior knowledge sends first
@@ -24,12 +22,14 @@ const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // ConnContext, ErrorLog, IdleTimeout and HTTP2. It serves no TLS.
 type Server struct {
 	srv *http.Server
-	h2  *http2.Server
 	h1  *connListener // connections for srv, once known not to be HTTP/2
+
+	lower      sync.Map // header keys and their HTTP/2 names (lowerHeader)
+	lowerCount atomic.Int64
 
 	mu     sync.Mutex
 	ln     net.Listener
-	conns  map[net.Conn]bool // reading the preface (false) or serving HTTP/2
+	conns  map[net.Conn]*conn // reading the preface (nil) or serving HTTP/2
 	closed bool
 	wg     sync.WaitGroup // the accept loop, sniffers and HTTP/2 connections
 	h1done chan struct{}  // closed when srv.Serve has returned
@@ -43,15 +43,7 @@ func New(srv *http.Server) *Server {
 	protos.SetHTTP1(true)
 	srv.Protocols = &protos
 	srv.TLSConfig = nil
-	// No HPACK table of the server's own: what it would index (the
-	// response headers of a connection's few, long-lived streams) is
-	// rarely sent twice, and its maps cost 2 KiB per connection.
-	h2 := &http2.Server{MaxEncoderHeaderTableSize: 1}
-	// ConfigureServer takes srv's idle timeout and HTTP2 settings, and
-	// makes srv.Shutdown send GOAWAY to every HTTP/2 connection. It
-	// fails only on a TLS config's cipher suites, and there is none.
-	_ = http2.ConfigureServer(srv, h2)
-	return &Server{srv: srv, h2: h2, conns: make(map[net.Conn]bool), h1done: make(chan struct{})}
+	return &Server{srv: srv, conns: make(map[net.Conn]*conn), h1done: make(chan struct{})}
 }
 
 // Serve accepts connections on ln until Close or Shutdown, which make it
@@ -135,21 +127,17 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		s.h1.deliver(&prefixConn{Conn: c, prefix: buf[:n]})
 		return
 	}
-	if !s.serving(c) {
-		s.drop(c)
-		return
-	}
 	if s.srv.ConnContext != nil {
 		ctx = s.srv.ConnContext(ctx, c)
 	}
+	hc := newConn(s, c, ctx)
+	if hc.start() != nil || !s.serving(c, hc) {
+		hc.teardown()
+		s.drop(c)
+		return
+	}
 	s.connState(c, http.StateNew)
-	s.h2.ServeConn(c, &http2.ServeConnOpts{
-		Context:          ctx,
-		BaseConfig:       s.srv,
-		Handler:          s.srv.Handler,
-		SawClientPreface: true,
-	})
-	_ = c.Close()
+	hc.serve()
 	s.connState(c, http.StateClosed)
 	s.untrack(c)
 }
@@ -208,23 +196,19 @@ func (s *Server) track(c net.Conn) bool {
 	if s.closed {
 		return false
 	}
-	s.conns[c] = false
+	s.conns[c] = nil
 	s.wg.Add(1)
 	return true
 }
 
-// serving marks c as serving HTTP/2, unless s is closing. A Shutdown
-// between this and http2's own record of c misses c's GOAWAY and waits
-// for its context; that window is the few instructions before ServeConn
-// registers c.
-func (s *Server) serving(c net.Conn) bool {
+// serving marks c as served by hc, unless s is closing.
+func (s *Server) serving(c net.Conn, hc *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		delete(s.conns, c)
 		return false
 	}
-	s.conns[c] = true
+	s.conns[c] = hc
 	return true
 }
 
@@ -275,16 +259,22 @@ func (s *Server) Close() error {
 // as http.Server.Shutdown does; connections still sniffing are closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
-	// Only the connections still reading their preface are closed, as
-	// net/http closes new idle ones: an HTTP/2 one ends when the GOAWAY
-	// of srv.Shutdown has drained it.
+	// The connections still reading their preface are closed, as
+	// net/http closes new idle ones; an HTTP/2 one gets GOAWAY and ends
+	// once its streams have.
 	s.mu.Lock()
-	for c, h2 := range s.conns {
-		if !h2 {
+	var h2 []*conn
+	for c, hc := range s.conns {
+		if hc == nil {
 			_ = c.Close()
+		} else {
+			h2 = append(h2, hc)
 		}
 	}
 	s.mu.Unlock()
+	for _, hc := range h2 {
+		hc.shutdown()
+	}
 	err := s.srv.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() {
