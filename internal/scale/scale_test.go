@@ -70,6 +70,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if addr := os.Getenv(floorEnv); addr != "" {
+		n, _ := strconv.Atoi(os.Getenv("HOLDFAST_SCALE_FLOOR_CONNS"))
+		if err := floorChild(addr, n, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "floor:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if upstream := os.Getenv(relayEnv); upstream != "" {
 		if err := relayChild(upstream, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "relay:", err)
