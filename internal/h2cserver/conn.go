@@ -229,19 +229,26 @@ func (c *conn) process(f http2.Frame) error {
 		return c.writeControl(append(b, f.Data[:]...))
 	case *http2.RSTStreamFrame:
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		if f.StreamID > c.maxID {
+			c.mu.Unlock()
 			return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
 		}
+		var connInc int32
 		if st := c.streams[f.StreamID]; st != nil {
 			c.endLocked(st, errClientReset)
+			// What it had not read goes back to the connection's
+			// window now: its handler's end sends nothing more.
+			connInc = c.refundLocked(0)
 		}
-		if c.drained {
-			c.mu.Unlock()
+		drained := c.drained
+		c.mu.Unlock()
+		if err := c.writeWindowUpdates(0, 0, connInc); err != nil {
+			return err
+		}
+		if drained {
 			c.wmu.Lock()
 			c.closeIfDrained()
 			c.wmu.Unlock()
-			c.mu.Lock()
 		}
 		return nil
 	case *http2.GoAwayFrame:
