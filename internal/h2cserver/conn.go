@@ -417,6 +417,10 @@ func (c *conn) processData(f *http2.DataFrame) error {
 	data := f.Data()
 	if st.r == len(st.rbuf) {
 		st.rbuf, st.r = st.rbuf[:0], 0
+	} else if st.r > 0 && len(st.rbuf)+len(data) > cap(st.rbuf) {
+		// What was read goes before the buffer grows: a reader that
+		// never quite catches up must not make it grow for ever.
+		st.rbuf, st.r = st.rbuf[:copy(st.rbuf, st.rbuf[st.r:])], 0
 	}
 	st.rbuf = append(st.rbuf, data...)
 	// Padding goes back at once; and with the windows now lower, read

@@ -1,6 +1,7 @@
 package h2cserver
 
 import (
+	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -104,5 +105,54 @@ func TestResetStreamGivesBackItsUnreadBody(t *testing.T) {
 	}
 	if got := c.connWindowUpdates([8]byte{2}); got != 64<<10 {
 		t.Fatalf("after the reset, the connection's window grew by %d, want %d", got, 64<<10)
+	}
+}
+
+// A handler that reads its body more slowly than it comes, but never
+// falls far behind, must not make the stream's buffer grow for ever.
+func TestSlowReaderBufferStaysBounded(t *testing.T) {
+	const rounds = 64
+	step := make(chan struct{})
+	read := make(chan error)
+	s, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, maxFrameSize)
+		for range step {
+			_, err := io.ReadFull(r.Body, buf)
+			read <- err
+		}
+	})})
+	c := dialRaw(t, base, true)
+	c.settled()
+	c.headers(1, false, postFields...)
+	hc := serverConn(t, s)
+	buffered := func() (unread, capacity int) {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		st := hc.streams[1]
+		if st == nil {
+			return -1, 0
+		}
+		return len(st.rbuf) - st.r, cap(st.rbuf)
+	}
+	if err := c.fr.WriteData(1, false, []byte{0}); err != nil { // one byte ahead of the reader, always
+		t.Fatal(err)
+	}
+	chunk := make([]byte, maxFrameSize)
+	maxCap := 0
+	for i := range rounds {
+		if err := c.fr.WriteData(1, false, chunk); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the chunk buffered", func() bool { u, _ := buffered(); return u == maxFrameSize+1 })
+		step <- struct{}{}
+		if err := <-read; err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		_, capacity := buffered()
+		maxCap = max(maxCap, capacity)
+	}
+	close(step)
+	if maxCap > 4*maxFrameSize {
+		t.Fatalf("the stream's buffer grew to %d bytes holding at most %d unread", maxCap, maxFrameSize+1)
 	}
 }
