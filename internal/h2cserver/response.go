@@ -297,9 +297,6 @@ func (c *conn) writeData(st *stream, buf []byte, end bool) error {
 		c.wmu.Lock()
 		c.mu.Lock()
 		err := st.err
-		if err != nil {
-			c.sendWindow += int64(n) // not sent: the connection's window stays
-		}
 		c.mu.Unlock()
 		switch {
 		case err != nil:
@@ -307,6 +304,16 @@ func (c *conn) writeData(st *stream, buf []byte, end bool) error {
 			err = c.writeLast(st, buf[off-frameHeaderLen:off+n])
 		default:
 			err = c.write(st, buf[off-frameHeaderLen:off+n])
+		}
+		if err != nil && !c.broken && n > 0 {
+			// Not sent (the stream ended, or its deadline passed
+			// before any byte went out): the windows stay, and a
+			// stream waiting for them may go on.
+			c.mu.Lock()
+			c.sendWindow += int64(n)
+			st.sendWindow += int64(n)
+			c.cond.Broadcast()
+			c.mu.Unlock()
 		}
 		c.wmu.Unlock()
 		if err != nil || last {

@@ -1,11 +1,14 @@
 package h2cserver
 
 import (
+	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -155,4 +158,104 @@ func TestSlowReaderBufferStaysBounded(t *testing.T) {
 	if maxCap > 4*maxFrameSize {
 		t.Fatalf("the stream's buffer grew to %d bytes holding at most %d unread", maxCap, maxFrameSize+1)
 	}
+}
+
+// A DATA frame taken from the windows but never sent (its stream failed
+// first) gives its bytes back to the connection's window.
+func TestWriteDeadlineBeforeAnyByteKeepsTheConnectionWindow(t *testing.T) {
+	ready := make(chan *http.ResponseController)
+	proceed := make(chan struct{})
+	result := make(chan error, 1)
+	s, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.Flush() // the headers
+		ready <- rc
+		<-proceed
+		_, _ = w.Write(make([]byte, 1000))
+		result <- rc.Flush()
+	})})
+	c := dialRaw(t, base, true)
+	c.settled()
+	c.headers(1, true, getFields...)
+	rc := <-ready
+	hc := serverConn(t, s)
+	window := func() int64 {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		return hc.sendWindow
+	}
+	hc.wmu.Lock() // another stream's write under way, say
+	close(proceed)
+	waitFor(t, "the frame's window taken", func() bool { return window() == initialWindow-1000 })
+	_ = rc.SetWriteDeadline(time.Unix(1, 0)) // passes while the frame waits its turn
+	hc.wmu.Unlock()
+	if err := <-result; !errors.Is(err, errStreamEnded) && !isTimeout(err) {
+		t.Fatalf("flush: %v, want a deadline error", err)
+	}
+	waitFor(t, "the stream ended", func() bool {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		return len(hc.streams) == 0
+	})
+	if got := window(); got != initialWindow {
+		t.Fatalf("connection send window %d after a frame that never went out, want %d", got, initialWindow)
+	}
+}
+
+// When a stream that took connection window fails before sending, a
+// stream waiting for that window must be woken.
+func TestWindowGivenBackWakesAWaitingStream(t *testing.T) {
+	headersOut, aSent := make(chan string, 2), make(chan struct{})
+	go1, go3 := make(chan struct{}), make(chan struct{})
+	s, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(http.Flusher).Flush()
+		headersOut <- r.URL.Path
+		if r.URL.Path == "/a" {
+			_, _ = w.Write(make([]byte, initialWindow-maxFrameSize))
+			w.(http.Flusher).Flush()
+			close(aSent)
+			<-go1
+			_, _ = w.Write(make([]byte, maxFrameSize))
+			w.(http.Flusher).Flush()
+			return
+		}
+		<-go3
+		_, _ = io.WriteString(w, "b")
+	})})
+	c := dialRaw(t, base, false)
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	c.settled()
+	a := append(append([]string(nil), getFields[:6]...), ":path", "/a")
+	b := append(append([]string(nil), getFields[:6]...), ":path", "/b")
+	c.headers(1, true, a...)
+	c.headers(3, true, b...)
+	<-headersOut
+	<-headersOut
+	<-aSent
+	hc := serverConn(t, s)
+	window := func() int64 {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		return hc.sendWindow
+	}
+	hc.wmu.Lock()
+	close(go1)
+	waitFor(t, "stream 1 took the rest of the connection's window", func() bool { return window() == 0 })
+	close(go3)
+	waitFor(t, "stream 3 waiting for window", func() bool { return stackHas("(*stream).takeWindow", "sync.(*Cond).Wait") })
+	if err := c.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "stream 1 reset", func() bool {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		return hc.streams[1] == nil
+	})
+	hc.wmu.Unlock()
+	c.until("stream 3's DATA", func(f http2.Frame) bool {
+		d, ok := f.(*http2.DataFrame)
+		return ok && d.StreamID == 3 && bytes.Equal(d.Data(), []byte("b"))
+	})
 }
