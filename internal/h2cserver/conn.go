@@ -49,6 +49,7 @@ var (
 	errClientReset = errors.New("h2cserver: stream reset by the client")
 	errConnClosed  = errors.New("h2cserver: connection closed")
 	errStreamEnded = errors.New("h2cserver: stream ended")
+	errBodyLength  = errors.New("h2cserver: request body not as long as its content-length")
 )
 
 // conn serves one HTTP/2 connection. Its reader (serve) reads every
@@ -324,8 +325,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		if !f.StreamEnded() {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
-		st.remoteClosed = true
-		st.bodyErr = io.EOF
+		st.endBodyLocked()
 		c.cond.Broadcast()
 		return nil
 	}
@@ -410,11 +410,19 @@ func (c *conn) processData(f *http2.DataFrame) error {
 		return c.writeWindowUpdates(id, streamInc, connInc)
 	}
 	if n > st.recvAvail {
+		c.recvUnsent += n // the stream is reset: the connection's window stays
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 	}
-	st.recvAvail -= n
 	data := f.Data()
+	if st.declared >= 0 && st.received+int64(len(data)) > st.declared {
+		// Malformed (RFC 9113, section 8.1.1): the stream is reset.
+		c.recvUnsent += n
+		c.mu.Unlock()
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: errBodyLength}
+	}
+	st.recvAvail -= n
+	st.received += int64(len(data))
 	if st.r == len(st.rbuf) {
 		st.rbuf, st.r = st.rbuf[:0], 0
 	} else if st.r > 0 && len(st.rbuf)+len(data) > cap(st.rbuf) {
@@ -428,12 +436,22 @@ func (c *conn) processData(f *http2.DataFrame) error {
 	pad := n - int32(len(data))
 	streamInc, connInc := st.refundLocked(pad), c.refundLocked(pad)
 	if f.StreamEnded() {
-		st.remoteClosed = true
-		st.bodyErr = io.EOF
+		st.endBodyLocked()
 	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	return c.writeWindowUpdates(id, streamInc, connInc)
+}
+
+// endBodyLocked notes the END_STREAM of st's request: its body ends with
+// io.EOF, or an error if it was not as long as its content-length said
+// (RFC 9113, section 8.1.1).
+func (st *stream) endBodyLocked() {
+	st.remoteClosed = true
+	st.bodyErr = io.EOF
+	if st.declared >= 0 && st.received != st.declared {
+		st.bodyErr = errBodyLength
+	}
 }
 
 // refundLocked gives n read bytes back to the connection's window and
@@ -661,6 +679,8 @@ type stream struct {
 	recvAvail    int32 // what the client may still send on it
 	recvUnsent   int32
 	rbuf         []byte // the request body received; rbuf[r:] is unread
+	declared     int64  // the request's content-length, or -1
+	received     int64  // the body's bytes received
 	r            int
 	bodyErr      error // once rbuf is read: io.EOF after END_STREAM, or why it ended
 	bodyClosed   bool  // the handler closed the body: what comes is discarded
@@ -725,8 +745,10 @@ func (st *stream) request(f *http2.MetaHeadersFrame) (*http.Request, error) {
 	req.Header, req.Host, req.RequestURI, req.RemoteAddr = header, authority, path, st.c.remoteAddr
 	req.ContentLength = 0
 	req.Body = http.NoBody
+	st.declared = -1
 	if !f.StreamEnded() {
 		req.ContentLength = cl
+		st.declared = cl
 		st.body.st = st
 		req.Body = &st.body
 	}

@@ -259,3 +259,65 @@ func TestWindowGivenBackWakesAWaitingStream(t *testing.T) {
 		return ok && d.StreamID == 3 && bytes.Equal(d.Data(), []byte("b"))
 	})
 }
+
+// RFC 9113, section 8.1.1: a request whose DATA add up to other than
+// its content-length is malformed; its handler must not read it as whole.
+func TestRequestBodyShorterOrLongerThanItsContentLength(t *testing.T) {
+	got := make(chan error, 1)
+	_, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		got <- err
+	})})
+	for _, tc := range []struct {
+		name string
+		cl   string
+		data string
+	}{
+		{"shorter", "10", "hello"},
+		{"longer", "3", "hello"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, base, true)
+			c.headers(1, false, append(append([]string(nil), postFields...), "content-length", tc.cl)...)
+			if err := c.fr.WriteData(1, true, []byte(tc.data)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err == nil {
+				t.Fatalf("content-length %s, body %q: read whole", tc.cl, tc.data)
+			}
+		})
+	}
+}
+
+// A stream reset for sending past its window or its content-length
+// gives the frame's bytes back to the connection's window too.
+func TestStreamErrorOnDataKeepsTheConnectionWindow(t *testing.T) {
+	_, base, _ := start(t, &http.Server{
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 16 << 10},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // reads nothing
+		}),
+	})
+	for _, tc := range []struct {
+		name   string
+		fields []string
+	}{
+		{"past the stream's window", postFields},
+		{"past the content-length", append(append([]string(nil), postFields...), "content-length", "16384")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, base, true)
+			c.settled()
+			c.headers(1, false, tc.fields...)
+			if err := c.fr.WriteData(1, false, make([]byte, 16<<10)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.fr.WriteData(1, false, []byte{0}); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.connWindowUpdates([8]byte{1}); got != 16<<10+1 {
+				t.Fatalf("the connection's window grew by %d after the stream's reset, want %d", got, 16<<10+1)
+			}
+		})
+	}
+}
