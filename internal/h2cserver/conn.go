@@ -401,6 +401,11 @@ func (c *conn) processData(f *http2.DataFrame) error {
 			if n > st.recvAvail {
 				err = http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 				streamInc = 0
+			} else if f.StreamEnded() {
+				// The client has sent all: the response's end closes
+				// the stream, with no RST_STREAM.
+				st.remoteClosed = true
+				streamInc = 0
 			}
 		}
 		c.mu.Unlock()

@@ -289,6 +289,43 @@ func TestRequestBodyShorterOrLongerThanItsContentLength(t *testing.T) {
 	}
 }
 
+// The client's END_STREAM counts though the handler closed the body: a
+// whole exchange then needs no RST_STREAM, and the stream is not counted
+// against the client's limit once its response has ended.
+func TestEndStreamAfterBodyClose(t *testing.T) {
+	closed, release := make(chan struct{}), make(chan struct{})
+	s, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.Body.Close()
+		close(closed)
+		<-release
+		_, _ = io.WriteString(w, "ok")
+	})})
+	c := dialRaw(t, base, true)
+	c.headers(1, false, postFields...)
+	<-closed
+	if err := c.fr.WriteData(1, true, []byte("ignored")); err != nil {
+		t.Fatal(err)
+	}
+	c.connWindowUpdates([8]byte{1}) // the DATA has been read
+	close(release)
+	hc := serverConn(t, s)
+	waitFor(t, "the stream ended", func() bool {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		return len(hc.streams) == 0
+	})
+	if err := c.fr.WritePing(false, [8]byte{2}); err != nil {
+		t.Fatal(err)
+	}
+	c.until("PING ack", func(f http2.Frame) bool {
+		if r, ok := f.(*http2.RSTStreamFrame); ok {
+			t.Fatalf("RST_STREAM %v of a stream both sides ended", r.ErrCode)
+		}
+		p, ok := f.(*http2.PingFrame)
+		return ok && p.IsAck()
+	})
+}
+
 // A stream reset for sending past its window or its content-length
 // gives the frame's bytes back to the connection's window too.
 func TestStreamErrorOnDataKeepsTheConnectionWindow(t *testing.T) {
