@@ -43,6 +43,9 @@ const (
 	// keptBuffer is the largest buffer a stream keeps between uses; a
 	// larger one (a snapshot's) goes back to the garbage collector.
 	keptBuffer = 4 << 10
+	// goAwayTimeout is how long an idle connection's GOAWAY may wait
+	// for the write under way before the connection closes without it.
+	goAwayTimeout = time.Second
 )
 
 var (
@@ -510,12 +513,25 @@ func (c *conn) endLocked(st *stream, err error) {
 }
 
 func (c *conn) closeIdle() {
-	c.mu.Lock()
-	idle := len(c.streams) == 0 && !c.done
-	c.mu.Unlock()
-	if idle {
-		c.shutdown()
+	if !c.isIdle() {
+		return
 	}
+	// The GOAWAY waits for the write under way, which a client that
+	// stopped reading may hold for ever: an idle connection closes
+	// anyway.
+	t := time.AfterFunc(goAwayTimeout, func() {
+		if c.isIdle() {
+			_ = c.nc.Close()
+		}
+	})
+	c.shutdown()
+	t.Stop()
+}
+
+func (c *conn) isIdle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.streams) == 0 && !c.done
 }
 
 // shutdown sends GOAWAY: the streams open go on, new ones are refused,

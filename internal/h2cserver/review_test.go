@@ -2,6 +2,7 @@ package h2cserver
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -323,6 +324,72 @@ func TestEndStreamAfterBodyClose(t *testing.T) {
 		}
 		p, ok := f.(*http2.PingFrame)
 		return ok && p.IsAck()
+	})
+}
+
+// Shutdown returns when its context ends, though a write to a client that
+// stopped reading is blocked.
+func TestShutdownHonoursItsContextWhileAWriteIsBlocked(t *testing.T) {
+	s, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := make([]byte, 1<<20)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})})
+	c := dialRaw(t, base, false)
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: maxWindow}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WriteWindowUpdate(0, maxWindow-initialWindow); err != nil {
+		t.Fatal(err)
+	}
+	c.headers(1, true, getFields...) // and reads nothing
+	waitFor(t, "the server's write blocked", func() bool {
+		return stackHas("h2cserver.(*conn).write(", "waitWrite")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	select {
+	case err := <-shut:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v, want the context's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown outlived its context")
+	}
+}
+
+// An idle connection whose client has stopped reading still closes at its
+// idle timeout.
+func TestIdleTimeoutClosesAConnectionBlockedOnWrite(t *testing.T) {
+	s, base, _ := start(t, &http.Server{IdleTimeout: time.Hour, Handler: protoHandler()})
+	c := dialRaw(t, base, true)
+	hc := serverConn(t, s)
+	// PINGs, unread: their acks fill the socket's buffers.
+	var pings bytes.Buffer
+	fr := http2.NewFramer(&pings, nil)
+	for range 1 << 14 {
+		_ = fr.WritePing(false, [8]byte{})
+	}
+	go func() {
+		for {
+			if _, err := c.nc.Write(pings.Bytes()); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "the server's write blocked", func() bool {
+		return stackHas("h2cserver.(*conn).write(", "waitWrite")
+	})
+	go hc.closeIdle() // as the idle timer does
+	waitFor(t, "the connection closed", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.conns) == 0
 	})
 }
 

@@ -262,19 +262,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// The connections still reading their preface are closed, as
 	// net/http closes new idle ones; an HTTP/2 one gets GOAWAY and ends
 	// once its streams have.
+	// Each GOAWAY waits for the write under way on its connection, which
+	// a client that stopped reading may hold until Close: Shutdown does
+	// not wait for it past ctx.
 	s.mu.Lock()
-	var h2 []*conn
 	for c, hc := range s.conns {
 		if hc == nil {
 			_ = c.Close()
-		} else {
-			h2 = append(h2, hc)
+			continue
 		}
+		s.wg.Add(1) // while c's own goroutine is counted
+		go func() {
+			defer s.wg.Done()
+			hc.shutdown()
+		}()
 	}
 	s.mu.Unlock()
-	for _, hc := range h2 {
-		hc.shutdown()
-	}
 	err := s.srv.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() {
