@@ -14,7 +14,9 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -46,6 +48,9 @@ const (
 	// goAwayTimeout is how long an idle connection's GOAWAY may wait
 	// for the write under way before the connection closes without it.
 	goAwayTimeout = time.Second
+	// controlWriteTimeout bounds the write of a frame that is not a
+	// stream's; past it the connection closes.
+	controlWriteTimeout = 30 * time.Second
 )
 
 var (
@@ -336,31 +341,39 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeStreamClosed)
 	}
-	c.maxID = id
-	if c.goingAway {
-		c.mu.Unlock()
-		return nil // past the GOAWAY's last stream: ignored, the client retries it
-	}
-	// Handlers still running count too: a client that opens and resets
-	// streams at once must not start handlers without bound.
-	if uint32(len(c.streams)) >= c.maxStreams || c.handlers >= c.maxStreams {
-		c.mu.Unlock()
-		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
-	}
 	c.mu.Unlock()
 
 	st := &stream{c: c, id: id, recvAvail: c.recvWindow}
 	handler := c.handler
 	req, err := st.request(f)
-	if err != nil {
-		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: err}
+	// The stream counts as opened (maxID) only together with its entry
+	// in c.streams, under one lock: a GOAWAY sent between the two would
+	// promise the stream and find nothing to wait for. Only serve's
+	// goroutine moves maxID, so no other stream comes between.
+	c.mu.Lock()
+	c.maxID = id
+	refuse := func(err error) error {
+		c.mu.Unlock()
+		if st.cancel != nil {
+			st.cancel()
+		}
+		return err
+	}
+	switch {
+	case err != nil:
+		return refuse(http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: err})
+	case c.goingAway:
+		return refuse(nil) // past the GOAWAY's last stream: ignored, the client retries it
+	case uint32(len(c.streams)) >= c.maxStreams || c.handlers >= c.maxStreams:
+		// Handlers still running count too: a client that opens and
+		// resets streams at once must not start handlers without bound.
+		return refuse(http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream})
 	}
 	if f.Truncated {
 		handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "request headers too large", http.StatusRequestHeaderFieldsTooLarge)
 		})
 	}
-	c.mu.Lock()
 	st.sendWindow = int64(c.peerWindow)
 	if f.StreamEnded() {
 		st.remoteClosed = true
@@ -659,7 +672,10 @@ func (c *conn) write(st *stream, b []byte) error {
 		return errConnClosed
 	}
 	c.mu.Lock()
-	var d time.Time
+	// A control frame (an ack, a window update) waits at most
+	// controlWriteTimeout for a client that reads nothing: the reader
+	// that writes it must not wait for ever.
+	d := time.Now().Add(controlWriteTimeout)
 	if st != nil {
 		d = st.deadline
 	}
@@ -694,6 +710,10 @@ type stream struct {
 	cancel context.CancelFunc
 	rw     responseWriter
 	body   requestBody
+	// expectContinue: the client waits for a 100 before it sends its
+	// body; the first Read of the body sends it.
+	expectContinue atomic.Bool
+	finalSent      bool // under c.wmu: the final response headers went out
 
 	// Under c.mu:
 	sendWindow   int64
@@ -772,6 +792,7 @@ func (st *stream) request(f *http2.MetaHeadersFrame) (*http.Request, error) {
 		st.declared = cl
 		st.body.st = st
 		req.Body = &st.body
+		st.expectContinue.Store(strings.EqualFold(header.Get("Expect"), "100-continue"))
 	}
 	st.rw = responseWriter{st: st, head: method == http.MethodHead, declared: -1}
 	if d := st.c.writeFor; d > 0 {
@@ -806,7 +827,7 @@ func (st *stream) run(h http.Handler, req *http.Request) {
 		code := http2.ErrCodeNo
 		if !ok {
 			code = http2.ErrCodeInternal
-			if p := recover(); p != http.ErrAbortHandler {
+			if p := recover(); p != nil && p != http.ErrAbortHandler { // nil: runtime.Goexit
 				buf := make([]byte, 64<<10)
 				buf = buf[:runtime.Stack(buf, false)]
 				c.s.logf("h2cserver: panic serving %v: %v\n%s", c.remoteAddr, p, buf)
@@ -924,6 +945,9 @@ type requestBody struct{ st *stream }
 func (b *requestBody) Read(p []byte) (int, error) {
 	st := b.st
 	c := st.c
+	if st.expectContinue.CompareAndSwap(true, false) {
+		_ = c.writeHeaders(st, http.StatusContinue, nil, nil, false)
+	}
 	c.mu.Lock()
 	for st.r == len(st.rbuf) && st.bodyErr == nil && !st.bodyClosed {
 		c.cond.Wait()

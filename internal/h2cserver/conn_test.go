@@ -625,3 +625,31 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+func TestExpectContinueIsAnsweredOnTheFirstRead(t *testing.T) {
+	_, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %v", b, err)
+	})})
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	// A client that waits up to a minute for the 100: the test's time
+	// limit tells a missing one.
+	tr := &http.Transport{Protocols: &p, ExpectContinueTimeout: time.Minute}
+	t.Cleanup(tr.CloseIdleConnections)
+	req, _ := http.NewRequest(http.MethodPost, base+"/", strings.NewReader("body"))
+	req.Header.Set("Expect", "100-continue")
+	start := time.Now()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "body <nil>" {
+		t.Fatalf("got %q", b)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("the client waited %v for its 100", d)
+	}
+}

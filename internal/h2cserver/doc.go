@@ -36,7 +36,10 @@
 // SetReadDeadline. A write that times out before any byte of its frame
 // went out fails its stream only; one that times out partway (a client
 // that stopped reading) closes the connection, since no frame can follow
-// a torn one.
+// a torn one. A frame that is no stream's (a PING's or SETTINGS' ack, a
+// window update, GOAWAY) waits at most 30 s for such a client, and the
+// connection then closes. A request that expects 100-continue gets it on
+// its handler's first read of the body.
 //
 // Not served: TLS, server push, response trailers (a handler's Trailer
 // fields are not sent; a request's are read and dropped), stream

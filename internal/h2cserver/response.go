@@ -226,6 +226,13 @@ func (c *conn) writeHeaders(st *stream, status int, h http.Header, extra []hpack
 	if err != nil {
 		return err
 	}
+	if status < 200 && st.finalSent {
+		return nil // an informational answer after the final one is none
+	}
+	if status >= 200 {
+		st.finalSent = true
+		st.expectContinue.Store(false) // the answer comes first: no 100 now
+	}
 	c.hbuf.Reset()
 	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(status)})
 	for k, vv := range h {
