@@ -39,7 +39,7 @@ type ackStream struct {
 // when quiet and opened again for a publish's acks made the next publish
 // 3-6x slower to reach the fleet (3.3 s, against 0.5 s with the streams
 // open and 1.5 s with one POST per batch). An open stream costs the server
-// about 19 KiB per client (docs/PROTOCOL.md).
+// about 10 KiB per client (docs/PROTOCOL.md).
 
 // ackStreamDrainClose is how long the server has, once an ack stream's
 // body has ended (Close, a move to another endpoint), to read the rest of
