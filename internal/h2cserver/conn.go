@@ -94,8 +94,7 @@ type conn struct {
 	sendWindow int64  // the client's connection window
 	peerWindow int32  // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerFrame  int    // the client's SETTINGS_MAX_FRAME_SIZE, up to maxFrameSize
-	recvAvail  int32  // what the client may still send on the connection
-	recvUnsent int32  // read or discarded, not yet given back
+	in         inflow // the connection's receive window
 	writing    *stream
 	wdeadline  time.Time // nc's write deadline now
 	goingAway  bool
@@ -114,7 +113,7 @@ func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
 		remoteAddr: nc.RemoteAddr().String(),
 		maxStreams: defaultMaxStreams,
 		recvWindow: defaultStreamWindow,
-		recvAvail:  defaultConnWindow,
+		in:         inflow{avail: defaultConnWindow},
 		writeFor:   srv.WriteTimeout,
 		idleAfter:  srv.IdleTimeout,
 		streams:    make(map[uint32]*stream),
@@ -136,7 +135,7 @@ func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
 			c.recvWindow = int32(min(h.MaxReceiveBufferPerStream, maxWindow))
 		}
 		if h.MaxReceiveBufferPerConnection > 0 {
-			c.recvAvail = int32(min(max(h.MaxReceiveBufferPerConnection, initialWindow), maxWindow))
+			c.in.avail = int32(min(max(h.MaxReceiveBufferPerConnection, initialWindow), maxWindow))
 		}
 	}
 	c.cond.L = &c.mu
@@ -169,7 +168,7 @@ func (c *conn) start() error {
 	b = appendSetting(b, http2.SettingMaxConcurrentStreams, c.maxStreams)
 	b = appendSetting(b, http2.SettingInitialWindowSize, uint32(c.recvWindow))
 	b = appendSetting(b, http2.SettingMaxHeaderListSize, c.fr.MaxHeaderListSize)
-	if inc := c.recvAvail - initialWindow; inc > 0 {
+	if inc := c.in.avail - initialWindow; inc > 0 {
 		b = appendWindowUpdate(b, 0, uint32(inc))
 	}
 	c.frame = b
@@ -247,7 +246,7 @@ func (c *conn) process(f http2.Frame) error {
 			c.endLocked(st, errClientReset)
 			// What it had not read goes back to the connection's
 			// window now: its handler's end sends nothing more.
-			connInc = c.refundLocked(0)
+			connInc = c.in.refund(0)
 		}
 		drained := c.drained
 		c.mu.Unlock()
@@ -343,7 +342,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	c.mu.Unlock()
 
-	st := &stream{c: c, id: id, recvAvail: c.recvWindow}
+	st := &stream{c: c, id: id, in: inflow{avail: c.recvWindow}}
 	handler := c.handler
 	req, err := st.request(f)
 	// The stream counts as opened (maxID) only together with its entry
@@ -393,15 +392,15 @@ func (c *conn) processData(f *http2.DataFrame) error {
 	id := f.StreamID
 	n := int32(f.Length) // padding counts against the windows too
 	c.mu.Lock()
-	if n > c.recvAvail {
+	if n > c.in.avail {
 		c.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeFlowControl)
 	}
-	c.recvAvail -= n
+	c.in.avail -= n
 	st := c.streams[id]
 	if st == nil || st.remoteClosed || st.bodyClosed {
 		// Nobody reads it: give it back to the client at once.
-		connInc := c.refundLocked(n)
+		connInc := c.in.refund(n)
 		var streamInc int32
 		var err error
 		switch {
@@ -414,7 +413,7 @@ func (c *conn) processData(f *http2.DataFrame) error {
 			err = http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
 		default: // the handler closed the body: the client may go on sending
 			streamInc = n
-			if n > st.recvAvail {
+			if n > st.in.avail {
 				err = http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 				streamInc = 0
 			} else if f.StreamEnded() {
@@ -430,19 +429,19 @@ func (c *conn) processData(f *http2.DataFrame) error {
 		}
 		return c.writeWindowUpdates(id, streamInc, connInc)
 	}
-	if n > st.recvAvail {
-		c.recvUnsent += n // the stream is reset: the connection's window stays
+	if n > st.in.avail {
+		c.in.unsent += n // the stream is reset: the connection's window stays
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 	}
 	data := f.Data()
 	if st.declared >= 0 && st.received+int64(len(data)) > st.declared {
 		// Malformed (RFC 9113, section 8.1.1): the stream is reset.
-		c.recvUnsent += n
+		c.in.unsent += n
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: errBodyLength}
 	}
-	st.recvAvail -= n
+	st.in.avail -= n
 	st.received += int64(len(data))
 	if st.r == len(st.rbuf) {
 		st.rbuf, st.r = st.rbuf[:0], 0
@@ -455,7 +454,7 @@ func (c *conn) processData(f *http2.DataFrame) error {
 	// Padding goes back at once; and with the windows now lower, read
 	// bytes not yet given back may be due.
 	pad := n - int32(len(data))
-	streamInc, connInc := st.refundLocked(pad), c.refundLocked(pad)
+	streamInc, connInc := st.in.refund(pad), c.in.refund(pad)
 	if f.StreamEnded() {
 		st.endBodyLocked()
 	}
@@ -475,16 +474,20 @@ func (st *stream) endBodyLocked() {
 	}
 }
 
-// refundLocked gives n read bytes back to the connection's window and
-// returns the WINDOW_UPDATE increment to send now, if any.
-func (c *conn) refundLocked(n int32) int32 {
-	c.recvUnsent += n
-	if c.recvUnsent < windowRefresh && c.recvUnsent < c.recvAvail {
+// inflow is a receive window: what the client may still send (avail),
+// and what it sent that was read since the last WINDOW_UPDATE (unsent).
+type inflow struct{ avail, unsent int32 }
+
+// refund gives n read bytes back and returns the WINDOW_UPDATE increment
+// to send now: none until enough is owed, or the client runs short.
+func (f *inflow) refund(n int32) int32 {
+	f.unsent += n
+	if f.unsent < windowRefresh && f.unsent < f.avail {
 		return 0
 	}
-	inc := c.recvUnsent
-	c.recvAvail += inc
-	c.recvUnsent = 0
+	inc := f.unsent
+	f.avail += inc
+	f.unsent = 0
 	return inc
 }
 
@@ -503,7 +506,7 @@ func (c *conn) endLocked(st *stream, err error) {
 		st.bodyErr = err
 	}
 	if unread := int32(len(st.rbuf) - st.r); unread > 0 {
-		c.recvUnsent += unread // sent with the next update
+		c.in.unsent += unread // sent with the next update
 	}
 	st.rbuf, st.r = nil, 0
 	delete(c.streams, st.id)
@@ -606,7 +609,7 @@ func (c *conn) resetID(id uint32, code http2.ErrCode, err error) {
 	if st := c.streams[id]; st != nil {
 		c.endLocked(st, err)
 	}
-	connInc := c.refundLocked(0)
+	connInc := c.in.refund(0)
 	c.mu.Unlock()
 	b := appendRSTStream(c.frame[:0], id, code)
 	if connInc > 0 {
@@ -717,8 +720,7 @@ type stream struct {
 
 	// Under c.mu:
 	sendWindow   int64
-	recvAvail    int32 // what the client may still send on it
-	recvUnsent   int32
+	in           inflow // its receive window
 	rbuf         []byte // the request body received; rbuf[r:] is unread
 	declared     int64  // the request's content-length, or -1
 	received     int64  // the body's bytes received
@@ -856,7 +858,7 @@ func (st *stream) end(code http2.ErrCode) {
 	// not wanted (RFC 9113, section 8.1).
 	reset := code != http2.ErrCodeNo || !st.remoteClosed
 	c.endLocked(st, errStreamEnded)
-	connInc := c.refundLocked(0)
+	connInc := c.in.refund(0)
 	c.mu.Unlock()
 	b := c.frame[:0]
 	if reset {
@@ -870,19 +872,6 @@ func (st *stream) end(code http2.ErrCode) {
 		_ = c.write(nil, b)
 	}
 	c.closeIfDrained()
-}
-
-// refundLocked gives n read bytes back to st's window and returns the
-// WINDOW_UPDATE increment to send now, if any.
-func (st *stream) refundLocked(n int32) int32 {
-	st.recvUnsent += n
-	if st.recvUnsent < windowRefresh && st.recvUnsent < st.recvAvail {
-		return 0
-	}
-	inc := st.recvUnsent
-	st.recvAvail += inc
-	st.recvUnsent = 0
-	return inc
 }
 
 // setWriteDeadline sets the deadline of st's writes, and of the one it
@@ -971,9 +960,9 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	var streamInc int32
 	if !st.remoteClosed {
-		streamInc = st.refundLocked(int32(n))
+		streamInc = st.in.refund(int32(n))
 	}
-	connInc := c.refundLocked(int32(n))
+	connInc := c.in.refund(int32(n))
 	c.mu.Unlock()
 	_ = c.writeWindowUpdates(st.id, streamInc, connInc)
 	return n, nil
@@ -994,9 +983,9 @@ func (b *requestBody) Close() error {
 	st.rbuf, st.r = nil, 0
 	var streamInc int32
 	if !st.remoteClosed {
-		streamInc = st.refundLocked(unread)
+		streamInc = st.in.refund(unread)
 	}
-	connInc := c.refundLocked(unread)
+	connInc := c.in.refund(unread)
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	_ = c.writeWindowUpdates(st.id, streamInc, connInc)

@@ -78,13 +78,8 @@ func TestLargeBodiesBothWaysUnderSmallWindows(t *testing.T) {
 		t.Fatalf("proto %s", resp.Proto)
 	}
 
-	resp, err = c.Post(base+"/", "application/octet-stream", bytes.NewReader(want))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if w := fmt.Sprintf("%d %x <nil>", size, sha256.Sum256(want)); string(body) != w {
+	body := post(t, c, base+"/", bytes.NewReader(want))
+	if w := fmt.Sprintf("%d %x <nil>", size, sha256.Sum256(want)); body != w {
 		t.Fatalf("request body as the server read it: %q, want %q", body, w)
 	}
 }
@@ -358,14 +353,8 @@ func TestBodyClosedUnreadLetsTheClientFinish(t *testing.T) {
 	})
 	_, h2 := clients(t)
 	for range 3 { // the connection's window must come back each time
-		resp, err := h2.Post(base+"/close", "application/octet-stream", bytes.NewReader(pattern(1<<20)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if string(b) != "done" {
-			t.Fatalf("got %q", b)
+		if got := post(t, h2, base+"/close", bytes.NewReader(pattern(1<<20))); got != "done" {
+			t.Fatalf("got %q", got)
 		}
 	}
 	if got := get(t, h2, base+"/"); got != "done" {

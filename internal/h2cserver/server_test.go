@@ -50,6 +50,18 @@ func protoHandler() http.Handler {
 func get(t *testing.T, c *http.Client, url string) string {
 	t.Helper()
 	resp, err := c.Get(url)
+	return readAll(t, resp, err)
+}
+
+func post(t *testing.T, c *http.Client, url string, body io.Reader) string {
+	t.Helper()
+	resp, err := c.Post(url, "application/octet-stream", body)
+	return readAll(t, resp, err)
+}
+
+// readAll returns the body of a response that must have come.
+func readAll(t *testing.T, resp *http.Response, err error) string {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +88,8 @@ func TestServesBothProtocolsOnOneListener(t *testing.T) {
 	if got := get(t, h2, base+"/"); got != "HTTP/2.0 GET " {
 		t.Errorf("over h2c: %q", got)
 	}
-	resp, err := h2.Post(base+"/", "text/plain", strings.NewReader("a body"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "HTTP/2.0 POST a body" {
-		t.Errorf("POST over h2c: %q", b)
+	if got := post(t, h2, base+"/", strings.NewReader("a body")); got != "HTTP/2.0 POST a body" {
+		t.Errorf("POST over h2c: %q", got)
 	}
 	// A request shorter than the preface, then EOF, still gets its answer.
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
