@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // CapabilityAckRelay is the capability of a batched POST /sdk/ack (or
@@ -52,10 +53,13 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 	var bs []AckBatch
 	for len(acks) > 0 {
 		n := min(len(acks), maxRelayedBatch)
-		b := AckBatch{ClientID: relayID, Acks: make([]Ack, n)}
-		for i, a := range acks[:n] {
-			a.Error = truncateUTF8(a.Error, MaxAckErrorBytes)
-			b.Acks[i] = a
+		b := AckBatch{ClientID: relayID, Acks: acks[:n]}
+		if slices.ContainsFunc(b.Acks, func(a Ack) bool { return len(a.Error) > MaxAckErrorBytes }) {
+			// A copy, only then: acks is the caller's.
+			b.Acks = slices.Clone(b.Acks)
+			for i := range b.Acks {
+				b.Acks[i].Error = truncateUTF8(b.Acks[i].Error, MaxAckErrorBytes)
+			}
 		}
 		acks = acks[n:]
 		bs = append(bs, b)

@@ -280,3 +280,67 @@ func startAppServer(t *testing.T) *fakeserver.Server {
 	}
 	return fs
 }
+
+// TestAckRelayedLines: a relay's batches, a long one then a short one on
+// the reused line buffer, reach the server whole and in order; a long
+// error is cut to MaxAckErrorBytes on the wire, and the caller's acks are
+// left as they were.
+func TestAckRelayedLines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	got := make(chan []transport.Ack, 4)
+	srv, err := fakeserver.Start(fakeserver.WithAckSink(func(acks []transport.Ack) {
+		got <- append([]transport.Ack(nil), acks...) // the slice is the server's
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := srv.Publish(nsName(0), map[string]any{"k": 1}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := transport.NewHTTPSource(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {
+		t.Fatal(err)
+	}
+	long := make([]byte, transport.MaxAckErrorBytes+100)
+	for i := range long {
+		long[i] = 'e'
+	}
+	var many []transport.Ack
+	for i := range 50 {
+		many = append(many, transport.Ack{ClientID: "client-" + strconv.Itoa(i), Namespace: nsName(0), Revision: 1, Status: transport.AckRejected, Error: string(long)})
+	}
+	short := []transport.Ack{{ClientID: "c", Namespace: nsName(0), Revision: 1, Status: transport.AckApplied}}
+	for _, batch := range [][]transport.Ack{many, short} {
+		if err := src.AckRelayed(ctx, "relay-1", batch); err != nil {
+			t.Fatal(err)
+		}
+		var recv []transport.Ack
+		for len(recv) < len(batch) {
+			select {
+			case acks := <-got:
+				recv = append(recv, acks...)
+			case <-ctx.Done():
+				t.Fatalf("%d of %d acks arrived", len(recv), len(batch))
+			}
+		}
+		for i, a := range recv {
+			want := batch[i]
+			if len(want.Error) > transport.MaxAckErrorBytes {
+				want.Error = want.Error[:transport.MaxAckErrorBytes]
+			}
+			if a.ClientID != want.ClientID || a.Error != want.Error || a.Status != want.Status {
+				t.Fatalf("ack %d: got %+v, want %+v", i, a, want)
+			}
+		}
+	}
+	if many[0].Error != string(long) {
+		t.Fatal("AckRelayed changed the caller's acks")
+	}
+}

@@ -51,6 +51,8 @@ const ackStreamDrainClose = time.Second
 // server offers it over h2c, reopened after it fails.
 type ackStreamState struct {
 	writing sync.Mutex // held while writing: lines must not interleave
+	line    []byte     // under writing: the line being written, kept for the next
+
 	mu      sync.Mutex // guards cur, refused and closed
 	cur     *ackStream
 	// refused is when a stream was last answered with an error status (a
@@ -60,6 +62,10 @@ type ackStreamState struct {
 	closed  bool
 	wg      sync.WaitGroup // every stream's goroutine
 }
+
+// maxKeptAckLine is the largest ack-stream line buffer kept for the next
+// line: a relay's full batch (maxRelayedBatch acks) fits.
+const maxKeptAckLine = 1 << 20
 
 // ackStreamRetry is how long after a refused ack stream batches go as
 // POSTs before a stream is tried again.
@@ -76,10 +82,16 @@ func (s *HTTPSource) ackStreamUsable() bool {
 // need be. An error means the line may not have reached the server: the
 // caller sends the batch as a request.
 func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
-	line := append(appendAckBatch(nil, b), '\n')
 	st := &s.acks
 	st.writing.Lock()
 	defer st.writing.Unlock()
+	// A relay's line holds thousands of acks: encoded into the last
+	// one's buffer, not a new one grown by doubling. A pipe's Write
+	// returns once the transport has taken every byte.
+	line := append(appendAckBatch(st.line[:0], b), '\n')
+	if cap(line) <= maxKeptAckLine {
+		st.line = line
+	}
 	st.mu.Lock()
 	if st.closed || !st.refused.IsZero() && time.Since(st.refused) < ackStreamRetry {
 		st.mu.Unlock()

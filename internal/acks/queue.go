@@ -60,10 +60,14 @@ type Queue struct {
 	startOnce sync.Once
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex                // guards pending, due, dropped
-	pending map[ackKey]*transport.Ack // the newest ack and the newest nack of each namespace not yet taken by run
-	due     time.Time                 // when the first outcome pending is due; zero when none
-	dropped int                       // outcomes dropped past maxPending
+	mu sync.Mutex // guards pending, due, dropped
+	// pending holds the newest ack and the newest nack of each namespace
+	// not yet taken by run, by value: a relay's ten thousand a publish
+	// then reuse the map's slots, where a pointer each was allocated.
+	pending map[ackKey]transport.Ack
+	due     time.Time       // when the first outcome pending is due; zero when none
+	dropped int             // outcomes dropped past maxPending
+	taken   []transport.Ack // run's: what take returned last, its buffer reused
 }
 
 // ackKey keeps a namespace's newest ack and newest nack apart: they are
@@ -75,7 +79,7 @@ type ackKey struct{ client, ns, status string }
 // outcomes of other clients, as the relay relayID, in one batch for all
 // of them when src is a transport.RelayAcker.
 func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
-	a := &Queue{src: src, log: log, relayID: relayID, wake: make(chan struct{}, 1), pending: make(map[ackKey]*transport.Ack)}
+	a := &Queue{src: src, log: log, relayID: relayID, wake: make(chan struct{}, 1), pending: make(map[ackKey]transport.Ack)}
 	a.batch, _ = src.(transport.BatchAcker)
 	if relayID != "" {
 		a.relay, _ = src.(transport.RelayAcker)
@@ -116,14 +120,14 @@ func (a *Queue) add(ack transport.Ack, prompt bool) {
 	due := time.Now().Add(delay)
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
-	switch old := a.pending[k]; {
-	case old == nil && len(a.pending) >= maxPending:
+	switch old, ok := a.pending[k]; {
+	case !ok && len(a.pending) >= maxPending:
 		a.dropped++
 		if a.dropped == 1 {
 			a.log.Warn("acks: too many outcomes waiting to be reported; dropping new ones", "max", maxPending)
 		}
-	case old == nil || old.Revision <= ack.Revision:
-		a.pending[k] = &ack
+	case !ok || old.Revision <= ack.Revision:
+		a.pending[k] = ack
 		if a.due.IsZero() || due.Before(a.due) {
 			a.due = due
 		}
@@ -156,7 +160,8 @@ func (a *Queue) Wait() {
 }
 
 // take returns the pending outcomes, each namespace's in revision order
-// (order across namespaces means nothing).
+// (order across namespaces means nothing), in the buffer of the last
+// take's: only run calls it, and nothing keeps what deliver was given.
 func (a *Queue) take() []transport.Ack {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -164,11 +169,12 @@ func (a *Queue) take() []transport.Ack {
 	if len(a.pending) == 0 {
 		return nil
 	}
-	acks := make([]transport.Ack, 0, len(a.pending))
-	for k, ack := range a.pending {
-		acks = append(acks, *ack)
-		delete(a.pending, k)
+	acks := a.taken[:0]
+	for _, ack := range a.pending {
+		acks = append(acks, ack)
 	}
+	clear(a.pending)
+	a.taken = acks
 	slices.SortFunc(acks, func(x, y transport.Ack) int {
 		return cmp.Or(strings.Compare(x.ClientID, y.ClientID), strings.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Revision, y.Revision))
 	})
@@ -183,7 +189,7 @@ func (a *Queue) requeue(acks []transport.Ack) {
 	for i := range acks {
 		k := ackKey{acks[i].ClientID, acks[i].Namespace, acks[i].Status}
 		if _, newer := a.pending[k]; !newer && len(a.pending) < maxPending {
-			a.pending[k] = &acks[i]
+			a.pending[k] = acks[i]
 		}
 	}
 }

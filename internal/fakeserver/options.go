@@ -106,7 +106,8 @@ func (o *options) offers(name string) bool {
 func WithListener(l net.Listener) Option { return optionFunc(func(o *options) { o.listener = l }) }
 
 // WithAckSink hands every ack received to sink (a relay forwards them
-// upstream) instead of recording them. sink must not block.
+// upstream) instead of recording them. sink must not block, nor keep
+// the slice once it returns: the next batch is decoded into it.
 func WithAckSink(sink func([]transport.Ack)) Option {
 	return optionFunc(func(o *options) { o.ackSink = sink })
 }

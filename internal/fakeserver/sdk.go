@@ -735,8 +735,8 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 0, 256), maxAckBatch) // a client's line fits; a relay's grows it
 	// A client's id and namespaces allocated once; the slice of acks
-	// reused line after line, unless a sink may keep it.
-	dec := ackDecoder{intern: true, reuse: s.opts.ackSink == nil}
+	// reused line after line (a sink keeps none).
+	dec := ackDecoder{intern: true, reuse: true}
 	ownIDs, relay := s.opts.offers(transport.CapabilityAckRelay), s.follow != nil
 	for sc.Scan() {
 		acks, batch, err := dec.parse(sc.Bytes(), ownIDs, relay)

@@ -449,15 +449,39 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 			if err := pprof.StartCPUProfile(prof); err != nil {
 				return err
 			}
+			// And what it allocates meanwhile: the difference of two
+			// allocation profiles (go tool pprof -base F.allocs-base F.allocs).
+			if err := writeAllocs(f[1] + ".allocs-base"); err != nil {
+				return err
+			}
 			say("profiling")
 		case "profile-stop":
 			pprof.StopCPUProfile()
 			_ = prof.Close()
+			if err := writeAllocs(prof.Name() + ".allocs"); err != nil {
+				return err
+			}
 			say("profiled")
 		}
 	}
 	cancel()
 	return <-served
+}
+
+// writeAllocs writes the process's allocation profile to path, after a
+// GC: the profile stands as of the last one (so a profile's relay-gc
+// counts two more).
+func writeAllocs(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // procMem is the process's VmRSS and VmHWM, in bytes.
