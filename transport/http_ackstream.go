@@ -53,8 +53,8 @@ type ackStreamState struct {
 	writing sync.Mutex // held while writing: lines must not interleave
 	line    []byte     // under writing: the line being written, kept for the next
 
-	mu      sync.Mutex // guards cur, refused and closed
-	cur     *ackStream
+	mu  sync.Mutex // guards cur, refused and closed
+	cur *ackStream
 	// refused is when a stream was last answered with an error status (a
 	// fault, a token refused): its lines may be lost unrecorded, so for
 	// ackStreamRetry batches go as POSTs, whose failures are retried.
