@@ -94,25 +94,8 @@ func TestAckStream(t *testing.T) {
 // apart (a client reports once per publish, and streams opened again for
 // each publish's acks cost its server more than the stream held open).
 func TestAckStreamStaysOpen(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	srv, err := fakeserver.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	if _, err := srv.Publish(nsName(0), map[string]any{"k": 0}); err != nil {
-		t.Fatal(err)
-	}
-	src, err := transport.NewHTTPSource(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {
-		t.Fatal(err)
-	}
+	leakCheck(t)
+	srv, src, ctx := ackSource(t)
 	// Past the 2 s after which it once closed.
 	for i, pause := range []time.Duration{0, 2500 * time.Millisecond, 0} {
 		time.Sleep(pause)
@@ -286,28 +269,11 @@ func startAppServer(t *testing.T) *fakeserver.Server {
 // error is cut to MaxAckErrorBytes on the wire, and the caller's acks are
 // left as they were.
 func TestAckRelayedLines(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	leakCheck(t)
 	got := make(chan []transport.Ack, 4)
-	srv, err := fakeserver.Start(fakeserver.WithAckSink(func(acks []transport.Ack) {
+	_, src, ctx := ackSource(t, fakeserver.WithAckSink(func(acks []transport.Ack) {
 		got <- append([]transport.Ack(nil), acks...) // the slice is the server's
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	if _, err := srv.Publish(nsName(0), map[string]any{"k": 1}); err != nil {
-		t.Fatal(err)
-	}
-	src, err := transport.NewHTTPSource(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {
-		t.Fatal(err)
-	}
 	long := make([]byte, transport.MaxAckErrorBytes+100)
 	for i := range long {
 		long[i] = 'e'
@@ -343,4 +309,39 @@ func TestAckRelayedLines(t *testing.T) {
 	if many[0].Error != string(long) {
 		t.Fatal("AckRelayed changed the caller's acks")
 	}
+}
+
+// leakCheck checks, once the test and its cleanups are done, that
+// it left no goroutine behind (a defer would check before the cleanups),
+// as the internal tests' leakCheck does.
+func leakCheck(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// ackSource starts a reference server with opts and one namespace, and
+// returns it with a source that has taken a snapshot of it (so knows the
+// server's capabilities and speaks h2c) and a context for the test; the
+// test's cleanup closes both.
+func ackSource(t *testing.T, opts ...fakeserver.Option) (*fakeserver.Server, *transport.HTTPSource, context.Context) {
+	t.Helper()
+	srv, err := fakeserver.Start(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	if _, err := srv.Publish(nsName(0), map[string]any{"k": 0}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := transport.NewHTTPSource(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: nsName(0)}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, src, ctx
 }

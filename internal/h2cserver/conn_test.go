@@ -377,13 +377,8 @@ func TestRequestTrailersEndTheBody(t *testing.T) {
 		_ = pw.Close()
 	}()
 	resp, err := h2.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "body <nil>" {
-		t.Fatalf("got %q", b)
+	if got := readAll(t, resp, err); got != "body <nil>" {
+		t.Fatalf("got %q", got)
 	}
 }
 
@@ -630,13 +625,8 @@ func TestExpectContinueIsAnsweredOnTheFirstRead(t *testing.T) {
 	req.Header.Set("Expect", "100-continue")
 	start := time.Now()
 	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "body <nil>" {
-		t.Fatalf("got %q", b)
+	if got := readAll(t, resp, err); got != "body <nil>" {
+		t.Fatalf("got %q", got)
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("the client waited %v for its 100", d)
