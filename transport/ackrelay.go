@@ -47,7 +47,7 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 	if len(acks) == 0 {
 		return nil
 	}
-	if !s.ServerInfo().HasCapability(CapabilityAckRelay) {
+	if !s.offers(CapabilityAckRelay) {
 		return s.AckBatch(ctx, acks)
 	}
 	var bs []AckBatch

@@ -75,7 +75,7 @@ const ackStreamRetry = 30 * time.Second
 // server offers it and this source speaks h2c to it (over HTTP/1.1 a
 // request body that never ends would hold a connection of its own).
 func (s *HTTPSource) ackStreamUsable() bool {
-	return s.h2c != nil && s.h2c.on.Load() && s.ServerInfo().HasCapability(CapabilityAckStream)
+	return s.h2c != nil && s.h2c.on.Load() && s.offers(CapabilityAckStream)
 }
 
 // sendOnAckStream writes b as one line of the ack stream, opening it if

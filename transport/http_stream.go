@@ -277,7 +277,7 @@ func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 	if len(acks) == 0 {
 		return nil
 	}
-	if !s.ServerInfo().HasCapability(CapabilityAckBatch) {
+	if !s.offers(CapabilityAckBatch) {
 		var errs []error
 		for _, a := range acks {
 			if err := s.Ack(ctx, a); err != nil {

@@ -119,6 +119,14 @@ func (s *HTTPSource) ServerInfo() ServerInfo {
 	return ServerInfo{}
 }
 
+// offers reports whether the server last advertised capability name:
+// ServerInfo's answer without its copy, for the paths taken on every
+// ack.
+func (s *HTTPSource) offers(name string) bool {
+	p := s.info.Load()
+	return p != nil && p.HasCapability(name)
+}
+
 // IdleTimeout returns the idle timeout in force: WithIdleTimeout's when it
 // was given, else three of the heartbeats the server last advertised
 // (within MinDerivedIdleTimeout and MaxDerivedIdleTimeout), else

@@ -640,7 +640,16 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		// And what it allocates meanwhile (go tool pprof -base
+		// F.allocs-base F.allocs).
+		if err := writeAllocs(f.Name() + ".allocs-base"); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			_ = writeAllocs(f.Name() + ".allocs")
+		}()
 	}
 
 	sc := bufio.NewScanner(in)
