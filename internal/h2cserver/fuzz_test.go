@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,12 +34,13 @@ func FuzzConn(f *testing.F) {
 			_, _ = w.Write(b)
 		}),
 	})
-	ln := &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	// The listener the HTTP/1 side uses: it hands Serve what deliver gets.
+	ln := newConnListener(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	go func() { _ = s.Serve(ln) }()
 	f.Cleanup(func() { _ = s.Close() })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		client, server := net.Pipe()
-		ln.conns <- server
+		ln.deliver(server)
 		drained := make(chan struct{})
 		go func() {
 			defer close(drained)
@@ -58,34 +58,6 @@ func FuzzConn(f *testing.F) {
 		}
 	})
 }
-
-// pipeListener hands Serve the server ends of net.Pipe connections.
-type pipeListener struct {
-	conns chan net.Conn
-	once  sync.Once
-	done  chan struct{}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
 
 // connSeeds are frame sequences a client sends, and some it must not.
 func connSeeds() [][]byte {
