@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -202,5 +203,67 @@ func TestQueueSpreadsPlainAcksWider(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// flaky fails its first send, after letting during() run (an outcome that
+// comes while a send is under way), and records the later ones.
+type flaky struct {
+	mu     sync.Mutex
+	sends  int
+	during func()
+	got    map[string]int64 // client → revision delivered last
+}
+
+func (f *flaky) Ack(ctx context.Context, a transport.Ack) error {
+	return f.AckRelayed(ctx, "", []transport.Ack{a})
+}
+
+func (f *flaky) AckRelayed(_ context.Context, _ string, acks []transport.Ack) error {
+	f.mu.Lock()
+	f.sends++
+	first := f.sends == 1
+	f.mu.Unlock()
+	if first {
+		f.during()
+		return errors.New("upstream down")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range acks {
+		f.got[a.ClientID] = a.Revision
+	}
+	return nil
+}
+
+func (f *flaky) delivered() map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.got)
+}
+
+// A batch that failed goes again, each namespace with its newest outcome:
+// one that came during the failed send wins over the one that failed, and
+// the others of the batch are not lost (the queue reuses the batch's
+// buffer, so what it puts back must be copies).
+func TestQueueRetriesTheNewestAfterAFailure(t *testing.T) {
+	up := &flaky{got: map[string]int64{}}
+	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
+	up.during = func() {
+		q.Add(transport.Ack{ClientID: "c1", Namespace: "app", Revision: 2, Status: transport.AckApplied})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	q.Start(ctx, syncer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})
+	defer func() { cancel(); q.Wait() }()
+	for _, c := range []string{"c1", "c2", "c3"} {
+		q.Add(transport.Ack{ClientID: c, Namespace: "app", Revision: 1, Status: transport.AckApplied})
+	}
+	want := map[string]int64{"c1": 2, "c2": 1, "c3": 1}
+	deadline := time.Now().Add(5 * time.Second)
+	for got := up.delivered(); !maps.Equal(got, want); got = up.delivered() {
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered %v, want %v", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
