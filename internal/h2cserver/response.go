@@ -68,7 +68,14 @@ func (w *responseWriter) bodyAllowed() bool {
 	return w.status != http.StatusNoContent && w.status != http.StatusNotModified
 }
 
-func (w *responseWriter) Write(p []byte) (int, error) {
+func (w *responseWriter) Write(p []byte) (int, error) { return write(w, p) }
+
+// WriteString is Write without the copy of s into a []byte.
+func (w *responseWriter) WriteString(s string) (int, error) { return write(w, s) }
+
+// write is Write's and WriteString's: p is buffered up to a frame, and a
+// full frame goes out.
+func write[T string | []byte](w *responseWriter, p T) (int, error) {
 	if w.done {
 		return 0, errStreamEnded
 	}
@@ -104,11 +111,6 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-func (w *responseWriter) WriteString(s string) (int, error) {
-	// One copy, as Write makes; a string is at most a frame here often.
-	return w.Write([]byte(s))
 }
 
 // Flush sends the headers and what is buffered.
