@@ -69,6 +69,7 @@ type Stats struct {
 	Streams     int64 // GET /sdk/stream (multi-namespace SSE streams)
 	StreamPolls int64 // GET /sdk/stream/events (multi-namespace long-polls)
 	AckStreams  int64 // POST /sdk/ack/stream (each batch on it counts in Acks)
+	Cohorts     int64 // POST /sdk/ack/cohort: relays' cohort reports (each counts in Acks too)
 	Conns       int64 // TCP connections accepted
 	Shed        int64 // snapshot requests refused 503 by a bound on snapshots in flight (relays)
 }

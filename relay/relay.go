@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/streammux"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
@@ -62,9 +63,18 @@ type followed struct {
 	leaving bool
 	// lastErr is the syncer's last failure, for Namespaces.
 	lastErr atomic.Pointer[string]
+	// staged: the last good holds a staged rollout (its acks go promptly).
+	staged atomic.Bool
 	// Its syncer's goroutine only (sink):
 	applied *snapshot.Snapshot // the last good, for its file
 	savedAt time.Time          // when the last file was submitted
+}
+
+// hold makes snap the last good (its syncer's goroutine, or before it).
+func (f *followed) hold(snap *snapshot.Snapshot) {
+	f.applied = snap
+	_, staged := snap.Get(rollout.Key)
+	f.staged.Store(staged)
 }
 
 // NamespaceStatus is what a relay knows of one namespace it follows.
@@ -295,7 +305,7 @@ func (r *Relay) follow(ns string, pinned bool) error {
 	if snap, cursor := r.seed(ns); snap != nil {
 		// Resume from the last-good file: a conditional snapshot, then
 		// the watch from its cursor.
-		f.applied = snap
+		f.hold(snap)
 		_ = s.Seed(snap, cursor)
 	}
 	r.wg.Add(1)
@@ -320,9 +330,17 @@ func (r *Relay) backoff() syncer.Backoff {
 func (r *Relay) forward(batch []transport.Ack) {
 	for _, a := range batch {
 		if r.allowed(a.Namespace) {
-			r.acks.Add(a)
+			r.acks.Forward(a, r.staged(a.Namespace))
 		}
 	}
+}
+
+// staged reports whether a rollout runs in ns, as its data says.
+func (r *Relay) staged(ns string) bool {
+	r.mu.Lock()
+	f := r.nss[ns]
+	r.mu.Unlock()
+	return f != nil && f.staged.Load()
 }
 
 // janitor stops following namespaces nobody asked for within the linger

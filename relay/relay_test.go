@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,16 +17,23 @@ import (
 // rather than the URL's HTTP source.
 type withSource transport.Source
 
+// withStop, among startRelay's options, receives a function that stops
+// the relay (and waits for it) before the test's end.
+type withStop *func()
+
 // startRelay starts a relay following url, serving on a free loopback
 // port, closed at the test's end. It returns the relay and its URL.
 func startRelay(t testing.TB, url string, opts ...any) (*relay.Relay, string) {
 	t.Helper()
 	var src transport.Source
 	var ropts []relay.Option
+	var stopOut *func()
 	for _, o := range opts {
 		switch o := o.(type) {
 		case withSource:
 			src = o
+		case withStop:
+			stopOut = o
 		case relay.Option:
 			ropts = append(ropts, o)
 		}
@@ -49,12 +57,19 @@ func startRelay(t testing.TB, url string, opts ...any) (*relay.Relay, string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	if stopOut != nil {
+		*stopOut = stop
+	}
 	return r, "http://" + l.Addr().String()
 }
 

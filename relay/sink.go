@@ -31,7 +31,7 @@ func (s sink) Applied(u syncer.Update) {
 	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change, u.Age, u.Unconfirmed)
 	s.r.heard.Store(true)
 	s.f.lastErr.Store(nil)
-	s.f.applied = snap
+	s.f.hold(snap)
 	s.save(u.Cursor, time.Now().Add(-u.Age))
 }
 

@@ -27,6 +27,10 @@ type RelayAcker interface {
 
 var _ RelayAcker = (*HTTPSource)(nil)
 
+// TruncateAckError cuts an ack's error to MaxAckErrorBytes, at a rune's
+// start: what a relay forwards of a client's error.
+func TruncateAckError(s string) string { return truncateUTF8(s, MaxAckErrorBytes) }
+
 // AckRelayed sends acks in batches of relayID whose acks keep their own
 // client ids, over the ack stream when it is open. A server that does not
 // offer CapabilityAckRelay gets one batch per client instead.
@@ -58,7 +62,7 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 			// A copy, only then: acks is the caller's.
 			b.Acks = slices.Clone(b.Acks)
 			for i := range b.Acks {
-				b.Acks[i].Error = truncateUTF8(b.Acks[i].Error, MaxAckErrorBytes)
+				b.Acks[i].Error = TruncateAckError(b.Acks[i].Error)
 			}
 		}
 		acks = acks[n:]

@@ -263,6 +263,23 @@ func (f *FailoverSource) AckRelayed(ctx context.Context, relayID string, acks []
 	return err
 }
 
+// AckCohort sends a relay's cohort report to the current endpoint
+// (HTTPSource.AckCohort). Each endpoint numbers the relay's clients of
+// its own: one that does not know the slots says so (ErrCohortUnknown),
+// and hears them all again.
+func (f *FailoverSource) AckCohort(ctx context.Context, r CohortReport) error {
+	if err := CheckCohortReport(&r); err != nil {
+		return err // the report's fault, not the endpoint's
+	}
+	i := f.current()
+	err := f.srcs[i].AckCohort(ctx, r)
+	f.after(ctx, i, err)
+	return err
+}
+
+// CohortsOffered reports whether the current endpoint offers cohorts.
+func (f *FailoverSource) CohortsOffered() bool { return f.srcs[f.current()].CohortsOffered() }
+
 // Watch follows the namespace on the current endpoint (HTTPSource.Watch).
 // When a switch cuts it, it resumes on the new current endpoint from the
 // cursor delivered so far, without returning.

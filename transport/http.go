@@ -458,7 +458,7 @@ func (s *HTTPSource) Ack(ctx context.Context, ack Ack) error {
 		return err
 	}
 	// A nack listing many failures must still fit the server's limits.
-	ack.Error = truncateUTF8(ack.Error, MaxAckErrorBytes)
+	ack.Error = TruncateAckError(ack.Error)
 	body, err := json.Marshal(ack)
 	if err != nil {
 		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)

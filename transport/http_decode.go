@@ -121,8 +121,11 @@ func statusError(resp *http.Response) *StatusError {
 	case http.StatusConflict:
 		// Version 1's status for a cursor above the head; a body cut short
 		// still says so by its status.
-		if eb.Error == CodeCursorAhead || eb.Error == "" {
+		switch eb.Error {
+		case CodeCursorAhead, "":
 			e.Err = ErrCursorAhead
+		case CodeCohortUnknown:
+			e.Err = ErrCohortUnknown
 		}
 	case http.StatusUnauthorized, http.StatusForbidden:
 		e.Err = ErrUnauthorized

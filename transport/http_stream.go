@@ -334,7 +334,7 @@ func batches(acks []Ack) []AckBatch {
 			open[a.ClientID] = i
 		}
 		a.ClientID = ""
-		a.Error = truncateUTF8(a.Error, MaxAckErrorBytes)
+		a.Error = TruncateAckError(a.Error)
 		out[i].Acks = append(out[i].Acks, a)
 	}
 	return out

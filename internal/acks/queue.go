@@ -34,6 +34,15 @@ const (
 	ackDelayPlainMin = 250 * time.Millisecond
 )
 
+// relayPlainDelay is how long a relay that sends cohort reports holds a
+// plain ack (applied, no rollout running in its namespace): long enough
+// that the acks of all its clients of one publish, which they spread over
+// AckDelayPlainMax after their receipt, mostly go in one report, as one
+// run of slots. A report of the acks of a publish's first quarter-second
+// and another of the next would cost the origin a request each, and runs
+// of slots as many as the clients in them.
+const relayPlainDelay = AckDelayPlainMax + 500*time.Millisecond
+
 // maxPending bounds the outcomes waiting (each client's newest of each
 // namespace and kind): past it, an outcome of one more is dropped, so
 // that a relay whose upstream is down does not grow without bound. Ten
@@ -44,7 +53,8 @@ const maxPending = 1 << 18
 // plane, off the apply path, on one goroutine for all namespaces: a
 // client's own, or those of the clients a relay forwards. Outcomes
 // coalesce: the newest of each client's namespace is waiting at any time.
-// They go as one transport.RelayAcker batch for a relay, one
+// They go as one transport.CohortAcker report (plain outcomes) and one
+// transport.RelayAcker batch (the others) for a relay, one
 // transport.BatchAcker batch when the source has it, else one Ack each.
 // Reporting is best effort: failures back off and retry the newest
 // outcomes, and never touch reads or applies.
@@ -54,6 +64,10 @@ type Queue struct {
 	batch   transport.BatchAcker // nil when the source has none
 	relay   transport.RelayAcker // a relay's, when the source has it
 	relayID string
+	// A relay's upstream that takes cohort reports, and the relay's
+	// numbering of its clients for them: run's alone.
+	cohort  transport.CohortAcker
+	cohorts *cohorts
 	log     *slog.Logger
 	wake    chan struct{} // cap 1: an outcome is pending
 
@@ -83,6 +97,9 @@ func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
 	a.batch, _ = src.(transport.BatchAcker)
 	if relayID != "" {
 		a.relay, _ = src.(transport.RelayAcker)
+		if a.cohort, _ = src.(transport.CohortAcker); a.cohort != nil && a.relay != nil {
+			a.cohorts = newCohorts()
+		}
 	}
 	return a
 }
@@ -102,20 +119,31 @@ func (a *Queue) Report(clientID, ns string, revision int64, rollout string, stag
 }
 
 // Add queues ack without blocking, to go within the narrow window unless
-// it is a plain ack of a client's own; it replaces an outcome of the same
-// client's namespace of the same kind (ack or nack) not yet sent, unless
-// that one is of a later revision. A nil Queue ignores it.
-func (a *Queue) Add(ack transport.Ack) {
-	a.add(ack, ack.Status != transport.AckApplied || ack.Rollout != "")
+// it is a plain ack (applied, of no rollout); it replaces an outcome of
+// the same client's namespace of the same kind (ack or nack) not yet
+// sent, unless that one is of a later revision. A nil Queue ignores it.
+func (a *Queue) Add(ack transport.Ack) { a.Forward(ack, false) }
+
+// Forward is Add for a relay, which says whether a rollout runs in the
+// namespace (its data holds the rollout key): a plain ack then goes in
+// the narrow window too, as its stage may wait for it; otherwise it waits
+// for a cohort report (relayPlainDelay) when the upstream takes them.
+func (a *Queue) Forward(ack transport.Ack, staged bool) {
+	a.add(ack, staged || ack.Status != transport.AckApplied || ack.Rollout != "")
 }
 
 func (a *Queue) add(ack transport.Ack, prompt bool) {
 	if a == nil {
 		return
 	}
-	delay := ackDelayPlainMin + rand.N(AckDelayPlainMax-ackDelayPlainMin)
-	if prompt || a.relayID != "" {
+	var delay time.Duration
+	switch {
+	case prompt || a.relayID != "" && a.cohorts == nil:
 		delay = ackDelayMin + rand.N(ackDelayMax-ackDelayMin)
+	case a.relayID != "":
+		delay = relayPlainDelay // one process: nothing to spread
+	default:
+		delay = ackDelayPlainMin + rand.N(AckDelayPlainMax-ackDelayPlainMin)
 	}
 	due := time.Now().Add(delay)
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
@@ -297,6 +325,14 @@ func (a *Queue) send(ctx context.Context, acks []transport.Ack) error {
 	sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if a.relay != nil {
+		if a.cohorts != nil {
+			// Plain outcomes as a cohort report, the others one by one.
+			rest, err := a.cohorts.send(sendCtx, a.cohort, a.relayID, acks)
+			if err != nil || len(rest) == 0 {
+				return err
+			}
+			acks = rest
+		}
 		return a.relay.AckRelayed(sendCtx, a.relayID, acks)
 	}
 	if a.batch != nil {

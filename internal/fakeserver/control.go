@@ -21,6 +21,7 @@ func (s *Server) routes() *http.ServeMux {
 		{"GET", transport.PathWatch, s.handleWatch},
 		{"POST", transport.PathAck, s.handleAck},
 		{"POST", transport.PathAckStream, s.handleAckStream},
+		{"POST", transport.PathAckCohort, s.handleAckCohort},
 		{"GET", transport.PathStream, s.handleStream},
 		{"GET", transport.PathStreamEvents, s.handleStreamEvents},
 		{"POST", "/control/namespaces/{ns}/publish", s.handlePublish},
@@ -42,7 +43,8 @@ func (s *Server) routes() *http.ServeMux {
 	allowed := map[string][]string{} // path: its methods
 	var paths []string
 	for _, rt := range routes {
-		if (rt.path == transport.PathStream || rt.path == transport.PathStreamEvents) && !s.opts.offers(transport.CapabilityStream) {
+		if (rt.path == transport.PathStream || rt.path == transport.PathStreamEvents) && !s.opts.offers(transport.CapabilityStream) ||
+			rt.path == transport.PathAckCohort && !s.opts.offers(transport.CapabilityAckCohort) {
 			continue // as a server that predates it: 404
 		}
 		if s.store == nil && !strings.HasPrefix(rt.path, "/sdk/") {

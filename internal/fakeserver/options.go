@@ -91,12 +91,15 @@ func WithoutCapability(name string) Option {
 }
 
 // capabilities are those the server can offer, in the order it lists them.
-var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityH2C, transport.CapabilityRollout}
+var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityAckCohort, transport.CapabilityH2C, transport.CapabilityRollout}
 
 // offers reports whether the server offers capability name.
 func (o *options) offers(name string) bool {
 	if (name == transport.CapabilityAckStream || name == transport.CapabilityAckRelay) && o.without[transport.CapabilityAckBatch] {
 		return false // its lines are batches
+	}
+	if name == transport.CapabilityAckCohort && !o.offers(transport.CapabilityAckRelay) {
+		return false // a relay that cannot forward its clients' acks one by one could not report what a cohort does not carry
 	}
 	return !o.without[name]
 }

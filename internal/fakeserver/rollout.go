@@ -254,6 +254,23 @@ func (r *rollouts) runningIn(ns string) *rolloutRun {
 	return r.running[ns]
 }
 
+// wants reports whether a rollout of ns would count a report of rev: a
+// running one counts every report, an ended one those of its revisions.
+func (r *rollouts) wants(ns string, rev int64) bool {
+	if r == nil || !r.any.Load() {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, run := range r.byNS[ns] {
+		inRange := run.firstRev > 0 && rev >= run.firstRev && (run.endRev == 0 || rev <= run.endRev)
+		if run.gen >= r.gen && (run.state == RolloutRunning || inRange) {
+			return true
+		}
+	}
+	return false
+}
+
 // observe counts reports into the rollouts of their namespaces, and wakes
 // the controller when a running one may move.
 func (r *rollouts) observe(acks []transport.Ack) {
@@ -588,12 +605,14 @@ func (s *Server) stepRollout(ns string) time.Time {
 func (a *acks) knownClients(ns string) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	seen := make(map[string]bool)
 	var out []string
-	for k := range a.m {
-		if k.ns == ns {
+	a.eachLocked(func(k ackKey, _ ackState) {
+		if k.ns == ns && !seen[k.client] {
+			seen[k.client] = true
 			out = append(out, k.client)
 		}
-	}
+	})
 	return out
 }
 

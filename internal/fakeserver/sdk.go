@@ -189,6 +189,8 @@ func errorReply(err error) (int, transport.ErrorBody) {
 		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: se.Failures}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
+	case errors.Is(err, transport.ErrCohortUnknown):
+		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeCohortUnknown, Message: err.Error()}
 	case errors.Is(err, ErrRolloutRunning), errors.Is(err, ErrRolloutEnded), errors.Is(err, errStoreChanged):
 		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error()}
 	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrNoRevision):

@@ -605,13 +605,14 @@ type Stats struct {
 	Streams     int64 // GET /sdk/stream
 	StreamPolls int64 // GET /sdk/stream/events
 	AckStreams  int64 // POST /sdk/ack/stream (each line counts in Acks)
+	Cohorts     int64 // POST /sdk/ack/cohort (each counts in Acks too)
 	Conns       int64 // TCP connections accepted
 	Shed        int64 // snapshot requests answered 503 by WithMaxSnapshotsInFlight
 }
 
 type counters struct {
 	snapshots, notModified, events, watches, acks, publishes atomic.Int64
-	streams, streamPolls, ackStreams, shed                   atomic.Int64
+	streams, streamPolls, ackStreams, cohorts, shed          atomic.Int64
 }
 
 // Stats returns the request counters.
@@ -626,6 +627,7 @@ func (s *Server) Stats() Stats {
 		Streams:     s.stats.streams.Load(),
 		StreamPolls: s.stats.streamPolls.Load(),
 		AckStreams:  s.stats.ackStreams.Load(),
+		Cohorts:     s.stats.cohorts.Load(),
 		Conns:       s.accepted.Load(),
 		Shed:        s.stats.shed.Load(),
 	}
@@ -720,6 +722,8 @@ func (f *faults) hole() <-chan struct{} {
 type acks struct {
 	mu sync.Mutex
 	m  map[ackKey]*ackState
+	// cohorts are the relays' cohort reports, by relay id (cohort.go).
+	cohorts map[string]*relayCohort
 }
 
 type ackKey struct{ client, ns string }
@@ -760,7 +764,7 @@ func (a *acks) record(acks []transport.Ack, now time.Time) {
 func (a *acks) reset() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.m = nil
+	a.m, a.cohorts = nil, nil
 }
 
 // rewind forgets what clients reported about revisions after rev.
@@ -768,17 +772,24 @@ func (a *acks) rewind(rev int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k, st := range a.m {
-		lost := st.acked > rev || st.nacked > rev
-		if st.acked > rev {
-			st.acked = 0
-		}
-		if st.nacked > rev {
-			st.nacked, st.nackErr = 0, ""
-		}
-		if lost && st.acked == 0 && st.nacked == 0 {
+		if st.rewind(rev) {
 			delete(a.m, k)
 		}
 	}
+	a.rewindCohortsLocked(rev)
+}
+
+// rewind forgets what st says of revisions after rev; it reports whether
+// that was all st said.
+func (st *ackState) rewind(rev int64) (gone bool) {
+	lost := st.acked > rev || st.nacked > rev
+	if st.acked > rev {
+		st.acked = 0
+	}
+	if st.nacked > rev {
+		st.nacked, st.nackErr = 0, ""
+	}
+	return lost && st.acked == 0 && st.nacked == 0
 }
 
 // ClientState is what one client reported about one namespace.
@@ -802,14 +813,21 @@ type ClientState struct {
 // Clients returns every client's state, sorted by client id and namespace.
 func (s *Server) Clients() []ClientState {
 	s.acks.mu.Lock()
-	out := make([]ClientState, 0, len(s.acks.m))
-	for k, st := range s.acks.m {
+	merged := make(map[ackKey]ackState, len(s.acks.m))
+	s.acks.eachLocked(func(k ackKey, st ackState) {
+		if had, ok := merged[k]; ok {
+			st = newer(had, st)
+		}
+		merged[k] = st
+	})
+	s.acks.mu.Unlock()
+	out := make([]ClientState, 0, len(merged))
+	for k, st := range merged {
 		out = append(out, ClientState{
 			ClientID: k.client, Namespace: k.ns, AckedRevision: st.acked,
 			NackedRevision: st.nacked, NackError: st.nackErr, UpdatedAt: st.at,
 		})
 	}
-	s.acks.mu.Unlock()
 	for i := range out {
 		head, _ := s.store.nsRevision(out[i].Namespace)
 		out[i].HeadRevision = head

@@ -1,0 +1,194 @@
+package acks
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// cohorts is a relay's numbering of its clients, per namespace, for
+// cohort reports (transport.CapabilityAckCohort): a client's slot is its
+// place in the order the relay first forwarded an outcome of it. Only
+// run's goroutine touches it.
+type cohorts struct {
+	epoch string
+	ns    map[string]*cohort
+	// scratch, reused report after report
+	marks []slotMark
+}
+
+type cohort struct {
+	slot map[string]int // client id → slot
+	ids  []string       // slot → client id
+	told int            // slots the server knows of (under epoch)
+}
+
+// slotMark is one client's outcome, to be grouped with the others of the
+// same outcome into runs of slots.
+type slotMark struct {
+	ns   string
+	out  outcome
+	slot int
+}
+
+type outcome struct {
+	status, err string
+	revision    int64
+}
+
+func newCohorts() *cohorts {
+	return &cohorts{epoch: strconv.FormatUint(rand.Uint64(), 36), ns: make(map[string]*cohort)}
+}
+
+// inCohort reports whether a goes in a cohort report: a plain outcome,
+// whose every field a cohort carries. Reports about a rollout, of a kind
+// this version does not know, or with fields it does not know go one by
+// one, as each client made them.
+func inCohort(a *transport.Ack) bool {
+	return (a.Status == transport.AckApplied || a.Status == transport.AckRejected) && a.Rollout == "" && a.Extra == ""
+}
+
+// send reports the outcomes of acks that fit a cohort through src, and
+// returns the others, for the caller to send one by one (all of them when
+// the server takes no cohorts). A server that does not know the slots
+// (it restarted, or reset) hears every member again, once.
+func (c *cohorts) send(ctx context.Context, src transport.CohortAcker, relayID string, acks []transport.Ack) ([]transport.Ack, error) {
+	if !src.CohortsOffered() {
+		return acks, nil
+	}
+	rest, err := c.sendOnce(ctx, src, relayID, acks)
+	if errors.Is(err, transport.ErrCohortUnknown) {
+		for _, ch := range c.ns {
+			ch.told = 0
+		}
+		rest, err = c.sendOnce(ctx, src, relayID, acks)
+	}
+	if errors.Is(err, transport.ErrStreamUnsupported) {
+		return acks, nil
+	}
+	return rest, err
+}
+
+func (c *cohorts) sendOnce(ctx context.Context, src transport.CohortAcker, relayID string, acks []transport.Ack) ([]transport.Ack, error) {
+	var rest []transport.Ack // allocated only for reports that do not fit
+	marks := c.marks[:0]
+	for i := range acks {
+		a := &acks[i]
+		slot, ok := c.slotOf(a)
+		if !ok {
+			rest = append(rest, *a)
+			continue
+		}
+		marks = append(marks, slotMark{ns: a.Namespace, out: outcome{a.Status, transport.TruncateAckError(a.Error), a.Revision}, slot: slot})
+	}
+	c.marks = marks
+	if len(marks) == 0 && len(rest) == len(acks) {
+		return rest, nil
+	}
+	slices.SortFunc(marks, func(x, y slotMark) int {
+		return cmp.Or(cmp.Compare(x.ns, y.ns), cmp.Compare(x.out.status, y.out.status),
+			cmp.Compare(x.out.revision, y.out.revision), cmp.Compare(x.out.err, y.out.err), cmp.Compare(x.slot, y.slot))
+	})
+	// The members the server has not heard of go first, in reports of
+	// their own while they are more than one report holds.
+	report := transport.CohortReport{RelayID: relayID, Epoch: c.epoch}
+	room := transport.MaxCohortMembers
+	for _, ns := range c.names() {
+		ch := c.ns[ns]
+		for ch.told < len(ch.ids) {
+			n := min(len(ch.ids)-ch.told, room)
+			report.Namespaces = append(report.Namespaces, transport.CohortNamespace{Namespace: ns, From: ch.told, Members: ch.ids[ch.told : ch.told+n]})
+			room -= n
+			if room > 0 {
+				break
+			}
+			if err := c.post(ctx, src, &report); err != nil {
+				return nil, err
+			}
+			room = transport.MaxCohortMembers
+		}
+	}
+	// Then one report of every outcome, beside the members' tail.
+	part := make(map[string]int, len(report.Namespaces))
+	for i, n := range report.Namespaces {
+		part[n.Namespace] = i
+	}
+	for i := 0; i < len(marks); {
+		m := marks[i]
+		n, ok := part[m.ns]
+		if !ok {
+			n = len(report.Namespaces)
+			part[m.ns] = n
+			report.Namespaces = append(report.Namespaces, transport.CohortNamespace{Namespace: m.ns})
+		}
+		o := transport.CohortOutcome{Revision: m.out.revision, Status: m.out.status, Error: m.out.err}
+		for ; i < len(marks) && marks[i].ns == m.ns && marks[i].out == m.out; i++ {
+			if k := len(o.Runs); k > 0 && o.Runs[k-2]+o.Runs[k-1] == marks[i].slot {
+				o.Runs[k-1]++
+				continue
+			}
+			o.Runs = append(o.Runs, marks[i].slot, 1)
+		}
+		report.Namespaces[n].Outcomes = append(report.Namespaces[n].Outcomes, o)
+	}
+	if err := c.post(ctx, src, &report); err != nil {
+		return nil, err
+	}
+	return rest, nil
+}
+
+// post sends report (when it says anything) and marks its members told;
+// report is emptied for the next.
+func (c *cohorts) post(ctx context.Context, src transport.CohortAcker, report *transport.CohortReport) error {
+	if len(report.Namespaces) == 0 {
+		return nil
+	}
+	if err := src.AckCohort(ctx, *report); err != nil {
+		return err
+	}
+	for _, n := range report.Namespaces {
+		ch := c.ns[n.Namespace]
+		ch.told = max(ch.told, n.From+len(n.Members))
+	}
+	report.Namespaces = report.Namespaces[:0]
+	return nil
+}
+
+// slotOf returns a's client's slot in the cohort of a's namespace, giving
+// it one if it has none; ok false when a goes one by one.
+func (c *cohorts) slotOf(a *transport.Ack) (slot int, ok bool) {
+	if !inCohort(a) {
+		return 0, false
+	}
+	ch := c.ns[a.Namespace]
+	if ch == nil {
+		ch = &cohort{slot: make(map[string]int)}
+		c.ns[a.Namespace] = ch
+	}
+	if slot, ok := ch.slot[a.ClientID]; ok {
+		return slot, true
+	}
+	if len(ch.ids) >= transport.MaxCohortSlots {
+		return 0, false
+	}
+	ch.slot[a.ClientID] = len(ch.ids)
+	ch.ids = append(ch.ids, a.ClientID)
+	return len(ch.ids) - 1, true
+}
+
+// names returns the cohorts' namespaces with members not yet told, sorted.
+func (c *cohorts) names() []string {
+	var out []string
+	for ns, ch := range c.ns {
+		if ch.told < len(ch.ids) {
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

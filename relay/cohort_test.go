@@ -1,0 +1,111 @@
+package relay_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
+)
+
+// ackedAt reports whether the origin lists exactly the clients ids of ns,
+// once each, every one having applied rev.
+func ackedAt(origin *holdfasttest.Server, ns string, rev int64, ids ...string) bool {
+	var got []string
+	for _, cs := range origin.Clients() {
+		if cs.Namespace != ns {
+			continue
+		}
+		if cs.AckedRevision != rev {
+			return false
+		}
+		got = append(got, cs.ClientID)
+	}
+	slices.Sort(got)
+	ids = slices.Sorted(slices.Values(ids))
+	return slices.Equal(got, ids)
+}
+
+// The relay reports its clients' outcomes as cohort reports: the origin
+// lists each client behind it, with what it applied, and without a per
+// client ack. An origin that forgot the cohort (a store reset) hears its
+// members again and lists them all.
+func TestRelayReportsItsClientsAsACohort(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	rev := mustPublish(t, origin, "app", map[string]any{"v": 1})
+	_, url := startRelay(t, origin.URL())
+	var ids []string
+	var nss []*config.Namespace
+	for range 6 {
+		c := newClient(t, url)
+		ids = append(ids, c.ClientID())
+		nss = append(nss, openNamespace(t, c, "app"))
+	}
+	eventually(t, "the origin lists every client behind the relay", func() bool { return ackedAt(origin, "app", rev, ids...) })
+	if st := origin.Stats(); st.Cohorts == 0 {
+		t.Fatalf("no cohort reports at the origin: %+v", st)
+	}
+
+	origin.ResetStore() // forgets every ack, and the relay's cohort
+	rev = mustPublish(t, origin, "app", map[string]any{"v": 2})
+	for _, ns := range nss {
+		eventually(t, "every client at v=2", func() bool { return valueOf(ns, "v") == "2" })
+	}
+	eventually(t, "the origin lists every client again", func() bool { return ackedAt(origin, "app", rev, ids...) })
+	st, err := origin.Status("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Clients != len(ids) || st.Acked != len(ids) {
+		t.Errorf("status %+v, want %d clients, all acked", st, len(ids))
+	}
+}
+
+// A client's nack travels in the cohort too, with its error.
+func TestRelayCohortCarriesNacks(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	mustPublish(t, origin, "app", map[string]any{"port": 80})
+	_, url := startRelay(t, origin.URL())
+	c := newClient(t, url)
+	ns := openNamespace(t, c, "app", config.Schema([]byte(`{"type":"object","properties":{"port":{"type":"integer","minimum":1}}}`)))
+	bad := mustPublish(t, origin, "app", map[string]any{"port": 0})
+	eventually(t, "the origin hears the nack", func() bool {
+		for _, cs := range origin.Clients() {
+			if cs.ClientID == c.ClientID() && cs.NackedRevision == bad && cs.NackError != "" {
+				return true
+			}
+		}
+		return false
+	})
+	if v, _ := ns.Get("port"); v.String() != "80" {
+		t.Errorf("port = %v, want the last good 80", v)
+	}
+}
+
+// Through a chain of two relays the origin still lists each client, and
+// a client that moves from one relay to another is listed once, with its
+// newest outcome (each relay's cohort names it).
+func TestRelayCohortsThroughAChainAndAcrossRelays(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	rev := mustPublish(t, origin, "app", map[string]any{"v": 1})
+	_, mid := startRelay(t, origin.URL())
+	_, edge := startRelay(t, mid)
+	chained := newClient(t, edge)
+	openNamespace(t, chained, "app")
+
+	var stop func()
+	_, first := startRelay(t, origin.URL(), withStop(&stop))
+	_, second := startRelay(t, origin.URL())
+	mover := newClient(t, first, config.WithEndpoints(first, second))
+	moved := openNamespace(t, mover, "app")
+	eventually(t, "both clients listed", func() bool { return ackedAt(origin, "app", rev, chained.ClientID(), mover.ClientID()) })
+
+	stop()
+	rev = mustPublish(t, origin, "app", map[string]any{"v": 2})
+	eventually(t, "the mover at v=2 through the second relay", func() bool { return valueOf(moved, "v") == "2" })
+	if ep := moved.Status().Endpoint; ep != second {
+		t.Fatalf("the mover is served by %q, want %q", ep, second)
+	}
+	eventually(t, "both listed once, at the new revision", func() bool { return ackedAt(origin, "app", rev, chained.ClientID(), mover.ClientID()) })
+}

@@ -1,0 +1,198 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// CapabilityAckCohort is the capability of POST /sdk/ack/cohort: a relay
+// reports the outcomes of its clients by slot, not by client id. It names
+// each client once (its slot in the relay's cohort of a namespace), then
+// sends, per flush, each outcome with the runs of slots that reached it:
+// when every client behind the relay applied a publish, that is one
+// outcome with one run, whatever the number of clients. The server then
+// spends per publish what the relay's outcomes take, not what its clients
+// number.
+const CapabilityAckCohort = "ack-cohort"
+
+// PathAckCohort is the path of a relay's cohort reports.
+const PathAckCohort = "/sdk/ack/cohort"
+
+// CodeCohortUnknown: a cohort report names slots (or continues a list of
+// members) the server does not know of: the server restarted, reset, or
+// never heard of this epoch. It comes with 409 Conflict; nothing of the
+// report was recorded, and the relay sends its members again from slot 0.
+const CodeCohortUnknown = "cohort_unknown"
+
+// ErrCohortUnknown reports CodeCohortUnknown.
+var ErrCohortUnknown = errors.New("transport: cohort unknown to the server")
+
+// Limits of one cohort report, checked by both ends.
+const (
+	// MaxCohortMembers bounds the members one report names (client ids
+	// of at most MaxCohortMemberBytes): a relay names more over several
+	// reports, each well within a server's 1 MiB body limit.
+	MaxCohortMembers     = 2048
+	MaxCohortMemberBytes = 256
+	// MaxCohortSlots bounds a cohort's slots: the clients of one
+	// namespace behind one relay. Past it, a relay reports the others'
+	// outcomes one by one (AckRelayed).
+	MaxCohortSlots = 1 << 20
+	// maxCohortRuns bounds the numbers of runs of one report's outcomes.
+	maxCohortRuns = 1 << 16
+)
+
+// CohortReport is the body of POST /sdk/ack/cohort.
+type CohortReport struct {
+	// RelayID names the relay; Epoch its cohorts' numbering: a relay
+	// that starts afresh (or forgets its slots) takes a new epoch, and
+	// the server folds what the old one said into per-client records.
+	RelayID    string            `json:"relay_id"`
+	Epoch      string            `json:"epoch"`
+	Namespaces []CohortNamespace `json:"namespaces"`
+}
+
+// CohortNamespace is a report's part about one namespace.
+type CohortNamespace struct {
+	Namespace string `json:"ns"`
+	// Members names the clients of slots From, From+1, …: those the
+	// server has not been told of. From is at most the number of slots
+	// the server knows (else CodeCohortUnknown); a report sent again
+	// names the same members again, harmlessly. A part names its
+	// namespace once in a report, and its outcomes may name the slots
+	// of its Members.
+	From     int             `json:"from,omitempty"`
+	Members  []string        `json:"members,omitempty"`
+	Outcomes []CohortOutcome `json:"outcomes,omitempty"`
+}
+
+// CohortOutcome is an outcome (AckApplied or AckRejected of a revision)
+// that the clients of Runs reported, as an Ack of each would.
+type CohortOutcome struct {
+	Revision int64  `json:"revision"`
+	Status   string `json:"status"`
+	Error    string `json:"error,omitempty"`
+	// Runs are pairs of a first slot and a count: [0, 10000] is slots 0
+	// to 9999.
+	Runs []int `json:"runs"`
+}
+
+// Slots calls fn for each slot of o's runs, in order; the runs must be
+// valid (CheckCohortReport).
+func (o *CohortOutcome) Slots(fn func(slot int)) {
+	for i := 0; i+1 < len(o.Runs); i += 2 {
+		for s := o.Runs[i]; s < o.Runs[i]+o.Runs[i+1]; s++ {
+			fn(s)
+		}
+	}
+}
+
+// CohortAcker is implemented by sources that can send cohort reports (a
+// relay's upstream). AckCohort returns ErrStreamUnsupported when the
+// server does not offer CapabilityAckCohort, and ErrCohortUnknown when
+// the server does not know the slots the report names.
+type CohortAcker interface {
+	AckCohort(ctx context.Context, r CohortReport) error
+	// CohortsOffered reports whether the server offers
+	// CapabilityAckCohort, as far as the source knows now.
+	CohortsOffered() bool
+}
+
+var _ CohortAcker = (*HTTPSource)(nil)
+
+// CheckCohortReport checks r's form (not what the server knows): names,
+// each namespace once, statuses, errors of at most MaxAckErrorBytes, runs that are sorted pairs of a slot and a positive count
+// below MaxCohortSlots, limits. Both ends check: a relay so as not to
+// send what a server refuses, a server what it reads.
+func CheckCohortReport(r *CohortReport) error {
+	if r.RelayID == "" || r.Epoch == "" {
+		return fmt.Errorf("transport: cohort report without a relay id or epoch")
+	}
+	if len(r.RelayID) > MaxCohortMemberBytes || len(r.Epoch) > MaxCohortMemberBytes {
+		return fmt.Errorf("transport: cohort report: relay id or epoch longer than %d bytes", MaxCohortMemberBytes)
+	}
+	members, runs := 0, 0
+	seen := make(map[string]bool, len(r.Namespaces))
+	for i := range r.Namespaces {
+		n := &r.Namespaces[i]
+		if err := ValidateNamespace(n.Namespace); err != nil {
+			return err
+		}
+		if seen[n.Namespace] {
+			return fmt.Errorf("transport: cohort report naming %q twice", n.Namespace)
+		}
+		seen[n.Namespace] = true
+		if n.From < 0 || n.From+len(n.Members) > MaxCohortSlots {
+			return fmt.Errorf("transport: cohort of %q: members from slot %d beyond the limit of %d slots", n.Namespace, n.From, MaxCohortSlots)
+		}
+		for _, m := range n.Members {
+			if m == "" || len(m) > MaxCohortMemberBytes {
+				return fmt.Errorf("transport: cohort of %q: a member's client id must have 1..%d bytes", n.Namespace, MaxCohortMemberBytes)
+			}
+		}
+		members += len(n.Members)
+		for j := range n.Outcomes {
+			o := &n.Outcomes[j]
+			if o.Status != AckApplied && o.Status != AckRejected {
+				return fmt.Errorf("transport: cohort of %q: status %q (want %q or %q)", n.Namespace, o.Status, AckApplied, AckRejected)
+			}
+			if len(o.Error) > MaxAckErrorBytes {
+				return fmt.Errorf("transport: cohort of %q: an error of more than %d bytes", n.Namespace, MaxAckErrorBytes)
+			}
+			if len(o.Runs)%2 != 0 || len(o.Runs) == 0 {
+				return fmt.Errorf("transport: cohort of %q: runs must be pairs of a slot and a count", n.Namespace)
+			}
+			next := 0
+			for k := 0; k < len(o.Runs); k += 2 {
+				first, count := o.Runs[k], o.Runs[k+1]
+				if first < next || count <= 0 || count > MaxCohortSlots || first > MaxCohortSlots-count {
+					return fmt.Errorf("transport: cohort of %q: run [%d, %d] out of order or out of range", n.Namespace, first, count)
+				}
+				next = first + count
+			}
+			runs += len(o.Runs) / 2
+		}
+	}
+	if members > MaxCohortMembers {
+		return fmt.Errorf("transport: cohort report naming %d members (at most %d)", members, MaxCohortMembers)
+	}
+	if runs > maxCohortRuns {
+		return fmt.Errorf("transport: cohort report of %d runs (at most %d)", runs, maxCohortRuns)
+	}
+	return nil
+}
+
+// CohortsOffered reports whether the server listed CapabilityAckCohort.
+func (s *HTTPSource) CohortsOffered() bool { return s.offers(CapabilityAckCohort) }
+
+// AckCohort sends r as one POST /sdk/ack/cohort.
+func (s *HTTPSource) AckCohort(ctx context.Context, r CohortReport) error {
+	if err := CheckCohortReport(&r); err != nil {
+		return err
+	}
+	if !s.offers(CapabilityAckCohort) {
+		return ErrStreamUnsupported
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("transport: cohort report: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAckCohort, nil), bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("transport: cohort report: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		return requestError(ctx, "cohort report", r.RelayID, err)
+	}
+	defer closeBody(resp.Body)
+	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		return statusError(resp)
+	}
+	return nil
+}
