@@ -90,11 +90,17 @@ type Mux struct {
 // a backstop snapshot) the stream keeps queueing for it, and a Watch from
 // handled or later resumes from the queue without restarting the stream.
 type member struct {
-	ns      string
-	queue   chan transport.Event
-	cursor  int64 // after the last event queued (mux.mu)
-	lastRev int64 // the revision of the last change queued, 0 if none since the member (re)started (mux.mu)
-	handled int64 // after the last event taken by a Watch (mux.mu)
+	ns string
+	// queue holds the events not yet taken, at most memberQueue; it grows
+	// as events come (a channel of memberQueue slots cost every namespace
+	// of every client 16 KiB). spare is the slice a Watch took last, for
+	// the next events. (mux.mu)
+	queue, spare []transport.Event
+	taken        int           // events a Watch took and has not delivered yet: they count in the bound (mux.mu)
+	ready        chan struct{} // cap 1: queue has events
+	cursor       int64         // after the last event queued (mux.mu)
+	lastRev      int64         // the revision of the last change queued, 0 if none since the member (re)started (mux.mu)
+	handled      int64         // after the last event taken by a Watch (mux.mu)
 	// ended is closed (and err set) when the stream ends the member's
 	// current Watch: its namespace's Ended, an overflow, the stream's
 	// failure. Replaced on each attach. (mux.mu)
@@ -138,18 +144,18 @@ func (m *Mux) watch(ctx context.Context, req transport.WatchRequest, handle func
 	})
 	mb := m.attach(req)
 	for {
+		// What waits first (a Watch that resumes from the queue finds it
+		// there), and what came while it was delivered.
+		if err := m.drain(ctx, mb, handle); err != nil {
+			return m.detach(mb, ctx.Err() == nil), err
+		}
 		select {
-		case ev := <-mb.queue:
-			if err := m.deliver(mb, ev, handle); err != nil {
-				return m.detach(mb, true), err
-			}
+		case <-mb.ready:
 		case <-mb.ended:
 			// Events queued before the end are delivered first (this
 			// Watch is the queue's one reader).
-			for len(mb.queue) > 0 {
-				if err := m.deliver(mb, <-mb.queue, handle); err != nil {
-					return m.detach(mb, true), err
-				}
+			if err := m.drain(ctx, mb, handle); err != nil {
+				return m.detach(mb, ctx.Err() == nil), err
 			}
 			m.mu.Lock()
 			err, since := mb.err, mb.handled
@@ -162,11 +168,41 @@ func (m *Mux) watch(ctx context.Context, req transport.WatchRequest, handle func
 	}
 }
 
+// drain delivers mb's queued events in order, taken at once. It stops at
+// handle's error, or when ctx ends, and puts back what it did not
+// deliver, in front of what came meanwhile.
+func (m *Mux) drain(ctx context.Context, mb *member, handle func(transport.Event) error) error {
+	m.mu.Lock()
+	evs := mb.queue
+	mb.queue, mb.spare, mb.taken = mb.spare[:0], nil, len(evs)
+	m.mu.Unlock()
+	for i, ev := range evs {
+		err := ctx.Err()
+		if err == nil {
+			err = m.deliver(mb, ev, handle)
+		}
+		if err != nil {
+			m.mu.Lock()
+			mb.queue, mb.taken = append(evs[i+1:len(evs):len(evs)], mb.queue...), 0
+			m.mu.Unlock()
+			return err
+		}
+	}
+	clear(evs)
+	m.mu.Lock()
+	if mb.spare == nil && cap(evs) <= 64 { // a burst's big slice goes back to the heap
+		mb.spare = evs[:0]
+	}
+	m.mu.Unlock()
+	return nil
+}
+
 func (m *Mux) deliver(mb *member, ev transport.Event, handle func(transport.Event) error) error {
 	if err := handle(ev); err != nil {
 		return err
 	}
 	m.mu.Lock()
+	mb.taken--
 	switch {
 	case ev.Change != nil:
 		mb.handled = max(mb.handled, ev.Change.Revision)
@@ -208,8 +244,7 @@ func (m *Mux) attach(req transport.WatchRequest) *member {
 		mb = nil
 	}
 	if mb == nil {
-		mb = &member{ns: req.Namespace, queue: make(chan transport.Event, memberQueue),
-			cursor: req.Since, handled: req.Since}
+		mb = &member{ns: req.Namespace, ready: make(chan struct{}, 1), cursor: req.Since, handled: req.Since}
 		m.members[req.Namespace] = mb
 		m.changedLocked()
 	}
@@ -494,14 +529,17 @@ func (m *Mux) dispatch(ev transport.StreamEvent) error {
 // queueLocked queues ev for mb, or, if its queue is full, takes mb out of
 // the stream. m.mu must be held.
 func (m *Mux) queueLocked(mb *member, ev transport.Event) bool {
-	select {
-	case mb.queue <- ev:
-		return true
-	default:
+	if len(mb.queue)+mb.taken >= memberQueue {
 		m.log.Warn("config: namespace fell behind the shared watch stream; it resumes from its cursor", "ns", mb.ns)
 		m.endLocked(mb, errMemberOverflow, true)
 		return false
 	}
+	mb.queue = append(mb.queue, ev)
+	select {
+	case mb.ready <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // Wait waits for the stream goroutine, once the context given to New ended.
