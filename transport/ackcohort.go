@@ -2,11 +2,13 @@ package transport
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 )
 
 // CapabilityAckCohort is the capability of POST /sdk/ack/cohort: a relay
@@ -106,7 +108,7 @@ var _ CohortAcker = (*HTTPSource)(nil)
 
 // CheckCohortReport checks r's form (not what the server knows): names,
 // each namespace once, statuses, errors of at most MaxAckErrorBytes, runs that are sorted pairs of a slot and a positive count
-// below MaxCohortSlots, limits. Both ends check: a relay so as not to
+// below MaxCohortSlots, no slot in two outcomes of one status, limits. Both ends check: a relay so as not to
 // send what a server refuses, a server what it reads.
 func CheckCohortReport(r *CohortReport) error {
 	if r.RelayID == "" || r.Epoch == "" {
@@ -156,12 +158,44 @@ func CheckCohortReport(r *CohortReport) error {
 			}
 			runs += len(o.Runs) / 2
 		}
+		if err := checkCohortOverlap(n); err != nil {
+			return err
+		}
 	}
 	if members > MaxCohortMembers {
 		return fmt.Errorf("transport: cohort report naming %d members (at most %d)", members, MaxCohortMembers)
 	}
 	if runs > maxCohortRuns {
 		return fmt.Errorf("transport: cohort report of %d runs (at most %d)", runs, maxCohortRuns)
+	}
+	return nil
+}
+
+// checkCohortOverlap refuses a part whose outcomes of one status name a
+// slot twice: a client has one ack and one nack of a namespace at a time,
+// and a report repeating its runs would cost the server a record (and,
+// expanded, an ack) per slot per repeat. n's runs must be in order.
+func checkCohortOverlap(n *CohortNamespace) error {
+	for _, status := range []string{AckApplied, AckRejected} {
+		var spans [][2]int // first, end
+		outcomes := 0
+		for j := range n.Outcomes {
+			if o := &n.Outcomes[j]; o.Status == status {
+				outcomes++
+				for k := 0; k+1 < len(o.Runs); k += 2 {
+					spans = append(spans, [2]int{o.Runs[k], o.Runs[k] + o.Runs[k+1]})
+				}
+			}
+		}
+		if outcomes < 2 {
+			continue // one outcome's runs are in order already
+		}
+		slices.SortFunc(spans, func(x, y [2]int) int { return cmp.Compare(x[0], y[0]) })
+		for k := 1; k < len(spans); k++ {
+			if spans[k][0] < spans[k-1][1] {
+				return fmt.Errorf("transport: cohort of %q: slot %d in two %s outcomes", n.Namespace, spans[k][0], status)
+			}
+		}
 	}
 	return nil
 }

@@ -1,0 +1,52 @@
+package fakeserver
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// A report whose outcomes name the same slots again and again is
+// refused: each would cost a record per slot, and at a relay (or in a
+// rollout) an ack per slot, so a small body would stand for as many acks
+// as it repeats its runs.
+func TestAckCohortRefusesOverlappingOutcomes(t *testing.T) {
+	var expanded atomic.Int64
+	s := start(t, WithAckSink(func(acks []transport.Ack) { expanded.Add(int64(len(acks))) }))
+	s.Publish("app", map[string]any{"v": 1})
+	c := newClient(t)
+	url := s.URL() + transport.PathAckCohort
+	members := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+		{Namespace: "app", Members: []string{"a", "b"}},
+	}})
+	if resp, body := do(t, c, http.MethodPost, url, members, "Content-Type", "application/json"); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("members: %d %s", resp.StatusCode, body)
+	}
+	var outs []transport.CohortOutcome
+	for range 100 {
+		outs = append(outs, transport.CohortOutcome{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 2}})
+	}
+	rep := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+		{Namespace: "app", Outcomes: outs},
+	}})
+	resp, body := do(t, c, http.MethodPost, url, rep, "Content-Type", "application/json")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a report naming 2 slots 100 times: %d %s, want 400", resp.StatusCode, body)
+	}
+	if n := expanded.Load(); n > 2 {
+		t.Errorf("2 clients' outcomes expanded into %d acks", n)
+	}
+
+	// An applied and a rejected outcome of one slot are two facts: kept.
+	both := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+		{Namespace: "app", Outcomes: []transport.CohortOutcome{
+			{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 2}},
+			{Revision: 1, Status: transport.AckRejected, Error: "no", Runs: []int{1, 1}},
+		}},
+	}})
+	if resp, body := do(t, c, http.MethodPost, url, both, "Content-Type", "application/json"); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("an ack and a nack of one slot: %d %s", resp.StatusCode, body)
+	}
+}
