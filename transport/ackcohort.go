@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // CapabilityAckCohort is the capability of POST /sdk/ack/cohort: a relay
@@ -107,9 +108,11 @@ type CohortAcker interface {
 var _ CohortAcker = (*HTTPSource)(nil)
 
 // CheckCohortReport checks r's form (not what the server knows): names,
-// each namespace once, statuses, errors of at most MaxAckErrorBytes, runs that are sorted pairs of a slot and a positive count
-// below MaxCohortSlots, no slot in two outcomes of one status, limits. Both ends check: a relay so as not to
-// send what a server refuses, a server what it reads.
+// each namespace once, member ids as an ack's client_id, revisions not
+// negative, statuses, errors of at most MaxAckErrorBytes, runs that are
+// sorted pairs of a slot and a positive count below MaxCohortSlots, no
+// slot in two outcomes of one status, limits. Both ends check: a relay so
+// as not to send what a server refuses, a server what it reads.
 func CheckCohortReport(r *CohortReport) error {
 	if r.RelayID == "" || r.Epoch == "" {
 		return fmt.Errorf("transport: cohort report without a relay id or epoch")
@@ -135,10 +138,17 @@ func CheckCohortReport(r *CohortReport) error {
 			if m == "" || len(m) > MaxCohortMemberBytes {
 				return fmt.Errorf("transport: cohort of %q: a member's client id must have 1..%d bytes", n.Namespace, MaxCohortMemberBytes)
 			}
+			// As the server refuses it in an ack's client_id.
+			if strings.ContainsFunc(m, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+				return fmt.Errorf("transport: cohort of %q: a member's client id has a control character", n.Namespace)
+			}
 		}
 		members += len(n.Members)
 		for j := range n.Outcomes {
 			o := &n.Outcomes[j]
+			if o.Revision < 0 {
+				return fmt.Errorf("transport: cohort of %q: negative revision %d", n.Namespace, o.Revision)
+			}
 			if o.Status != AckApplied && o.Status != AckRejected {
 				return fmt.Errorf("transport: cohort of %q: status %q (want %q or %q)", n.Namespace, o.Status, AckApplied, AckRejected)
 			}

@@ -50,3 +50,26 @@ func TestAckCohortRefusesOverlappingOutcomes(t *testing.T) {
 		t.Errorf("an ack and a nack of one slot: %d %s", resp.StatusCode, body)
 	}
 }
+
+// A cohort report is held to what an ack of each of its clients would
+// be: a negative revision or a member id with a control character is
+// refused, as that ack would be, not listed.
+func TestAckCohortChecksAsAnAckWould(t *testing.T) {
+	s := start(t)
+	s.Publish("app", map[string]any{"v": 1})
+	c := newClient(t)
+	url := s.URL() + transport.PathAckCohort
+	for name, body := range map[string]string{
+		"a negative revision": `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","members":["a"],"outcomes":[{"revision":-1,"status":"ack","runs":[0,1]}]}]}`,
+		"a control character": `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","members":["a\nb"],"outcomes":[{"revision":1,"status":"ack","runs":[0,1]}]}]}`,
+	} {
+		resp, b := do(t, c, http.MethodPost, url, body, "Content-Type", "application/json")
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", name, resp.StatusCode, b)
+		}
+		if got := states(s, "app"); len(got) != 0 {
+			t.Errorf("%s: listed %v", name, got)
+		}
+		s.acks.reset()
+	}
+}
