@@ -80,11 +80,11 @@ func TestAckCohortEndpoint(t *testing.T) {
 		{"an invalid name", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{{Namespace: "../x"}}}), http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"a namespace twice", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{{Namespace: "app"}, {Namespace: "app"}}}), http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"an unknown status", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"maybe","runs":[0,1]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"runs out of order", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"applied","runs":[2,1,0,1]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"a run of none", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"applied","runs":[0,0]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"a negative slot", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"applied","runs":[-1,2]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"a run past the limit", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"applied","runs":[1,9223372036854775807]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"half a run", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"applied","runs":[0]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
+		{"runs out of order", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[2,1,0,1]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
+		{"a run of none", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[0,0]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
+		{"a negative slot", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[-1,2]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
+		{"a run past the limit", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[1,9223372036854775807]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
+		{"half a run", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[0]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"an empty member", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","members":[""]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"too many members", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
 			{Namespace: "app", From: 4, Members: slices.Repeat([]string{"m"}, transport.MaxCohortMembers+1)},
@@ -176,9 +176,9 @@ func TestAckCohortCountsInARollout(t *testing.T) {
 // FuzzAckCohort: any body gets a reply, never a panic; what is accepted
 // is listed as its members.
 func FuzzAckCohort(f *testing.F) {
-	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","members":["a","b"],"outcomes":[{"revision":1,"status":"applied","runs":[0,2]}]}]}`)
-	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","from":1,"members":["b"],"outcomes":[{"revision":1,"status":"rejected","error":"x","runs":[0,1,1,1]}]}]}`)
-	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"applied","runs":[3,1]}]}]}`)
+	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","members":["a","b"],"outcomes":[{"revision":1,"status":"ack","runs":[0,2]}]}]}`)
+	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","from":1,"members":["b"],"outcomes":[{"revision":1,"status":"nack","error":"x","runs":[0,1,1,1]}]}]}`)
+	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[3,1]}]}]}`)
 	f.Add(`{"relay_id":"","namespaces":null}`)
 	f.Add(`[1,2]`)
 	f.Fuzz(func(t *testing.T, body string) {
