@@ -45,8 +45,9 @@ const (
 	// namespace behind one relay. Past it, a relay reports the others'
 	// outcomes one by one (AckRelayed).
 	MaxCohortSlots = 1 << 20
-	// maxCohortRuns bounds the numbers of runs of one report's outcomes.
-	maxCohortRuns = 1 << 16
+	// MaxCohortRuns bounds the runs of one report's outcomes: a relay
+	// sends more in several reports.
+	MaxCohortRuns = 1 << 16
 )
 
 // CohortReport is the body of POST /sdk/ack/cohort.
@@ -175,8 +176,8 @@ func CheckCohortReport(r *CohortReport) error {
 	if members > MaxCohortMembers {
 		return fmt.Errorf("transport: cohort report naming %d members (at most %d)", members, MaxCohortMembers)
 	}
-	if runs > maxCohortRuns {
-		return fmt.Errorf("transport: cohort report of %d runs (at most %d)", runs, maxCohortRuns)
+	if runs > MaxCohortRuns {
+		return fmt.Errorf("transport: cohort report of %d runs (at most %d)", runs, MaxCohortRuns)
 	}
 	return nil
 }

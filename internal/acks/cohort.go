@@ -96,50 +96,120 @@ func (c *cohorts) sendOnce(ctx context.Context, src transport.CohortAcker, relay
 	})
 	// The members the server has not heard of go first, in reports of
 	// their own while they are more than one report holds.
-	report := transport.CohortReport{RelayID: relayID, Epoch: c.epoch}
-	room := transport.MaxCohortMembers
+	b := reportBuilder{c: c, report: transport.CohortReport{RelayID: relayID, Epoch: c.epoch}}
+	b.reset()
 	for _, ns := range c.names() {
 		ch := c.ns[ns]
 		for ch.told < len(ch.ids) {
-			n := min(len(ch.ids)-ch.told, room)
-			report.Namespaces = append(report.Namespaces, transport.CohortNamespace{Namespace: ns, From: ch.told, Members: ch.ids[ch.told : ch.told+n]})
-			room -= n
-			if room > 0 {
+			from, end := ch.told, ch.told
+			b.size += len(ns) + 32
+			for end < len(ch.ids) && b.room > 0 && b.size < maxReportBytes {
+				b.size += quotedLen(ch.ids[end]) + 1
+				b.room--
+				end++
+			}
+			b.report.Namespaces = append(b.report.Namespaces, transport.CohortNamespace{Namespace: ns, From: from, Members: ch.ids[from:end]})
+			if end == len(ch.ids) && b.room > 0 && b.size < maxReportBytes {
 				break
 			}
-			if err := c.post(ctx, src, &report); err != nil {
+			if err := b.post(ctx, src); err != nil {
 				return nil, err
 			}
-			room = transport.MaxCohortMembers
 		}
 	}
-	// Then one report of every outcome, beside the members' tail.
-	part := make(map[string]int, len(report.Namespaces))
-	for i, n := range report.Namespaces {
-		part[n.Namespace] = i
+	// Then the outcomes, beside the members' tail: in one report, unless
+	// their runs or bytes are more than one holds.
+	for i, n := range b.report.Namespaces {
+		b.part[n.Namespace] = i
 	}
 	for i := 0; i < len(marks); {
 		m := marks[i]
-		n, ok := part[m.ns]
-		if !ok {
-			n = len(report.Namespaces)
-			part[m.ns] = n
-			report.Namespaces = append(report.Namespaces, transport.CohortNamespace{Namespace: m.ns})
-		}
 		o := transport.CohortOutcome{Revision: m.out.revision, Status: m.out.status, Error: m.out.err}
+		head := 64 + quotedLen(o.Error) + len(m.ns) + 32 // the outcome's fields, its part's
 		for ; i < len(marks) && marks[i].ns == m.ns && marks[i].out == m.out; i++ {
 			if k := len(o.Runs); k > 0 && o.Runs[k-2]+o.Runs[k-1] == marks[i].slot {
 				o.Runs[k-1]++
 				continue
 			}
+			if b.runs+len(o.Runs)/2+1 > transport.MaxCohortRuns || b.size+head+8*len(o.Runs)+16 > maxReportBytes {
+				// This report is full: the outcome goes on in the next.
+				if len(o.Runs) > 0 {
+					b.add(m.ns, o, head)
+					o.Runs = nil
+				}
+				if err := b.post(ctx, src); err != nil {
+					return nil, err
+				}
+			}
 			o.Runs = append(o.Runs, marks[i].slot, 1)
 		}
-		report.Namespaces[n].Outcomes = append(report.Namespaces[n].Outcomes, o)
+		b.add(m.ns, o, head)
 	}
-	if err := c.post(ctx, src, &report); err != nil {
+	if err := b.post(ctx, src); err != nil {
 		return nil, err
 	}
 	return rest, nil
+}
+
+// maxReportBytes bounds the JSON of one report, well within a server's
+// 1 MiB body limit: a report refused as too large would be refused again
+// at every retry, and with it every outcome of the relay.
+const maxReportBytes = 768 << 10
+
+// reportBuilder fills cohort reports within the limits of one: the
+// members it names, its runs, its bytes (estimated from above).
+type reportBuilder struct {
+	c                *cohorts
+	report           transport.CohortReport
+	part             map[string]int // namespace → its part of report
+	room, runs, size int
+}
+
+func (b *reportBuilder) reset() {
+	b.report.Namespaces = b.report.Namespaces[:0]
+	if b.part == nil {
+		b.part = make(map[string]int)
+	}
+	clear(b.part)
+	b.room, b.runs, b.size = transport.MaxCohortMembers, 0, 128
+}
+
+// add puts o (head estimated bytes besides its runs) in ns's part.
+func (b *reportBuilder) add(ns string, o transport.CohortOutcome, head int) {
+	n, ok := b.part[ns]
+	if !ok {
+		n = len(b.report.Namespaces)
+		b.part[ns] = n
+		b.report.Namespaces = append(b.report.Namespaces, transport.CohortNamespace{Namespace: ns})
+	}
+	b.report.Namespaces[n].Outcomes = append(b.report.Namespaces[n].Outcomes, o)
+	b.runs += len(o.Runs) / 2
+	b.size += head + 8*len(o.Runs) // a slot and a count of at most 7 digits, with their commas
+}
+
+func (b *reportBuilder) post(ctx context.Context, src transport.CohortAcker) error {
+	err := b.c.post(ctx, src, &b.report)
+	if err == nil {
+		b.reset()
+	}
+	return err
+}
+
+// quotedLen bounds the length of s as a JSON string: encoding/json
+// escapes <, > and & (and any byte not of valid UTF-8) in six bytes.
+func quotedLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			n += 2
+		case c < ' ' || c == '<' || c == '>' || c == '&' || c >= 0x80:
+			n += 6
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // post sends report (when it says anything) and marks its members told;
