@@ -138,9 +138,9 @@ func (a *Queue) add(ack transport.Ack, prompt bool) {
 	}
 	var delay time.Duration
 	switch {
-	case prompt || a.relayID != "" && a.cohorts == nil:
+	case prompt || a.relayID != "" && (a.cohorts == nil || !a.cohort.CohortsOffered()):
 		delay = ackDelayMin + rand.N(ackDelayMax-ackDelayMin)
-	case a.relayID != "":
+	case a.relayID != "": // to an upstream that takes cohort reports
 		delay = relayPlainDelay // one process: nothing to spread
 	default:
 		delay = ackDelayPlainMin + rand.N(AckDelayPlainMax-ackDelayPlainMin)

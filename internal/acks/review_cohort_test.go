@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -82,5 +83,23 @@ func TestCohortReportsFitTheBodyLimit(t *testing.T) {
 	defer up.mu.Unlock()
 	if len(up.nacks) != 400 {
 		t.Errorf("%d nacks, want 400", len(up.nacks))
+	}
+}
+
+// A relay's plain ack waits for a cohort report only when the upstream
+// takes them: an upstream that predates cohorts, behind a source that
+// could send them (every HTTPSource), hears it in the narrow window, as
+// before.
+func TestCohortHoldOnlyForAnUpstreamThatTakesCohorts(t *testing.T) {
+	up := newCohortUp()
+	up.offered = false
+	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
+	before := time.Now()
+	q.Forward(applied("c1", "app", 1), false)
+	q.mu.Lock()
+	wait := q.due.Sub(before)
+	q.mu.Unlock()
+	if wait > ackDelayMax {
+		t.Errorf("due in %v, want within %v", wait, ackDelayMax)
 	}
 }
