@@ -192,6 +192,8 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"nil logger", []config.Option{config.WithEndpoint("http://127.0.0.1:1"), config.WithLogger(nil)}},
 		{"bad backoff", []config.Option{config.WithEndpoint("http://127.0.0.1:1"), config.WithReconnectBackoff(time.Second, time.Millisecond)}},
 		{"bad idle", []config.Option{config.WithEndpoint("http://127.0.0.1:1"), config.WithStreamIdleTimeout(0)}},
+		{"a client id the server refuses", []config.Option{config.WithEndpoint("http://127.0.0.1:1"), config.WithClientID("host\n1")}},
+		{"a client id too long", []config.Option{config.WithEndpoint("http://127.0.0.1:1"), config.WithClientID(strings.Repeat("h", 257))}},
 	}
 	for _, tt := range tests {
 		if c, err := config.New(tt.opts...); err == nil {

@@ -279,6 +279,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 func (o *options) validate() error {
 	var errs []error
+	if o.clientID != "" {
+		if err := transport.ValidateClientID(o.clientID); err != nil {
+			errs = append(errs, fmt.Errorf("config: WithClientID: %w", err))
+		}
+	}
 	if o.source == nil {
 		switch {
 		case !o.endpointsSet || len(o.endpoints) == 1 && o.endpoints[0] == "":

@@ -2,11 +2,14 @@ package relay_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // ackedAt reports whether the origin lists exactly the clients ids of ns,
@@ -108,4 +111,19 @@ func TestRelayCohortsThroughAChainAndAcrossRelays(t *testing.T) {
 		t.Fatalf("the mover is served by %q, want %q", ep, second)
 	}
 	eventually(t, "both listed once, at the new revision", func() bool { return ackedAt(origin, "app", rev, chained.ClientID(), mover.ClientID()) })
+}
+
+// A relay id the upstream would refuse in every report is refused at New.
+func TestRelayRefusesAnIDItsUpstreamWould(t *testing.T) {
+	hs, err := transport.NewHTTPSource("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	for _, id := range []string{"relay\n1", strings.Repeat("r", transport.MaxClientIDBytes+1)} {
+		if r, err := relay.New(hs, relay.WithID(id)); err == nil {
+			_ = r.Close()
+			t.Errorf("New(WithID(%q)) succeeded", id)
+		}
+	}
 }

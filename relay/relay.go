@@ -207,7 +207,11 @@ func newOptions(opts []Option) (options, error) {
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
-	if o.id == "" {
+	if o.id != "" {
+		if err := transport.ValidateClientID(o.id); err != nil {
+			return o, fmt.Errorf("relay: WithID: %w", err)
+		}
+	} else {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		o.id = "relay-" + hex.EncodeToString(b[:])

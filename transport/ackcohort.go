@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 )
 
 // CapabilityAckCohort is the capability of POST /sdk/ack/cohort: a relay
@@ -37,10 +36,9 @@ var ErrCohortUnknown = errors.New("transport: cohort unknown to the server")
 // Limits of one cohort report, checked by both ends.
 const (
 	// MaxCohortMembers bounds the members one report names (client ids
-	// of at most MaxCohortMemberBytes): a relay names more over several
+	// of at most MaxClientIDBytes): a relay names more over several
 	// reports, each well within a server's 1 MiB body limit.
-	MaxCohortMembers     = 2048
-	MaxCohortMemberBytes = 256
+	MaxCohortMembers = 2048
 	// MaxCohortSlots bounds a cohort's slots: the clients of one
 	// namespace behind one relay. Past it, a relay reports the others'
 	// outcomes one by one (AckRelayed).
@@ -115,11 +113,11 @@ var _ CohortAcker = (*HTTPSource)(nil)
 // slot in two outcomes of one status, limits. Both ends check: a relay so
 // as not to send what a server refuses, a server what it reads.
 func CheckCohortReport(r *CohortReport) error {
-	if r.RelayID == "" || r.Epoch == "" {
-		return fmt.Errorf("transport: cohort report without a relay id or epoch")
+	if err := ValidateClientID(r.RelayID); err != nil {
+		return fmt.Errorf("transport: cohort report's relay id: %w", err)
 	}
-	if len(r.RelayID) > MaxCohortMemberBytes || len(r.Epoch) > MaxCohortMemberBytes {
-		return fmt.Errorf("transport: cohort report: relay id or epoch longer than %d bytes", MaxCohortMemberBytes)
+	if r.Epoch == "" || len(r.Epoch) > 64 {
+		return fmt.Errorf("transport: cohort report: an epoch must have 1..64 bytes")
 	}
 	members, runs := 0, 0
 	seen := make(map[string]bool, len(r.Namespaces))
@@ -136,12 +134,8 @@ func CheckCohortReport(r *CohortReport) error {
 			return fmt.Errorf("transport: cohort of %q: members from slot %d beyond the limit of %d slots", n.Namespace, n.From, MaxCohortSlots)
 		}
 		for _, m := range n.Members {
-			if m == "" || len(m) > MaxCohortMemberBytes {
-				return fmt.Errorf("transport: cohort of %q: a member's client id must have 1..%d bytes", n.Namespace, MaxCohortMemberBytes)
-			}
-			// As the server refuses it in an ack's client_id.
-			if strings.ContainsFunc(m, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-				return fmt.Errorf("transport: cohort of %q: a member's client id has a control character", n.Namespace)
+			if err := ValidateClientID(m); err != nil {
+				return fmt.Errorf("transport: cohort of %q: a member: %w", n.Namespace, err)
 			}
 		}
 		members += len(n.Members)
@@ -217,7 +211,7 @@ func (s *HTTPSource) CohortsOffered() bool { return s.offers(CapabilityAckCohort
 // AckCohort sends r as one POST /sdk/ack/cohort.
 func (s *HTTPSource) AckCohort(ctx context.Context, r CohortReport) error {
 	if err := CheckCohortReport(&r); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrBadRequest, err) // sending it again cannot help
 	}
 	if !s.offers(CapabilityAckCohort) {
 		return ErrStreamUnsupported

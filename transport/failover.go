@@ -269,7 +269,7 @@ func (f *FailoverSource) AckRelayed(ctx context.Context, relayID string, acks []
 // and hears them all again.
 func (f *FailoverSource) AckCohort(ctx context.Context, r CohortReport) error {
 	if err := CheckCohortReport(&r); err != nil {
-		return err // the report's fault, not the endpoint's
+		return fmt.Errorf("%w: %w", ErrBadRequest, err) // the report's fault, not the endpoint's
 	}
 	i := f.current()
 	err := f.srcs[i].AckCohort(ctx, r)

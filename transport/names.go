@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // MaxNamespaceLen is the longest namespace name.
@@ -33,6 +34,23 @@ func ValidateKey(key string) error {
 		if c := key[i]; c <= ' ' || c > '~' {
 			return fmt.Errorf("%w: %q has byte %#x at %d (want printable ASCII, no space)", ErrInvalidKey, key, c, i)
 		}
+	}
+	return nil
+}
+
+// MaxClientIDBytes bounds a client id (Ack.ClientID, a relay's id, a
+// cohort's members).
+const MaxClientIDBytes = 256
+
+// ValidateClientID checks a client id as a server does: 1 to
+// MaxClientIDBytes bytes, no control character. A server refuses an ack
+// whose id fails it.
+func ValidateClientID(id string) error {
+	switch {
+	case id == "" || len(id) > MaxClientIDBytes:
+		return fmt.Errorf("transport: a client id must have 1..%d bytes, not %d", MaxClientIDBytes, len(id))
+	case strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return fmt.Errorf("transport: client id %q has a control character", truncate(id, 64))
 	}
 	return nil
 }

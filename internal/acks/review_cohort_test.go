@@ -65,7 +65,7 @@ func TestCohortReportsFitTheBodyLimit(t *testing.T) {
 	up := &sizedUp{cohortUp: newCohortUp(), limit: 1 << 20}
 	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
 	var acks []transport.Ack
-	long := strings.Repeat("<", transport.MaxCohortMemberBytes-8) // 6 bytes each in JSON
+	long := strings.Repeat("<", transport.MaxClientIDBytes-8) // 6 bytes each in JSON
 	for i := range transport.MaxCohortMembers {
 		a := applied(long+strconv.Itoa(i), "app", 1)
 		if i < 400 { // each its own error, of the most an ack may carry

@@ -293,7 +293,7 @@ func (d *ackDecoder) keep(v string) string {
 		return k
 	}
 	k := strings.Clone(v)
-	if d.intern && len(d.names) < maxInterned && len(k) <= maxClientIDLen {
+	if d.intern && len(d.names) < maxInterned && len(k) <= transport.MaxClientIDBytes {
 		if d.names == nil {
 			d.names = make(map[string]string)
 		}

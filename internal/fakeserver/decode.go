@@ -18,7 +18,6 @@ import (
 const (
 	maxAckBytes     = 64 << 10 // one ack
 	maxAckBatch     = 1 << 20  // a batch
-	maxClientIDLen  = 256
 	maxAckErrorLen  = transport.MaxAckErrorBytes
 	maxControlBytes = 64 << 10
 )
@@ -218,10 +217,8 @@ func parseAck(data []byte) (transport.Ack, error) {
 func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
 	known := ack.Status == transport.AckApplied || ack.Status == transport.AckRejected || ack.Status == transport.AckWouldReject
 	switch {
-	case ack.ClientID == "" || len(ack.ClientID) > maxClientIDLen:
-		return ack, fmt.Errorf("%w: client_id must have 1..%d bytes", ErrInvalid, maxClientIDLen)
-	case strings.ContainsFunc(ack.ClientID, func(r rune) bool { return r < ' ' || r == 0x7f }):
-		return ack, fmt.Errorf("%w: client_id has a control character", ErrInvalid)
+	case transport.ValidateClientID(ack.ClientID) != nil:
+		return ack, fmt.Errorf("%w: client_id: %v", ErrInvalid, transport.ValidateClientID(ack.ClientID))
 	case ack.Revision < 0:
 		return ack, fmt.Errorf("%w: negative revision %d", ErrInvalid, ack.Revision)
 	case !known && !(relay && isToken(ack.Status)):
