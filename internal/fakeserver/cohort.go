@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
@@ -12,9 +13,17 @@ import (
 // relayCohort is what a relay's cohort reports said (one epoch of them):
 // per namespace, its clients by slot and what each last reported.
 type relayCohort struct {
-	epoch string
-	ns    map[string]*cohortTable
+	ns map[string]*cohortTable
 }
+
+// cohortKey names one epoch of one relay's cohorts.
+type cohortKey struct{ relay, epoch string }
+
+// maxRelayEpochs bounds the epochs kept of one relay id: past it, the
+// oldest is folded into per-client records. More than one: two relays
+// configured with the same id, each of one epoch, must not fold each
+// other's at every report (and hear each other's 409s).
+const maxRelayEpochs = 4
 
 type cohortTable struct {
 	ids    []string
@@ -102,16 +111,14 @@ func (s *Server) expandsCohort(ns string, rev int64) bool {
 // recordCohort records rep, and returns as acks the outcomes of the
 // namespaces and revisions expand asks for. Nothing is recorded when rep
 // names a slot, or continues a list of members, beyond what the server
-// knows of the relay's epoch (transport.ErrCohortUnknown). A new epoch of
-// a relay folds what the old one said into per-client records, which
-// Clients merges with the cohorts' alike.
+// knows of the relay's epoch (transport.ErrCohortUnknown). A relay's
+// epochs past maxRelayEpochs fold into per-client records, oldest first,
+// which Clients merges with the cohorts' alike.
 func (a *acks) recordCohort(rep *transport.CohortReport, now time.Time, expand func(ns string, rev int64) bool) ([]transport.Ack, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	rc := a.cohorts[rep.RelayID]
-	if rc != nil && rc.epoch != rep.Epoch {
-		rc = nil // a new epoch: it knows no slots yet
-	}
+	key := cohortKey{rep.RelayID, rep.Epoch}
+	rc := a.cohorts[key] // nil: a new epoch, which knows no slots yet
 	for _, n := range rep.Namespaces {
 		known := 0
 		if rc != nil && rc.ns[n.Namespace] != nil {
@@ -131,13 +138,18 @@ func (a *acks) recordCohort(rep *transport.CohortReport, now time.Time, expand f
 	}
 	if rc == nil {
 		if a.cohorts == nil {
-			a.cohorts = make(map[string]*relayCohort)
+			a.cohorts, a.epochs = make(map[cohortKey]*relayCohort), make(map[string][]string)
 		}
-		if old := a.cohorts[rep.RelayID]; old != nil {
-			a.foldLocked(old)
+		rc = &relayCohort{ns: make(map[string]*cohortTable)}
+		a.cohorts[key] = rc
+		epochs := append(a.epochs[rep.RelayID], rep.Epoch)
+		if len(epochs) > maxRelayEpochs {
+			old := cohortKey{rep.RelayID, epochs[0]}
+			a.foldLocked(a.cohorts[old])
+			delete(a.cohorts, old)
+			epochs = slices.Delete(epochs, 0, 1)
 		}
-		rc = &relayCohort{epoch: rep.Epoch, ns: make(map[string]*cohortTable)}
-		a.cohorts[rep.RelayID] = rc
+		a.epochs[rep.RelayID] = epochs
 	}
 	var acks []transport.Ack
 	for _, n := range rep.Namespaces {

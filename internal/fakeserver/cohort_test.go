@@ -203,3 +203,41 @@ func FuzzAckCohort(f *testing.F) {
 		})
 	})
 }
+
+// Two relays of one id (each of its own epoch) do not undo each other's
+// cohorts; past maxRelayEpochs the oldest folds into per-client records,
+// still listed.
+func TestAckCohortEpochsOfOneRelayID(t *testing.T) {
+	s := start(t)
+	rev, _ := s.Publish("app", map[string]any{"v": 1})
+	report := func(epoch string, members ...string) error {
+		_, err := s.acks.recordCohort(&transport.CohortReport{RelayID: "r1", Epoch: epoch, Namespaces: []transport.CohortNamespace{
+			{Namespace: "app", Members: members, Outcomes: []transport.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, len(members)}}}}}},
+			time.Now(), func(string, int64) bool { return false })
+		return err
+	}
+	for i := range 3 {
+		if err := report("a", "a1"); err != nil {
+			t.Fatalf("round %d, relay a: %v", i, err)
+		}
+		if err := report("b", "b1", "b2"); err != nil {
+			t.Fatalf("round %d, relay b: %v", i, err)
+		}
+	}
+	for _, e := range []string{"c", "d", "e"} {
+		if err := report(e, e+"1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.acks.mu.Lock()
+	_, kept := s.acks.cohorts[cohortKey{"r1", "a"}]
+	epochs := slices.Clone(s.acks.epochs["r1"])
+	s.acks.mu.Unlock()
+	if kept || !slices.Equal(epochs, []string{"b", "c", "d", "e"}) {
+		t.Errorf("epochs %v (a kept: %v), want the oldest folded", epochs, kept)
+	}
+	want := []string{"a1=1/0", "b1=1/0", "b2=1/0", "c1=1/0", "d1=1/0", "e1=1/0"}
+	if got := states(s, "app"); !slices.Equal(got, want) {
+		t.Errorf("clients %v, want %v", got, want)
+	}
+}

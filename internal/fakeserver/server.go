@@ -722,8 +722,10 @@ func (f *faults) hole() <-chan struct{} {
 type acks struct {
 	mu sync.Mutex
 	m  map[ackKey]*ackState
-	// cohorts are the relays' cohort reports, by relay id (cohort.go).
-	cohorts map[string]*relayCohort
+	// cohorts are the relays' cohort reports, by relay and epoch;
+	// epochs lists each relay's, oldest first (cohort.go).
+	cohorts map[cohortKey]*relayCohort
+	epochs  map[string][]string
 }
 
 type ackKey struct{ client, ns string }
@@ -764,7 +766,7 @@ func (a *acks) record(acks []transport.Ack, now time.Time) {
 func (a *acks) reset() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.m, a.cohorts = nil, nil
+	a.m, a.cohorts, a.epochs = nil, nil, nil
 }
 
 // rewind forgets what clients reported about revisions after rev.
