@@ -26,7 +26,7 @@ var errAckStreamDown = errors.New("transport: ack stream down")
 // ackStream is an open POST /sdk/ack/stream: lines written to w travel as
 // the request body; done is closed once the request has ended (err set).
 type ackStream struct {
-	w      *io.PipeWriter
+	w      *ackPipe
 	cancel context.CancelFunc // of the request
 	done   chan struct{}
 	err    error
@@ -86,8 +86,7 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	st.writing.Lock()
 	defer st.writing.Unlock()
 	// A relay's line holds thousands of acks: encoded into the last
-	// one's buffer, not a new one grown by doubling. A pipe's Write
-	// returns once the transport has taken every byte.
+	// one's buffer, not a new one grown by doubling (the pipe copies it).
 	line := append(appendAckBatch(st.line[:0], b), '\n')
 	if cap(line) <= maxKeptAckLine {
 		st.line = line
@@ -109,12 +108,7 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	}
 	cur := st.cur
 	st.mu.Unlock()
-	// A write blocks until the transport takes the bytes: ctx cuts a
-	// stalled stream (the next batch opens another).
-	stop := context.AfterFunc(ctx, func() { cur.w.CloseWithError(ctx.Err()) })
-	_, err := cur.w.Write(line)
-	stop()
-	if err != nil {
+	if err := cur.w.write(ctx, line); err != nil {
 		cur.cancel()
 		st.mu.Lock()
 		if st.cur == cur {
@@ -130,10 +124,10 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 // pipe; its goroutine ends when the pipe is closed or the request fails,
 // and closeAckStream waits for it.
 func (s *HTTPSource) openAckStream() *ackStream {
-	pr, pw := io.Pipe()
+	pr := newAckPipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	body := &ackBody{r: pr, cancel: cancel}
-	as := &ackStream{w: pw, cancel: cancel, done: make(chan struct{})}
+	as := &ackStream{w: pr, cancel: cancel, done: make(chan struct{})}
 	s.acks.wg.Add(1)
 	go func() {
 		defer s.acks.wg.Done()
@@ -163,7 +157,7 @@ func (s *HTTPSource) openAckStream() *ackStream {
 			err = io.EOF
 		}
 		as.err = err
-		_ = pr.CloseWithError(err) // a writer blocked on it returns
+		pr.closeWithError(err) // a writer waiting on it returns
 	}()
 	return as
 }
@@ -189,7 +183,7 @@ func (s *HTTPSource) closeAckStream() {
 // that the body never reaches its end (the flow-control window is full).
 func (as *ackStream) end() {
 	time.AfterFunc(ackStreamDrainClose, as.cancel)
-	_ = as.w.Close()
+	as.w.closeWithError(io.EOF)
 }
 
 // release lets go of the source's connections while a FailoverSource
@@ -217,7 +211,7 @@ func (s *HTTPSource) release(ctx context.Context) {
 // request is cut (ackStream.end): a server that stopped answering must
 // not hold the request's goroutine, nor Close that waits for it.
 type ackBody struct {
-	r      *io.PipeReader
+	r      *ackPipe
 	cancel context.CancelFunc
 }
 
@@ -230,4 +224,88 @@ func (b *ackBody) Read(p []byte) (int, error) {
 		b.cancel()
 	}
 	return n, err
+}
+
+// ackPipe carries an ack stream's lines to the transport that sends them
+// as its request body. A line written while nothing waits is handed over
+// at once: the write returns without waiting for the transport to take it
+// (a pipe's rendezvous cost every ack two goroutine switches, and a timer
+// for ctx). A line written while an earlier one still waits (the
+// transport is behind: the stream's window may be full) waits until the
+// transport took it, or ctx ends, which ends the stream, as a stalled
+// write did: the batch then goes as a request.
+type ackPipe struct {
+	mu    sync.Mutex
+	moved sync.Cond // broadcast when bytes were taken, added or the pipe closed
+	buf   []byte    // buf[off:] is waiting
+	off   int
+	taken int64 // bytes the transport took, ever
+	added int64 // bytes written, ever
+	err   error // once set, writes fail with it; reads return it once buf is drained
+}
+
+func newAckPipe() *ackPipe {
+	p := &ackPipe{}
+	p.moved.L = &p.mu
+	return p
+}
+
+// write adds line; see ackPipe.
+func (p *ackPipe) write(ctx context.Context, line []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	behind := p.off < len(p.buf)
+	if !behind && p.off > 0 {
+		p.buf, p.off = p.buf[:0], 0
+	}
+	p.buf = append(p.buf, line...)
+	p.added += int64(len(line))
+	end := p.added
+	p.moved.Broadcast()
+	if !behind {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() { p.closeWithError(ctx.Err()) })
+	defer stop()
+	for p.taken < end && p.err == nil {
+		p.moved.Wait()
+	}
+	if p.taken < end {
+		return p.err
+	}
+	return nil
+}
+
+// Read is the transport's: it waits for a line.
+func (p *ackPipe) Read(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.off == len(p.buf) && p.err == nil {
+		p.moved.Wait()
+	}
+	if p.off == len(p.buf) {
+		return 0, p.err
+	}
+	n := copy(b, p.buf[p.off:])
+	p.off += n
+	p.taken += int64(n)
+	if p.off == len(p.buf) && cap(p.buf) > maxKeptAckLine {
+		p.buf, p.off = nil, 0 // a relay's big line: not kept
+	}
+	p.moved.Broadcast()
+	return n, nil
+}
+
+// closeWithError ends the pipe: reads return err once what waits is read
+// (io.EOF: the body's end), writes fail with it.
+func (p *ackPipe) closeWithError(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		p.err = err
+		p.moved.Broadcast()
+	}
 }

@@ -325,13 +325,35 @@ func checkAck(a Ack) error {
 // maxAckBatch per batch; each ack's own client id is left to the batch's.
 func batches(acks []Ack) []AckBatch {
 	var out []AckBatch
-	open := map[string]int{} // client id → its batch being filled
+	// open maps a client id to its batch being filled, once there are
+	// more than a few: a client's own acks (one id) make no map.
+	var open map[string]int
+	filling := func(id string) (int, bool) {
+		if open != nil {
+			i, ok := open[id]
+			return i, ok
+		}
+		for i := len(out) - 1; i >= 0; i-- {
+			if out[i].ClientID == id {
+				return i, true
+			}
+		}
+		return 0, false
+	}
 	for _, a := range acks {
-		i, ok := open[a.ClientID]
+		i, ok := filling(a.ClientID)
 		if !ok || len(out[i].Acks) == maxAckBatch {
 			out = append(out, AckBatch{ClientID: a.ClientID})
 			i = len(out) - 1
-			open[a.ClientID] = i
+			switch {
+			case open != nil:
+				open[a.ClientID] = i
+			case len(out) > 8:
+				open = make(map[string]int, len(out))
+				for j, b := range out {
+					open[b.ClientID] = j // the last of each id is the one filling
+				}
+			}
 		}
 		a.ClientID = ""
 		a.Error = TruncateAckError(a.Error)

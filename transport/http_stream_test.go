@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -322,5 +323,29 @@ func TestAckBatch(t *testing.T) {
 	bs := batches(append(slices.Repeat(acks[:1], maxAckBatch+1), Ack{ClientID: "c2", Namespace: "z", Status: AckApplied}))
 	if len(bs) != 3 || len(bs[0].Acks) != maxAckBatch || bs[1].ClientID != "c1" || bs[2].ClientID != "c2" || bs[0].Acks[0].ClientID != "" {
 		t.Errorf("batches: %d of %+v", len(bs), bs)
+	}
+	// Many clients, interleaved (a relay to a server without ack-relay):
+	// each client's acks in order, in full batches then the rest.
+	var many []Ack
+	for rev := range maxAckBatch + 6 {
+		for c := range 20 {
+			many = append(many, Ack{ClientID: "c" + strconv.Itoa(c), Namespace: "a", Revision: int64(rev), Status: AckApplied})
+		}
+	}
+	next := map[string]int64{}
+	sizes := map[string][]int{}
+	for _, b := range batches(many) {
+		sizes[b.ClientID] = append(sizes[b.ClientID], len(b.Acks))
+		for _, a := range b.Acks {
+			if a.Revision != next[b.ClientID] {
+				t.Fatalf("client %s: revision %d, want %d", b.ClientID, a.Revision, next[b.ClientID])
+			}
+			next[b.ClientID]++
+		}
+	}
+	for c := range 20 {
+		if got := sizes["c"+strconv.Itoa(c)]; !slices.Equal(got, []int{maxAckBatch, 6}) {
+			t.Errorf("client c%d: batches of %v, want [%d 6]", c, got, maxAckBatch)
+		}
 	}
 }
