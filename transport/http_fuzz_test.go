@@ -476,3 +476,85 @@ func FuzzParseAge(f *testing.F) {
 		}
 	})
 }
+
+// streamProgressSeeds are stream progresses as servers write them, and
+// near misses that quickStreamProgress must leave to encoding/json.
+var streamProgressSeeds = []string{
+	`{"store_id":"3f1c2a9e5b7d4c1a","cursor":123456}`,
+	`{"store_id":"s","cursor":0,"age_ms":1500,"unconfirmed":true}`,
+	`{"cursor":7,"unconfirmed":false,"store_id":"s","age_ms":0}`,
+	`{"store_id":"s","cursor":7,"unconfirmed":null}`,
+	`{"store_id":"s","cursor":-1}`,
+	`{"store_id":"s","cursor":01}`,
+	`{"store_id":"s","cursor":1.0}`,
+	`{"store_id":"s","cursor":9223372036854775807,"age_ms":99999999999999999999999}`,
+	`{"store_id":"s","cursor":9223372036854775808}`,
+	`{"store_id":"s","cursor":1,"age_ms":-9223372036854775809}`,
+	`{"store_id":"s","cursor":1,"cursor":2}`,
+	`{"Store_ID":"s","cursor":1}`,
+	`{"store_id":"s\u0041","cursor":1}`,
+	`{"store_id":"é","cursor":1}`,
+	`{"store_id":"s","cursor":1,"extra":[1,2]}`,
+	`{"store_id":"s", "cursor":1}`,
+	`{"store_id":"s","cursor":1,}`,
+	`{"store_id":"s","cursor":1}}`,
+	`{"store_id":"","cursor":1}`,
+	`{"store_id":"s"}`,
+	`{}`,
+	`null`,
+}
+
+// FuzzQuickStreamProgress: what quickStreamProgress takes, encoding/json
+// reads alike; what it leaves, decodeStreamProgress still decides as
+// encoding/json does.
+func FuzzQuickStreamProgress(f *testing.F) {
+	for _, s := range streamProgressSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want, wantErr := decodeStreamProgressJSON(data)
+		got, err := decodeStreamProgress(data)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("%q: err %v, encoding/json's %v", data, err, wantErr)
+		}
+		if err == nil && *got != *want {
+			t.Fatalf("%q: %+v, encoding/json's %+v", data, *got, *want)
+		}
+		if quick, ok := quickStreamProgress(data); ok {
+			if wantErr != nil || *quick != *want {
+				t.Fatalf("%q: quick %+v, encoding/json's %+v, %v", data, *quick, want, wantErr)
+			}
+			checkAge(t, quick.AgeMillis)
+		}
+	})
+}
+
+// The plain form takes the quick path: no encoding/json, one allocation
+// (the store id) beside the result.
+func TestQuickStreamProgressTakesThePlainForm(t *testing.T) {
+	for _, s := range streamProgressSeeds[:4] {
+		if _, ok := quickStreamProgress([]byte(s)); !ok {
+			t.Errorf("%s: left to encoding/json", s)
+		}
+	}
+	data := []byte(streamProgressSeeds[1])
+	if n := testing.AllocsPerRun(100, func() { _, _ = decodeStreamProgress(data) }); n > 2 {
+		t.Errorf("%v allocations a progress", n)
+	}
+}
+
+// BenchmarkDecodeStreamProgress: a relay's progress (one per client per
+// change), by encoding/json and by the quick path, in one run.
+func BenchmarkDecodeStreamProgress(b *testing.B) {
+	data := []byte(`{"store_id":"3f1c2a9e5b7d4c1a","cursor":123456,"age_ms":12}`)
+	for name, decode := range map[string]func([]byte) (*StreamProgress, error){"json": decodeStreamProgressJSON, "quick": decodeStreamProgress} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
