@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -548,6 +549,103 @@ func TestQuickStreamProgressTakesThePlainForm(t *testing.T) {
 func BenchmarkDecodeStreamProgress(b *testing.B) {
 	data := []byte(`{"store_id":"3f1c2a9e5b7d4c1a","cursor":123456,"age_ms":12}`)
 	for name, decode := range map[string]func([]byte) (*StreamProgress, error){"json": decodeStreamProgressJSON, "quick": decodeStreamProgress} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// changeSetSeeds are change sets as servers write them, and near misses
+// that quickChangeSet must leave to encoding/json.
+func changeSetSeeds(t testing.TB) [][]byte {
+	at := time.Date(2026, 12, 2, 1, 2, 3, 456789000, time.UTC)
+	var out [][]byte
+	for _, cs := range []ChangeSet{
+		{Namespace: "payments.prod", Revision: 12, PrevRevision: 11, StoreID: "3f1c", CommittedAt: at,
+			Puts:    map[string]json.RawMessage{"a": json.RawMessage(`1`), "b": json.RawMessage(`{"x":[1,"y\"<z>",{"q":null}],"t":true}`), "c": json.RawMessage(`"s\u00e9"`)},
+			Deletes: []string{"d", "e"}},
+		{Namespace: "a", Revision: 1, StoreID: "s"},
+		{Namespace: "a", Revision: 3, PrevRevision: 2, StoreID: "s", Puts: map[string]json.RawMessage{}, Deletes: []string{}},
+		{Namespace: "a", Revision: 3, PrevRevision: 2, StoreID: "s", Puts: map[string]json.RawMessage{"k<&>": json.RawMessage(`[]`), "é": json.RawMessage(`-0.5e3`)}},
+	} {
+		b, err := json.Marshal(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	for _, s := range []string{
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":{"k":1,"k":2}}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":{"k": 1}}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":{"k":01}}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":{"k":[1,}}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":{"k":"\x"}}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":null,"deletes":null}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","deletes":["x",1]}`,
+		`{"ns":"a","revision":2,"prev_revision":2,"store_id":"s"}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","committed_at":"yesterday"}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","rollout":{"id":"r"}}`,
+		`{"NS":"a","revision":2,"prev_revision":1,"store_id":"s"}`,
+		`{"ns":"a","revision":2,"revision":3,"prev_revision":1,"store_id":"s"}`,
+		`{"ns":"a","revision":2.0,"prev_revision":1,"store_id":"s"}`,
+	} {
+		out = append(out, []byte(s))
+	}
+	return out
+}
+
+// FuzzQuickChangeSet: what quickChangeSet takes, encoding/json reads
+// alike; what it leaves, decodeAnyChangeSet still decides as encoding/json
+// does.
+func FuzzQuickChangeSet(f *testing.F) {
+	for _, s := range changeSetSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want, wantErr := decodeAnyChangeSetJSON(data)
+		got, err := decodeAnyChangeSet(data)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("%q: err %v, encoding/json's %v", data, err, wantErr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\n%+v\nencoding/json's\n%+v", data, got, want)
+		}
+		if quick, ok := quickChangeSet(data); ok && (wantErr != nil || !reflect.DeepEqual(quick, want)) {
+			t.Fatalf("%q: quick %+v, encoding/json's %+v, %v", data, quick, want, wantErr)
+		}
+	})
+}
+
+// A change set as servers write it takes the quick path, and an append
+// to one of its values does not write into its Raw.
+func TestQuickChangeSetTakesThePlainForm(t *testing.T) {
+	seeds := changeSetSeeds(t)
+	for _, s := range seeds[:3] {
+		if _, ok := quickChangeSet(s); !ok {
+			t.Errorf("%s: left to encoding/json", s)
+		}
+	}
+	cs, ok := quickChangeSet(seeds[0])
+	if !ok {
+		t.Fatal("not quick")
+	}
+	raw := string(cs.Raw)
+	_ = append(cs.Puts["a"], "garbage"...)
+	if string(cs.Raw) != raw {
+		t.Errorf("an append to a value wrote into Raw: %s", cs.Raw)
+	}
+}
+
+// BenchmarkDecodeChangeSet: a one-key change (every client reads one per
+// publish), by encoding/json and by the quick path, in one run.
+func BenchmarkDecodeChangeSet(b *testing.B) {
+	data := []byte(`{"ns":"bench","revision":123456,"prev_revision":123455,"store_id":"3f1c2a9e5b7d4c1a","committed_at":"2026-12-02T01:02:03.456789Z","puts":{"k":"12:1733100000000000000"}}`)
+	for name, decode := range map[string]func([]byte) (*ChangeSet, error){"json": decodeAnyChangeSetJSON, "quick": decodeAnyChangeSet} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
