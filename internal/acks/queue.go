@@ -68,8 +68,11 @@ type Queue struct {
 	// numbering of its clients for them: run's alone.
 	cohort  transport.CohortAcker
 	cohorts *cohorts
-	log     *slog.Logger
-	wake    chan struct{} // cap 1: an outcome is pending
+	// The context sends run under (sendContext): run's alone.
+	sendCtx    context.Context
+	sendCancel context.CancelFunc
+	log        *slog.Logger
+	wake       chan struct{} // cap 1: an outcome is pending
 
 	startOnce sync.Once
 	wg        sync.WaitGroup
@@ -229,6 +232,11 @@ func (a *Queue) run(ctx context.Context, policy syncer.Backoff) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
+	defer func() {
+		if a.sendCancel != nil {
+			a.sendCancel()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -318,12 +326,30 @@ func known(a transport.Ack) bool {
 
 func unknown(a transport.Ack) bool { return !known(a) }
 
+// sendTimeout bounds a send: between sendTimeout/2 and sendTimeout, as
+// the context is reused (sendContext).
+const sendTimeout = 10 * time.Second
+
+// sendContext returns the context a send runs under: a child of ctx (run's,
+// the same at every call) that ends within sendTimeout, reused by the
+// sends that follow while more than half of it is left. A context and a timer for every send were
+// a client's most frequent allocations after its acks themselves.
+func (a *Queue) sendContext(ctx context.Context) context.Context {
+	if a.sendCtx != nil {
+		if d, _ := a.sendCtx.Deadline(); time.Until(d) > sendTimeout/2 && a.sendCtx.Err() == nil {
+			return a.sendCtx
+		}
+		a.sendCancel()
+	}
+	a.sendCtx, a.sendCancel = context.WithTimeout(ctx, sendTimeout)
+	return a.sendCtx
+}
+
 // send reports acks: as one batch, or one by one; it stops at the first
 // failure, and what was not sent is the caller's to retry (sending an ack
 // twice is harmless: the newest outcome is the server's).
 func (a *Queue) send(ctx context.Context, acks []transport.Ack) error {
-	sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	sendCtx := a.sendContext(ctx)
 	if a.relay != nil {
 		if a.cohorts != nil {
 			// Plain outcomes as a cohort report, the others one by one.
