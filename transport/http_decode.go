@@ -548,10 +548,17 @@ func quickDeletes(b []byte, i int) ([]string, int, bool) {
 	}
 }
 
+// quickMaxDepth bounds the nesting of a value skipValue delimits.
+// encoding/json refuses a document nested past 10,000 levels, the change
+// set's own two (its object and puts) included, though json.Valid takes
+// the value alone: a deeper value is left to encoding/json to refuse.
+const quickMaxDepth = 512
+
 // skipValue returns the end of the JSON value that starts at b[i]: a
 // string, an object or array (brackets counted outside strings), or a
 // literal up to the next ',', '}' or ']'. It does not validate (json.Valid
-// does); a value it cannot delimit is not ok.
+// does); a value it cannot delimit, or nested past quickMaxDepth, is not
+// ok.
 func skipValue(b []byte, i int) (int, bool) {
 	if i >= len(b) {
 		return 0, false
@@ -569,7 +576,9 @@ func skipValue(b []byte, i int) (int, bool) {
 			}
 			j = end - 1
 		case '{', '[':
-			depth++
+			if depth++; depth > quickMaxDepth {
+				return 0, false
+			}
 		case '}', ']':
 			if depth == 0 {
 				return j, j > i

@@ -593,6 +593,10 @@ func changeSetSeeds(t testing.TB) [][]byte {
 		`{"NS":"a","revision":2,"prev_revision":1,"store_id":"s"}`,
 		`{"ns":"a","revision":2,"revision":3,"prev_revision":1,"store_id":"s"}`,
 		`{"ns":"a","revision":2.0,"prev_revision":1,"store_id":"s"}`,
+		// Valid alone, but 10,001 levels deep in the change set: past
+		// encoding/json's limit.
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":{"k":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}}`,
+		`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","puts":{"k":` + strings.Repeat(`{"a":`, 9999) + "1" + strings.Repeat("}", 9999) + `}}`,
 	} {
 		out = append(out, []byte(s))
 	}
