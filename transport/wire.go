@@ -172,7 +172,9 @@ type ChangeSet struct {
 	Deletes      []string                   `json:"deletes,omitempty"`
 	// Raw is the change set as it came on the wire, when a source decoded
 	// it (the HTTP source does): a relay serves these bytes, so that
-	// fields it does not know pass through unchanged. Not encoded.
+	// fields it does not know pass through unchanged. Not encoded. The
+	// values of Puts may share its bytes: neither is written in place.
+	// (Appending to a value copies it: their capacities are cut.)
 	Raw json.RawMessage `json:"-"`
 }
 
