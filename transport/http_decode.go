@@ -420,27 +420,12 @@ func checkChangeSet(cs *ChangeSet, data []byte) (*ChangeSet, error) {
 // that one reads alike (fuzzed).
 func quickChangeSet(data []byte) (*ChangeSet, bool) {
 	b := bytes.Clone(data) // Raw: the caller's buffer may be reused
-	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
-		return nil, false
-	}
 	cs := &ChangeSet{Raw: b}
 	var seen [7]bool
-	i := 1
-	for i < len(b)-1 {
-		if i > 1 {
-			if b[i] != ',' {
-				return nil, false
-			}
-			i++
-		}
-		key, next, ok := quickString(b, i)
-		if !ok || next >= len(b) || b[next] != ':' {
-			return nil, false
-		}
-		i = next + 1
+	ok := quickMembers(b, func(key []byte, i int) (int, bool) {
 		var k int
 		var v []byte
-		var exact bool
+		var exact, ok bool
 		switch string(key) {
 		case "ns":
 			v, i, ok = quickString(b, i)
@@ -468,21 +453,48 @@ func quickChangeSet(data []byte) (*ChangeSet, bool) {
 		case "deletes":
 			k = 6
 			cs.Deletes, i, ok = quickDeletes(b, i)
-		default:
-			return nil, false
 		}
 		if !ok || seen[k] {
-			return nil, false
+			return 0, false
 		}
 		seen[k] = true
-	}
-	if i != len(b)-1 {
+		return i, true
+	})
+	if !ok {
 		return nil, false
 	}
 	if _, err := checkChangeSet(cs, nil); err != nil {
 		return nil, false // encoding/json's to refuse, with its words
 	}
 	return cs, true
+}
+
+// quickMembers reads the members of the object b, with no whitespace
+// between them and names as quickString takes them: member reads the
+// value of each at b[i:] and returns the index after it. ok false when
+// the object is not of that form, or member refused a value (an unknown
+// name too).
+func quickMembers(b []byte, member func(name []byte, i int) (next int, ok bool)) bool {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return false
+	}
+	i := 1
+	for i < len(b)-1 {
+		if i > 1 {
+			if b[i] != ',' {
+				return false
+			}
+			i++
+		}
+		name, next, ok := quickString(b, i)
+		if !ok || next >= len(b) || b[next] != ':' {
+			return false
+		}
+		if i, ok = member(name, next+1); !ok {
+			return false
+		}
+	}
+	return i == len(b)-1
 }
 
 // quickPuts reads a puts object at b[i:]: keys as quickString takes them,
@@ -751,47 +763,26 @@ func decodeStreamProgressJSON(data []byte) (*StreamProgress, error) {
 // progress valid. Anything else, ok false, is decodeStreamProgressJSON's
 // to read or refuse; what it takes, that one reads alike (fuzzed).
 func quickStreamProgress(b []byte) (p *StreamProgress, ok bool) {
-	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
-		return nil, false
-	}
 	var out StreamProgress
 	var seen [4]bool
-	i := 1
-	for i < len(b)-1 {
-		if i > 1 {
-			if b[i] != ',' {
-				return nil, false
-			}
-			i++
-		}
-		key, next, ok := quickString(b, i)
-		if !ok || next >= len(b) || b[next] != ':' {
-			return nil, false
-		}
-		i = next + 1
+	ok = quickMembers(b, func(name []byte, i int) (int, bool) {
 		var k int
-		switch string(key) {
+		var ok bool
+		switch string(name) {
 		case "store_id":
 			var v []byte
-			if v, i, ok = quickString(b, i); !ok {
-				return nil, false
-			}
+			v, i, ok = quickString(b, i)
 			k, out.StoreID = 0, string(v)
 		case "cursor":
-			var n int64
 			var exact bool
-			if n, exact, i, ok = quickInt(b, i); !ok || !exact {
-				return nil, false // out of int64: encoding/json refuses it
-			}
-			k, out.Cursor = 1, n
+			out.Cursor, exact, i, ok = quickInt(b, i)
+			k, ok = 1, ok && exact // out of int64: encoding/json refuses it
 		case "age_ms":
 			var n int64
-			if n, _, i, ok = quickInt(b, i); !ok {
-				return nil, false
-			}
+			n, _, i, ok = quickInt(b, i)
 			k, out.AgeMillis = 2, min(max(n, 0), maxAgeMillis) // as parseAge: out of range, the bound of its sign
 		case "unconfirmed":
-			k = 3
+			k, ok = 3, true
 			switch {
 			case bytes.HasPrefix(b[i:], []byte("true")):
 				out.Unconfirmed, i = true, i+4
@@ -800,17 +791,16 @@ func quickStreamProgress(b []byte) (p *StreamProgress, ok bool) {
 			case bytes.HasPrefix(b[i:], []byte("null")):
 				i += 4
 			default:
-				return nil, false
+				ok = false
 			}
-		default:
-			return nil, false
 		}
-		if seen[k] {
-			return nil, false
+		if !ok || seen[k] {
+			return 0, false
 		}
 		seen[k] = true
-	}
-	if i != len(b)-1 || out.StoreID == "" || !seen[1] || out.Cursor < 0 {
+		return i, true
+	})
+	if !ok || out.StoreID == "" || !seen[1] || out.Cursor < 0 {
 		return nil, false
 	}
 	return &out, true
