@@ -331,10 +331,12 @@ func (r *Relay) backoff() syncer.Backoff {
 // forward hands downstream acks to the queue that reports them upstream
 // (none when the upstream takes no acks): those of namespaces the relay
 // may serve; its allow-list bounds what its clients tell the origin too.
-func (r *Relay) forward(batch []transport.Ack) {
+func (r *Relay) forward(batch []transport.Ack, held bool) {
 	for _, a := range batch {
 		if r.allowed(a.Namespace) {
-			r.acks.Forward(a, r.staged(a.Namespace))
+			// A downstream relay's cohort held its plain acks already:
+			// they go promptly, or a chain would add up its holds.
+			r.acks.Forward(a, held || r.staged(a.Namespace))
 		}
 	}
 }

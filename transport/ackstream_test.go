@@ -271,7 +271,7 @@ func startAppServer(t *testing.T) *fakeserver.Server {
 func TestAckRelayedLines(t *testing.T) {
 	leakCheck(t)
 	got := make(chan []transport.Ack, 4)
-	_, src, ctx := ackSource(t, fakeserver.WithAckSink(func(acks []transport.Ack) {
+	_, src, ctx := ackSource(t, fakeserver.WithAckSink(func(acks []transport.Ack, _ bool) {
 		got <- append([]transport.Ack(nil), acks...) // the slice is the server's
 	}))
 	long := make([]byte, transport.MaxAckErrorBytes+100)

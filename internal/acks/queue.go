@@ -127,12 +127,13 @@ func (a *Queue) Report(clientID, ns string, revision int64, rollout string, stag
 // sent, unless that one is of a later revision. A nil Queue ignores it.
 func (a *Queue) Add(ack transport.Ack) { a.Forward(ack, false) }
 
-// Forward is Add for a relay, which says whether a rollout runs in the
-// namespace (its data holds the rollout key): a plain ack then goes in
-// the narrow window too, as its stage may wait for it; otherwise it waits
-// for a cohort report (relayPlainDelay) when the upstream takes them.
-func (a *Queue) Forward(ack transport.Ack, staged bool) {
-	a.add(ack, staged || ack.Status != transport.AckApplied || ack.Rollout != "")
+// Forward is Add for a relay. With prompt (a rollout runs in the
+// namespace: its stage may wait for the ack; or a relay downstream held
+// it already) a plain ack goes in the narrow window too; otherwise it
+// waits for a cohort report (relayPlainDelay) when the upstream takes
+// them.
+func (a *Queue) Forward(ack transport.Ack, prompt bool) {
+	a.add(ack, prompt || ack.Status != transport.AckApplied || ack.Rollout != "")
 }
 
 func (a *Queue) add(ack transport.Ack, prompt bool) {

@@ -57,7 +57,7 @@ func (s *Server) handleAckCohort(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case len(acks) == 0:
 		case s.opts.ackSink != nil:
-			s.opts.ackSink(acks)
+			s.opts.ackSink(acks, true)
 		default:
 			s.rollouts.observe(acks) // recorded already, as the cohort's
 		}

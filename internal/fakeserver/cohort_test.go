@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,5 +240,32 @@ func TestAckCohortEpochsOfOneRelayID(t *testing.T) {
 	want := []string{"a1=1/0", "b1=1/0", "b2=1/0", "c1=1/0", "d1=1/0", "e1=1/0"}
 	if got := states(s, "app"); !slices.Equal(got, want) {
 		t.Errorf("clients %v, want %v", got, want)
+	}
+}
+
+// A relay's sink hears whether acks came in a cohort report (held by the
+// relay downstream already) or from a client.
+func TestAckSinkSaysWhatWasHeld(t *testing.T) {
+	var mu sync.Mutex
+	var held []bool
+	s := start(t, WithAckSink(func(acks []transport.Ack, h bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		held = append(held, h)
+	}))
+	s.Publish("app", map[string]any{"v": 1})
+	c := newClient(t)
+	body := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+		{Namespace: "app", Members: []string{"a"}, Outcomes: []transport.CohortOutcome{{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 1}}}}}})
+	if resp, b := do(t, c, http.MethodPost, s.URL()+transport.PathAckCohort, body); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("cohort: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := do(t, c, http.MethodPost, s.URL()+transport.PathAck, `{"client_id":"b","ns":"app","revision":1,"status":"ack"}`); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("ack: %d %s", resp.StatusCode, b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(held, []bool{true, false}) {
+		t.Errorf("held %v, want [true false]", held)
 	}
 }

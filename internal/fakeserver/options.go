@@ -32,7 +32,7 @@ type options struct {
 	logger          *slog.Logger
 	without         map[string]bool // capabilities switched off
 	listener        net.Listener    // WithListener
-	ackSink         func([]transport.Ack)
+	ackSink         func([]transport.Ack, bool)
 	maxSnapshots    int
 	retryWindow     time.Duration
 }
@@ -109,9 +109,10 @@ func (o *options) offers(name string) bool {
 func WithListener(l net.Listener) Option { return optionFunc(func(o *options) { o.listener = l }) }
 
 // WithAckSink hands every ack received to sink (a relay forwards them
-// upstream) instead of recording them. sink must not block, nor keep
-// the slice once it returns: the next batch is decoded into it.
-func WithAckSink(sink func([]transport.Ack)) Option {
+// upstream) instead of recording them; held says they came in a cohort
+// report, which a relay downstream held already. sink must not block,
+// nor keep the slice once it returns: the next batch is decoded into it.
+func WithAckSink(sink func(acks []transport.Ack, held bool)) Option {
 	return optionFunc(func(o *options) { o.ackSink = sink })
 }
 

@@ -14,7 +14,7 @@ import (
 // as it repeats its runs.
 func TestAckCohortRefusesOverlappingOutcomes(t *testing.T) {
 	var expanded atomic.Int64
-	s := start(t, WithAckSink(func(acks []transport.Ack) { expanded.Add(int64(len(acks))) }))
+	s := start(t, WithAckSink(func(acks []transport.Ack, _ bool) { expanded.Add(int64(len(acks))) }))
 	s.Publish("app", map[string]any{"v": 1})
 	c := newClient(t)
 	url := s.URL() + transport.PathAckCohort

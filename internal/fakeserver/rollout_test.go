@@ -966,7 +966,7 @@ func TestRolloutThroughARelay(t *testing.T) {
 	rec := mustStart(t, origin, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{50, 100}, Prevalidate: true, MaxNacks: 3})
 	in, out, rev, st := fl.split()
 	forwarded := make(chan error, 1)
-	follower, relay := startFollower(t, 100, 0, WithAckSink(func(acks []transport.Ack) {
+	follower, relay := startFollower(t, 100, 0, WithAckSink(func(acks []transport.Ack, _ bool) {
 		body, err := json.Marshal(transport.AckBatch{ClientID: "relay-1", Acks: acks})
 		if err == nil {
 			var got []transport.Ack

@@ -852,7 +852,7 @@ func (s *Server) demanded(w http.ResponseWriter, r *http.Request, ns string, sin
 // forwarder.
 func (s *Server) recordAcks(acks []transport.Ack) {
 	if s.opts.ackSink != nil {
-		s.opts.ackSink(acks)
+		s.opts.ackSink(acks, false)
 		return
 	}
 	s.acks.record(acks, time.Now())
