@@ -439,7 +439,6 @@ func newNamespace(c *Client, name string, o nsOptions, log *slog.Logger) *Namesp
 		disp:      newDispatcher(log, c.opts.callbackQueue),
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
-		revWait:   make(chan struct{}),
 		stateWait: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		// The source's QuietLimit, when it has one (prepare).

@@ -72,7 +72,7 @@ type Namespace struct {
 	headAt        time.Time     // when the server last told of its head; zero: never, in this process
 	window        time.Duration // freshWindow's latest answer, as the clock last asked it
 	status        Status
-	revWait       chan struct{} // closed and replaced at every swap of what is served
+	revWait       chan struct{} // closed at the next swap of what is served; nil until WaitForRevision waits (n.mu)
 	stateWait     chan struct{} // closed and replaced at every state change
 	waiters       int           // Client.Namespace calls waiting for ready
 	lastPersist   time.Time
@@ -172,7 +172,11 @@ func (n *Namespace) OnReject(fn func(*RejectedError)) (stop func()) {
 func (n *Namespace) WaitForRevision(ctx context.Context, rev int64) error {
 	for {
 		n.mu.Lock()
-		reached, wait := n.Revision() >= rev, n.revWait
+		reached := n.Revision() >= rev
+		if !reached && n.revWait == nil {
+			n.revWait = make(chan struct{})
+		}
+		wait := n.revWait
 		n.mu.Unlock()
 		if reached {
 			return nil
@@ -377,8 +381,10 @@ func (n *Namespace) runClock(ctx context.Context) {
 // held.
 func (n *Namespace) serve(snap *snapshot.Snapshot) {
 	n.serving.Store(snap)
-	close(n.revWait)
-	n.revWait = make(chan struct{})
+	if n.revWait != nil { // made by a waiter: a swap with nobody waiting makes none
+		close(n.revWait)
+		n.revWait = nil
+	}
 }
 
 // readyOnce closes ready, once. n.mu must be held.
