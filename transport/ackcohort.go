@@ -1,13 +1,11 @@
 package transport
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 )
 
@@ -220,18 +218,5 @@ func (s *HTTPSource) AckCohort(ctx context.Context, r CohortReport) error {
 	if err != nil {
 		return fmt.Errorf("transport: cohort report: %w", err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAckCohort, nil), bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("transport: cohort report: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(hreq)
-	if err != nil {
-		return requestError(ctx, "cohort report", r.RelayID, err)
-	}
-	defer closeBody(resp.Body)
-	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
-		return statusError(resp)
-	}
-	return nil
+	return s.postJSON(ctx, PathAckCohort, "cohort report", r.RelayID, body)
 }

@@ -463,14 +463,20 @@ func (s *HTTPSource) Ack(ctx context.Context, ack Ack) error {
 	if err != nil {
 		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAck, nil), bytes.NewReader(body))
+	return s.postJSON(ctx, PathAck, "ack", ack.Namespace, body)
+}
+
+// postJSON POSTs body (JSON) to path, and wants a 2xx reply; op and name
+// say what it is in an error (requestError's).
+func (s *HTTPSource) postJSON(ctx context.Context, path, op, name string, body []byte) error {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(path, nil), bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)
+		return fmt.Errorf("transport: %s %q: %w", op, name, err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := s.client.Do(hreq)
 	if err != nil {
-		return requestError(ctx, "ack", ack.Namespace, err)
+		return requestError(ctx, op, name, err)
 	}
 	defer closeBody(resp.Body)
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -363,20 +362,5 @@ func batches(acks []Ack) []AckBatch {
 }
 
 func (s *HTTPSource) postAckBatch(ctx context.Context, b AckBatch) error {
-	name := fmt.Sprintf("batch of %d", len(b.Acks))
-	body := appendAckBatch(nil, b)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint(PathAck, nil), bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("transport: ack %s: %w", name, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(hreq)
-	if err != nil {
-		return requestError(ctx, "ack", name, err)
-	}
-	defer closeBody(resp.Body)
-	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
-		return statusError(resp)
-	}
-	return nil
+	return s.postJSON(ctx, PathAck, "ack", fmt.Sprintf("batch of %d", len(b.Acks)), appendAckBatch(nil, b))
 }
