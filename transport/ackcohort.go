@@ -209,7 +209,7 @@ func (s *HTTPSource) CohortsOffered() bool { return s.offers(CapabilityAckCohort
 // AckCohort sends r as one POST /sdk/ack/cohort.
 func (s *HTTPSource) AckCohort(ctx context.Context, r CohortReport) error {
 	if err := CheckCohortReport(&r); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadRequest, err) // sending it again cannot help
+		return fmt.Errorf("%w: %v", ErrBadRequest, err) // sending it again cannot help; no failover either
 	}
 	if !s.offers(CapabilityAckCohort) {
 		return ErrStreamUnsupported

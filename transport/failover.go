@@ -268,10 +268,7 @@ func (f *FailoverSource) AckRelayed(ctx context.Context, relayID string, acks []
 // its own: one that does not know the slots says so (ErrCohortUnknown),
 // and hears them all again.
 func (f *FailoverSource) AckCohort(ctx context.Context, r CohortReport) error {
-	if err := CheckCohortReport(&r); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadRequest, err) // the report's fault, not the endpoint's
-	}
-	i := f.current()
+	i := f.current() // a report the endpoint's source refuses unsent is ErrBadRequest: no failover
 	err := f.srcs[i].AckCohort(ctx, r)
 	f.after(ctx, i, err)
 	return err

@@ -215,10 +215,11 @@ func parseAck(data []byte) (transport.Ack, error) {
 // any status that is a token: a report of a later protocol, forwarded for
 // its upstream to judge.
 func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
+	if err := transport.ValidateClientID(ack.ClientID); err != nil {
+		return ack, fmt.Errorf("%w: client_id: %v", ErrInvalid, err)
+	}
 	known := ack.Status == transport.AckApplied || ack.Status == transport.AckRejected || ack.Status == transport.AckWouldReject
 	switch {
-	case transport.ValidateClientID(ack.ClientID) != nil:
-		return ack, fmt.Errorf("%w: client_id: %v", ErrInvalid, transport.ValidateClientID(ack.ClientID))
 	case ack.Revision < 0:
 		return ack, fmt.Errorf("%w: negative revision %d", ErrInvalid, ack.Revision)
 	case !known && !(relay && isToken(ack.Status)):
