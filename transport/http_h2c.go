@@ -9,6 +9,7 @@ import (
 	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxH2CFallbacks is how many times a source goes back to HTTP/1.1 after
@@ -31,12 +32,19 @@ type h2cTransport struct {
 	on  atomic.Bool     // requests go to h2
 	mu  sync.Mutex
 	off int // fallbacks so far; at maxH2CFallbacks h2c is off for good
-	// warm is closed once the first request after a switch has its
-	// connection: requests started together on a fresh transport would
-	// each dial their own.
+	// warm is closed once the first request after a switch has its reply
+	// (or a second after it got its connection, for a reply that waits,
+	// as a long-poll's): requests started together on a fresh transport
+	// would each dial their own. Not at GotConn: the connection is in the
+	// idle pool for others only a moment later, and requests let go then
+	// dialed 10-20 connections, now and then under load.
 	warm     chan struct{}
 	warmOnce *sync.Once
 }
+
+// warmWait bounds how long requests after a switch wait for the first
+// one's reply, once it has its connection.
+const warmWait = time.Second
 
 func newH2CTransport(h1 *http.Transport) *h2cTransport {
 	h2 := h1.Clone()
@@ -100,7 +108,9 @@ func (t *h2cTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if first {
 		release := func() { close(warm) }
 		var released sync.Once
-		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { released.Do(release) }}
+		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+			time.AfterFunc(warmWait, func() { released.Do(release) })
+		}}
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 		defer released.Do(release)
 	} else {
