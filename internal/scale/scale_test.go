@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -355,6 +356,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	}
 	origin0 := srv.Stats()
 	conns0 := origin0.Conns
+	kidsAlloc0, kidsGC0 := kidsMem(b, kids)
 	kids0 := kidsCPU(kids)
 	cpu0 := cpuTime(b)
 	var relay0 relayReport
@@ -370,6 +372,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	busy := time.Since(t0)
 	cpuPublish := cpuTime(b) - cpu0
 	kidsPublish := kidsCPU(kids) - kids0
+	kidsAlloc1, kidsGC1 := kidsMem(b, kids)
 	origin1 := srv.Stats()
 	newConns := origin1.Conns - conns0
 	var relay1 relayReport
@@ -383,6 +386,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	cpu1, kids1 := cpuTime(b), kidsCPU(kids)
 	time.Sleep(busy)
 	cpuIdle, kidsIdle := cpuTime(b)-cpu1, kidsCPU(kids)-kids1
+	kidsAlloc2, _ := kidsMem(b, kids)
 	var relay2 relayReport
 	if rl != nil {
 		relay2 = rl.report(b, false)
@@ -415,6 +419,11 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	b.ReportMetric(float64(perClientCPU.Nanoseconds())/1000, "server-cpu-µs/client/publish")
 	b.ReportMetric(float64((cpuPublish-cpuIdle).Microseconds())/1000/float64(publishes), "origin-cpu-ms/publish")
 	b.ReportMetric(float64((kidsPublish-kidsIdle).Microseconds())/1000/float64(publishes), "clients-cpu-ms/publish")
+	// The clients' allocations drive their processes' GC, which slows
+	// every client of a process at once (5,000 of them at the default
+	// size): the publishes' bytes less the same idle span's.
+	b.ReportMetric((float64(kidsAlloc1-kidsAlloc0)-float64(kidsAlloc2-kidsAlloc1))/float64(clients*publishes), "clients-alloc-B/client/publish")
+	b.ReportMetric(float64(kidsGC1-kidsGC0), "clients-gcs-during-publishes")
 	b.ReportMetric(float64(streams), "streams")
 	b.ReportMetric(float64(newConns), "conns-during-publishes")
 	b.ReportMetric(float64(origin1.Streams-origin0.Streams), "streams-during-publishes")
@@ -478,6 +487,36 @@ func next(b *testing.B, k *childProc, limit time.Duration) string {
 		b.Fatalf("child silent for %v", limit)
 	}
 	return ""
+}
+
+// memLine is a client process's answer to "mem": the bytes it allocated
+// and the GC cycles it ran so far.
+func memLine() string {
+	m := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(m)
+	return fmt.Sprintf("mem %d %d", m[0].Value.Uint64(), m[1].Value.Uint64())
+}
+
+// kidsMem asks every client process for its memLine: the bytes its
+// clients allocated and the GCs it ran, summed over the processes.
+func kidsMem(b *testing.B, kids []*childProc) (alloc, gcs uint64) {
+	b.Helper()
+	for _, k := range kids {
+		if _, err := io.WriteString(k.stdin, "mem\n"); err != nil {
+			b.Fatal(err)
+		}
+		var a, g uint64
+		if line := next(b, k, time.Minute); !scanMem(line, &a, &g) {
+			b.Fatalf("child said %q, want mem", line)
+		}
+		alloc, gcs = alloc+a, gcs+g
+	}
+	return alloc, gcs
+}
+
+func scanMem(line string, alloc, gcs *uint64) bool {
+	_, err := fmt.Sscanf(line, "mem %d %d", alloc, gcs)
+	return err == nil
 }
 
 // kidsCPU is the CPU time of the client processes, from /proc/<pid>/stat
@@ -666,6 +705,9 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 			all := slices.Clone(nss)
 			mu.Unlock()
 			say(statusCounts(all))
+			continue
+		case "mem":
+			say(memLine())
 			continue
 		}
 		if sc.Text() != "report" {
