@@ -10,13 +10,15 @@ import (
 type revision struct {
 	mu   sync.Mutex // a leaf: taken under c.mu or a namespace's mu, never before them
 	open map[*Namespace]struct{}
-	high int64         // the revision, never going back
-	wait chan struct{} // closed and replaced when high advances
+	high int64 // the revision, never going back
+	// wait is closed when high advances; nil until someone waits (load),
+	// so that an advance nobody waits for allocates nothing: one per
+	// change per client otherwise.
+	wait chan struct{}
 }
 
 func (r *revision) init() {
 	r.open = make(map[*Namespace]struct{})
-	r.wait = make(chan struct{})
 }
 
 func (r *revision) add(n *Namespace) {
@@ -58,14 +60,19 @@ func (r *revision) advanceLocked() {
 	}
 	if low > r.high {
 		r.high = low
-		close(r.wait)
-		r.wait = make(chan struct{})
+		if r.wait != nil {
+			close(r.wait)
+			r.wait = nil
+		}
 	}
 }
 
 func (r *revision) load() (int64, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.wait == nil {
+		r.wait = make(chan struct{})
+	}
 	return r.high, r.wait
 }
 
@@ -83,8 +90,9 @@ func (r *revision) load() (int64, <-chan struct{}) {
 // server's store is reset, its revisions start again and Revision waits for
 // the new store to pass the old value.
 func (c *Client) Revision() int64 {
-	rev, _ := c.rev.load()
-	return rev
+	c.rev.mu.Lock()
+	defer c.rev.mu.Unlock()
+	return c.rev.high
 }
 
 // WaitForRevision returns nil once Revision() >= rev, or ctx's error if it
