@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -423,11 +424,16 @@ func b2i(b bool) int64 {
 }
 
 // addOpts holds the measurement options of one counter of one namespace,
-// one per attribute value: built once, so that counting allocates nothing.
+// one per attribute value: each built at its first count, then reused, so
+// that counting allocates nothing. Built at the first count, not up front:
+// most values (a reconnect's reason, a resnapshot's) never occur in most
+// namespaces, and a fleet process that holds thousands of clients kept
+// some sixty objects per namespace for them, each one more for its GC to
+// mark.
 type addOpts struct {
 	ns    attribute.KeyValue
 	key   attribute.Key
-	known []valueOpts // read-only after newAddOpts; a scan of a few beats a map
+	known []valueOpts // values fixed by newAddOpts; a scan of a few beats a map
 
 	mu    sync.Mutex
 	extra map[string][]metric.AddOption
@@ -436,18 +442,32 @@ type addOpts struct {
 func newAddOpts(ns attribute.KeyValue, key attribute.Key, values []string) *addOpts {
 	a := &addOpts{ns: ns, key: key, known: make([]valueOpts, len(values))}
 	for i, v := range values {
-		a.known[i] = valueOpts{v, a.build(v)}
+		a.known[i].value = v
 	}
 	return a
 }
 
 type valueOpts struct {
 	value string
-	opts  []metric.AddOption
+	opts  atomic.Pointer[[]metric.AddOption] // nil until the value's first count
 }
 
 func (a *addOpts) build(v string) []metric.AddOption {
 	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(a.ns, a.key.String(v)))}
+}
+
+// knownOpts returns the options of a.known[i], building them at the first
+// call; racing first calls build one each and all return the first stored.
+func (a *addOpts) knownOpts(i int) []metric.AddOption {
+	o := &a.known[i].opts
+	if p := o.Load(); p != nil {
+		return *p
+	}
+	built := a.build(a.known[i].value)
+	if o.CompareAndSwap(nil, &built) {
+		return built
+	}
+	return *o.Load()
 }
 
 // get returns the options for value v, caching up to maxExtraValues values
@@ -455,7 +475,7 @@ func (a *addOpts) build(v string) []metric.AddOption {
 func (a *addOpts) get(v string) []metric.AddOption {
 	for i := range a.known {
 		if a.known[i].value == v {
-			return a.known[i].opts
+			return a.knownOpts(i)
 		}
 	}
 	return a.getExtra(v)
@@ -469,7 +489,7 @@ func (a *addOpts) getExtra(v string) []metric.AddOption {
 		return o
 	}
 	if len(a.extra) >= maxExtraValues {
-		return a.known[len(a.known)-1].opts // telemetry.ValueOther, last of every known list
+		return a.knownOpts(len(a.known) - 1) // telemetry.ValueOther, last of every known list
 	}
 	if a.extra == nil {
 		a.extra = make(map[string][]metric.AddOption)
