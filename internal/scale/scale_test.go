@@ -101,7 +101,12 @@ func envInt(name string, def int) int {
 // CPU per client per publish (acks included: measured until the acks of
 // the last publish are in, minus the same span of an idle fleet). The
 // server is the origin, with every client on it (behind a relay with
-// HOLDFAST_SCALE_RELAY=1).
+// HOLDFAST_SCALE_RELAY=1). Of the client processes: their CPU per
+// publish (clients-cpu-ms/publish), the bytes their clients allocate per
+// client per publish (clients-alloc-B/client/publish, idle span
+// subtracted too) and their GCs during the publishes
+// (clients-gcs-during-publishes): each slows every client of its process
+// at once, so a publish it falls on is the slowest of a run.
 func BenchmarkFleet(b *testing.B) {
 	clients := envInt("HOLDFAST_SCALE_CLIENTS", 10000)
 	procs := envInt("HOLDFAST_SCALE_PROCS", 2)
@@ -670,6 +675,12 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 	if err, _ := failed.Load().(error); err != nil {
 		return err
 	}
+	// The garbage of opening n clients is collected now, as testing.B
+	// collects before a benchmark: otherwise the collection it brings due
+	// falls on the first publishes, whose every client it slows at once.
+	// Collections due to the publishes themselves still fall where they
+	// fall (clients-gcs-during-publishes counts them).
+	runtime.GC()
 	say("ready")
 	if path := os.Getenv("HOLDFAST_SCALE_CHILD_CPUPROFILE"); path != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d", path, os.Getpid()))
