@@ -20,7 +20,8 @@ type backend interface {
 	subscribe(ns string, since int64, register func(subscription)) (subscription, error)
 	subscribeMany(reqs []sinceReq, register func(sub subscription, names []string)) (subscription, []transport.NamespaceEndedBody)
 	generation() uint64
-	// known returns the acks of namespaces the backend serves, in place.
+	// known returns the acks of namespaces the backend serves, in place;
+	// the origin's also drops acks above its head (store.known).
 	known(acks []transport.Ack) []transport.Ack
 	// freshness says how long ago the data of names was last confirmed
 	// by the backend's upstream (the oldest of them), and whether it is

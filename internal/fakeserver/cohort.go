@@ -83,9 +83,14 @@ func decodeCohortReport(data []byte, rep *transport.CohortReport) error {
 }
 
 // keepCohortParts drops the parts of rep about namespaces the request
-// may not read or that do not exist: one namespace's trouble does not
-// refuse the others.
+// may not read or that do not exist, and at the origin the outcomes above
+// its head (of history a restore undid, as store.known drops such acks):
+// one namespace's trouble does not refuse the others.
 func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
+	var head int64
+	if s.follow == nil {
+		_, head, _ = s.be.info()
+	}
 	kept := rep.Namespaces[:0]
 	for _, n := range rep.Namespaces {
 		if s.opts.tokens != nil && s.mayRead(r, n.Namespace) != nil {
@@ -95,6 +100,7 @@ func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
 			if _, ok := s.be.nsRevision(n.Namespace); !ok {
 				continue
 			}
+			n.Outcomes = slices.DeleteFunc(n.Outcomes, func(o transport.CohortOutcome) bool { return o.Revision > head })
 		}
 		kept = append(kept, n)
 	}

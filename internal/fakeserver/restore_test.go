@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -85,6 +86,23 @@ func TestRestoreTo(t *testing.T) {
 		if want := map[string]int64{"c1": 0, "c2": r1}[cs.ClientID]; cs.AckedRevision != want {
 			t.Fatalf("client %s acked %d after restore, want %d", cs.ClientID, cs.AckedRevision, want)
 		}
+	}
+
+	// Late acks of the lost history (a client or a relay held them across
+	// the restore) are not recorded, whichever way they come: one ack, a
+	// batch, a cohort report. Those of revisions the store has still are.
+	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c3","ns":"app","revision":3,"status":"ack"}`)
+	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c4","acks":[{"ns":"app","revision":3,"status":"ack"},{"ns":"other","revision":2,"status":"ack"}]}`)
+	do(t, c, "POST", u+transport.PathAckCohort, cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1",
+		Namespaces: []transport.CohortNamespace{{Namespace: "app", Members: []string{"c5", "c6"}, Outcomes: []transport.CohortOutcome{
+			{Revision: 3, Status: transport.AckApplied, Runs: []int{0, 1}},
+			{Revision: r1, Status: transport.AckApplied, Runs: []int{1, 1}},
+		}}}}))
+	if got, want := states(s, "app"), []string{"c2=1/0", "c6=1/0"}; !slices.Equal(got, want) {
+		t.Fatalf("app's clients after late acks of the lost history: %v, want %v", got, want)
+	}
+	if got, want := states(s, "other"), []string{"c4=2/0"}; !slices.Equal(got, want) {
+		t.Fatalf("other's clients: %v, want %v", got, want)
 	}
 
 	// History goes on from the backup: revision 3 again, with other content.

@@ -697,12 +697,11 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 			s.planeError(w, r, acks[0].Namespace, ErrUnknownNamespace)
 			return
 		}
-	} else {
-		// One namespace's trouble must not refuse the others: acks of
-		// namespaces that do not exist (any more) are dropped.
-		acks = s.be.known(acks)
 	}
-	s.recordAcks(acks)
+	// One namespace's trouble must not refuse the others: acks of
+	// namespaces that do not exist (any more), or of revisions a restore
+	// undid, are dropped.
+	s.recordAcks(s.be.known(acks))
 	defer s.speak(r)()
 	ns := ""
 	if !batch {

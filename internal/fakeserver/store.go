@@ -666,12 +666,15 @@ func (st *store) nsRevision(ns string) (int64, bool) {
 	return n.rev, true
 }
 
-// known returns the acks of namespaces that exist, in place, under one
-// lock for the whole batch.
+// known returns the acks of namespaces that exist, of revisions the
+// store has reached, in place, under one lock for the whole batch. An ack
+// above the head is of history a restore undid (RestoreTo): a client or
+// relay held it past the restore, and it says nothing of what the store
+// has now.
 func (st *store) known(acks []transport.Ack) []transport.Ack {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return slices.DeleteFunc(acks, func(a transport.Ack) bool { return st.nss[a.Namespace] == nil })
+	return slices.DeleteFunc(acks, func(a transport.Ack) bool { return st.nss[a.Namespace] == nil || a.Revision > st.head })
 }
 
 // publishStaged is publish for the rollout controller: it commits only
