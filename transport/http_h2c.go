@@ -32,18 +32,17 @@ type h2cTransport struct {
 	on  atomic.Bool     // requests go to h2
 	mu  sync.Mutex
 	off int // fallbacks so far; at maxH2CFallbacks h2c is off for good
-	// warm is closed once the first request after a switch has its reply
-	// (or a second after it got its connection, for a reply that waits,
-	// as a long-poll's): requests started together on a fresh transport
-	// would each dial their own. Not at GotConn: the connection is in the
-	// idle pool for others only a moment later, and requests let go then
-	// dialed 10-20 connections, now and then under load.
-	warm     chan struct{}
-	warmOnce *sync.Once
+	// warm follows the switch's connection into h2's idle pool (see
+	// h2cWarmup); nil once a request got a connection out of the pool.
+	warm atomic.Pointer[h2cWarmup]
+	dial func(ctx context.Context, network, addr string) (net.Conn, error) // h1's
 }
 
-// warmWait bounds how long requests after a switch wait for the first
-// one's reply, once it has its connection.
+// warmWait bounds how long a dial after a switch waits for another
+// request's new connection to reach h2's idle pool (net/http puts it there
+// a moment after it handed it to that request), counted from that
+// connection's dial: a server that refuses it to the requests queued for
+// it (GOAWAY while the first stream stays open) costs a second at most.
 const warmWait = time.Second
 
 func newH2CTransport(h1 *http.Transport) *h2cTransport {
@@ -61,7 +60,12 @@ func newH2CTransport(h1 *http.Transport) *h2cTransport {
 		conf.MaxEncoderHeaderTableSize = 1
 	}
 	h2.HTTP2 = &conf
-	return &h2cTransport{h1: h1, h2: h2}
+	t := &h2cTransport{h1: h1, h2: h2, dial: h1.DialContext}
+	if t.dial == nil {
+		t.dial = (&net.Dialer{}).DialContext
+	}
+	h2.DialContext = t.dialH2C
+	return t
 }
 
 // upgrade switches later requests to h2c, unless h2c was given up.
@@ -74,7 +78,10 @@ func (t *h2cTransport) upgrade() {
 	if t.on.Load() || t.off >= maxH2CFallbacks {
 		return
 	}
-	t.warm, t.warmOnce = make(chan struct{}), new(sync.Once)
+	if !t.h2.DisableKeepAlives && t.h2.MaxIdleConnsPerHost >= 0 {
+		// (Without an idle pool no connection is shared: nothing to wait for.)
+		t.warm.Store(&h2cWarmup{t: t})
+	}
 	t.on.Store(true)
 	t.h1.CloseIdleConnections()
 }
@@ -86,7 +93,7 @@ func (t *h2cTransport) downgrade() {
 	if t.on.Load() {
 		t.on.Store(false)
 		t.off++
-		t.h2.CloseIdleConnections()
+		t.closeH2Idle()
 	}
 }
 
@@ -100,25 +107,10 @@ func (t *h2cTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return resp, err
 	}
-	t.mu.Lock()
-	warm, once := t.warm, t.warmOnce
-	t.mu.Unlock()
-	first := false
-	once.Do(func() { first = true })
-	if first {
-		release := func() { close(warm) }
-		var released sync.Once
-		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
-			time.AfterFunc(warmWait, func() { released.Do(release) })
-		}}
-		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
-		defer released.Do(release)
-	} else {
-		select {
-		case <-warm:
-		case <-req.Context().Done():
-			return nil, req.Context().Err()
-		}
+	if w := t.warm.Load(); w != nil {
+		r := w.track(req.Context())
+		defer r.finish()
+		req = req.WithContext(r.ctx)
 	}
 	resp, err := t.h2.RoundTrip(req)
 	if err != nil && req.Context().Err() == nil && !isDialError(err) {
@@ -129,7 +121,196 @@ func (t *h2cTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *h2cTransport) CloseIdleConnections() {
 	t.h1.CloseIdleConnections()
+	t.closeH2Idle()
+}
+
+// closeH2Idle closes h2's idle connections: a connection on its way into
+// the idle pool may be dropped from it, so dials waiting for it go ahead.
+func (t *h2cTransport) closeH2Idle() {
 	t.h2.CloseIdleConnections()
+	if w := t.warm.Load(); w != nil {
+		w.failGate()
+	}
+}
+
+// h2cWarmup makes requests started together after a switch share one
+// connection. net/http's Transport hands a new HTTP/2 connection to the
+// request whose dial made it and only then, in the dialing goroutine, puts
+// it in the idle pool (Transport.dialConnFor: tryDeliver, then
+// putOrCloseIdleConn). A request that asks for a connection in between
+// finds none and dials (every request after the first did, when that
+// goroutine ran late: the first one's reply was no sign that its
+// connection was in the pool). So until a request got a connection out of
+// the pool, each request carries an h2cReq, and a dial made for one while
+// another dial's connection is on its way waits: the pool delivers that
+// connection to every request queued for one (Transport.getConn queues for
+// an idle connection before it dials), and the waiting dial is given up
+// once its request got a connection. Only if that connection fails, is
+// dropped (CloseIdleConnections) or has not reached the request warmWait
+// after its dial does the waiting dial go ahead.
+type h2cWarmup struct {
+	t    *h2cTransport
+	mu   sync.Mutex
+	gate *h2cGate // the last connection dialed
+}
+
+// h2cGate is a connection dialed during the warm-up.
+type h2cGate struct {
+	ready  chan struct{} // closed when its dial returned
+	failed chan struct{} // closed when it will not reach waiting requests
+	once   sync.Once
+}
+
+func (g *h2cGate) fail() { g.once.Do(func() { close(g.failed) }) }
+
+func (g *h2cGate) hasFailed() bool {
+	select {
+	case <-g.failed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *h2cWarmup) failGate() {
+	w.mu.Lock()
+	g := w.gate
+	w.mu.Unlock()
+	if g != nil {
+		g.fail()
+	}
+}
+
+// gateFor returns the connection a dial waits for, or a gate of its own
+// (mine) when there is none to wait for: it dials. A connection that
+// reached the pool still gates the dials of requests that asked before
+// (net/http handed it to them with the put, their dials run late).
+func (w *h2cWarmup) gateFor() (g *h2cGate, mine bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gate != nil && !w.gate.hasFailed() {
+		return w.gate, false
+	}
+	w.gate = &h2cGate{ready: make(chan struct{}), failed: make(chan struct{})}
+	return w.gate, true
+}
+
+// h2cReqKey is the context key of a request's h2cReq (net/http dials
+// with a context that keeps the request's values).
+type h2cReqKey struct{}
+
+// h2cReq is a request during the warm-up, as its trace sees it.
+type h2cReq struct {
+	w       *h2cWarmup
+	ctx     context.Context // the request's, with the trace and the h2cReq
+	mu      sync.Mutex
+	got     int           // GotConn calls
+	asked   int           // got at the last GetConn
+	done    bool          // RoundTrip returned
+	dialed  bool          // a dial of its own went ahead
+	changed chan struct{} // closed (and replaced) at GotConn and when done
+}
+
+func (w *h2cWarmup) track(ctx context.Context) *h2cReq {
+	r := &h2cReq{w: w, changed: make(chan struct{})}
+	trace := &httptrace.ClientTrace{GetConn: r.getConn, GotConn: r.gotConn}
+	r.ctx = context.WithValue(httptrace.WithClientTrace(ctx, trace), h2cReqKey{}, r)
+	return r
+}
+
+// getConn: net/http's, once per attempt (and HTTP/2's again just before
+// its GotConn).
+func (r *h2cReq) getConn(string) {
+	r.mu.Lock()
+	r.asked = r.got
+	r.mu.Unlock()
+}
+
+func (r *h2cReq) gotConn(httptrace.GotConnInfo) {
+	r.mu.Lock()
+	r.got++
+	close(r.changed)
+	r.changed = make(chan struct{})
+	fromPool := !r.dialed
+	r.mu.Unlock()
+	if fromPool {
+		// Its connection came out of the pool: later requests find
+		// it there (or dial because it can take no more).
+		r.w.t.warm.CompareAndSwap(r.w, nil)
+	}
+}
+
+func (r *h2cReq) finish() {
+	r.mu.Lock()
+	r.done = true
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// errDialNotNeeded ends a dial whose request got a connection meanwhile;
+// net/http delivers it to no one (and were it delivered, it is a dial's
+// error: no reason to fall back to HTTP/1.1).
+var errDialNotNeeded = errors.New("transport: h2c dial not needed, the request got a connection")
+
+// dialH2C is h2's dial: during the warm-up, a dial for a request waits for
+// a connection already on its way into the pool (see h2cWarmup).
+func (t *h2cTransport) dialH2C(ctx context.Context, network, addr string) (net.Conn, error) {
+	r, _ := ctx.Value(h2cReqKey{}).(*h2cReq)
+	if r == nil {
+		return t.dial(ctx, network, addr)
+	}
+	r.mu.Lock()
+	asked := r.asked
+	r.mu.Unlock()
+	for {
+		g, mine := r.w.gateFor()
+		if mine {
+			r.mu.Lock()
+			r.dialed = true
+			r.mu.Unlock()
+			c, err := t.dial(ctx, network, addr)
+			if err != nil {
+				g.fail()
+			}
+			close(g.ready)
+			return c, err
+		}
+		if err := r.waitFor(g, asked); err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+	}
+}
+
+// waitFor waits until r got a connection or ended since its GetConn (an
+// error: give the dial up) or g will not bring one (nil: dial).
+func (r *h2cReq) waitFor(g *h2cGate, asked int) error {
+	ready := g.ready
+	var timeout <-chan time.Time
+	for {
+		r.mu.Lock()
+		over := r.got > asked || r.done
+		changed := r.changed
+		r.mu.Unlock()
+		if over {
+			return errDialNotNeeded
+		}
+		select {
+		case <-changed:
+		case <-ready:
+			ready = nil
+			tm := time.NewTimer(warmWait)
+			defer tm.Stop()
+			timeout = tm.C
+		case <-timeout:
+			g.fail()
+			return nil
+		case <-g.failed:
+			return nil
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
+	}
 }
 
 // isDialError reports whether err is a failure to connect at all (the
