@@ -217,3 +217,27 @@ func TestWaitForRevisionThroughARelay(t *testing.T) {
 		t.Errorf("WaitForRevision took %v through the relay, want under 1s", d)
 	}
 }
+
+// TestRevisionFollowsChangesThroughARelay: a relay sends a client of one
+// namespace each change without a progress after it; the change alone
+// moves the client's cursor and Revision to its revision, promptly (the
+// heartbeats are 5 s), and the client stays Fresh.
+func TestRevisionFollowsChangesThroughARelay(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(5*time.Second))
+	mustPublish(t, origin, "watched", map[string]any{"v": 0})
+	_, url := startRelay(t, origin.URL(), relay.WithHeartbeat(5*time.Second))
+	c := newClient(t, url)
+	ns := openNamespace(t, c, "watched")
+	for i := 1; i <= 3; i++ {
+		rev := mustPublish(t, origin, "watched", map[string]any{"v": i})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.WaitForRevision(ctx, rev)
+		cancel()
+		if err != nil {
+			t.Fatalf("WaitForRevision(%d): %v (at %d)", rev, err, c.Revision())
+		}
+		if st := ns.Status(); st.State != config.StateFresh || st.Revision != rev || st.Cursor != rev {
+			t.Fatalf("after publish %d at revision %d: %v", i, rev, st)
+		}
+	}
+}

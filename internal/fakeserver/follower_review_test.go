@@ -275,31 +275,54 @@ func serveFlushed(t *testing.T, s *Server, path string) *flushes {
 	return w
 }
 
-// A relay's stream sends a change and the progress that covers it in one
-// write, and the beat its upstream's confirmation asked for is then not
-// sent again: one write per client per publish, not two (at 10,000
-// clients the second was a third of the relay's fan-out).
-func TestFollowerStreamSendsChangeAndProgressInOneWrite(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
-	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
-	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
-	opened := len(w.all())
-	for rev := int64(2); rev <= 4; rev++ {
-		v := strconv.FormatInt(rev, 10)
-		f.Apply("a", "st", rev, rev, raw("x", v), chained("a", "st", rev-1, rev, "x", v), 0, false)
-		sent := w.waitFor(t, "change "+v, func(s []string) bool { return len(s) > opened })
-		got := sent[opened]
-		change, progress := strings.Index(got, "event: change\nid: "+v+"\n"), strings.Index(got, "event: progress\nid: "+v+"\n")
-		if change < 0 || progress < change {
-			t.Fatalf("revision %s: write %q, want its change then the progress at it", v, got)
-		}
-		// The confirmation's beat (due within progressEvery) and the
-		// head's tick add nothing.
-		time.Sleep(2 * progressEvery)
-		if sent := w.all(); len(sent) != opened+1 {
-			t.Fatalf("revision %s: writes after the change %q, want none", v, sent[opened+1:])
-		}
-		opened++
+// A relay's stream sends one write per publish: at 10,000 clients a
+// second write was a third of the relay's fan-out. A stream of several
+// namespaces gets the change and the progress that covers it (its id
+// speaks only for its namespace there); a stream of one namespace gets the
+// change alone, which says all that progress would, unless the flag it
+// carries is not what the stream was told. The beat the upstream's
+// confirmation asked for is not sent again.
+func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		path         string
+		unconfirmed  bool // the upstream said so, and says so still
+		wantProgress bool
+	}{
+		{"one namespace", "/sdk/stream?ns=a:1", false, false},
+		{"two namespaces", "/sdk/stream?ns=a:1&ns=b:1", false, true},
+		{"one namespace unconfirmed", "/sdk/stream?ns=a:1", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+			f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, tc.unconfirmed)
+			f.Apply("b", "st", 1, 1, raw("y", "1"), nil, 0, tc.unconfirmed)
+			w := serveFlushed(t, s, tc.path)
+			opened := len(w.all())
+			for rev := int64(2); rev <= 4; rev++ {
+				v := strconv.FormatInt(rev, 10)
+				f.Confirm("b", rev, 0, tc.unconfirmed) // b is as current as a: the head moves with a
+				f.Apply("a", "st", rev, rev, raw("x", v), chained("a", "st", rev-1, rev, "x", v), 0, tc.unconfirmed)
+				sent := w.waitFor(t, "change "+v, func(s []string) bool { return len(s) > opened })
+				got := sent[opened]
+				change, progress := strings.Index(got, "event: change\nid: "+v+"\n"), strings.Index(got, "event: progress\nid: "+v+"\n")
+				switch {
+				case change < 0:
+					t.Fatalf("revision %s: write %q, want its change", v, got)
+				case tc.wantProgress && progress < change:
+					t.Fatalf("revision %s: write %q, want its change then the progress at it", v, got)
+				case !tc.wantProgress && strings.Contains(got, "event: progress"):
+					t.Fatalf("revision %s: write %q, want its change alone", v, got)
+				}
+				// The confirmation's beat (due within progressEvery) and
+				// the head's tick add nothing.
+				time.Sleep(2 * progressEvery)
+				if sent := w.all(); len(sent) != opened+1 {
+					t.Fatalf("revision %s: writes after the change %q, want none", v, sent[opened+1:])
+				}
+				opened++
+			}
+		})
 	}
 }
 

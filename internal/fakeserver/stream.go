@@ -189,15 +189,20 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// A relay's: its upstream's confirmations and flag changes when
-	// progress last went out, and when.
+	// progress last went out, when, and the flag it told.
 	var toldConfirms, toldFlips uint64
 	var toldAt time.Time
+	toldUnconfirmed := false
 	progress := func(cursor int64) error {
+		p := transport.StreamProgress{StoreID: sub.storeID, Cursor: cursor}
 		if s.follow != nil {
 			toldConfirms, toldFlips = s.follow.confirmations()
 			toldAt = time.Now()
+			age, unconfirmed := s.be.freshness(names...)
+			p.AgeMillis, p.Unconfirmed = age.Milliseconds(), unconfirmed
+			toldUnconfirmed = unconfirmed
 		}
-		_, err := w.Write(s.streamProgress(sub.storeID, cursor, names))
+		_, err := w.Write(s.hub.streamProgress(p))
 		return err
 	}
 	if progress(told) != nil || rc.Flush() != nil {
@@ -243,6 +248,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		wrote := false
+		var last int64 // the revision of the last change written
 		for _, c := range items {
 			if s.follow == nil && c.cs.Revision <= told || !wt.fresh(c) {
 				continue // already sent with the backlog
@@ -250,7 +256,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			if _, err := w.Write(c.view(aware).frame()); err != nil {
 				return
 			}
-			wrote = true
+			wrote, last = true, c.cs.Revision
 			if s.follow == nil {
 				// In store order: a change's id speaks for the whole
 				// stream. A relay's namespaces are each complete up to
@@ -260,12 +266,25 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		wt.recycle(items)
 		if s.follow != nil {
-			// A relay's progress goes in the same write as the changes
-			// it follows (the head covers them once their upstream
-			// confirmed them); and the beat that confirmation asked for
-			// is then news to nobody: one frame per client per publish,
-			// not two. (The heartbeat's beat always goes.)
-			prompt = prompt || wrote
+			if wrote {
+				confirms, flips := s.follow.confirmations()
+				if len(names) == 1 && d <= last && !toldUnconfirmed && flips == toldFlips {
+					// One namespace, its flag as told: the change says
+					// all a progress at its revision would (its id is the
+					// namespace's cursor at the client, which dates it at
+					// receipt, as the relay dated it a moment before),
+					// and its confirmation's beat is news to nobody.
+					told, toldAt, toldConfirms = last, time.Now(), confirms
+				} else {
+					// A relay's progress goes in the same write as the
+					// changes it follows (the head covers them once their
+					// upstream confirmed them), and the beat that
+					// confirmation asked for is then news to nobody: one
+					// frame per client per publish, not two. (The
+					// heartbeat's beat always goes.)
+					prompt = true
+				}
+			}
 			// A flag's change always goes. Without one, a confirmation
 			// is not worth a write to a stream that told progress just
 			// before either (a publish's, say): the age its client knows
@@ -430,18 +449,6 @@ func upTo(changes []*change, cursor int64) []*change {
 		}
 	}
 	return out
-}
-
-// streamProgress returns the progress frame of a multi-namespace stream of
-// names at cursor (a relay's with the data's age), shared by every stream
-// that tells the same.
-func (s *Server) streamProgress(storeID string, cursor int64, names []string) []byte {
-	p := transport.StreamProgress{StoreID: storeID, Cursor: cursor}
-	if s.follow != nil {
-		age, unconfirmed := s.be.freshness(names...)
-		p.AgeMillis, p.Unconfirmed = age.Milliseconds(), unconfirmed
-	}
-	return s.hub.streamProgress(p)
 }
 
 // writeStreamEvents writes a transport.StreamEventsResponse, each change
