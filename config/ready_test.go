@@ -43,8 +43,11 @@ func TestCheckReady(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pay FailedClosed and flags Breached", func() bool {
-		return pay.Status().State == config.StateFailedClosed && flags.Status().State == config.StateBreached
+	// Under load the data can go past MaxStaleness before a reconnect has
+	// failed: wait for the error the reason should name, too.
+	eventually(t, "pay FailedClosed with a network error and flags Breached", func() bool {
+		st := pay.Status()
+		return st.State == config.StateFailedClosed && st.LastError.Kind == config.ErrorNetwork && flags.Status().State == config.StateBreached
 	})
 	err = c.CheckReady(0, "pay.prod", "flags.prod")
 	if !errors.As(err, &nr) || len(nr.NotReady) != 1 || nr.NotReady[0].Namespace != "pay.prod" || nr.NotReady[0].State != config.StateFailedClosed {
