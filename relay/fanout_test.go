@@ -3,6 +3,7 @@ package relay_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"strconv"
@@ -240,4 +241,27 @@ func TestRevisionFollowsChangesThroughARelay(t *testing.T) {
 			t.Fatalf("after publish %d at revision %d: %v", i, rev, st)
 		}
 	}
+}
+
+// TestClientBehindTwoRelaysLearnsTheAgeOfAResnapshot: a relay upstream (a
+// Follower fed by hand) resnapshotted from its own upstream, which
+// confirmed the data 30 s ago: it serves the difference as a change and
+// dates the data 30 s back. Its stream of one namespace to the relay
+// below must tell that age with the change (a change alone is dated at
+// its receipt), and the client behind both, MaxStaleness 10 s, must see
+// its data 30 s old, not Fresh.
+func TestClientBehindTwoRelaysLearnsTheAgeOfAResnapshot(t *testing.T) {
+	f, upper := handFedUpstream(t, time.Hour)
+	f.Apply("app", "st", 1, 1, map[string]json.RawMessage{"a": json.RawMessage(`1`)}, nil, 0, false)
+	_, url := startRelay(t, upper.URL())
+	c := newClient(t, url)
+	ns := openNamespace(t, c, "app", config.MaxStaleness(10*time.Second), config.FailOpen())
+	eventually(t, "Fresh at 1", func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == 1 })
+	eventually(t, "the relay's stream from the upper one", func() bool { return upper.Watchers("app") == 1 })
+
+	f.Apply("app", "st", 2, 2, map[string]json.RawMessage{"a": json.RawMessage(`2`)}, nil, 30*time.Second, false)
+	eventuallyWithin(t, 5*time.Second, "Breached at 2, 30 s old", func() bool {
+		st := ns.Status()
+		return st.Revision == 2 && st.State == config.StateBreached && st.Staleness >= 30*time.Second
+	})
 }

@@ -21,8 +21,17 @@ import (
 // "st" (a Go publish of a reserved key is refused).
 func upstreamWithRollout(t *testing.T, staged json.RawMessage) (*fakeserver.Follower, string) {
 	t.Helper()
+	f, s := handFedUpstream(t, 100*time.Millisecond)
+	f.Apply("app", "st", 1, 1, map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: staged}, nil, 0, false)
+	return f, s.URL()
+}
+
+// handFedUpstream serves a Follower fed by hand, as a relay's upstream
+// would, heartbeating every heartbeat.
+func handFedUpstream(t *testing.T, heartbeat time.Duration) (*fakeserver.Follower, *fakeserver.Server) {
+	t.Helper()
 	f := fakeserver.NewFollower(100, 0, func(string) error { return nil })
-	s, err := fakeserver.NewFollowerServer(f, fakeserver.WithHeartbeat(100*time.Millisecond))
+	s, err := fakeserver.NewFollowerServer(f, fakeserver.WithHeartbeat(heartbeat))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,8 +43,7 @@ func upstreamWithRollout(t *testing.T, staged json.RawMessage) (*fakeserver.Foll
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	f.Apply("app", "st", 1, 1, map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: staged}, nil, 0, false)
-	return f, s.URL()
+	return f, s
 }
 
 // dropRollout is the transport of an SDK that predates rollouts: the

@@ -59,10 +59,16 @@ type Follower struct {
 }
 
 // confirmations returns confirms and flips.
-func (f *Follower) confirmations() (confirms, flips uint64) {
+func (f *Follower) confirmations(names ...string) (confirms, flips uint64, atReceipt bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.confirms, f.flips
+	atReceipt = true
+	for _, ns := range names {
+		if n := f.nss[ns]; n != nil && n.ready {
+			atReceipt = atReceipt && n.atReceipt
+		}
+	}
+	return f.confirms, f.flips, atReceipt
 }
 
 // unlock hands the pending hub items over, in order, and releases f.mu.
@@ -89,6 +95,10 @@ type followed struct {
 	floor       int64
 	cursor      int64
 	confirmedAt time.Time // when the upstream last confirmed the data
+	// atReceipt: that confirmation came with no age (a change or a
+	// progress of its upstream's own data, not a resnapshot or a relay's
+	// aged progress): the data is dated when this relay received it.
+	atReceipt   bool
 	unconfirmed bool      // the upstream is not confirming it now
 	demanded    time.Time // the last downstream request for it
 	// leaving: its relay is dropping it (Leave): no request may join it
@@ -269,7 +279,7 @@ func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, u
 	if n.unconfirmed != unconfirmed {
 		f.flips++
 	}
-	n.confirmedAt, n.unconfirmed = f.now().Add(-max(age, 0)), unconfirmed
+	n.confirmedAt, n.atReceipt, n.unconfirmed = f.now().Add(-max(age, 0)), age <= 0, unconfirmed
 	f.advanceLocked()
 	f.changedLocked()
 	f.confirms++

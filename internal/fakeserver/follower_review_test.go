@@ -284,14 +284,18 @@ func serveFlushed(t *testing.T, s *Server, path string) *flushes {
 // confirmation asked for is not sent again.
 func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		path         string
-		unconfirmed  bool // the upstream said so, and says so still
+		name        string
+		path        string
+		unconfirmed bool // the upstream said so, and says so still
+		// age: a's data comes as a resnapshot's, which its upstream
+		// confirmed age ago (the relay dates it then, not at receipt).
+		age          time.Duration
 		wantProgress bool
 	}{
-		{"one namespace", "/sdk/stream?ns=a:1", false, false},
-		{"two namespaces", "/sdk/stream?ns=a:1&ns=b:1", false, true},
-		{"one namespace unconfirmed", "/sdk/stream?ns=a:1", true, true},
+		{"one namespace", "/sdk/stream?ns=a:1", false, 0, false},
+		{"two namespaces", "/sdk/stream?ns=a:1&ns=b:1", false, 0, true},
+		{"one namespace unconfirmed", "/sdk/stream?ns=a:1", true, 0, true},
+		{"one namespace resnapshotted, its data aged", "/sdk/stream?ns=a:1", false, 30 * time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
@@ -302,7 +306,11 @@ func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
 			for rev := int64(2); rev <= 4; rev++ {
 				v := strconv.FormatInt(rev, 10)
 				f.Confirm("b", rev, 0, tc.unconfirmed) // b is as current as a: the head moves with a
-				f.Apply("a", "st", rev, rev, raw("x", v), chained("a", "st", rev-1, rev, "x", v), 0, tc.unconfirmed)
+				cs := chained("a", "st", rev-1, rev, "x", v)
+				if tc.age > 0 {
+					cs = nil // a resnapshot: the relay serves the difference
+				}
+				f.Apply("a", "st", rev, rev, raw("x", v), cs, tc.age, tc.unconfirmed)
 				sent := w.waitFor(t, "change "+v, func(s []string) bool { return len(s) > opened })
 				got := sent[opened]
 				change, progress := strings.Index(got, "event: change\nid: "+v+"\n"), strings.Index(got, "event: progress\nid: "+v+"\n")
@@ -314,6 +322,9 @@ func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
 				case !tc.wantProgress && strings.Contains(got, "event: progress"):
 					t.Fatalf("revision %s: write %q, want its change alone", v, got)
 				}
+				if age := progressAge(t, got[max(progress, 0):]); tc.wantProgress && age < tc.age {
+					t.Fatalf("revision %s: progress %q tells age %v, want at least %v", v, got[progress:], age, tc.age)
+				}
 				// The confirmation's beat (due within progressEvery) and
 				// the head's tick add nothing.
 				time.Sleep(2 * progressEvery)
@@ -324,6 +335,22 @@ func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
 			}
 		})
 	}
+}
+
+// progressAge returns the age a write's first progress event tells.
+func progressAge(t *testing.T, write string) time.Duration {
+	t.Helper()
+	_, data, ok := strings.Cut(write, "event: progress\n")
+	if !ok {
+		return 0
+	}
+	_, data, _ = strings.Cut(data, "data: ")
+	data, _, _ = strings.Cut(data, "\n")
+	var p transport.StreamProgress
+	if err := json.Unmarshal([]byte(data), &p); err != nil {
+		t.Fatalf("progress data %q: %v", data, err)
+	}
+	return time.Duration(p.AgeMillis) * time.Millisecond
 }
 
 // A beat already asked for when the upstream stops confirming (Fail) is

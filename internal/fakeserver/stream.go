@@ -196,7 +196,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	progress := func(cursor int64) error {
 		p := transport.StreamProgress{StoreID: sub.storeID, Cursor: cursor}
 		if s.follow != nil {
-			toldConfirms, toldFlips = s.follow.confirmations()
+			toldConfirms, toldFlips, _ = s.follow.confirmations()
 			toldAt = time.Now()
 			age, unconfirmed := s.be.freshness(names...)
 			p.AgeMillis, p.Unconfirmed = age.Milliseconds(), unconfirmed
@@ -267,13 +267,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		wt.recycle(items)
 		if s.follow != nil {
 			if wrote {
-				confirms, flips := s.follow.confirmations()
-				if len(names) == 1 && d <= last && !toldUnconfirmed && flips == toldFlips {
-					// One namespace, its flag as told: the change says
-					// all a progress at its revision would (its id is the
-					// namespace's cursor at the client, which dates it at
-					// receipt, as the relay dated it a moment before),
-					// and its confirmation's beat is news to nobody.
+				confirms, flips, atReceipt := s.follow.confirmations(names...)
+				if len(names) == 1 && d <= last && !toldUnconfirmed && flips == toldFlips && atReceipt {
+					// One namespace, its flag as told, its data dated at
+					// the relay's receipt: the change says all a progress
+					// at its revision would (its id is the namespace's
+					// cursor at the client, which dates it at receipt, as
+					// the relay dated it a moment before), and its
+					// confirmation's beat is news to nobody. Data the
+					// relay dates earlier (a resnapshot's, an aged
+					// progress's) needs the progress: its age.
 					told, toldAt, toldConfirms = last, time.Now(), confirms
 				} else {
 					// A relay's progress goes in the same write as the
@@ -286,12 +289,14 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			// A flag's change always goes. Without one, a confirmation
-			// is not worth a write to a stream that told progress just
-			// before either (a publish's, say): the age its client knows
-			// is at most recentProgress older than it could be.
+			// that dates the data at the relay's receipt is not worth a
+			// write to a stream that told progress just before either (a
+			// publish's, say): the age its client knows is at most
+			// recentProgress older than it could be. One with an age may
+			// date it earlier than told: it goes.
 			if confirmed && !healed && d <= told {
-				confirms, flips := s.follow.confirmations()
-				if flips == toldFlips && (confirms == toldConfirms || time.Since(toldAt) < recentProgress(s.opts.heartbeat)) {
+				confirms, flips, atReceipt := s.follow.confirmations(names...)
+				if flips == toldFlips && (confirms == toldConfirms || atReceipt && time.Since(toldAt) < recentProgress(s.opts.heartbeat)) {
 					beat = false
 				}
 			}
