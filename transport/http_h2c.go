@@ -40,9 +40,11 @@ type h2cTransport struct {
 
 // warmWait bounds how long a dial after a switch waits for another
 // request's new connection to reach h2's idle pool (net/http puts it there
-// a moment after it handed it to that request), counted from that
-// connection's dial: a server that refuses it to the requests queued for
-// it (GOAWAY while the first stream stays open) costs a second at most.
+// a moment after it handed it to that request), counted from the start of
+// that connection's dial: a dial that hangs, or a server that refuses the
+// connection to the requests queued for it (GOAWAY while the first stream
+// stays open), costs a second at most; and a connection dialed longer ago
+// (one that died since, say) gates no dial.
 const warmWait = time.Second
 
 func newH2CTransport(h1 *http.Transport) *h2cTransport {
@@ -146,8 +148,8 @@ func (t *h2cTransport) closeH2Idle() {
 // connection to every request queued for one (Transport.getConn queues for
 // an idle connection before it dials), and the waiting dial is given up
 // once its request got a connection. Only if that connection fails, is
-// dropped (CloseIdleConnections) or has not reached the request warmWait
-// after its dial does the waiting dial go ahead.
+// dropped (CloseIdleConnections), closed, or has not reached the request
+// warmWait after its dial began does the waiting dial go ahead.
 type h2cWarmup struct {
 	t    *h2cTransport
 	mu   sync.Mutex
@@ -156,9 +158,9 @@ type h2cWarmup struct {
 
 // h2cGate is a connection dialed during the warm-up.
 type h2cGate struct {
-	ready  chan struct{} // closed when its dial returned
-	failed chan struct{} // closed when it will not reach waiting requests
-	once   sync.Once
+	expires time.Time     // warmWait after its dial began
+	failed  chan struct{} // closed when it will not reach waiting requests
+	once    sync.Once
 }
 
 func (g *h2cGate) fail() { g.once.Do(func() { close(g.failed) }) }
@@ -184,14 +186,16 @@ func (w *h2cWarmup) failGate() {
 // gateFor returns the connection a dial waits for, or a gate of its own
 // (mine) when there is none to wait for: it dials. A connection that
 // reached the pool still gates the dials of requests that asked before
-// (net/http handed it to them with the put, their dials run late).
+// (net/http handed it to them with the put, their dials run late), until
+// it expires.
 func (w *h2cWarmup) gateFor() (g *h2cGate, mine bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.gate != nil && !w.gate.hasFailed() {
+	now := time.Now()
+	if w.gate != nil && !w.gate.hasFailed() && now.Before(w.gate.expires) {
 		return w.gate, false
 	}
-	w.gate = &h2cGate{ready: make(chan struct{}), failed: make(chan struct{})}
+	w.gate = &h2cGate{expires: now.Add(warmWait), failed: make(chan struct{})}
 	return w.gate, true
 }
 
@@ -272,9 +276,9 @@ func (t *h2cTransport) dialH2C(ctx context.Context, network, addr string) (net.C
 			c, err := t.dial(ctx, network, addr)
 			if err != nil {
 				g.fail()
+				return nil, err
 			}
-			close(g.ready)
-			return c, err
+			return &gatedConn{Conn: c, g: g}, nil
 		}
 		if err := r.waitFor(g, asked); err != nil {
 			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
@@ -282,11 +286,23 @@ func (t *h2cTransport) dialH2C(ctx context.Context, network, addr string) (net.C
 	}
 }
 
+// gatedConn is a connection dialed during the warm-up: once closed (it
+// died, or h2 dropped it) it gates no dial.
+type gatedConn struct {
+	net.Conn
+	g *h2cGate
+}
+
+func (c *gatedConn) Close() error {
+	c.g.fail()
+	return c.Conn.Close()
+}
+
 // waitFor waits until r got a connection or ended since its GetConn (an
 // error: give the dial up) or g will not bring one (nil: dial).
 func (r *h2cReq) waitFor(g *h2cGate, asked int) error {
-	ready := g.ready
-	var timeout <-chan time.Time
+	timeout := time.NewTimer(time.Until(g.expires))
+	defer timeout.Stop()
 	for {
 		r.mu.Lock()
 		over := r.got > asked || r.done
@@ -297,12 +313,7 @@ func (r *h2cReq) waitFor(g *h2cGate, asked int) error {
 		}
 		select {
 		case <-changed:
-		case <-ready:
-			ready = nil
-			tm := time.NewTimer(warmWait)
-			defer tm.Stop()
-			timeout = tm.C
-		case <-timeout:
+		case <-timeout.C:
 			g.fail()
 			return nil
 		case <-g.failed:

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -176,5 +179,110 @@ func TestH2CFallsBackToHTTP1(t *testing.T) {
 	}
 	if failed != maxH2CFallbacks || s.h2c.on.Load() {
 		t.Errorf("%d of 10 snapshots failed, h2c on %v; want %d, off", failed, s.h2c.on.Load(), maxH2CFallbacks)
+	}
+}
+
+// closeNotifyConn closes closed when the client closes the connection.
+type closeNotifyConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeNotifyConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// After the switch, a source whose h2c connection dies before a second
+// request took it from the pool (a server restart, its idle timeout, a
+// lone stream that reconnects) dials again at once: the warm-up's gate of
+// that old connection gates no later dial.
+func TestH2CRedialAfterTheConnectionDiedDoesNotWait(t *testing.T) {
+	leakCheck(t)
+	srv := StartStandIn(t, allCaps, time.Second)
+	srv.Publish("a", rawKV("v", "1"), nil)
+	s := newSource(t, srv.URL)
+	ctx := streamCtx(t)
+	if _, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "a"}); err != nil { // HTTP/1.1; switches
+		t.Fatal(err)
+	}
+	conns := make(chan *closeNotifyConn, 10)
+	dial := s.h2c.dial
+	s.h2c.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cc := &closeNotifyConn{Conn: c, closed: make(chan struct{})}
+		conns <- cc
+		return cc, nil
+	}
+	for i := range 3 {
+		start := time.Now()
+		if _, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d >= warmWait {
+			t.Errorf("request %d after the connection died took %v: it waited out warmWait (%v)", i, d, warmWait)
+		}
+		c := <-conns
+		srv.srv.CloseClientConnections()
+		<-c.closed // the client saw it go
+	}
+}
+
+// A dial that hangs holds the requests that wait for its connection
+// warmWait at most from its start; then they dial their own.
+func TestH2CWaitForASlowDialIsBounded(t *testing.T) {
+	leakCheck(t)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	d := &net.Dialer{}
+	tr := newH2CTransport(&http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		slow := false
+		first.Do(func() { slow = true })
+		if slow {
+			close(entered)
+			<-release
+		}
+		return d.DialContext(ctx, network, addr)
+	}})
+	defer tr.CloseIdleConnections()
+	tr.upgrade()
+	c := &http.Client{Transport: tr}
+	get := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- get(context.Background()) }()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 5*warmWait)
+	defer cancel()
+	start := time.Now()
+	if err := get(ctx); err != nil {
+		t.Errorf("a request whose own dial is instant, behind a hanging one: failed after %v: %v", time.Since(start), err)
+	}
+	close(release)
+	if err := <-firstDone; err != nil {
+		t.Error(err)
 	}
 }
