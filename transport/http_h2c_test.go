@@ -133,10 +133,10 @@ func TestHTTP1ConnectionsBesideTheStream(t *testing.T) {
 	waitFor(t, "at most 2 open connections", func() bool { return srv.open.Load() <= 2 })
 }
 
-// Requests started together right after the switch still share one
-// connection: the first dials, the others wait for its connection.
-func TestH2CSwitchWarmsOneConnection(t *testing.T) {
-	leakCheck(t)
+// switchedToH2C returns a stand-in and a source of it whose first request
+// (over HTTP/1.1) switched it to h2c.
+func switchedToH2C(t *testing.T) (*StandIn, *HTTPSource, context.Context) {
+	t.Helper()
 	srv := StartStandIn(t, allCaps, time.Second)
 	srv.Publish("a", rawKV("v", "1"), nil)
 	s := newSource(t, srv.URL)
@@ -144,6 +144,14 @@ func TestH2CSwitchWarmsOneConnection(t *testing.T) {
 	if _, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "a"}); err != nil {
 		t.Fatal(err)
 	}
+	return srv, s, ctx
+}
+
+// Requests started together right after the switch still share one
+// connection: the first dials, the others wait for its connection.
+func TestH2CSwitchWarmsOneConnection(t *testing.T) {
+	leakCheck(t)
+	srv, s, ctx := switchedToH2C(t)
 	before := srv.accepted.Load()
 	var wg sync.WaitGroup
 	for range 20 {
@@ -200,13 +208,7 @@ func (c *closeNotifyConn) Close() error {
 // that old connection gates no later dial.
 func TestH2CRedialAfterTheConnectionDiedDoesNotWait(t *testing.T) {
 	leakCheck(t)
-	srv := StartStandIn(t, allCaps, time.Second)
-	srv.Publish("a", rawKV("v", "1"), nil)
-	s := newSource(t, srv.URL)
-	ctx := streamCtx(t)
-	if _, err := s.Snapshot(ctx, SnapshotRequest{Namespace: "a"}); err != nil { // HTTP/1.1; switches
-		t.Fatal(err)
-	}
+	srv, s, ctx := switchedToH2C(t)
 	conns := make(chan *closeNotifyConn, 10)
 	dial := s.h2c.dial
 	s.h2c.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
