@@ -58,17 +58,34 @@ type Follower struct {
 	flips uint64
 }
 
-// confirmations returns confirms and flips.
-func (f *Follower) confirmations(names ...string) (confirms, flips uint64, atReceipt bool) {
+// streamState is what a relay's stream reads of its namespaces to tell
+// progress or to weigh a beat: the counters, and the data's age and flags
+// (the oldest of the namespaces').
+type streamState struct {
+	confirms, flips uint64
+	dated           time.Time     // the oldest confirmation (zero: no data)
+	age             time.Duration // since dated
+	unconfirmed     bool          // one of them is not confirmed now
+	atReceipt       bool          // each is dated at this relay's receipt
+}
+
+func (f *Follower) streamState(names ...string) streamState {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	atReceipt = true
+	defer f.unlock()
+	st := streamState{confirms: f.confirms, flips: f.flips, atReceipt: true}
 	for _, ns := range names {
 		if n := f.nss[ns]; n != nil && n.ready {
-			atReceipt = atReceipt && n.atReceipt
+			if st.dated.IsZero() || n.confirmedAt.Before(st.dated) {
+				st.dated = n.confirmedAt
+			}
+			st.unconfirmed = st.unconfirmed || n.unconfirmed
+			st.atReceipt = st.atReceipt && n.atReceipt
 		}
 	}
-	return f.confirms, f.flips, atReceipt
+	if !st.dated.IsZero() {
+		st.age = max(f.now().Sub(st.dated), 0)
+	}
+	return st
 }
 
 // unlock hands the pending hub items over, in order, and releases f.mu.
@@ -545,18 +562,8 @@ func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []
 }
 
 func (f *Follower) freshness(names ...string) (time.Duration, bool) {
-	f.mu.Lock()
-	defer f.unlock()
-	var age time.Duration
-	unconfirmed := false
-	now := f.now()
-	for _, ns := range names {
-		if n := f.nss[ns]; n != nil && n.ready {
-			age = max(age, now.Sub(n.confirmedAt))
-			unconfirmed = unconfirmed || n.unconfirmed
-		}
-	}
-	return age, unconfirmed
+	st := f.streamState(names...)
+	return st.age, st.unconfirmed
 }
 
 // demandWait bounds how long a request waits for a namespace's first

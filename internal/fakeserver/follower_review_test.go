@@ -337,6 +337,22 @@ func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
 	}
 }
 
+// A confirmation that dates the data earlier than a stream was told (a
+// relay above that resnapshotted, an aged progress) goes at once, though
+// the stream told progress, or a change alone, just before.
+func TestFollowerStreamTellsAnOlderDateAtOnce(t *testing.T) {
+	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
+	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
+	opened := len(w.all())
+	f.Apply("a", "st", 2, 2, raw("x", "2"), chained("a", "st", 1, 2, "x", "2"), 0, false)
+	w.waitFor(t, "the change alone", func(s []string) bool { return len(s) > opened })
+	f.Confirm("a", 2, 30*time.Second, false)
+	w.waitFor(t, "progress aged 30 s", func(s []string) bool {
+		return slices.ContainsFunc(s[opened+1:], func(b string) bool { return progressAge(t, b) >= 30*time.Second })
+	})
+}
+
 // progressAge returns the age a write's first progress event tells.
 func progressAge(t *testing.T, write string) time.Duration {
 	t.Helper()

@@ -189,18 +189,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// A relay's: its upstream's confirmations and flag changes when
-	// progress last went out, when, and the flag it told.
+	// progress last went out, when, and the flag and date it told.
 	var toldConfirms, toldFlips uint64
-	var toldAt time.Time
+	var toldAt, toldDated time.Time
 	toldUnconfirmed := false
 	progress := func(cursor int64) error {
 		p := transport.StreamProgress{StoreID: sub.storeID, Cursor: cursor}
 		if s.follow != nil {
-			toldConfirms, toldFlips, _ = s.follow.confirmations()
-			toldAt = time.Now()
-			age, unconfirmed := s.be.freshness(names...)
-			p.AgeMillis, p.Unconfirmed = age.Milliseconds(), unconfirmed
-			toldUnconfirmed = unconfirmed
+			st := s.follow.streamState(names...)
+			toldConfirms, toldFlips, toldUnconfirmed, toldAt, toldDated = st.confirms, st.flips, st.unconfirmed, time.Now(), st.dated
+			p.AgeMillis, p.Unconfirmed = st.age.Milliseconds(), st.unconfirmed
 		}
 		_, err := w.Write(s.hub.streamProgress(p))
 		return err
@@ -267,8 +265,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		wt.recycle(items)
 		if s.follow != nil {
 			if wrote {
-				confirms, flips, atReceipt := s.follow.confirmations(names...)
-				if len(names) == 1 && d <= last && !toldUnconfirmed && flips == toldFlips && atReceipt {
+				st := s.follow.streamState(names...)
+				if len(names) == 1 && d <= last && !toldUnconfirmed && st.flips == toldFlips && st.atReceipt {
 					// One namespace, its flag as told, its data dated at
 					// the relay's receipt: the change says all a progress
 					// at its revision would (its id is the namespace's
@@ -277,7 +275,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 					// confirmation's beat is news to nobody. Data the
 					// relay dates earlier (a resnapshot's, an aged
 					// progress's) needs the progress: its age.
-					told, toldAt, toldConfirms = last, time.Now(), confirms
+					told, toldAt, toldConfirms, toldDated = last, time.Now(), st.confirms, st.dated
 				} else {
 					// A relay's progress goes in the same write as the
 					// changes it follows (the head covers them once their
@@ -289,14 +287,14 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			// A flag's change always goes. Without one, a confirmation
-			// that dates the data at the relay's receipt is not worth a
-			// write to a stream that told progress just before either (a
-			// publish's, say): the age its client knows is at most
-			// recentProgress older than it could be. One with an age may
-			// date it earlier than told: it goes.
+			// is not worth a write to a stream that told progress just
+			// before either (a publish's, say), unless it dates the data
+			// earlier than told (a resnapshot's, an aged progress's): the
+			// age its client knows is at most recentProgress older than
+			// it could be.
 			if confirmed && !healed && d <= told {
-				confirms, flips, atReceipt := s.follow.confirmations(names...)
-				if flips == toldFlips && (confirms == toldConfirms || atReceipt && time.Since(toldAt) < recentProgress(s.opts.heartbeat)) {
+				st := s.follow.streamState(names...)
+				if st.flips == toldFlips && (st.confirms == toldConfirms || !st.dated.Before(toldDated) && time.Since(toldAt) < recentProgress(s.opts.heartbeat)) {
 					beat = false
 				}
 			}
