@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -69,6 +68,7 @@ type Source struct {
 	mu      sync.Mutex // guards closed and wg.Add
 	closed  bool
 	wg      sync.WaitGroup
+	ids     storeIDs
 	once    sync.Once
 	errOnce error
 
@@ -156,13 +156,6 @@ func (s *Source) requestCtx(ctx context.Context) (context.Context, context.Cance
 // etcdctl prints it.
 func StoreID(clusterID uint64) string { return fmt.Sprintf("%016x", clusterID) }
 
-func storeID(h *etcdserverpb.ResponseHeader) string {
-	if h == nil {
-		return ""
-	}
-	return StoreID(h.ClusterId)
-}
-
 // Snapshot reads the namespace's prefix in one linearizable range read. Its
 // Revision is the highest ModRevision of the namespace's keys (the meta key
 // included, so a publish of only deletes counts), its Cursor the read's
@@ -199,7 +192,7 @@ func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*
 		if err != nil {
 			return nil, mapError("snapshot", req.Namespace, err)
 		}
-		if id := storeID(resp.Header); id == req.KnownStoreID && len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision == req.KnownRevision {
+		if id := s.storeID(ctx, resp.Header); id == req.KnownStoreID && len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision == req.KnownRevision {
 			return &transport.Snapshot{
 				Namespace: req.Namespace, StoreID: id,
 				Revision: req.KnownRevision, Cursor: resp.Header.Revision,
@@ -224,7 +217,7 @@ func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*
 	}
 	return &transport.Snapshot{
 		Namespace: req.Namespace,
-		StoreID:   storeID(resp.Header),
+		StoreID:   s.storeID(ctx, resp.Header),
 		Revision:  rev,
 		Cursor:    resp.Header.Revision,
 		Values:    obj,

@@ -249,7 +249,7 @@ func (s *Source) streamResponse(ctx context.Context, st *streamState, resp *clie
 	if resp.Canceled {
 		return false, fmt.Errorf("etcd: stream: watch canceled by the server: %s", resp.Header.String())
 	}
-	st.id = storeID(&resp.Header)
+	st.id = s.storeID(ctx, &resp.Header)
 	if resp.Created {
 		return false, s.streamAhead(ctx, st, resp.Header.Revision, handle)
 	}
@@ -407,7 +407,7 @@ func (s *Source) streamCheck(ctx context.Context, st *streamState, handle func(t
 		}
 		if head == 0 {
 			head = resp.Header.Revision
-			st.id = storeID(resp.Header)
+			st.id = s.storeID(ctx, resp.Header)
 		}
 		for k, ns := range batch {
 			if r := resp.Responses[k].GetResponseRange(); r != nil && len(r.Kvs) > 0 {

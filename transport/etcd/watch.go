@@ -184,7 +184,7 @@ func (s *Source) watchResponse(ctx context.Context, w *watchState, resp *clientv
 		}
 		return nil
 	}
-	id := storeID(&resp.Header)
+	id := s.storeID(ctx, &resp.Header)
 	evs := resp.Events
 	for i := 0; i < len(evs); {
 		j := i + 1
@@ -317,7 +317,7 @@ func (s *Source) readProgress(ctx context.Context, w *watchState, handle func(tr
 	if head := resp.Header.Revision; head < w.cursor {
 		return true, fmt.Errorf("etcd: watch of %q: %w: cursor %d, the store's head %d (restored from an older backup?)", w.ns, transport.ErrCursorAhead, w.cursor, head)
 	}
-	return true, s.confirm(w, storeID(resp.Header), resp.Header.Revision, metaRevision(resp), handle)
+	return true, s.confirm(w, s.storeID(ctx, resp.Header), resp.Header.Revision, metaRevision(resp), handle)
 }
 
 func metaRevision(resp *clientv3.GetResponse) int64 {

@@ -1,0 +1,274 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// Defaults.
+const (
+	DefaultMaxPublishBytes = 1 << 20 // below etcd's 1.5 MiB request limit, with room for the audit
+	maxControlBytes        = 64 << 10
+)
+
+// SchemaRoot is the key prefix of the namespaces' schemas: namespace N's
+// is SchemaRoot + N. Outside etcd.KeyRoot, so no namespace watch sees it.
+const SchemaRoot = "/holdfast-schema/"
+
+// Config configures a Handler.
+type Config struct {
+	Source *etcd.Source // the store, through holdfast's etcd source
+	Logger *slog.Logger
+	// MaxPublishBytes bounds a publish or schema body (default
+	// DefaultMaxPublishBytes).
+	MaxPublishBytes int64
+	// Acks is the table of the clients' acks that /control/clients reads.
+	Acks *Acks
+	// Revision reports the revision of a namespace the server's data
+	// plane serves (ok false: not followed), for status and clients.
+	Revision func(ns string) (rev int64, ok bool)
+}
+
+// Handler serves the control API.
+type Handler struct {
+	cfg Config
+	cli *clientv3.Client
+	mux *http.ServeMux
+	log *slog.Logger
+
+	schemas schemaCache
+}
+
+// New returns the control API over cfg.Source.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("control: nil source")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxPublishBytes <= 0 {
+		cfg.MaxPublishBytes = DefaultMaxPublishBytes
+	}
+	if cfg.Acks == nil {
+		cfg.Acks = NewAcks(DefaultMaxAckEntries)
+	}
+	if cfg.Revision == nil {
+		cfg.Revision = func(string) (int64, bool) { return 0, false }
+	}
+	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger}
+	for _, rt := range []struct {
+		pattern string
+		fn      func(http.ResponseWriter, *http.Request) error
+	}{
+		{"POST /control/namespaces/{ns}/publish", h.publish},
+		{"POST /control/namespaces/{ns}/rollback", h.rollback},
+		{"PUT /control/namespaces/{ns}/schema", h.putSchema},
+		{"GET /control/namespaces/{ns}/schema", h.getSchema},
+		{"DELETE /control/namespaces/{ns}/schema", h.deleteSchema},
+		{"GET /control/namespaces/{ns}/status", h.status},
+		{"GET /control/namespaces/{ns}/history", h.history},
+		{"GET /control/namespaces/{ns}/values", h.values},
+		{"GET /control/namespaces/{ns}/diff", h.diff},
+		{"/control/namespaces/{ns}/rollouts", h.rolloutsMissing},
+		{"/control/namespaces/{ns}/rollouts/", h.rolloutsMissing},
+		{"POST /control/compact", h.compact},
+		{"GET /control/clients", h.clients},
+	} {
+		h.mux.Handle(rt.pattern, handlerFunc(h.log, rt.fn))
+	}
+	h.mux.Handle("/control/", handlerFunc(h.log, func(w http.ResponseWriter, r *http.Request) error {
+		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: "no such endpoint: " + r.URL.Path}
+	}))
+	return h, nil
+}
+
+// ServeHTTP serves /control/... requests.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// handlerFunc adapts a handler that returns an error: the one place that
+// writes an error reply.
+func handlerFunc(log *slog.Logger, fn func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := fn(w, r)
+		if err == nil {
+			return
+		}
+		status, body := errorReply(err)
+		if status >= 500 {
+			log.Warn("control: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		}
+		if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+// httpError is an error with its reply.
+type httpError struct {
+	status  int
+	code    string
+	msg     string
+	details []string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{status: http.StatusBadRequest, code: transport.CodeBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// errorReply maps an error to its status and body; a caller's mistake is
+// never a 500, and a store that does not answer is a 503.
+func errorReply(err error) (int, transport.ErrorBody) {
+	var he *httpError
+	var ce *transport.CompactedError
+	var conflict *etcd.ConflictError
+	var ve *schema.ValidationError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, errStoredSchema):
+		return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}
+	case errors.As(err, &he):
+		return he.status, transport.ErrorBody{Error: he.code, Message: he.msg, Details: he.details}
+	case errors.As(err, &conflict):
+		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: conflict.Revision}
+	case errors.As(err, &ce):
+		return http.StatusGone, transport.ErrorBody{Error: transport.CodeCompacted, Message: err.Error(), CompactRevision: ce.CompactRevision}
+	case errors.As(err, &ve):
+		details := make([]string, 0, len(ve.Failures))
+		for _, f := range ve.Failures {
+			details = append(details, f.String())
+		}
+		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: details}
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
+	case errors.Is(err, transport.ErrTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: err.Error()}
+	case errors.Is(err, transport.ErrNotFound):
+		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, etcd.ErrInvalidArgument), errors.Is(err, transport.ErrInvalidNamespace), errors.Is(err, transport.ErrInvalidKey),
+		errors.Is(err, schema.ErrInvalidSchema), errors.Is(err, schema.ErrExternalRef), errors.Is(err, schema.ErrInvalidValue):
+		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}
+	case storeDown(err):
+		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store did not answer: " + err.Error()}
+	}
+	return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}
+}
+
+// storeDown reports whether err says the store did not answer (as
+// opposed to refusing the request).
+func storeDown(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, etcd.ErrClosed) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) {
+		return true
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if st, ok := status.FromError(e); ok && (st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded) {
+			return true
+		}
+	}
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encoding the reply failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// pathNamespace reads and checks the {ns} path segment.
+func pathNamespace(r *http.Request) (string, error) {
+	ns := r.PathValue("ns")
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return "", badRequest("%v", err)
+	}
+	return ns, nil
+}
+
+// readJSON decodes a body of at most limit bytes into v, refusing
+// unknown fields and trailing data. An empty body leaves v as it is when
+// emptyOK.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, emptyOK bool) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 && emptyOK {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("body: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// query reads a request's query, refusing parameters other than allowed.
+func query(r *http.Request, allowed ...string) (map[string]string, error) {
+	q := r.URL.Query()
+	out := make(map[string]string, len(q))
+	for k, v := range q {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k
+		}
+		if !ok {
+			return nil, badRequest("unknown query parameter %q (known: %s)", k, strings.Join(allowed, ", "))
+		}
+		if len(v) != 1 {
+			return nil, badRequest("query parameter %q given %d times", k, len(v))
+		}
+		out[k] = v[0]
+	}
+	return out, nil
+}
+
+// intParam parses q[name] as an integer of at least lowest.
+func intParam(q map[string]string, name string, lowest int64) (n int64, ok bool, err error) {
+	s, ok := q[name]
+	if !ok {
+		return 0, false, nil
+	}
+	n, err = strconv.ParseInt(s, 10, 64)
+	if err != nil || n < lowest {
+		return 0, true, badRequest("%s=%q: want an integer of at least %d", name, s, lowest)
+	}
+	return n, true, nil
+}
+
+// timeParam parses an RFC 3339 time; a "+" of a zone offset that came
+// unescaped (curl) reads as a space, which RFC 3339 never holds.
+func timeParam(name, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, strings.ReplaceAll(s, " ", "+"))
+	if err != nil {
+		return time.Time{}, badRequest("%s=%q: want an RFC 3339 time, e.g. 2026-12-01T14:03:00Z", name, s)
+	}
+	return t, nil
+}

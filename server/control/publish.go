@@ -1,0 +1,228 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// reservedPrefix begins the keys reserved to holdfast itself (a staged
+// rollout's): no publish writes them.
+const reservedPrefix = "$holdfast/"
+
+// publishBody is the body of POST /control/namespaces/{ns}/publish.
+type publishBody struct {
+	Puts       map[string]json.RawMessage `json:"puts"`
+	Deletes    []string                   `json:"deletes"`
+	Actor      string                     `json:"actor"`
+	Reason     string                     `json:"reason"`
+	IfRevision *int64                     `json:"if_revision"`
+	// AbortRollout is the reference server's (it reverts a running
+	// rollout first); holdfast server runs no rollouts yet, so it has
+	// nothing to do.
+	AbortRollout bool `json:"abort_rollout"`
+}
+
+// revisionReply is the reply of publish and rollback.
+type revisionReply struct {
+	Revision int64 `json:"revision"`
+}
+
+func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	var body publishBody
+	if err := readJSON(w, r, h.cfg.MaxPublishBytes, &body, false); err != nil {
+		return err
+	}
+	for k := range body.Puts {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	for _, k := range body.Deletes {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	opts, err := h.writeOptions(r.Context(), ns, body.Actor, body.Reason, body.IfRevision)
+	if err != nil {
+		return err
+	}
+	rev, err := h.cfg.Source.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
+	if err != nil {
+		return err
+	}
+	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", body.Actor)
+	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
+	return nil
+}
+
+func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		To         *int64 `json:"to_revision"`
+		Actor      string `json:"actor"`
+		Reason     string `json:"reason"`
+		IfRevision *int64 `json:"if_revision"`
+	}
+	if err := readJSON(w, r, maxControlBytes, &body, false); err != nil {
+		return err
+	}
+	if body.To == nil {
+		return badRequest("to_revision is required")
+	}
+	opts, err := h.writeOptions(r.Context(), ns, body.Actor, body.Reason, body.IfRevision)
+	if err != nil {
+		return err
+	}
+	rev, err := h.cfg.Source.Rollback(r.Context(), ns, *body.To, opts...)
+	if err != nil {
+		return err
+	}
+	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", body.Actor)
+	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
+	return nil
+}
+
+// writeOptions are a write's audit, condition and schema.
+func (h *Handler) writeOptions(ctx context.Context, ns, actor, reason string, ifRevision *int64) ([]etcd.PublishOption, error) {
+	opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithReason(reason)}
+	if ifRevision != nil {
+		opts = append(opts, etcd.WithIfRevision(*ifRevision))
+	}
+	sch, err := h.schemas.get(ctx, h.cli, ns)
+	if err != nil {
+		return nil, err
+	}
+	if sch != nil {
+		opts = append(opts, etcd.WithSchema(sch))
+	}
+	return opts, nil
+}
+
+// checkKey checks a key a publish writes: valid, and not reserved.
+func checkKey(k string) error {
+	if err := transport.ValidateKey(k); err != nil {
+		return badRequest("%v", err)
+	}
+	if strings.HasPrefix(k, reservedPrefix) {
+		return badRequest("key %q is reserved to holdfast (prefix %q)", k, reservedPrefix)
+	}
+	return nil
+}
+
+func (h *Handler) putSchema(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxPublishBytes))
+	if err != nil {
+		return err
+	}
+	if _, err := schema.Compile(data); err != nil {
+		return err
+	}
+	if _, err := h.cli.Put(r.Context(), SchemaRoot+ns, string(data)); err != nil {
+		return fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	h.log.Info("control: schema set", "ns", ns)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (h *Handler) getSchema(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	resp, err := h.cli.Get(r.Context(), SchemaRoot+ns)
+	if err != nil {
+		return fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: fmt.Sprintf("namespace %q has no schema", ns)}
+	}
+	w.Header().Set("Content-Type", "application/schema+json")
+	_, _ = w.Write(resp.Kvs[0].Value)
+	return nil
+}
+
+func (h *Handler) deleteSchema(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	resp, err := h.cli.Delete(r.Context(), SchemaRoot+ns)
+	if err != nil {
+		return fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	if resp.Deleted == 0 {
+		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: fmt.Sprintf("namespace %q has no schema", ns)}
+	}
+	h.log.Info("control: schema deleted", "ns", ns)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// schemaCache keeps each namespace's compiled schema with the revision of
+// its key, so that a publish reads the key (one small read) but compiles
+// only a schema it has not seen.
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]compiledSchema
+}
+
+type compiledSchema struct {
+	modRevision int64
+	schema      *schema.Schema
+}
+
+// get returns ns's schema, nil when it has none.
+func (c *schemaCache) get(ctx context.Context, cli *clientv3.Client, ns string) (*schema.Schema, error) {
+	resp, err := cli.Get(ctx, SchemaRoot+ns)
+	if err != nil {
+		return nil, fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(resp.Kvs) == 0 {
+		delete(c.m, ns)
+		return nil, nil
+	}
+	kv := resp.Kvs[0]
+	if had, ok := c.m[ns]; ok && had.modRevision == kv.ModRevision {
+		return had.schema, nil
+	}
+	sch, err := schema.Compile(kv.Value)
+	if err != nil {
+		// Only PUT writes the key, after compiling it: another writer's.
+		return nil, fmt.Errorf("control: the stored schema of %q does not compile: %w", ns, errors.Join(err, errStoredSchema))
+	}
+	if c.m == nil {
+		c.m = make(map[string]compiledSchema)
+	}
+	c.m[ns] = compiledSchema{modRevision: kv.ModRevision, schema: sch}
+	return sch, nil
+}
+
+// errStoredSchema marks a stored schema that does not compile: the
+// server's trouble, not the caller's.
+var errStoredSchema = errors.New("stored schema invalid")

@@ -1,0 +1,121 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// NamespaceStatus is the reply of GET /control/namespaces/{ns}/status.
+type NamespaceStatus struct {
+	Namespace       string `json:"ns"`
+	StoreID         string `json:"store_id"`
+	Revision        int64  `json:"revision"`
+	Head            int64  `json:"head"`
+	CompactRevision int64  `json:"compact_revision"`
+	// Clients counts the clients that reported on the namespace to this
+	// server: Acked of them applied Revision, Nacked rejected it, Behind
+	// have not applied it.
+	Clients int `json:"clients"`
+	Acked   int `json:"acked"`
+	Nacked  int `json:"nacked"`
+	Behind  int `json:"behind"`
+}
+
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	snap, err := h.cfg.Source.Snapshot(r.Context(), transport.SnapshotRequest{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	st := NamespaceStatus{Namespace: ns, StoreID: snap.StoreID, Revision: snap.Revision, Head: snap.Cursor}
+	if _, st.CompactRevision, err = Points(r.Context(), h.cli); err != nil {
+		return err
+	}
+	for _, c := range h.cfg.Acks.Clients(ns, func(string) int64 { return snap.Revision }) {
+		st.Clients++
+		switch {
+		case c.AckedRevision >= snap.Revision:
+			st.Acked++
+		case c.NackedRevision >= snap.Revision:
+			st.Nacked++
+			st.Behind++
+		default:
+			st.Behind++
+		}
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// Points reads the store's head and its compaction point, which etcd's
+// member status does not carry: Compact records it under compactKey.
+func Points(ctx context.Context, cli *clientv3.Client) (head, compact int64, err error) {
+	resp, err := cli.Get(ctx, compactKey)
+	if err != nil {
+		return 0, 0, fmt.Errorf("control: compaction point: %w", err)
+	}
+	if len(resp.Kvs) > 0 {
+		compact, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	}
+	return resp.Header.Revision, compact, nil
+}
+
+// compactKey records the revision the store was last compacted to.
+const compactKey = "/holdfast-meta/compact-revision"
+
+// compactReply is the reply of POST /control/compact.
+type compactReply struct {
+	CompactRevision int64 `json:"compact_revision"`
+}
+
+func (h *Handler) compact(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Revision int64 `json:"revision"`
+	}
+	if err := readJSON(w, r, maxControlBytes, &body, true); err != nil {
+		return err
+	}
+	if body.Revision < 0 {
+		return badRequest("revision must not be negative")
+	}
+	k, err := Compact(r.Context(), h.cli, body.Revision)
+	if err != nil {
+		return err
+	}
+	h.log.Info("control: compacted", "revision", k)
+	writeJSON(w, http.StatusOK, compactReply{CompactRevision: k})
+	return nil
+}
+
+// clientsReply is the reply of GET /control/clients.
+type clientsReply struct {
+	Head    int64         `json:"head"`
+	Clients []ClientState `json:"clients"`
+}
+
+func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
+	resp, err := h.cli.Get(r.Context(), etcd.StoreIDKey, clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("control: head: %w", err)
+	}
+	writeJSON(w, http.StatusOK, clientsReply{Head: resp.Header.Revision, Clients: h.cfg.Acks.Clients("", func(ns string) int64 {
+		rev, _ := h.cfg.Revision(ns)
+		return rev
+	})})
+	return nil
+}
+
+func (h *Handler) rolloutsMissing(http.ResponseWriter, *http.Request) error {
+	return &httpError{status: http.StatusNotImplemented, code: "not_implemented",
+		msg: "staged rollouts do not run on holdfast server yet; use the reference server (holdfast server is durable; its rollout controller is not built)"}
+}

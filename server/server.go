@@ -1,0 +1,182 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/server/control"
+	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// Defaults of Config.
+const (
+	DefaultHeartbeat = 5 * time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	Store  store.Config
+	Logger *slog.Logger
+	// Heartbeat is the progress interval of the data plane's streams
+	// (default DefaultHeartbeat).
+	Heartbeat time.Duration
+	// MaxPublishBytes bounds a publish body (default
+	// control.DefaultMaxPublishBytes).
+	MaxPublishBytes int64
+	// MaxNamespaces bounds the namespaces the watch cache follows at once
+	// (default relay.DefaultMaxNamespaces).
+	MaxNamespaces int
+}
+
+// Server is a holdfast server over one store. Create it with New, serve
+// its Handler, Close it when done.
+type Server struct {
+	log     *slog.Logger
+	store   *store.Store
+	src     *etcd.Source
+	cache   *relay.Relay
+	control *control.Handler
+	acks    *control.Acks
+	handler http.Handler
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// origin is the watch cache's upstream: the store through holdfast's etcd
+// source, with the acks its clients send recorded in the server's table.
+type origin struct {
+	*etcd.Source
+	*control.Acks
+}
+
+// New opens the store cfg names and returns a Server over it.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.MaxNamespaces <= 0 {
+		cfg.MaxNamespaces = relay.DefaultMaxNamespaces
+	}
+	if cfg.Store.Logger == nil {
+		cfg.Store.Logger = cfg.Logger
+	}
+	st, err := store.Open(ctx, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{log: cfg.Logger, store: st, acks: control.NewAcks(control.DefaultMaxAckEntries)}
+	s.src, err = etcd.New(etcd.WithClient(st.Client), etcd.WithLogger(cfg.Logger), etcd.WithHeartbeat(cfg.Heartbeat))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
+	}
+	s.cache, err = relay.New(origin{s.src, s.acks},
+		relay.WithLogger(cfg.Logger),
+		relay.WithHeartbeat(cfg.Heartbeat),
+		relay.WithMaxNamespaces(cfg.MaxNamespaces),
+		relay.WithID("holdfast-server-"+st.ID[:min(8, len(st.ID))]),
+	)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
+	}
+	s.control, err = control.New(control.Config{
+		Source:          s.src,
+		Logger:          cfg.Logger,
+		MaxPublishBytes: cfg.MaxPublishBytes,
+		Acks:            s.acks,
+		Revision:        s.revision,
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
+	}
+	data := s.cache.Handler()
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/control/") {
+			s.control.ServeHTTP(w, r)
+			return
+		}
+		data.ServeHTTP(w, r)
+	})
+	return s, nil
+}
+
+// Handler serves the data plane and the control API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// StoreID is the store's id.
+func (s *Server) StoreID() string { return s.store.ID }
+
+// StoreErr reports the embedded store's failure (nil channel otherwise).
+func (s *Server) StoreErr() <-chan error { return s.store.Err() }
+
+// revision is the revision of ns in the watch cache.
+func (s *Server) revision(ns string) (int64, bool) {
+	for _, n := range s.cache.Namespaces() {
+		if n.Namespace == ns && n.Ready {
+			return n.Revision, true
+		}
+	}
+	return 0, false
+}
+
+// Ready returns nil once the store answers a linearizable read and the
+// watch cache has heard from it; otherwise why not.
+func (s *Server) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := s.store.Client.Get(ctx, etcd.StoreIDKey); err != nil {
+		return fmt.Errorf("the store does not answer: %w", err)
+	}
+	return s.cache.Ready()
+}
+
+// Status is what /statusz shows of a server.
+type Status struct {
+	StoreID         string   `json:"store_id"`
+	StoreKind       string   `json:"store_kind"`
+	StoreEndpoints  []string `json:"store_endpoints"`
+	DataDir         string   `json:"data_dir,omitempty"`
+	Head            int64    `json:"head"`
+	CompactRevision int64    `json:"compact_revision"`
+	Namespaces      int      `json:"namespaces_cached"`
+	Error           string   `json:"error,omitempty"`
+}
+
+// Status reads the store's head and compaction point.
+func (s *Server) Status(ctx context.Context) Status {
+	st := Status{StoreID: s.store.ID, StoreKind: s.store.Kind, StoreEndpoints: s.store.Endpoints, DataDir: s.store.DataDir,
+		Namespaces: len(s.cache.Namespaces())}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	head, compact, err := control.Points(ctx, s.store.Client)
+	if err != nil {
+		st.Error = err.Error()
+	}
+	st.Head, st.CompactRevision = head, compact
+	return st
+}
+
+// Close stops serving, closes the watch cache and the store. It is safe
+// to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.cache != nil {
+			errs = append(errs, s.cache.Close())
+		}
+		errs = append(errs, s.src.Close(), s.store.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}

@@ -1,0 +1,192 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+)
+
+// startServer starts a Server over cfg and serves it on a loopback port.
+func startServer(t *testing.T, sc store.Config) (*server.Server, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: sc, Heartbeat: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, hs.URL
+}
+
+// control sends a control API request and decodes its JSON reply into
+// out (when not nil); it returns the status.
+func control(t *testing.T, method, url string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, url, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+func publish(t *testing.T, base, ns string, puts map[string]any) int64 {
+	t.Helper()
+	var reply struct{ Revision int64 }
+	if st := control(t, "POST", base+"/control/namespaces/"+ns+"/publish", map[string]any{"puts": puts, "actor": "test"}, &reply); st != http.StatusOK {
+		t.Fatalf("publish to %s: status %d", ns, st)
+	}
+	return reply.Revision
+}
+
+func TestPublishReachesAClient(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	rev := publish(t, base, "payments.prod", map[string]any{"retry-timeout-ms": 50})
+
+	cl, err := config.New(config.WithEndpoint(base), config.WithCacheDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := cl.Namespace(ctx, "payments.prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Int("retry-timeout-ms", 0); got != 50 {
+		t.Fatalf("retry-timeout-ms = %d, want 50", got)
+	}
+	changed := make(chan config.Change, 1)
+	defer ns.OnChange("retry-timeout-ms", func(c config.Change) { changed <- c })()
+	rev2 := publish(t, base, "payments.prod", map[string]any{"retry-timeout-ms": 75})
+	if rev2 <= rev {
+		t.Fatalf("second publish at %d, not above %d", rev2, rev)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("no OnChange after the second publish")
+	}
+	if got := ns.Int("retry-timeout-ms", 0); got != 75 {
+		t.Fatalf("retry-timeout-ms = %d, want 75", got)
+	}
+}
+
+func TestReservedKeysAndBadPublishesWriteNothing(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	rev := publish(t, base, "app", map[string]any{"a": 1})
+	for _, tc := range []struct {
+		name string
+		body any
+		want int
+	}{
+		{"reserved key", map[string]any{"puts": map[string]any{"$holdfast/rollout": 1}}, http.StatusBadRequest},
+		{"invalid key", map[string]any{"puts": map[string]any{"": 1}}, http.StatusBadRequest},
+		{"unknown field", map[string]any{"putz": map[string]any{"a": 2}}, http.StatusBadRequest},
+		{"not JSON", []byte("{"), http.StatusBadRequest},
+		{"put and delete", map[string]any{"puts": map[string]any{"a": 2}, "deletes": []string{"a"}}, http.StatusBadRequest},
+		{"stale if_revision", map[string]any{"puts": map[string]any{"a": 2}, "if_revision": rev - 1}, http.StatusConflict},
+		{"too large", map[string]any{"puts": map[string]any{"a": string(make([]byte, 2<<20))}}, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if st := control(t, "POST", base+"/control/namespaces/app/publish", tc.body, nil); st != tc.want {
+				t.Fatalf("status %d, want %d", st, tc.want)
+			}
+		})
+	}
+	var hist struct{ Revisions []struct{ Revision int64 } }
+	if st := control(t, "GET", base+"/control/namespaces/app/history", nil, &hist); st != http.StatusOK || len(hist.Revisions) != 1 || hist.Revisions[0].Revision != rev {
+		t.Fatalf("history after refused publishes: status %d, %+v; want the one publish at %d", st, hist, rev)
+	}
+}
+
+func TestSchemaIsEnforcedAndSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	sc := store.Config{Kind: store.KindEmbedded, DataDir: dir}
+	s, base := startServer(t, sc)
+	id := s.StoreID()
+	sch := []byte(`{"type":"object","properties":{"n":{"type":"integer","maximum":10}}}`)
+	if st := control(t, "PUT", base+"/control/namespaces/app/schema", sch, nil); st != http.StatusNoContent {
+		t.Fatalf("PUT schema: %d", st)
+	}
+	rev := publish(t, base, "app", map[string]any{"n": 5})
+	if st := control(t, "POST", base+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"n": 11}}, nil); st != http.StatusUnprocessableEntity {
+		t.Fatalf("publish against the schema: %d, want 422", st)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2, base2 := startServer(t, sc)
+	if s2.StoreID() != id {
+		t.Fatalf("store id after restart %q, want %q", s2.StoreID(), id)
+	}
+	if st := control(t, "POST", base2+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"n": 11}}, nil); st != http.StatusUnprocessableEntity {
+		t.Fatalf("publish against the schema after restart: %d, want 422", st)
+	}
+	var v struct{ Values map[string]json.RawMessage }
+	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", base2, rev), nil, &v); st != http.StatusOK || string(v.Values["n"]) != "5" {
+		t.Fatalf("values at %d after restart: %d %s", rev, st, v.Values)
+	}
+	got := 0
+	resp, err := http.Get(base2 + "/control/namespaces/app/schema")
+	if err == nil {
+		got = resp.StatusCode
+		resp.Body.Close()
+	}
+	if got != http.StatusOK {
+		t.Fatalf("GET schema after restart: %d %v", got, err)
+	}
+}
+
+func TestASecondServerOfADataDirIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	startServer(t, store.Config{Kind: store.KindEmbedded, DataDir: dir})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: dir}})
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("pid")) {
+		t.Fatalf("second server of one data dir: %v, want ErrLocked naming the holder's pid", err)
+	}
+}

@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// The kinds of store.
+const (
+	KindEmbedded = "embedded"
+	KindExternal = "etcd"
+	KindMemory   = "memory"
+)
+
+// DefaultStartTimeout bounds Open: the embedded member's start, the first
+// answer of the cluster and the store id.
+const DefaultStartTimeout = 30 * time.Second
+
+// Config says which store to open.
+type Config struct {
+	// Kind is KindEmbedded, KindExternal or KindMemory.
+	Kind string
+	// DataDir is the embedded member's directory (KindEmbedded).
+	DataDir string
+	// Endpoints are the external cluster's members, "HOST:PORT" or URLs
+	// (KindExternal).
+	Endpoints []string
+	// Logger receives the embedded member's logs, and the store's own
+	// (default: discard).
+	Logger *slog.Logger
+	// StartTimeout bounds Open (default DefaultStartTimeout).
+	StartTimeout time.Duration
+}
+
+// Store is an open store. Its Client is shared: close the Store, not the
+// Client.
+type Store struct {
+	Kind      string
+	Endpoints []string // the etcd client's endpoints
+	DataDir   string   // KindEmbedded and KindMemory
+	ID        string   // the store id
+	Client    *clientv3.Client
+
+	member *embed.Etcd // nil for KindExternal
+	lock   *dirLock    // KindEmbedded
+	tmp    string      // KindMemory: removed at Close
+}
+
+// ErrLocked is returned by Open when another process holds the data
+// directory.
+var ErrLocked = errors.New("store: data directory in use")
+
+// Open opens the store cfg names; the caller closes it.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	s := &Store{Kind: cfg.Kind}
+	var err error
+	switch cfg.Kind {
+	case KindEmbedded:
+		if cfg.DataDir == "" {
+			return nil, errors.New("store: an embedded store needs a data directory")
+		}
+		err = s.openEmbedded(ctx, cfg, cfg.DataDir)
+	case KindMemory:
+		if s.tmp, err = os.MkdirTemp("", "holdfast-memory-"); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		err = s.openEmbedded(ctx, cfg, s.tmp)
+	case KindExternal:
+		if len(cfg.Endpoints) == 0 {
+			return nil, errors.New("store: an external store needs its members' endpoints")
+		}
+		s.Endpoints = cfg.Endpoints
+	default:
+		return nil, fmt.Errorf("store: unknown kind %q", cfg.Kind)
+	}
+	if err == nil {
+		err = s.connect(ctx)
+	}
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	return s, nil
+}
+
+// connect dials the members and reads (or creates) the store id, which
+// also proves the cluster answers.
+func (s *Store) connect(ctx context.Context) error {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.Endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		Context:     context.Background(), // the client outlives Open's ctx
+	})
+	if err != nil {
+		return fmt.Errorf("store: etcd client: %w", err)
+	}
+	s.Client = cli
+	for {
+		s.ID, err = etcd.CreateStoreID(ctx, cli)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: %s did not answer: %w", s.describe(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) describe() string {
+	if s.member != nil {
+		return "the embedded etcd in " + s.DataDir
+	}
+	return fmt.Sprintf("etcd %v", s.Endpoints)
+}
+
+// Err reports a failure of the embedded member after it started: a
+// receive means the store is gone. Nil (never ready) for an external
+// store, whose client reconnects by itself.
+func (s *Store) Err() <-chan error {
+	if s.member == nil {
+		return nil
+	}
+	return s.member.Err()
+}
+
+// Close closes the client, stops the embedded member and releases the
+// data directory (or removes the memory store's). It is safe to call
+// more than once.
+func (s *Store) Close() error {
+	var errs []error
+	if s.Client != nil {
+		errs = append(errs, s.Client.Close())
+		s.Client = nil
+	}
+	if s.member != nil {
+		s.member.Close()
+		s.member = nil
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.release())
+		s.lock = nil
+	}
+	if s.tmp != "" {
+		errs = append(errs, os.RemoveAll(s.tmp))
+		s.tmp = ""
+	}
+	return errors.Join(errs...)
+}
