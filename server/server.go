@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -31,6 +32,9 @@ type Config struct {
 	// MaxPublishBytes bounds a publish body (default
 	// control.DefaultMaxPublishBytes).
 	MaxPublishBytes int64
+	// Tokens, when set, require one of its bearer tokens on the data
+	// plane (data scope) and the control API (control scope).
+	Tokens *access.Tokens
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
 	// (default relay.DefaultMaxNamespaces).
 	MaxNamespaces int
@@ -81,12 +85,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
-	s.cache, err = relay.New(origin{s.src, s.acks},
+	opts := []relay.Option{
 		relay.WithLogger(cfg.Logger),
 		relay.WithHeartbeat(cfg.Heartbeat),
 		relay.WithMaxNamespaces(cfg.MaxNamespaces),
-		relay.WithID("holdfast-server-"+st.ID[:min(8, len(st.ID))]),
-	)
+	}
+	if cfg.Tokens != nil {
+		opts = append(opts, relay.WithTokens(cfg.Tokens))
+	}
+	s.cache, err = relay.New(origin{s.src, s.acks}, opts...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
 	}
@@ -95,6 +102,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Logger:          cfg.Logger,
 		MaxPublishBytes: cfg.MaxPublishBytes,
 		Acks:            s.acks,
+		Tokens:          cfg.Tokens,
 		Revision:        s.revision,
 	})
 	if err != nil {
@@ -120,6 +128,9 @@ func (s *Server) StoreID() string { return s.store.ID }
 // StoreErr reports the embedded store's failure (nil channel otherwise).
 func (s *Server) StoreErr() <-chan error { return s.store.Err() }
 
+// Publishes counts the publishes and rollbacks this server committed.
+func (s *Server) Publishes() int64 { return s.control.Publishes() }
+
 // revision is the revision of ns in the watch cache.
 func (s *Server) revision(ns string) (int64, bool) {
 	for _, n := range s.cache.Namespaces() {
@@ -130,15 +141,23 @@ func (s *Server) revision(ns string) (int64, bool) {
 	return 0, false
 }
 
-// Ready returns nil once the store answers a linearizable read and the
-// watch cache has heard from it; otherwise why not.
+// Ready returns nil while the store answers a linearizable read and the
+// watch cache is current: no namespace it serves has lost its watch.
+// Otherwise it says why not. A namespace that a client just asked for,
+// not yet loaded, does not count: one client must not take a server out of
+// its balancer's rotation.
 func (s *Server) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := s.store.Client.Get(ctx, etcd.StoreIDKey); err != nil {
 		return fmt.Errorf("the store does not answer: %w", err)
 	}
-	return s.cache.Ready()
+	for _, ns := range s.cache.Namespaces() {
+		if ns.Ready && ns.Unconfirmed {
+			return fmt.Errorf("the watch cache is not current: namespace %q is unconfirmed for %v (%s)", ns.Namespace, ns.Age.Round(time.Millisecond), ns.LastError)
+		}
+	}
+	return nil
 }
 
 // Status is what /statusz shows of a server.

@@ -75,16 +75,16 @@ func wantRefusal(t *testing.T, what string, code int, body string, status int, m
 	noSecrets(t, what, body)
 }
 
-// TestServeAndRelayTokens: `holdfast serve -tokens FILE` requires FILE's
+// TestServerAndRelayTokens: `holdfast server -tokens FILE` requires FILE's
 // tokens on the control API and the data plane, with their scopes; a
 // `holdfast relay -tokens FILE -token OWN` process enforces the same
 // scopes on its clients and follows the origin with its own token. No
 // secret reaches either log.
-func TestServeAndRelayTokens(t *testing.T) {
+func TestServerAndRelayTokens(t *testing.T) {
 	file := tokensFile(t)
-	s := start(t, "serve", "-addr", "127.0.0.1:0", "-tokens", file, "-heartbeat", "200ms", "-log-format", "json")
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-tokens", file, "-heartbeat", "200ms", "-log-format", "json")
 	base, _ := s.stderr.waitFor(t, "serving", s.done)["url"].(string)
-	if rec := s.stderr.waitFor(t, "fakeserver: access control on", s.done); rec["level"] != "INFO" {
+	if rec := s.stderr.waitFor(t, "server: access control on", s.done); rec["level"] != "INFO" {
 		t.Errorf("access control on: %v", rec)
 	}
 
@@ -115,18 +115,18 @@ func TestServeAndRelayTokens(t *testing.T) {
 	}
 	r.stop()
 	if code := s.stop(t); code != exitOK {
-		t.Fatalf("serve: exit %d\n%s", code, s.stderr.String())
+		t.Fatalf("server: exit %d\n%s", code, s.stderr.String())
 	}
-	noSecrets(t, "serve's log", s.stderr.String())
+	noSecrets(t, "server's log", s.stderr.String())
 	noSecrets(t, "the relay's log", r.logs.String())
 }
 
-// TestServeOpenWarns: without -tokens serve says at start, at WARN, that
+// TestServerOpenWarns: without -tokens server says at start, at WARN, that
 // anyone may read and change everything.
-func TestServeOpenWarns(t *testing.T) {
-	s := start(t, "serve", "-addr", "127.0.0.1:0", "-log-format", "json")
+func TestServerOpenWarns(t *testing.T) {
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-log-format", "json")
 	s.stderr.waitFor(t, "serving", s.done)
-	rec := s.stderr.waitFor(t, "fakeserver: no tokens configured: the data plane and the control API are open to anyone who can reach them", s.done)
+	rec := s.stderr.waitFor(t, "server: no tokens configured: anyone who reaches -addr may read and change everything", s.done)
 	if rec["level"] != "WARN" {
 		t.Errorf("the warning: %v", rec)
 	}
@@ -136,7 +136,7 @@ func TestServeOpenWarns(t *testing.T) {
 }
 
 // TestTokensUsageErrors: a -tokens file that is missing or invalid, or
-// -tokens beside serve's -token, is a usage error (exit 2), and the
+// a -tokens with -memory and -etcd, is a usage error (exit 2), and the
 // reason shows no secret.
 func TestTokensUsageErrors(t *testing.T) {
 	dir := t.TempDir()
@@ -152,10 +152,10 @@ func TestTokensUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"serve", "-addr", "127.0.0.1:0", "-tokens", filepath.Join(dir, "absent.json")}, "-tokens: access: open"},
-		{[]string{"serve", "-addr", "127.0.0.1:0", "-tokens", bad}, `unknown field "controls"`},
-		{[]string{"serve", "-addr", "127.0.0.1:0", "-tokens", short}, `token "a": its secret has 4 bytes, want 16..4096`},
-		{[]string{"serve", "-addr", "127.0.0.1:0", "-tokens", tokensFile(t), "-token", deploySecret}, "-token and -tokens exclude each other"},
+		{[]string{"server", "-memory", "-addr", "127.0.0.1:0", "-tokens", filepath.Join(dir, "absent.json")}, "-tokens: access: open"},
+		{[]string{"server", "-memory", "-addr", "127.0.0.1:0", "-tokens", bad}, `unknown field "controls"`},
+		{[]string{"server", "-memory", "-addr", "127.0.0.1:0", "-tokens", short}, `token "a": its secret has 4 bytes, want 16..4096`},
+		{[]string{"server", "-memory", "-etcd", "127.0.0.1:1", "-tokens", tokensFile(t)}, "-memory and -etcd exclude each other"},
 		{[]string{"relay", "-addr", "127.0.0.1:0", "-upstream", "http://127.0.0.1:1", "-tokens", bad}, `unknown field "controls"`},
 	} {
 		code, out, errOut := runCapture(tc.args...)

@@ -75,7 +75,7 @@ func exitCode(t *testing.T, err error) int {
 func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
 
-	cmd := exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-log-format", "json")
+	cmd := exec.Command(bin, "server", "-data-dir", t.TempDir(), "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-log-format", "json")
 	logs := newLogRecorder()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -103,9 +103,9 @@ func TestBinary(t *testing.T) {
 
 	// A second server on the same address fails: exit status 1.
 	taken, _ := rec["url"].(string)
-	second := exec.Command(bin, "serve", "-addr", taken[len("http://"):])
+	second := exec.Command(bin, "server", "-memory", "-addr", taken[len("http://"):])
 	if out, err := second.CombinedOutput(); exitCode(t, err) != exitFail {
-		t.Errorf("serve on a taken address: %v, want exit status 1\n%s", err, out)
+		t.Errorf("server on a taken address: %v, want exit status 1\n%s", err, out)
 	}
 	if out, err := exec.Command(bin, "frobnicate").CombinedOutput(); exitCode(t, err) != exitUsage {
 		t.Errorf("an unknown command: %v, want exit status 2\n%s", err, out)

@@ -49,7 +49,7 @@ type command struct {
 // group's word alone names no command.
 func commands() []*command {
 	return []*command{
-		serveCommand(), relayCommand(),
+		serverCommand(), relayCommand(),
 		publishCommand(), rollbackCommand(), historyCommand(), getCommand(), diffCommand(),
 		statusCommand(), clientsCommand(),
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),

@@ -21,7 +21,7 @@ func TestHelp(t *testing.T) {
 		if code != exitOK || errOut != "" {
 			t.Errorf("%q: exit %d, stderr %q; want 0 and nothing", args, code, errOut)
 		}
-		for _, want := range []string{"serve", "relay", "Exit status", "-o json", "flags go before positional arguments"} {
+		for _, want := range []string{"server", "relay", "Exit status", "-o json", "flags go before positional arguments"} {
 			if !strings.Contains(strings.ToLower(out), strings.ToLower(want)) {
 				t.Errorf("%q: the help does not say %q:\n%s", args, want, out)
 			}
@@ -68,16 +68,16 @@ func TestUsageErrors(t *testing.T) {
 		{nil, "Usage:"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"help", "serve", "relay"}, "usage: holdfast help [COMMAND]"},
-		{[]string{"serve", "-no-such-flag"}, "flag provided but not defined: -no-such-flag"},
-		{[]string{"serve", "-heartbeat", "soon"}, `invalid value "soon" for flag -heartbeat`},
-		{[]string{"serve", "-heartbeat", "0s"}, "-heartbeat must be positive"},
-		{[]string{"serve", "-retention", "-1"}, "-retention must not be negative"},
-		{[]string{"serve", "-log-format", "xml"}, `invalid value "xml" for flag -log-format: must be text or json`},
-		{[]string{"serve", "extra"}, `takes no arguments, got ["extra"]`},
+		{[]string{"help", "server", "relay"}, "usage: holdfast help [COMMAND]"},
+		{[]string{"server", "-no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"server", "-heartbeat", "soon"}, `invalid value "soon" for flag -heartbeat`},
+		{[]string{"server", "-heartbeat", "0s"}, "-heartbeat must be positive"},
+		{[]string{"server", "-memory", "-etcd", "127.0.0.1:2379"}, "-memory and -etcd exclude each other"},
+		{[]string{"server", "-log-format", "xml"}, `invalid value "xml" for flag -log-format: must be text or json`},
+		{[]string{"server", "extra"}, `takes no arguments, got ["extra"]`},
 		// The flag package stops at the first argument: a flag after it
 		// is refused, not taken as one more argument.
-		{[]string{"serve", "extra", "-addr", "127.0.0.1:0"}, "flag -addr after the arguments: flags go before positional arguments"},
+		{[]string{"server", "extra", "-addr", "127.0.0.1:0"}, "flag -addr after the arguments: flags go before positional arguments"},
 		{[]string{"relay", "-upstream", "http://127.0.0.1:1"}, "-addr is required"},
 		{[]string{"relay", "-addr", "127.0.0.1:0"}, "-upstream is required"},
 		{[]string{"relay", "-addr", "127.0.0.1:0", "-upstream", "ftp://origin:21"}, `scheme must be http, https or etcd, got "ftp"`},
@@ -127,11 +127,11 @@ func TestCheckArgs(t *testing.T) {
 }
 
 // TestDoubleDash: after '--' a dash-led argument is an argument (here one
-// too many for serve, which takes none), not a flag after the arguments.
+// too many for server, which takes none), not a flag after the arguments.
 func TestDoubleDash(t *testing.T) {
-	code, _, errOut := runCapture("serve", "--", "-addr")
+	code, _, errOut := runCapture("server", "--", "-addr")
 	if code != exitUsage || !strings.Contains(errOut, `takes no arguments, got ["-addr"]`) {
-		t.Fatalf("serve -- -addr: exit %d, stderr:\n%s", code, errOut)
+		t.Fatalf("server -- -addr: exit %d, stderr:\n%s", code, errOut)
 	}
 }
 
@@ -139,12 +139,12 @@ func TestDoubleDash(t *testing.T) {
 // is a failed operation, exit 1 with the reason on stderr, not a usage
 // error.
 func TestOperationFailure(t *testing.T) {
-	s := start(t, "serve", "-addr", "127.0.0.1:0", "-log-format", "json")
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-log-format", "json")
 	rec := s.stderr.waitFor(t, "serving", s.done)
 	taken := strings.TrimPrefix(rec["url"].(string), "http://")
-	code, _, errOut := runCapture("serve", "-addr", taken)
+	code, _, errOut := runCapture("server", "-memory", "-addr", taken)
 	if code != exitFail || !strings.Contains(errOut, "address already in use") {
-		t.Errorf("serve on a taken address: exit %d, want 1; stderr:\n%s", code, errOut)
+		t.Errorf("server on a taken address: exit %d, want 1; stderr:\n%s", code, errOut)
 	}
 	if strings.Contains(errOut, "usage:") {
 		t.Errorf("a failed operation printed the usage:\n%s", errOut)

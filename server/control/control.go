@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -41,6 +43,12 @@ type Config struct {
 	MaxPublishBytes int64
 	// Acks is the table of the clients' acks that /control/clients reads.
 	Acks *Acks
+	// Tokens, when set, require a bearer token with control scope on
+	// every request (as the data plane's, from the same file): a
+	// namespace's endpoint needs control of it, a store-wide one (compact)
+	// the pattern "*", GET /control/clients any control scope. The
+	// token's name is the actor of a write that names none.
+	Tokens *access.Tokens
 	// Revision reports the revision of a namespace the server's data
 	// plane serves (ok false: not followed), for status and clients.
 	Revision func(ns string) (rev int64, ok bool)
@@ -53,8 +61,12 @@ type Handler struct {
 	mux *http.ServeMux
 	log *slog.Logger
 
-	schemas schemaCache
+	schemas   schemaCache
+	publishes atomic.Int64
 }
+
+// Publishes counts the publishes and rollbacks this handler committed.
+func (h *Handler) Publishes() int64 { return h.publishes.Load() }
 
 // New returns the control API over cfg.Source.
 func New(cfg Config) (*Handler, error) {
@@ -92,7 +104,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /control/compact", h.compact},
 		{"GET /control/clients", h.clients},
 	} {
-		h.mux.Handle(rt.pattern, handlerFunc(h.log, rt.fn))
+		h.mux.Handle(rt.pattern, handlerFunc(h.log, h.gate(rt.pattern, rt.fn)))
 	}
 	h.mux.Handle("/control/", handlerFunc(h.log, func(w http.ResponseWriter, r *http.Request) error {
 		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: "no such endpoint: " + r.URL.Path}
@@ -102,6 +114,41 @@ func New(cfg Config) (*Handler, error) {
 
 // ServeHTTP serves /control/... requests.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// gate authenticates a request and checks its token's control scope
+// (when the handler has tokens).
+func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+	if h.cfg.Tokens == nil {
+		return fn
+	}
+	storeWide := !strings.Contains(pattern, "{ns}") && !strings.HasSuffix(pattern, "/control/clients")
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id, ok := h.cfg.Tokens.AuthenticateHeader(r.Header.Get("Authorization"))
+		ns := r.PathValue("ns")
+		switch {
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
+			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: "the control API needs a bearer token with control scope"}
+		case !id.HasControl():
+			return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q has no control scope", id.Name)}
+		case ns != "" && !id.MayControl(ns):
+			return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q may not control namespace %q", id.Name, ns)}
+		case storeWide && !id.MayControlAll():
+			return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q may not control the whole store (it needs the pattern \"*\")", id.Name)}
+		}
+		return fn(w, r.WithContext(access.NewContext(r.Context(), id)))
+	}
+}
+
+// actor is the actor a write records: the one its body names, else the
+// authenticated token's name.
+func actor(r *http.Request, named string) string {
+	if named != "" {
+		return named
+	}
+	id, _ := access.FromContext(r.Context())
+	return id.Name
+}
 
 // handlerFunc adapts a handler that returns an error: the one place that
 // writes an error reply.

@@ -58,6 +58,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	body.Actor = actor(r, body.Actor)
 	opts, err := h.writeOptions(r.Context(), ns, body.Actor, body.Reason, body.IfRevision)
 	if err != nil {
 		return err
@@ -66,6 +67,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	h.publishes.Add(1)
 	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", body.Actor)
 	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
 	return nil
@@ -88,6 +90,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	if body.To == nil {
 		return badRequest("to_revision is required")
 	}
+	body.Actor = actor(r, body.Actor)
 	opts, err := h.writeOptions(r.Context(), ns, body.Actor, body.Reason, body.IfRevision)
 	if err != nil {
 		return err
@@ -96,6 +99,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	h.publishes.Add(1)
 	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", body.Actor)
 	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
 	return nil

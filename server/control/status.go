@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -108,10 +110,15 @@ func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("control: head: %w", err)
 	}
-	writeJSON(w, http.StatusOK, clientsReply{Head: resp.Header.Revision, Clients: h.cfg.Acks.Clients("", func(ns string) int64 {
+	clients := h.cfg.Acks.Clients("", func(ns string) int64 {
 		rev, _ := h.cfg.Revision(ns)
 		return rev
-	})})
+	})
+	if id, ok := access.FromContext(r.Context()); ok && !id.MayControlAll() {
+		// Only the namespaces the token controls.
+		clients = slices.DeleteFunc(clients, func(c ClientState) bool { return !id.MayControl(c.Namespace) })
+	}
+	writeJSON(w, http.StatusOK, clientsReply{Head: resp.Header.Revision, Clients: clients})
 	return nil
 }
 

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/holdfast-dev/holdfast/access"
+	holdfast "github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/control"
+	"github.com/holdfast-dev/holdfast/server/store"
+)
+
+func serverCommand() *command {
+	return &command{
+		name:    "server",
+		summary: "run holdfast server: the durable origin and control plane, over etcd",
+		doc: `
+Server runs holdfast server: the data plane (snapshot, long-poll, SSE watch
+and stream, ack) and the control API (publish, rollback, schema, history,
+values, diff, status, clients, compact) on -addr, over one store. It logs
+to stderr, and stops cleanly on SIGTERM or SIGINT (exit status 0).
+
+The store is one of:
+
+	(default)          an embedded single-member etcd in -data-dir, which
+	                   this server locks; it listens on loopback ports of
+	                   its own choosing, never 2379/2380
+	-etcd HOST:PORT,…  the members of an external etcd cluster; any number
+	                   of servers may serve one store
+	-memory            an embedded etcd in a temporary directory, removed
+	                   at exit: nothing is kept (development and tests)
+
+Everything the server keeps is in the store: namespaces, their history and
+audit, schemas, the store id. A server killed and started again, or
+another server of the same store, serves the same store id and revisions,
+and clients resume with their cursors. See docs/SERVER.md.
+
+The admin endpoints are served in front of the data plane on -addr, or on
+a listener of their own with -admin-addr:
+
+	GET /readyz    200 once the store answers and the watch cache has
+	               heard from it; 503 and the reason otherwise
+	GET /healthz   200 while the process runs
+	GET /statusz   the store's kind, endpoints, id, head and compaction
+	               point, as JSON
+	GET /metrics   Prometheus text: the Go runtime's and process's metrics
+
+Without -tokens anyone who reaches -addr may read and change everything,
+and server says so in a warning at start. With -tokens FILE every request
+needs "Authorization: Bearer <token>" of one of FILE's tokens (401 without
+one): a control token over a namespace to publish, roll back or set its
+schema there, the pattern "*" for store-wide operations (compact); a data
+token over a namespace to read and ack it (403 outside, with the reason).
+FILE is JSON:
+
+	{"tokens": [
+	  {"name": "deploy-bot", "token": "…", "control": ["payments.*"]},
+	  {"name": "payments-svc", "token": "…", "data": ["payments.*"]}
+	]}
+
+Patterns are path.Match's: "payments.*" matches payments.prod and
+payments.prod.eu, not payments. Secrets are 16 to 4096 bytes of printable
+ASCII without spaces; they appear in no log or reply, only names do.
+
+Publish with the operator commands or the control API, e.g.
+
+	holdfast publish -server http://127.0.0.1:8080 -reason "first try" payments.prod retry-timeout-ms=50
+	curl -d '{"puts":{"retry-timeout-ms":50}}' http://127.0.0.1:8080/control/namespaces/payments.prod/publish`,
+		flags: serverFlags,
+	}
+}
+
+func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+	addr := fs.String("addr", "127.0.0.1:8080", "listen `HOST:PORT` of the data plane and the control API")
+	adminAddr := fs.String("admin-addr", "", "listen `HOST:PORT` of /metrics, /readyz, /healthz and /statusz (empty: on -addr)")
+	dataDir := fs.String("data-dir", "holdfast-data", "the embedded store's `DIR`")
+	etcdFlag := fs.String("etcd", "", "serve the store of an external etcd cluster: its members' `HOST:PORT,...`")
+	memory := fs.Bool("memory", false, "serve a throwaway store that is removed at exit (nothing is kept)")
+	heartbeat := fs.Duration("heartbeat", holdfast.DefaultHeartbeat, "progress event interval on watch streams")
+	maxPublish := fs.Int64("max-publish-bytes", control.DefaultMaxPublishBytes, "largest publish body (etcd refuses requests above 1.5 MiB by default)")
+	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
+	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
+	logs := addLogFlags(fs)
+	return func(ctx context.Context, e *env, _ []string) error {
+		switch {
+		case *heartbeat <= 0:
+			return usagef("-heartbeat must be positive, got %v", *heartbeat)
+		case *maxPublish <= 0:
+			return usagef("-max-publish-bytes must be positive, got %d", *maxPublish)
+		case *memory && *etcdFlag != "":
+			return usagef("-memory and -etcd exclude each other")
+		case *startTimeout <= 0:
+			return usagef("-start-timeout must be positive, got %v", *startTimeout)
+		}
+		sc := store.Config{Kind: store.KindEmbedded, DataDir: *dataDir, StartTimeout: *startTimeout}
+		switch {
+		case *memory:
+			sc = store.Config{Kind: store.KindMemory, StartTimeout: *startTimeout}
+		case *etcdFlag != "":
+			members, err := parseEtcdMembers("-etcd", *etcdFlag)
+			if err != nil {
+				return err
+			}
+			sc = store.Config{Kind: store.KindExternal, Endpoints: members, StartTimeout: *startTimeout}
+		}
+		var toks *access.Tokens
+		if *tokensFile != "" {
+			var err error
+			if toks, err = loadTokens(*tokensFile); err != nil {
+				return err
+			}
+		}
+		log := logs.logger(e.stderr)
+		if *memory {
+			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
+		}
+		switch {
+		case toks != nil:
+			log.Info("server: access control on", "tokens", toks.Names())
+		default:
+			log.Warn("server: no tokens configured: anyone who reaches -addr may read and change everything")
+		}
+		started := time.Now()
+		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks})
+		if err != nil {
+			return err
+		}
+		st := srv.Status(ctx)
+		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
+			"head", st.Head, "took", time.Since(started).Round(time.Millisecond))
+		err = serveServer(ctx, log, srv, *addr, *adminAddr)
+		log.Info("stopped")
+		return err
+	}
+}
+
+// loadTokens reads a -tokens file; a missing or invalid one is a usage
+// error.
+func loadTokens(name string) (*access.Tokens, error) {
+	toks, err := access.Load(name)
+	if err != nil {
+		return nil, usagef("-tokens: %v", err)
+	}
+	return toks, nil
+}
+
+// serveServer serves srv on addr, and its admin endpoints in front of it
+// or on adminAddr, until ctx ends or the embedded store fails; then it
+// closes srv.
+func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, addr, adminAddr string) (err error) {
+	defer func() { err = errors.Join(err, srv.Close()) }()
+	m, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, m.shutdown()) }()
+	if err := serverMetrics(m.mp.Meter(meterScope), srv); err != nil {
+		return err
+	}
+	admin := http.NewServeMux()
+	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) })
+
+	attrs := []any{"store_id", srv.StoreID()}
+	var adminFailed <-chan struct{}
+	data := srv.Handler()
+	if adminAddr == "" {
+		admin.Handle("/", data)
+		data = admin
+	} else {
+		adm, aerr := listenAndServe(adminAddr, httpServer(admin, log, false))
+		if aerr != nil {
+			return fmt.Errorf("admin: %w", aerr)
+		}
+		defer func() { err = errors.Join(err, adm.stop()) }()
+		adminFailed = adm.failed()
+		attrs = append(attrs, "admin_url", adm.url())
+	}
+	plane, err := listenAndServe(addr, httpServer(data, log, true))
+	if err != nil {
+		return err
+	}
+	attrs = append(attrs, "url", plane.url())
+	if adminAddr == "" {
+		attrs = append(attrs, "admin_url", plane.url())
+	}
+	log.Info("serving", attrs...)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case <-plane.failed():
+	case <-adminFailed:
+	case serr := <-srv.StoreErr():
+		err = fmt.Errorf("the embedded store failed: %w", serr)
+		log.Error("the embedded store failed", "err", serr)
+	}
+	// Closing the server first ends its streams, so that the listener's
+	// shutdown does not wait for them.
+	stopped := make(chan error, 1)
+	go func() { stopped <- plane.stop() }()
+	return errors.Join(err, srv.Close(), <-stopped)
+}
+
+// serverMetrics registers, read at each scrape,
+// holdfast_server_publishes_total (the publishes and rollbacks this server
+// committed) and holdfast_server_head (the store's latest revision).
+func serverMetrics(meter metric.Meter, srv *holdfast.Server) error {
+	publishes, err1 := meter.Int64ObservableCounter("holdfast.server.publishes", metric.WithUnit("{publish}"),
+		metric.WithDescription("Publishes and rollbacks this server committed."))
+	head, err2 := meter.Int64ObservableGauge("holdfast.server.head", metric.WithUnit("{revision}"),
+		metric.WithDescription("The store's latest revision."))
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	_, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(publishes, srv.Publishes())
+		if st := srv.Status(ctx); st.Error == "" {
+			o.ObserveInt64(head, st.Head)
+		}
+		return nil
+	}, publishes, head)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
