@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/transport"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -34,6 +36,7 @@ type options struct {
 	retryAfterWindow     time.Duration
 	id                   string
 	tokens               *access.Tokens
+	backfill             Backfill
 }
 
 // Option configures a Relay.
@@ -42,6 +45,18 @@ type Option interface{ apply(*options) }
 type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
+
+// Backfill reads namespace ns's change sets after cursor since, up to and
+// including revision until, oldest first: at most max of them, else an
+// error (see WithBackfill).
+type Backfill func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error)
+
+// WithBackfill lets the relay serve a client that resumes from a cursor
+// older than its window (a relay just started, a client failing over
+// from another) with the upstream's history rather than a compacted
+// error and a new snapshot: holdfast server passes its store's. Without
+// it (the default) such a client resnapshots.
+func WithBackfill(b Backfill) Option { return optionFunc(func(o *options) { o.backfill = b }) }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }

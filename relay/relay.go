@@ -120,6 +120,11 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 		r.mux = streammux.New(ctx, ss, r.log)
 	}
 	r.follower = fakeserver.NewFollower(o.history, o.historyBytes, r.want)
+	if o.backfill != nil {
+		r.follower.SetBackfill(func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
+			return o.backfill(ctx, ns, since, until, max)
+		})
+	}
 	if a, ok := upstream.(transport.Acker); ok {
 		r.acks = acks.New(a, r.log, o.id)
 	}

@@ -89,6 +89,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		relay.WithLogger(cfg.Logger),
 		relay.WithHeartbeat(cfg.Heartbeat),
 		relay.WithMaxNamespaces(cfg.MaxNamespaces),
+		relay.WithBackfill(backfill(s.src)),
 	}
 	if cfg.Tokens != nil {
 		opts = append(opts, relay.WithTokens(cfg.Tokens))

@@ -21,12 +21,14 @@ import (
 // an in-process origin (the reference server, which the test can stop,
 // restart and reset), relays as `holdfast relay` processes, SDK clients.
 
-// relayProc is one `holdfast relay` process.
+// relayProc is one `holdfast relay` process (or `holdfast server`, see
+// startServerProc).
 type relayProc struct {
-	t    *testing.T
-	bin  string
-	args []string
-	addr string // fixed by the first start, reused by restarts
+	t     *testing.T
+	bin   string
+	args  []string
+	addr  string // fixed by the first start, reused by restarts
+	ready string // the log message that says it serves (default "relay serving")
 
 	cmd    *exec.Cmd
 	copied chan struct{}
@@ -71,7 +73,11 @@ func (p *relayProc) start() {
 		_, _ = io.Copy(logs, stderr)
 	}(p.copied, p.logs)
 	p.wait = sync.OnceValue(p.cmd.Wait)
-	p.logs.waitFor(t, "relay serving", p.copied)
+	ready := p.ready
+	if ready == "" {
+		ready = "relay serving"
+	}
+	p.logs.waitFor(t, ready, p.copied)
 }
 
 // kill ends the process at once (SIGKILL: no drain, no flush).

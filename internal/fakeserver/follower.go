@@ -56,6 +56,64 @@ type Follower struct {
 	// flips counts the changes of a namespace's unconfirmed flag (a
 	// confirmation's, Fail's): a beat that tells one always goes.
 	flips uint64
+	// backfill, when set, reads the upstream's change sets of a namespace
+	// after a cursor older than the window (SetBackfill).
+	backfill Backfill
+}
+
+// Backfill reads namespace ns's change sets after cursor since, up to and
+// including revision until, oldest first: at most max of them, else
+// an error. A server over a store with history passes one, so that a
+// client resuming from a cursor older than the Follower's window (a server
+// just started, a failover) resumes rather than resnapshots.
+type Backfill func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error)
+
+// SetBackfill sets the Follower's Backfill; call it before serving.
+func (f *Follower) SetBackfill(b Backfill) {
+	f.mu.Lock()
+	defer f.unlock()
+	f.backfill = b
+}
+
+// fill extends the windows of reqs' namespaces back to their cursors
+// where the window does not reach them, through the backfill; a
+// namespace it cannot fill is left as it is (the request then gets
+// compacted, and the client resnapshots).
+func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
+	type gap struct {
+		name         string
+		since, floor int64
+		gen          uint64
+	}
+	var gaps []gap
+	f.mu.Lock()
+	for _, r := range reqs {
+		if n := f.nss[r.name]; f.backfill != nil && n != nil && n.ready && r.since >= 0 && r.since < n.floor && r.since <= n.cursor {
+			gaps = append(gaps, gap{r.name, r.since, n.floor, f.gen})
+		}
+	}
+	b := f.backfill
+	f.unlock()
+	for _, g := range gaps {
+		css, err := b(ctx, g.name, g.since, g.floor, f.maxChanges)
+		if err != nil || len(css) > 0 && css[len(css)-1].Revision > g.floor {
+			continue
+		}
+		f.mu.Lock()
+		if n := f.nss[g.name]; f.gen == g.gen && n != nil && n.ready && n.floor == g.floor {
+			older := make([]*change, 0, len(css)+len(n.changes))
+			for _, cs := range css {
+				// seq 0: history, never handed to the hub.
+				c := &change{gen: f.gen, cs: cs}
+				c.encode()
+				older = append(older, c)
+				n.bytes += int64(len(c.data))
+			}
+			n.changes = append(older, n.changes...)
+			n.floor = g.since
+		}
+		f.unlock()
+	}
 }
 
 // streamState is what a relay's stream reads of its namespaces to tell
@@ -641,6 +699,7 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			continue // the refusals, or the namespaces now followed
 		}
 		if !waiting {
+			f.fill(ctx, reqs)
 			return refused
 		}
 		select {
