@@ -58,11 +58,9 @@ func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
 // json reports whether -o json was asked for.
 func (t *targetFlags) json() bool { return t.output.value == "json" }
 
-// plane is a config plane the operator commands read and change. Every
+// plane is a config plane the operator commands read. Every
 // method returns the API's JSON reply.
 type plane interface {
-	publish(ctx context.Context, ns string, req publishRequest) ([]byte, error)
-	rollback(ctx context.Context, ns string, req rollbackRequest) ([]byte, error)
 	history(ctx context.Context, ns string, limit int, before int64) ([]byte, error)
 	// values reads the content live at revision rev, or at time at when
 	// it is not zero, or now when rev < 0.
@@ -94,7 +92,7 @@ type rollbackRequest struct {
 // a usage error.
 func (t *targetFlags) open(name string) (plane, error) {
 	if t.serverOnly && *t.etcd != "" {
-		return nil, usagef("-etcd: %s is the holdfast server's alone (etcd keeps no clients' reports or rollouts); use -server", name)
+		return nil, usagef("-etcd: %s is the holdfast server's alone (it is the store's only writer; etcd keeps no clients' reports or rollouts); use -server", name)
 	}
 	switch {
 	case *t.server != "" && *t.etcd != "":
@@ -329,23 +327,6 @@ func reply(v any, err error) ([]byte, error) {
 
 type revisionReply struct {
 	Revision int64 `json:"revision"`
-}
-
-func (p *etcdPlane) publish(ctx context.Context, ns string, req publishRequest) ([]byte, error) {
-	opts := []etcd.PublishOption{etcd.WithActor(req.Actor), etcd.WithReason(req.Reason)}
-	if req.IfRevision != nil {
-		opts = append(opts, etcd.WithIfRevision(*req.IfRevision))
-	}
-	if req.AbortRollout {
-		return nil, usagef("-abort-rollout: etcd has no rollouts; it is for -server")
-	}
-	rev, err := p.src.Publish(ctx, ns, req.Puts, req.Deletes, opts...)
-	return reply(revisionReply{rev}, err)
-}
-
-func (p *etcdPlane) rollback(ctx context.Context, ns string, req rollbackRequest) ([]byte, error) {
-	rev, err := p.src.Rollback(ctx, ns, req.To, etcd.WithActor(req.Actor), etcd.WithReason(req.Reason))
-	return reply(revisionReply{rev}, err)
 }
 
 func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {

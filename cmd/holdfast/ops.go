@@ -31,6 +31,13 @@ const targetDoc = `
 printed. -etcd HOST:PORT[,HOST:PORT...] reaches etcd's members instead,
 through holdfast's etcd module, with the same JSON.`
 
+const writerDoc = `
+-server URL reaches the holdfast server's control API; the token of -token
+(default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
+printed. There is no -etcd form: the server is the store's only writer,
+so that every change is validated against the namespace's schema and
+audited.`
+
 const serverOnlyDoc = `
 -server URL reaches the holdfast server's control API; the token of -token
 (default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
@@ -57,10 +64,10 @@ conflict with the current revision is on stderr, exit status 1. Read the
 revision with 'holdfast status' or 'holdfast history -limit 1'. A
 publish while a rollout runs on the namespace is refused (409), unless
 -abort-rollout reverts the rollout first.
-` + targetDoc,
+` + writerDoc,
 		minArgs: 1, maxArgs: math.MaxInt,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
-			t := addTargetFlags(fs, false)
+			t := addTargetFlags(fs, true)
 			file := fs.String("f", "", "take the change from `FILE`: {\"puts\":{...},\"deletes\":[...]}")
 			actor := fs.String("actor", "", "`WHO` makes the change, for the history (default: the token's identity)")
 			reason := fs.String("reason", "", "`WHY`, for the history (a ticket, an incident)")
@@ -77,7 +84,7 @@ publish while a rollout runs on the namespace is refused (409), unless
 				if ifRev.set {
 					req.IfRevision = &ifRev.v
 				}
-				return withPlane(ctx, t, "publish", func(ctx context.Context, p plane) error {
+				return withServer(ctx, t, "publish", func(ctx context.Context, p *serverPlane) error {
 					data, err := p.publish(ctx, ns, req)
 					if err != nil {
 						return err
@@ -105,10 +112,10 @@ func rollbackCommand() *command {
 Rollback commits, in one new revision, the content NAMESPACE had at
 revision -to: it rolls forward to the old content, and the history stays
 whole. The actor and reason are recorded in the history.
-` + targetDoc,
+` + writerDoc,
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
-			t := addTargetFlags(fs, false)
+			t := addTargetFlags(fs, true)
 			var to optInt
 			fs.Var(&to, "to", "the `REVISION` whose content to restore (required)")
 			actor := fs.String("actor", "", "`WHO` rolls back, for the history (default: the token's identity)")
@@ -119,7 +126,7 @@ whole. The actor and reason are recorded in the history.
 					return usagef("-to is required")
 				}
 				req := rollbackRequest{To: to.v, Actor: *actor, Reason: *reason}
-				return withPlane(ctx, t, "rollback", func(ctx context.Context, p plane) error {
+				return withServer(ctx, t, "rollback", func(ctx context.Context, p *serverPlane) error {
 					data, err := p.rollback(ctx, ns, req)
 					if err != nil {
 						return err

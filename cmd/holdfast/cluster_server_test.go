@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// serverStatusz reads a server's /statusz.
+func serverStatusz(t *testing.T, base string) (storeID string, head int64) {
+	t.Helper()
+	code, body, _ := get(t, base+"/statusz")
+	var st struct {
+		StoreID string `json:"store_id"`
+		Head    int64  `json:"head"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.StoreID == "" {
+		t.Fatalf("%s/statusz: %d %s", base, code, body)
+	}
+	return st.StoreID, st.Head
+}
+
+// TestTwoServersOneClusterFailover: two `holdfast server -etcd` processes
+// over one real 3-member cluster serve the same store id, revisions and
+// content. An SDK client that lists both and a relay that follows both
+// (with a client of its own) move to the second when the first is killed
+// (SIGKILL), and resume by cursor: no snapshot, every revision once, in
+// order.
+func TestTwoServersOneClusterFailover(t *testing.T) {
+	bin := buildBinary(t)
+	members := startEtcd(t)
+	a := startServerProc(t, bin, "-etcd", members)
+	b := startServerProc(t, bin, "-etcd", members)
+	idA, _ := serverStatusz(t, a.url())
+	if idB, _ := serverStatusz(t, b.url()); idA != idB {
+		t.Fatalf("store ids %q and %q, want one", idA, idB)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	publish := func(base string, v int) int64 {
+		t.Helper()
+		var r struct{ Revision int64 }
+		if code, err := postJSON(hc, base+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": v}}, &r); code != http.StatusOK || err != nil {
+			t.Fatalf("publish v=%d on %s: %d %v", v, base, code, err)
+		}
+		return r.Revision
+	}
+	rev := publish(a.url(), 0)
+	for _, base := range []string{a.url(), b.url()} {
+		until(t, "the snapshot of "+base, func() bool {
+			code, body, _ := get(t, base+"/sdk/snapshot?ns=app")
+			var snap struct {
+				StoreID  string `json:"store_id"`
+				Revision int64  `json:"revision"`
+			}
+			return code == http.StatusOK && json.Unmarshal([]byte(body), &snap) == nil && snap.Revision == rev && snap.StoreID == idA
+		})
+	}
+
+	r := startRelayProc(t, bin, a.url()+","+b.url())
+	direct, directCT := fleetClient(t, []string{a.url(), b.url()})
+	behind, behindCT := fleetClient(t, []string{r.url()})
+	nsDirect, nsBehind := openNS(t, direct, "app"), openNS(t, behind, "app")
+	recDirect, recBehind := record(nsDirect), record(nsBehind)
+	for v := 1; v <= 3; v++ {
+		rev = publish(a.url(), v)
+	}
+	until(t, "both clients at the last publish on the first server", func() bool {
+		return nsDirect.Status().Revision == rev && nsBehind.Status().Revision == rev
+	})
+	snapsDirect, snapsBehind := directCT.snapshots.Load(), behindCT.snapshots.Load()
+
+	a.kill()
+	for v := 4; v <= 8; v++ {
+		rev = publish(b.url(), v)
+	}
+	until(t, "both clients at the last publish on the second server", func() bool {
+		return nsDirect.Status().Revision == rev && nsBehind.Status().Revision == rev
+	})
+	if ep := nsDirect.Status().Endpoint; ep != b.url() {
+		t.Errorf("the direct client is served by %q, want the second server %q", ep, b.url())
+	}
+	if n := directCT.snapshots.Load() - snapsDirect; n != 0 {
+		t.Errorf("the direct client fetched %d snapshots in the failover, want 0", n)
+	}
+	if n := behindCT.snapshots.Load() - snapsBehind; n != 0 {
+		t.Errorf("the relay's client fetched %d snapshots in the failover, want 0", n)
+	}
+	recDirect.checkIncreasing(t, "the direct client", rev)
+	recBehind.checkIncreasing(t, "the relay's client", rev)
+}
