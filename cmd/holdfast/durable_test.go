@@ -75,7 +75,9 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 	}
 	storeID := func() string {
 		code, body, _ := get(t, srv.url()+"/statusz")
-		var st struct{ StoreID string `json:"store_id"` }
+		var st struct {
+			StoreID string `json:"store_id"`
+		}
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.StoreID == "" {
 			t.Fatalf("/statusz: %d %s", code, body)
 		}
