@@ -35,6 +35,9 @@ type Config struct {
 	// Tokens, when set, require one of its bearer tokens on the data
 	// plane (data scope) and the control API (control scope).
 	Tokens *access.Tokens
+	// AuditRetention is how many audit records each namespace keeps
+	// (default control.DefaultAuditRetention).
+	AuditRetention int
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
 	// (default relay.DefaultMaxNamespaces).
 	MaxNamespaces int
@@ -104,6 +107,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		MaxPublishBytes: cfg.MaxPublishBytes,
 		Acks:            s.acks,
 		Tokens:          cfg.Tokens,
+		AuditRetention:  cfg.AuditRetention,
 		Revision:        s.revision,
 	})
 	if err != nil {
@@ -192,6 +196,9 @@ func (s *Server) Status(ctx context.Context) Status {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.control != nil {
+			s.control.Close()
+		}
 		if s.cache != nil {
 			errs = append(errs, s.cache.Close())
 		}

@@ -190,3 +190,70 @@ func TestASecondServerOfADataDirIsRefused(t *testing.T) {
 		t.Fatalf("second server of one data dir: %v, want ErrLocked naming the holder's pid", err)
 	}
 }
+
+// TestAuditOutlivesCompaction: after POST /control/compact the history,
+// values and diff still answer from the audit log; past -audit-retention
+// the oldest records fold into the base, and history says it is
+// truncated.
+func TestAuditOutlivesCompaction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindMemory}, AuditRetention: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() {
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	base := hs.URL
+	var revs []int64
+	for i := 1; i <= 6; i++ {
+		revs = append(revs, publish(t, base, "app", map[string]any{"n": i}))
+	}
+	if st := control(t, "POST", base+"/control/compact", map[string]any{}, nil); st != http.StatusOK {
+		t.Fatalf("compact: %d", st)
+	}
+	type history struct {
+		Revisions []struct{ Revision int64 }
+		Truncated bool
+	}
+	var h history
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		h = history{}
+		if st := control(t, "GET", base+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
+			t.Fatalf("history: %d", st)
+		}
+		if h.Truncated && len(h.Revisions) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history never trimmed to 3 records: %+v", h)
+		}
+	}
+	if h.Revisions[0].Revision != revs[5] || h.Revisions[2].Revision != revs[3] {
+		t.Fatalf("history %+v, want revisions %v", h, revs[3:])
+	}
+	for _, tc := range []struct {
+		rev    int64
+		status int
+		n      string
+	}{
+		{revs[4], http.StatusOK, "5"}, // below the compaction point, in the log
+		{revs[2], http.StatusOK, "3"}, // the base
+		{revs[1], http.StatusGone, ""},
+	} {
+		var v struct{ Values map[string]json.RawMessage }
+		st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", base, tc.rev), nil, &v)
+		if st != tc.status || tc.n != "" && string(v.Values["n"]) != tc.n {
+			t.Errorf("values at %d: %d %s, want %d n=%s", tc.rev, st, v.Values, tc.status, tc.n)
+		}
+	}
+	var d struct{ Changes []struct{ Key string } }
+	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/diff?from=%d&to=%d", base, revs[2], revs[5]), nil, &d); st != http.StatusOK || len(d.Changes) != 1 {
+		t.Errorf("diff from the base: %d %+v", st, d)
+	}
+}

@@ -167,8 +167,9 @@ func historyCommand() *command {
 History lists NAMESPACE's revisions, newest first: when each was committed,
 its kind (publish, rollback, rollout-stage, rollout-promote,
 rollout-revert), actor and reason, and the keys it put and deleted. The
-server keeps these records through compaction; over etcd they end at
-etcd's compaction point. Page back with -before the last revision shown.
+server keeps these records through etcd's compaction, as many as its
+-audit-retention; when older ones are gone the list ends with a line that
+says so. Page back with -before the last revision shown.
 ` + targetDoc,
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -192,6 +193,7 @@ etcd's compaction point. Page back with -before the last revision shown.
 					return t.print(e, data, func(w io.Writer) error {
 						var h struct {
 							Revisions []auditRecord `json:"revisions"`
+							Truncated bool          `json:"truncated"`
 						}
 						if err := json.Unmarshal(data, &h); err != nil {
 							return err
@@ -208,7 +210,14 @@ etcd's compaction point. Page back with -before the last revision shown.
 							}
 							tw.row(r.Revision, timeCell(r.CommittedAt), kind, orDash(r.Actor), orDash(r.Reason), changesCell(r.Puts, r.Deletes))
 						}
-						return tw.flush()
+						if err := tw.flush(); err != nil {
+							return err
+						}
+						if h.Truncated {
+							_, err := fmt.Fprintf(w, "(older revisions of %s are no longer kept: past the audit's retention or etcd's compaction)\n", ns)
+							return err
+						}
+						return nil
 					})
 				})
 			}

@@ -86,6 +86,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	memory := fs.Bool("memory", false, "serve a throwaway store that is removed at exit (nothing is kept)")
 	heartbeat := fs.Duration("heartbeat", holdfast.DefaultHeartbeat, "progress event interval on watch streams")
 	maxPublish := fs.Int64("max-publish-bytes", control.DefaultMaxPublishBytes, "largest publish body (etcd refuses requests above 1.5 MiB by default)")
+	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
 	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
 	logs := addLogFlags(fs)
@@ -97,6 +98,8 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			return usagef("-max-publish-bytes must be positive, got %d", *maxPublish)
 		case *memory && *etcdFlag != "":
 			return usagef("-memory and -etcd exclude each other")
+		case *auditRetention <= 0:
+			return usagef("-audit-retention must be positive, got %d", *auditRetention)
 		case *startTimeout <= 0:
 			return usagef("-start-timeout must be positive, got %v", *startTimeout)
 		}
@@ -129,7 +132,8 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			log.Warn("server: no tokens configured: anyone who reaches -addr may read and change everything")
 		}
 		started := time.Now()
-		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks})
+		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks,
+			AuditRetention: *auditRetention})
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,10 @@ import (
 
 // Defaults.
 const (
-	DefaultMaxPublishBytes = 1 << 20 // below etcd's 1.5 MiB request limit, with room for the audit
+	// DefaultMaxPublishBytes keeps a publish's transaction, which holds
+	// its values twice (the keys and the audit record), below etcd's
+	// default request limit of 1.5 MiB.
+	DefaultMaxPublishBytes = 640 << 10
 	maxControlBytes        = 64 << 10
 )
 
@@ -43,6 +46,9 @@ type Config struct {
 	MaxPublishBytes int64
 	// Acks is the table of the clients' acks that /control/clients reads.
 	Acks *Acks
+	// AuditRetention is how many audit records each namespace keeps
+	// (default DefaultAuditRetention); older ones fold into its base.
+	AuditRetention int
 	// Tokens, when set, require a bearer token with control scope on
 	// every request (as the data plane's, from the same file): a
 	// namespace's endpoint needs control of it, a store-wide one (compact)
@@ -63,7 +69,12 @@ type Handler struct {
 
 	schemas   schemaCache
 	publishes atomic.Int64
+	trim      *trimmer
 }
+
+// Close stops the handler's background work (the audit log's trimming)
+// and waits for it. Call it once the handler serves no more.
+func (h *Handler) Close() { h.trim.close() }
 
 // Publishes counts the publishes and rollbacks this handler committed.
 func (h *Handler) Publishes() int64 { return h.publishes.Load() }
@@ -79,13 +90,17 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxPublishBytes <= 0 {
 		cfg.MaxPublishBytes = DefaultMaxPublishBytes
 	}
+	if cfg.AuditRetention <= 0 {
+		cfg.AuditRetention = DefaultAuditRetention
+	}
 	if cfg.Acks == nil {
 		cfg.Acks = NewAcks(DefaultMaxAckEntries)
 	}
 	if cfg.Revision == nil {
 		cfg.Revision = func(string) (int64, bool) { return 0, false }
 	}
-	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger}
+	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
+		trim: newTrimmer(cfg.Source, cfg.Logger, cfg.AuditRetention)}
 	for _, rt := range []struct {
 		pattern string
 		fn      func(http.ResponseWriter, *http.Request) error

@@ -68,6 +68,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.publishes.Add(1)
+	h.trim.published(ns)
 	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", body.Actor)
 	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
 	return nil
@@ -100,6 +101,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.publishes.Add(1)
+	h.trim.published(ns)
 	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", body.Actor)
 	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
 	return nil

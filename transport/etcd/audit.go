@@ -55,6 +55,11 @@ type HistoryOptions struct {
 type History struct {
 	Namespace string          `json:"ns"`
 	Revisions []HistoryRecord `json:"revisions"`
+	// Truncated says that older records exist no more: folded into the
+	// audit log's base (TrimAudit), or compacted away by etcd (records
+	// written before the log existed). Without it, a short list is the
+	// whole history.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // HistoryRecord is one change of a namespace: one revision of its meta key.
@@ -144,7 +149,33 @@ func (s *Source) History(ctx context.Context, ns string, opts HistoryOptions) (*
 	}
 	defer s.wg.Done()
 	h := &History{Namespace: ns, Revisions: []HistoryRecord{}}
-	err := s.walk(ctx, ns, opts.Before, func(rev int64, m *meta) (bool, error) {
+	recs, err := s.auditBefore(ctx, ns, opts.Before, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		h.Revisions = append(h.Revisions, r.historyRecord())
+	}
+	if len(h.Revisions) == limit {
+		return h, nil
+	}
+	before := opts.Before
+	if len(recs) > 0 {
+		oldest := recs[len(recs)-1]
+		if oldest.PrevRevision == 0 {
+			return h, nil // the namespace's first change: the whole history
+		}
+		before = oldest.rev
+	}
+	if _, _, trimmed, err := s.auditBase(ctx, ns); err != nil {
+		return nil, err
+	} else if trimmed {
+		h.Truncated = true // older records were folded into the base
+		return h, nil
+	}
+	// Older than the log (records from before it existed): etcd's
+	// revisions of the meta key, until its compaction point.
+	err = s.walk(ctx, ns, before, func(rev int64, m *meta) (bool, error) {
 		r, err := s.record(ctx, ns, rev, m)
 		if err != nil {
 			return false, err
@@ -152,13 +183,25 @@ func (s *Source) History(ctx context.Context, ns string, opts HistoryOptions) (*
 		h.Revisions = append(h.Revisions, r)
 		return len(h.Revisions) < limit, nil
 	})
-	if errors.Is(err, transport.ErrCompacted) && len(h.Revisions) > 0 {
-		err = nil // the history etcd still keeps
+	switch {
+	case errors.Is(err, transport.ErrCompacted) && len(h.Revisions) > 0:
+		h.Truncated, err = true, nil // what etcd still keeps
+	case errors.Is(err, transport.ErrNotFound) && len(recs) > 0:
+		err = nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	return h, nil
+}
+
+// historyRecord is the HistoryRecord of an audit record.
+func (r auditRecord) historyRecord() HistoryRecord {
+	return HistoryRecord{
+		Revision: r.rev, PrevRevision: r.PrevRevision, CommittedAt: r.CommittedAt,
+		Actor: r.Actor, Reason: r.Reason, Kind: r.Kind, RollbackOf: r.RollbackOf,
+		Puts: visible(r.Puts), Deletes: visible(r.Deletes),
+	}
 }
 
 // ValuesAt returns the namespace's content at revision rev: at its last
@@ -198,8 +241,16 @@ func (s *Source) ValuesAtTime(ctx context.Context, ns string, at time.Time) (*Na
 		return nil, err
 	}
 	defer s.wg.Done()
-	var found int64
-	err := s.walk(ctx, ns, 0, func(rev int64, m *meta) (bool, error) {
+	found, complete, err := s.auditAt(ctx, ns, at)
+	switch {
+	case err != nil:
+		return nil, err
+	case found > 0:
+		return s.valuesAt(ctx, "values", ns, found)
+	case complete:
+		return nil, fmt.Errorf("etcd: values of %q at %s: %w: before its first revision", ns, at.Format(time.RFC3339Nano), transport.ErrNotFound)
+	}
+	err = s.walk(ctx, ns, 0, func(rev int64, m *meta) (bool, error) {
 		if !m.CommittedAt.After(at) {
 			found = rev
 			return false, nil
@@ -260,8 +311,32 @@ func validNamespace(ns string) error {
 	return nil
 }
 
-// valuesAt reads the namespace's content at rev, reserved keys left out.
+// valuesAt reads the namespace's content at rev, reserved keys left out:
+// from etcd's revisions, or past etcd's compaction point from the audit
+// log.
 func (s *Source) valuesAt(ctx context.Context, op, ns string, rev int64) (*NamespaceValues, error) {
+	v, err := s.etcdValuesAt(ctx, op, ns, rev)
+	if !errors.Is(err, transport.ErrCompacted) {
+		return v, err
+	}
+	rv, ok, rerr := s.replay(ctx, ns, rev)
+	switch {
+	case rerr != nil:
+		return nil, rerr
+	case !ok:
+		return nil, err
+	}
+	for k := range rv.Values {
+		if reserved(k) {
+			delete(rv.Values, k)
+		}
+	}
+	return rv, nil
+}
+
+// etcdValuesAt reads the namespace's content at rev from etcd's
+// revisions, reserved keys left out.
+func (s *Source) etcdValuesAt(ctx context.Context, op, ns string, rev int64) (*NamespaceValues, error) {
 	prefix := Prefix(ns)
 	kvs, err := s.rangeAt(ctx, op, ns, prefix, rev, true)
 	if err != nil {

@@ -342,9 +342,11 @@ func TestAuditBadInput(t *testing.T) {
 	}
 }
 
-// TestAuditAfterCompaction: history ends at etcd's compaction point, and
-// a revision or time below it is compacted — unless the namespace did not
-// change since, when its content is still known.
+// TestAuditAfterCompaction: the audit log outlives etcd's compaction:
+// history, values at a revision or a time, and diffs answer below the
+// compaction point. TrimAudit then folds the oldest records into the
+// base: history says it is truncated, values at the base's revision still
+// answer, and older ones are compacted.
 func TestAuditAfterCompaction(t *testing.T) {
 	cl := sharedCluster(t)
 	src := newSource(t, cl.endpoints())
@@ -366,29 +368,24 @@ func TestAuditAfterCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// r3's record is etcd's value of the meta key at the compaction point:
-	// still there. r2's is gone.
-	if len(after.Revisions) != 2 || after.Revisions[0].Revision != r4 || after.Revisions[1].Revision != r3 || after.Revisions[1].PrevRevision != r2 {
-		t.Fatalf("history after compaction at %d = %s", r3, mustJSON(t, after))
+	if len(after.Revisions) != 4 || after.Revisions[0].Revision != r4 || after.Revisions[3].Revision != r1 || after.Truncated ||
+		mustJSON(t, after.Revisions[1:]) != mustJSON(t, h.Revisions) {
+		t.Fatalf("history after compaction at %d = %s\nbefore it: %s", r3, mustJSON(t, after), mustJSON(t, h))
 	}
-	var ce *transport.CompactedError
-	if _, err := src.History(ctx, "cmp", etcd.HistoryOptions{Before: r3}); !errors.As(err, &ce) || ce.CompactRevision != r3 {
-		t.Errorf("history before the compaction point = %v; want CompactedError at %d", err, r3)
+	if older, err := src.History(ctx, "cmp", etcd.HistoryOptions{Before: r3}); err != nil || len(older.Revisions) != 2 || older.Revisions[0].Revision != r2 {
+		t.Errorf("history before the compaction point = %s, %v; want r2 and r1", mustJSON(t, older), err)
 	}
-	if _, err := src.ValuesAt(ctx, "cmp", r2); !errors.As(err, &ce) || ce.CompactRevision != r3 {
-		t.Errorf("values at %d below compaction = %v; want CompactedError at %d", r2, err, r3)
+	if v, err := src.ValuesAt(ctx, "cmp", r2); err != nil || v.Revision != r2 || mustJSON(t, v.Values) != `{"a":2}` {
+		t.Errorf("values at %d below compaction = %+v, %v", r2, v, err)
 	}
 	if v, err := src.ValuesAt(ctx, "cmp", r3); err != nil || mustJSON(t, v.Values) != `{"a":3}` {
 		t.Errorf("values at the compaction point = %+v, %v", v, err)
 	}
-	if _, err := src.ValuesAtTime(ctx, "cmp", h.Revisions[1].CommittedAt); !errors.As(err, &ce) || ce.CompactRevision != r3 {
-		t.Errorf("values at r2's time = %v; want CompactedError at %d", err, r3)
+	if v, err := src.ValuesAtTime(ctx, "cmp", h.Revisions[1].CommittedAt); err != nil || v.Revision != r2 || mustJSON(t, v.Values) != `{"a":2}` {
+		t.Errorf("values at r2's time = %+v, %v", v, err)
 	}
-	if _, err := src.Diff(ctx, "cmp", r1, r4); !errors.As(err, &ce) {
-		t.Errorf("diff from a compacted revision = %v; want CompactedError", err)
-	}
-	if d, err := src.Diff(ctx, "cmp", r3, r4); err != nil || mustJSON(t, d) != fmt.Sprintf(`{"ns":"cmp","from":%d,"to":%d,"changes":[{"key":"a","old":3,"new":4}]}`, r3, r4) {
-		t.Errorf("diff from the compaction point = %+v, %v", d, err)
+	if d, err := src.Diff(ctx, "cmp", r1, r4); err != nil || mustJSON(t, d) != fmt.Sprintf(`{"ns":"cmp","from":%d,"to":%d,"changes":[{"key":"a","old":1,"new":4}]}`, r1, r4) {
+		t.Errorf("diff from a compacted revision = %+v, %v", d, err)
 	}
 	// A namespace quiet since before the compaction: its content then is
 	// its content at the compaction point.
@@ -397,6 +394,28 @@ func TestAuditAfterCompaction(t *testing.T) {
 	}
 	if qh, err := src.History(ctx, "cmp.quiet", etcd.HistoryOptions{}); err != nil || len(qh.Revisions) != 1 || qh.Revisions[0].Puts[0] != "q" {
 		t.Errorf("history of a quiet namespace = %+v, %v", qh, err)
+	}
+
+	// Keep two records: r1 and r2 fold into the base.
+	if n, err := src.TrimAudit(ctx, "cmp", 2); err != nil || n != 2 {
+		t.Fatalf("TrimAudit(2) = %d, %v; want 2 folded", n, err)
+	}
+	if n, err := src.TrimAudit(ctx, "cmp", 2); err != nil || n != 0 {
+		t.Fatalf("TrimAudit(2) again = %d, %v; want nothing to do", n, err)
+	}
+	trimmed, err := src.History(ctx, "cmp", etcd.HistoryOptions{})
+	if err != nil || len(trimmed.Revisions) != 2 || trimmed.Revisions[1].Revision != r3 || !trimmed.Truncated {
+		t.Fatalf("history after the trim = %s, %v; want r4, r3 and truncated", mustJSON(t, trimmed), err)
+	}
+	if v, err := src.ValuesAt(ctx, "cmp", r2); err != nil || v.Revision != r2 || mustJSON(t, v.Values) != `{"a":2}` {
+		t.Errorf("values at the base's revision %d = %+v, %v", r2, v, err)
+	}
+	var ce *transport.CompactedError
+	if _, err := src.ValuesAt(ctx, "cmp", r1); !errors.As(err, &ce) {
+		t.Errorf("values at %d, folded and compacted = %v; want CompactedError", r1, err)
+	}
+	if d, err := src.Diff(ctx, "cmp", r2, r4); err != nil || len(d.Changes) != 1 {
+		t.Errorf("diff from the base = %+v, %v", d, err)
 	}
 }
 
@@ -453,6 +472,10 @@ func TestActorDefaultsToTheEtcdUser(t *testing.T) {
 		func() error { _, err := cli.RoleAdd(ctx, "holdfast-writer"); return err },
 		func() error {
 			_, err := cli.RoleGrantPermission(ctx, "holdfast-writer", etcd.KeyRoot, clientv3.GetPrefixRangeEnd(etcd.KeyRoot), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "holdfast-writer", etcd.AuditRoot, clientv3.GetPrefixRangeEnd(etcd.AuditRoot), clientv3.PermissionType(clientv3.PermReadWrite))
 			return err
 		},
 		func() error { _, err := cli.UserAdd(ctx, "deployer", "deploypw"); return err },

@@ -73,8 +73,11 @@ func WithTLS(cfg *tls.Config) Option {
 }
 
 // WithAuth sets the user name and password of etcd's authentication. The
-// user needs read access to the namespaces' key ranges (and write access
-// for Publish and Rollback): /holdfast/ with a prefix permission.
+// user needs read access to the namespaces' key ranges (/holdfast/ with a
+// prefix permission) and to StoreIDKey; Publish and Rollback need write
+// access to /holdfast/ and AuditRoot, and the audit's queries read access
+// to AuditRoot and AuditBaseRoot (TrimAudit writes both). A prefix
+// permission on "/holdfast" covers them all.
 func WithAuth(username, password string) Option {
 	return optionFunc(func(o *options) { o.username, o.password = username, password })
 }

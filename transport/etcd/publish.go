@@ -111,12 +111,15 @@ func (e *ConflictError) Error() string {
 // change sets on it. It commits only if no key of the namespace changed
 // since Publish read it; when another writer got there first, Publish reads
 // again and retries. etcd bounds a transaction's operations (--max-txn-ops,
-// default 128: up to 127 keys per publish) and its size
+// default 128: up to 126 keys per publish, beside the meta key and the audit
+// record) and its size
 // (--max-request-bytes, default 1.5 MiB).
 //
 // The meta key also records the audit of the change: kind "publish", the
 // actor (WithActor) and reason (WithReason), and the keys put and deleted;
-// History reads it back. WithIfRevision makes the publish conditional on
+// the same transaction writes it, with the values put, to the audit log
+// (AuditRoot), which outlives etcd's compaction: History, ValuesAt and
+// Diff read it back. The values count twice against etcd's request size. WithIfRevision makes the publish conditional on
 // the namespace's current revision.
 //
 // An error after the transaction was sent (a timeout, a member lost
@@ -306,6 +309,11 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 		return 0, false, err
 	}
 	ops = append(ops, clientv3.OpPut(prefix, string(mb)))
+	ab, err := json.Marshal(auditEntry{meta: m, Values: puts})
+	if err != nil {
+		return 0, false, err
+	}
+	ops = append(ops, clientv3.OpPut(auditKey(ns, head), string(ab)))
 	// The guard "no key of the namespace changed since the read" is also
 	// WithIfRevision's compare: the read found the namespace at prev.
 	tr, err := s.cli.Txn(ctx).

@@ -1,0 +1,288 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// The audit log: every Publish and Rollback writes, in its transaction,
+// a record of the change (its meta record and the values it put) under
+// AuditRoot, which etcd's compaction does not touch, so that History,
+// ValuesAt, ValuesAtTime and Diff answer for every revision the log
+// keeps, not only for those etcd's history still holds. TrimAudit keeps
+// the log bounded: it folds the oldest records into the namespace's base
+// (its content at the last record folded) under AuditBaseRoot.
+const (
+	AuditRoot     = "/holdfast-audit/"
+	AuditBaseRoot = "/holdfast-audit-base/"
+)
+
+// auditPrefix is the prefix of namespace ns's records. A record's key
+// ends with the revision its publish read the namespace at (16 hex
+// digits): unique and increasing, since a publish commits only if nothing
+// of the namespace changed since that read; the record's own revision is
+// its key's CreateRevision.
+func auditPrefix(ns string) string { return AuditRoot + ns + "/" }
+
+func auditKey(ns string, readAt int64) string { return fmt.Sprintf("%s%016x", auditPrefix(ns), readAt) }
+
+// auditEntry is a record of the log: the meta record and the values put.
+type auditEntry struct {
+	meta
+	Values map[string]json.RawMessage `json:"values,omitempty"`
+}
+
+// auditRecord is a record with its key and revision.
+type auditRecord struct {
+	key string
+	rev int64
+	auditEntry
+}
+
+// auditBase is a namespace's content at the last record TrimAudit folded.
+type auditBase struct {
+	Revision    int64                      `json:"revision"`
+	CommittedAt time.Time                  `json:"committed_at"`
+	Values      map[string]json.RawMessage `json:"values"`
+}
+
+func decodeAudit(ns string, kv *mvccpb.KeyValue) (auditRecord, error) {
+	r := auditRecord{key: string(kv.Key), rev: kv.CreateRevision}
+	if err := json.Unmarshal(kv.Value, &r.auditEntry); err != nil {
+		return r, fmt.Errorf("%w: audit record %s of %q: %v", transport.ErrMalformed, kv.Key, ns, err)
+	}
+	return r, nil
+}
+
+// auditPage reads up to limit records of ns whose keys are in [from, to),
+// newest first when desc.
+func (s *Source) auditPage(ctx context.Context, ns, from, to string, limit int64, desc bool) ([]auditRecord, error) {
+	order := clientv3.SortAscend
+	if desc {
+		order = clientv3.SortDescend
+	}
+	rctx, cancel := s.requestCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, from, clientv3.WithRange(to), clientv3.WithSort(clientv3.SortByKey, order), clientv3.WithLimit(limit))
+	if err != nil {
+		return nil, mapError("audit", ns, err)
+	}
+	out := make([]auditRecord, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r, err := decodeAudit(ns, kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// auditBefore reads up to limit records of ns of revisions below before
+// (0: from the newest), newest first.
+func (s *Source) auditBefore(ctx context.Context, ns string, before int64, limit int) ([]auditRecord, error) {
+	p := auditPrefix(ns)
+	to := clientv3.GetPrefixRangeEnd(p)
+	if before > 0 {
+		// A record's key is below its revision: a record of a revision
+		// at or above before has a key below before only if its publish
+		// read the namespace below before, which one record at most did.
+		to = auditKey(ns, before)
+	}
+	recs, err := s.auditPage(ctx, ns, p, to, int64(limit)+1, true)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if before == 0 || r.rev < before {
+			out = append(out, r)
+		}
+	}
+	return out[:min(len(out), limit)], nil
+}
+
+// base reads ns's audit base (ok false: none) and its key's ModRevision.
+func (s *Source) auditBase(ctx context.Context, ns string) (b auditBase, modRev int64, ok bool, err error) {
+	rctx, cancel := s.requestCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, AuditBaseRoot+ns)
+	if err != nil {
+		return b, 0, false, mapError("audit", ns, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return b, 0, false, nil
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &b); err != nil {
+		return b, 0, false, fmt.Errorf("%w: audit base of %q: %v", transport.ErrMalformed, ns, err)
+	}
+	return b, resp.Kvs[0].ModRevision, true, nil
+}
+
+// replay reads ns's content at revision rev from the audit log: its base
+// and the records after it up to rev. ok is false when the log cannot
+// tell (no record at or before rev, and no base that starts it).
+func (s *Source) replay(ctx context.Context, ns string, rev int64) (v *NamespaceValues, ok bool, err error) {
+	b, _, hasBase, err := s.auditBase(ctx, ns)
+	if err != nil {
+		return nil, false, err
+	}
+	v = &NamespaceValues{Namespace: ns, Values: map[string]json.RawMessage{}}
+	known := false
+	if hasBase && b.Revision <= rev {
+		v.Revision, v.CommittedAt, v.Values, known = b.Revision, b.CommittedAt, maps.Clone(b.Values), true
+	}
+	p := auditPrefix(ns)
+	from, to := p, clientv3.GetPrefixRangeEnd(p)
+	for {
+		recs, err := s.auditPage(ctx, ns, from, to, 1000, false)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, r := range recs {
+			if r.rev > rev {
+				return v, known, nil
+			}
+			if hasBase && r.rev <= b.Revision {
+				continue
+			}
+			if !known && r.PrevRevision != 0 {
+				return nil, false, nil // the log starts after the namespace did, with no base
+			}
+			known = true
+			for k, val := range r.Values {
+				v.Values[k] = val
+			}
+			for _, k := range r.Deletes {
+				delete(v.Values, k)
+			}
+			v.Revision, v.CommittedAt = r.rev, r.CommittedAt
+		}
+		if len(recs) < 1000 {
+			return v, known, nil
+		}
+		from = recs[len(recs)-1].key + "\x00"
+	}
+}
+
+// TrimAudit bounds namespace ns's audit log to its newest keep records:
+// it folds older ones, a thousand at most per call, into the namespace's
+// base, in one transaction that commits only if no other trim moved the
+// base meanwhile (then it returns 0 and no error: the other did the
+// work). It returns how many records it folded. History then reports
+// the log as truncated before the base, and ValuesAt answers from the
+// base on.
+func (s *Source) TrimAudit(ctx context.Context, ns string, keep int) (int, error) {
+	if err := validNamespace(ns); err != nil {
+		return 0, err
+	}
+	if keep < 1 {
+		return 0, fmt.Errorf("etcd: trim of %q: %w: keep %d", ns, ErrInvalidArgument, keep)
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.wg.Done()
+	p := auditPrefix(ns)
+	rctx, cancel := s.requestCtx(ctx)
+	resp, err := s.cli.Get(rctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return 0, mapError("trim", ns, err)
+	}
+	extra := min(resp.Count-int64(keep), 1000)
+	if extra <= 0 {
+		return 0, nil
+	}
+	recs, err := s.auditPage(ctx, ns, p, clientv3.GetPrefixRangeEnd(p), extra, false)
+	if err != nil || len(recs) == 0 {
+		return 0, err
+	}
+	b, baseRev, hasBase, err := s.auditBase(ctx, ns)
+	if err != nil {
+		return 0, err
+	}
+	if !hasBase {
+		b.Values = map[string]json.RawMessage{}
+		if first := recs[0]; first.PrevRevision != 0 {
+			// The log starts after the namespace did (records from before
+			// the log existed): its content then, from etcd's history.
+			v, err := s.valuesAt(ctx, "trim", ns, first.PrevRevision)
+			if err != nil {
+				return 0, fmt.Errorf("etcd: trim of %q: the content before its first audit record: %w", ns, err)
+			}
+			b.Revision, b.CommittedAt, b.Values = v.Revision, v.CommittedAt, v.Values
+		}
+	}
+	for _, r := range recs {
+		if r.rev <= b.Revision {
+			continue
+		}
+		for k, v := range r.Values {
+			b.Values[k] = v
+		}
+		for _, k := range r.Deletes {
+			delete(b.Values, k)
+		}
+		b.Revision, b.CommittedAt = r.rev, r.CommittedAt
+	}
+	data, err := json.Marshal(b)
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel = s.requestCtx(ctx)
+	defer cancel()
+	tr, err := s.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.ModRevision(AuditBaseRoot+ns), "=", baseRev)).
+		Then(clientv3.OpPut(AuditBaseRoot+ns, string(data)),
+			clientv3.OpDelete(recs[0].key, clientv3.WithRange(recs[len(recs)-1].key+"\x00"))).
+		Commit()
+	if err != nil {
+		return 0, mapError("trim", ns, err)
+	}
+	if !tr.Succeeded {
+		return 0, nil
+	}
+	return len(recs), nil
+}
+
+// auditAt finds in ns's audit log the revision of its last change
+// committed at or before at (found 0: none in the log); complete says the
+// log reaches the namespace's first change, so that none found means none
+// there was.
+func (s *Source) auditAt(ctx context.Context, ns string, at time.Time) (found int64, complete bool, err error) {
+	p := auditPrefix(ns)
+	from, to := p, clientv3.GetPrefixRangeEnd(p)
+	for {
+		recs, err := s.auditPage(ctx, ns, from, to, 1000, true)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, r := range recs {
+			if !r.CommittedAt.After(at) {
+				return r.rev, true, nil
+			}
+			if r.PrevRevision == 0 {
+				return 0, true, nil
+			}
+		}
+		if len(recs) < 1000 {
+			// The log ends above at: its base, if it covers at; else the
+			// caller reads etcd's history.
+			b, _, trimmed, err := s.auditBase(ctx, ns)
+			if err == nil && trimmed && !b.CommittedAt.After(at) {
+				return b.Revision, true, nil
+			}
+			return 0, false, err
+		}
+		to = recs[len(recs)-1].key
+	}
+}
