@@ -282,7 +282,9 @@ func TestOperatorUsageErrors(t *testing.T) {
 		want string
 		args []string
 	}{
-		{"-server or -etcd is required", []string{"publish", "ns.a", "a=1"}},
+		{"-server is required", []string{"publish", "ns.a", "a=1"}},
+		{"-server or -etcd is required", []string{"history", "ns.a"}},
+		{"-etcd: publish is the holdfast server's alone (it is the store's only writer", []string{"publish", "-etcd", "127.0.0.1:2379", "ns.a", "a=1"}},
 		{"-server is required", []string{"status", "ns.a"}},
 		{"-server and -etcd exclude each other", []string{"history", "-server", s, "-etcd", "127.0.0.1:2379", "ns.a"}},
 		{"-token is for -server, not -etcd", []string{"history", "-etcd", "127.0.0.1:2379", "-token", "t", "ns.a"}},
