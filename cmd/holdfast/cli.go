@@ -53,6 +53,7 @@ func commands() []*command {
 		publishCommand(), rollbackCommand(), historyCommand(), getCommand(), diffCommand(),
 		statusCommand(), clientsCommand(),
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
+		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 	}
 }
 

@@ -236,6 +236,9 @@ func (p *serverPlane) call(ctx context.Context, method, path string, query url.V
 		}
 		return nil, e
 	}
+	if resp.StatusCode == http.StatusNoContent {
+		return nil, nil
+	}
 	if !json.Valid(data) {
 		return nil, fmt.Errorf("%s %s: the reply is not JSON: %q", method, path, clip(string(data), 128))
 	}
