@@ -24,7 +24,7 @@ import (
 // module's tests do (Debian's etcd-server binary, or $ETCD_BIN), waits
 // for a linearizable read and returns the members' HOST:PORT for -etcd.
 // The members are killed at test end.
-func startEtcd(t *testing.T) string {
+func startEtcd(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv("ETCD_BIN")
 	if bin == "" {
@@ -85,7 +85,7 @@ func startEtcd(t *testing.T) string {
 }
 
 // waitEtcd waits until the cluster at members answers a linearizable read.
-func waitEtcd(t *testing.T, members string) {
+func waitEtcd(t testing.TB, members string) {
 	t.Helper()
 	var eps []string
 	for _, m := range strings.Split(members, ",") {

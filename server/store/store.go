@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -40,6 +41,9 @@ type Config struct {
 	Logger *slog.Logger
 	// StartTimeout bounds Open (default DefaultStartTimeout).
 	StartTimeout time.Duration
+	// DialOptions are added to the etcd client's (instrumentation: the
+	// tests count the server's requests to etcd with an interceptor).
+	DialOptions []grpc.DialOption
 }
 
 // Store is an open store. Its Client is shared: close the Store, not the
@@ -54,6 +58,8 @@ type Store struct {
 	member *embed.Etcd // nil for KindExternal
 	lock   *dirLock    // KindEmbedded
 	tmp    string      // KindMemory: removed at Close
+
+	dialOpts []grpc.DialOption
 }
 
 // ErrLocked is returned by Open when another process holds the data
@@ -70,7 +76,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
-	s := &Store{Kind: cfg.Kind}
+	s := &Store{Kind: cfg.Kind, dialOpts: cfg.DialOptions}
 	var err error
 	switch cfg.Kind {
 	case KindEmbedded:
@@ -108,6 +114,7 @@ func (s *Store) connect(ctx context.Context) error {
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		Context:     context.Background(), // the client outlives Open's ctx
+		DialOptions: s.dialOpts,
 	})
 	if err != nil {
 		return fmt.Errorf("store: etcd client: %w", err)

@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+)
+
+// TestEtcdRequestsPerPublishDoNotGrowWithClients: the server is a watch
+// cache: with 10 or with 1,000 clients streaming a namespace, a publish
+// costs the same unary requests to etcd (the changes reach the cache over
+// one etcd watch, a stream, not counted). Heartbeats are 10 s, so that
+// their background reads (one per namespace per beat) barely count.
+func TestEtcdRequestsPerPublishDoNotGrowWithClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 streams: not in -short")
+	}
+	var unary atomic.Int64
+	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		unary.Add(1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindMemory, DialOptions: []grpc.DialOption{count}}, Heartbeat: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	first := publish(t, hs.URL, "app", map[string]any{"v": 0})
+
+	tr := &http.Transport{MaxIdleConnsPerHost: 2000}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	var events atomic.Int64 // change events read by every stream
+	streams := 0
+	open := func(n int) {
+		t.Helper()
+		for range n {
+			resp, err := hc.Get(fmt.Sprintf("%s/sdk/watch?ns=app&since=%d", hs.URL, first))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("stream %d: %v %v", streams, err, resp)
+			}
+			streams++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer resp.Body.Close()
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					if sc.Text() == "event: change" {
+						events.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	defer wg.Wait()
+	defer hs.CloseClientConnections()
+
+	perPublish := func(v0 int) float64 {
+		t.Helper()
+		const publishes = 20
+		before, seen := unary.Load(), events.Load()
+		for i := range publishes {
+			publish(t, hs.URL, "app", map[string]any{"v": v0 + i})
+		}
+		n := float64(unary.Load()-before) / publishes
+		want := seen + int64(publishes*streams)
+		for deadline := time.Now().Add(20 * time.Second); events.Load() < want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d change events reached the %d streams", events.Load()-seen, publishes*streams, streams)
+			}
+		}
+		return n
+	}
+	open(10)
+	at10 := perPublish(1)
+	open(990)
+	at1000 := perPublish(100)
+	t.Logf("etcd unary requests per publish: %.2f with 10 streams, %.2f with 1,000", at10, at1000)
+	if d := at1000 - at10; d > 1 || d < -1 {
+		t.Errorf("etcd requests per publish: %.2f with 10 streams, %.2f with 1,000: want equal within 1", at10, at1000)
+	}
+}
