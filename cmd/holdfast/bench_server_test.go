@@ -54,7 +54,9 @@ func BenchmarkPublishCluster(b *testing.B) {
 	}
 	b.StopTimer()
 	slices.Sort(ds)
-	at := func(q float64) float64 { return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000 }
+	at := func(q float64) float64 {
+		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
+	}
 	b.ReportMetric(at(0.50), "p50-ms")
 	b.ReportMetric(at(0.99), "p99-ms")
 }
