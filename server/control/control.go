@@ -165,11 +165,17 @@ func actor(r *http.Request, named string) string {
 	return id.Name
 }
 
+// requestTimeout bounds a control request's work with the store: a store
+// that does not answer gets a 503, not a request that hangs.
+const requestTimeout = 10 * time.Second
+
 // handlerFunc adapts a handler that returns an error: the one place that
 // writes an error reply.
 func handlerFunc(log *slog.Logger, fn func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := fn(w, r)
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		err := fn(w, r.WithContext(ctx))
 		if err == nil {
 			return
 		}

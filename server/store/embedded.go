@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"go.etcd.io/bbolt"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -39,6 +41,9 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	if err := checkFormat(dir); err != nil {
 		return err
 	}
+	if err := checkDB(filepath.Join(dir, etcdSubdir, "member", "snap", "db")); err != nil {
+		return err
+	}
 	loopback, _ := url.Parse("http://127.0.0.1:0")
 	ec := embed.NewConfig()
 	ec.Name = "holdfast"
@@ -64,6 +69,20 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	}
 	s.Endpoints = []string{"http://" + member.Clients[0].Addr().String()}
 	return nil
+}
+
+// checkDB opens the embedded member's database, if it has one, read-only:
+// etcd panics on a database it cannot open, which would take the whole
+// process down with a stack trace instead of an error.
+func checkDB(name string) error {
+	if _, err := os.Stat(name); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	db, err := bbolt.Open(name, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("store: the embedded etcd's database %s cannot be opened (damaged?): %w", name, err)
+	}
+	return db.Close()
 }
 
 // dirLock is an flock(2) on a data directory's lock file, which names the

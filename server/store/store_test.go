@@ -1,0 +1,108 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/holdfast-dev/holdfast/server/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string) (*store.Store, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: dir, StartTimeout: 20 * time.Second})
+}
+
+// TestEmbeddedStoreKeepsItsID: the store id is created once and read back
+// at every start.
+func TestEmbeddedStoreKeepsItsID(t *testing.T) {
+	dir := t.TempDir()
+	st, err := open(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.ID
+	if len(id) != 32 || st.Kind != store.KindEmbedded || len(st.Endpoints) != 1 || !strings.HasPrefix(st.Endpoints[0], "http://127.0.0.1:") {
+		t.Fatalf("store %+v", st)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+	st, err = open(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.ID != id {
+		t.Fatalf("store id %q after a restart, want %q", st.ID, id)
+	}
+}
+
+// TestBadDataDirs: a directory held by another store, of a newer layout,
+// of an unknown one, or with a damaged etcd database is refused at start
+// with a clear error, and nothing is started.
+func TestBadDataDirs(t *testing.T) {
+	held := t.TempDir()
+	st, err := open(t, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	newer := t.TempDir()
+	if err := os.WriteFile(filepath.Join(newer, "holdfast-format"), []byte("99\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	garbage := t.TempDir()
+	if err := os.WriteFile(filepath.Join(garbage, "holdfast-format"), []byte("one\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	foreign := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(foreign, "etcd"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	damaged := t.TempDir()
+	if st, err := open(t, damaged); err != nil {
+		t.Fatal(err)
+	} else if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(damaged, "etcd", "member", "snap", "db")
+	if err := os.WriteFile(db, []byte("not a bolt database"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dir, want string
+		is              error
+	}{
+		{"held by another", held, "is locked by another holdfast server (pid", store.ErrLocked},
+		{"newer layout", newer, "is of format 99, newer than this server's 1", nil},
+		{"unknown layout", garbage, "not a format version", nil},
+		{"etcd without the layout file", foreign, "not a holdfast data directory", nil},
+		{"damaged database", damaged, "cannot be opened (damaged?)", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := open(t, tc.dir)
+			if err == nil {
+				st.Close()
+				t.Fatalf("opened %s", tc.dir)
+			}
+			if !strings.Contains(err.Error(), tc.want) || tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("error %q, want %q", err, tc.want)
+			}
+		})
+	}
+}
