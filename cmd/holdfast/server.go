@@ -86,6 +86,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	memory := fs.Bool("memory", false, "serve a throwaway store that is removed at exit (nothing is kept)")
 	heartbeat := fs.Duration("heartbeat", holdfast.DefaultHeartbeat, "progress event interval on watch streams")
 	maxPublish := fs.Int64("max-publish-bytes", control.DefaultMaxPublishBytes, "largest publish body (etcd refuses requests above 1.5 MiB by default)")
+	retention := fs.String("retention", "24h", "the embedded store keeps this much of etcd's history: `N` revisions or a duration (the audit log outlives it; empty: all); an external cluster compacts by its own --auto-compaction-retention")
 	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
 	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
@@ -103,14 +104,17 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		case *startTimeout <= 0:
 			return usagef("-start-timeout must be positive, got %v", *startTimeout)
 		}
-		sc := store.Config{Kind: store.KindEmbedded, DataDir: *dataDir, StartTimeout: *startTimeout}
+		sc := store.Config{Kind: store.KindEmbedded, DataDir: *dataDir, StartTimeout: *startTimeout, Retention: *retention}
 		switch {
 		case *memory:
-			sc = store.Config{Kind: store.KindMemory, StartTimeout: *startTimeout}
+			sc = store.Config{Kind: store.KindMemory, StartTimeout: *startTimeout, Retention: *retention}
 		case *etcdFlag != "":
 			members, err := parseEtcdMembers("-etcd", *etcdFlag)
 			if err != nil {
 				return err
+			}
+			if flagSet(fs, "retention") {
+				return usagef("-retention is the embedded store's: an external cluster compacts by its own --auto-compaction-retention")
 			}
 			sc = store.Config{Kind: store.KindExternal, Endpoints: members, StartTimeout: *startTimeout}
 		}
@@ -234,4 +238,11 @@ func serverMetrics(meter metric.Meter, srv *holdfast.Server) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

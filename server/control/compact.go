@@ -2,26 +2,25 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
 // Compact compacts the store's history to revision rev (0: the head) and
-// records the point under compactKey, where status reads it. A revision at
-// or below the recorded point is already compacted: Compact returns that
-// point. One above the head is refused.
+// returns the compaction point. A revision at or below the point is
+// already compacted: Compact returns the point. One above the head is
+// refused.
 func Compact(ctx context.Context, cli *clientv3.Client, rev int64) (int64, error) {
-	resp, err := cli.Get(ctx, compactKey)
+	head, done, err := Points(ctx, cli)
 	if err != nil {
-		return 0, fmt.Errorf("control: compact: %w", err)
+		return 0, err
 	}
-	var done int64
-	if len(resp.Kvs) > 0 {
-		done, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
-	}
-	head := resp.Header.Revision
 	switch {
 	case rev == 0:
 		rev = head
@@ -31,13 +30,33 @@ func Compact(ctx context.Context, cli *clientv3.Client, rev int64) (int64, error
 	if rev <= done {
 		return done, nil
 	}
-	// The record first: a compaction that then fails leaves a point
-	// recorded above the real one, which history treats as gone anyway.
-	if _, err := cli.Put(ctx, compactKey, strconv.FormatInt(rev, 10)); err != nil {
-		return 0, fmt.Errorf("control: compact: %w", err)
-	}
-	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 		return 0, fmt.Errorf("control: compact to %d: %w", rev, err)
 	}
 	return rev, nil
+}
+
+// Points reads the store's head and its compaction point. etcd's status
+// carries no compaction point: a watch from revision 1 of the store id's
+// key (written once, when the store began) tells it: refused as compacted
+// at the point, or answered with the key's creation when nothing is.
+func Points(ctx context.Context, cli *clientv3.Client) (head, compact int64, err error) {
+	resp, err := cli.Get(ctx, etcd.StoreIDKey)
+	if err != nil {
+		return 0, 0, fmt.Errorf("control: the store's head: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 5*time.Second)
+	defer cancel()
+	for w := range cli.Watch(wctx, etcd.StoreIDKey, clientv3.WithRev(1)) {
+		if w.CompactRevision != 0 {
+			return resp.Header.Revision, w.CompactRevision, nil
+		}
+		if err := w.Err(); err != nil {
+			return 0, 0, fmt.Errorf("control: the store's compaction point: %w", err)
+		}
+		if len(w.Events) > 0 {
+			return resp.Header.Revision, 0, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("control: the store's compaction point: %w", wctx.Err())
 }

@@ -1,11 +1,9 @@
 package control
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -58,22 +56,6 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, st)
 	return nil
 }
-
-// Points reads the store's head and its compaction point, which etcd's
-// member status does not carry: Compact records it under compactKey.
-func Points(ctx context.Context, cli *clientv3.Client) (head, compact int64, err error) {
-	resp, err := cli.Get(ctx, compactKey)
-	if err != nil {
-		return 0, 0, fmt.Errorf("control: compaction point: %w", err)
-	}
-	if len(resp.Kvs) > 0 {
-		compact, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
-	}
-	return resp.Header.Revision, compact, nil
-}
-
-// compactKey records the revision the store was last compacted to.
-const compactKey = "/holdfast-meta/compact-revision"
 
 // compactReply is the reply of POST /control/compact.
 type compactReply struct {

@@ -55,6 +55,7 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newSlogCore(cfg.Logger.With("component", "etcd"))))
 	ec.ListenMetricsUrls = nil
+	ec.AutoCompactionMode, ec.AutoCompactionRetention, _ = compaction(cfg.Retention)
 	member, err := embed.StartEtcd(ec)
 	if err != nil {
 		return fmt.Errorf("store: the embedded etcd in %s did not start: %w", dir, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,6 +42,12 @@ type Config struct {
 	Logger *slog.Logger
 	// StartTimeout bounds Open (default DefaultStartTimeout).
 	StartTimeout time.Duration
+	// Retention is how much of etcd's history an embedded member keeps:
+	// a count of revisions ("100000") or a duration ("24h"); empty keeps
+	// everything. etcd compacts older revisions by itself; the audit log
+	// outlives them. An external cluster compacts by its own
+	// --auto-compaction-retention.
+	Retention string
 	// DialOptions are added to the etcd client's (instrumentation: the
 	// tests count the server's requests to etcd with an interceptor).
 	DialOptions []grpc.DialOption
@@ -78,6 +85,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	defer cancel()
 	s := &Store{Kind: cfg.Kind, dialOpts: cfg.DialOptions}
 	var err error
+	if _, _, err := compaction(cfg.Retention); err != nil {
+		return nil, err
+	}
 	switch cfg.Kind {
 	case KindEmbedded:
 		if cfg.DataDir == "" {
@@ -90,6 +100,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		err = s.openEmbedded(ctx, cfg, s.tmp)
 	case KindExternal:
+		if cfg.Retention != "" {
+			return nil, errors.New("store: an external cluster compacts by its own --auto-compaction-retention, not the server's retention")
+		}
 		if len(cfg.Endpoints) == 0 {
 			return nil, errors.New("store: an external store needs its members' endpoints")
 		}
@@ -172,4 +185,23 @@ func (s *Store) Close() error {
 		s.tmp = ""
 	}
 	return errors.Join(errs...)
+}
+
+// compaction parses a retention into etcd's auto-compaction mode and
+// retention.
+func compaction(retention string) (mode, value string, err error) {
+	if retention == "" {
+		return embed.CompactorModePeriodic, "0", nil
+	}
+	if n, err := strconv.ParseInt(retention, 10, 64); err == nil {
+		if n < 1 {
+			return "", "", fmt.Errorf("store: retention %q: want at least 1 revision", retention)
+		}
+		return embed.CompactorModeRevision, retention, nil
+	}
+	d, err := time.ParseDuration(retention)
+	if err != nil || d < time.Minute {
+		return "", "", fmt.Errorf("store: retention %q: want a count of revisions or a duration of at least 1m", retention)
+	}
+	return embed.CompactorModePeriodic, retention, nil
 }
