@@ -1,9 +1,9 @@
-// Command holdfast is holdfast's one binary: the reference server, the
-// relay, and the operator commands.
+// Command holdfast is holdfast's one binary: the server, the relay, and
+// the operator commands.
 //
-//	holdfast serve -addr 127.0.0.1:8080 -admin-addr 127.0.0.1:9090
-//	holdfast relay -addr :8081 -upstream http://origin:8080 -cache-dir /var/lib/holdfast
-//	holdfast relay -addr :8081 -upstream etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379
+//	holdfast server -data-dir /var/lib/holdfast -addr :8080 -admin-addr 127.0.0.1:9090
+//	holdfast server -etcd 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 -addr :8080
+//	holdfast relay -addr :8081 -upstream http://origin-a:8080,http://origin-b:8080 -cache-dir /var/lib/holdfast
 //	holdfast publish -server http://origin:8080 -actor alice -reason INC-1234 -if-revision 41 payments.prod retry-timeout-ms=50
 //	holdfast history -server http://origin:8080 -limit 20 payments.prod
 //	holdfast get -server http://origin:8080 -at 2026-12-01T14:03:00Z payments.prod
@@ -13,11 +13,12 @@
 //	holdfast clients -server http://origin:8080 payments.prod
 //	holdfast rollout start -server http://origin:8080 -stages 1,10,100 -bake 2m payments.prod retry-timeout-ms=50
 //	holdfast rollout status -server http://origin:8080 -id ID payments.prod
+//	holdfast schema set -server http://origin:8080 payments.prod payments.schema.json
 //	holdfast help [COMMAND]
 //
-// The operator commands reach the reference server's control API with
-// -server (a token in -token or $HOLDFAST_TOKEN), or etcd with -etcd for
-// publish, rollback, history, get and diff.
+// The operator commands reach the server's control API with -server (a
+// token in -token or $HOLDFAST_TOKEN); history, get and diff can also read
+// etcd directly with -etcd. Writes go through the server alone.
 //
 // Every subcommand follows the same conventions: flags before positional
 // arguments, one flag.FlagSet each, human-readable output by default and
@@ -26,8 +27,8 @@
 // usage error. See `holdfast help`.
 //
 // It is a module of its own (cmd/holdfast, in the repository's go.work)
-// because the etcd upstream and /metrics bring in etcd's client, gRPC and
-// the OpenTelemetry SDK, which the SDK's own module does not depend on:
+// because the server and /metrics bring in etcd (its server and client),
+// gRPC and the OpenTelemetry SDK, which the SDK's own module does not depend on:
 //
 //	cd cmd/holdfast && go build .
 package main

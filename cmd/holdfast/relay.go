@@ -20,7 +20,6 @@ import (
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
-	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
 func relayCommand() *command {
@@ -40,7 +39,10 @@ directory first.
 
 	http://HOST:PORT[/PATH] or https://...   a holdfast server or another relay
 	URL,URL,...                              several of them, for failover (see below)
-	etcd://HOST:PORT[,HOST:PORT...]          etcd's members, through holdfast's etcd source
+
+A relay follows holdfast servers, not etcd: the server is the store's
+only writer and the place acks go (run 'holdfast server -etcd ...' in
+front of a cluster).
 
 Several http(s) upstreams fail over in order, as the SDK's WithEndpoints:
 on a failure of the one followed the relay moves to the next and resumes
@@ -79,7 +81,7 @@ outside it).`,
 func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	addr := fs.String("addr", "", "listen `HOST:PORT` of the data plane (required)")
 	adminAddr := fs.String("admin-addr", "", "listen `HOST:PORT` of /metrics, /readyz, /healthz and /statusz (empty: on -addr)")
-	upstreamFlag := fs.String("upstream", "", "the upstream: the `URL[,URL...]` of a holdfast server or relay, or etcd://HOST:PORT[,HOST:PORT...] (required)")
+	upstreamFlag := fs.String("upstream", "", "the upstream: the `URL[,URL...]` of holdfast servers or relays (required)")
 	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream: its own identity there")
 	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, the origin's: see holdfast help serve) from the relay's clients")
 	id := fs.String("id", "", "the client `ID` the relay reports upstream as (default: a random one)")
@@ -102,9 +104,6 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		up, err := parseUpstream(*upstreamFlag)
 		if err != nil {
 			return err
-		}
-		if *token != "" && up.kind != upstreamHTTP {
-			return usagef("-token is for an http(s) upstream, not %s", up)
 		}
 		for _, ns := range namespaces {
 			if err := transport.ValidateNamespace(ns); err != nil {
@@ -182,22 +181,13 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	}
 }
 
-// The kinds of upstream.
-const (
-	upstreamHTTP = "http"
-	upstreamEtcd = "etcd"
-)
-
 // upstream is a parsed -upstream.
 type upstream struct {
-	kind string
-	// urls are the http(s) base URLs, or the etcd endpoints as
-	// http://HOST:PORT.
-	urls []string
+	urls []string // the http(s) base URLs
 }
 
-// parseUpstream parses -upstream: http(s) URLs separated by commas, or
-// etcd://HOST:PORT[,HOST:PORT...]. Every error is a usage error.
+// parseUpstream parses -upstream: http(s) URLs separated by commas. Every
+// error is a usage error.
 func parseUpstream(s string) (upstream, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -212,11 +202,7 @@ func parseUpstream(s string) (upstream, error) {
 	if len(items) == 0 {
 		return upstream{}, usagef("-upstream %q names no upstream", s)
 	}
-	if strings.HasPrefix(items[0], "etcd://") {
-		urls, err := parseEtcdMembers("-upstream", s)
-		return upstream{kind: upstreamEtcd, urls: urls}, err
-	}
-	up := upstream{kind: upstreamHTTP}
+	var up upstream
 	for _, item := range items {
 		u, err := url.Parse(item)
 		if err != nil {
@@ -224,9 +210,9 @@ func parseUpstream(s string) (upstream, error) {
 		}
 		switch {
 		case u.Scheme == "etcd":
-			return upstream{}, usagef("-upstream %q: etcd:// cannot be mixed with http(s) upstreams", s)
+			return upstream{}, usagef("-upstream %q: a relay follows holdfast servers, not etcd: run 'holdfast server -etcd %s' and follow it", s, u.Host)
 		case u.Scheme != "http" && u.Scheme != "https":
-			return upstream{}, usagef("-upstream %q: scheme must be http, https or etcd, got %q", item, u.Scheme)
+			return upstream{}, usagef("-upstream %q: scheme must be http or https, got %q", item, u.Scheme)
 		case u.Hostname() == "":
 			return upstream{}, usagef("-upstream %q has no host", item)
 		case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
@@ -237,7 +223,7 @@ func parseUpstream(s string) (upstream, error) {
 	return up, nil
 }
 
-// parseEtcdMembers parses the etcd members of flag name:
+// parseEtcdMembers parses the etcd members of flag name (-etcd):
 // HOST:PORT[,HOST:PORT...], each optionally etcd://HOST:PORT, into their
 // client URLs, http://HOST:PORT. Every error is a usage error.
 func parseEtcdMembers(name, s string) ([]string, error) {
@@ -267,13 +253,6 @@ func parseEtcdMembers(name, s string) ([]string, error) {
 
 // String is the upstream for logs and /statusz, passwords redacted.
 func (u upstream) String() string {
-	if u.kind == upstreamEtcd {
-		hosts := make([]string, len(u.urls))
-		for i, e := range u.urls {
-			hosts[i] = strings.TrimPrefix(e, "http://")
-		}
-		return "etcd://" + strings.Join(hosts, ",")
-	}
 	shown := make([]string, len(u.urls))
 	for i, s := range u.urls {
 		shown[i] = s
@@ -293,9 +272,6 @@ type closingSource interface {
 
 // source returns the transport.Source that follows the upstream.
 func (u upstream) source(log *slog.Logger, token string) (closingSource, error) {
-	if u.kind == upstreamEtcd {
-		return etcd.New(etcd.WithEndpoints(u.urls...), etcd.WithLogger(log))
-	}
 	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent("holdfast-relay")}
 	if token != "" {
 		opts = append(opts, transport.WithBearerToken(token))

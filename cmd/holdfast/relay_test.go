@@ -22,43 +22,34 @@ import (
 func TestParseUpstream(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		kind string
 		urls []string
 		name string // String()
 	}{
-		{"http://origin:8080", upstreamHTTP, []string{"http://origin:8080"}, "http://origin:8080"},
-		{"https://origin/holdfast/", upstreamHTTP, []string{"https://origin/holdfast/"}, "https://origin/holdfast/"},
-		{" http://a:1 , https://b:2 ", upstreamHTTP, []string{"http://a:1", "https://b:2"}, "http://a:1,https://b:2"},
-		{"https://user:secret@origin", upstreamHTTP, []string{"https://user:secret@origin"}, "https://user:xxxxx@origin"},
-		{"etcd://10.0.0.1:2379", upstreamEtcd, []string{"http://10.0.0.1:2379"}, "etcd://10.0.0.1:2379"},
-		{"etcd://a:2379,b:2379,[::1]:2379", upstreamEtcd, []string{"http://a:2379", "http://b:2379", "http://[::1]:2379"}, "etcd://a:2379,b:2379,[::1]:2379"},
-		{"etcd://a:2379,etcd://b:2379", upstreamEtcd, []string{"http://a:2379", "http://b:2379"}, "etcd://a:2379,b:2379"},
+		{"http://origin:8080", []string{"http://origin:8080"}, "http://origin:8080"},
+		{"https://origin/holdfast/", []string{"https://origin/holdfast/"}, "https://origin/holdfast/"},
+		{" http://a:1 , https://b:2 ", []string{"http://a:1", "https://b:2"}, "http://a:1,https://b:2"},
+		{"https://user:secret@origin", []string{"https://user:secret@origin"}, "https://user:xxxxx@origin"},
 	} {
 		up, err := parseUpstream(tc.in)
 		if err != nil {
 			t.Errorf("%q: %v", tc.in, err)
 			continue
 		}
-		if up.kind != tc.kind || !reflect.DeepEqual(up.urls, tc.urls) || up.String() != tc.name {
-			t.Errorf("%q: %s %q %q, want %s %q %q", tc.in, up.kind, up.urls, up.String(), tc.kind, tc.urls, tc.name)
+		if !reflect.DeepEqual(up.urls, tc.urls) || up.String() != tc.name {
+			t.Errorf("%q: %q %q, want %q %q", tc.in, up.urls, up.String(), tc.urls, tc.name)
 		}
 	}
 	for _, tc := range []struct{ in, want string }{
 		{"", "-upstream is required"},
 		{" , ", "names no upstream"},
-		{"ftp://origin", `scheme must be http, https or etcd, got "ftp"`},
-		{"origin:8080", `scheme must be http, https or etcd, got "origin"`},
-		{"//origin:8080", `scheme must be http, https or etcd, got ""`},
+		{"ftp://origin", `scheme must be http or https, got "ftp"`},
+		{"origin:8080", `scheme must be http or https, got "origin"`},
+		{"//origin:8080", `scheme must be http or https, got ""`},
 		{"http://", "has no host"},
 		{"http://origin?x=1", "must not have a query or fragment"},
 		{"http://origin#top", "must not have a query or fragment"},
-		{"http://a:1,etcd://b:2379", "etcd:// cannot be mixed with http(s) upstreams"},
-		{"etcd://a:2379,http://b:1", "cannot be mixed"},
-		{"etcd://", "is not HOST:PORT"},
-		{"etcd://a", "is not HOST:PORT"},
-		{"etcd://:2379", "is not HOST:PORT"},
-		{"etcd://a:http", "has no valid port"},
-		{"etcd://a:70000", "has no valid port"},
+		{"etcd://10.0.0.1:2379", "a relay follows holdfast servers, not etcd: run 'holdfast server -etcd 10.0.0.1:2379'"},
+		{"http://a:1,etcd://b:2379", "a relay follows holdfast servers, not etcd"},
 	} {
 		_, err := parseUpstream(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -78,7 +69,6 @@ func TestRelayUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-upstream", "etcd://a:2379", "-token", "t"}, "-token is for an http(s) upstream, not etcd://a:2379"},
 		{[]string{"-upstream", "http://a:1", "-namespaces", "payments.prod,Not Valid"}, `-namespaces: transport: invalid namespace name: "Not Valid"`},
 		{[]string{"-upstream", "http://a:1", "-allow", "payments.*,[z-"}, `-allow: pattern "[z-": syntax error in pattern`},
 		{[]string{"-upstream", "http://a:1", "-heartbeat", "0s"}, "-heartbeat must be positive"},
@@ -110,7 +100,7 @@ func TestRelayCommandLines(t *testing.T) {
 		{"-upstream", "http://127.0.0.1:1", "-token", "secret", "-cache-dir", dir, "-namespaces", "payments.prod", "-allow", "payments.*"},
 		{"-upstream", "https://127.0.0.1:1/prefix", "-heartbeat", "1s", "-history", "10", "-history-bytes", "65536", "-linger", "0s"},
 		{"-upstream", "http://127.0.0.1:1,http://127.0.0.1:2", "-admin-addr", "127.0.0.1:0"},
-		{"-upstream", "etcd://127.0.0.1:1,127.0.0.1:2", "-id", "relay-a", "-max-namespaces", "5", "-max-snapshots", "2", "-retry-after-window", "1s"},
+		{"-upstream", "http://127.0.0.1:3", "-id", "relay-a", "-max-namespaces", "5", "-max-snapshots", "2", "-retry-after-window", "1s"},
 	} {
 		all := append([]string{"relay", "-addr", "127.0.0.1:0", "-log-format", "json"}, args...)
 		var out strings.Builder
