@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,7 +87,10 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 	}
 	id := storeID()
 
-	const clients = 20
+	clients := 20 // HOLDFAST_KILL9_CLIENTS=1000 for the figure
+	if n, err := strconv.Atoi(os.Getenv("HOLDFAST_KILL9_CLIENTS")); err == nil && n > 0 {
+		clients = n
+	}
 	var nss []*config.Namespace
 	var cts []*countingTransport
 	for range clients {
