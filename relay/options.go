@@ -37,6 +37,8 @@ type options struct {
 	id                   string
 	tokens               *access.Tokens
 	backfill             Backfill
+	confirm              Confirm
+	storeID              string
 }
 
 // Option configures a Relay.
@@ -57,6 +59,25 @@ type Backfill func(ctx context.Context, ns string, since, until int64, max int) 
 // error and a new snapshot: holdfast server passes its store's. Without
 // it (the default) such a client resnapshots.
 func WithBackfill(b Backfill) Option { return optionFunc(func(o *options) { o.backfill = b }) }
+
+// Confirm reads, linearizably, the upstream's head and namespace ns's
+// revision there (0: it has none); see WithConfirm.
+type Confirm func(ctx context.Context, ns string) (head, rev int64, err error)
+
+// WithConfirm makes the relay's snapshots as current as a read of the
+// upstream (a client that published through another server of the store
+// sees its change), and lets it serve at once a client whose cursor is
+// ahead of the relay's (it came from another server or relay of the same
+// store) instead of waiting for the next heartbeat or refusing the cursor
+// as ahead. It costs a read of the upstream per snapshot and per cursor
+// ahead: holdfast server passes its store's, with concurrent reads of a
+// namespace shared.
+func WithConfirm(c Confirm) Option { return optionFunc(func(o *options) { o.confirm = c }) }
+
+// WithStoreID names the upstream's store id before its first answer, for
+// the replies the relay gives before it (holdfast server knows its
+// store's).
+func WithStoreID(id string) Option { return optionFunc(func(o *options) { o.storeID = id }) }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }

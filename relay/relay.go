@@ -120,6 +120,14 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 		r.mux = streammux.New(ctx, ss, r.log)
 	}
 	r.follower = fakeserver.NewFollower(o.history, o.historyBytes, r.want)
+	if o.storeID != "" {
+		r.follower.SeedStoreID(o.storeID)
+	}
+	if o.confirm != nil {
+		r.follower.SetConfirmer(func(ctx context.Context, ns string) (int64, int64, error) {
+			return o.confirm(ctx, ns)
+		})
+	}
 	if o.backfill != nil {
 		r.follower.SetBackfill(func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
 			return o.backfill(ctx, ns, since, until, max)

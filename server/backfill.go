@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -47,4 +50,62 @@ func backfill(src *etcd.Source) func(ctx context.Context, ns string, since, unti
 		}
 		return css, nil
 	}
+}
+
+// confirmer reads a namespace's revision and the store's head,
+// linearizably, in one keys-only read of one key; concurrent reads of one
+// namespace share one request, so that a storm of snapshots of one
+// namespace costs the store a few reads, not one each.
+type confirmer struct {
+	cli *clientv3.Client
+	mu  sync.Mutex
+	in  map[string]*confirmCall
+}
+
+type confirmCall struct {
+	done      chan struct{}
+	head, rev int64
+	err       error
+}
+
+func newConfirmer(cli *clientv3.Client) *confirmer {
+	return &confirmer{cli: cli, in: make(map[string]*confirmCall)}
+}
+
+func (c *confirmer) confirm(ctx context.Context, ns string) (head, rev int64, err error) {
+	c.mu.Lock()
+	call := c.in[ns]
+	if call == nil {
+		call = &confirmCall{done: make(chan struct{})}
+		c.in[ns] = call
+		c.mu.Unlock()
+		// Detached from the first caller's end: the others wait on it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backfillWait)
+		call.head, call.rev, call.err = c.read(rctx, ns)
+		cancel()
+		c.mu.Lock()
+		delete(c.in, ns)
+		c.mu.Unlock()
+		close(call.done)
+	} else {
+		c.mu.Unlock()
+	}
+	select {
+	case <-call.done:
+		return call.head, call.rev, call.err
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+}
+
+func (c *confirmer) read(ctx context.Context, ns string) (head, rev int64, err error) {
+	resp, err := c.cli.Get(ctx, etcd.Prefix(ns), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(resp.Kvs) > 0 {
+		rev = resp.Kvs[0].ModRevision
+	}
+	return resp.Header.Revision, rev, nil
 }

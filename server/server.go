@@ -93,6 +93,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		relay.WithHeartbeat(cfg.Heartbeat),
 		relay.WithMaxNamespaces(cfg.MaxNamespaces),
 		relay.WithBackfill(backfill(s.src)),
+		relay.WithConfirm(newConfirmer(st.Client).confirm),
+		relay.WithStoreID(st.ID),
 	}
 	if cfg.Tokens != nil {
 		opts = append(opts, relay.WithTokens(cfg.Tokens))

@@ -59,6 +59,37 @@ type Follower struct {
 	// backfill, when set, reads the upstream's change sets of a namespace
 	// after a cursor older than the window (SetBackfill).
 	backfill Backfill
+	// confirmer, when set, confirms a namespace up to the upstream's head
+	// for a request whose cursor is ahead of the Follower's (SetConfirmer).
+	confirmer Confirmer
+}
+
+// Confirmer reads, linearizably, the upstream's head and namespace ns's
+// revision there (0: it has none). A server over a store passes one, so
+// that its snapshots are as current as a read of the store (a client that
+// published through another server of the store sees its change), and a
+// client whose cursor came from another server, ahead of this one's, is
+// served at once instead of waiting for the next heartbeat or being
+// refused as ahead.
+type Confirmer func(ctx context.Context, ns string) (head, rev int64, err error)
+
+// SetConfirmer sets the Follower's Confirmer; call it before serving.
+func (f *Follower) SetConfirmer(c Confirmer) {
+	f.mu.Lock()
+	defer f.unlock()
+	f.confirmer = c
+}
+
+// SeedStoreID names the upstream's store before it has sent any data
+// (holdfast server knows its store's id from the start), so that a reply
+// before the first data, a 404 of a namespace the store lacks, names
+// its store as every reply must.
+func (f *Follower) SeedStoreID(id string) {
+	f.mu.Lock()
+	defer f.unlock()
+	if f.id == "" {
+		f.id = id
+	}
 }
 
 // Backfill reads namespace ns's change sets after cursor since, up to and
@@ -657,9 +688,15 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			}
 		}
 	}()
+	// With a confirmer, a snapshot (no cursor) or a cursor ahead of ns's
+	// reads the upstream once: then ns is complete up to the upstream's
+	// head as soon as it holds the revision read there.
+	type point struct{ head, rev int64 }
+	read := make(map[string]*point)
+	asked := make(map[string]bool)
 	for {
 		f.mu.Lock()
-		var missing []string
+		var missing, ask []string
 		waiting := false
 		now := f.now()
 		for _, r := range reqs {
@@ -680,12 +717,39 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 				waiting = true
 			case !n.ready && n.absent:
 				// The upstream has none: answered now, as it would.
-			case !n.ready, r.since > n.cursor && !caughtUp:
+			case !n.ready:
+				waiting = true
+			case caughtUp:
+			case f.confirmer != nil && (r.since < 0 || r.since > n.cursor):
+				p := read[r.name]
+				switch {
+				case p == nil && !asked[r.name]:
+					asked[r.name] = true
+					ask = append(ask, r.name)
+					waiting = true
+				case p == nil:
+					waiting = r.since > n.cursor // the read failed: as without
+				case n.rev < p.rev:
+					waiting = true // the watch brings the change
+				case n.rev == p.rev && n.cursor < p.head:
+					f.confirmLocked(n, p.head, 0, false)
+				}
+				waiting = waiting || r.since > n.cursor
+			case r.since > n.cursor:
 				waiting = true
 			}
 		}
 		changed := f.changed
+		confirmer := f.confirmer
 		f.unlock()
+		for _, ns := range ask {
+			if head, rev, err := confirmer(ctx, ns); err == nil {
+				read[ns] = &point{head, rev}
+			}
+		}
+		if len(ask) > 0 {
+			continue
+		}
 		for _, ns := range missing {
 			wanted[ns] = true
 			if err := f.want(ns); err != nil {

@@ -1,0 +1,120 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/transporttest"
+)
+
+// restartable is a Server on a fixed loopback address over an embedded
+// store, which a case can restart (same data dir, same address) or reset
+// (a new data dir: a new store id).
+type restartable struct {
+	t    *testing.T
+	addr string
+	dir  string
+	srv  *server.Server
+	http *http.Server
+	done chan error
+}
+
+func startRestartable(t *testing.T) *restartable {
+	t.Helper()
+	r := &restartable{t: t, addr: "127.0.0.1:0", dir: t.TempDir()}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *restartable) start() {
+	t := r.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: r.dir}, Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l net.Listener
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if l, err = net.Listen("tcp", r.addr); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err) // the address of the last run is still taken
+		}
+	}
+	// HTTP/1.1 and h2c on one listener, as the server's data plane
+	// advertises (holdfast server's own listener does the same).
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	r.addr, r.srv, r.http, r.done = l.Addr().String(), s, &http.Server{Handler: s.Handler(), Protocols: &protocols}, make(chan error, 1)
+	go func() { r.done <- r.http.Serve(l) }()
+}
+
+func (r *restartable) stop() {
+	if r.srv == nil {
+		return
+	}
+	_ = r.http.Close() // its streams end with their connections
+	if err := <-r.done; !errors.Is(err, http.ErrServerClosed) {
+		r.t.Error(err)
+	}
+	if err := r.srv.Close(); err != nil {
+		r.t.Error(err)
+	}
+	r.srv = nil
+}
+
+func (r *restartable) url() string { return "http://" + r.addr }
+
+// The HTTP source passes the transport conformance suite against holdfast
+// server, as it does against the reference server: snapshots, watches,
+// the multi-namespace stream, compaction, a restart (same store, same
+// id) and a reset (a new store id). Revisions are etcd's, so the suite's
+// cases do not assume consecutive ones.
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) *transporttest.Store {
+		r := startRestartable(t)
+		src, err := transport.NewHTTPSource(r.url(), transport.WithIdleTimeout(5*time.Second), transport.WithLongPollWait(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = src.Close() })
+		return &transporttest.Store{
+			Source: src,
+			Publish: func(t *testing.T, ns string, puts map[string]json.RawMessage, deletes []string) int64 {
+				t.Helper()
+				var reply struct{ Revision int64 }
+				if st := control(t, "POST", r.url()+"/control/namespaces/"+ns+"/publish", map[string]any{"puts": puts, "deletes": deletes}, &reply); st != http.StatusOK {
+					t.Fatalf("publish to %q: %d", ns, st)
+				}
+				return reply.Revision
+			},
+			Compact: func(t *testing.T, rev int64) {
+				t.Helper()
+				if st := control(t, "POST", r.url()+"/control/compact", map[string]any{"revision": rev}, nil); st != http.StatusOK {
+					t.Fatalf("compact to %d: %d", rev, st)
+				}
+			},
+			Restart: func(*testing.T) { r.stop(); r.start() },
+			Reset: func(t *testing.T) {
+				r.stop()
+				r.dir = t.TempDir()
+				r.start()
+			},
+			RequireStream:  true,
+			PromptProgress: true,
+		}
+	})
+}
