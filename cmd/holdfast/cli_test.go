@@ -80,7 +80,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"server", "extra", "-addr", "127.0.0.1:0"}, "flag -addr after the arguments: flags go before positional arguments"},
 		{[]string{"relay", "-upstream", "http://127.0.0.1:1"}, "-addr is required"},
 		{[]string{"relay", "-addr", "127.0.0.1:0"}, "-upstream is required"},
-		{[]string{"relay", "-addr", "127.0.0.1:0", "-upstream", "ftp://origin:21"}, `scheme must be http, https or etcd, got "ftp"`},
+		{[]string{"relay", "-addr", "127.0.0.1:0", "-upstream", "ftp://origin:21"}, `scheme must be http or https, got "ftp"`},
 	} {
 		code, out, errOut := runCapture(tc.args...)
 		if code != exitUsage {
