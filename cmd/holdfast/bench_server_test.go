@@ -6,10 +6,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
 
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -49,6 +54,67 @@ func BenchmarkPublishCluster(b *testing.B) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			b.Fatalf("publish: %s", resp.Status)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.50), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+}
+
+// BenchmarkRelayFollowingServer: HOLDFAST_BENCH_CLIENTS (default 1,000)
+// SDK clients in this process behind one `holdfast relay` process that
+// follows a `holdfast server -data-dir` process; publish → OnChange in
+// every client, p50 and p99 over b.N publishes (each publish waits for
+// every client before the next):
+//
+//	go test -run '^$' -bench RelayFollowingServer -benchtime 20x ./cmd/holdfast/
+//
+// The issue's 10,000 clients need more descriptors than one process has
+// here (each loopback connection costs two): internal/scale splits them
+// over processes behind the reference server.
+func BenchmarkRelayFollowingServer(b *testing.B) {
+	clients := 1000
+	if n, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_CLIENTS")); err == nil && n > 0 {
+		clients = n
+	}
+	bin := buildBinary(b)
+	srv := startServerProc(b, bin, "-data-dir", b.TempDir())
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	publish := func(v int) int64 {
+		var r struct{ Revision int64 }
+		if code, err := postJSON(hc, srv.url()+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": v}}, &r); code != http.StatusOK || err != nil {
+			b.Fatalf("publish: %d %v", code, err)
+		}
+		return r.Revision
+	}
+	publish(0)
+	rl := startRelayProc(b, bin, srv.url())
+	last := make([]atomic.Int64, clients) // the revision of each client's last OnChange
+	for i := range clients {
+		c, _ := fleetClient(b, []string{rl.url()})
+		ns := openNS(b, c, "app")
+		ns.OnChange("v", func(ch config.Change) { last[i].Store(ch.Revision) })
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		rev := publish(i + 1)
+		for c := 0; c < clients; {
+			if last[c].Load() >= rev {
+				c++
+				continue
+			}
+			if time.Since(start) > 30*time.Second {
+				b.Fatalf("publish %d: client %d at revision %d 30s after, want %d", i, c, last[c].Load(), rev)
+			}
+			time.Sleep(time.Millisecond)
 		}
 		ds = append(ds, time.Since(start))
 	}

@@ -24,7 +24,7 @@ var built struct {
 
 // buildBinary builds the command with the go tool (once) and returns the
 // binary's path.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -57,7 +57,7 @@ func (m removeBinary) Run() int {
 }
 
 // exitCode returns the exit status of a finished command.
-func exitCode(t *testing.T, err error) int {
+func exitCode(t testing.TB, err error) int {
 	t.Helper()
 	var ee *exec.ExitError
 	switch {

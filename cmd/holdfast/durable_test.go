@@ -19,7 +19,7 @@ import (
 
 // startServerProc starts `holdfast server` as a process on a free port
 // (the same port on restarts), with a short heartbeat and args.
-func startServerProc(t *testing.T, bin string, args ...string) *relayProc {
+func startServerProc(t testing.TB, bin string, args ...string) *relayProc {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 // relayProc is one `holdfast relay` process (or `holdfast server`, see
 // startServerProc).
 type relayProc struct {
-	t     *testing.T
+	t     testing.TB
 	bin   string
 	args  []string
 	addr  string // fixed by the first start, reused by restarts
@@ -38,7 +38,7 @@ type relayProc struct {
 
 // startRelayProc starts `holdfast relay -upstream upstream` on a free
 // port (then the same port on restarts), with a short heartbeat.
-func startRelayProc(t *testing.T, bin, upstream string, extra ...string) *relayProc {
+func startRelayProc(t testing.TB, bin, upstream string, extra ...string) *relayProc {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -123,7 +123,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // fleetClient is an SDK client of endpoints, counting its snapshots.
-func fleetClient(t *testing.T, endpoints []string, opts ...config.Option) (*config.Client, *countingTransport) {
+func fleetClient(t testing.TB, endpoints []string, opts ...config.Option) (*config.Client, *countingTransport) {
 	t.Helper()
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -140,7 +140,7 @@ func fleetClient(t *testing.T, endpoints []string, opts ...config.Option) (*conf
 	return c, ct
 }
 
-func openNS(t *testing.T, c *config.Client, name string, opts ...config.NamespaceOption) *config.Namespace {
+func openNS(t testing.TB, c *config.Client, name string, opts ...config.NamespaceOption) *config.Namespace {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -151,7 +151,7 @@ func openNS(t *testing.T, c *config.Client, name string, opts ...config.Namespac
 	return ns
 }
 
-func until(t *testing.T, what string, cond func() bool) {
+func until(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {

@@ -64,7 +64,7 @@ func (l *logRecorder) String() string {
 // waitFor returns the first record whose msg is msg, waiting up to 10 s;
 // it fails t if none comes, or if done (the command returned) is closed
 // first.
-func (l *logRecorder) waitFor(t *testing.T, msg string, done <-chan struct{}) map[string]any {
+func (l *logRecorder) waitFor(t testing.TB, msg string, done <-chan struct{}) map[string]any {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
