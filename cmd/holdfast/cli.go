@@ -49,7 +49,9 @@ type command struct {
 // group's word alone names no command.
 func commands() []*command {
 	return []*command{
-		serverCommand(), relayCommand(),
+		// "server export" and "server import" before "server", which
+		// would take their words for arguments.
+		serverExportCommand(), serverImportCommand(), serverCommand(), relayCommand(),
 		publishCommand(), rollbackCommand(), historyCommand(), getCommand(), diffCommand(),
 		statusCommand(), clientsCommand(),
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),

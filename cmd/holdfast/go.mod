@@ -3,6 +3,7 @@ module github.com/holdfast-dev/holdfast/cmd/holdfast
 go 1.26.0
 
 require (
+	github.com/google/renameio/v2 v2.0.2
 	github.com/holdfast-dev/holdfast v0.0.0
 	github.com/holdfast-dev/holdfast/server v0.0.0
 	github.com/holdfast-dev/holdfast/transport/etcd v0.0.0
@@ -29,7 +30,6 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/renameio/v2 v2.0.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.4.2 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.0.1 // indirect

@@ -119,18 +119,29 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Dial returns an etcd client of the members at endpoints, for what
+// must not open a store as a server does (Import: a new cluster gets the
+// old store's id, not one of its own). The caller closes it.
+func Dial(endpoints []string, opts ...grpc.DialOption) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		Context:     context.Background(), // the client outlives the caller's ctx
+		DialOptions: opts,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: etcd client: %w", err)
+	}
+	return cli, nil
+}
+
 // connect dials the members and reads (or creates) the store id, which
 // also proves the cluster answers.
 func (s *Store) connect(ctx context.Context) error {
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.Endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		Context:     context.Background(), // the client outlives Open's ctx
-		DialOptions: s.dialOpts,
-	})
+	cli, err := Dial(s.Endpoints, s.dialOpts...)
 	if err != nil {
-		return fmt.Errorf("store: etcd client: %w", err)
+		return err
 	}
 	s.Client = cli
 	for {

@@ -286,3 +286,16 @@ func (s *Source) auditAt(ctx context.Context, ns string, at time.Time) (found in
 		to = recs[len(recs)-1].key
 	}
 }
+
+// AuditChange decodes an audit record (a value under AuditRoot) into the
+// change it records: the value its publish wrote to the namespace's meta
+// key, the values it put and the keys it deleted. holdfast server import
+// writes changes again from it.
+func AuditChange(record []byte) (metaValue []byte, puts map[string]json.RawMessage, deletes []string, err error) {
+	var e auditEntry
+	if err := json.Unmarshal(record, &e); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: audit record: %v", transport.ErrMalformed, err)
+	}
+	metaValue, err = json.Marshal(e.meta)
+	return metaValue, e.Values, e.Deletes, err
+}
