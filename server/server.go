@@ -54,6 +54,8 @@ type Server struct {
 	acks    *control.Acks
 	handler http.Handler
 
+	leader *leader
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -115,6 +117,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
 	}
+	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger))
 	data := s.cache.Handler()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/control/") {
@@ -176,13 +179,14 @@ type Status struct {
 	Head            int64    `json:"head"`
 	CompactRevision int64    `json:"compact_revision"`
 	Namespaces      int      `json:"namespaces_cached"`
+	Leader          bool     `json:"leader"` // this server runs the store's single-writer jobs
 	Error           string   `json:"error,omitempty"`
 }
 
 // Status reads the store's head and compaction point.
 func (s *Server) Status(ctx context.Context) Status {
 	st := Status{StoreID: s.store.ID, StoreKind: s.store.Kind, StoreEndpoints: s.store.Endpoints, DataDir: s.store.DataDir,
-		Namespaces: len(s.cache.Namespaces())}
+		Namespaces: len(s.cache.Namespaces()), Leader: s.leader.Leading()}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	head, compact, err := control.Points(ctx, s.store.Client)
@@ -198,6 +202,9 @@ func (s *Server) Status(ctx context.Context) Status {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.leader != nil {
+			s.leader.close()
+		}
 		if s.control != nil {
 			s.control.Close()
 		}

@@ -8,17 +8,17 @@ import (
 )
 
 // serverStatusz reads a server's /statusz.
-func serverStatusz(t *testing.T, base string) (storeID string, head int64) {
+func serverStatusz(t *testing.T, base string) (storeID string, leader bool) {
 	t.Helper()
 	code, body, _ := get(t, base+"/statusz")
 	var st struct {
 		StoreID string `json:"store_id"`
-		Head    int64  `json:"head"`
+		Leader  bool   `json:"leader"`
 	}
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.StoreID == "" {
 		t.Fatalf("%s/statusz: %d %s", base, code, body)
 	}
-	return st.StoreID, st.Head
+	return st.StoreID, st.Leader
 }
 
 // TestTwoServersOneClusterFailover: two `holdfast server -etcd` processes
@@ -26,7 +26,8 @@ func serverStatusz(t *testing.T, base string) (storeID string, head int64) {
 // content. An SDK client that lists both and a relay that follows both
 // (with a client of its own) move to the second when the first is killed
 // (SIGKILL), and resume by cursor: no snapshot, every revision once, in
-// order.
+// order. One of the two leads; once the first is killed the second leads
+// within 10 s.
 func TestTwoServersOneClusterFailover(t *testing.T) {
 	bin := buildBinary(t)
 	members := startEtcd(t)
@@ -71,7 +72,23 @@ func TestTwoServersOneClusterFailover(t *testing.T) {
 	})
 	snapsDirect, snapsBehind := directCT.snapshots.Load(), behindCT.snapshots.Load()
 
+	until(t, "one leader of the two servers", func() bool {
+		_, la := serverStatusz(t, a.url())
+		_, lb := serverStatusz(t, b.url())
+		return la != lb
+	})
 	a.kill()
+	killed := time.Now()
+	for {
+		if _, lb := serverStatusz(t, b.url()); lb {
+			t.Logf("the second server leads %v after the first was killed", time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if time.Since(killed) > 10*time.Second {
+			t.Fatal("the second server does not lead 10s after the first was killed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	for v := 4; v <= 8; v++ {
 		rev = publish(b.url(), v)
 	}

@@ -55,6 +55,10 @@ func TestMoveEmbeddedStoreToCluster(t *testing.T) {
 	if got, _ := serverStatusz(t, url); got != id {
 		t.Fatalf("store id %q on the cluster, want %q", got, id)
 	}
+	until(t, "the server on the cluster leads (no election key came over)", func() bool {
+		_, leads := serverStatusz(t, url)
+		return leads
+	})
 	if got := mustRun(t, "history", "-server", url, "-o", "json", "app"); got != history {
 		t.Errorf("history on the cluster:\n%s\nwant:\n%s", got, history)
 	}

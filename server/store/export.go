@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -50,15 +51,18 @@ type exportKey struct {
 }
 
 // Export writes every key of the store under "/holdfast", read at one
-// revision, to w. Stop the servers of the store first: a publish after
+// revision, to w, but those under a lease (the servers' election). Stop the servers of the store first: a publish after
 // the read is not in the file.
 func Export(ctx context.Context, cli *clientv3.Client, w io.Writer) (head int64, keys int, err error) {
 	resp, err := cli.Get(ctx, exportRoot, clientv3.WithPrefix())
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: export: %w", err)
 	}
-	h := exportHeader{Format: exportFormat, Head: resp.Header.Revision, Keys: len(resp.Kvs)}
-	for _, kv := range resp.Kvs {
+	// Keys under a lease (the servers' leader election) live as long as
+	// the process that holds it: not part of the store.
+	kvs := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return kv.Lease != 0 })
+	h := exportHeader{Format: exportFormat, Head: resp.Header.Revision, Keys: len(kvs)}
+	for _, kv := range kvs {
 		if string(kv.Key) == etcd.StoreIDKey {
 			h.StoreID = string(kv.Value)
 		}
@@ -71,7 +75,7 @@ func Export(ctx context.Context, cli *clientv3.Client, w io.Writer) (head int64,
 	if err := enc.Encode(h); err != nil {
 		return 0, 0, err
 	}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if err := enc.Encode(exportKey{Key: string(kv.Key), Value: kv.Value, Create: kv.CreateRevision, Mod: kv.ModRevision}); err != nil {
 			return 0, 0, err
 		}
@@ -216,11 +220,14 @@ func planImport(keys []exportKey, head int64) (*importPlan, error) {
 			return nil, fmt.Errorf("store: import: audit key %q names no namespace", k.Key)
 		}
 		// The record, and the change it records, whole, at its revision.
-		meta, values, deletes, err := etcd.AuditChange(k.Value)
+		meta, values, deletes, rev, err := etcd.AuditChange(k.Value)
 		if err != nil {
 			return nil, fmt.Errorf("store: import: audit record %q: %w", k.Key, err)
 		}
-		rev, prefix := k.Create, etcd.Prefix(ns)
+		if rev == 0 {
+			rev = k.Create
+		}
+		prefix := etcd.Prefix(ns)
 		for name, v := range values {
 			s := string(v)
 			p.set(rev, prefix+name, &s)
@@ -228,8 +235,10 @@ func planImport(keys []exportKey, head int64) (*importPlan, error) {
 		for _, name := range deletes {
 			p.set(rev, prefix+name, nil)
 		}
-		m := string(meta)
-		p.set(rev, prefix, &m)
+		if meta != nil {
+			m := string(meta)
+			p.set(rev, prefix, &m)
+		}
 		explained[change{ns, rev}] = true
 	}
 	for _, k := range keys {

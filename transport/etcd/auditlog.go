@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -35,9 +36,13 @@ func auditPrefix(ns string) string { return AuditRoot + ns + "/" }
 func auditKey(ns string, readAt int64) string { return fmt.Sprintf("%s%016x", auditPrefix(ns), readAt) }
 
 // auditEntry is a record of the log: the meta record and the values put.
+// Revision is set in the records of unaudited changes alone, written after
+// their change: a publish's record shares its change's revision, its key's
+// CreateRevision.
 type auditEntry struct {
 	meta
-	Values map[string]json.RawMessage `json:"values,omitempty"`
+	Values   map[string]json.RawMessage `json:"values,omitempty"`
+	Revision int64                      `json:"revision,omitempty"`
 }
 
 // auditRecord is a record with its key and revision.
@@ -58,6 +63,9 @@ func decodeAudit(ns string, kv *mvccpb.KeyValue) (auditRecord, error) {
 	r := auditRecord{key: string(kv.Key), rev: kv.CreateRevision}
 	if err := json.Unmarshal(kv.Value, &r.auditEntry); err != nil {
 		return r, fmt.Errorf("%w: audit record %s of %q: %v", transport.ErrMalformed, kv.Key, ns, err)
+	}
+	if r.Revision != 0 {
+		r.rev = r.Revision
 	}
 	return r, nil
 }
@@ -289,13 +297,36 @@ func (s *Source) auditAt(ctx context.Context, ns string, at time.Time) (found in
 
 // AuditChange decodes an audit record (a value under AuditRoot) into the
 // change it records: the value its publish wrote to the namespace's meta
-// key, the values it put and the keys it deleted. holdfast server import
-// writes changes again from it.
-func AuditChange(record []byte) (metaValue []byte, puts map[string]json.RawMessage, deletes []string, err error) {
+// key (nil for an unaudited change, which wrote none), the values it put,
+// the keys it deleted, and its revision when the record names it (an
+// unaudited change's; else the record's own CreateRevision). holdfast
+// server import writes changes again from it.
+func AuditChange(record []byte) (metaValue []byte, puts map[string]json.RawMessage, deletes []string, rev int64, err error) {
 	var e auditEntry
 	if err := json.Unmarshal(record, &e); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: audit record: %v", transport.ErrMalformed, err)
+		return nil, nil, nil, 0, fmt.Errorf("%w: audit record: %v", transport.ErrMalformed, err)
 	}
-	metaValue, err = json.Marshal(e.meta)
-	return metaValue, e.Values, e.Deletes, err
+	if e.Kind != KindUnaudited {
+		if metaValue, err = json.Marshal(e.meta); err != nil {
+			return nil, nil, nil, 0, err
+		}
+	}
+	return metaValue, e.Values, e.Deletes, e.Revision, nil
+}
+
+// UnauditedRecord returns the audit key and record of a change written
+// past holdfast to namespace ns at revision rev: the keys it put, with
+// their values, and deleted; prev is the namespace's revision before it.
+// The key sorts between the records of the namespace's changes before and
+// after it, as a publish's does.
+func UnauditedRecord(ns string, rev, prev int64, puts map[string]json.RawMessage, deletes []string, seen time.Time) (key string, record []byte, err error) {
+	e := auditEntry{meta: meta{PrevRevision: prev, CommittedAt: seen.UTC(), Kind: KindUnaudited, Puts: []string{}, Deletes: []string{}}, Values: puts, Revision: rev}
+	for k := range puts {
+		e.Puts = append(e.Puts, k)
+	}
+	e.Deletes = append(e.Deletes, deletes...)
+	slices.Sort(e.Puts)
+	slices.Sort(e.Deletes)
+	record, err = json.Marshal(e)
+	return auditKey(ns, rev-1) + "u", record, err
 }

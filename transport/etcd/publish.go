@@ -74,6 +74,10 @@ const (
 const (
 	KindPublish  = "publish"
 	KindRollback = "rollback"
+	// KindUnaudited is a change written past holdfast (etcdctl, another
+	// program): holdfast server's leader records it when it sees it, with
+	// the keys and values it wrote and no actor.
+	KindUnaudited = "unaudited"
 )
 
 // ErrConflict is returned by Publish when a key is both put and deleted.

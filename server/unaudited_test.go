@@ -1,0 +1,90 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// TestWritesPastTheServerAreUnaudited: a key written straight into etcd
+// (as etcdctl would) is not passed off as audited: the leader records it,
+// and history lists it as kind "unaudited", with its keys, between the
+// publishes around it; values at its revision include it.
+func TestWritesPastTheServerAreUnaudited(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcdStore, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcdStore.Close()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() {
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	for deadline := time.Now().Add(20 * time.Second); !s.Status(ctx).Leader; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lone server never leads")
+		}
+	}
+	r1 := publish(t, hs.URL, "app", map[string]any{"a": 1})
+	put, err := etcdStore.Client.Put(ctx, etcd.Prefix("app")+"x", "9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := put.Header.Revision
+	r3 := publish(t, hs.URL, "app", map[string]any{"a": 2})
+
+	type record struct {
+		Revision     int64    `json:"revision"`
+		PrevRevision int64    `json:"prev_revision"`
+		Kind         string   `json:"kind"`
+		Actor        string   `json:"actor"`
+		Puts         []string `json:"puts"`
+	}
+	var h struct{ Revisions []record }
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		h.Revisions = nil
+		if st := control(t, "GET", hs.URL+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
+			t.Fatalf("history: %d", st)
+		}
+		if len(h.Revisions) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history never lists the write past the server: %+v", h.Revisions)
+		}
+	}
+	want := []record{
+		{Revision: r3, PrevRevision: past, Kind: "publish", Puts: []string{"a"}},
+		{Revision: past, PrevRevision: r1, Kind: "unaudited", Puts: []string{"x"}},
+		{Revision: r1, Kind: "publish", Puts: []string{"a"}},
+	}
+	for i := range want {
+		got := h.Revisions[i]
+		if got.Revision != want[i].Revision || got.Kind != want[i].Kind || got.Actor != "" && got.Kind == "unaudited" ||
+			fmt.Sprint(got.Puts) != fmt.Sprint(want[i].Puts) || i == 1 && got.PrevRevision != r1 {
+			t.Errorf("history[%d] = %+v, want %+v", i, got, want[i])
+		}
+	}
+	var v struct{ Values map[string]json.RawMessage }
+	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", hs.URL, past), nil, &v); st != http.StatusOK || string(v.Values["x"]) != "9" {
+		t.Errorf("values at the unaudited revision: %d %s", st, v.Values)
+	}
+}
