@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -76,40 +77,11 @@ type Stats struct {
 
 // ClientState is what one client reported about one namespace (its acks
 // and nacks). It is also the JSON of one entry of GET /control/clients.
-type ClientState struct {
-	ClientID  string `json:"client_id"`
-	Namespace string `json:"ns"`
-	// AckedRevision is the last revision the client applied (0: none).
-	AckedRevision int64 `json:"acked_revision"`
-	// NackedRevision and NackError are the last revision it rejected, and why.
-	NackedRevision int64  `json:"nacked_revision,omitempty"`
-	NackError      string `json:"nack_error,omitempty"`
-	// HeadRevision is the namespace's revision now; Behind is
-	// AckedRevision < HeadRevision, and Lag their difference in store
-	// revisions.
-	HeadRevision int64     `json:"head_revision"`
-	Behind       bool      `json:"behind"`
-	Lag          int64     `json:"lag"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
+type ClientState = controlapi.ClientState
 
 // NamespaceStatus is a namespace's revision and how many clients reported
 // it: the reply of GET /control/namespaces/{ns}/status.
-type NamespaceStatus struct {
-	Namespace       string `json:"ns"`
-	StoreID         string `json:"store_id"`
-	Revision        int64  `json:"revision"`
-	Head            int64  `json:"head"`
-	CompactRevision int64  `json:"compact_revision"`
-	// Clients counts clients that reported on the namespace: Acked of them
-	// applied Revision, Nacked rejected it, Behind have not applied it.
-	Clients int `json:"clients"`
-	Acked   int `json:"acked"`
-	Nacked  int `json:"nacked"`
-	Behind  int `json:"behind"`
-	// Streams counts open watch streams of the namespace.
-	Streams int `json:"streams"`
-}
+type NamespaceStatus = controlapi.NamespaceStatus
 
 // SchemaError is the error of a publish (or rollback) whose result fails
 // its namespace's schema. Nothing was committed.
@@ -160,54 +132,27 @@ const (
 // committed it, why, and which keys it put and deleted (sorted; keys
 // reserved to holdfast included). It is also the JSON of one entry of GET
 // /control/namespaces/{ns}/history.
-type AuditRecord struct {
-	Revision     int64     `json:"revision"`
-	PrevRevision int64     `json:"prev_revision"` // the namespace's revision before (0: none)
-	CommittedAt  time.Time `json:"committed_at"`
-	Actor        string    `json:"actor"`
-	Reason       string    `json:"reason"`
-	Kind         string    `json:"kind"`        // Kind*
-	RollbackOf   int64     `json:"rollback_of"` // a rollback's target revision; else 0
-	Puts         []string  `json:"puts"`
-	Deletes      []string  `json:"deletes"`
-}
+type AuditRecord = controlapi.AuditRecord
 
 // History is a page of a namespace's audit records, newest first: the
 // reply of GET /control/namespaces/{ns}/history.
-type History struct {
-	Namespace string        `json:"ns"`
-	Revisions []AuditRecord `json:"revisions"`
-}
+type History = controlapi.History
 
 // NamespaceValues is a namespace's content as of a revision or a time (keys
 // reserved to holdfast left out): the reply of GET
 // /control/namespaces/{ns}/values. Revision is the namespace's revision
 // live then, CommittedAt its commit time.
-type NamespaceValues struct {
-	Namespace   string                     `json:"ns"`
-	Revision    int64                      `json:"revision"`
-	CommittedAt time.Time                  `json:"committed_at"`
-	Values      map[string]json.RawMessage `json:"values"`
-}
+type NamespaceValues = controlapi.NamespaceValues
 
 // Diff is what changed in a namespace between two revisions (keys
 // reserved to holdfast left out): the reply of GET
 // /control/namespaces/{ns}/diff. From and To are the namespace's revisions
 // live at the two revisions asked for.
-type Diff struct {
-	Namespace string      `json:"ns"`
-	From      int64       `json:"from"`
-	To        int64       `json:"to"`
-	Changes   []KeyChange `json:"changes"` // sorted by key
-}
+type Diff = controlapi.Diff
 
 // KeyChange is one key of a Diff: Old is nil for a key added, New for a
 // key deleted.
-type KeyChange struct {
-	Key string          `json:"key"`
-	Old json.RawMessage `json:"old,omitempty"`
-	New json.RawMessage `json:"new,omitempty"`
-}
+type KeyChange = controlapi.KeyChange
 
 // PublishOptions are what PublishWith records and checks.
 type PublishOptions struct {
@@ -529,15 +474,7 @@ func (s *Server) RollbackWith(ns string, to int64, opts RollbackOptions) (int64,
 // RestoreTo drops those above its revision, a ResetStore all. It fails
 // with ErrInvalid or ErrUnknownNamespace.
 func (s *Server) History(ns string, limit int, before int64) (*History, error) {
-	h, err := s.s.History(ns, limit, before)
-	if err != nil {
-		return nil, err
-	}
-	out := &History{Namespace: h.Namespace, Revisions: make([]AuditRecord, len(h.Revisions))}
-	for i, r := range h.Revisions {
-		out.Revisions[i] = AuditRecord(r)
-	}
-	return out, nil
+	return s.s.History(ns, limit, before)
 }
 
 // ValuesAt returns namespace ns's content live at store revision rev: that
@@ -546,37 +483,19 @@ func (s *Server) History(ns string, limit int, before int64) (*History, error) {
 // first revision) or a *transport.CompactedError (that content was
 // replaced at or below the compaction point).
 func (s *Server) ValuesAt(ns string, rev int64) (*NamespaceValues, error) {
-	v, err := s.s.ValuesAt(ns, rev)
-	if err != nil {
-		return nil, err
-	}
-	return (*NamespaceValues)(v), nil
+	return s.s.ValuesAt(ns, rev)
 }
 
 // ValuesAtTime is ValuesAt for the last revision committed at or before t.
 // A t before ns's first revision or after now is ErrNoRevision.
 func (s *Server) ValuesAtTime(ns string, t time.Time) (*NamespaceValues, error) {
-	v, err := s.s.ValuesAtTime(ns, t)
-	if err != nil {
-		return nil, err
-	}
-	return (*NamespaceValues)(v), nil
+	return s.s.ValuesAtTime(ns, t)
 }
 
 // Diff returns the keys whose values differ between namespace ns's content
 // at store revisions from and to (either may be the larger), each read as
 // ValuesAt reads it, with the same errors.
-func (s *Server) Diff(ns string, from, to int64) (*Diff, error) {
-	d, err := s.s.Diff(ns, from, to)
-	if err != nil {
-		return nil, err
-	}
-	out := &Diff{Namespace: d.Namespace, From: d.From, To: d.To, Changes: make([]KeyChange, len(d.Changes))}
-	for i, c := range d.Changes {
-		out.Changes[i] = KeyChange(c)
-	}
-	return out, nil
-}
+func (s *Server) Diff(ns string, from, to int64) (*Diff, error) { return s.s.Diff(ns, from, to) }
 
 // SetSchema makes every later publish to ns whose result fails the JSON
 // Schema schemaJSON a *SchemaError. It creates ns if needed. An invalid
@@ -601,20 +520,10 @@ func (s *Server) StoreID() string { return s.s.StoreID() }
 func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) { return s.s.Snapshot(ns) }
 
 // Status returns namespace ns's revision and what its clients reported.
-func (s *Server) Status(ns string) (NamespaceStatus, error) {
-	st, err := s.s.Status(ns)
-	return NamespaceStatus(st), err
-}
+func (s *Server) Status(ns string) (NamespaceStatus, error) { return s.s.Status(ns) }
 
 // Clients returns every client's state, sorted by client id and namespace.
-func (s *Server) Clients() []ClientState {
-	in := s.s.Clients()
-	out := make([]ClientState, len(in))
-	for i, c := range in {
-		out[i] = ClientState(c)
-	}
-	return out
-}
+func (s *Server) Clients() []ClientState { return s.s.Clients() }
 
 // Stats returns the request counters.
 func (s *Server) Stats() Stats { return Stats(s.s.Stats()) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -23,12 +24,16 @@ const backfillWait = 5 * time.Second
 // backfill reads ns's change sets in (since, until] from the store's
 // history (etcd's revisions, until its compaction point), for a client
 // that resumes from a cursor older than the watch cache's window.
-func backfill(src *etcd.Source) func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
-	return func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
+func backfill(src *etcd.Source, log *slog.Logger) func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
+	return func(ctx context.Context, ns string, since, until int64, max int) (css []transport.ChangeSet, err error) {
+		defer func() {
+			if err != nil {
+				log.Info("server: a client's cursor is older than the cache, and the store's history cannot fill the gap: it resnapshots", "ns", ns, "cursor", since, "cache_from", until, "err", err)
+			}
+		}()
 		ctx, cancel := context.WithTimeout(ctx, backfillWait)
 		defer cancel()
-		var css []transport.ChangeSet
-		err := src.Watch(ctx, transport.WatchRequest{Namespace: ns, Since: since}, func(ev transport.Event) error {
+		err = src.Watch(ctx, transport.WatchRequest{Namespace: ns, Since: since}, func(ev transport.Event) error {
 			switch {
 			case ev.Change != nil && ev.Change.Revision > until:
 				return errFilled

@@ -94,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		relay.WithLogger(cfg.Logger),
 		relay.WithHeartbeat(cfg.Heartbeat),
 		relay.WithMaxNamespaces(cfg.MaxNamespaces),
-		relay.WithBackfill(backfill(s.src)),
+		relay.WithBackfill(backfill(s.src, cfg.Logger)),
 		relay.WithConfirm(newConfirmer(st.Client).confirm),
 		relay.WithStoreID(st.ID),
 	}
@@ -113,6 +113,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Tokens:          cfg.Tokens,
 		AuditRetention:  cfg.AuditRetention,
 		Revision:        s.revision,
+		Streams:         s.streams,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
@@ -149,6 +150,16 @@ func (s *Server) revision(ns string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// streams counts the open watches of ns in the watch cache.
+func (s *Server) streams(ns string) int {
+	for _, n := range s.cache.Namespaces() {
+		if n.Namespace == ns {
+			return n.Streams
+		}
+	}
+	return 0
 }
 
 // Ready returns nil while the store answers a linearizable read and the

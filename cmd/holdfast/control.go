@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -67,25 +68,6 @@ type plane interface {
 	values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error)
 	diff(ctx context.Context, ns string, from, to int64) ([]byte, error)
 	close() error
-}
-
-// publishRequest is the body of POST /control/namespaces/{ns}/publish.
-type publishRequest struct {
-	Puts       map[string]json.RawMessage `json:"puts,omitempty"`
-	Deletes    []string                   `json:"deletes,omitempty"`
-	Actor      string                     `json:"actor,omitempty"`
-	Reason     string                     `json:"reason,omitempty"`
-	IfRevision *int64                     `json:"if_revision,omitempty"`
-	// AbortRollout reverts the namespace's running rollout first (the
-	// server's alone: etcd has no rollouts).
-	AbortRollout bool `json:"abort_rollout,omitempty"`
-}
-
-// rollbackRequest is the body of POST /control/namespaces/{ns}/rollback.
-type rollbackRequest struct {
-	To     int64  `json:"to_revision"`
-	Actor  string `json:"actor,omitempty"`
-	Reason string `json:"reason,omitempty"`
 }
 
 // open checks the flags and returns the plane they name. Every error is
@@ -260,11 +242,11 @@ func (p *serverPlane) post(ctx context.Context, path string, body any) ([]byte, 
 	return p.call(ctx, http.MethodPost, path, nil, body)
 }
 
-func (p *serverPlane) publish(ctx context.Context, ns string, req publishRequest) ([]byte, error) {
+func (p *serverPlane) publish(ctx context.Context, ns string, req controlapi.PublishRequest) ([]byte, error) {
 	return p.post(ctx, nsPath(ns, "publish"), req)
 }
 
-func (p *serverPlane) rollback(ctx context.Context, ns string, req rollbackRequest) ([]byte, error) {
+func (p *serverPlane) rollback(ctx context.Context, ns string, req controlapi.RollbackRequest) ([]byte, error) {
 	return p.post(ctx, nsPath(ns, "rollback"), req)
 }
 
@@ -326,10 +308,6 @@ func reply(v any, err error) ([]byte, error) {
 		return nil, err
 	}
 	return append(data, '\n'), nil
-}
-
-type revisionReply struct {
-	Revision int64 `json:"revision"`
 }
 
 func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {

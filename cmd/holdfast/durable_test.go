@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -93,8 +94,10 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 	}
 	var nss []*config.Namespace
 	var cts []*countingTransport
-	for range clients {
-		c, ct := fleetClient(t, []string{srv.url()})
+	logs := make([]*lockedBuffer, clients) // each client's log, shown if it fails
+	for i := range clients {
+		logs[i] = &lockedBuffer{}
+		c, ct := fleetClient(t, []string{srv.url()}, config.WithLogger(slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelDebug}))))
 		nss = append(nss, openNS(t, c, "app"))
 		cts = append(cts, ct)
 	}
@@ -159,8 +162,11 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if n := cts[i].snapshots.Load() - snapshots[i]; n != 0 {
-			t.Errorf("client %d fetched %d snapshots after the restart, want 0 (a resume by cursor)", i, n)
+			t.Errorf("client %d fetched %d snapshots after the restart, want 0 (a resume by cursor); its log:\n%s", i, n, logs[i].String())
 		}
+	}
+	if t.Failed() {
+		t.Logf("the server's log:\n%s", srv.logs.String())
 	}
 	t.Logf("%d publishes answered before kill -9, all present; %d clients current %v after the restart listened",
 		len(done), clients, time.Since(listening).Round(time.Millisecond))

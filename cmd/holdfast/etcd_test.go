@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -216,7 +217,7 @@ func TestServerOverEtcdCommands(t *testing.T) {
 			t.Errorf("%s: get:\n%s", target[0], v)
 		}
 		var h struct {
-			Revisions []auditRecord `json:"revisions"`
+			Revisions []controlapi.AuditRecord `json:"revisions"`
 		}
 		if err := json.Unmarshal([]byte(replies["history"][i]), &h); err != nil || len(h.Revisions) != 4 {
 			t.Fatalf("%s: history -o json %q: %v", target[0], replies["history"][i], err)

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -80,7 +81,7 @@ publish while a rollout runs on the namespace is refused (409), unless
 				if err != nil {
 					return err
 				}
-				req := publishRequest{Puts: puts, Deletes: deletes, Actor: *actor, Reason: *reason, AbortRollout: *abort}
+				req := controlapi.PublishRequest{Puts: puts, Deletes: deletes, Actor: *actor, Reason: *reason, AbortRollout: *abort}
 				if ifRev.set {
 					req.IfRevision = &ifRev.v
 				}
@@ -90,7 +91,7 @@ publish while a rollout runs on the namespace is refused (409), unless
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var r revisionReply
+						var r controlapi.RevisionReply
 						if err := json.Unmarshal(data, &r); err != nil {
 							return err
 						}
@@ -125,14 +126,14 @@ whole. The actor and reason are recorded in the history.
 				if !to.set {
 					return usagef("-to is required")
 				}
-				req := rollbackRequest{To: to.v, Actor: *actor, Reason: *reason}
+				req := controlapi.RollbackRequest{To: &to.v, Actor: *actor, Reason: *reason}
 				return withServer(ctx, t, "rollback", func(ctx context.Context, p *serverPlane) error {
 					data, err := p.rollback(ctx, ns, req)
 					if err != nil {
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var r revisionReply
+						var r controlapi.RevisionReply
 						if err := json.Unmarshal(data, &r); err != nil {
 							return err
 						}
@@ -143,19 +144,6 @@ whole. The actor and reason are recorded in the history.
 			}
 		},
 	}
-}
-
-// auditRecord is one revision of GET .../history.
-type auditRecord struct {
-	Revision     int64     `json:"revision"`
-	PrevRevision int64     `json:"prev_revision"`
-	CommittedAt  time.Time `json:"committed_at"`
-	Actor        string    `json:"actor"`
-	Reason       string    `json:"reason"`
-	Kind         string    `json:"kind"`
-	RollbackOf   int64     `json:"rollback_of"`
-	Puts         []string  `json:"puts"`
-	Deletes      []string  `json:"deletes"`
 }
 
 func historyCommand() *command {
@@ -191,10 +179,7 @@ says so. Page back with -before the last revision shown.
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var h struct {
-							Revisions []auditRecord `json:"revisions"`
-							Truncated bool          `json:"truncated"`
-						}
+						var h controlapi.History
 						if err := json.Unmarshal(data, &h); err != nil {
 							return err
 						}
@@ -223,13 +208,6 @@ says so. Page back with -before the last revision shown.
 			}
 		},
 	}
-}
-
-// namespaceValues is the reply of GET .../values.
-type namespaceValues struct {
-	Revision    int64                      `json:"revision"`
-	CommittedAt time.Time                  `json:"committed_at"`
-	Values      map[string]json.RawMessage `json:"values"`
 }
 
 func getCommand() *command {
@@ -269,7 +247,7 @@ first revision has no values (404); values the server compacted away are
 					if err != nil {
 						return err
 					}
-					var v namespaceValues
+					var v controlapi.NamespaceValues
 					if err := json.Unmarshal(data, &v); err != nil {
 						return err
 					}

@@ -1,7 +1,6 @@
 package fakeserver
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -71,53 +71,24 @@ type commitMeta struct {
 // committed it, why, and which keys it put and deleted (sorted; keys
 // reserved to holdfast included). It is one entry of GET
 // /control/namespaces/{ns}/history. Compaction drops values, not records.
-type AuditRecord struct {
-	Revision     int64     `json:"revision"`
-	PrevRevision int64     `json:"prev_revision"` // the namespace's revision before (0: none)
-	CommittedAt  time.Time `json:"committed_at"`
-	Actor        string    `json:"actor"`
-	Reason       string    `json:"reason"`
-	Kind         string    `json:"kind"`        // Kind*
-	RollbackOf   int64     `json:"rollback_of"` // a rollback's to_revision; else 0
-	Puts         []string  `json:"puts"`
-	Deletes      []string  `json:"deletes"`
-}
+type AuditRecord = controlapi.AuditRecord
 
 // History is a page of a namespace's audit records, newest first: the
 // reply of GET /control/namespaces/{ns}/history.
-type History struct {
-	Namespace string        `json:"ns"`
-	Revisions []AuditRecord `json:"revisions"`
-}
+type History = controlapi.History
 
 // NamespaceValues is a namespace's content as of a revision or time: the
 // reply of GET /control/namespaces/{ns}/values.
-type NamespaceValues struct {
-	Namespace string `json:"ns"`
-	// Revision is the namespace's revision live then, CommittedAt its
-	// commit time.
-	Revision    int64                      `json:"revision"`
-	CommittedAt time.Time                  `json:"committed_at"`
-	Values      map[string]json.RawMessage `json:"values"`
-}
+type NamespaceValues = controlapi.NamespaceValues
 
 // Diff is what changed in a namespace between two revisions: the reply of
 // GET /control/namespaces/{ns}/diff. From and To are the namespace's
 // revisions live at the two revisions asked for.
-type Diff struct {
-	Namespace string      `json:"ns"`
-	From      int64       `json:"from"`
-	To        int64       `json:"to"`
-	Changes   []KeyChange `json:"changes"` // sorted by key
-}
+type Diff = controlapi.Diff
 
 // KeyChange is one key of a Diff: Old absent (nil) for a key added, New
 // for a key deleted.
-type KeyChange struct {
-	Key string          `json:"key"`
-	Old json.RawMessage `json:"old,omitempty"`
-	New json.RawMessage `json:"new,omitempty"`
-}
+type KeyChange = controlapi.KeyChange
 
 // PublishOptions are what PublishWith records and checks.
 type PublishOptions struct {

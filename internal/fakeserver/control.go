@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -210,21 +211,7 @@ func (s *Server) handleClients(w http.ResponseWriter, r *http.Request) {
 
 // NamespaceStatus is the reply of GET /control/namespaces/{ns}/status: the
 // namespace's revision and how many clients reported it.
-type NamespaceStatus struct {
-	Namespace       string `json:"ns"`
-	StoreID         string `json:"store_id"`
-	Revision        int64  `json:"revision"`
-	Head            int64  `json:"head"`
-	CompactRevision int64  `json:"compact_revision"`
-	// Clients counts clients that reported on the namespace: Acked of them
-	// applied Revision, Nacked rejected it, Behind have not applied it.
-	Clients int `json:"clients"`
-	Acked   int `json:"acked"`
-	Nacked  int `json:"nacked"`
-	Behind  int `json:"behind"`
-	// Streams counts open watch streams of the namespace.
-	Streams int `json:"streams"`
-}
+type NamespaceStatus = controlapi.NamespaceStatus
 
 // Status returns namespace ns's status.
 func (s *Server) Status(ns string) (NamespaceStatus, error) {

@@ -131,9 +131,14 @@ func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
 			continue
 		}
 		f.mu.Lock()
-		if n := f.nss[g.name]; f.gen == g.gen && n != nil && n.ready && n.floor == g.floor {
+		// The window may have grown back meanwhile (another request's
+		// fill): what it lacks is what css holds up to its floor now.
+		if n := f.nss[g.name]; f.gen == g.gen && n != nil && n.ready && g.since < n.floor && n.floor <= g.floor {
 			older := make([]*change, 0, len(css)+len(n.changes))
 			for _, cs := range css {
+				if cs.Revision > n.floor {
+					break
+				}
 				// seq 0: history, never handed to the hub.
 				c := &change{gen: f.gen, cs: cs}
 				c.encode()

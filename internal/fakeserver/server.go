@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/h2cserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/schema"
@@ -795,22 +796,7 @@ func (st *ackState) rewind(rev int64) (gone bool) {
 }
 
 // ClientState is what one client reported about one namespace.
-type ClientState struct {
-	ClientID  string `json:"client_id"`
-	Namespace string `json:"ns"`
-	// AckedRevision is the last revision the client applied (0: none).
-	AckedRevision int64 `json:"acked_revision"`
-	// NackedRevision and NackError are the last revision it rejected, and why.
-	NackedRevision int64  `json:"nacked_revision,omitempty"`
-	NackError      string `json:"nack_error,omitempty"`
-	// HeadRevision is the namespace's revision now; Behind is
-	// AckedRevision < HeadRevision, and Lag their difference in store
-	// revisions.
-	HeadRevision int64     `json:"head_revision"`
-	Behind       bool      `json:"behind"`
-	Lag          int64     `json:"lag"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
+type ClientState = controlapi.ClientState
 
 // Clients returns every client's state, sorted by client id and namespace.
 func (s *Server) Clients() []ClientState {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -15,21 +16,7 @@ const DefaultMaxAckEntries = 200_000
 
 // ClientState is one client's report on one namespace: an entry of GET
 // /control/clients.
-type ClientState struct {
-	ClientID  string `json:"client_id"`
-	Namespace string `json:"ns"`
-	// AckedRevision is the last revision the client applied (0: none).
-	AckedRevision int64 `json:"acked_revision"`
-	// NackedRevision and NackError are the last revision it rejected, and why.
-	NackedRevision int64  `json:"nacked_revision,omitempty"`
-	NackError      string `json:"nack_error,omitempty"`
-	// HeadRevision is the namespace's revision now; Behind is
-	// AckedRevision < HeadRevision, and Lag their difference.
-	HeadRevision int64     `json:"head_revision"`
-	Behind       bool      `json:"behind"`
-	Lag          int64     `json:"lag"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
+type ClientState = controlapi.ClientState
 
 type ackKey struct{ client, ns string }
 

@@ -58,6 +58,9 @@ type Config struct {
 	// Revision reports the revision of a namespace the server's data
 	// plane serves (ok false: not followed), for status and clients.
 	Revision func(ns string) (rev int64, ok bool)
+	// Streams counts the data plane's open watches of a namespace, for
+	// status.
+	Streams func(ns string) int
 }
 
 // Handler serves the control API.
@@ -98,6 +101,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Revision == nil {
 		cfg.Revision = func(string) (int64, bool) { return 0, false }
+	}
+	if cfg.Streams == nil {
+		cfg.Streams = func(string) int { return 0 }
 	}
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
 		trim: newTrimmer(cfg.Source, cfg.Logger, cfg.AuditRetention)}

@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -21,30 +21,12 @@ import (
 // rollout's): no publish writes them.
 const reservedPrefix = "$holdfast/"
 
-// publishBody is the body of POST /control/namespaces/{ns}/publish.
-type publishBody struct {
-	Puts       map[string]json.RawMessage `json:"puts"`
-	Deletes    []string                   `json:"deletes"`
-	Actor      string                     `json:"actor"`
-	Reason     string                     `json:"reason"`
-	IfRevision *int64                     `json:"if_revision"`
-	// AbortRollout is the reference server's (it reverts a running
-	// rollout first); holdfast server runs no rollouts yet, so it has
-	// nothing to do.
-	AbortRollout bool `json:"abort_rollout"`
-}
-
-// revisionReply is the reply of publish and rollback.
-type revisionReply struct {
-	Revision int64 `json:"revision"`
-}
-
 func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	ns, err := pathNamespace(r)
 	if err != nil {
 		return err
 	}
-	var body publishBody
+	var body controlapi.PublishRequest
 	if err := readJSON(w, r, h.cfg.MaxPublishBytes, &body, false); err != nil {
 		return err
 	}
@@ -70,7 +52,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	h.publishes.Add(1)
 	h.trim.published(ns)
 	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", body.Actor)
-	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
+	writeJSON(w, http.StatusOK, controlapi.RevisionReply{Revision: rev})
 	return nil
 }
 
@@ -79,12 +61,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body struct {
-		To         *int64 `json:"to_revision"`
-		Actor      string `json:"actor"`
-		Reason     string `json:"reason"`
-		IfRevision *int64 `json:"if_revision"`
-	}
+	var body controlapi.RollbackRequest
 	if err := readJSON(w, r, maxControlBytes, &body, false); err != nil {
 		return err
 	}
@@ -103,7 +80,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	h.publishes.Add(1)
 	h.trim.published(ns)
 	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", body.Actor)
-	writeJSON(w, http.StatusOK, revisionReply{Revision: rev})
+	writeJSON(w, http.StatusOK, controlapi.RevisionReply{Revision: rev})
 	return nil
 }
 

@@ -8,25 +8,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
-
-// NamespaceStatus is the reply of GET /control/namespaces/{ns}/status.
-type NamespaceStatus struct {
-	Namespace       string `json:"ns"`
-	StoreID         string `json:"store_id"`
-	Revision        int64  `json:"revision"`
-	Head            int64  `json:"head"`
-	CompactRevision int64  `json:"compact_revision"`
-	// Clients counts the clients that reported on the namespace to this
-	// server: Acked of them applied Revision, Nacked rejected it, Behind
-	// have not applied it.
-	Clients int `json:"clients"`
-	Acked   int `json:"acked"`
-	Nacked  int `json:"nacked"`
-	Behind  int `json:"behind"`
-}
 
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 	ns, err := pathNamespace(r)
@@ -37,7 +22,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	st := NamespaceStatus{Namespace: ns, StoreID: snap.StoreID, Revision: snap.Revision, Head: snap.Cursor}
+	st := controlapi.NamespaceStatus{Namespace: ns, StoreID: snap.StoreID, Revision: snap.Revision, Head: snap.Cursor, Streams: h.cfg.Streams(ns)}
 	if _, st.CompactRevision, err = Points(r.Context(), h.cli); err != nil {
 		return err
 	}
@@ -57,15 +42,8 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// compactReply is the reply of POST /control/compact.
-type compactReply struct {
-	CompactRevision int64 `json:"compact_revision"`
-}
-
 func (h *Handler) compact(w http.ResponseWriter, r *http.Request) error {
-	var body struct {
-		Revision int64 `json:"revision"`
-	}
+	var body controlapi.CompactRequest
 	if err := readJSON(w, r, maxControlBytes, &body, true); err != nil {
 		return err
 	}
@@ -77,14 +55,8 @@ func (h *Handler) compact(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.log.Info("control: compacted", "revision", k)
-	writeJSON(w, http.StatusOK, compactReply{CompactRevision: k})
+	writeJSON(w, http.StatusOK, controlapi.CompactReply{CompactRevision: k})
 	return nil
-}
-
-// clientsReply is the reply of GET /control/clients.
-type clientsReply struct {
-	Head    int64         `json:"head"`
-	Clients []ClientState `json:"clients"`
 }
 
 func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
@@ -98,9 +70,9 @@ func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
 	})
 	if id, ok := access.FromContext(r.Context()); ok && !id.MayControlAll() {
 		// Only the namespaces the token controls.
-		clients = slices.DeleteFunc(clients, func(c ClientState) bool { return !id.MayControl(c.Namespace) })
+		clients = slices.DeleteFunc(clients, func(c controlapi.ClientState) bool { return !id.MayControl(c.Namespace) })
 	}
-	writeJSON(w, http.StatusOK, clientsReply{Head: resp.Header.Revision, Clients: clients})
+	writeJSON(w, http.StatusOK, controlapi.Clients{Head: resp.Header.Revision, Clients: clients})
 	return nil
 }
 

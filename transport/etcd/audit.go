@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -52,74 +53,25 @@ type HistoryOptions struct {
 
 // History is a namespace's change records, newest first. It has the JSON
 // form of the reference server's GET /control/namespaces/{ns}/history.
-type History struct {
-	Namespace string          `json:"ns"`
-	Revisions []HistoryRecord `json:"revisions"`
-	// Truncated says that older records exist no more: folded into the
-	// audit log's base (TrimAudit), or compacted away by etcd (records
-	// written before the log existed). Without it, a short list is the
-	// whole history.
-	Truncated bool `json:"truncated,omitempty"`
-}
+type History = controlapi.History
 
 // HistoryRecord is one change of a namespace: one revision of its meta key.
-type HistoryRecord struct {
-	Revision int64 `json:"revision"`
-	// PrevRevision is the namespace's revision before the change; 0 for
-	// its first. A last record of a History with PrevRevision > 0 and no
-	// record after it (with Before set to its Revision) marks etcd's
-	// compaction: older records are gone.
-	PrevRevision int64     `json:"prev_revision"`
-	CommittedAt  time.Time `json:"committed_at"`
-	Actor        string    `json:"actor"`
-	Reason       string    `json:"reason"`
-	// Kind is KindPublish or KindRollback. A record written by a version
-	// of this module without the audit says KindPublish, with no actor or
-	// reason, and keys read back from etcd's revisions (while etcd keeps
-	// them).
-	Kind string `json:"kind"`
-	// RollbackOf is, for a rollback, the namespace's revision it restored;
-	// 0 for a publish.
-	RollbackOf int64 `json:"rollback_of"`
-	// Puts and Deletes are the keys the change put and deleted, sorted.
-	Puts    []string `json:"puts"`
-	Deletes []string `json:"deletes"`
-}
+type HistoryRecord = controlapi.AuditRecord
 
 // NamespaceValues is a namespace's content at one of its revisions. It has
 // the JSON form of the reference server's GET
 // /control/namespaces/{ns}/values.
-type NamespaceValues struct {
-	Namespace string `json:"ns"`
-	// Revision is the namespace's revision: its last change at or before
-	// the revision or time asked for.
-	Revision int64 `json:"revision"`
-	// CommittedAt is the commit time of that change (zero when the change
-	// was written past Publish, with no meta record).
-	CommittedAt time.Time                  `json:"committed_at"`
-	Values      map[string]json.RawMessage `json:"values"`
-}
+type NamespaceValues = controlapi.NamespaceValues
 
 // Diff is the semantic difference between two revisions of a namespace,
 // with the JSON form of the reference server's GET
 // /control/namespaces/{ns}/diff.
-type Diff struct {
-	Namespace string `json:"ns"`
-	// From and To are the namespace's revisions live at the two revisions
-	// asked for: its last change at or before each.
-	From    int64    `json:"from"`
-	To      int64    `json:"to"`
-	Changes []Change `json:"changes"`
-}
+type Diff = controlapi.Diff
 
 // Change is one key that differs: Old is its value at the first revision,
 // New at the second; either is nil (and left out of the JSON) when the key
 // was absent there.
-type Change struct {
-	Key string          `json:"key"`
-	Old json.RawMessage `json:"old,omitempty"`
-	New json.RawMessage `json:"new,omitempty"`
-}
+type Change = controlapi.KeyChange
 
 // History returns the namespace's change records, newest first, one per
 // revision of its meta key, following each record's PrevRevision back:

@@ -1,0 +1,145 @@
+package controlapi
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// PublishRequest is the body of POST /control/namespaces/{ns}/publish.
+type PublishRequest struct {
+	Puts    map[string]json.RawMessage `json:"puts,omitempty"`
+	Deletes []string                   `json:"deletes,omitempty"`
+	Actor   string                     `json:"actor,omitempty"`
+	Reason  string                     `json:"reason,omitempty"`
+	// IfRevision makes the publish conditional: it commits only if the
+	// namespace is at this revision (0: it has none).
+	IfRevision *int64 `json:"if_revision,omitempty"`
+	// AbortRollout reverts the namespace's running rollout first (the
+	// reference server's; holdfast server runs no rollouts yet).
+	AbortRollout bool `json:"abort_rollout,omitempty"`
+}
+
+// RollbackRequest is the body of POST /control/namespaces/{ns}/rollback.
+type RollbackRequest struct {
+	To         *int64 `json:"to_revision"`
+	Actor      string `json:"actor,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	IfRevision *int64 `json:"if_revision,omitempty"`
+}
+
+// RevisionReply is the reply of publish and rollback: the new revision.
+type RevisionReply struct {
+	Revision int64 `json:"revision"`
+}
+
+// CompactRequest is the body of POST /control/compact (0: the head).
+type CompactRequest struct {
+	Revision int64 `json:"revision"`
+}
+
+// CompactReply is the reply of POST /control/compact.
+type CompactReply struct {
+	CompactRevision int64 `json:"compact_revision"`
+}
+
+// NamespaceStatus is the reply of GET /control/namespaces/{ns}/status:
+// the namespace's revision and how many clients reported it.
+type NamespaceStatus struct {
+	Namespace       string `json:"ns"`
+	StoreID         string `json:"store_id"`
+	Revision        int64  `json:"revision"`
+	Head            int64  `json:"head"`
+	CompactRevision int64  `json:"compact_revision"`
+	// Clients counts the clients that reported on the namespace: Acked of
+	// them applied Revision, Nacked rejected it, Behind have not applied
+	// it.
+	Clients int `json:"clients"`
+	Acked   int `json:"acked"`
+	Nacked  int `json:"nacked"`
+	Behind  int `json:"behind"`
+	// Streams counts the open watch streams of the namespace.
+	Streams int `json:"streams"`
+}
+
+// ClientState is what one client reported about one namespace: an entry
+// of GET /control/clients.
+type ClientState struct {
+	ClientID  string `json:"client_id"`
+	Namespace string `json:"ns"`
+	// AckedRevision is the last revision the client applied (0: none).
+	AckedRevision int64 `json:"acked_revision"`
+	// NackedRevision and NackError are the last revision it rejected, and why.
+	NackedRevision int64  `json:"nacked_revision,omitempty"`
+	NackError      string `json:"nack_error,omitempty"`
+	// HeadRevision is the namespace's revision now; Behind is
+	// AckedRevision < HeadRevision, and Lag their difference in store
+	// revisions.
+	HeadRevision int64     `json:"head_revision"`
+	Behind       bool      `json:"behind"`
+	Lag          int64     `json:"lag"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// Clients is the reply of GET /control/clients.
+type Clients struct {
+	Head    int64         `json:"head"`
+	Clients []ClientState `json:"clients"`
+}
+
+// AuditRecord is the record of one committed revision of a namespace: who
+// committed it, why, and which keys it put and deleted (sorted). It is
+// one entry of GET /control/namespaces/{ns}/history.
+type AuditRecord struct {
+	Revision int64 `json:"revision"`
+	// PrevRevision is the namespace's revision before (0: none).
+	PrevRevision int64     `json:"prev_revision"`
+	CommittedAt  time.Time `json:"committed_at"`
+	Actor        string    `json:"actor"`
+	Reason       string    `json:"reason"`
+	// Kind is publish, rollback, rollout-stage, rollout-promote,
+	// rollout-revert, or unaudited (written past holdfast server).
+	Kind       string   `json:"kind"`
+	RollbackOf int64    `json:"rollback_of"` // a rollback's target revision; else 0
+	Puts       []string `json:"puts"`
+	Deletes    []string `json:"deletes"`
+}
+
+// History is a page of a namespace's audit records, newest first: the
+// reply of GET /control/namespaces/{ns}/history.
+type History struct {
+	Namespace string        `json:"ns"`
+	Revisions []AuditRecord `json:"revisions"`
+	// Truncated says that older records exist no more (past the audit's
+	// retention); without it, a short page is the whole history.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// NamespaceValues is a namespace's content as of a revision or a time (keys
+// reserved to holdfast left out): the reply of GET
+// /control/namespaces/{ns}/values. Revision is the namespace's revision
+// live then, CommittedAt its commit time.
+type NamespaceValues struct {
+	Namespace   string                     `json:"ns"`
+	Revision    int64                      `json:"revision"`
+	CommittedAt time.Time                  `json:"committed_at"`
+	Values      map[string]json.RawMessage `json:"values"`
+}
+
+// Diff is what changed in a namespace between two revisions (keys
+// reserved to holdfast left out): the reply of GET
+// /control/namespaces/{ns}/diff. From and To are the namespace's revisions
+// live at the two revisions asked for.
+type Diff struct {
+	Namespace string      `json:"ns"`
+	From      int64       `json:"from"`
+	To        int64       `json:"to"`
+	Changes   []KeyChange `json:"changes"` // sorted by key
+}
+
+// KeyChange is one key of a Diff: Old is nil for a key added, New for a
+// key deleted.
+type KeyChange struct {
+	Key string          `json:"key"`
+	Old json.RawMessage `json:"old,omitempty"`
+	New json.RawMessage `json:"new,omitempty"`
+}
