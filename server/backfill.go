@@ -23,8 +23,11 @@ const backfillWait = 5 * time.Second
 
 // backfill reads ns's change sets in (since, until] from the store's
 // history (etcd's revisions, until its compaction point), for a client
-// that resumes from a cursor older than the watch cache's window.
-func backfill(src *etcd.Source, log *slog.Logger) func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
+// that resumes from a cursor older than the watch cache's window. A read
+// of the namespace's revision at until says where the changes end, so
+// that it returns as soon as that one is delivered (or at once when the
+// namespace did not change), not at the next heartbeat's progress.
+func backfill(src *etcd.Source, cli *clientv3.Client, log *slog.Logger) func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
 	return func(ctx context.Context, ns string, since, until int64, max int) (css []transport.ChangeSet, err error) {
 		defer func() {
 			if err != nil {
@@ -33,19 +36,29 @@ func backfill(src *etcd.Source, log *slog.Logger) func(ctx context.Context, ns s
 		}()
 		ctx, cancel := context.WithTimeout(ctx, backfillWait)
 		defer cancel()
+		resp, err := cli.Get(ctx, etcd.Prefix(ns), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(until),
+			clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+		if err != nil {
+			return nil, err
+		}
+		var last int64 // the namespace's revision at until
+		if len(resp.Kvs) > 0 {
+			last = resp.Kvs[0].ModRevision
+		}
+		if last <= since {
+			return nil, nil // nothing of it changed after the cursor
+		}
 		err = src.Watch(ctx, transport.WatchRequest{Namespace: ns, Since: since}, func(ev transport.Event) error {
 			switch {
-			case ev.Change != nil && ev.Change.Revision > until:
-				return errFilled
-			case ev.Change != nil:
-				if len(css) == max {
-					return fmt.Errorf("server: backfill of %q: more than %d change sets after %d", ns, max, since)
-				}
-				css = append(css, *ev.Change)
-				if ev.Change.Revision == until {
-					return errFilled
-				}
-			case ev.Progress != nil && ev.Progress.Cursor >= until:
+			case ev.Change == nil:
+				return nil
+			case ev.Change.Revision > until:
+				return fmt.Errorf("server: backfill of %q: a change at %d, past %d, before the one at %d", ns, ev.Change.Revision, until, last)
+			case len(css) == max:
+				return fmt.Errorf("server: backfill of %q: more than %d change sets after %d", ns, max, since)
+			}
+			css = append(css, *ev.Change)
+			if ev.Change.Revision >= last {
 				return errFilled
 			}
 			return nil

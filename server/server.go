@@ -86,7 +86,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, store: st, acks: control.NewAcks(control.DefaultMaxAckEntries)}
-	s.src, err = etcd.New(etcd.WithClient(st.Client), etcd.WithLogger(cfg.Logger), etcd.WithHeartbeat(cfg.Heartbeat))
+	s.src, err = etcd.New(etcd.WithClient(st.Client), etcd.WithLogger(cfg.Logger), etcd.WithHeartbeat(cfg.Heartbeat), etcd.WithStoreID(st.ID))
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
@@ -94,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		relay.WithLogger(cfg.Logger),
 		relay.WithHeartbeat(cfg.Heartbeat),
 		relay.WithMaxNamespaces(cfg.MaxNamespaces),
-		relay.WithBackfill(backfill(s.src, cfg.Logger)),
+		relay.WithBackfill(backfill(s.src, st.Client, cfg.Logger)),
 		relay.WithConfirm(newConfirmer(st.Client).confirm),
 		relay.WithStoreID(st.ID),
 	}

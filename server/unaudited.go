@@ -44,7 +44,7 @@ func watchUnaudited(cli *clientv3.Client, log *slog.Logger) leaderJob {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		defer cancel()
 		saved := time.Now()
-		for w := range cli.Watch(wctx, "/holdfast", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV()) {
+		for w := range cli.Watch(wctx, "/holdfast", clientv3.WithPrefix(), clientv3.WithRev(from)) {
 			if w.CompactRevision != 0 {
 				log.Warn("server: the watch for unaudited changes was compacted; changes between went unchecked", "from", from, "compacted", w.CompactRevision)
 				return saveCursor(ctx, cli, leading, w.CompactRevision)

@@ -1,11 +1,13 @@
 package control
 
 import (
+	"container/list"
 	"context"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -21,31 +23,39 @@ type ClientState = controlapi.ClientState
 type ackKey struct{ client, ns string }
 
 type ackEntry struct {
+	key           ackKey
 	acked, nacked int64
 	nackErr       string
 	at            time.Time
 }
 
+// maxNackError bounds the error kept of a nack: the table's memory is
+// bounded by its entries times this.
+const maxNackError = 256
+
 // Acks is the table of what clients reported to this server (directly or
 // through relays): soft state, rebuilt from the clients' next reports
 // after a restart. It holds at most max pairs; when full, the pair heard
-// from longest ago makes room. It implements transport.Acker and
-// transport.BatchAcker, so that the data plane hands it its acks.
+// from longest ago makes room (a list in the order heard, so that room is
+// made at once, whatever the table's size). It implements
+// transport.Acker, transport.BatchAcker and transport.RelayAcker, so that
+// the data plane hands it its acks.
 type Acks struct {
-	mu  sync.Mutex
-	m   map[ackKey]*ackEntry
-	max int
-	now func() time.Time
+	mu    sync.Mutex
+	m     map[ackKey]*list.Element // of *ackEntry, most recently heard at the front
+	order *list.List
+	max   int
+	now   func() time.Time
 }
 
 // NewAcks returns an empty table of at most max pairs.
 func NewAcks(max int) *Acks {
-	return &Acks{m: make(map[ackKey]*ackEntry), max: max, now: time.Now}
+	return &Acks{m: make(map[ackKey]*list.Element), order: list.New(), max: max, now: time.Now}
 }
 
 // Ack records one ack or nack.
-func (a *Acks) Ack(_ context.Context, ack transport.Ack) error {
-	return a.AckBatch(context.Background(), []transport.Ack{ack})
+func (a *Acks) Ack(ctx context.Context, ack transport.Ack) error {
+	return a.AckBatch(ctx, []transport.Ack{ack})
 }
 
 // AckBatch records acks and nacks.
@@ -55,19 +65,24 @@ func (a *Acks) AckBatch(_ context.Context, acks []transport.Ack) error {
 	defer a.mu.Unlock()
 	for _, ack := range acks {
 		k := ackKey{ack.ClientID, ack.Namespace}
-		e := a.m[k]
-		if e == nil {
-			if len(a.m) >= a.max {
-				a.evictLocked()
+		el := a.m[k]
+		if el == nil {
+			if a.order.Len() >= a.max {
+				oldest := a.order.Back()
+				delete(a.m, oldest.Value.(*ackEntry).key)
+				a.order.Remove(oldest)
 			}
-			e = &ackEntry{}
-			a.m[k] = e
+			el = a.order.PushFront(&ackEntry{key: k})
+			a.m[k] = el
+		} else {
+			a.order.MoveToFront(el)
 		}
+		e := el.Value.(*ackEntry)
 		e.at = now
 		switch ack.Status {
 		case transport.AckRejected:
 			if ack.Revision >= e.nacked {
-				e.nacked, e.nackErr = ack.Revision, ack.Error
+				e.nacked, e.nackErr = ack.Revision, clip(ack.Error, maxNackError)
 			}
 		case transport.AckApplied:
 			e.acked = max(e.acked, ack.Revision)
@@ -76,22 +91,20 @@ func (a *Acks) AckBatch(_ context.Context, acks []transport.Ack) error {
 	return nil
 }
 
+// clip cuts s to at most n bytes, at a rune's start.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 // AckRelayed records acks a relay forwards for its clients.
 func (a *Acks) AckRelayed(ctx context.Context, _ string, acks []transport.Ack) error {
 	return a.AckBatch(ctx, acks)
-}
-
-// evictLocked drops the pair heard from longest ago.
-func (a *Acks) evictLocked() {
-	var oldest ackKey
-	var at time.Time
-	first := true
-	for k, e := range a.m {
-		if first || e.at.Before(at) {
-			oldest, at, first = k, e.at, false
-		}
-	}
-	delete(a.m, oldest)
 }
 
 // Clients returns the table's entries (of namespace ns, or all when ns is
@@ -100,10 +113,11 @@ func (a *Acks) evictLocked() {
 func (a *Acks) Clients(ns string, revision func(ns string) int64) []ClientState {
 	a.mu.Lock()
 	out := make([]ClientState, 0, len(a.m))
-	for k, e := range a.m {
+	for k, el := range a.m {
 		if ns != "" && k.ns != ns {
 			continue
 		}
+		e := el.Value.(*ackEntry)
 		out = append(out, ClientState{ClientID: k.client, Namespace: k.ns, AckedRevision: e.acked,
 			NackedRevision: e.nacked, NackError: e.nackErr, UpdatedAt: e.at})
 	}

@@ -242,6 +242,8 @@ func errorReply(err error) (int, transport.ErrorBody) {
 	case errors.Is(err, etcd.ErrInvalidArgument), errors.Is(err, transport.ErrInvalidNamespace), errors.Is(err, transport.ErrInvalidKey),
 		errors.Is(err, schema.ErrInvalidSchema), errors.Is(err, schema.ErrExternalRef), errors.Is(err, schema.ErrInvalidValue):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota): writes are refused until it is compacted, defragmented or given a larger quota"}
 	case storeDown(err):
 		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store did not answer: " + err.Error()}
 	}
@@ -253,6 +255,13 @@ func errorReply(err error) (int, transport.ErrorBody) {
 func storeDown(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, etcd.ErrClosed) || errors.Is(err, rpctypes.ErrNoLeader) ||
 		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) {
+		return true
+	}
+	// clientv3 turns some gRPC errors into rpctypes.EtcdError, which
+	// carries the code but no gRPC status: a leader change, a member
+	// stopping, too many requests.
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) && (ee.Code() == codes.Unavailable || ee.Code() == codes.DeadlineExceeded || ee.Code() == codes.ResourceExhausted && !errors.Is(err, rpctypes.ErrRequestTooLarge)) {
 		return true
 	}
 	for e := err; e != nil; e = errors.Unwrap(e) {
@@ -287,6 +296,10 @@ func pathNamespace(r *http.Request) (string, error) {
 // emptyOK.
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, emptyOK bool) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if err != nil && !errors.As(err, &mbe) {
+		return badRequest("reading the body: %v", err) // cut short: the caller's
+	}
 	if err != nil {
 		return err
 	}

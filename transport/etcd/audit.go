@@ -118,6 +118,17 @@ func (s *Source) History(ctx context.Context, ns string, opts HistoryOptions) (*
 			return h, nil // the namespace's first change: the whole history
 		}
 		before = oldest.rev
+	} else if before > 0 {
+		// Nothing below before: past the namespace's first change (an
+		// empty page), unless the log begins later.
+		p := auditPrefix(ns)
+		first, err := s.auditPage(ctx, ns, p, clientv3.GetPrefixRangeEnd(p), 1, false, 0)
+		if err != nil {
+			return nil, err
+		}
+		if len(first) > 0 && first[0].PrevRevision == 0 && first[0].rev >= before {
+			return h, nil
+		}
 	}
 	if _, _, trimmed, err := s.auditBase(ctx, ns); err != nil {
 		return nil, err

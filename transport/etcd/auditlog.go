@@ -1,8 +1,10 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -45,6 +47,19 @@ type auditEntry struct {
 	Revision int64                      `json:"revision,omitempty"`
 }
 
+// encodeAudit encodes a record as its values were written: without
+// encoding/json's HTML escaping, which would store "<" as "\u003c" and
+// make a value read back from the log differ from the key's.
+func encodeAudit(e auditEntry) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // auditRecord is a record with its key and revision.
 type auditRecord struct {
 	key string
@@ -53,10 +68,15 @@ type auditRecord struct {
 }
 
 // auditBase is a namespace's content at the last record TrimAudit folded.
+// Unknown: the log began after the namespace did and etcd has compacted
+// what came before, so the content there cannot be told; the base still
+// bounds the log (history is truncated there), and values at or before it
+// are compacted.
 type auditBase struct {
 	Revision    int64                      `json:"revision"`
 	CommittedAt time.Time                  `json:"committed_at"`
 	Values      map[string]json.RawMessage `json:"values"`
+	Unknown     bool                       `json:"unknown,omitempty"`
 }
 
 func decodeAudit(ns string, kv *mvccpb.KeyValue) (auditRecord, error) {
@@ -71,15 +91,19 @@ func decodeAudit(ns string, kv *mvccpb.KeyValue) (auditRecord, error) {
 }
 
 // auditPage reads up to limit records of ns whose keys are in [from, to),
-// newest first when desc.
-func (s *Source) auditPage(ctx context.Context, ns, from, to string, limit int64, desc bool) ([]auditRecord, error) {
+// newest first when desc, at store revision rev (0: now).
+func (s *Source) auditPage(ctx context.Context, ns, from, to string, limit int64, desc bool, rev int64) ([]auditRecord, error) {
 	order := clientv3.SortAscend
 	if desc {
 		order = clientv3.SortDescend
 	}
 	rctx, cancel := s.requestCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, from, clientv3.WithRange(to), clientv3.WithSort(clientv3.SortByKey, order), clientv3.WithLimit(limit))
+	opts := []clientv3.OpOption{clientv3.WithRange(to), clientv3.WithSort(clientv3.SortByKey, order), clientv3.WithLimit(limit)}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := s.cli.Get(rctx, from, opts...)
 	if err != nil {
 		return nil, mapError("audit", ns, err)
 	}
@@ -105,7 +129,7 @@ func (s *Source) auditBefore(ctx context.Context, ns string, before int64, limit
 		// read the namespace below before, which one record at most did.
 		to = auditKey(ns, before)
 	}
-	recs, err := s.auditPage(ctx, ns, p, to, int64(limit)+1, true)
+	recs, err := s.auditPage(ctx, ns, p, to, int64(limit)+1, true, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -118,40 +142,53 @@ func (s *Source) auditBefore(ctx context.Context, ns string, before int64, limit
 	return out[:min(len(out), limit)], nil
 }
 
-// base reads ns's audit base (ok false: none) and its key's ModRevision.
+// auditBase reads ns's audit base (ok false: none), its key's
+// ModRevision, and the store revision of the read (at: the records read
+// at it match the base).
 func (s *Source) auditBase(ctx context.Context, ns string) (b auditBase, modRev int64, ok bool, err error) {
+	b, modRev, ok, _, err = s.auditBaseAt(ctx, ns)
+	return b, modRev, ok, err
+}
+
+func (s *Source) auditBaseAt(ctx context.Context, ns string) (b auditBase, modRev int64, ok bool, at int64, err error) {
 	rctx, cancel := s.requestCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(rctx, AuditBaseRoot+ns)
 	if err != nil {
-		return b, 0, false, mapError("audit", ns, err)
+		return b, 0, false, 0, mapError("audit", ns, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return b, 0, false, nil
+		return b, 0, false, resp.Header.Revision, nil
 	}
 	if err := json.Unmarshal(resp.Kvs[0].Value, &b); err != nil {
-		return b, 0, false, fmt.Errorf("%w: audit base of %q: %v", transport.ErrMalformed, ns, err)
+		return b, 0, false, 0, fmt.Errorf("%w: audit base of %q: %v", transport.ErrMalformed, ns, err)
 	}
-	return b, resp.Kvs[0].ModRevision, true, nil
+	return b, resp.Kvs[0].ModRevision, true, resp.Header.Revision, nil
 }
 
 // replay reads ns's content at revision rev from the audit log: its base
-// and the records after it up to rev. ok is false when the log cannot
-// tell (no record at or before rev, and no base that starts it).
+// and the records after it up to rev, all read at one store revision (a
+// trim between would fold records the replay then misses). ok is false
+// when the log cannot tell: no record at or before rev and no base that
+// starts it, or a break in the records' chain (a change the log does not
+// hold).
 func (s *Source) replay(ctx context.Context, ns string, rev int64) (v *NamespaceValues, ok bool, err error) {
-	b, _, hasBase, err := s.auditBase(ctx, ns)
+	b, _, hasBase, at, err := s.auditBaseAt(ctx, ns)
 	if err != nil {
 		return nil, false, err
 	}
 	v = &NamespaceValues{Namespace: ns, Values: map[string]json.RawMessage{}}
 	known := false
+	if hasBase && b.Unknown {
+		return nil, false, nil // the content at the base cannot be told, nor after it
+	}
 	if hasBase && b.Revision <= rev {
 		v.Revision, v.CommittedAt, v.Values, known = b.Revision, b.CommittedAt, maps.Clone(b.Values), true
 	}
 	p := auditPrefix(ns)
 	from, to := p, clientv3.GetPrefixRangeEnd(p)
 	for {
-		recs, err := s.auditPage(ctx, ns, from, to, 1000, false)
+		recs, err := s.auditPage(ctx, ns, from, to, 1000, false, at)
 		if err != nil {
 			return nil, false, err
 		}
@@ -162,8 +199,8 @@ func (s *Source) replay(ctx context.Context, ns string, rev int64) (v *Namespace
 			if hasBase && r.rev <= b.Revision {
 				continue
 			}
-			if !known && r.PrevRevision != 0 {
-				return nil, false, nil // the log starts after the namespace did, with no base
+			if !known && r.PrevRevision != 0 || known && r.PrevRevision != v.Revision {
+				return nil, false, nil // the log starts after the namespace did, or misses a change
 			}
 			known = true
 			for k, val := range r.Values {
@@ -210,7 +247,7 @@ func (s *Source) TrimAudit(ctx context.Context, ns string, keep int) (int, error
 	if extra <= 0 {
 		return 0, nil
 	}
-	recs, err := s.auditPage(ctx, ns, p, clientv3.GetPrefixRangeEnd(p), extra, false)
+	recs, err := s.auditPage(ctx, ns, p, clientv3.GetPrefixRangeEnd(p), extra, false, 0)
 	if err != nil || len(recs) == 0 {
 		return 0, err
 	}
@@ -222,17 +259,25 @@ func (s *Source) TrimAudit(ctx context.Context, ns string, keep int) (int, error
 		b.Values = map[string]json.RawMessage{}
 		if first := recs[0]; first.PrevRevision != 0 {
 			// The log starts after the namespace did (records from before
-			// the log existed): its content then, from etcd's history.
+			// the log existed): its content then, from etcd's history, or
+			// unknown once etcd compacted it.
 			v, err := s.valuesAt(ctx, "trim", ns, first.PrevRevision)
-			if err != nil {
+			switch {
+			case errors.Is(err, transport.ErrCompacted):
+				b.Revision, b.Unknown = first.PrevRevision, true
+			case err != nil:
 				return 0, fmt.Errorf("etcd: trim of %q: the content before its first audit record: %w", ns, err)
+			default:
+				b.Revision, b.CommittedAt, b.Values = v.Revision, v.CommittedAt, v.Values
 			}
-			b.Revision, b.CommittedAt, b.Values = v.Revision, v.CommittedAt, v.Values
 		}
 	}
 	for _, r := range recs {
 		if r.rev <= b.Revision {
 			continue
+		}
+		if r.PrevRevision != b.Revision {
+			return 0, fmt.Errorf("etcd: trim of %q: the audit log misses a change between revisions %d and %d; not trimmed", ns, b.Revision, r.rev)
 		}
 		for k, v := range r.Values {
 			b.Values[k] = v
@@ -270,7 +315,7 @@ func (s *Source) auditAt(ctx context.Context, ns string, at time.Time) (found in
 	p := auditPrefix(ns)
 	from, to := p, clientv3.GetPrefixRangeEnd(p)
 	for {
-		recs, err := s.auditPage(ctx, ns, from, to, 1000, true)
+		recs, err := s.auditPage(ctx, ns, from, to, 1000, true, 0)
 		if err != nil {
 			return 0, false, err
 		}
@@ -286,7 +331,7 @@ func (s *Source) auditAt(ctx context.Context, ns string, at time.Time) (found in
 			// The log ends above at: its base, if it covers at; else the
 			// caller reads etcd's history.
 			b, _, trimmed, err := s.auditBase(ctx, ns)
-			if err == nil && trimmed && !b.CommittedAt.After(at) {
+			if err == nil && trimmed && !b.Unknown && !b.CommittedAt.After(at) {
 				return b.Revision, true, nil
 			}
 			return 0, false, err
@@ -327,6 +372,6 @@ func UnauditedRecord(ns string, rev, prev int64, puts map[string]json.RawMessage
 	e.Deletes = append(e.Deletes, deletes...)
 	slices.Sort(e.Puts)
 	slices.Sort(e.Deletes)
-	record, err = json.Marshal(e)
+	record, err = encodeAudit(e)
 	return auditKey(ns, rev-1) + "u", record, err
 }

@@ -29,6 +29,7 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 type options struct {
+	storeID          string
 	endpoints        []string
 	tls              *tls.Config
 	username         string
@@ -71,6 +72,11 @@ func WithEndpoints(endpoints ...string) Option {
 func WithTLS(cfg *tls.Config) Option {
 	return optionFunc(func(o *options) { o.tls = cfg })
 }
+
+// WithStoreID makes the Source report store id id, whatever the cluster
+// holds: holdfast server passes the id it read at start, so that a read
+// of StoreIDKey that fails can never make an answer name another store.
+func WithStoreID(id string) Option { return optionFunc(func(o *options) { o.storeID = id }) }
 
 // WithAuth sets the user name and password of etcd's authentication. The
 // user needs read access to the namespaces' key ranges (/holdfast/ with a

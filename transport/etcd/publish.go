@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -161,9 +162,9 @@ func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.Ra
 // as a new revision, which it returns: keys that differ are put, keys that
 // did not exist then are deleted; keys reserved to holdfast ("$holdfast/…",
 // such as a staged rollout) are left as they are. History stays
-// append-only. A revision below etcd's compaction point gives a
-// *transport.CompactedError (unless the namespace did not change between
-// it and the compaction point); one at which the namespace had no key, or
+// append-only. The content then is read as ValuesAt reads it (etcd's
+// revisions, then the audit log): a revision neither holds gives a
+// *transport.CompactedError; one at which the namespace had no key, or
 // beyond the cluster's head, gives transport.ErrNotFound; one below 1,
 // ErrInvalidArgument.
 //
@@ -180,18 +181,14 @@ func (s *Source) Rollback(ctx context.Context, ns string, toRevision int64, opts
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	kvs, err := s.rangeAt(ctx, "rollback", ns, Prefix(ns), toRevision, true)
+	// The content then: from etcd's revisions, or past its compaction
+	// point from the audit log.
+	v, err := s.valuesAt(ctx, "rollback", ns, toRevision)
 	s.wg.Done()
-	switch {
-	case err != nil:
-		return 0, err
-	case len(kvs) == 0:
-		return 0, fmt.Errorf("etcd: rollback of %q to %d: %w at that revision", ns, toRevision, transport.ErrNotFound)
-	}
-	target, of, err := s.decodeKVs(ns, kvs)
 	if err != nil {
 		return 0, err
 	}
+	target, of := v.Values, v.Revision
 	opts = append(opts, publishOptionFunc(func(o *publishOptions) { o.kind, o.rollbackOf = KindRollback, of }))
 	return s.publish(ctx, ns, opts, func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
 		puts := make(map[string]json.RawMessage)
@@ -288,7 +285,16 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 		PrevRevision: prev, Actor: po.actor, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf,
 		Puts: []string{}, Deletes: []string{},
 	}
+	written := make(map[string]json.RawMessage, len(puts)) // the values as stored, for the audit record
 	for k, v := range puts {
+		// Compact: the audit record holds the value as encoding/json
+		// writes a RawMessage (compacted), and both must be the same bytes.
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, v); err != nil {
+			return 0, false, fmt.Errorf("etcd: publish to %q: %w: %w: %q is not JSON", ns, ErrInvalidArgument, schema.ErrInvalidValue, k)
+		}
+		v = buf.Bytes()
+		written[k] = v
 		ops = append(ops, clientv3.OpPut(prefix+k, string(v)))
 		next[k] = v
 		m.Puts = append(m.Puts, k)
@@ -313,7 +319,7 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 		return 0, false, err
 	}
 	ops = append(ops, clientv3.OpPut(prefix, string(mb)))
-	ab, err := json.Marshal(auditEntry{meta: m, Values: puts})
+	ab, err := encodeAudit(auditEntry{meta: m, Values: written})
 	if err != nil {
 		return 0, false, err
 	}

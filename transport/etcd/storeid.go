@@ -60,6 +60,9 @@ func (s *Source) storeID(ctx context.Context, h *etcdserverpb.ResponseHeader) st
 	if h == nil {
 		return ""
 	}
+	if s.opts.storeID != "" {
+		return s.opts.storeID
+	}
 	s.ids.mu.Lock()
 	id, ok := s.ids.m[h.ClusterId]
 	s.ids.mu.Unlock()

@@ -1,0 +1,63 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// TestAcksTableIsBounded: a full table makes room by dropping the pair
+// heard from longest ago (an ack moves its pair to the front), a nack's
+// error is kept to maxNackError bytes, and the newest report of a pair
+// wins.
+func TestAcksTableIsBounded(t *testing.T) {
+	a := NewAcks(3)
+	ack := func(client string, rev int64, status, msg string) transport.Ack {
+		return transport.Ack{ClientID: client, Namespace: "ns", Revision: rev, Status: status, Error: msg}
+	}
+	ctx := context.Background()
+	_ = a.AckBatch(ctx, []transport.Ack{ack("a", 1, transport.AckApplied, ""), ack("b", 1, transport.AckApplied, ""), ack("c", 1, transport.AckApplied, "")})
+	_ = a.Ack(ctx, ack("a", 2, transport.AckApplied, ""))                        // a is the most recent now
+	_ = a.Ack(ctx, ack("d", 2, transport.AckRejected, strings.Repeat("é", 500))) // b, the oldest, makes room
+	var got []string
+	for _, c := range a.Clients("", func(string) int64 { return 2 }) {
+		got = append(got, fmt.Sprintf("%s:%d/%d", c.ClientID, c.AckedRevision, c.NackedRevision))
+		if c.ClientID == "d" && (len(c.NackError) > maxNackError || !strings.HasPrefix(c.NackError, "é")) {
+			t.Errorf("the nack's error: %d bytes, want at most %d, cut at a rune", len(c.NackError), maxNackError)
+		}
+		if c.ClientID == "a" && (c.Behind || c.Lag != 0) {
+			t.Errorf("a at the head: %+v", c)
+		}
+	}
+	if fmt.Sprint(got) != "[a:2/0 c:1/0 d:0/2]" {
+		t.Errorf("table %v, want [a:2/0 c:1/0 d:0/2] (b evicted)", got)
+	}
+}
+
+// BenchmarkAcksFullTable: a batch of 1,000 new pairs on a full table of
+// the default size: each makes room in constant time.
+//
+//	go test -run '^$' -bench AcksFullTable ./server/control/
+func BenchmarkAcksFullTable(b *testing.B) {
+	a := NewAcks(DefaultMaxAckEntries)
+	batch := make([]transport.Ack, 0, 1000)
+	for i := range DefaultMaxAckEntries {
+		batch = append(batch, transport.Ack{ClientID: fmt.Sprint("c", i), Namespace: "ns", Revision: 1, Status: transport.AckApplied})
+		if len(batch) == cap(batch) {
+			_ = a.AckBatch(context.Background(), batch)
+			batch = batch[:0]
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := range b.N {
+		batch = batch[:0]
+		for i := range 1000 {
+			batch = append(batch, transport.Ack{ClientID: fmt.Sprint("new", n, "-", i), Namespace: "ns", Revision: 1, Status: transport.AckApplied})
+		}
+		_ = a.AckBatch(context.Background(), batch)
+	}
+}
