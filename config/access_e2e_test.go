@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -76,10 +77,10 @@ func TestForbiddenNamespaceStatus(t *testing.T) {
 		config.WithUnauthorizedBackoff(20*time.Millisecond))
 	fraud := open(t, c, "fraud.prod")
 	pay := open(t, c, "payments.prod")
-	eventually(t, "fraud.prod's status to say unauthorized", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		e := fraud.Status().LastError
 		return e.Kind == config.ErrorUnauthorized && e.StatusCode == http.StatusForbidden && strings.Contains(e.Message, fraudForbidden)
-	})
+	}, "fraud.prod's status to say unauthorized")
 	// It keeps being refused (retried at the unauthorized backoff) while
 	// payments.prod syncs.
 	rev := publish(t, srv, "payments.prod", map[string]any{"v": 2})

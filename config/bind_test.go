@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 type dbConfig struct {
@@ -28,19 +29,19 @@ func TestBind(t *testing.T) {
 	}
 	rev := publish(t, srv, "db", map[string]any{"primary": map[string]any{"host": "b", "port": 6432}})
 	waitRevision(t, ns, rev)
-	eventually(t, "the rebind", func() bool { return b.Get().Host == "b" })
+	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "b" }, "the rebind")
 
 	// A value that does not decode keeps the last one, and is counted.
 	rev = publish(t, srv, "db", map[string]any{"primary": "not an object"})
 	waitRevision(t, ns, rev)
-	eventually(t, "the decode error", func() bool { return b.Errors() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return b.Errors() == 1 }, "the decode error")
 	if b.Get().Host != "b" || b.Err() == nil {
 		t.Errorf("after a bad value: %+v, %v", b.Get(), b.Err())
 	}
 	// A deleted key binds the default.
 	rev = publish(t, srv, "db", nil, "primary")
 	waitRevision(t, ns, rev)
-	eventually(t, "the default", func() bool { return b.Get().Host == "localhost" })
+	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "localhost" }, "the default")
 }
 
 func TestWaitForState(t *testing.T) {
@@ -127,7 +128,7 @@ func TestBindDurations(t *testing.T) {
 	// A string that is no duration still fails, as json.Unmarshal would.
 	rev := publish(t, srv, "d", map[string]any{"top": "soon"})
 	waitRevision(t, ns, rev)
-	eventually(t, "the decode error", func() bool { return top.Err() != nil })
+	testutil.Eventually(t, waitLimit, func() bool { return top.Err() != nil }, "the decode error")
 	if top.Get() != 250*time.Millisecond {
 		t.Errorf("after a bad value: %v", top.Get())
 	}
@@ -146,7 +147,7 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 
 	rev := publish(t, srv, "b", map[string]any{"port": "eighty"})
 	waitRevision(t, ns, rev)
-	eventually(t, "the decode error", func() bool { return b.Err() != nil })
+	testutil.Eventually(t, waitLimit, func() bool { return b.Err() != nil }, "the decode error")
 	st := ns.Status()
 	if st.LastError.Kind != config.ErrorBind || st.LastError.Recovered || !errors.Is(st.LastError.Err, b.Err()) {
 		t.Errorf("LastError after a bad value = %#v", st.LastError)
@@ -154,7 +155,7 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 
 	rev = publish(t, srv, "b", map[string]any{"port": 80})
 	waitRevision(t, ns, rev)
-	eventually(t, "the good value", func() bool { return b.Get() == 80 })
+	testutil.Eventually(t, waitLimit, func() bool { return b.Get() == 80 }, "the good value")
 	if err := b.Err(); err != nil {
 		t.Errorf("Err after a good value = %v", err)
 	}

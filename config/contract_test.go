@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -83,9 +84,9 @@ func TestCloseFlushesLatestConfirmation(t *testing.T) {
 	ns := open(t, a, "pc")
 	first := ns.Status().LastConfirmed
 	// Progress events (every testHeartbeat) keep confirming.
-	eventually(t, "later confirmations", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().LastConfirmed.Sub(first) > 300*time.Millisecond
-	})
+	}, "later confirmations")
 	last := ns.Status().LastConfirmed
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -136,11 +137,11 @@ func TestGapOnFirstEventBacksOff(t *testing.T) {
 	c := newClient(t, hs.URL, config.WithReconnectBackoff(100*time.Millisecond, 2*time.Second))
 	open(t, c, "hm")
 	const want = 6
-	eventually(t, "resnapshots after gaps", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(snaps) >= want
-	})
+	}, "resnapshots after gaps")
 	_ = c.Close()
 	mu.Lock()
 	defer mu.Unlock()
@@ -306,7 +307,7 @@ func TestCloseWaitsForRunningCallback(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { _ = c.Close(); close(closed) }()
 	// Close has cancelled the namespace: its stream is gone.
-	eventually(t, "the stream to close", func() bool { return srv.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.OpenStreams() == 0 }, "the stream to close")
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a callback was running")
@@ -386,7 +387,7 @@ func TestCloseConcurrentlyAndDuringOpen(t *testing.T) {
 		_, err := c.Namespace(context.Background(), "missing") // 404: retried until Close
 		pending <- err
 	}()
-	eventually(t, "the missing namespace to be asked for", func() bool { return srv.Stats().Snapshots >= 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().Snapshots >= 2 }, "the missing namespace to be asked for")
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- ns.WaitForRevision(context.Background(), 1<<40) }()
 
@@ -446,18 +447,18 @@ func TestRejectedChangeThenProgressThenFix(t *testing.T) {
 	ns := open(t, c, "rj", config.WithSchema(portSchema))
 
 	publish(t, srv, "rj", map[string]any{"port": "x"})
-	eventually(t, "the rejection", func() bool { return ns.Rejected() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	after := ns.Status().LastConfirmed
-	eventually(t, "a confirmation after the rejection", func() bool { return ns.Status().LastConfirmed.After(after) })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastConfirmed.After(after) }, "a confirmation after the rejection")
 	st := ns.Status()
 	if st.State != config.StateFresh || ns.Revision() != good || ns.Int("port", 0) != 1 || st.LastError.Kind != config.ErrorInvalidData {
 		t.Errorf("after rejection: %v at %d, port %d, last error %v", st.State, ns.Revision(), ns.Int("port", 0), st.LastError)
 	}
 	watches := srv.Stats().Watches + srv.Stats().Streams // one namespace's or the client's stream
 	srv.DropStreams()
-	eventually(t, "a new watch", func() bool { return srv.Stats().Watches+srv.Stats().Streams > watches })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().Watches+srv.Stats().Streams > watches }, "a new watch")
 	after = ns.Status().LastConfirmed
-	eventually(t, "a confirmation on the new watch", func() bool { return ns.Status().LastConfirmed.After(after) })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastConfirmed.After(after) }, "a confirmation on the new watch")
 	if ns.Rejected() != 1 || ns.Int("port", 0) != 1 {
 		t.Errorf("after reconnect: rejected %d, port %d", ns.Rejected(), ns.Int("port", 0))
 	}
@@ -483,14 +484,14 @@ func TestRejectedSnapshotOfNewStoreKeepsLastGood(t *testing.T) {
 
 	newStore := srv.ResetStore()
 	publish(t, srv, "ns1", map[string]any{"v": "bad"})
-	eventually(t, "the rejection", func() bool { return ns.Rejected() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	if ns.Int("v", 0) != 2 || ns.Status().StoreID != oldStore {
 		t.Errorf("after a rejected new-store snapshot: v %d, store %s", ns.Int("v", 0), ns.Status().StoreID)
 	}
 	publish(t, srv, "ns1", map[string]any{"v": 3})
-	eventually(t, "the new store's good revision", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().StoreID == newStore && ns.Int("v", 0) == 3
-	})
+	}, "the new store's good revision")
 	if st := ns.Status(); st.State != config.StateFresh || st.Origin != config.OriginNetwork {
 		t.Errorf("status %v from %v", st.State, st.Origin)
 	}
@@ -513,9 +514,9 @@ func TestStoreResetWithSameRevisionIsNotModified(t *testing.T) {
 	if r := publish(t, srv, "sr", map[string]any{"a": 20}); r != rev {
 		t.Fatalf("new store revision %d; the test wants it equal to the old %d", r, rev)
 	}
-	eventually(t, "the new store's data", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().StoreID == newStore && ns.Int("a", 0) == 20
-	})
+	}, "the new store's data")
 }
 
 // TestWaitForRevisionAcrossStoreReset: a waiter for a revision not
@@ -552,7 +553,7 @@ func TestBackstopConfirmsWithNotModified(t *testing.T) {
 	rev := publish(t, srv, "bs", map[string]any{"k": 1})
 	c := newClient(t, srv.URL(), config.WithBackstop(100*time.Millisecond))
 	ns := open(t, c, "bs")
-	eventually(t, "backstop snapshots", func() bool { return srv.Stats().NotModified >= 3 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().NotModified >= 3 }, "backstop snapshots")
 	if st := ns.Status(); st.State != config.StateFresh || ns.Revision() != rev || ns.Rejected() != 0 || st.LastError.Kind != config.ErrorNone {
 		t.Errorf("after backstops: %v at %d, error %v", st.State, ns.Revision(), st.LastError)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -98,18 +99,6 @@ func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
 	defer cancel()
 	if err := ns.WaitForRevision(ctx, rev); err != nil {
 		t.Fatalf("revision %d not reached (at %d, status %+v): %v", rev, ns.Revision(), ns.Status(), err)
-	}
-}
-
-// eventually waits for cond with a deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -416,7 +405,7 @@ func TestDropStreamsResumesFromCursor(t *testing.T) {
 		}
 	}
 	waitRevision(t, ns, want[len(want)-1])
-	eventually(t, "every callback", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) })
+	testutil.Eventually(t, waitLimit, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) }, "every callback")
 	if got := srv.Stats().Snapshots; got != snapshots {
 		t.Errorf("resume made %d new snapshot requests; want 0", got-snapshots)
 	}
@@ -437,7 +426,7 @@ func TestCompactionDuringOutageResnapshots(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "stale while the server is down", func() bool { return ns.Status().State == config.StateStale })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateStale }, "stale while the server is down")
 	var last int64
 	for i := 1; i <= 20; i++ {
 		last = publish(t, srv, "compact", map[string]any{"v": i}, "gone")
@@ -459,7 +448,7 @@ func TestCompactionDuringOutageResnapshots(t *testing.T) {
 	if srv.Stats().Snapshots == snapshots {
 		t.Error("converged past compaction without a new snapshot")
 	}
-	eventually(t, "fresh again", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh again")
 }
 
 func TestBlackholeDetectedAndRecovers(t *testing.T) {
@@ -485,7 +474,7 @@ func TestBlackholeDetectedAndRecovers(t *testing.T) {
 	rev := publish(t, srv, "bh", map[string]any{"v": 1})
 	srv.SetBlackhole(false)
 	waitRevision(t, ns, rev)
-	eventually(t, "fresh after heal", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh after heal")
 }
 
 func TestStoreResetResnapshots(t *testing.T) {
@@ -502,7 +491,7 @@ func TestStoreResetResnapshots(t *testing.T) {
 	if rev >= ns.Revision() {
 		t.Fatalf("test setup: the new store's revision %d is not below the old %d", rev, ns.Revision())
 	}
-	eventually(t, "the new store's data", func() bool { return ns.Int("v", -1) == 100 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", -1) == 100 }, "the new store's data")
 	st := ns.Status()
 	if st.StoreID == oldStore || st.Revision != rev {
 		t.Errorf("status after reset = %+v", st)
@@ -592,5 +581,5 @@ func TestCloseIsIdempotentAndStopsEverything(t *testing.T) {
 	if err := ns.WaitForRevision(context.Background(), 1<<40); !errors.Is(err, config.ErrClosed) {
 		t.Errorf("WaitForRevision after Close = %v", err)
 	}
-	eventually(t, "streams closed", func() bool { return srv.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.OpenStreams() == 0 }, "streams closed")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -259,7 +260,7 @@ func TestOlderSnapshotTakenAfterTheRewriteGrace(t *testing.T) {
 	if got := ns.String("k", ""); got != "r5" {
 		t.Fatalf("serves %q at open; want the file's r5", got)
 	}
-	eventually(t, "the refusal in Status", func() bool { return ns.Status().LastError.Kind == config.ErrorHistory })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastError.Kind == config.ErrorHistory }, "the refusal in Status")
 	if st := ns.Status(); st.State == config.StateFresh || ns.String("k", "") != "r5" {
 		t.Errorf("while refusing: %v serving %q; want Stale on r5", st.State, ns.String("k", ""))
 	}
@@ -295,7 +296,7 @@ func TestLinearizableSnapshotProvesRewrittenHistory(t *testing.T) {
 	}}
 	c := sourceClient(t, restored, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
 	ns := open(t, c, "rw")
-	eventually(t, "the restored revision", func() bool { return ns.Revision() == 2 && ns.String("k", "") == "r2" })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Revision() == 2 && ns.String("k", "") == "r2" }, "the restored revision")
 	if n := restored.snapshots.Load(); n != 1 {
 		t.Errorf("%d snapshots; want the first one taken at once", n)
 	}
@@ -334,9 +335,9 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 		if !st.LastConfirmed.IsZero() || st.Staleness != 0 {
 			t.Errorf("LastConfirmed %v, Staleness %v; want both unknown (zero)", st.LastConfirmed, st.Staleness)
 		}
-		eventually(t, "the clock error in Status", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			return errors.Is(ns.Status().LastError.Err, config.ErrAgeUnknown) || ns.Status().LastError.Kind == config.ErrorNetwork
-		})
+		}, "the clock error in Status")
 	})
 	t.Run("within tolerance", func(t *testing.T) {
 		dir := t.TempDir()
@@ -391,7 +392,7 @@ func TestServerRestartWithNewStoreConvergesAtOnce(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the client to see the outage", func() bool { return ns.Status().LastError.Kind == config.ErrorNetwork })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastError.Kind == config.ErrorNetwork }, "the client to see the outage")
 	storeID := srv.ResetStore()
 	rev := publish(t, srv, "restart", map[string]any{"k": "new"})
 	before := srv.Stats()
@@ -399,18 +400,18 @@ func TestServerRestartWithNewStoreConvergesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first time.Time
-	eventually(t, "the client's first request after the restart", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := srv.Stats()
 		if st.Watches+st.Streams+st.StreamPolls+st.Snapshots+st.Events > before.Watches+before.Streams+before.StreamPolls+before.Snapshots+before.Events {
 			first = time.Now()
 			return true
 		}
 		return false
-	})
-	eventually(t, "convergence on the new store", func() bool {
+	}, "the client's first request after the restart")
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		return st.StoreID == storeID && ns.Revision() == rev
-	})
+	}, "convergence on the new store")
 	if took := time.Since(first); took > 2*time.Second {
 		t.Errorf("converged %v after the server's first answer; want within 2s", took)
 	}
@@ -430,7 +431,7 @@ func TestOversizedSnapshotBacksOffToTheMaximum(t *testing.T) {
 	c := newClient(t, srv.URL(), config.WithCacheDir(dir), config.WithMaxSnapshotBytes(1024),
 		config.WithReconnectBackoff(5*time.Millisecond, time.Second))
 	ns := open(t, c, "big")
-	eventually(t, "ErrTooLarge in Status", func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) })
+	testutil.Eventually(t, waitLimit, func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) }, "ErrTooLarge in Status")
 	start := time.Now()
 	deadline := start.Add(1500 * time.Millisecond)
 	for time.Now().Before(deadline) {
@@ -478,12 +479,12 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	restoredAt := time.Now()
-	eventually(t, "the refusal of the older history", func() bool { return ns.Status().LastError.Kind == config.ErrorHistory })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastError.Kind == config.ErrorHistory }, "the refusal of the older history")
 	evidence.Store(true)
 	if st := ns.Status(); st.State == config.StateFresh || ns.Int("k", 0) != 4 {
 		t.Errorf("while refusing: %v serving k=%d; want Stale on the last good k=4", st.State, ns.Int("k", 0))
 	}
-	eventually(t, "the restored history taken", func() bool { return ns.Revision() == backup })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Revision() == backup }, "the restored history taken")
 	if took := time.Since(restoredAt); took < grace {
 		t.Errorf("took the restored history %v after the restore; the grace is %v", took, grace)
 	}
@@ -506,10 +507,10 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 	// The last-good file follows the new history too, though its revision
 	// is below the old one's.
 	d := openCacheDir(t, dir)
-	eventually(t, "the new history on disk", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		rec, err := d.Load("restored")
 		return err == nil && rec.Revision == next
-	})
+	}, "the new history on disk")
 }
 
 // TestSharedCacheDirKeepsTheNewest (hole 5): two clients sharing a cache
@@ -544,16 +545,16 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 	old := sourceClient(t, partitioned, config.WithCacheDir(dir))
 	oldNS := open(t, old, "shared")
 	d := openCacheDir(t, dir)
-	eventually(t, "r1 on disk", func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == 1 }, "r1 on disk")
 
 	publish(t, srv, "shared", map[string]any{"k": 2})
 	last := publish(t, srv, "shared", map[string]any{"k": 3})
 	current := newClient(t, srv.URL(), config.WithCacheDir(dir))
 	waitRevision(t, open(t, current, "shared"), last)
-	eventually(t, "r3 on disk", func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == last })
+	testutil.Eventually(t, waitLimit, func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == last }, "r3 on disk")
 
 	mark := time.Now()
-	eventually(t, "a confirmation of r1 newer than the r3 file", func() bool { return oldNS.Status().LastConfirmed.After(mark) })
+	testutil.Eventually(t, waitLimit, func() bool { return oldNS.Status().LastConfirmed.After(mark) }, "a confirmation of r1 newer than the r3 file")
 	if err := old.Close(); err != nil { // persists its latest confirmation, of r1
 		t.Fatal(err)
 	}
@@ -651,7 +652,7 @@ func TestSnapshotKeyLimitIsAClientOption(t *testing.T) {
 	publish(t, srv, "keys", map[string]any{"b": 2, "c": 3})
 	c := newClient(t, srv.URL(), config.WithCacheDir(dir), config.WithMaxSnapshotKeys(2))
 	ns := open(t, c, "keys")
-	eventually(t, "ErrTooLarge in Status", func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) })
+	testutil.Eventually(t, waitLimit, func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) }, "ErrTooLarge in Status")
 	if msg := ns.Status().LastError.Message; !strings.Contains(msg, "2 keys") {
 		t.Errorf("LastError %q does not name the 2-key limit", msg)
 	}

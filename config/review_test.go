@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -69,7 +70,7 @@ func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 	c := sourceClient(t, src, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
 	ns := open(t, c, "rr", config.WithSchema([]byte(`{"type":"object","properties":{"k":{"type":"string"}}}`)))
 	// WaitForRevision cannot tell: the old history's 5 is above 3.
-	eventually(t, "the new history's r3 served", func() bool { return ns.String("k", "") == "r3" })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.String("k", "") == "r3" }, "the new history's r3 served")
 	if ns.Revision() != 3 || ns.Rejected() != 1 {
 		t.Fatalf("at revision %d with %d rejections; want 3 after rejecting 2", ns.Revision(), ns.Rejected())
 	}
@@ -357,7 +358,7 @@ func TestSourceAnsweringNothingIsAnError(t *testing.T) {
 		src := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return nil, err }}
 		c := sourceClient(t, src, config.WithCacheDir(dir))
 		ns := open(t, c, "nil")
-		eventually(t, "the error in Status", func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrMalformed) })
+		testutil.Eventually(t, waitLimit, func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrMalformed) }, "the error in Status")
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -408,7 +409,7 @@ func TestRewrittenHistoryPastTheCursorIsDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Backstops have confirmed it by now.
-	eventually(t, "two backstops", func() bool { return srv.Stats().NotModified >= 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().NotModified >= 2 }, "two backstops")
 	if _, ok := ns.Get("old-only"); ok {
 		t.Errorf("serves %v at revision %d, Fresh: keys of the old history the server no longer has (it holds %s)", ns.Snapshot().Keys(), ns.Revision(), want.Values)
 	}

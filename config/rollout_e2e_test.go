@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -62,7 +63,7 @@ func (r *ackRecorder) record(acks ...transport.Ack) {
 func (r *ackRecorder) find(t *testing.T, revision int64, status string) transport.Ack {
 	t.Helper()
 	var found transport.Ack
-	eventually(t, "a "+status+" of the revision", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		i := slices.IndexFunc(r.acks, func(a transport.Ack) bool { return a.Revision == revision && a.Status == status })
@@ -70,7 +71,7 @@ func (r *ackRecorder) find(t *testing.T, revision int64, status string) transpor
 			found = r.acks[i]
 		}
 		return i >= 0
-	})
+	}, "a "+status+" of the revision")
 	return found
 }
 
@@ -127,7 +128,7 @@ func logChanges(ns *config.Namespace) *changeLog {
 func (l *changeLog) at(t *testing.T, since, rev int64) string {
 	t.Helper()
 	var got config.ChangeSet
-	eventually(t, "the change set of the revision", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, cs := range l.sets {
@@ -140,7 +141,7 @@ func (l *changeLog) at(t *testing.T, since, rev int64) string {
 			}
 		}
 		return false
-	})
+	}, "the change set of the revision")
 	var items []string
 	for _, ch := range got.Changes {
 		items = append(items, ch.Key+":"+raw(ch.Old)+">"+raw(ch.New))
@@ -307,10 +308,10 @@ func TestRolloutMemberNacksStagedChange(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("no OnReject")
 	}
-	eventually(t, "the server to hold the nack", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		cs := slices.IndexFunc(srv.Clients(), func(cs fakeserver.ClientState) bool { return cs.ClientID == "strict-1" && cs.NackedRevision == r1 })
 		return cs >= 0
-	})
+	}, "the server to hold the nack")
 	if got := serves(ns); got != `a="1"` || ns.Status().Rollout != (config.RolloutStatus{}) {
 		t.Errorf("serves %s, rollout %+v; want the base", got, ns.Status().Rollout)
 	}
@@ -435,10 +436,10 @@ func TestRolloutRestartMidStage(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B fresh from the network", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := nsB.Status()
 		return st.State == config.StateFresh && st.Origin == config.OriginNetwork
-	})
+	}, "B fresh from the network")
 	if got := serves(nsB); got != `a="1" b="x"` {
 		t.Errorf("B confirmed: serves %s", got)
 	}

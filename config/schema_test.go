@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -149,7 +150,7 @@ func TestSchemaScenario(t *testing.T) {
 			waitRevision(t, ns, rev3)
 			continue
 		}
-		eventually(t, "the strict client's rejection", func() bool { return ns.Rejected() > 0 })
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() > 0 }, "the strict client's rejection")
 		if got := ns.String("cluster/c9", ""); got != "lb=rr;endpoints=10.0.0.9" || ns.Revision() != rev1 {
 			t.Errorf("strict client %d serves %q at %d; want the old value at %d", i, got, ns.Revision(), rev1)
 		}
@@ -158,7 +159,7 @@ func TestSchemaScenario(t *testing.T) {
 		}
 	}
 	// /control/clients names exactly the 10, with the error.
-	eventually(t, "every outcome acked", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		states := controlClients(t, srv.URL())
 		nacked, acked := 0, 0
 		for _, st := range states {
@@ -173,7 +174,7 @@ func TestSchemaScenario(t *testing.T) {
 			}
 		}
 		return nacked == 10 && acked == 90
-	})
+	}, "every outcome acked")
 	for _, st := range controlClients(t, srv.URL()) {
 		var i int
 		fmt.Sscanf(st.ClientID, "client-%d", &i)
@@ -274,7 +275,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 				opts = append(opts, config.FailClosed())
 			}
 			ns := open(t, b, "svc", opts...)
-			eventually(t, "the rejection", func() bool { return ns.Rejected() > 0 })
+			testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() > 0 }, "the rejection")
 			if ns.Int("port", 0) != 1 || ns.Revision() == bad {
 				t.Errorf("serves port %d at %d; want the last good", ns.Int("port", 0), ns.Revision())
 			}
@@ -299,7 +300,7 @@ func TestAckEndpointDown(t *testing.T) {
 	if ns.Int("v", 0) != 20 {
 		t.Errorf("v = %d", ns.Int("v", 0))
 	}
-	eventually(t, "ack retries", func() bool { return ct.tries.Load() >= 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return ct.tries.Load() >= 2 }, "ack retries")
 	if srv.Stats().Acks != 0 {
 		t.Errorf("acks reached the server: %d", srv.Stats().Acks)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -88,7 +89,7 @@ func TestRelayKeepsANamespaceARequestWaitsFor(t *testing.T) {
 		resp.Body.Close()
 		got <- result{status: resp.StatusCode}
 	}()
-	eventually(t, "the relay's upstream snapshot", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.snapshots > 0 })
+	testutil.Eventually(t, waitLimit, func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.snapshots > 0 }, "the relay's upstream snapshot")
 	// A few janitor rounds (every 100ms) while the request waits.
 	select {
 	case <-up.canceled:
@@ -143,7 +144,7 @@ func TestRelayWatchOpenedWhileItsNamespaceIsDropped(t *testing.T) {
 	}
 	if res.status == http.StatusOK {
 		// Followed again: a new syncer, with a snapshot of its own.
-		eventually(t, "a watch open only on a namespace followed", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			up.mu.Lock()
 			again := up.snapshots > 1
 			up.mu.Unlock()
@@ -156,7 +157,7 @@ func TestRelayWatchOpenedWhileItsNamespaceIsDropped(t *testing.T) {
 				}
 			}
 			return false
-		})
+		}, "a watch open only on a namespace followed")
 	} else if res.status != http.StatusServiceUnavailable {
 		t.Fatalf("watch: %d %v, want 200 (followed) or 503", res.status, res.err)
 	}
@@ -176,7 +177,7 @@ func cacheOf(t *testing.T, originURL string, names ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the relay ready", func() bool { return r.Ready() == nil })
+	testutil.Eventually(t, waitLimit, func() bool { return r.Ready() == nil }, "the relay ready")
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestRelayForwardsTheOthersAcksPastOneTheUpstreamRefuses(t *testing.T) {
 	postAck(t, url, `{"client_id":"odd","ns":"app","revision":1,"status":"would_nack"}`)
 	postAck(t, url, `{"client_id":"good-1","ns":"app","revision":`+strconv.FormatInt(rev, 10)+`,"status":"ack"}`)
 	postAck(t, url, `{"client_id":"good-2","ns":"app","revision":`+strconv.FormatInt(rev, 10)+`,"status":"ack"}`)
-	eventually(t, "the good acks at the origin", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		n := 0
 		for _, cs := range origin.Clients() {
 			if strings.HasPrefix(cs.ClientID, "good-") && cs.AckedRevision == rev {
@@ -250,7 +251,7 @@ func TestRelayForwardsTheOthersAcksPastOneTheUpstreamRefuses(t *testing.T) {
 			}
 		}
 		return n == 2
-	})
+	}, "the good acks at the origin")
 }
 
 // cuttable passes an upstream through until cut: from then on every call
@@ -328,11 +329,11 @@ func TestClientFailingOverToACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
 	ns := openNamespace(t, c, "app")
 	up.sever() // b is cut off at revision 1
 	rev := mustPublish(t, origin, "app", map[string]any{"k": 2})
-	eventually(t, "the client at the new revision through a", func() bool { return ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "the client at the new revision through a")
 	if err := a.Close(); err != nil { // the client moves to b
 		t.Fatal(err)
 	}
-	eventually(t, "the client on b", func() bool { return ns.Status().Endpoint == urlB })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == urlB }, "the client on b")
 	// b's catch-up wait (1s), the grace, and some more.
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
@@ -405,8 +406,8 @@ func TestRelayHandlerRequestsEndWithTheRelay(t *testing.T) {
 		resp.Body.Close()
 		got <- resp.StatusCode
 	}()
-	eventually(t, "the relay's upstream snapshot", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.snapshots > 0 })
-	eventually(t, "the request in", func() bool { return r.Stats().Snapshots == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.snapshots > 0 }, "the relay's upstream snapshot")
+	testutil.Eventually(t, waitLimit, func() bool { return r.Stats().Snapshots == 1 }, "the request in")
 	start := time.Now()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
@@ -432,7 +433,7 @@ func TestRelayHandlerRequestsEndWithTheRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the relay ready", func() bool { return r2.Ready() == nil })
+	testutil.Eventually(t, waitLimit, func() bool { return r2.Ready() == nil }, "the relay ready")
 	srv2 := httptest.NewServer(r2.Handler())
 	defer srv2.Close()
 	if err := r2.Close(); err != nil {
@@ -484,7 +485,7 @@ func TestRelayServesEveryNamespaceAfterTheOriginRestoresItsStore(t *testing.T) {
 		}
 		return -1
 	}
-	eventually(t, "both followed", func() bool { return revision("a") == ra && revision("b") == rb })
+	testutil.Eventually(t, waitLimit, func() bool { return revision("a") == ra && revision("b") == rb }, "both followed")
 	if err := origin.RestoreTo(rb); err != nil {
 		t.Fatal(err)
 	}
@@ -495,10 +496,10 @@ func TestRelayServesEveryNamespaceAfterTheOriginRestoresItsStore(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	eventually(t, "b served again", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		status, _, snap := getSnapshot(t, url, "b")
 		return status == http.StatusOK && snap.Revision == rb
-	})
+	}, "b served again")
 }
 
 // A namespace the upstream does not have is refused as the origin refuses
@@ -534,10 +535,10 @@ func TestRelayRefusesANamespaceItsUpstreamDoesNotHave(t *testing.T) {
 	}
 	// Published at last: served.
 	rev := mustPublish(t, origin, "nope", map[string]any{"k": 1})
-	eventually(t, "nope served once the origin has it", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		status, _, snap := getSnapshot(t, url, "nope")
 		return status == http.StatusOK && snap.Revision == rev
-	})
+	}, "nope served once the origin has it")
 }
 
 // chattyCutOffRelay is cutOffRelay whose watch sends a progress every
@@ -568,14 +569,14 @@ func (chattyCutOffRelay) Watch(ctx context.Context, req transport.WatchRequest, 
 func TestRelayRewritesItsFileRarelyWhileItsUpstreamIsCutOff(t *testing.T) {
 	dir := t.TempDir()
 	r, _ := startRelay(t, "", withSource(chattyCutOffRelay{}), relay.WithCacheDir(dir), relay.WithNamespaces("app"))
-	eventually(t, "the relay ready", func() bool { return r.Ready() == nil })
+	testutil.Eventually(t, waitLimit, func() bool { return r.Ready() == nil }, "the relay ready")
 	file := filepath.Join(dir, "app.hfc")
 	var first os.FileInfo
-	eventually(t, "the file written", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		var err error
 		first, err = os.Stat(file)
 		return err == nil
-	})
+	}, "the file written")
 	deadline := time.Now().Add(time.Second) // a hundred progress events
 	for time.Now().Before(deadline) {
 		if st, err := os.Stat(file); err == nil && !st.ModTime().Equal(first.ModTime()) {
@@ -607,7 +608,7 @@ func TestClientFromItsCacheOnACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
 	dir := t.TempDir()
 	c1 := newClient(t, origin.URL(), config.WithCacheDir(dir))
 	ns := openNamespace(t, c1, "app")
-	eventually(t, "the client at the new revision", func() bool { return ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "the client at the new revision")
 	if err := c1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +632,7 @@ func TestRelayForwardsNoReportOutsideItsAllowList(t *testing.T) {
 	up := &reportSink{}
 	_, url := startRelay(t, "", withSource(up), relay.WithAllow("app"))
 	postAck(t, url, `{"client_id":"c1","acks":[{"ns":"secret","revision":1,"status":"ack"},{"ns":"app","revision":1,"status":"ack"}]}`)
-	eventually(t, "the ack of app upstream", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return len(up.acks) > 0 })
+	testutil.Eventually(t, waitLimit, func() bool { up.mu.Lock(); defer up.mu.Unlock(); return len(up.acks) > 0 }, "the ack of app upstream")
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	for _, a := range up.acks {

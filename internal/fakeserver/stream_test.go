@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -364,7 +365,7 @@ func TestStreamOverflowDisconnects(t *testing.T) {
 	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "200") {
 		t.Fatalf("stalled reader: %q %v", line, err)
 	}
-	waitFor(t, "2 streams", func() bool { return s.OpenStreams() == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 2 }, "2 streams")
 	value := strings.Repeat("v", 128<<10)
 	var r int64
 	deadline := time.Now().Add(30 * time.Second)
@@ -420,15 +421,15 @@ func TestStreamEndsOnResetAndDrop(t *testing.T) {
 	c := newClient(t)
 	r0, _ := s.Publish("a", map[string]any{"k": 0})
 	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r0), pair("nothere", 0)), "")
-	waitFor(t, "stream", func() bool { return s.OpenStreams() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "stream")
 	s.DropStreams()
 	st.ended(t)
 	// A stream whose every namespace ended still ends with the store.
 	st = openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("nothere", 0)), "")
-	waitFor(t, "stream", func() bool { return s.OpenStreams() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "stream")
 	s.ResetStore()
 	st.ended(t)
-	waitFor(t, "no stream", func() bool { return s.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no stream")
 }
 
 func pollStream(t *testing.T, c *http.Client, url string) (transport.StreamEventsResponse, time.Duration) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -160,7 +161,7 @@ func TestCallbacksOrderedExactlyOnce(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		want = append(want, publish(t, src, "ordered", map[string]any{"n": i}))
 	}
-	eventually(t, "every callback", func() bool { mu.Lock(); defer mu.Unlock(); return len(revs) >= n })
+	testutil.Eventually(t, waitLimit, func() bool { mu.Lock(); defer mu.Unlock(); return len(revs) >= n }, "every callback")
 	mu.Lock()
 	defer mu.Unlock()
 	for _, v := range violations {
@@ -202,7 +203,7 @@ func TestResumeAfterDroppedConnection(t *testing.T) {
 		}
 	}
 	waitRevision(t, ns, want[len(want)-1])
-	eventually(t, "every callback", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) })
+	testutil.Eventually(t, waitLimit, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) }, "every callback")
 	if got := src.snapshots.Load(); got != snapshots {
 		t.Errorf("resume made %d new snapshots; want 0", got-snapshots)
 	}
@@ -226,7 +227,7 @@ func TestCompactionWhileCutOffResnapshots(t *testing.T) {
 	ns := open(t, c, "compact")
 
 	ps.setDown(true)
-	eventually(t, "stale while cut off", func() bool { return ns.Status().State == config.StateStale })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateStale }, "stale while cut off")
 	var last int64
 	for i := 1; i <= 20; i++ {
 		last = publish(t, pub, "compact", map[string]any{"v": i}, "gone")
@@ -249,7 +250,7 @@ func TestCompactionWhileCutOffResnapshots(t *testing.T) {
 	if !src.sawError(transport.ErrCompacted) {
 		t.Error("no watch ended with ErrCompacted")
 	}
-	eventually(t, "fresh again", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh again")
 	// And it follows on from there.
 	rev := publish(t, pub, "compact", map[string]any{"v": 21})
 	waitRevision(t, ns, rev)

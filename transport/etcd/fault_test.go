@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -137,10 +138,10 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 	cl.kill(0)
 	cl.kill(1)
 	for c, ns := range namespaces {
-		eventually(t, fmt.Sprintf("client %d stale with an error", c), func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			st := ns.Status()
 			return st.State == config.StateStale && st.LastError.Kind != config.ErrorNone
-		})
+		}, fmt.Sprintf("client %d stale with an error", c))
 		if got := ns.Int("v", -1); got != 1 {
 			t.Errorf("client %d serves v=%d while stale; want the last good 1", c, got)
 		}
@@ -165,7 +166,7 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 	rev := publish(t, pub, "quorum", map[string]any{"v": 2})
 	for c, ns := range namespaces {
 		waitRevision(t, ns, rev)
-		eventually(t, fmt.Sprintf("client %d fresh", c), func() bool { return ns.Status().State == config.StateFresh })
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, fmt.Sprintf("client %d fresh", c))
 		if got := ns.Int("v", -1); got != 2 {
 			t.Errorf("client %d: v=%d", c, got)
 		}
@@ -183,7 +184,7 @@ func TestThroughGRPCProxy(t *testing.T) {
 	rev := publish(t, pub, "proxied", map[string]any{"v": 2})
 	waitRevision(t, ns, rev)
 	other := publish(t, pub, "proxied.other", map[string]any{"x": 1})
-	eventually(t, "the cursor past another namespace's publish", func() bool { return ns.Status().Cursor >= other })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Cursor >= other }, "the cursor past another namespace's publish")
 	if st := ns.Status(); st.State != config.StateFresh || st.LastError.Kind != config.ErrorNone {
 		t.Errorf("status through the proxy = %+v", st)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -43,7 +44,7 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 		applied = publish(t, pub, name, map[string]any{"v": 10 + j, "era": "lost", "lost" + strconv.Itoa(j): j})
 	}
 	waitRevision(t, ns, applied)
-	eventually(t, "fresh before the restore", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh before the restore")
 	storeID := ns.Status().StoreID
 	snapshots := src.snapshots.Load()
 

@@ -110,18 +110,6 @@ func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
 	}
 }
 
-// eventually waits for cond with a deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // funcSource is a Source whose answers a test scripts. A nil watch waits
 // for its context.
 type funcSource struct {
