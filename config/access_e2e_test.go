@@ -103,13 +103,11 @@ func TestForbiddenNamespaceStatus(t *testing.T) {
 // passed; it returns the last error.
 func openRefused(c *config.Client, name string) error {
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	testutil.Wait(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
 		_, err = c.Namespace(ctx, name)
-		cancel()
-		if err == nil || errors.Is(err, transport.ErrUnauthorized) {
-			break
-		}
-	}
+		return err == nil || errors.Is(err, transport.ErrUnauthorized)
+	})
 	return err
 }

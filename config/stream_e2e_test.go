@@ -154,14 +154,10 @@ func testConnections(t *testing.T, want int, opts ...fakeserver.Option) {
 		// wait for them to go, then the count must be exactly want on
 		// each side.
 		var cl, sv int
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testutil.Wait(5*time.Second, func() bool {
 			cl, sv = tcpEstablished(t, port)
-			if cl <= want && sv <= want || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return cl <= want && sv <= want
+		})
 		if cl != want || sv != want {
 			t.Errorf("round %d: %d client ends and %d server ends of connections to the server; want %d and %d", round, cl, sv, want, want)
 		}

@@ -652,14 +652,10 @@ func TestGoroutinesPerNamespace(t *testing.T) {
 			testutil.Eventually(t, waitLimit, func() bool { return nss[0].Int("v", 0) == -1 }, "g0 applied")
 			limit := 3*n + perClient
 			var delta int
-			deadline := time.Now().Add(waitLimit)
-			for {
+			testutil.Wait(waitLimit, func() bool { // transient timers' goroutines settle
 				delta = runtime.NumGoroutine() - before
-				if delta <= limit || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(5 * time.Millisecond) // transient timers' goroutines settle
-			}
+				return delta <= limit
+			})
 			t.Logf("%d namespaces: %d goroutines (limit %d)", n, delta, limit)
 			if delta > limit {
 				t.Errorf("%d namespaces: %d goroutines; want <= %d", n, delta, limit)

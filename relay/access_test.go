@@ -152,15 +152,13 @@ func TestRelayEnforcesScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var openErr error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	testutil.Wait(waitLimit, func() bool {
 		// Short attempts until one's first snapshot is answered in time.
 		short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancelShort()
 		_, openErr = c.Namespace(short, "fraud.prod")
-		cancelShort()
-		if openErr == nil || errors.Is(openErr, transport.ErrUnauthorized) {
-			break
-		}
-	}
+		return openErr == nil || errors.Is(openErr, transport.ErrUnauthorized)
+	})
 	if !errors.Is(openErr, transport.ErrUnauthorized) {
 		t.Fatalf("open fraud.prod through the relay: %v, want ErrUnauthorized", openErr)
 	}

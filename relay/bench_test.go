@@ -90,12 +90,8 @@ func idleStreams(b *testing.B, r *relay.Relay, port int, req []byte, n int) {
 		}
 		fds = append(fds, fd)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for r.Stats().OpenStreams-open0 < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d streams open", r.Stats().OpenStreams-open0, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testutil.Wait(time.Minute, func() bool { return r.Stats().OpenStreams-open0 >= n }) {
+		b.Fatalf("%d of %d streams open", r.Stats().OpenStreams-open0, n)
 	}
 	after := memstat.Now()
 	if path := os.Getenv("HOLDFAST_BENCH_HEAPPROFILE"); path != "" {

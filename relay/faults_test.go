@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -239,15 +240,14 @@ func TestClientBehindACutOffRelay(t *testing.T) {
 		testutil.Eventually(t, waitLimit, func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == rev }, "Fresh")
 	}
 	// Healthy, a chain stays Fresh: its age does not add up heartbeats.
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Consistently(t, time.Second, func() error {
 		for i, ns := range nss {
 			if st := ns.Status(); st.State != config.StateFresh {
-				t.Fatalf("client %d not Fresh behind healthy relays: %v", i, st)
+				return fmt.Errorf("client %d not Fresh: %v", i, st)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "behind healthy relays")
 
 	if err := origin.Stop(); err != nil {
 		t.Fatal(err)

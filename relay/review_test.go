@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/holdfast-dev/holdfast/config"
 	"io"
 	"net"
@@ -335,13 +336,12 @@ func TestClientFailingOverToACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
 	}
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == urlB }, "the client on b")
 	// b's catch-up wait (1s), the grace, and some more.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Consistently(t, 3*time.Second, func() error {
 		if st := ns.Status(); st.Revision < rev {
-			t.Fatalf("the client went back to revision %d from %d: %v", st.Revision, rev, st)
+			return fmt.Errorf("the client went back to revision %d from %d: %v", st.Revision, rev, st)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	}, "on a relay cut off")
 	if st := ns.Status(); st.State == config.StateFresh {
 		t.Errorf("the client is %v on a relay cut off", st)
 	}
@@ -489,12 +489,9 @@ func TestRelayServesEveryNamespaceAfterTheOriginRestoresItsStore(t *testing.T) {
 	if err := origin.RestoreTo(rb); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second) // a's rewind waits out the grace
-	for revision("a") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a at %d, want 1 after the restore", revision("a"))
-		}
-		time.Sleep(20 * time.Millisecond)
+	// a's rewind waits out the grace.
+	if !testutil.Wait(20*time.Second, func() bool { return revision("a") == 1 }) {
+		t.Fatalf("a at %d, want 1 after the restore", revision("a"))
 	}
 	testutil.Eventually(t, waitLimit, func() bool {
 		status, _, snap := getSnapshot(t, url, "b")
@@ -577,13 +574,12 @@ func TestRelayRewritesItsFileRarelyWhileItsUpstreamIsCutOff(t *testing.T) {
 		first, err = os.Stat(file)
 		return err == nil
 	}, "the file written")
-	deadline := time.Now().Add(time.Second) // a hundred progress events
-	for time.Now().Before(deadline) {
+	testutil.Consistently(t, time.Second, func() error { // a hundred progress events
 		if st, err := os.Stat(file); err == nil && !st.ModTime().Equal(first.ModTime()) {
-			t.Fatalf("the file was rewritten %v after it was written, for a confirmation alone", st.ModTime().Sub(first.ModTime()))
+			return fmt.Errorf("the file was rewritten %v after it was written", st.ModTime().Sub(first.ModTime()))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	}, "a confirmation alone")
 }
 
 // A client restarted from its last-good file against a relay cut off from
@@ -614,13 +610,12 @@ func TestClientFromItsCacheOnACutOffRelayBehindItDoesNotGoBack(t *testing.T) {
 	}
 	c2 := newClient(t, urlB, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(300*time.Millisecond))
 	ns = openNamespace(t, c2, "app")
-	deadline := time.Now().Add(2 * time.Second) // the grace, and some more
-	for time.Now().Before(deadline) {
+	testutil.Consistently(t, 2*time.Second, func() error { // the grace, and some more
 		if st := ns.Status(); st.Revision < rev {
-			t.Fatalf("the client went back to revision %d from %d: %v", st.Revision, rev, st)
+			return fmt.Errorf("the client went back to revision %d from %d: %v", st.Revision, rev, st)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	}, "from its cache on a relay cut off")
 	if st := ns.Status(); st.State == config.StateFresh {
 		t.Errorf("the client is %v on a relay cut off", st)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -127,13 +128,8 @@ func (g *rig) close() {
 }
 
 func waitReady(b *testing.B, ready func() bool) {
-	deadline := time.Now().Add(30 * time.Second)
-	for !ready() {
-		if time.Now().After(deadline) {
-			b.Fatal("watchers did not connect")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	b.Helper()
+	testutil.Eventually(b, 30*time.Second, ready, "the watchers to connect")
 }
 
 // serverRig is the reference server with 1,000 watch streams on one namespace.

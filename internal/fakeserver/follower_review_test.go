@@ -249,10 +249,8 @@ func (w *flushes) all() []string {
 // waitFor waits until ok holds of what was sent, and returns it.
 func (w *flushes) waitFor(t *testing.T, what string, ok func([]string) bool) []string {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(w.all()); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s; writes %q", what, w.all())
-		}
+	if !testutil.Wait(5*time.Second, func() bool { return ok(w.all()) }) {
+		t.Fatalf("no %s; writes %q", what, w.all())
 	}
 	return w.all()
 }

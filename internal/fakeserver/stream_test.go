@@ -469,21 +469,26 @@ func TestStreamEventsLongPoll(t *testing.T) {
 		t.Fatalf("behind: %+v after %v", got, d)
 	}
 
+	// held waits until the earlier polls' watchers are gone, then publishes
+	// to ns from a goroutine once the next poll is held (it watches b).
+	held := func(ns string, k int) {
+		t.Helper()
+		testutil.Eventually(t, waitLimit, func() bool { return s.Watchers("a")+s.Watchers("b") == 0 }, "the earlier polls done")
+		go func() {
+			testutil.Wait(waitLimit, func() bool { return s.Watchers("b") > 0 })
+			s.Publish(ns, map[string]any{"k": k})
+		}()
+	}
+
 	// Current: waits; a publish to an unwatched namespace answers within 1 s.
-	go func() {
-		time.Sleep(100 * time.Millisecond) // the poll is (probably) held by now; if not, it answers at once
-		s.Publish("c", map[string]any{"k": 4})
-	}()
+	held("c", 4)
 	got, d = pollStream(t, c, streamURL(s.URL(), transport.PathStreamEvents, pair("a", r3), pair("b", r3))+"&wait=10s")
 	if got.Cursor != r3+1 || len(got.Changes) != 0 || d > 1100*time.Millisecond {
 		t.Fatalf("unwatched publish: %+v after %v", got, d)
 	}
 
 	// A change of its own.
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		s.Publish("b", map[string]any{"k": 5})
-	}()
+	held("b", 5)
 	got, _ = pollStream(t, c, streamURL(s.URL(), transport.PathStreamEvents, pair("a", r3+1), pair("b", r3+1))+"&wait=10s")
 	if got.Cursor != r3+2 || len(got.Changes) != 1 || got.Changes[0].Namespace != "b" || got.Changes[0].Revision != r3+2 {
 		t.Fatalf("own change: %+v", got)

@@ -248,18 +248,14 @@ func (c controlAPI) get(ns, id string) record {
 func (c controlAPI) ended(ns, id string) record {
 	c.t.Helper()
 	var r record
-	deadline := time.Now().Add(waitLimit)
-	for r = c.get(ns, id); r.State == "running"; r = c.get(ns, id) {
-		if time.Now().After(deadline) {
-			var raw json.RawMessage
-			c.do("GET", "/control/namespaces/"+ns+"/rollouts/"+id, nil, http.StatusOK, &raw)
-			more := ""
-			if c.debug != nil {
-				more = c.debug()
-			}
-			c.t.Fatalf("rollout %s still running after %v: %s %s", id, waitLimit, raw, more)
+	if !testutil.Wait(waitLimit, func() bool { r = c.get(ns, id); return r.State != "running" }) {
+		var raw json.RawMessage
+		c.do("GET", "/control/namespaces/"+ns+"/rollouts/"+id, nil, http.StatusOK, &raw)
+		more := ""
+		if c.debug != nil {
+			more = c.debug()
 		}
-		time.Sleep(5 * time.Millisecond)
+		c.t.Fatalf("rollout %s still running after %v: %s %s", id, waitLimit, raw, more)
 	}
 	return r
 }

@@ -45,6 +45,25 @@ func EventuallyNil(tb testing.TB, timeout time.Duration, cond func() error, msgA
 	}
 }
 
+// Consistently checks cond for the whole of window and fails tb (Fatal)
+// with the first error cond returns: for what must keep holding while time
+// passes (a client that must not go back, a file that must not be
+// rewritten), where the passing of time is what the test is about.
+func Consistently(tb testing.TB, window time.Duration, cond func() error, msgAndArgs ...any) {
+	tb.Helper()
+	deadline := time.Now().Add(window)
+	for {
+		if err := cond(); err != nil {
+			tb.Fatalf("%s: %v", describe(msgAndArgs), err)
+			return
+		}
+		if !time.Now().Before(deadline) {
+			return
+		}
+		time.Sleep(min(maxPoll, time.Until(deadline)))
+	}
+}
+
 // Wait checks cond until it returns true or timeout passes, and reports
 // whether it held. It fails nothing: use it where a test goes on to assert
 // with its own message, or where not holding is itself a result.

@@ -83,3 +83,25 @@ func TestWaitChecksOnceMoreAtTheDeadline(t *testing.T) {
 		t.Fatal("Wait(0) did not check the condition once")
 	}
 }
+
+func TestConsistentlyChecksForTheWholeWindow(t *testing.T) {
+	r := &fatalRecorder{TB: t}
+	var calls atomic.Int32
+	start := time.Now()
+	Consistently(r, 50*time.Millisecond, func() error { calls.Add(1); return nil }, "nothing")
+	if r.msg != "" {
+		t.Fatalf("failed: %s", r.msg)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond || calls.Load() < 2 {
+		t.Fatalf("checked %d times in %v, want several over 50ms", calls.Load(), took)
+	}
+	Consistently(r, 10*time.Second, func() error {
+		if calls.Add(1) > 5 {
+			return errors.New("went back")
+		}
+		return nil
+	}, "the revision %s", "held")
+	if want := "the revision held: went back"; r.msg != want {
+		t.Fatalf("message %q, want %q", r.msg, want)
+	}
+}

@@ -43,24 +43,21 @@ func record(ns *config.Namespace) *recorder {
 func publishOnce(t testing.TB, src *etcd.Source, ns string, i int) {
 	t.Helper()
 	puts := map[string]json.RawMessage{"n": json.RawMessage(strconv.Itoa(i)), "k" + strconv.Itoa(i): json.RawMessage(strconv.Itoa(i))}
-	deadline := time.Now().Add(waitLimit)
-	for {
+	testutil.EventuallyNil(t, waitLimit, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := src.Publish(ctx, ns, puts, nil)
 		cancel()
 		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publish %d: %v", i, err)
+			return nil
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 		resp, gerr := src.Client().Get(ctx, etcd.Prefix(ns)+"n")
 		cancel()
 		if gerr == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == strconv.Itoa(i) {
-			return // it did commit
+			return nil // it did commit
 		}
-	}
+		return err
+	}, "publish %d", i)
 }
 
 // TestKillOneMemberWhilePublishing SIGKILLs the leader in the middle of

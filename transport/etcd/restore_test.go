@@ -83,15 +83,11 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 			t.Error(v)
 		}
 	}
-	deadline := published.Add(restoreConverge)
-	for !converged() {
-		if time.Now().After(deadline) {
-			reportViolations()
-			snap := ns.Snapshot()
-			t.Fatalf("not converged %v after the publish to the restored store: serving revision %d (era %q, v=%d; want revision %d, era \"new\", v=100), status %+v",
-				restoreConverge, snap.Revision(), snap.String("era", ""), snap.Int("v", 0), rev, ns.Status())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Wait(time.Until(published.Add(restoreConverge)), converged) {
+		reportViolations()
+		snap := ns.Snapshot()
+		t.Fatalf("not converged %v after the publish to the restored store: serving revision %d (era %q, v=%d; want revision %d, era \"new\", v=100), status %+v",
+			restoreConverge, snap.Revision(), snap.String("era", ""), snap.Int("v", 0), rev, ns.Status())
 	}
 	t.Logf("converged %v after the publish (%v after the restart began): revision %d, from %d",
 		time.Since(published).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond), rev, applied)
