@@ -38,7 +38,7 @@ func TestFailOpenDefaultsToFirstGoodDataFiresOnChange(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
 	c := newClient(t, srv.URL())
-	ns := open(t, c, "svc", config.WithSchema(portSchema), config.Defaults(map[string]any{"port": 8080}))
+	ns := open(t, c, "svc", config.Schema(portSchema), config.Defaults(map[string]any{"port": 8080}))
 	if got := ns.Int("port", 0); got != 8080 {
 		t.Fatalf("port = %d; want the default 8080", got)
 	}
@@ -444,7 +444,7 @@ func TestRejectedChangeThenProgressThenFix(t *testing.T) {
 	srv := startServer(t)
 	good := publish(t, srv, "rj", map[string]any{"port": 1})
 	c := newClient(t, srv.URL())
-	ns := open(t, c, "rj", config.WithSchema(portSchema))
+	ns := open(t, c, "rj", config.Schema(portSchema))
 
 	publish(t, srv, "rj", map[string]any{"port": "x"})
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
@@ -479,7 +479,7 @@ func TestRejectedSnapshotOfNewStoreKeepsLastGood(t *testing.T) {
 	publish(t, srv, "ns1", map[string]any{"v": 1})
 	publish(t, srv, "ns1", map[string]any{"v": 2})
 	c := newClient(t, srv.URL())
-	ns := open(t, c, "ns1", config.WithSchema(vSchema), config.MaxStaleness(time.Minute), config.FailClosed())
+	ns := open(t, c, "ns1", config.Schema(vSchema), config.MaxStaleness(time.Minute), config.FailClosed())
 	oldStore := ns.Status().StoreID
 
 	newStore := srv.ResetStore()

@@ -237,7 +237,7 @@ func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 		return ctx.Err()
 	}
 	c := sourceClient(t, src, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
-	ns := open(t, c, "rr", config.WithSchema([]byte(`{"type":"object","properties":{"k":{"type":"string"}}}`)))
+	ns := open(t, c, "rr", config.Schema([]byte(`{"type":"object","properties":{"k":{"type":"string"}}}`)))
 	// WaitForRevision cannot tell: the old history's 5 is above 3.
 	testutil.Eventually(t, waitLimit, func() bool { return ns.String("k", "") == "r3" }, "the new history's r3 served")
 	if ns.Revision() != 3 || ns.Rejected() != 1 {

@@ -262,7 +262,7 @@ func TestFileFailingTheSchemaKeepsItsFloor(t *testing.T) {
 	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	ns, err := c.Namespace(ctx, "strict", config.WithSchema([]byte(`{"type":"object","required":["n"]}`)))
+	ns, err := c.Namespace(ctx, "strict", config.Schema([]byte(`{"type":"object","required":["n"]}`)))
 	if err == nil {
 		t.Fatalf("opened on the lagging replica's r%d (%q) below the file's r5", ns.Revision(), ns.String("k", ""))
 	}

@@ -28,7 +28,7 @@ func TestNamespaceWithOtherOptionsFails(t *testing.T) {
 		"MaxStaleness": {config.MaxStaleness(time.Hour), config.Defaults(map[string]any{"k": 0})},
 		"FailClosed":   {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.FailClosed()},
 		"Defaults":     {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 1})},
-		"WithSchema":   {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.Schema([]byte(`{}`))},
+		"Schema":       {config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}), config.Schema([]byte(`{}`))},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		_, err := c.Namespace(ctx, "opts", opts...)

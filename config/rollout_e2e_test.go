@@ -289,7 +289,7 @@ func TestRolloutMemberNacksStagedChange(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "app", map[string]any{"a": "1"})
 	c, rec := rolloutClient(t, srv, "strict-1")
-	ns := open(t, c, "app", config.WithSchema([]byte(strictSchema2)))
+	ns := open(t, c, "app", config.Schema([]byte(strictSchema2)))
 	rejected := make(chan *config.RejectedError, 10)
 	ns.OnReject(func(e *config.RejectedError) { rejected <- e })
 	log := logChanges(ns)
@@ -342,7 +342,7 @@ func TestRolloutPrevalidation(t *testing.T) {
 		t.Fatal("the id's hash is 0: in a stage with cut 0")
 	}
 	c, rec := rolloutClient(t, srv, id)
-	ns := open(t, c, "app", config.WithSchema([]byte(strictSchema2)))
+	ns := open(t, c, "app", config.Schema([]byte(strictSchema2)))
 	bad := map[string]json.RawMessage{"a": json.RawMessage(`"new-field"`)}
 
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 1, Cut: 0, Puts: bad}, nil)
