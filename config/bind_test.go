@@ -2,7 +2,9 @@ package config_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -188,5 +190,81 @@ func TestBindDurationStringTag(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v", key, got.D, b.Err(), want)
 		}
 		b.Stop()
+	}
+}
+
+// Embedded structs, for TestBindDurationsFollowEncodingJSONFieldRules.
+type (
+	deepName        struct{ Timeout string }
+	viaDeep         struct{ deepName }
+	shallowDuration struct{ Timeout time.Duration }
+	taggedName      struct {
+		Timeout string `json:"Timeout"`
+	}
+	otherDuration struct{ Timeout time.Duration }
+)
+
+// TestBindDurationsFollowEncodingJSONFieldRules: which field a JSON key
+// fills is encoding/json's choice, duration strings or not: the shallower
+// of two embedded fields wins, a tagged one wins at the same depth, two
+// untagged at the same depth are both ignored, and names match without
+// regard to case.
+func TestBindDurationsFollowEncodingJSONFieldRules(t *testing.T) {
+	type shallowWins struct {
+		viaDeep         // Timeout (a string) at depth 2
+		shallowDuration // Timeout (a time.Duration) at depth 1: this one
+	}
+	type taggedWins struct {
+		shallowDuration // Timeout, untagged
+		taggedName      // Timeout, tagged, at the same depth: this one
+	}
+	type ambiguous struct {
+		shallowDuration
+		otherDuration // Timeout twice, untagged, at the same depth: neither
+		Other         time.Duration
+	}
+	srv := startServer(t)
+	publish(t, srv, "emb", map[string]any{
+		"timeout": map[string]any{"Timeout": "250ms", "Other": "1s"},
+		"folded":  map[string]any{"timeout": "250ms", "OTHER": "1s"},
+	})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "emb")
+
+	check := func(name string, got, want any, err, jsonErr error) {
+		t.Helper()
+		if err != nil || jsonErr != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Bind %+v (%v), want %+v as encoding/json decides (%v)", name, got, err, want, jsonErr)
+		}
+	}
+	// What encoding/json decodes once the strings are nanoseconds.
+	nanos := []byte(`{"Timeout":250000000,"Other":1000000000}`)
+	var wantShallow shallowWins
+	jsonErr := json.Unmarshal(nanos, &wantShallow)
+	sw := config.Bind(ns, "timeout", shallowWins{})
+	defer sw.Stop()
+	check("shallower wins", sw.Get(), wantShallow, sw.Err(), jsonErr)
+	if wantShallow.shallowDuration.Timeout != 250*time.Millisecond || wantShallow.viaDeep.Timeout != "" {
+		t.Errorf("encoding/json decoded %+v, want the shallower field set", wantShallow)
+	}
+
+	var wantTagged taggedWins
+	jsonErr = json.Unmarshal([]byte(`{"Timeout":"250ms"}`), &wantTagged)
+	tw := config.Bind(ns, "timeout", taggedWins{})
+	defer tw.Stop()
+	check("tagged wins", tw.Get(), wantTagged, tw.Err(), jsonErr)
+	if wantTagged.taggedName.Timeout != "250ms" {
+		t.Errorf("encoding/json decoded %+v, want the tagged field set", wantTagged)
+	}
+
+	var wantAmbiguous ambiguous
+	jsonErr = json.Unmarshal(nanos, &wantAmbiguous)
+	for _, key := range []string{"timeout", "folded"} {
+		am := config.Bind(ns, key, ambiguous{})
+		check("ambiguous ("+key+")", am.Get(), wantAmbiguous, am.Err(), jsonErr)
+		am.Stop()
+	}
+	if wantAmbiguous.Other != time.Second || wantAmbiguous.shallowDuration.Timeout != 0 || wantAmbiguous.otherDuration.Timeout != 0 {
+		t.Errorf("encoding/json decoded %+v, want Other alone", wantAmbiguous)
 	}
 }
