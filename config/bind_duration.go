@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -180,7 +181,7 @@ func (b *shadowBuilder) structOf(t reflect.Type) reflect.Type {
 			if et.Kind() == reflect.Pointer {
 				et = et.Elem()
 			}
-			name, _, _ := cutTag(f.Tag.Get("json"))
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 			switch {
 			case !f.IsExported() && et.Kind() != reflect.Struct:
 				continue // encoding/json ignores it
@@ -214,15 +215,6 @@ func (b *shadowBuilder) structOf(t reflect.Type) reflect.Type {
 	s := reflect.StructOf(fields)
 	b.sh.fields[s] = from
 	return s
-}
-
-func cutTag(tag string) (name, opts string, ok bool) {
-	for i := range len(tag) {
-		if tag[i] == ',' {
-			return tag[:i], tag[i+1:], true
-		}
-	}
-	return tag, "", false
 }
 
 // decode unmarshals raw into the shadow, then copies it into dst (a
