@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -53,7 +54,7 @@ func TestForbiddenNamespaceOnly(t *testing.T) {
 		t.Fatalf("open fraud.prod: %v, want an OpenError wrapping ErrUnauthorized with the reason", err)
 	}
 	rev := publish(t, srv, "payments.prod", map[string]any{"v": 2})
-	waitRevision(t, pay, rev)
+	nstest.WaitRevision(t, pay, rev, waitLimit)
 	if st := pay.Status(); st.State != config.StateFresh {
 		t.Fatalf("payments.prod: %+v", st)
 	}
@@ -85,7 +86,7 @@ func TestForbiddenNamespaceStatus(t *testing.T) {
 	// payments.prod syncs.
 	rev := publish(t, srv, "payments.prod", map[string]any{"v": 2})
 	publish(t, srv, "fraud.prod", map[string]any{"v": 2})
-	waitRevision(t, pay, rev)
+	nstest.WaitRevision(t, pay, rev, waitLimit)
 	if st := pay.Status(); st.State != config.StateFresh || st.LastError.Kind == config.ErrorUnauthorized && !st.LastError.Recovered {
 		t.Fatalf("payments.prod: %+v", st)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -221,7 +222,7 @@ func TestReplayedBacklogIsDatedByTheProgressAfterIt(t *testing.T) {
 	c := sourceClient(t, src, config.WithStreamIdleTimeout(relaxedIdle))
 	start := time.Now()
 	ns := open(t, c, "relayed")
-	waitRevision(t, ns, 2)
+	nstest.WaitRevision(t, ns, 2, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Cursor == 3 }, "the progress after the change dates the data")
 	st := ns.Status()
 	near(t, "LastConfirmed", st.LastConfirmed, start.Add(-age), 0, 5*time.Second)

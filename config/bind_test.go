@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 )
 
 type dbConfig struct {
@@ -30,19 +31,19 @@ func TestBind(t *testing.T) {
 		t.Fatalf("bound %+v", got)
 	}
 	rev := publish(t, srv, "db", map[string]any{"primary": map[string]any{"host": "b", "port": 6432}})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "b" }, "the rebind")
 
 	// A value that does not decode keeps the last one, and is counted.
 	rev = publish(t, srv, "db", map[string]any{"primary": "not an object"})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Errors() == 1 }, "the decode error")
 	if b.Get().Host != "b" || b.Err() == nil {
 		t.Errorf("after a bad value: %+v, %v", b.Get(), b.Err())
 	}
 	// A deleted key binds the default.
 	rev = publish(t, srv, "db", nil, "primary")
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "localhost" }, "the default")
 }
 
@@ -129,7 +130,7 @@ func TestBindDurations(t *testing.T) {
 
 	// A string that is no duration still fails, as json.Unmarshal would.
 	rev := publish(t, srv, "d", map[string]any{"top": "soon"})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return top.Err() != nil }, "the decode error")
 	if top.Get() != 250*time.Millisecond {
 		t.Errorf("after a bad value: %v", top.Get())
@@ -148,7 +149,7 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 	defer b.Stop()
 
 	rev := publish(t, srv, "b", map[string]any{"port": "eighty"})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Err() != nil }, "the decode error")
 	st := ns.Status()
 	if st.LastError.Kind != config.ErrorBind || st.LastError.Recovered || !errors.Is(st.LastError.Err, b.Err()) {
@@ -156,7 +157,7 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 	}
 
 	rev = publish(t, srv, "b", map[string]any{"port": 80})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Get() == 80 }, "the good value")
 	if err := b.Err(); err != nil {
 		t.Errorf("Err after a good value = %v", err)

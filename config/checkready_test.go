@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -31,7 +32,7 @@ func TestCheckReadyNotOnDefaults(t *testing.T) {
 		t.Fatalf("CheckReady on a namespace serving its Defaults = %v; want not ready, saying Defaults", err)
 	}
 	rev := publish(t, srv, "svc", map[string]any{"port": 9090})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if err := c.CheckReady(0, "svc"); err != nil {
 		t.Errorf("after a revision that passes: %v", err)
 	}

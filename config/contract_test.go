@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -46,7 +47,7 @@ func TestFailOpenDefaultsToFirstGoodDataFiresOnChange(t *testing.T) {
 	ns.OnChange("port", func(ch config.Change) { changes <- ch })
 
 	fixed := publish(t, srv, "svc", map[string]any{"port": 9090})
-	waitRevision(t, ns, fixed)
+	nstest.WaitRevision(t, ns, fixed, waitLimit)
 	if got := ns.Int("port", 0); got != 9090 {
 		t.Fatalf("port = %d after the fix", got)
 	}
@@ -203,7 +204,7 @@ func Test500KeyChangeSetLandsInOneSwap(t *testing.T) {
 	for r := 1; r <= rounds; r++ {
 		last = publish(t, srv, "big", bundle(r))
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	stop.Store(true)
 	wg.Wait()
 	if v := torn.Load(); v != nil {
@@ -260,7 +261,7 @@ func TestSlowCallbackDelaysOnlyLaterCallbacks(t *testing.T) {
 	}
 	// The callback blocks. Applying goes on.
 	rev2 := publish(t, srv, "slow", map[string]any{"k": 2})
-	waitRevision(t, slow, rev2)
+	nstest.WaitRevision(t, slow, rev2, waitLimit)
 	if got := slow.Int("k", -1); got != 2 {
 		t.Errorf("slow namespace serves k = %d while its callback blocks; want 2", got)
 	}
@@ -429,7 +430,7 @@ func TestAbandonedNamespaceCanBeReopened(t *testing.T) {
 	}
 	rev := publish(t, srv, "late", map[string]any{"k": 1})
 	ns := open(t, c, "late")
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.Int("k", 0) != 1 {
 		t.Errorf("k = %d", ns.Int("k", 0))
 	}
@@ -464,7 +465,7 @@ func TestRejectedChangeThenProgressThenFix(t *testing.T) {
 	}
 
 	fixed := publish(t, srv, "rj", map[string]any{"port": 2})
-	waitRevision(t, ns, fixed)
+	nstest.WaitRevision(t, ns, fixed, waitLimit)
 	if ns.Int("port", 0) != 2 {
 		t.Errorf("port after the fix = %d", ns.Int("port", 0))
 	}
@@ -507,7 +508,7 @@ func TestStoreResetWithSameRevisionIsNotModified(t *testing.T) {
 	rev := publish(t, srv, "sr", map[string]any{"a": 2})
 	c := newClient(t, srv.URL())
 	ns := open(t, c, "sr")
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 
 	newStore := srv.ResetStore()
 	publish(t, srv, "sr", map[string]any{"a": 10})
@@ -560,7 +561,7 @@ func TestBackstopConfirmsWithNotModified(t *testing.T) {
 	for i := 2; i <= 10; i++ {
 		rev = publish(t, srv, "bs", map[string]any{"k": i})
 	}
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.Int("k", 0) != 10 {
 		t.Errorf("k = %d", ns.Int("k", 0))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -53,7 +54,7 @@ func TestRestartDuringOutageServesFromDisk(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitRevision(t, nsB, newRev)
+	nstest.WaitRevision(t, nsB, newRev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool {
 		st := nsB.Status()
 		return st.State == config.StateFresh && st.Origin == config.OriginNetwork
@@ -184,7 +185,7 @@ func TestFailClosedAtRunTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, statuses, config.StateFresh)
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if got := ns.Int("limit", -1); got != 200 {
 		t.Errorf("limit after recovery = %d", got)
 	}
@@ -225,7 +226,7 @@ func TestPersistErrorShowsAndServingGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev := publish(t, srv, "ro", map[string]any{"v": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().PersistError.Kind == config.ErrorPersist }, "the persist error in Status")
 	if ns.Int("v", 0) != 2 {
 		t.Error("serving stopped after a persist error")

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -91,15 +92,6 @@ func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceO
 		t.Fatal(err)
 	}
 	return ns
-}
-
-func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := ns.WaitForRevision(ctx, rev); err != nil {
-		t.Fatalf("revision %d not reached (at %d, status %+v): %v", rev, ns.Revision(), ns.Status(), err)
-	}
 }
 
 func TestOpenGetTypedGettersAndDefaults(t *testing.T) {
@@ -252,7 +244,7 @@ func TestOnChangeAndOnAnyChange(t *testing.T) {
 	}
 	stop()
 	rev = publish(t, srv, "app", map[string]any{"a": 11})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	<-sets // the dispatcher has passed this revision
 	select {
 	case ch := <-changes:
@@ -312,7 +304,7 @@ func TestNoTornReads(t *testing.T) {
 	for i := 1; i <= rounds; i++ {
 		last = publish(t, srv, "bundle", bundle(i))
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	close(stop)
 	wg.Wait()
 	close(errs)
@@ -404,7 +396,7 @@ func TestDropStreamsResumesFromCursor(t *testing.T) {
 			srv.DropStreams()
 		}
 	}
-	waitRevision(t, ns, want[len(want)-1])
+	nstest.WaitRevision(t, ns, want[len(want)-1], waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) }, "every callback")
 	if got := srv.Stats().Snapshots; got != snapshots {
 		t.Errorf("resume made %d new snapshot requests; want 0", got-snapshots)
@@ -438,7 +430,7 @@ func TestCompactionDuringOutageResnapshots(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if ns.Int("v", -1) != 20 {
 		t.Errorf("v = %d after converging", ns.Int("v", -1))
 	}
@@ -473,7 +465,7 @@ func TestBlackholeDetectedAndRecovers(t *testing.T) {
 	}
 	rev := publish(t, srv, "bh", map[string]any{"v": 1})
 	srv.SetBlackhole(false)
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh after heal")
 }
 
@@ -501,7 +493,7 @@ func TestStoreResetResnapshots(t *testing.T) {
 	}
 	// Later changes of the new store apply normally.
 	rev = publish(t, srv, "reset", map[string]any{"v": 101})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 }
 
 func TestRetryAfterAndFailures(t *testing.T) {
@@ -545,13 +537,13 @@ func TestLongPollMode(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		last = publish(t, srv, "lp", map[string]any{"v": i})
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if st := srv.Stats(); st.Watches != 0 || st.Streams != 0 || st.Events+st.StreamPolls == 0 {
 		t.Errorf("long-poll mode used SSE: %+v", st)
 	}
 	srv.DropStreams()
 	last = publish(t, srv, "lp", map[string]any{"v": 11})
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 }
 
 func TestCloseIsIdempotentAndStopsEverything(t *testing.T) {

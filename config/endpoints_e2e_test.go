@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -232,7 +233,7 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 		t.Helper()
 		for i, ns := range nss {
 			published := pub.get(names[i])
-			waitRevision(t, ns, published[len(published)-1])
+			nstest.WaitRevision(t, ns, published[len(published)-1], waitLimit)
 			if st := ns.Status(); st.Endpoint == "" || !strings.Contains(st.String(), "endpoint "+st.Endpoint) {
 				t.Errorf("%s: Status.String() %q does not name the endpoint %q", what, st, st.Endpoint)
 			}
@@ -311,7 +312,7 @@ func TestE2EEndpointsBlipDoesNotMoveBack(t *testing.T) {
 	ns := open(t, c, "payments")
 	a.down()
 	rev := publish(t, srv, "payments", map[string]any{"seq": 1})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == b.URL() }, "the move to the second endpoint")
 	probed := a.accepted.Load()
 	for range 3 {
@@ -330,7 +331,7 @@ func TestE2EEndpointsBlipDoesNotMoveBack(t *testing.T) {
 		t.Fatalf("moved to %s after blips", got)
 	}
 	rev = publish(t, srv, "payments", map[string]any{"seq": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 }
 
 // TestE2EEndpointsAllDown: with every endpoint down the namespace goes
@@ -358,7 +359,7 @@ func TestE2EEndpointsAllDown(t *testing.T) {
 	}
 	rev := publish(t, srv, "payments", map[string]any{"seq": 1})
 	b.up()
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
 		t.Fatalf("not Fresh once the second is back: %v (status %v)", err, ns.Status())
 	}
@@ -368,7 +369,7 @@ func TestE2EEndpointsAllDown(t *testing.T) {
 	a.up()
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == a.URL() }, "the return to the first endpoint")
 	rev = publish(t, srv, "payments", map[string]any{"seq": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if n := srv.Stats().Snapshots - snapshots; n != 0 {
 		t.Errorf("%d snapshots fetched, want 0", n)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -163,7 +164,7 @@ func TestMalformedEventResumesWithoutPartialApply(t *testing.T) {
 			torn.Store(true)
 		}
 	})
-	waitRevision(t, ns, 6)
+	nstest.WaitRevision(t, ns, 6, waitLimit)
 	if ns.Int("a", 0) != 6 || ns.Int("b", 0) != 6 || torn.Load() {
 		t.Errorf("after resume: a=%d b=%d torn=%v", ns.Int("a", 0), ns.Int("b", 0), torn.Load())
 	}

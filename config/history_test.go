@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -137,7 +138,7 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 	dir := t.TempDir()
 	c := newClient(t, srv.URL(), config.WithHistoryRewriteGrace(grace), config.WithCacheDir(dir))
 	ns := open(t, c, "restored")
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 
 	var evidence, freshOnOld atomic.Bool
 	stop := ns.OnStatusChange(func(st config.Status) {
@@ -163,7 +164,7 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 		t.Errorf("serves k=%d after the reset; want the backup's 2", ns.Int("k", 0))
 	}
 	next := publish(t, srv, "restored", map[string]any{"k": "new"})
-	waitRevision(t, ns, next)
+	nstest.WaitRevision(t, ns, next, waitLimit)
 	if ns.String("k", "") != "new" {
 		t.Errorf("serves %v after the next publish; want \"new\"", ns.Int("k", 0))
 	}
@@ -277,7 +278,7 @@ func TestRewrittenHistoryPastTheCursorIsDetected(t *testing.T) {
 	last := publish(t, srv, "mix", map[string]any{"old-only-too": 1})
 	c := newClient(t, srv.URL(), config.WithBackstop(200*time.Millisecond))
 	ns := open(t, c, "mix")
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestRewrittenHistoryPastTheCursorIsDetected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRevision(t, ns, want.Revision)
+	nstest.WaitRevision(t, ns, want.Revision, waitLimit)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {

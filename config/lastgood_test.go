@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -129,7 +130,7 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 	publish(t, srv, "shared", map[string]any{"k": 2})
 	last := publish(t, srv, "shared", map[string]any{"k": 3})
 	current := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	waitRevision(t, open(t, current, "shared"), last)
+	nstest.WaitRevision(t, open(t, current, "shared"), last, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == last }, "r3 on disk")
 
 	mark := time.Now()

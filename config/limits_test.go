@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -73,7 +74,7 @@ func TestOversizedEventResnapshots(t *testing.T) {
 	ns := open(t, c, "ev")
 	big := strings.Repeat("x", 2048)
 	rev := publish(t, srv, "ev", map[string]any{"k": big})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.String("k", "") != big {
 		t.Errorf("serves %d bytes of k; want the 2048 of the oversized change", len(ns.String("k", "")))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -198,8 +199,8 @@ func TestRolloutStagesFlipRevertPromote(t *testing.T) {
 
 	// Stage 1: the member alone.
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 1, Cut: rollout.Hash("r1", in), Puts: stagedChange, Deletes: []string{"b"}}, nil)
-	waitRevision(t, m, r1)
-	waitRevision(t, n, r1)
+	nstest.WaitRevision(t, m, r1, waitLimit)
+	nstest.WaitRevision(t, n, r1, waitLimit)
 	if got := serves(m); got != `a="2" new="n"` {
 		t.Errorf("member serves %s", got)
 	}
@@ -224,7 +225,7 @@ func TestRolloutStagesFlipRevertPromote(t *testing.T) {
 
 	// Stage 100: the other joins; for the member nothing served changes.
 	r2 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 100, Cut: math.MaxUint64, Puts: stagedChange, Deletes: []string{"b"}}, nil)
-	waitRevision(t, m, r2)
+	nstest.WaitRevision(t, m, r2, waitLimit)
 	if got := ln.at(t, base, r2); got != `a:"1">"2" b:"x">- new:->"n"` {
 		t.Errorf("non-member's change when its stage came: %s", got)
 	}
@@ -316,7 +317,7 @@ func TestRolloutMemberNacksStagedChange(t *testing.T) {
 		t.Errorf("serves %s, rollout %+v; want the base", got, ns.Status().Rollout)
 	}
 	r2 := stageRollout(t, srv, "app", nil, nil)
-	waitRevision(t, ns, r2)
+	nstest.WaitRevision(t, ns, r2, waitLimit)
 	if got := serves(ns); got != `a="1"` {
 		t.Errorf("after the revert: %s", got)
 	}
@@ -346,13 +347,13 @@ func TestRolloutPrevalidation(t *testing.T) {
 	bad := map[string]json.RawMessage{"a": json.RawMessage(`"new-field"`)}
 
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 1, Cut: 0, Puts: bad}, nil)
-	waitRevision(t, ns, r1)
+	nstest.WaitRevision(t, ns, r1, waitLimit)
 	r2 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r2", Stage: 1, Cut: 0, Puts: bad, Prevalidate: true}, nil)
 	w := rec.find(t, r2, transport.AckWouldReject)
 	if w.Rollout != "r2" || w.Error == "" || w.ClientID != id || w.Namespace != "app" {
 		t.Errorf("would-nack %+v", w)
 	}
-	waitRevision(t, ns, r2)
+	nstest.WaitRevision(t, ns, r2, waitLimit)
 	if got := serves(ns); got != `a="1"` {
 		t.Errorf("serves %s; want the base", got)
 	}
@@ -379,7 +380,7 @@ func TestRolloutRestartMidStage(t *testing.T) {
 	a, _ := rolloutClient(t, srv, in, config.WithCacheDir(dir))
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 10, Cut: rollout.Hash("r1", in), Puts: stagedChange}, nil)
 	nsA := open(t, a, "app")
-	waitRevision(t, nsA, r1)
+	nstest.WaitRevision(t, nsA, r1, waitLimit)
 	if got := serves(nsA); got != `a="2" b="x" new="n"` {
 		t.Fatalf("member serves %s", got)
 	}
@@ -452,7 +453,7 @@ func TestRolloutRestartMidStage(t *testing.T) {
 		t.Errorf("the member's ack of the file's revision %+v", a)
 	}
 	r2 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 100, Cut: math.MaxUint64, Puts: stagedChange}, nil)
-	waitRevision(t, nsB, r2)
+	nstest.WaitRevision(t, nsB, r2, waitLimit)
 	if got := serves(nsB); got != `a="2" b="x" new="n"` || !nsB.Status().Rollout.Staged {
 		t.Errorf("B in the stage: serves %s, %+v", got, nsB.Status().Rollout)
 	}

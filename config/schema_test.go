@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -116,7 +117,7 @@ func TestSchemaScenario(t *testing.T) {
 		t.FailNow()
 	}
 	for _, ns := range nss {
-		waitRevision(t, ns, base)
+		nstest.WaitRevision(t, ns, base, waitLimit)
 	}
 	full, gzipped := snapshotBytes(t, srv.URL(), "routes")
 
@@ -124,7 +125,7 @@ func TestSchemaScenario(t *testing.T) {
 	wire.Store(0)
 	rev1 := publish(t, srv, "routes", map[string]any{"cluster/c5": "lb=rr;endpoints=10.0.0.2"})
 	for _, ns := range nss {
-		waitRevision(t, ns, rev1)
+		nstest.WaitRevision(t, ns, rev1, waitLimit)
 	}
 	sent := wire.Load()
 	if sent*50 >= clients*full {
@@ -147,7 +148,7 @@ func TestSchemaScenario(t *testing.T) {
 	rev3 := publish(t, srv, "routes", map[string]any{"cluster/c9": "lb=rr;new-field=1"})
 	for i, ns := range nss {
 		if i%10 != 0 {
-			waitRevision(t, ns, rev3)
+			nstest.WaitRevision(t, ns, rev3, waitLimit)
 			continue
 		}
 		testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() > 0 }, "the strict client's rejection")
@@ -246,7 +247,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 		}
 		// A later revision that passes applies normally.
 		rev := publish(t, srv, "svc", map[string]any{"port": 9090})
-		waitRevision(t, ns, rev)
+		nstest.WaitRevision(t, ns, rev, waitLimit)
 		if ns.Int("port", 0) != 9090 || ns.Status().Origin != config.OriginNetwork {
 			t.Errorf("after the fix: port %d from %v", ns.Int("port", 0), ns.Status().Origin)
 		}
@@ -296,7 +297,7 @@ func TestAckEndpointDown(t *testing.T) {
 	for i := 1; i <= 20; i++ {
 		last = publish(t, srv, "acks", map[string]any{"v": i})
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if ns.Int("v", 0) != 20 {
 		t.Errorf("v = %d", ns.Int("v", 0))
 	}

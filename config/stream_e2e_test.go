@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -138,7 +139,7 @@ func testConnections(t *testing.T, want int, opts ...fakeserver.Option) {
 		t.Helper()
 		for _, name := range names {
 			rev := publish(t, srv, name, map[string]any{"v": round})
-			waitRevision(t, nss[name], rev)
+			nstest.WaitRevision(t, nss[name], rev, waitLimit)
 		}
 		// Count once every namespace's ack is in (over HTTP/1.1 an ack
 		// keeps a connection of its own beside the stream).
@@ -353,7 +354,7 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 
 	for _, name := range slices.Concat(stay, join) {
 		revs := pub.get(name)
-		waitRevision(t, nss[name], last(revs))
+		nstest.WaitRevision(t, nss[name], last(revs), waitLimit)
 		testutil.Eventually(t, waitLimit, func() bool {
 			seen, _ := log.get(name)
 			return last(seen) == last(revs)
@@ -367,7 +368,7 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 		}
 	}
 	revs := pub.get(back)
-	waitRevision(t, nss[back], last(revs))
+	nstest.WaitRevision(t, nss[back], last(revs), waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool {
 		seen, _ := log.get(back)
 		return last(seen) == last(revs)
@@ -495,7 +496,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	// resnapshot too): pause their publishes until they are at the head.
 	pub.halt()
 	for _, name := range others {
-		waitRevision(t, nss[name], last(pub.get(name)))
+		nstest.WaitRevision(t, nss[name], last(pub.get(name)), waitLimit)
 	}
 	var victimLast int64
 	for i := 1; i <= 5; i++ {
@@ -522,7 +523,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	if vns == nil {
 		t.FailNow()
 	}
-	waitRevision(t, vns, victimLast)
+	nstest.WaitRevision(t, vns, victimLast, waitLimit)
 	if got := vns.Int("seq", -1); got != 5 {
 		t.Errorf("victim seq = %d; want 5", got)
 	}
@@ -530,7 +531,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	pub.halt()
 	for _, name := range others {
 		revs := slices.Concat(pub1.get(name), pub.get(name))
-		waitRevision(t, nss[name], last(revs))
+		nstest.WaitRevision(t, nss[name], last(revs), waitLimit)
 		testutil.Eventually(t, waitLimit, func() bool {
 			seen, _ := log.get(name)
 			return last(seen) == last(revs)
@@ -627,7 +628,7 @@ func TestE2EStreamFaultsConvergeEveryNamespace(t *testing.T) {
 	converge := func(what string, revs map[string]int64) {
 		t.Helper()
 		for _, name := range names {
-			waitRevision(t, nss[name], revs[name])
+			nstest.WaitRevision(t, nss[name], revs[name], waitLimit)
 		}
 		testutil.Eventually(t, waitLimit, func() bool {
 			for _, name := range names {

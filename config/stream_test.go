@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -497,7 +498,7 @@ func TestStreamFailureResumesEveryNamespace(t *testing.T) {
 			}
 		}
 		for _, name := range names {
-			waitRevision(t, nss[name], last-int64(len(names))+1)
+			nstest.WaitRevision(t, nss[name], last-int64(len(names))+1, waitLimit)
 		}
 		before := len(f.streamRequests())
 		f.fail(fmt.Errorf("connection reset: %w", errors.ErrUnsupported))

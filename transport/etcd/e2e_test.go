@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -175,15 +176,6 @@ func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceO
 	return ns
 }
 
-func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := ns.WaitForRevision(ctx, rev); err != nil {
-		t.Fatalf("revision %d not reached (at %d, status %+v): %v", rev, ns.Revision(), ns.Status(), err)
-	}
-}
-
 // countingSource counts snapshots and remembers watch errors.
 type countingSource struct {
 	transport.Source
@@ -306,7 +298,7 @@ func TestLastGoodFromDiskWhileClusterDown(t *testing.T) {
 	}
 	cl.waitHealthy(t)
 	rev = publish(t, pub, "disk", map[string]any{"v": 2})
-	waitRevision(t, ns2, rev)
+	nstest.WaitRevision(t, ns2, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns2.Status()
 		return st.State == config.StateFresh && st.Origin == config.OriginNetwork

@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -96,7 +97,7 @@ func TestKillOneMemberWhilePublishing(t *testing.T) {
 		head = max(head, kv.ModRevision)
 	}
 	for c, ns := range namespaces {
-		waitRevision(t, ns, head)
+		nstest.WaitRevision(t, ns, head, waitLimit)
 		if got := ns.Int("n", -1); got != rounds {
 			t.Errorf("client %d: n = %d; want %d", c, got, rounds)
 		}
@@ -162,7 +163,7 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 	cl.waitHealthy(t)
 	rev := publish(t, pub, "quorum", map[string]any{"v": 2})
 	for c, ns := range namespaces {
-		waitRevision(t, ns, rev)
+		nstest.WaitRevision(t, ns, rev, waitLimit)
 		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, fmt.Sprintf("client %d fresh", c))
 		if got := ns.Int("v", -1); got != 2 {
 			t.Errorf("client %d: v=%d", c, got)
@@ -179,7 +180,7 @@ func TestThroughGRPCProxy(t *testing.T) {
 	publish(t, pub, "proxied", map[string]any{"v": 1})
 	ns := open(t, newClient(t, newSource(t, []string{proxyURL})), "proxied")
 	rev := publish(t, pub, "proxied", map[string]any{"v": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	other := publish(t, pub, "proxied.other", map[string]any{"x": 1})
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Cursor >= other }, "the cursor past another namespace's publish")
 	if st := ns.Status(); st.State != config.StateFresh || st.LastError.Kind != config.ErrorNone {

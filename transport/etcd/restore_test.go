@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -43,7 +44,7 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 	for j := 1; j <= lost; j++ {
 		applied = publish(t, pub, name, map[string]any{"v": 10 + j, "era": "lost", "lost" + strconv.Itoa(j): j})
 	}
-	waitRevision(t, ns, applied)
+	nstest.WaitRevision(t, ns, applied, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh before the restore")
 	storeID := ns.Status().StoreID
 	snapshots := src.snapshots.Load()
@@ -104,7 +105,7 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 	}
 	// And it follows the restored store on from there.
 	next := publish(t, pub, name, map[string]any{"v": 101})
-	waitRevision(t, ns, next)
+	nstest.WaitRevision(t, ns, next, waitLimit)
 }
 
 // watchFreshLost samples ns until the test ends, and returns a function

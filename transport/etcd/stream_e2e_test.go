@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -262,7 +263,7 @@ func TestE2EStreamTwentyNamespacesOneWatch(t *testing.T) {
 		nss[name] = open(t, c, name)
 	}
 	for _, name := range all {
-		waitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 1}))
+		nstest.WaitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 1}), waitLimit)
 	}
 	testutil.Eventually(t, waitLimit, func() bool { return grpcCounts.open() == 1 }, "one gRPC watch stream open")
 	snaps, watches, streams, last := spy.counts()
@@ -281,7 +282,7 @@ func TestE2EStreamTwentyNamespacesOneWatch(t *testing.T) {
 		streams, grpcCounts.watches.calls.Load(), grpcCounts.grpcStreams.Load())
 	// Still one, after more changes flowed.
 	for _, name := range all {
-		waitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 2}))
+		nstest.WaitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 2}), waitLimit)
 	}
 	if n := grpcCounts.open(); n != 1 {
 		t.Errorf("%d gRPC watch streams open; want 1", n)
@@ -333,7 +334,7 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 
 	for _, name := range slices.Concat(stay, join, []string{back}) {
 		revs := pub.get(name)
-		waitRevision(t, nss[name], lastRev(revs))
+		nstest.WaitRevision(t, nss[name], lastRev(revs), waitLimit)
 		log.waitCallbacks(t, name, revs)
 		log.check(t, name, revs, true)
 	}
@@ -435,7 +436,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	if victim == nil {
 		t.FailNow()
 	}
-	waitRevision(t, victim, victimLast)
+	nstest.WaitRevision(t, victim, victimLast, waitLimit)
 	if got := victim.Int("seq", -1); got != 5 {
 		t.Errorf("victim seq = %d; want 5", got)
 	}
@@ -444,7 +445,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	snaps, watches, _, _ := spy.counts()
 	for _, name := range others {
 		revs := slices.Concat(pub1.get(name), pub2.get(name))
-		waitRevision(t, nss[name], lastRev(revs))
+		nstest.WaitRevision(t, nss[name], lastRev(revs), waitLimit)
 		log.waitCallbacks(t, name, revs)
 		log.check(t, name, revs, true)
 		if snaps[name] != 1 {
@@ -478,7 +479,7 @@ func TestE2EWaitForRevisionOfUnwatchedPublish(t *testing.T) {
 	publish(t, pub, "e2e-watched", map[string]any{"v": 0})
 	ns := open(t, c, "e2e-watched")
 	// The stream is up once a change flows through it.
-	waitRevision(t, ns, publish(t, pub, "e2e-watched", map[string]any{"v": 1}))
+	nstest.WaitRevision(t, ns, publish(t, pub, "e2e-watched", map[string]any{"v": 1}), waitLimit)
 	_, _, streams, _ := spy.counts()
 	for i := 1; i <= 5; i++ {
 		before, start := c.Revision(), time.Now()
@@ -527,7 +528,7 @@ func TestE2EStreamDropsAndOutageConverge(t *testing.T) {
 	converge := func(what string, revs map[string]int64) {
 		t.Helper()
 		for _, name := range all {
-			waitRevision(t, nss[name], revs[name])
+			nstest.WaitRevision(t, nss[name], revs[name], waitLimit)
 		}
 		testutil.Eventually(t, waitLimit, func() bool {
 			for _, name := range all {

@@ -101,15 +101,6 @@ func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceO
 	return ns
 }
 
-func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := ns.WaitForRevision(ctx, rev); err != nil {
-		t.Fatalf("revision %d not reached (at %d, status %+v): %v", rev, ns.Revision(), ns.Status(), err)
-	}
-}
-
 // funcSource is a Source whose answers a test scripts. A nil watch waits
 // for its context.
 type funcSource struct {

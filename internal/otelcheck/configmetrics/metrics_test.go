@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -99,7 +100,7 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	}
 
 	rev := publish(t, srv, "tm", map[string]any{"port": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	publish(t, srv, "tm", map[string]any{"port": "not-an-int"})
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	ns.Int("name", 0) // a type mismatch
