@@ -17,7 +17,7 @@ import (
 // Defaults: it does not serve data of its config plane, so CheckReady,
 // which promises "ready when each serves data of its own config plane",
 // must not call it ready.
-func TestCheckReadyNotOnDefaults(t *testing.T) {
+func TestCheckReadyIsNotReadyOnDefaults(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
 	c := newClient(t, srv.URL())
@@ -41,7 +41,7 @@ func TestCheckReadyNotOnDefaults(t *testing.T) {
 // A last-good file confirmed in the future has an unknown age (Staleness
 // and LastConfirmed zero): it is not within any staleness limit the probe
 // sets.
-func TestCheckReadyUnknownAge(t *testing.T) {
+func TestCheckReadyRefusesDataOfUnknownAge(t *testing.T) {
 	dir := t.TempDir()
 	writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
 	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
@@ -62,7 +62,7 @@ func TestCheckReadyUnknownAge(t *testing.T) {
 
 // With no names, the not-ready namespaces come in a stable order (sorted
 // by name), so the probe's body does not reshuffle on every request.
-func TestCheckReadyAllInOrder(t *testing.T) {
+func TestCheckReadyListsTheNotReadySortedByName(t *testing.T) {
 	srv := startServer(t)
 	names := []string{"e", "d", "c", "b", "a"}
 	c := newClient(t, srv.URL())

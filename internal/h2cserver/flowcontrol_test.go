@@ -295,7 +295,7 @@ func TestRequestBodyShorterOrLongerThanItsContentLength(t *testing.T) {
 // The client's END_STREAM counts though the handler closed the body: a
 // whole exchange then needs no RST_STREAM, and the stream is not counted
 // against the client's limit once its response has ended.
-func TestEndStreamAfterBodyClose(t *testing.T) {
+func TestEndStreamAfterBodyCloseEndsTheStreamWithoutReset(t *testing.T) {
 	closed, release := make(chan struct{}), make(chan struct{})
 	s, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = r.Body.Close()
