@@ -303,18 +303,14 @@ func BenchmarkIdleWatcherMemory(b *testing.B) {
 			conn, _ := dialSSE(b, s.Addr(), "/sdk/watch?ns=bench")
 			conns = append(conns, conn)
 		}
-		for s.OpenStreams() != benchWatchers {
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(b, waitLimit, func() bool { return s.OpenStreams() == benchWatchers }, "%d streams", benchWatchers)
 		after, g1 := memInUse()
 		b.ReportMetric(float64(after-before)/benchWatchers, "bytes/watcher")
 		b.ReportMetric(float64(g1-g0)/benchWatchers, "goroutines/watcher")
 		for _, c := range conns {
 			c.Close()
 		}
-		for s.OpenStreams() != 0 {
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(b, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no stream")
 	}
 }
 
@@ -341,9 +337,7 @@ func BenchmarkPublish(b *testing.B) {
 			rd := &readers{}
 			defer rd.close()
 			rd.start(b, n, s.Addr(), "/sdk/watch?ns=bench", func() {})
-			for s.OpenStreams() != n {
-				time.Sleep(time.Millisecond)
-			}
+			testutil.Eventually(b, waitLimit, func() bool { return s.OpenStreams() == n }, "%d streams", n)
 			value := json.RawMessage(`{"host":"db-1.internal","port":5432,"pool":{"max":20}}`)
 			b.ReportAllocs()
 			b.ResetTimer()

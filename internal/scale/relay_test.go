@@ -131,11 +131,8 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 		}
 	}
 	current := time.Since(up)
-	for reconnected == 0 && time.Since(up) < 5*time.Minute {
-		if rl.report(b, false).Stats.OpenStreams >= clients {
-			reconnected = time.Since(up)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if reconnected == 0 && testutil.Wait(time.Until(up.Add(5*time.Minute)), func() bool { return rl.report(b, false).Stats.OpenStreams >= clients }) {
+		reconnected = time.Since(up)
 	}
 	time.Sleep(2 * time.Second) // stragglers' requests, for the counts
 	after := rl.report(b, false)
