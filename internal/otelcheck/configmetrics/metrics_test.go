@@ -91,7 +91,9 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	ns.OnChange("port", func(config.Change) {})
 	ns.OnChange("port", func(config.Change) { panic("counted") })
 
-	m := collect(t, reader, "tm")
+	// The apply is counted just after the swap that Namespace waits for.
+	var m map[string]float64
+	testutil.Wait(waitLimit, func() bool { m = collect(t, reader, "tm"); return m["holdfast.applies{applied}"] >= 1 })
 	if m["holdfast.resnapshots{initial}"] != 1 || m["holdfast.applies{applied}"] != 1 {
 		t.Errorf("after open: %v", m)
 	}
