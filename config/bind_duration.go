@@ -3,6 +3,7 @@ package config
 import (
 	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -227,6 +228,10 @@ func (sh *shadow) decode(raw []byte, dst any) (err error) {
 	}()
 	sv := reflect.New(sh.s)
 	if err := json.Unmarshal(raw, sv.Interface()); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Struct == "" {
+			ute.Struct = sh.t.Name() // a shadow's struct has no name: the path is from T
+		}
 		return err
 	}
 	return sh.copy(reflect.ValueOf(dst).Elem(), sv.Elem())

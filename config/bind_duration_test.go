@@ -99,3 +99,15 @@ func TestNoShadowWithoutDurations(t *testing.T) {
 		t.Errorf("a shadow of a type without durations: %v", sh.s)
 	}
 }
+
+// An error names the field as encoding/json would, from T.
+func TestShadowErrorNamesTheField(t *testing.T) {
+	type conf struct {
+		Port  int
+		Inner shadowInner
+	}
+	err := newShadow(reflect.TypeFor[conf]()).decode([]byte(`{"Inner":{"D":"1s"},"Port":"eighty"}`), new(conf))
+	if err == nil || !strings.Contains(err.Error(), "conf.Port") {
+		t.Errorf("error %v, want it to name conf.Port", err)
+	}
+}
