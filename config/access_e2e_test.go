@@ -11,6 +11,8 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -52,7 +54,7 @@ func TestForbiddenNamespaceOnly(t *testing.T) {
 		t.Fatalf("open fraud.prod: %v, want an OpenError wrapping ErrUnauthorized with the reason", err)
 	}
 	rev := publish(t, srv, "payments.prod", map[string]any{"v": 2})
-	waitRevision(t, pay, rev)
+	nstest.WaitRevision(t, pay, rev, waitLimit)
 	if st := pay.Status(); st.State != config.StateFresh {
 		t.Fatalf("payments.prod: %+v", st)
 	}
@@ -76,15 +78,15 @@ func TestForbiddenNamespaceStatus(t *testing.T) {
 		config.WithUnauthorizedBackoff(20*time.Millisecond))
 	fraud := open(t, c, "fraud.prod")
 	pay := open(t, c, "payments.prod")
-	eventually(t, "fraud.prod's status to say unauthorized", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		e := fraud.Status().LastError
 		return e.Kind == config.ErrorUnauthorized && e.StatusCode == http.StatusForbidden && strings.Contains(e.Message, fraudForbidden)
-	})
+	}, "fraud.prod's status to say unauthorized")
 	// It keeps being refused (retried at the unauthorized backoff) while
 	// payments.prod syncs.
 	rev := publish(t, srv, "payments.prod", map[string]any{"v": 2})
 	publish(t, srv, "fraud.prod", map[string]any{"v": 2})
-	waitRevision(t, pay, rev)
+	nstest.WaitRevision(t, pay, rev, waitLimit)
 	if st := pay.Status(); st.State != config.StateFresh || st.LastError.Kind == config.ErrorUnauthorized && !st.LastError.Recovered {
 		t.Fatalf("payments.prod: %+v", st)
 	}
@@ -102,13 +104,11 @@ func TestForbiddenNamespaceStatus(t *testing.T) {
 // passed; it returns the last error.
 func openRefused(c *config.Client, name string) error {
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	testutil.Wait(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
 		_, err = c.Namespace(ctx, name)
-		cancel()
-		if err == nil || errors.Is(err, transport.ErrUnauthorized) {
-			break
-		}
-	}
+		return err == nil || errors.Is(err, transport.ErrUnauthorized)
+	})
 	return err
 }

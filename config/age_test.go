@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -151,10 +153,10 @@ func TestStreamProgressAgeReachesEveryNamespace(t *testing.T) {
 	defer cancel()
 	// Progress counts from the stream's open: wait for the one that
 	// carries both.
-	eventually(t, "a stream of both namespaces", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		reqs := f.streamRequests()
 		return len(reqs) > 0 && len(reqs[len(reqs)-1].Namespaces) == len(names)
-	})
+	}, "a stream of both namespaces")
 	for _, ns := range nss {
 		waitNSState(ctx, t, ns, config.StateFresh)
 	}
@@ -172,10 +174,10 @@ func TestStreamProgressAgeReachesEveryNamespace(t *testing.T) {
 		sent := time.Now()
 		f.progressAged(step.age.Milliseconds(), step.unconfirmed)
 		for _, ns := range nss {
-			eventually(t, fmt.Sprintf("%s to take the progress %+v", ns.Name(), step), func() bool {
+			testutil.Eventually(t, waitLimit, func() bool {
 				st := ns.Status()
 				return st.LastConfirmed.After(sent.Add(-step.age-time.Millisecond)) && st.Unconfirmed == step.unconfirmed
-			})
+			}, fmt.Sprintf("%s to take the progress %+v", ns.Name(), step))
 			waitNSState(ctx, t, ns, step.want)
 			if took := time.Since(sent); took > relaxedIdle/2 {
 				// Not the report's doing: the idle window's.
@@ -220,8 +222,8 @@ func TestReplayedBacklogIsDatedByTheProgressAfterIt(t *testing.T) {
 	c := sourceClient(t, src, config.WithStreamIdleTimeout(relaxedIdle))
 	start := time.Now()
 	ns := open(t, c, "relayed")
-	waitRevision(t, ns, 2)
-	eventually(t, "the progress after the change dates the data", func() bool { return ns.Status().Cursor == 3 })
+	nstest.WaitRevision(t, ns, 2, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Cursor == 3 }, "the progress after the change dates the data")
 	st := ns.Status()
 	near(t, "LastConfirmed", st.LastConfirmed, start.Add(-age), 0, 5*time.Second)
 	if st.State != config.StateStale || !st.Unconfirmed || st.Staleness < age {
@@ -310,7 +312,7 @@ func TestRelayedAgeOverHTTP(t *testing.T) {
 		t.Errorf("first answer: %v (unconfirmed %v); want Stale, unconfirmed", st, st.Unconfirmed)
 	}
 	// The watch's progress keeps the relay's confirmation time.
-	eventually(t, "a few heartbeats of the relay", func() bool { return beats.Load() >= 5 })
+	testutil.Eventually(t, waitLimit, func() bool { return beats.Load() >= 5 }, "a few heartbeats of the relay")
 	st = ns.Status()
 	near(t, "LastConfirmed", st.LastConfirmed, cutAt, 5*time.Millisecond, 500*time.Millisecond)
 	if st.State != config.StateStale || !st.Unconfirmed || st.Staleness < age || st.LastError.Kind != config.ErrorNone {

@@ -19,9 +19,9 @@ type Binding[T any] struct {
 	errs atomic.Int64
 	last atomic.Pointer[error] // nil while the bound value is good
 	stop func()
-	// durations: T holds a time.Duration, decoded from "250ms" strings
-	// too (bind_duration.go).
-	durations bool
+	// shadow decodes a T that holds a time.Duration, from "250ms"
+	// strings too (bind_duration.go); nil for any other T.
+	shadow *shadow
 }
 
 // Bind decodes key into a T now and after every change of key (with
@@ -38,7 +38,7 @@ type Binding[T any] struct {
 // namespace's callback goroutine, in order with its OnChange callbacks;
 // Stop ends them.
 func Bind[T any](ns *Namespace, key string, def T) *Binding[T] {
-	b := &Binding[T]{ns: ns, key: key, def: def, durations: hasDuration(reflect.TypeFor[T]())}
+	b := &Binding[T]{ns: ns, key: key, def: def, shadow: newShadow(reflect.TypeFor[T]())}
 	b.v.Store(&b.def)
 	b.stop = ns.OnChange(key, func(Change) { b.refresh() })
 	b.refresh()
@@ -71,10 +71,10 @@ func (b *Binding[T]) refresh() {
 }
 
 func (b *Binding[T]) decode(v Value, dst *T) error {
-	if !b.durations || v.Kind() == KindInvalid {
+	if b.shadow == nil || v.Kind() == KindInvalid {
 		return v.Decode(dst)
 	}
-	return decodeDurations(v.Raw(), dst, reflect.TypeFor[T]())
+	return b.shadow.decode(v.Raw(), dst)
 }
 
 // clearErr forgets the last decode error once a good value is bound.

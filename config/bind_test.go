@@ -2,11 +2,15 @@ package config_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 )
 
 type dbConfig struct {
@@ -27,20 +31,20 @@ func TestBind(t *testing.T) {
 		t.Fatalf("bound %+v", got)
 	}
 	rev := publish(t, srv, "db", map[string]any{"primary": map[string]any{"host": "b", "port": 6432}})
-	waitRevision(t, ns, rev)
-	eventually(t, "the rebind", func() bool { return b.Get().Host == "b" })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "b" }, "the rebind")
 
 	// A value that does not decode keeps the last one, and is counted.
 	rev = publish(t, srv, "db", map[string]any{"primary": "not an object"})
-	waitRevision(t, ns, rev)
-	eventually(t, "the decode error", func() bool { return b.Errors() == 1 })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return b.Errors() == 1 }, "the decode error")
 	if b.Get().Host != "b" || b.Err() == nil {
 		t.Errorf("after a bad value: %+v, %v", b.Get(), b.Err())
 	}
 	// A deleted key binds the default.
 	rev = publish(t, srv, "db", nil, "primary")
-	waitRevision(t, ns, rev)
-	eventually(t, "the default", func() bool { return b.Get().Host == "localhost" })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "localhost" }, "the default")
 }
 
 func TestWaitForState(t *testing.T) {
@@ -126,8 +130,8 @@ func TestBindDurations(t *testing.T) {
 
 	// A string that is no duration still fails, as json.Unmarshal would.
 	rev := publish(t, srv, "d", map[string]any{"top": "soon"})
-	waitRevision(t, ns, rev)
-	eventually(t, "the decode error", func() bool { return top.Err() != nil })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return top.Err() != nil }, "the decode error")
 	if top.Get() != 250*time.Millisecond {
 		t.Errorf("after a bad value: %v", top.Get())
 	}
@@ -145,16 +149,16 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 	defer b.Stop()
 
 	rev := publish(t, srv, "b", map[string]any{"port": "eighty"})
-	waitRevision(t, ns, rev)
-	eventually(t, "the decode error", func() bool { return b.Err() != nil })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return b.Err() != nil }, "the decode error")
 	st := ns.Status()
 	if st.LastError.Kind != config.ErrorBind || st.LastError.Recovered || !errors.Is(st.LastError.Err, b.Err()) {
 		t.Errorf("LastError after a bad value = %#v", st.LastError)
 	}
 
 	rev = publish(t, srv, "b", map[string]any{"port": 80})
-	waitRevision(t, ns, rev)
-	eventually(t, "the good value", func() bool { return b.Get() == 80 })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return b.Get() == 80 }, "the good value")
 	if err := b.Err(); err != nil {
 		t.Errorf("Err after a good value = %v", err)
 	}
@@ -187,5 +191,81 @@ func TestBindDurationStringTag(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v", key, got.D, b.Err(), want)
 		}
 		b.Stop()
+	}
+}
+
+// Embedded structs, for TestBindDurationsFollowEncodingJSONFieldRules.
+type (
+	deepName        struct{ Timeout string }
+	viaDeep         struct{ deepName }
+	shallowDuration struct{ Timeout time.Duration }
+	taggedName      struct {
+		Timeout string `json:"Timeout"`
+	}
+	otherDuration struct{ Timeout time.Duration }
+)
+
+// TestBindDurationsFollowEncodingJSONFieldRules: which field a JSON key
+// fills is encoding/json's choice, duration strings or not: the shallower
+// of two embedded fields wins, a tagged one wins at the same depth, two
+// untagged at the same depth are both ignored, and names match without
+// regard to case.
+func TestBindDurationsFollowEncodingJSONFieldRules(t *testing.T) {
+	type shallowWins struct {
+		viaDeep         // Timeout (a string) at depth 2
+		shallowDuration // Timeout (a time.Duration) at depth 1: this one
+	}
+	type taggedWins struct {
+		shallowDuration // Timeout, untagged
+		taggedName      // Timeout, tagged, at the same depth: this one
+	}
+	type ambiguous struct {
+		shallowDuration
+		otherDuration // Timeout twice, untagged, at the same depth: neither
+		Other         time.Duration
+	}
+	srv := startServer(t)
+	publish(t, srv, "emb", map[string]any{
+		"timeout": map[string]any{"Timeout": "250ms", "Other": "1s"},
+		"folded":  map[string]any{"timeout": "250ms", "OTHER": "1s"},
+	})
+	c := newClient(t, srv.URL())
+	ns := open(t, c, "emb")
+
+	check := func(name string, got, want any, err, jsonErr error) {
+		t.Helper()
+		if err != nil || jsonErr != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Bind %+v (%v), want %+v as encoding/json decides (%v)", name, got, err, want, jsonErr)
+		}
+	}
+	// What encoding/json decodes once the strings are nanoseconds.
+	nanos := []byte(`{"Timeout":250000000,"Other":1000000000}`)
+	var wantShallow shallowWins
+	jsonErr := json.Unmarshal(nanos, &wantShallow)
+	sw := config.Bind(ns, "timeout", shallowWins{})
+	defer sw.Stop()
+	check("shallower wins", sw.Get(), wantShallow, sw.Err(), jsonErr)
+	if wantShallow.shallowDuration.Timeout != 250*time.Millisecond || wantShallow.viaDeep.Timeout != "" {
+		t.Errorf("encoding/json decoded %+v, want the shallower field set", wantShallow)
+	}
+
+	var wantTagged taggedWins
+	jsonErr = json.Unmarshal([]byte(`{"Timeout":"250ms"}`), &wantTagged)
+	tw := config.Bind(ns, "timeout", taggedWins{})
+	defer tw.Stop()
+	check("tagged wins", tw.Get(), wantTagged, tw.Err(), jsonErr)
+	if wantTagged.taggedName.Timeout != "250ms" {
+		t.Errorf("encoding/json decoded %+v, want the tagged field set", wantTagged)
+	}
+
+	var wantAmbiguous ambiguous
+	jsonErr = json.Unmarshal(nanos, &wantAmbiguous)
+	for _, key := range []string{"timeout", "folded"} {
+		am := config.Bind(ns, key, ambiguous{})
+		check("ambiguous ("+key+")", am.Get(), wantAmbiguous, am.Err(), jsonErr)
+		am.Stop()
+	}
+	if wantAmbiguous.Other != time.Second || wantAmbiguous.shallowDuration.Timeout != 0 || wantAmbiguous.otherDuration.Timeout != 0 {
+		t.Errorf("encoding/json decoded %+v, want Other alone", wantAmbiguous)
 	}
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -37,7 +39,7 @@ func TestFailOpenDefaultsToFirstGoodDataFiresOnChange(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
 	c := newClient(t, srv.URL())
-	ns := open(t, c, "svc", config.WithSchema(portSchema), config.Defaults(map[string]any{"port": 8080}))
+	ns := open(t, c, "svc", config.Schema(portSchema), config.Defaults(map[string]any{"port": 8080}))
 	if got := ns.Int("port", 0); got != 8080 {
 		t.Fatalf("port = %d; want the default 8080", got)
 	}
@@ -45,7 +47,7 @@ func TestFailOpenDefaultsToFirstGoodDataFiresOnChange(t *testing.T) {
 	ns.OnChange("port", func(ch config.Change) { changes <- ch })
 
 	fixed := publish(t, srv, "svc", map[string]any{"port": 9090})
-	waitRevision(t, ns, fixed)
+	nstest.WaitRevision(t, ns, fixed, waitLimit)
 	if got := ns.Int("port", 0); got != 9090 {
 		t.Fatalf("port = %d after the fix", got)
 	}
@@ -83,9 +85,9 @@ func TestCloseFlushesLatestConfirmation(t *testing.T) {
 	ns := open(t, a, "pc")
 	first := ns.Status().LastConfirmed
 	// Progress events (every testHeartbeat) keep confirming.
-	eventually(t, "later confirmations", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().LastConfirmed.Sub(first) > 300*time.Millisecond
-	})
+	}, "later confirmations")
 	last := ns.Status().LastConfirmed
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -136,11 +138,11 @@ func TestGapOnFirstEventBacksOff(t *testing.T) {
 	c := newClient(t, hs.URL, config.WithReconnectBackoff(100*time.Millisecond, 2*time.Second))
 	open(t, c, "hm")
 	const want = 6
-	eventually(t, "resnapshots after gaps", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(snaps) >= want
-	})
+	}, "resnapshots after gaps")
 	_ = c.Close()
 	mu.Lock()
 	defer mu.Unlock()
@@ -202,7 +204,7 @@ func Test500KeyChangeSetLandsInOneSwap(t *testing.T) {
 	for r := 1; r <= rounds; r++ {
 		last = publish(t, srv, "big", bundle(r))
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	stop.Store(true)
 	wg.Wait()
 	if v := torn.Load(); v != nil {
@@ -259,7 +261,7 @@ func TestSlowCallbackDelaysOnlyLaterCallbacks(t *testing.T) {
 	}
 	// The callback blocks. Applying goes on.
 	rev2 := publish(t, srv, "slow", map[string]any{"k": 2})
-	waitRevision(t, slow, rev2)
+	nstest.WaitRevision(t, slow, rev2, waitLimit)
 	if got := slow.Int("k", -1); got != 2 {
 		t.Errorf("slow namespace serves k = %d while its callback blocks; want 2", got)
 	}
@@ -306,7 +308,7 @@ func TestCloseWaitsForRunningCallback(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { _ = c.Close(); close(closed) }()
 	// Close has cancelled the namespace: its stream is gone.
-	eventually(t, "the stream to close", func() bool { return srv.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.OpenStreams() == 0 }, "the stream to close")
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a callback was running")
@@ -386,7 +388,7 @@ func TestCloseConcurrentlyAndDuringOpen(t *testing.T) {
 		_, err := c.Namespace(context.Background(), "missing") // 404: retried until Close
 		pending <- err
 	}()
-	eventually(t, "the missing namespace to be asked for", func() bool { return srv.Stats().Snapshots >= 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().Snapshots >= 2 }, "the missing namespace to be asked for")
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- ns.WaitForRevision(context.Background(), 1<<40) }()
 
@@ -428,7 +430,7 @@ func TestAbandonedNamespaceCanBeReopened(t *testing.T) {
 	}
 	rev := publish(t, srv, "late", map[string]any{"k": 1})
 	ns := open(t, c, "late")
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.Int("k", 0) != 1 {
 		t.Errorf("k = %d", ns.Int("k", 0))
 	}
@@ -443,27 +445,27 @@ func TestRejectedChangeThenProgressThenFix(t *testing.T) {
 	srv := startServer(t)
 	good := publish(t, srv, "rj", map[string]any{"port": 1})
 	c := newClient(t, srv.URL())
-	ns := open(t, c, "rj", config.WithSchema(portSchema))
+	ns := open(t, c, "rj", config.Schema(portSchema))
 
 	publish(t, srv, "rj", map[string]any{"port": "x"})
-	eventually(t, "the rejection", func() bool { return ns.Rejected() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	after := ns.Status().LastConfirmed
-	eventually(t, "a confirmation after the rejection", func() bool { return ns.Status().LastConfirmed.After(after) })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastConfirmed.After(after) }, "a confirmation after the rejection")
 	st := ns.Status()
 	if st.State != config.StateFresh || ns.Revision() != good || ns.Int("port", 0) != 1 || st.LastError.Kind != config.ErrorInvalidData {
 		t.Errorf("after rejection: %v at %d, port %d, last error %v", st.State, ns.Revision(), ns.Int("port", 0), st.LastError)
 	}
 	watches := srv.Stats().Watches + srv.Stats().Streams // one namespace's or the client's stream
 	srv.DropStreams()
-	eventually(t, "a new watch", func() bool { return srv.Stats().Watches+srv.Stats().Streams > watches })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().Watches+srv.Stats().Streams > watches }, "a new watch")
 	after = ns.Status().LastConfirmed
-	eventually(t, "a confirmation on the new watch", func() bool { return ns.Status().LastConfirmed.After(after) })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastConfirmed.After(after) }, "a confirmation on the new watch")
 	if ns.Rejected() != 1 || ns.Int("port", 0) != 1 {
 		t.Errorf("after reconnect: rejected %d, port %d", ns.Rejected(), ns.Int("port", 0))
 	}
 
 	fixed := publish(t, srv, "rj", map[string]any{"port": 2})
-	waitRevision(t, ns, fixed)
+	nstest.WaitRevision(t, ns, fixed, waitLimit)
 	if ns.Int("port", 0) != 2 {
 		t.Errorf("port after the fix = %d", ns.Int("port", 0))
 	}
@@ -478,19 +480,19 @@ func TestRejectedSnapshotOfNewStoreKeepsLastGood(t *testing.T) {
 	publish(t, srv, "ns1", map[string]any{"v": 1})
 	publish(t, srv, "ns1", map[string]any{"v": 2})
 	c := newClient(t, srv.URL())
-	ns := open(t, c, "ns1", config.WithSchema(vSchema), config.MaxStaleness(time.Minute), config.FailClosed())
+	ns := open(t, c, "ns1", config.Schema(vSchema), config.MaxStaleness(time.Minute), config.FailClosed())
 	oldStore := ns.Status().StoreID
 
 	newStore := srv.ResetStore()
 	publish(t, srv, "ns1", map[string]any{"v": "bad"})
-	eventually(t, "the rejection", func() bool { return ns.Rejected() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	if ns.Int("v", 0) != 2 || ns.Status().StoreID != oldStore {
 		t.Errorf("after a rejected new-store snapshot: v %d, store %s", ns.Int("v", 0), ns.Status().StoreID)
 	}
 	publish(t, srv, "ns1", map[string]any{"v": 3})
-	eventually(t, "the new store's good revision", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().StoreID == newStore && ns.Int("v", 0) == 3
-	})
+	}, "the new store's good revision")
 	if st := ns.Status(); st.State != config.StateFresh || st.Origin != config.OriginNetwork {
 		t.Errorf("status %v from %v", st.State, st.Origin)
 	}
@@ -506,16 +508,16 @@ func TestStoreResetWithSameRevisionIsNotModified(t *testing.T) {
 	rev := publish(t, srv, "sr", map[string]any{"a": 2})
 	c := newClient(t, srv.URL())
 	ns := open(t, c, "sr")
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 
 	newStore := srv.ResetStore()
 	publish(t, srv, "sr", map[string]any{"a": 10})
 	if r := publish(t, srv, "sr", map[string]any{"a": 20}); r != rev {
 		t.Fatalf("new store revision %d; the test wants it equal to the old %d", r, rev)
 	}
-	eventually(t, "the new store's data", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().StoreID == newStore && ns.Int("a", 0) == 20
-	})
+	}, "the new store's data")
 }
 
 // TestWaitForRevisionAcrossStoreReset: a waiter for a revision not
@@ -552,14 +554,14 @@ func TestBackstopConfirmsWithNotModified(t *testing.T) {
 	rev := publish(t, srv, "bs", map[string]any{"k": 1})
 	c := newClient(t, srv.URL(), config.WithBackstop(100*time.Millisecond))
 	ns := open(t, c, "bs")
-	eventually(t, "backstop snapshots", func() bool { return srv.Stats().NotModified >= 3 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().NotModified >= 3 }, "backstop snapshots")
 	if st := ns.Status(); st.State != config.StateFresh || ns.Revision() != rev || ns.Rejected() != 0 || st.LastError.Kind != config.ErrorNone {
 		t.Errorf("after backstops: %v at %d, error %v", st.State, ns.Revision(), st.LastError)
 	}
 	for i := 2; i <= 10; i++ {
 		rev = publish(t, srv, "bs", map[string]any{"k": i})
 	}
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.Int("k", 0) != 10 {
 		t.Errorf("k = %d", ns.Int("k", 0))
 	}

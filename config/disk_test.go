@@ -12,6 +12,8 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -52,11 +54,11 @@ func TestRestartDuringOutageServesFromDisk(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitRevision(t, nsB, newRev)
-	eventually(t, "fresh from the network", func() bool {
+	nstest.WaitRevision(t, nsB, newRev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := nsB.Status()
 		return st.State == config.StateFresh && st.Origin == config.OriginNetwork
-	})
+	}, "fresh from the network")
 	if nsB.Int("retry-timeout-ms", 0) != 75 {
 		t.Errorf("after converging: %d", nsB.Int("retry-timeout-ms", 0))
 	}
@@ -72,7 +74,7 @@ func TestDiskFileWithUnchangedServerCostsNoBody(t *testing.T) {
 	before := srv.Stats()
 	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
 	ns := open(t, b, "quiet")
-	eventually(t, "fresh", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh")
 	after := srv.Stats()
 	if after.NotModified-before.NotModified != 1 {
 		t.Errorf("reopen with an unchanged server: %d 304s; want 1 (a conditional snapshot)", after.NotModified-before.NotModified)
@@ -125,7 +127,7 @@ func TestFailClosedRefusesTooOldFile(t *testing.T) {
 	}
 	const maxStale = 100 * time.Millisecond
 	written := time.Now()
-	eventually(t, "the file to grow older than MaxStaleness", func() bool { return time.Since(written) > 2*maxStale })
+	testutil.Eventually(t, waitLimit, func() bool { return time.Since(written) > 2*maxStale }, "the file to grow older than MaxStaleness")
 
 	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -145,7 +147,7 @@ func TestFailClosedRefusesTooOldFile(t *testing.T) {
 	if ns.Int("v", 0) != 1 {
 		t.Error("fail-open did not serve the file")
 	}
-	eventually(t, "breached", func() bool { return ns.Status().State == config.StateBreached })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateBreached }, "breached")
 }
 
 // TestFailClosedAtRunTime: past MaxStaleness a fail-closed namespace serves
@@ -183,7 +185,7 @@ func TestFailClosedAtRunTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, statuses, config.StateFresh)
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if got := ns.Int("limit", -1); got != 200 {
 		t.Errorf("limit after recovery = %d", got)
 	}
@@ -216,7 +218,7 @@ func TestPersistErrorShowsAndServingGoesOn(t *testing.T) {
 	c := newClient(t, srv.URL(), config.WithCacheDir(dir))
 	ns := open(t, c, "ro")
 	path := filepath.Join(dir, "ro.hfc")
-	eventually(t, "the first write", func() bool { _, err := os.Stat(path); return err == nil })
+	testutil.Eventually(t, waitLimit, func() bool { _, err := os.Stat(path); return err == nil }, "the first write")
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -224,8 +226,8 @@ func TestPersistErrorShowsAndServingGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev := publish(t, srv, "ro", map[string]any{"v": 2})
-	waitRevision(t, ns, rev)
-	eventually(t, "the persist error in Status", func() bool { return ns.Status().PersistError.Kind == config.ErrorPersist })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().PersistError.Kind == config.ErrorPersist }, "the persist error in Status")
 	if ns.Int("v", 0) != 2 {
 		t.Error("serving stopped after a persist error")
 	}
@@ -254,13 +256,13 @@ func TestDiskRevisionIsTheMonotonicFloor(t *testing.T) {
 
 	b := newClient(t, hs.URL, config.WithCacheDir(dir))
 	ns := open(t, b, "hm")
-	eventually(t, "the new store's snapshot", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		if st.StoreID == "s1" && ns.Revision() < 5 {
 			t.Fatalf("revision went back to %d within store s1", ns.Revision())
 		}
 		return st.StoreID == "s2"
-	})
+	}, "the new store's snapshot")
 	if ns.Revision() != 1 || ns.Int("v", 0) != 1 {
 		t.Errorf("after the store change: revision %d, v %d", ns.Revision(), ns.Int("v", 0))
 	}

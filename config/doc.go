@@ -17,7 +17,7 @@
 // WithHTTPOptions passes any transport.HTTPOption to the HTTP source, whose
 // defaults (transport.Default*) apply where no option says otherwise.
 // Namespace options are bare nouns: MaxStaleness, FailOpen, FailClosed,
-// Defaults, Schema (WithSchema is its deprecated former name).
+// Defaults, Schema.
 //
 // # Reading
 //

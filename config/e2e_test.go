@@ -16,6 +16,8 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -90,27 +92,6 @@ func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceO
 		t.Fatal(err)
 	}
 	return ns
-}
-
-func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := ns.WaitForRevision(ctx, rev); err != nil {
-		t.Fatalf("revision %d not reached (at %d, status %+v): %v", rev, ns.Revision(), ns.Status(), err)
-	}
-}
-
-// eventually waits for cond with a deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func TestOpenGetTypedGettersAndDefaults(t *testing.T) {
@@ -263,7 +244,7 @@ func TestOnChangeAndOnAnyChange(t *testing.T) {
 	}
 	stop()
 	rev = publish(t, srv, "app", map[string]any{"a": 11})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	<-sets // the dispatcher has passed this revision
 	select {
 	case ch := <-changes:
@@ -323,7 +304,7 @@ func TestNoTornReads(t *testing.T) {
 	for i := 1; i <= rounds; i++ {
 		last = publish(t, srv, "bundle", bundle(i))
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	close(stop)
 	wg.Wait()
 	close(errs)
@@ -415,8 +396,8 @@ func TestDropStreamsResumesFromCursor(t *testing.T) {
 			srv.DropStreams()
 		}
 	}
-	waitRevision(t, ns, want[len(want)-1])
-	eventually(t, "every callback", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) })
+	nstest.WaitRevision(t, ns, want[len(want)-1], waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) }, "every callback")
 	if got := srv.Stats().Snapshots; got != snapshots {
 		t.Errorf("resume made %d new snapshot requests; want 0", got-snapshots)
 	}
@@ -437,7 +418,7 @@ func TestCompactionDuringOutageResnapshots(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "stale while the server is down", func() bool { return ns.Status().State == config.StateStale })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateStale }, "stale while the server is down")
 	var last int64
 	for i := 1; i <= 20; i++ {
 		last = publish(t, srv, "compact", map[string]any{"v": i}, "gone")
@@ -449,7 +430,7 @@ func TestCompactionDuringOutageResnapshots(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if ns.Int("v", -1) != 20 {
 		t.Errorf("v = %d after converging", ns.Int("v", -1))
 	}
@@ -459,7 +440,7 @@ func TestCompactionDuringOutageResnapshots(t *testing.T) {
 	if srv.Stats().Snapshots == snapshots {
 		t.Error("converged past compaction without a new snapshot")
 	}
-	eventually(t, "fresh again", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh again")
 }
 
 func TestBlackholeDetectedAndRecovers(t *testing.T) {
@@ -484,8 +465,8 @@ func TestBlackholeDetectedAndRecovers(t *testing.T) {
 	}
 	rev := publish(t, srv, "bh", map[string]any{"v": 1})
 	srv.SetBlackhole(false)
-	waitRevision(t, ns, rev)
-	eventually(t, "fresh after heal", func() bool { return ns.Status().State == config.StateFresh })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh after heal")
 }
 
 func TestStoreResetResnapshots(t *testing.T) {
@@ -502,7 +483,7 @@ func TestStoreResetResnapshots(t *testing.T) {
 	if rev >= ns.Revision() {
 		t.Fatalf("test setup: the new store's revision %d is not below the old %d", rev, ns.Revision())
 	}
-	eventually(t, "the new store's data", func() bool { return ns.Int("v", -1) == 100 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", -1) == 100 }, "the new store's data")
 	st := ns.Status()
 	if st.StoreID == oldStore || st.Revision != rev {
 		t.Errorf("status after reset = %+v", st)
@@ -512,7 +493,7 @@ func TestStoreResetResnapshots(t *testing.T) {
 	}
 	// Later changes of the new store apply normally.
 	rev = publish(t, srv, "reset", map[string]any{"v": 101})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 }
 
 func TestRetryAfterAndFailures(t *testing.T) {
@@ -556,13 +537,13 @@ func TestLongPollMode(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		last = publish(t, srv, "lp", map[string]any{"v": i})
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if st := srv.Stats(); st.Watches != 0 || st.Streams != 0 || st.Events+st.StreamPolls == 0 {
 		t.Errorf("long-poll mode used SSE: %+v", st)
 	}
 	srv.DropStreams()
 	last = publish(t, srv, "lp", map[string]any{"v": 11})
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 }
 
 func TestCloseIsIdempotentAndStopsEverything(t *testing.T) {
@@ -592,5 +573,5 @@ func TestCloseIsIdempotentAndStopsEverything(t *testing.T) {
 	if err := ns.WaitForRevision(context.Background(), 1<<40); !errors.Is(err, config.ErrClosed) {
 		t.Errorf("WaitForRevision after Close = %v", err)
 	}
-	eventually(t, "streams closed", func() bool { return srv.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return srv.OpenStreams() == 0 }, "streams closed")
 }

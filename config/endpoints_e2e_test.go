@@ -13,6 +13,8 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -225,29 +227,29 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 	pub.waitRounds(t, 3)
 
 	a.down()
-	eventually(t, "the move to the second endpoint", func() bool { return endpoint() == b.URL() })
+	testutil.Eventually(t, waitLimit, func() bool { return endpoint() == b.URL() }, "the move to the second endpoint")
 	pub.waitRounds(t, 5)
 	caughtUp := func(what string) {
 		t.Helper()
 		for i, ns := range nss {
 			published := pub.get(names[i])
-			waitRevision(t, ns, published[len(published)-1])
+			nstest.WaitRevision(t, ns, published[len(published)-1], waitLimit)
 			if st := ns.Status(); st.Endpoint == "" || !strings.Contains(st.String(), "endpoint "+st.Endpoint) {
 				t.Errorf("%s: Status.String() %q does not name the endpoint %q", what, st, st.Endpoint)
 			}
 		}
-		eventually(t, what+": every namespace Fresh", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			for _, ns := range nss {
 				if ns.Status().State != config.StateFresh {
 					return false
 				}
 			}
 			return true
-		})
+		}, what+": every namespace Fresh")
 	}
 	caughtUp("on the second")
 	if stream {
-		eventually(t, "one connection to the second endpoint", func() bool { return b.open.Load() == 1 })
+		testutil.Eventually(t, waitLimit, func() bool { return b.open.Load() == 1 }, "one connection to the second endpoint")
 	}
 	if n := srv.Stats().Snapshots - snapshots; n != 0 {
 		t.Errorf("%d snapshots fetched when moving to the second endpoint, want 0", n)
@@ -256,7 +258,7 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 	states.reset()
 	a.up()
 	upAt := time.Now()
-	eventually(t, "the return to the first endpoint", func() bool { return endpoint() == a.URL() })
+	testutil.Eventually(t, waitLimit, func() bool { return endpoint() == a.URL() }, "the return to the first endpoint")
 	if took := time.Since(upAt); took < window {
 		t.Errorf("returned to the first endpoint %v after it came back, before the %v window", took, window)
 	}
@@ -268,10 +270,10 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 	}
 	for i, ns := range nss {
 		published := pub.get(names[i])
-		eventually(t, names[i]+"'s last callback", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			seen, _ := revs.get(names[i])
 			return last(seen) == last(published)
-		})
+		}, names[i]+"'s last callback")
 		revs.check(t, names[i], published, last(published), true)
 		if st := states.get(); slices.Contains(st, config.StateStale) {
 			t.Errorf("%s went Stale on the planned return (states %v)", ns.Name(), st)
@@ -279,7 +281,7 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 	}
 	// Acks of the last revisions reached the server, whichever endpoint
 	// carried them.
-	eventually(t, "acks of the last revisions", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		acked := 0
 		for _, cs := range srv.Clients() {
 			if cs.ClientID == c.ClientID() && !cs.Behind {
@@ -287,11 +289,11 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 			}
 		}
 		return acked == len(names)
-	})
-	eventually(t, "the second endpoint let go", func() bool { return b.open.Load() == 0 })
+	}, "acks of the last revisions")
+	testutil.Eventually(t, waitLimit, func() bool { return b.open.Load() == 0 }, "the second endpoint let go")
 	if stream {
 		// One connection (h2c) carries the stream, snapshots and acks.
-		eventually(t, "one connection to the first endpoint", func() bool { return a.open.Load() == 1 })
+		testutil.Eventually(t, waitLimit, func() bool { return a.open.Load() == 1 }, "one connection to the first endpoint")
 		if n := srv.OpenStreams(); n != 1 {
 			t.Errorf("%d streams open on the server, want 1", n)
 		}
@@ -310,8 +312,8 @@ func TestE2EEndpointsBlipDoesNotMoveBack(t *testing.T) {
 	ns := open(t, c, "payments")
 	a.down()
 	rev := publish(t, srv, "payments", map[string]any{"seq": 1})
-	waitRevision(t, ns, rev)
-	eventually(t, "the move to the second endpoint", func() bool { return ns.Status().Endpoint == b.URL() })
+	nstest.WaitRevision(t, ns, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == b.URL() }, "the move to the second endpoint")
 	probed := a.accepted.Load()
 	for range 3 {
 		a.up()
@@ -329,7 +331,7 @@ func TestE2EEndpointsBlipDoesNotMoveBack(t *testing.T) {
 		t.Fatalf("moved to %s after blips", got)
 	}
 	rev = publish(t, srv, "payments", map[string]any{"seq": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 }
 
 // TestE2EEndpointsAllDown: with every endpoint down the namespace goes
@@ -357,7 +359,7 @@ func TestE2EEndpointsAllDown(t *testing.T) {
 	}
 	rev := publish(t, srv, "payments", map[string]any{"seq": 1})
 	b.up()
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
 		t.Fatalf("not Fresh once the second is back: %v (status %v)", err, ns.Status())
 	}
@@ -365,9 +367,9 @@ func TestE2EEndpointsAllDown(t *testing.T) {
 		t.Errorf("recovered on %s, want the second, %s", got, b.URL())
 	}
 	a.up()
-	eventually(t, "the return to the first endpoint", func() bool { return ns.Status().Endpoint == a.URL() })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == a.URL() }, "the return to the first endpoint")
 	rev = publish(t, srv, "payments", map[string]any{"seq": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if n := srv.Stats().Snapshots - snapshots; n != 0 {
 		t.Errorf("%d snapshots fetched, want 0", n)
 	}

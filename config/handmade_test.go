@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -117,14 +119,14 @@ func TestDuplicatedAndReorderedEvents(t *testing.T) {
 	})
 	// Poll the served revision too: it must never go back.
 	var lastServed int64
-	eventually(t, "revision 9 after the gap's resnapshot", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		rev := ns.Revision()
 		if rev < lastServed {
 			t.Fatalf("served revision went back from %d to %d", lastServed, rev)
 		}
 		lastServed = rev
 		return rev == 9
-	})
+	}, "revision 9 after the gap's resnapshot")
 	if ns.Int("v", 0) != 9 {
 		t.Errorf("v = %d", ns.Int("v", 0))
 	}
@@ -162,7 +164,7 @@ func TestMalformedEventResumesWithoutPartialApply(t *testing.T) {
 			torn.Store(true)
 		}
 	})
-	waitRevision(t, ns, 6)
+	nstest.WaitRevision(t, ns, 6, waitLimit)
 	if ns.Int("a", 0) != 6 || ns.Int("b", 0) != 6 || torn.Load() {
 		t.Errorf("after resume: a=%d b=%d torn=%v", ns.Int("a", 0), ns.Int("b", 0), torn.Load())
 	}

@@ -382,13 +382,6 @@ func Schema(schemaJSON []byte) NamespaceOption {
 	return nsOptionFunc(func(o *nsOptions) { o.schema = schemaJSON })
 }
 
-// WithSchema is Schema.
-//
-// Deprecated: use Schema. Namespace options are named by what they set
-// (MaxStaleness, FailClosed, Defaults, Schema); client options start with
-// With.
-func WithSchema(schemaJSON []byte) NamespaceOption { return Schema(schemaJSON) }
-
 // MaxStaleness sets how old the namespace's data may be: the time since the
 // client last confirmed it was current (a snapshot, a change, or a progress
 // event). Past it, a fail-open namespace keeps serving and reports a breach;

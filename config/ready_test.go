@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 func TestCheckReady(t *testing.T) {
@@ -45,10 +46,10 @@ func TestCheckReady(t *testing.T) {
 	}
 	// Under load the data can go past MaxStaleness before a reconnect has
 	// failed: wait for the error the reason should name, too.
-	eventually(t, "pay FailedClosed with a network error and flags Breached", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := pay.Status()
 		return st.State == config.StateFailedClosed && st.LastError.Kind == config.ErrorNetwork && flags.Status().State == config.StateBreached
-	})
+	}, "pay FailedClosed with a network error and flags Breached")
 	err = c.CheckReady(0, "pay.prod", "flags.prod")
 	if !errors.As(err, &nr) || len(nr.NotReady) != 1 || nr.NotReady[0].Namespace != "pay.prod" || nr.NotReady[0].State != config.StateFailedClosed {
 		t.Fatalf("after the plane went away, no staleness limit: %v", err)
@@ -72,7 +73,7 @@ func TestCheckReady(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ready again", func() bool { return c.CheckReady(100*time.Millisecond, "pay.prod", "flags.prod") == nil })
+	testutil.Eventually(t, waitLimit, func() bool { return c.CheckReady(100*time.Millisecond, "pay.prod", "flags.prod") == nil }, "ready again")
 
 	_ = c.Close()
 	if err := c.CheckReady(0, "pay.prod"); !errors.As(err, &nr) || nr.NotReady[0].State != config.StateClosed {

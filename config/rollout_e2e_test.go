@@ -15,6 +15,8 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -62,7 +64,7 @@ func (r *ackRecorder) record(acks ...transport.Ack) {
 func (r *ackRecorder) find(t *testing.T, revision int64, status string) transport.Ack {
 	t.Helper()
 	var found transport.Ack
-	eventually(t, "a "+status+" of the revision", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		i := slices.IndexFunc(r.acks, func(a transport.Ack) bool { return a.Revision == revision && a.Status == status })
@@ -70,7 +72,7 @@ func (r *ackRecorder) find(t *testing.T, revision int64, status string) transpor
 			found = r.acks[i]
 		}
 		return i >= 0
-	})
+	}, "a "+status+" of the revision")
 	return found
 }
 
@@ -127,7 +129,7 @@ func logChanges(ns *config.Namespace) *changeLog {
 func (l *changeLog) at(t *testing.T, since, rev int64) string {
 	t.Helper()
 	var got config.ChangeSet
-	eventually(t, "the change set of the revision", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, cs := range l.sets {
@@ -140,7 +142,7 @@ func (l *changeLog) at(t *testing.T, since, rev int64) string {
 			}
 		}
 		return false
-	})
+	}, "the change set of the revision")
 	var items []string
 	for _, ch := range got.Changes {
 		items = append(items, ch.Key+":"+raw(ch.Old)+">"+raw(ch.New))
@@ -197,8 +199,8 @@ func TestRolloutStagesFlipRevertPromote(t *testing.T) {
 
 	// Stage 1: the member alone.
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 1, Cut: rollout.Hash("r1", in), Puts: stagedChange, Deletes: []string{"b"}}, nil)
-	waitRevision(t, m, r1)
-	waitRevision(t, n, r1)
+	nstest.WaitRevision(t, m, r1, waitLimit)
+	nstest.WaitRevision(t, n, r1, waitLimit)
 	if got := serves(m); got != `a="2" new="n"` {
 		t.Errorf("member serves %s", got)
 	}
@@ -223,7 +225,7 @@ func TestRolloutStagesFlipRevertPromote(t *testing.T) {
 
 	// Stage 100: the other joins; for the member nothing served changes.
 	r2 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 100, Cut: math.MaxUint64, Puts: stagedChange, Deletes: []string{"b"}}, nil)
-	waitRevision(t, m, r2)
+	nstest.WaitRevision(t, m, r2, waitLimit)
 	if got := ln.at(t, base, r2); got != `a:"1">"2" b:"x">- new:->"n"` {
 		t.Errorf("non-member's change when its stage came: %s", got)
 	}
@@ -288,7 +290,7 @@ func TestRolloutMemberNacksStagedChange(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "app", map[string]any{"a": "1"})
 	c, rec := rolloutClient(t, srv, "strict-1")
-	ns := open(t, c, "app", config.WithSchema([]byte(strictSchema2)))
+	ns := open(t, c, "app", config.Schema([]byte(strictSchema2)))
 	rejected := make(chan *config.RejectedError, 10)
 	ns.OnReject(func(e *config.RejectedError) { rejected <- e })
 	log := logChanges(ns)
@@ -307,15 +309,15 @@ func TestRolloutMemberNacksStagedChange(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("no OnReject")
 	}
-	eventually(t, "the server to hold the nack", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		cs := slices.IndexFunc(srv.Clients(), func(cs fakeserver.ClientState) bool { return cs.ClientID == "strict-1" && cs.NackedRevision == r1 })
 		return cs >= 0
-	})
+	}, "the server to hold the nack")
 	if got := serves(ns); got != `a="1"` || ns.Status().Rollout != (config.RolloutStatus{}) {
 		t.Errorf("serves %s, rollout %+v; want the base", got, ns.Status().Rollout)
 	}
 	r2 := stageRollout(t, srv, "app", nil, nil)
-	waitRevision(t, ns, r2)
+	nstest.WaitRevision(t, ns, r2, waitLimit)
 	if got := serves(ns); got != `a="1"` {
 		t.Errorf("after the revert: %s", got)
 	}
@@ -341,17 +343,17 @@ func TestRolloutPrevalidation(t *testing.T) {
 		t.Fatal("the id's hash is 0: in a stage with cut 0")
 	}
 	c, rec := rolloutClient(t, srv, id)
-	ns := open(t, c, "app", config.WithSchema([]byte(strictSchema2)))
+	ns := open(t, c, "app", config.Schema([]byte(strictSchema2)))
 	bad := map[string]json.RawMessage{"a": json.RawMessage(`"new-field"`)}
 
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 1, Cut: 0, Puts: bad}, nil)
-	waitRevision(t, ns, r1)
+	nstest.WaitRevision(t, ns, r1, waitLimit)
 	r2 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r2", Stage: 1, Cut: 0, Puts: bad, Prevalidate: true}, nil)
 	w := rec.find(t, r2, transport.AckWouldReject)
 	if w.Rollout != "r2" || w.Error == "" || w.ClientID != id || w.Namespace != "app" {
 		t.Errorf("would-nack %+v", w)
 	}
-	waitRevision(t, ns, r2)
+	nstest.WaitRevision(t, ns, r2, waitLimit)
 	if got := serves(ns); got != `a="1"` {
 		t.Errorf("serves %s; want the base", got)
 	}
@@ -378,7 +380,7 @@ func TestRolloutRestartMidStage(t *testing.T) {
 	a, _ := rolloutClient(t, srv, in, config.WithCacheDir(dir))
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 10, Cut: rollout.Hash("r1", in), Puts: stagedChange}, nil)
 	nsA := open(t, a, "app")
-	waitRevision(t, nsA, r1)
+	nstest.WaitRevision(t, nsA, r1, waitLimit)
 	if got := serves(nsA); got != `a="2" b="x" new="n"` {
 		t.Fatalf("member serves %s", got)
 	}
@@ -435,10 +437,10 @@ func TestRolloutRestartMidStage(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B fresh from the network", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := nsB.Status()
 		return st.State == config.StateFresh && st.Origin == config.OriginNetwork
-	})
+	}, "B fresh from the network")
 	if got := serves(nsB); got != `a="1" b="x"` {
 		t.Errorf("B confirmed: serves %s", got)
 	}
@@ -451,7 +453,7 @@ func TestRolloutRestartMidStage(t *testing.T) {
 		t.Errorf("the member's ack of the file's revision %+v", a)
 	}
 	r2 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 100, Cut: math.MaxUint64, Puts: stagedChange}, nil)
-	waitRevision(t, nsB, r2)
+	nstest.WaitRevision(t, nsB, r2, waitLimit)
 	if got := serves(nsB); got != `a="2" b="x" new="n"` || !nsB.Status().Rollout.Staged {
 		t.Errorf("B in the stage: serves %s, %+v", got, nsB.Status().Rollout)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -115,7 +117,7 @@ func TestSchemaScenario(t *testing.T) {
 		t.FailNow()
 	}
 	for _, ns := range nss {
-		waitRevision(t, ns, base)
+		nstest.WaitRevision(t, ns, base, waitLimit)
 	}
 	full, gzipped := snapshotBytes(t, srv.URL(), "routes")
 
@@ -123,7 +125,7 @@ func TestSchemaScenario(t *testing.T) {
 	wire.Store(0)
 	rev1 := publish(t, srv, "routes", map[string]any{"cluster/c5": "lb=rr;endpoints=10.0.0.2"})
 	for _, ns := range nss {
-		waitRevision(t, ns, rev1)
+		nstest.WaitRevision(t, ns, rev1, waitLimit)
 	}
 	sent := wire.Load()
 	if sent*50 >= clients*full {
@@ -146,10 +148,10 @@ func TestSchemaScenario(t *testing.T) {
 	rev3 := publish(t, srv, "routes", map[string]any{"cluster/c9": "lb=rr;new-field=1"})
 	for i, ns := range nss {
 		if i%10 != 0 {
-			waitRevision(t, ns, rev3)
+			nstest.WaitRevision(t, ns, rev3, waitLimit)
 			continue
 		}
-		eventually(t, "the strict client's rejection", func() bool { return ns.Rejected() > 0 })
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() > 0 }, "the strict client's rejection")
 		if got := ns.String("cluster/c9", ""); got != "lb=rr;endpoints=10.0.0.9" || ns.Revision() != rev1 {
 			t.Errorf("strict client %d serves %q at %d; want the old value at %d", i, got, ns.Revision(), rev1)
 		}
@@ -158,7 +160,7 @@ func TestSchemaScenario(t *testing.T) {
 		}
 	}
 	// /control/clients names exactly the 10, with the error.
-	eventually(t, "every outcome acked", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		states := controlClients(t, srv.URL())
 		nacked, acked := 0, 0
 		for _, st := range states {
@@ -173,7 +175,7 @@ func TestSchemaScenario(t *testing.T) {
 			}
 		}
 		return nacked == 10 && acked == 90
-	})
+	}, "every outcome acked")
 	for _, st := range controlClients(t, srv.URL()) {
 		var i int
 		fmt.Sscanf(st.ClientID, "client-%d", &i)
@@ -245,7 +247,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 		}
 		// A later revision that passes applies normally.
 		rev := publish(t, srv, "svc", map[string]any{"port": 9090})
-		waitRevision(t, ns, rev)
+		nstest.WaitRevision(t, ns, rev, waitLimit)
 		if ns.Int("port", 0) != 9090 || ns.Status().Origin != config.OriginNetwork {
 			t.Errorf("after the fix: port %d from %v", ns.Int("port", 0), ns.Status().Origin)
 		}
@@ -274,7 +276,7 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 				opts = append(opts, config.FailClosed())
 			}
 			ns := open(t, b, "svc", opts...)
-			eventually(t, "the rejection", func() bool { return ns.Rejected() > 0 })
+			testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() > 0 }, "the rejection")
 			if ns.Int("port", 0) != 1 || ns.Revision() == bad {
 				t.Errorf("serves port %d at %d; want the last good", ns.Int("port", 0), ns.Revision())
 			}
@@ -295,11 +297,11 @@ func TestAckEndpointDown(t *testing.T) {
 	for i := 1; i <= 20; i++ {
 		last = publish(t, srv, "acks", map[string]any{"v": i})
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if ns.Int("v", 0) != 20 {
 		t.Errorf("v = %d", ns.Int("v", 0))
 	}
-	eventually(t, "ack retries", func() bool { return ct.tries.Load() >= 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return ct.tries.Load() >= 2 }, "ack retries")
 	if srv.Stats().Acks != 0 {
 		t.Errorf("acks reached the server: %d", srv.Stats().Acks)
 	}

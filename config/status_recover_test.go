@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // TestLastErrorIsPastAfterRecovery: an error stays in Status.LastError
@@ -19,12 +20,12 @@ func TestLastErrorIsPastAfterRecovery(t *testing.T) {
 
 	srv.FailNext(1, http.StatusServiceUnavailable, 0)
 	srv.DropStreams()
-	eventually(t, "the failure in Status", func() bool { return ns.Status().LastError.Kind == config.ErrorResponse })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastError.Kind == config.ErrorResponse }, "the failure in Status")
 	// The reconnect after the failure confirms the data again.
-	eventually(t, "recovery", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		return st.State == config.StateFresh && st.LastConfirmed.After(st.LastError.Time)
-	})
+	}, "recovery")
 	st := ns.Status()
 	if !st.LastError.Recovered {
 		t.Fatalf("LastError %+v not marked past though confirmed at %v", st.LastError, st.LastConfirmed)

@@ -19,6 +19,8 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -137,30 +139,26 @@ func testConnections(t *testing.T, want int, opts ...fakeserver.Option) {
 		t.Helper()
 		for _, name := range names {
 			rev := publish(t, srv, name, map[string]any{"v": round})
-			waitRevision(t, nss[name], rev)
+			nstest.WaitRevision(t, nss[name], rev, waitLimit)
 		}
 		// Count once every namespace's ack is in (over HTTP/1.1 an ack
 		// keeps a connection of its own beside the stream).
-		eventually(t, "every namespace acked", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			for _, name := range names {
 				if st, err := srv.Status(name); err != nil || st.Acked != 1 {
 					return false
 				}
 			}
 			return true
-		})
+		}, "every namespace acked")
 		// Connections made before the switch to h2c close asynchronously;
 		// wait for them to go, then the count must be exactly want on
 		// each side.
 		var cl, sv int
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testutil.Wait(5*time.Second, func() bool {
 			cl, sv = tcpEstablished(t, port)
-			if cl <= want && sv <= want || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return cl <= want && sv <= want
+		})
 		if cl != want || sv != want {
 			t.Errorf("round %d: %d client ends and %d server ends of connections to the server; want %d and %d", round, cl, sv, want, want)
 		}
@@ -295,11 +293,11 @@ func (p *publisher) waitRounds(t *testing.T, n int) {
 	p.mu.Lock()
 	target := p.rounds + n
 	p.mu.Unlock()
-	eventually(t, fmt.Sprintf("publish round %d", target), func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.rounds >= target
-	})
+	}, fmt.Sprintf("publish round %d", target))
 }
 
 func last(revs []int64) int64 {
@@ -356,11 +354,11 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 
 	for _, name := range slices.Concat(stay, join) {
 		revs := pub.get(name)
-		waitRevision(t, nss[name], last(revs))
-		eventually(t, name+"'s last callback", func() bool {
+		nstest.WaitRevision(t, nss[name], last(revs), waitLimit)
+		testutil.Eventually(t, waitLimit, func() bool {
 			seen, _ := log.get(name)
 			return last(seen) == last(revs)
-		})
+		}, name+"'s last callback")
 		log.check(t, name, revs, last(revs), true)
 	}
 	for _, name := range leave[1:] {
@@ -370,11 +368,11 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 		}
 	}
 	revs := pub.get(back)
-	waitRevision(t, nss[back], last(revs))
-	eventually(t, back+"'s last callback", func() bool {
+	nstest.WaitRevision(t, nss[back], last(revs), waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool {
 		seen, _ := log.get(back)
 		return last(seen) == last(revs)
-	})
+	}, back+"'s last callback")
 	log.check(t, back, revs, last(revs), true)
 
 	st := srv.Stats()
@@ -498,7 +496,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	// resnapshot too): pause their publishes until they are at the head.
 	pub.halt()
 	for _, name := range others {
-		waitRevision(t, nss[name], last(pub.get(name)))
+		nstest.WaitRevision(t, nss[name], last(pub.get(name)), waitLimit)
 	}
 	var victimLast int64
 	for i := 1; i <= 5; i++ {
@@ -507,14 +505,14 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	// The stream restarts with every cursor when the victim joins: the
 	// others' cursors must be past the compaction point by then (the
 	// stream's prompt progress moves them).
-	eventually(t, "the others confirmed at the head", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, name := range others {
 			if nss[name].Status().Cursor < victimLast {
 				return false
 			}
 		}
 		return true
-	})
+	}, "the others confirmed at the head")
 	if _, err := srv.Compact(victimLast); err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +523,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	if vns == nil {
 		t.FailNow()
 	}
-	waitRevision(t, vns, victimLast)
+	nstest.WaitRevision(t, vns, victimLast, waitLimit)
 	if got := vns.Int("seq", -1); got != 5 {
 		t.Errorf("victim seq = %d; want 5", got)
 	}
@@ -533,11 +531,11 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	pub.halt()
 	for _, name := range others {
 		revs := slices.Concat(pub1.get(name), pub.get(name))
-		waitRevision(t, nss[name], last(revs))
-		eventually(t, name+"'s last callback", func() bool {
+		nstest.WaitRevision(t, nss[name], last(revs), waitLimit)
+		testutil.Eventually(t, waitLimit, func() bool {
 			seen, _ := log.get(name)
 			return last(seen) == last(revs)
-		})
+		}, name+"'s last callback")
 		log.check(t, name, revs, last(revs), true)
 		if n := ht.count(name); n != 1 {
 			logMu.Lock()
@@ -575,9 +573,9 @@ func TestE2EWaitForRevisionOfUnwatchedPublish(t *testing.T) {
 	publish(t, srv, "unwatched", map[string]any{"v": 0})
 	c := defaultClient(t, srv.URL())
 	ns := open(t, c, "watched")
-	eventually(t, "the stream open and the client confirmed", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return srv.OpenStreams() == 1 && c.Revision() >= ns.Revision()
-	})
+	}, "the stream open and the client confirmed")
 	streams := srv.Stats().Streams
 	for i := 1; i <= 5; i++ {
 		before, start := c.Revision(), time.Now()
@@ -630,17 +628,17 @@ func TestE2EStreamFaultsConvergeEveryNamespace(t *testing.T) {
 	converge := func(what string, revs map[string]int64) {
 		t.Helper()
 		for _, name := range names {
-			waitRevision(t, nss[name], revs[name])
+			nstest.WaitRevision(t, nss[name], revs[name], waitLimit)
 		}
-		eventually(t, what+": every namespace fresh", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			for _, name := range names {
 				if nss[name].Status().State != config.StateFresh {
 					return false
 				}
 			}
 			return true
-		})
-		eventually(t, what+": the global revision", func() bool { return c.Revision() >= srv.Head() })
+		}, what+": every namespace fresh")
+		testutil.Eventually(t, waitLimit, func() bool { return c.Revision() >= srv.Head() }, what+": the global revision")
 	}
 
 	// Dropped streams: resume from the cursors, no snapshot.
@@ -656,14 +654,14 @@ func TestE2EStreamFaultsConvergeEveryNamespace(t *testing.T) {
 
 	// A black hole: every namespace goes stale, then converges once healed.
 	srv.SetBlackhole(true)
-	eventually(t, "every namespace stale in the black hole", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, name := range names {
 			if nss[name].Status().State != config.StateStale {
 				return false
 			}
 		}
 		return true
-	})
+	}, "every namespace stale in the black hole")
 	revs := publishAll(20)
 	srv.SetBlackhole(false)
 	converge("black hole", revs)
@@ -672,14 +670,14 @@ func TestE2EStreamFaultsConvergeEveryNamespace(t *testing.T) {
 	oldStore := nss[names[0]].Status().StoreID
 	srv.ResetStore()
 	revs = publishAll(30)
-	eventually(t, "the new store's data everywhere", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, name := range names {
 			if nss[name].Int("v", -1) != 30 {
 				return false
 			}
 		}
 		return true
-	})
+	}, "the new store's data everywhere")
 	for _, name := range names {
 		st := nss[name].Status()
 		if st.StoreID == oldStore || st.Revision != revs[name] {

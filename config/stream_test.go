@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -295,10 +297,10 @@ func (r *seqRecorder) get(ns string) []int {
 // waitCallbacks waits until ns's OnChange has seen seq last.
 func (r *seqRecorder) waitCallbacks(t *testing.T, ns string, last int) []int {
 	t.Helper()
-	eventually(t, ns+"'s callbacks at seq "+fmt.Sprint(last), func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		seen := r.get(ns)
 		return len(seen) > 0 && seen[len(seen)-1] == last
-	})
+	}, ns+"'s callbacks at seq "+fmt.Sprint(last))
 	return r.get(ns)
 }
 
@@ -374,7 +376,7 @@ func TestStreamJoinAndLeaveWhileChangesFlow(t *testing.T) {
 			f.publish(ns, map[string]any{"seq": i})
 		}
 		if i%5 == 0 { // let changes flow while others join and leave
-			eventually(t, "a0 at the seq", func() bool { return open1["a0"].Int("seq", -1) == i })
+			testutil.Eventually(t, waitLimit, func() bool { return open1["a0"].Int("seq", -1) == i }, "a0 at the seq")
 		}
 		switch i {
 		case 20:
@@ -384,7 +386,7 @@ func TestStreamJoinAndLeaveWhileChangesFlow(t *testing.T) {
 			}
 		case 40:
 			for _, name := range leave {
-				eventually(t, name+" at seq 40", func() bool { return open1[name].Int("seq", -1) == 40 })
+				testutil.Eventually(t, waitLimit, func() bool { return open1[name].Int("seq", -1) == 40 }, name+" at seq 40")
 				if err := open1[name].Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -392,7 +394,7 @@ func TestStreamJoinAndLeaveWhileChangesFlow(t *testing.T) {
 		}
 	}
 	for _, name := range slices.Concat(stay, join) {
-		eventually(t, name+" at the last seq", func() bool { return open1[name].Int("seq", -1) == rounds })
+		testutil.Eventually(t, waitLimit, func() bool { return open1[name].Int("seq", -1) == rounds }, name+" at the last seq")
 	}
 	for _, name := range stay {
 		checkConsecutive(t, name, rec.waitCallbacks(t, name, rounds), rounds)
@@ -428,7 +430,7 @@ func TestStreamJoinAndLeaveWhileChangesFlow(t *testing.T) {
 		slices.Sort(names)
 		return names
 	}
-	eventually(t, "the last stream without the namespaces closed", func() bool { return slices.Equal(lastNames(), want) })
+	testutil.Eventually(t, waitLimit, func() bool { return slices.Equal(lastNames(), want) }, "the last stream without the namespaces closed")
 	if reqs := f.streamRequests(); len(reqs) > 10 {
 		t.Errorf("%d stream attempts for 2 batches of joins and 1 of leaves", len(reqs))
 	}
@@ -450,14 +452,14 @@ func TestStreamEndedCompactedResnapshotsAlone(t *testing.T) {
 		rec.watch(nss[name])
 	}
 	f.end("x1", &transport.CompactedError{CompactRevision: 1})
-	eventually(t, "x1 resnapshotted", func() bool { return f.count(f.snapshots, "x1") == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return f.count(f.snapshots, "x1") == 2 }, "x1 resnapshotted")
 	for i := 1; i <= 10; i++ {
 		for _, ns := range names {
 			f.publish(ns, map[string]any{"seq": i})
 		}
 	}
 	for _, name := range names {
-		eventually(t, name+" at seq 10", func() bool { return nss[name].Int("seq", -1) == 10 })
+		testutil.Eventually(t, waitLimit, func() bool { return nss[name].Int("seq", -1) == 10 }, name+" at seq 10")
 	}
 	for _, name := range []string{"x0", "x2"} {
 		checkConsecutive(t, name, rec.waitCallbacks(t, name, 10), 10)
@@ -496,11 +498,11 @@ func TestStreamFailureResumesEveryNamespace(t *testing.T) {
 			}
 		}
 		for _, name := range names {
-			waitRevision(t, nss[name], last-int64(len(names))+1)
+			nstest.WaitRevision(t, nss[name], last-int64(len(names))+1, waitLimit)
 		}
 		before := len(f.streamRequests())
 		f.fail(fmt.Errorf("connection reset: %w", errors.ErrUnsupported))
-		eventually(t, "the stream reopened", func() bool { return len(f.streamRequests()) > before })
+		testutil.Eventually(t, waitLimit, func() bool { return len(f.streamRequests()) > before }, "the stream reopened")
 		re := f.streamRequests()[before]
 		for _, w := range re.Namespaces {
 			if w.Since < nss[w.Namespace].Revision() {
@@ -514,7 +516,7 @@ func TestStreamFailureResumesEveryNamespace(t *testing.T) {
 		if name == "y0" {
 			want = 16
 		}
-		eventually(t, name+" at its last seq", func() bool { return nss[name].Int("seq", -1) == want })
+		testutil.Eventually(t, waitLimit, func() bool { return nss[name].Int("seq", -1) == want }, name+" at its last seq")
 		checkConsecutive(t, name, rec.waitCallbacks(t, name, want), want)
 		if n := f.count(f.snapshots, name); n != 1 {
 			t.Errorf("%s: %d snapshots; want 1", name, n)
@@ -535,7 +537,7 @@ func TestWaitForRevisionOfAnUnwatchedNamespace(t *testing.T) {
 	}
 	open(t, c, "mine")
 	open(t, c, "mine2")
-	eventually(t, "Revision at the head", func() bool { return c.Revision() == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return c.Revision() == 2 }, "Revision at the head")
 	rev := f.publish("theirs", map[string]any{"v": 1})
 
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -585,12 +587,12 @@ func TestStreamUnsupportedFallsBackToWatch(t *testing.T) {
 		}
 	}
 	for _, name := range names {
-		eventually(t, name+" at seq 5", func() bool { return nss[name].Int("seq", -1) == 5 })
+		testutil.Eventually(t, waitLimit, func() bool { return nss[name].Int("seq", -1) == 5 }, name+" at seq 5")
 		if n := f.count(f.watches, name); n < 1 {
 			t.Errorf("%s: no per-namespace watch", name)
 		}
 	}
-	eventually(t, "Revision at the head", func() bool { f.progress(); return c.Revision() == 12 })
+	testutil.Eventually(t, waitLimit, func() bool { f.progress(); return c.Revision() == 12 }, "Revision at the head")
 }
 
 // TestAcksCoalescedAcrossNamespaces: the outcomes of several namespaces go
@@ -609,7 +611,7 @@ func TestAcksCoalescedAcrossNamespaces(t *testing.T) {
 	for _, ns := range names {
 		last = f.publish(ns, map[string]any{"v": 1})
 	}
-	eventually(t, "every namespace's last outcome acked", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		got := map[string]int64{}
@@ -622,7 +624,7 @@ func TestAcksCoalescedAcrossNamespaces(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, "every namespace's last outcome acked")
 	f.mu.Lock()
 	calls, acks := f.ackCalls, len(f.acks)
 	f.mu.Unlock()
@@ -648,17 +650,13 @@ func TestGoroutinesPerNamespace(t *testing.T) {
 				nss = append(nss, open(t, c, fmt.Sprintf("g%d", i)))
 			}
 			f.publish("g0", map[string]any{"v": -1}) // an ack, so the acker runs
-			eventually(t, "g0 applied", func() bool { return nss[0].Int("v", 0) == -1 })
+			testutil.Eventually(t, waitLimit, func() bool { return nss[0].Int("v", 0) == -1 }, "g0 applied")
 			limit := 3*n + perClient
 			var delta int
-			deadline := time.Now().Add(waitLimit)
-			for {
+			testutil.Wait(waitLimit, func() bool { // transient timers' goroutines settle
 				delta = runtime.NumGoroutine() - before
-				if delta <= limit || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(5 * time.Millisecond) // transient timers' goroutines settle
-			}
+				return delta <= limit
+			})
 			t.Logf("%d namespaces: %d goroutines (limit %d)", n, delta, limit)
 			if delta > limit {
 				t.Errorf("%d namespaces: %d goroutines; want <= %d", n, delta, limit)

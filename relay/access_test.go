@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -151,15 +152,13 @@ func TestRelayEnforcesScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var openErr error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	testutil.Wait(waitLimit, func() bool {
 		// Short attempts until one's first snapshot is answered in time.
 		short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancelShort()
 		_, openErr = c.Namespace(short, "fraud.prod")
-		cancelShort()
-		if openErr == nil || errors.Is(openErr, transport.ErrUnauthorized) {
-			break
-		}
-	}
+		return openErr == nil || errors.Is(openErr, transport.ErrUnauthorized)
+	})
 	if !errors.Is(openErr, transport.ErrUnauthorized) {
 		t.Fatalf("open fraud.prod through the relay: %v, want ErrUnauthorized", openErr)
 	}
@@ -172,14 +171,14 @@ func TestRelayEnforcesScopes(t *testing.T) {
 			t.Fatalf("the relay follows fraud.prod for a client that may not read it: %+v", ns)
 		}
 	}
-	eventually(t, "the origin to record the client's ack, forwarded under the relay's token", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, cs := range origin.Clients() {
 			if cs.ClientID == c.ClientID() && cs.Namespace == "payments.prod" && cs.AckedRevision == rev {
 				return true
 			}
 		}
 		return false
-	})
+	}, "the origin to record the client's ack, forwarded under the relay's token")
 	if !strings.Contains(relayLogs.String(), `"msg":"relay: access control on","tokens":["payments-svc","edge-relay","ops"]`) {
 		t.Errorf("the relay's log does not say access is controlled:\n%s", relayLogs.String())
 	}
@@ -199,12 +198,12 @@ func TestRelayNeedsItsOwnToken(t *testing.T) {
 	if !strings.Contains(relayLogs.String(), `"level":"WARN","msg":"relay: no tokens configured`) {
 		t.Errorf("an open relay does not warn:\n%s", relayLogs.String())
 	}
-	eventually(t, "the relay's namespace to record the upstream's 401", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, ns := range r.Namespaces() {
 			if ns.Namespace == "payments.prod" && strings.Contains(ns.LastError, "unauthorized") {
 				return true
 			}
 		}
 		return false
-	})
+	}, "the relay's namespace to record the upstream's 401")
 }

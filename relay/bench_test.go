@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/internal/memstat"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -79,7 +80,7 @@ func idleStreams(b *testing.B, r *relay.Relay, port int, req []byte, n int) {
 		for _, fd := range fds {
 			_ = syscall.Close(fd)
 		}
-		eventually(b, "every stream closed", func() bool { return r.Stats().OpenStreams == 0 })
+		testutil.Eventually(b, waitLimit, func() bool { return r.Stats().OpenStreams == 0 }, "every stream closed")
 	}()
 	open0 := r.Stats().OpenStreams
 	for range n {
@@ -89,12 +90,8 @@ func idleStreams(b *testing.B, r *relay.Relay, port int, req []byte, n int) {
 		}
 		fds = append(fds, fd)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for r.Stats().OpenStreams-open0 < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d streams open", r.Stats().OpenStreams-open0, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testutil.Wait(time.Minute, func() bool { return r.Stats().OpenStreams-open0 >= n }) {
+		b.Fatalf("%d of %d streams open", r.Stats().OpenStreams-open0, n)
 	}
 	after := memstat.Now()
 	if path := os.Getenv("HOLDFAST_BENCH_HEAPPROFILE"); path != "" {

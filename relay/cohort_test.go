@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -45,7 +46,7 @@ func TestRelayReportsItsClientsAsACohort(t *testing.T) {
 		ids = append(ids, c.ClientID())
 		nss = append(nss, openNamespace(t, c, "app"))
 	}
-	eventually(t, "the origin lists every client behind the relay", func() bool { return ackedAt(origin, "app", rev, ids...) })
+	testutil.Eventually(t, waitLimit, func() bool { return ackedAt(origin, "app", rev, ids...) }, "the origin lists every client behind the relay")
 	if st := origin.Stats(); st.Cohorts == 0 {
 		t.Fatalf("no cohort reports at the origin: %+v", st)
 	}
@@ -53,9 +54,9 @@ func TestRelayReportsItsClientsAsACohort(t *testing.T) {
 	origin.ResetStore() // forgets every ack, and the relay's cohort
 	rev = mustPublish(t, origin, "app", map[string]any{"v": 2})
 	for _, ns := range nss {
-		eventually(t, "every client at v=2", func() bool { return valueOf(ns, "v") == "2" })
+		testutil.Eventually(t, waitLimit, func() bool { return valueOf(ns, "v") == "2" }, "every client at v=2")
 	}
-	eventually(t, "the origin lists every client again", func() bool { return ackedAt(origin, "app", rev, ids...) })
+	testutil.Eventually(t, waitLimit, func() bool { return ackedAt(origin, "app", rev, ids...) }, "the origin lists every client again")
 	st, err := origin.Status("app")
 	if err != nil {
 		t.Fatal(err)
@@ -73,14 +74,14 @@ func TestRelayCohortCarriesNacks(t *testing.T) {
 	c := newClient(t, url)
 	ns := openNamespace(t, c, "app", config.Schema([]byte(`{"type":"object","properties":{"port":{"type":"integer","minimum":1}}}`)))
 	bad := mustPublish(t, origin, "app", map[string]any{"port": 0})
-	eventually(t, "the origin hears the nack", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, cs := range origin.Clients() {
 			if cs.ClientID == c.ClientID() && cs.NackedRevision == bad && cs.NackError != "" {
 				return true
 			}
 		}
 		return false
-	})
+	}, "the origin hears the nack")
 	if v, _ := ns.Get("port"); v.String() != "80" {
 		t.Errorf("port = %v, want the last good 80", v)
 	}
@@ -102,15 +103,15 @@ func TestRelayCohortsThroughAChainAndAcrossRelays(t *testing.T) {
 	_, second := startRelay(t, origin.URL())
 	mover := newClient(t, first, config.WithEndpoints(first, second))
 	moved := openNamespace(t, mover, "app")
-	eventually(t, "both clients listed", func() bool { return ackedAt(origin, "app", rev, chained.ClientID(), mover.ClientID()) })
+	testutil.Eventually(t, waitLimit, func() bool { return ackedAt(origin, "app", rev, chained.ClientID(), mover.ClientID()) }, "both clients listed")
 
 	stop()
 	rev = mustPublish(t, origin, "app", map[string]any{"v": 2})
-	eventually(t, "the mover at v=2 through the second relay", func() bool { return valueOf(moved, "v") == "2" })
+	testutil.Eventually(t, waitLimit, func() bool { return valueOf(moved, "v") == "2" }, "the mover at v=2 through the second relay")
 	if ep := moved.Status().Endpoint; ep != second {
 		t.Fatalf("the mover is served by %q, want %q", ep, second)
 	}
-	eventually(t, "both listed once, at the new revision", func() bool { return ackedAt(origin, "app", rev, chained.ClientID(), mover.ClientID()) })
+	testutil.Eventually(t, waitLimit, func() bool { return ackedAt(origin, "app", rev, chained.ClientID(), mover.ClientID()) }, "both listed once, at the new revision")
 }
 
 // A relay id the upstream would refuse in every report is refused at New.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -44,21 +45,21 @@ func TestRelayOneUpstreamStream(t *testing.T) {
 	}
 	for i := range nss {
 		for j, ns := range nss[i] {
-			eventually(t, "every client at v=3", func() bool { return valueOf(ns, "v") == "3" })
+			testutil.Eventually(t, waitLimit, func() bool { return valueOf(ns, "v") == "3" }, "every client at v=3")
 			if ns.Status().Revision > last {
 				t.Fatalf("client %d ns %s at revision %d past the head %d", i, names[j], ns.Status().Revision, last)
 			}
 		}
 	}
-	eventually(t, "one stream at the origin", func() bool { return origin.OpenStreams() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return origin.OpenStreams() == 1 }, "one stream at the origin")
 	// Joins restart the stream (debounced): one per namespace at most.
 	if got := origin.Stats().Streams; got > int64(len(names)) {
 		t.Errorf("the relay opened %d streams to the origin, want at most %d", got, len(names))
 	}
-	eventually(t, "the origin counts every client behind the relay, and one stream", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st, err := origin.Status("n0")
 		return err == nil && st.Clients == clients && st.Acked == clients && st.Streams == 1
-	})
+	}, "the origin counts every client behind the relay, and one stream")
 }
 
 // TestRelayLingersThenLetsGo: a namespace nobody asks for any more is
@@ -82,7 +83,7 @@ func TestRelayLingersThenLetsGo(t *testing.T) {
 	if got := followed(); got != "passing,pinned" {
 		t.Fatalf("followed %q", got)
 	}
-	eventually(t, "passing dropped after the linger", func() bool { return followed() == "pinned" })
+	testutil.Eventually(t, waitLimit, func() bool { return followed() == "pinned" }, "passing dropped after the linger")
 	// Asked again: followed again.
 	if status, _, snap := getSnapshot(t, url, "passing"); status != http.StatusOK || snap.Revision == 0 {
 		t.Fatalf("passing again: %d %+v", status, snap)
@@ -110,14 +111,14 @@ func TestRelaySnapshotAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	var resp *http.Response
-	eventually(t, "a 503 while the slot is held", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		resp, err = http.Get(url + transport.PathSnapshot + "?ns=big")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusServiceUnavailable
-	})
+	}, "a 503 while the slot is held")
 	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	if err != nil || secs < 1 || secs > 5 {
 		t.Errorf("Retry-After %q, want 1..5", resp.Header.Get("Retry-After"))
@@ -158,7 +159,7 @@ func TestRelayCutsASlowClient(t *testing.T) {
 	if _, err := bufio.NewReader(slow).Peek(1); err != nil { // its reply began; it reads no more
 		t.Fatal(err)
 	}
-	eventually(t, "both streams open", func() bool { return r.Stats().OpenStreams == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return r.Stats().OpenStreams == 2 }, "both streams open")
 
 	pad := strings.Repeat("p", 16<<10)
 	var last int64
@@ -168,9 +169,9 @@ func TestRelayCutsASlowClient(t *testing.T) {
 	// Cut by its queue's overflow, or at worst by the write timeout
 	// (10 s): slow under -race and load, so a longer deadline.
 	start := time.Now()
-	eventuallyWithin(t, 30*time.Second, "the fast client at the last change", func() bool { return fast.Status().Revision == last })
+	testutil.Eventually(t, 30*time.Second, func() bool { return fast.Status().Revision == last }, "the fast client at the last change")
 	t.Logf("fast done after %v", time.Since(start))
-	eventuallyWithin(t, 30*time.Second, "the slow one cut off", func() bool { return r.Stats().OpenStreams == 1 })
+	testutil.Eventually(t, 30*time.Second, func() bool { return r.Stats().OpenStreams == 1 }, "the slow one cut off")
 	t.Logf("slow cut after %v", time.Since(start))
 }
 
@@ -181,13 +182,13 @@ func TestRelayClosesItsUpstreamStreamWhenIdle(t *testing.T) {
 	mustPublish(t, origin, "app", map[string]any{"v": 1})
 	r, url := startRelay(t, origin.URL(), relay.WithLinger(100*time.Millisecond))
 	ns := openNamespace(t, newClient(t, url), "app")
-	eventually(t, "the relay's stream at the origin", func() bool { return origin.OpenStreams() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return origin.OpenStreams() == 1 }, "the relay's stream at the origin")
 	// The client leaves; nobody asks for app any more.
 	if err := ns.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "no namespace followed", func() bool { return len(r.Namespaces()) == 0 })
-	eventually(t, "no stream at the origin", func() bool { return origin.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return len(r.Namespaces()) == 0 }, "no namespace followed")
+	testutil.Eventually(t, waitLimit, func() bool { return origin.OpenStreams() == 0 }, "no stream at the origin")
 }
 
 // TestWaitForRevisionThroughARelay: a publish to a namespace neither the
@@ -206,7 +207,7 @@ func TestWaitForRevisionThroughARelay(t *testing.T) {
 	_, url := startRelay(t, "", withSource(src), relay.WithHeartbeat(5*time.Second))
 	c := newClient(t, url)
 	openNamespace(t, c, "watched")
-	eventually(t, "the client's revision at the head", func() bool { return c.Revision() >= origin.Head() })
+	testutil.Eventually(t, waitLimit, func() bool { return c.Revision() >= origin.Head() }, "the client's revision at the head")
 	rev := mustPublish(t, origin, "elsewhere", map[string]any{"v": 2})
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -256,12 +257,12 @@ func TestClientBehindTwoRelaysLearnsTheAgeOfAResnapshot(t *testing.T) {
 	_, url := startRelay(t, upper.URL())
 	c := newClient(t, url)
 	ns := openNamespace(t, c, "app", config.MaxStaleness(10*time.Second), config.FailOpen())
-	eventually(t, "Fresh at 1", func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == 1 })
-	eventually(t, "the relay's stream from the upper one", func() bool { return upper.Watchers("app") == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == 1 }, "Fresh at 1")
+	testutil.Eventually(t, waitLimit, func() bool { return upper.Watchers("app") == 1 }, "the relay's stream from the upper one")
 
 	f.Apply("app", "st", 2, 2, map[string]json.RawMessage{"a": json.RawMessage(`2`)}, nil, 30*time.Second, false)
-	eventuallyWithin(t, 5*time.Second, "Breached at 2, 30 s old", func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		st := ns.Status()
 		return st.Revision == 2 && st.State == config.StateBreached && st.Staleness >= 30*time.Second
-	})
+	}, "Breached at 2, 30 s old")
 }

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -61,7 +63,7 @@ func TestRelayChain(t *testing.T) {
 	ns := openNamespace(t, newClient(t, second), "app")
 	for i := 2; i <= 5; i++ {
 		rev := mustPublish(t, origin, "app", map[string]any{"k": "v" + strconv.Itoa(i)})
-		eventually(t, "the change through two relays", func() bool { return ns.Status().Revision == rev })
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "the change through two relays")
 	}
 	if got := valueOf(ns, "k"); got != `v5` {
 		t.Fatalf("k = %s", got)
@@ -96,7 +98,7 @@ func TestRelayRestartedWithOriginDownServesItsCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the first relay ready", func() bool { return r1.Ready() == nil })
+	testutil.Eventually(t, waitLimit, func() bool { return r1.Ready() == nil }, "the first relay ready")
 	if err := r1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +129,10 @@ func TestRelayRestartedWithOriginDownServesItsCache(t *testing.T) {
 	if err := origin.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "confirmed once the origin is back", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		_, _, s := getSnapshot(t, url, "app")
 		return !s.Unconfirmed && s.AgeMillis < 5000
-	})
+	}, "confirmed once the origin is back")
 }
 
 // TestRelayStoreResetAndOriginRestart: the origin restarts (same store),
@@ -145,14 +147,14 @@ func TestRelayStoreResetAndOriginRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev := mustPublish(t, origin, "app", map[string]any{"k": "b"})
-	eventually(t, "converged after the origin restarted", func() bool { return ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "converged after the origin restarted")
 
 	id := origin.ResetStore()
 	rev = mustPublish(t, origin, "app", map[string]any{"k": "c"})
-	eventually(t, "converged on the new store", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		return st.StoreID == id && st.Revision == rev && valueOf(ns, "k") == "c"
-	})
+	}, "converged on the new store")
 }
 
 // TestRelayCompactionDuringItsOutage: the origin compacts away the relay's
@@ -179,7 +181,7 @@ func TestRelayCompactionDuringItsOutage(t *testing.T) {
 	}
 	origin.DropStreams()
 	origin.SetBlackhole(false)
-	eventually(t, "the client converged", func() bool { return ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "the client converged")
 	if _, ok := ns.Get("gone"); ok || valueOf(ns, "k") != "5" || valueOf(ns, "new") != "1" {
 		t.Fatalf("content after the gap: k=%s new=%s", valueOf(ns, "k"), valueOf(ns, "new"))
 	}
@@ -235,31 +237,30 @@ func TestClientBehindACutOffRelay(t *testing.T) {
 		nss = append(nss, openNamespace(t, c, "app", config.MaxStaleness(maxStale)))
 	}
 	for _, ns := range nss {
-		eventually(t, "Fresh", func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == rev })
+		testutil.Eventually(t, waitLimit, func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == rev }, "Fresh")
 	}
 	// Healthy, a chain stays Fresh: its age does not add up heartbeats.
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Consistently(t, time.Second, func() error {
 		for i, ns := range nss {
 			if st := ns.Status(); st.State != config.StateFresh {
-				t.Fatalf("client %d not Fresh behind healthy relays: %v", i, st)
+				return fmt.Errorf("client %d not Fresh: %v", i, st)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "behind healthy relays")
 
 	if err := origin.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	down := time.Now()
 	for i, ns := range nss {
-		eventually(t, "Stale", func() bool { return ns.Status().State == config.StateStale })
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateStale }, "Stale")
 		if d := time.Since(down); d > 1200*time.Millisecond {
 			t.Errorf("client %d Stale %v after the origin stopped", i, d)
 		}
 	}
 	for _, ns := range nss {
-		eventually(t, "Breached", func() bool { return ns.Status().State == config.StateBreached })
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateBreached }, "Breached")
 		if st := ns.Status(); st.Staleness < maxStale {
 			t.Errorf("Breached at staleness %v", st.Staleness)
 		}
@@ -268,6 +269,6 @@ func TestClientBehindACutOffRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ns := range nss {
-		eventually(t, "Fresh again", func() bool { return ns.Status().State == config.StateFresh })
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "Fresh again")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -73,10 +74,10 @@ func TestRelayUpstreamThatLies(t *testing.T) {
 		seen = append(seen, ch.New.String())
 		mu.Unlock()
 	})
-	eventually(t, "revision 6 through the relay", func() bool { return ns.Status().Revision == 6 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == 6 }, "revision 6 through the relay")
 	// The lies were refused once the relay watches again (the foreign
 	// store id ended its first watch).
-	eventually(t, "a second watch", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.watches >= 2 })
+	testutil.Eventually(t, waitLimit, func() bool { up.mu.Lock(); defer up.mu.Unlock(); return up.watches >= 2 }, "a second watch")
 	status, _, snap := getSnapshot(t, url, "app")
 	if status != http.StatusOK || snap.StoreID != "s1" || snap.Revision != 6 || string(snap.Values) != `{"k":"6"}` {
 		t.Fatalf("the relay serves %d %+v", status, snap)
@@ -122,7 +123,7 @@ func TestRelayPassesUnknownFieldsThrough(t *testing.T) {
 	if status, _, _ := getSnapshot(t, url, "app"); status != http.StatusOK {
 		t.Fatalf("snapshot: %d", status)
 	}
-	eventually(t, "the change in the relay's window", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		resp, err := http.Get(url + transport.PathEvents + "?ns=app&since=1&wait=0s")
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +141,7 @@ func TestRelayPassesUnknownFieldsThrough(t *testing.T) {
 			t.Fatalf("the change as relayed: %s", body.Changes[0])
 		}
 		return true
-	})
+	}, "the change in the relay's window")
 }
 
 // reportSink is the future upstream's ack side: it records what the
@@ -183,7 +184,7 @@ func TestRelayForwardsReportsItDoesNotKnow(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("ack: %d", resp.StatusCode)
 	}
-	eventually(t, "both reports upstream", func() bool { up.mu.Lock(); defer up.mu.Unlock(); return len(up.acks) == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { up.mu.Lock(); defer up.mu.Unlock(); return len(up.acks) == 2 }, "both reports upstream")
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	slices.SortFunc(up.acks, func(a, b transport.Ack) int { return strings.Compare(a.Status, b.Status) })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -86,21 +87,8 @@ func newClient(t testing.TB, url string, opts ...config.Option) *config.Client {
 	return c
 }
 
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	eventuallyWithin(t, 10*time.Second, what, cond)
-}
-
-func eventuallyWithin(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitLimit bounds every wait of these tests on a condition.
+const waitLimit = 10 * time.Second
 
 func TestRelayServesUpstream(t *testing.T) {
 	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
@@ -122,19 +110,19 @@ func TestRelayServesUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a=2 through the relay", func() bool { v, _ := ns.Get("a"); return v.String() == "2" })
+	testutil.Eventually(t, waitLimit, func() bool { v, _ := ns.Get("a"); return v.String() == "2" }, "a=2 through the relay")
 	if st := ns.Status(); st.Revision != rev || st.StoreID != origin.StoreID() {
 		t.Fatalf("status %v, want revision %d of store %s", st, rev, origin.StoreID())
 	}
-	eventually(t, "Fresh", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "Fresh")
 	// The origin counts the client behind the relay.
-	eventually(t, "the origin hears the ack", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, cs := range origin.Clients() {
 			if cs.ClientID == c.ClientID() {
 				return true
 			}
 		}
 		return false
-	})
+	}, "the origin hears the ack")
 	t.Logf("origin stats %+v", origin.Stats())
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -139,7 +140,7 @@ func TestRelayHidesReservedKeysFromOldClients(t *testing.T) {
 	}
 	cs.Raw = json.RawMessage(raw)
 	up.Apply("app", "st", 2, 2, map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: next}, &cs, 0, false)
-	eventually(t, "the old client at revision 2", func() bool { return ns.Status().Revision == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == 2 }, "the old client at revision 2")
 	if _, ok := ns.Get(rollout.Key); ok || valueOf(ns, "a") != "1" {
 		t.Fatalf("the old client: %v", ns.Snapshot().Keys())
 	}

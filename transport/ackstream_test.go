@@ -3,16 +3,19 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -58,12 +61,8 @@ func TestAckStream(t *testing.T) {
 					t.Fatalf("batch %d: %v", i, err)
 				}
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for recorded(srv) < batches {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d acks recorded; stats %+v", recorded(srv), batches, srv.Stats())
-				}
-				time.Sleep(5 * time.Millisecond)
+			if !testutil.Wait(10*time.Second, func() bool { return recorded(srv) >= batches }) {
+				t.Fatalf("%d of %d acks recorded; stats %+v", recorded(srv), batches, srv.Stats())
 			}
 			if st := srv.Stats(); st.AckStreams != tc.streams || st.Acks != batches {
 				t.Errorf("stats %+v: want %d ack streams, %d acks", st, tc.streams, batches)
@@ -75,9 +74,7 @@ func TestAckStream(t *testing.T) {
 					t.Fatalf("own batch %d: %v", i, err)
 				}
 			}
-			for deadline := time.Now().Add(10 * time.Second); srv.Stats().Acks < 2*batches && time.Now().Before(deadline); {
-				time.Sleep(5 * time.Millisecond)
-			}
+			testutil.Wait(10*time.Second, func() bool { return srv.Stats().Acks >= 2*batches })
 			if st := srv.Stats(); st.AckStreams != tc.streams || st.Acks != 2*batches {
 				t.Errorf("stats %+v after a client's own batches: want %d ack streams, %d acks", st, tc.streams, 2*batches)
 			}
@@ -103,12 +100,8 @@ func TestAckStreamStaysOpen(t *testing.T) {
 		if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for srv.Stats().Acks < int64(i+1) {
-			if time.Now().After(deadline) {
-				t.Fatalf("stats %+v: want %d acks", srv.Stats(), i+1)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !testutil.Wait(5*time.Second, func() bool { return srv.Stats().Acks >= int64(i+1) }) {
+			t.Fatalf("stats %+v: want %d acks", srv.Stats(), i+1)
 		}
 		if st := srv.Stats(); st.AckStreams != 1 {
 			t.Fatalf("batch %d: %d ack streams opened, want 1", i, st.AckStreams)
@@ -187,7 +180,9 @@ func TestAckStreamCloseWithAStalledServer(t *testing.T) {
 // another.
 func TestAckStreamRefusedFallsBackToPosts(t *testing.T) {
 	fs := startAppServer(t)
+	var streams atomic.Int32
 	url := ackStreamServer(t, fs, 0, func(w http.ResponseWriter, r *http.Request) {
+		streams.Add(1)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1)) // takes a line's first byte, records nothing
 		http.Error(w, `{"error":"unavailable"}`, http.StatusServiceUnavailable)
 	})
@@ -201,22 +196,45 @@ func TestAckStreamRefusedFallsBackToPosts(t *testing.T) {
 	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "app"}); err != nil {
 		t.Fatal(err)
 	}
+	acked := func() map[string]bool {
+		got := map[string]bool{}
+		for _, c := range fs.Clients() {
+			got[c.ClientID] = c.AckedRevision == 1
+		}
+		return got
+	}
+	// The first batches go into the stream, until its refusal comes back:
+	// they may be lost. Probes until one is recorded, which it is once the
+	// client knows of the refusal and posts.
+	probes := 0
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		id := "probe" + strconv.Itoa(probes)
+		probes++
+		ack := transport.Ack{ClientID: id, Namespace: "app", Revision: 1, Status: transport.AckApplied}
+		if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
+			return err
+		}
+		if !acked()[id] {
+			return fmt.Errorf("%s not recorded", id)
+		}
+		return nil
+	}, "a batch recorded after the stream was refused")
+	// Every later batch goes as a POST, none into a refused stream.
 	const batches = 10
 	for i := range batches {
 		ack := transport.Ack{ClientID: "c" + strconv.Itoa(i), Namespace: "app", Revision: 1, Status: transport.AckApplied}
 		if err := src.AckBatch(ctx, []transport.Ack{ack}); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	got := map[string]bool{}
-	for _, c := range fs.Clients() {
-		got[c.ClientID] = c.AckedRevision == 1
-	}
-	for i := 2; i < batches; i++ { // the first one or two may have gone into the refused stream
+	got := acked()
+	for i := range batches {
 		if !got["c"+strconv.Itoa(i)] {
 			t.Errorf("batch %d not recorded; recorded %v", i, got)
 		}
+	}
+	if n := streams.Load(); n != 1 {
+		t.Errorf("%d ack streams opened; want 1, then POSTs", n)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // serverStatusz reads a server's /statusz.
@@ -49,14 +51,14 @@ func TestTwoServersOneClusterFailover(t *testing.T) {
 	}
 	rev := publish(a.url(), 0)
 	for _, base := range []string{a.url(), b.url()} {
-		until(t, "the snapshot of "+base, func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			code, body, _ := get(t, base+"/sdk/snapshot?ns=app")
 			var snap struct {
 				StoreID  string `json:"store_id"`
 				Revision int64  `json:"revision"`
 			}
 			return code == http.StatusOK && json.Unmarshal([]byte(body), &snap) == nil && snap.Revision == rev && snap.StoreID == idA
-		})
+		}, "the snapshot of "+base)
 	}
 
 	r := startRelayProc(t, bin, a.url()+","+b.url())
@@ -67,16 +69,16 @@ func TestTwoServersOneClusterFailover(t *testing.T) {
 	for v := 1; v <= 3; v++ {
 		rev = publish(a.url(), v)
 	}
-	until(t, "both clients at the last publish on the first server", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return nsDirect.Status().Revision == rev && nsBehind.Status().Revision == rev
-	})
+	}, "both clients at the last publish on the first server")
 	snapsDirect, snapsBehind := directCT.snapshots.Load(), behindCT.snapshots.Load()
 
-	until(t, "one leader of the two servers", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		_, la := serverStatusz(t, a.url())
 		_, lb := serverStatusz(t, b.url())
 		return la != lb
-	})
+	}, "one leader of the two servers")
 	a.kill()
 	killed := time.Now()
 	for {
@@ -92,9 +94,9 @@ func TestTwoServersOneClusterFailover(t *testing.T) {
 	for v := 4; v <= 8; v++ {
 		rev = publish(b.url(), v)
 	}
-	until(t, "both clients at the last publish on the second server", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return nsDirect.Status().Revision == rev && nsBehind.Status().Revision == rev
-	})
+	}, "both clients at the last publish on the second server")
 	if ep := nsDirect.Status().Endpoint; ep != b.url() {
 		t.Errorf("the direct client is served by %q, want the second server %q", ep, b.url())
 	}

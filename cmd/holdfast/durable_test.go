@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // startServerProc starts `holdfast server` as a process on a free port
@@ -125,11 +126,11 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 			}
 		}()
 	}
-	until(t, "100 answered publishes", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(done) >= 100
-	})
+	}, "100 answered publishes")
 	srv.kill()
 	stop.Store(true)
 	wg.Wait()

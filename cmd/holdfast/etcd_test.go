@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -97,19 +98,12 @@ func waitEtcd(t testing.TB, members string) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		_, err := src.Client().Get(ctx, "health")
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd not healthy after 30s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	}, "etcd to be healthy")
 }
 
 type lockedBuffer struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // The edge tier with real processes and real sockets (issue 13's tests):
@@ -151,16 +152,8 @@ func openNS(t testing.TB, c *config.Client, name string, opts ...config.Namespac
 	return ns
 }
 
-func until(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitLimit bounds every wait of these tests on a condition.
+const waitLimit = 20 * time.Second
 
 // recorder records every revision a namespace applied, in order.
 type recorder struct {
@@ -196,11 +189,11 @@ func (r *recorder) checkIncreasing(t *testing.T, who string, last int64) {
 
 func (r *recorder) check(t *testing.T, who string, last int64, consecutive bool) {
 	t.Helper()
-	until(t, who+"'s callback of the last revision", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return len(r.revs) > 0 && r.revs[len(r.revs)-1] >= last
-	})
+	}, who+"'s callback of the last revision")
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := 1; i < len(r.revs); i++ {
@@ -250,7 +243,7 @@ func TestFleetFailoverBetweenRelays(t *testing.T) {
 		last = publishV(t, origin, "app", v)
 	}
 	for i, c := range cs {
-		until(t, "client "+strconv.Itoa(i)+" converges", func() bool { return c.ns.Status().Revision == last })
+		testutil.Eventually(t, waitLimit, func() bool { return c.ns.Status().Revision == last }, "client "+strconv.Itoa(i)+" converges")
 	}
 	before := make([]int64, len(cs))
 	for i, c := range cs {
@@ -262,7 +255,7 @@ func TestFleetFailoverBetweenRelays(t *testing.T) {
 		last = publishV(t, origin, "app", v)
 	}
 	for i, c := range cs {
-		until(t, "client "+strconv.Itoa(i)+" converges after the relay died", func() bool { return c.ns.Status().Revision == last })
+		testutil.Eventually(t, waitLimit, func() bool { return c.ns.Status().Revision == last }, "client "+strconv.Itoa(i)+" converges after the relay died")
 		if st := c.ns.Status(); st.Endpoint != b.url() {
 			t.Errorf("client %d served by %q, want the surviving relay %q", i, st.Endpoint, b.url())
 		}
@@ -286,17 +279,17 @@ func TestFleetOriginDown(t *testing.T) {
 	const maxStale = 2 * time.Second
 	c, _ := fleetClient(t, []string{r.url()}, config.WithStreamIdleTimeout(600*time.Millisecond))
 	ns := openNS(t, c, "app", config.MaxStaleness(maxStale))
-	until(t, "Fresh", func() bool { return ns.Status().State == config.StateFresh && ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh && ns.Status().Revision == rev }, "Fresh")
 
 	if err := origin.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	down := time.Now()
-	until(t, "Stale behind a relay cut off", func() bool { return ns.Status().State == config.StateStale })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateStale }, "Stale behind a relay cut off")
 	if d := time.Since(down); d > 2*time.Second {
 		t.Errorf("Stale %v after the origin went down; want within the idle timeout", d)
 	}
-	until(t, "Breached past MaxStaleness", func() bool { return ns.Status().State == config.StateBreached })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateBreached }, "Breached past MaxStaleness")
 
 	// Restart the relay with the origin still down (SIGTERM: it flushes).
 	r.stop()
@@ -314,11 +307,11 @@ func TestFleetOriginDown(t *testing.T) {
 	if err := origin.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "Fresh again", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().State == config.StateFresh && lateNS.Status().State == config.StateFresh
-	})
+	}, "Fresh again")
 	rev = publishV(t, origin, "app", 2)
-	until(t, "the new revision", func() bool { return ns.Status().Revision == rev && lateNS.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev && lateNS.Status().Revision == rev }, "the new revision")
 }
 
 // TestFleetChainAndNewStore: origin → relay → relay → client; the origin
@@ -336,13 +329,13 @@ func TestFleetChainAndNewStore(t *testing.T) {
 	rec := record(ns)
 
 	rev := publishV(t, origin, "app", 1)
-	until(t, "through two relays", func() bool { return ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "through two relays")
 
 	if err := origin.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	rev = publishV(t, origin, "app", 2)
-	until(t, "after the origin restarted", func() bool { return ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "after the origin restarted")
 
 	// Compaction during the first relay's outage.
 	first.kill()
@@ -353,12 +346,12 @@ func TestFleetChainAndNewStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.start()
-	until(t, "after a compaction during the relay's outage", func() bool { return ns.Status().Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == rev }, "after a compaction during the relay's outage")
 	rec.checkIncreasing(t, "the client", rev)
 
 	id := origin.ResetStore()
 	rev = publishV(t, origin, "app", 7)
-	until(t, "on the new store", func() bool { st := ns.Status(); return st.StoreID == id && st.Revision == rev })
+	testutil.Eventually(t, waitLimit, func() bool { st := ns.Status(); return st.StoreID == id && st.Revision == rev }, "on the new store")
 	if v, _ := ns.Get("v"); v.String() != "7" {
 		t.Fatalf("v = %s", v)
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // TestMoveEmbeddedStoreToCluster: a store grows out of one machine. A
@@ -31,7 +33,7 @@ func TestMoveEmbeddedStoreToCluster(t *testing.T) {
 
 	c, ct := fleetClient(t, []string{url})
 	ns := openNS(t, c, "app")
-	until(t, "the client at the last publish", func() bool { return ns.Status().Revision == last })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == last }, "the client at the last publish")
 	id, _ := serverStatusz(t, url)
 	history := mustRun(t, "history", "-server", url, "-o", "json", "app")
 	values := mustRun(t, "get", "-server", url, "-o", "json", "-revision", fmt.Sprint(r2), "app")
@@ -55,10 +57,10 @@ func TestMoveEmbeddedStoreToCluster(t *testing.T) {
 	if got, _ := serverStatusz(t, url); got != id {
 		t.Fatalf("store id %q on the cluster, want %q", got, id)
 	}
-	until(t, "the server on the cluster leads (no election key came over)", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		_, leads := serverStatusz(t, url)
 		return leads
-	})
+	}, "the server on the cluster leads (no election key came over)")
 	if got := mustRun(t, "history", "-server", url, "-o", "json", "app"); got != history {
 		t.Errorf("history on the cluster:\n%s\nwant:\n%s", got, history)
 	}
@@ -67,7 +69,7 @@ func TestMoveEmbeddedStoreToCluster(t *testing.T) {
 	}
 	mustFail(t, exitFail, "(HTTP 422)", "publish", "-server", url, "app", "a=11")
 	next := revisionOf(t, mustRun(t, "publish", "-server", url, "-o", "json", "app", "a=5"))
-	until(t, "the client at the first publish on the cluster", func() bool { return ns.Status().Revision == next })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == next }, "the client at the first publish on the cluster")
 	if n := ct.snapshots.Load() - snapshots; n != 0 {
 		t.Errorf("the client fetched %d snapshots after the move, want 0", n)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -62,12 +63,8 @@ func TestQueueDropsOnlyTheAckTheUpstreamRefuses(t *testing.T) {
 		q.Add(transport.Ack{ClientID: c, Namespace: "app", Revision: 1, Status: transport.AckApplied})
 	}
 	want := []string{"c1", "c2", "c3", "c4", "c5"}
-	deadline := time.Now().Add(5 * time.Second)
-	for !slices.Equal(up.clients(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered %v, want %v", up.clients(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Wait(5*time.Second, func() bool { return slices.Equal(up.clients(), want) }) {
+		t.Fatalf("delivered %v, want %v", up.clients(), want)
 	}
 	up.mu.Lock()
 	defer up.mu.Unlock()
@@ -89,21 +86,17 @@ func TestQueueSendsUnknownReportsApart(t *testing.T) {
 	q.Add(transport.Ack{ClientID: "c2", Namespace: "app", Revision: 1, Status: transport.AckApplied})
 	q.Add(transport.Ack{ClientID: "c3", Namespace: "app", Revision: 1, Status: transport.AckRejected})
 	q.Add(transport.Ack{ClientID: "c4", Namespace: "app", Revision: 1, Status: transport.AckWouldReject, Rollout: "r1"})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var b [][]transport.Ack
+	if !testutil.Wait(5*time.Second, func() bool {
 		up.mu.Lock()
-		b := slices.Clone(up.batches)
+		b = slices.Clone(up.batches)
 		up.mu.Unlock()
-		if len(b) == 2 {
-			if len(b[0]) != 3 || len(b[1]) != 1 || b[1][0].Status != "stage_seen" {
-				t.Fatalf("batches %v, want the known ones, then the other", b)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batches %v", b)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return len(b) == 2
+	}) {
+		t.Fatalf("batches %v", b)
+	}
+	if len(b[0]) != 3 || len(b[1]) != 1 || b[1][0].Status != "stage_seen" {
+		t.Fatalf("batches %v, want the known ones, then the other", b)
 	}
 }
 
@@ -181,26 +174,22 @@ func TestQueueSpreadsPlainAcksWider(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			q.Start(ctx, syncer.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})
 			defer func() { cancel(); q.Wait() }()
-			deadline := start.Add(5 * time.Second)
-			for {
+			var b [][]transport.Ack
+			if !testutil.Wait(time.Until(start.Add(5*time.Second)), func() bool {
 				up.mu.Lock()
-				b := slices.Clone(up.batches)
+				b = slices.Clone(up.batches)
 				up.mu.Unlock()
-				if len(b) > 0 {
-					took := time.Since(start)
-					if len(b) != 1 || len(b[0]) != 2 {
-						t.Fatalf("batches %v, want both reports in one", b)
-					}
-					// Lower bounds only: a busy machine may be late, never early.
-					if !tc.prompt && took < ackDelayPlainMin {
-						t.Errorf("a plain ack went after %v, before the wide window (%v)", took, ackDelayPlainMin)
-					}
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("nothing delivered")
-				}
-				time.Sleep(2 * time.Millisecond)
+				return len(b) > 0
+			}) {
+				t.Fatal("nothing delivered")
+			}
+			took := time.Since(start)
+			if len(b) != 1 || len(b[0]) != 2 {
+				t.Fatalf("batches %v, want both reports in one", b)
+			}
+			// Lower bounds only: a busy machine may be late, never early.
+			if !tc.prompt && took < ackDelayPlainMin {
+				t.Errorf("a plain ack went after %v, before the wide window (%v)", took, ackDelayPlainMin)
 			}
 		})
 	}
@@ -259,11 +248,8 @@ func TestQueueRetriesTheNewestAfterAFailure(t *testing.T) {
 		q.Add(transport.Ack{ClientID: c, Namespace: "app", Revision: 1, Status: transport.AckApplied})
 	}
 	want := map[string]int64{"c1": 2, "c2": 1, "c3": 1}
-	deadline := time.Now().Add(5 * time.Second)
-	for got := up.delivered(); !maps.Equal(got, want); got = up.delivered() {
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered %v, want %v", got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var got map[string]int64
+	if !testutil.Wait(5*time.Second, func() bool { got = up.delivered(); return maps.Equal(got, want) }) {
+		t.Fatalf("delivered %v, want %v", got, want)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -127,13 +128,8 @@ func (g *rig) close() {
 }
 
 func waitReady(b *testing.B, ready func() bool) {
-	deadline := time.Now().Add(30 * time.Second)
-	for !ready() {
-		if time.Now().After(deadline) {
-			b.Fatal("watchers did not connect")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	b.Helper()
+	testutil.Eventually(b, 30*time.Second, ready, "the watchers to connect")
 }
 
 // serverRig is the reference server with 1,000 watch streams on one namespace.
@@ -307,18 +303,14 @@ func BenchmarkIdleWatcherMemory(b *testing.B) {
 			conn, _ := dialSSE(b, s.Addr(), "/sdk/watch?ns=bench")
 			conns = append(conns, conn)
 		}
-		for s.OpenStreams() != benchWatchers {
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(b, waitLimit, func() bool { return s.OpenStreams() == benchWatchers }, "%d streams", benchWatchers)
 		after, g1 := memInUse()
 		b.ReportMetric(float64(after-before)/benchWatchers, "bytes/watcher")
 		b.ReportMetric(float64(g1-g0)/benchWatchers, "goroutines/watcher")
 		for _, c := range conns {
 			c.Close()
 		}
-		for s.OpenStreams() != 0 {
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(b, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no stream")
 	}
 }
 
@@ -345,9 +337,7 @@ func BenchmarkPublish(b *testing.B) {
 			rd := &readers{}
 			defer rd.close()
 			rd.start(b, n, s.Addr(), "/sdk/watch?ns=bench", func() {})
-			for s.OpenStreams() != n {
-				time.Sleep(time.Millisecond)
-			}
+			testutil.Eventually(b, waitLimit, func() bool { return s.OpenStreams() == n }, "%d streams", n)
 			value := json.RawMessage(`{"host":"db-1.internal","port":5432,"pool":{"max":20}}`)
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -86,7 +87,7 @@ func TestLongPollOverflowSkipsChanges(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			got <- reply{resp, b}
 		}()
-		waitFor(t, "a held long-poll", func() bool { return longPollWatcher(s, "app") != nil })
+		testutil.Eventually(t, waitLimit, func() bool { return longPollWatcher(s, "app") != nil }, "a held long-poll")
 		wt := longPollWatcher(s, "app")
 
 		// The dispatcher blocks on the hub lock while pushing "other"'s
@@ -431,7 +432,7 @@ func TestBlackholeLongPoll(t *testing.T) {
 	s := start(t)
 	r0, _ := s.Publish("app", map[string]any{"k": 0})
 	conn, br := rawRequest(t, s.Addr(), "GET", "/sdk/events?ns=app&wait=10s&since="+strconv.FormatInt(r0, 10))
-	waitFor(t, "a held long-poll", func() bool { return longPollWatcher(s, "app") != nil })
+	testutil.Eventually(t, waitLimit, func() bool { return longPollWatcher(s, "app") != nil }, "a held long-poll")
 	s.SetBlackhole(true)
 	r1, _ := s.Publish("app", map[string]any{"k": 1})
 	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
@@ -468,8 +469,8 @@ func TestSchemaBodyTooLarge(t *testing.T) {
 	}
 	// net/http lingers 500 ms on a connection whose body limit was hit
 	// (closeWriteAndWait); wait it out so that goleak sees nothing.
-	waitFor(t, "the refused connection to close", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		buf := make([]byte, 1<<20)
 		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "closeWriteAndWait")
-	})
+	}, "the refused connection to close")
 }

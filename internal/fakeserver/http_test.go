@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -233,11 +234,11 @@ func TestEventsLongPoll(t *testing.T) {
 			defer wg.Done()
 			resp, body = do(t, c, "GET", s.URL()+"/sdk/events?ns=app&since="+strconv.FormatInt(since, 10)+"&wait=5s", "")
 		}()
-		waitFor(t, "a waiting long-poll", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			s.hub.mu.RLock()
 			defer s.hub.mu.RUnlock()
 			return len(s.hub.byNS["app"]) == 1
-		})
+		}, "a waiting long-poll")
 		s.DropStreams()
 		wg.Wait()
 		er := decode[transport.EventsResponse](t, body)

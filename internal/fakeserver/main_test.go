@@ -78,17 +78,8 @@ func decode[T any](t testing.TB, data []byte) T {
 	return v
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitLimit bounds every wait of these tests on a condition.
+const waitLimit = 10 * time.Second
 
 // sseEvent is one frame read by the raw SSE client.
 type sseEvent struct {

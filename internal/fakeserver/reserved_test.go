@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -285,7 +286,7 @@ func TestLongPollWithoutReservedKeysForOldClients(t *testing.T) {
 			waits[caps+" "+path] = pollWith(c, s.URL()+path, asClient(caps)...)
 		}
 	}
-	waitFor(t, "four waiting polls", func() bool { return s.Watchers("app") == 4 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.Watchers("app") == 4 }, "four waiting polls")
 	rev := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedFor(t, "r3")})
 	for name, ch := range waits {
 		r := <-ch
@@ -372,7 +373,7 @@ func TestWatchAndStreamWithoutReservedKeysForOldClients(t *testing.T) {
 			reader{"watch " + caps, caps == newCaps, openStreamWith(t, c, s.URL()+"/sdk/watch?ns=app&since="+since, "", asClient(caps)...)},
 			reader{"stream " + caps, caps == newCaps, openStreamWith(t, c, s.URL()+"/sdk/stream?ns=app:"+since+"&ns=other:0", "", asClient(caps)...)})
 	}
-	waitFor(t, "six streams", func() bool { return s.OpenStreams() == 6 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 6 }, "six streams")
 	// Live, then the same history again from each one's backlog.
 	revs := reservedHistory(t, s)
 	for _, r := range readers {
@@ -564,20 +565,20 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 				{rollout.Key: stagedFor(t, "r2"), "a": json.RawMessage(`3`)},
 			} {
 				last = publishReserved(t, s, "app", puts)
-				waitFor(t, "revision "+strconv.FormatInt(last, 10), func() bool { return ns.Status().Revision == last })
+				testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == last }, "revision "+strconv.FormatInt(last, 10))
 				if _, ok := ns.Get(rollout.Key); ok {
 					t.Fatalf("step %d: the old client serves %s", i, rollout.Key)
 				}
 			}
 			last = publishReserved(t, s, "app", nil, rollout.Key)
-			waitFor(t, "the delete's revision", func() bool { return ns.Status().Revision == last })
+			testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Revision == last }, "the delete's revision")
 			if keys := ns.Snapshot().Keys(); !slices.Equal(keys, []string{"a", "b"}) {
 				t.Fatalf("keys %v", keys)
 			}
 			if n := s.Stats().Snapshots - snapshots; n != 0 {
 				t.Fatalf("%d snapshots after the first: the chain of revisions broke", n)
 			}
-			waitFor(t, "the ack of the last revision", func() bool {
+			testutil.Eventually(t, waitLimit, func() bool {
 				for _, st := range s.Clients() {
 					if st.ClientID == "old-1" && st.NackedRevision != 0 {
 						t.Fatalf("the old client nacked: %+v", st)
@@ -587,7 +588,7 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 					}
 				}
 				return false
-			})
+			}, "the ack of the last revision")
 		})
 	}
 }

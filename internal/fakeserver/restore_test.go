@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -43,11 +44,11 @@ func TestRestoreTo(t *testing.T) {
 		}
 		poll <- err
 	}()
-	waitFor(t, "a held long-poll", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		s.hub.mu.RLock()
 		defer s.hub.mu.RUnlock()
 		return len(s.hub.byNS["app"]) == 2
-	})
+	}, "a held long-poll")
 
 	if err := s.RestoreTo(2); err != nil {
 		t.Fatal(err)

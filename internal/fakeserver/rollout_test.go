@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -98,13 +99,13 @@ func (f *fleet) ackStage() *rollout.Staged {
 func waitRollout(t testing.TB, s *Server, ns, id, what string, cond func(RolloutRecord) bool) RolloutRecord {
 	t.Helper()
 	var rec RolloutRecord
-	waitFor(t, what, func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		var err error
 		if rec, err = s.Rollout(ns, id); err != nil {
 			t.Fatal(err)
 		}
 		return cond(rec)
-	})
+	}, what)
 	return rec
 }
 

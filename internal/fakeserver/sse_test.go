@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -161,7 +162,7 @@ func TestWatchStalledReaderIsDisconnected(t *testing.T) {
 	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "200") {
 		t.Fatalf("stalled reader: %q %v", line, err)
 	}
-	waitFor(t, "4 streams", func() bool { return s.OpenStreams() == 4 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 4 }, "4 streams")
 
 	// Publish big values, paced by the fast readers, until the stalled one
 	// overflows (its socket buffers fill first, then its queue).
@@ -295,17 +296,17 @@ func TestDropStreamsAndReset(t *testing.T) {
 	s.Publish("app", map[string]any{"k": 0})
 	a := openStream(t, c, s.URL()+"/sdk/watch?ns=app", "")
 	b := openStream(t, c, s.URL()+"/sdk/watch?ns=app", "")
-	waitFor(t, "2 streams", func() bool { return s.OpenStreams() == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 2 }, "2 streams")
 	resp, _ := do(t, c, "POST", s.URL()+"/control/faults", `{"drop_streams":true}`)
 	if resp.StatusCode != 200 {
 		t.Fatal(resp.StatusCode)
 	}
 	a.ended(t)
 	b.ended(t)
-	waitFor(t, "no streams", func() bool { return s.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no streams")
 
 	a = openStream(t, c, s.URL()+"/sdk/watch?ns=app", "")
-	waitFor(t, "1 stream", func() bool { return s.OpenStreams() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "1 stream")
 	s.ResetStore()
 	a.ended(t)
 	if st := s.Stats(); st.Watches != 3 {
@@ -334,7 +335,7 @@ func TestWatchCursorIsHonest(t *testing.T) {
 	// Join while publishes are in flight, from the start and from the head.
 	var streams []*stream
 	for i := range 8 {
-		waitFor(t, "publishes", func() bool { return s.Head() >= int64(i*2*n/10) })
+		testutil.Eventually(t, waitLimit, func() bool { return s.Head() >= int64(i*2*n/10) }, "publishes")
 		streams = append(streams, openStream(t, c, s.URL()+"/sdk/watch?ns=a&since=1", ""))
 	}
 	<-done

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -38,10 +39,7 @@ func TestStreamPromptProgressWhileOpening(t *testing.T) {
 			t.Fatalf("attempt %d: progress at %d came %v after the publish; want <= 1s (not the heartbeat)", i, r1, d)
 		}
 		st.close()
-		deadline := time.Now().Add(5 * time.Second)
-		for s.OpenStreams() != 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "attempt %d: the stream closed", i)
 		// Past the progress coalescing window, so the next publish's tick
 		// comes at once (the race is with an immediate tick).
 		time.Sleep(progressEvery + 10*time.Millisecond)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -364,7 +365,7 @@ func TestStreamOverflowDisconnects(t *testing.T) {
 	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "200") {
 		t.Fatalf("stalled reader: %q %v", line, err)
 	}
-	waitFor(t, "2 streams", func() bool { return s.OpenStreams() == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 2 }, "2 streams")
 	value := strings.Repeat("v", 128<<10)
 	var r int64
 	deadline := time.Now().Add(30 * time.Second)
@@ -420,15 +421,15 @@ func TestStreamEndsOnResetAndDrop(t *testing.T) {
 	c := newClient(t)
 	r0, _ := s.Publish("a", map[string]any{"k": 0})
 	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r0), pair("nothere", 0)), "")
-	waitFor(t, "stream", func() bool { return s.OpenStreams() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "stream")
 	s.DropStreams()
 	st.ended(t)
 	// A stream whose every namespace ended still ends with the store.
 	st = openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("nothere", 0)), "")
-	waitFor(t, "stream", func() bool { return s.OpenStreams() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "stream")
 	s.ResetStore()
 	st.ended(t)
-	waitFor(t, "no stream", func() bool { return s.OpenStreams() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no stream")
 }
 
 func pollStream(t *testing.T, c *http.Client, url string) (transport.StreamEventsResponse, time.Duration) {
@@ -468,21 +469,26 @@ func TestStreamEventsLongPoll(t *testing.T) {
 		t.Fatalf("behind: %+v after %v", got, d)
 	}
 
+	// held waits until the earlier polls' watchers are gone, then publishes
+	// to ns from a goroutine once the next poll is held (it watches b).
+	held := func(ns string, k int) {
+		t.Helper()
+		testutil.Eventually(t, waitLimit, func() bool { return s.Watchers("a")+s.Watchers("b") == 0 }, "the earlier polls done")
+		go func() {
+			testutil.Wait(waitLimit, func() bool { return s.Watchers("b") > 0 })
+			s.Publish(ns, map[string]any{"k": k})
+		}()
+	}
+
 	// Current: waits; a publish to an unwatched namespace answers within 1 s.
-	go func() {
-		time.Sleep(100 * time.Millisecond) // the poll is (probably) held by now; if not, it answers at once
-		s.Publish("c", map[string]any{"k": 4})
-	}()
+	held("c", 4)
 	got, d = pollStream(t, c, streamURL(s.URL(), transport.PathStreamEvents, pair("a", r3), pair("b", r3))+"&wait=10s")
 	if got.Cursor != r3+1 || len(got.Changes) != 0 || d > 1100*time.Millisecond {
 		t.Fatalf("unwatched publish: %+v after %v", got, d)
 	}
 
 	// A change of its own.
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		s.Publish("b", map[string]any{"k": 5})
-	}()
+	held("b", 5)
 	got, _ = pollStream(t, c, streamURL(s.URL(), transport.PathStreamEvents, pair("a", r3+1), pair("b", r3+1))+"&wait=10s")
 	if got.Cursor != r3+2 || len(got.Changes) != 1 || got.Changes[0].Namespace != "b" || got.Changes[0].Revision != r3+2 {
 		t.Fatalf("own change: %+v", got)

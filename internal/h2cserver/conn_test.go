@@ -18,6 +18,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // smallWindowClient is an h2c client that lets the server send it at most
@@ -397,7 +399,7 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 	if got := get(t, h2, base+"/"); got != "HTTP/2.0 GET " {
 		t.Fatalf("got %q", got)
 	}
-	waitFor(t, "the idle connection is closed", func() bool { return closed.Load() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return closed.Load() == 1 }, "the idle connection is closed")
 	if got := get(t, h2, base+"/"); got != "HTTP/2.0 GET " { // the client dials again
 		t.Fatalf("after: %q", got)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // start serves h on a loopback port with an h2cserver.Server and returns
@@ -107,11 +109,11 @@ func TestServesBothProtocolsOnOneListener(t *testing.T) {
 	}
 	h1.CloseIdleConnections()
 	h2.CloseIdleConnections()
-	waitFor(t, "the three connections closed", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return states[http.StateClosed] >= 3
-	})
+	}, "the three connections closed")
 	mu.Lock()
 	defer mu.Unlock()
 	if states[http.StateNew] < 3 || states[http.StateNew] != states[http.StateClosed] {
@@ -185,24 +187,24 @@ func TestShutdownLetsRequestsFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idle.Close()
-	waitFor(t, "the idle connection accepted", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.conns) == 2
-	})
+	}, "the idle connection accepted")
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		shut <- s.Shutdown(ctx)
 	}()
-	waitFor(t, "the listener closed", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 		if err == nil {
 			c.Close()
 		}
 		return err != nil
-	})
+	}, "the listener closed")
 	close(release)
 	if b := <-got; b != "done" {
 		t.Errorf("the request in flight: %q, want done", b)
@@ -245,11 +247,11 @@ func TestPrefaceTimeout(t *testing.T) {
 			if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 				t.Errorf("read after half a preface: %v, want EOF (closed by the server)", err)
 			}
-			waitFor(t, "no connection left", func() bool {
+			testutil.Eventually(t, waitLimit, func() bool {
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				return len(s.conns) == 0
-			})
+			}, "no connection left")
 			mu.Lock()
 			defer mu.Unlock()
 			if states[http.StateNew] != 1 || states[http.StateClosed] != 1 {
@@ -303,13 +305,5 @@ func (c *scriptConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitLimit bounds every wait of these tests on a condition.
+const waitLimit = 10 * time.Second

@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -247,18 +248,14 @@ func (c controlAPI) get(ns, id string) record {
 func (c controlAPI) ended(ns, id string) record {
 	c.t.Helper()
 	var r record
-	deadline := time.Now().Add(waitLimit)
-	for r = c.get(ns, id); r.State == "running"; r = c.get(ns, id) {
-		if time.Now().After(deadline) {
-			var raw json.RawMessage
-			c.do("GET", "/control/namespaces/"+ns+"/rollouts/"+id, nil, http.StatusOK, &raw)
-			more := ""
-			if c.debug != nil {
-				more = c.debug()
-			}
-			c.t.Fatalf("rollout %s still running after %v: %s %s", id, waitLimit, raw, more)
+	if !testutil.Wait(waitLimit, func() bool { r = c.get(ns, id); return r.State != "running" }) {
+		var raw json.RawMessage
+		c.do("GET", "/control/namespaces/"+ns+"/rollouts/"+id, nil, http.StatusOK, &raw)
+		more := ""
+		if c.debug != nil {
+			more = c.debug()
 		}
-		time.Sleep(5 * time.Millisecond)
+		c.t.Fatalf("rollout %s still running after %v: %s %s", id, waitLimit, raw, more)
 	}
 	return r
 }
@@ -266,25 +263,14 @@ func (c controlAPI) ended(ns, id string) record {
 // known waits until the server knows n clients of ns, each at ns's revision.
 func (c controlAPI) known(ns string, n int) {
 	c.t.Helper()
-	eventually(c.t, fmt.Sprintf("%d clients acked %s", n, ns), func() bool {
+	testutil.Eventually(c.t, waitLimit, func() bool {
 		var st struct {
 			Clients int `json:"clients"`
 			Acked   int `json:"acked"`
 		}
 		c.do("GET", "/control/namespaces/"+ns+"/status", nil, http.StatusOK, &st)
 		return st.Clients >= n && st.Acked >= n
-	})
-}
-
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	}, fmt.Sprintf("%d clients acked %s", n, ns))
 }
 
 // firstStageWith is the first of stages whose members, by the rule every
@@ -332,7 +318,7 @@ func (f fleet) ids() []string {
 func (f fleet) converge(t testing.TB, want string) {
 	t.Helper()
 	for _, m := range f {
-		eventually(t, m.id+" to serve route/a "+want, func() bool { return m.route() == want })
+		testutil.Eventually(t, waitLimit, func() bool { return m.route() == want }, m.id+" to serve route/a "+want)
 	}
 }
 
@@ -408,7 +394,7 @@ func TestProofFourRollouts(t *testing.T) {
 			t.Fatalf("rollout %+v, want promoted after stage 100", r)
 		}
 		f.converge(t, good)
-		eventually(t, "every client's ack of the promotion", func() bool { return api.get(proofNS, id).Acked >= fleetSize })
+		testutil.Eventually(t, waitLimit, func() bool { return api.get(proofNS, id).Acked >= fleetSize }, "every client's ack of the promotion")
 		span := time.Since(start)
 		// Bytes on the wire: every stage and the promotion reached 100
 		// clients (and their acks were answered), against one full
@@ -467,7 +453,7 @@ func TestProofFourRollouts(t *testing.T) {
 		if r.State != "reverted" || r.Stage != 1 {
 			t.Fatalf("rollout %+v, want reverted at stage 1", r)
 		}
-		eventually(t, "ten would-nacks", func() bool { r = api.get(proofNS, id); return r.WouldNack == fleetSize/10 })
+		testutil.Eventually(t, waitLimit, func() bool { r = api.get(proofNS, id); return r.WouldNack == fleetSize/10 }, "ten would-nacks")
 		f.converge(t, baseRoute)
 		for _, m := range f {
 			if strict(m.id) && m.served("new-field") {
@@ -551,7 +537,7 @@ func TestProofThroughARelay(t *testing.T) {
 	if r.State != "reverted" || r.Stage != 5 {
 		t.Fatalf("through a relay: %+v, want reverted at stage 5", r)
 	}
-	eventually(t, "would-nacks through the relay", func() bool { return api.get(proofNS, id).WouldNack == 2 })
+	testutil.Eventually(t, waitLimit, func() bool { return api.get(proofNS, id).WouldNack == 2 }, "would-nacks through the relay")
 	f.converge(t, good)
 }
 
@@ -569,10 +555,10 @@ func TestProofAbortDuringBake(t *testing.T) {
 		Baking  bool `json:"baking"`
 		InStage int  `json:"in_stage"`
 	}
-	eventually(t, "the first stage to bake", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		api.do("GET", "/control/namespaces/"+proofNS+"/rollouts/"+id, nil, http.StatusOK, &baking)
 		return baking.Baking
-	})
+	}, "the first stage to bake")
 	serving := 0
 	for _, m := range f {
 		if m.route() == staged {
@@ -678,7 +664,7 @@ func TestProofRestartMidStage(t *testing.T) {
 	api.known(proofNS, len(f)+1)
 	staged := `{"cluster":"c7"}`
 	id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(staged)}, Stages: []float64{99, 100}, Bake: "1h"})
-	eventually(t, "the cached client to serve the staged change", func() bool { return cached.route() == staged })
+	testutil.Eventually(t, waitLimit, func() bool { return cached.route() == staged }, "the cached client to serve the staged change")
 	s := stagedOnTheWire(t, srv.URL(), proofNS)
 	if !s.Member(cached.id) {
 		t.Fatalf("app-cached serves the change but is not in the stage")
@@ -716,5 +702,5 @@ func TestProofRestartMidStage(t *testing.T) {
 		t.Fatalf("restarted outside the stage: route/a %s, want the base", got)
 	}
 	api.do("POST", "/control/namespaces/"+proofNS+"/rollouts/"+id+"/promote", nil, http.StatusOK, nil)
-	eventually(t, "the promotion at the restarted client", func() bool { return online.route() == staged })
+	testutil.Eventually(t, waitLimit, func() bool { return online.route() == staged }, "the promotion at the restarted client")
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // floorEnv makes a child process the floor benchmark's clients: it dials
@@ -118,12 +120,8 @@ func BenchmarkLoopbackFloor(b *testing.B) {
 		close(head.done)
 		head = head.next
 		want := int64(p * clients)
-		deadline := time.Now().Add(time.Minute)
-		for wrote.Load() < want || acks && acked.Load() < want {
-			if time.Now().After(deadline) {
-				b.Fatalf("publish %d: %d written, %d acked of %d", p, wrote.Load(), acked.Load(), want)
-			}
-			time.Sleep(time.Millisecond)
+		if !testutil.Wait(time.Minute, func() bool { return wrote.Load() >= want && (!acks || acked.Load() >= want) }) {
+			b.Fatalf("publish %d: %d written, %d acked of %d", p, wrote.Load(), acked.Load(), want)
 		}
 	}
 	busy := cpuTime(b) - cpu0

@@ -26,6 +26,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/internal/acks"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -79,14 +80,14 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 	kids := startClients(b, rl.url, clients, procs)
 	publishSeq(b, srv, kids, 1)
 	head := srv.Head()
-	waitFor(b, "the relay's last-good file at seq 1", time.Minute, func() bool {
+	testutil.Eventually(b, time.Minute, func() bool {
 		data, err := os.ReadFile(filepath.Join(dir, namespace+".hfc"))
 		if err != nil {
 			return false
 		}
 		rec, err := cache.Decode(data)
 		return err == nil && rec.Revision == head
-	})
+	}, "the relay's last-good file at seq 1")
 	steady := rl.report(b, true)
 
 	rl.kill()
@@ -130,11 +131,8 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 		}
 	}
 	current := time.Since(up)
-	for reconnected == 0 && time.Since(up) < 5*time.Minute {
-		if rl.report(b, false).Stats.OpenStreams >= clients {
-			reconnected = time.Since(up)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if reconnected == 0 && testutil.Wait(time.Until(up.Add(5*time.Minute)), func() bool { return rl.report(b, false).Stats.OpenStreams >= clients }) {
+		reconnected = time.Since(up)
 	}
 	time.Sleep(2 * time.Second) // stragglers' requests, for the counts
 	after := rl.report(b, false)
@@ -286,17 +284,6 @@ func snapshotBytes(b *testing.B, base string, gzip bool) int64 {
 		b.Fatalf("snapshot from the relay: %s", resp.Status)
 	}
 	return read.Load()
-}
-
-func waitFor(b *testing.B, what string, limit time.Duration, cond func() bool) {
-	b.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // statsDelta is what a relay served between two of its reports.

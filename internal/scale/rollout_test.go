@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // BenchmarkRelayRollout stages one change over 1%, 10% and 100% of a fleet
@@ -36,10 +38,10 @@ func runRollout(b *testing.B, clients, procs, keys int) {
 	srv := startOrigin(b, keys-1)
 	rl := startRelay(b, srv.URL(), "127.0.0.1:0", "")
 	kids := startClients(b, rl.url, clients, procs)
-	waitFor(b, "every client known to the origin", 5*time.Minute, func() bool {
+	testutil.Eventually(b, 5*time.Minute, func() bool {
 		st, err := srv.Status(namespace)
 		return err == nil && st.Clients >= clients && st.Acked >= clients
-	})
+	}, "every client known to the origin")
 
 	stages := []float64{1, 10, 100}
 	value := fmt.Sprintf("1:%d", time.Now().UnixNano())

@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -90,13 +92,12 @@ func TestStoreMoveResnapshotsAtOnceButNotInALoop(t *testing.T) {
 		t.Errorf("second apply: reset %q, store %s; want %q, s2", second.Reset, second.Snapshot.StoreID(), ResetStore)
 	}
 	// The second move meets the hour-long backoff: no third snapshot.
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
+	testutil.Consistently(t, 300*time.Millisecond, func() error {
 		if n := src.snapshots.Load(); n > 2 {
-			t.Fatalf("%d snapshots: a server that always moves its store is answered in a loop", n)
+			return fmt.Errorf("%d snapshots", n)
 		}
-		time.Sleep(5 * time.Millisecond) // sampling a count over a window, not synchronising
-	}
+		return nil
+	}, "a server that always moves its store is answered in a loop")
 	if w := src.watches.Load(); w != 2 {
 		t.Errorf("%d watches; want 2 (one per snapshot)", w)
 	}
@@ -145,12 +146,8 @@ func TestUnconfirmedSnapshotIsNoProofOfRewrittenHistory(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Well past the grace, many snapshots later: still nothing applied.
-	deadline := time.Now().Add(5 * time.Second)
-	for src.snapshots.Load() < 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d snapshots", src.snapshots.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Wait(5*time.Second, func() bool { return src.snapshots.Load() >= 10 }) {
+		t.Fatalf("%d snapshots", src.snapshots.Load())
 	}
 	rec.mu.Lock()
 	n := len(rec.applied)

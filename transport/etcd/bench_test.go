@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -172,17 +173,16 @@ func startReferenceServer(b *testing.B) (string, int, func(i int)) {
 			b.Fatalf("publish: %s", resp.Status)
 		}
 	}
-	deadline := time.Now().Add(waitLimit)
-	for {
-		resp, err := http.Post(base+"/control/namespaces/bench/publish", "application/json", strings.NewReader(`{"puts":{"v":0}}`))
-		if err == nil {
-			_ = resp.Body.Close()
-			break
+	var err error
+	if !testutil.Wait(waitLimit, func() bool {
+		var resp *http.Response
+		if resp, err = http.Post(base+"/control/namespaces/bench/publish", "application/json", strings.NewReader(`{"puts":{"v":0}}`)); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("reference server not up: %v\n%s", err, log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		_ = resp.Body.Close()
+		return true
+	}) {
+		b.Fatalf("reference server not up: %v\n%s", err, log.String())
 	}
 	return base, cmd.Process.Pid, pub
 }
@@ -279,18 +279,14 @@ func startGRPCProxy(b testing.TB, cl *cluster) (url string, pid int) {
 		}
 	})
 	src := newSource(b, []string{"http://" + addr})
-	deadline := time.Now().Add(waitLimit)
-	for {
+	var err error
+	if !testutil.Wait(waitLimit, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := src.Client().Get(ctx, "health")
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("grpc-proxy not up: %v\n%s", err, log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer cancel()
+		_, err = src.Client().Get(ctx, "health")
+		return err == nil
+	}) {
+		b.Fatalf("grpc-proxy not up: %v\n%s", err, log.String())
 	}
 	return "http://" + addr, cmd.Process.Pid
 }
@@ -351,19 +347,15 @@ func startRelay(b *testing.B, env string) (string, int) {
 	case <-time.After(waitLimit):
 		b.Fatalf("relay did not start:\n%s", log.String())
 	}
-	deadline := time.Now().Add(waitLimit)
-	for {
-		resp, err := http.Get(base + transport.PathSnapshot + "?ns=bench")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+	if !testutil.Wait(waitLimit, func() bool {
+		var resp *http.Response
+		if resp, err = http.Get(base + transport.PathSnapshot + "?ns=bench"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("relay does not serve bench: %v\n%s", err, log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		b.Fatalf("relay does not serve bench: %v\n%s", err, log.String())
 	}
 	http.DefaultClient.CloseIdleConnections()
 	return base, cmd.Process.Pid

@@ -17,6 +17,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // The tests run a real 3-member etcd cluster: the etcd binary of Debian's
@@ -306,21 +308,16 @@ func (c *cluster) waitHealthy(t testing.TB) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	deadline := time.Now().Add(waitLimit)
-	for {
+	if !testutil.Wait(waitLimit, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := cli.Get(ctx, "health")
-		cancel()
-		if err == nil {
-			return
+		defer cancel()
+		_, err = cli.Get(ctx, "health")
+		return err == nil
+	}) {
+		for _, m := range c.members {
+			t.Logf("etcd member %s log:\n%s", m.name, m.log.String())
 		}
-		if time.Now().After(deadline) {
-			for _, m := range c.members {
-				t.Logf("etcd member %s log:\n%s", m.name, m.log.String())
-			}
-			t.Fatalf("etcd cluster not healthy after %v: %v", waitLimit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("etcd cluster not healthy after %v: %v", waitLimit, err)
 	}
 }
 
@@ -329,8 +326,8 @@ func (c *cluster) leader(t testing.TB) int {
 	t.Helper()
 	cli := c.client(t)
 	var lastErr error
-	deadline := time.Now().Add(waitLimit)
-	for time.Now().Before(deadline) {
+	leader := -1
+	if !testutil.Wait(waitLimit, func() bool {
 		for i, m := range c.members {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			st, err := cli.Status(ctx, m.clientURL)
@@ -340,13 +337,15 @@ func (c *cluster) leader(t testing.TB) int {
 				continue
 			}
 			if st.Leader != 0 && st.Leader == st.Header.MemberId {
-				return i
+				leader = i
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no leader: %v", lastErr)
 	}
-	t.Fatalf("no leader: %v", lastErr)
-	return -1
+	return leader
 }
 
 type syncBuffer struct {

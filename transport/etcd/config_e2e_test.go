@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -51,14 +53,14 @@ func TestOnChangeAndDeletes(t *testing.T) {
 	}
 	// A publish of only deletes is a revision of its own.
 	rev = publish(t, src, "app", nil, "c")
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if _, ok := ns.Get("c"); ok {
 		t.Error("deleted key c still served")
 	}
 	<-sets
 	stop()
 	rev = publish(t, src, "app", map[string]any{"a": 11})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	<-sets
 	select {
 	case ch := <-changes:
@@ -119,7 +121,7 @@ func TestNoTornReads(t *testing.T) {
 	for i := 1; i <= rounds; i++ {
 		last = publish(t, src, "bundle", bundle(i))
 	}
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	close(stop)
 	wg.Wait()
 	close(errs)
@@ -160,7 +162,7 @@ func TestCallbacksOrderedExactlyOnce(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		want = append(want, publish(t, src, "ordered", map[string]any{"n": i}))
 	}
-	eventually(t, "every callback", func() bool { mu.Lock(); defer mu.Unlock(); return len(revs) >= n })
+	testutil.Eventually(t, waitLimit, func() bool { mu.Lock(); defer mu.Unlock(); return len(revs) >= n }, "every callback")
 	mu.Lock()
 	defer mu.Unlock()
 	for _, v := range violations {
@@ -201,8 +203,8 @@ func TestResumeAfterDroppedConnection(t *testing.T) {
 			ps.drop()
 		}
 	}
-	waitRevision(t, ns, want[len(want)-1])
-	eventually(t, "every callback", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) })
+	nstest.WaitRevision(t, ns, want[len(want)-1], waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(want) }, "every callback")
 	if got := src.snapshots.Load(); got != snapshots {
 		t.Errorf("resume made %d new snapshots; want 0", got-snapshots)
 	}
@@ -226,7 +228,7 @@ func TestCompactionWhileCutOffResnapshots(t *testing.T) {
 	ns := open(t, c, "compact")
 
 	ps.setDown(true)
-	eventually(t, "stale while cut off", func() bool { return ns.Status().State == config.StateStale })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateStale }, "stale while cut off")
 	var last int64
 	for i := 1; i <= 20; i++ {
 		last = publish(t, pub, "compact", map[string]any{"v": i}, "gone")
@@ -236,7 +238,7 @@ func TestCompactionWhileCutOffResnapshots(t *testing.T) {
 	}
 	snapshots := src.snapshots.Load()
 	ps.setDown(false)
-	waitRevision(t, ns, last)
+	nstest.WaitRevision(t, ns, last, waitLimit)
 	if ns.Int("v", -1) != 20 {
 		t.Errorf("v = %d after converging", ns.Int("v", -1))
 	}
@@ -249,13 +251,8 @@ func TestCompactionWhileCutOffResnapshots(t *testing.T) {
 	if !src.sawError(transport.ErrCompacted) {
 		t.Error("no watch ended with ErrCompacted")
 	}
-	eventually(t, "fresh again", func() bool { return ns.Status().State == config.StateFresh })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh again")
 	// And it follows on from there.
 	rev := publish(t, pub, "compact", map[string]any{"v": 21})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 }
-
-// TestFailClosedPastMaxStaleness cuts the client off: past MaxStaleness a
-// fail-closed namespace serves its defaults; a fail-open one serves its
-// data and reports the breach; both come back when the path heals. A
-// fail-closed namespace does not open without fresh data.

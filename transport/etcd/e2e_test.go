@@ -17,6 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -174,27 +176,6 @@ func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceO
 	return ns
 }
 
-func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := ns.WaitForRevision(ctx, rev); err != nil {
-		t.Fatalf("revision %d not reached (at %d, status %+v): %v", rev, ns.Revision(), ns.Status(), err)
-	}
-}
-
-// eventually waits for cond with a deadline, polling.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // countingSource counts snapshots and remembers watch errors.
 type countingSource struct {
 	transport.Source
@@ -243,11 +224,11 @@ func TestFailClosedPastMaxStaleness(t *testing.T) {
 	lenient := open(t, c, "lenient", config.MaxStaleness(maxStale), config.FailOpen())
 
 	ps.setDown(true)
-	eventually(t, "fail-closed", func() bool { return strict.Status().State == config.StateFailedClosed })
+	testutil.Eventually(t, waitLimit, func() bool { return strict.Status().State == config.StateFailedClosed }, "fail-closed")
 	if got := strict.Int("limit", 0); got != 1 {
 		t.Errorf("fail-closed serves limit=%d; want the default 1", got)
 	}
-	eventually(t, "breached", func() bool { return lenient.Status().State == config.StateBreached })
+	testutil.Eventually(t, waitLimit, func() bool { return lenient.Status().State == config.StateBreached }, "breached")
 	if got := lenient.Int("limit", 0); got != 10 {
 		t.Errorf("fail-open serves limit=%d; want the last good 10", got)
 	}
@@ -265,9 +246,9 @@ func TestFailClosedPastMaxStaleness(t *testing.T) {
 	}
 
 	ps.setDown(false)
-	eventually(t, "fresh again", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return strict.Status().State == config.StateFresh && lenient.Status().State == config.StateFresh
-	})
+	}, "fresh again")
 	if got := strict.Int("limit", 0); got != 10 {
 		t.Errorf("after healing, limit=%d", got)
 	}
@@ -287,10 +268,10 @@ func TestLastGoodFromDiskWhileClusterDown(t *testing.T) {
 	if ns.Int("v", 0) != 1 {
 		t.Fatal("first client did not read")
 	}
-	eventually(t, "the last good file", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		entries, err := os.ReadDir(dir)
 		return err == nil && len(entries) > 0 && ns.Status().PersistError.Kind == config.ErrorNone
-	})
+	}, "the last good file")
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -317,9 +298,9 @@ func TestLastGoodFromDiskWhileClusterDown(t *testing.T) {
 	}
 	cl.waitHealthy(t)
 	rev = publish(t, pub, "disk", map[string]any{"v": 2})
-	waitRevision(t, ns2, rev)
-	eventually(t, "fresh from the network", func() bool {
+	nstest.WaitRevision(t, ns2, rev, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns2.Status()
 		return st.State == config.StateFresh && st.Origin == config.OriginNetwork
-	})
+	}, "fresh from the network")
 }

@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -42,24 +44,21 @@ func record(ns *config.Namespace) *recorder {
 func publishOnce(t testing.TB, src *etcd.Source, ns string, i int) {
 	t.Helper()
 	puts := map[string]json.RawMessage{"n": json.RawMessage(strconv.Itoa(i)), "k" + strconv.Itoa(i): json.RawMessage(strconv.Itoa(i))}
-	deadline := time.Now().Add(waitLimit)
-	for {
+	testutil.EventuallyNil(t, waitLimit, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := src.Publish(ctx, ns, puts, nil)
 		cancel()
 		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publish %d: %v", i, err)
+			return nil
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 		resp, gerr := src.Client().Get(ctx, etcd.Prefix(ns)+"n")
 		cancel()
 		if gerr == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == strconv.Itoa(i) {
-			return // it did commit
+			return nil // it did commit
 		}
-	}
+		return err
+	}, "publish %d", i)
 }
 
 // TestKillOneMemberWhilePublishing SIGKILLs the leader in the middle of
@@ -98,7 +97,7 @@ func TestKillOneMemberWhilePublishing(t *testing.T) {
 		head = max(head, kv.ModRevision)
 	}
 	for c, ns := range namespaces {
-		waitRevision(t, ns, head)
+		nstest.WaitRevision(t, ns, head, waitLimit)
 		if got := ns.Int("n", -1); got != rounds {
 			t.Errorf("client %d: n = %d; want %d", c, got, rounds)
 		}
@@ -137,10 +136,10 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 	cl.kill(0)
 	cl.kill(1)
 	for c, ns := range namespaces {
-		eventually(t, fmt.Sprintf("client %d stale with an error", c), func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			st := ns.Status()
 			return st.State == config.StateStale && st.LastError.Kind != config.ErrorNone
-		})
+		}, fmt.Sprintf("client %d stale with an error", c))
 		if got := ns.Int("v", -1); got != 1 {
 			t.Errorf("client %d serves v=%d while stale; want the last good 1", c, got)
 		}
@@ -164,8 +163,8 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 	cl.waitHealthy(t)
 	rev := publish(t, pub, "quorum", map[string]any{"v": 2})
 	for c, ns := range namespaces {
-		waitRevision(t, ns, rev)
-		eventually(t, fmt.Sprintf("client %d fresh", c), func() bool { return ns.Status().State == config.StateFresh })
+		nstest.WaitRevision(t, ns, rev, waitLimit)
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, fmt.Sprintf("client %d fresh", c))
 		if got := ns.Int("v", -1); got != 2 {
 			t.Errorf("client %d: v=%d", c, got)
 		}
@@ -181,9 +180,9 @@ func TestThroughGRPCProxy(t *testing.T) {
 	publish(t, pub, "proxied", map[string]any{"v": 1})
 	ns := open(t, newClient(t, newSource(t, []string{proxyURL})), "proxied")
 	rev := publish(t, pub, "proxied", map[string]any{"v": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	other := publish(t, pub, "proxied.other", map[string]any{"x": 1})
-	eventually(t, "the cursor past another namespace's publish", func() bool { return ns.Status().Cursor >= other })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Cursor >= other }, "the cursor past another namespace's publish")
 	if st := ns.Status(); st.State != config.StateFresh || st.LastError.Kind != config.ErrorNone {
 		t.Errorf("status through the proxy = %+v", st)
 	}

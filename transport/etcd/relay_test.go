@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/relay"
 )
 
@@ -65,7 +66,7 @@ func TestRelayOverEtcd(t *testing.T) {
 			}
 		}
 		for j, ns := range nss {
-			waitRevision(t, ns, last[nsNames[j]])
+			nstest.WaitRevision(t, ns, last[nsNames[j]], waitLimit)
 			if v, _ := ns.Get("v"); v.String() != strconv.Itoa(to) {
 				t.Fatalf("%s: v = %s, want %d", nsNames[j], v, to)
 			}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -42,8 +44,8 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 	for j := 1; j <= lost; j++ {
 		applied = publish(t, pub, name, map[string]any{"v": 10 + j, "era": "lost", "lost" + strconv.Itoa(j): j})
 	}
-	waitRevision(t, ns, applied)
-	eventually(t, "fresh before the restore", func() bool { return ns.Status().State == config.StateFresh })
+	nstest.WaitRevision(t, ns, applied, waitLimit)
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh before the restore")
 	storeID := ns.Status().StoreID
 	snapshots := src.snapshots.Load()
 
@@ -82,15 +84,11 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 			t.Error(v)
 		}
 	}
-	deadline := published.Add(restoreConverge)
-	for !converged() {
-		if time.Now().After(deadline) {
-			reportViolations()
-			snap := ns.Snapshot()
-			t.Fatalf("not converged %v after the publish to the restored store: serving revision %d (era %q, v=%d; want revision %d, era \"new\", v=100), status %+v",
-				restoreConverge, snap.Revision(), snap.String("era", ""), snap.Int("v", 0), rev, ns.Status())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Wait(time.Until(published.Add(restoreConverge)), converged) {
+		reportViolations()
+		snap := ns.Snapshot()
+		t.Fatalf("not converged %v after the publish to the restored store: serving revision %d (era %q, v=%d; want revision %d, era \"new\", v=100), status %+v",
+			restoreConverge, snap.Revision(), snap.String("era", ""), snap.Int("v", 0), rev, ns.Status())
 	}
 	t.Logf("converged %v after the publish (%v after the restart began): revision %d, from %d",
 		time.Since(published).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond), rev, applied)
@@ -107,7 +105,7 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 	}
 	// And it follows the restored store on from there.
 	next := publish(t, pub, name, map[string]any{"v": 101})
-	waitRevision(t, ns, next)
+	nstest.WaitRevision(t, ns, next, waitLimit)
 }
 
 // watchFreshLost samples ns until the test ends, and returns a function

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -161,10 +163,10 @@ func (l *revLog) waitCallbacks(t *testing.T, name string, published []int64) {
 		return
 	}
 	want := published[len(published)-1]
-	eventually(t, name+"'s last callback", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		seen, _ := l.get(name)
 		return len(seen) > 0 && seen[len(seen)-1] == want
-	})
+	}, name+"'s last callback")
 }
 
 // publisher publishes a round (a new value each) to every namespace until
@@ -228,11 +230,11 @@ func (p *publisher) waitRounds(t *testing.T, n int) {
 	p.mu.Lock()
 	target := p.rounds + n
 	p.mu.Unlock()
-	eventually(t, fmt.Sprintf("publish round %d", target), func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.rounds >= target
-	})
+	}, fmt.Sprintf("publish round %d", target))
 }
 
 func lastRev(revs []int64) int64 {
@@ -261,9 +263,9 @@ func TestE2EStreamTwentyNamespacesOneWatch(t *testing.T) {
 		nss[name] = open(t, c, name)
 	}
 	for _, name := range all {
-		waitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 1}))
+		nstest.WaitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 1}), waitLimit)
 	}
-	eventually(t, "one gRPC watch stream open", func() bool { return grpcCounts.open() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return grpcCounts.open() == 1 }, "one gRPC watch stream open")
 	snaps, watches, streams, last := spy.counts()
 	if watches != 0 {
 		t.Errorf("%d per-namespace watches; want 0 (all on the stream)", watches)
@@ -280,7 +282,7 @@ func TestE2EStreamTwentyNamespacesOneWatch(t *testing.T) {
 		streams, grpcCounts.watches.calls.Load(), grpcCounts.grpcStreams.Load())
 	// Still one, after more changes flowed.
 	for _, name := range all {
-		waitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 2}))
+		nstest.WaitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 2}), waitLimit)
 	}
 	if n := grpcCounts.open(); n != 1 {
 		t.Errorf("%d gRPC watch streams open; want 1", n)
@@ -332,7 +334,7 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 
 	for _, name := range slices.Concat(stay, join, []string{back}) {
 		revs := pub.get(name)
-		waitRevision(t, nss[name], lastRev(revs))
+		nstest.WaitRevision(t, nss[name], lastRev(revs), waitLimit)
 		log.waitCallbacks(t, name, revs)
 		log.check(t, name, revs, true)
 	}
@@ -419,14 +421,14 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		victimLast = publish(t, pubSrc, spy.hold, map[string]any{"seq": i})
 	}
-	eventually(t, "the others confirmed at the head", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, name := range others {
 			if nss[name].Status().Cursor < victimLast {
 				return false
 			}
 		}
 		return true
-	})
+	}, "the others confirmed at the head")
 	compactEverywhere(t, cl, victimLast)
 	pub2 := startPublisher(t, pubSrc, others, 1000)
 	close(spy.release)
@@ -434,7 +436,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	if victim == nil {
 		t.FailNow()
 	}
-	waitRevision(t, victim, victimLast)
+	nstest.WaitRevision(t, victim, victimLast, waitLimit)
 	if got := victim.Int("seq", -1); got != 5 {
 		t.Errorf("victim seq = %d; want 5", got)
 	}
@@ -443,7 +445,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	snaps, watches, _, _ := spy.counts()
 	for _, name := range others {
 		revs := slices.Concat(pub1.get(name), pub2.get(name))
-		waitRevision(t, nss[name], lastRev(revs))
+		nstest.WaitRevision(t, nss[name], lastRev(revs), waitLimit)
 		log.waitCallbacks(t, name, revs)
 		log.check(t, name, revs, true)
 		if snaps[name] != 1 {
@@ -477,7 +479,7 @@ func TestE2EWaitForRevisionOfUnwatchedPublish(t *testing.T) {
 	publish(t, pub, "e2e-watched", map[string]any{"v": 0})
 	ns := open(t, c, "e2e-watched")
 	// The stream is up once a change flows through it.
-	waitRevision(t, ns, publish(t, pub, "e2e-watched", map[string]any{"v": 1}))
+	nstest.WaitRevision(t, ns, publish(t, pub, "e2e-watched", map[string]any{"v": 1}), waitLimit)
 	_, _, streams, _ := spy.counts()
 	for i := 1; i <= 5; i++ {
 		before, start := c.Revision(), time.Now()
@@ -526,16 +528,16 @@ func TestE2EStreamDropsAndOutageConverge(t *testing.T) {
 	converge := func(what string, revs map[string]int64) {
 		t.Helper()
 		for _, name := range all {
-			waitRevision(t, nss[name], revs[name])
+			nstest.WaitRevision(t, nss[name], revs[name], waitLimit)
 		}
-		eventually(t, what+": every namespace fresh", func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			for _, name := range all {
 				if nss[name].Status().State != config.StateFresh {
 					return false
 				}
 			}
 			return true
-		})
+		}, what+": every namespace fresh")
 	}
 	snaps, _, _, _ := spy.counts()
 	for round := 1; round <= 3; round++ {
@@ -554,23 +556,23 @@ func TestE2EStreamDropsAndOutageConverge(t *testing.T) {
 	}
 
 	ps.setDown(true)
-	eventually(t, "every namespace stale while cut off", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		for _, name := range all {
 			if nss[name].Status().State != config.StateStale {
 				return false
 			}
 		}
 		return true
-	})
+	}, "every namespace stale while cut off")
 	revs := publishAll(20)
 	ps.setDown(false)
 	converge("outage", revs)
 	converge("after the outage", publishAll(21))
-	eventually(t, "the global revision at the last publish", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		var high int64
 		for _, r := range revs {
 			high = max(high, r)
 		}
 		return c.Revision() >= high
-	})
+	}, "the global revision at the last publish")
 }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -388,7 +389,7 @@ func TestStreamCompactedMember(t *testing.T) {
 	// The etcd client closes a gRPC watch stream when its last watch
 	// ends: the watch after the compaction may open a new one as the old
 	// one closes, and then only that one stays.
-	eventually(t, "one gRPC watch stream open", func() bool { return counts.open() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return counts.open() == 1 }, "one gRPC watch stream open")
 	if n := counts.grpcStreams.Load(); n > 2 {
 		t.Errorf("%d gRPC watch streams; want at most 2 (one before the compaction, one after)", n)
 	}
@@ -408,12 +409,12 @@ func compactEverywhere(t *testing.T, cl *cluster, rev int64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "member "+m.name+" compacted at "+fmt.Sprint(rev), func() bool {
+		testutil.Eventually(t, waitLimit, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_, err := cli.Get(ctx, etcd.KeyRoot, clientv3.WithRev(rev-1), clientv3.WithSerializable(), clientv3.WithCountOnly())
 			return errors.Is(err, rpctypes.ErrCompacted)
-		})
+		}, "member "+m.name+" compacted at "+fmt.Sprint(rev))
 		_ = cli.Close()
 	}
 }

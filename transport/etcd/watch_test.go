@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -191,7 +192,7 @@ func TestWatchWaitsForALateChange(t *testing.T) {
 	// Heartbeat reads now find r1 in the store, not in the watch: let
 	// several go by (the watch used to give up after two).
 	reads := kv.gets.Load()
-	eventually(t, "five heartbeat reads while the watch lags", func() bool { return kv.gets.Load() >= reads+5 })
+	testutil.Eventually(t, waitLimit, func() bool { return kv.gets.Load() >= reads+5 }, "five heartbeat reads while the watch lags")
 	gw.set(gatePass)
 
 	last := r0

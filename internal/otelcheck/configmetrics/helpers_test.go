@@ -101,27 +101,6 @@ func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceO
 	return ns
 }
 
-func waitRevision(t testing.TB, ns *config.Namespace, rev int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := ns.WaitForRevision(ctx, rev); err != nil {
-		t.Fatalf("revision %d not reached (at %d, status %+v): %v", rev, ns.Revision(), ns.Status(), err)
-	}
-}
-
-// eventually waits for cond with a deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // funcSource is a Source whose answers a test scripts. A nil watch waits
 // for its context.
 type funcSource struct {

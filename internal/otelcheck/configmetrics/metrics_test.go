@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -89,7 +91,9 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	ns.OnChange("port", func(config.Change) {})
 	ns.OnChange("port", func(config.Change) { panic("counted") })
 
-	m := collect(t, reader, "tm")
+	// The apply is counted just after the swap that Namespace waits for.
+	var m map[string]float64
+	testutil.Wait(waitLimit, func() bool { m = collect(t, reader, "tm"); return m["holdfast.applies{applied}"] >= 1 })
 	if m["holdfast.resnapshots{initial}"] != 1 || m["holdfast.applies{applied}"] != 1 {
 		t.Errorf("after open: %v", m)
 	}
@@ -98,13 +102,13 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	}
 
 	rev := publish(t, srv, "tm", map[string]any{"port": 2})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	publish(t, srv, "tm", map[string]any{"port": "not-an-int"})
-	eventually(t, "the rejection", func() bool { return ns.Rejected() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	ns.Int("name", 0) // a type mismatch
-	eventually(t, "the callbacks", func() bool { return ns.CallbackPanics() == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.CallbackPanics() == 1 }, "the callbacks")
 	srv.DropStreams()
-	eventually(t, "a reconnect", func() bool { return collect(t, reader, "tm")["holdfast.reconnects{eof}"] >= 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return collect(t, reader, "tm")["holdfast.reconnects{eof}"] >= 1 }, "a reconnect")
 
 	m = collect(t, reader, "tm")
 	checks := map[string]float64{
@@ -166,10 +170,10 @@ func TestMetricsStateAndHead(t *testing.T) {
 		t.Errorf("stale within policy: %v", m)
 	}
 	first := m["holdfast.head.age"]
-	eventually(t, "the head information to age", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		m = collect(t, reader, "st")
 		return m["holdfast.head.age"] >= first+0.05
-	})
+	}, "the head information to age")
 	if lag, ok := m["holdfast.revision.lag"]; !ok || lag != 0 {
 		t.Errorf("cut off: holdfast.revision.lag = %v (present %v); want the last known 0", lag, ok)
 	}
@@ -189,7 +193,7 @@ func TestMetricsBreach(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "failed closed", func() bool { return ns.Status().State == config.StateFailedClosed })
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFailedClosed }, "failed closed")
 	m := collect(t, reader, "br")
 	if m["holdfast.breaches"] != 1 || m["holdfast.state.failed_closed"] != 1 || m["holdfast.state.breached"] != 1 {
 		t.Errorf("breach metrics = %v", m)

@@ -37,11 +37,11 @@ func TestRolloutNonMemberNackOfTheBaseDoesNotRevert(t *testing.T) {
 	}
 }
 
-// TestRolloutConcurrentControl: rollouts started, aborted, promoted and
+// TestRolloutControlUnderConcurrentStoreChangesEndsEveryRolloutByClose: rollouts started, aborted, promoted and
 // reported on while plain publishes, compactions, resets, restores and
 // finally Close run at once; run with -race. Nothing may deadlock, and
 // every rollout left must have ended by Close.
-func TestRolloutConcurrentControl(t *testing.T) {
+func TestRolloutControlUnderConcurrentStoreChangesEndsEveryRolloutByClose(t *testing.T) {
 	s := start(t)
 	newFleet(t, s, "app", 20)
 	newFleet(t, s, "other", 20)
@@ -172,9 +172,9 @@ func TestRolloutPrevalidateSilentOthersWaitTheReportTimeout(t *testing.T) {
 	waitRollout(t, s, "app", rec.ID, "stage 100", atStage(100))
 }
 
-// TestRolloutPrevalidateStageTimeoutBelowReportTimeout: the clients
+// TestRolloutPrevalidateWaitsForOutsidersNoLongerThanTheStageTimeout: the clients
 // outside the stage are waited for no longer than the stage timeout.
-func TestRolloutPrevalidateStageTimeoutBelowReportTimeout(t *testing.T) {
+func TestRolloutPrevalidateWaitsForOutsidersNoLongerThanTheStageTimeout(t *testing.T) {
 	s := start(t)
 	f := newFleet(t, s, "app", 100)
 	rec := mustStart(t, s, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{10, 100}, Prevalidate: true,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -155,7 +156,7 @@ func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 	f.Apply("b", "st", 90, 100, raw("y", "1"), nil, 0, false)
 	c := newClient(t)
 	reply := pollAsync(c, s.URL()+"/sdk/stream/events?ns=a:100&ns=b:100&wait=400ms")
-	waitFor(t, "the poll to wait", func() bool { return s.Watchers("a") == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.Watchers("a") == 1 }, "the poll to wait")
 	f.Apply("a", "st", 101, 101, raw("x", "2"), chained("a", "st", 100, 101, "x", "2"), 0, false) // b still at 100
 	r := <-reply
 	if r.err != nil || r.status != 200 {
@@ -166,7 +167,7 @@ func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 	}
 	// b catches up: the change comes with the cursor that covers it.
 	reply = pollAsync(c, s.URL()+"/sdk/stream/events?ns=a:100&ns=b:100&wait=5s")
-	waitFor(t, "the poll to wait", func() bool { return s.Watchers("a") == 1 })
+	testutil.Eventually(t, waitLimit, func() bool { return s.Watchers("a") == 1 }, "the poll to wait")
 	f.Confirm("b", 101, 0, false)
 	r = <-reply
 	if r.err != nil || r.status != 200 {
@@ -248,10 +249,8 @@ func (w *flushes) all() []string {
 // waitFor waits until ok holds of what was sent, and returns it.
 func (w *flushes) waitFor(t *testing.T, what string, ok func([]string) bool) []string {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(w.all()); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s; writes %q", what, w.all())
-		}
+	if !testutil.Wait(5*time.Second, func() bool { return ok(w.all()) }) {
+		t.Fatalf("no %s; writes %q", what, w.all())
 	}
 	return w.all()
 }

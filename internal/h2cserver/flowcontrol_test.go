@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // serverConn waits for s's one HTTP/2 connection and returns it.
 func serverConn(t *testing.T, s *Server) *conn {
 	t.Helper()
 	var hc *conn
-	waitFor(t, "the HTTP/2 connection", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, c := range s.conns {
@@ -28,7 +30,7 @@ func serverConn(t *testing.T, s *Server) *conn {
 			}
 		}
 		return false
-	})
+	}, "the HTTP/2 connection")
 	return hc
 }
 
@@ -147,7 +149,7 @@ func TestSlowReaderBufferStaysBounded(t *testing.T) {
 		if err := c.fr.WriteData(1, false, chunk); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the chunk buffered", func() bool { u, _ := buffered(); return u == maxFrameSize+1 })
+		testutil.Eventually(t, waitLimit, func() bool { u, _ := buffered(); return u == maxFrameSize+1 }, "the chunk buffered")
 		step <- struct{}{}
 		if err := <-read; err != nil {
 			t.Fatalf("round %d: %v", i, err)
@@ -187,17 +189,17 @@ func TestWriteDeadlineBeforeAnyByteKeepsTheConnectionWindow(t *testing.T) {
 	}
 	hc.wmu.Lock() // another stream's write under way, say
 	close(proceed)
-	waitFor(t, "the frame's window taken", func() bool { return window() == initialWindow-1000 })
+	testutil.Eventually(t, waitLimit, func() bool { return window() == initialWindow-1000 }, "the frame's window taken")
 	_ = rc.SetWriteDeadline(time.Unix(1, 0)) // passes while the frame waits its turn
 	hc.wmu.Unlock()
 	if err := <-result; !errors.Is(err, errStreamEnded) && !isTimeout(err) {
 		t.Fatalf("flush: %v, want a deadline error", err)
 	}
-	waitFor(t, "the stream ended", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		hc.mu.Lock()
 		defer hc.mu.Unlock()
 		return len(hc.streams) == 0
-	})
+	}, "the stream ended")
 	if got := window(); got != initialWindow {
 		t.Fatalf("connection send window %d after a frame that never went out, want %d", got, initialWindow)
 	}
@@ -243,17 +245,17 @@ func TestWindowGivenBackWakesAWaitingStream(t *testing.T) {
 	}
 	hc.wmu.Lock()
 	close(go1)
-	waitFor(t, "stream 1 took the rest of the connection's window", func() bool { return window() == 0 })
+	testutil.Eventually(t, waitLimit, func() bool { return window() == 0 }, "stream 1 took the rest of the connection's window")
 	close(go3)
-	waitFor(t, "stream 3 waiting for window", func() bool { return stackHas("(*stream).takeWindow", "sync.(*Cond).Wait") })
+	testutil.Eventually(t, waitLimit, func() bool { return stackHas("(*stream).takeWindow", "sync.(*Cond).Wait") }, "stream 3 waiting for window")
 	if err := c.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "stream 1 reset", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		hc.mu.Lock()
 		defer hc.mu.Unlock()
 		return hc.streams[1] == nil
-	})
+	}, "stream 1 reset")
 	hc.wmu.Unlock()
 	c.until("stream 3's DATA", func(f http2.Frame) bool {
 		d, ok := f.(*http2.DataFrame)
@@ -293,7 +295,7 @@ func TestRequestBodyShorterOrLongerThanItsContentLength(t *testing.T) {
 // The client's END_STREAM counts though the handler closed the body: a
 // whole exchange then needs no RST_STREAM, and the stream is not counted
 // against the client's limit once its response has ended.
-func TestEndStreamAfterBodyClose(t *testing.T) {
+func TestEndStreamAfterBodyCloseEndsTheStreamWithoutReset(t *testing.T) {
 	closed, release := make(chan struct{}), make(chan struct{})
 	s, base, _ := start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = r.Body.Close()
@@ -310,11 +312,11 @@ func TestEndStreamAfterBodyClose(t *testing.T) {
 	c.connWindowUpdates([8]byte{1}) // the DATA has been read
 	close(release)
 	hc := serverConn(t, s)
-	waitFor(t, "the stream ended", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		hc.mu.Lock()
 		defer hc.mu.Unlock()
 		return len(hc.streams) == 0
-	})
+	}, "the stream ended")
 	if err := c.fr.WritePing(false, [8]byte{2}); err != nil {
 		t.Fatal(err)
 	}
@@ -346,9 +348,9 @@ func TestShutdownHonoursItsContextWhileAWriteIsBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.headers(1, true, getFields...) // and reads nothing
-	waitFor(t, "the server's write blocked", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return stackHas("h2cserver.(*conn).write(", "waitWrite")
-	})
+	}, "the server's write blocked")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	shut := make(chan error, 1)
@@ -382,15 +384,15 @@ func TestIdleTimeoutClosesAConnectionBlockedOnWrite(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the server's write blocked", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		return stackHas("h2cserver.(*conn).write(", "waitWrite")
-	})
+	}, "the server's write blocked")
 	go hc.closeIdle() // as the idle timer does
-	waitFor(t, "the connection closed", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.conns) == 0
-	})
+	}, "the connection closed")
 }
 
 // A stream reset for sending past its window or its content-length

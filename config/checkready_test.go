@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -16,7 +17,7 @@ import (
 // Defaults: it does not serve data of its config plane, so CheckReady,
 // which promises "ready when each serves data of its own config plane",
 // must not call it ready.
-func TestCheckReadyNotOnDefaults(t *testing.T) {
+func TestCheckReadyIsNotReadyOnDefaults(t *testing.T) {
 	srv := startServer(t)
 	publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
 	c := newClient(t, srv.URL())
@@ -31,7 +32,7 @@ func TestCheckReadyNotOnDefaults(t *testing.T) {
 		t.Fatalf("CheckReady on a namespace serving its Defaults = %v; want not ready, saying Defaults", err)
 	}
 	rev := publish(t, srv, "svc", map[string]any{"port": 9090})
-	waitRevision(t, ns, rev)
+	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if err := c.CheckReady(0, "svc"); err != nil {
 		t.Errorf("after a revision that passes: %v", err)
 	}
@@ -40,7 +41,7 @@ func TestCheckReadyNotOnDefaults(t *testing.T) {
 // A last-good file confirmed in the future has an unknown age (Staleness
 // and LastConfirmed zero): it is not within any staleness limit the probe
 // sets.
-func TestCheckReadyUnknownAge(t *testing.T) {
+func TestCheckReadyRefusesDataOfUnknownAge(t *testing.T) {
 	dir := t.TempDir()
 	writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
 	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
@@ -61,7 +62,7 @@ func TestCheckReadyUnknownAge(t *testing.T) {
 
 // With no names, the not-ready namespaces come in a stable order (sorted
 // by name), so the probe's body does not reshuffle on every request.
-func TestCheckReadyAllInOrder(t *testing.T) {
+func TestCheckReadyListsTheNotReadySortedByName(t *testing.T) {
 	srv := startServer(t)
 	names := []string{"e", "d", "c", "b", "a"}
 	c := newClient(t, srv.URL())

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -33,10 +34,10 @@ func TestMalformedStreamErrorIsPastAfterConfirmation(t *testing.T) {
 	}
 	c := sourceClient(t, src)
 	ns := open(t, c, "q")
-	eventually(t, "the malformed stream in Status, then a confirmation after it", func() bool {
+	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		return errors.Is(st.LastError.Err, transport.ErrMalformed) && st.LastConfirmed.After(st.LastError.Time)
-	})
+	}, "the malformed stream in Status, then a confirmation after it")
 	if st := ns.Status(); st.LastError.Kind != config.ErrorInvalidData || !st.LastError.Recovered {
 		t.Errorf("LastError %v (kind %v, recovered %v) though confirmed after it at %v; want it past",
 			st.LastError, st.LastError.Kind, st.LastError.Recovered, st.LastConfirmed)
