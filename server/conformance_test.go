@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -45,14 +46,10 @@ func (r *restartable) start() {
 		t.Fatal(err)
 	}
 	var l net.Listener
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if l, err = net.Listen("tcp", r.addr); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err) // the address of the last run is still taken
-		}
-	}
+	testutil.EventuallyNil(t, 10*time.Second, func() (err error) {
+		l, err = net.Listen("tcp", r.addr) // the last run's address may be held a moment
+		return err
+	}, "listening on %s again", r.addr)
 	// HTTP/1.1 and h2c on one listener, as the server's data plane
 	// advertises (holdfast server's own listener does the same).
 	var protocols http.Protocols

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
 )
@@ -86,11 +87,8 @@ func TestEtcdRequestsPerPublishDoNotGrowWithClients(t *testing.T) {
 		}
 		n := float64(unary.Load()-before) / publishes
 		want := seen + int64(publishes*streams)
-		for deadline := time.Now().Add(20 * time.Second); events.Load() < want; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d change events reached the %d streams", events.Load()-seen, publishes*streams, streams)
-			}
-		}
+		testutil.Eventually(t, 20*time.Second, func() bool { return events.Load() >= want },
+			"the %d change events of %d publishes to reach the %d streams", publishes*streams, publishes, streams)
 		return n
 	}
 	open(10)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
 )
@@ -222,18 +223,13 @@ func TestAuditOutlivesCompaction(t *testing.T) {
 		Truncated bool
 	}
 	var h history
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.Eventually(t, 10*time.Second, func() bool {
 		h = history{}
 		if st := control(t, "GET", base+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
 			t.Fatalf("history: %d", st)
 		}
-		if h.Truncated && len(h.Revisions) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history never trimmed to 3 records: %+v", h)
-		}
-	}
+		return h.Truncated && len(h.Revisions) == 3
+	}, "the history trimmed to 3 records")
 	if h.Revisions[0].Revision != revs[5] || h.Revisions[2].Revision != revs[3] {
 		t.Fatalf("history %+v, want revisions %v", h, revs[3:])
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -38,11 +39,7 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); !s.Status(ctx).Leader; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the lone server never leads")
-		}
-	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return s.Status(ctx).Leader }, "the lone server leads")
 	r1 := publish(t, hs.URL, "app", map[string]any{"a": 1})
 	put, err := etcdStore.Client.Put(ctx, etcd.Prefix("app")+"x", "9")
 	if err != nil {
@@ -59,18 +56,13 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 		Puts         []string `json:"puts"`
 	}
 	var h struct{ Revisions []record }
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.Eventually(t, 20*time.Second, func() bool {
 		h.Revisions = nil
 		if st := control(t, "GET", hs.URL+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
 			t.Fatalf("history: %d", st)
 		}
-		if len(h.Revisions) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history never lists the write past the server: %+v", h.Revisions)
-		}
-	}
+		return len(h.Revisions) == 3
+	}, "the history to list the write past the server")
 	want := []record{
 		{Revision: r3, PrevRevision: past, Kind: "publish", Puts: []string{"a"}},
 		{Revision: past, PrevRevision: r1, Kind: "unaudited", Puts: []string{"x"}},
