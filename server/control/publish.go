@@ -41,11 +41,9 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	body.Actor = actor(r, body.Actor)
-	opts, err := h.writeOptions(r.Context(), ns, body.Actor, body.Reason, body.IfRevision)
-	if err != nil {
-		return err
-	}
-	rev, err := h.cfg.Source.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
+	rev, err := h.write(r.Context(), ns, body.Actor, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+		return h.cfg.Source.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
+	})
 	if err != nil {
 		return err
 	}
@@ -69,11 +67,9 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("to_revision is required")
 	}
 	body.Actor = actor(r, body.Actor)
-	opts, err := h.writeOptions(r.Context(), ns, body.Actor, body.Reason, body.IfRevision)
-	if err != nil {
-		return err
-	}
-	rev, err := h.cfg.Source.Rollback(r.Context(), ns, *body.To, opts...)
+	rev, err := h.write(r.Context(), ns, body.Actor, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+		return h.cfg.Source.Rollback(r.Context(), ns, *body.To, opts...)
+	})
 	if err != nil {
 		return err
 	}
@@ -84,20 +80,29 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// writeOptions are a write's audit, condition and schema.
-func (h *Handler) writeOptions(ctx context.Context, ns, actor, reason string, ifRevision *int64) ([]etcd.PublishOption, error) {
-	opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithReason(reason)}
-	if ifRevision != nil {
-		opts = append(opts, etcd.WithIfRevision(*ifRevision))
+// write runs a publish or rollback with its audit, condition and the
+// namespace's schema, guarded by the schema's revision: a schema set
+// meanwhile makes it read the schema again and retry (a few times), so
+// that a write never commits against a schema already replaced.
+func (h *Handler) write(ctx context.Context, ns, actor, reason string, ifRevision *int64, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithReason(reason)}
+		if ifRevision != nil {
+			opts = append(opts, etcd.WithIfRevision(*ifRevision))
+		}
+		sch, schemaRev, err := h.schemas.get(ctx, h.cli, ns)
+		if err != nil {
+			return 0, err
+		}
+		opts = append(opts, etcd.WithGuard(SchemaRoot+ns, schemaRev))
+		if sch != nil {
+			opts = append(opts, etcd.WithSchema(sch))
+		}
+		rev, err := commit(opts)
+		if !errors.Is(err, etcd.ErrGuardChanged) || attempt == 3 {
+			return rev, err
+		}
 	}
-	sch, err := h.schemas.get(ctx, h.cli, ns)
-	if err != nil {
-		return nil, err
-	}
-	if sch != nil {
-		opts = append(opts, etcd.WithSchema(sch))
-	}
-	return opts, nil
 }
 
 // checkKey checks a key a publish writes: valid, and not reserved.
@@ -178,32 +183,33 @@ type compiledSchema struct {
 	schema      *schema.Schema
 }
 
-// get returns ns's schema, nil when it has none.
-func (c *schemaCache) get(ctx context.Context, cli *clientv3.Client, ns string) (*schema.Schema, error) {
+// get returns ns's schema (nil when it has none) and the ModRevision of
+// its key (0: none).
+func (c *schemaCache) get(ctx context.Context, cli *clientv3.Client, ns string) (*schema.Schema, int64, error) {
 	resp, err := cli.Get(ctx, SchemaRoot+ns)
 	if err != nil {
-		return nil, fmt.Errorf("control: schema of %q: %w", ns, err)
+		return nil, 0, fmt.Errorf("control: schema of %q: %w", ns, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(resp.Kvs) == 0 {
 		delete(c.m, ns)
-		return nil, nil
+		return nil, 0, nil
 	}
 	kv := resp.Kvs[0]
 	if had, ok := c.m[ns]; ok && had.modRevision == kv.ModRevision {
-		return had.schema, nil
+		return had.schema, kv.ModRevision, nil
 	}
 	sch, err := schema.Compile(kv.Value)
 	if err != nil {
 		// Only PUT writes the key, after compiling it: another writer's.
-		return nil, fmt.Errorf("control: the stored schema of %q does not compile: %w", ns, errors.Join(err, errStoredSchema))
+		return nil, 0, fmt.Errorf("control: the stored schema of %q does not compile: %w", ns, errors.Join(err, errStoredSchema))
 	}
 	if c.m == nil {
 		c.m = make(map[string]compiledSchema)
 	}
 	c.m[ns] = compiledSchema{modRevision: kv.ModRevision, schema: sch}
-	return sch, nil
+	return sch, kv.ModRevision, nil
 }
 
 // errStoredSchema marks a stored schema that does not compile: the

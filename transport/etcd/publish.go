@@ -30,9 +30,30 @@ type publishOptions struct {
 	reason     string
 	ifRevision int64
 	hasIf      bool
+	guards     []guard
 	// Set by Rollback, not by an option.
 	kind       string
 	rollbackOf int64
+}
+
+// guard is a key that must still be at a ModRevision for a publish to
+// commit.
+type guard struct {
+	key    string
+	modRev int64
+}
+
+// ErrGuardChanged is returned by a publish whose WithGuard key changed
+// after the caller read it: nothing was written; read it again and retry.
+var ErrGuardChanged = errors.New("etcd: a guarded key changed")
+
+// WithGuard makes the publish commit only if key is still at ModRevision
+// modRev (0: it does not exist), in the same transaction: holdfast server
+// guards a publish with the revision of the schema it checked it against,
+// so that a schema set meanwhile is never bypassed. Else the publish
+// returns ErrGuardChanged and writes nothing.
+func WithGuard(key string, modRev int64) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.guards = append(o.guards, guard{key, modRev}) })
 }
 
 // WithSchema checks the namespace's whole content after the publish
@@ -326,14 +347,24 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 	ops = append(ops, clientv3.OpPut(auditKey(ns, head), string(ab)))
 	// The guard "no key of the namespace changed since the read" is also
 	// WithIfRevision's compare: the read found the namespace at prev.
-	tr, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", head+1)).
-		Then(ops...).
-		Commit()
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", head+1)}
+	for _, g := range po.guards {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(g.key), "=", g.modRev))
+	}
+	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return 0, false, mapError("publish", ns, err)
 	}
 	if !tr.Succeeded {
+		for _, g := range po.guards {
+			resp, err := s.cli.Get(ctx, g.key, clientv3.WithKeysOnly())
+			if err != nil {
+				return 0, false, mapError("publish", ns, err)
+			}
+			if m := metaRevision(resp); m != g.modRev {
+				return 0, false, fmt.Errorf("etcd: publish to %q: %w: %s is at revision %d, not %d", ns, ErrGuardChanged, g.key, m, g.modRev)
+			}
+		}
 		return 0, true, nil
 	}
 	return tr.Header.Revision, false, nil
