@@ -12,10 +12,10 @@ import (
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
-// replay has no chain check: a change the log lacks (written past
-// Publish, the server's leader not watching, or a transport/etcd user
-// with no server at all) makes ValuesAt past compaction answer content
-// that never existed, instead of a CompactedError.
+// TestReplaySkipsGap: a change the audit log lacks (written past
+// Publish, with no leader watching, or by a transport/etcd user with no
+// server) breaks the records' chain: ValuesAt past compaction is then a
+// CompactedError (or the true content), never content that never existed.
 func TestReplaySkipsGap(t *testing.T) {
 	cl := sharedCluster(t)
 	src := newSource(t, cl.endpoints())
@@ -44,10 +44,10 @@ func TestReplaySkipsGap(t *testing.T) {
 	}
 }
 
-// the audit record's values are re-encoded by json.Marshal with HTML
-// escaping: "<" becomes \u003c (6 bytes); replay answers different bytes
-// than etcd, Diff reports a change where there is none, and the
-// transaction grows up to 6x (413 on a publish well under the limit).
+// TestAuditEscapesHTML: the audit record holds values as written, not
+// HTML-escaped: values replayed past compaction are the same bytes as
+// etcd's, Diff sees no change where there is none, and a 300 KiB value of
+// "<" fits a publish (escaped, it would grow sixfold).
 func TestAuditEscapesHTML(t *testing.T) {
 	cl := sharedCluster(t)
 	src := newSource(t, cl.endpoints())
@@ -81,8 +81,8 @@ func TestAuditEscapesHTML(t *testing.T) {
 	}
 }
 
-// paging History past the namespace's first record, once etcd
-// compacted, is a CompactedError instead of an empty page.
+// TestHistoryPastFirstRecord: paging History past the namespace's first
+// record, once etcd compacted, is an empty page, not a CompactedError.
 func TestHistoryPastFirstRecord(t *testing.T) {
 	cl := sharedCluster(t)
 	src := newSource(t, cl.endpoints())
@@ -105,8 +105,8 @@ func TestHistoryPastFirstRecord(t *testing.T) {
 	t.Logf("%s", mustJSON(t, h))
 }
 
-// Rollback reads only etcd's history: a revision that ValuesAt still
-// answers from the audit log cannot be rolled back to (410).
+// TestRollbackPastCompaction: a revision that ValuesAt answers from the
+// audit log past etcd's compaction can be rolled back to.
 func TestRollbackPastCompaction(t *testing.T) {
 	cl := sharedCluster(t)
 	src := newSource(t, cl.endpoints())
@@ -161,10 +161,9 @@ func TestTrimOfOlderNamespace(t *testing.T) {
 	}
 }
 
-// replay reads the base, then the records, in separate reads: a trim
-// between them (another server's, or this one's trimmer) moves the base
-// and deletes the records in between, and replay applies the newer
-// records on the older base: content that never existed.
+// TestReplayRacesTrim: ValuesAt past compaction while trims run (another
+// server's, or this one's trimmer) reads the base and the records at one
+// revision: never newer records applied on an older base.
 func TestReplayRacesTrim(t *testing.T) {
 	cl := sharedCluster(t)
 	src := newSource(t, cl.endpoints())
