@@ -35,9 +35,11 @@ const h2cRefusedFor = 10 * time.Minute
 //
 // Over plaintext the only proof that the hop speaks h2c is trying it: a
 // connection whose peer answers the preface with anything but an HTTP/2
-// SETTINGS frame (an HTTP/1.1 reply) refuses h2c for that endpoint for
-// h2cRefusedFor, and the requests it failed are sent again over HTTP/1.1
-// at once, so that the caller sees no error.
+// SETTINGS frame (an HTTP/1.1 reply), or a request that fails before any
+// connection's peer sent one (the hop closed the connection on the
+// preface, a write failed before its reply was read), refuses h2c for
+// that endpoint for h2cRefusedFor, and the requests it failed are sent
+// again over HTTP/1.1 at once, so that the caller sees no error.
 type h2cTransport struct {
 	h1  *http.Transport
 	h2  *http.Transport // h1's settings, Protocols: UnencryptedHTTP2 only
@@ -49,6 +51,9 @@ type h2cTransport struct {
 	refusedUntil time.Time
 	refusals     atomic.Int64
 	now          func() time.Time
+	// proven: a connection since the last switch to h2c began with the
+	// peer's SETTINGS frame, so the hop speaks HTTP/2.
+	proven atomic.Bool
 	// warm follows the switch's connection into h2's idle pool (see
 	// h2cWarmup); nil once a request got a connection out of the pool.
 	warm atomic.Pointer[h2cWarmup]
@@ -101,6 +106,7 @@ func (t *h2cTransport) upgrade() {
 		// (Without an idle pool no connection is shared: nothing to wait for.)
 		t.warm.Store(&h2cWarmup{t: t})
 	}
+	t.proven.Store(false)
 	t.on.Store(true)
 	t.h1.CloseIdleConnections()
 }
@@ -143,9 +149,13 @@ func (t *h2cTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.h2.RoundTrip(req)
 	switch {
 	case err == nil || orig.Context().Err() != nil || isDialError(err):
-	case t.refusals.Load() != refusals:
-		// The hop answered in HTTP/1.x: the same request again over
-		// HTTP/1.1, when its body can be sent again.
+	case t.refusals.Load() != refusals || !t.proven.Load():
+		// The hop answered in HTTP/1.x, or has not shown it speaks
+		// HTTP/2: the same request again over HTTP/1.1, when its body
+		// can be sent again.
+		if t.refusals.Load() == refusals {
+			t.refuse()
+		}
 		if retry, ok := rewound(orig); ok {
 			return t.roundTripH1(retry)
 		}
@@ -393,27 +403,31 @@ func (t *h2cTransport) sniffDial(ctx context.Context, network, addr string) (net
 	if err != nil {
 		return nil, err
 	}
-	return &sniffConn{Conn: c, refuse: t.refuse}, nil
+	return &sniffConn{Conn: c, t: t}, nil
 }
 
 // sniffConn looks at the first bytes its peer sends: an HTTP/2 server
 // starts with a SETTINGS frame (a 9-byte header whose fourth byte, the
 // frame type, is 0x4); an HTTP/1.x one with "HTTP/1." (whose fourth byte
-// is 'P'). Anything but SETTINGS calls refuse, before the read returns, so
-// that the request it fails knows why.
+// is 'P'). SETTINGS proves the hop speaks HTTP/2; anything else refuses
+// h2c, before the read returns, so that the request it fails knows why.
 type sniffConn struct {
 	net.Conn
-	refuse func()
-	seen   int // bytes of the peer's first 4 seen (a single reader: h2's read loop)
-	head   [4]byte
+	t    *h2cTransport
+	seen int // bytes of the peer's first 4 seen (a single reader: h2's read loop)
+	head [4]byte
 }
 
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if c.seen < len(c.head) && n > 0 {
 		c.seen += copy(c.head[c.seen:], p[:n])
-		if c.seen == len(c.head) && c.head[3] != 0x4 {
-			c.refuse()
+		if c.seen == len(c.head) {
+			if c.head[3] == 0x4 {
+				c.t.proven.Store(true)
+			} else {
+				c.t.refuse()
+			}
 		}
 	}
 	return n, err
