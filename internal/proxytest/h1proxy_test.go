@@ -179,9 +179,18 @@ func TestHTTP1ProxyServerRestartNewStore(t *testing.T) {
 	}
 }
 
+// slogOf logs through t.Log at Info and above, and counts HTTP/2's
+// errors in h.
+func slogOf(t testing.TB, h *h2Errors) *slog.Logger {
+	h.next = slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})
+	return slog.New(h)
+}
+
 // h2Errors is a slog handler that counts the records whose error is
-// HTTP/2's: requests the protocol choice made fail.
+// HTTP/2's: requests the protocol choice made fail. It hands records on to
+// next, if set.
 type h2Errors struct {
+	next  slog.Handler
 	mu    sync.Mutex
 	n     int
 	first string
@@ -190,7 +199,10 @@ type h2Errors struct {
 func (h *h2Errors) Enabled(context.Context, slog.Level) bool { return true }
 func (h *h2Errors) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *h2Errors) WithGroup(string) slog.Handler            { return h }
-func (h *h2Errors) Handle(_ context.Context, r slog.Record) error {
+func (h *h2Errors) Handle(ctx context.Context, r slog.Record) error {
+	if h.next != nil && h.next.Enabled(ctx, r.Level) {
+		_ = h.next.Handle(ctx, r)
+	}
 	r.Attrs(func(a slog.Attr) bool {
 		if v := a.Value.String(); strings.Contains(v, "http2:") {
 			h.mu.Lock()
