@@ -312,4 +312,3 @@ func TestProxySuite(t *testing.T) {
 		})
 	}
 }
-
