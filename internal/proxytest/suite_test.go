@@ -79,8 +79,11 @@ func (tp topology) start(t testing.TB, extra string, serverOpts ...fakeserver.Op
 	endpoint := "http://" + upstream
 	switch tp.proxy {
 	case "nginx", "nginx-sse":
-		if tp.proxy == "nginx-sse" && extra == "" {
-			setup.extra = nginxSSE
+		if extra == "" {
+			setup.extra = nginxDefaults
+			if tp.proxy == "nginx-sse" {
+				setup.extra = nginxSSE
+			}
 		}
 		e.proxy = startNginx(t, setup)
 		endpoint = e.proxy.url(tp.tls)
