@@ -26,19 +26,20 @@ import (
 // use. Close it to stop every goroutine and connection it owns.
 type Client struct {
 	// Read-only after New.
-	opts      options
-	src       transport.Source
-	ownSource io.Closer     // the HTTP or failover source, closed by Close; nil with WithSource
-	dir       *cachedir.Dir // nil without WithCacheDir
-	metrics   *instrument.Instruments
-	tracer    *instrument.Tracer
-	ctx       context.Context // cancelled by Close
-	cancel    context.CancelFunc
-	endpoints transport.EndpointReporter // the source's, for Status.Endpoint; nil when it has none
-	mux       *streammux.Mux             // nil when the source has no multi-namespace watch
-	acks      *acks.Queue                // nil when the source cannot take acks
-	persister *cachedir.Persister        // nil without a cache directory; started with the first namespace
-	rev       revision                   // the global revision (Revision)
+	opts       options
+	src        transport.Source
+	ownSource  io.Closer     // the HTTP or failover source, closed by Close; nil with WithSource
+	dir        *cachedir.Dir // nil without WithCacheDir
+	metrics    *instrument.Instruments
+	tracer     *instrument.Tracer
+	ctx        context.Context // cancelled by Close
+	cancel     context.CancelFunc
+	endpoints  transport.EndpointReporter  // the source's, for Status.Endpoint; nil when it has none
+	watchModes transport.WatchModeReporter // the source's, for Status.WatchMode; nil when it has none
+	mux        *streammux.Mux              // nil when the source has no multi-namespace watch
+	acks       *acks.Queue                 // nil when the source cannot take acks
+	persister  *cachedir.Persister         // nil without a cache directory; started with the first namespace
+	rev        revision                    // the global revision (Revision)
 
 	// Safe for concurrent use by themselves.
 	wg        sync.WaitGroup // every namespace's goroutines
@@ -92,6 +93,7 @@ func New(opts ...Option) (*Client, error) {
 	c.metrics, c.tracer = metrics, instrument.NewTracer(o.tracerProvider)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.endpoints, _ = c.src.(transport.EndpointReporter)
+	c.watchModes, _ = c.src.(transport.WatchModeReporter)
 	if ss, ok := c.src.(transport.StreamSource); ok {
 		c.mux = streammux.New(c.ctx, ss, o.logger)
 	}

@@ -231,6 +231,9 @@ func (n *Namespace) statusLocked() Status {
 	if er := n.c.endpoints; er != nil {
 		st.Endpoint = er.Endpoint()
 	}
+	if wr := n.c.watchModes; wr != nil {
+		st.WatchMode = wr.WatchMode().String()
+	}
 	// The last error is past once data was confirmed after it; a
 	// rejection, once a later revision applied.
 	le := &st.LastError

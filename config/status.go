@@ -202,6 +202,11 @@ type Status struct {
 	// redacted); with WithSource, what a source that is a
 	// transport.EndpointReporter says, else empty.
 	Endpoint string
+	// WatchMode names how the client follows the namespace now: "sse"
+	// (a stream), or "long-poll" (WatchLongPoll, or WatchAuto's choice
+	// behind a proxy that buffers streams); with WithSource, what a source
+	// that is a transport.WatchModeReporter says, else empty.
+	WatchMode string
 	// LastConfirmed is when the client last confirmed its data current: a
 	// snapshot, a change, or a progress event (from disk: the file's time).
 	// Through a relay it is when the relay's upstream last confirmed the

@@ -36,9 +36,17 @@ type EndpointReporter interface {
 	Endpoint() string
 }
 
+// WatchModeReporter is implemented by sources that can say how they
+// watch now: WatchSSE or WatchLongPoll (WatchAuto's choice).
+type WatchModeReporter interface {
+	WatchMode() WatchMode
+}
+
 var (
-	_ EndpointReporter = (*HTTPSource)(nil)
-	_ EndpointReporter = (*FailoverSource)(nil)
+	_ EndpointReporter  = (*HTTPSource)(nil)
+	_ EndpointReporter  = (*FailoverSource)(nil)
+	_ WatchModeReporter = (*HTTPSource)(nil)
+	_ WatchModeReporter = (*FailoverSource)(nil)
 )
 
 // Endpoint returns the source's base URL, with any password redacted.
@@ -181,6 +189,9 @@ func NewFailoverSource(srcs []*HTTPSource, opts ...FailoverOption) (*FailoverSou
 // Endpoint returns the base URL of the current endpoint (a password in it
 // redacted).
 func (f *FailoverSource) Endpoint() string { return f.srcs[f.current()].Endpoint() }
+
+// WatchMode is the current endpoint's (HTTPSource.WatchMode).
+func (f *FailoverSource) WatchMode() WatchMode { return f.srcs[f.current()].WatchMode() }
 
 // Endpoints returns the base URLs of every endpoint, in order of
 // preference (passwords redacted).

@@ -548,7 +548,7 @@ func (s *HTTPSource) noteStream(ctx context.Context, r sseResult, probe func(con
 	s.mode = WatchLongPoll
 	s.mu.Unlock()
 	if switched {
-		s.opts.logger.Warn("transport: SSE streams keep failing before their first event while plain requests succeed; switching to long-poll",
+		s.opts.logger.Info("transport: SSE streams keep failing before their first event while plain requests succeed (a proxy that buffers them?); switching to long-poll",
 			"failures", n, "last_error", r.err.Error(), "url", s.base.Redacted())
 	}
 }

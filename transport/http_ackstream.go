@@ -26,11 +26,20 @@ var errAckStreamDown = errors.New("transport: ack stream down")
 // ackStream is an open POST /sdk/ack/stream: lines written to w travel as
 // the request body; done is closed once the request has ended (err set).
 type ackStream struct {
-	w      *ackPipe
-	cancel context.CancelFunc // of the request
-	done   chan struct{}
-	err    error
+	w        *ackPipe
+	cancel   context.CancelFunc // of the request
+	answered chan struct{}      // closed once the server answered 200: it reads the lines
+	done     chan struct{}
+	err      error
 }
+
+// ackStreamAnswerWait bounds how long a line waits for its stream's first
+// answer: the server answers 200 at once, but through a hop that speaks
+// HTTP/1.1 to it (it refuses the stream, 400) or that buffers request
+// bodies (no answer until the body ends, that is never) a line written is
+// a line lost. Until the stream has been answered its lines count as not
+// sent: the batch goes as a request (a batch sent twice is harmless).
+const ackStreamAnswerWait = 5 * time.Second
 
 // An ack stream stays open for as long as the source (or until it fails),
 // however seldom its batches: one opened for a batch and closed again
@@ -108,16 +117,48 @@ func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
 	}
 	cur := st.cur
 	st.mu.Unlock()
-	if err := cur.w.write(ctx, line); err != nil {
+	err := cur.w.write(ctx, line)
+	unanswered := false
+	if err == nil {
+		err = cur.waitAnswer(ctx)
+		unanswered = err != nil && ctx.Err() == nil
+	}
+	if err != nil {
 		cur.cancel()
 		st.mu.Lock()
 		if st.cur == cur {
 			st.cur = nil
 		}
+		if unanswered {
+			st.refused = time.Now()
+		}
 		st.mu.Unlock()
 		return fmt.Errorf("%w: %w", errAckStreamDown, err)
 	}
 	return nil
+}
+
+// waitAnswer waits until the server answered the stream (nil), or it
+// ended, ctx ended or ackStreamAnswerWait passed (the stream is refused
+// for ackStreamRetry: the hop does not carry it).
+func (as *ackStream) waitAnswer(ctx context.Context) error {
+	select {
+	case <-as.answered:
+		return nil
+	default:
+	}
+	timeout := time.NewTimer(ackStreamAnswerWait)
+	defer timeout.Stop()
+	select {
+	case <-as.answered:
+		return nil
+	case <-as.done:
+		return fmt.Errorf("ended before its answer: %w", as.err)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout.C:
+		return fmt.Errorf("no answer in %v", ackStreamAnswerWait)
+	}
 }
 
 // openAckStream starts the request whose body is the returned stream's
@@ -127,7 +168,7 @@ func (s *HTTPSource) openAckStream() *ackStream {
 	pr := newAckPipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	body := &ackBody{r: pr, cancel: cancel}
-	as := &ackStream{w: pr, cancel: cancel, done: make(chan struct{})}
+	as := &ackStream{w: pr, cancel: cancel, answered: make(chan struct{}), done: make(chan struct{})}
 	s.acks.wg.Add(1)
 	go func() {
 		defer s.acks.wg.Done()
@@ -142,7 +183,9 @@ func (s *HTTPSource) openAckStream() *ackStream {
 				// more: closing the body is what aborts the stream when
 				// it is cancelled.
 				stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
-				if resp.StatusCode != http.StatusOK {
+				if resp.StatusCode == http.StatusOK {
+					close(as.answered)
+				} else {
 					err = statusError(resp)
 					s.acks.mu.Lock()
 					s.acks.refused = time.Now()
@@ -224,6 +267,14 @@ func (b *ackBody) Read(p []byte) (int, error) {
 		b.cancel()
 	}
 	return n, err
+}
+
+// Close is the transport's, when it stops sending the body: the server
+// answered before its end (a refusal), or the request failed. A line
+// written later fails, and goes as a request.
+func (b *ackBody) Close() error {
+	b.r.closeWithError(errAckStreamDown)
+	return nil
 }
 
 // ackPipe carries an ack stream's lines to the transport that sends them

@@ -13,10 +13,16 @@ import (
 )
 
 // maxH2CFallbacks is how many times a source goes back to HTTP/1.1 after
-// h2c failed before it gives h2c up for good: a proxy that speaks only
-// HTTP/1.1 but forwards the server's Holdfast-Capabilities must not make
-// every other request fail.
+// h2c failed for a reason that does not show the peer cannot speak it
+// (a connection lost mid-request) before it gives h2c up for good.
 const maxH2CFallbacks = 2
+
+// h2cRefusedFor is how long a source keeps to HTTP/1.1 after its endpoint
+// answered HTTP/2's preface with something other than HTTP/2 (an
+// HTTP/1.1-only proxy in front of a server that lists h2c): the capability
+// is the origin's, not the hop's, and the hop may change (a proxy
+// reconfigured, replaced).
+const h2cRefusedFor = 10 * time.Minute
 
 // h2cTransport is the source's own transport for an http:// endpoint: it
 // speaks HTTP/1.1 until a reply lists CapabilityH2C, then HTTP/2 with
@@ -26,12 +32,28 @@ const maxH2CFallbacks = 2
 // running when they end). A request that h2c fails for a reason other
 // than dialing (the server stopped speaking it, an HTTP/1.1-only proxy)
 // sends the transport back to HTTP/1.1, at most maxH2CFallbacks times.
+//
+// Over plaintext the only proof that the hop speaks h2c is trying it: a
+// connection whose peer answers the preface with anything but an HTTP/2
+// SETTINGS frame (an HTTP/1.1 reply), or a request that fails before any
+// connection's peer sent one (the hop closed the connection on the
+// preface, a write failed before its reply was read), refuses h2c for
+// that endpoint for h2cRefusedFor, and the requests it failed are sent
+// again over HTTP/1.1 at once, so that the caller sees no error.
 type h2cTransport struct {
 	h1  *http.Transport
 	h2  *http.Transport // h1's settings, Protocols: UnencryptedHTTP2 only
 	on  atomic.Bool     // requests go to h2
 	mu  sync.Mutex
 	off int // fallbacks so far; at maxH2CFallbacks h2c is off for good
+	// refusedUntil: the endpoint answered HTTP/2 with HTTP/1.x; no
+	// upgrade before then. refusals counts such answers.
+	refusedUntil time.Time
+	refusals     atomic.Int64
+	now          func() time.Time
+	// proven: a connection since the last switch to h2c began with the
+	// peer's SETTINGS frame, so the hop speaks HTTP/2.
+	proven atomic.Bool
 	// warm follows the switch's connection into h2's idle pool (see
 	// h2cWarmup); nil once a request got a connection out of the pool.
 	warm atomic.Pointer[h2cWarmup]
@@ -62,7 +84,7 @@ func newH2CTransport(h1 *http.Transport) *h2cTransport {
 		conf.MaxEncoderHeaderTableSize = 1
 	}
 	h2.HTTP2 = &conf
-	t := &h2cTransport{h1: h1, h2: h2, dial: h1.DialContext}
+	t := &h2cTransport{h1: h1, h2: h2, dial: h1.DialContext, now: time.Now}
 	if t.dial == nil {
 		t.dial = (&net.Dialer{}).DialContext
 	}
@@ -77,13 +99,14 @@ func (t *h2cTransport) upgrade() {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.on.Load() || t.off >= maxH2CFallbacks {
+	if t.on.Load() || t.off >= maxH2CFallbacks || t.now().Before(t.refusedUntil) {
 		return
 	}
 	if !t.h2.DisableKeepAlives && t.h2.MaxIdleConnsPerHost >= 0 {
 		// (Without an idle pool no connection is shared: nothing to wait for.)
 		t.warm.Store(&h2cWarmup{t: t})
 	}
+	t.proven.Store(false)
 	t.on.Store(true)
 	t.h1.CloseIdleConnections()
 }
@@ -99,26 +122,75 @@ func (t *h2cTransport) downgrade() {
 	}
 }
 
+// refuse records that the endpoint does not speak h2c: HTTP/1.1 for
+// h2cRefusedFor, not counted as a fallback.
+func (t *h2cTransport) refuse() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.refusals.Add(1)
+	t.refusedUntil = t.now().Add(h2cRefusedFor)
+	if t.on.Load() {
+		t.on.Store(false)
+		t.closeH2Idle()
+	}
+}
+
 func (t *h2cTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.on.Load() {
-		resp, err := t.h1.RoundTrip(req)
-		if err == nil && t.on.Load() {
-			// Switched while this one ran: its connection goes idle in
-			// a transport no one uses any more.
-			resp.Body = &closeIdleBody{ReadCloser: resp.Body, t: t.h1}
-		}
-		return resp, err
+		return t.roundTripH1(req)
 	}
+	orig := req
 	if w := t.warm.Load(); w != nil {
 		r := w.track(req.Context())
 		defer r.finish()
 		req = req.WithContext(r.ctx)
 	}
+	refusals := t.refusals.Load()
 	resp, err := t.h2.RoundTrip(req)
-	if err != nil && req.Context().Err() == nil && !isDialError(err) {
+	switch {
+	case err == nil || orig.Context().Err() != nil || isDialError(err):
+	case t.refusals.Load() != refusals || !t.proven.Load():
+		// The hop answered in HTTP/1.x, or has not shown it speaks
+		// HTTP/2: the same request again over HTTP/1.1, when its body
+		// can be sent again.
+		if t.refusals.Load() == refusals {
+			t.refuse()
+		}
+		if retry, ok := rewound(orig); ok {
+			return t.roundTripH1(retry)
+		}
+	default:
 		t.downgrade()
 	}
 	return resp, err
+}
+
+func (t *h2cTransport) roundTripH1(req *http.Request) (*http.Response, error) {
+	resp, err := t.h1.RoundTrip(req)
+	if err == nil && t.on.Load() {
+		// Switched while this one ran: its connection goes idle in
+		// a transport no one uses any more.
+		resp.Body = &closeIdleBody{ReadCloser: resp.Body, t: t.h1}
+	}
+	return resp, err
+}
+
+// rewound returns req ready to be sent again: with a new copy of its body,
+// if it has one; ok is false when its body cannot be had again.
+func rewound(req *http.Request) (*http.Request, bool) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, true
+	}
+	if req.GetBody == nil {
+		return nil, false
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, false
+	}
+	r := req.Clone(req.Context())
+	r.Body = body
+	return r, true
 }
 
 func (t *h2cTransport) CloseIdleConnections() {
@@ -262,7 +334,7 @@ var errDialNotNeeded = errors.New("transport: h2c dial not needed, the request g
 func (t *h2cTransport) dialH2C(ctx context.Context, network, addr string) (net.Conn, error) {
 	r, _ := ctx.Value(h2cReqKey{}).(*h2cReq)
 	if r == nil {
-		return t.dial(ctx, network, addr)
+		return t.sniffDial(ctx, network, addr)
 	}
 	r.mu.Lock()
 	asked := r.asked
@@ -273,7 +345,7 @@ func (t *h2cTransport) dialH2C(ctx context.Context, network, addr string) (net.C
 			r.mu.Lock()
 			r.dialed = true
 			r.mu.Unlock()
-			c, err := t.dial(ctx, network, addr)
+			c, err := t.sniffDial(ctx, network, addr)
 			if err != nil {
 				g.fail()
 				return nil, err
@@ -322,6 +394,43 @@ func (r *h2cReq) waitFor(g *h2cGate, asked int) error {
 			return r.ctx.Err()
 		}
 	}
+}
+
+// sniffDial dials a connection for h2 that tells the transport when its
+// peer answers in something other than HTTP/2.
+func (t *h2cTransport) sniffDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := t.dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &sniffConn{Conn: c, t: t}, nil
+}
+
+// sniffConn looks at the first bytes its peer sends: an HTTP/2 server
+// starts with a SETTINGS frame (a 9-byte header whose fourth byte, the
+// frame type, is 0x4); an HTTP/1.x one with "HTTP/1." (whose fourth byte
+// is 'P'). SETTINGS proves the hop speaks HTTP/2; anything else refuses
+// h2c, before the read returns, so that the request it fails knows why.
+type sniffConn struct {
+	net.Conn
+	t    *h2cTransport
+	seen int // bytes of the peer's first 4 seen (a single reader: h2's read loop)
+	head [4]byte
+}
+
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.seen < len(c.head) && n > 0 {
+		c.seen += copy(c.head[c.seen:], p[:n])
+		if c.seen == len(c.head) {
+			if c.head[3] == 0x4 {
+				c.t.proven.Store(true)
+			} else {
+				c.t.refuse()
+			}
+		}
+	}
+	return n, err
 }
 
 // isDialError reports whether err is a failure to connect at all (the

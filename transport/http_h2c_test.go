@@ -169,24 +169,44 @@ func TestH2CSwitchWarmsOneConnection(t *testing.T) {
 }
 
 // A server (or a proxy in front of it) that lists h2c but speaks only
-// HTTP/1.1 costs a failed request per fallback, at most maxH2CFallbacks,
-// then h2c is off for good.
+// HTTP/1.1 answers HTTP/2's preface in HTTP/1.1: the request goes again
+// over HTTP/1.1 at once (no request fails, acks' bodies included), and the
+// source keeps to HTTP/1.1 for h2cRefusedFor, then tries h2c again.
 func TestH2CFallsBackToHTTP1(t *testing.T) {
 	leakCheck(t)
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(HeaderStoreID, "s")
 		w.Header().Set(HeaderCapabilities, allCaps)
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		writeJSON(t, w, http.StatusOK, Snapshot{Namespace: "a", StoreID: "s", Revision: 1, Cursor: 1, Values: json.RawMessage(`{}`)})
 	})
 	s := newSource(t, srv.URL)
-	failed := 0
-	for range 10 {
-		if _, err := s.Snapshot(streamCtx(t), SnapshotRequest{Namespace: "a"}); err != nil {
-			failed++
+	var mu sync.Mutex
+	now := time.Now()
+	s.h2c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	ack := []Ack{{ClientID: "c", Namespace: "a", Revision: 1, Status: AckApplied}}
+	var last int64
+	for round, more := range []bool{true, false, true} { // refused again after h2cRefusedFor only
+		for range 10 {
+			if _, err := s.Snapshot(streamCtx(t), SnapshotRequest{Namespace: "a"}); err != nil {
+				t.Errorf("round %d: snapshot: %v", round, err)
+			}
+			if err := s.AckBatch(streamCtx(t), ack); err != nil {
+				t.Errorf("round %d: ack: %v", round, err)
+			}
 		}
-	}
-	if failed != maxH2CFallbacks || s.h2c.on.Load() {
-		t.Errorf("%d of 10 snapshots failed, h2c on %v; want %d, off", failed, s.h2c.on.Load(), maxH2CFallbacks)
+		// (A request's connection may be dialed twice: a refusal each.)
+		n := s.h2c.refusals.Load()
+		if n > last != more || s.h2c.on.Load() {
+			t.Errorf("round %d: refusals %d after %d, h2c on %v; want more %v, off", round, n, last, s.h2c.on.Load(), more)
+		}
+		last = n
+		mu.Lock()
+		now = now.Add(h2cRefusedFor / 2)
+		mu.Unlock()
 	}
 }
 

@@ -197,7 +197,7 @@ func TestWatchAutoSwitchesToLongPoll(t *testing.T) {
 			srv := newServer(t, a.ServeHTTP)
 			var logs bytes.Buffer
 			var logMu sync.Mutex
-			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			s := newSource(t, srv.URL, WithWatchMode(WatchAuto), WithIdleTimeout(200*time.Millisecond), WithLogger(logger))
 			if s.WatchMode() != WatchSSE {
 				t.Fatalf("initial WatchMode = %v, want sse", s.WatchMode())

@@ -124,7 +124,7 @@ func (a *Queue) Report(clientID, ns string, revision int64, rollout string, stag
 // Add queues ack without blocking, to go within the narrow window unless
 // it is a plain ack (applied, of no rollout); it replaces an outcome of
 // the same client's namespace of the same kind (ack or nack) not yet
-// sent, unless that one is of a later revision. A nil Queue ignores it.
+// sent, even one of a later revision (see add). A nil Queue ignores it.
 func (a *Queue) Add(ack transport.Ack) { a.Forward(ack, false) }
 
 // Forward is Add for a relay. With prompt (a rollout runs in the
@@ -136,6 +136,13 @@ func (a *Queue) Forward(ack transport.Ack, prompt bool) {
 	a.add(ack, prompt || ack.Status != transport.AckApplied || ack.Rollout != "")
 }
 
+// add queues ack, in place of the outcome of the same kind waiting,
+// whatever their revisions: a client reports its outcomes in the order it
+// applies them (and a relay forwards them in the order they come, one
+// batch of a client after another), so a lower revision after a higher
+// one is of a new history (the store was reset or restored), whose ack
+// the one of the old history must not hide: the server drops an ack above
+// its head, and a client of a reset store was seen never to report again.
 func (a *Queue) add(ack transport.Ack, prompt bool) {
 	if a == nil {
 		return
@@ -152,13 +159,13 @@ func (a *Queue) add(ack transport.Ack, prompt bool) {
 	due := time.Now().Add(delay)
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
-	switch old, ok := a.pending[k]; {
+	switch _, ok := a.pending[k]; {
 	case !ok && len(a.pending) >= maxPending:
 		a.dropped++
 		if a.dropped == 1 {
 			a.log.Warn("acks: too many outcomes waiting to be reported; dropping new ones", "max", maxPending)
 		}
-	case !ok || old.Revision <= ack.Revision:
+	default:
 		a.pending[k] = ack
 		if a.due.IsZero() || due.Before(a.due) {
 			a.due = due
