@@ -284,7 +284,16 @@ func (s *Syncer) Run(ctx context.Context) {
 			err = ErrBackstop
 		}
 		if !NeedsResnapshot(err) {
-			s.failed(err, "config: watch ended; resuming from cursor")
+			if delivered && isCut(err) {
+				// A live watch cut (a proxy's read timeout shorter than the
+				// heartbeat, a restart): it resumes from its cursor before
+				// anything is reported. Its server confirmed the data when
+				// it opened; if the next watch delivers nothing, that one
+				// reports the failure.
+				s.log.Debug("config: a live watch was cut; resuming from cursor", "cursor", s.cursor, "err", err)
+			} else {
+				s.failed(err, "config: watch ended; resuming from cursor")
+			}
 			s.cfg.Meter.Reconnect(ReconnectReason(err))
 			s.cfg.Backoff.Wait(ctx, bo, err)
 			continue
@@ -649,3 +658,11 @@ func (s *Syncer) Handle(ev transport.Event) error {
 
 // SetMeter sets the namespace's instruments. Call it before Run.
 func (s *Syncer) SetMeter(m *instrument.NamespaceMetrics) { s.cfg.Meter = m }
+
+// isCut reports whether err ended a watch as a cut connection does (the
+// stream closed or reset, or went idle), as opposed to an answer of the
+// server's (an HTTP status) or the backstop.
+func isCut(err error) bool {
+	var se *transport.StatusError
+	return !errors.As(err, &se) && !errors.Is(err, ErrBackstop)
+}
