@@ -58,12 +58,7 @@ func BenchmarkPublishCluster(b *testing.B) {
 		ds = append(ds, time.Since(start))
 	}
 	b.StopTimer()
-	slices.Sort(ds)
-	at := func(q float64) float64 {
-		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.50), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
+	reportPercentiles(b, ds)
 }
 
 // BenchmarkRelayFollowingServer: HOLDFAST_BENCH_CLIENTS (default 1,000)
@@ -119,6 +114,11 @@ func BenchmarkRelayFollowingServer(b *testing.B) {
 		ds = append(ds, time.Since(start))
 	}
 	b.StopTimer()
+	reportPercentiles(b, ds)
+}
+
+// reportPercentiles reports the p50 and p99 of ds, in milliseconds.
+func reportPercentiles(b *testing.B, ds []time.Duration) {
 	slices.Sort(ds)
 	at := func(q float64) float64 {
 		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000

@@ -356,18 +356,7 @@ revision, rejected (nacked) it, or are behind, and the watch streams open.
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var st struct {
-							Namespace       string `json:"ns"`
-							StoreID         string `json:"store_id"`
-							Revision        int64  `json:"revision"`
-							Head            int64  `json:"head"`
-							CompactRevision int64  `json:"compact_revision"`
-							Clients         int    `json:"clients"`
-							Acked           int    `json:"acked"`
-							Nacked          int    `json:"nacked"`
-							Behind          int    `json:"behind"`
-							Streams         int    `json:"streams"`
-						}
+						var st controlapi.NamespaceStatus
 						if err := json.Unmarshal(data, &st); err != nil {
 							return err
 						}
