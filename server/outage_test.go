@@ -3,13 +3,9 @@ package server_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/holdfast-dev/holdfast/server"
-	"github.com/holdfast-dev/holdfast/server/store"
 )
 
 // TestStoreOutage: a server over an external etcd that stops answering
@@ -21,27 +17,11 @@ func TestStoreOutage(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	etcdStore, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcdStore.Close()
-	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}, Heartbeat: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.CloseClientConnections()
-		hs.Close()
-		if err := s.Close(); err != nil {
-			t.Log(err) // the client's close after its store is gone
-		}
-	}()
-	publish(t, hs.URL, "cached", map[string]any{"v": 1})
+	etcdStore, s, url := startOverOwnEtcd(t, 200*time.Millisecond)
+	publish(t, url, "cached", map[string]any{"v": 1})
 	get := func(path string) (*http.Response, string) {
 		t.Helper()
-		resp, err := http.Get(hs.URL + path)
+		resp, err := http.Get(url + path)
 		if err != nil {
 			t.Fatal(err)
 		}

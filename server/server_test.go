@@ -37,6 +37,34 @@ func startServer(t *testing.T, sc store.Config) (*server.Server, string) {
 	return s, hs.URL
 }
 
+// startOverOwnEtcd starts a Server over an etcd the test owns (an
+// embedded store opened apart, the server's external cluster), which the
+// test may write to past the server, or close. A Server's Close is an
+// error unless the test closed its etcd first.
+func startOverOwnEtcd(t *testing.T, heartbeat time.Duration) (*store.Store, *server.Server, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcdStore, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = etcdStore.Close() })
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}, Heartbeat: heartbeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		if err := s.Close(); err != nil && etcdStore.Client != nil {
+			t.Error(err)
+		}
+	})
+	return etcdStore, s, hs.URL
+}
+
 // control sends a control API request and decodes its JSON reply into
 // out (when not nil); it returns the status.
 func control(t *testing.T, method, url string, body any, out any) int {

@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
-	"github.com/holdfast-dev/holdfast/server"
-	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -23,30 +20,15 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	etcdStore, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcdStore.Close()
-	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.Close()
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	etcdStore, s, url := startOverOwnEtcd(t, 0)
 	testutil.Eventually(t, 20*time.Second, func() bool { return s.Status(ctx).Leader }, "the lone server leads")
-	r1 := publish(t, hs.URL, "app", map[string]any{"a": 1})
+	r1 := publish(t, url, "app", map[string]any{"a": 1})
 	put, err := etcdStore.Client.Put(ctx, etcd.Prefix("app")+"x", "9")
 	if err != nil {
 		t.Fatal(err)
 	}
 	past := put.Header.Revision
-	r3 := publish(t, hs.URL, "app", map[string]any{"a": 2})
+	r3 := publish(t, url, "app", map[string]any{"a": 2})
 
 	type record struct {
 		Revision     int64    `json:"revision"`
@@ -58,7 +40,7 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 	var h struct{ Revisions []record }
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		h.Revisions = nil
-		if st := control(t, "GET", hs.URL+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
+		if st := control(t, "GET", url+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
 			t.Fatalf("history: %d", st)
 		}
 		return len(h.Revisions) == 3
@@ -76,7 +58,7 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 		}
 	}
 	var v struct{ Values map[string]json.RawMessage }
-	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", hs.URL, past), nil, &v); st != http.StatusOK || string(v.Values["x"]) != "9" {
+	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", url, past), nil, &v); st != http.StatusOK || string(v.Values["x"]) != "9" {
 		t.Errorf("values at the unaudited revision: %d %s", st, v.Values)
 	}
 }
