@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultGrace is how long a gate's query may fail (or return no series)
@@ -142,6 +143,8 @@ func (g Gate) Validate() error {
 	switch {
 	case strings.TrimSpace(g.Query) == "":
 		return specError("the query is empty")
+	case !utf8.ValidString(g.Query):
+		return specError("the query is not UTF-8")
 	case len(g.Query) > MaxQueryLen:
 		return specError("the query is %d bytes, over %d", len(g.Query), MaxQueryLen)
 	case math.IsNaN(g.Max) || math.IsInf(g.Max, 0):
@@ -158,6 +161,9 @@ func (g Gate) Validate() error {
 func checkURL(s string) error {
 	if s == "" {
 		return specError("the prometheus URL is empty")
+	}
+	if !utf8.ValidString(s) {
+		return specError("the prometheus URL is not UTF-8")
 	}
 	if len(s) > MaxURLLen {
 		return specError("the prometheus URL is %d bytes, over %d", len(s), MaxURLLen)

@@ -47,6 +47,8 @@ func TestParse(t *testing.T) {
 		{in: "prometheus=http://p:9090,query=x", wantErr: "max= is required"},
 		{in: "prometheus=http://p:9090,query=,max=1", wantErr: "the query is empty"},
 		{in: "prometheus=,query=x,max=1", wantErr: "the prometheus URL is empty"},
+		{in: "prometheus=http://p:9090,query=\xff,max=1", wantErr: "the query is not UTF-8"},
+		{in: "prometheus=http://p:9090/\xff,query=x,max=1", wantErr: "the prometheus URL is not UTF-8"},
 		{in: "prometheus=http://p:9090,query=x,max=lots", wantErr: `max="lots" is not a number`},
 		{in: "prometheus=http://p:9090,query=x,max=Inf", wantErr: "max must be a finite number"},
 		{in: "prometheus=http://p:9090,query=x,max=NaN", wantErr: "max must be a finite number"},

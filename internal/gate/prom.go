@@ -167,7 +167,10 @@ func decodeResponse(status int, body []byte) (sample, error) {
 	switch r.Data.ResultType {
 	case "scalar":
 		v, err := decodePoint(r.Data.Result)
-		return sample{value: v}, err
+		if err != nil {
+			return sample{}, err
+		}
+		return sample{value: v}, nil
 	case "vector":
 		var vec []vectorSample
 		if err := json.Unmarshal(r.Data.Result, &vec); err != nil {
@@ -178,7 +181,10 @@ func decodeResponse(status int, body []byte) (sample, error) {
 			return sample{}, ErrNoSeries
 		case 1:
 			v, err := decodePoint(vec[0].Value)
-			return sample{value: v, series: clip(seriesText(vec[0].Metric))}, err
+			if err != nil {
+				return sample{}, err
+			}
+			return sample{value: v, series: clip(seriesText(vec[0].Metric))}, nil
 		}
 		names := make([]string, 0, maxListed)
 		for _, s := range vec[:min(len(vec), maxListed)] {
