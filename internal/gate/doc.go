@@ -33,6 +33,13 @@
 // form writes the value as Prometheus does, a string, so NaN and ±Inf
 // survive a round trip.
 //
+// A controller that took a rollout over resumes a gate's grace from the
+// recorded Result.FailingSince (Checker.Resume). Bound binds a Checker to
+// a clock, in the shape of internal/rollout/controller's Gate seam
+// (Check(ctx) (breach, detail, err)); FromJSON builds one from a spec's
+// JSON.
+//
 // A Checker starts no goroutine; a Set's checks run concurrently within
-// the call. Close releases idle HTTP connections and is idempotent.
+// the call. Close releases idle HTTP connections and is idempotent. A
+// server with many rollouts passes one shared client (WithHTTPClient).
 package gate

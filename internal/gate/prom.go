@@ -224,8 +224,12 @@ func decodePoint(raw json.RawMessage) (float64, error) {
 	return v, nil
 }
 
-// seriesText writes a series' labels as PromQL does: name{label="value",…}.
+// seriesText writes a series' labels as PromQL does: name{label="value",…};
+// "" for none (an aggregate over everything).
 func seriesText(m map[string]string) string {
+	if len(m) == 0 {
+		return ""
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		if k != "__name__" {
