@@ -309,24 +309,16 @@ func (c *Checker) Close() error {
 	return nil
 }
 
-// reason writes the line of a result: the gate's query and Prometheus,
-// what was found, the series. The finding is never cut; past MaxReason
-// the query is.
+// reason writes the line of a result: what was found, figures and series
+// first, then the gate's Prometheus and query. Past MaxReason the end is
+// cut, which is the query's text (the finding is at most a few error
+// messages of maxMessage bytes): a caller that prefixes the reason and
+// cuts it again cuts the query too, never the figures.
 func (c *Checker) reason(finding, series string) string {
-	s := ""
+	s := finding
 	if series != "" {
-		s = " (series " + series + ")"
+		s += " (series " + series + ")"
 	}
-	head := "gate max=" + formatFloat(c.gate.Max) + " on " + c.gate.Prometheus + ": "
-	tail := ": " + finding + s
-	q := strconv.Quote(c.gate.Query)
-	room := MaxReason - len(head) - len(tail) - len("query ")
-	if len(q) > room {
-		q = clipTo(q, max(room, 0))
-	}
-	out := head + "query " + q + tail
-	if len(out) > MaxReason { // the finding alone is over: an error text too long
-		out = clipTo(out, MaxReason)
-	}
-	return out
+	s += "; gate on " + c.gate.Prometheus + ", query " + strconv.Quote(c.gate.Query)
+	return clipTo(s, MaxReason)
 }

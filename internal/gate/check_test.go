@@ -112,7 +112,7 @@ func TestCheck(t *testing.T) {
 		{name: "above max", max: 1, grace: time.Minute, steps: []step{
 			{body: vector("0.30000000000000004"), want: Pass, value: 0.30000000000000004},
 			{body: vector("1.0000000000000002"), at: 5 * time.Second, want: Breach, value: 1.0000000000000002,
-				reason: `query "app_errors_total": value 1.0000000000000002 above max 1 (series app_errors_total{instance="i0",job="app"})`},
+				reason: `value 1.0000000000000002 above max 1 (series app_errors_total{instance="i0",job="app"}); gate on URL, query "app_errors_total"`},
 			// A breach does not latch: the next check judges afresh.
 			{body: vector("0"), at: 10 * time.Second, want: Pass, value: 0},
 		}},
@@ -132,7 +132,7 @@ func TestCheck(t *testing.T) {
 			{body: vector(), want: Failing, err: ErrNoSeries},
 			{body: vector(), at: 29 * time.Second, want: Failing, err: ErrNoSeries, reason: "failing for 29s of grace 30s"},
 			{body: vector(), at: 30 * time.Second, want: Breach, err: ErrNoSeries,
-				reason: `gate max=1 on URL: query "app_errors_total": failing for 30s (grace 30s): gate: the query returned no series`},
+				reason: `failing for 30s (grace 30s): gate: the query returned no series; gate on URL, query "app_errors_total"`},
 		}},
 		{name: "several series", max: 10, grace: time.Second, steps: []step{
 			{body: vector("1", "2", "3", "4"), want: Failing, err: ErrSeveralSeries,
@@ -419,17 +419,18 @@ func TestReasonBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Reason) > MaxReason || !strings.HasSuffix(r.Reason, `: value 0.30000000000000004 above max 0.1 (series app_errors_total{instance="i0",job="app"})`) {
-		t.Fatalf("%d bytes: %q", len(r.Reason), r.Reason)
+	if len(r.Reason) > MaxReason || !strings.HasPrefix(r.Reason, `value 0.30000000000000004 above max 0.1 (series app_errors_total{instance="i0",job="app"}); gate on `+p.srv.URL+`, query "\"\"\"`) ||
+		!strings.HasSuffix(r.Reason, `…`) {
+		t.Fatalf("%d bytes: %.300q", len(r.Reason), r.Reason)
 	}
 	p.set(400, `{"status":"error","errorType":"bad_data","error":"`+strings.Repeat("é", 3000)+`"}`)
 	r, err = c.Check(context.Background(), t0.Add(2*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Reason) > MaxReason || !strings.Contains(r.Reason, "failing for 0s of grace 1h0m0s: gate: Prometheus refused the query (bad_data, HTTP 400): éé") ||
-		!strings.HasSuffix(r.Reason, "é…") {
-		t.Fatalf("%d bytes: %q", len(r.Reason), r.Reason)
+	if len(r.Reason) > MaxReason || !strings.HasPrefix(r.Reason, "failing for 0s of grace 1h0m0s: gate: Prometheus refused the query (bad_data, HTTP 400): éé") ||
+		!strings.Contains(r.Reason, "é…; gate on "+p.srv.URL+", query") {
+		t.Fatalf("%d bytes: %.300q", len(r.Reason), r.Reason)
 	}
 }
 
