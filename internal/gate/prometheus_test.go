@@ -251,10 +251,12 @@ func TestRealPrometheus(t *testing.T) {
 	t.Logf("pass: %s", last[0].Reason)
 
 	app.errors.Store(10)
+	raised := time.Now()
 	testutil.Eventually(t, promWait, func() bool {
 		last, err = set.Check(ctx, time.Now())
 		return err == nil && last[0].Status == Breach && last[1].Status == Breach
 	}, "both gates to breach")
+	t.Logf("both gates breached %v after the counter rose (scrape interval 1s)", time.Since(raised).Round(time.Millisecond))
 	if last[0].Value != 10 || !strings.Contains(last[0].Reason, `value 10 above max 5 (series app_errors_total{instance="`) {
 		t.Errorf("the counter's breach: %v, %s", last[0].Value, last[0].Reason)
 	}
