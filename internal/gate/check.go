@@ -268,12 +268,13 @@ func (c *Checker) Check(ctx context.Context, now time.Time) (Result, error) {
 	}
 	r.Err, r.FailingSince = qerr, c.failingSince
 	failed := now.Sub(c.failingSince)
+	shown := failed.Round(time.Millisecond) // in the reason: no nanoseconds
 	if failed >= c.gate.Grace {
 		r.Status = Breach
-		r.Reason = c.reason(fmt.Sprintf("failing for %v (grace %v): %v", failed, c.gate.Grace, qerr), "")
+		r.Reason = c.reason(fmt.Sprintf("failing for %v (grace %v): %v", shown, c.gate.Grace, qerr), "")
 	} else {
 		r.Status = Failing
-		r.Reason = c.reason(fmt.Sprintf("failing for %v of grace %v: %v", failed, c.gate.Grace, qerr), "")
+		r.Reason = c.reason(fmt.Sprintf("failing for %v of grace %v: %v", shown, c.gate.Grace, qerr), "")
 	}
 	return r, nil
 }

@@ -130,7 +130,7 @@ func TestCheck(t *testing.T) {
 		}},
 		{name: "no series, grace expiry", max: 1, grace: 30 * time.Second, steps: []step{
 			{body: vector(), want: Failing, err: ErrNoSeries},
-			{body: vector(), at: 29 * time.Second, want: Failing, err: ErrNoSeries, reason: "failing for 29s of grace 30s"},
+			{body: vector(), at: 29*time.Second + 123456789, want: Failing, err: ErrNoSeries, reason: "failing for 29.123s of grace 30s"},
 			{body: vector(), at: 30 * time.Second, want: Breach, err: ErrNoSeries,
 				reason: `failing for 30s (grace 30s): gate: the query returned no series; gate on URL, query "app_errors_total"`},
 		}},
