@@ -47,6 +47,28 @@ func FromJSON(raw json.RawMessage, now func() time.Time, opts ...Option) (*Bound
 // Checker is the Checker b checks (Start it, Resume it, Close it).
 func (b *Bound) Checker() *Checker { return b.c }
 
+// Start is the gate's first check at b's now (Checker.Start): an error
+// refuses the rollout (several series, a query Prometheus refuses, no
+// answer). A controller calls it, if the gate has it, before it commits
+// the rollout's first stage.
+func (b *Bound) Start(ctx context.Context) error {
+	r, err := b.c.Start(ctx, b.now())
+	if err == nil {
+		b.mu.Lock()
+		b.last = r
+		b.mu.Unlock()
+	}
+	return err
+}
+
+// FailingSince and Resume are the Checker's: what a controller stores in
+// the rollout's state, and gives back to the gate it builds after a
+// failover, so that the grace goes on.
+func (b *Bound) FailingSince() time.Time { return b.c.FailingSince() }
+
+// Resume: see FailingSince.
+func (b *Bound) Resume(failingSince time.Time) { b.c.Resume(failingSince) }
+
 // Check checks the gate at b's now (Checker.Check): breach when the
 // result is a Breach, detail its Reason (at most MaxReason bytes, the
 // figures whole), err the query's trouble while it is only Failing (or

@@ -28,6 +28,14 @@ func TestBound(t *testing.T) {
 	defer b.Close()
 	var g controllerGate = b
 
+	p.set(200, vector("1", "2"))
+	if err := b.Start(context.Background()); !errors.Is(err, ErrSeveralSeries) {
+		t.Fatalf("start on several series: %v", err)
+	}
+	p.set(200, vector())
+	if err := b.Start(context.Background()); err != nil || !b.FailingSince().Equal(now) {
+		t.Fatalf("start on no series: %v, failing since %v", err, b.FailingSince())
+	}
 	p.set(200, vector("1"))
 	if breach, detail, err := g.Check(context.Background()); breach || err != nil || !strings.Contains(detail, "value 1 at or under max 2") {
 		t.Fatalf("under max: %v %q %v", breach, detail, err)
@@ -37,9 +45,11 @@ func TestBound(t *testing.T) {
 	if breach, _, err := g.Check(context.Background()); breach || !errors.Is(err, ErrNoSeries) {
 		t.Fatalf("no series within the grace: %v %v", breach, err)
 	}
+	// A controller that takes over resumes the failure from the start.
+	b.Resume(t0)
 	now = now.Add(10 * time.Second)
 	breach, detail, err := g.Check(context.Background())
-	if !breach || !errors.Is(err, ErrNoSeries) || !strings.Contains(detail, "failing for 10s (grace 10s)") {
+	if !breach || !errors.Is(err, ErrNoSeries) || !strings.Contains(detail, "failing for 11s (grace 10s)") {
 		t.Fatalf("no series past the grace: %v %q %v", breach, detail, err)
 	}
 	if last := b.Last(); last.Status != Breach || !last.At.Equal(now) {
