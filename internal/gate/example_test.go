@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -60,4 +61,30 @@ func Example() {
 	// Output:
 	// pass 0
 	// breach 3 2
+}
+
+// Parse reads one -gate flag; a query with a comma needs a -gate-file.
+func ExampleParse() {
+	g, err := gate.Parse("prometheus=http://prometheus:9090,query=sum(rate(app_errors_total[1m])),max=0.5")
+	fmt.Println(g.Max, g.Grace, err)
+
+	_, err = gate.Parse("prometheus=http://prometheus:9090,query=sum by (job, code) (app_errors_total),max=1")
+	fmt.Println(err)
+	// Output:
+	// 0.5 30s <nil>
+	// gate: invalid gate: field " code) (app_errors_total)" is not NAME=VALUE (a query containing a comma goes in -gate-file)
+}
+
+// ParseFile reads a -gate-file, for queries with commas.
+func ExampleParseFile() {
+	gates, err := gate.ParseFile(strings.NewReader(`[
+	  {"prometheus": "http://prometheus:9090", "query": "sum by (job, code) (rate(app_errors_total[1m]))", "max": 0.5, "grace": "1m"}
+	]`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(len(gates), gates[0].Query, gates[0].Grace)
+	// Output:
+	// 1 sum by (job, code) (rate(app_errors_total[1m])) 1m0s
 }
