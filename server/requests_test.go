@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,7 +25,10 @@ import (
 // cache over one etcd watch, a stream, not counted). Heartbeats are 10 s,
 // so that their background reads (one per namespace per beat) barely
 // count. The streams share h2c connections (250 a connection), as SDK
-// clients of one process do, so that 10,000 fit the descriptors here.
+// clients of one process do, so that 10,000 fit the descriptors here;
+// 10,000 with HOLDFAST_SCALE_STREAMS=1:
+//
+//	HOLDFAST_SCALE_STREAMS=1 go test -run EtcdRequestsPerPublish -v ./server/
 func TestEtcdRequestsPerPublishDoNotGrowWithClients(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 streams: not in -short")
@@ -102,12 +106,18 @@ func TestEtcdRequestsPerPublishDoNotGrowWithClients(t *testing.T) {
 	at10 := perPublish(1)
 	open(990)
 	at1000 := perPublish(100)
+	t.Logf("etcd unary requests per publish: %.2f with 10 streams, %.2f with 1,000", at10, at1000)
+	if d := at1000 - at10; d > 1 || d < -1 {
+		t.Errorf("etcd requests per publish: %.2f with 10 streams, %.2f with 1,000: want equal within 1", at10, at1000)
+	}
+	// 10,000 streams take minutes under -race on two cores: a scale run.
+	if os.Getenv("HOLDFAST_SCALE_STREAMS") == "" {
+		return
+	}
 	open(9000)
 	at10000 := perPublish(200)
-	t.Logf("etcd unary requests per publish: %.2f with 10 streams, %.2f with 1,000, %.2f with 10,000", at10, at1000, at10000)
-	for _, at := range []float64{at1000, at10000} {
-		if d := at - at10; d > 1 || d < -1 {
-			t.Errorf("etcd requests per publish: %.2f with 10 streams, %.2f with 1,000, %.2f with 10,000: want equal within 1", at10, at1000, at10000)
-		}
+	t.Logf("etcd unary requests per publish: %.2f with 10,000 streams", at10000)
+	if d := at10000 - at10; d > 1 || d < -1 {
+		t.Errorf("etcd requests per publish: %.2f with 10 streams, %.2f with 10,000: want equal within 1", at10, at10000)
 	}
 }
