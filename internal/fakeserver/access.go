@@ -139,15 +139,15 @@ func (s *Server) mayRead(r *http.Request, ns string) error {
 
 // splitForbidden takes the namespaces a stream's token may not read out
 // of reqs: each is an ended event of its own, the others stream on.
-func (s *Server) splitForbidden(r *http.Request, reqs []sinceReq) ([]sinceReq, []transport.NamespaceEndedBody) {
+func (s *Server) splitForbidden(r *http.Request, reqs []SinceReq) ([]SinceReq, []transport.NamespaceEndedBody) {
 	if s.opts.tokens == nil {
 		return reqs, nil
 	}
 	var ended []transport.NamespaceEndedBody
 	kept := reqs[:0:0]
 	for _, q := range reqs {
-		if err := s.mayRead(r, q.name); err != nil {
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: q.name, Code: transport.CodeForbidden, Message: err.Error()})
+		if err := s.mayRead(r, q.Name); err != nil {
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: q.Name, Code: transport.CodeForbidden, Message: err.Error()})
 			continue
 		}
 		kept = append(kept, q)

@@ -89,7 +89,7 @@ func decodeCohortReport(data []byte, rep *transport.CohortReport) error {
 func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
 	var head int64
 	if s.follow == nil {
-		_, head, _ = s.be.info()
+		_, head, _ = s.be.Info()
 	}
 	kept := rep.Namespaces[:0]
 	for _, n := range rep.Namespaces {
@@ -97,7 +97,7 @@ func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
 			continue
 		}
 		if s.follow == nil { // a relay follows on demand: any name may come
-			if _, ok := s.be.nsRevision(n.Namespace); !ok {
+			if _, ok := s.be.NsRevision(n.Namespace); !ok {
 				continue
 			}
 			n.Outcomes = slices.DeleteFunc(n.Outcomes, func(o transport.CohortOutcome) bool { return o.Revision > head })

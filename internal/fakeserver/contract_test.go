@@ -464,7 +464,7 @@ func TestSchemaBodyTooLarge(t *testing.T) {
 	if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 413 || eb.Error != transport.CodeTooLarge {
 		t.Fatalf("big schema: %d %s", resp.StatusCode, body)
 	}
-	if _, ok := s.store.nsRevision("app"); ok {
+	if _, ok := s.store.NsRevision("app"); ok {
 		t.Fatal("a refused schema created the namespace")
 	}
 	// net/http lingers 500 ms on a connection whose body limit was hit

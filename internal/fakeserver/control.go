@@ -218,11 +218,11 @@ func (s *Server) Status(ns string) (NamespaceStatus, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return NamespaceStatus{}, err
 	}
-	rev, ok := s.store.nsRevision(ns)
+	rev, ok := s.store.NsRevision(ns)
 	if !ok {
 		return NamespaceStatus{}, ErrUnknownNamespace
 	}
-	id, head, compact := s.store.info()
+	id, head, compact := s.store.Info()
 	st := NamespaceStatus{Namespace: ns, StoreID: id, Revision: rev, Head: head, CompactRevision: compact}
 	for _, c := range s.Clients() {
 		if c.Namespace != ns {

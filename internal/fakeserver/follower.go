@@ -48,8 +48,8 @@ type Follower struct {
 	// as one batch before f.mu is released (unlock): the hub then sees a
 	// change and the head move that covers it together, and a relay's
 	// stream sends both in one write, before the beat.
-	pending []hubItem
-	out     func([]hubItem)
+	pending []HubItem
+	out     func([]HubItem)
 	// confirms counts the upstream's confirmations: a stream that told
 	// progress since the last one has nothing new to beat for.
 	confirms uint64
@@ -110,7 +110,7 @@ func (f *Follower) SetBackfill(b Backfill) {
 // where the window does not reach them, through the backfill; a
 // namespace it cannot fill is left as it is (the request then gets
 // compacted, and the client resnapshots).
-func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
+func (f *Follower) fill(ctx context.Context, reqs []SinceReq) {
 	type gap struct {
 		name         string
 		since, floor int64
@@ -119,8 +119,8 @@ func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
 	var gaps []gap
 	f.mu.Lock()
 	for _, r := range reqs {
-		if n := f.nss[r.name]; f.backfill != nil && n != nil && n.ready && r.since >= 0 && r.since < n.floor && r.since <= n.cursor {
-			gaps = append(gaps, gap{r.name, r.since, n.floor, f.gen})
+		if n := f.nss[r.Name]; f.backfill != nil && n != nil && n.ready && r.Since >= 0 && r.Since < n.floor && r.Since <= n.cursor {
+			gaps = append(gaps, gap{r.Name, r.Since, n.floor, f.gen})
 		}
 	}
 	b := f.backfill
@@ -134,13 +134,13 @@ func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
 		// The window may have grown back meanwhile (another request's
 		// fill): what it lacks is what css holds up to its floor now.
 		if n := f.nss[g.name]; f.gen == g.gen && n != nil && n.ready && g.since < n.floor && n.floor <= g.floor {
-			older := make([]*change, 0, len(css)+len(n.changes))
+			older := make([]*Change, 0, len(css)+len(n.changes))
 			for _, cs := range css {
 				if cs.Revision > n.floor {
 					break
 				}
 				// seq 0: history, never handed to the hub.
-				c := &change{gen: f.gen, cs: cs}
+				c := &Change{Gen: f.gen, CS: cs}
 				c.encode()
 				older = append(older, c)
 				n.bytes += int64(len(c.data))
@@ -152,32 +152,32 @@ func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
 	}
 }
 
-// streamState is what a relay's stream reads of its namespaces to tell
+// StreamState is what a relay's stream reads of its namespaces to tell
 // progress or to weigh a beat: the counters, and the data's age and flags
 // (the oldest of the namespaces').
-type streamState struct {
-	confirms, flips uint64
-	dated           time.Time     // the oldest confirmation (zero: no data)
-	age             time.Duration // since dated
-	unconfirmed     bool          // one of them is not confirmed now
-	atReceipt       bool          // each is dated at this relay's receipt
+type StreamState struct {
+	Confirms, Flips uint64
+	Dated           time.Time     // the oldest confirmation (zero: no data)
+	Age             time.Duration // since dated
+	Unconfirmed     bool          // one of them is not confirmed now
+	AtReceipt       bool          // each is dated at this relay's receipt
 }
 
-func (f *Follower) streamState(names ...string) streamState {
+func (f *Follower) StreamState(names ...string) StreamState {
 	f.mu.Lock()
 	defer f.unlock()
-	st := streamState{confirms: f.confirms, flips: f.flips, atReceipt: true}
+	st := StreamState{Confirms: f.confirms, Flips: f.flips, AtReceipt: true}
 	for _, ns := range names {
 		if n := f.nss[ns]; n != nil && n.ready {
-			if st.dated.IsZero() || n.confirmedAt.Before(st.dated) {
-				st.dated = n.confirmedAt
+			if st.Dated.IsZero() || n.confirmedAt.Before(st.Dated) {
+				st.Dated = n.confirmedAt
 			}
-			st.unconfirmed = st.unconfirmed || n.unconfirmed
-			st.atReceipt = st.atReceipt && n.atReceipt
+			st.Unconfirmed = st.Unconfirmed || n.unconfirmed
+			st.AtReceipt = st.AtReceipt && n.atReceipt
 		}
 	}
-	if !st.dated.IsZero() {
-		st.age = max(f.now().Sub(st.dated), 0)
+	if !st.Dated.IsZero() {
+		st.Age = max(f.now().Sub(st.Dated), 0)
 	}
 	return st
 }
@@ -199,7 +199,7 @@ type followed struct {
 	ready   bool // it has data of the current store
 	rev     int64
 	live    map[string]json.RawMessage // replaced, never mutated
-	changes []*change                  // the window, oldest first
+	changes []*Change                  // the window, oldest first
 	bytes   int64                      // of changes' JSON
 	// floor: the window holds every change after it; an older cursor is
 	// compacted away here.
@@ -327,24 +327,24 @@ func (f *Follower) resetLocked(storeID string) {
 		*n = followed{demanded: n.demanded, leaving: n.leaving}
 	}
 	f.head = 0
-	f.pending = append(f.pending, hubItem{gen: f.gen})
+	f.pending = append(f.pending, HubItem{Gen: f.gen})
 }
 
 // commitLocked appends cs to ns's window (trimming it) and hands it to the
 // hub.
 func (f *Follower) commitLocked(ns string, n *followed, cs transport.ChangeSet) {
 	f.seq++
-	c := &change{gen: f.gen, seq: f.seq, cs: cs}
+	c := &Change{Gen: f.gen, Seq: f.seq, CS: cs}
 	c.encode()
 	n.changes = append(n.changes, c)
 	n.bytes += int64(len(c.data))
 	for len(n.changes) > f.maxChanges || (f.maxBytes > 0 && n.bytes > f.maxBytes && len(n.changes) > 1) {
 		old := n.changes[0]
-		n.floor = old.cs.Revision
+		n.floor = old.CS.Revision
 		n.bytes -= int64(len(old.data))
 		n.changes = slices.Delete(slices.Clone(n.changes), 0, 1)
 	}
-	f.pending = append(f.pending, hubItem{c: c, gen: c.gen})
+	f.pending = append(f.pending, HubItem{C: c, Gen: c.Gen})
 }
 
 // diff is the change set from content old at revision prev to content
@@ -394,7 +394,7 @@ func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, u
 	f.advanceLocked()
 	f.changedLocked()
 	f.confirms++
-	f.pending = append(f.pending, hubItem{beat: true})
+	f.pending = append(f.pending, HubItem{Beat: true})
 }
 
 // Refill serves again the data ns's syncer holds, of storeID, when ns has
@@ -417,7 +417,7 @@ func (f *Follower) Fail(ns string) {
 	if n := f.nss[ns]; n != nil && !n.unconfirmed {
 		n.unconfirmed = true
 		f.flips++ // a beat already asked for must now go: it carries the flag
-		f.pending = append(f.pending, hubItem{beat: true})
+		f.pending = append(f.pending, HubItem{Beat: true})
 		f.changedLocked()
 	}
 }
@@ -531,18 +531,18 @@ func (f *Follower) advanceLocked() {
 	f.head = low
 	f.seq++
 	f.headSeq = f.seq
-	f.pending = append(f.pending, hubItem{gen: f.gen, head: low, seq: f.seq, move: true})
+	f.pending = append(f.pending, HubItem{Gen: f.gen, Head: low, Seq: f.seq, Move: true})
 }
 
 // backend
 
-func (f *Follower) info() (string, int64, int64) {
+func (f *Follower) Info() (string, int64, int64) {
 	f.mu.Lock()
 	defer f.unlock()
 	return f.id, f.head, 0
 }
 
-func (f *Follower) nsRevision(ns string) (int64, bool) {
+func (f *Follower) NsRevision(ns string) (int64, bool) {
 	f.mu.Lock()
 	defer f.unlock()
 	if n := f.nss[ns]; n != nil && n.ready {
@@ -551,26 +551,26 @@ func (f *Follower) nsRevision(ns string) (int64, bool) {
 	return 0, false
 }
 
-func (f *Follower) generation() uint64 {
+func (f *Follower) Generation() uint64 {
 	f.mu.Lock()
 	defer f.unlock()
 	return f.gen
 }
 
 // known: a relay forwards every ack; its upstream knows its namespaces.
-func (f *Follower) known(acks []transport.Ack) []transport.Ack { return acks }
+func (f *Follower) Known(acks []transport.Ack) []transport.Ack { return acks }
 
-func (f *Follower) snapshot(ns string) (snapshot, error) {
+func (f *Follower) Snapshot(ns string) (Snapshot, error) {
 	f.mu.Lock()
 	defer f.unlock()
 	n := f.nss[ns]
 	if n != nil && !n.ready && n.absent {
-		return snapshot{storeID: f.id, cursor: f.head}, errAbsent(ns)
+		return Snapshot{StoreID: f.id, Cursor: f.head}, errAbsent(ns)
 	}
 	if n == nil || !n.ready {
-		return snapshot{storeID: f.id, cursor: f.head}, errNotReady(ns)
+		return Snapshot{StoreID: f.id, Cursor: f.head}, errNotReady(ns)
 	}
-	return snapshot{storeID: f.id, rev: n.rev, cursor: n.cursor, compact: n.floor, values: n.live}, nil
+	return Snapshot{StoreID: f.id, Rev: n.rev, Cursor: n.cursor, Compact: n.floor, Values: n.live}, nil
 }
 
 func errNotReady(ns string) error {
@@ -602,12 +602,12 @@ func (f *Follower) check(ns string, since int64) (*followed, error) {
 	return n, nil
 }
 
-func (f *Follower) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
+func (f *Follower) Subscribe(ns string, since int64, register func(Subscription)) (Subscription, error) {
 	f.mu.Lock()
 	defer f.unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
+	sub := Subscription{StoreID: f.id, Gen: f.gen, Head: f.head, Seq: f.seq, HeadSeq: f.headSeq}
 	if n := f.nss[ns]; n != nil && n.ready {
-		sub.head, sub.nsRev = n.cursor, n.rev
+		sub.Head, sub.NsRev = n.cursor, n.rev
 		if since < 0 {
 			since = n.cursor
 		}
@@ -616,48 +616,48 @@ func (f *Follower) subscribe(ns string, since int64, register func(subscription)
 	if err != nil {
 		return sub, err
 	}
-	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > since })
-	sub.backlog = n.changes[i:len(n.changes):len(n.changes)]
+	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].CS.Revision > since })
+	sub.Backlog = n.changes[i:len(n.changes):len(n.changes)]
 	if register != nil {
 		register(sub)
 	}
 	return sub, nil
 }
 
-func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []string)) (subscription, []transport.NamespaceEndedBody) {
+func (f *Follower) SubscribeMany(reqs []SinceReq, register func(Subscription, []string)) (Subscription, []transport.NamespaceEndedBody) {
 	f.mu.Lock()
 	defer f.unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
+	sub := Subscription{StoreID: f.id, Gen: f.gen, Head: f.head, Seq: f.seq, HeadSeq: f.headSeq}
 	var ended []transport.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
 	low := int64(-1) // the lowest cursor of the namespaces subscribed
 	for _, r := range reqs {
-		n, err := f.check(r.name, r.since)
+		n, err := f.check(r.Name, r.Since)
 		if err != nil {
 			_, body := errorReply(err)
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: body.Error, Message: body.Message, CompactRevision: body.CompactRevision})
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: body.Error, Message: body.Message, CompactRevision: body.CompactRevision})
 			continue
 		}
-		names = append(names, r.name)
+		names = append(names, r.Name)
 		if low < 0 || n.cursor < low {
 			low = n.cursor
 		}
-		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > r.since })
-		sub.backlog = append(sub.backlog, n.changes[i:]...)
+		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].CS.Revision > r.Since })
+		sub.Backlog = append(sub.Backlog, n.changes[i:]...)
 	}
 	if low >= 0 {
-		sub.head = low
+		sub.Head = low
 	}
-	slices.SortFunc(sub.backlog, func(a, b *change) int { return cmp.Compare(a.cs.Revision, b.cs.Revision) })
+	slices.SortFunc(sub.Backlog, func(a, b *Change) int { return cmp.Compare(a.CS.Revision, b.CS.Revision) })
 	if register != nil {
 		register(sub, names)
 	}
 	return sub, ended
 }
 
-func (f *Follower) freshness(names ...string) (time.Duration, bool) {
-	st := f.streamState(names...)
-	return st.age, st.unconfirmed
+func (f *Follower) Freshness(names ...string) (time.Duration, bool) {
+	st := f.StreamState(names...)
+	return st.Age, st.Unconfirmed
 }
 
 // demandWait bounds how long a request waits for a namespace's first
@@ -671,7 +671,7 @@ const (
 	catchUpWait = time.Second
 )
 
-func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error {
+func (f *Follower) Demand(ctx context.Context, reqs []SinceReq) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, demandWait)
 	defer cancel()
 	catchUp := time.NewTimer(catchUpWait)
@@ -681,15 +681,15 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 	wanted := make(map[string]bool)
 	f.mu.Lock()
 	for _, r := range reqs {
-		f.waiting[r.name]++
+		f.waiting[r.Name]++
 	}
 	f.unlock()
 	defer func() {
 		f.mu.Lock()
 		defer f.unlock()
 		for _, r := range reqs {
-			if f.waiting[r.name]--; f.waiting[r.name] <= 0 {
-				delete(f.waiting, r.name)
+			if f.waiting[r.Name]--; f.waiting[r.Name] <= 0 {
+				delete(f.waiting, r.Name)
 			}
 		}
 	}()
@@ -705,10 +705,10 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 		waiting := false
 		now := f.now()
 		for _, r := range reqs {
-			if refused[r.name] != nil {
+			if refused[r.Name] != nil {
 				continue
 			}
-			n := f.nss[r.name]
+			n := f.nss[r.Name]
 			if n != nil {
 				n.demanded = now
 			}
@@ -716,8 +716,8 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			case n == nil || n.leaving:
 				// Not followed, or being dropped: the relay follows it
 				// (again), or refuses it for now.
-				if !wanted[r.name] {
-					missing = append(missing, r.name)
+				if !wanted[r.Name] {
+					missing = append(missing, r.Name)
 				}
 				waiting = true
 			case !n.ready && n.absent:
@@ -725,22 +725,22 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			case !n.ready:
 				waiting = true
 			case caughtUp:
-			case f.confirmer != nil && (r.since < 0 || r.since > n.cursor):
-				p := read[r.name]
+			case f.confirmer != nil && (r.Since < 0 || r.Since > n.cursor):
+				p := read[r.Name]
 				switch {
-				case p == nil && !asked[r.name]:
-					asked[r.name] = true
-					ask = append(ask, r.name)
+				case p == nil && !asked[r.Name]:
+					asked[r.Name] = true
+					ask = append(ask, r.Name)
 					waiting = true
 				case p == nil:
-					waiting = r.since > n.cursor // the read failed: as without
+					waiting = r.Since > n.cursor // the read failed: as without
 				case n.rev < p.rev:
 					waiting = true // the watch brings the change
 				case n.rev == p.rev && n.cursor < p.head:
 					f.confirmLocked(n, p.head, 0, false)
 				}
-				waiting = waiting || r.since > n.cursor
-			case r.since > n.cursor:
+				waiting = waiting || r.Since > n.cursor
+			case r.Since > n.cursor:
 				waiting = true
 			}
 		}
@@ -797,8 +797,8 @@ func (f *Follower) Followed() []string {
 	return slices.Sorted(maps.Keys(f.nss))
 }
 
-var _ backend = (*Follower)(nil)
-var _ backend = (*store)(nil)
+var _ Backend = (*Follower)(nil)
+var _ Backend = (*store)(nil)
 
 // Data returns what the Follower serves of ns: its store id, revision,
 // cursor and content (shared: do not modify); ok false when it has none.

@@ -104,18 +104,18 @@ func FuzzParseStreamNamespaces(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for i, r := range reqs {
-			if seen[r.name] || r.since < 0 || values[i] != r.name+":"+strconv.FormatInt(r.since, 10) && !strings.HasPrefix(values[i], r.name+":0") {
+			if seen[r.Name] || r.Since < 0 || values[i] != r.Name+":"+strconv.FormatInt(r.Since, 10) && !strings.HasPrefix(values[i], r.Name+":0") {
 				t.Fatalf("value %q read as %+v", values[i], r)
 			}
-			seen[r.name] = true
+			seen[r.Name] = true
 		}
 		valid, ended := splitInvalid(reqs)
 		if len(valid)+len(ended) != len(reqs) {
 			t.Fatalf("split %d+%d of %d", len(valid), len(ended), len(reqs))
 		}
 		for _, r := range valid {
-			if transport.ValidateNamespace(r.name) != nil {
-				t.Fatalf("invalid %q kept", r.name)
+			if transport.ValidateNamespace(r.Name) != nil {
+				t.Fatalf("invalid %q kept", r.Name)
 			}
 		}
 	})

@@ -180,7 +180,7 @@ func TestEndpoints(t *testing.T) {
 			t.Fatalf("clients %s", body)
 		}
 		c1, c2 := got.Clients[0], got.Clients[1]
-		head, _ := s.store.nsRevision("app")
+		head, _ := s.store.NsRevision("app")
 		if c1.ClientID != "c1" || c1.AckedRevision != 2 || c1.HeadRevision != head || c1.Behind != (head > 2) {
 			t.Fatalf("c1 %+v", c1)
 		}

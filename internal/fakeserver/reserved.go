@@ -110,7 +110,7 @@ func baseETag(storeID string, rev int64) string {
 
 // view returns c as a client sees it: c itself for one that evaluates
 // rollouts (aware), else c's base view.
-func (c *change) view(aware bool) *change {
+func (c *Change) view(aware bool) *Change {
 	if aware {
 		return c
 	}
@@ -123,11 +123,11 @@ func (c *change) view(aware bool) *change {
 // It is built once, on first use by a client that predates rollouts, and
 // shared by all of them; a change that touches no reserved key costs them
 // a scan of its keys, once.
-func (c *change) baseView() *change {
+func (c *Change) baseView() *Change {
 	c.baseOnce.Do(func() {
 		c.base = c
-		if touchesReserved(&c.cs) {
-			c.base = &change{gen: c.gen, seq: c.seq, cs: stripChangeSet(c.cs)}
+		if touchesReserved(&c.CS) {
+			c.base = &Change{Gen: c.Gen, Seq: c.Seq, CS: stripChangeSet(c.CS)}
 		}
 	})
 	return c.base

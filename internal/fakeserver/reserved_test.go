@@ -29,7 +29,7 @@ func publishReserved(t testing.TB, s *Server, ns string, puts map[string]json.Ra
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.cs.Revision
+	return c.CS.Revision
 }
 
 // stagedFor is a valid value of rollout.Key for rollout id.
@@ -195,7 +195,7 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 	// Without a reserved key both kinds of client get the same reply.
 	for _, caps := range []string{"", newCaps} {
 		resp, _, values := snapshotOf(t, c, s, "plain", caps, "")
-		rev, _ := s.store.nsRevision("plain")
+		rev, _ := s.store.NsRevision("plain")
 		if resp.StatusCode != 200 || resp.Header.Get("ETag") != transport.ETag(id, rev) || string(values["a"]) != "1" {
 			t.Fatalf("plain (%q): %d %s %v", caps, resp.StatusCode, resp.Header.Get("ETag"), values)
 		}
@@ -400,11 +400,11 @@ func TestBaseViewIsSharedAndFreeWithoutReservedKeys(t *testing.T) {
 	s := start(t)
 	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
 	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedFor(t, "r1")})
-	sub, err := s.store.subscribe("app", 0, nil)
+	sub, err := s.store.Subscribe("app", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, staged := sub.backlog[0], sub.backlog[1]
+	plain, staged := sub.Backlog[0], sub.Backlog[1]
 	if plain.view(false) != plain || plain.view(true) != plain {
 		t.Fatal("a change without reserved keys has a view of its own")
 	}
@@ -418,8 +418,8 @@ func TestBaseViewIsSharedAndFreeWithoutReservedKeys(t *testing.T) {
 	if string(base.json()) == string(staged.json()) || strings.Contains(string(base.frame()), rollout.ReservedPrefix) {
 		t.Fatalf("base view %s", base.frame())
 	}
-	if base.cs.Revision != staged.cs.Revision || base.cs.PrevRevision != staged.cs.PrevRevision || base.gen != staged.gen {
-		t.Fatalf("base view %+v of %+v", base.cs, staged.cs)
+	if base.CS.Revision != staged.CS.Revision || base.CS.PrevRevision != staged.CS.PrevRevision || base.Gen != staged.Gen {
+		t.Fatalf("base view %+v of %+v", base.CS, staged.CS)
 	}
 }
 
@@ -598,11 +598,11 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 func TestBaseViewFrameIsOneDataLine(t *testing.T) {
 	s := start(t)
 	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`"x\ny"`), rollout.Key: stagedFor(t, "r1")})
-	sub, err := s.store.subscribe("app", 0, nil)
+	sub, err := s.store.Subscribe("app", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := sub.backlog[0].view(false)
+	base := sub.Backlog[0].view(false)
 	sc := bufio.NewScanner(strings.NewReader(string(base.frame())))
 	lines := 0
 	for sc.Scan() {
@@ -628,15 +628,15 @@ func BenchmarkChangeView(b *testing.B) {
 	s := start(b)
 	publishReserved(b, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
 	publishReserved(b, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedFor(b, "r1")})
-	sub, err := s.store.subscribe("app", 0, nil)
+	sub, err := s.store.Subscribe("app", 0, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name  string
-		c     *change
+		c     *Change
 		aware bool
-	}{{"plain/aware", sub.backlog[0], true}, {"plain/old", sub.backlog[0], false}, {"reserved/aware", sub.backlog[1], true}, {"reserved/old", sub.backlog[1], false}} {
+	}{{"plain/aware", sub.Backlog[0], true}, {"plain/old", sub.Backlog[0], false}, {"reserved/aware", sub.Backlog[1], true}, {"reserved/old", sub.Backlog[1], false}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			n := 0
@@ -649,10 +649,10 @@ func BenchmarkChangeView(b *testing.B) {
 	// The first use by an old client of a change with a reserved key:
 	// building its base view (once per change, for all of them).
 	b.Run("build", func(b *testing.B) {
-		c := sub.backlog[1]
+		c := sub.Backlog[1]
 		b.ReportAllocs()
 		for range b.N {
-			fresh := &change{gen: c.gen, cs: c.cs}
+			fresh := &Change{Gen: c.Gen, CS: c.CS}
 			_ = fresh.view(false).frame()
 		}
 	})
@@ -670,7 +670,7 @@ func BenchmarkSnapshotFor(b *testing.B) {
 	h := s.routes()
 	w := &nopWriter{h: make(http.Header)}
 	for _, ns := range []string{"plain", "staged"} {
-		rev, _ := s.store.nsRevision(ns)
+		rev, _ := s.store.NsRevision(ns)
 		for _, caps := range []string{newCaps, oldCaps} {
 			for _, inm := range []string{transport.ETag(s.StoreID(), rev), ""} {
 				name := ns + "/old"

@@ -663,7 +663,7 @@ func (s *Server) commitRollout(run *rolloutRun, kind string, puts map[string]jso
 		return err
 	}
 	s.stats.publishes.Add(1)
-	s.log.Debug("fakeserver: rollout committed", "ns", run.ns, "rollout", run.id, "kind", kind, "revision", c.cs.Revision)
+	s.log.Debug("fakeserver: rollout committed", "ns", run.ns, "rollout", run.id, "kind", kind, "revision", c.CS.Revision)
 	return nil
 }
 
@@ -1087,5 +1087,5 @@ func (s *Server) PublishStaged(ns string, staged *rollout.Staged, puts map[strin
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
-	return c.cs.Revision, nil
+	return c.CS.Revision, nil
 }

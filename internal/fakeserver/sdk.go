@@ -105,10 +105,10 @@ func (s *Server) hold(r *http.Request) { s.speak(r)() }
 // planeHeaders sets the headers every data-plane reply carries. With ns
 // empty (or unknown) the revision is 0.
 func (s *Server) planeHeaders(w http.ResponseWriter, ns string) {
-	id, head, _ := s.be.info()
+	id, head, _ := s.be.Info()
 	var rev int64
 	if ns != "" {
-		rev, _ = s.be.nsRevision(ns)
+		rev, _ = s.be.NsRevision(ns)
 	}
 	s.setPlaneHeaders(w, id, rev, head)
 }
@@ -251,24 +251,24 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !s.demanded(w, r, ns, -1) {
 		return
 	}
-	snap, err := s.be.snapshot(ns)
+	snap, err := s.be.Snapshot(ns)
 	if err != nil {
 		s.planeError(w, r, ns, err)
 		return
 	}
-	if s.follow != nil && holdsNewer(r.Header.Get("If-None-Match"), snap.storeID, snap.rev) {
-		if _, unconfirmed := s.be.freshness(ns); unconfirmed {
+	if s.follow != nil && holdsNewer(r.Header.Get("If-None-Match"), snap.StoreID, snap.Rev) {
+		if _, unconfirmed := s.be.Freshness(ns); unconfirmed {
 			// A relay cut off, behind what the client holds: its older
 			// data would be refused and then, persisting, taken for
 			// rewritten history. As for a cursor ahead (Follower.check).
 			s.planeError(w, r, ns, &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
-				Message: fmt.Sprintf("the relay is at revision %d, behind the client's, and its upstream is not confirming it", snap.rev)})
+				Message: fmt.Sprintf("the relay is at revision %d, behind the client's, and its upstream is not confirming it", snap.Rev)})
 			return
 		}
 	}
 	defer s.speak(r)()
-	values := snap.values
-	etag := transport.ETag(snap.storeID, snap.rev)
+	values := snap.Values
+	etag := transport.ETag(snap.StoreID, snap.Rev)
 	inm := r.Header.Get("If-None-Match")
 	notModified := etagMatches(inm, etag)
 	if !rolloutAware(r) {
@@ -277,11 +277,11 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 			// of the revision, with a tag of its own. A client names
 			// the revision it holds with transport.ETag, and one that
 			// predates rollouts holds nothing but the base.
-			values, etag = base, baseETag(snap.storeID, snap.rev)
+			values, etag = base, baseETag(snap.StoreID, snap.Rev)
 			notModified = notModified || etagMatches(inm, etag)
 		}
 	}
-	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
+	s.setPlaneHeaders(w, snap.StoreID, snap.Rev, snap.Cursor)
 	age, unconfirmed := s.setAge(w, ns)
 	h := w.Header()
 	h.Set("ETag", etag)
@@ -303,8 +303,8 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data, err := json.Marshal(transport.Snapshot{
-		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: encoded, AgeMillis: age, Unconfirmed: unconfirmed,
+		Namespace: ns, StoreID: snap.StoreID, Revision: snap.Rev, Cursor: snap.Cursor,
+		CompactRevision: snap.Compact, Values: encoded, AgeMillis: age, Unconfirmed: unconfirmed,
 	})
 	if err != nil {
 		s.replyError(w, err)
@@ -417,9 +417,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var wt *watcher
-	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
-		if len(sub.backlog) == 0 && wait > 0 {
-			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false).since(sub)
+	sub, err := s.be.Subscribe(ns, since, func(sub Subscription) {
+		if len(sub.Backlog) == 0 && wait > 0 {
+			wt = newWatcher(ns, sub.Gen, s.opts.watcherBuffer, false).since(sub)
 			s.hub.add(wt)
 		}
 	})
@@ -427,16 +427,16 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, ns, err)
 		return
 	}
-	resp := transport.EventsResponse{Namespace: ns, StoreID: sub.storeID, Cursor: sub.head, Revision: sub.nsRev}
-	changes := slices.Clip(sub.backlog)
+	resp := transport.EventsResponse{Namespace: ns, StoreID: sub.StoreID, Cursor: sub.Head, Revision: sub.NsRev}
+	changes := slices.Clip(sub.Backlog)
 	if n := len(changes); n > 0 {
-		resp.Revision = changes[n-1].cs.Revision
+		resp.Revision = changes[n-1].CS.Revision
 	}
 	if wt != nil {
 		defer s.hub.remove(wt)
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
-		cursor := sub.head
+		cursor := sub.Head
 	wait:
 		for {
 			final, killed := false, false
@@ -466,10 +466,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				break wait
 			}
 			for _, c := range items {
-				if c.cs.Revision > cursor {
+				if c.CS.Revision > cursor {
 					changes = append(changes, c)
-					resp.Revision = c.cs.Revision
-					cursor = c.cs.Revision
+					resp.Revision = c.CS.Revision
+					cursor = c.CS.Revision
 				}
 			}
 			if len(changes) > 0 || final {
@@ -477,7 +477,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				break wait
 			}
 		}
-		if wt.gen != s.be.generation() {
+		if wt.gen != s.be.Generation() {
 			// The store was reset or restored meanwhile: what this poll
 			// read is another history's. Cut it, as a restart would.
 			panic(http.ErrAbortHandler)
@@ -492,7 +492,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 // writeEvents writes a transport.EventsResponse whose changes are the
 // bytes encoded once for every reader (a relay's: its upstream's), as a
 // client that evaluates rollouts (aware) or not sees them (change.view).
-func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes []*change, aware bool) {
+func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes []*Change, aware bool) {
 	resp.Changes = []transport.ChangeSet{} // a placeholder: "changes":[]
 	head, err := json.Marshal(resp)
 	if err != nil {
@@ -513,7 +513,7 @@ func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes [
 
 // appendChanges appends changes' JSON, comma-separated, as a client that
 // evaluates rollouts (aware) or not sees them.
-func appendChanges(b []byte, changes []*change, aware bool) []byte {
+func appendChanges(b []byte, changes []*Change, aware bool) []byte {
 	for i, c := range changes {
 		if i > 0 {
 			b = append(b, ',')
@@ -553,8 +553,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	aware := rolloutAware(r)
 	var wt *watcher
-	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
-		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true).since(sub)
+	sub, err := s.be.Subscribe(ns, since, func(sub Subscription) {
+		wt = newWatcher(ns, sub.Gen, s.opts.watcherBuffer, true).since(sub)
 		wt.attach(rc.SetWriteDeadline)
 		s.hub.add(wt)
 	})
@@ -574,23 +574,23 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			s.faults.quiet.RUnlock()
 		}
 	}()
-	s.writeSSEHeaders(w, sub.storeID, sub.nsRev, sub.head, ns)
+	s.writeSSEHeaders(w, sub.StoreID, sub.NsRev, sub.Head, ns)
 
 	// The backlog, then a progress event: the client learns at once that it
 	// is current up to the head.
-	cursor, nsRev := sub.head, sub.nsRev
+	cursor, nsRev := sub.Head, sub.NsRev
 	if !wt.arm(s.writeTimeout()) {
 		return
 	}
-	for _, c := range sub.backlog {
+	for _, c := range sub.Backlog {
 		if _, err := w.Write(c.view(aware).frame()); err != nil {
 			return
 		}
 	}
 	var buf []byte
 	progress := func() error {
-		age, unconfirmed := s.be.freshness(ns)
-		data, _ := json.Marshal(transport.Progress{Namespace: ns, StoreID: sub.storeID, Revision: nsRev, Cursor: cursor,
+		age, unconfirmed := s.be.Freshness(ns)
+		data, _ := json.Marshal(transport.Progress{Namespace: ns, StoreID: sub.StoreID, Revision: nsRev, Cursor: cursor,
 			AgeMillis: age.Milliseconds(), Unconfirmed: unconfirmed})
 		buf = appendFrame(buf[:0], transport.EventProgress, cursor, data)
 		_, err := w.Write(buf)
@@ -636,13 +636,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		wrote := false
 		for _, c := range items {
-			if c.cs.Revision <= cursor {
+			if c.CS.Revision <= cursor {
 				continue // already sent with the backlog
 			}
 			if _, err := w.Write(c.view(aware).frame()); err != nil {
 				return
 			}
-			cursor, nsRev, wrote = c.cs.Revision, c.cs.Revision, true
+			cursor, nsRev, wrote = c.CS.Revision, c.CS.Revision, true
 		}
 		wt.recycle(items)
 		if beat {
@@ -693,7 +693,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !batch && s.follow == nil {
-		if _, ok := s.be.nsRevision(acks[0].Namespace); !ok {
+		if _, ok := s.be.NsRevision(acks[0].Namespace); !ok {
 			s.planeError(w, r, acks[0].Namespace, ErrUnknownNamespace)
 			return
 		}
@@ -701,7 +701,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	// One namespace's trouble must not refuse the others: acks of
 	// namespaces that do not exist (any more), or of revisions a restore
 	// undid, are dropped.
-	s.recordAcks(s.be.known(acks))
+	s.recordAcks(s.be.Known(acks))
 	defer s.speak(r)()
 	ns := ""
 	if !batch {
@@ -747,7 +747,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 		s.stats.acks.Add(1)
 		acks, _ = s.readableAcks(r, acks, true)
 		release := s.speak(r) // a black hole holds acks too
-		s.recordAcks(s.be.known(acks))
+		s.recordAcks(s.be.Known(acks))
 		release()
 	}
 }
@@ -825,7 +825,7 @@ func (s *Server) writeSSEHeaders(w http.ResponseWriter, storeID string, nsRev, h
 // origin) and returns the age in milliseconds and the unconfirmed flag
 // for its body.
 func (s *Server) setAge(w http.ResponseWriter, names ...string) (int64, bool) {
-	age, unconfirmed := s.be.freshness(names...)
+	age, unconfirmed := s.be.Freshness(names...)
 	h := w.Header()
 	if age > 0 {
 		h.Set(transport.HeaderAge, strconv.FormatInt(age.Milliseconds(), 10))
@@ -840,7 +840,7 @@ func (s *Server) setAge(w http.ResponseWriter, names ...string) (int64, bool) {
 // have to follow it first) and answers the request itself when ns is
 // refused. since is the request's cursor (-1: none).
 func (s *Server) demanded(w http.ResponseWriter, r *http.Request, ns string, since int64) bool {
-	if err := s.be.demand(r.Context(), []sinceReq{{name: ns, since: since}})[ns]; err != nil {
+	if err := s.be.Demand(r.Context(), []SinceReq{{Name: ns, Since: since}})[ns]; err != nil {
 		s.planeError(w, r, ns, err)
 		return false
 	}

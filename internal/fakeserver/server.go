@@ -30,7 +30,7 @@ type Server struct {
 	store *store // the origin's MVCC store; nil for a relay
 	// be is what the data plane reads: store, or a relay's Follower
 	// (follow, nil for an origin).
-	be     backend
+	be     Backend
 	follow *Follower
 	hub    *hub
 	// snapshotSlots bounds the snapshot bodies in flight
@@ -87,8 +87,8 @@ func Start(opts ...Option) (*Server, error) {
 	st := newStore(o.retention)
 	s := newServer(o, st, nil)
 	s.hub = newHub(st.gen, s.faults.blackholed)
-	st.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
-	st.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
+	st.onCommit = func(c *Change) { s.hub.enqueue(HubItem{C: c, Gen: c.Gen}) }
+	st.onReset = func(gen uint64) { s.hub.enqueue(HubItem{Gen: gen}) }
 	s.logAccess()
 	s.rollouts = newRollouts(st.gen)
 	go s.rolloutLoop()
@@ -113,7 +113,7 @@ func NewFollowerServer(f *Follower, opts ...Option) (*Server, error) {
 	s.hub = newHub(f.gen, s.faults.blackholed)
 	s.hub.follow = true
 	s.hub.startBeats(beatSpread(o.heartbeat))
-	f.out = func(items []hubItem) { s.hub.enqueue(items...) }
+	f.out = func(items []HubItem) { s.hub.enqueue(items...) }
 	f.mu.Unlock()
 	s.mux = s.routes()
 	return s, nil
@@ -334,20 +334,20 @@ func (s *Server) Close() error {
 
 // StoreID returns the store's current id.
 func (s *Server) StoreID() string {
-	id, _, _ := s.be.info()
+	id, _, _ := s.be.Info()
 	return id
 }
 
 // Head returns the store's latest revision (a relay's: the cursor every
 // namespace it serves is complete up to).
 func (s *Server) Head() int64 {
-	_, head, _ := s.be.info()
+	_, head, _ := s.be.Info()
 	return head
 }
 
 // CompactRevision returns the store's compaction point.
 func (s *Server) CompactRevision() int64 {
-	_, _, c := s.be.info()
+	_, _, c := s.be.Info()
 	return c
 }
 
@@ -408,8 +408,8 @@ func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []st
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
-	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.cs.Revision)
-	return c.cs.Revision, nil
+	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.CS.Revision)
+	return c.CS.Revision, nil
 }
 
 // checkPublish validates a publish and returns compacted values and
@@ -479,7 +479,7 @@ func (s *Server) rollback(ns string, to int64, meta commitMeta) (int64, error) {
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
-	return c.cs.Revision, nil
+	return c.CS.Revision, nil
 }
 
 // Compact discards history at and below revision rev (0: the head) and
@@ -516,17 +516,17 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 
 // Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.
 func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) {
-	snap, err := s.store.snapshot(ns)
+	snap, err := s.store.Snapshot(ns)
 	if err != nil {
 		return nil, err
 	}
-	values, err := transport.EncodeValues(snap.values)
+	values, err := transport.EncodeValues(snap.Values)
 	if err != nil {
 		return nil, err
 	}
 	return &transport.Snapshot{
-		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: values,
+		Namespace: ns, StoreID: snap.StoreID, Revision: snap.Rev, Cursor: snap.Cursor,
+		CompactRevision: snap.Compact, Values: values,
 	}, nil
 }
 
@@ -817,7 +817,7 @@ func (s *Server) Clients() []ClientState {
 		})
 	}
 	for i := range out {
-		head, _ := s.store.nsRevision(out[i].Namespace)
+		head, _ := s.store.NsRevision(out[i].Namespace)
 		out[i].HeadRevision = head
 		out[i].Behind = out[i].AckedRevision < head
 		out[i].Lag = max(head-out[i].AckedRevision, 0)
