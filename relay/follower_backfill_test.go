@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -22,7 +23,7 @@ func TestFollowerBackfill(t *testing.T) {
 		{Namespace: "app", StoreID: "s", Revision: 7, PrevRevision: 4, Puts: map[string]json.RawMessage{"v": json.RawMessage("7")}},
 	}
 	farther := make(chan struct{}) // the farther request's read waits for the nearer's fill
-	f := NewFollower(100, 0, func(string) error { return nil })
+	f := newFollower(100, 0, func(string) error { return nil })
 	f.SetBackfill(func(_ context.Context, ns string, since, until int64, _ int) ([]transport.ChangeSet, error) {
 		if since < 0 {
 			return nil, transport.ErrCompacted
@@ -44,8 +45,8 @@ func TestFollowerBackfill(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); f.Demand(ctx, []SinceReq{{Name: "app", Since: 3}}) }()
-	f.Demand(ctx, []SinceReq{{Name: "app", Since: 5}})
+	go func() { defer wg.Done(); f.Demand(ctx, []dataplane.SinceReq{{Name: "app", Since: 3}}) }()
+	f.Demand(ctx, []dataplane.SinceReq{{Name: "app", Since: 5}})
 	close(farther)
 	wg.Wait()
 

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -15,23 +14,16 @@ import (
 
 // Access control (docs/PROTOCOL.md, "Access control"): with WithTokens
 // every request is authenticated once, on its way into the mux
-// (authenticate); the control API then needs a token with control scope
-// over the namespace of the path (controlGate), and the data plane one
-// with data scope over each namespace it reads (mayRead), checked before
-// the namespace is looked at, so that a refusal says nothing of it.
+// (authenticate); the data plane then needs a token with data scope over
+// each namespace it reads (mayRead), checked before the namespace is
+// looked at, so that a refusal says nothing of it. Other routes
+// (WithRoutes) check their own scope.
 
-// WithTokens makes the server require a token of t on the data plane and
-// the control API (see package access for the scopes). Without it (and
-// without WithBearerToken) both are open to anyone who can reach them, and
-// Start says so in a warning. It excludes WithBearerToken.
+// WithTokens makes the server require a token of t on the data plane
+// (see package access for the scopes), and authenticates the requests of
+// other routes. Without it (and without WithBearerToken) the data plane
+// is open to anyone who can reach it. It excludes WithBearerToken.
 func WithTokens(t *access.Tokens) Option { return optionFunc(func(o *options) { o.tokens = t }) }
-
-// identityFrom returns the name of the identity a request authenticated
-// as (WithTokens), for the records of what it changed.
-func identityFrom(ctx context.Context) (name string, ok bool) {
-	id, ok := access.FromContext(ctx)
-	return id.Name, ok
-}
 
 // accessError refuses a request for its credentials: 401 without a valid
 // token, 403 outside its scope. Its message names the token, never its
@@ -59,49 +51,6 @@ func (s *Server) authenticate(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if id, ok := s.opts.tokens.AuthenticateHeader(r.Header.Get("Authorization")); ok {
 			r = r.WithContext(access.NewContext(r.Context(), id))
-		}
-		h(w, r)
-	}
-}
-
-// guard is what every route's handler is wrapped in: authentication, and
-// for the control API (every path but /sdk/...) the control scope.
-func (s *Server) guard(path string, h http.HandlerFunc) http.HandlerFunc {
-	if s.opts.tokens == nil {
-		return h
-	}
-	if !strings.HasPrefix(path, "/sdk/") {
-		h = s.controlGate(path, h)
-	}
-	return s.authenticate(h)
-}
-
-// controlGate refuses a control request whose token may not do it: a
-// namespace's endpoint needs control of that namespace; a store-wide one
-// (compact, faults) control of every namespace, the pattern "*"; GET
-// /control/clients any control scope (it lists only the namespaces the
-// token controls).
-func (s *Server) controlGate(path string, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		id, ok := access.FromContext(r.Context())
-		var err *accessError
-		switch ns := r.PathValue("ns"); {
-		case !ok:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
-			err = &accessError{http.StatusUnauthorized, "the control API needs a bearer token with control scope"}
-		case !id.HasControl():
-			err = &accessError{http.StatusForbidden, fmt.Sprintf("token %q has no control scope", id.Name)}
-		case ns != "":
-			if !id.MayControl(ns) {
-				err = &accessError{http.StatusForbidden, fmt.Sprintf("token %q may not control namespace %q", id.Name, ns)}
-			}
-		case path == "/control/clients":
-		case !id.MayControlAll():
-			err = &accessError{http.StatusForbidden, fmt.Sprintf("token %q may not run store-wide operations (they need the control pattern \"*\")", id.Name)}
-		}
-		if err != nil {
-			s.replyError(w, err)
-			return
 		}
 		h(w, r)
 	}
@@ -170,26 +119,4 @@ func (s *Server) readableAcks(r *http.Request, acks []transport.Ack, batch bool)
 		return acks, nil
 	}
 	return slices.DeleteFunc(acks, func(a transport.Ack) bool { return s.mayRead(r, a.Namespace) != nil }), nil
-}
-
-// controlled keeps the clients of namespaces the request's token may
-// control (all without WithTokens).
-func (s *Server) controlled(r *http.Request, clients []ClientState) []ClientState {
-	id, ok := access.FromContext(r.Context())
-	if s.opts.tokens == nil || ok && id.MayControlAll() {
-		return clients
-	}
-	return slices.DeleteFunc(clients, func(c ClientState) bool { return !id.MayControl(c.Namespace) })
-}
-
-// logAccess says at start whether access is controlled.
-func (s *Server) logAccess() {
-	switch {
-	case s.opts.tokens != nil:
-		s.log.Info("fakeserver: access control on", "tokens", s.opts.tokens.Names())
-	case s.opts.token != "":
-		s.log.Warn("fakeserver: no tokens configured: the data plane takes one bearer token, and the control API is open to anyone who can reach it")
-	default:
-		s.log.Warn("fakeserver: no tokens configured: the data plane and the control API are open to anyone who can reach them")
-	}
 }

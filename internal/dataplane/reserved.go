@@ -178,7 +178,7 @@ func stripChangeSet(cs transport.ChangeSet) transport.ChangeSet {
 }
 
 // errNotObject: a change set's bytes are not one JSON object.
-var errNotObject = errors.New("fakeserver: change set is not one JSON object")
+var errNotObject = errors.New("dataplane: change set is not one JSON object")
 
 // stripRaw re-encodes the change-set object raw with puts and deletes in
 // place of its own: every other member is kept as it came, in its order.
@@ -240,4 +240,10 @@ func stripRaw(raw []byte, puts map[string]json.RawMessage, deletes []string) ([]
 		member("deletes", d)
 	}
 	return append(out, '}'), nil
+}
+
+// WithoutReserved returns content without its reserved keys (the base a
+// client serves): content itself when it has none, else a copy.
+func WithoutReserved(content map[string]json.RawMessage) map[string]json.RawMessage {
+	return withoutReserved(content)
 }

@@ -30,7 +30,7 @@ func (s *Server) writeTimeout() time.Duration { return max(10*time.Second, 3*s.o
 // the silence) has been dealt with.
 func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) bool {
 	s.hold(r)
-	if d := s.faults.getLatency(); d > 0 {
+	if d := s.faults.Delay(); d > 0 {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -43,7 +43,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 		}
 	}
 	if failable {
-		if status, retryAfter, ok := s.faults.takeFail(); ok {
+		if status, retryAfter, ok := s.faults.Fail(); ok {
 			code := transport.CodeUnavailable
 			switch {
 			case status == http.StatusUnauthorized:
@@ -75,19 +75,16 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 	return true
 }
 
-// speak waits while the data plane is black-holed and returns with the
-// right to write, to be released once the write is done. SetBlackhole(true)
-// waits for every writer, so that once it returns not a byte more is sent.
+// speak waits while the data plane is black-holed (Faults.Speak) and
+// returns with the right to write, to be released once the write is done.
 // A request whose client leaves, or whose server stops, meanwhile is
 // aborted without a byte.
 func (s *Server) speak(r *http.Request) (release func()) {
 	for {
-		s.faults.quiet.RLock()
-		ch := s.faults.hole()
+		release, ch := s.faults.Speak()
 		if ch == nil {
-			return s.unquiet
+			return release
 		}
-		s.faults.quiet.RUnlock()
 		select {
 		case <-ch:
 		case <-r.Context().Done():
@@ -162,7 +159,7 @@ func (s *Server) replyError(w http.ResponseWriter, err error) {
 func (s *Server) writeErrorReply(w http.ResponseWriter, status int, body transport.ErrorBody, err error) {
 	body.StoreID = s.StoreID()
 	if status == http.StatusInternalServerError {
-		s.log.Error("fakeserver: internal error", "err", err)
+		s.log.Error("dataplane: internal error", "err", err)
 	}
 	writeError(w, status, body)
 }
@@ -171,29 +168,21 @@ func (s *Server) writeErrorReply(w http.ResponseWriter, status int, body transpo
 // become a 500.
 func errorReply(err error) (int, transport.ErrorBody) {
 	var ce *transport.CompactedError
-	var se *SchemaError
 	var mbe *http.MaxBytesError
 	var re *RefusedError
 	var ae *accessError
-	var conflict *ConflictError
 	switch {
-	case errors.As(err, &conflict):
-		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: conflict.Revision}
 	case errors.As(err, &ae):
 		return ae.status, transport.ErrorBody{Error: ae.code(), Message: ae.msg}
 	case errors.As(err, &re):
 		return re.Status, transport.ErrorBody{Error: re.Code, Message: err.Error()}
 	case errors.As(err, &ce):
 		return http.StatusGone, transport.ErrorBody{Error: transport.CodeCompacted, Message: err.Error(), CompactRevision: ce.CompactRevision}
-	case errors.As(err, &se):
-		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: se.Failures}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
 	case errors.Is(err, transport.ErrCohortUnknown):
 		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeCohortUnknown, Message: err.Error()}
-	case errors.Is(err, ErrRolloutRunning), errors.Is(err, ErrRolloutEnded), errors.Is(err, errStoreChanged):
-		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error()}
-	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrNoRevision):
+	case errors.Is(err, ErrUnknownNamespace):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, transport.ErrCursorAhead):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeCursorAhead, Message: err.Error()}
@@ -567,11 +556,10 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.hub.remove(wt)
 	}()
 
-	s.speak(r) // returns with quiet read-locked: no black hole may open mid-write
-	speaking := true
+	unquiet := s.speak(r) // no black hole may open mid-write, until unquiet
 	defer func() {
-		if speaking {
-			s.faults.quiet.RUnlock()
+		if unquiet != nil {
+			unquiet()
 		}
 	}()
 	s.writeSSEHeaders(w, sub.StoreID, sub.NsRev, sub.Head, ns)
@@ -600,8 +588,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if progress() != nil || rc.Flush() != nil {
 		return
 	}
-	s.faults.quiet.RUnlock()
-	speaking = false
+	unquiet()
+	unquiet = nil
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -620,12 +608,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		healed, ok := s.heard(wt, r) // send nothing at all while black-holed
+		var healed, ok bool
+		unquiet, healed, ok = s.heard(wt, r) // send nothing at all while black-holed
 		if !ok {
 			return
 		}
-		beat = beat || healed // say at once that the stream is alive
-		speaking = true
+		beat = beat || healed         // say at once that the stream is alive
 		d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
 		items, overflow := wt.take()
 		if overflow {
@@ -655,8 +643,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		if wrote && rc.Flush() != nil {
 			return
 		}
-		s.faults.quiet.RUnlock()
-		speaking = false
+		unquiet()
+		unquiet = nil
 	}
 }
 
@@ -787,24 +775,22 @@ func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, bp *[]byt
 }
 
 // heard waits while the server is black-holed, for a stream's writer: it
-// returns with s.faults.quiet read-locked (the caller writes, then
-// unlocks), healed when a black hole ended meanwhile, or ok false when the
-// stream ended (wt.done, the request's context).
-func (s *Server) heard(wt *watcher, r *http.Request) (healed, ok bool) {
+// returns with the right to write (the caller writes, then releases it),
+// healed when a black hole ended meanwhile, or ok false when the stream
+// ended (wt.done, the request's context).
+func (s *Server) heard(wt *watcher, r *http.Request) (release func(), healed, ok bool) {
 	for {
-		s.faults.quiet.RLock()
-		hole := s.faults.hole()
+		release, hole := s.faults.Speak()
 		if hole == nil {
-			return healed, true
+			return release, healed, true
 		}
-		s.faults.quiet.RUnlock()
 		select {
 		case <-hole:
 			healed = true
 		case <-wt.done:
-			return healed, false
+			return nil, healed, false
 		case <-r.Context().Done():
-			return healed, false
+			return nil, healed, false
 		}
 	}
 }
@@ -847,15 +833,17 @@ func (s *Server) demanded(w http.ResponseWriter, r *http.Request, ns string, sin
 	return true
 }
 
-// recordAcks records acks at the origin, or hands them to a relay's
-// forwarder.
+// recordAcks records acks at the origin (and hands them to its observer),
+// or hands them to a relay's forwarder.
 func (s *Server) recordAcks(acks []transport.Ack) {
 	if s.opts.ackSink != nil {
 		s.opts.ackSink(acks, false)
 		return
 	}
 	s.acks.record(acks, time.Now())
-	s.rollouts.observe(acks)
+	if s.opts.observe != nil {
+		s.opts.observe(acks)
+	}
 }
 
 // admit bounds the snapshot bodies being written at once

@@ -157,11 +157,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		s.hub.remove(wt)
 	}()
 
-	s.speak(r) // returns with quiet read-locked: no black hole may open mid-write
-	speaking := true
+	unquiet := s.speak(r) // no black hole may open mid-write, until unquiet
 	defer func() {
-		if speaking {
-			s.faults.quiet.RUnlock()
+		if unquiet != nil {
+			unquiet()
 		}
 	}()
 	names := wt.names()
@@ -206,8 +205,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if progress(told) != nil || rc.Flush() != nil {
 		return
 	}
-	s.faults.quiet.RUnlock()
-	speaking = false
+	unquiet()
+	unquiet = nil
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -228,12 +227,12 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		healed, ok := s.heard(wt, r) // send nothing at all while black-holed
+		var healed, ok bool
+		unquiet, healed, ok = s.heard(wt, r) // send nothing at all while black-holed
 		if !ok {
 			return
 		}
 		beat = beat || healed // say at once that the stream is alive
-		speaking = true
 		// The next tick's channel before the cursor: a tick for a head
 		// beyond d closes this channel after d was read.
 		tick = s.hub.ticks()
@@ -309,8 +308,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		if wrote && rc.Flush() != nil {
 			return
 		}
-		s.faults.quiet.RUnlock()
-		speaking = false
+		unquiet()
+		unquiet = nil
 	}
 }
 

@@ -235,9 +235,7 @@ func TestEventsLongPoll(t *testing.T) {
 			resp, body = do(t, c, "GET", s.URL()+"/sdk/events?ns=app&since="+strconv.FormatInt(since, 10)+"&wait=5s", "")
 		}()
 		testutil.Eventually(t, waitLimit, func() bool {
-			s.hub.mu.RLock()
-			defer s.hub.mu.RUnlock()
-			return len(s.hub.byNS["app"]) == 1
+			return s.Watchers("app") == 1
 		}, "a waiting long-poll")
 		s.DropStreams()
 		wg.Wait()

@@ -45,9 +45,7 @@ func TestRestoreTo(t *testing.T) {
 		poll <- err
 	}()
 	testutil.Eventually(t, waitLimit, func() bool {
-		s.hub.mu.RLock()
-		defer s.hub.mu.RUnlock()
-		return len(s.hub.byNS["app"]) == 2
+		return s.Watchers("app") == 2
 	}, "a held long-poll")
 
 	if err := s.RestoreTo(2); err != nil {

@@ -967,21 +967,16 @@ func TestRolloutThroughARelay(t *testing.T) {
 	rec := mustStart(t, origin, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{50, 100}, Prevalidate: true, MaxNacks: 3})
 	in, out, rev, st := fl.split()
 	forwarded := make(chan error, 1)
-	follower, relay := startFollower(t, 100, 0, WithAckSink(func(acks []transport.Ack, _ bool) {
+	relay := startRelayPlane(t, origin, func(acks []transport.Ack, _ bool) {
 		body, err := json.Marshal(transport.AckBatch{ClientID: "relay-1", Acks: acks})
 		if err == nil {
-			var got []transport.Ack
-			if got, _, err = parseAckBody(body, true, false); err == nil {
-				origin.recordAcks(origin.store.Known(got))
+			var got transport.AckBatch
+			if err = json.Unmarshal(body, &got); err == nil {
+				origin.recordAcks(origin.store.Known(got.Acks))
 			}
 		}
 		forwarded <- err
-	}))
-	snap, err := origin.store.Snapshot("app")
-	if err != nil {
-		t.Fatal(err)
-	}
-	follower.Load("app", snap.StoreID, snap.Rev, snap.Cursor, snap.Values, time.Now())
+	})
 	var acks []string
 	for _, c := range in {
 		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack","rollout":%q}`, c, rev, st.ID))
