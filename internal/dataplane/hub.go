@@ -94,9 +94,9 @@ type hub struct {
 	wg     sync.WaitGroup // run and ticker
 }
 
-// HubItem is a change to fan out; or (c == nil) a store reset to
-// generation gen, or, with move set, a follower's head that moved to head
-// (its sequence number seq), or, with beat set, a follower's request for
+// HubItem is a change to fan out; or (C == nil) a store reset to
+// generation Gen, or, with Move set, a follower's head that moved to Head
+// (its sequence number Seq), or, with Beat set, a follower's request for
 // a beat.
 type HubItem struct {
 	C    *Change
