@@ -1,4 +1,4 @@
-package fakeserver
+package relay
 
 import (
 	"bytes"
@@ -14,19 +14,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// A Follower is a relay's backend: the namespaces it follows from its
+// A follower is a relay's backend: the namespaces it follows from its
 // upstream, each with its live content and a bounded window of the change
 // sets that led to it, under the upstream's store id and revisions. The
 // relay feeds it what its syncers learn (Load, Apply, Confirm, Fail);
 // the data-plane handlers read it as they read the MVCC store.
-type Follower struct {
+type follower struct {
 	mu         sync.Mutex
 	id         string // the upstream's store id; "" before any data
 	gen        uint64
-	nss        map[string]*followed
+	nss        map[string]*followerNS
 	head       int64 // every namespace with data is complete up to it
 	maxChanges int
 	maxBytes   int64
@@ -38,7 +39,7 @@ type Follower struct {
 	// request waits for is not idle.
 	waiting map[string]int
 	// want is the relay's: start following ns (it must not block), or
-	// refuse it with a *RefusedError.
+	// refuse it with a *dataplane.RefusedError.
 	want    func(ns string) error
 	changed chan struct{} // closed and replaced on every change of state
 	now     func() time.Time
@@ -48,8 +49,8 @@ type Follower struct {
 	// as one batch before f.mu is released (unlock): the hub then sees a
 	// change and the head move that covers it together, and a relay's
 	// stream sends both in one write, before the beat.
-	pending []hubItem
-	out     func([]hubItem)
+	pending []dataplane.HubItem
+	out     func([]dataplane.HubItem)
 	// confirms counts the upstream's confirmations: a stream that told
 	// progress since the last one has nothing new to beat for.
 	confirms uint64
@@ -60,21 +61,13 @@ type Follower struct {
 	// after a cursor older than the window (SetBackfill).
 	backfill Backfill
 	// confirmer, when set, confirms a namespace up to the upstream's head
-	// for a request whose cursor is ahead of the Follower's (SetConfirmer).
-	confirmer Confirmer
+	// for a request whose cursor is ahead of the follower's (SetConfirmer).
+	confirmer Confirm
 }
 
-// Confirmer reads, linearizably, the upstream's head and namespace ns's
-// revision there (0: it has none). A server over a store passes one, so
-// that its snapshots are as current as a read of the store (a client that
-// published through another server of the store sees its change), and a
-// client whose cursor came from another server, ahead of this one's, is
-// served at once instead of waiting for the next heartbeat or being
-// refused as ahead.
-type Confirmer func(ctx context.Context, ns string) (head, rev int64, err error)
-
-// SetConfirmer sets the Follower's Confirmer; call it before serving.
-func (f *Follower) SetConfirmer(c Confirmer) {
+// SetConfirmer sets the follower's Confirm (see WithConfirm); call it
+// before serving.
+func (f *follower) SetConfirmer(c Confirm) {
 	f.mu.Lock()
 	defer f.unlock()
 	f.confirmer = c
@@ -84,7 +77,7 @@ func (f *Follower) SetConfirmer(c Confirmer) {
 // (holdfast server knows its store's id from the start), so that a reply
 // before the first data, a 404 of a namespace the store lacks, names
 // its store as every reply must.
-func (f *Follower) SeedStoreID(id string) {
+func (f *follower) SeedStoreID(id string) {
 	f.mu.Lock()
 	defer f.unlock()
 	if f.id == "" {
@@ -92,15 +85,9 @@ func (f *Follower) SeedStoreID(id string) {
 	}
 }
 
-// Backfill reads namespace ns's change sets after cursor since, up to and
-// including revision until, oldest first: at most max of them, else
-// an error. A server over a store with history passes one, so that a
-// client resuming from a cursor older than the Follower's window (a server
-// just started, a failover) resumes rather than resnapshots.
-type Backfill func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error)
-
-// SetBackfill sets the Follower's Backfill; call it before serving.
-func (f *Follower) SetBackfill(b Backfill) {
+// SetBackfill sets the follower's Backfill (see WithBackfill); call it
+// before serving.
+func (f *follower) SetBackfill(b Backfill) {
 	f.mu.Lock()
 	defer f.unlock()
 	f.backfill = b
@@ -110,7 +97,7 @@ func (f *Follower) SetBackfill(b Backfill) {
 // where the window does not reach them, through the backfill; a
 // namespace it cannot fill is left as it is (the request then gets
 // compacted, and the client resnapshots).
-func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
+func (f *follower) fill(ctx context.Context, reqs []dataplane.SinceReq) {
 	type gap struct {
 		name         string
 		since, floor int64
@@ -119,8 +106,8 @@ func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
 	var gaps []gap
 	f.mu.Lock()
 	for _, r := range reqs {
-		if n := f.nss[r.name]; f.backfill != nil && n != nil && n.ready && r.since >= 0 && r.since < n.floor && r.since <= n.cursor {
-			gaps = append(gaps, gap{r.name, r.since, n.floor, f.gen})
+		if n := f.nss[r.Name]; f.backfill != nil && n != nil && n.ready && r.Since >= 0 && r.Since < n.floor && r.Since <= n.cursor {
+			gaps = append(gaps, gap{r.Name, r.Since, n.floor, f.gen})
 		}
 	}
 	b := f.backfill
@@ -134,16 +121,15 @@ func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
 		// The window may have grown back meanwhile (another request's
 		// fill): what it lacks is what css holds up to its floor now.
 		if n := f.nss[g.name]; f.gen == g.gen && n != nil && n.ready && g.since < n.floor && n.floor <= g.floor {
-			older := make([]*change, 0, len(css)+len(n.changes))
+			older := make([]*dataplane.Change, 0, len(css)+len(n.changes))
 			for _, cs := range css {
 				if cs.Revision > n.floor {
 					break
 				}
 				// seq 0: history, never handed to the hub.
-				c := &change{gen: f.gen, cs: cs}
-				c.encode()
+				c := &dataplane.Change{Gen: f.gen, CS: cs}
 				older = append(older, c)
-				n.bytes += int64(len(c.data))
+				n.bytes += int64(c.Size())
 			}
 			n.changes = append(older, n.changes...)
 			n.floor = g.since
@@ -152,38 +138,27 @@ func (f *Follower) fill(ctx context.Context, reqs []sinceReq) {
 	}
 }
 
-// streamState is what a relay's stream reads of its namespaces to tell
-// progress or to weigh a beat: the counters, and the data's age and flags
-// (the oldest of the namespaces').
-type streamState struct {
-	confirms, flips uint64
-	dated           time.Time     // the oldest confirmation (zero: no data)
-	age             time.Duration // since dated
-	unconfirmed     bool          // one of them is not confirmed now
-	atReceipt       bool          // each is dated at this relay's receipt
-}
-
-func (f *Follower) streamState(names ...string) streamState {
+func (f *follower) StreamState(names ...string) dataplane.StreamState {
 	f.mu.Lock()
 	defer f.unlock()
-	st := streamState{confirms: f.confirms, flips: f.flips, atReceipt: true}
+	st := dataplane.StreamState{Confirms: f.confirms, Flips: f.flips, AtReceipt: true}
 	for _, ns := range names {
 		if n := f.nss[ns]; n != nil && n.ready {
-			if st.dated.IsZero() || n.confirmedAt.Before(st.dated) {
-				st.dated = n.confirmedAt
+			if st.Dated.IsZero() || n.confirmedAt.Before(st.Dated) {
+				st.Dated = n.confirmedAt
 			}
-			st.unconfirmed = st.unconfirmed || n.unconfirmed
-			st.atReceipt = st.atReceipt && n.atReceipt
+			st.Unconfirmed = st.Unconfirmed || n.unconfirmed
+			st.AtReceipt = st.AtReceipt && n.atReceipt
 		}
 	}
-	if !st.dated.IsZero() {
-		st.age = max(f.now().Sub(st.dated), 0)
+	if !st.Dated.IsZero() {
+		st.Age = max(f.now().Sub(st.Dated), 0)
 	}
 	return st
 }
 
 // unlock hands the pending hub items over, in order, and releases f.mu.
-func (f *Follower) unlock() {
+func (f *follower) unlock() {
 	if len(f.pending) > 0 {
 		if f.out != nil {
 			f.out(f.pending)
@@ -194,12 +169,12 @@ func (f *Follower) unlock() {
 	f.mu.Unlock()
 }
 
-// followed is one namespace of a Follower.
-type followed struct {
+// followerNS is one namespace of a follower.
+type followerNS struct {
 	ready   bool // it has data of the current store
 	rev     int64
 	live    map[string]json.RawMessage // replaced, never mutated
-	changes []*change                  // the window, oldest first
+	changes []*dataplane.Change        // the window, oldest first
 	bytes   int64                      // of changes' JSON
 	// floor: the window holds every change after it; an older cursor is
 	// compacted away here.
@@ -220,40 +195,27 @@ type followed struct {
 	absent bool
 }
 
-// RefusedError is a relay's refusal to serve a namespace: outside its
-// allow-list (403), past its limit (429), not available yet (503).
-type RefusedError struct {
-	Namespace string
-	Status    int    // HTTP status
-	Code      string // transport.Code*
-	Message   string
-}
-
-func (e *RefusedError) Error() string {
-	return fmt.Sprintf("fakeserver: namespace %q refused: %s", e.Namespace, e.Message)
-}
-
-// NewFollower returns an empty Follower whose windows keep at most
+// newFollower returns an empty follower whose windows keep at most
 // maxChanges change sets and maxBytes of them per namespace. want is
-// called, without the Follower's lock, for a namespace a request names
+// called, without the follower's lock, for a namespace a request names
 // that is not followed yet.
-func NewFollower(maxChanges int, maxBytes int64, want func(ns string) error) *Follower {
-	return &Follower{
-		gen: 1, nss: make(map[string]*followed), maxChanges: max(maxChanges, 1), maxBytes: maxBytes,
+func newFollower(maxChanges int, maxBytes int64, want func(ns string) error) *follower {
+	return &follower{
+		gen: 1, nss: make(map[string]*followerNS), maxChanges: max(maxChanges, 1), maxBytes: maxBytes,
 		want: want, changed: make(chan struct{}), now: time.Now, waiting: make(map[string]int),
 	}
 }
 
-// changedLocked wakes every request waiting for the Follower's state.
-func (f *Follower) changedLocked() {
+// changedLocked wakes every request waiting for the follower's state.
+func (f *follower) changedLocked() {
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
 
-func (f *Follower) get(ns string) *followed {
+func (f *follower) get(ns string) *followerNS {
 	n := f.nss[ns]
 	if n == nil {
-		n = &followed{}
+		n = &followerNS{}
 		f.nss[ns] = n
 	}
 	return n
@@ -262,7 +224,7 @@ func (f *Follower) get(ns string) *followed {
 // Load serves data read from a last-good file until the upstream speaks:
 // unconfirmed, confirmed at confirmedAt. It is ignored for a namespace
 // that has data, or of another store than data already loaded.
-func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, confirmedAt time.Time) {
+func (f *follower) Load(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, confirmedAt time.Time) {
 	f.mu.Lock()
 	defer f.unlock()
 	if f.id != "" && f.id != storeID {
@@ -273,7 +235,7 @@ func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string
 		return
 	}
 	f.id = storeID
-	*n = followed{ready: true, rev: rev, live: values, floor: cursor, cursor: cursor,
+	*n = followerNS{ready: true, rev: rev, live: values, floor: cursor, cursor: cursor,
 		confirmedAt: confirmedAt, unconfirmed: true, demanded: n.demanded}
 	f.flips++
 	f.advanceLocked()
@@ -289,14 +251,14 @@ func (f *Follower) Load(ns, storeID string, rev, cursor int64, values map[string
 // store id is a store reset for every namespace: the others serve nothing
 // until they have data of the new store; a revision behind the one served
 // (history rewound) likewise.
-func (f *Follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
+func (f *follower) Apply(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
 	age time.Duration, unconfirmed bool) {
 	f.mu.Lock()
 	defer f.unlock()
 	f.applyLocked(ns, storeID, rev, cursor, values, cs, age, unconfirmed)
 }
 
-func (f *Follower) applyLocked(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
+func (f *follower) applyLocked(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, cs *transport.ChangeSet,
 	age time.Duration, unconfirmed bool) {
 	n := f.get(ns)
 	if storeID != f.id || (n.ready && rev < n.rev) {
@@ -320,31 +282,30 @@ func (f *Follower) applyLocked(ns, storeID string, rev, cursor int64, values map
 
 // resetLocked starts a new generation of storeID: every namespace serves
 // nothing until it has data of it, every watcher of the old one is ended.
-func (f *Follower) resetLocked(storeID string) {
+func (f *follower) resetLocked(storeID string) {
 	f.id = storeID
 	f.gen++
 	for _, n := range f.nss {
-		*n = followed{demanded: n.demanded, leaving: n.leaving}
+		*n = followerNS{demanded: n.demanded, leaving: n.leaving}
 	}
 	f.head = 0
-	f.pending = append(f.pending, hubItem{gen: f.gen})
+	f.pending = append(f.pending, dataplane.HubItem{Gen: f.gen})
 }
 
 // commitLocked appends cs to ns's window (trimming it) and hands it to the
 // hub.
-func (f *Follower) commitLocked(ns string, n *followed, cs transport.ChangeSet) {
+func (f *follower) commitLocked(ns string, n *followerNS, cs transport.ChangeSet) {
 	f.seq++
-	c := &change{gen: f.gen, seq: f.seq, cs: cs}
-	c.encode()
+	c := &dataplane.Change{Gen: f.gen, Seq: f.seq, CS: cs}
 	n.changes = append(n.changes, c)
-	n.bytes += int64(len(c.data))
+	n.bytes += int64(c.Size())
 	for len(n.changes) > f.maxChanges || (f.maxBytes > 0 && n.bytes > f.maxBytes && len(n.changes) > 1) {
 		old := n.changes[0]
-		n.floor = old.cs.Revision
-		n.bytes -= int64(len(old.data))
+		n.floor = old.CS.Revision
+		n.bytes -= int64(old.Size())
 		n.changes = slices.Delete(slices.Clone(n.changes), 0, 1)
 	}
-	f.pending = append(f.pending, hubItem{c: c, gen: c.gen})
+	f.pending = append(f.pending, dataplane.HubItem{C: c, Gen: c.Gen})
 }
 
 // diff is the change set from content old at revision prev to content
@@ -370,8 +331,8 @@ func diff(ns, storeID string, prev, rev int64, old, next map[string]json.RawMess
 
 // Confirm records that the upstream confirmed ns as current up to cursor,
 // age ago (its own upstream's age), unconfirmed if it said so. It reports
-// false when the Follower has no data of ns to confirm (see Refill).
-func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) bool {
+// false when the follower has no data of ns to confirm (see Refill).
+func (f *follower) Confirm(ns string, cursor int64, age time.Duration, unconfirmed bool) bool {
 	f.mu.Lock()
 	defer f.unlock()
 	n := f.nss[ns]
@@ -385,7 +346,7 @@ func (f *Follower) Confirm(ns string, cursor int64, age time.Duration, unconfirm
 // confirmLocked records that n's data is complete up to cursor and was
 // confirmed by the upstream age ago (unconfirmed: not now), moves the
 // head, wakes the requests waiting and asks the streams to beat.
-func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, unconfirmed bool) {
+func (f *follower) confirmLocked(n *followerNS, cursor int64, age time.Duration, unconfirmed bool) {
 	n.cursor = max(n.cursor, cursor)
 	if n.unconfirmed != unconfirmed {
 		f.flips++
@@ -394,15 +355,15 @@ func (f *Follower) confirmLocked(n *followed, cursor int64, age time.Duration, u
 	f.advanceLocked()
 	f.changedLocked()
 	f.confirms++
-	f.pending = append(f.pending, hubItem{beat: true})
+	f.pending = append(f.pending, dataplane.HubItem{Beat: true})
 }
 
 // Refill serves again the data ns's syncer holds, of storeID, when ns has
 // none because of a reset another namespace brought (a new store, history
 // rewound): a syncer whose data is still good applies nothing until it
-// changes, and only confirms it. It does nothing while the Follower is of
+// changes, and only confirms it. It does nothing while the follower is of
 // another store (the syncer resnapshots once it learns of it).
-func (f *Follower) Refill(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, age time.Duration, unconfirmed bool) {
+func (f *follower) Refill(ns, storeID string, rev, cursor int64, values map[string]json.RawMessage, age time.Duration, unconfirmed bool) {
 	f.mu.Lock()
 	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.ready && f.id == storeID {
@@ -411,21 +372,21 @@ func (f *Follower) Refill(ns, storeID string, rev, cursor int64, values map[stri
 }
 
 // Fail records that the upstream is not confirming ns right now.
-func (f *Follower) Fail(ns string) {
+func (f *follower) Fail(ns string) {
 	f.mu.Lock()
 	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.unconfirmed {
 		n.unconfirmed = true
 		f.flips++ // a beat already asked for must now go: it carries the flag
-		f.pending = append(f.pending, hubItem{beat: true})
+		f.pending = append(f.pending, dataplane.HubItem{Beat: true})
 		f.changedLocked()
 	}
 }
 
 // Absent records that the upstream has no namespace ns: until it has
-// data of it, the Follower answers a request for it as the upstream
+// data of it, the follower answers a request for it as the upstream
 // would (404, ended not_found), at once.
-func (f *Follower) Absent(ns string) {
+func (f *follower) Absent(ns string) {
 	f.mu.Lock()
 	defer f.unlock()
 	if n := f.nss[ns]; n != nil && !n.ready && !n.absent {
@@ -435,11 +396,11 @@ func (f *Follower) Absent(ns string) {
 }
 
 func errAbsent(ns string) error {
-	return fmt.Errorf("%w: %q: the relay's upstream has no such namespace", ErrUnknownNamespace, ns)
+	return fmt.Errorf("%w: %q: the relay's upstream has no such namespace", dataplane.ErrUnknownNamespace, ns)
 }
 
 // Drop stops serving ns (its relay no longer follows it).
-func (f *Follower) Drop(ns string) {
+func (f *follower) Drop(ns string) {
 	f.mu.Lock()
 	defer f.unlock()
 	delete(f.nss, ns)
@@ -450,7 +411,7 @@ func (f *Follower) Drop(ns string) {
 // Idle returns the namespaces no request named within d, whose data the
 // hub carries to nobody (busy reports whether it does), and that no
 // request waits for.
-func (f *Follower) Idle(d time.Duration, busy func(ns string) bool) []string {
+func (f *follower) Idle(d time.Duration, busy func(ns string) bool) []string {
 	f.mu.Lock()
 	defer f.unlock()
 	var out []string
@@ -464,7 +425,7 @@ func (f *Follower) Idle(d time.Duration, busy func(ns string) bool) []string {
 	return out
 }
 
-func (f *Follower) idleLocked(ns string, n *followed, cut time.Time, busy func(ns string) bool) bool {
+func (f *follower) idleLocked(ns string, n *followerNS, cut time.Time, busy func(ns string) bool) bool {
 	return n.demanded.Before(cut) && f.waiting[ns] == 0 && !busy(ns)
 }
 
@@ -473,7 +434,7 @@ func (f *Follower) idleLocked(ns string, n *followed, cut time.Time, busy func(n
 // the relay's want refuses them) until Drop. The check and the mark are
 // one step under the lock that subscriptions take, so that no watcher
 // is left carrying a namespace nobody follows.
-func (f *Follower) Leave(ns string, d time.Duration, busy func(ns string) bool) bool {
+func (f *follower) Leave(ns string, d time.Duration, busy func(ns string) bool) bool {
 	f.mu.Lock()
 	defer f.unlock()
 	n := f.nss[ns]
@@ -484,8 +445,8 @@ func (f *Follower) Leave(ns string, d time.Duration, busy func(ns string) bool) 
 	return true
 }
 
-// FollowedStatus is what a Follower serves of one namespace.
-type FollowedStatus struct {
+// followedStatus is what a follower serves of one namespace.
+type followedStatus struct {
 	Namespace   string
 	StoreID     string
 	Ready       bool
@@ -497,28 +458,28 @@ type FollowedStatus struct {
 	Unconfirmed bool
 }
 
-// Status returns what the Follower serves, by namespace.
-func (f *Follower) Status() []FollowedStatus {
+// Status returns what the follower serves, by namespace.
+func (f *follower) Status() []followedStatus {
 	f.mu.Lock()
 	defer f.unlock()
-	out := make([]FollowedStatus, 0, len(f.nss))
+	out := make([]followedStatus, 0, len(f.nss))
 	now := f.now()
 	for ns, n := range f.nss {
-		st := FollowedStatus{Namespace: ns, Ready: n.ready}
+		st := followedStatus{Namespace: ns, Ready: n.ready}
 		if n.ready {
 			st.StoreID, st.Revision, st.Cursor, st.Floor, st.Changes = f.id, n.rev, n.cursor, n.floor, len(n.changes)
 			st.Age, st.Unconfirmed = now.Sub(n.confirmedAt), n.unconfirmed
 		}
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b FollowedStatus) int { return strings.Compare(a.Namespace, b.Namespace) })
+	slices.SortFunc(out, func(a, b followedStatus) int { return strings.Compare(a.Namespace, b.Namespace) })
 	return out
 }
 
 // advanceLocked moves the head to the lowest cursor of the namespaces with
 // data, and tells the hub when it moved: up, or down when a namespace
 // joins below it.
-func (f *Follower) advanceLocked() {
+func (f *follower) advanceLocked() {
 	var low int64 = -1
 	for _, n := range f.nss {
 		if n.ready && (low < 0 || n.cursor < low) {
@@ -531,18 +492,18 @@ func (f *Follower) advanceLocked() {
 	f.head = low
 	f.seq++
 	f.headSeq = f.seq
-	f.pending = append(f.pending, hubItem{gen: f.gen, head: low, seq: f.seq, move: true})
+	f.pending = append(f.pending, dataplane.HubItem{Gen: f.gen, Head: low, Seq: f.seq, Move: true})
 }
 
 // backend
 
-func (f *Follower) info() (string, int64, int64) {
+func (f *follower) Info() (string, int64, int64) {
 	f.mu.Lock()
 	defer f.unlock()
 	return f.id, f.head, 0
 }
 
-func (f *Follower) nsRevision(ns string) (int64, bool) {
+func (f *follower) NsRevision(ns string) (int64, bool) {
 	f.mu.Lock()
 	defer f.unlock()
 	if n := f.nss[ns]; n != nil && n.ready {
@@ -551,36 +512,36 @@ func (f *Follower) nsRevision(ns string) (int64, bool) {
 	return 0, false
 }
 
-func (f *Follower) generation() uint64 {
+func (f *follower) Generation() uint64 {
 	f.mu.Lock()
 	defer f.unlock()
 	return f.gen
 }
 
 // known: a relay forwards every ack; its upstream knows its namespaces.
-func (f *Follower) known(acks []transport.Ack) []transport.Ack { return acks }
+func (f *follower) Known(acks []transport.Ack) []transport.Ack { return acks }
 
-func (f *Follower) snapshot(ns string) (snapshot, error) {
+func (f *follower) Snapshot(ns string) (dataplane.Snapshot, error) {
 	f.mu.Lock()
 	defer f.unlock()
 	n := f.nss[ns]
 	if n != nil && !n.ready && n.absent {
-		return snapshot{storeID: f.id, cursor: f.head}, errAbsent(ns)
+		return dataplane.Snapshot{StoreID: f.id, Cursor: f.head}, errAbsent(ns)
 	}
 	if n == nil || !n.ready {
-		return snapshot{storeID: f.id, cursor: f.head}, errNotReady(ns)
+		return dataplane.Snapshot{StoreID: f.id, Cursor: f.head}, errNotReady(ns)
 	}
-	return snapshot{storeID: f.id, rev: n.rev, cursor: n.cursor, compact: n.floor, values: n.live}, nil
+	return dataplane.Snapshot{StoreID: f.id, Rev: n.rev, Cursor: n.cursor, Compact: n.floor, Values: n.live}, nil
 }
 
 func errNotReady(ns string) error {
-	return &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+	return &dataplane.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
 		Message: "the relay has no data of it yet"}
 }
 
 // check is subscribe's verdict on one namespace: nil, or the error of its
 // own watch.
-func (f *Follower) check(ns string, since int64) (*followed, error) {
+func (f *follower) check(ns string, since int64) (*followerNS, error) {
 	n := f.nss[ns]
 	switch {
 	case n != nil && !n.ready && n.absent:
@@ -592,7 +553,7 @@ func (f *Follower) check(ns string, since int64) (*followed, error) {
 		// the relay can tell. cursor_ahead would make the client
 		// resnapshot and, the older data persisting, take it for
 		// rewritten history and go back; 503 keeps what it holds.
-		return nil, &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+		return nil, &dataplane.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
 			Message: fmt.Sprintf("cursor %d is above the relay's %d, and its upstream is not confirming it", since, n.cursor)}
 	case since > n.cursor:
 		return nil, fmt.Errorf("%w: cursor %d is above the relay's %d", transport.ErrCursorAhead, since, n.cursor)
@@ -602,12 +563,12 @@ func (f *Follower) check(ns string, since int64) (*followed, error) {
 	return n, nil
 }
 
-func (f *Follower) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
+func (f *follower) Subscribe(ns string, since int64, register func(dataplane.Subscription)) (dataplane.Subscription, error) {
 	f.mu.Lock()
 	defer f.unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
+	sub := dataplane.Subscription{StoreID: f.id, Gen: f.gen, Head: f.head, Seq: f.seq, HeadSeq: f.headSeq}
 	if n := f.nss[ns]; n != nil && n.ready {
-		sub.head, sub.nsRev = n.cursor, n.rev
+		sub.Head, sub.NsRev = n.cursor, n.rev
 		if since < 0 {
 			since = n.cursor
 		}
@@ -616,48 +577,48 @@ func (f *Follower) subscribe(ns string, since int64, register func(subscription)
 	if err != nil {
 		return sub, err
 	}
-	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > since })
-	sub.backlog = n.changes[i:len(n.changes):len(n.changes)]
+	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].CS.Revision > since })
+	sub.Backlog = n.changes[i:len(n.changes):len(n.changes)]
 	if register != nil {
 		register(sub)
 	}
 	return sub, nil
 }
 
-func (f *Follower) subscribeMany(reqs []sinceReq, register func(subscription, []string)) (subscription, []transport.NamespaceEndedBody) {
+func (f *follower) SubscribeMany(reqs []dataplane.SinceReq, register func(dataplane.Subscription, []string)) (dataplane.Subscription, []transport.NamespaceEndedBody) {
 	f.mu.Lock()
 	defer f.unlock()
-	sub := subscription{storeID: f.id, gen: f.gen, head: f.head, seq: f.seq, headSeq: f.headSeq}
+	sub := dataplane.Subscription{StoreID: f.id, Gen: f.gen, Head: f.head, Seq: f.seq, HeadSeq: f.headSeq}
 	var ended []transport.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
 	low := int64(-1) // the lowest cursor of the namespaces subscribed
 	for _, r := range reqs {
-		n, err := f.check(r.name, r.since)
+		n, err := f.check(r.Name, r.Since)
 		if err != nil {
-			_, body := errorReply(err)
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: body.Error, Message: body.Message, CompactRevision: body.CompactRevision})
+			_, body := dataplane.ErrorReply(err)
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: body.Error, Message: body.Message, CompactRevision: body.CompactRevision})
 			continue
 		}
-		names = append(names, r.name)
+		names = append(names, r.Name)
 		if low < 0 || n.cursor < low {
 			low = n.cursor
 		}
-		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > r.since })
-		sub.backlog = append(sub.backlog, n.changes[i:]...)
+		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].CS.Revision > r.Since })
+		sub.Backlog = append(sub.Backlog, n.changes[i:]...)
 	}
 	if low >= 0 {
-		sub.head = low
+		sub.Head = low
 	}
-	slices.SortFunc(sub.backlog, func(a, b *change) int { return cmp.Compare(a.cs.Revision, b.cs.Revision) })
+	slices.SortFunc(sub.Backlog, func(a, b *dataplane.Change) int { return cmp.Compare(a.CS.Revision, b.CS.Revision) })
 	if register != nil {
 		register(sub, names)
 	}
 	return sub, ended
 }
 
-func (f *Follower) freshness(names ...string) (time.Duration, bool) {
-	st := f.streamState(names...)
-	return st.age, st.unconfirmed
+func (f *follower) Freshness(names ...string) (time.Duration, bool) {
+	st := f.StreamState(names...)
+	return st.Age, st.Unconfirmed
 }
 
 // demandWait bounds how long a request waits for a namespace's first
@@ -671,7 +632,7 @@ const (
 	catchUpWait = time.Second
 )
 
-func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error {
+func (f *follower) Demand(ctx context.Context, reqs []dataplane.SinceReq) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, demandWait)
 	defer cancel()
 	catchUp := time.NewTimer(catchUpWait)
@@ -681,15 +642,15 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 	wanted := make(map[string]bool)
 	f.mu.Lock()
 	for _, r := range reqs {
-		f.waiting[r.name]++
+		f.waiting[r.Name]++
 	}
 	f.unlock()
 	defer func() {
 		f.mu.Lock()
 		defer f.unlock()
 		for _, r := range reqs {
-			if f.waiting[r.name]--; f.waiting[r.name] <= 0 {
-				delete(f.waiting, r.name)
+			if f.waiting[r.Name]--; f.waiting[r.Name] <= 0 {
+				delete(f.waiting, r.Name)
 			}
 		}
 	}()
@@ -705,10 +666,10 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 		waiting := false
 		now := f.now()
 		for _, r := range reqs {
-			if refused[r.name] != nil {
+			if refused[r.Name] != nil {
 				continue
 			}
-			n := f.nss[r.name]
+			n := f.nss[r.Name]
 			if n != nil {
 				n.demanded = now
 			}
@@ -716,8 +677,8 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			case n == nil || n.leaving:
 				// Not followed, or being dropped: the relay follows it
 				// (again), or refuses it for now.
-				if !wanted[r.name] {
-					missing = append(missing, r.name)
+				if !wanted[r.Name] {
+					missing = append(missing, r.Name)
 				}
 				waiting = true
 			case !n.ready && n.absent:
@@ -725,22 +686,22 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			case !n.ready:
 				waiting = true
 			case caughtUp:
-			case f.confirmer != nil && (r.since < 0 || r.since > n.cursor):
-				p := read[r.name]
+			case f.confirmer != nil && (r.Since < 0 || r.Since > n.cursor):
+				p := read[r.Name]
 				switch {
-				case p == nil && !asked[r.name]:
-					asked[r.name] = true
-					ask = append(ask, r.name)
+				case p == nil && !asked[r.Name]:
+					asked[r.Name] = true
+					ask = append(ask, r.Name)
 					waiting = true
 				case p == nil:
-					waiting = r.since > n.cursor // the read failed: as without
+					waiting = r.Since > n.cursor // the read failed: as without
 				case n.rev < p.rev:
 					waiting = true // the watch brings the change
 				case n.rev == p.rev && n.cursor < p.head:
 					f.confirmLocked(n, p.head, 0, false)
 				}
-				waiting = waiting || r.since > n.cursor
-			case r.since > n.cursor:
+				waiting = waiting || r.Since > n.cursor
+			case r.Since > n.cursor:
 				waiting = true
 			}
 		}
@@ -783,7 +744,7 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 
 // Follow registers ns as followed (no data yet), so that it counts
 // against limits and a Drop can end it.
-func (f *Follower) Follow(ns string) {
+func (f *follower) Follow(ns string) {
 	f.mu.Lock()
 	defer f.unlock()
 	n := f.get(ns)
@@ -791,18 +752,17 @@ func (f *Follower) Follow(ns string) {
 }
 
 // Followed returns the namespaces followed.
-func (f *Follower) Followed() []string {
+func (f *follower) Followed() []string {
 	f.mu.Lock()
 	defer f.unlock()
 	return slices.Sorted(maps.Keys(f.nss))
 }
 
-var _ backend = (*Follower)(nil)
-var _ backend = (*store)(nil)
+var _ dataplane.Follower = (*follower)(nil)
 
-// Data returns what the Follower serves of ns: its store id, revision,
+// Data returns what the follower serves of ns: its store id, revision,
 // cursor and content (shared: do not modify); ok false when it has none.
-func (f *Follower) Data(ns string) (storeID string, rev, cursor int64, values map[string]json.RawMessage, ok bool) {
+func (f *follower) Data(ns string) (storeID string, rev, cursor int64, values map[string]json.RawMessage, ok bool) {
 	f.mu.Lock()
 	defer f.unlock()
 	n := f.nss[ns]
@@ -810,4 +770,12 @@ func (f *Follower) Data(ns string) (storeID string, rev, cursor int64, values ma
 		return "", 0, 0, nil, false
 	}
 	return f.id, n.rev, n.cursor, n.live, true
+}
+
+// serve hands the follower's changes to s, the data plane that reads it;
+// call it before serving.
+func (f *follower) serve(s *dataplane.Server) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.out = func(items []dataplane.HubItem) { s.Enqueue(items...) }
 }

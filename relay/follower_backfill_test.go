@@ -1,4 +1,4 @@
-package fakeserver
+package relay
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -22,7 +23,7 @@ func TestFollowerBackfill(t *testing.T) {
 		{Namespace: "app", StoreID: "s", Revision: 7, PrevRevision: 4, Puts: map[string]json.RawMessage{"v": json.RawMessage("7")}},
 	}
 	farther := make(chan struct{}) // the farther request's read waits for the nearer's fill
-	f := NewFollower(100, 0, func(string) error { return nil })
+	f := newFollower(100, 0, func(string) error { return nil })
 	f.SetBackfill(func(_ context.Context, ns string, since, until int64, _ int) ([]transport.ChangeSet, error) {
 		if since < 0 {
 			return nil, transport.ErrCompacted
@@ -44,8 +45,8 @@ func TestFollowerBackfill(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); f.demand(ctx, []sinceReq{{name: "app", since: 3}}) }()
-	f.demand(ctx, []sinceReq{{name: "app", since: 5}})
+	go func() { defer wg.Done(); f.Demand(ctx, []dataplane.SinceReq{{Name: "app", Since: 3}}) }()
+	f.Demand(ctx, []dataplane.SinceReq{{Name: "app", Since: 5}})
 	close(farther)
 	wg.Wait()
 
@@ -57,19 +58,19 @@ func TestFollowerBackfill(t *testing.T) {
 		{3, []int64{4, 7}},
 		{8, nil},
 	} {
-		sub, err := f.subscribe("app", tc.since, nil)
+		sub, err := f.Subscribe("app", tc.since, nil)
 		if err != nil {
 			t.Fatalf("subscribe from %d: %v", tc.since, err)
 		}
 		var got []int64
-		for _, c := range sub.backlog {
-			got = append(got, c.cs.Revision)
+		for _, c := range sub.Backlog {
+			got = append(got, c.CS.Revision)
 		}
 		if len(got) != len(tc.want) || len(got) > 0 && (got[0] != tc.want[0] || got[len(got)-1] != tc.want[len(tc.want)-1]) {
 			t.Errorf("from %d: backlog %v, want %v", tc.since, got, tc.want)
 		}
 	}
-	if _, err := f.subscribe("app", 1, nil); err == nil {
+	if _, err := f.Subscribe("app", 1, nil); err == nil {
 		t.Errorf("subscribe from 1, below every fill: no error, want compacted")
 	}
 }

@@ -1,4 +1,4 @@
-package fakeserver
+package dataplane
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// Run with: go test -run '^$' -bench 'Ack' -benchmem ./internal/fakeserver/
+// Run with: go test -run '^$' -bench 'Ack' -benchmem ./internal/dataplane/
 //
 // The handler alone (no network): what the server spends per ack request.
 
@@ -23,13 +23,8 @@ func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *nopWriter) WriteHeader(int)             {}
 
 func benchAck(b *testing.B, body string, wantAcks int64) {
-	s := start(b)
-	for i := range 10 {
-		if _, err := s.Publish(fmt.Sprintf("ns-%d", i), map[string]any{"k": i}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	h := s.routes()
+	s := benchPlane(b)
+	h := s.mux
 	req := httptest.NewRequest(http.MethodPost, "/sdk/ack", nil)
 	w := &nopWriter{h: make(http.Header)}
 	rd := strings.NewReader(body)
@@ -48,6 +43,16 @@ func benchAck(b *testing.B, body string, wantAcks int64) {
 		b.Fatalf("acks counted %d, want %d", got, b.N)
 	}
 	_ = wantAcks
+}
+
+// benchPlane is an origin's data plane over namespaces ns-0..ns-9.
+func benchPlane(b *testing.B) *Server {
+	be := newMemBackend()
+	s := be.start(b)
+	for i := range 10 {
+		be.publish(fmt.Sprintf("ns-%d", i), map[string]any{"k": i})
+	}
+	return s
 }
 
 type readCloser struct{ *strings.Reader }
@@ -183,13 +188,8 @@ func (*lines) Close() error { return nil }
 func BenchmarkAckStream(b *testing.B) {
 	for _, n := range []int{1, 10} {
 		b.Run(fmt.Sprintf("batch%d", n), func(b *testing.B) {
-			s := start(b)
-			for i := range 10 {
-				if _, err := s.Publish(fmt.Sprintf("ns-%d", i), map[string]any{"k": i}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			h := s.routes()
+			s := benchPlane(b)
+			h := s.mux
 			req := httptest.NewRequest(http.MethodPost, "/sdk/ack/stream", nil)
 			req.ProtoMajor, req.ProtoMinor = 2, 0
 			req.Body = &lines{line: batchLine(n), n: b.N}

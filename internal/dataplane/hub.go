@@ -1,4 +1,4 @@
-package fakeserver
+package dataplane
 
 import (
 	"bytes"
@@ -80,8 +80,8 @@ type hub struct {
 	woken []*watcher // run's, for a relay's hub: the watchers of a batch to wake
 
 	qmu    sync.Mutex
-	queue  []hubItem
-	spare  []hubItem
+	queue  []HubItem
+	spare  []HubItem
 	closed bool
 	kick   chan struct{}
 
@@ -94,17 +94,17 @@ type hub struct {
 	wg     sync.WaitGroup // run and ticker
 }
 
-// hubItem is a change to fan out; or (c == nil) a store reset to
-// generation gen, or, with move set, a follower's head that moved to head
-// (its sequence number seq), or, with beat set, a follower's request for
+// HubItem is a change to fan out; or (C == nil) a store reset to
+// generation Gen, or, with Move set, a follower's head that moved to Head
+// (its sequence number Seq), or, with Beat set, a follower's request for
 // a beat.
-type hubItem struct {
-	c    *change
-	gen  uint64
-	head int64
-	seq  uint64
-	move bool
-	beat bool // a follower's freshness changed (a confirmation, Fail): requestBeat, after the batch
+type HubItem struct {
+	C    *Change
+	Gen  uint64
+	Head int64
+	Seq  uint64
+	Move bool
+	Beat bool // a follower's freshness changed (a confirmation, Fail): requestBeat, after the batch
 }
 
 // progressEvery is how soon after the head moves a multi-namespace
@@ -249,7 +249,7 @@ func (h *hub) streamProgress(p transport.StreamProgress) []byte {
 }
 
 // enqueue hands a change (or a reset) to the dispatcher. It never blocks.
-func (h *hub) enqueue(items ...hubItem) {
+func (h *hub) enqueue(items ...HubItem) {
 	h.qmu.Lock()
 	if !h.closed {
 		h.queue = append(h.queue, items...)
@@ -273,7 +273,7 @@ func (h *hub) run() {
 		items := h.queue
 		h.queue = h.spare[:0]
 		h.qmu.Unlock()
-		var last *change // the newest change handed over, marked once per batch
+		var last *Change // the newest change handed over, marked once per batch
 		silent := false  // a change some multi-namespace watcher does not carry
 		// A relay's watchers wake once the whole batch is in, the head
 		// moves that cover its changes included (Follower.unlock hands
@@ -281,49 +281,49 @@ func (h *hub) run() {
 		woken := h.woken[:0]
 		beat := false
 		for _, it := range items {
-			if it.beat {
+			if it.Beat {
 				beat = true
 				continue
 			}
-			if it.move {
+			if it.Move {
 				// A follower's head, down as well as up: a namespace that
 				// joins below it (a last-good file's cursor, an upstream
 				// behind) lowers it, and the mark must not speak for
 				// changes of it that are still to come.
-				if m := h.dispatched.Load(); m.gen == it.gen {
-					h.dispatched.Store(&mark{gen: it.gen, rev: it.head, seq: it.seq})
-					silent = silent || it.head > m.rev
+				if m := h.dispatched.Load(); m.gen == it.Gen {
+					h.dispatched.Store(&mark{gen: it.Gen, rev: it.Head, seq: it.Seq})
+					silent = silent || it.Head > m.rev
 				}
 				continue
 			}
-			if it.c == nil {
-				h.kill(func(w *watcher) bool { return w.gen < it.gen })
-				h.dispatched.Store(&mark{gen: it.gen})
+			if it.C == nil {
+				h.kill(func(w *watcher) bool { return w.gen < it.Gen })
+				h.dispatched.Store(&mark{gen: it.Gen})
 				last = nil
 				continue
 			}
 			h.mu.RLock()
-			set := h.byNS[it.c.cs.Namespace]
+			set := h.byNS[it.C.CS.Namespace]
 			if len(set) > 0 {
-				it.c.frame() // encode once, before the first watcher needs it
+				it.C.frame() // encode once, before the first watcher needs it
 			}
 			for w := range set {
 				if !h.follow {
-					w.push(it.c, h.silenced)
-				} else if w.queued(it.c, h.silenced) {
+					w.push(it.C, h.silenced)
+				} else if w.queued(it.C, h.silenced) {
 					woken = append(woken, w)
 				}
 			}
-			if h.multiByNS[it.c.cs.Namespace] < len(h.multis) {
+			if h.multiByNS[it.C.CS.Namespace] < len(h.multis) {
 				silent = true
 			}
 			h.mu.RUnlock()
 			if !h.follow {
-				last = it.c
+				last = it.C
 			}
 		}
 		if last != nil {
-			h.dispatched.Store(&mark{gen: last.gen, rev: last.cs.Revision})
+			h.dispatched.Store(&mark{gen: last.Gen, rev: last.CS.Revision})
 		}
 		for _, w := range woken {
 			w.signal()
@@ -447,14 +447,14 @@ func (h *hub) openStreams() int {
 }
 
 // since records what w's subscription read (see watcher.seq); it returns w.
-func (w *watcher) since(sub subscription) *watcher {
-	w.seq, w.headSeq = sub.seq, sub.headSeq
+func (w *watcher) since(sub Subscription) *watcher {
+	w.seq, w.headSeq = sub.Seq, sub.HeadSeq
 	return w
 }
 
 // fresh reports whether c came after w's subscription: one before is in
 // its backlog (or older than its cursor), however late the hub hands it.
-func (w *watcher) fresh(c *change) bool { return c.seq == 0 || c.seq > w.seq }
+func (w *watcher) fresh(c *Change) bool { return c.Seq == 0 || c.Seq > w.seq }
 
 // watcher is one reader of a namespace's changes: an SSE stream or a
 // waiting long-poll. Its queue is bounded; on overflow the watcher is ended
@@ -473,8 +473,8 @@ type watcher struct {
 	seq, headSeq uint64
 
 	mu         sync.Mutex
-	queue      []*change
-	spare      []*change // a drained queue, kept for reuse
+	queue      []*Change
+	spare      []*Change // a drained queue, kept for reuse
 	overflow   bool
 	killed     bool
 	finished   bool
@@ -515,15 +515,15 @@ func (w *watcher) names() []string {
 // push queues c. A watcher whose queue is full is ended, unless silenced
 // (black-holed) streams must not even see a disconnect: then it ends once
 // the black hole heals.
-func (w *watcher) push(c *change, silenced func() bool) {
+func (w *watcher) push(c *Change, silenced func() bool) {
 	if w.queued(c, silenced) {
 		w.signal()
 	}
 }
 
 // queued is push without the signal: it reports whether w needs one.
-func (w *watcher) queued(c *change, silenced func() bool) bool {
-	if c.gen != w.gen {
+func (w *watcher) queued(c *Change, silenced func() bool) bool {
+	if c.Gen != w.gen {
 		return false
 	}
 	w.mu.Lock()
@@ -553,7 +553,7 @@ func (w *watcher) signal() {
 }
 
 // take empties the queue. Hand items back with recycle when done.
-func (w *watcher) take() (items []*change, overflow bool) {
+func (w *watcher) take() (items []*Change, overflow bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	items, w.queue, w.spare = w.queue, w.spare, nil
@@ -562,7 +562,7 @@ func (w *watcher) take() (items []*change, overflow bool) {
 
 // recycle keeps a small drained queue for reuse, so that a steady stream
 // of publishes does not allocate per watcher.
-func (w *watcher) recycle(items []*change) {
+func (w *watcher) recycle(items []*Change) {
 	if cap(items) == 0 || cap(items) > 64 {
 		return
 	}

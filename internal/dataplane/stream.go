@@ -1,4 +1,4 @@
-package fakeserver
+package dataplane
 
 import (
 	"encoding/json"
@@ -19,14 +19,14 @@ import (
 // ErrInvalid) for no parameter, a malformed one, a name given twice or more
 // than transport.MaxStreamNamespaces. Names are not checked here: an
 // invalid one ends only itself (see splitInvalid).
-func parseStreamNamespaces(values []string) ([]sinceReq, error) {
+func parseStreamNamespaces(values []string) ([]SinceReq, error) {
 	switch {
 	case len(values) == 0:
 		return nil, fmt.Errorf("%w: no ns parameter (want ns=<name>:<since>, one per namespace)", ErrInvalid)
 	case len(values) > transport.MaxStreamNamespaces:
 		return nil, fmt.Errorf("%w: %d namespaces, at most %d per stream", ErrInvalid, len(values), transport.MaxStreamNamespaces)
 	}
-	reqs := make([]sinceReq, 0, len(values))
+	reqs := make([]SinceReq, 0, len(values))
 	seen := make(map[string]struct{}, len(values))
 	for _, v := range values {
 		i := lastColon(v)
@@ -42,7 +42,7 @@ func parseStreamNamespaces(values []string) ([]sinceReq, error) {
 			return nil, fmt.Errorf("%w: namespace %q named twice", ErrInvalid, truncate(name))
 		}
 		seen[name] = struct{}{}
-		reqs = append(reqs, sinceReq{name: name, since: since})
+		reqs = append(reqs, SinceReq{Name: name, Since: since})
 	}
 	return reqs, nil
 }
@@ -83,12 +83,12 @@ func truncate(s string) string {
 
 // splitInvalid takes the namespaces with an invalid name out of reqs:
 // each is an ended event of its own.
-func splitInvalid(reqs []sinceReq) ([]sinceReq, []transport.NamespaceEndedBody) {
+func splitInvalid(reqs []SinceReq) ([]SinceReq, []transport.NamespaceEndedBody) {
 	var ended []transport.NamespaceEndedBody
 	valid := reqs[:0:0]
 	for _, r := range reqs {
-		if err := transport.ValidateNamespace(r.name); err != nil {
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeInvalidNamespace, Message: err.Error()})
+		if err := transport.ValidateNamespace(r.Name); err != nil {
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeInvalidNamespace, Message: err.Error()})
 			continue
 		}
 		valid = append(valid, r)
@@ -98,7 +98,7 @@ func splitInvalid(reqs []sinceReq) ([]sinceReq, []transport.NamespaceEndedBody) 
 
 // streamRequest reads a stream request's namespaces: those to subscribe,
 // and those already ended by an invalid name or refused by the backend.
-func (s *Server) streamRequest(r *http.Request) ([]sinceReq, []transport.NamespaceEndedBody, error) {
+func (s *Server) streamRequest(r *http.Request) ([]SinceReq, []transport.NamespaceEndedBody, error) {
 	reqs, err := parseStreamNamespaces(r.URL.Query()["ns"])
 	if err != nil {
 		return nil, nil, err
@@ -106,15 +106,15 @@ func (s *Server) streamRequest(r *http.Request) ([]sinceReq, []transport.Namespa
 	valid, ended := splitInvalid(reqs)
 	valid, denied := s.splitForbidden(r, valid) // before demand: a relay follows none of them
 	ended = append(ended, denied...)
-	refused := s.be.demand(r.Context(), valid)
+	refused := s.be.Demand(r.Context(), valid)
 	if len(refused) == 0 {
 		return valid, ended, nil
 	}
 	kept := valid[:0:0]
 	for _, q := range valid {
-		if err := refused[q.name]; err != nil {
+		if err := refused[q.Name]; err != nil {
 			_, body := errorReply(err)
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: q.name, Code: body.Error, Message: body.Message})
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: q.Name, Code: body.Error, Message: body.Message})
 			continue
 		}
 		kept = append(kept, q)
@@ -144,10 +144,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	// stream is still opening.
 	tick := s.hub.ticks()
 	var wt *watcher
-	sub, more := s.be.subscribeMany(reqs, func(sub subscription, names []string) {
+	sub, more := s.be.SubscribeMany(reqs, func(sub Subscription, names []string) {
 		// Even with every namespace ended the stream stays: it still
 		// speaks for the store (progress), and ends with it (reset).
-		wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, true).since(sub)
+		wt = newMultiWatcher(names, sub.Gen, s.opts.watcherBuffer, true).since(sub)
 		wt.attach(rc.SetWriteDeadline)
 		s.hub.add(wt)
 	})
@@ -157,20 +157,19 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		s.hub.remove(wt)
 	}()
 
-	s.speak(r) // returns with quiet read-locked: no black hole may open mid-write
-	speaking := true
+	unquiet := s.speak(r) // no black hole may open mid-write, until unquiet
 	defer func() {
-		if speaking {
-			s.faults.quiet.RUnlock()
+		if unquiet != nil {
+			unquiet()
 		}
 	}()
 	names := wt.names()
-	s.writeSSEHeaders(w, sub.storeID, 0, sub.head, names...)
+	s.writeSSEHeaders(w, sub.StoreID, 0, sub.Head, names...)
 
 	// The ended namespaces, the backlog in store order, then a progress
 	// event at the head: the client learns at once that every namespace
 	// it joined is current up to it.
-	told := sub.head
+	told := sub.Head
 	if !wt.arm(s.writeTimeout()) {
 		return
 	}
@@ -183,7 +182,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for _, c := range sub.backlog {
+	for _, c := range sub.Backlog {
 		if _, err := w.Write(c.view(aware).frame()); err != nil {
 			return
 		}
@@ -194,11 +193,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	var toldAt, toldDated time.Time
 	toldUnconfirmed := false
 	progress := func(cursor int64) error {
-		p := transport.StreamProgress{StoreID: sub.storeID, Cursor: cursor}
+		p := transport.StreamProgress{StoreID: sub.StoreID, Cursor: cursor}
 		if s.follow != nil {
-			st := s.follow.streamState(names...)
-			toldConfirms, toldFlips, toldUnconfirmed, toldAt, toldDated = st.confirms, st.flips, st.unconfirmed, time.Now(), st.dated
-			p.AgeMillis, p.Unconfirmed = st.age.Milliseconds(), st.unconfirmed
+			st := s.follow.StreamState(names...)
+			toldConfirms, toldFlips, toldUnconfirmed, toldAt, toldDated = st.Confirms, st.Flips, st.Unconfirmed, time.Now(), st.Dated
+			p.AgeMillis, p.Unconfirmed = st.Age.Milliseconds(), st.Unconfirmed
 		}
 		_, err := w.Write(s.hub.streamProgress(p))
 		return err
@@ -206,8 +205,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if progress(told) != nil || rc.Flush() != nil {
 		return
 	}
-	s.faults.quiet.RUnlock()
-	speaking = false
+	unquiet()
+	unquiet = nil
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -228,12 +227,12 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		healed, ok := s.heard(wt, r) // send nothing at all while black-holed
+		var healed, ok bool
+		unquiet, healed, ok = s.heard(wt, r) // send nothing at all while black-holed
 		if !ok {
 			return
 		}
 		beat = beat || healed // say at once that the stream is alive
-		speaking = true
 		// The next tick's channel before the cursor: a tick for a head
 		// beyond d closes this channel after d was read.
 		tick = s.hub.ticks()
@@ -248,25 +247,25 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		wrote := false
 		var last int64 // the revision of the last change written
 		for _, c := range items {
-			if s.follow == nil && c.cs.Revision <= told || !wt.fresh(c) {
+			if s.follow == nil && c.CS.Revision <= told || !wt.fresh(c) {
 				continue // already sent with the backlog
 			}
 			if _, err := w.Write(c.view(aware).frame()); err != nil {
 				return
 			}
-			wrote, last = true, c.cs.Revision
+			wrote, last = true, c.CS.Revision
 			if s.follow == nil {
 				// In store order: a change's id speaks for the whole
 				// stream. A relay's namespaces are each complete up to
 				// a cursor of their own: its progress speaks for them.
-				told = c.cs.Revision
+				told = c.CS.Revision
 			}
 		}
 		wt.recycle(items)
 		if s.follow != nil {
 			if wrote {
-				st := s.follow.streamState(names...)
-				if len(names) == 1 && d <= last && !toldUnconfirmed && st.flips == toldFlips && st.atReceipt {
+				st := s.follow.StreamState(names...)
+				if len(names) == 1 && d <= last && !toldUnconfirmed && st.Flips == toldFlips && st.AtReceipt {
 					// One namespace, its flag as told, its data dated at
 					// the relay's receipt: the change says all a progress
 					// at its revision would (its id is the namespace's
@@ -275,7 +274,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 					// confirmation's beat is news to nobody. Data the
 					// relay dates earlier (a resnapshot's, an aged
 					// progress's) needs the progress: its age.
-					told, toldAt, toldConfirms, toldDated = last, time.Now(), st.confirms, st.dated
+					told, toldAt, toldConfirms, toldDated = last, time.Now(), st.Confirms, st.Dated
 				} else {
 					// A relay's progress goes in the same write as the
 					// changes it follows (the head covers them once their
@@ -293,8 +292,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			// age its client knows is at most recentProgress older than
 			// it could be.
 			if confirmed && !healed && d <= told {
-				st := s.follow.streamState(names...)
-				if st.flips == toldFlips && (st.confirms == toldConfirms || !st.dated.Before(toldDated) && time.Since(toldAt) < recentProgress(s.opts.heartbeat)) {
+				st := s.follow.StreamState(names...)
+				if st.Flips == toldFlips && (st.Confirms == toldConfirms || !st.Dated.Before(toldDated) && time.Since(toldAt) < recentProgress(s.opts.heartbeat)) {
 					beat = false
 				}
 			}
@@ -309,8 +308,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		if wrote && rc.Flush() != nil {
 			return
 		}
-		s.faults.quiet.RUnlock()
-		speaking = false
+		unquiet()
+		unquiet = nil
 	}
 }
 
@@ -335,28 +334,28 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	tick := s.hub.ticks() // before the subscription, as in handleStream
 	var wt *watcher
 	var low int64 // the smallest since of the namespaces subscribed
-	sub, more := s.be.subscribeMany(reqs, func(sub subscription, names []string) {
-		low = sub.head
+	sub, more := s.be.SubscribeMany(reqs, func(sub Subscription, names []string) {
+		low = sub.Head
 		for _, q := range reqs {
-			if q.since < low && q.since <= sub.head {
-				low = q.since
+			if q.Since < low && q.Since <= sub.Head {
+				low = q.Since
 			}
 		}
 		// Wait only when there is nothing to tell: no change (a relay's:
 		// none it may send with its cursor), no ended namespace, and no
 		// namespace behind the head.
-		tell := len(sub.backlog)
+		tell := len(sub.Backlog)
 		if s.follow != nil {
-			tell = len(upTo(sub.backlog, sub.head))
+			tell = len(upTo(sub.Backlog, sub.Head))
 		}
-		if tell == 0 && len(ended) == 0 && len(names) == len(reqs) && low >= sub.head && wait > 0 {
-			wt = newMultiWatcher(names, sub.gen, s.opts.watcherBuffer, false).since(sub)
+		if tell == 0 && len(ended) == 0 && len(names) == len(reqs) && low >= sub.Head && wait > 0 {
+			wt = newMultiWatcher(names, sub.Gen, s.opts.watcherBuffer, false).since(sub)
 			s.hub.add(wt)
 		}
 	})
 	ended = append(ended, more...)
-	changes := sub.backlog
-	cursor := sub.head
+	changes := sub.Backlog
+	cursor := sub.Head
 	if s.follow != nil {
 		changes = upTo(changes, cursor)
 	}
@@ -364,9 +363,9 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 		defer s.hub.remove(wt)
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
-		var got []*change
+		var got []*Change
 		if s.follow != nil {
-			got = sub.backlog // a relay's changes above its cursor: sent once the cursor reaches them
+			got = sub.Backlog // a relay's changes above its cursor: sent once the cursor reaches them
 		}
 	wait:
 		for {
@@ -407,9 +406,9 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 					if wt.fresh(c) {
 						got = append(got, c)
 					}
-				case c.cs.Revision > cursor:
+				case c.CS.Revision > cursor:
 					got = append(got, c)
-					cursor = c.cs.Revision
+					cursor = c.CS.Revision
 				}
 			}
 			if s.follow != nil {
@@ -425,29 +424,29 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		changes = got
-		if wt.gen != s.be.generation() {
+		if wt.gen != s.be.Generation() {
 			// The store was reset or restored meanwhile: what this poll
 			// read is another history's. Cut it, as a restart would.
 			panic(http.ErrAbortHandler)
 		}
 	}
 	defer s.speak(r)()
-	s.setPlaneHeaders(w, sub.storeID, 0, cursor)
+	s.setPlaneHeaders(w, sub.StoreID, 0, cursor)
 	names := make([]string, len(reqs))
 	for i, q := range reqs {
-		names[i] = q.name
+		names[i] = q.Name
 	}
 	age, unconfirmed := s.setAge(w, names...)
-	writeStreamEvents(w, sub.storeID, cursor, changes, ended, age, unconfirmed, rolloutAware(r))
+	writeStreamEvents(w, sub.StoreID, cursor, changes, ended, age, unconfirmed, rolloutAware(r))
 }
 
 // upTo returns the changes at or below cursor, in a new slice (changes is
 // kept whole: the others come with a later cursor): what a relay's
 // multi-namespace poll may send with that cursor.
-func upTo(changes []*change, cursor int64) []*change {
-	var out []*change
+func upTo(changes []*Change, cursor int64) []*Change {
+	var out []*Change
 	for _, c := range changes {
-		if c.cs.Revision <= cursor {
+		if c.CS.Revision <= cursor {
 			out = append(out, c)
 		}
 	}
@@ -457,7 +456,7 @@ func upTo(changes []*change, cursor int64) []*change {
 // writeStreamEvents writes a transport.StreamEventsResponse, each change
 // as the bytes encoded once for every reader that evaluates rollouts
 // (aware), or for every one that does not (change.view).
-func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*change, ended []transport.NamespaceEndedBody,
+func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*Change, ended []transport.NamespaceEndedBody,
 	ageMillis int64, unconfirmed, aware bool) {
 	id, _ := json.Marshal(storeID)
 	b := make([]byte, 0, 64+len(changes)*256)

@@ -1,4 +1,4 @@
-package fakeserver
+package dataplane
 
 import (
 	"bytes"
@@ -110,7 +110,7 @@ func baseETag(storeID string, rev int64) string {
 
 // view returns c as a client sees it: c itself for one that evaluates
 // rollouts (aware), else c's base view.
-func (c *change) view(aware bool) *change {
+func (c *Change) view(aware bool) *Change {
 	if aware {
 		return c
 	}
@@ -123,11 +123,11 @@ func (c *change) view(aware bool) *change {
 // It is built once, on first use by a client that predates rollouts, and
 // shared by all of them; a change that touches no reserved key costs them
 // a scan of its keys, once.
-func (c *change) baseView() *change {
+func (c *Change) baseView() *Change {
 	c.baseOnce.Do(func() {
 		c.base = c
-		if touchesReserved(&c.cs) {
-			c.base = &change{gen: c.gen, seq: c.seq, cs: stripChangeSet(c.cs)}
+		if touchesReserved(&c.CS) {
+			c.base = &Change{Gen: c.Gen, Seq: c.Seq, CS: stripChangeSet(c.CS)}
 		}
 	})
 	return c.base
@@ -178,7 +178,7 @@ func stripChangeSet(cs transport.ChangeSet) transport.ChangeSet {
 }
 
 // errNotObject: a change set's bytes are not one JSON object.
-var errNotObject = errors.New("fakeserver: change set is not one JSON object")
+var errNotObject = errors.New("dataplane: change set is not one JSON object")
 
 // stripRaw re-encodes the change-set object raw with puts and deletes in
 // place of its own: every other member is kept as it came, in its order.
@@ -240,4 +240,10 @@ func stripRaw(raw []byte, puts map[string]json.RawMessage, deletes []string) ([]
 		member("deletes", d)
 	}
 	return append(out, '}'), nil
+}
+
+// WithoutReserved returns content without its reserved keys (the base a
+// client serves): content itself when it has none, else a copy.
+func WithoutReserved(content map[string]json.RawMessage) map[string]json.RawMessage {
+	return withoutReserved(content)
 }

@@ -1,4 +1,4 @@
-package fakeserver
+package dataplane
 
 import (
 	"bufio"
@@ -30,7 +30,7 @@ func (s *Server) writeTimeout() time.Duration { return max(10*time.Second, 3*s.o
 // the silence) has been dealt with.
 func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) bool {
 	s.hold(r)
-	if d := s.faults.getLatency(); d > 0 {
+	if d := s.faults.Delay(); d > 0 {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -43,7 +43,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 		}
 	}
 	if failable {
-		if status, retryAfter, ok := s.faults.takeFail(); ok {
+		if status, retryAfter, ok := s.faults.Fail(); ok {
 			code := transport.CodeUnavailable
 			switch {
 			case status == http.StatusUnauthorized:
@@ -75,19 +75,16 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, failable bool) boo
 	return true
 }
 
-// speak waits while the data plane is black-holed and returns with the
-// right to write, to be released once the write is done. SetBlackhole(true)
-// waits for every writer, so that once it returns not a byte more is sent.
+// speak waits while the data plane is black-holed (Faults.Speak) and
+// returns with the right to write, to be released once the write is done.
 // A request whose client leaves, or whose server stops, meanwhile is
 // aborted without a byte.
 func (s *Server) speak(r *http.Request) (release func()) {
 	for {
-		s.faults.quiet.RLock()
-		ch := s.faults.hole()
+		release, ch := s.faults.Speak()
 		if ch == nil {
-			return s.unquiet
+			return release
 		}
-		s.faults.quiet.RUnlock()
 		select {
 		case <-ch:
 		case <-r.Context().Done():
@@ -105,10 +102,10 @@ func (s *Server) hold(r *http.Request) { s.speak(r)() }
 // planeHeaders sets the headers every data-plane reply carries. With ns
 // empty (or unknown) the revision is 0.
 func (s *Server) planeHeaders(w http.ResponseWriter, ns string) {
-	id, head, _ := s.be.info()
+	id, head, _ := s.be.Info()
 	var rev int64
 	if ns != "" {
-		rev, _ = s.be.nsRevision(ns)
+		rev, _ = s.be.NsRevision(ns)
 	}
 	s.setPlaneHeaders(w, id, rev, head)
 }
@@ -162,7 +159,7 @@ func (s *Server) replyError(w http.ResponseWriter, err error) {
 func (s *Server) writeErrorReply(w http.ResponseWriter, status int, body transport.ErrorBody, err error) {
 	body.StoreID = s.StoreID()
 	if status == http.StatusInternalServerError {
-		s.log.Error("fakeserver: internal error", "err", err)
+		s.log.Error("dataplane: internal error", "err", err)
 	}
 	writeError(w, status, body)
 }
@@ -171,29 +168,21 @@ func (s *Server) writeErrorReply(w http.ResponseWriter, status int, body transpo
 // become a 500.
 func errorReply(err error) (int, transport.ErrorBody) {
 	var ce *transport.CompactedError
-	var se *SchemaError
 	var mbe *http.MaxBytesError
 	var re *RefusedError
 	var ae *accessError
-	var conflict *ConflictError
 	switch {
-	case errors.As(err, &conflict):
-		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: conflict.Revision}
 	case errors.As(err, &ae):
 		return ae.status, transport.ErrorBody{Error: ae.code(), Message: ae.msg}
 	case errors.As(err, &re):
 		return re.Status, transport.ErrorBody{Error: re.Code, Message: err.Error()}
 	case errors.As(err, &ce):
 		return http.StatusGone, transport.ErrorBody{Error: transport.CodeCompacted, Message: err.Error(), CompactRevision: ce.CompactRevision}
-	case errors.As(err, &se):
-		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: se.Failures}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
 	case errors.Is(err, transport.ErrCohortUnknown):
 		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeCohortUnknown, Message: err.Error()}
-	case errors.Is(err, ErrRolloutRunning), errors.Is(err, ErrRolloutEnded), errors.Is(err, errStoreChanged):
-		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error()}
-	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrNoRevision):
+	case errors.Is(err, ErrUnknownNamespace):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, transport.ErrCursorAhead):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeCursorAhead, Message: err.Error()}
@@ -251,24 +240,24 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !s.demanded(w, r, ns, -1) {
 		return
 	}
-	snap, err := s.be.snapshot(ns)
+	snap, err := s.be.Snapshot(ns)
 	if err != nil {
 		s.planeError(w, r, ns, err)
 		return
 	}
-	if s.follow != nil && holdsNewer(r.Header.Get("If-None-Match"), snap.storeID, snap.rev) {
-		if _, unconfirmed := s.be.freshness(ns); unconfirmed {
+	if s.follow != nil && holdsNewer(r.Header.Get("If-None-Match"), snap.StoreID, snap.Rev) {
+		if _, unconfirmed := s.be.Freshness(ns); unconfirmed {
 			// A relay cut off, behind what the client holds: its older
 			// data would be refused and then, persisting, taken for
 			// rewritten history. As for a cursor ahead (Follower.check).
 			s.planeError(w, r, ns, &RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
-				Message: fmt.Sprintf("the relay is at revision %d, behind the client's, and its upstream is not confirming it", snap.rev)})
+				Message: fmt.Sprintf("the relay is at revision %d, behind the client's, and its upstream is not confirming it", snap.Rev)})
 			return
 		}
 	}
 	defer s.speak(r)()
-	values := snap.values
-	etag := transport.ETag(snap.storeID, snap.rev)
+	values := snap.Values
+	etag := transport.ETag(snap.StoreID, snap.Rev)
 	inm := r.Header.Get("If-None-Match")
 	notModified := etagMatches(inm, etag)
 	if !rolloutAware(r) {
@@ -277,11 +266,11 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 			// of the revision, with a tag of its own. A client names
 			// the revision it holds with transport.ETag, and one that
 			// predates rollouts holds nothing but the base.
-			values, etag = base, baseETag(snap.storeID, snap.rev)
+			values, etag = base, baseETag(snap.StoreID, snap.Rev)
 			notModified = notModified || etagMatches(inm, etag)
 		}
 	}
-	s.setPlaneHeaders(w, snap.storeID, snap.rev, snap.cursor)
+	s.setPlaneHeaders(w, snap.StoreID, snap.Rev, snap.Cursor)
 	age, unconfirmed := s.setAge(w, ns)
 	h := w.Header()
 	h.Set("ETag", etag)
@@ -303,8 +292,8 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data, err := json.Marshal(transport.Snapshot{
-		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: encoded, AgeMillis: age, Unconfirmed: unconfirmed,
+		Namespace: ns, StoreID: snap.StoreID, Revision: snap.Rev, Cursor: snap.Cursor,
+		CompactRevision: snap.Compact, Values: encoded, AgeMillis: age, Unconfirmed: unconfirmed,
 	})
 	if err != nil {
 		s.replyError(w, err)
@@ -417,9 +406,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var wt *watcher
-	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
-		if len(sub.backlog) == 0 && wait > 0 {
-			wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, false).since(sub)
+	sub, err := s.be.Subscribe(ns, since, func(sub Subscription) {
+		if len(sub.Backlog) == 0 && wait > 0 {
+			wt = newWatcher(ns, sub.Gen, s.opts.watcherBuffer, false).since(sub)
 			s.hub.add(wt)
 		}
 	})
@@ -427,16 +416,16 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, ns, err)
 		return
 	}
-	resp := transport.EventsResponse{Namespace: ns, StoreID: sub.storeID, Cursor: sub.head, Revision: sub.nsRev}
-	changes := slices.Clip(sub.backlog)
+	resp := transport.EventsResponse{Namespace: ns, StoreID: sub.StoreID, Cursor: sub.Head, Revision: sub.NsRev}
+	changes := slices.Clip(sub.Backlog)
 	if n := len(changes); n > 0 {
-		resp.Revision = changes[n-1].cs.Revision
+		resp.Revision = changes[n-1].CS.Revision
 	}
 	if wt != nil {
 		defer s.hub.remove(wt)
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
-		cursor := sub.head
+		cursor := sub.Head
 	wait:
 		for {
 			final, killed := false, false
@@ -466,10 +455,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				break wait
 			}
 			for _, c := range items {
-				if c.cs.Revision > cursor {
+				if c.CS.Revision > cursor {
 					changes = append(changes, c)
-					resp.Revision = c.cs.Revision
-					cursor = c.cs.Revision
+					resp.Revision = c.CS.Revision
+					cursor = c.CS.Revision
 				}
 			}
 			if len(changes) > 0 || final {
@@ -477,7 +466,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				break wait
 			}
 		}
-		if wt.gen != s.be.generation() {
+		if wt.gen != s.be.Generation() {
 			// The store was reset or restored meanwhile: what this poll
 			// read is another history's. Cut it, as a restart would.
 			panic(http.ErrAbortHandler)
@@ -492,7 +481,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 // writeEvents writes a transport.EventsResponse whose changes are the
 // bytes encoded once for every reader (a relay's: its upstream's), as a
 // client that evaluates rollouts (aware) or not sees them (change.view).
-func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes []*change, aware bool) {
+func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes []*Change, aware bool) {
 	resp.Changes = []transport.ChangeSet{} // a placeholder: "changes":[]
 	head, err := json.Marshal(resp)
 	if err != nil {
@@ -513,7 +502,7 @@ func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes [
 
 // appendChanges appends changes' JSON, comma-separated, as a client that
 // evaluates rollouts (aware) or not sees them.
-func appendChanges(b []byte, changes []*change, aware bool) []byte {
+func appendChanges(b []byte, changes []*Change, aware bool) []byte {
 	for i, c := range changes {
 		if i > 0 {
 			b = append(b, ',')
@@ -553,8 +542,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	aware := rolloutAware(r)
 	var wt *watcher
-	sub, err := s.be.subscribe(ns, since, func(sub subscription) {
-		wt = newWatcher(ns, sub.gen, s.opts.watcherBuffer, true).since(sub)
+	sub, err := s.be.Subscribe(ns, since, func(sub Subscription) {
+		wt = newWatcher(ns, sub.Gen, s.opts.watcherBuffer, true).since(sub)
 		wt.attach(rc.SetWriteDeadline)
 		s.hub.add(wt)
 	})
@@ -567,30 +556,29 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.hub.remove(wt)
 	}()
 
-	s.speak(r) // returns with quiet read-locked: no black hole may open mid-write
-	speaking := true
+	unquiet := s.speak(r) // no black hole may open mid-write, until unquiet
 	defer func() {
-		if speaking {
-			s.faults.quiet.RUnlock()
+		if unquiet != nil {
+			unquiet()
 		}
 	}()
-	s.writeSSEHeaders(w, sub.storeID, sub.nsRev, sub.head, ns)
+	s.writeSSEHeaders(w, sub.StoreID, sub.NsRev, sub.Head, ns)
 
 	// The backlog, then a progress event: the client learns at once that it
 	// is current up to the head.
-	cursor, nsRev := sub.head, sub.nsRev
+	cursor, nsRev := sub.Head, sub.NsRev
 	if !wt.arm(s.writeTimeout()) {
 		return
 	}
-	for _, c := range sub.backlog {
+	for _, c := range sub.Backlog {
 		if _, err := w.Write(c.view(aware).frame()); err != nil {
 			return
 		}
 	}
 	var buf []byte
 	progress := func() error {
-		age, unconfirmed := s.be.freshness(ns)
-		data, _ := json.Marshal(transport.Progress{Namespace: ns, StoreID: sub.storeID, Revision: nsRev, Cursor: cursor,
+		age, unconfirmed := s.be.Freshness(ns)
+		data, _ := json.Marshal(transport.Progress{Namespace: ns, StoreID: sub.StoreID, Revision: nsRev, Cursor: cursor,
 			AgeMillis: age.Milliseconds(), Unconfirmed: unconfirmed})
 		buf = appendFrame(buf[:0], transport.EventProgress, cursor, data)
 		_, err := w.Write(buf)
@@ -600,8 +588,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if progress() != nil || rc.Flush() != nil {
 		return
 	}
-	s.faults.quiet.RUnlock()
-	speaking = false
+	unquiet()
+	unquiet = nil
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -620,12 +608,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		healed, ok := s.heard(wt, r) // send nothing at all while black-holed
+		var healed, ok bool
+		unquiet, healed, ok = s.heard(wt, r) // send nothing at all while black-holed
 		if !ok {
 			return
 		}
-		beat = beat || healed // say at once that the stream is alive
-		speaking = true
+		beat = beat || healed         // say at once that the stream is alive
 		d := s.hub.cursor(wt, cursor) // before take: every change up to d is queued
 		items, overflow := wt.take()
 		if overflow {
@@ -636,13 +624,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		wrote := false
 		for _, c := range items {
-			if c.cs.Revision <= cursor {
+			if c.CS.Revision <= cursor {
 				continue // already sent with the backlog
 			}
 			if _, err := w.Write(c.view(aware).frame()); err != nil {
 				return
 			}
-			cursor, nsRev, wrote = c.cs.Revision, c.cs.Revision, true
+			cursor, nsRev, wrote = c.CS.Revision, c.CS.Revision, true
 		}
 		wt.recycle(items)
 		if beat {
@@ -655,8 +643,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		if wrote && rc.Flush() != nil {
 			return
 		}
-		s.faults.quiet.RUnlock()
-		speaking = false
+		unquiet()
+		unquiet = nil
 	}
 }
 
@@ -693,7 +681,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !batch && s.follow == nil {
-		if _, ok := s.be.nsRevision(acks[0].Namespace); !ok {
+		if _, ok := s.be.NsRevision(acks[0].Namespace); !ok {
 			s.planeError(w, r, acks[0].Namespace, ErrUnknownNamespace)
 			return
 		}
@@ -701,7 +689,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	// One namespace's trouble must not refuse the others: acks of
 	// namespaces that do not exist (any more), or of revisions a restore
 	// undid, are dropped.
-	s.recordAcks(s.be.known(acks))
+	s.recordAcks(s.be.Known(acks))
 	defer s.speak(r)()
 	ns := ""
 	if !batch {
@@ -747,7 +735,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 		s.stats.acks.Add(1)
 		acks, _ = s.readableAcks(r, acks, true)
 		release := s.speak(r) // a black hole holds acks too
-		s.recordAcks(s.be.known(acks))
+		s.recordAcks(s.be.Known(acks))
 		release()
 	}
 }
@@ -787,24 +775,22 @@ func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, bp *[]byt
 }
 
 // heard waits while the server is black-holed, for a stream's writer: it
-// returns with s.faults.quiet read-locked (the caller writes, then
-// unlocks), healed when a black hole ended meanwhile, or ok false when the
-// stream ended (wt.done, the request's context).
-func (s *Server) heard(wt *watcher, r *http.Request) (healed, ok bool) {
+// returns with the right to write (the caller writes, then releases it),
+// healed when a black hole ended meanwhile, or ok false when the stream
+// ended (wt.done, the request's context).
+func (s *Server) heard(wt *watcher, r *http.Request) (release func(), healed, ok bool) {
 	for {
-		s.faults.quiet.RLock()
-		hole := s.faults.hole()
+		release, hole := s.faults.Speak()
 		if hole == nil {
-			return healed, true
+			return release, healed, true
 		}
-		s.faults.quiet.RUnlock()
 		select {
 		case <-hole:
 			healed = true
 		case <-wt.done:
-			return healed, false
+			return nil, healed, false
 		case <-r.Context().Done():
-			return healed, false
+			return nil, healed, false
 		}
 	}
 }
@@ -825,7 +811,7 @@ func (s *Server) writeSSEHeaders(w http.ResponseWriter, storeID string, nsRev, h
 // origin) and returns the age in milliseconds and the unconfirmed flag
 // for its body.
 func (s *Server) setAge(w http.ResponseWriter, names ...string) (int64, bool) {
-	age, unconfirmed := s.be.freshness(names...)
+	age, unconfirmed := s.be.Freshness(names...)
 	h := w.Header()
 	if age > 0 {
 		h.Set(transport.HeaderAge, strconv.FormatInt(age.Milliseconds(), 10))
@@ -840,22 +826,24 @@ func (s *Server) setAge(w http.ResponseWriter, names ...string) (int64, bool) {
 // have to follow it first) and answers the request itself when ns is
 // refused. since is the request's cursor (-1: none).
 func (s *Server) demanded(w http.ResponseWriter, r *http.Request, ns string, since int64) bool {
-	if err := s.be.demand(r.Context(), []sinceReq{{name: ns, since: since}})[ns]; err != nil {
+	if err := s.be.Demand(r.Context(), []SinceReq{{Name: ns, Since: since}})[ns]; err != nil {
 		s.planeError(w, r, ns, err)
 		return false
 	}
 	return true
 }
 
-// recordAcks records acks at the origin, or hands them to a relay's
-// forwarder.
+// recordAcks records acks at the origin (and hands them to its observer),
+// or hands them to a relay's forwarder.
 func (s *Server) recordAcks(acks []transport.Ack) {
 	if s.opts.ackSink != nil {
 		s.opts.ackSink(acks, false)
 		return
 	}
 	s.acks.record(acks, time.Now())
-	s.rollouts.observe(acks)
+	if s.opts.observe != nil {
+		s.opts.observe(acks)
+	}
 }
 
 // admit bounds the snapshot bodies being written at once

@@ -1,4 +1,4 @@
-package fakeserver
+package relay
 
 import (
 	"bytes"
@@ -15,19 +15,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// startFollower serves a Follower on a loopback port, closed at the end of
+// startFollower serves a follower on a loopback port, closed at the end of
 // the test. want accepts every namespace.
-func startFollower(t testing.TB, maxChanges int, maxBytes int64, opts ...Option) (*Follower, *Server) {
+func startFollower(t testing.TB, maxChanges int, maxBytes int64, opts ...dataplane.Option) (*follower, *dataplane.Server) {
 	t.Helper()
-	f := NewFollower(maxChanges, maxBytes, func(string) error { return nil })
-	s, err := NewFollowerServer(f, opts...)
+	f := newFollower(maxChanges, maxBytes, func(string) error { return nil })
+	s, err := dataplane.New(f, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.serve(s)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -61,11 +64,11 @@ func chained(ns, storeID string, prev, rev int64, k, v string) *transport.Change
 // file saved earlier) must not be told complete up to the others' cursor:
 // its changes in between are still to come from the upstream.
 func TestFollowerWatchOfANamespaceBehindTheOthers(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(20*time.Millisecond))
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(20*time.Millisecond))
 	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
 	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
 	c := newClient(t)
-	st := openStream(t, c, s.URL()+"/sdk/watch?ns=b&since=50", "")
+	st := openStream(t, c, urlOf(s)+"/sdk/watch?ns=b&since=50", "")
 	// A few heartbeats: none may speak past b's cursor.
 	for i := 0; i < 5; i++ {
 		_, p := checked(t, mustNext(t, st))
@@ -90,18 +93,18 @@ func TestFollowerWatchOfANamespaceBehindTheOthers(t *testing.T) {
 }
 
 func TestFollowerLongPollOfANamespaceBehindTheOthers(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(20*time.Millisecond))
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(20*time.Millisecond))
 	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
 	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
 	c := newClient(t)
-	resp, data := do(t, c, "GET", s.URL()+"/sdk/events?ns=b&since=50&wait=100ms", "")
+	resp, data := do(t, c, "GET", urlOf(s)+"/sdk/events?ns=b&since=50&wait=100ms", "")
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, data)
 	}
 	if ev := decode[transport.EventsResponse](t, data); ev.Cursor > 50 {
 		t.Fatalf("long-poll cursor %d, b is complete up to 50 only", ev.Cursor)
 	}
-	resp, data = do(t, c, "GET", s.URL()+"/sdk/stream/events?ns=b:50&wait=100ms", "")
+	resp, data = do(t, c, "GET", urlOf(s)+"/sdk/stream/events?ns=b:50&wait=100ms", "")
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, data)
 	}
@@ -111,11 +114,11 @@ func TestFollowerLongPollOfANamespaceBehindTheOthers(t *testing.T) {
 }
 
 func TestFollowerStreamOfANamespaceBehindTheOthers(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(20*time.Millisecond))
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(20*time.Millisecond))
 	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
 	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
 	c := newClient(t)
-	st := openStream(t, c, s.URL()+"/sdk/stream?ns=b:50", "")
+	st := openStream(t, c, urlOf(s)+"/sdk/stream?ns=b:50", "")
 	for i := 0; i < 5; i++ {
 		ev := mustNext(t, st)
 		if id, _ := strconv.ParseInt(ev.id, 10, 64); ev.event != transport.EventProgress || id > 50 {
@@ -151,11 +154,11 @@ func pollAsync(c *http.Client, url string) <-chan pollResult {
 // other's progress is still to come): the reply must still come, whole,
 // once the wait ends or the cursor reaches it.
 func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(time.Hour))
 	f.Apply("a", "st", 100, 100, raw("x", "1"), nil, 0, false)
 	f.Apply("b", "st", 90, 100, raw("y", "1"), nil, 0, false)
 	c := newClient(t)
-	reply := pollAsync(c, s.URL()+"/sdk/stream/events?ns=a:100&ns=b:100&wait=400ms")
+	reply := pollAsync(c, urlOf(s)+"/sdk/stream/events?ns=a:100&ns=b:100&wait=400ms")
 	testutil.Eventually(t, waitLimit, func() bool { return s.Watchers("a") == 1 }, "the poll to wait")
 	f.Apply("a", "st", 101, 101, raw("x", "2"), chained("a", "st", 100, 101, "x", "2"), 0, false) // b still at 100
 	r := <-reply
@@ -166,7 +169,7 @@ func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 		t.Fatalf("reply %+v, want cursor 100 and no change yet", ev)
 	}
 	// b catches up: the change comes with the cursor that covers it.
-	reply = pollAsync(c, s.URL()+"/sdk/stream/events?ns=a:100&ns=b:100&wait=5s")
+	reply = pollAsync(c, urlOf(s)+"/sdk/stream/events?ns=a:100&ns=b:100&wait=5s")
 	testutil.Eventually(t, waitLimit, func() bool { return s.Watchers("a") == 1 }, "the poll to wait")
 	f.Confirm("b", 101, 0, false)
 	r = <-reply
@@ -183,7 +186,7 @@ func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 // and the hub, which hands it out later, must not hand it to the new
 // stream too.
 func TestFollowerStreamSendsEachChangeOnce(t *testing.T) {
-	f, s := startFollower(t, 1000, 0, WithHeartbeat(time.Hour))
+	f, s := startFollower(t, 1000, 0, dataplane.WithHeartbeat(time.Hour))
 	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
 	c := newClient(t)
 	rev := int64(1)
@@ -200,7 +203,7 @@ func TestFollowerStreamSendsEachChangeOnce(t *testing.T) {
 			}
 		}()
 		since := max(from-2, 1)
-		st := openStream(t, c, s.URL()+"/sdk/stream?ns=a:"+strconv.FormatInt(since, 10), "")
+		st := openStream(t, c, urlOf(s)+"/sdk/stream?ns=a:"+strconv.FormatInt(since, 10), "")
 		for last := since; last < to; {
 			ev := mustNext(t, st)
 			if ev.event != transport.EventChange {
@@ -258,7 +261,7 @@ func (w *flushes) waitFor(t *testing.T, what string, ok func([]string) bool) []s
 // serveFlushed serves GET path from s into a flushes until the test ends,
 // and returns it once the stream's opening progress (after headers that
 // may go in a write of their own) was sent.
-func serveFlushed(t *testing.T, s *Server, path string) *flushes {
+func serveFlushed(t *testing.T, s *dataplane.Server, path string) *flushes {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &flushes{header: http.Header{}}
@@ -297,7 +300,7 @@ func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
 		{"one namespace resnapshotted, its data aged", "/sdk/stream?ns=a:1", false, 30 * time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+			f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(time.Hour))
 			f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, tc.unconfirmed)
 			f.Apply("b", "st", 1, 1, raw("y", "1"), nil, 0, tc.unconfirmed)
 			w := serveFlushed(t, s, tc.path)
@@ -340,7 +343,7 @@ func TestFollowerStreamSendsOneWritePerPublish(t *testing.T) {
 // relay above that resnapshotted, an aged progress) goes at once, though
 // the stream told progress, or a change alone, just before.
 func TestFollowerStreamTellsAnOlderDateAtOnce(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(time.Hour))
 	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
 	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
 	opened := len(w.all())
@@ -373,7 +376,7 @@ func progressAge(t *testing.T, write string) time.Duration {
 // for it: it carries the unconfirmed flag, which the client must see now,
 // not at the next heartbeat.
 func TestFollowerStreamBeatAfterFailIsNotSkipped(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(time.Hour))
 	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
 	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
 	base := len(w.all())
@@ -390,47 +393,13 @@ func TestFollowerStreamBeatAfterFailIsNotSkipped(t *testing.T) {
 	})
 }
 
-// A relay's beat reaches its streams' shards one after another, evenly
-// over the spread, so that its streams' progress does not all go at once;
-// every shard hears every beat.
-func TestRelayBeatIsSpread(t *testing.T) {
-	const spread = 160 * time.Millisecond
-	h := newHub(0, func() bool { return false })
-	h.startBeats(spread)
-	defer h.close()
-	for round := range 2 {
-		chs := make([]<-chan struct{}, beatShards)
-		for i := range chs {
-			chs[i] = h.beats(i)
-		}
-		start := time.Now()
-		h.requestBeat()
-		var closed []time.Duration
-		for i, ch := range chs {
-			select {
-			case <-ch:
-				closed = append(closed, time.Since(start))
-			case <-time.After(10 * time.Second):
-				t.Fatalf("round %d: shard %d never heard the beat", round, i)
-			}
-		}
-		// The last shard waits beatShards-1 steps of spread/beatShards.
-		if least := spread * (beatShards - 1) / beatShards; closed[beatShards-1] < least {
-			t.Errorf("round %d: every shard heard the beat within %v, want the last no sooner than %v: %v", round, closed[beatShards-1], least, closed)
-		}
-		if h.beats(0) == chs[0] {
-			t.Errorf("round %d: shard 0's channel was not replaced", round)
-		}
-	}
-}
-
 // A confirmation that changes no namespace's flag is not written to a
 // stream that told progress just before (the publish's own progress,
 // here): ten thousand streams that just had a publish do not all write
 // again for the upstream's next heartbeat. One later is written, as a
 // flag's change always is.
 func TestFollowerStreamSkipsARoutineBeatRightAfterProgress(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour)) // spread 1 s, no heartbeat
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(time.Hour)) // spread 1 s, no heartbeat
 	spread := beatSpread(time.Hour)
 	f.Apply("a", "st", 1, 1, raw("x", "1"), nil, 0, false)
 	w := serveFlushed(t, s, "/sdk/stream?ns=a:1")
@@ -451,4 +420,63 @@ func TestFollowerStreamSkipsARoutineBeatRightAfterProgress(t *testing.T) {
 	w.waitFor(t, "progress for a confirmation past the spread", func(s []string) bool {
 		return len(s) > opened+1 && strings.Contains(s[opened+1], "event: progress")
 	})
+}
+
+// The Holdfast-Capabilities of a client that evaluates rollouts.
+const newCaps = "stream,ack-batch,ack-stream,rollout"
+
+// asClient returns the request headers of a client with caps ("" : none).
+func asClient(caps string) []string {
+	if caps == "" {
+		return nil
+	}
+	return []string{transport.HeaderCapabilities, caps}
+}
+
+// A relay's change carries its upstream's bytes: the base view keeps
+// every field but the reserved keys, unknown ones too.
+func TestFollowerServesTheBaseOfRawChanges(t *testing.T) {
+	f, s := startFollower(t, 100, 0, dataplane.WithHeartbeat(time.Hour))
+	f.Apply("app", "st", 1, 1, raw("a", "1"), nil, 0, false)
+	rawCS := `{"ns":"app","revision":2,"prev_revision":1,"store_id":"st","committed_at":"2026-01-01T00:00:00Z",` +
+		`"puts":{"a":2,"` + rollout.Key + `":{"id":"r1"}},"deletes":["$holdfast/old","gone"],"future":{"x":[1,2]}}`
+	var cs transport.ChangeSet
+	if err := json.Unmarshal([]byte(rawCS), &cs); err != nil {
+		t.Fatal(err)
+	}
+	cs.Raw = json.RawMessage(rawCS)
+	f.Apply("app", "st", 2, 2, raw("a", "2", rollout.Key, `{"id":"r1"}`), &cs, 0, false)
+	c := newClient(t)
+	for _, caps := range []string{"", newCaps} {
+		resp, data := do(t, c, "GET", urlOf(s)+"/sdk/events?ns=app&since=1", "", asClient(caps)...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, data)
+		}
+		var body struct {
+			Changes []json.RawMessage `json:"changes"`
+		}
+		if err := json.Unmarshal(data, &body); err != nil || len(body.Changes) != 1 {
+			t.Fatalf("%s: %v", data, err)
+		}
+		got := string(body.Changes[0])
+		if caps == newCaps {
+			if got != rawCS {
+				t.Fatalf("new client: %s, want the upstream's bytes %s", got, rawCS)
+			}
+			continue
+		}
+		want := `{"ns":"app","revision":2,"prev_revision":1,"store_id":"st","committed_at":"2026-01-01T00:00:00Z","future":{"x":[1,2]},"puts":{"a":2},"deletes":["gone"]}`
+		if got != want {
+			t.Fatalf("old client:\n got %s\nwant %s", got, want)
+		}
+		resp, data = do(t, c, "GET", urlOf(s)+"/sdk/snapshot?ns=app", "", asClient(caps)...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("snapshot: %d %s", resp.StatusCode, data)
+		}
+		snap := decode[transport.Snapshot](t, data)
+		values := decode[map[string]json.RawMessage](t, snap.Values)
+		if _, ok := values[rollout.Key]; ok || snap.Revision != 2 {
+			t.Fatalf("old client's snapshot from the relay: %s", snap.Values)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package fakeserver
+package dataplane
 
 import (
 	"encoding/json"
@@ -58,8 +58,8 @@ func (s *Server) handleAckCohort(w http.ResponseWriter, r *http.Request) {
 		case len(acks) == 0:
 		case s.opts.ackSink != nil:
 			s.opts.ackSink(acks, true)
-		default:
-			s.rollouts.observe(acks) // recorded already, as the cohort's
+		case s.opts.observe != nil:
+			s.opts.observe(acks) // recorded already, as the cohort's
 		}
 	}
 	if err != nil {
@@ -84,12 +84,12 @@ func decodeCohortReport(data []byte, rep *transport.CohortReport) error {
 
 // keepCohortParts drops the parts of rep about namespaces the request
 // may not read or that do not exist, and at the origin the outcomes above
-// its head (of history a restore undid, as store.known drops such acks):
+// its head (of history a restore undid, as its Backend.Known drops such acks):
 // one namespace's trouble does not refuse the others.
 func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
 	var head int64
 	if s.follow == nil {
-		_, head, _ = s.be.info()
+		_, head, _ = s.be.Info()
 	}
 	kept := rep.Namespaces[:0]
 	for _, n := range rep.Namespaces {
@@ -97,7 +97,7 @@ func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
 			continue
 		}
 		if s.follow == nil { // a relay follows on demand: any name may come
-			if _, ok := s.be.nsRevision(n.Namespace); !ok {
+			if _, ok := s.be.NsRevision(n.Namespace); !ok {
 				continue
 			}
 			n.Outcomes = slices.DeleteFunc(n.Outcomes, func(o transport.CohortOutcome) bool { return o.Revision > head })
@@ -111,7 +111,7 @@ func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
 // of each client: at a relay (its forwarder numbers them anew), or when
 // a rollout of ns counts them.
 func (s *Server) expandsCohort(ns string, rev int64) bool {
-	return s.opts.ackSink != nil || s.rollouts.wants(ns, rev)
+	return s.opts.ackSink != nil || s.opts.expand != nil && s.opts.expand(ns, rev)
 }
 
 // recordCohort records rep, and returns as acks the outcomes of the
