@@ -27,21 +27,24 @@ import (
 // a table, or with -o json exactly as the API sent it.
 
 const targetDoc = `
--server URL reaches the holdfast server's control API; the token of -token
-(default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
+-server URL reaches the holdfast server's control API; the token of
+-token-file FILE (default: $HOLDFAST_TOKEN; -token TOKEN shows in the
+process list) goes in "Authorization: Bearer" and in nothing
 printed. -etcd HOST:PORT[,HOST:PORT...] reaches etcd's members instead,
 through holdfast's etcd module, with the same JSON.`
 
 const writerDoc = `
--server URL reaches the holdfast server's control API; the token of -token
-(default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
+-server URL reaches the holdfast server's control API; the token of
+-token-file FILE (default: $HOLDFAST_TOKEN; -token TOKEN shows in the
+process list) goes in "Authorization: Bearer" and in nothing
 printed. There is no -etcd form: the server is the store's only writer,
 so that every change is validated against the namespace's schema and
 audited.`
 
 const serverOnlyDoc = `
--server URL reaches the holdfast server's control API; the token of -token
-(default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
+-server URL reaches the holdfast server's control API; the token of
+-token-file FILE (default: $HOLDFAST_TOKEN; -token TOKEN shows in the
+process list) goes in "Authorization: Bearer" and in nothing
 printed. There is no -etcd form: etcd keeps no clients' reports.`
 
 func publishCommand() *command {

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/server/tokens"
 )
 
 func serverCommand() *command {
@@ -88,7 +90,8 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	maxPublish := fs.Int64("max-publish-bytes", control.DefaultMaxPublishBytes, "largest publish body (etcd refuses requests above 1.5 MiB by default)")
 	retention := fs.String("retention", "24h", "the embedded store keeps this much of etcd's history: `N` revisions or a duration (the audit log outlives it; empty: all); an external cluster compacts by its own --auto-compaction-retention")
 	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
-	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
+	tokensFile := fs.String("tokens", "", "also accept the tokens of `FILE` (JSON, see above), and require tokens even while the store does not")
+	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
@@ -129,17 +132,29 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if *memory {
 			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
 		}
-		switch {
-		case toks != nil:
-			log.Info("server: access control on", "tokens", toks.Names())
-		default:
-			log.Warn("server: no tokens configured: anyone who reaches -addr may read and change everything")
-		}
 		started := time.Now()
 		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks,
 			AuditRetention: *auditRetention})
 		if err != nil {
 			return err
+		}
+		if *bootstrap != "" {
+			created, err := srv.Tokens().Bootstrap(ctx, *bootstrap, func(name string, data []byte) error {
+				return renameio.WriteFile(name, data, 0o600)
+			})
+			if err != nil {
+				return errors.Join(err, srv.Close())
+			}
+			if created {
+				log.Info("server: created the store's first admin token", "token", tokens.BootstrapName, "secret_file", *bootstrap)
+			} else {
+				log.Info("server: the store has an admin token already; -bootstrap-token-file not used")
+			}
+		}
+		if srv.Tokens().Table().Required() {
+			log.Info("server: access control on", "store_tokens", true, "file_tokens", toks.Names())
+		} else {
+			log.Warn("server: no tokens configured: anyone who reaches -addr may read and change everything", "hint", "the store has never had an admin token; see -bootstrap-token-file and docs/SERVER.md")
 		}
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
