@@ -305,3 +305,45 @@ func TestRelayRefusesARevokedToken(t *testing.T) {
 		"the relay refuses a revoked token within 5 s")
 	t.Logf("revoked token refused by the relay %v after the revoke's reply", time.Since(revoked).Round(time.Millisecond))
 }
+
+// TestAuditActorIsTheToken: on a store that requires tokens the audit's
+// actor is the token's name and the request's actor is on_behalf_of; on
+// an open store the actor is the one the request names.
+func TestAuditActorIsTheToken(t *testing.T) {
+	urls := startServers(t, 1)
+	base := urls[0]
+	ns := base + "/control/namespaces/payments.prod"
+	var first controlapi.RevisionReply
+	if st := authCall(t, "POST", ns+"/publish", "", map[string]any{"puts": map[string]any{"k": 0}, "actor": "alice"}, &first); st != http.StatusOK {
+		t.Fatalf("open publish: %d", st)
+	}
+	admin := createToken(t, base, "", controlapi.TokenCreateRequest{Name: "root", Admin: true})
+	deploy := createToken(t, base, admin, controlapi.TokenCreateRequest{Name: "deploy-bot", Control: []string{"payments.*"}})
+	if st := authCall(t, "POST", ns+"/publish", deploy, map[string]any{"puts": map[string]any{"k": 1}, "actor": "alice"}, nil); st != http.StatusOK {
+		t.Fatalf("publish: %d", st)
+	}
+	if st := authCall(t, "POST", ns+"/publish", deploy, map[string]any{"puts": map[string]any{"k": 2}}, nil); st != http.StatusOK {
+		t.Fatalf("publish: %d", st)
+	}
+	if st := authCall(t, "POST", ns+"/rollback", deploy, map[string]any{"to_revision": first.Revision, "actor": "bob"}, nil); st != http.StatusOK {
+		t.Fatalf("rollback: %d", st)
+	}
+	var h controlapi.History
+	if st := authCall(t, "GET", ns+"/history", deploy, nil, &h); st != http.StatusOK {
+		t.Fatalf("history: %d", st)
+	}
+	type who struct{ actor, onBehalfOf string }
+	var got []who
+	for _, r := range h.Revisions {
+		got = append(got, who{r.Actor, r.OnBehalfOf})
+	}
+	want := []who{{"deploy-bot", "bob"}, {"deploy-bot", ""}, {"deploy-bot", "alice"}, {"alice", ""}}
+	if len(got) != len(want) {
+		t.Fatalf("history %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("history %+v, want %+v", got, want)
+		}
+	}
+}

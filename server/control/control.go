@@ -54,7 +54,8 @@ type Config struct {
 	// every request (as the data plane's, from the same file): a
 	// namespace's endpoint needs control of it, a store-wide one (compact)
 	// the pattern "*", GET /control/clients any control scope. The
-	// token's name is the actor of a write that names none.
+	// token's name is the actor of every write; the actor a request names
+	// is recorded as on_behalf_of.
 	Tokens *access.Tokens
 	// Revision reports the revision of a namespace the server's data
 	// plane serves (ok false: not followed), for status and clients.
@@ -190,14 +191,20 @@ func (h *Handler) identify(r *http.Request) (access.Identity, bool) {
 	return h.cfg.Tokens.AuthenticateRequest(r)
 }
 
-// actor is the actor a write records: the one its body names, else the
-// authenticated token's name.
-func actor(r *http.Request, named string) string {
-	if named != "" {
-		return named
+// actors returns the actor a write records and whom it acted for: the
+// authenticated identity, and the actor the request names (when it is
+// not the identity's own name). On an open store (access.Anonymous) there
+// is no identity to record: the actor is the one the request names,
+// unverified.
+func actors(r *http.Request, named string) (actor, onBehalfOf string) {
+	id, ok := access.FromContext(r.Context())
+	switch {
+	case !ok || id.Name == access.Anonymous:
+		return named, ""
+	case named == id.Name:
+		return id.Name, ""
 	}
-	id, _ := access.FromContext(r.Context())
-	return id.Name
+	return id.Name, named
 }
 
 // requestTimeout bounds a control request's work with the store: a store

@@ -40,8 +40,8 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	body.Actor = actor(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, body.Actor, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+	actor, onBehalfOf := actors(r, body.Actor)
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
 		return h.cfg.Source.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
 	})
 	if err != nil {
@@ -49,7 +49,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.publishes.Add(1)
 	h.trim.published(ns)
-	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", body.Actor)
+	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", actor, "on_behalf_of", onBehalfOf)
 	writeJSON(w, http.StatusOK, controlapi.RevisionReply{Revision: rev})
 	return nil
 }
@@ -66,8 +66,8 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	if body.To == nil {
 		return badRequest("to_revision is required")
 	}
-	body.Actor = actor(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, body.Actor, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+	actor, onBehalfOf := actors(r, body.Actor)
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
 		return h.cfg.Source.Rollback(r.Context(), ns, *body.To, opts...)
 	})
 	if err != nil {
@@ -75,7 +75,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.publishes.Add(1)
 	h.trim.published(ns)
-	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", body.Actor)
+	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", actor, "on_behalf_of", onBehalfOf)
 	writeJSON(w, http.StatusOK, controlapi.RevisionReply{Revision: rev})
 	return nil
 }
@@ -84,9 +84,9 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 // namespace's schema, guarded by the schema's revision: a schema set
 // meanwhile makes it read the schema again and retry (a few times), so
 // that a write never commits against a schema already replaced.
-func (h *Handler) write(ctx context.Context, ns, actor, reason string, ifRevision *int64, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
+func (h *Handler) write(ctx context.Context, ns, actor, onBehalfOf, reason string, ifRevision *int64, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithReason(reason)}
+		opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithOnBehalfOf(onBehalfOf), etcd.WithReason(reason)}
 		if ifRevision != nil {
 			opts = append(opts, etcd.WithIfRevision(*ifRevision))
 		}
