@@ -38,6 +38,7 @@ const maxReplyBytes = 256 << 20
 // targetFlags are the flags that name the config plane, and -o.
 type targetFlags struct {
 	server, token, tokenFile, etcd *string
+	etcdSec                        *etcdSecurityFlags // nil when serverOnly
 	output                         *choice
 	// serverOnly: the command has no etcd form (status, clients, rollout).
 	serverOnly bool
@@ -52,6 +53,7 @@ func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
 		t.etcd = fs.String("etcd", "", "not for this command: it needs the holdfast server (-server)")
 	} else {
 		t.etcd = fs.String("etcd", "", "the `HOST:PORT[,HOST:PORT...]` of etcd's members, instead of -server")
+		t.etcdSec = addEtcdSecurityFlags(fs)
 	}
 	t.output = newChoice(fs, "o", "output", "text", "json")
 	return t
@@ -88,12 +90,19 @@ func (t *targetFlags) open(name string) (plane, error) {
 		if err != nil {
 			return nil, err
 		}
-		src, err := etcd.New(etcd.WithEndpoints(eps...), etcd.WithRequestTimeout(requestTimeout))
+		sec, err := t.etcdSec.security()
+		if err != nil {
+			return nil, err
+		}
+		src, err := etcd.New(append(etcdOptions(sec, eps), etcd.WithRequestTimeout(requestTimeout))...)
 		if err != nil {
 			return nil, usagef("-etcd: %v", err)
 		}
 		return &etcdPlane{src: src}, nil
 	case *t.server != "":
+		if t.etcdSec != nil && t.etcdSec.set() {
+			return nil, usagef("-etcd-cacert, -etcd-cert, -etcd-key, -etcd-user and -etcd-password-file are for -etcd, not -server")
+		}
 		return t.openServer()
 	}
 	if t.serverOnly {

@@ -93,6 +93,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	tokensFile := fs.String("tokens", "", "also accept the tokens of `FILE` (JSON, see above), and require tokens even while the store does not")
 	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
+	etcdSec := addEtcdSecurityFlags(fs)
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
 		switch {
@@ -107,6 +108,9 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		case *startTimeout <= 0:
 			return usagef("-start-timeout must be positive, got %v", *startTimeout)
 		}
+		if etcdSec.set() && *etcdFlag == "" {
+			return usagef("-etcd-cacert, -etcd-cert, -etcd-key, -etcd-user and -etcd-password-file are for -etcd (the embedded store listens on loopback only)")
+		}
 		sc := store.Config{Kind: store.KindEmbedded, DataDir: *dataDir, StartTimeout: *startTimeout, Retention: *retention}
 		switch {
 		case *memory:
@@ -119,7 +123,11 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			if flagSet(fs, "retention") {
 				return usagef("-retention is the embedded store's: an external cluster compacts by its own --auto-compaction-retention")
 			}
-			sc = store.Config{Kind: store.KindExternal, Endpoints: members, StartTimeout: *startTimeout}
+			sec, err := etcdSec.security()
+			if err != nil {
+				return err
+			}
+			sc = store.Config{Kind: store.KindExternal, Endpoints: members, StartTimeout: *startTimeout, Security: sec}
 		}
 		var toks *access.Tokens
 		if *tokensFile != "" {
