@@ -55,13 +55,22 @@ a listener of their own with -admin-addr:
 	               point, as JSON
 	GET /metrics   Prometheus text: the Go runtime's and process's metrics
 
-Without -tokens anyone who reaches -addr may read and change everything,
-and server says so in a warning at start. With -tokens FILE every request
-needs "Authorization: Bearer <token>" of one of FILE's tokens (401 without
-one): a control token over a namespace to publish, roll back or set its
-schema there, the pattern "*" for store-wide operations (compact); a data
-token over a namespace to read and ack it (403 outside, with the reason).
-FILE is JSON:
+Tokens live in the store ('holdfast token create|list|revoke', see
+docs/SERVER.md, "Tokens"). A store that has never had an admin token is
+open: anyone who reaches -addr may read and change everything, and server
+says so in a warning at start. -bootstrap-token-file FILE creates the
+first admin token (bootstrap-admin) if the store has none: with the secret
+FILE holds, or with a new one written to FILE. From then on every request
+needs "Authorization: Bearer <token>" (401 without one): a control token
+over a namespace to publish, roll back or set its schema there, the
+pattern "*" for store-wide operations (compact); a data token over a
+namespace to read and ack it (403 outside, with the reason); the admin
+scope to manage tokens. A revoked token is refused by every server of the
+store within moments. The audit's actor is the token's name; -actor of
+publish and rollback is recorded as on_behalf_of.
+
+-tokens FILE also accepts the tokens of a JSON file (and requires tokens
+even while the store does not):
 
 	{"tokens": [
 	  {"name": "deploy-bot", "token": "…", "control": ["payments.*"]},
@@ -71,6 +80,11 @@ FILE is JSON:
 Patterns are path.Match's: "payments.*" matches payments.prod and
 payments.prod.eu, not payments. Secrets are 16 to 4096 bytes of printable
 ASCII without spaces; they appear in no log or reply, only names do.
+
+With -etcd, -etcd-cacert, -etcd-cert and -etcd-key reach the cluster over
+TLS, and -etcd-user logs in to its authentication, the password from
+-etcd-password-file or $HOLDFAST_ETCD_PASSWORD (never a flag); see
+docs/SERVER.md, "etcd over TLS with authentication".
 
 Publish with the operator commands or the control API, e.g.
 
