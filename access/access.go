@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path"
 	"slices"
@@ -83,7 +84,29 @@ type Identity struct {
 	Name    string
 	control []string
 	data    []string
+	admin   bool // token management, the admin endpoints
+	relay   bool // a relay: it may read the store's token records
 }
+
+// NewIdentity returns the identity name with scopes s (a store's token
+// record, an mTLS subject mapped to scopes).
+func NewIdentity(name string, s Scopes) Identity {
+	return Identity{Name: name, control: slices.Clone(s.Control), data: slices.Clone(s.Data), admin: s.Admin, relay: s.Relay}
+}
+
+// Scopes returns the identity's scopes.
+func (id Identity) Scopes() Scopes {
+	return Scopes{Control: slices.Clone(id.control), Data: slices.Clone(id.data), Admin: id.admin, Relay: id.relay}
+}
+
+// IsAdmin reports whether the identity has the admin scope: token
+// management and the admin endpoints.
+func (id Identity) IsAdmin() bool { return id.admin }
+
+// IsRelay reports whether the identity has the relay scope: it may read
+// the store's token records (their hashes and scopes), to check its own
+// clients' tokens.
+func (id Identity) IsRelay() bool { return id.relay }
 
 // MayRead reports whether the identity may read namespace ns on the data
 // plane (and ack it).
@@ -113,6 +136,9 @@ func matchAny(patterns []string, ns string) bool {
 // concurrent use.
 type Tokens struct {
 	entries []entry
+	// auth, when set, authenticates instead of entries (FromAuthenticator).
+	auth  Authenticator
+	names []string
 }
 
 type entry struct {
@@ -219,6 +245,9 @@ func (t *Tokens) Authenticate(secret string) (Identity, bool) {
 	if t == nil {
 		return Identity{}, false
 	}
+	if t.auth != nil {
+		return t.auth.Authenticate(secret)
+	}
 	d := sha256.Sum256([]byte(secret))
 	match := 0 // 1 + the index of the matching entry; 0: none
 	for i := range t.entries {
@@ -241,10 +270,22 @@ func (t *Tokens) AuthenticateHeader(header string) (Identity, bool) {
 	return t.Authenticate(secret)
 }
 
-// Names returns the tokens' names, in configuration order.
+// AuthenticateRequest returns the identity a request authenticates as:
+// today its bearer token (AuthenticateHeader). It is the one place that
+// asks who is calling, so that another credential (a client
+// certificate's subject) can be added here for every caller.
+func (t *Tokens) AuthenticateRequest(r *http.Request) (Identity, bool) {
+	return t.AuthenticateHeader(r.Header.Get("Authorization"))
+}
+
+// Names returns the tokens' names, in configuration order (for a
+// FromAuthenticator configuration, the names it was given).
 func (t *Tokens) Names() []string {
 	if t == nil {
 		return nil
+	}
+	if t.auth != nil {
+		return slices.Clone(t.names)
 	}
 	names := make([]string, len(t.entries))
 	for i, e := range t.entries {

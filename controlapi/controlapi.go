@@ -94,8 +94,14 @@ type AuditRecord struct {
 	// PrevRevision is the namespace's revision before (0: none).
 	PrevRevision int64     `json:"prev_revision"`
 	CommittedAt  time.Time `json:"committed_at"`
-	Actor        string    `json:"actor"`
-	Reason       string    `json:"reason"`
+	// Actor is who committed it: the authenticated identity (a token's
+	// name) when the server requires credentials; on an open server, what
+	// the caller named (unverified).
+	Actor string `json:"actor"`
+	// OnBehalfOf is whom an authenticated caller said it acted for (the
+	// request's "actor", the CLI's -actor), when not its own name.
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
+	Reason     string `json:"reason"`
 	// Kind is publish, rollback, rollout-stage, rollout-promote,
 	// rollout-revert, or unaudited (written past holdfast server).
 	Kind       string   `json:"kind"`

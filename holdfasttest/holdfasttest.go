@@ -457,7 +457,7 @@ func (s *Server) Rollback(ns string, to int64) (int64, error) {
 // actor or reason too long or with control characters, a negative
 // IfRevision) or a *ConflictError.
 func (s *Server) PublishWith(ns string, puts map[string]any, deletes []string, opts PublishOptions) (int64, error) {
-	rev, err := s.s.PublishWith(ns, puts, deletes, fakeserver.PublishOptions(opts))
+	rev, err := s.s.PublishWith(ns, puts, deletes, fakeserver.PublishOptions{Actor: opts.Actor, Reason: opts.Reason, IfRevision: opts.IfRevision, AbortRollout: opts.AbortRollout})
 	return rev, schemaError(err)
 }
 

@@ -3,6 +3,7 @@ module github.com/holdfast-dev/holdfast/server
 go 1.26.0
 
 require (
+	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/holdfast-dev/holdfast v0.0.0
 	github.com/holdfast-dev/holdfast/transport/etcd v0.0.0
 	go.etcd.io/bbolt v1.4.3
@@ -16,7 +17,6 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect

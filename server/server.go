@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/server/tokens"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
 	// (default relay.DefaultMaxNamespaces).
 	MaxNamespaces int
+	// TokenUseInterval is how often the tokens' last uses are written
+	// (default tokens.DefaultUseInterval).
+	TokenUseInterval time.Duration
 }
 
 // Server is a holdfast server over one store. Create it with New, serve
@@ -63,6 +67,7 @@ type Server struct {
 	cache   *relay.Relay
 	control *control.Handler
 	acks    *control.Acks
+	tokens  *tokens.Store
 	handler http.Handler
 
 	leader *leader
@@ -101,6 +106,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
+	s.tokens, err = tokens.Open(ctx, st.Client, tokens.Config{Logger: cfg.Logger, UseInterval: cfg.TokenUseInterval, AlwaysRequired: cfg.Tokens != nil})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
+	}
+	// One authentication for the data plane and the control API: the
+	// store's tokens, and a -tokens file's before them.
+	var auth access.Authenticator = s.tokens.Table()
+	names := []string{"the store's tokens"}
+	if cfg.Tokens != nil {
+		auth = access.FirstOf(cfg.Tokens, s.tokens.Table())
+		names = append(cfg.Tokens.Names(), names...)
+	}
+	toks := access.FromAuthenticator(auth, names...)
 	opts := []relay.Option{
 		relay.WithLogger(cfg.Logger),
 		relay.WithHeartbeat(cfg.Heartbeat),
@@ -109,11 +127,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		relay.WithConfirm(newConfirmer(st.Client).confirm),
 		relay.WithStoreID(st.ID),
 	}
-	if cfg.Tokens != nil {
-		opts = append(opts, relay.WithTokens(cfg.Tokens))
-	}
+	opts = append(opts, relay.WithTokens(toks))
 	s.cache, err = relay.New(origin{s.src, s.acks}, opts...)
 	if err != nil {
+		s.tokens.Close()
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
 	}
 	s.control, err = control.New(control.Config{
@@ -121,7 +138,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Logger:              cfg.Logger,
 		MaxPublishBytes:     cfg.MaxPublishBytes,
 		Acks:                s.acks,
-		Tokens:              cfg.Tokens,
+		Tokens:              toks,
+		TokenStore:          s.tokens,
 		AuditRetention:      cfg.AuditRetention,
 		AuditRetentionBytes: cfg.AuditRetentionBytes,
 		Revision:            s.revision,
@@ -145,6 +163,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 // Handler serves the data plane and the control API.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Tokens is the store's tokens (Bootstrap, and their cache).
+func (s *Server) Tokens() *tokens.Store { return s.tokens }
 
 // StoreID is the store's id.
 func (s *Server) StoreID() string { return s.store.ID }
@@ -234,6 +255,9 @@ func (s *Server) Close() error {
 		}
 		if s.cache != nil {
 			errs = append(errs, s.cache.Close())
+		}
+		if s.tokens != nil {
+			s.tokens.Close()
 		}
 		errs = append(errs, s.src.Close(), s.store.Close())
 		s.closeErr = errors.Join(errs...)

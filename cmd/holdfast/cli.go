@@ -56,6 +56,7 @@ func commands() []*command {
 		statusCommand(), clientsCommand(),
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
+		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
 	}
 }
 
@@ -177,7 +178,7 @@ The commands are:
 	printCommands(w, commands())
 	fmt.Fprint(w, `
 The operator commands reach the holdfast server's control API with
--server URL (and -token TOKEN, or $`+tokenEnv+`), or etcd with
+-server URL (and -token-file FILE, $`+tokenEnv+` or -token TOKEN), or etcd with
 -etcd HOST:PORT[,HOST:PORT...] (publish, rollback, history, get, diff).
 
 Flags go before positional arguments ('--' ends the flags). Output is

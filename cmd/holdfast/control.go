@@ -37,8 +37,9 @@ const maxReplyBytes = 256 << 20
 
 // targetFlags are the flags that name the config plane, and -o.
 type targetFlags struct {
-	server, token, etcd *string
-	output              *choice
+	server, token, tokenFile, etcd *string
+	etcdSec                        *etcdSecurityFlags // nil when serverOnly
+	output                         *choice
 	// serverOnly: the command has no etcd form (status, clients, rollout).
 	serverOnly bool
 }
@@ -46,11 +47,13 @@ type targetFlags struct {
 func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
 	t := &targetFlags{serverOnly: serverOnly}
 	t.server = fs.String("server", "", "the `URL` of the holdfast server's control API, e.g. http://127.0.0.1:8080")
-	t.token = fs.String("token", "", "the bearer `TOKEN` sent to -server (default: $"+tokenEnv+")")
+	t.token = fs.String("token", "", "the bearer `TOKEN` sent to -server (prefer -token-file or $"+tokenEnv+": a flag shows in the process list)")
+	t.tokenFile = fs.String("token-file", "", "read the bearer token sent to -server from `FILE` (default: $"+tokenEnv+")")
 	if serverOnly {
 		t.etcd = fs.String("etcd", "", "not for this command: it needs the holdfast server (-server)")
 	} else {
 		t.etcd = fs.String("etcd", "", "the `HOST:PORT[,HOST:PORT...]` of etcd's members, instead of -server")
+		t.etcdSec = addEtcdSecurityFlags(fs)
 	}
 	t.output = newChoice(fs, "o", "output", "text", "json")
 	return t
@@ -80,19 +83,26 @@ func (t *targetFlags) open(name string) (plane, error) {
 	case *t.server != "" && *t.etcd != "":
 		return nil, usagef("-server and -etcd exclude each other")
 	case *t.etcd != "":
-		if *t.token != "" {
-			return nil, usagef("-token is for -server, not -etcd")
+		if *t.token != "" || *t.tokenFile != "" {
+			return nil, usagef("-token and -token-file are for -server, not -etcd")
 		}
 		eps, err := parseEtcdMembers("-etcd", *t.etcd)
 		if err != nil {
 			return nil, err
 		}
-		src, err := etcd.New(etcd.WithEndpoints(eps...), etcd.WithRequestTimeout(requestTimeout))
+		sec, err := t.etcdSec.security()
+		if err != nil {
+			return nil, err
+		}
+		src, err := etcd.New(append(etcdOptions(sec, eps), etcd.WithRequestTimeout(requestTimeout))...)
 		if err != nil {
 			return nil, usagef("-etcd: %v", err)
 		}
 		return &etcdPlane{src: src}, nil
 	case *t.server != "":
+		if t.etcdSec != nil && t.etcdSec.set() {
+			return nil, usagef("-etcd-cacert, -etcd-cert, -etcd-key, -etcd-user and -etcd-password-file are for -etcd, not -server")
+		}
 		return t.openServer()
 	}
 	if t.serverOnly {
@@ -117,9 +127,9 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 	case u.RawQuery != "" || u.Fragment != "":
 		return nil, usagef("-server %q must not have a query or fragment", u.Redacted())
 	}
-	token := *t.token
-	if token == "" {
-		token = os.Getenv(tokenEnv)
+	token, err := secretFrom("-token", *t.token, "-token-file", *t.tokenFile)
+	if err != nil {
+		return nil, err
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	return &serverPlane{
@@ -128,6 +138,30 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 		tr:    tr,
 		hc:    &http.Client{Transport: tr}, // withPlane bounds the requests
 	}, nil
+}
+
+// secretFrom returns a secret from the flag named flagName (value), the
+// file of the flag named fileFlag (file), or $HOLDFAST_TOKEN, in that
+// order of preference; the flag and the file exclude each other. Every
+// error is a usage error.
+func secretFrom(flagName, value, fileFlag, file string) (string, error) {
+	switch {
+	case value != "" && file != "":
+		return "", usagef("%s and %s exclude each other", flagName, fileFlag)
+	case value != "":
+		return value, nil
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", usagef("%s: %v", fileFlag, err)
+		}
+		s := strings.TrimSpace(string(data))
+		if s == "" {
+			return "", usagef("%s: %s is empty", fileFlag, file)
+		}
+		return s, nil
+	}
+	return os.Getenv(tokenEnv), nil
 }
 
 // serverPlane is the reference server's control API.

@@ -28,6 +28,17 @@ import (
 // The members are killed at test end.
 func startEtcd(t testing.TB) string {
 	t.Helper()
+	members := startEtcdCluster(t, "http", nil)
+	waitEtcd(t, members)
+	return members
+}
+
+// startEtcdCluster starts the 3-member cluster of startEtcd with its
+// client and peer URLs in scheme (http or https) and each member's extra
+// flags (TLS files, --auth-token), and returns its members' HOST:PORT
+// without waiting for it.
+func startEtcdCluster(t testing.TB, scheme string, extra func(member int) []string) string {
+	t.Helper()
 	bin := os.Getenv("ETCD_BIN")
 	if bin == "" {
 		var err error
@@ -54,20 +65,24 @@ func startEtcd(t testing.TB) string {
 	}
 	var initial, clients []string
 	for i := range 3 {
-		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[2*i+1]))
+		initial = append(initial, fmt.Sprintf("m%d=%s://127.0.0.1:%d", i, scheme, ports[2*i+1]))
 		clients = append(clients, fmt.Sprintf("127.0.0.1:%d", ports[2*i]))
 	}
 	dir, token := t.TempDir(), fmt.Sprintf("holdfast-cmd-test-%d", time.Now().UnixNano())
 	for i := range 3 {
-		client, peer := "http://"+clients[i], fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		client, peer := scheme+"://"+clients[i], fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i+1])
 		log := &lockedBuffer{}
-		cmd := exec.Command(bin,
+		args := []string{
 			"--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
 			"--initial-cluster-token", token,
-			"--heartbeat-interval", "50", "--election-timeout", "750", "--logger", "zap", "--log-level", "warn")
+			"--heartbeat-interval", "50", "--election-timeout", "750", "--logger", "zap", "--log-level", "warn"}
+		if extra != nil {
+			args = append(args, extra(i)...)
+		}
+		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = log, log
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // if the test binary dies, so do they
 		if err := cmd.Start(); err != nil {
@@ -81,9 +96,7 @@ func startEtcd(t testing.TB) string {
 			}
 		})
 	}
-	members := strings.Join(clients, ",")
-	waitEtcd(t, members)
-	return members
+	return strings.Join(clients, ",")
 }
 
 // waitEtcd waits until the cluster at members answers a linearizable read.

@@ -39,9 +39,17 @@ See 'holdfast help server import' and docs/SERVER.md.`,
 			dataDir := fs.String("data-dir", "holdfast-data", "the embedded store's `DIR`")
 			etcdFlag := fs.String("etcd", "", "export an external cluster's store: its members' `HOST:PORT,...`")
 			out := fs.String("o", "", "write the export to `FILE` (required)")
+			etcdSec := addEtcdSecurityFlags(fs)
 			return func(ctx context.Context, e *env, _ []string) error {
 				if *out == "" {
 					return usagef("-o is required")
+				}
+				if etcdSec.set() && *etcdFlag == "" {
+					return usagef("-etcd-cacert, -etcd-cert, -etcd-key, -etcd-user and -etcd-password-file are for -etcd")
+				}
+				sec, err := etcdSec.security()
+				if err != nil {
+					return err
 				}
 				sc := store.Config{Kind: store.KindEmbedded, DataDir: *dataDir}
 				if *etcdFlag != "" {
@@ -49,7 +57,7 @@ See 'holdfast help server import' and docs/SERVER.md.`,
 					if err != nil {
 						return err
 					}
-					sc = store.Config{Kind: store.KindExternal, Endpoints: members}
+					sc = store.Config{Kind: store.KindExternal, Endpoints: members, Security: sec}
 				}
 				st, err := store.Open(ctx, sc)
 				if err != nil {
@@ -96,12 +104,17 @@ about as long as that many publishes on the cluster.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			etcdFlag := fs.String("etcd", "", "the new cluster's members: `HOST:PORT,...` (required)")
 			in := fs.String("i", "", "read the export from `FILE` (required)")
+			etcdSec := addEtcdSecurityFlags(fs)
 			logs := addLogFlags(fs)
 			return func(ctx context.Context, e *env, _ []string) error {
 				if *etcdFlag == "" || *in == "" {
 					return usagef("-etcd and -i are required")
 				}
 				members, err := parseEtcdMembers("-etcd", *etcdFlag)
+				if err != nil {
+					return err
+				}
+				sec, err := etcdSec.security()
 				if err != nil {
 					return err
 				}
@@ -112,7 +125,7 @@ about as long as that many publishes on the cluster.`,
 				defer f.Close()
 				// The store is not opened as a server opens it: that would
 				// create a store id before the import writes the old one.
-				cli, err := store.Dial(members)
+				cli, err := store.Dial(members, sec)
 				if err != nil {
 					return err
 				}

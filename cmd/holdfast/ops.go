@@ -27,21 +27,24 @@ import (
 // a table, or with -o json exactly as the API sent it.
 
 const targetDoc = `
--server URL reaches the holdfast server's control API; the token of -token
-(default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
+-server URL reaches the holdfast server's control API; the token of
+-token-file FILE (default: $HOLDFAST_TOKEN; -token TOKEN shows in the
+process list) goes in "Authorization: Bearer" and in nothing
 printed. -etcd HOST:PORT[,HOST:PORT...] reaches etcd's members instead,
 through holdfast's etcd module, with the same JSON.`
 
 const writerDoc = `
--server URL reaches the holdfast server's control API; the token of -token
-(default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
+-server URL reaches the holdfast server's control API; the token of
+-token-file FILE (default: $HOLDFAST_TOKEN; -token TOKEN shows in the
+process list) goes in "Authorization: Bearer" and in nothing
 printed. There is no -etcd form: the server is the store's only writer,
 so that every change is validated against the namespace's schema and
 audited.`
 
 const serverOnlyDoc = `
--server URL reaches the holdfast server's control API; the token of -token
-(default: $HOLDFAST_TOKEN) goes in "Authorization: Bearer" and in nothing
+-server URL reaches the holdfast server's control API; the token of
+-token-file FILE (default: $HOLDFAST_TOKEN; -token TOKEN shows in the
+process list) goes in "Authorization: Bearer" and in nothing
 printed. There is no -etcd form: etcd keeps no clients' reports.`
 
 func publishCommand() *command {
@@ -70,7 +73,7 @@ publish while a rollout runs on the namespace is refused (409), unless
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			t := addTargetFlags(fs, true)
 			file := fs.String("f", "", "take the change from `FILE`: {\"puts\":{...},\"deletes\":[...]}")
-			actor := fs.String("actor", "", "`WHO` makes the change, for the history (default: the token's identity)")
+			actor := fs.String("actor", "", "on behalf of `WHO` (the history records the token's identity as the actor, and WHO as on_behalf_of; on an open server WHO is the actor)")
 			reason := fs.String("reason", "", "`WHY`, for the history (a ticket, an incident)")
 			var ifRev optInt
 			fs.Var(&ifRev, "if-revision", "commit only if the namespace is at revision `N` (0: it has none)")
@@ -119,7 +122,7 @@ whole. The actor and reason are recorded in the history.
 			t := addTargetFlags(fs, true)
 			var to optInt
 			fs.Var(&to, "to", "the `REVISION` whose content to restore (required)")
-			actor := fs.String("actor", "", "`WHO` rolls back, for the history (default: the token's identity)")
+			actor := fs.String("actor", "", "on behalf of `WHO` (the history records the token's identity as the actor, and WHO as on_behalf_of; on an open server WHO is the actor)")
 			reason := fs.String("reason", "", "`WHY`, for the history")
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
@@ -193,7 +196,11 @@ says so. Page back with -before the last revision shown.
 							if r.RollbackOf != 0 {
 								kind += fmt.Sprintf(" to %d", r.RollbackOf)
 							}
-							tw.row(r.Revision, timeCell(r.CommittedAt), kind, orDash(r.Actor), orDash(r.Reason), changesCell(r.Puts, r.Deletes))
+							actor := orDash(r.Actor)
+							if r.OnBehalfOf != "" {
+								actor += " for " + r.OnBehalfOf
+							}
+							tw.row(r.Revision, timeCell(r.CommittedAt), kind, actor, orDash(r.Reason), changesCell(r.Puts, r.Deletes))
 						}
 						if err := tw.flush(); err != nil {
 							return err

@@ -70,10 +70,18 @@ relay requires one of FILE's tokens from its clients, with data scope over
 every namespace they read or ack: 401 without one, 403 outside its scope,
 and nothing followed upstream for a refused request. Without it every
 client may read every namespace the relay serves, and it says so in a
-warning at start. -token is the relay's own identity at its upstream: that
-token needs data scope over every namespace the relay serves, for it reads
-them and forwards its clients' acks under it (the upstream drops acks
-outside it).`,
+warning at start. -token-file (or $HOLDFAST_TOKEN, or -token) is the
+relay's own identity at its upstream: that token needs data scope over
+every namespace the relay serves, for it reads them and forwards its
+clients' acks under it (the upstream drops acks outside it).
+
+With -store-tokens the relay requires the store's tokens instead (those of
+'holdfast token create'): it syncs their records (hashes and scopes, never
+secrets) from its upstream holdfast server, whose answer comes as soon as a
+token changes, so a token revoked there is refused here within a few
+seconds. Its own token then also needs the relay scope. If no upstream
+answers, the relay keeps the records it has, unless -token-max-stale says
+to refuse every client after that long. See docs/SERVER.md, "Tokens".`,
 		flags: relayFlags,
 	}
 }
@@ -82,8 +90,11 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	addr := fs.String("addr", "", "listen `HOST:PORT` of the data plane (required)")
 	adminAddr := fs.String("admin-addr", "", "listen `HOST:PORT` of /metrics, /readyz, /healthz and /statusz (empty: on -addr)")
 	upstreamFlag := fs.String("upstream", "", "the upstream: the `URL[,URL...]` of holdfast servers or relays (required)")
-	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream: its own identity there")
+	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream: its own identity there (prefer -token-file or $"+tokenEnv+": a flag shows in the process list)")
+	tokenFile := fs.String("token-file", "", "read the relay's own token from `FILE` (default: $"+tokenEnv+")")
 	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, the origin's: see holdfast help serve) from the relay's clients")
+	storeTokens := fs.Bool("store-tokens", false, "require the store's tokens from the relay's clients, synced from the upstream holdfast server (the relay's own token needs the relay scope)")
+	tokenMaxStale := fs.Duration("token-max-stale", 0, "with -store-tokens, refuse every client once the relay has not heard from a server about tokens for this long (0: keep the last records)")
 	id := fs.String("id", "", "the client `ID` the relay reports upstream as (default: a random one)")
 	cacheDir := fs.String("cache-dir", "", "persist the last good of every namespace served in `DIR`, and serve it at start (empty: no persistence)")
 	heartbeat := fs.Duration("heartbeat", relay.DefaultHeartbeat, "progress event interval on the relay's watch streams")
@@ -121,6 +132,18 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 				return err
 			}
 		}
+		ownToken, err := secretFrom("-token", *token, "-token-file", *tokenFile)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *storeTokens && toks != nil:
+			return usagef("-store-tokens and -tokens exclude each other")
+		case *storeTokens && ownToken == "":
+			return usagef("-store-tokens needs the relay's own token (-token-file, $%s or -token), with the relay scope", tokenEnv)
+		case *tokenMaxStale < 0:
+			return usagef("-token-max-stale must not be negative, got %v", *tokenMaxStale)
+		}
 		switch {
 		case *heartbeat <= 0:
 			return usagef("-heartbeat must be positive, got %v", *heartbeat)
@@ -141,9 +164,17 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if err != nil {
 			return err
 		}
-		src, err := up.source(log, *token)
+		src, err := up.source(log, ownToken)
 		if err != nil {
 			return errors.Join(err, m.shutdown())
+		}
+		if *storeTokens {
+			remote, err := access.NewRemote(access.RemoteConfig{URLs: up.urls, Secret: ownToken, Logger: log, MaxStale: *tokenMaxStale})
+			if err != nil {
+				return errors.Join(usagef("-store-tokens: %v", err), src.Close(), m.shutdown())
+			}
+			defer remote.Close()
+			toks = remote.Tokens()
 		}
 		opts := []relay.Option{
 			relay.WithLogger(log),

@@ -11,12 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/server/tokens"
 )
 
 func serverCommand() *command {
@@ -54,13 +56,22 @@ a listener of their own with -admin-addr:
 	               point, as JSON
 	GET /metrics   Prometheus text: the Go runtime's and process's metrics
 
-Without -tokens anyone who reaches -addr may read and change everything,
-and server says so in a warning at start. With -tokens FILE every request
-needs "Authorization: Bearer <token>" of one of FILE's tokens (401 without
-one): a control token over a namespace to publish, roll back or set its
-schema there, the pattern "*" for store-wide operations (compact); a data
-token over a namespace to read and ack it (403 outside, with the reason).
-FILE is JSON:
+Tokens live in the store ('holdfast token create|list|revoke', see
+docs/SERVER.md, "Tokens"). A store that has never had an admin token is
+open: anyone who reaches -addr may read and change everything, and server
+says so in a warning at start. -bootstrap-token-file FILE creates the
+first admin token (bootstrap-admin) if the store has none: with the secret
+FILE holds, or with a new one written to FILE. From then on every request
+needs "Authorization: Bearer <token>" (401 without one): a control token
+over a namespace to publish, roll back or set its schema there, the
+pattern "*" for store-wide operations (compact); a data token over a
+namespace to read and ack it (403 outside, with the reason); the admin
+scope to manage tokens. A revoked token is refused by every server of the
+store within moments. The audit's actor is the token's name; -actor of
+publish and rollback is recorded as on_behalf_of.
+
+-tokens FILE also accepts the tokens of a JSON file (and requires tokens
+even while the store does not):
 
 	{"tokens": [
 	  {"name": "deploy-bot", "token": "…", "control": ["payments.*"]},
@@ -70,6 +81,11 @@ FILE is JSON:
 Patterns are path.Match's: "payments.*" matches payments.prod and
 payments.prod.eu, not payments. Secrets are 16 to 4096 bytes of printable
 ASCII without spaces; they appear in no log or reply, only names do.
+
+With -etcd, -etcd-cacert, -etcd-cert and -etcd-key reach the cluster over
+TLS, and -etcd-user logs in to its authentication, the password from
+-etcd-password-file or $HOLDFAST_ETCD_PASSWORD (never a flag); see
+docs/SERVER.md, "etcd over TLS with authentication".
 
 Publish with the operator commands or the control API, e.g.
 
@@ -90,8 +106,10 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	retention := fs.String("retention", "24h", "the embedded store keeps this much of etcd's history: `N` revisions or a duration (the audit log outlives it; empty: all); an external cluster compacts by its own --auto-compaction-retention")
 	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
 	auditBytes := fs.Int64("audit-retention-bytes", control.DefaultAuditRetentionBytes, "bytes of audit records kept per namespace, beside -audit-retention (0: no bound)")
-	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
+	tokensFile := fs.String("tokens", "", "also accept the tokens of `FILE` (JSON, see above), and require tokens even while the store does not")
+	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
+	etcdSec := addEtcdSecurityFlags(fs)
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
 		switch {
@@ -108,6 +126,9 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		case *startTimeout <= 0:
 			return usagef("-start-timeout must be positive, got %v", *startTimeout)
 		}
+		if etcdSec.set() && *etcdFlag == "" {
+			return usagef("-etcd-cacert, -etcd-cert, -etcd-key, -etcd-user and -etcd-password-file are for -etcd (the embedded store listens on loopback only)")
+		}
 		sc := store.Config{Kind: store.KindEmbedded, DataDir: *dataDir, StartTimeout: *startTimeout, Retention: *retention}
 		switch {
 		case *memory:
@@ -120,7 +141,11 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			if flagSet(fs, "retention") {
 				return usagef("-retention is the embedded store's: an external cluster compacts by its own --auto-compaction-retention")
 			}
-			sc = store.Config{Kind: store.KindExternal, Endpoints: members, StartTimeout: *startTimeout}
+			sec, err := etcdSec.security()
+			if err != nil {
+				return err
+			}
+			sc = store.Config{Kind: store.KindExternal, Endpoints: members, StartTimeout: *startTimeout, Security: sec}
 		}
 		var toks *access.Tokens
 		if *tokensFile != "" {
@@ -133,17 +158,29 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if *memory {
 			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
 		}
-		switch {
-		case toks != nil:
-			log.Info("server: access control on", "tokens", toks.Names())
-		default:
-			log.Warn("server: no tokens configured: anyone who reaches -addr may read and change everything")
-		}
 		started := time.Now()
 		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks,
 			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1)})
 		if err != nil {
 			return err
+		}
+		if *bootstrap != "" {
+			created, err := srv.Tokens().Bootstrap(ctx, *bootstrap, func(name string, data []byte) error {
+				return renameio.WriteFile(name, data, 0o600)
+			})
+			if err != nil {
+				return errors.Join(err, srv.Close())
+			}
+			if created {
+				log.Info("server: created the store's first admin token", "token", tokens.BootstrapName, "secret_file", *bootstrap)
+			} else {
+				log.Info("server: the store has an admin token already; -bootstrap-token-file not used")
+			}
+		}
+		if srv.Tokens().Table().Required() {
+			log.Info("server: access control on", "store_tokens", true, "file_tokens", toks.Names())
+		} else {
+			log.Warn("server: no tokens configured: anyone who reaches -addr may read and change everything", "hint", "the store has never had an admin token; see -bootstrap-token-file and docs/SERVER.md")
 		}
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,

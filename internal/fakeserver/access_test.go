@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -408,10 +409,10 @@ func TestBearerTokenStillOpensControl(t *testing.T) {
 	}
 }
 
-// TestActorDefaultsToTheToken: a commit whose body names no actor is the
-// authenticated token's, by name (never its secret); one that names an
-// actor keeps it.
-func TestActorDefaultsToTheToken(t *testing.T) {
+// TestActorIsTheToken: a commit's actor is the authenticated token's
+// name (never its secret); the actor a body names is recorded as
+// on_behalf_of, for a rollback too.
+func TestActorIsTheToken(t *testing.T) {
 	s, _ := startScoped(t)
 	c := newClient(t)
 	u := s.URL() + "/control/namespaces/payments.prod/publish"
@@ -421,11 +422,19 @@ func TestActorDefaultsToTheToken(t *testing.T) {
 	if resp, data := do(t, c, "POST", u, `{"puts":{"a":2},"actor":"alice"}`, "Authorization", "Bearer "+secretDeploy); resp.StatusCode != 200 {
 		t.Fatalf("publish: %d %s", resp.StatusCode, data)
 	}
-	h, err := s.History("payments.prod", 2, 0)
+	if resp, data := do(t, c, "POST", s.URL()+"/control/namespaces/payments.prod/rollback", `{"to_revision":1,"actor":"bob"}`, "Authorization", "Bearer "+secretDeploy); resp.StatusCode != 200 {
+		t.Fatalf("rollback: %d %s", resp.StatusCode, data)
+	}
+	h, err := s.History("payments.prod", 3, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(h.Revisions) != 2 || h.Revisions[0].Actor != "alice" || h.Revisions[1].Actor != "deploy-bot" {
-		t.Fatalf("actors %+v, want alice then deploy-bot", h.Revisions)
+	type who struct{ actor, onBehalfOf string }
+	var got []who
+	for _, r := range h.Revisions {
+		got = append(got, who{r.Actor, r.OnBehalfOf})
+	}
+	if want := []who{{"deploy-bot", "bob"}, {"deploy-bot", "alice"}, {"deploy-bot", ""}}; !slices.Equal(got, want) {
+		t.Fatalf("actors %+v, want %+v", got, want)
 	}
 }

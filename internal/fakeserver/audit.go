@@ -63,6 +63,7 @@ func (e *ConflictError) Error() string {
 // commitMeta is what a commit's audit record says beyond its change set.
 type commitMeta struct {
 	Actor, Reason string
+	OnBehalfOf    string // whom an authenticated actor acted for
 	Kind          string // Kind*; "" is KindPublish
 	RollbackOf    int64  // a rollback's target revision
 }
@@ -94,6 +95,10 @@ type KeyChange = controlapi.KeyChange
 type PublishOptions struct {
 	Actor  string // at most MaxActorBytes, no control characters
 	Reason string // at most MaxReasonBytes, no control characters
+	// OnBehalfOf is whom Actor acted for (as Actor's bounds): the control
+	// API records the authenticated token as Actor, and the actor a
+	// request names here.
+	OnBehalfOf string
 	// IfRevision, when not nil, commits only if the namespace's revision
 	// is *IfRevision (0: it has none), else a *ConflictError.
 	IfRevision *int64
@@ -135,7 +140,7 @@ func (st *store) recordLocked(n *namespace, cs *transport.ChangeSet, meta commit
 	}
 	n.audit.recs = append(n.audit.recs, AuditRecord{
 		Revision: cs.Revision, PrevRevision: cs.PrevRevision, CommittedAt: cs.CommittedAt,
-		Actor: meta.Actor, Reason: meta.Reason, Kind: kind, RollbackOf: meta.RollbackOf,
+		Actor: meta.Actor, OnBehalfOf: meta.OnBehalfOf, Reason: meta.Reason, Kind: kind, RollbackOf: meta.RollbackOf,
 		Puts: slices.Sorted(maps.Keys(cs.Puts)), Deletes: cs.Deletes, // cs.Deletes is sorted, and never changes
 	})
 	if n.audit.first == 0 {
@@ -339,6 +344,9 @@ func checkPublishOptions(opts PublishOptions) error {
 	if opts.IfRevision != nil && *opts.IfRevision < 0 {
 		return fmt.Errorf("%w: if_revision %d is negative", ErrInvalid, *opts.IfRevision)
 	}
+	if err := checkText("actor", opts.OnBehalfOf, MaxActorBytes); err != nil {
+		return err
+	}
 	return checkMeta(opts.Actor, opts.Reason)
 }
 
@@ -409,11 +417,18 @@ func (s *Server) Diff(ns string, from, to int64) (*Diff, error) {
 	return s.store.diff(ns, from, to)
 }
 
-// actorFrom returns the name of the token that authenticated r, the actor
-// of its commit when its body names none ("" on an open server).
-func actorFrom(r *http.Request) string {
-	name, _ := identityFrom(r.Context())
-	return name
+// actors returns the actor of a request's commit and whom it acted for:
+// the token that authenticated r, and the actor its body names (when not
+// the token's own name). On an open server, the actor the body names.
+func actors(r *http.Request, named string) (actor, onBehalfOf string) {
+	name, ok := identityFrom(r.Context())
+	switch {
+	case !ok:
+		return named, ""
+	case named == name:
+		return name, ""
+	}
+	return name, named
 }
 
 // query reads a control GET's query: each parameter at most once and none

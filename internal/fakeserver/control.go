@@ -78,9 +78,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		s.replyError(w, err)
 		return
 	}
-	if opts.Actor == "" {
-		opts.Actor = actorFrom(r)
-	}
+	opts.Actor, opts.OnBehalfOf = actors(r, opts.Actor)
 	rev, err := s.commit(ns, puts, deletes, opts)
 	if err != nil {
 		s.replyError(w, err)
@@ -111,10 +109,8 @@ func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
 		s.replyError(w, err)
 		return
 	}
-	if body.Actor == "" {
-		body.Actor = actorFrom(r)
-	}
-	rev, err := s.rollback(ns, *body.To, commitMeta{Actor: body.Actor, Reason: body.Reason})
+	actor, onBehalfOf := actors(r, body.Actor)
+	rev, err := s.rollback(ns, *body.To, commitMeta{Actor: actor, OnBehalfOf: onBehalfOf, Reason: body.Reason})
 	if err != nil {
 		s.replyError(w, err)
 		return

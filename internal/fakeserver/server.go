@@ -245,7 +245,7 @@ func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []st
 	// A rollout key with no rollout running (a restore brought it back)
 	// goes with the next publish; the delete of an absent key is dropped.
 	deletes = append(slices.Clip(deletes), rollout.Key)
-	c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, Reason: opts.Reason}, opts.IfRevision)
+	c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, OnBehalfOf: opts.OnBehalfOf, Reason: opts.Reason}, opts.IfRevision)
 	if err != nil {
 		return 0, err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/server/tokens"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -56,7 +57,8 @@ type Config struct {
 	// every request (as the data plane's, from the same file): a
 	// namespace's endpoint needs control of it, a store-wide one (compact)
 	// the pattern "*", GET /control/clients any control scope. The
-	// token's name is the actor of a write that names none.
+	// token's name is the actor of every write; the actor a request names
+	// is recorded as on_behalf_of.
 	Tokens *access.Tokens
 	// Revision reports the revision of a namespace the server's data
 	// plane serves (ok false: not followed), for status and clients.
@@ -64,6 +66,9 @@ type Config struct {
 	// Streams counts the data plane's open watches of a namespace, for
 	// status.
 	Streams func(ns string) int
+	// TokenStore, when set, serves /control/tokens: token management
+	// (admin scope) and the relays' copy of the records (relay scope).
+	TokenStore *tokens.Store
 }
 
 // Handler serves the control API.
@@ -130,6 +135,11 @@ func New(cfg Config) (*Handler, error) {
 		{"/control/namespaces/{ns}/rollouts/", h.rolloutsMissing},
 		{"POST /control/compact", h.compact},
 		{"GET /control/clients", h.clients},
+		{"POST /control/tokens", h.createToken},
+		{"GET /control/tokens", h.listTokens},
+		{"GET /control/tokens/{name}", h.getToken},
+		{"DELETE /control/tokens/{name}", h.revokeToken},
+		{"POST /control/tokens/sync", h.syncTokens},
 	} {
 		h.mux.Handle(rt.pattern, handlerFunc(h.log, h.gate(rt.pattern, rt.fn)))
 	}
@@ -142,20 +152,33 @@ func New(cfg Config) (*Handler, error) {
 // ServeHTTP serves /control/... requests.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// gate authenticates a request and checks its token's control scope
-// (when the handler has tokens).
+// gate authenticates a request and checks its identity's scope (when
+// the handler has tokens): a namespace's endpoint needs control of it, a
+// store-wide one the control pattern "*", GET /control/clients any
+// control scope, token management the admin scope, the relays' sync the
+// relay scope.
 func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	if h.cfg.Tokens == nil {
 		return fn
 	}
-	storeWide := !strings.Contains(pattern, "{ns}") && !strings.HasSuffix(pattern, "/control/clients")
+	tokenSync := strings.HasSuffix(pattern, "/control/tokens/sync")
+	admin := !tokenSync && strings.Contains(pattern, "/control/tokens")
+	storeWide := !admin && !tokenSync && !strings.Contains(pattern, "{ns}") && !strings.HasSuffix(pattern, "/control/clients")
 	return func(w http.ResponseWriter, r *http.Request) error {
-		id, ok := h.cfg.Tokens.AuthenticateHeader(r.Header.Get("Authorization"))
+		id, ok := h.identify(r)
 		ns := r.PathValue("ns")
 		switch {
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
-			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: "the control API needs a bearer token with control scope"}
+			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: "the control API needs a bearer token"}
+		case tokenSync:
+			if !id.IsRelay() {
+				return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q has no relay scope", id.Name)}
+			}
+		case admin:
+			if !id.IsAdmin() {
+				return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q has no admin scope (token management needs it)", id.Name)}
+			}
 		case !id.HasControl():
 			return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q has no control scope", id.Name)}
 		case ns != "" && !id.MayControl(ns):
@@ -167,14 +190,27 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	}
 }
 
-// actor is the actor a write records: the one its body names, else the
-// authenticated token's name.
-func actor(r *http.Request, named string) string {
-	if named != "" {
-		return named
+// identify returns who is calling: the identity of the request's
+// credentials (access.Tokens.AuthenticateRequest: its bearer token
+// today; a client certificate's subject is to be added there).
+func (h *Handler) identify(r *http.Request) (access.Identity, bool) {
+	return h.cfg.Tokens.AuthenticateRequest(r)
+}
+
+// actors returns the actor a write records and whom it acted for: the
+// authenticated identity, and the actor the request names (when it is
+// not the identity's own name). On an open store (access.Anonymous) there
+// is no identity to record: the actor is the one the request names,
+// unverified.
+func actors(r *http.Request, named string) (actor, onBehalfOf string) {
+	id, ok := access.FromContext(r.Context())
+	switch {
+	case !ok || id.Name == access.Anonymous:
+		return named, ""
+	case named == id.Name:
+		return id.Name, ""
 	}
-	id, _ := access.FromContext(r.Context())
-	return id.Name
+	return id.Name, named
 }
 
 // requestTimeout bounds a control request's work with the store: a store

@@ -41,8 +41,8 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	body.Actor = actor(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, body.Actor, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+	actor, onBehalfOf := actors(r, body.Actor)
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
 		return h.cfg.Source.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
 	})
 	if err != nil {
@@ -50,7 +50,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.publishes.Add(1)
 	h.trim.published(ns, publishSize(body.Puts, body.Deletes))
-	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", body.Actor)
+	h.log.Info("control: published", "ns", ns, "revision", rev, "actor", actor, "on_behalf_of", onBehalfOf)
 	writeJSON(w, http.StatusOK, controlapi.RevisionReply{Revision: rev})
 	return nil
 }
@@ -67,8 +67,8 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	if body.To == nil {
 		return badRequest("to_revision is required")
 	}
-	body.Actor = actor(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, body.Actor, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+	actor, onBehalfOf := actors(r, body.Actor)
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
 		return h.cfg.Source.Rollback(r.Context(), ns, *body.To, opts...)
 	})
 	if err != nil {
@@ -76,7 +76,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.publishes.Add(1)
 	h.trim.published(ns, 0) // its record repeats values whose publishes were weighed
-	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", body.Actor)
+	h.log.Info("control: rolled back", "ns", ns, "to", *body.To, "revision", rev, "actor", actor, "on_behalf_of", onBehalfOf)
 	writeJSON(w, http.StatusOK, controlapi.RevisionReply{Revision: rev})
 	return nil
 }
@@ -85,9 +85,9 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 // namespace's schema, guarded by the schema's revision: a schema set
 // meanwhile makes it read the schema again and retry (a few times), so
 // that a write never commits against a schema already replaced.
-func (h *Handler) write(ctx context.Context, ns, actor, reason string, ifRevision *int64, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
+func (h *Handler) write(ctx context.Context, ns, actor, onBehalfOf, reason string, ifRevision *int64, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithReason(reason)}
+		opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithOnBehalfOf(onBehalfOf), etcd.WithReason(reason)}
 		if ifRevision != nil {
 			opts = append(opts, etcd.WithIfRevision(*ifRevision))
 		}

@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -51,6 +53,44 @@ type Config struct {
 	// DialOptions are added to the etcd client's (instrumentation: the
 	// tests count the server's requests to etcd with an interceptor).
 	DialOptions []grpc.DialOption
+	// Security is how the server reaches an external cluster: TLS and
+	// etcd's authentication (KindExternal only).
+	Security Security
+}
+
+// Security is how a client reaches an etcd cluster that requires TLS or
+// authentication.
+type Security struct {
+	// TLS, when set, is the client's TLS configuration: the cluster's CA
+	// in RootCAs, a client certificate (etcd's --client-cert-auth) in
+	// Certificates. The members' endpoints are then https.
+	TLS *tls.Config
+	// Username and Password log in to etcd's authentication (etcdctl
+	// auth enable). The user needs read and write access to the keys
+	// beginning with "/holdfast" (one prefix permission); compaction
+	// (holdfast compact) needs etcd's root role.
+	Username, Password string
+}
+
+// Endpoints returns eps with the scheme Security asks for: https with
+// TLS (etcd's client drops TLS for an http:// endpoint), http without.
+func (sec Security) Endpoints(eps []string) []string {
+	out := make([]string, len(eps))
+	for i, ep := range eps {
+		rest, ok := strings.CutPrefix(ep, "http://")
+		if !ok {
+			rest, ok = strings.CutPrefix(ep, "https://")
+		}
+		switch {
+		case !ok:
+			out[i] = ep
+		case sec.TLS != nil:
+			out[i] = "https://" + rest
+		default:
+			out[i] = "http://" + rest
+		}
+	}
+	return out
 }
 
 // Store is an open store. Its Client is shared: close the Store, not the
@@ -67,6 +107,7 @@ type Store struct {
 	tmp    string      // KindMemory: removed at Close
 
 	dialOpts []grpc.DialOption
+	sec      Security // KindExternal
 }
 
 // ErrLocked is returned by Open when another process holds the data
@@ -88,6 +129,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, _, err := compaction(cfg.Retention); err != nil {
 		return nil, err
 	}
+	if cfg.Kind != KindExternal && (cfg.Security.TLS != nil || cfg.Security.Username != "") {
+		return nil, errors.New("store: TLS and authentication are for an external cluster; the embedded store listens on loopback only")
+	}
 	switch cfg.Kind {
 	case KindEmbedded:
 		if cfg.DataDir == "" {
@@ -106,7 +150,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if len(cfg.Endpoints) == 0 {
 			return nil, errors.New("store: an external store needs its members' endpoints")
 		}
-		s.Endpoints = cfg.Endpoints
+		s.Endpoints = cfg.Security.Endpoints(cfg.Endpoints)
+		s.sec = cfg.Security
 	default:
 		return nil, fmt.Errorf("store: unknown kind %q", cfg.Kind)
 	}
@@ -122,13 +167,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // Dial returns an etcd client of the members at endpoints, for what
 // must not open a store as a server does (Import: a new cluster gets the
 // old store's id, not one of its own). The caller closes it.
-func Dial(endpoints []string, opts ...grpc.DialOption) (*clientv3.Client, error) {
+func Dial(endpoints []string, sec Security, opts ...grpc.DialOption) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
+		Endpoints:   sec.Endpoints(endpoints),
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		Context:     context.Background(), // the client outlives the caller's ctx
 		DialOptions: opts,
+		TLS:         sec.TLS,
+		Username:    sec.Username,
+		Password:    sec.Password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: etcd client: %w", err)
@@ -139,7 +187,7 @@ func Dial(endpoints []string, opts ...grpc.DialOption) (*clientv3.Client, error)
 // connect dials the members and reads (or creates) the store id, which
 // also proves the cluster answers.
 func (s *Store) connect(ctx context.Context) error {
-	cli, err := Dial(s.Endpoints, s.dialOpts...)
+	cli, err := Dial(s.Endpoints, s.sec, s.dialOpts...)
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ func (f publishOptionFunc) applyPublish(o *publishOptions) { f(o) }
 type publishOptions struct {
 	schema     *schema.Schema
 	actor      string
+	onBehalfOf string
 	reason     string
 	ifRevision int64
 	hasIf      bool
@@ -68,6 +69,13 @@ func WithSchema(s *schema.Schema) PublishOption {
 // the etcd user name of the Source's client (WithAuth), if any.
 func WithActor(actor string) PublishOption {
 	return publishOptionFunc(func(o *publishOptions) { o.actor = actor })
+}
+
+// WithOnBehalfOf records whom the actor acted for (at most MaxActorBytes
+// of UTF-8): holdfast server records the authenticated identity as the
+// actor and the actor a request names here.
+func WithOnBehalfOf(name string) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.onBehalfOf = name })
 }
 
 // WithReason records why the change was made in the namespace's meta
@@ -303,7 +311,7 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 	next := maps.Clone(current)
 	ops := make([]clientv3.Op, 0, len(puts)+len(deletes)+1)
 	m := meta{
-		PrevRevision: prev, Actor: po.actor, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf,
+		PrevRevision: prev, Actor: po.actor, OnBehalfOf: po.onBehalfOf, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf,
 		Puts: []string{}, Deletes: []string{},
 	}
 	written := make(map[string]json.RawMessage, len(puts)) // the values as stored, for the audit record
@@ -374,6 +382,8 @@ func (o *publishOptions) validate() error {
 	switch {
 	case len(o.actor) > MaxActorBytes || !utf8.ValidString(o.actor):
 		return fmt.Errorf("%w: actor must be at most %d bytes of UTF-8", ErrInvalidArgument, MaxActorBytes)
+	case len(o.onBehalfOf) > MaxActorBytes || !utf8.ValidString(o.onBehalfOf):
+		return fmt.Errorf("%w: on-behalf-of must be at most %d bytes of UTF-8", ErrInvalidArgument, MaxActorBytes)
 	case len(o.reason) > MaxReasonBytes || !utf8.ValidString(o.reason):
 		return fmt.Errorf("%w: reason must be at most %d bytes of UTF-8", ErrInvalidArgument, MaxReasonBytes)
 	case o.hasIf && o.ifRevision < 0:

@@ -46,6 +46,7 @@ type meta struct {
 	PrevRevision int64     `json:"prev_revision"`
 	CommittedAt  time.Time `json:"committed_at"`
 	Actor        string    `json:"actor,omitempty"`
+	OnBehalfOf   string    `json:"on_behalf_of,omitempty"`
 	Reason       string    `json:"reason,omitempty"`
 	Kind         string    `json:"kind,omitempty"`
 	RollbackOf   int64     `json:"rollback_of,omitempty"`

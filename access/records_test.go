@@ -1,0 +1,124 @@
+package access
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTableAuthenticate(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	secret := NewSecret()
+	other := NewSecret()
+	rec := func(name, secret string, s Scopes, expires time.Time) Record {
+		return Record{Name: name, Hash: HashSecret(secret), Scopes: s, Expires: expires, Created: now.Add(-time.Hour)}
+	}
+	deploy := Scopes{Control: []string{"payments.*"}, Data: []string{"payments.*", "fraud.prod"}}
+	for _, tc := range []struct {
+		name     string
+		records  []Record
+		required bool
+		secret   string
+		wantOK   bool
+		wantName string
+		check    func(t *testing.T, id Identity)
+	}{
+		{name: "scopes and patterns", records: []Record{rec("deploy", secret, deploy, time.Time{})}, required: true, secret: secret,
+			wantOK: true, wantName: "deploy", check: func(t *testing.T, id Identity) {
+				for ns, want := range map[string]bool{"payments.prod": true, "payments.prod.eu": true, "payments": false, "fraud.prod": true, "fraud.dev": false} {
+					if got := id.MayRead(ns); got != want {
+						t.Errorf("MayRead(%q) = %v", ns, got)
+					}
+				}
+				if !id.MayControl("payments.x") || id.MayControl("fraud.prod") || id.MayControlAll() || id.IsAdmin() || id.IsRelay() {
+					t.Errorf("control scopes of %+v", id.Scopes())
+				}
+			}},
+		{name: "admin and relay", records: []Record{rec("root", secret, Scopes{Admin: true, Relay: true}, time.Time{})}, required: true, secret: secret,
+			wantOK: true, wantName: "root", check: func(t *testing.T, id Identity) {
+				if !id.IsAdmin() || !id.IsRelay() || id.HasControl() || id.MayRead("a") {
+					t.Errorf("scopes of %+v", id.Scopes())
+				}
+			}},
+		{name: "not yet expired", records: []Record{rec("x", secret, deploy, now.Add(time.Second))}, required: true, secret: secret, wantOK: true, wantName: "x"},
+		{name: "expired", records: []Record{rec("x", secret, deploy, now)}, required: true, secret: secret},
+		{name: "revoked (no record)", records: []Record{rec("y", other, deploy, time.Time{})}, required: true, secret: secret},
+		{name: "hash mismatch", records: []Record{rec("x", secret, deploy, time.Time{})}, required: true, secret: secret + "x"},
+		{name: "empty secret", records: []Record{rec("x", secret, deploy, time.Time{})}, required: true, secret: ""},
+		{name: "two records", records: []Record{rec("x", secret, deploy, time.Time{}), rec("y", other, Scopes{Data: []string{"*"}}, time.Time{})},
+			required: true, secret: other, wantOK: true, wantName: "y"},
+		{name: "open store: anyone, anonymous", required: false, secret: "", wantOK: true, wantName: Anonymous, check: func(t *testing.T, id Identity) {
+			if !id.IsAdmin() || !id.MayControlAll() || !id.MayRead("any.thing") {
+				t.Errorf("anonymous scopes %+v", id.Scopes())
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var used []string
+			tab := NewTable(WithClock(func() time.Time { return now }), WithUse(func(n string) { used = append(used, n) }))
+			if err := tab.SetRecords(tc.records, tc.required); err != nil {
+				t.Fatal(err)
+			}
+			id, ok := tab.Authenticate(tc.secret)
+			if ok != tc.wantOK || id.Name != tc.wantName {
+				t.Fatalf("Authenticate = %q, %v; want %q, %v", id.Name, ok, tc.wantName, tc.wantOK)
+			}
+			if tc.check != nil {
+				tc.check(t, id)
+			}
+			if ok && tc.required && (len(used) != 1 || used[0] != tc.wantName) {
+				t.Fatalf("uses reported %v", used)
+			}
+		})
+	}
+}
+
+func TestTableRefusesInvalidRecords(t *testing.T) {
+	good := Record{Name: "good", Hash: HashSecret("0123456789abcdef"), Scopes: Scopes{Data: []string{"*"}}}
+	for _, bad := range []Record{
+		{Name: "", Hash: good.Hash, Scopes: good.Scopes},
+		{Name: ".dot", Hash: good.Hash, Scopes: good.Scopes},
+		{Name: "a/b", Hash: good.Hash, Scopes: good.Scopes},
+		{Name: "nohash", Hash: "0123", Scopes: good.Scopes},
+		{Name: "md5", Hash: "md5:" + strings.Repeat("0", 64), Scopes: good.Scopes},
+		{Name: "noscope", Hash: good.Hash},
+		{Name: "badpattern", Hash: good.Hash, Scopes: Scopes{Data: []string{"["}}},
+	} {
+		tab := NewTable()
+		err := tab.SetRecords([]Record{good, bad}, true)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: err %v, want ErrInvalid", bad, err)
+		}
+		if recs, _ := tab.Records(); len(recs) != 1 || recs[0].Name != "good" {
+			t.Errorf("%+v: records kept %v", bad, recs)
+		}
+	}
+}
+
+func TestAlwaysRequiredAndFirstOf(t *testing.T) {
+	tab := NewTable(WithAlwaysRequired())
+	_ = tab.SetRecords(nil, false)
+	if _, ok := tab.Authenticate(""); ok {
+		t.Fatal("an always-required table let an anonymous caller in")
+	}
+	file, err := New(Token{Name: "file", Secret: secretA, Data: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tab.SetRecords([]Record{{Name: "stored", Hash: HashSecret(secretB), Scopes: Scopes{Data: []string{"a"}}}}, true)
+	toks := FromAuthenticator(FirstOf(file, tab), "file", "stored")
+	for secret, want := range map[string]string{secretA: "file", secretB: "stored", "nope-nope-nope-nope": ""} {
+		id, ok := toks.AuthenticateHeader("Bearer " + secret)
+		if id.Name != want || ok != (want != "") {
+			t.Errorf("%q: %q %v, want %q", secret, id.Name, ok, want)
+		}
+	}
+}
+
+func TestNewSecret(t *testing.T) {
+	a, b := NewSecret(), NewSecret()
+	if a == b || len(a) != len(SecretPrefix)+43 || CheckSecret(a) != nil {
+		t.Fatalf("secrets %q %q", a, b)
+	}
+}

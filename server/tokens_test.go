@@ -1,0 +1,349 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/server/tokens"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// authCall sends a control or data request with secret as its bearer
+// token ("" for none) and decodes a 2xx JSON reply into out.
+func authCall(t *testing.T, method, url, secret string, body, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		j, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, url, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+// startServers starts n servers over one etcd the test owns.
+func startServers(t *testing.T, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcdStore, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = etcdStore.Close() })
+	var urls []string
+	for range n {
+		s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints},
+			Heartbeat: 200 * time.Millisecond, TokenUseInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(s.Handler())
+		t.Cleanup(func() {
+			hs.CloseClientConnections()
+			hs.Close()
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		urls = append(urls, hs.URL)
+	}
+	return urls
+}
+
+func createToken(t *testing.T, base, admin string, req controlapi.TokenCreateRequest) string {
+	t.Helper()
+	var created controlapi.TokenCreated
+	if st := authCall(t, "POST", base+"/control/tokens", admin, req, &created); st != http.StatusCreated {
+		t.Fatalf("creating token %q: status %d", req.Name, st)
+	}
+	if !strings.HasPrefix(created.Secret, "hfs_") || created.Name != req.Name {
+		t.Fatalf("created %+v", created)
+	}
+	return created.Secret
+}
+
+// TestTokensInTheStore: the first admin token closes an open store on
+// every server; a token created through one server works on the other;
+// one revoked through one server is refused by the other within 5 s.
+func TestTokensInTheStore(t *testing.T) {
+	urls := startServers(t, 2)
+	a, b := urls[0], urls[1]
+	publishURL := func(base string) string { return base + "/control/namespaces/payments.prod/publish" }
+	change := map[string]any{"puts": map[string]any{"k": 1}}
+
+	// Open: anyone may publish.
+	if st := authCall(t, "POST", publishURL(b), "", change, nil); st != http.StatusOK {
+		t.Fatalf("open store: publish status %d", st)
+	}
+	admin := createToken(t, a, "", controlapi.TokenCreateRequest{Name: "root", Admin: true})
+	for _, base := range urls {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			return authCall(t, "POST", publishURL(base), "", change, nil) == http.StatusUnauthorized
+		}, "the store requires tokens once it has an admin token")
+	}
+	// The admin token has no control scope.
+	if st := authCall(t, "POST", publishURL(a), admin, change, nil); st != http.StatusForbidden {
+		t.Fatalf("admin-only token publishing: status %d, want 403", st)
+	}
+
+	deploy := createToken(t, a, admin, controlapi.TokenCreateRequest{Name: "deploy", Control: []string{"payments.*"}, Data: []string{"payments.*"}})
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return authCall(t, "POST", publishURL(b), deploy, change, nil) == http.StatusOK
+	}, "a token created through one server works on the other")
+	if st := authCall(t, "POST", b+"/control/namespaces/fraud.prod/publish", deploy, change, nil); st != http.StatusForbidden {
+		t.Fatalf("publish outside the scope: status %d, want 403", st)
+	}
+	if st := authCall(t, "GET", b+"/control/tokens", deploy, nil, nil); st != http.StatusForbidden {
+		t.Fatalf("listing tokens without admin scope: status %d, want 403", st)
+	}
+	if st := authCall(t, "GET", b+"/sdk/snapshot?ns=payments.prod", deploy, nil, nil); st != http.StatusOK {
+		t.Fatalf("data plane read in scope: status %d", st)
+	}
+	if st := authCall(t, "GET", b+"/sdk/snapshot?ns=fraud.prod", deploy, nil, nil); st != http.StatusForbidden {
+		t.Fatalf("data plane read outside the scope: status %d, want 403", st)
+	}
+	if st := authCall(t, "POST", a+"/control/tokens", admin, controlapi.TokenCreateRequest{Name: "deploy", Data: []string{"x"}}, nil); st != http.StatusConflict {
+		t.Fatalf("creating an existing name: status %d, want 409", st)
+	}
+
+	// The list: names and scopes, last use, never a secret or a hash.
+	var list controlapi.TokenList
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		list = controlapi.TokenList{}
+		authCall(t, "GET", a+"/control/tokens", admin, nil, &list)
+		for _, tok := range list.Tokens {
+			if tok.Name == "deploy" && !tok.LastUsed.IsZero() {
+				return true
+			}
+		}
+		return false
+	}, "the list shows deploy's last use")
+	raw, _ := json.Marshal(list)
+	if bytes.Contains(raw, []byte("hfs_")) || bytes.Contains(raw, []byte("sha256")) {
+		t.Fatalf("the list shows a secret or a hash: %s", raw)
+	}
+
+	// Revoked through a, refused by b within 5 s.
+	if st := authCall(t, "DELETE", a+"/control/tokens/deploy", admin, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("revoke: status %d", st)
+	}
+	revoked := time.Now()
+	if st := authCall(t, "POST", publishURL(a), deploy, change, nil); st != http.StatusUnauthorized {
+		t.Fatalf("the revoking server still accepts the token: status %d", st)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return authCall(t, "POST", publishURL(b), deploy, change, nil) == http.StatusUnauthorized &&
+			authCall(t, "GET", b+"/sdk/snapshot?ns=payments.prod", deploy, nil, nil) == http.StatusUnauthorized
+	}, "the other server refuses a revoked token within 5 s")
+	t.Logf("revoked token refused by the other server %v after the revoke's reply", time.Since(revoked).Round(time.Millisecond))
+	if st := authCall(t, "DELETE", a+"/control/tokens/deploy", admin, nil, nil); st != http.StatusNotFound {
+		t.Fatalf("revoking again: status %d, want 404", st)
+	}
+}
+
+// TestTokenExpires: an expired token is refused, and listed as expired.
+func TestTokenExpires(t *testing.T) {
+	urls := startServers(t, 1)
+	admin := createToken(t, urls[0], "", controlapi.TokenCreateRequest{Name: "root", Admin: true})
+	short := createToken(t, urls[0], admin, controlapi.TokenCreateRequest{Name: "short", Data: []string{"*"}, ExpiresIn: "1s"})
+	snap := urls[0] + "/sdk/snapshot?ns=a.b"
+	if st := authCall(t, "GET", snap, short, nil, nil); st != http.StatusNotFound { // authenticated; no such namespace
+		t.Fatalf("before expiry: status %d, want 404", st)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return authCall(t, "GET", snap, short, nil, nil) == http.StatusUnauthorized },
+		"an expired token is refused")
+	var info controlapi.TokenInfo
+	if st := authCall(t, "GET", urls[0]+"/control/tokens/short", admin, nil, &info); st != http.StatusOK || !info.Expired {
+		t.Fatalf("get: status %d, %+v", st, info)
+	}
+	if st := authCall(t, "POST", urls[0]+"/control/tokens", admin, controlapi.TokenCreateRequest{Name: "bad", Data: []string{"["}}, nil); st != http.StatusBadRequest {
+		t.Fatalf("a bad pattern: status %d, want 400", st)
+	}
+	if st := authCall(t, "POST", urls[0]+"/control/tokens", admin, controlapi.TokenCreateRequest{Name: ".hidden", Data: []string{"*"}}, nil); st != http.StatusBadRequest {
+		t.Fatalf("a bad name: status %d, want 400", st)
+	}
+}
+
+// TestBootstrap: -bootstrap-token-file's two forms, and that a store with
+// an admin token is left alone.
+func TestBootstrap(t *testing.T) {
+	ctx := context.Background()
+	s, _ := startServer(t, store.Config{Kind: store.KindMemory})
+	dir := t.TempDir()
+	write := func(name string, data []byte) error { return os.WriteFile(name, data, 0o600) }
+
+	// A file with a secret: the token is made with it.
+	given := filepath.Join(dir, "given")
+	if err := os.WriteFile(given, []byte("hfs_a-secret-of-enough-length-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	created, err := s.Tokens().Bootstrap(ctx, given, write)
+	if err != nil || !created {
+		t.Fatalf("bootstrap: %v, %v", created, err)
+	}
+	if id, ok := s.Tokens().Table().Authenticate("hfs_a-secret-of-enough-length-0123456789"); !ok || !id.IsAdmin() || id.Name != tokens.BootstrapName {
+		t.Fatalf("the bootstrap token: %+v %v", id, ok)
+	}
+	// Again: the store has an admin token; nothing happens.
+	missing := filepath.Join(dir, "missing")
+	if created, err := s.Tokens().Bootstrap(ctx, missing, write); err != nil || created {
+		t.Fatalf("second bootstrap: %v, %v", created, err)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("the second bootstrap wrote its file: %v", err)
+	}
+
+	// A missing file on a store without an admin token: a new secret,
+	// written to it.
+	s2, _ := startServer(t, store.Config{Kind: store.KindMemory})
+	if created, err := s2.Tokens().Bootstrap(ctx, missing, write); err != nil || !created {
+		t.Fatalf("bootstrap with a new secret: %v, %v", created, err)
+	}
+	data, err := os.ReadFile(missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s2.Tokens().Table().Authenticate(strings.TrimSpace(string(data))); !ok {
+		t.Fatal("the secret written does not authenticate")
+	}
+}
+
+// TestRelayRefusesARevokedToken: a relay checks its clients' data tokens
+// against the store's records, through its server (relay scope); a token
+// revoked at the server is refused by the relay within 5 s.
+func TestRelayRefusesARevokedToken(t *testing.T) {
+	urls := startServers(t, 1)
+	origin := urls[0]
+	admin := createToken(t, origin, "", controlapi.TokenCreateRequest{Name: "root", Admin: true, Control: []string{"*"}})
+	relaySecret := createToken(t, origin, admin, controlapi.TokenCreateRequest{Name: "relay-1", Relay: true, Data: []string{"*"}})
+	client := createToken(t, origin, admin, controlapi.TokenCreateRequest{Name: "payments-svc", Data: []string{"payments.*"}})
+	if st := authCall(t, "POST", origin+"/control/namespaces/payments.prod/publish", admin, map[string]any{"puts": map[string]any{"k": 1}}, nil); st != http.StatusOK {
+		t.Fatalf("publish: status %d", st)
+	}
+
+	remote, err := access.NewRemote(access.RemoteConfig{URLs: []string{origin}, Secret: relaySecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remote.Close)
+	src, err := transport.NewHTTPSource(origin, transport.WithBearerToken(relaySecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Close() })
+	r, err := relay.New(src, relay.WithTokens(remote.Tokens()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(r.Handler())
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		_ = r.Close()
+	})
+	snap := hs.URL + "/sdk/snapshot?ns=payments.prod"
+	testutil.Eventually(t, 10*time.Second, func() bool { return authCall(t, "GET", snap, client, nil, nil) == http.StatusOK },
+		"the relay serves a client with a valid token")
+	if st := authCall(t, "GET", hs.URL+"/sdk/snapshot?ns=fraud.prod", client, nil, nil); st != http.StatusForbidden {
+		t.Fatalf("outside the token's scope: status %d, want 403", st)
+	}
+	if st := authCall(t, "GET", snap, "hfs_not-a-token-of-the-store-000000", nil, nil); st != http.StatusUnauthorized {
+		t.Fatalf("an unknown token: status %d, want 401", st)
+	}
+	// The relay's uses reach the store as last uses.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var info controlapi.TokenInfo
+		return authCall(t, "GET", origin+"/control/tokens/payments-svc", admin, nil, &info) == http.StatusOK && !info.LastUsed.IsZero()
+	}, "the relay reports its clients' uses")
+
+	// A token without the relay scope may not sync.
+	if st := authCall(t, "POST", origin+"/control/tokens/sync", client, map[string]any{}, nil); st != http.StatusForbidden {
+		t.Fatalf("sync without the relay scope: status %d, want 403", st)
+	}
+
+	if st := authCall(t, "DELETE", origin+"/control/tokens/payments-svc", admin, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("revoke: status %d", st)
+	}
+	revoked := time.Now()
+	testutil.Eventually(t, 5*time.Second, func() bool { return authCall(t, "GET", snap, client, nil, nil) == http.StatusUnauthorized },
+		"the relay refuses a revoked token within 5 s")
+	t.Logf("revoked token refused by the relay %v after the revoke's reply", time.Since(revoked).Round(time.Millisecond))
+}
+
+// TestAuditActorIsTheToken: on a store that requires tokens the audit's
+// actor is the token's name and the request's actor is on_behalf_of; on
+// an open store the actor is the one the request names.
+func TestAuditActorIsTheToken(t *testing.T) {
+	urls := startServers(t, 1)
+	base := urls[0]
+	ns := base + "/control/namespaces/payments.prod"
+	var first controlapi.RevisionReply
+	if st := authCall(t, "POST", ns+"/publish", "", map[string]any{"puts": map[string]any{"k": 0}, "actor": "alice"}, &first); st != http.StatusOK {
+		t.Fatalf("open publish: %d", st)
+	}
+	admin := createToken(t, base, "", controlapi.TokenCreateRequest{Name: "root", Admin: true})
+	deploy := createToken(t, base, admin, controlapi.TokenCreateRequest{Name: "deploy-bot", Control: []string{"payments.*"}})
+	if st := authCall(t, "POST", ns+"/publish", deploy, map[string]any{"puts": map[string]any{"k": 1}, "actor": "alice"}, nil); st != http.StatusOK {
+		t.Fatalf("publish: %d", st)
+	}
+	if st := authCall(t, "POST", ns+"/publish", deploy, map[string]any{"puts": map[string]any{"k": 2}}, nil); st != http.StatusOK {
+		t.Fatalf("publish: %d", st)
+	}
+	if st := authCall(t, "POST", ns+"/rollback", deploy, map[string]any{"to_revision": first.Revision, "actor": "bob"}, nil); st != http.StatusOK {
+		t.Fatalf("rollback: %d", st)
+	}
+	var h controlapi.History
+	if st := authCall(t, "GET", ns+"/history", deploy, nil, &h); st != http.StatusOK {
+		t.Fatalf("history: %d", st)
+	}
+	type who struct{ actor, onBehalfOf string }
+	var got []who
+	for _, r := range h.Revisions {
+		got = append(got, who{r.Actor, r.OnBehalfOf})
+	}
+	want := []who{{"deploy-bot", "bob"}, {"deploy-bot", ""}, {"deploy-bot", "alice"}, {"alice", ""}}
+	if len(got) != len(want) {
+		t.Fatalf("history %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("history %+v, want %+v", got, want)
+		}
+	}
+}
