@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/server/control"
@@ -114,11 +116,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		AuditRetention:  cfg.AuditRetention,
 		Revision:        s.revision,
 		Streams:         s.streams,
+		Liveness:        2 * cfg.Heartbeat,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
 	}
-	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger))
+	rollouts := s.control.Rollouts()
+	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger),
+		func(ctx context.Context, leading clientv3.Cmp) error { return rollouts.Run(ctx, leading) })
 	data := s.cache.Handler()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/control/") {

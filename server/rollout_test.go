@@ -1,0 +1,228 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+)
+
+// rolloutRecord is what these tests read of a rollout's record.
+type rolloutRecord struct {
+	ID        string    `json:"id"`
+	State     string    `json:"state"`
+	Stage     float64   `json:"stage"`
+	InStage   int       `json:"in_stage"`
+	Reported  int       `json:"reported"`
+	Served    int       `json:"served"`
+	Nacked    int       `json:"nacked"`
+	Reason    string    `json:"reason"`
+	Revisions []int64   `json:"revisions"`
+	Baking    bool      `json:"baking"`
+	StageAt   time.Time `json:"stage_started_at"`
+	Decisions []struct {
+		What string    `json:"what"`
+		At   time.Time `json:"at"`
+	} `json:"decisions"`
+}
+
+func getRollout(t *testing.T, base, ns, id string) rolloutRecord {
+	t.Helper()
+	var rec rolloutRecord
+	if st := control(t, "GET", base+"/control/namespaces/"+ns+"/rollouts/"+id, nil, &rec); st != http.StatusOK {
+		t.Fatalf("rollout %s: status %d", id, st)
+	}
+	return rec
+}
+
+func startRollout(t *testing.T, base, ns string, body map[string]any) string {
+	t.Helper()
+	var reply struct {
+		ID       string `json:"id"`
+		Revision int64  `json:"revision"`
+	}
+	if st := control(t, "POST", base+"/control/namespaces/"+ns+"/rollouts", body, &reply); st != http.StatusCreated {
+		t.Fatalf("rollout start: status %d", st)
+	}
+	return reply.ID
+}
+
+// sdkClients opens n SDK clients of ns at base, each its own client id.
+func sdkClients(t *testing.T, base, ns string, n int, opts ...config.NamespaceOption) []*config.Namespace {
+	t.Helper()
+	out := make([]*config.Namespace, n)
+	for i := range out {
+		cl, err := config.New(config.WithEndpoint(base), config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out[i], err = cl.Namespace(ctx, ns, opts...)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func historyKinds(t *testing.T, base, ns string) []string {
+	t.Helper()
+	var h struct {
+		Revisions []struct {
+			Kind   string `json:"kind"`
+			Actor  string `json:"actor"`
+			Reason string `json:"reason"`
+		} `json:"revisions"`
+	}
+	if st := control(t, "GET", base+"/control/namespaces/"+ns+"/history", nil, &h); st != http.StatusOK {
+		t.Fatalf("history: %d", st)
+	}
+	var kinds []string
+	for i := len(h.Revisions) - 1; i >= 0; i-- {
+		if strings.HasPrefix(h.Revisions[i].Kind, "rollout-") && (h.Revisions[i].Reason == "" || h.Revisions[i].Actor == "") {
+			t.Errorf("history record %+v without an actor or a reason", h.Revisions[i])
+		}
+		kinds = append(kinds, h.Revisions[i].Kind)
+	}
+	return kinds
+}
+
+// TestRolloutCompletesOnSDKAcks: a rollout over holdfast server (embedded
+// etcd) walks its stages on real SDK clients' acks and promotes; every
+// client serves the change; the history holds one record per transition,
+// with actor and reason.
+func TestRolloutCompletesOnSDKAcks(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	publish(t, base, "app", map[string]any{"v": 1})
+	clients := sdkClients(t, base, "app", 10)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var c struct{ Clients []any }
+		control(t, "GET", base+"/control/clients", nil, &c)
+		return len(c.Clients) == 10
+	}, "every client reported")
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{10, 50, 100},
+		"bake": "100ms", "actor": "alice", "reason": "ticket 7"})
+	if st := control(t, "POST", base+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": 3}}, nil); st != http.StatusConflict {
+		t.Fatalf("a publish during a rollout: %d, want 409", st)
+	}
+	var rec rolloutRecord
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		rec = getRollout(t, base, "app", id)
+		return rec.State != "running"
+	}, "the rollout ends")
+	if rec.State != "promoted" || len(rec.Revisions) != 4 {
+		t.Fatalf("record %+v", rec)
+	}
+	for i, ns := range clients {
+		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 2 }, fmt.Sprintf("client %d serves v=2", i))
+	}
+	kinds := historyKinds(t, base, "app")
+	if want := "publish rollout-stage rollout-stage rollout-stage rollout-promote"; strings.Join(kinds, " ") != want {
+		t.Fatalf("history kinds %q, want %q", kinds, want)
+	}
+	if st := control(t, "POST", base+"/control/namespaces/app/rollouts/"+id+"/promote", nil, nil); st != http.StatusConflict {
+		t.Fatalf("a promote of an ended rollout: %d, want 409", st)
+	}
+}
+
+// TestRolloutRevertsOnNacks: clients whose schema refuses the change
+// nack it; the rollout reverts at the first stage, and every client
+// serves the old content.
+func TestRolloutRevertsOnNacks(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	publish(t, base, "app", map[string]any{"v": 1})
+	schema := []byte(`{"type":"object","properties":{"v":{"type":"integer","maximum":5}}}`)
+	clients := sdkClients(t, base, "app", 10, config.Schema(schema))
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var c struct{ Clients []any }
+		control(t, "GET", base+"/control/clients", nil, &c)
+		return len(c.Clients) == 10
+	}, "every client reported")
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 9}, "stages": []float64{20, 100}, "bake": "5s"})
+	var rec rolloutRecord
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		rec = getRollout(t, base, "app", id)
+		return rec.State != "running"
+	}, "the rollout ends")
+	if rec.State != "reverted" || rec.Stage != 20 || !strings.Contains(rec.Reason, "rejected") {
+		t.Fatalf("record %+v", rec)
+	}
+	for _, ns := range clients {
+		if ns.Int("v", 0) != 1 {
+			t.Fatalf("a client serves v=%d after the revert", ns.Int("v", 0))
+		}
+	}
+}
+
+// TestRolloutResumesAfterRestart: a server closed mid-bake and started
+// again over the same etcd continues the rollout where it was: the bake
+// ends at the stored time, not a new one.
+func TestRolloutResumesAfterRestart(t *testing.T) {
+	etcdStore, s, base := startOverOwnEtcd(t, 200*time.Millisecond)
+	publish(t, base, "app", map[string]any{"v": 1})
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "3s"})
+	rec := getRollout(t, base, "app", id)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		rec = getRollout(t, base, "app", id)
+		return rec.Baking
+	}, "the first stage bakes")
+	// Let half the bake pass before the restart (not a synchronisation:
+	// the time a restarted bake would add).
+	time.Sleep(1500 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s2, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}, Heartbeat: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	base2 := serve(t, s2)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		rec = getRollout(t, base2, "app", id)
+		return rec.State != "running"
+	}, "the rollout ends after the restart")
+	if rec.State != "promoted" {
+		t.Fatalf("record %+v", rec)
+	}
+	var whats []string
+	for _, d := range rec.Decisions {
+		whats = append(whats, d.What)
+	}
+	if want := "start bake stage bake promote"; strings.Join(whats, " ") != want {
+		t.Fatalf("decisions %q, want %q", whats, want)
+	}
+	// The bake began before the restart: it ended 3s after it began, not
+	// 3s after the restart.
+	bake, next := rec.Decisions[1].At, rec.Decisions[2].At
+	if d := next.Sub(bake); d < 3*time.Second || d > 4*time.Second {
+		t.Errorf("the bake of the first stage lasted %v, want 3s (a bake restarted would last 4.5s)", d)
+	}
+	if !next.Before(restarted.Add(2500 * time.Millisecond)) {
+		t.Errorf("the second stage began %v after the restart: the bake restarted", next.Sub(restarted))
+	}
+}
+
+// serve serves s on a loopback port until the test ends.
+func serve(t *testing.T, s *server.Server) string {
+	t.Helper()
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	return hs.URL
+}
