@@ -68,7 +68,8 @@ type Config struct {
 	// summary); default random.
 	ServerID string
 	// Liveness is how long a client of a rollout's stage may be silent
-	// before it holds the stage no more (default 10s: two heartbeats).
+	// before it holds the stage no more (default 10s: two heartbeats; at
+	// least 3s, so that a report through another server arrives first).
 	Liveness time.Duration
 	// Gates builds a rollout's metric gates (nil: a rollout with gates is
 	// refused).
@@ -133,6 +134,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Liveness <= 0 {
 		cfg.Liveness = 10 * time.Second
 	}
+	// A report through another server reaches the leader within two
+	// summary intervals: a client must not count as gone before.
+	cfg.Liveness = max(cfg.Liveness, 3*reportsEvery)
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
 		trim: newTrimmer(cfg.Source, cfg.Logger, cfg.AuditRetention)}
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
