@@ -151,3 +151,35 @@ func TestRolloutLeaderKilledMidStage(t *testing.T) {
 		t.Fatalf("history %q, want %q (one record per transition)", kinds, want)
 	}
 }
+
+// TestRolloutCommandsOnServer: the rollout commands against holdfast
+// server (a process over its embedded etcd): start with a reason, status
+// -watch prints each change as one JSON line until the rollout ends, list
+// shows it, and abort or promote of an ended rollout is refused.
+func TestRolloutCommandsOnServer(t *testing.T) {
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-heartbeat", "100ms", "-log-format", "json")
+	rec := s.stderr.waitFor(t, "serving", s.done)
+	base, _ := rec["url"].(string)
+	mustRun(t, "publish", "-server", base, "app", "v=1")
+	c, _ := fleetClient(t, []string{base})
+	ns := openNS(t, c, "app")
+	out := mustRun(t, "rollout", "start", "-server", base, "-stages", "50,100", "-bake", "300ms", "-reason", "ticket 30", "-actor", "alice", "-o", "json", "app", "v=2")
+	id, _ := startedRollout(t, out)
+	watched := mustRun(t, "rollout", "status", "-server", base, "-id", id, "-watch", "-o", "json", "app")
+	lines := strings.Split(strings.TrimSpace(watched), "\n")
+	var last serverRollout
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.State != "promoted" {
+		t.Fatalf("the last line of -watch: %q (%v)", lines[len(lines)-1], err)
+	}
+	if len(lines) < 3 {
+		t.Errorf("-watch printed %d records, want one per change (at least a stage, a bake, the end):\n%s", len(lines), watched)
+	}
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 2 }, "the client serves v=2")
+	if out := mustRun(t, "rollout", "list", "-server", base, "app"); !strings.Contains(out, id) || !strings.Contains(out, "promoted") {
+		t.Errorf("rollout list:\n%s", out)
+	}
+	if out := mustRun(t, "history", "-server", base, "app"); !strings.Contains(out, "ticket 30") || !strings.Contains(out, "alice") {
+		t.Errorf("history without the start's actor and reason:\n%s", out)
+	}
+	mustFail(t, exitFail, "ended", "rollout", "promote", "-server", base, "-id", id, "app")
+}
