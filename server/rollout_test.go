@@ -226,3 +226,52 @@ func serve(t *testing.T, s *server.Server) string {
 	})
 	return hs.URL
 }
+
+// TestRolloutRestartedClientDoesNotHoldTheStage: a client known to the
+// server that restarts with a new id just as a stage begins never reports
+// the stage under its old id; past the liveness window (here its 3s
+// floor) the old id counts as gone and the stage completes on the others'
+// acks, well before its 60s timeout. The new id is placed like any other.
+func TestRolloutRestartedClientDoesNotHoldTheStage(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	publish(t, base, "app", map[string]any{"v": 1})
+	cl, err := config.New(config.WithEndpoint(base), config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cl.Namespace(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	others := sdkClients(t, base, "app", 4)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var c struct{ Clients []any }
+		control(t, "GET", base+"/control/clients", nil, &c)
+		return len(c.Clients) == 5
+	}, "every client reported")
+	_ = cl.Close() // restarts: its old id goes silent
+	restarted := sdkClients(t, base, "app", 1)
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{100}, "stage_timeout": "60s"})
+	var rec rolloutRecord
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		rec = getRollout(t, base, "app", id)
+		return rec.State != "running"
+	}, "the rollout ends")
+	if rec.State != "promoted" {
+		t.Fatalf("record %+v", rec)
+	}
+	var gone struct {
+		Decisions []struct {
+			What   string `json:"what"`
+			Reason string `json:"reason"`
+		} `json:"decisions"`
+	}
+	control(t, "GET", base+"/control/namespaces/app/rollouts/"+id, nil, &gone)
+	if d := gone.Decisions[1]; d.What != "bake" || !strings.Contains(d.Reason, "(1 gone)") {
+		t.Errorf("the bake's decision %+v: want the old id gone", d)
+	}
+	for _, ns := range append(others, restarted...) {
+		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 2 }, "a client serves v=2")
+	}
+}
