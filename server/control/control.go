@@ -142,7 +142,7 @@ func New(cfg Config) (*Handler, error) {
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
 	h.reports = newReportSync(h.cli, cfg.Acks, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
-		Liveness: cfg.Liveness, Logger: cfg.Logger})
+		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
 	for _, rt := range []struct {
 		pattern string
 		fn      func(http.ResponseWriter, *http.Request) error

@@ -192,6 +192,11 @@ func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Repor
 			cached.reports = append(cached.reports, s.Reports...)
 		}
 		r.mu.Lock()
+		for other, rr := range r.remote { // namespaces no longer asked for
+			if time.Since(rr.at) > time.Minute {
+				delete(r.remote, other)
+			}
+		}
 		r.remote[ns] = cached
 		r.mu.Unlock()
 	}

@@ -76,6 +76,10 @@ type Config struct {
 	// Liveness is how long a client of a stage may stay silent before it
 	// counts as gone and holds the stage no more (0: never).
 	Liveness time.Duration
+	// Settle is how long a stage waits, at least, before it bakes: the
+	// time the reports through other servers take to reach Reports (0:
+	// none), so that a stage never bakes on one server's members alone.
+	Settle time.Duration
 	// Actor is the actor of the controller's own transitions.
 	Actor  string
 	Logger *slog.Logger
@@ -207,9 +211,7 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 	}
 	st.Version = rev
 	st.FillRevision(rev)
-	c.mu.Lock()
-	c.gates[st.ID] = gates
-	c.mu.Unlock()
+	_ = gates // built to check them: the leader builds its own
 	c.Wake()
 	return st.record(c.counts(st, reports, now)), nil
 }
@@ -351,11 +353,13 @@ func (c *Controller) recordOf(ctx context.Context, st *State) (Record, error) {
 	return st.record(c.counts(st, reports, c.cfg.Now())), nil
 }
 
-// tallyOf counts reports into a tally of st.
-func (c *Controller) tallyOf(st *State, reports []Report, now time.Time) *tally {
+// tallyOf counts reports into a tally of st. keep: remember when each
+// client was first counted (the leader's steps, which forget it when the
+// rollout ends); else only use what is remembered.
+func (c *Controller) tallyOf(st *State, reports []Report, now time.Time, keep bool) *tally {
 	c.mu.Lock()
 	since := c.since[st.ID]
-	if since == nil && st.State == Running {
+	if since == nil && st.State == Running && keep {
 		since = make(map[string]time.Time)
 		c.since[st.ID] = since
 	}
@@ -369,7 +373,7 @@ func (c *Controller) tallyOf(st *State, reports []Report, now time.Time) *tally 
 		for id, cl := range t.clients {
 			if s, ok := since[id]; ok {
 				cl.since = s
-			} else {
+			} else if keep {
 				since[id] = cl.since
 			}
 		}
@@ -379,7 +383,7 @@ func (c *Controller) tallyOf(st *State, reports []Report, now time.Time) *tally 
 }
 
 func (c *Controller) counts(st *State, reports []Report, now time.Time) Counts {
-	return c.tallyOf(st, reports, now).counts(st, now, c.cfg.Liveness)
+	return c.tallyOf(st, reports, now, false).counts(st, now, c.cfg.Liveness)
 }
 
 // Run moves the running rollouts along until ctx ends: every transition
@@ -448,7 +452,7 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 		return nil, err
 	}
 	now := c.cfg.Now()
-	t := c.tallyOf(st, reports, now)
+	t := c.tallyOf(st, reports, now, true)
 	window := c.cfg.Liveness
 	counts := t.counts(st, now, window)
 	stage := st.Spec.Stages[st.Stage]
@@ -468,6 +472,9 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 			return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", why, leading)
 		}
 		if st.Spec.Prevalidate && now.Before(st.StageAt.Add(min(st.Spec.ReportTimeout, st.Spec.StageTimeout))) && t.othersWaiting(st, now, window) {
+			return nil, nil
+		}
+		if now.Sub(st.StageAt) < c.cfg.Settle {
 			return nil, nil
 		}
 		next := st.clone()

@@ -322,3 +322,25 @@ func TestGateBreachReverts(t *testing.T) {
 		t.Fatalf("record %+v", got)
 	}
 }
+
+// TestSettleDelaysTheBake: a stage whose known members all reported at
+// once still waits Settle before it bakes (reports through other servers
+// are on their way).
+func TestSettleDelaysTheBake(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	f.apply(m, "app", ids(4), nil)
+	c := New(Config{Store: m, Reports: f.Reports, Now: f.clock, Settle: 2 * time.Second})
+	if _, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{50, 100}}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(m, "app", ids(4), nil)
+	step(t, c, nil)
+	if cur, _ := m.Current(context.Background(), "app"); !cur.BakeEnd.IsZero() || cur.Stage != 0 {
+		t.Fatalf("baked before Settle: %+v", cur)
+	}
+	f.advance(2 * time.Second)
+	step(t, c, nil)
+	if cur, _ := m.Current(context.Background(), "app"); cur.Stage != 1 {
+		t.Fatalf("not on after Settle: stage %d", cur.Stage)
+	}
+}
