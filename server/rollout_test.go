@@ -275,3 +275,62 @@ func TestRolloutRestartedClientDoesNotHoldTheStage(t *testing.T) {
 		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 2 }, "a client serves v=2")
 	}
 }
+
+// TestRolloutCountsReportsThroughAFollower: two servers over one etcd;
+// the clients are all on the server that does not lead, so their acks
+// and nacks reach the leader's controller only through the follower's
+// summaries in the store: a change they reject reverts, one they take is
+// promoted with every client counted as having served it.
+func TestRolloutCountsReportsThroughAFollower(t *testing.T) {
+	etcdStore, s1, base1 := startOverOwnEtcd(t, 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s2, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}, Heartbeat: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base2 := serve(t, s2)
+	t.Cleanup(func() { _ = s2.Close() })
+	var leaderBase, followerBase string
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		l1, l2 := s1.Status(ctx).Leader, s2.Status(ctx).Leader
+		switch {
+		case l1 && !l2:
+			leaderBase, followerBase = base1, base2
+		case l2 && !l1:
+			leaderBase, followerBase = base2, base1
+		default:
+			return false
+		}
+		return true
+	}, "one leader")
+	publish(t, leaderBase, "app", map[string]any{"v": 1})
+	schema := []byte(`{"type":"object","properties":{"v":{"type":"integer","maximum":5}}}`)
+	clients := sdkClients(t, followerBase, "app", 6, config.Schema(schema))
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var c struct{ Clients []any }
+		control(t, "GET", followerBase+"/control/clients", nil, &c)
+		return len(c.Clients) == 6
+	}, "every client reported to the follower")
+
+	bad := startRollout(t, leaderBase, "app", map[string]any{"puts": map[string]any{"v": 9}, "stages": []float64{50, 100}, "bake": "1s"})
+	var rec rolloutRecord
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		rec = getRollout(t, leaderBase, "app", bad)
+		return rec.State != "running"
+	}, "the bad rollout ends")
+	if rec.State != "reverted" || rec.Stage != 50 || !strings.Contains(rec.Reason, "rejected") {
+		t.Fatalf("bad rollout: %+v", rec)
+	}
+	good := startRollout(t, followerBase, "app", map[string]any{"puts": map[string]any{"v": 3}, "stages": []float64{50, 100}, "bake": "500ms"})
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		rec = getRollout(t, leaderBase, "app", good)
+		return rec.State != "running"
+	}, "the good rollout ends")
+	if rec.State != "promoted" || rec.Served != 6 {
+		t.Fatalf("good rollout: %+v", rec)
+	}
+	for _, ns := range clients {
+		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 3 }, "a client serves v=3")
+	}
+}
