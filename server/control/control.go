@@ -52,6 +52,9 @@ type Config struct {
 	// AuditRetention is how many audit records each namespace keeps
 	// (default DefaultAuditRetention); older ones fold into its base.
 	AuditRetention int
+	// AuditRetentionBytes bounds the bytes of each namespace's audit
+	// records too (default DefaultAuditRetentionBytes; negative: no bound).
+	AuditRetentionBytes int64
 	// Tokens, when set, require a bearer token with control scope on
 	// every request (as the data plane's, from the same file): a
 	// namespace's endpoint needs control of it, a store-wide one (compact)
@@ -117,6 +120,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.AuditRetention <= 0 {
 		cfg.AuditRetention = DefaultAuditRetention
 	}
+	if cfg.AuditRetentionBytes == 0 {
+		cfg.AuditRetentionBytes = DefaultAuditRetentionBytes
+	}
 	if cfg.Acks == nil {
 		cfg.Acks = NewAcks(DefaultMaxAckEntries)
 	}
@@ -138,7 +144,7 @@ func New(cfg Config) (*Handler, error) {
 	// summary intervals: a client must not count as gone before.
 	cfg.Liveness = max(cfg.Liveness, 3*reportsEvery)
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
-		trim: newTrimmer(cfg.Source, cfg.Logger, cfg.AuditRetention)}
+		trim: newTrimmer(cfg.Source, cfg.Logger, etcd.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
 	h.reports = newReportSync(h.cli, cfg.Acks, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,

@@ -155,7 +155,7 @@ func (s rolloutStore) Commit(ctx context.Context, c controller.Commit) (int64, e
 			return 0, err
 		}
 		s.h.publishes.Add(1)
-		s.h.trim.published(ns)
+		s.h.trim.published(ns, publishSize(puts, deletes))
 	}
 	if archived {
 		s.trimEnded(ctx, ns)
