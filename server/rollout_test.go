@@ -334,3 +334,32 @@ func TestRolloutCountsReportsThroughAFollower(t *testing.T) {
 		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 3 }, "a client serves v=3")
 	}
 }
+
+// TestRolloutAbortReachesEveryClient: an abort mid-bake, with every client
+// serving the change, has every client back on the old content within
+// the 10 s emergency budget; the time is logged.
+func TestRolloutAbortReachesEveryClient(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	publish(t, base, "app", map[string]any{"v": 1})
+	clients := sdkClients(t, base, "app", 20)
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{100}, "bake": "1m"})
+	for _, ns := range clients {
+		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 2 }, "a client serves v=2")
+	}
+	aborted := time.Now()
+	var rec rolloutRecord
+	if st := control(t, "POST", base+"/control/namespaces/app/rollouts/"+id+"/abort", map[string]any{"reason": "error rate up"}, &rec); st != http.StatusOK || rec.State != "reverted" {
+		t.Fatalf("abort: %d %+v", st, rec)
+	}
+	for _, ns := range clients {
+		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 1 }, "a client serves v=1 again")
+	}
+	took := time.Since(aborted)
+	t.Logf("every one of %d clients on the old content %v after the abort was asked", len(clients), took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("the revert took %v, above the 10s budget", took)
+	}
+	if !strings.Contains(rec.Reason, "error rate up") {
+		t.Errorf("reason %q", rec.Reason)
+	}
+}
