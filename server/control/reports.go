@@ -127,6 +127,11 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 	running := r.active.namespaces()
 	if len(running) == 0 {
 		clear(written)
+		if *lease != 0 { // the summaries go with it
+			_, err := r.cli.Revoke(ctx, *lease)
+			*lease = 0
+			return err
+		}
 		return nil
 	}
 	if *lease == 0 {
