@@ -2,16 +2,19 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
+	servercontrol "github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
 )
 
@@ -361,5 +364,55 @@ func TestRolloutAbortReachesEveryClient(t *testing.T) {
 	}
 	if !strings.Contains(rec.Reason, "error rate up") {
 		t.Errorf("reason %q", rec.Reason)
+	}
+}
+
+// flagGate is a gate the test breaches by hand.
+type flagGate struct{ breach *atomic.Bool }
+
+func (g flagGate) Check(context.Context) (bool, string, error) {
+	return g.breach.Load(), "error_rate 0.31 > max 0.05 (query: sum(rate(errors[1m]))/sum(rate(requests[1m])))", nil
+}
+
+// TestRolloutGateBreachReverts: a gate (server.Config.Gates) breached
+// while a stage bakes reverts the rollout at that stage, with the gate's
+// figures in the rollout's reason and in the revert's audit record.
+func TestRolloutGateBreachReverts(t *testing.T) {
+	var breach atomic.Bool
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindMemory}, Heartbeat: 200 * time.Millisecond,
+		Gates: func(json.RawMessage) (servercontrol.Gate, error) { return flagGate{&breach}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	base := serve(t, s)
+	publish(t, base, "app", map[string]any{"v": 1})
+	clients := sdkClients(t, base, "app", 4)
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "1m",
+		"gates": []any{map[string]any{"prometheus": "http://127.0.0.1:9090", "query": "x", "max": 0.05}}})
+	testutil.Eventually(t, 20*time.Second, func() bool { return getRollout(t, base, "app", id).Baking }, "the first stage bakes")
+	breach.Store(true)
+	var rec rolloutRecord
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		rec = getRollout(t, base, "app", id)
+		return rec.State != "running"
+	}, "the rollout ends on the breach")
+	if rec.State != "reverted" || rec.Stage != 50 || !strings.Contains(rec.Reason, "error_rate 0.31") {
+		t.Fatalf("record %+v", rec)
+	}
+	var h struct {
+		Revisions []struct {
+			Kind   string `json:"kind"`
+			Reason string `json:"reason"`
+		} `json:"revisions"`
+	}
+	control(t, "GET", base+"/control/namespaces/app/history?limit=1", nil, &h)
+	if len(h.Revisions) != 1 || h.Revisions[0].Kind != "rollout-revert" || !strings.Contains(h.Revisions[0].Reason, "sum(rate(errors[1m]))") {
+		t.Fatalf("the revert's audit record %+v", h.Revisions)
+	}
+	for _, ns := range clients {
+		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 1 }, "a client serves v=1")
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +28,10 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	Store  store.Config
+	Store store.Config
+	// Gates builds a rollout's metric gates from their JSON (nil: a
+	// rollout with gates is refused with 400).
+	Gates  func(raw json.RawMessage) (control.Gate, error)
 	Logger *slog.Logger
 	// Heartbeat is the progress interval of the data plane's streams
 	// (default DefaultHeartbeat).
@@ -129,6 +133,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Revision:            s.revision,
 		Streams:             s.streams,
 		Liveness:            2 * cfg.Heartbeat,
+		Gates:               cfg.Gates,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())

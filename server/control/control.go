@@ -74,10 +74,15 @@ type Config struct {
 	// before it holds the stage no more (default 10s: two heartbeats; at
 	// least 3s, so that a report through another server arrives first).
 	Liveness time.Duration
-	// Gates builds a rollout's metric gates (nil: a rollout with gates is
-	// refused).
-	Gates func(raw json.RawMessage) (controller.Gate, error)
+	// Gates builds a rollout's metric gates from their JSON in the
+	// rollout's spec (nil: a rollout with gates is refused).
+	Gates func(raw json.RawMessage) (Gate, error)
 }
+
+// Gate is a check a rollout's stage must pass while it bakes (a metric
+// gate): Check says whether it is breached, with the figures for the
+// rollout's decisions and the audit.
+type Gate = controller.Gate
 
 // Handler serves the control API.
 type Handler struct {
