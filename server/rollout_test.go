@@ -416,3 +416,36 @@ func TestRolloutGateBreachReverts(t *testing.T) {
 		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 1 }, "a client serves v=1")
 	}
 }
+
+// TestPublishAbortRollout: a publish during a rollout is refused (409)
+// unless abort_rollout, which reverts the rollout first: the history then
+// holds the revert (the publisher as its actor) and the publish.
+func TestPublishAbortRollout(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	publish(t, base, "app", map[string]any{"v": 1})
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "1m"})
+	if st := control(t, "POST", base+"/control/namespaces/app/rollback", map[string]any{"to_revision": 1}, nil); st != http.StatusConflict {
+		t.Fatalf("a rollback during a rollout: %d, want 409", st)
+	}
+	var reply struct{ Revision int64 }
+	body := map[string]any{"puts": map[string]any{"v": 3}, "abort_rollout": true, "actor": "bob", "reason": "hotfix"}
+	if st := control(t, "POST", base+"/control/namespaces/app/publish", body, &reply); st != http.StatusOK {
+		t.Fatalf("a publish with abort_rollout: %d", st)
+	}
+	rec := getRollout(t, base, "app", id)
+	if rec.State != "reverted" || !strings.Contains(rec.Reason, "aborted by bob") {
+		t.Fatalf("record %+v", rec)
+	}
+	var h struct {
+		Revisions []struct {
+			Revision int64  `json:"revision"`
+			Kind     string `json:"kind"`
+			Actor    string `json:"actor"`
+		} `json:"revisions"`
+	}
+	control(t, "GET", base+"/control/namespaces/app/history?limit=2", nil, &h)
+	if len(h.Revisions) != 2 || h.Revisions[0].Kind != "publish" || h.Revisions[0].Revision != reply.Revision ||
+		h.Revisions[1].Kind != "rollout-revert" || h.Revisions[1].Actor != "bob" {
+		t.Fatalf("history %+v", h.Revisions)
+	}
+}
