@@ -14,8 +14,8 @@ type PublishRequest struct {
 	// IfRevision makes the publish conditional: it commits only if the
 	// namespace is at this revision (0: it has none).
 	IfRevision *int64 `json:"if_revision,omitempty"`
-	// AbortRollout reverts the namespace's running rollout first (the
-	// reference server's; holdfast server runs no rollouts yet).
+	// AbortRollout reverts the namespace's running rollout first; without
+	// it a publish during a rollout is refused (409).
 	AbortRollout bool `json:"abort_rollout,omitempty"`
 }
 

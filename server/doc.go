@@ -18,6 +18,9 @@
 // the number of clients. Writes go to etcd (package control), one
 // transaction each, its audit record included.
 //
-// Staged rollouts and the store's token records are not served yet: the
-// rollout API answers 501.
+// Staged rollouts run on the store's elected leader (the controller of
+// internal/rollout/controller over the store: its state under
+// control.RolloutRoot, every transition one conditional transaction with
+// the namespace's change and its audit record); any server takes the
+// rollout API. The store's token records are not served yet.
 package server

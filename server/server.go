@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/relay"
@@ -26,7 +29,10 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	Store  store.Config
+	Store store.Config
+	// Gates builds a rollout's metric gates from their JSON (nil: a
+	// rollout with gates is refused with 400).
+	Gates  func(raw json.RawMessage) (control.Gate, error)
 	Logger *slog.Logger
 	// Heartbeat is the progress interval of the data plane's streams
 	// (default DefaultHeartbeat).
@@ -144,12 +150,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		AuditRetentionBytes: cfg.AuditRetentionBytes,
 		Revision:            s.revision,
 		Streams:             s.streams,
+		Liveness:            2 * cfg.Heartbeat,
+		Gates:               cfg.Gates,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
 	}
+	rollouts := s.control.Rollouts()
 	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger),
-		defragment(st.Client, cfg.Logger, cmp.Or(cfg.DefragInterval, DefaultDefragInterval), cmp.Or(cfg.DefragMinFree, DefaultDefragMinFree)))
+		defragment(st.Client, cfg.Logger, cmp.Or(cfg.DefragInterval, DefaultDefragInterval), cmp.Or(cfg.DefragMinFree, DefaultDefragMinFree)),
+		func(ctx context.Context, leading clientv3.Cmp) error { return rollouts.Run(ctx, leading) })
 	data := s.cache.Handler()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/control/") {

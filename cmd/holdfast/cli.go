@@ -54,7 +54,7 @@ func commands() []*command {
 		serverExportCommand(), serverImportCommand(), serverCommand(), relayCommand(),
 		publishCommand(), rollbackCommand(), historyCommand(), getCommand(), diffCommand(),
 		statusCommand(), clientsCommand(),
-		rolloutStartCommand(), rolloutStatusCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
+		rolloutStartCommand(), rolloutStatusCommand(), rolloutListCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
 	}

@@ -53,6 +53,9 @@ plain publish during one, is refused (409).
 			reportTimeout := fs.Duration("report-timeout", 0, "a client silent this long is lagging (0: the server's default, 10s)")
 			stageTimeout := fs.Duration("stage-timeout", 0, "how long a stage waits for its clients (0: the server's default, 5m)")
 			onTimeout := newChoice(fs, "on-timeout", "what a stage that timed out does", "revert", "hold")
+			onBreach := newChoice(fs, "on-breach", "what a gate's breach does (holdfast server; default revert)", "", "revert", "hold")
+			actor := fs.String("actor", "", "`WHO` starts it, for the history (default: the token's identity; holdfast server)")
+			reason := fs.String("reason", "", "`WHY`, for the history (holdfast server)")
 			file := fs.String("f", "", "take the change from `FILE`: {\"puts\":{...},\"deletes\":[...]}")
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
@@ -72,7 +75,7 @@ plain publish during one, is refused (409).
 					Puts: puts, Deletes: deletes, Stages: stages,
 					Bake: durationText(*bake), MaxNacks: *maxNacks, Prevalidate: *prevalidate,
 					ReportTimeout: durationText(*reportTimeout), StageTimeout: durationText(*stageTimeout),
-					OnTimeout: onTimeout.value,
+					OnTimeout: onTimeout.value, OnBreach: onBreach.value, Actor: *actor, Reason: *reason,
 				}
 				return withServer(ctx, t, "rollout start", func(ctx context.Context, p *serverPlane) error {
 					data, err := p.post(ctx, nsPath(ns, "rollouts"), req)
@@ -108,6 +111,10 @@ type rolloutRequest struct {
 	ReportTimeout string                     `json:"report_timeout,omitempty"`
 	StageTimeout  string                     `json:"stage_timeout,omitempty"`
 	OnTimeout     string                     `json:"on_timeout,omitempty"`
+	// Sent only when given: the reference server takes none of them.
+	OnBreach string `json:"on_breach,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // durationText is d as the API takes it, "" (the default) for 0.
@@ -125,7 +132,10 @@ promoted, reverted), the stage it is in (or ended in), how many clients it
 knows, how many served the change, acked, nacked, would have nacked
 (prevalidation) and lag, why it reverted, and the revisions it committed.
 Without -id it lists NAMESPACE's rollouts, newest first: the running one
-and the last few that ended (GET /control/namespaces/{ns}/rollouts).`)
+and the last few that ended (GET /control/namespaces/{ns}/rollouts), as
+'holdfast rollout list' does. With -id and -watch it prints the record
+again at each change (its stage, counts, bake, reason) until the rollout
+ends, then exits 0; with -o json, one record a line.`)
 }
 
 func rolloutAbortCommand() *command {
@@ -156,10 +166,25 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 				idUsage = "the rollout's `ID`, as rollout start printed it (empty: list the namespace's rollouts)"
 			}
 			id := fs.String("id", "", idUsage)
+			var watch *bool
+			var reason *string
+			if action == "" {
+				watch = fs.Bool("watch", false, "print the rollout again at each change, until it ends (needs -id)")
+			} else {
+				reason = fs.String("reason", "", "`WHY`, for the history")
+			}
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
 				if *id == "" && action != "" {
 					return usagef("-id is required")
+				}
+				if watch != nil && *watch {
+					if *id == "" {
+						return usagef("-watch needs -id")
+					}
+					return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
+						return watchRollout(ctx, e, t, p, nsPath(ns, "rollouts", *id))
+					})
 				}
 				return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
 					if *id == "" {
@@ -175,7 +200,11 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 					if action == "" {
 						data, err = p.get(ctx, path, nil)
 					} else {
-						data, err = p.post(ctx, path+"/"+action, nil)
+						var body any
+						if *reason != "" {
+							body = map[string]string{"reason": *reason}
+						}
+						data, err = p.post(ctx, path+"/"+action, body)
 					}
 					if err != nil {
 						return err
@@ -184,6 +213,71 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 				})
 			}
 		},
+	}
+}
+
+func rolloutListCommand() *command {
+	return &command{
+		name:    "rollout list",
+		args:    "NAMESPACE",
+		summary: "list a namespace's rollouts: the running one and the last that ended",
+		doc: `
+Rollout list lists NAMESPACE's rollouts, newest first: the running one and
+the last few that ended (GET /control/namespaces/{ns}/rollouts), one a
+line.
+` + serverOnlyDoc,
+		minArgs: 1, maxArgs: 1,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			t := addTargetFlags(fs, true)
+			return func(ctx context.Context, e *env, args []string) error {
+				ns := args[0]
+				return withServer(ctx, t, "rollout list", func(ctx context.Context, p *serverPlane) error {
+					data, err := p.get(ctx, nsPath(ns, "rollouts"), nil)
+					if err != nil {
+						return err
+					}
+					return t.print(e, data, func(w io.Writer) error { return printRollouts(w, ns, data) })
+				})
+			}
+		},
+	}
+}
+
+// watchPoll is how often rollout status -watch reads the rollout.
+const watchPoll = 500 * time.Millisecond
+
+// watchRollout prints the rollout at path, then again at each change of
+// its state, stage, counts or reason, until it has ended (or ctx ends).
+func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, path string) error {
+	var last string
+	for {
+		data, err := p.get(ctx, path, nil)
+		if err != nil {
+			return err
+		}
+		var r rolloutRecord
+		if err := json.Unmarshal(data, &r); err != nil {
+			return err
+		}
+		// What changes: the record without its times of reading.
+		key, _ := json.Marshal(r)
+		if string(key) != last {
+			last = string(key)
+			if !t.json() {
+				fmt.Fprintf(e.stdout, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+			}
+			if err := t.print(e, []byte(compactJSON(data)), func(w io.Writer) error { return printRollout(w, data) }); err != nil {
+				return err
+			}
+		}
+		if r.State != "" && r.State != "running" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(watchPoll):
+		}
 	}
 }
 
@@ -202,6 +296,13 @@ type rolloutRecord struct {
 	Lagging   int       `json:"lagging"`
 	Reason    string    `json:"reason"`
 	Revisions []int64   `json:"revisions"`
+	// holdfast server's.
+	InStage  int    `json:"in_stage"`
+	Reported int    `json:"reported"`
+	Gone     int    `json:"gone"`
+	Baking   bool   `json:"baking,omitempty"`
+	Held     bool   `json:"held,omitempty"`
+	Actor    string `json:"actor,omitempty"`
 }
 
 // printRollout prints a rollout's record as a table.
@@ -224,7 +325,18 @@ func printRollout(w io.Writer, data []byte) error {
 		tw.row("namespace", r.Namespace)
 	}
 	tw.row("state", r.State)
-	tw.row("stage", fmt.Sprintf("%s of %s", percent(r.Stage), strings.Join(stages, " → ")))
+	stage := fmt.Sprintf("%s of %s", percent(r.Stage), strings.Join(stages, " → "))
+	switch {
+	case r.Baking:
+		stage += " (baking)"
+	case r.Held:
+		stage += " (held)"
+	}
+	tw.row("stage", stage)
+	if r.Actor != "" {
+		tw.row("started by", r.Actor)
+	}
+	tw.row("in stage", fmt.Sprintf("%d (%d reported, %d gone)", r.InStage, r.Reported, r.Gone))
 	tw.row("clients", r.Clients)
 	tw.row("served", r.Served)
 	tw.row("acked", r.Acked)

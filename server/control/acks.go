@@ -27,6 +27,13 @@ type ackEntry struct {
 	acked, nacked int64
 	nackErr       string
 	at            time.Time
+	// What the client reported of a staged rollout (its latest): the
+	// rollout's id, the highest revision it served it at, whether its nack
+	// named it, its would-nack.
+	rollout       string
+	served, would int64
+	nackedRollout bool
+	wouldErr      string
 }
 
 // maxNackError bounds the error kept of a nack: the table's memory is
@@ -79,13 +86,24 @@ func (a *Acks) AckBatch(_ context.Context, acks []transport.Ack) error {
 		}
 		e := el.Value.(*ackEntry)
 		e.at = now
+		if ack.Rollout != "" && ack.Rollout != e.rollout {
+			e.rollout, e.served, e.would, e.nackedRollout, e.wouldErr = ack.Rollout, 0, 0, false, ""
+		}
 		switch ack.Status {
 		case transport.AckRejected:
 			if ack.Revision >= e.nacked {
 				e.nacked, e.nackErr = ack.Revision, clip(ack.Error, maxNackError)
 			}
+			e.nackedRollout = e.nackedRollout || ack.Rollout != ""
 		case transport.AckApplied:
 			e.acked = max(e.acked, ack.Revision)
+			if ack.Rollout != "" {
+				e.served = max(e.served, ack.Revision)
+			}
+		case transport.AckWouldReject:
+			if ack.Rollout != "" && ack.Revision >= e.would {
+				e.would, e.wouldErr = ack.Revision, clip(ack.Error, maxNackError)
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/server/tokens"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -69,7 +72,22 @@ type Config struct {
 	// TokenStore, when set, serves /control/tokens: token management
 	// (admin scope) and the relays' copy of the records (relay scope).
 	TokenStore *tokens.Store
+	// ServerID names this server among the store's (its rollout reports'
+	// summary); default random.
+	ServerID string
+	// Liveness is how long a client of a rollout's stage may be silent
+	// before it holds the stage no more (default 10s: two heartbeats; at
+	// least 3s, so that a report through another server arrives first).
+	Liveness time.Duration
+	// Gates builds a rollout's metric gates from their JSON in the
+	// rollout's spec (nil: a rollout with gates is refused).
+	Gates func(raw json.RawMessage) (Gate, error)
 }
+
+// Gate is a check a rollout's stage must pass while it bakes (a metric
+// gate): Check says whether it is breached, with the figures for the
+// rollout's decisions and the audit.
+type Gate = controller.Gate
 
 // Handler serves the control API.
 type Handler struct {
@@ -81,11 +99,19 @@ type Handler struct {
 	schemas   schemaCache
 	publishes atomic.Int64
 	trim      *trimmer
+	rollouts  *controller.Controller
+	reports   *reportSync
+	active    *activeRollouts
 }
 
-// Close stops the handler's background work (the audit log's trimming)
-// and waits for it. Call it once the handler serves no more.
-func (h *Handler) Close() { h.trim.close() }
+// Close stops the handler's background work (the audit log's trimming,
+// the rollout reports' summaries) and waits for it. Call it once the
+// handler serves no more.
+func (h *Handler) Close() {
+	h.trim.close()
+	h.reports.close()
+	h.active.close()
+}
 
 // Publishes counts the publishes and rollbacks this handler committed.
 func (h *Handler) Publishes() int64 { return h.publishes.Load() }
@@ -116,8 +142,23 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Streams == nil {
 		cfg.Streams = func(string) int { return 0 }
 	}
+	if cfg.ServerID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.ServerID = hex.EncodeToString(b[:])
+	}
+	if cfg.Liveness <= 0 {
+		cfg.Liveness = 10 * time.Second
+	}
+	// A report through another server reaches the leader within two
+	// summary intervals: a client must not count as gone before.
+	cfg.Liveness = max(cfg.Liveness, 3*reportsEvery)
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
 		trim: newTrimmer(cfg.Source, cfg.Logger, etcd.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
+	h.active = newActiveRollouts(h.cli, cfg.Logger)
+	h.reports = newReportSync(h.cli, cfg.Acks, h.active, cfg.ServerID, cfg.Logger)
+	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
+		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
 	for _, rt := range []struct {
 		pattern string
 		fn      func(http.ResponseWriter, *http.Request) error
@@ -131,8 +172,11 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /control/namespaces/{ns}/history", h.history},
 		{"GET /control/namespaces/{ns}/values", h.values},
 		{"GET /control/namespaces/{ns}/diff", h.diff},
-		{"/control/namespaces/{ns}/rollouts", h.rolloutsMissing},
-		{"/control/namespaces/{ns}/rollouts/", h.rolloutsMissing},
+		{"POST /control/namespaces/{ns}/rollouts", h.startRollout},
+		{"GET /control/namespaces/{ns}/rollouts", h.listRollouts},
+		{"GET /control/namespaces/{ns}/rollouts/{id}", h.getRollout},
+		{"POST /control/namespaces/{ns}/rollouts/{id}/abort", h.rolloutAction},
+		{"POST /control/namespaces/{ns}/rollouts/{id}/promote", h.rolloutAction},
 		{"POST /control/compact", h.compact},
 		{"GET /control/clients", h.clients},
 		{"POST /control/tokens", h.createToken},

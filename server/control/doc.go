@@ -1,6 +1,7 @@
 // Package control is holdfast server's control API (/control/...), over
 // the store: publish, rollback, schemas, history, values, diff, status,
-// compaction and the clients' acks. Every write is one etcd transaction
+// compaction, the clients' acks and staged rollouts (the controller of
+// internal/rollout/controller over the store, rollouts.go). Every write is one etcd transaction
 // that carries its audit record, so the store is the only state: any
 // server of a store answers the same, and a restart loses nothing.
 //

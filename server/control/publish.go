@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -42,7 +43,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	actor, onBehalfOf := actors(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, body.AbortRollout, func(opts []etcd.PublishOption) (int64, error) {
 		return h.cfg.Source.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
 	})
 	if err != nil {
@@ -68,7 +69,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("to_revision is required")
 	}
 	actor, onBehalfOf := actors(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, func(opts []etcd.PublishOption) (int64, error) {
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, false, func(opts []etcd.PublishOption) (int64, error) {
 		return h.cfg.Source.Rollback(r.Context(), ns, *body.To, opts...)
 	})
 	if err != nil {
@@ -84,12 +85,37 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 // write runs a publish or rollback with its audit, condition and the
 // namespace's schema, guarded by the schema's revision: a schema set
 // meanwhile makes it read the schema again and retry (a few times), so
-// that a write never commits against a schema already replaced.
-func (h *Handler) write(ctx context.Context, ns, actor, onBehalfOf, reason string, ifRevision *int64, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
+// that a write never commits against a schema already replaced. A plain
+// write (abort false or true; nil for a rollout's own commit) is refused
+// while a rollout runs on ns, or reverts it first when abort, and is
+// guarded by the rollout's state, so that a rollout started meanwhile is
+// never bypassed.
+func (h *Handler) write(ctx context.Context, ns, actor, onBehalfOf, reason string, ifRevision *int64, abort any, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithOnBehalfOf(onBehalfOf), etcd.WithReason(reason)}
 		if ifRevision != nil {
 			opts = append(opts, etcd.WithIfRevision(*ifRevision))
+		}
+		if abort, plain := abort.(bool); plain {
+			run, version, err := h.runningRollout(ctx, ns)
+			if err != nil {
+				return 0, err
+			}
+			if run != nil && !abort {
+				return 0, &httpError{status: http.StatusConflict, code: transport.CodeConflict,
+					msg: fmt.Sprintf("namespace %q: rollout %q is running; abort it first (or publish with abort_rollout)", ns, run.ID)}
+			}
+			if run != nil {
+				rec, err := h.rollouts.Abort(ctx, ns, run.ID, actor, "aborted by a publish")
+				if err != nil && !errors.Is(err, controller.ErrEnded) {
+					return 0, rolloutError(err)
+				}
+				if err == nil {
+					h.log.Info("control: rollout aborted by a publish", "ns", ns, "rollout", run.ID, "revision", rec.Revisions[len(rec.Revisions)-1])
+				}
+				continue
+			}
+			opts = append(opts, etcd.WithGuard(currentKey(ns), version))
 		}
 		sch, schemaRev, err := h.schemas.get(ctx, h.cli, ns)
 		if err != nil {

@@ -75,8 +75,3 @@ func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, controlapi.Clients{Head: resp.Header.Revision, Clients: clients})
 	return nil
 }
-
-func (h *Handler) rolloutsMissing(http.ResponseWriter, *http.Request) error {
-	return &httpError{status: http.StatusNotImplemented, code: "not_implemented",
-		msg: "staged rollouts do not run on holdfast server yet; use the reference server (holdfast server is durable; its rollout controller is not built)"}
-}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -54,5 +56,41 @@ func ExampleSource_History() {
 		for _, c := range d.Changes {
 			fmt.Printf("%s: %s → %s\n", c.Key, c.Old, c.New)
 		}
+	}
+}
+
+// A publish that commits with a write outside the namespace, and only if
+// a record is still at the revision the caller read: how holdfast
+// server's rollout controller commits a stage with its state.
+func ExampleWithCondition() {
+	ctx := context.Background()
+	src, err := etcd.New(etcd.WithEndpoints("http://127.0.0.1:2379"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer src.Close()
+
+	const state = "/my-app/state/payments.prod"
+	read, err := src.Client().Get(ctx, state)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	var version int64 // 0: the record does not exist yet
+	if len(read.Kvs) > 0 {
+		version = read.Kvs[0].ModRevision
+	}
+	rev, err := src.Publish(ctx, "payments.prod", map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage("50")}, nil,
+		etcd.WithActor("alice"), etcd.WithReason("step 2 of 3"),
+		etcd.WithCondition(clientv3.Compare(clientv3.ModRevision(state), "=", version)),
+		etcd.WithOps(clientv3.OpPut(state, `{"step":2}`)))
+	switch {
+	case errors.Is(err, etcd.ErrConditionFailed):
+		fmt.Fprintln(os.Stderr, "someone else moved the state: read it again")
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+	default:
+		fmt.Println("committed at revision", rev)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -35,5 +37,43 @@ func TestPublishGuard(t *testing.T) {
 	}
 	if _, err := src.Publish(ctx, "guarded", puts("3"), nil, etcd.WithGuard(key, put.Header.Revision)); err != nil {
 		t.Fatalf("guarded by the key's revision: %v", err)
+	}
+}
+
+// TestPublishConditionAndOps: a publish WithCondition commits its WithOps
+// with the change while the condition holds, and writes nothing (change,
+// ops, audit) once it does not; WithKind is recorded in the history.
+func TestPublishConditionAndOps(t *testing.T) {
+	cl := sharedCluster(t)
+	src := newSource(t, cl.endpoints())
+	ctx := auditCtx(t)
+	cli := cl.client(t)
+	const state = "/holdfast-rollouts/test/current/cond"
+	puts := func(v string) map[string]json.RawMessage { return map[string]json.RawMessage{"v": json.RawMessage(v)} }
+	absent := clientv3.Compare(clientv3.ModRevision(state), "=", 0)
+	rev, err := src.Publish(ctx, "cond", puts("1"), nil, etcd.WithCondition(absent), etcd.WithOps(clientv3.OpPut(state, "s1")),
+		etcd.WithKind(etcd.KindRolloutStage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cli.Get(ctx, state)
+	if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != rev {
+		t.Fatalf("the op did not commit with the change: %+v, %v", got, err)
+	}
+	if _, err := src.Publish(ctx, "cond", puts("2"), nil, etcd.WithCondition(absent), etcd.WithOps(clientv3.OpPut(state, "s2"))); !errors.Is(err, etcd.ErrConditionFailed) {
+		t.Fatalf("condition that does not hold: %v", err)
+	}
+	snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "cond"})
+	if err != nil || string(snap.Values) != `{"v":1}` || snap.Revision != rev {
+		t.Fatalf("after the refused publish: %+v, %v", snap, err)
+	}
+	h, err := src.History(ctx, "cond", etcd.HistoryOptions{})
+	if err != nil || len(h.Revisions) != 1 || h.Revisions[0].Kind != etcd.KindRolloutStage {
+		t.Fatalf("history %+v, %v", h, err)
+	}
+	for _, bad := range []etcd.PublishOption{etcd.WithKind("nonsense"), etcd.WithOps(clientv3.OpPut(etcd.Prefix("cond")+"x", "1"))} {
+		if _, err := src.Publish(ctx, "cond", puts("3"), nil, bad); !errors.Is(err, etcd.ErrInvalidArgument) {
+			t.Fatalf("bad option: %v", err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -32,6 +33,8 @@ type publishOptions struct {
 	ifRevision int64
 	hasIf      bool
 	guards     []guard
+	conds      []clientv3.Cmp
+	ops        []clientv3.Op
 	// Set by Rollback, not by an option.
 	kind       string
 	rollbackOf int64
@@ -55,6 +58,40 @@ var ErrGuardChanged = errors.New("etcd: a guarded key changed")
 // returns ErrGuardChanged and writes nothing.
 func WithGuard(key string, modRev int64) PublishOption {
 	return publishOptionFunc(func(o *publishOptions) { o.guards = append(o.guards, guard{key, modRev}) })
+}
+
+// ErrConditionFailed is returned by a publish whose WithCondition
+// comparisons did not hold: nothing was written.
+var ErrConditionFailed = errors.New("etcd: a publish's condition did not hold")
+
+// WithCondition makes the publish commit only if cmps hold, in the same
+// transaction (holdfast server's rollout controller: "the rollout's state
+// is still at the version read, and this server still leads"). Else it
+// returns ErrConditionFailed and writes nothing.
+func WithCondition(cmps ...clientv3.Cmp) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.conds = append(o.conds, cmps...) })
+}
+
+// WithOps adds ops to the publish's transaction: writes outside the
+// namespace's keys that commit with it or not at all (a rollout's state).
+// An op on a key of a namespace (under KeyRoot) or of the audit log makes
+// the publish fail with ErrInvalidArgument.
+func WithOps(ops ...clientv3.Op) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.ops = append(o.ops, ops...) })
+}
+
+// Kinds of a rollout's revisions (WithKind).
+const (
+	KindRolloutStage   = "rollout-stage"
+	KindRolloutPromote = "rollout-promote"
+	KindRolloutRevert  = "rollout-revert"
+)
+
+// WithKind records the kind of the change in its meta record: KindPublish
+// (the default) or one of a rollout's kinds. Any other is
+// ErrInvalidArgument.
+func WithKind(kind string) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.kind = kind })
 }
 
 // WithSchema checks the namespace's whole content after the publish
@@ -359,11 +396,22 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 	for _, g := range po.guards {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(g.key), "=", g.modRev))
 	}
+	cmps = append(cmps, po.conds...)
+	ops = append(ops, po.ops...)
 	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return 0, false, mapError("publish", ns, err)
 	}
 	if !tr.Succeeded {
+		if len(po.conds) > 0 {
+			held, err := s.cli.Txn(ctx).If(po.conds...).Commit()
+			if err != nil {
+				return 0, false, mapError("publish", ns, err)
+			}
+			if !held.Succeeded {
+				return 0, false, fmt.Errorf("etcd: publish to %q: %w", ns, ErrConditionFailed)
+			}
+		}
 		for _, g := range po.guards {
 			resp, err := s.cli.Get(ctx, g.key, clientv3.WithKeysOnly())
 			if err != nil {
@@ -388,6 +436,17 @@ func (o *publishOptions) validate() error {
 		return fmt.Errorf("%w: reason must be at most %d bytes of UTF-8", ErrInvalidArgument, MaxReasonBytes)
 	case o.hasIf && o.ifRevision < 0:
 		return fmt.Errorf("%w: if_revision %d is negative", ErrInvalidArgument, o.ifRevision)
+	}
+	switch o.kind {
+	case KindPublish, KindRollback, KindRolloutStage, KindRolloutPromote, KindRolloutRevert:
+	default:
+		return fmt.Errorf("%w: kind %q", ErrInvalidArgument, o.kind)
+	}
+	for _, op := range o.ops {
+		k := string(op.KeyBytes())
+		if strings.HasPrefix(k, KeyRoot) || strings.HasPrefix(k, AuditRoot) || strings.HasPrefix(k, AuditBaseRoot) {
+			return fmt.Errorf("%w: an op on %q, a key holdfast's publish owns", ErrInvalidArgument, k)
+		}
 	}
 	return nil
 }

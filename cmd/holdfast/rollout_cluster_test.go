@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+)
+
+// serverRollout is what these tests read of a rollout's record on
+// holdfast server.
+type serverRollout struct {
+	ID        string  `json:"id"`
+	State     string  `json:"state"`
+	Stage     float64 `json:"stage"`
+	Baking    bool    `json:"baking"`
+	Revisions []int64 `json:"revisions"`
+	Reason    string  `json:"reason"`
+	Decisions []struct {
+		What string    `json:"what"`
+		At   time.Time `json:"at"`
+	} `json:"decisions"`
+}
+
+func readRollout(t *testing.T, hc *http.Client, base, ns, id string) (serverRollout, bool) {
+	t.Helper()
+	resp, err := hc.Get(base + "/control/namespaces/" + ns + "/rollouts/" + id)
+	if err != nil {
+		return serverRollout{}, false // a server being killed
+	}
+	defer resp.Body.Close()
+	var r serverRollout
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil {
+		return serverRollout{}, false
+	}
+	return r, true
+}
+
+// TestRolloutLeaderKilledMidStage: two `holdfast server` processes over a
+// real 3-member etcd cluster; SDK clients that list both ack a rollout's
+// stages. The leader is killed (SIGKILL) mid-rollout; the other server
+// takes the lead and continues the rollout within 10 s, and it completes
+// once: the history holds one record per transition (three stages, one
+// promotion), each with its actor and reason, and every client serves the
+// change.
+func TestRolloutLeaderKilledMidStage(t *testing.T) {
+	bin := buildBinary(t)
+	members := startEtcd(t)
+	a := startServerProc(t, bin, "-etcd", members)
+	b := startServerProc(t, bin, "-etcd", members)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	if code, err := postJSON(hc, a.url()+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": 1}}, nil); code != http.StatusOK {
+		t.Fatalf("publish: %d %v", code, err)
+	}
+	var leader, other *relayProc
+	testutil.Eventually(t, waitLimit, func() bool {
+		_, la := serverStatusz(t, a.url())
+		_, lb := serverStatusz(t, b.url())
+		switch {
+		case la && !lb:
+			leader, other = a, b
+		case lb && !la:
+			leader, other = b, a
+		default:
+			return false
+		}
+		return true
+	}, "one leader of the two servers")
+	// The clients list the leader first: their acks reach it directly,
+	// and the other server's summary is empty until they fail over.
+	const n = 8
+	for i := range n {
+		c, _ := fleetClient(t, []string{leader.url(), other.url()})
+		ns := openNS(t, c, "app")
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("client %d: %+v", i, ns.Status())
+			}
+		})
+		defer func() {
+			testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 2 }, fmt.Sprintf("client %d serves v=2", i))
+		}()
+	}
+	var start struct{ ID string }
+	body := map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{25, 50, 100}, "bake": "2s",
+		"actor": "alice", "reason": "ticket 30"}
+	if code, err := postJSON(hc, other.url()+"/control/namespaces/app/rollouts", body, &start); code != http.StatusCreated {
+		t.Fatalf("rollout start on the follower: %d %v", code, err)
+	}
+	testutil.Eventually(t, waitLimit, func() bool {
+		r, ok := readRollout(t, hc, other.url(), "app", start.ID)
+		return ok && r.Stage == 50 && r.Baking
+	}, "the second stage bakes")
+	leader.kill()
+	killed := time.Now()
+	var rec serverRollout
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		r, ok := readRollout(t, hc, other.url(), "app", start.ID)
+		rec = r
+		return ok && r.State != "running"
+	}, "the rollout ends on the surviving server")
+	if rec.State != "promoted" || len(rec.Revisions) != 4 {
+		t.Fatalf("record %+v", rec)
+	}
+	for _, d := range rec.Decisions {
+		if d.What == "stage" && d.At.After(killed) || d.What == "promote" {
+			if lag := d.At.Sub(killed); lag > 10*time.Second+2*time.Second {
+				t.Errorf("%s %v after the kill: the bake had at most 2s left, the lead moves within 5s", d.What, lag)
+			}
+			t.Logf("%s %v after the leader was killed", d.What, d.At.Sub(killed).Round(time.Millisecond))
+			break
+		}
+	}
+	var whats []string
+	for _, d := range rec.Decisions {
+		whats = append(whats, d.What)
+	}
+	if want := "start bake stage bake stage bake promote"; strings.Join(whats, " ") != want {
+		t.Fatalf("decisions %q, want %q", whats, want)
+	}
+	var h struct {
+		Revisions []struct {
+			Revision int64  `json:"revision"`
+			Kind     string `json:"kind"`
+			Actor    string `json:"actor"`
+			Reason   string `json:"reason"`
+		} `json:"revisions"`
+	}
+	resp, err := hc.Get(other.url() + "/control/namespaces/app/history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for i := len(h.Revisions) - 1; i >= 0; i-- {
+		r := h.Revisions[i]
+		kinds = append(kinds, r.Kind)
+		if strings.HasPrefix(r.Kind, "rollout-") && (r.Actor == "" || !strings.Contains(r.Reason, start.ID)) {
+			t.Errorf("audit record %+v: want an actor and a reason naming the rollout", r)
+		}
+	}
+	if want := "publish rollout-stage rollout-stage rollout-stage rollout-promote"; strings.Join(kinds, " ") != want {
+		t.Fatalf("history %q, want %q (one record per transition)", kinds, want)
+	}
+}
+
+// TestRolloutCommandsOnServer: the rollout commands against holdfast
+// server (a process over its embedded etcd): start with a reason, status
+// -watch prints each change as one JSON line until the rollout ends, list
+// shows it, and abort or promote of an ended rollout is refused.
+func TestRolloutCommandsOnServer(t *testing.T) {
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-heartbeat", "100ms", "-log-format", "json")
+	rec := s.stderr.waitFor(t, "serving", s.done)
+	base, _ := rec["url"].(string)
+	mustRun(t, "publish", "-server", base, "app", "v=1")
+	c, _ := fleetClient(t, []string{base})
+	ns := openNS(t, c, "app")
+	out := mustRun(t, "rollout", "start", "-server", base, "-stages", "50,100", "-bake", "300ms", "-reason", "ticket 30", "-actor", "alice", "-o", "json", "app", "v=2")
+	id, _ := startedRollout(t, out)
+	watched := mustRun(t, "rollout", "status", "-server", base, "-id", id, "-watch", "-o", "json", "app")
+	lines := strings.Split(strings.TrimSpace(watched), "\n")
+	var last serverRollout
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.State != "promoted" {
+		t.Fatalf("the last line of -watch: %q (%v)", lines[len(lines)-1], err)
+	}
+	if len(lines) < 3 {
+		t.Errorf("-watch printed %d records, want one per change (at least a stage, a bake, the end):\n%s", len(lines), watched)
+	}
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 2 }, "the client serves v=2")
+	if out := mustRun(t, "rollout", "list", "-server", base, "app"); !strings.Contains(out, id) || !strings.Contains(out, "promoted") {
+		t.Errorf("rollout list:\n%s", out)
+	}
+	if out := mustRun(t, "history", "-server", base, "app"); !strings.Contains(out, "ticket 30") || !strings.Contains(out, "alice") {
+		t.Errorf("history without the start's actor and reason:\n%s", out)
+	}
+	mustFail(t, exitFail, "ended", "rollout", "promote", "-server", base, "-id", id, "app")
+}

@@ -1,0 +1,600 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/rollout"
+)
+
+// Store keeps the rollouts' durable state.
+type Store interface {
+	// Current returns namespace ns's current rollout: the running one, or
+	// the last that ended; nil when it never had one.
+	Current(ctx context.Context, ns string) (*State, error)
+	// Running returns every running rollout of the store.
+	Running(ctx context.Context) ([]*State, error)
+	// List returns ns's rollouts, newest first: the current one and the
+	// last MaxKept that ended.
+	List(ctx context.Context, ns string) ([]*State, error)
+	// Commit writes c in one transaction, only if the namespace's current
+	// rollout is still at c.Prev's Version (c.Prev nil: it has none) and
+	// c.Leading (store-specific; nil: unconditional) holds; else it fails
+	// with ErrConflict and writes nothing. It returns the commit's
+	// revision, which is the new state's Version, and fills the state's
+	// placeholder revisions with it (State.FillRevision).
+	Commit(ctx context.Context, c Commit) (rev int64, err error)
+}
+
+// Commit is one transition.
+type Commit struct {
+	Prev, Next *State
+	// Change is the namespace's change, committed as one revision with
+	// the state; nil: the state alone (a bake begins, a stage holds).
+	Change  *Change
+	Leading any
+}
+
+// Change is a namespace change a transition commits.
+type Change struct {
+	Kind          string // KindStage, KindPromote or KindRevert
+	Actor, Reason string // the audit record's (reason at most MaxReasonBytes)
+	Puts          map[string]json.RawMessage
+	Deletes       []string
+	// Check: check the namespace's content after the change against its
+	// schema (a promotion).
+	Check bool
+}
+
+// Gate is a check a stage must pass while it bakes (a metric gate): a
+// breach reverts or holds the rollout, as Spec.OnBreach says.
+type Gate interface {
+	// Check evaluates the gate now. A breach is breach true, with the
+	// figures in detail (recorded untruncated in the rollout's decisions,
+	// up to MaxReasonBytes in the audit); an error is the gate's own
+	// trouble (the gate decides when trouble is a breach: its grace).
+	Check(ctx context.Context) (breach bool, detail string, err error)
+}
+
+// Config configures a Controller.
+type Config struct {
+	Store Store
+	// Reports returns what the clients of ns reported, merged over every
+	// server of the store.
+	Reports func(ctx context.Context, ns string) ([]Report, error)
+	// Gates builds a spec's gates; nil refuses specs with gates.
+	Gates func(raw json.RawMessage) (Gate, error)
+	// Liveness is how long a client of a stage may stay silent before it
+	// counts as gone and holds the stage no more (0: never).
+	Liveness time.Duration
+	// Settle is how long a stage waits, at least, before it bakes: the
+	// time the reports through other servers take to reach Reports (0:
+	// none), so that a stage never bakes on one server's members alone.
+	Settle time.Duration
+	// Actor is the actor of the controller's own transitions.
+	Actor  string
+	Logger *slog.Logger
+	// Poll is how often Run looks at the running rollouts (default 250ms).
+	Poll time.Duration
+	Now  func() time.Time
+}
+
+// Controller moves rollouts along (Run, on one server at a time) and
+// serves the operators' requests (on any server).
+type Controller struct {
+	cfg  Config
+	wake chan struct{}
+
+	mu    sync.Mutex
+	since map[string]map[string]time.Time // rollout id → client → when first counted
+	gates map[string][]Gate               // rollout id → its gates, built once
+}
+
+// New returns a controller.
+func New(cfg Config) *Controller {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 250 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Actor == "" {
+		cfg.Actor = "holdfast rollout controller"
+	}
+	if cfg.Reports == nil {
+		cfg.Reports = func(context.Context, string) ([]Report, error) { return nil, nil }
+	}
+	return &Controller{cfg: cfg, wake: make(chan struct{}, 1),
+		since: make(map[string]map[string]time.Time), gates: make(map[string][]Gate)}
+}
+
+// Wake makes Run look at once (a report came).
+func (c *Controller) Wake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "r-" + hex.EncodeToString(b[:])
+}
+
+// stagedChange is the change that commits stage i of st.
+func stagedChange(st *State, kind, actor, reason string) (*Change, error) {
+	val, err := rollout.Encode(&rollout.Staged{ID: st.ID, Stage: st.Spec.Stages[st.Stage], Cut: st.Cut,
+		Puts: st.Spec.Puts, Deletes: st.Spec.Deletes, Prevalidate: st.Spec.Prevalidate})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return &Change{Kind: kind, Actor: actor, Reason: reason, Puts: map[string]json.RawMessage{rollout.Key: val}}, nil
+}
+
+// buildGates builds a spec's gates (checking them).
+func (c *Controller) buildGates(spec Spec) ([]Gate, error) {
+	if len(spec.Gates) == 0 {
+		return nil, nil
+	}
+	if c.cfg.Gates == nil {
+		return nil, fmt.Errorf("%w: this server takes no gates", ErrInvalid)
+	}
+	var out []Gate
+	for _, raw := range spec.Gates {
+		g, err := c.cfg.Gates(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: gate %s: %v", ErrInvalid, raw, err)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// Start starts a rollout of spec on ns: its first stage committed. It
+// fails with ErrInvalid, ErrRunning, or the store's error (a schema that
+// refuses the change is checked at the promotion).
+func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, reason string) (Record, error) {
+	spec, err := CheckSpec(ns, spec)
+	if err != nil {
+		return Record{}, err
+	}
+	if len(reason) > MaxReasonBytes {
+		return Record{}, fmt.Errorf("%w: reason longer than %d bytes", ErrInvalid, MaxReasonBytes)
+	}
+	gates, err := c.buildGates(spec)
+	if err != nil {
+		return Record{}, err
+	}
+	cur, err := c.cfg.Store.Current(ctx, ns)
+	if err != nil {
+		return Record{}, err
+	}
+	if cur != nil && cur.State == Running {
+		return Record{}, fmt.Errorf("%w: namespace %q: rollout %q", ErrRunning, ns, cur.ID)
+	}
+	reports, err := c.cfg.Reports(ctx, ns)
+	if err != nil {
+		return Record{}, err
+	}
+	now := c.cfg.Now()
+	st := &State{ID: newID(), Namespace: ns, Spec: spec, State: Running, StageAt: now, Revisions: []int64{0},
+		Actor: actor, Started: now, Decisions: []Decision{}}
+	st.Cut = rollout.Cut(knownHashes(st.ID, reports, now, c.cfg.Liveness), spec.Stages[0], 0)
+	why := fmt.Sprintf("rollout %s started: stage %v%% of %v", st.ID, spec.Stages[0], spec.Stages)
+	if reason != "" {
+		why += ": " + reason
+	}
+	st.decide(Decision{At: now, What: "start", Stage: spec.Stages[0], Actor: actor, Reason: why})
+	ch, err := stagedChange(st, KindStage, actor, clip(why, MaxReasonBytes))
+	if err != nil {
+		return Record{}, err
+	}
+	rev, err := c.cfg.Store.Commit(ctx, Commit{Prev: cur, Next: st, Change: ch})
+	if errors.Is(err, ErrConflict) {
+		return Record{}, fmt.Errorf("%w: namespace %q: another rollout started meanwhile", ErrRunning, ns)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	st.Version = rev
+	st.FillRevision(rev)
+	_ = gates // built to check them: the leader builds its own
+	c.Wake()
+	return st.record(c.counts(st, reports, now)), nil
+}
+
+// knownHashes are the hashes, in rollout id's order, of the clients a
+// first stage's cut is taken over: those up to date (acked the newest
+// revision any client acked) or heard from within the liveness window. A
+// client gone long ago (an id of a restarted client) is left out, so a
+// small stage is not spent on it.
+func knownHashes(id string, reports []Report, now time.Time, window time.Duration) []uint64 {
+	var head int64
+	for _, r := range reports {
+		head = max(head, r.Acked)
+	}
+	out := make([]uint64, 0, len(reports))
+	for _, r := range reports {
+		if window == 0 || r.Acked >= head || now.Sub(r.Seen) < window {
+			out = append(out, rollout.Hash(id, r.ClientID))
+		}
+	}
+	return out
+}
+
+// Abort reverts ns's running rollout id now.
+func (c *Controller) Abort(ctx context.Context, ns, id, actor, reason string) (Record, error) {
+	return c.end(ctx, ns, id, actor, reason, false)
+}
+
+// Promote makes ns's running rollout id's change the base now.
+func (c *Controller) Promote(ctx context.Context, ns, id, actor, reason string) (Record, error) {
+	return c.end(ctx, ns, id, actor, reason, true)
+}
+
+func (c *Controller) end(ctx context.Context, ns, id, actor, reason string, promote bool) (Record, error) {
+	if len(reason) > MaxReasonBytes {
+		return Record{}, fmt.Errorf("%w: reason longer than %d bytes", ErrInvalid, MaxReasonBytes)
+	}
+	for attempt := 0; ; attempt++ {
+		cur, err := c.find(ctx, ns, id)
+		if err != nil {
+			return Record{}, err
+		}
+		if cur.State != Running {
+			return Record{}, fmt.Errorf("%w: rollout %q of namespace %q is %s", ErrEnded, id, ns, cur.State)
+		}
+		reports, err := c.cfg.Reports(ctx, ns)
+		if err != nil {
+			return Record{}, err
+		}
+		now := c.cfg.Now()
+		counts := c.counts(cur, reports, now)
+		stage := cur.Spec.Stages[cur.Stage]
+		var next *State
+		if promote {
+			why := fmt.Sprintf("promoted by %s at stage %v%%", orSomeone(actor), stage)
+			if reason != "" {
+				why += ": " + reason
+			}
+			next, err = c.promote(ctx, cur, counts, now, actor, why, nil)
+		} else {
+			why := fmt.Sprintf("aborted by %s at stage %v%%", orSomeone(actor), stage)
+			if reason != "" {
+				why += ": " + reason
+			}
+			next, err = c.revert(ctx, cur, counts, now, actor, "abort", why, nil)
+		}
+		if errors.Is(err, ErrConflict) && attempt < 5 {
+			continue // the controller moved it meanwhile: look again
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		return next.record(counts), nil
+	}
+}
+
+func orSomeone(actor string) string {
+	if actor == "" {
+		return "an operator"
+	}
+	return actor
+}
+
+// find returns ns's rollout id.
+func (c *Controller) find(ctx context.Context, ns, id string) (*State, error) {
+	cur, err := c.cfg.Store.Current(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil && cur.ID == id {
+		return cur, nil
+	}
+	all, err := c.cfg.Store.List(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range all {
+		if st.ID == id {
+			return st, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q in namespace %q", ErrUnknown, id, ns)
+}
+
+// Get returns the record of ns's rollout id.
+func (c *Controller) Get(ctx context.Context, ns, id string) (Record, error) {
+	st, err := c.find(ctx, ns, id)
+	if err != nil {
+		return Record{}, err
+	}
+	return c.recordOf(ctx, st)
+}
+
+// List returns ns's rollouts' records, newest first.
+func (c *Controller) List(ctx context.Context, ns string) ([]Record, error) {
+	all, err := c.cfg.Store.List(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Record, 0, len(all))
+	for _, st := range all {
+		r, err := c.recordOf(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (c *Controller) recordOf(ctx context.Context, st *State) (Record, error) {
+	if st.State != Running {
+		return st.record(Counts{}), nil
+	}
+	reports, err := c.cfg.Reports(ctx, st.Namespace)
+	if err != nil {
+		return Record{}, err
+	}
+	return st.record(c.counts(st, reports, c.cfg.Now())), nil
+}
+
+// tallyOf counts reports into a tally of st. keep: remember when each
+// client was first counted (the leader's steps, which forget it when the
+// rollout ends); else only use what is remembered.
+func (c *Controller) tallyOf(st *State, reports []Report, now time.Time, keep bool) *tally {
+	c.mu.Lock()
+	since := c.since[st.ID]
+	if since == nil && st.State == Running && keep {
+		since = make(map[string]time.Time)
+		c.since[st.ID] = since
+	}
+	c.mu.Unlock()
+	t := newTally()
+	for i := range reports {
+		t.observe(st, &reports[i], now)
+	}
+	if since != nil {
+		c.mu.Lock()
+		for id, cl := range t.clients {
+			if s, ok := since[id]; ok {
+				cl.since = s
+			} else if keep {
+				since[id] = cl.since
+			}
+		}
+		c.mu.Unlock()
+	}
+	return t
+}
+
+func (c *Controller) counts(st *State, reports []Report, now time.Time) Counts {
+	return c.tallyOf(st, reports, now, false).counts(st, now, c.cfg.Liveness)
+}
+
+// Run moves the running rollouts along until ctx ends: every transition
+// conditional on leading (the store's condition of this controller's
+// leadership). Run it on one server at a time (the leader).
+func (c *Controller) Run(ctx context.Context, leading any) error {
+	tick := time.NewTicker(c.cfg.Poll)
+	defer tick.Stop()
+	for {
+		if err := c.Step(ctx, leading); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("rollout: a step failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-c.wake:
+		}
+	}
+}
+
+// Step looks at every running rollout once and moves it along.
+func (c *Controller) Step(ctx context.Context, leading any) error {
+	running, err := c.cfg.Store.Running(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, st := range running {
+		// A stage may end as it begins: take a few steps at once.
+		for range 4 {
+			next, err := c.step(ctx, st, leading)
+			if err != nil {
+				if !errors.Is(err, ErrConflict) {
+					errs = append(errs, fmt.Errorf("rollout %s of %q: %w", st.ID, st.Namespace, err))
+				}
+				break
+			}
+			if next == nil || next.State != Running {
+				break
+			}
+			st = next
+		}
+	}
+	c.forget(running)
+	return errors.Join(errs...)
+}
+
+// forget drops what the controller keeps of rollouts no longer running.
+func (c *Controller) forget(running []*State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.since {
+		if !slices.ContainsFunc(running, func(s *State) bool { return s.ID == id }) {
+			delete(c.since, id)
+			delete(c.gates, id)
+		}
+	}
+}
+
+// step decides on st and commits the transition, if any; it returns the
+// new state (nil: none).
+func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, error) {
+	reports, err := c.cfg.Reports(ctx, st.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	now := c.cfg.Now()
+	t := c.tallyOf(st, reports, now, true)
+	window := c.cfg.Liveness
+	counts := t.counts(st, now, window)
+	stage := st.Spec.Stages[st.Stage]
+	if t.nackers > st.Spec.MaxNacks {
+		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", t.nackReason(st), leading)
+	}
+	if st.BakeEnd.IsZero() {
+		if counts.Reported < counts.InStage {
+			if now.Sub(st.StageAt) < st.Spec.StageTimeout || st.Held {
+				return nil, nil
+			}
+			why := fmt.Sprintf("stage %v%% timed out after %v: %d of %d client(s) reported, %d lagging, %d gone",
+				stage, st.Spec.StageTimeout, counts.Reported, counts.InStage, counts.Lagging, counts.Gone)
+			if st.Spec.OnTimeout == Hold {
+				return c.hold(ctx, st, now, why+"; holding (promote or abort it)", leading)
+			}
+			return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", why, leading)
+		}
+		if st.Spec.Prevalidate && now.Before(st.StageAt.Add(min(st.Spec.ReportTimeout, st.Spec.StageTimeout))) && t.othersWaiting(st, now, window) {
+			return nil, nil
+		}
+		if now.Sub(st.StageAt) < c.cfg.Settle {
+			return nil, nil
+		}
+		next := st.clone()
+		next.BakeEnd, next.Held, next.Reason = now.Add(st.Spec.Bake), false, ""
+		next.decide(Decision{At: now, What: "bake", Stage: stage, Actor: c.cfg.Actor,
+			Reason: fmt.Sprintf("stage %v%%: %d of %d client(s) reported (%d gone); baking %v", stage, counts.Reported, counts.InStage, counts.Gone, st.Spec.Bake)})
+		return c.commit(ctx, st, next, nil, leading)
+	}
+	if breach, why := c.checkGates(ctx, st); breach {
+		if st.Spec.OnBreach == Hold {
+			if st.Held {
+				return nil, nil
+			}
+			return c.hold(ctx, st, now, why+"; holding (promote or abort it)", leading)
+		}
+		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", why, leading)
+	}
+	if now.Before(st.BakeEnd) || st.Held {
+		return nil, nil
+	}
+	baked := fmt.Sprintf("stage %v%% baked %v: %d of %d client(s) reported, %d gone, %d nack(s)", stage, st.Spec.Bake,
+		counts.Reported, counts.InStage, counts.Gone, t.nackers)
+	if st.Stage+1 >= len(st.Spec.Stages) {
+		return c.promote(ctx, st, counts, now, c.cfg.Actor, baked+"; promoted", leading)
+	}
+	next := st.clone()
+	next.Stage++
+	pct := st.Spec.Stages[next.Stage]
+	hashes := make([]uint64, 0, len(t.clients))
+	for _, cl := range t.clients {
+		if window == 0 || now.Sub(cl.seen) < window || cl.rev >= st.stageRev() {
+			hashes = append(hashes, cl.hash)
+		}
+	}
+	next.Cut = rollout.Cut(hashes, pct, st.Cut)
+	if pct >= 100 {
+		next.Cut = math.MaxUint64
+	}
+	next.StageAt, next.BakeEnd, next.Held, next.Reason = now, time.Time{}, false, ""
+	next.Revisions = append(next.Revisions, 0)
+	why := baked + fmt.Sprintf("; stage %v%%", pct)
+	next.decide(Decision{At: now, What: "stage", Stage: pct, Actor: c.cfg.Actor, Reason: why})
+	ch, err := stagedChange(next, KindStage, c.cfg.Actor, "rollout "+st.ID+": "+why)
+	if err != nil {
+		return nil, err
+	}
+	return c.commit(ctx, st, next, ch, leading)
+}
+
+// checkGates evaluates st's gates while it bakes.
+func (c *Controller) checkGates(ctx context.Context, st *State) (bool, string) {
+	c.mu.Lock()
+	gates, ok := c.gates[st.ID]
+	c.mu.Unlock()
+	if !ok {
+		var err error
+		if gates, err = c.buildGates(st.Spec); err != nil {
+			return true, fmt.Sprintf("the gates do not build: %v", err)
+		}
+		c.mu.Lock()
+		c.gates[st.ID] = gates
+		c.mu.Unlock()
+	}
+	for i, g := range gates {
+		breach, detail, err := g.Check(ctx)
+		if err != nil {
+			c.cfg.Logger.Warn("rollout: a gate failed to evaluate", "rollout", st.ID, "gate", i, "err", err)
+		}
+		if breach {
+			return true, fmt.Sprintf("gate %d breached at stage %v%%: %s", i, st.Spec.Stages[st.Stage], detail)
+		}
+	}
+	return false, ""
+}
+
+func (c *Controller) hold(ctx context.Context, st *State, now time.Time, why string, leading any) (*State, error) {
+	next := st.clone()
+	next.Held, next.Reason = true, clip(why, MaxReasonBytes)
+	next.decide(Decision{At: now, What: "hold", Stage: st.Spec.Stages[st.Stage], Actor: c.cfg.Actor, Reason: why})
+	return c.commit(ctx, st, next, nil, leading)
+}
+
+// revert commits st's revert (what: revert, abort).
+func (c *Controller) revert(ctx context.Context, st *State, counts Counts, now time.Time, actor, what, why string, leading any) (*State, error) {
+	next := st.clone()
+	next.State, next.Reason, next.Ended, next.BakeEnd = Reverted, clip(why, MaxReasonBytes), now, time.Time{}
+	next.Final = &counts
+	next.Revisions = append(next.Revisions, 0)
+	next.decide(Decision{At: now, What: what, Stage: st.Spec.Stages[st.Stage], Actor: actor, Reason: why})
+	ch := &Change{Kind: KindRevert, Actor: actor, Reason: clip("rollout "+st.ID+": "+why, MaxReasonBytes), Deletes: []string{rollout.Key}}
+	return c.commit(ctx, st, next, ch, leading)
+}
+
+// promote commits st's promotion; one the schema refuses reverts.
+func (c *Controller) promote(ctx context.Context, st *State, counts Counts, now time.Time, actor, why string, leading any) (*State, error) {
+	next := st.clone()
+	next.State, next.Reason, next.Ended, next.BakeEnd, next.Held = Promoted, clip(why, MaxReasonBytes), now, time.Time{}, false
+	next.Final = &counts
+	next.Revisions = append(next.Revisions, 0)
+	next.decide(Decision{At: now, What: "promote", Stage: st.Spec.Stages[st.Stage], Actor: actor, Reason: why})
+	ch := &Change{Kind: KindPromote, Actor: actor, Reason: clip("rollout "+st.ID+": "+why, MaxReasonBytes), Puts: st.Spec.Puts,
+		Deletes: append(slices.Clone(st.Spec.Deletes), rollout.Key), Check: true}
+	done, err := c.commit(ctx, st, next, ch, leading)
+	if err != nil && !errors.Is(err, ErrConflict) && ctx.Err() == nil {
+		c.cfg.Logger.Warn("rollout: the promotion was refused; reverting", "rollout", st.ID, "err", err)
+		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", fmt.Sprintf("promotion refused: %v", err), leading)
+	}
+	return done, err
+}
+
+func (c *Controller) commit(ctx context.Context, prev, next *State, ch *Change, leading any) (*State, error) {
+	rev, err := c.cfg.Store.Commit(ctx, Commit{Prev: prev, Next: next, Change: ch, Leading: leading})
+	if err != nil {
+		return nil, err
+	}
+	next.Version = rev
+	if ch != nil {
+		next.FillRevision(rev)
+	}
+	last := next.Decisions[len(next.Decisions)-1]
+	c.cfg.Logger.Info("rollout: "+last.What, "ns", next.Namespace, "rollout", next.ID, "stage", last.Stage, "revision", rev, "reason", last.Reason)
+	return next, nil
+}

@@ -1,0 +1,346 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/rollout"
+)
+
+// fleet is a set of fake clients that report what they would serve.
+type fleet struct {
+	mu      sync.Mutex
+	now     time.Time
+	reports map[string]*Report
+}
+
+func newFleet() *fleet {
+	return &fleet{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), reports: make(map[string]*Report)}
+}
+
+func (f *fleet) clock() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+
+func (f *fleet) advance(d time.Duration) { f.mu.Lock(); f.now = f.now.Add(d); f.mu.Unlock() }
+
+func (f *fleet) Reports(context.Context, string) ([]Report, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Report, 0, len(f.reports))
+	for _, r := range f.reports {
+		out = append(out, *r)
+	}
+	return out, nil
+}
+
+// apply has every client in ids apply the store's current content of ns
+// at its revision, nacking when bad(id) and in the stage.
+func (f *fleet) apply(m *MemStore, ns string, ids []string, bad func(string) bool) {
+	content := m.Content(ns)
+	log := m.Log()
+	rev := int64(0) // the namespace's content before any rollout (below every commit)
+	for i := len(log) - 1; i >= 0; i-- {
+		if log[i].Change != nil {
+			rev = log[i].Revision
+			break
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		r := f.reports[id]
+		if r == nil {
+			r = &Report{ClientID: id}
+			f.reports[id] = r
+		}
+		r.Seen = f.now
+		raw, ok := content[rollout.Key]
+		if !ok {
+			r.Acked = rev
+			continue
+		}
+		s, err := rollout.Decode(raw)
+		if err != nil {
+			panic(err)
+		}
+		if s.Member(id) {
+			r.Rollout = s.ID
+			if bad != nil && bad(id) {
+				r.Nacked, r.NackedRollout, r.NackError = rev, true, "bad value"
+				continue
+			}
+			r.Served = rev
+		}
+		r.Acked = rev
+	}
+}
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("c%03d", i)
+	}
+	return out
+}
+
+func newTest(f *fleet, m *MemStore, liveness time.Duration) *Controller {
+	return New(Config{Store: m, Reports: f.Reports, Now: f.clock, Liveness: liveness})
+}
+
+var spec = Spec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`2`)}, Stages: []float64{10, 50, 100}, Bake: time.Second}
+
+func step(t *testing.T, c *Controller, leading any) {
+	t.Helper()
+	if err := c.Step(context.Background(), leading); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPromotesStageByStage(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	clients := ids(20)
+	f.apply(m, "app", clients, nil) // known before the start
+	c := newTest(f, m, 0)
+	rec, err := c.Start(context.Background(), "app", spec, "alice", "ticket 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.InStage != 2 || rec.Stage != 10 {
+		t.Fatalf("first stage: %+v", rec)
+	}
+	for range 20 {
+		f.apply(m, "app", clients, nil)
+		step(t, c, nil)
+		f.advance(600 * time.Millisecond)
+	}
+	got, err := c.Get(context.Background(), "app", rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != Promoted || len(got.Revisions) != 4 {
+		t.Fatalf("record %+v", got)
+	}
+	if string(m.Content("app")["a"]) != "2" || m.Content("app")[rollout.Key] != nil {
+		t.Fatalf("content %v", m.Content("app"))
+	}
+	// One commit per transition: start, bake, stage, bake, stage, bake, promote.
+	var kinds []string
+	for _, cm := range m.Log() {
+		k := cm.State.Decisions[len(cm.State.Decisions)-1].What
+		kinds = append(kinds, k)
+	}
+	if want := "start bake stage bake stage bake promote"; strings.Join(kinds, " ") != want {
+		t.Fatalf("commits %q, want %q", kinds, want)
+	}
+	if _, err := c.Promote(context.Background(), "app", rec.ID, "bob", ""); !errors.Is(err, ErrEnded) {
+		t.Fatalf("promote of an ended rollout: %v", err)
+	}
+}
+
+func TestNacksRevertOnce(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	clients := ids(20)
+	f.apply(m, "app", clients, nil)
+	c1, c2 := newTest(f, m, 0), newTest(f, m, 0)
+	rec, err := c1.Start(context.Background(), "app", spec, "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(m, "app", clients, func(string) bool { return true })
+	// Two controllers that both believe they lead: one revert.
+	step(t, c1, nil)
+	step(t, c2, nil)
+	got, _ := c1.Get(context.Background(), "app", rec.ID)
+	if got.State != Reverted || !strings.Contains(got.Reason, "rejected the change") {
+		t.Fatalf("record %+v", got)
+	}
+	var reverts int
+	for _, cm := range m.Log() {
+		if cm.Change != nil && cm.Change.Kind == KindRevert {
+			reverts++
+		}
+	}
+	if reverts != 1 {
+		t.Fatalf("%d reverts", reverts)
+	}
+}
+
+func TestConflictingStepsTakeAStageOnce(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	f.apply(m, "app", ids(10), nil)
+	c1, c2 := newTest(f, m, 0), newTest(f, m, 0)
+	st, err := c1.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{10, 100}}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(m, "app", ids(10), nil)
+	cur, _ := m.Current(context.Background(), "app")
+	// Both read the same state; the second's commit must fail.
+	if _, err := c1.step(context.Background(), cur, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.step(context.Background(), cur, nil); !errors.Is(err, ErrConflict) {
+		t.Fatalf("second step of the same state: %v", err)
+	}
+	_ = st
+}
+
+func TestResumesTimersAfterRestart(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	f.apply(m, "app", ids(5), nil)
+	c := newTest(f, m, 0)
+	if _, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{50, 100}, Bake: time.Minute}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(m, "app", ids(5), nil)
+	step(t, c, nil) // bakes until +1m
+	f.advance(50 * time.Second)
+	c2 := newTest(f, m, 0) // a new leader: the bake has 10s left, not a minute
+	step(t, c2, nil)
+	if cur, _ := m.Current(context.Background(), "app"); cur.Stage != 0 {
+		t.Fatalf("moved on early: stage %d", cur.Stage)
+	}
+	f.advance(11 * time.Second)
+	step(t, c2, nil)
+	if cur, _ := m.Current(context.Background(), "app"); cur.Stage != 1 {
+		t.Fatalf("bake not resumed from the stored time: stage %d", cur.Stage)
+	}
+}
+
+func TestGoneClientDoesNotHoldTheStage(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		liveness time.Duration
+		want     string
+	}{{"liveness", 10 * time.Second, Promoted}, {"no liveness", 0, Running}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, m := newFleet(), NewMemStore()
+			clients := ids(10)
+			f.apply(m, "app", clients, nil)
+			c := newTest(f, m, tc.liveness)
+			rec, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{100}}, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every client but c000 reports; c000 restarted as c100.
+			f.apply(m, "app", append(clients[1:], "c100"), nil)
+			for range 30 {
+				step(t, c, nil)
+				f.advance(time.Second)
+				f.apply(m, "app", append(clients[1:], "c100"), nil)
+			}
+			got, _ := c.Get(context.Background(), "app", rec.ID)
+			if got.State != tc.want {
+				t.Fatalf("state %s (%+v)", got.State, got)
+			}
+		})
+	}
+}
+
+func TestLeadingCondition(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	f.apply(m, "app", ids(3), nil)
+	c := newTest(f, m, 0)
+	if _, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{100}}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(m, "app", ids(3), nil)
+	n := len(m.Log())
+	step(t, c, func() bool { return false })
+	if len(m.Log()) != n {
+		t.Fatal("a controller that leads no more committed")
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	one := map[string]json.RawMessage{"a": json.RawMessage(`1`)}
+	for _, tc := range []struct {
+		name string
+		spec Spec
+	}{
+		{"no change", Spec{Stages: []float64{100}}},
+		{"no stages", Spec{Puts: one}},
+		{"not to 100", Spec{Puts: one, Stages: []float64{10, 50}}},
+		{"decreasing", Spec{Puts: one, Stages: []float64{50, 10, 100}}},
+		{"reserved", Spec{Puts: map[string]json.RawMessage{rollout.Key: json.RawMessage(`1`)}, Stages: []float64{100}}},
+		{"on_breach", Spec{Puts: one, Stages: []float64{100}, OnBreach: "panic"}},
+		{"gates without a builder", Spec{Puts: one, Stages: []float64{100}, Gates: []json.RawMessage{json.RawMessage(`{}`)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, m := newFleet(), NewMemStore()
+			c := newTest(f, m, 0)
+			if _, err := c.Start(context.Background(), "app", tc.spec, "", ""); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err %v", err)
+			}
+			if len(m.Log()) != 0 {
+				t.Fatal("half applied")
+			}
+		})
+	}
+	f, m := newFleet(), NewMemStore()
+	c := newTest(f, m, 0)
+	if _, err := c.Start(context.Background(), "app", Spec{Puts: one, Stages: []float64{50, 100}}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(context.Background(), "app", Spec{Puts: one, Stages: []float64{100}}, "", ""); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second start: %v", err)
+	}
+}
+
+type breachGate struct{ breach bool }
+
+func (g *breachGate) Check(context.Context) (bool, string, error) {
+	return g.breach, "error_rate 0.3 > max 0.05 (query rate(errors[1m]))", nil
+}
+
+func TestGateBreachReverts(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	f.apply(m, "app", ids(10), nil)
+	g := &breachGate{}
+	c := New(Config{Store: m, Reports: f.Reports, Now: f.clock,
+		Gates: func(json.RawMessage) (Gate, error) { return g, nil }})
+	s := Spec{Puts: spec.Puts, Stages: []float64{10, 100}, Bake: time.Minute, Gates: []json.RawMessage{json.RawMessage(`{"x":1}`)}}
+	rec, err := c.Start(context.Background(), "app", s, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(m, "app", ids(10), nil)
+	step(t, c, nil) // bakes
+	step(t, c, nil)
+	if cur, _ := m.Current(context.Background(), "app"); cur.State != Running {
+		t.Fatal("reverted without a breach")
+	}
+	g.breach = true
+	step(t, c, nil)
+	got, _ := c.Get(context.Background(), "app", rec.ID)
+	if got.State != Reverted || !strings.Contains(got.Reason, "error_rate 0.3") {
+		t.Fatalf("record %+v", got)
+	}
+}
+
+// TestSettleDelaysTheBake: a stage whose known members all reported at
+// once still waits Settle before it bakes (reports through other servers
+// are on their way).
+func TestSettleDelaysTheBake(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	f.apply(m, "app", ids(4), nil)
+	c := New(Config{Store: m, Reports: f.Reports, Now: f.clock, Settle: 2 * time.Second})
+	if _, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{50, 100}}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(m, "app", ids(4), nil)
+	step(t, c, nil)
+	if cur, _ := m.Current(context.Background(), "app"); !cur.BakeEnd.IsZero() || cur.Stage != 0 {
+		t.Fatalf("baked before Settle: %+v", cur)
+	}
+	f.advance(2 * time.Second)
+	step(t, c, nil)
+	if cur, _ := m.Current(context.Background(), "app"); cur.Stage != 1 {
+		t.Fatalf("not on after Settle: stage %d", cur.Stage)
+	}
+}

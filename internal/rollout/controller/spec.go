@@ -1,0 +1,214 @@
+package controller
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Defaults of a Spec.
+const (
+	DefaultReportTimeout = 10 * time.Second
+	DefaultStageTimeout  = 5 * time.Minute
+)
+
+// What a rollout does when a stage times out (Spec.OnTimeout) or a gate
+// is breached (Spec.OnBreach).
+const (
+	Revert = "revert"
+	Hold   = "hold"
+)
+
+// The states of a rollout (State.State, Record.State).
+const (
+	Running  = "running"
+	Promoted = "promoted"
+	Reverted = "reverted"
+)
+
+// Kinds of the revisions a rollout commits (the audit record's kind).
+const (
+	KindStage   = "rollout-stage"
+	KindPromote = "rollout-promote"
+	KindRevert  = "rollout-revert"
+)
+
+// Limits.
+const (
+	MaxStages      = 20
+	MaxKept        = 32 // ended rollouts kept per namespace
+	MaxReasonBytes = 4096
+	maxReasonNacks = 5
+	maxReasonErr   = 200
+	maxDecisions   = 64
+)
+
+// Errors.
+var (
+	// ErrInvalid: a bad spec or request (HTTP 400).
+	ErrInvalid = errors.New("rollout: invalid")
+	// ErrRunning: a rollout runs on the namespace already (HTTP 409).
+	ErrRunning = errors.New("rollout: a rollout is running")
+	// ErrEnded: the rollout has ended (HTTP 409).
+	ErrEnded = errors.New("rollout: the rollout has ended")
+	// ErrUnknown: no such rollout (HTTP 404).
+	ErrUnknown = errors.New("rollout: unknown rollout")
+	// ErrConflict: the state changed since it was read (another server
+	// moved it, or this one leads no more): nothing was written.
+	ErrConflict = errors.New("rollout: the rollout's state changed")
+)
+
+// Spec is a staged rollout of one change to one namespace.
+type Spec struct {
+	Puts    map[string]json.RawMessage `json:"puts,omitempty"`
+	Deletes []string                   `json:"deletes,omitempty"`
+	// Stages are percentages of the clients: strictly increasing, each in
+	// (0, 100].
+	Stages        []float64     `json:"stages"`
+	Bake          time.Duration `json:"bake"`
+	MaxNacks      int           `json:"max_nacks"`
+	Prevalidate   bool          `json:"prevalidate,omitempty"`
+	ReportTimeout time.Duration `json:"report_timeout"`
+	StageTimeout  time.Duration `json:"stage_timeout"`
+	OnTimeout     string        `json:"on_timeout"`
+	// OnBreach is what a gate's breach does: Revert (default) or Hold.
+	OnBreach string `json:"on_breach"`
+	// Gates are the metric gates, opaque here: Config.Gates builds them.
+	Gates []json.RawMessage `json:"gates,omitempty"`
+}
+
+// Request is the body of POST /control/namespaces/{ns}/rollouts.
+type Request struct {
+	Puts          map[string]json.RawMessage `json:"puts"`
+	Deletes       []string                   `json:"deletes"`
+	Stages        []float64                  `json:"stages"`
+	Bake          string                     `json:"bake"`
+	MaxNacks      int                        `json:"max_nacks"`
+	Prevalidate   bool                       `json:"prevalidate"`
+	ReportTimeout string                     `json:"report_timeout"`
+	StageTimeout  string                     `json:"stage_timeout"`
+	OnTimeout     string                     `json:"on_timeout"`
+	OnBreach      string                     `json:"on_breach"`
+	Gates         []json.RawMessage          `json:"gates"`
+	Actor         string                     `json:"actor"`
+	Reason        string                     `json:"reason"`
+}
+
+// Spec turns the request into a spec (CheckSpec checks the rest).
+func (r *Request) Spec() (Spec, error) {
+	s := Spec{Puts: r.Puts, Deletes: r.Deletes, Stages: r.Stages, MaxNacks: r.MaxNacks, Prevalidate: r.Prevalidate,
+		OnTimeout: r.OnTimeout, OnBreach: r.OnBreach, Gates: r.Gates}
+	for _, d := range []struct {
+		name, text string
+		to         *time.Duration
+	}{{"bake", r.Bake, &s.Bake}, {"report_timeout", r.ReportTimeout, &s.ReportTimeout}, {"stage_timeout", r.StageTimeout, &s.StageTimeout}} {
+		if d.text == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.text)
+		if err != nil {
+			return s, fmt.Errorf("%w: %s: %v", ErrInvalid, d.name, err)
+		}
+		*d.to = v
+	}
+	return s, nil
+}
+
+// ActionRequest is the (optional) body of .../abort and .../promote.
+type ActionRequest struct {
+	Actor  string `json:"actor"`
+	Reason string `json:"reason"`
+}
+
+// CheckSpec validates spec for namespace ns and returns it normalised
+// (defaults filled, stages cloned).
+func CheckSpec(ns string, spec Spec) (Spec, error) {
+	if err := transport.ValidateNamespace(ns); err != nil {
+		return spec, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if len(spec.Puts) == 0 && len(spec.Deletes) == 0 {
+		return spec, fmt.Errorf("%w: a rollout needs puts or deletes", ErrInvalid)
+	}
+	for k, v := range spec.Puts {
+		if err := checkKey(k); err != nil {
+			return spec, err
+		}
+		if !json.Valid(v) {
+			return spec, fmt.Errorf("%w: put of %q: not JSON", ErrInvalid, k)
+		}
+	}
+	seen := make(map[string]bool)
+	deletes := spec.Deletes[:0:0]
+	for _, k := range spec.Deletes {
+		if err := checkKey(k); err != nil {
+			return spec, err
+		}
+		if _, ok := spec.Puts[k]; ok {
+			return spec, fmt.Errorf("%w: %q both put and deleted", ErrInvalid, k)
+		}
+		if !seen[k] {
+			seen[k] = true
+			deletes = append(deletes, k)
+		}
+	}
+	if len(deletes) == 0 {
+		deletes = nil
+	}
+	spec.Deletes = deletes
+	if len(spec.Stages) == 0 || len(spec.Stages) > MaxStages {
+		return spec, fmt.Errorf("%w: stages: want 1..%d percentages", ErrInvalid, MaxStages)
+	}
+	for i, p := range spec.Stages {
+		if !(p > 0 && p <= 100) || math.IsNaN(p) {
+			return spec, fmt.Errorf("%w: stage %v: want a percentage in (0, 100]", ErrInvalid, p)
+		}
+		if i > 0 && p <= spec.Stages[i-1] {
+			return spec, fmt.Errorf("%w: stages %v: want them strictly increasing", ErrInvalid, spec.Stages)
+		}
+	}
+	if last := spec.Stages[len(spec.Stages)-1]; last != 100 {
+		// A documented decision: a rollout that stops short of 100% is
+		// promoted to everyone after its last stage's bake anyway, which
+		// the plan should say.
+		return spec, fmt.Errorf("%w: stages %v: the last stage must be 100 (the promotion reaches every client)", ErrInvalid, spec.Stages)
+	}
+	spec.Stages = slices.Clone(spec.Stages)
+	switch {
+	case spec.Bake < 0 || spec.ReportTimeout < 0 || spec.StageTimeout < 0:
+		return spec, fmt.Errorf("%w: bake, report_timeout and stage_timeout must not be negative", ErrInvalid)
+	case spec.MaxNacks < 0:
+		return spec, fmt.Errorf("%w: max_nacks %d must not be negative", ErrInvalid, spec.MaxNacks)
+	}
+	if spec.ReportTimeout == 0 {
+		spec.ReportTimeout = DefaultReportTimeout
+	}
+	if spec.StageTimeout == 0 {
+		spec.StageTimeout = DefaultStageTimeout
+	}
+	for _, f := range []*string{&spec.OnTimeout, &spec.OnBreach} {
+		switch *f {
+		case "":
+			*f = Revert
+		case Revert, Hold:
+		default:
+			return spec, fmt.Errorf("%w: %q: want %q or %q", ErrInvalid, *f, Revert, Hold)
+		}
+	}
+	return spec, nil
+}
+
+func checkKey(k string) error {
+	if err := transport.ValidateKey(k); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if rollout.Reserved(k) {
+		return fmt.Errorf("%w: key %q is reserved to holdfast", ErrInvalid, k)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package controller
+
+import (
+	"slices"
+	"time"
+)
+
+// State is a rollout's durable state: what a Store keeps.
+type State struct {
+	ID        string `json:"id"`
+	Namespace string `json:"ns"`
+	Spec      Spec   `json:"spec"`
+	// State is Running, Promoted or Reverted.
+	State string `json:"state"`
+	// Stage indexes Spec.Stages: the stage it is in (or ended in).
+	Stage int `json:"stage"`
+	// Cut is the current stage's (rollout.Staged.Cut).
+	Cut uint64 `json:"cut,string"`
+	// StageAt is when the current stage was committed; BakeEnd when its
+	// bake ends (zero: not baking). A controller that takes over keeps
+	// both: timers resume, they do not restart.
+	StageAt time.Time `json:"stage_at"`
+	BakeEnd time.Time `json:"bake_end,omitzero"`
+	Held    bool      `json:"held,omitempty"`
+	// Revisions are the revisions it committed: one per stage, then the
+	// promotion or the revert. A 0 in a commit's state stands for the
+	// commit's own revision: the store fills it in.
+	Revisions []int64 `json:"revisions"`
+	// Reason says why it ended, or that it holds.
+	Reason    string     `json:"reason,omitempty"`
+	Decisions []Decision `json:"decisions"`
+	Actor     string     `json:"actor,omitempty"` // who started it
+	Started   time.Time  `json:"started_at"`
+	Ended     time.Time  `json:"ended_at,omitzero"`
+	// Final counts, frozen when it ends (its record keeps them).
+	Final *Counts `json:"final,omitempty"`
+
+	// Version is the store's version of this state (etcd: the record's
+	// ModRevision); a Commit is conditional on it. Not stored.
+	Version int64 `json:"-"`
+}
+
+// Decision is one transition of a rollout, as its record and the audit
+// keep it.
+type Decision struct {
+	At time.Time `json:"at"`
+	// What: start, stage, bake, bake-end, hold, promote, revert, abort.
+	What     string  `json:"what"`
+	Stage    float64 `json:"stage"`
+	Revision int64   `json:"revision,omitempty"` // the revision it committed, if any
+	Actor    string  `json:"actor,omitempty"`
+	Reason   string  `json:"reason,omitempty"`
+}
+
+// Counts are the clients' reports, as the record shows them.
+type Counts struct {
+	Clients   int `json:"clients"`
+	InStage   int `json:"in_stage"`
+	Reported  int `json:"reported"`
+	Served    int `json:"served"`
+	Acked     int `json:"acked"`
+	Nacked    int `json:"nacked"`
+	WouldNack int `json:"would_nack"`
+	Lagging   int `json:"lagging"`
+	// Gone counts the clients of the stage that left: silent past the
+	// liveness window, so they do not hold it.
+	Gone int `json:"gone"`
+}
+
+// Record is a rollout as the control API shows it: GET
+// /control/namespaces/{ns}/rollouts/{id}. Its fields are the reference
+// server's, and more.
+type Record struct {
+	ID        string    `json:"id"`
+	Namespace string    `json:"ns"`
+	State     string    `json:"state"`
+	Stage     float64   `json:"stage"`
+	Stages    []float64 `json:"stages"`
+	Counts
+	Reason        string     `json:"reason"`
+	Revisions     []int64    `json:"revisions"`
+	StageRevision int64      `json:"stage_revision"`
+	MaxNacks      int        `json:"max_nacks"`
+	Prevalidate   bool       `json:"prevalidate,omitempty"`
+	OnBreach      string     `json:"on_breach,omitempty"`
+	Baking        bool       `json:"baking,omitempty"`
+	Held          bool       `json:"held,omitempty"`
+	StageAt       time.Time  `json:"stage_started_at"`
+	BakeEnd       *time.Time `json:"bake_ends_at,omitempty"`
+	Actor         string     `json:"actor,omitempty"`
+	Decisions     []Decision `json:"decisions"`
+	StartedAt     time.Time  `json:"started_at"`
+	EndedAt       *time.Time `json:"ended_at,omitempty"`
+}
+
+// stageRev is the current stage's revision (0: none yet).
+func (s *State) stageRev() int64 {
+	if s.Stage < len(s.Revisions) {
+		return s.Revisions[s.Stage]
+	}
+	return 0
+}
+
+// firstRev is the first stage's revision.
+func (s *State) firstRev() int64 {
+	if len(s.Revisions) > 0 {
+		return s.Revisions[0]
+	}
+	return 0
+}
+
+// endRev is the promotion's or revert's revision (0: running). A revert
+// that committed nothing (the stage's commit failed) ends at the stage's.
+func (s *State) endRev() int64 {
+	if s.State == Running || len(s.Revisions) == 0 {
+		return 0
+	}
+	return s.Revisions[len(s.Revisions)-1]
+}
+
+// clone returns a deep copy of s.
+func (s *State) clone() *State {
+	c := *s
+	c.Revisions = slices.Clone(s.Revisions)
+	c.Decisions = slices.Clone(s.Decisions)
+	c.Spec.Stages = slices.Clone(s.Spec.Stages)
+	if s.Final != nil {
+		f := *s.Final
+		c.Final = &f
+	}
+	return &c
+}
+
+// decide appends a decision, keeping the first and the newest ones when
+// there are too many (a held rollout that flaps).
+func (s *State) decide(d Decision) {
+	d.Reason = clip(d.Reason, MaxReasonBytes)
+	s.Decisions = append(s.Decisions, d)
+	if len(s.Decisions) > maxDecisions {
+		s.Decisions = slices.Delete(s.Decisions, 1, len(s.Decisions)-maxDecisions+1)
+	}
+}
+
+// FillRevision replaces the 0s of a committed state (see Revisions) with
+// rev, the revision of the commit that wrote it. Stores call it.
+func (s *State) FillRevision(rev int64) {
+	for i, r := range s.Revisions {
+		if r == 0 {
+			s.Revisions[i] = rev
+		}
+	}
+	for i := range s.Decisions {
+		if s.Decisions[i].Revision == 0 && commits(s.Decisions[i].What) {
+			s.Decisions[i].Revision = rev
+		}
+	}
+}
+
+// record returns s's record with counts.
+func (s *State) record(c Counts) Record {
+	r := Record{ID: s.ID, Namespace: s.Namespace, State: s.State, Stage: s.Spec.Stages[s.Stage], Stages: slices.Clone(s.Spec.Stages),
+		Counts: c, Reason: s.Reason, Revisions: slices.Clone(s.Revisions), StageRevision: s.stageRev(), MaxNacks: s.Spec.MaxNacks,
+		Prevalidate: s.Spec.Prevalidate, OnBreach: s.Spec.OnBreach, Held: s.Held, StageAt: s.StageAt, Actor: s.Actor,
+		Decisions: slices.Clone(s.Decisions), StartedAt: s.Started}
+	if r.Revisions == nil {
+		r.Revisions = []int64{}
+	}
+	if r.Decisions == nil {
+		r.Decisions = []Decision{}
+	}
+	if s.State == Running && !s.BakeEnd.IsZero() {
+		r.Baking = true
+		end := s.BakeEnd
+		r.BakeEnd = &end
+	}
+	if s.State != Running {
+		end := s.Ended
+		r.EndedAt = &end
+		if s.Final != nil {
+			r.Counts = *s.Final
+		}
+	}
+	return r
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xc0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// commits reports whether a decision commits a revision.
+func commits(what string) bool {
+	switch what {
+	case "start", "stage", "promote", "revert", "abort":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,191 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/rollout"
+)
+
+// Report is what one client last reported on a namespace, merged over the
+// servers that heard it: the soft state a controller counts.
+type Report struct {
+	ClientID string `json:"c"`
+	// Acked is the highest revision it applied; Nacked the highest it
+	// rejected, with its error.
+	Acked     int64  `json:"a,omitempty"`
+	Nacked    int64  `json:"n,omitempty"`
+	NackError string `json:"ne,omitempty"`
+	// Rollout is the rollout its reports named (the latest); Served the
+	// highest revision it applied naming it, NackedRollout whether its
+	// nack named it, Would the revision of its would-nack of it.
+	Rollout       string `json:"r,omitempty"`
+	Served        int64  `json:"s,omitempty"`
+	NackedRollout bool   `json:"nr,omitempty"`
+	Would         int64  `json:"w,omitempty"`
+	WouldError    string `json:"we,omitempty"`
+	// Seen is when it was last heard from.
+	Seen time.Time `json:"t"`
+}
+
+// Merge folds o (the same client's report through another server) into r.
+func (r *Report) Merge(o Report) {
+	if o.Acked > r.Acked {
+		r.Acked = o.Acked
+	}
+	if o.Nacked > r.Nacked {
+		r.Nacked, r.NackError = o.Nacked, o.NackError
+	}
+	if o.Rollout != "" && (r.Rollout == "" || o.Seen.After(r.Seen)) && o.Rollout != r.Rollout {
+		r.Rollout, r.Served, r.NackedRollout, r.Would, r.WouldError = o.Rollout, o.Served, o.NackedRollout, o.Would, o.WouldError
+	} else if o.Rollout == r.Rollout {
+		r.Served = max(r.Served, o.Served)
+		r.NackedRollout = r.NackedRollout || o.NackedRollout
+		if o.Would > r.Would {
+			r.Would, r.WouldError = o.Would, o.WouldError
+		}
+	}
+	if o.Seen.After(r.Seen) {
+		r.Seen = o.Seen
+	}
+}
+
+// tally is what a rollout knows of its clients: rebuilt from reports.
+type tally struct {
+	clients  map[string]*client
+	nackers  int
+	nackErrs []string
+	acked    int
+	nacked   int
+	would    int
+	served   int
+}
+
+type client struct {
+	hash                                 uint64
+	since, seen                          time.Time
+	rev                                  int64 // highest revision of the rollout it reported
+	acked, nacked, would, served, nacker bool
+}
+
+func newTally() *tally { return &tally{clients: make(map[string]*client)} }
+
+// observe counts one client's report into st's tally.
+func (t *tally) observe(st *State, r *Report, now time.Time) {
+	first, end := st.firstRev(), st.endRev()
+	inRange := func(rev int64) bool { return first > 0 && rev >= first && (end == 0 || rev <= end) }
+	explicit := r.Rollout == st.ID
+	c := t.clients[r.ClientID]
+	if c == nil {
+		if st.State != Running && !explicit && !inRange(r.Acked) && !inRange(r.Nacked) {
+			return
+		}
+		c = &client{hash: rollout.Hash(st.ID, r.ClientID), since: now}
+		t.clients[r.ClientID] = c
+	}
+	if r.Seen.After(c.seen) {
+		c.seen = r.Seen
+	}
+	if inRange(r.Acked) {
+		c.rev = max(c.rev, r.Acked)
+		if !c.acked {
+			c.acked = true
+			t.acked++
+		}
+	}
+	if explicit && r.Served > 0 && !c.served || st.State == Promoted && r.Acked >= end && end > 0 && !c.served {
+		c.served = true
+		t.served++
+	}
+	if r.Nacked > 0 && (inRange(r.Nacked) || explicit && r.NackedRollout) {
+		c.rev = max(c.rev, r.Nacked)
+		if !c.nacked {
+			c.nacked = true
+			t.nacked++
+		}
+		// A nack rejects the change when it names the rollout, or comes
+		// from a client in the stage; one outside it without the id
+		// rejects the base, which the rollout does not change.
+		if explicit && r.NackedRollout || c.hash <= st.Cut {
+			t.nack(c, r.ClientID, "nack", r.Nacked, r.NackError)
+		}
+	}
+	if explicit && r.Would > 0 {
+		if !c.would {
+			c.would = true
+			t.would++
+		}
+		t.nack(c, r.ClientID, "would_nack", r.Would, r.WouldError)
+	}
+}
+
+func (t *tally) nack(c *client, id, what string, rev int64, e string) {
+	if c.nacker {
+		return
+	}
+	c.nacker = true
+	t.nackers++
+	if len(t.nackErrs) < maxReasonNacks {
+		t.nackErrs = append(t.nackErrs, fmt.Sprintf("%s %s of revision %d: %s", id, what, rev, clip(e, maxReasonErr)))
+	}
+}
+
+// members counts the clients of st's current stage: in it (and live),
+// reported its revision, lagging, and gone (silent past window: they do
+// not hold it). window 0: every known client is live.
+func (t *tally) members(st *State, now time.Time, window time.Duration) (in, reported, lagging, gone int) {
+	stageRev := st.stageRev()
+	for _, c := range t.clients {
+		if c.hash > st.Cut {
+			continue
+		}
+		switch {
+		case c.rev >= stageRev && stageRev > 0:
+			in++
+			reported++
+		case window > 0 && now.Sub(later(c.seen, st.StageAt)) >= window:
+			gone++
+		default:
+			in++
+			if now.Sub(later(c.since, st.StageAt)) >= st.Spec.ReportTimeout {
+				lagging++
+			}
+		}
+	}
+	return in, reported, lagging, gone
+}
+
+// othersWaiting reports whether a live client outside the stage has not
+// reported the stage's revision (prevalidation waits for it).
+func (t *tally) othersWaiting(st *State, now time.Time, window time.Duration) bool {
+	stageRev := st.stageRev()
+	for _, c := range t.clients {
+		if c.rev >= stageRev || window > 0 && now.Sub(later(c.seen, st.StageAt)) >= window {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func (t *tally) counts(st *State, now time.Time, window time.Duration) Counts {
+	c := Counts{Clients: len(t.clients), Served: t.served, Acked: t.acked, Nacked: t.nacked, WouldNack: t.would}
+	c.InStage, c.Reported, c.Lagging, c.Gone = t.members(st, now, window)
+	if !st.BakeEnd.IsZero() {
+		c.Lagging = 0
+	}
+	return c
+}
+
+func (t *tally) nackReason(st *State) string {
+	return fmt.Sprintf("%d client(s) rejected the change at stage %v%% (max_nacks %d): %s",
+		t.nackers, st.Spec.Stages[st.Stage], st.Spec.MaxNacks, strings.Join(t.nackErrs, "; "))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
