@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/gate"
 )
 
 // The rollout commands: a staged rollout of a change on the holdfast
@@ -57,8 +59,13 @@ plain publish during one, is refused (409).
 			actor := fs.String("actor", "", "`WHO` starts it, for the history (default: the token's identity; holdfast server)")
 			reason := fs.String("reason", "", "`WHY`, for the history (holdfast server)")
 			file := fs.String("f", "", "take the change from `FILE`: {\"puts\":{...},\"deletes\":[...]}")
+			gates := gate.AddFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
+				gs, err := gates()
+				if err != nil {
+					return usagef("%v", err)
+				}
 				puts, deletes, err := parseChange(*file, args[1:])
 				if err != nil {
 					return err
@@ -75,7 +82,7 @@ plain publish during one, is refused (409).
 					Puts: puts, Deletes: deletes, Stages: stages,
 					Bake: durationText(*bake), MaxNacks: *maxNacks, Prevalidate: *prevalidate,
 					ReportTimeout: durationText(*reportTimeout), StageTimeout: durationText(*stageTimeout),
-					OnTimeout: onTimeout.value, OnBreach: onBreach.value, Actor: *actor, Reason: *reason,
+					OnTimeout: onTimeout.value, OnBreach: onBreach.value, Actor: *actor, Reason: *reason, Gates: gs,
 				}
 				return withServer(ctx, t, "rollout start", func(ctx context.Context, p *serverPlane) error {
 					data, err := p.post(ctx, nsPath(ns, "rollouts"), req)
@@ -112,9 +119,10 @@ type rolloutRequest struct {
 	StageTimeout  string                     `json:"stage_timeout,omitempty"`
 	OnTimeout     string                     `json:"on_timeout,omitempty"`
 	// Sent only when given: the reference server takes none of them.
-	OnBreach string `json:"on_breach,omitempty"`
-	Actor    string `json:"actor,omitempty"`
-	Reason   string `json:"reason,omitempty"`
+	OnBreach string      `json:"on_breach,omitempty"`
+	Gates    []gate.Gate `json:"gates,omitempty"`
+	Actor    string      `json:"actor,omitempty"`
+	Reason   string      `json:"reason,omitempty"`
 }
 
 // durationText is d as the API takes it, "" (the default) for 0.

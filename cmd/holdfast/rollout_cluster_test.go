@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,4 +184,41 @@ func TestRolloutCommandsOnServer(t *testing.T) {
 		t.Errorf("history without the start's actor and reason:\n%s", out)
 	}
 	mustFail(t, exitFail, "ended", "rollout", "promote", "-server", base, "-id", id, "app")
+}
+
+// TestRolloutMetricGateRevertsOnServer: `rollout start -gate` against
+// holdfast server: a stage bakes while the gate's query (a fake
+// Prometheus here; internal/gate's tests run a real one) is under its
+// max, and the rollout reverts once the value rises above it, with the
+// gate's value in its history.
+func TestRolloutMetricGateRevertsOnServer(t *testing.T) {
+	var errorRate atomic.Value
+	errorRate.Store("0")
+	prom := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[%d,%q]}]}}`,
+			time.Now().Unix(), errorRate.Load().(string))
+	}))
+	defer prom.Close()
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-heartbeat", "100ms", "-log-format", "json")
+	rec := s.stderr.waitFor(t, "serving", s.done)
+	base, _ := rec["url"].(string)
+	mustRun(t, "publish", "-server", base, "app", "v=1")
+	c, _ := fleetClient(t, []string{base})
+	ns := openNS(t, c, "app")
+	out := mustRun(t, "rollout", "start", "-server", base, "-stages", "100", "-bake", "1m", "-o", "json",
+		"-gate", "prometheus="+prom.URL+",query=errors,max=1", "app", "v=2")
+	id, _ := startedRollout(t, out)
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 2 }, "the client serves the staged v=2")
+	errorRate.Store("5")
+	watched := mustRun(t, "rollout", "status", "-server", base, "-id", id, "-watch", "-o", "json", "app")
+	lines := strings.Split(strings.TrimSpace(watched), "\n")
+	var last serverRollout
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.State != "reverted" {
+		t.Fatalf("the last line of -watch: %q (%v); want the rollout reverted", lines[len(lines)-1], err)
+	}
+	testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 1 }, "the client back on v=1")
+	if out := mustRun(t, "history", "-server", base, "app"); !strings.Contains(out, "rollout-revert") || !strings.Contains(out, `value 5 above max 1`) || !strings.Contains(out, `query "errors"`) {
+		t.Errorf("history without the gate's query and value:\n%s", out)
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/gate"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -160,7 +162,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		}
 		started := time.Now()
 		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks,
-			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1)})
+			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder()})
 		if err != nil {
 			return err
 		}
@@ -286,4 +288,13 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// gateBuilder builds rollouts' metric gates (Prometheus queries, see
+// docs/ROLLOUTS.md), all over one HTTP client.
+func gateBuilder() func(raw json.RawMessage) (control.Gate, error) {
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 4}}
+	return func(raw json.RawMessage) (control.Gate, error) {
+		return gate.FromJSON(raw, nil, gate.WithHTTPClient(hc), gate.WithTimeout(5*time.Second))
+	}
 }
