@@ -21,7 +21,7 @@ import (
 // of the embedded store's file, the leader defragments it and the file
 // shrinks (etcd never shrinks it otherwise).
 func TestDefragmentShrinksTheStore(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: dir},
@@ -45,7 +45,7 @@ func TestDefragmentShrinksTheStore(t *testing.T) {
 	t.Logf("published: %v", time.Since(start))
 	db := dbFile(t, dir)
 	// Trimming keeps one audit record; compaction drops the old values.
-	testutil.Eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, time.Minute, func() bool { // a loaded machine's fsyncs are slow
 		var h struct{ Revisions []struct{ Revision int64 } }
 		control(t, "GET", hs.URL+"/control/namespaces/big/history", nil, &h)
 		return len(h.Revisions) == 1
@@ -58,7 +58,7 @@ func TestDefragmentShrinksTheStore(t *testing.T) {
 	if before < 8<<20 {
 		t.Fatalf("the store's file is %d bytes after 10 publishes of 500 KB; want more than 8 MiB", before)
 	}
-	testutil.Eventually(t, 30*time.Second, func() bool { return fileSize(t, db) < before/4 },
+	testutil.Eventually(t, time.Minute, func() bool { return fileSize(t, db) < before/4 },
 		"the store's file (%d bytes) defragmented", before)
 	// The store still serves what it kept.
 	var v struct{ Values map[string]string }
