@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -96,6 +98,10 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	linger := fs.Duration("linger", relay.DefaultLinger, "how long a namespace is still followed after its last client left")
 	maxSnapshots := fs.Int("max-snapshots", relay.DefaultMaxSnapshotsInFlight, "snapshot replies written at once; past it 503 with a spread Retry-After")
 	retryWindow := fs.Duration("retry-after-window", relay.DefaultRetryAfterWindow, "the window the Retry-After of a refused snapshot is spread over")
+	upCA := fs.String("upstream-ca", "", "trust the CA certificates of PEM `FILE` for an https upstream (default: the system's)")
+	upCert := fs.String("upstream-cert", "", "present the client certificate of PEM `FILE` to an https upstream (mutual TLS; needs -upstream-key)")
+	upKey := fs.String("upstream-key", "", "the private key of -upstream-cert, PEM `FILE`")
+	lf := addListenFlags(fs)
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
 		if *addr == "" {
@@ -137,11 +143,19 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		}
 
 		log := logs.logger(e.stderr)
+		lc, err := lf.config(log)
+		if err != nil {
+			return err
+		}
+		upTLS, err := listen.ClientConfig(*upCA, *upCert, *upKey, log)
+		if err != nil {
+			return usagef("-upstream-ca, -upstream-cert, -upstream-key: %v", err)
+		}
 		m, err := newMetrics()
 		if err != nil {
 			return err
 		}
-		src, err := up.source(log, *token)
+		src, err := up.source(log, *token, upTLS)
 		if err != nil {
 			return errors.Join(err, m.shutdown())
 		}
@@ -173,7 +187,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if err != nil {
 			return errors.Join(err, src.Close(), m.shutdown())
 		}
-		err = serveRelay(ctx, log, r, m, *addr, *adminAddr, up.String())
+		err = serveRelay(ctx, log, r, m, lc, *addr, *adminAddr, up.String())
 		// The relay is closed: nothing reads from the upstream any more.
 		err = errors.Join(err, src.Close(), m.shutdown())
 		log.Info("stopped")
@@ -271,8 +285,8 @@ type closingSource interface {
 }
 
 // source returns the transport.Source that follows the upstream.
-func (u upstream) source(log *slog.Logger, token string) (closingSource, error) {
-	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent("holdfast-relay")}
+func (u upstream) source(log *slog.Logger, token string, tlsConf *tls.Config) (closingSource, error) {
+	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent("holdfast-relay"), transport.WithTLSConfig(tlsConf)}
 	if token != "" {
 		opts = append(opts, transport.WithBearerToken(token))
 	}
@@ -304,7 +318,6 @@ func httpUpstream(urls []string, opts []transport.HTTPOption) (closingSource, er
 // can stand one in.
 type relayer interface {
 	Handler() http.Handler
-	Serve(ctx context.Context, l net.Listener) error
 	Ready() error
 	Namespaces() []relay.NamespaceStatus
 	Close() error
@@ -313,10 +326,11 @@ type relayer interface {
 var _ relayer = (*relay.Relay)(nil)
 
 // serveRelay serves r's data plane on addr and its admin endpoints in
-// front of it or, with adminAddr, on a listener of their own, until ctx
-// ends; then it closes r (which ends its streams and flushes its cache)
-// and the listeners.
-func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, addr, adminAddr, upstreamName string) (err error) {
+// front of it or, with adminAddr, on a listener of their own, every
+// listener with lc's settings (TLS, caps, timeouts), until ctx ends; then
+// it closes r (which ends its streams and flushes its cache) and the
+// listeners.
+func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc listen.Config, addr, adminAddr, upstreamName string) (err error) {
 	closeRelay := sync.OnceValue(r.Close)
 	defer func() { err = errors.Join(err, closeRelay()) }()
 	if err := relayMetrics(m.mp.Meter(meterScope), r); err != nil {
@@ -325,55 +339,41 @@ func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, ad
 	admin := http.NewServeMux()
 	adminRoutes(admin, m, r.Ready, func() any { return newRelayStatus(r, upstreamName) })
 
+	var adminFailed <-chan struct{}
+	data := r.Handler()
+	adminURL := ""
 	if adminAddr == "" {
-		// One listener: the admin paths in front of the data plane, with
-		// the relay's own settings (HTTP/1.1 and h2c, a header timeout).
-		admin.Handle("/", r.Handler())
-		data, err := listenAndServe(addr, httpServer(admin, log, true))
+		// One listener: the admin paths in front of the data plane.
+		admin.Handle("/", data)
+		data = admin
+	} else {
+		adm, err := listenAndServe(lc, "admin", adminAddr, admin)
 		if err != nil {
-			return err
+			return fmt.Errorf("admin: %w", err)
 		}
-		log.Info("relay serving", "url", data.url(), "admin_url", data.url(), "upstream", upstreamName)
-		select {
-		case <-ctx.Done():
-			log.Info("shutting down")
-		case <-data.failed():
-		}
-		// Shutdown refuses new connections at once and waits for the
-		// open ones to go idle, which they do once Close has ended the
-		// relay's streams.
-		stopped := make(chan error, 1)
-		go func() { stopped <- data.stop() }()
-		return errors.Join(closeRelay(), <-stopped)
+		defer func() { err = errors.Join(err, adm.stop()) }()
+		adminFailed, adminURL = adm.failed(), adm.url()
 	}
-
-	ln, err := net.Listen("tcp", addr)
+	plane, err := listenAndServe(lc, "data", addr, data)
 	if err != nil {
 		return err
 	}
-	adm, err := listenAndServe(adminAddr, httpServer(admin, log, false))
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("admin: %w", err)
+	if adminURL == "" {
+		adminURL = plane.url()
 	}
-	defer func() { err = errors.Join(err, adm.stop()) }()
-	serveCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- r.Serve(serveCtx, ln) }()
-	log.Info("relay serving", "url", "http://"+ln.Addr().String(), "admin_url", adm.url(), "upstream", upstreamName)
+	log.Info("relay serving", "url", plane.url(), "admin_url", adminURL, "upstream", upstreamName)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-	case <-adm.failed():
-	case err := <-served: // by itself: the listener failed
-		return err
+	case <-plane.failed():
+	case <-adminFailed:
 	}
-	cancel()
-	if err := <-served; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, relay.ErrClosed) {
-		return err
-	}
-	return nil
+	// Shutdown refuses new connections at once and waits for the open
+	// ones to go idle, which they do once Close has ended the relay's
+	// streams.
+	stopped := make(chan error, 1)
+	go func() { stopped <- plane.stop() }()
+	return errors.Join(closeRelay(), <-stopped)
 }
 
 // relayStatus is the JSON of the relay's /statusz.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/relay"
 )
 
@@ -128,7 +128,6 @@ type stubRelay struct {
 	closed chan struct{}
 	once   sync.Once
 	closes atomic.Int32
-	serves atomic.Int32
 }
 
 func newStubRelay() *stubRelay {
@@ -151,26 +150,6 @@ func (s *stubRelay) Handler() http.Handler {
 		}
 	})
 	return mux
-}
-
-func (s *stubRelay) Serve(ctx context.Context, l net.Listener) error {
-	s.serves.Add(1)
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
-		case <-s.closed:
-		}
-		_ = srv.Close()
-	}()
-	err := srv.Serve(l)
-	<-stopped
-	if errors.Is(err, http.ErrServerClosed) {
-		return ctx.Err()
-	}
-	return err
 }
 
 func (s *stubRelay) Ready() error {
@@ -219,7 +198,7 @@ func serveStub(t *testing.T, adminAddr string) *servedRelay {
 	log := slog.New(slog.NewJSONHandler(s.logs, nil))
 	go func() {
 		defer close(s.done)
-		s.err = serveRelay(ctx, log, s.stub, m, "127.0.0.1:0", adminAddr, "http://origin:8080")
+		s.err = serveRelay(ctx, log, s.stub, m, listen.Config{Logger: log}, "127.0.0.1:0", adminAddr, "http://origin:8080")
 		s.err = errors.Join(s.err, m.shutdown())
 	}()
 	t.Cleanup(func() {
@@ -384,14 +363,10 @@ func TestServeRelaySameListener(t *testing.T) {
 	if d := time.Since(start); d >= shutdownTimeout {
 		t.Errorf("stopping took %v: the open stream held the shutdown to its timeout", d)
 	}
-	if n := s.stub.serves.Load(); n != 0 {
-		t.Errorf("relay.Serve called %d times on the shared listener", n)
-	}
 }
 
-// TestServeRelayAdminAddr: with -admin-addr the data plane is the
-// relay's own Serve on -addr, and the admin endpoints are on their own
-// listener only.
+// TestServeRelayAdminAddr: with -admin-addr the data plane is alone on
+// -addr, and the admin endpoints are on their own listener only.
 func TestServeRelayAdminAddr(t *testing.T) {
 	s := serveStub(t, "127.0.0.1:0")
 	if s.adminURL == s.data || s.adminURL == "" {
@@ -403,9 +378,6 @@ func TestServeRelayAdminAddr(t *testing.T) {
 	}
 	if code, _, _ := get(t, s.data+"/metrics"); code != http.StatusNotFound {
 		t.Errorf("/metrics on the data listener: %d, want 404", code)
-	}
-	if n := s.stub.serves.Load(); n != 1 {
-		t.Errorf("relay.Serve called %d times, want 1", n)
 	}
 	watch, closeWatch := openWatch(t, s.data)
 	defer closeWatch()

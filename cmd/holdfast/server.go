@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -90,6 +91,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
 	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
+	lf := addListenFlags(fs)
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
 		switch {
@@ -126,6 +128,10 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			}
 		}
 		log := logs.logger(e.stderr)
+		lc, err := lf.config(log)
+		if err != nil {
+			return err
+		}
 		if *memory {
 			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
 		}
@@ -144,7 +150,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
 			"head", st.Head, "took", time.Since(started).Round(time.Millisecond))
-		err = serveServer(ctx, log, srv, *addr, *adminAddr)
+		err = serveServer(ctx, log, srv, lc, *addr, *adminAddr)
 		log.Info("stopped")
 		return err
 	}
@@ -163,7 +169,7 @@ func loadTokens(name string) (*access.Tokens, error) {
 // serveServer serves srv on addr, and its admin endpoints in front of it
 // or on adminAddr, until ctx ends or the embedded store fails; then it
 // closes srv.
-func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, addr, adminAddr string) (err error) {
+func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
 	m, err := newMetrics()
 	if err != nil {
@@ -183,7 +189,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, ad
 		admin.Handle("/", data)
 		data = admin
 	} else {
-		adm, aerr := listenAndServe(adminAddr, httpServer(admin, log, false))
+		adm, aerr := listenAndServe(lc, "admin", adminAddr, admin)
 		if aerr != nil {
 			return fmt.Errorf("admin: %w", aerr)
 		}
@@ -191,7 +197,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, ad
 		adminFailed = adm.failed()
 		attrs = append(attrs, "admin_url", adm.url())
 	}
-	plane, err := listenAndServe(addr, httpServer(data, log, true))
+	plane, err := listenAndServe(lc, "data", addr, data)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
-	"github.com/holdfast-dev/holdfast/internal/h2cserver"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -192,16 +192,14 @@ func (s *Server) listen() error {
 	// HTTP/1.1 and, unless switched off, HTTP/2 with prior knowledge
 	// (h2c) on the same listener: a client then carries its stream,
 	// snapshots and acks over one connection.
-	hs := &http.Server{
-		Handler: s.track(r),
+	lc := listen.Config{
+		Name: "fakeserver", Addr: s.addr, Plaintext: true, MaxConns: -1, Logger: s.log,
 		// Every request's context carries r's stopping channel: set once
 		// here, not copied into each request (a long-lived stream would
 		// hold the copy).
 		BaseContext: func(net.Listener) context.Context {
 			return context.WithValue(context.Background(), stoppingKey{}, r.stopping)
 		},
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			switch st {
 			case http.StateNew:
@@ -212,10 +210,13 @@ func (s *Server) listen() error {
 			}
 		},
 	}
-	r.srv = hs
-	if s.opts.offers(transport.CapabilityH2C) {
-		r.srv = h2cserver.New(hs)
+	hs := listen.NewServer(s.track(r), lc).Server
+	if !s.opts.offers(transport.CapabilityH2C) {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		hs.Protocols = &p
 	}
+	r.srv = hs
 	s.cur = r
 	go func() {
 		defer close(r.served)
@@ -225,7 +226,7 @@ func (s *Server) listen() error {
 	return nil
 }
 
-// server is an *http.Server, or an *h2cserver.Server when h2c is offered.
+// server is the run's *http.Server.
 type server interface {
 	Serve(net.Listener) error
 	Close() error
