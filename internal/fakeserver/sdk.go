@@ -21,6 +21,22 @@ import (
 
 const defaultWait = 30 * time.Second
 
+// The write deadline of a reply (streams have theirs: watcher.arm):
+// replyWriteGrace, plus the time to send its bytes at minReplyRate. A
+// client that reads slower, or not at all, loses the reply, and its
+// handler returns (a snapshot's admission slot with it). Never
+// http.Server.WriteTimeout, which would cut streams and long-polls.
+const (
+	replyWriteGrace = 10 * time.Second
+	minReplyRate    = 256 << 10 // bytes a second
+)
+
+// setReplyDeadline bounds the write of a reply of n bytes, from now.
+func setReplyDeadline(w http.ResponseWriter, n int) {
+	d := replyWriteGrace + time.Duration(n)*time.Second/minReplyRate
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+}
+
 // writeTimeout bounds one batch of writes to a watch stream: a reader that
 // takes longer is stalled and is disconnected.
 func (s *Server) writeTimeout() time.Duration { return max(10*time.Second, 3*s.opts.heartbeat) }
@@ -219,6 +235,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, data = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encode reply"}`)
 	}
+	setReplyDeadline(w, len(data))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
 	w.WriteHeader(status)
@@ -312,6 +329,9 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	data = append(data, '\n')
 	h.Set("Content-Type", "application/json")
+	// A reader too slow for the deadline (or one that does not read)
+	// loses the reply; the slot is released as the handler returns.
+	setReplyDeadline(w, len(data))
 	if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		h.Set("Content-Length", strconv.Itoa(len(data)))
 		w.WriteHeader(http.StatusOK)
@@ -507,6 +527,7 @@ func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes [
 	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	setReplyDeadline(w, len(b))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
