@@ -307,6 +307,8 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 		if u.Scheme == "http" {
 			h2c = newH2CTransport(t)
 			o.client.Transport = h2c
+		} else {
+			o.client.Transport = &tlsWarmup{base: t, ready: make(chan struct{})}
 		}
 	}
 	src := &HTTPSource{base: u, opts: o, h2c: h2c}
@@ -626,4 +628,42 @@ func checkOK(resp *http.Response, op, ns string) error {
 func closeBody(rc io.ReadCloser) {
 	_, _ = io.CopyN(io.Discard, rc, drainBytes)
 	_ = rc.Close()
+}
+
+// tlsWarmup makes the first requests over https share one connection:
+// net/http dials one connection per request started before the first
+// connection is up (the protocol is not known until ALPN), and keeps only
+// one of them for HTTP/2, closing the others: a handshake each, for
+// nothing. So requests that start while the first one is on its way wait
+// for it (its response headers, or its failure), at most warmWait, then
+// find its connection in the pool.
+type tlsWarmup struct {
+	base    http.RoundTripper
+	started atomic.Bool
+	ready   chan struct{} // closed when the first request got its answer
+}
+
+func (w *tlsWarmup) RoundTrip(req *http.Request) (*http.Response, error) {
+	if w.started.CompareAndSwap(false, true) {
+		defer close(w.ready)
+		return w.base.RoundTrip(req)
+	}
+	select {
+	case <-w.ready:
+	default:
+		t := time.NewTimer(warmWait)
+		select {
+		case <-w.ready:
+		case <-t.C:
+		case <-req.Context().Done():
+		}
+		t.Stop()
+	}
+	return w.base.RoundTrip(req)
+}
+
+func (w *tlsWarmup) CloseIdleConnections() {
+	if c, ok := w.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
