@@ -715,8 +715,10 @@ func (f *Follower) demand(ctx context.Context, reqs []sinceReq) map[string]error
 			switch {
 			case n == nil || n.leaving:
 				// Not followed, or being dropped: the relay follows it
-				// (again), or refuses it for now.
-				if !wanted[r.name] {
+				// (again), or refuses it for now. Wanted once and gone
+				// since (dropped as absent upstream): asked again, which
+				// the relay refuses.
+				if !wanted[r.name] || n == nil {
 					missing = append(missing, r.name)
 				}
 				waiting = true
