@@ -100,7 +100,8 @@ func TestRelaySnapshotAdmission(t *testing.T) {
 	r, url := startRelay(t, origin.URL(), relay.WithMaxSnapshotsInFlight(1, 5*time.Second))
 	// The relay follows big first: until it has it, a request gets a
 	// short 503 of its own, and holds no slot.
-	testutil.Eventually(t, waitLimit, func() bool {
+	// 8 MiB through the relay: slow under -race.
+	testutil.Eventually(t, 6*waitLimit, func() bool {
 		status, _, _ := getSnapshot(t, url, "big")
 		return status == http.StatusOK
 	}, "the relay serving big")

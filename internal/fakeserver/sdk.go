@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -309,11 +310,14 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	release, ok := s.admit(w)
+	release, ok := s.admit(w, r)
 	if !ok {
 		return
 	}
 	defer release()
+	if r.Context().Err() != nil {
+		return // the client is gone (a reset stream): no encoding for no one
+	}
 	encoded, err := transport.EncodeValues(values)
 	if err != nil {
 		s.replyError(w, err)
@@ -883,14 +887,21 @@ func (s *Server) recordAcks(acks []transport.Ack) {
 // (WithMaxSnapshotsInFlight). Past the bound it answers 503 with a
 // Retry-After spread over the window, so that a reconnect storm is
 // served in waves rather than all at once.
-func (s *Server) admit(w http.ResponseWriter) (release func(), ok bool) {
+//
+// One connection takes at most a quarter of the slots (at least one): a
+// client that opens many snapshots on one HTTP/2 connection and does not
+// read them holds no more, until their write deadlines.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	if s.snapshotSlots == nil {
 		return func() {}, true
 	}
-	select {
-	case s.snapshotSlots <- struct{}{}:
-		return func() { <-s.snapshotSlots }, true
-	default:
+	if unconn, ok := listen.ConnLimit(r.Context(), max(cap(s.snapshotSlots)/4, 1)); ok {
+		select {
+		case s.snapshotSlots <- struct{}{}:
+			return func() { <-s.snapshotSlots; unconn() }, true
+		default:
+			unconn()
+		}
 	}
 	s.stats.shed.Add(1)
 	spread := time.Second + rand.N(max(s.opts.retryWindow, time.Second))

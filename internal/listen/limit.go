@@ -1,6 +1,7 @@
 package listen
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"sync"
@@ -104,4 +105,33 @@ func (c *limitedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// connState is what a listener keeps of one connection, on the context of
+// its requests (http.Server.ConnContext).
+type connState struct {
+	inFlight atomic.Int64 // ConnLimit's
+}
+
+type connKey struct{}
+
+func connContext(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, &connState{})
+}
+
+// ConnLimit takes one of n places of the request's connection (one per
+// connection: an HTTP/2 connection carries many requests), so that one
+// connection cannot take all of a server-wide budget (the snapshots in
+// flight): ok false when its n are taken. Outside a listener's server
+// (no connection known) it always admits.
+func ConnLimit(ctx context.Context, n int) (release func(), ok bool) {
+	c, _ := ctx.Value(connKey{}).(*connState)
+	if c == nil {
+		return func() {}, true
+	}
+	if c.inFlight.Add(1) > int64(n) {
+		c.inFlight.Add(-1)
+		return nil, false
+	}
+	return func() { c.inFlight.Add(-1) }, true
 }

@@ -138,6 +138,7 @@ func NewServer(h http.Handler, c Config) *Server {
 		ErrorLog:    slog.NewLogLogger(c.logger().Handler(), slog.LevelDebug),
 		ConnState:   c.ConnState,
 		BaseContext: c.BaseContext,
+		ConnContext: connContext,
 	}
 	if c.TLS != nil {
 		srv.TLSConfig = c.TLS.ServerConfig()
