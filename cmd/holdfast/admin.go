@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -82,7 +83,15 @@ func (m *metrics) shutdown() error {
 //	GET /readyz   200 once ready() is nil, else 503 with its reason
 //	GET /statusz  status() as JSON
 //	GET /metrics  Prometheus text
-func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func() any) {
+//
+// With toks (tokens on, and the admin endpoints on the data listener),
+// /statusz and /metrics need a token of toks with the admin scope: today
+// the control pattern "*"; /healthz and /readyz stay open to probes.
+func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func() any, toks *access.Tokens) {
+	gate := func(h http.Handler) http.Handler { return h }
+	if toks != nil {
+		gate = func(h http.Handler) http.Handler { return adminGate(toks, h) }
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -97,14 +106,34 @@ func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("GET /statusz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /statusz", gate(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(status())
+	})))
+	mux.Handle("GET /metrics", gate(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})))
+}
+
+// adminGate serves h to a token of toks with the admin scope (the control
+// pattern "*"): 401 without a token of toks, 403 with one without it.
+func adminGate(toks *access.Tokens, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := toks.AuthenticateHeader(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		switch {
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintln(w, "the admin endpoints need a bearer token with the admin scope (or serve them on -admin-addr)")
+		case !id.MayControlAll():
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintf(w, "token %q has no admin scope (the control pattern \"*\")\n", id.Name)
+		default:
+			h.ServeHTTP(w, r)
+		}
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 }
 
 // listenFlags are the flags of the long-running commands' listeners:

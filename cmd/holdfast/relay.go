@@ -187,7 +187,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if err != nil {
 			return errors.Join(err, src.Close(), m.shutdown())
 		}
-		err = serveRelay(ctx, log, r, m, lc, *addr, *adminAddr, up.String())
+		err = serveRelay(ctx, log, r, m, lc, toks, *addr, *adminAddr, up.String())
 		// The relay is closed: nothing reads from the upstream any more.
 		err = errors.Join(err, src.Close(), m.shutdown())
 		log.Info("stopped")
@@ -330,14 +330,18 @@ var _ relayer = (*relay.Relay)(nil)
 // listener with lc's settings (TLS, caps, timeouts), until ctx ends; then
 // it closes r (which ends its streams and flushes its cache) and the
 // listeners.
-func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc listen.Config, addr, adminAddr, upstreamName string) (err error) {
+func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc listen.Config, toks *access.Tokens, addr, adminAddr, upstreamName string) (err error) {
 	closeRelay := sync.OnceValue(r.Close)
 	defer func() { err = errors.Join(err, closeRelay()) }()
 	if err := relayMetrics(m.mp.Meter(meterScope), r); err != nil {
 		return err
 	}
 	admin := http.NewServeMux()
-	adminRoutes(admin, m, r.Ready, func() any { return newRelayStatus(r, upstreamName) })
+	var adminToks *access.Tokens // the admin scope, where the data plane is
+	if adminAddr == "" {
+		adminToks = toks
+	}
+	adminRoutes(admin, m, r.Ready, func() any { return newRelayStatus(r, upstreamName) }, adminToks)
 
 	var adminFailed <-chan struct{}
 	data := r.Handler()

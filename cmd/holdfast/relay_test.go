@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/relay"
 )
@@ -189,6 +190,11 @@ type servedRelay struct {
 
 func serveStub(t *testing.T, adminAddr string) *servedRelay {
 	t.Helper()
+	return serveStubTokens(t, adminAddr, nil)
+}
+
+func serveStubTokens(t *testing.T, adminAddr string, toks *access.Tokens) *servedRelay {
+	t.Helper()
 	m, err := newMetrics()
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +204,7 @@ func serveStub(t *testing.T, adminAddr string) *servedRelay {
 	log := slog.New(slog.NewJSONHandler(s.logs, nil))
 	go func() {
 		defer close(s.done)
-		s.err = serveRelay(ctx, log, s.stub, m, listen.Config{Logger: log}, "127.0.0.1:0", adminAddr, "http://origin:8080")
+		s.err = serveRelay(ctx, log, s.stub, m, listen.Config{Logger: log}, toks, "127.0.0.1:0", adminAddr, "http://origin:8080")
 		s.err = errors.Join(s.err, m.shutdown())
 	}()
 	t.Cleanup(func() {
@@ -383,4 +389,57 @@ func TestServeRelayAdminAddr(t *testing.T) {
 	defer closeWatch()
 	s.stop(t)
 	waitEnded(t, watch)
+}
+
+// TestAdminScopeOnDataListener: with tokens and no -admin-addr, /statusz
+// and /metrics need a token with the admin scope (control "*"); the
+// probes stay open. On -admin-addr they are open as before.
+func TestAdminScopeOnDataListener(t *testing.T) {
+	toks, err := access.New(
+		access.Token{Name: "app", Secret: "app-secret-0123456789", Data: []string{"*"}},
+		access.Token{Name: "ops", Secret: "ops-secret-0123456789", Control: []string{"*"}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serveStubTokens(t, "", toks)
+	do := func(path, secret string) int {
+		req, _ := http.NewRequest(http.MethodGet, s.data+path, nil)
+		if secret != "" {
+			req.Header.Set("Authorization", "Bearer "+secret)
+		}
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path, secret string
+		want         int
+	}{
+		{"/statusz", "", http.StatusUnauthorized},
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/statusz", "wrong-secret-0123456789", http.StatusUnauthorized},
+		{"/statusz", "app-secret-0123456789", http.StatusForbidden},
+		{"/metrics", "app-secret-0123456789", http.StatusForbidden},
+		{"/statusz", "ops-secret-0123456789", http.StatusOK},
+		{"/metrics", "ops-secret-0123456789", http.StatusOK},
+		{"/healthz", "", http.StatusOK},
+		{"/readyz", "", http.StatusServiceUnavailable}, // open: the stub is not ready
+	} {
+		if got := do(tc.path, tc.secret); got != tc.want {
+			t.Errorf("%s with %q: %d, want %d", tc.path, tc.secret, got, tc.want)
+		}
+	}
+	s.stop(t)
+
+	s = serveStubTokens(t, "127.0.0.1:0", toks)
+	if code, _, _ := get(t, s.adminURL+"/statusz"); code != http.StatusOK {
+		t.Errorf("/statusz on -admin-addr: %d, want 200", code)
+	}
+	s.stop(t)
 }

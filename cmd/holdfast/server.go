@@ -150,7 +150,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
 			"head", st.Head, "took", time.Since(started).Round(time.Millisecond))
-		err = serveServer(ctx, log, srv, lc, *addr, *adminAddr)
+		err = serveServer(ctx, log, srv, lc, toks, *addr, *adminAddr)
 		log.Info("stopped")
 		return err
 	}
@@ -169,7 +169,7 @@ func loadTokens(name string) (*access.Tokens, error) {
 // serveServer serves srv on addr, and its admin endpoints in front of it
 // or on adminAddr, until ctx ends or the embedded store fails; then it
 // closes srv.
-func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, addr, adminAddr string) (err error) {
+func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, toks *access.Tokens, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
 	m, err := newMetrics()
 	if err != nil {
@@ -180,7 +180,11 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 		return err
 	}
 	admin := http.NewServeMux()
-	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) })
+	var adminToks *access.Tokens // the admin scope, where the data plane is
+	if adminAddr == "" {
+		adminToks = toks
+	}
+	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) }, adminToks)
 
 	attrs := []any{"store_id", srv.StoreID()}
 	var adminFailed <-chan struct{}
