@@ -67,6 +67,13 @@ listener of their own with -admin-addr:
 	               holdfast_relay_namespace_unconfirmed, and the Go runtime's
 	               and process's metrics
 
+Every listener serves TLS with -tls-cert and -tls-key (reloaded when the
+files change) and, with -tls-client-ca, requires client certificates
+(mutual TLS); without TLS, an address other than loopback needs
+-plaintext (see holdfast help server). An https upstream is verified against
+-upstream-ca (default: the system's CAs); -upstream-cert and -upstream-key
+are the relay's client certificate there.
+
 With -tokens FILE (the origin's token file: see holdfast help serve) the
 relay requires one of FILE's tokens from its clients, with data scope over
 every namespace they read or ack: 401 without one, 403 outside its scope,

@@ -71,6 +71,14 @@ Patterns are path.Match's: "payments.*" matches payments.prod and
 payments.prod.eu, not payments. Secrets are 16 to 4096 bytes of printable
 ASCII without spaces; they appear in no log or reply, only names do.
 
+Every listener serves TLS with -tls-cert and -tls-key (reloaded when the
+files change; HTTP/2 through ALPN) and, with -tls-client-ca, requires a
+client certificate of that CA (mutual TLS; its subject is the caller's
+identity). Without TLS, a listener on an address other than loopback needs
+-plaintext (and the server warns); tokens that arrive in plaintext from a
+peer other than loopback or a -trusted-proxy are refused. -idle-timeout
+and -max-conns bound every listener (docs/SECURITY.md).
+
 Publish with the operator commands or the control API, e.g.
 
 	holdfast publish -server http://127.0.0.1:8080 -reason "first try" payments.prod retry-timeout-ms=50
