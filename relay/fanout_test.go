@@ -261,7 +261,7 @@ func TestRevisionFollowsChangesThroughARelay(t *testing.T) {
 func TestClientBehindTwoRelaysLearnsTheAgeOfAResnapshot(t *testing.T) {
 	f, upper := handFedUpstream(t, time.Hour)
 	f.Apply("app", "st", 1, 1, map[string]json.RawMessage{"a": json.RawMessage(`1`)}, nil, 0, false)
-	_, url := startRelay(t, upper.URL())
+	_, url := startRelay(t, "http://"+upper.Addr())
 	c := newClient(t, url)
 	ns := openNamespace(t, c, "app", config.MaxStaleness(10*time.Second), config.FailOpen())
 	testutil.Eventually(t, waitLimit, func() bool { st := ns.Status(); return st.State == config.StateFresh && st.Revision == 1 }, "Fresh at 1")

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -56,13 +56,13 @@ func (r *Relay) absentLocked(ns string) error {
 		delete(r.absent, ns)
 		return nil
 	}
-	return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusNotFound, Code: transport.CodeNotFound,
+	return &dataplane.RefusedError{Namespace: ns, Status: http.StatusNotFound, Code: transport.CodeNotFound,
 		Message: fmt.Sprintf("the relay's upstream has no namespace %q (asked at most %v ago)", ns, absentFor)}
 }
 
 // probingRefusal is the refusal of a new namespace past maxProbing.
 func probingRefusal(ns string) error {
-	return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+	return &dataplane.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
 		Message: "the relay is asking its upstream for too many new namespaces at once; retry"}
 }
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/streammux"
@@ -36,8 +36,8 @@ type Relay struct {
 	stop context.CancelFunc
 	mux  *streammux.Mux // nil when the upstream has no multi-namespace watch
 
-	follower *fakeserver.Follower
-	srv      *fakeserver.Server
+	follower *follower
+	srv      *dataplane.Server
 	dir      *cachedir.Dir       // nil without WithCacheDir
 	persist  *cachedir.Persister // nil without WithCacheDir
 	acks     *acks.Queue
@@ -127,39 +127,36 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	if ss, ok := upstream.(transport.StreamSource); ok {
 		r.mux = streammux.New(ctx, ss, r.log)
 	}
-	r.follower = fakeserver.NewFollower(o.history, o.historyBytes, r.want)
+	r.follower = newFollower(o.history, o.historyBytes, r.want)
 	if o.storeID != "" {
 		r.follower.SeedStoreID(o.storeID)
 	}
 	if o.confirm != nil {
-		r.follower.SetConfirmer(func(ctx context.Context, ns string) (int64, int64, error) {
-			return o.confirm(ctx, ns)
-		})
+		r.follower.SetConfirmer(o.confirm)
 	}
 	if o.backfill != nil {
-		r.follower.SetBackfill(func(ctx context.Context, ns string, since, until int64, max int) ([]transport.ChangeSet, error) {
-			return o.backfill(ctx, ns, since, until, max)
-		})
+		r.follower.SetBackfill(o.backfill)
 	}
 	if a, ok := upstream.(transport.Acker); ok {
 		r.acks = acks.New(a, r.log, o.id)
 	}
-	srvOpts := []fakeserver.Option{
-		fakeserver.WithHeartbeat(o.heartbeat),
-		fakeserver.WithLogger(r.log),
-		fakeserver.WithAckSink(r.forward),
-		fakeserver.WithMaxSnapshotsInFlight(o.maxSnapshotsInFlight, o.retryAfterWindow),
+	srvOpts := []dataplane.Option{
+		dataplane.WithHeartbeat(o.heartbeat),
+		dataplane.WithLogger(r.log),
+		dataplane.WithAckSink(r.forward),
+		dataplane.WithMaxSnapshotsInFlight(o.maxSnapshotsInFlight, o.retryAfterWindow),
 	}
 	if o.tokens != nil {
-		srvOpts = append(srvOpts, fakeserver.WithTokens(o.tokens))
+		srvOpts = append(srvOpts, dataplane.WithTokens(o.tokens))
 		r.log.Info("relay: access control on", "tokens", o.tokens.Names())
 	} else {
 		r.log.Warn("relay: no tokens configured: every client may read every namespace the relay serves")
 	}
-	if r.srv, err = fakeserver.NewFollowerServer(r.follower, srvOpts...); err != nil {
+	if r.srv, err = dataplane.New(r.follower, srvOpts...); err != nil {
 		stop()
 		return nil, fmt.Errorf("relay: %w", err)
 	}
+	r.follower.serve(r.srv)
 	if o.cacheDir != "" {
 		if err := r.openCache(); err != nil {
 			stop()
@@ -270,14 +267,14 @@ func (r *Relay) openCache() error {
 	return nil
 }
 
-// values is a snapshot's content as the Follower keeps it.
+// values is a snapshot's content as the follower keeps it.
 func values(s *snapshot.Snapshot) map[string]json.RawMessage { return maps.Collect(s.RawAll()) }
 
-// want is the Follower's: start following ns for a downstream request, or
+// want is the follower's: start following ns for a downstream request, or
 // refuse it.
 func (r *Relay) want(ns string) error {
 	if !r.allowed(ns) {
-		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusForbidden, Code: transport.CodeForbidden,
+		return &dataplane.RefusedError{Namespace: ns, Status: http.StatusForbidden, Code: transport.CodeForbidden,
 			Message: "not in the relay's allow-list"}
 	}
 	return r.follow(ns, false)
@@ -300,11 +297,11 @@ func (r *Relay) follow(ns string, pinned bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable, Message: "the relay is closing"}
+		return &dataplane.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable, Message: "the relay is closing"}
 	}
 	if f := r.nss[ns]; f != nil {
 		if f.leaving {
-			return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
+			return &dataplane.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
 				Message: "the relay is letting it go; retry"}
 		}
 		f.pinned = f.pinned || pinned
@@ -314,7 +311,7 @@ func (r *Relay) follow(ns string, pinned bool) error {
 		return err
 	}
 	if len(r.nss) >= r.opts.maxNamespaces {
-		return &fakeserver.RefusedError{Namespace: ns, Status: http.StatusTooManyRequests, Code: transport.CodeUnavailable,
+		return &dataplane.RefusedError{Namespace: ns, Status: http.StatusTooManyRequests, Code: transport.CodeUnavailable,
 			Message: fmt.Sprintf("the relay follows %d namespaces, its limit", r.opts.maxNamespaces)}
 	}
 	seed, cursor := r.seed(ns)

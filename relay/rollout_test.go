@@ -11,28 +11,28 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // upstreamWithRollout serves, as a relay's upstream, namespace app whose
-// content holds the reserved key: a Follower fed by hand, under store id
-// "st" (a Go publish of a reserved key is refused).
-func upstreamWithRollout(t *testing.T, staged json.RawMessage) (*fakeserver.Follower, string) {
+// content holds the reserved key: a follower store fed by hand, under
+// store id "st" (a Go publish of a reserved key is refused).
+func upstreamWithRollout(t *testing.T, staged json.RawMessage) (*relay.HandFed, string) {
 	t.Helper()
 	f, s := handFedUpstream(t, 100*time.Millisecond)
 	f.Apply("app", "st", 1, 1, map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: staged}, nil, 0, false)
-	return f, s.URL()
+	return f, "http://" + s.Addr()
 }
 
-// handFedUpstream serves a Follower fed by hand, as a relay's upstream
-// would, heartbeating every heartbeat.
-func handFedUpstream(t *testing.T, heartbeat time.Duration) (*fakeserver.Follower, *fakeserver.Server) {
+// handFedUpstream serves a follower store fed by hand, as a relay's
+// upstream would, heartbeating every heartbeat.
+func handFedUpstream(t *testing.T, heartbeat time.Duration) (*relay.HandFed, *dataplane.Server) {
 	t.Helper()
-	f := fakeserver.NewFollower(100, 0, func(string) error { return nil })
-	s, err := fakeserver.NewFollowerServer(f, fakeserver.WithHeartbeat(heartbeat))
+	f, s, err := relay.NewHandFed(100, heartbeat)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 const persistConfirmEvery = 10 * time.Second
 
 // sink takes one namespace's syncer's reports (on its goroutine) into the
-// Follower and the last-good file.
+// follower and the last-good file.
 type sink struct {
 	r *Relay
 	f *followed
@@ -85,7 +85,7 @@ func (s sink) save(cursor int64, at time.Time) {
 		Cursor: cursor, ConfirmedAt: at, Snapshot: s.f.applied})
 }
 
-// seed is the syncer's starting point from what the Follower serves (its
+// seed is the syncer's starting point from what the follower serves (its
 // last-good file): nil when it serves nothing of ns.
 func (r *Relay) seed(ns string) (*snapshot.Snapshot, int64) {
 	storeID, rev, cursor, vals, ok := r.follower.Data(ns)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,16 @@ type Config struct {
 	// AuditRetention is how many audit records each namespace keeps
 	// (default control.DefaultAuditRetention).
 	AuditRetention int
+	// AuditRetentionBytes bounds the bytes of each namespace's audit
+	// records too (default control.DefaultAuditRetentionBytes; negative:
+	// no bound).
+	AuditRetentionBytes int64
+	// DefragInterval is how often the leader checks whether a store
+	// member's file is worth defragmenting (default
+	// DefaultDefragInterval); DefragMinFree, how much of it must be free
+	// (default DefaultDefragMinFree, and at least half the file).
+	DefragInterval time.Duration
+	DefragMinFree  int64
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
 	// (default relay.DefaultMaxNamespaces).
 	MaxNamespaces int
@@ -106,19 +117,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
 	}
 	s.control, err = control.New(control.Config{
-		Source:          s.src,
-		Logger:          cfg.Logger,
-		MaxPublishBytes: cfg.MaxPublishBytes,
-		Acks:            s.acks,
-		Tokens:          cfg.Tokens,
-		AuditRetention:  cfg.AuditRetention,
-		Revision:        s.revision,
-		Streams:         s.streams,
+		Source:              s.src,
+		Logger:              cfg.Logger,
+		MaxPublishBytes:     cfg.MaxPublishBytes,
+		Acks:                s.acks,
+		Tokens:              cfg.Tokens,
+		AuditRetention:      cfg.AuditRetention,
+		AuditRetentionBytes: cfg.AuditRetentionBytes,
+		Revision:            s.revision,
+		Streams:             s.streams,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
 	}
-	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger))
+	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger),
+		defragment(st.Client, cfg.Logger, cmp.Or(cfg.DefragInterval, DefaultDefragInterval), cmp.Or(cfg.DefragMinFree, DefaultDefragMinFree)))
 	data := s.cache.Handler()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/control/") {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,5 +280,44 @@ func TestAuditOutlivesCompaction(t *testing.T) {
 	var d struct{ Changes []struct{ Key string } }
 	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/diff?from=%d&to=%d", base, revs[2], revs[5]), nil, &d); st != http.StatusOK || len(d.Changes) != 1 {
 		t.Errorf("diff from the base: %d %+v", st, d)
+	}
+}
+
+// TestAuditRetentionInBytes: past -audit-retention-bytes the oldest
+// records fold into the base though the record count is far from its
+// bound: a few large publishes cannot grow the audit log without end.
+func TestAuditRetentionInBytes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindMemory}, AuditRetention: 1000, AuditRetentionBytes: 50_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() {
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	big := strings.Repeat("x", 10_000)
+	var last int64
+	for i := range 12 {
+		last = publish(t, hs.URL, "app", map[string]any{"blob": fmt.Sprint(i, big)})
+	}
+	var h struct {
+		Revisions []struct{ Revision int64 }
+		Truncated bool
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		h.Revisions, h.Truncated = nil, false
+		if st := control(t, "GET", hs.URL+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
+			t.Fatalf("history: %d", st)
+		}
+		// Each record holds ~10 KB: 50 KB keeps four of them.
+		return h.Truncated && len(h.Revisions) == 4
+	}, "the history trimmed to the records that fit 50,000 bytes")
+	if h.Revisions[0].Revision != last {
+		t.Fatalf("history %+v: the newest record is not %d", h, last)
 	}
 }

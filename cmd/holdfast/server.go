@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -97,6 +98,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	maxPublish := fs.Int64("max-publish-bytes", control.DefaultMaxPublishBytes, "largest publish body (etcd refuses requests above 1.5 MiB by default)")
 	retention := fs.String("retention", "24h", "the embedded store keeps this much of etcd's history: `N` revisions or a duration (the audit log outlives it; empty: all); an external cluster compacts by its own --auto-compaction-retention")
 	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
+	auditBytes := fs.Int64("audit-retention-bytes", control.DefaultAuditRetentionBytes, "bytes of audit records kept per namespace, beside -audit-retention (0: no bound)")
 	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, see above) on the data plane and the control API")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
 	lf := addListenFlags(fs)
@@ -111,6 +113,8 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			return usagef("-memory and -etcd exclude each other")
 		case *auditRetention <= 0:
 			return usagef("-audit-retention must be positive, got %d", *auditRetention)
+		case *auditBytes < 0:
+			return usagef("-audit-retention-bytes must not be negative, got %d", *auditBytes)
 		case *startTimeout <= 0:
 			return usagef("-start-timeout must be positive, got %v", *startTimeout)
 		}
@@ -151,7 +155,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		}
 		started := time.Now()
 		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks,
-			AuditRetention: *auditRetention})
+			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1)})
 		if err != nil {
 			return err
 		}

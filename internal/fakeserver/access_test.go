@@ -337,9 +337,16 @@ func TestIdentityFrom(t *testing.T) {
 	s, _ := startScoped(t)
 	var got string
 	var ok bool
-	h := s.guard("/control/namespaces/{ns}/publish", func(w http.ResponseWriter, r *http.Request) {
+	guarded := s.guard("/control/namespaces/{ns}/publish", func(w http.ResponseWriter, r *http.Request) {
 		got, ok = identityFrom(r.Context())
 	})
+	// Authenticated as the data plane's mux authenticates every route.
+	h := func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := s.opts.tokens.AuthenticateHeader(r.Header.Get("Authorization")); ok {
+			r = r.WithContext(access.NewContext(r.Context(), id))
+		}
+		guarded(w, r)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /control/namespaces/{ns}/publish", h)
 	for _, c := range []struct {

@@ -70,6 +70,6 @@ func TestAckCohortChecksAsAnAckWould(t *testing.T) {
 		if got := states(s, "app"); len(got) != 0 {
 			t.Errorf("%s: listed %v", name, got)
 		}
-		s.acks.reset()
+		s.dp.ResetAcks()
 	}
 }

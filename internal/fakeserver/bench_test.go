@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -171,8 +172,7 @@ func baselineRig(b *testing.B) *rig {
 		cs := transport.ChangeSet{Namespace: "bench", Revision: int64(i + 2), PrevRevision: int64(i + 1),
 			StoreID: "0123456789abcdef", CommittedAt: time.Now().UTC(),
 			Puts: map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(strconv.Itoa(i))}}
-		data, _ := json.Marshal(cs)
-		bl.broadcast(appendFrame(nil, transport.EventChange, cs.Revision, data))
+		bl.broadcast((&dataplane.Change{CS: cs}).Frame())
 	}
 	return g
 }

@@ -10,74 +10,34 @@ import (
 	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-func (s *Server) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	routes := []struct {
-		method, path string
-		h            http.HandlerFunc
-	}{
-		{"GET", transport.PathSnapshot, s.handleSnapshot},
-		{"GET", transport.PathEvents, s.handleEvents},
-		{"GET", transport.PathWatch, s.handleWatch},
-		{"POST", transport.PathAck, s.handleAck},
-		{"POST", transport.PathAckStream, s.handleAckStream},
-		{"POST", transport.PathAckCohort, s.handleAckCohort},
-		{"GET", transport.PathStream, s.handleStream},
-		{"GET", transport.PathStreamEvents, s.handleStreamEvents},
-		{"POST", "/control/namespaces/{ns}/publish", s.handlePublish},
-		{"POST", "/control/namespaces/{ns}/rollback", s.handleRollback},
-		{"PUT", "/control/namespaces/{ns}/schema", s.handleSchema},
-		{"GET", "/control/namespaces/{ns}/status", s.handleStatus},
-		{"GET", "/control/namespaces/{ns}/history", s.handleHistory},
-		{"GET", "/control/namespaces/{ns}/values", s.handleValues},
-		{"GET", "/control/namespaces/{ns}/diff", s.handleDiff},
-		{"POST", "/control/namespaces/{ns}/rollouts", s.handleStartRollout},
-		{"GET", "/control/namespaces/{ns}/rollouts", s.handleRollouts},
-		{"GET", "/control/namespaces/{ns}/rollouts/{id}", s.handleRollout},
-		{"POST", "/control/namespaces/{ns}/rollouts/{id}/abort", s.handleRolloutAction},
-		{"POST", "/control/namespaces/{ns}/rollouts/{id}/promote", s.handleRolloutAction},
-		{"POST", "/control/compact", s.handleCompact},
-		{"GET", "/control/clients", s.handleClients},
-		{"POST", "/control/faults", s.handleFaults},
+// controlRoutes is the control API, which the data plane mounts beside
+// itself (dataplane.WithRoutes), each route behind its scope (guard).
+func (s *Server) controlRoutes() []dataplane.Route {
+	routes := []dataplane.Route{
+		{Method: "POST", Path: "/control/namespaces/{ns}/publish", Handler: s.handlePublish},
+		{Method: "POST", Path: "/control/namespaces/{ns}/rollback", Handler: s.handleRollback},
+		{Method: "PUT", Path: "/control/namespaces/{ns}/schema", Handler: s.handleSchema},
+		{Method: "GET", Path: "/control/namespaces/{ns}/status", Handler: s.handleStatus},
+		{Method: "GET", Path: "/control/namespaces/{ns}/history", Handler: s.handleHistory},
+		{Method: "GET", Path: "/control/namespaces/{ns}/values", Handler: s.handleValues},
+		{Method: "GET", Path: "/control/namespaces/{ns}/diff", Handler: s.handleDiff},
+		{Method: "POST", Path: "/control/namespaces/{ns}/rollouts", Handler: s.handleStartRollout},
+		{Method: "GET", Path: "/control/namespaces/{ns}/rollouts", Handler: s.handleRollouts},
+		{Method: "GET", Path: "/control/namespaces/{ns}/rollouts/{id}", Handler: s.handleRollout},
+		{Method: "POST", Path: "/control/namespaces/{ns}/rollouts/{id}/abort", Handler: s.handleRolloutAction},
+		{Method: "POST", Path: "/control/namespaces/{ns}/rollouts/{id}/promote", Handler: s.handleRolloutAction},
+		{Method: "POST", Path: "/control/compact", Handler: s.handleCompact},
+		{Method: "GET", Path: "/control/clients", Handler: s.handleClients},
+		{Method: "POST", Path: "/control/faults", Handler: s.handleFaults},
 	}
-	allowed := map[string][]string{} // path: its methods
-	var paths []string
-	for _, rt := range routes {
-		if (rt.path == transport.PathStream || rt.path == transport.PathStreamEvents) && !s.opts.offers(transport.CapabilityStream) ||
-			rt.path == transport.PathAckCohort && !s.opts.offers(transport.CapabilityAckCohort) {
-			continue // as a server that predates it: 404
-		}
-		if s.store == nil && !strings.HasPrefix(rt.path, "/sdk/") {
-			continue // a relay's data plane: the control API is the origin's
-		}
-		mux.HandleFunc(rt.method+" "+rt.path, s.guard(rt.path, rt.h))
-		if allowed[rt.path] == nil {
-			paths = append(paths, rt.path)
-		}
-		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	for i := range routes {
+		routes[i].Handler = s.guard(routes[i].Path, routes[i].Handler)
 	}
-	for _, path := range paths {
-		allow, plane := strings.Join(allowed[path], ", "), strings.HasPrefix(path, "/sdk/")
-		mux.HandleFunc(path, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
-			if plane {
-				// The data plane's faults and token hold for every request.
-				if !s.gate(w, r, false) {
-					return
-				}
-				defer s.speak(r)()
-				s.planeHeaders(w, "")
-			}
-			w.Header().Set("Allow", allow)
-			writeError(w, http.StatusMethodNotAllowed, transport.ErrorBody{Error: transport.CodeBadRequest, Message: "method not allowed; use " + allow})
-		}))
-	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
-	})
-	return mux
+	return routes
 }
 
 // readBody reads a request body of at most limit bytes, which must be
@@ -226,11 +186,11 @@ func (s *Server) Status(ns string) (NamespaceStatus, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return NamespaceStatus{}, err
 	}
-	rev, ok := s.store.nsRevision(ns)
+	rev, ok := s.store.NsRevision(ns)
 	if !ok {
 		return NamespaceStatus{}, ErrUnknownNamespace
 	}
-	id, head, compact := s.store.info()
+	id, head, compact := s.store.Info()
 	st := NamespaceStatus{Namespace: ns, StoreID: id, Revision: rev, Head: head, CompactRevision: compact}
 	for _, c := range s.Clients() {
 		if c.Namespace != ns {
@@ -247,13 +207,7 @@ func (s *Server) Status(ns string) (NamespaceStatus, error) {
 			st.Behind++
 		}
 	}
-	s.hub.mu.RLock()
-	for w := range s.hub.byNS[ns] {
-		if w.stream {
-			st.Streams++
-		}
-	}
-	s.hub.mu.RUnlock()
+	st.Streams = s.dp.StreamsOf(ns)
 	return st, nil
 }
 

@@ -1,10 +1,16 @@
-// Package fakeserver is holdfast's reference server: a real config plane,
-// not a mock. It keeps an in-memory MVCC store (one revision counter for
-// every namespace, history per key with tombstones, compaction by revision
-// and by retention), fans changes out to watchers off the publish path,
-// and serves the data-plane protocol of package transport (snapshot,
-// long-poll events, SSE watch, ack) plus a JSON control API and fault
-// injection.
+// Package fakeserver is holdfast's reference server for tests: a real
+// config plane, not a mock, which holdfasttest wraps. It keeps an
+// in-memory MVCC store (one revision counter for every namespace, history
+// per key with tombstones, compaction by revision and by retention;
+// store.go), its audit (audit.go), schemas, the rollout controller
+// (rollout.go) and a JSON control API (control.go), and serves the
+// data-plane protocol of package transport (snapshot, long-poll events,
+// SSE watch and stream, acks) with package dataplane over the store: the
+// same serving code as holdfast server's and a relay's, which fans
+// changes out to watchers off the publish path. What is its own is fault
+// injection (faults, server.go), which it gives the data plane as a
+// dataplane.Faults. Nothing of it runs in holdfast server or holdfast
+// relay.
 //
 // In a test:
 //
@@ -57,7 +63,7 @@
 // (with an ETag of their own, "<store_id>.base.<revision>", when the
 // content held any) and change sets (a change of only reserved keys is an
 // empty one of the same revision and prev_revision). Origin and relay
-// alike: the serving code is the same.
+// alike: the serving code is the same (package dataplane).
 //
 // Watchers: each has a bounded queue (WithWatcherBuffer). A watcher that
 // falls further behind is disconnected, never silently skipped; its client

@@ -180,7 +180,7 @@ func TestEndpoints(t *testing.T) {
 			t.Fatalf("clients %s", body)
 		}
 		c1, c2 := got.Clients[0], got.Clients[1]
-		head, _ := s.store.nsRevision("app")
+		head, _ := s.store.NsRevision("app")
 		if c1.ClientID != "c1" || c1.AckedRevision != 2 || c1.HeadRevision != head || c1.Behind != (head > 2) {
 			t.Fatalf("c1 %+v", c1)
 		}
@@ -235,9 +235,7 @@ func TestEventsLongPoll(t *testing.T) {
 			resp, body = do(t, c, "GET", s.URL()+"/sdk/events?ns=app&since="+strconv.FormatInt(since, 10)+"&wait=5s", "")
 		}()
 		testutil.Eventually(t, waitLimit, func() bool {
-			s.hub.mu.RLock()
-			defer s.hub.mu.RUnlock()
-			return len(s.hub.byNS["app"]) == 1
+			return s.Watchers("app") == 1
 		}, "a waiting long-poll")
 		s.DropStreams()
 		wg.Wait()

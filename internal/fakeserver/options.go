@@ -5,19 +5,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Defaults of the options.
 const (
-	DefaultHeartbeat       = 5 * time.Second
-	DefaultWatcherBuffer   = 1024
+	DefaultHeartbeat       = dataplane.DefaultHeartbeat
+	DefaultWatcherBuffer   = dataplane.DefaultWatcherBuffer
 	DefaultMaxPublishBytes = 4 << 20
-	DefaultMaxWait         = 60 * time.Second
+	DefaultMaxWait         = dataplane.DefaultMaxWait
 )
 
 type options struct {
@@ -90,20 +90,6 @@ func WithoutCapability(name string) Option {
 	})
 }
 
-// capabilities are those the server can offer, in the order it lists them.
-var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityAckCohort, transport.CapabilityH2C, transport.CapabilityRollout}
-
-// offers reports whether the server offers capability name.
-func (o *options) offers(name string) bool {
-	if (name == transport.CapabilityAckStream || name == transport.CapabilityAckRelay) && o.without[transport.CapabilityAckBatch] {
-		return false // its lines are batches
-	}
-	if name == transport.CapabilityAckCohort && !o.offers(transport.CapabilityAckRelay) {
-		return false // a relay that cannot forward its clients' acks one by one could not report what a cohort does not carry
-	}
-	return !o.without[name]
-}
-
 // WithListener serves on l (its first run; Restart listens on l's
 // address anew) rather than on WithAddr's address.
 func WithListener(l net.Listener) Option { return optionFunc(func(o *options) { o.listener = l }) }
@@ -155,7 +141,7 @@ func newOptions(opts []Option) (options, error) {
 		return o, errors.New("fakeserver: WithTokens and WithBearerToken exclude each other")
 	}
 	for name := range o.without {
-		if !slices.Contains(capabilities, name) {
+		if !dataplane.KnownCapability(name) {
 			return o, fmt.Errorf("fakeserver: WithoutCapability(%q): no such capability", name)
 		}
 	}

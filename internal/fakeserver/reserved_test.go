@@ -1,12 +1,10 @@
 package fakeserver
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +27,7 @@ func publishReserved(t testing.TB, s *Server, ns string, puts map[string]json.Ra
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.cs.Revision
+	return c.CS.Revision
 }
 
 // stagedFor is a valid value of rollout.Key for rollout id.
@@ -49,37 +47,18 @@ const (
 	oldCaps = "stream,ack-batch,ack-stream"
 )
 
+// baseETag is the ETag of a snapshot without reserved keys, as
+// docs/PROTOCOL.md gives it: "<store_id>.base.<revision>".
+func baseETag(storeID string, rev int64) string {
+	return `"` + storeID + ".base." + strconv.FormatInt(rev, 10) + `"`
+}
+
 // asClient returns the request headers of a client with caps ("" : none).
 func asClient(caps string, hdr ...string) []string {
 	if caps == "" {
 		return hdr
 	}
 	return append([]string{transport.HeaderCapabilities, caps}, hdr...)
-}
-
-func TestRolloutAwareReadsTheCapabilityToken(t *testing.T) {
-	for _, tc := range []struct {
-		values []string
-		want   bool
-	}{
-		{nil, false},
-		{[]string{""}, false},
-		{[]string{oldCaps}, false},
-		{[]string{newCaps}, true},
-		{[]string{"rollout"}, true},
-		{[]string{" stream , rollout "}, true},
-		{[]string{"stream", "rollout"}, true}, // the header given twice
-		{[]string{"rollouts,x-rollout,rollout-v2,Rollout"}, false},
-		{[]string{"stream,,"}, false},
-	} {
-		r, _ := http.NewRequest(http.MethodGet, "/", nil)
-		for _, v := range tc.values {
-			r.Header.Add(transport.HeaderCapabilities, v)
-		}
-		if got := rolloutAware(r); got != tc.want {
-			t.Errorf("%q: aware %v, want %v", tc.values, got, tc.want)
-		}
-	}
 }
 
 // snapshotOf fetches ns's snapshot as a client with caps, conditional on
@@ -195,7 +174,7 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 	// Without a reserved key both kinds of client get the same reply.
 	for _, caps := range []string{"", newCaps} {
 		resp, _, values := snapshotOf(t, c, s, "plain", caps, "")
-		rev, _ := s.store.nsRevision("plain")
+		rev, _ := s.store.NsRevision("plain")
 		if resp.StatusCode != 200 || resp.Header.Get("ETag") != transport.ETag(id, rev) || string(values["a"]) != "1" {
 			t.Fatalf("plain (%q): %d %s %v", caps, resp.StatusCode, resp.Header.Get("ETag"), values)
 		}
@@ -310,6 +289,13 @@ func TestLongPollWithoutReservedKeysForOldClients(t *testing.T) {
 }
 
 // pollWith is pollAsync with request headers.
+// pollResult is one long-poll's outcome.
+type pollResult struct {
+	status int
+	body   []byte
+	err    error
+}
+
 func pollWith(c *http.Client, url string, hdr ...string) <-chan pollResult {
 	ch := make(chan pollResult, 1)
 	go func() {
@@ -389,79 +375,6 @@ func TestWatchAndStreamWithoutReservedKeysForOldClients(t *testing.T) {
 			st := openStreamWith(t, c, s.URL()+path, "", asClient(caps)...)
 			checkHistory(t, path+" "+caps+" (backlog)", revs, streamChanges(t, st, revs[len(revs)-1]), caps == newCaps)
 			st.close()
-		}
-	}
-}
-
-// A change that touches no reserved key is its own base view, at the cost
-// of one scan of its keys; one that does has one base view for every old
-// client, built once.
-func TestBaseViewIsSharedAndFreeWithoutReservedKeys(t *testing.T) {
-	s := start(t)
-	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
-	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedFor(t, "r1")})
-	sub, err := s.store.subscribe("app", 0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, staged := sub.backlog[0], sub.backlog[1]
-	if plain.view(false) != plain || plain.view(true) != plain {
-		t.Fatal("a change without reserved keys has a view of its own")
-	}
-	if staged.view(true) != staged {
-		t.Fatal("a new client's view is not the change itself")
-	}
-	base := staged.view(false)
-	if base == staged || staged.view(false) != base {
-		t.Fatal("the base view is not one, shared")
-	}
-	if string(base.json()) == string(staged.json()) || strings.Contains(string(base.frame()), rollout.ReservedPrefix) {
-		t.Fatalf("base view %s", base.frame())
-	}
-	if base.cs.Revision != staged.cs.Revision || base.cs.PrevRevision != staged.cs.PrevRevision || base.gen != staged.gen {
-		t.Fatalf("base view %+v of %+v", base.cs, staged.cs)
-	}
-}
-
-// A relay's change carries its upstream's bytes: the base view keeps
-// every field but the reserved keys, unknown ones too.
-func TestFollowerServesTheBaseOfRawChanges(t *testing.T) {
-	f, s := startFollower(t, 100, 0, WithHeartbeat(time.Hour))
-	f.Apply("app", "st", 1, 1, raw("a", "1"), nil, 0, false)
-	rawCS := `{"ns":"app","revision":2,"prev_revision":1,"store_id":"st","committed_at":"2026-01-01T00:00:00Z",` +
-		`"puts":{"a":2,"` + rollout.Key + `":{"id":"r1"}},"deletes":["$holdfast/old","gone"],"future":{"x":[1,2]}}`
-	var cs transport.ChangeSet
-	if err := json.Unmarshal([]byte(rawCS), &cs); err != nil {
-		t.Fatal(err)
-	}
-	cs.Raw = json.RawMessage(rawCS)
-	f.Apply("app", "st", 2, 2, raw("a", "2", rollout.Key, `{"id":"r1"}`), &cs, 0, false)
-	c := newClient(t)
-	for _, caps := range []string{"", newCaps} {
-		resp, data := do(t, c, "GET", s.URL()+"/sdk/events?ns=app&since=1", "", asClient(caps)...)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%d %s", resp.StatusCode, data)
-		}
-		var body struct {
-			Changes []json.RawMessage `json:"changes"`
-		}
-		if err := json.Unmarshal(data, &body); err != nil || len(body.Changes) != 1 {
-			t.Fatalf("%s: %v", data, err)
-		}
-		got := string(body.Changes[0])
-		if caps == newCaps {
-			if got != rawCS {
-				t.Fatalf("new client: %s, want the upstream's bytes %s", got, rawCS)
-			}
-			continue
-		}
-		want := `{"ns":"app","revision":2,"prev_revision":1,"store_id":"st","committed_at":"2026-01-01T00:00:00Z","future":{"x":[1,2]},"puts":{"a":2},"deletes":["gone"]}`
-		if got != want {
-			t.Fatalf("old client:\n got %s\nwant %s", got, want)
-		}
-		_, snap, values := snapshotOf(t, c, s, "app", caps, "")
-		if _, ok := values[rollout.Key]; ok || snap.Revision != 2 {
-			t.Fatalf("old client's snapshot from the relay: %s", snap.Values)
 		}
 	}
 }
@@ -590,111 +503,5 @@ func TestOldSDKClientKeepsServingTheBase(t *testing.T) {
 				return false
 			}, "the ack of the last revision")
 		})
-	}
-}
-
-// The SSE reader of stream frames must not be fooled by a multi-line
-// frame: a base view's data line is one line, as the change's.
-func TestBaseViewFrameIsOneDataLine(t *testing.T) {
-	s := start(t)
-	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`"x\ny"`), rollout.Key: stagedFor(t, "r1")})
-	sub, err := s.store.subscribe("app", 0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := sub.backlog[0].view(false)
-	sc := bufio.NewScanner(strings.NewReader(string(base.frame())))
-	lines := 0
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "data: ") {
-			lines++
-			if sc.Text()[len("data: "):] != string(base.json()) {
-				t.Fatalf("data line %q, JSON %s", sc.Text(), base.json())
-			}
-		}
-	}
-	if lines != 1 {
-		t.Fatalf("%d data lines in %q", lines, base.frame())
-	}
-}
-
-// Run with: go test -run '^$' -bench 'ChangeView|SnapshotFor' -benchmem ./internal/fakeserver/
-//
-// What a client that predates rollouts costs: a change's bytes for it
-// (its base view) against a new client's, and a 304 or a 200 of a
-// namespace of 1,000 keys, with and without a reserved key.
-
-func BenchmarkChangeView(b *testing.B) {
-	s := start(b)
-	publishReserved(b, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
-	publishReserved(b, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`2`), rollout.Key: stagedFor(b, "r1")})
-	sub, err := s.store.subscribe("app", 0, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name  string
-		c     *change
-		aware bool
-	}{{"plain/aware", sub.backlog[0], true}, {"plain/old", sub.backlog[0], false}, {"reserved/aware", sub.backlog[1], true}, {"reserved/old", sub.backlog[1], false}} {
-		b.Run(tc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			n := 0
-			for range b.N {
-				n += len(tc.c.view(tc.aware).frame())
-			}
-			_ = n
-		})
-	}
-	// The first use by an old client of a change with a reserved key:
-	// building its base view (once per change, for all of them).
-	b.Run("build", func(b *testing.B) {
-		c := sub.backlog[1]
-		b.ReportAllocs()
-		for range b.N {
-			fresh := &change{gen: c.gen, cs: c.cs}
-			_ = fresh.view(false).frame()
-		}
-	})
-}
-
-func BenchmarkSnapshotFor(b *testing.B) {
-	s := start(b)
-	puts := make(map[string]json.RawMessage, 1000)
-	for i := range 1000 {
-		puts["cluster/c"+strconv.Itoa(i)] = json.RawMessage(`{"replicas":3,"image":"app:1.2.3"}`)
-	}
-	publishReserved(b, s, "plain", puts)
-	puts[rollout.Key] = stagedFor(b, "r1")
-	publishReserved(b, s, "staged", puts)
-	h := s.routes()
-	w := &nopWriter{h: make(http.Header)}
-	for _, ns := range []string{"plain", "staged"} {
-		rev, _ := s.store.nsRevision(ns)
-		for _, caps := range []string{newCaps, oldCaps} {
-			for _, inm := range []string{transport.ETag(s.StoreID(), rev), ""} {
-				name := ns + "/old"
-				if caps == newCaps {
-					name = ns + "/aware"
-				}
-				if inm != "" {
-					name += "/304"
-				} else {
-					name += "/200"
-				}
-				b.Run(name, func(b *testing.B) {
-					req := httptest.NewRequest(http.MethodGet, "/sdk/snapshot?ns="+ns, nil)
-					req.Header.Set(transport.HeaderCapabilities, caps)
-					if inm != "" {
-						req.Header.Set("If-None-Match", inm)
-					}
-					b.ReportAllocs()
-					for range b.N {
-						clear(w.h)
-						h.ServeHTTP(w, req)
-					}
-				})
-			}
-		}
 	}
 }

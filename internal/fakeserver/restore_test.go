@@ -45,9 +45,7 @@ func TestRestoreTo(t *testing.T) {
 		poll <- err
 	}()
 	testutil.Eventually(t, waitLimit, func() bool {
-		s.hub.mu.RLock()
-		defer s.hub.mu.RUnlock()
-		return len(s.hub.byNS["app"]) == 2
+		return s.Watchers("app") == 2
 	}, "a held long-poll")
 
 	if err := s.RestoreTo(2); err != nil {
@@ -201,7 +199,7 @@ func TestStoreRestoreAfterCompaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c.cs.Revision
+		return c.CS.Revision
 	}
 	pub("x", 1)
 	x2 := pub("x", 2)
@@ -219,13 +217,13 @@ func TestStoreRestoreAfterCompaction(t *testing.T) {
 		rev int64
 		k   string
 	}{"x": {x2, "2"}, "y": {y3, "3"}, "s": {0, ""}} {
-		snap, err := st.snapshot(ns)
-		if err != nil || snap.rev != want.rev || string(snap.values["k"]) != want.k {
-			t.Fatalf("%s after restore: revision %d values %s, %v; want %d %q", ns, snap.rev, js(snap.values), err, want.rev, want.k)
+		snap, err := st.Snapshot(ns)
+		if err != nil || snap.Rev != want.rev || string(snap.Values["k"]) != want.k {
+			t.Fatalf("%s after restore: revision %d values %s, %v; want %d %q", ns, snap.Rev, js(snap.Values), err, want.rev, want.k)
 		}
 	}
 	c, err := st.publish("x", nil, nil)
-	if err != nil || c.cs.Revision != 4 || c.cs.PrevRevision != x2 {
-		t.Fatalf("publish after restore: %+v, %v", c.cs, err)
+	if err != nil || c.CS.Revision != 4 || c.CS.PrevRevision != x2 {
+		t.Fatalf("publish after restore: %+v, %v", c.CS, err)
 	}
 }

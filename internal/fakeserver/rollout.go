@@ -601,21 +601,6 @@ func (s *Server) stepRollout(ns string) time.Time {
 	return r.now() // more to do: look again at once
 }
 
-// knownClients returns the clients that reported on ns.
-func (a *acks) knownClients(ns string) []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	seen := make(map[string]bool)
-	var out []string
-	a.eachLocked(func(k ackKey, _ ackState) {
-		if k.ns == ns && !seen[k.client] {
-			seen[k.client] = true
-			out = append(out, k.client)
-		}
-	})
-	return out
-}
-
 // stageCut returns the cut of a stage of pct percent over the clients
 // the server knows for run's namespace, never below the current cut. At
 // the first stage it adds those known before to run; from then on every
@@ -663,7 +648,7 @@ func (s *Server) commitRollout(run *rolloutRun, kind string, puts map[string]jso
 		return err
 	}
 	s.stats.publishes.Add(1)
-	s.log.Debug("fakeserver: rollout committed", "ns", run.ns, "rollout", run.id, "kind", kind, "revision", c.cs.Revision)
+	s.log.Debug("fakeserver: rollout committed", "ns", run.ns, "rollout", run.id, "kind", kind, "revision", c.CS.Revision)
 	return nil
 }
 
@@ -1087,5 +1072,5 @@ func (s *Server) PublishStaged(ns string, staged *rollout.Staged, puts map[strin
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
-	return c.cs.Revision, nil
+	return c.CS.Revision, nil
 }

@@ -55,19 +55,19 @@ func (f *fleet) report(rev int64, status, rolloutID, errText string, clients ...
 // and its revision (nil when none).
 func (f *fleet) staged() (*rollout.Staged, int64) {
 	f.t.Helper()
-	snap, err := f.s.store.snapshot(f.ns)
+	snap, err := f.s.store.Snapshot(f.ns)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	raw, ok := snap.values[rollout.Key]
+	raw, ok := snap.Values[rollout.Key]
 	if !ok {
-		return nil, snap.rev
+		return nil, snap.Rev
 	}
 	st, err := rollout.Decode(raw)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return st, snap.rev
+	return st, snap.Rev
 }
 
 // split returns the clients in and out of the current stage.
@@ -149,13 +149,13 @@ func goodChange() map[string]json.RawMessage {
 // had one.
 func content(t testing.TB, s *Server, ns string) (map[string]string, bool) {
 	t.Helper()
-	snap, err := s.store.snapshot(ns)
+	snap, err := s.store.Snapshot(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
-	_, staged := snap.values[rollout.Key]
-	for k, v := range snap.values {
+	_, staged := snap.Values[rollout.Key]
+	for k, v := range snap.Values {
 		if k != rollout.Key {
 			out[k] = string(v)
 		}
@@ -967,21 +967,16 @@ func TestRolloutThroughARelay(t *testing.T) {
 	rec := mustStart(t, origin, "app", RolloutSpec{Puts: goodChange(), Stages: []float64{50, 100}, Prevalidate: true, MaxNacks: 3})
 	in, out, rev, st := fl.split()
 	forwarded := make(chan error, 1)
-	follower, relay := startFollower(t, 100, 0, WithAckSink(func(acks []transport.Ack, _ bool) {
+	relay := startRelayPlane(t, origin, func(acks []transport.Ack, _ bool) {
 		body, err := json.Marshal(transport.AckBatch{ClientID: "relay-1", Acks: acks})
 		if err == nil {
-			var got []transport.Ack
-			if got, _, err = parseAckBody(body, true, false); err == nil {
-				origin.recordAcks(origin.store.known(got))
+			var got transport.AckBatch
+			if err = json.Unmarshal(body, &got); err == nil {
+				origin.recordAcks(origin.store.Known(got.Acks))
 			}
 		}
 		forwarded <- err
-	}))
-	snap, err := origin.store.snapshot("app")
-	if err != nil {
-		t.Fatal(err)
-	}
-	follower.Load("app", snap.storeID, snap.rev, snap.cursor, snap.values, time.Now())
+	})
 	var acks []string
 	for _, c := range in {
 		acks = append(acks, fmt.Sprintf(`{"client_id":%q,"ns":"app","revision":%d,"status":"ack","rollout":%q}`, c, rev, st.ID))

@@ -10,13 +10,12 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
-	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -27,54 +26,23 @@ import (
 type Server struct {
 	opts  options
 	log   *slog.Logger
-	store *store // the origin's MVCC store; nil for a relay
-	// be is what the data plane reads: store, or a relay's Follower
-	// (follow, nil for an origin).
-	be     backend
-	follow *Follower
-	hub    *hub
-	// snapshotSlots bounds the snapshot bodies in flight
-	// (WithMaxSnapshotsInFlight); nil: no bound.
-	snapshotSlots chan struct{}
-	mux           *http.ServeMux
-	caps          string // Holdfast-Capabilities
-	reserved      reservedScans
+	store *store // the MVCC store
+	// dp serves the data plane over store, with the faults and the
+	// control API.
+	dp       *dataplane.Server
+	faults   faults
+	acks     acks
+	stats    counters
+	rollouts *rollouts // the rollout controller
 
-	accepted atomic.Int64 // connections accepted, for tests
-
-	faults faults
-	// unquiet is s.faults.quiet.RUnlock, made once: speak returns it on
-	// every request, and a method value made there is an allocation.
-	unquiet func()
-	acks    acks
-	stats   counters
-	// rollouts is the origin's rollout controller; nil for a relay.
-	rollouts *rollouts
-
-	closing chan struct{} // closed by Close: requests through Handler end
-	// life is canceled by Close: the context of requests through
-	// Handler ends with it, so that each ends, wherever it waits.
+	closing chan struct{} // closed by Close: WaitRollout returns
+	// life is canceled by Close: StartRollout refuses from then on.
 	life    context.Context
 	endLife context.CancelFunc
 
 	mu     sync.Mutex
 	addr   string // fixed by the first listen, reused by Restart
-	cur    *run   // nil while stopped
 	closed bool
-}
-
-// run is one listening period of the server, between Start/Restart and Stop.
-type run struct {
-	srv      server
-	served   chan struct{}
-	mu       sync.Mutex
-	stopping chan struct{} // closed by Stop: waiting handlers return
-	stopped  bool
-	active   sync.WaitGroup // handlers in flight
-	// conns counts connections until net/http is done with them: after a
-	// reply that left a request body unread it lingers up to 500 ms
-	// (closeWriteAndWait), which Close must wait for too.
-	conns sync.WaitGroup
 }
 
 // Start starts a server listening on WithAddr's address (default a free
@@ -85,176 +53,71 @@ func Start(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	st := newStore(o.retention)
-	s := newServer(o, st, nil)
-	s.hub = newHub(st.gen, s.faults.blackholed)
-	st.onCommit = func(c *change) { s.hub.enqueue(hubItem{c: c, gen: c.gen}) }
-	st.onReset = func(gen uint64) { s.hub.enqueue(hubItem{gen: gen}) }
-	s.logAccess()
+	s := &Server{opts: o, log: o.logger, store: st, addr: o.addr, closing: make(chan struct{})}
+	s.life, s.endLife = context.WithCancel(context.Background())
+	s.faults.init()
 	s.rollouts = newRollouts(st.gen)
+	dpOpts := []dataplane.Option{
+		dataplane.WithHeartbeat(o.heartbeat),
+		dataplane.WithWatcherBuffer(o.watcherBuffer),
+		dataplane.WithMaxWait(o.maxWait),
+		dataplane.WithLogger(o.logger),
+		dataplane.WithMaxSnapshotsInFlight(o.maxSnapshots, o.retryWindow),
+		dataplane.WithFaults(&s.faults),
+		dataplane.WithRoutes(s.controlRoutes()...),
+	}
+	switch {
+	case o.tokens != nil:
+		dpOpts = append(dpOpts, dataplane.WithTokens(o.tokens))
+	case o.token != "":
+		dpOpts = append(dpOpts, dataplane.WithBearerToken(o.token))
+	}
+	for name := range o.without {
+		dpOpts = append(dpOpts, dataplane.WithoutCapability(name))
+	}
+	if o.ackSink != nil {
+		dpOpts = append(dpOpts, dataplane.WithAckSink(o.ackSink))
+	} else {
+		dpOpts = append(dpOpts, dataplane.WithAckObserver(s.rollouts.observe, s.rollouts.wants))
+	}
+	if s.dp, err = dataplane.New(st, dpOpts...); err != nil {
+		s.rollouts.close()
+		return nil, fmt.Errorf("fakeserver: %w", err)
+	}
+	s.acks = acks{s.dp}
+	st.onCommit = func(c *dataplane.Change) { s.dp.Enqueue(dataplane.HubItem{C: c, Gen: c.Gen}) }
+	st.onReset = func(gen uint64) { s.dp.Enqueue(dataplane.HubItem{Gen: gen}) }
+	s.logAccess()
 	go s.rolloutLoop()
-	if err := s.start(); err != nil {
+	ln := o.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", o.addr); err != nil {
+			_ = s.dp.Close()
+			s.rollouts.close()
+			return s, fmt.Errorf("fakeserver: listen: %w", err)
+		}
+	}
+	if err := s.listen(ln); err != nil {
+		_ = s.dp.Close()
 		s.rollouts.close()
 		return s, err
 	}
 	return s, nil
 }
 
-// NewFollower returns a relay's data plane over f, not yet listening
-// (see Listen, Handler): the same handlers as the reference server's,
-// reading f, with no control API. Acks go to WithAckSink. Close it when
-// done.
-func NewFollowerServer(f *Follower, opts ...Option) (*Server, error) {
-	o, err := newOptions(opts)
-	if err != nil {
-		return nil, err
+// listen serves on ln.
+func (s *Server) listen(ln net.Listener) error {
+	if err := s.dp.Listen(ln); err != nil {
+		_ = ln.Close()
+		return err
 	}
-	s := newServer(o, nil, f)
-	f.mu.Lock()
-	s.hub = newHub(f.gen, s.faults.blackholed)
-	s.hub.follow = true
-	s.hub.startBeats(beatSpread(o.heartbeat))
-	f.out = func(items []hubItem) { s.hub.enqueue(items...) }
-	f.mu.Unlock()
-	s.mux = s.routes()
-	return s, nil
-}
-
-// Listen serves on l until Stop or Close (Restart listens on l's address
-// again).
-func (s *Server) Listen(l net.Listener) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.cur != nil {
-		return ErrClosed
-	}
-	s.opts.listener = l
-	return s.listen()
+	s.addr = ln.Addr().String()
+	return nil
 }
 
 // Handler returns the server's routes, to mount in another server; a
 // request through it ends when the server closes, and one after gets 503.
-func (s *Server) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if s.life.Err() != nil {
-			writeError(w, http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "server closed"})
-			return
-		}
-		ctx, cancel := context.WithCancel(req.Context())
-		defer cancel()
-		defer context.AfterFunc(s.life, cancel)()
-		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(ctx, stoppingKey{}, s.closing)))
-	})
-}
-
-func newServer(o options, st *store, f *Follower) *Server {
-	s := &Server{opts: o, log: o.logger, store: st, follow: f, addr: o.addr, closing: make(chan struct{})}
-	s.unquiet = s.faults.quiet.RUnlock
-	s.life, s.endLife = context.WithCancel(context.Background())
-	s.be = st
-	if f != nil {
-		s.be = f
-	}
-	var caps []string
-	for _, c := range capabilities {
-		if o.offers(c) {
-			caps = append(caps, c)
-		}
-	}
-	s.caps = strings.Join(caps, ",")
-	if o.maxSnapshots > 0 {
-		s.snapshotSlots = make(chan struct{}, o.maxSnapshots)
-	}
-	s.faults.init()
-	return s
-}
-
-// start mounts the routes and listens.
-func (s *Server) start() error {
-	s.mux = s.routes()
-	if err := s.listen(); err != nil {
-		s.hub.close()
-		return err
-	}
-	return nil
-}
-
-func (s *Server) listen() error {
-	ln := s.opts.listener
-	s.opts.listener = nil // once: Restart listens on the address again
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", s.addr); err != nil {
-			return fmt.Errorf("fakeserver: listen: %w", err)
-		}
-	}
-	s.addr = ln.Addr().String()
-	r := &run{served: make(chan struct{}), stopping: make(chan struct{})}
-	// HTTP/1.1 and, unless switched off, HTTP/2 with prior knowledge
-	// (h2c) on the same listener: a client then carries its stream,
-	// snapshots and acks over one connection.
-	lc := listen.Config{
-		Name: "fakeserver", Addr: s.addr, Plaintext: true, MaxConns: -1, Logger: s.log,
-		// Every request's context carries r's stopping channel: set once
-		// here, not copied into each request (a long-lived stream would
-		// hold the copy).
-		BaseContext: func(net.Listener) context.Context {
-			return context.WithValue(context.Background(), stoppingKey{}, r.stopping)
-		},
-		ConnState: func(_ net.Conn, st http.ConnState) {
-			switch st {
-			case http.StateNew:
-				r.conns.Add(1)
-				s.accepted.Add(1)
-			case http.StateClosed, http.StateHijacked:
-				r.conns.Done()
-			}
-		},
-	}
-	hs := listen.NewServer(s.track(r), lc).Server
-	if !s.opts.offers(transport.CapabilityH2C) {
-		var p http.Protocols
-		p.SetHTTP1(true)
-		hs.Protocols = &p
-	}
-	r.srv = hs
-	s.cur = r
-	go func() {
-		defer close(r.served)
-		_ = r.srv.Serve(ln) // returns when Stop closes the server
-	}()
-	s.log.Info("fakeserver: listening", "addr", s.addr, "store_id", s.StoreID())
-	return nil
-}
-
-// server is the run's *http.Server.
-type server interface {
-	Serve(net.Listener) error
-	Close() error
-}
-
-// track counts the handlers of run r so that Stop can wait for them.
-func (s *Server) track(r *run) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
-			writeError(w, http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "server stopping"})
-			return
-		}
-		r.active.Add(1)
-		r.mu.Unlock()
-		defer r.active.Done()
-		s.mux.ServeHTTP(w, req) // its context has r's stopping channel (listen's BaseContext)
-	})
-}
-
-type stoppingKey struct{}
-
-// stopping returns the channel closed when the server stops serving req.
-func stopping(req *http.Request) <-chan struct{} {
-	ch, _ := req.Context().Value(stoppingKey{}).(chan struct{})
-	return ch
-}
+func (s *Server) Handler() http.Handler { return s.dp.Handler() }
 
 // URL returns the server's base URL, e.g. "http://127.0.0.1:41234".
 func (s *Server) URL() string { return "http://" + s.Addr() }
@@ -272,28 +135,7 @@ func (s *Server) Addr() string {
 // test can publish while the server is down. Stop waits for every handler
 // to return and every connection to be let go. Stopping a stopped server
 // does nothing.
-func (s *Server) Stop() error {
-	s.mu.Lock()
-	r, addr := s.cur, s.addr
-	s.cur = nil
-	s.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	r.mu.Lock()
-	r.stopped = true // no handler starts from now on
-	r.mu.Unlock()
-	s.hub.kill(func(*watcher) bool { return true })
-	err := r.srv.Close()
-	// Only now release held handlers: their connections are closed, so
-	// nothing they might write reaches a client.
-	close(r.stopping)
-	r.active.Wait()
-	<-r.served
-	r.conns.Wait()
-	s.log.Info("fakeserver: stopped", "addr", addr)
-	return err
-}
+func (s *Server) Stop() error { return s.dp.Stop() }
 
 // Restart stops the server if it is running and listens again on the same
 // address, keeping the store (and its id).
@@ -306,10 +148,14 @@ func (s *Server) Restart() error {
 	if s.closed {
 		return ErrClosed
 	}
-	if s.cur != nil { // a concurrent Restart won
+	if s.dp.Listening() { // a concurrent Restart won
 		return nil
 	}
-	return s.listen()
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("fakeserver: listen: %w", err)
+	}
+	return s.listen(ln)
 }
 
 // Close stops the server for good and waits for every goroutine it started.
@@ -319,36 +165,31 @@ func (s *Server) Close() error {
 	already := s.closed
 	s.closed = true
 	s.mu.Unlock()
-	err := s.Stop()
 	if !already {
 		close(s.closing)
 		s.endLife()
 	}
-	s.hub.kill(func(*watcher) bool { return true }) // those of Handler
-	s.hub.close()
-	if s.rollouts != nil {
-		s.rollouts.close()
-	}
+	err := s.dp.Close()
+	s.rollouts.close()
 	s.faults.setBlackhole(false)
 	return err
 }
 
 // StoreID returns the store's current id.
 func (s *Server) StoreID() string {
-	id, _, _ := s.be.info()
+	id, _, _ := s.store.Info()
 	return id
 }
 
-// Head returns the store's latest revision (a relay's: the cursor every
-// namespace it serves is complete up to).
+// Head returns the store's latest revision.
 func (s *Server) Head() int64 {
-	_, head, _ := s.be.info()
+	_, head, _ := s.store.Info()
 	return head
 }
 
 // CompactRevision returns the store's compaction point.
 func (s *Server) CompactRevision() int64 {
-	_, _, c := s.be.info()
+	_, _, c := s.store.Info()
 	return c
 }
 
@@ -409,8 +250,8 @@ func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []st
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
-	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.cs.Revision)
-	return c.cs.Revision, nil
+	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.CS.Revision)
+	return c.CS.Revision, nil
 }
 
 // checkPublish validates a publish and returns compacted values and
@@ -480,7 +321,7 @@ func (s *Server) rollback(ns string, to int64, meta commitMeta) (int64, error) {
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
-	return c.cs.Revision, nil
+	return c.CS.Revision, nil
 }
 
 // Compact discards history at and below revision rev (0: the head) and
@@ -517,17 +358,17 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 
 // Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.
 func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) {
-	snap, err := s.store.snapshot(ns)
+	snap, err := s.store.Snapshot(ns)
 	if err != nil {
 		return nil, err
 	}
-	values, err := transport.EncodeValues(snap.values)
+	values, err := transport.EncodeValues(snap.Values)
 	if err != nil {
 		return nil, err
 	}
 	return &transport.Snapshot{
-		Namespace: ns, StoreID: snap.storeID, Revision: snap.rev, Cursor: snap.cursor,
-		CompactRevision: snap.compact, Values: values,
+		Namespace: ns, StoreID: snap.StoreID, Revision: snap.Rev, Cursor: snap.Cursor,
+		CompactRevision: snap.Compact, Values: values,
 	}, nil
 }
 
@@ -544,9 +385,7 @@ func (s *Server) SetLatency(d time.Duration) { s.faults.setLatency(d) }
 
 // DropStreams ends every open watch stream (and waiting long-poll) now.
 // Clients resume from their cursors.
-func (s *Server) DropStreams() {
-	s.hub.kill(func(*watcher) bool { return true })
-}
+func (s *Server) DropStreams() { s.dp.DropStreams() }
 
 // SetBlackhole, when on, makes the server accept connections and requests
 // on the data plane and then send nothing at all: no replies, no events, no
@@ -564,8 +403,8 @@ func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
 	s.rollouts.endAll(gen, "the store was reset")
-	s.acks.reset()
-	s.hub.kill(func(w *watcher) bool { return w.gen < gen })
+	s.dp.ResetAcks()
+	s.dp.DropStreamsBefore(gen)
 	return id
 }
 
@@ -589,8 +428,8 @@ func (s *Server) RestoreTo(rev int64) error {
 		return err
 	}
 	s.rollouts.endAll(gen, fmt.Sprintf("the store was restored to revision %d", rev))
-	s.acks.rewind(rev)
-	s.hub.kill(func(w *watcher) bool { return w.gen < gen })
+	s.dp.RewindAcks(rev)
+	s.dp.DropStreamsBefore(gen)
 	s.log.Info("fakeserver: store restored", "store_id", s.StoreID(), "revision", rev)
 	return nil
 }
@@ -612,33 +451,36 @@ type Stats struct {
 	Shed        int64 // snapshot requests answered 503 by WithMaxSnapshotsInFlight
 }
 
+// counters are the reference server's own; the data plane counts its
+// requests.
 type counters struct {
-	snapshots, notModified, events, watches, acks, publishes atomic.Int64
-	streams, streamPolls, ackStreams, cohorts, shed          atomic.Int64
+	publishes atomic.Int64
 }
 
 // Stats returns the request counters.
 func (s *Server) Stats() Stats {
+	d := s.dp.Stats()
 	return Stats{
-		Snapshots:   s.stats.snapshots.Load(),
-		NotModified: s.stats.notModified.Load(),
-		Events:      s.stats.events.Load(),
-		Watches:     s.stats.watches.Load(),
-		Acks:        s.stats.acks.Load(),
+		Snapshots:   d.Snapshots,
+		NotModified: d.NotModified,
+		Events:      d.Events,
+		Watches:     d.Watches,
+		Acks:        d.Acks,
 		Publishes:   s.stats.publishes.Load(),
-		Streams:     s.stats.streams.Load(),
-		StreamPolls: s.stats.streamPolls.Load(),
-		AckStreams:  s.stats.ackStreams.Load(),
-		Cohorts:     s.stats.cohorts.Load(),
-		Conns:       s.accepted.Load(),
-		Shed:        s.stats.shed.Load(),
+		Streams:     d.Streams,
+		StreamPolls: d.StreamPolls,
+		AckStreams:  d.AckStreams,
+		Cohorts:     d.Cohorts,
+		Conns:       d.Conns,
+		Shed:        d.Shed,
 	}
 }
 
 // OpenStreams returns how many watch streams are open now.
-func (s *Server) OpenStreams() int { return s.hub.openStreams() }
+func (s *Server) OpenStreams() int { return s.dp.OpenStreams() }
 
-// faults holds the injected faults.
+// faults holds the injected faults; the data plane asks them on every
+// request's path (dataplane.Faults).
 type faults struct {
 	mu         sync.Mutex
 	failCount  int
@@ -650,10 +492,16 @@ type faults struct {
 	// takes it once, to wait for writes that began before the hole opened.
 	quiet sync.RWMutex
 	heal  chan struct{} // closed when the black hole heals
+	// unquiet is quiet.RUnlock, made once: Speak returns it on every
+	// request, and a method value made there is an allocation.
+	unquiet func()
 }
+
+var _ dataplane.Faults = (*faults)(nil)
 
 func (f *faults) init() {
 	f.heal = make(chan struct{}) // before the server is shared: no lock needed
+	f.unquiet = f.quiet.RUnlock
 }
 
 func (f *faults) setFail(n, status int, retryAfter time.Duration) {
@@ -662,8 +510,8 @@ func (f *faults) setFail(n, status int, retryAfter time.Duration) {
 	f.failCount, f.failStatus, f.retryAfter = max(n, 0), status, retryAfter
 }
 
-// takeFail consumes one injected failure, if any.
-func (f *faults) takeFail() (status int, retryAfter time.Duration, ok bool) {
+// Fail consumes one injected failure, if any.
+func (f *faults) Fail() (status int, retryAfter time.Duration, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failCount == 0 {
@@ -679,7 +527,8 @@ func (f *faults) setLatency(d time.Duration) {
 	f.latency = max(d, 0)
 }
 
-func (f *faults) getLatency() time.Duration {
+// Delay is the latency set.
+func (f *faults) Delay() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.latency
@@ -704,7 +553,20 @@ func (f *faults) setBlackhole(on bool) {
 	}
 }
 
-func (f *faults) blackholed() bool { return f.black.Load() }
+// Silenced reports whether the data plane is black-holed.
+func (f *faults) Silenced() bool { return f.black.Load() }
+
+// Speak returns with quiet read-locked (release: its unlock), which
+// SetBlackhole(true) takes once to wait for the writes in flight, or,
+// while black-holed, with the channel closed when the hole heals.
+func (f *faults) Speak() (release func(), wait <-chan struct{}) {
+	f.quiet.RLock()
+	if ch := f.hole(); ch != nil {
+		f.quiet.RUnlock()
+		return nil, ch
+	}
+	return f.unquiet, nil
+}
 
 // hole returns a channel closed when the black hole heals, or nil when there
 // is none.
@@ -720,122 +582,23 @@ func (f *faults) hole() <-chan struct{} {
 	return f.heal
 }
 
-// acks records what clients applied and rejected.
-type acks struct {
-	mu sync.Mutex
-	m  map[ackKey]*ackState
-	// cohorts are the relays' cohort reports, by relay and epoch;
-	// epochs lists each relay's, oldest first (cohort.go).
-	cohorts map[cohortKey]*relayCohort
-	epochs  map[string][]string
-}
+// acks reads the data plane's record of what clients applied and
+// rejected, for the rollout controller.
+type acks struct{ dp *dataplane.Server }
 
-type ackKey struct{ client, ns string }
-
-type ackState struct {
-	acked, nacked int64
-	nackErr       string
-	at            time.Time
-}
-
-// record keeps what acks report, all under one short lock: map work
-// only, the decoding done before.
-func (a *acks) record(acks []transport.Ack, now time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.m == nil {
-		a.m = make(map[ackKey]*ackState)
-	}
-	for _, ack := range acks {
-		if ack.Status == transport.AckWouldReject {
-			continue // the rollout's alone: the client applied nothing, rejected nothing
-		}
-		k := ackKey{ack.ClientID, ack.Namespace}
-		st := a.m[k]
-		if st == nil {
-			st = &ackState{}
-			a.m[k] = st
-		}
-		if ack.Status == transport.AckApplied {
-			st.acked = ack.Revision
-		} else {
-			st.nacked, st.nackErr = ack.Revision, ack.Error
-		}
-		st.at = now
-	}
-}
-
-func (a *acks) reset() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.m, a.cohorts, a.epochs = nil, nil, nil
-}
-
-// rewind forgets what clients reported about revisions after rev.
-func (a *acks) rewind(rev int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, st := range a.m {
-		if st.rewind(rev) {
-			delete(a.m, k)
-		}
-	}
-	a.rewindCohortsLocked(rev)
-}
-
-// rewind forgets what st says of revisions after rev; it reports whether
-// that was all st said.
-func (st *ackState) rewind(rev int64) (gone bool) {
-	lost := st.acked > rev || st.nacked > rev
-	if st.acked > rev {
-		st.acked = 0
-	}
-	if st.nacked > rev {
-		st.nacked, st.nackErr = 0, ""
-	}
-	return lost && st.acked == 0 && st.nacked == 0
-}
+// knownClients returns the clients that reported on ns.
+func (a acks) knownClients(ns string) []string { return a.dp.KnownClients(ns) }
 
 // ClientState is what one client reported about one namespace.
 type ClientState = controlapi.ClientState
 
 // Clients returns every client's state, sorted by client id and namespace.
-func (s *Server) Clients() []ClientState {
-	s.acks.mu.Lock()
-	merged := make(map[ackKey]ackState, len(s.acks.m))
-	s.acks.eachLocked(func(k ackKey, st ackState) {
-		if had, ok := merged[k]; ok {
-			st = newer(had, st)
-		}
-		merged[k] = st
-	})
-	s.acks.mu.Unlock()
-	out := make([]ClientState, 0, len(merged))
-	for k, st := range merged {
-		out = append(out, ClientState{
-			ClientID: k.client, Namespace: k.ns, AckedRevision: st.acked,
-			NackedRevision: st.nacked, NackError: st.nackErr, UpdatedAt: st.at,
-		})
-	}
-	for i := range out {
-		head, _ := s.store.nsRevision(out[i].Namespace)
-		out[i].HeadRevision = head
-		out[i].Behind = out[i].AckedRevision < head
-		out[i].Lag = max(head-out[i].AckedRevision, 0)
-	}
-	slices.SortFunc(out, func(a, b ClientState) int {
-		if c := strings.Compare(a.ClientID, b.ClientID); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Namespace, b.Namespace)
-	})
-	return out
-}
+func (s *Server) Clients() []ClientState { return s.dp.Clients() }
 
 // Carried reports whether a watcher (a stream or a waiting long-poll)
 // carries ns now.
-func (s *Server) Carried(ns string) bool { return s.hub.watchers(ns) > 0 }
+func (s *Server) Carried(ns string) bool { return s.dp.Carried(ns) }
 
 // Watchers counts the watchers (streams and waiting long-polls) that carry
 // ns now.
-func (s *Server) Watchers(ns string) int { return s.hub.watchers(ns) }
+func (s *Server) Watchers(ns string) int { return s.dp.Watchers(ns) }

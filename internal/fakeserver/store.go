@@ -1,8 +1,8 @@
 package fakeserver
 
 import (
-	"bytes"
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -21,56 +22,6 @@ import (
 type version struct {
 	rev int64
 	val json.RawMessage
-}
-
-// change is one committed change set. It is immutable once committed; its
-// SSE frame is encoded once and shared by every watcher.
-type change struct {
-	gen  uint64 // store generation (see store.gen)
-	seq  uint64 // a Follower's sequence number; 0 from the store
-	cs   transport.ChangeSet
-	once sync.Once
-	enc  []byte
-	data []byte // the ChangeSet's JSON: inside enc, its one data line
-	// base is the change as a client that predates rollouts sees it,
-	// without reserved keys: c itself when it touches none. Built on first
-	// use (see baseView), shared by every such client.
-	baseOnce sync.Once
-	base     *change
-}
-
-// encode encodes the change once, for every stream and long-poll.
-func (c *change) encode() {
-	c.once.Do(func() {
-		data := []byte(c.cs.Raw) // a relay's: its upstream's bytes, unknown fields and all
-		if data == nil {
-			var err error
-			if data, err = json.Marshal(&c.cs); err != nil { // cannot happen: every value is valid, compact JSON
-				panic(fmt.Sprintf("fakeserver: encode change set: %v", err))
-			}
-		}
-		c.enc = appendFrame(nil, transport.EventChange, c.cs.Revision, data)
-		// json.Marshal escapes newlines, so the frame has one data line
-		// that is data itself: share it rather than keep a copy.
-		if i := bytes.Index(c.enc, []byte("\ndata: ")); i >= 0 && !bytes.ContainsRune(data, '\n') {
-			start := i + len("\ndata: ")
-			c.data = c.enc[start : start+len(data) : start+len(data)]
-		} else {
-			c.data = data
-		}
-	})
-}
-
-// frame returns the change's SSE frame, encoding it on first use.
-func (c *change) frame() []byte {
-	c.encode()
-	return c.enc
-}
-
-// json returns the change's ChangeSet JSON, encoding it on first use.
-func (c *change) json() []byte {
-	c.encode()
-	return c.data
 }
 
 // checker validates a namespace's whole content after a publish. It is held
@@ -87,7 +38,7 @@ type namespace struct {
 	// live is the content at rev. It is replaced on every publish and never
 	// mutated, so readers may keep it after the lock is released.
 	live    map[string]json.RawMessage
-	changes []*change // change sets after the compaction point, oldest first
+	changes []*dataplane.Change // change sets after the compaction point, oldest first
 	// compactedRev is the revision of the namespace's last change that
 	// compaction dropped (0: none): its revision as of the compaction
 	// point when no later change is left, which a restore needs.
@@ -126,7 +77,7 @@ type store struct {
 	auditMax  int       // audit records kept per namespace (see trimAuditLocked)
 	// onCommit is called under mu, in revision order, with every committed
 	// change; onReset likewise with the new generation. Neither may block.
-	onCommit func(*change)
+	onCommit func(*dataplane.Change)
 	onReset  func(gen uint64)
 }
 
@@ -134,12 +85,12 @@ type store struct {
 var (
 	// ErrUnknownNamespace: the namespace was never published to nor given a
 	// schema (HTTP 404).
-	ErrUnknownNamespace = errors.New("fakeserver: unknown namespace")
+	ErrUnknownNamespace = dataplane.ErrUnknownNamespace
 	// ErrInvalid: the request is malformed or names an impossible revision
 	// (HTTP 400). It is wrapped with the reason.
-	ErrInvalid = errors.New("fakeserver: invalid request")
+	ErrInvalid = dataplane.ErrInvalid
 	// ErrClosed: the server was closed.
-	ErrClosed = errors.New("fakeserver: server closed")
+	ErrClosed = dataplane.ErrClosed
 )
 
 // SchemaError is a publish (or rollback) that fails the namespace's schema
@@ -179,7 +130,7 @@ func newNamespace() *namespace {
 // Inputs must be validated (names, keys, compact JSON values) and a key may
 // not be both put and deleted. A publish that changes nothing still gets a
 // revision: every publish is one revision, which keeps the contract simple.
-func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []string) (*change, error) {
+func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []string) (*dataplane.Change, error) {
 	return st.publishIf(ns, puts, deletes, commitMeta{}, nil)
 }
 
@@ -187,7 +138,7 @@ func (st *store) publish(ns string, puts map[string]json.RawMessage, deletes []s
 // ns's revision is *ifRev when it commits (0: ns has none), else a
 // *ConflictError: checked under the same lock as the commit, so that of
 // two publishers expecting the same revision exactly one wins.
-func (st *store) publishIf(ns string, puts map[string]json.RawMessage, deletes []string, meta commitMeta, ifRev *int64) (*change, error) {
+func (st *store) publishIf(ns string, puts map[string]json.RawMessage, deletes []string, meta commitMeta, ifRev *int64) (*dataplane.Change, error) {
 	// Validate outside the lock when there is a schema; commit only if
 	// nothing changed meanwhile, else try again (validating under the lock
 	// on the last attempt, so that a busy namespace cannot starve a publish).
@@ -254,7 +205,7 @@ func apply(live, puts map[string]json.RawMessage, deletes []string) map[string]j
 // commitLocked assigns the next revision to a change set of ns (creating
 // the namespace if n is nil) and records it, with its audit record of meta.
 // Deletes of absent keys are dropped from the change set.
-func (st *store) commitLocked(name string, n *namespace, puts map[string]json.RawMessage, deletes []string, meta commitMeta) *change {
+func (st *store) commitLocked(name string, n *namespace, puts map[string]json.RawMessage, deletes []string, meta commitMeta) *dataplane.Change {
 	if n == nil {
 		n = newNamespace()
 		st.nss[name] = n
@@ -296,7 +247,7 @@ func (st *store) commitLocked(name string, n *namespace, puts map[string]json.Ra
 	slices.Sort(cs.Deletes)
 	n.live = live
 	n.rev = rev
-	c := &change{gen: st.gen, cs: cs}
+	c := &dataplane.Change{Gen: st.gen, CS: cs}
 	n.changes = append(n.changes, c)
 	st.log = append(st.log, logEntry{rev: rev, ns: name, keys: touched})
 	if st.retention > 0 && rev-st.retention > st.compact {
@@ -311,7 +262,7 @@ func (st *store) commitLocked(name string, n *namespace, puts map[string]json.Ra
 
 // rollback publishes ns's content at revision to as a new revision,
 // recorded with meta (its Kind and RollbackOf set here).
-func (st *store) rollback(ns string, to int64, meta commitMeta) (*change, error) {
+func (st *store) rollback(ns string, to int64, meta commitMeta) (*dataplane.Change, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	n := st.nss[ns]
@@ -397,9 +348,9 @@ func (st *store) compactLocked(k int64) {
 	st.log = slices.Clone(st.log[i:])
 	for name := range touched {
 		n := st.nss[name]
-		j := sort.Search(len(n.changes), func(j int) bool { return n.changes[j].cs.Revision > k })
+		j := sort.Search(len(n.changes), func(j int) bool { return n.changes[j].CS.Revision > k })
 		if j > 0 {
-			n.compactedRev = n.changes[j-1].cs.Revision
+			n.compactedRev = n.changes[j-1].CS.Revision
 		}
 		n.changes = slices.Clone(n.changes[j:])
 	}
@@ -421,23 +372,14 @@ func prune(vs []version, k int64) []version {
 	return slices.Clone(vs[keep:])
 }
 
-// snapshot is a consistent read of one namespace.
-type snapshot struct {
-	storeID string
-	rev     int64
-	cursor  int64
-	compact int64
-	values  map[string]json.RawMessage // shared, never mutate
-}
-
-func (st *store) snapshot(ns string) (snapshot, error) {
+func (st *store) Snapshot(ns string) (dataplane.Snapshot, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	n := st.nss[ns]
 	if n == nil {
-		return snapshot{storeID: st.id, cursor: st.head}, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+		return dataplane.Snapshot{StoreID: st.id, Cursor: st.head}, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
 	}
-	return snapshot{storeID: st.id, rev: n.rev, cursor: st.head, compact: st.compact, values: n.live}, nil
+	return dataplane.Snapshot{StoreID: st.id, Rev: n.rev, Cursor: st.head, Compact: st.compact, Values: n.live}, nil
 }
 
 // snapshotAt returns ns's content at revision rev (for tests and tools).
@@ -457,32 +399,19 @@ func (st *store) snapshotAt(ns string, rev int64) (map[string]json.RawMessage, e
 	return contentAt(n, rev), nil
 }
 
-// subscription is what a reader of changes learns, atomically, when it
-// starts: the change sets after its cursor and the state they lead to.
-type subscription struct {
-	storeID string
-	gen     uint64
-	head    int64 // cursor up to which backlog is complete
-	nsRev   int64
-	backlog []*change
-	// seq and headSeq: a Follower's sequence numbers at the subscription
-	// (see watcher.seq); 0 from the store.
-	seq, headSeq uint64
-}
-
 // subscribe reads the change sets of ns after since (since < 0: from head)
 // and, still under the lock, calls register so that a watcher sees every
 // later commit. It fails with ErrUnknownNamespace, transport.ErrCursorAhead
 // (a cursor above head) or a *transport.CompactedError.
-func (st *store) subscribe(ns string, since int64, register func(subscription)) (subscription, error) {
+func (st *store) Subscribe(ns string, since int64, register func(dataplane.Subscription)) (dataplane.Subscription, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	sub := subscription{storeID: st.id, gen: st.gen, head: st.head}
+	sub := dataplane.Subscription{StoreID: st.id, Gen: st.gen, Head: st.head}
 	n := st.nss[ns]
 	if n == nil {
 		return sub, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
 	}
-	sub.nsRev = n.rev
+	sub.NsRev = n.rev
 	if since < 0 {
 		since = st.head
 	}
@@ -492,18 +421,12 @@ func (st *store) subscribe(ns string, since int64, register func(subscription)) 
 	if since < st.compact {
 		return sub, &transport.CompactedError{CompactRevision: st.compact}
 	}
-	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > since })
-	sub.backlog = n.changes[i:len(n.changes):len(n.changes)]
+	i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].CS.Revision > since })
+	sub.Backlog = n.changes[i:len(n.changes):len(n.changes)]
 	if register != nil {
 		register(sub)
 	}
 	return sub, nil
-}
-
-// sinceReq is one namespace of a multi-namespace subscription.
-type sinceReq struct {
-	name  string
-	since int64
 }
 
 // subscribeMany is subscribe for several namespaces at once, under one
@@ -512,39 +435,39 @@ type sinceReq struct {
 // subscribe would refuse is not subscribed: it is in ended, with the code
 // of its /sdk/watch error. register gets the namespaces subscribed (none
 // when all ended).
-func (st *store) subscribeMany(reqs []sinceReq, register func(sub subscription, names []string)) (subscription, []transport.NamespaceEndedBody) {
+func (st *store) SubscribeMany(reqs []dataplane.SinceReq, register func(sub dataplane.Subscription, names []string)) (dataplane.Subscription, []transport.NamespaceEndedBody) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	sub := subscription{storeID: st.id, gen: st.gen, head: st.head}
+	sub := dataplane.Subscription{StoreID: st.id, Gen: st.gen, Head: st.head}
 	var ended []transport.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
 	parts := 0
 	for _, r := range reqs {
-		n := st.nss[r.name]
+		n := st.nss[r.Name]
 		switch {
 		case n == nil:
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeNotFound,
-				Message: fmt.Sprintf("%v: %q", ErrUnknownNamespace, r.name)})
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeNotFound,
+				Message: fmt.Sprintf("%v: %q", ErrUnknownNamespace, r.Name)})
 			continue
-		case r.since > st.head:
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeCursorAhead,
-				Message: fmt.Sprintf("%v: cursor %d is above the store's head %d", transport.ErrCursorAhead, r.since, st.head)})
+		case r.Since > st.head:
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeCursorAhead,
+				Message: fmt.Sprintf("%v: cursor %d is above the store's head %d", transport.ErrCursorAhead, r.Since, st.head)})
 			continue
-		case r.since < st.compact:
+		case r.Since < st.compact:
 			ce := &transport.CompactedError{CompactRevision: st.compact}
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.name, Code: transport.CodeCompacted,
+			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeCompacted,
 				Message: ce.Error(), CompactRevision: st.compact})
 			continue
 		}
-		names = append(names, r.name)
-		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].cs.Revision > r.since })
+		names = append(names, r.Name)
+		i := sort.Search(len(n.changes), func(i int) bool { return n.changes[i].CS.Revision > r.Since })
 		if len(n.changes) > i {
-			sub.backlog = append(sub.backlog, n.changes[i:]...)
+			sub.Backlog = append(sub.Backlog, n.changes[i:]...)
 			parts++
 		}
 	}
 	if parts > 1 {
-		slices.SortFunc(sub.backlog, func(a, b *change) int { return cmp.Compare(a.cs.Revision, b.cs.Revision) })
+		slices.SortFunc(sub.Backlog, func(a, b *dataplane.Change) int { return cmp.Compare(a.CS.Revision, b.CS.Revision) })
 	}
 	if register != nil {
 		register(sub, names)
@@ -582,7 +505,7 @@ func (st *store) reset() (string, uint64) {
 
 // generation returns the store's generation, which reset and restore
 // increment.
-func (st *store) generation() uint64 {
+func (st *store) Generation() uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.gen
@@ -624,14 +547,14 @@ func (st *store) restore(rev int64) (uint64, error) {
 	st.log = slices.Clip(st.log[:i])
 	for name := range touched {
 		n := st.nss[name]
-		j := sort.Search(len(n.changes), func(j int) bool { return n.changes[j].cs.Revision > rev })
+		j := sort.Search(len(n.changes), func(j int) bool { return n.changes[j].CS.Revision > rev })
 		// Clipped, as every cut here: a subscription of the lost history
 		// may still be reading its backlog from the old array, which the
 		// next append must not overwrite.
 		n.changes = slices.Clip(n.changes[:j])
 		n.rev = n.compactedRev
 		if j > 0 {
-			n.rev = n.changes[j-1].cs.Revision
+			n.rev = n.changes[j-1].CS.Revision
 		}
 		if n.rev == 0 && n.schema == nil {
 			delete(st.nss, name)
@@ -648,15 +571,15 @@ func (st *store) restore(rev int64) (uint64, error) {
 	return st.gen, nil
 }
 
-// info returns the store id, head and compaction point.
-func (st *store) info() (id string, head, compact int64) {
+// Info returns the store id, head and compaction point.
+func (st *store) Info() (id string, head, compact int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.id, st.head, st.compact
 }
 
-// nsRevision returns ns's revision and whether it exists.
-func (st *store) nsRevision(ns string) (int64, bool) {
+// NsRevision returns ns's revision and whether it exists.
+func (st *store) NsRevision(ns string) (int64, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	n := st.nss[ns]
@@ -671,7 +594,7 @@ func (st *store) nsRevision(ns string) (int64, bool) {
 // above the head is of history a restore undid (RestoreTo): a client or
 // relay held it past the restore, and it says nothing of what the store
 // has now.
-func (st *store) known(acks []transport.Ack) []transport.Ack {
+func (st *store) Known(acks []transport.Ack) []transport.Ack {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return slices.DeleteFunc(acks, func(a transport.Ack) bool { return st.nss[a.Namespace] == nil || a.Revision > st.head })
@@ -681,7 +604,7 @@ func (st *store) known(acks []transport.Ack) []transport.Ack {
 // while the store is still of generation gen and ns exists, validates the
 // result against ns's schema only when check, records meta, and calls pre
 // with the revision under the lock, before any reader can see the change.
-func (st *store) publishStaged(ns string, gen uint64, puts map[string]json.RawMessage, deletes []string, check bool, meta commitMeta, pre func(rev int64)) (*change, error) {
+func (st *store) publishStaged(ns string, gen uint64, puts map[string]json.RawMessage, deletes []string, check bool, meta commitMeta, pre func(rev int64)) (*dataplane.Change, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.gen != gen {
@@ -718,3 +641,9 @@ func (st *store) checkStaged(ns string, puts map[string]json.RawMessage, deletes
 	}
 	return gen, nil
 }
+
+// Freshness: the origin's data is always current.
+func (st *store) Freshness(...string) (time.Duration, bool) { return 0, false }
+
+// Demand: the origin serves what it has.
+func (st *store) Demand(context.Context, []dataplane.SinceReq) map[string]error { return nil }

@@ -45,7 +45,7 @@ func TestStoreProperties(t *testing.T) {
 			}
 			for op := 0; op < 400; op++ {
 				ns := nss[rng.Intn(len(nss))]
-				_, head, compact := st.info()
+				_, head, compact := st.Info()
 				switch r := rng.Intn(10); {
 				case r < 6: // publish puts and deletes
 					puts := map[string]json.RawMessage{}
@@ -68,10 +68,10 @@ func TestStoreProperties(t *testing.T) {
 						t.Fatal(err)
 					}
 					prev := contentAtModel(ns, head)
-					if c.cs.Revision != head+1 || c.cs.PrevRevision != lastRev(model[ns]) {
-						t.Fatalf("publish got revision %d (prev %d), want %d (prev %d)", c.cs.Revision, c.cs.PrevRevision, head+1, lastRev(model[ns]))
+					if c.CS.Revision != head+1 || c.CS.PrevRevision != lastRev(model[ns]) {
+						t.Fatalf("publish got revision %d (prev %d), want %d (prev %d)", c.CS.Revision, c.CS.PrevRevision, head+1, lastRev(model[ns]))
 					}
-					model[ns] = append(model[ns], modelRev{c.cs.Revision, apply(prev, puts, dels)})
+					model[ns] = append(model[ns], modelRev{c.CS.Revision, apply(prev, puts, dels)})
 				case r < 8: // rollback
 					if len(model[ns]) == 0 {
 						continue
@@ -81,7 +81,7 @@ func TestStoreProperties(t *testing.T) {
 					if err != nil {
 						t.Fatalf("rollback to %d (compact %d head %d): %v", to, compact, head, err)
 					}
-					model[ns] = append(model[ns], modelRev{c.cs.Revision, contentAtModel(ns, to)})
+					model[ns] = append(model[ns], modelRev{c.CS.Revision, contentAtModel(ns, to)})
 				case r < 9: // compact somewhere in the middle
 					if head == 0 {
 						continue
@@ -96,7 +96,7 @@ func TestStoreProperties(t *testing.T) {
 					if _, err := st.restore(to); err != nil {
 						t.Fatalf("restore to %d (compact %d head %d): %v", to, compact, head, err)
 					}
-					if gotID, gotHead, gotCompact := st.info(); gotID != id || gotHead != to || gotCompact != compact {
+					if gotID, gotHead, gotCompact := st.Info(); gotID != id || gotHead != to || gotCompact != compact {
 						t.Fatalf("after restore to %d: id %s head %d compact %d, want %s %d %d", to, gotID, gotHead, gotCompact, id, to, compact)
 					}
 					for ns, revs := range model {
@@ -106,13 +106,13 @@ func TestStoreProperties(t *testing.T) {
 						}
 						if model[ns] = revs[:i]; i == 0 {
 							delete(model, ns) // first published after the backup
-							if _, err := st.snapshot(ns); !errors.Is(err, ErrUnknownNamespace) {
+							if _, err := st.Snapshot(ns); !errors.Is(err, ErrUnknownNamespace) {
 								t.Fatalf("%s, first published after %d, after restore: %v", ns, to, err)
 							}
 						}
 					}
 					for ns := range model {
-						if _, err := st.subscribe(ns, to+1, nil); !errors.Is(err, transport.ErrCursorAhead) {
+						if _, err := st.Subscribe(ns, to+1, nil); !errors.Is(err, transport.ErrCursorAhead) {
 							t.Fatalf("subscribe past the restored head: %v", err)
 						}
 					}
@@ -134,17 +134,17 @@ func TestStoreProperties(t *testing.T) {
 
 func checkStore(t *testing.T, st *store, model map[string][]modelRev, contentAtModel func(string, int64) map[string]json.RawMessage, rng *rand.Rand) {
 	t.Helper()
-	_, head, compact := st.info()
+	_, head, compact := st.Info()
 	for ns := range model {
-		snap, err := st.snapshot(ns)
+		snap, err := st.Snapshot(ns)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := contentAtModel(ns, head); !equalContent(snap.values, want) {
-			t.Fatalf("%s head snapshot = %s, want %s", ns, js(snap.values), js(want))
+		if want := contentAtModel(ns, head); !equalContent(snap.Values, want) {
+			t.Fatalf("%s head snapshot = %s, want %s", ns, js(snap.Values), js(want))
 		}
-		if snap.cursor != head || snap.rev != lastRev(model[ns]) {
-			t.Fatalf("%s snapshot revision %d cursor %d, want revision %d cursor %d", ns, snap.rev, snap.cursor, lastRev(model[ns]), head)
+		if snap.Cursor != head || snap.Rev != lastRev(model[ns]) {
+			t.Fatalf("%s snapshot revision %d cursor %d, want revision %d cursor %d", ns, snap.Rev, snap.Cursor, lastRev(model[ns]), head)
 		}
 		// Every surviving revision matches the model.
 		for rev := compact; rev <= head; rev++ {
@@ -162,29 +162,29 @@ func checkStore(t *testing.T, st *store, model map[string][]modelRev, contentAtM
 			if err != nil {
 				t.Fatal(err)
 			}
-			sub, err := st.subscribe(ns, cursor, nil)
+			sub, err := st.Subscribe(ns, cursor, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			prev := int64(-1)
-			for _, c := range sub.backlog {
-				if c.cs.Revision <= cursor || (prev >= 0 && c.cs.PrevRevision != prev) {
-					t.Fatalf("%s since %d: change %d (prev %d) after %d", ns, cursor, c.cs.Revision, c.cs.PrevRevision, prev)
+			for _, c := range sub.Backlog {
+				if c.CS.Revision <= cursor || (prev >= 0 && c.CS.PrevRevision != prev) {
+					t.Fatalf("%s since %d: change %d (prev %d) after %d", ns, cursor, c.CS.Revision, c.CS.PrevRevision, prev)
 				}
-				prev = c.cs.Revision
-				base = apply(base, c.cs.Puts, c.cs.Deletes)
+				prev = c.CS.Revision
+				base = apply(base, c.CS.Puts, c.CS.Deletes)
 			}
-			if !equalContent(base, snap.values) {
-				t.Fatalf("%s: snapshot at %d + changes = %s, want head %s", ns, cursor, js(base), js(snap.values))
+			if !equalContent(base, snap.Values) {
+				t.Fatalf("%s: snapshot at %d + changes = %s, want head %s", ns, cursor, js(base), js(snap.Values))
 			}
-			if len(sub.backlog) > 0 && sub.backlog[len(sub.backlog)-1].cs.Revision != snap.rev {
-				t.Fatalf("%s: last change %d, namespace revision %d", ns, sub.backlog[len(sub.backlog)-1].cs.Revision, snap.rev)
+			if len(sub.Backlog) > 0 && sub.Backlog[len(sub.Backlog)-1].CS.Revision != snap.Rev {
+				t.Fatalf("%s: last change %d, namespace revision %d", ns, sub.Backlog[len(sub.Backlog)-1].CS.Revision, snap.Rev)
 			}
 		}
 		// A cursor below the compaction point is refused.
 		if compact > 0 {
 			var ce *transport.CompactedError
-			if _, err := st.subscribe(ns, compact-1, nil); !errors.As(err, &ce) {
+			if _, err := st.Subscribe(ns, compact-1, nil); !errors.As(err, &ce) {
 				t.Fatalf("subscribe below compaction: %v", err)
 			}
 		}
@@ -216,16 +216,16 @@ func TestStoreResetAndRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, head, compact := st.info(); head != 10 || compact != 7 {
+	if _, head, compact := st.Info(); head != 10 || compact != 7 {
 		t.Fatalf("head %d compact %d, want 10 and 7", head, compact)
 	}
 	if newID, _ := st.reset(); newID == id || newID == "" {
 		t.Fatalf("reset kept id %q", newID)
 	}
-	if _, head, _ := st.info(); head != 0 {
+	if _, head, _ := st.Info(); head != 0 {
 		t.Fatalf("head after reset = %d", head)
 	}
-	if _, err := st.snapshot("ns"); !errors.Is(err, ErrUnknownNamespace) {
+	if _, err := st.Snapshot("ns"); !errors.Is(err, ErrUnknownNamespace) {
 		t.Fatalf("snapshot after reset: %v", err)
 	}
 }

@@ -42,6 +42,6 @@ func TestStreamPromptProgressWhileOpening(t *testing.T) {
 		testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "attempt %d: the stream closed", i)
 		// Past the progress coalescing window, so the next publish's tick
 		// comes at once (the race is with an immediate tick).
-		time.Sleep(progressEvery + 10*time.Millisecond)
+		time.Sleep(progressEvery + 10*time.Millisecond) // the data plane's pacing (dataplane.progressEvery)
 	}
 }

@@ -248,7 +248,7 @@ func TestStreamTwentyNamespaces(t *testing.T) {
 			pairs = append(pairs, pair(ns, r))
 		}
 	}
-	before := s.accepted.Load()
+	before := s.Stats().Conns
 	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pairs...), "")
 	member := map[string]bool{}
 	for _, n := range names {
@@ -289,7 +289,7 @@ func TestStreamTwentyNamespaces(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("changes %v\nwant %v", got, want)
 	}
-	if n := s.accepted.Load() - before; n != 1 {
+	if n := s.Stats().Conns - before; n != 1 {
 		t.Fatalf("%d connections for one stream", n)
 	}
 	if s.OpenStreams() != 1 {
@@ -586,7 +586,7 @@ func TestH2C(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)
 	c := &http.Client{Transport: tr}
 	r0, _ := s.Publish("a", map[string]any{"k": 0})
-	before := s.accepted.Load()
+	before := s.Stats().Conns
 
 	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r0)), "")
 	if st.resp.ProtoMajor != 2 {
@@ -614,7 +614,7 @@ func TestH2C(t *testing.T) {
 			t.Fatalf("ack: %d %s", resp.StatusCode, body)
 		}
 	}
-	if n := s.accepted.Load() - before; n != 1 {
+	if n := s.Stats().Conns - before; n != 1 {
 		t.Fatalf("%d connections accepted, want 1", n)
 	}
 	// HTTP/1.1 still works on the same listener.

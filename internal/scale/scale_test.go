@@ -245,9 +245,15 @@ func startClients(b *testing.B, url string, clients, procs int) []*childProc {
 // waits until every child says all its clients saw it.
 func publishSeq(b *testing.B, srv *fakeserver.Server, kids []*childProc, i int) time.Duration {
 	b.Helper()
+	return publishSeqWith(b, func(puts map[string]any) error { _, err := srv.Publish(namespace, puts); return err }, kids, i)
+}
+
+// publishSeqWith is publishSeq through publish.
+func publishSeqWith(b *testing.B, publish func(puts map[string]any) error, kids []*childProc, i int) time.Duration {
+	b.Helper()
 	pubStart := time.Now()
 	value := fmt.Sprintf("%d:%d", i, pubStart.UnixNano())
-	if _, err := srv.Publish(namespace, map[string]any{key: value}); err != nil {
+	if err := publish(map[string]any{key: value}); err != nil {
 		b.Fatal(err)
 	}
 	want := "done " + strconv.Itoa(i)

@@ -50,6 +50,9 @@ type Config struct {
 	// AuditRetention is how many audit records each namespace keeps
 	// (default DefaultAuditRetention); older ones fold into its base.
 	AuditRetention int
+	// AuditRetentionBytes bounds the bytes of each namespace's audit
+	// records too (default DefaultAuditRetentionBytes; negative: no bound).
+	AuditRetentionBytes int64
 	// Tokens, when set, require a bearer token with control scope on
 	// every request (as the data plane's, from the same file): a
 	// namespace's endpoint needs control of it, a store-wide one (compact)
@@ -97,6 +100,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.AuditRetention <= 0 {
 		cfg.AuditRetention = DefaultAuditRetention
 	}
+	if cfg.AuditRetentionBytes == 0 {
+		cfg.AuditRetentionBytes = DefaultAuditRetentionBytes
+	}
 	if cfg.Acks == nil {
 		cfg.Acks = NewAcks(DefaultMaxAckEntries)
 	}
@@ -107,7 +113,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Streams = func(string) int { return 0 }
 	}
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
-		trim: newTrimmer(cfg.Source, cfg.Logger, cfg.AuditRetention)}
+		trim: newTrimmer(cfg.Source, cfg.Logger, etcd.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
 	for _, rt := range []struct {
 		pattern string
 		fn      func(http.ResponseWriter, *http.Request) error

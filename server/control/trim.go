@@ -12,41 +12,55 @@ import (
 // DefaultAuditRetention is how many audit records a namespace keeps.
 const DefaultAuditRetention = 100_000
 
+// DefaultAuditRetentionBytes bounds the bytes of a namespace's audit
+// records, beside their number.
+const DefaultAuditRetentionBytes = 64 << 20
+
 // trimmer keeps each namespace's audit log to its retention: every
-// retention/100 publishes to a namespace (at least one), it folds the
-// records beyond it into the namespace's base, in a goroutine of its own
-// so that no publish waits for it. Several servers may trim one
-// namespace at once: TrimAudit's compare-and-set lets one of them win.
+// hundredth of it published to a namespace (in records or in bytes), it
+// folds the records beyond it into the namespace's base, in a goroutine
+// of its own so that no publish waits for it. Several servers may trim
+// one namespace at once: TrimAudit's compare-and-set lets one of them win.
 type trimmer struct {
-	src    *etcd.Source
-	log    *slog.Logger
-	keep   int
-	every  int
-	queue  chan string // bounded: a trim skipped now is done at a later publish
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	src        *etcd.Source
+	log        *slog.Logger
+	limit      etcd.AuditLimit
+	every      int
+	everyBytes int64
+	queue      chan string // bounded: a trim skipped now is done at a later publish
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 
 	mu    sync.Mutex
-	count map[string]int // publishes since the namespace's last trim
+	since map[string]sincePublish // since the namespace's last trim
 }
 
-func newTrimmer(src *etcd.Source, log *slog.Logger, keep int) *trimmer {
+type sincePublish struct {
+	count int
+	bytes int64
+}
+
+func newTrimmer(src *etcd.Source, log *slog.Logger, limit etcd.AuditLimit) *trimmer {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &trimmer{src: src, log: log, keep: keep, every: max(1, keep/100), queue: make(chan string, 64),
-		cancel: cancel, count: make(map[string]int)}
+	t := &trimmer{src: src, log: log, limit: limit, every: max(1, limit.Records/100), everyBytes: limit.Bytes / 100,
+		queue: make(chan string, 64), cancel: cancel, since: make(map[string]sincePublish)}
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.run(ctx) }()
 	return t
 }
 
-// published counts a publish to ns, and queues a trim when it is due.
-func (t *trimmer) published(ns string) {
+// published counts a publish of about size bytes to ns, and queues a trim
+// when one is due.
+func (t *trimmer) published(ns string, size int64) {
 	t.mu.Lock()
-	t.count[ns]++
-	due := t.count[ns] >= t.every
+	s := t.since[ns]
+	s.count++
+	s.bytes += size
+	due := s.count >= t.every || (t.limit.Bytes > 0 && s.bytes >= t.everyBytes)
 	if due {
-		t.count[ns] = 0
+		s = sincePublish{}
 	}
+	t.since[ns] = s
 	t.mu.Unlock()
 	if due {
 		select {
@@ -64,7 +78,7 @@ func (t *trimmer) run(ctx context.Context) {
 		case ns := <-t.queue:
 			for ctx.Err() == nil {
 				tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				n, err := t.src.TrimAudit(tctx, ns, t.keep)
+				n, err := t.src.TrimAudit(tctx, ns, t.limit)
 				cancel()
 				if err != nil {
 					t.log.Warn("control: trimming the audit log failed", "ns", ns, "err", err)

@@ -397,10 +397,10 @@ func TestAuditAfterCompaction(t *testing.T) {
 	}
 
 	// Keep two records: r1 and r2 fold into the base.
-	if n, err := src.TrimAudit(ctx, "cmp", 2); err != nil || n != 2 {
+	if n, err := src.TrimAudit(ctx, "cmp", etcd.AuditLimit{Records: 2}); err != nil || n != 2 {
 		t.Fatalf("TrimAudit(2) = %d, %v; want 2 folded", n, err)
 	}
-	if n, err := src.TrimAudit(ctx, "cmp", 2); err != nil || n != 0 {
+	if n, err := src.TrimAudit(ctx, "cmp", etcd.AuditLimit{Records: 2}); err != nil || n != 0 {
 		t.Fatalf("TrimAudit(2) again = %d, %v; want nothing to do", n, err)
 	}
 	trimmed, err := src.History(ctx, "cmp", etcd.HistoryOptions{})

@@ -62,8 +62,9 @@ func encodeAudit(e auditEntry) ([]byte, error) {
 
 // auditRecord is a record with its key and revision.
 type auditRecord struct {
-	key string
-	rev int64
+	key  string
+	rev  int64
+	size int64 // of its key and value in the store
 	auditEntry
 }
 
@@ -80,7 +81,7 @@ type auditBase struct {
 }
 
 func decodeAudit(ns string, kv *mvccpb.KeyValue) (auditRecord, error) {
-	r := auditRecord{key: string(kv.Key), rev: kv.CreateRevision}
+	r := auditRecord{key: string(kv.Key), rev: kv.CreateRevision, size: int64(len(kv.Key) + len(kv.Value))}
 	if err := json.Unmarshal(kv.Value, &r.auditEntry); err != nil {
 		return r, fmt.Errorf("%w: audit record %s of %q: %v", transport.ErrMalformed, kv.Key, ns, err)
 	}
@@ -218,19 +219,27 @@ func (s *Source) replay(ctx context.Context, ns string, rev int64) (v *Namespace
 	}
 }
 
-// TrimAudit bounds namespace ns's audit log to its newest keep records:
-// it folds older ones, a thousand at most per call, into the namespace's
-// base, in one transaction that commits only if no other trim moved the
-// base meanwhile (then it returns 0 and no error: the other did the
-// work). It returns how many records it folded. History then reports
-// the log as truncated before the base, and ValuesAt answers from the
-// base on.
-func (s *Source) TrimAudit(ctx context.Context, ns string, keep int) (int, error) {
+// AuditLimit bounds a namespace's audit log: its newest Records records
+// and, of those, no more than Bytes bytes of keys and values in the store
+// (0: no bound in bytes). The newest record is always kept.
+type AuditLimit struct {
+	Records int
+	Bytes   int64
+}
+
+// TrimAudit bounds namespace ns's audit log to limit: it folds older
+// records, a thousand at most per call, into the namespace's base, in one
+// transaction that commits only if no other trim moved the base meanwhile
+// (then it returns 0 and no error: the other did the work). It returns
+// how many records it folded. History then reports the log as truncated
+// before the base, and ValuesAt answers from the base on. With a bound in
+// bytes it reads the records it keeps, newest first, to weigh them.
+func (s *Source) TrimAudit(ctx context.Context, ns string, limit AuditLimit) (int, error) {
 	if err := validNamespace(ns); err != nil {
 		return 0, err
 	}
-	if keep < 1 {
-		return 0, fmt.Errorf("etcd: trim of %q: %w: keep %d", ns, ErrInvalidArgument, keep)
+	if limit.Records < 1 || limit.Bytes < 0 {
+		return 0, fmt.Errorf("etcd: trim of %q: %w: keep %d records, %d bytes", ns, ErrInvalidArgument, limit.Records, limit.Bytes)
 	}
 	if err := s.enter(); err != nil {
 		return 0, err
@@ -243,7 +252,13 @@ func (s *Source) TrimAudit(ctx context.Context, ns string, keep int) (int, error
 	if err != nil {
 		return 0, mapError("trim", ns, err)
 	}
-	extra := min(resp.Count-int64(keep), 1000)
+	keep := min(int64(limit.Records), resp.Count)
+	if limit.Bytes > 0 {
+		if keep, err = s.auditKeptWithin(ctx, ns, keep, limit.Bytes); err != nil {
+			return 0, err
+		}
+	}
+	extra := min(resp.Count-keep, 1000)
 	if extra <= 0 {
 		return 0, nil
 	}
@@ -305,6 +320,31 @@ func (s *Source) TrimAudit(ctx context.Context, ns string, keep int) (int, error
 		return 0, nil
 	}
 	return len(recs), nil
+}
+
+// auditKeptWithin weighs ns's newest records, newest first, and returns
+// how many of the newest n fit in budget bytes (the newest one always).
+func (s *Source) auditKeptWithin(ctx context.Context, ns string, n, budget int64) (int64, error) {
+	p := auditPrefix(ns)
+	to := clientv3.GetPrefixRangeEnd(p)
+	var kept, used int64
+	for kept < n {
+		recs, err := s.auditPage(ctx, ns, p, to, min(n-kept, 1000), true, 0)
+		if err != nil {
+			return 0, err
+		}
+		if len(recs) == 0 {
+			return kept, nil
+		}
+		for _, r := range recs {
+			if used += r.size; used > budget && kept > 0 {
+				return kept, nil
+			}
+			kept++
+		}
+		to = recs[len(recs)-1].key
+	}
+	return kept, nil
 }
 
 // auditAt finds in ns's audit log the revision of its last change

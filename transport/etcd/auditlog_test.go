@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -149,7 +150,7 @@ func TestTrimOfOlderNamespace(t *testing.T) {
 	if _, err := cli.Compact(ctx, last); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := src.TrimAudit(ctx, "rv.old", 1); err != nil || n != 2 {
+	if n, err := src.TrimAudit(ctx, "rv.old", etcd.AuditLimit{Records: 1}); err != nil || n != 2 {
 		t.Errorf("TrimAudit(keep 1) = %d, %v; want 2 folded", n, err)
 	}
 	if h, err := src.History(ctx, "rv.old", etcd.HistoryOptions{}); err != nil || len(h.Revisions) != 1 || !h.Truncated {
@@ -181,7 +182,7 @@ func TestReplayRacesTrim(t *testing.T) {
 	go func() {
 		defer close(done)
 		for keep := n - 5; keep > 2; keep -= 3 {
-			if _, err := src.TrimAudit(ctx, "rv.race", keep); err != nil {
+			if _, err := src.TrimAudit(ctx, "rv.race", etcd.AuditLimit{Records: keep}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -207,5 +208,42 @@ func TestReplayRacesTrim(t *testing.T) {
 			}
 			bad++
 		}
+	}
+}
+
+// TestTrimAuditByBytes: a bound in bytes folds the oldest records until
+// the rest fit, whatever the bound in records; the newest record stays
+// even when it alone is over the bound; history still reads as truncated
+// and values at the base's revision still answer.
+func TestTrimAuditByBytes(t *testing.T) {
+	cl := sharedCluster(t)
+	src := newSource(t, cl.endpoints())
+	ctx := auditCtx(t)
+	big := strings.Repeat("x", 1000)
+	var revs []int64
+	for i := range 10 {
+		revs = append(revs, publish(t, src, "rv.bytes", map[string]any{"v": fmt.Sprint(i, big)}))
+	}
+	// Each record holds one value of ~1 KB: 3.5 KB keeps the newest three.
+	n, err := src.TrimAudit(ctx, "rv.bytes", etcd.AuditLimit{Records: 100, Bytes: 3500})
+	if err != nil || n != 7 {
+		t.Fatalf("TrimAudit(100 records, 3500 bytes) = %d, %v; want 7 folded", n, err)
+	}
+	h, err := src.History(ctx, "rv.bytes", etcd.HistoryOptions{})
+	if err != nil || len(h.Revisions) != 3 || h.Revisions[2].Revision != revs[7] || !h.Truncated {
+		t.Fatalf("history after the trim = %s, %v; want the newest three, truncated", mustJSON(t, h), err)
+	}
+	if v, err := src.ValuesAt(ctx, "rv.bytes", revs[6]); err != nil || mustJSON(t, v.Values) != mustJSON(t, map[string]string{"v": fmt.Sprint(6, big)}) {
+		t.Errorf("values at the base's revision %d = %v", revs[6], err)
+	}
+	// A bound below one record keeps the newest record.
+	if n, err := src.TrimAudit(ctx, "rv.bytes", etcd.AuditLimit{Records: 100, Bytes: 10}); err != nil || n != 2 {
+		t.Fatalf("TrimAudit(10 bytes) = %d, %v; want 2 folded", n, err)
+	}
+	if h, err := src.History(ctx, "rv.bytes", etcd.HistoryOptions{}); err != nil || len(h.Revisions) != 1 || h.Revisions[0].Revision != revs[9] {
+		t.Fatalf("history after the second trim = %s, %v; want the newest record only", mustJSON(t, h), err)
+	}
+	if _, err := src.TrimAudit(ctx, "rv.bytes", etcd.AuditLimit{Records: 1, Bytes: -1}); !errors.Is(err, etcd.ErrInvalidArgument) {
+		t.Errorf("TrimAudit with a negative bound = %v; want ErrInvalidArgument", err)
 	}
 }

@@ -212,7 +212,7 @@ func TestRollback(t *testing.T) {
 	if snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "rb"}); err != nil || snap.Revision != again || string(snap.Values) != `{"a":1,"b":2}` {
 		t.Fatalf("after the rollback from the audit log: %+v, %v", snap, err)
 	}
-	if _, err := src.TrimAudit(ctx, "rb", 1); err != nil {
+	if _, err := src.TrimAudit(ctx, "rb", etcd.AuditLimit{Records: 1}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = src.Rollback(ctx, "rb", good)

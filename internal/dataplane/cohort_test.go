@@ -1,0 +1,117 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// states lists what s says of ns's clients, "id=acked/nacked".
+func states(s *Server, ns string) []string {
+	var out []string
+	for _, c := range s.Clients() {
+		if c.Namespace == ns {
+			out = append(out, fmt.Sprintf("%s=%d/%d", c.ClientID, c.AckedRevision, c.NackedRevision))
+		}
+	}
+	return out
+}
+
+// A cohort's outcomes become acks of each client only where expand asks
+// (an origin: a rollout that counts them; internal/fakeserver's
+// TestAckCohortCountsInARollout).
+func TestAckCohortExpandsWhatIsAsked(t *testing.T) {
+	be := newMemBackend()
+	s := be.start(t)
+	be.publish("app", map[string]any{"v": 1})
+	rep := func(rev int64, members ...string) *transport.CohortReport {
+		return &transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+			{Namespace: "app", Members: members, Outcomes: []transport.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, 2}}}}}}
+	}
+	expand := func(string, int64) bool { return false }
+	if acks, err := s.acks.recordCohort(rep(1, "a", "b"), time.Now(), expand); err != nil || len(acks) != 0 {
+		t.Fatalf("nothing asked: %v, %v", acks, err)
+	}
+	expand = func(string, int64) bool { return true }
+	acks, err := s.acks.recordCohort(rep(1), time.Now(), expand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acks) != 2 || acks[0].ClientID != "a" || acks[1].ClientID != "b" || acks[0].Status != transport.AckApplied {
+		t.Errorf("expanded %+v", acks)
+	}
+}
+
+// FuzzAckCohort: any body gets a reply, never a panic; what is accepted
+// is listed as its members.
+func FuzzAckCohort(f *testing.F) {
+	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","members":["a","b"],"outcomes":[{"revision":1,"status":"ack","runs":[0,2]}]}]}`)
+	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","from":1,"members":["b"],"outcomes":[{"revision":1,"status":"nack","error":"x","runs":[0,1,1,1]}]}]}`)
+	f.Add(`{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[3,1]}]}]}`)
+	f.Add(`{"relay_id":"","namespaces":null}`)
+	f.Add(`[1,2]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var a acks
+		var rep transport.CohortReport
+		if err := decodeCohortReport([]byte(body), &rep); err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("decode error %v is not ErrInvalid", err)
+			}
+			return
+		}
+		_, err := a.recordCohort(&rep, time.Now(), func(string, int64) bool { return true })
+		if err != nil && !errors.Is(err, transport.ErrCohortUnknown) {
+			t.Fatalf("record error %v", err)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.eachLocked(func(k ackKey, st ackState) {
+			if k.client == "" || st.at.IsZero() {
+				t.Fatalf("listed %+v %+v", k, st)
+			}
+		})
+	})
+}
+
+// Two relays of one id (each of its own epoch) do not undo each other's
+// cohorts; past maxRelayEpochs the oldest folds into per-client records,
+// still listed.
+func TestAckCohortEpochsOfOneRelayID(t *testing.T) {
+	be := newMemBackend()
+	s := be.start(t)
+	rev := be.publish("app", map[string]any{"v": 1})
+	report := func(epoch string, members ...string) error {
+		_, err := s.acks.recordCohort(&transport.CohortReport{RelayID: "r1", Epoch: epoch, Namespaces: []transport.CohortNamespace{
+			{Namespace: "app", Members: members, Outcomes: []transport.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, len(members)}}}}}},
+			time.Now(), func(string, int64) bool { return false })
+		return err
+	}
+	for i := range 3 {
+		if err := report("a", "a1"); err != nil {
+			t.Fatalf("round %d, relay a: %v", i, err)
+		}
+		if err := report("b", "b1", "b2"); err != nil {
+			t.Fatalf("round %d, relay b: %v", i, err)
+		}
+	}
+	for _, e := range []string{"c", "d", "e"} {
+		if err := report(e, e+"1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.acks.mu.Lock()
+	_, kept := s.acks.cohorts[cohortKey{"r1", "a"}]
+	epochs := slices.Clone(s.acks.epochs["r1"])
+	s.acks.mu.Unlock()
+	if kept || !slices.Equal(epochs, []string{"b", "c", "d", "e"}) {
+		t.Errorf("epochs %v (a kept: %v), want the oldest folded", epochs, kept)
+	}
+	want := []string{"a1=1/0", "b1=1/0", "b2=1/0", "c1=1/0", "d1=1/0", "e1=1/0"}
+	if got := states(s, "app"); !slices.Equal(got, want) {
+		t.Errorf("clients %v, want %v", got, want)
+	}
+}

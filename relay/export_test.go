@@ -1,0 +1,24 @@
+package relay
+
+import (
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
+)
+
+// HandFed is a relay's follower store fed by hand (Apply, Confirm, ...):
+// served by the data plane (NewHandFed), an upstream for tests.
+type HandFed = follower
+
+// NewHandFed returns a follower store whose windows keep maxChanges
+// change sets, and its data plane, heartbeating every heartbeat, not yet
+// listening.
+func NewHandFed(maxChanges int, heartbeat time.Duration) (*HandFed, *dataplane.Server, error) {
+	f := newFollower(maxChanges, 0, func(string) error { return nil })
+	s, err := dataplane.New(f, dataplane.WithHeartbeat(heartbeat))
+	if err != nil {
+		return nil, nil, err
+	}
+	f.serve(s)
+	return f, s, nil
+}

@@ -1,0 +1,93 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+)
+
+// TestDefragmentShrinksTheStore: once trimming and compaction free most
+// of the embedded store's file, the leader defragments it and the file
+// shrinks (etcd never shrinks it otherwise).
+func TestDefragmentShrinksTheStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: dir},
+		AuditRetention: 1, DefragInterval: 100 * time.Millisecond, DefragMinFree: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() {
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	start := time.Now()
+	blob := strings.Repeat("x", 500_000)
+	var last int64
+	for i := range 10 { // ~5 MB of values and as much of audit records
+		last = publish(t, hs.URL, "big", map[string]any{"blob": fmt.Sprint(i, blob)})
+	}
+	t.Logf("published: %v", time.Since(start))
+	db := dbFile(t, dir)
+	// Trimming keeps one audit record; compaction drops the old values.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var h struct{ Revisions []struct{ Revision int64 } }
+		control(t, "GET", hs.URL+"/control/namespaces/big/history", nil, &h)
+		return len(h.Revisions) == 1
+	}, "the audit log trimmed to one record")
+	if st := control(t, "POST", hs.URL+"/control/compact", map[string]any{}, nil); st != http.StatusOK {
+		t.Fatalf("compact: %d", st)
+	}
+	t.Logf("trimmed, compacted: %v", time.Since(start))
+	before := fileSize(t, db)
+	if before < 8<<20 {
+		t.Fatalf("the store's file is %d bytes after 10 publishes of 500 KB; want more than 8 MiB", before)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return fileSize(t, db) < before/4 },
+		"the store's file (%d bytes) defragmented", before)
+	// The store still serves what it kept.
+	var v struct{ Values map[string]string }
+	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/big/values?revision=%d", hs.URL, last), nil, &v); st != http.StatusOK || v.Values["blob"] != fmt.Sprint(9, blob) {
+		t.Fatalf("values after defragmenting: %d, %d bytes", st, len(v.Values["blob"]))
+	}
+}
+
+// dbFile finds etcd's bbolt file in an embedded store's data directory.
+func dbFile(t *testing.T, dir string) string {
+	t.Helper()
+	var found string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "db" {
+			found = p
+		}
+		return nil
+	})
+	if found == "" {
+		t.Fatalf("no etcd db file under %s", dir)
+	}
+	return found
+}
+
+func fileSize(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
