@@ -307,3 +307,30 @@ func FromContext(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
 }
+
+// Peer is the identity a caller proved with a TLS client certificate
+// (mTLS: a listener's -tls-client-ca): the verified leaf certificate's
+// subject. It is set by the listener, before any handler runs, and only
+// from a certificate that verified against the listener's client CAs.
+type Peer struct {
+	// Subject is the certificate's subject as an RFC 2253 string, e.g.
+	// "CN=deploy-bot,OU=ops,O=example".
+	Subject string
+	// CommonName is the subject's common name (CN), possibly empty.
+	CommonName string
+}
+
+type peerKey struct{}
+
+// NewPeerContext returns ctx carrying p, the identity a caller's client
+// certificate proved.
+func NewPeerContext(ctx context.Context, p Peer) context.Context {
+	return context.WithValue(ctx, peerKey{}, p)
+}
+
+// PeerIdentity returns the identity of the caller's verified TLS client
+// certificate, if the request came with one.
+func PeerIdentity(ctx context.Context) (Peer, bool) {
+	p, ok := ctx.Value(peerKey{}).(Peer)
+	return p, ok
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,6 +157,14 @@ func WithHTTPClient(hc *http.Client) Option {
 		return optionFunc(func(*options) {}) // as before: nil is the default client
 	}
 	return WithHTTPOptions(transport.WithHTTPClient(hc))
+}
+
+// WithTLSConfig sets the TLS configuration of https endpoints: the CAs to
+// trust (RootCAs; default the system's) and, for mutual TLS, a client
+// certificate (transport.WithTLSConfig). It is cloned; nil keeps the
+// default. It excludes WithHTTPClient.
+func WithTLSConfig(c *tls.Config) Option {
+	return WithHTTPOptions(transport.WithTLSConfig(c))
 }
 
 // WithBearerToken sends "Authorization: Bearer token" with every request

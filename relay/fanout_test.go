@@ -98,6 +98,13 @@ func TestRelaySnapshotAdmission(t *testing.T) {
 	big := strings.Repeat("x", 8<<20) // larger than the socket buffers: a reader that does not read holds its slot
 	rev := mustPublish(t, origin, "big", map[string]any{"blob": big})
 	r, url := startRelay(t, origin.URL(), relay.WithMaxSnapshotsInFlight(1, 5*time.Second))
+	// The relay follows big first: until it has it, a request gets a
+	// short 503 of its own, and holds no slot.
+	// 8 MiB through the relay: slow under -race.
+	testutil.Eventually(t, 6*waitLimit, func() bool {
+		status, _, _ := getSnapshot(t, url, "big")
+		return status == http.StatusOK
+	}, "the relay serving big")
 	// A reader that does not read.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {

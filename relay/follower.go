@@ -676,8 +676,10 @@ func (f *follower) Demand(ctx context.Context, reqs []dataplane.SinceReq) map[st
 			switch {
 			case n == nil || n.leaving:
 				// Not followed, or being dropped: the relay follows it
-				// (again), or refuses it for now.
-				if !wanted[r.Name] {
+				// (again), or refuses it for now. Wanted once and gone
+				// since (dropped as absent upstream): asked again, which
+				// the relay refuses.
+				if !wanted[r.Name] || n == nil {
 					missing = append(missing, r.Name)
 				}
 				waiting = true

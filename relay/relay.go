@@ -45,8 +45,14 @@ type Relay struct {
 
 	mu     sync.Mutex
 	nss    map[string]*followed
+	absent map[string]time.Time // namespaces the upstream has not: until when (flood.go)
 	closed bool
-	wg     sync.WaitGroup // syncers, janitor, forwarder
+	// probing counts the followed namespaces with no data yet; probes
+	// those asked for since probeSecond (r.mu) (flood.go).
+	probing     atomic.Int64
+	probes      int
+	probeSecond time.Time
+	wg          sync.WaitGroup // syncers, janitor, forwarder
 
 	closeOnce sync.Once
 	closeErr  error
@@ -65,6 +71,8 @@ type followed struct {
 	lastErr atomic.Pointer[string]
 	// staged: the last good holds a staged rollout (its acks go promptly).
 	staged atomic.Bool
+	// probing: followed, no data of it yet (counted in Relay.probing).
+	probing atomic.Bool
 	// Its syncer's goroutine only (sink):
 	applied *snapshot.Snapshot // the last good, for its file
 	savedAt time.Time          // when the last file was submitted
@@ -115,7 +123,7 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	r := &Relay{opts: o, log: o.logger, src: upstream, ctx: ctx, stop: stop, nss: make(map[string]*followed)}
+	r := &Relay{opts: o, log: o.logger, src: upstream, ctx: ctx, stop: stop, nss: make(map[string]*followed), absent: make(map[string]time.Time)}
 	if ss, ok := upstream.(transport.StreamSource); ok {
 		r.mux = streammux.New(ctx, ss, r.log)
 	}
@@ -299,9 +307,16 @@ func (r *Relay) follow(ns string, pinned bool) error {
 		f.pinned = f.pinned || pinned
 		return nil
 	}
+	if err := r.absentLocked(ns); err != nil && !pinned {
+		return err
+	}
 	if len(r.nss) >= r.opts.maxNamespaces {
 		return &dataplane.RefusedError{Namespace: ns, Status: http.StatusTooManyRequests, Code: transport.CodeUnavailable,
 			Message: fmt.Sprintf("the relay follows %d namespaces, its limit", r.opts.maxNamespaces)}
+	}
+	seed, cursor := r.seed(ns)
+	if !pinned && seed == nil && !r.probeLocked() {
+		return probingRefusal(ns)
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	f := &followed{name: ns, pinned: pinned, cancel: cancel, done: make(chan struct{})}
@@ -316,11 +331,14 @@ func (r *Relay) follow(ns string, pinned bool) error {
 		FetchTimeout: 30 * time.Second,
 		Backstop:     time.Hour,
 	})
-	if snap, cursor := r.seed(ns); snap != nil {
+	if seed != nil {
 		// Resume from the last-good file: a conditional snapshot, then
 		// the watch from its cursor.
-		f.hold(snap)
-		_ = s.Seed(snap, cursor)
+		f.hold(seed)
+		_ = s.Seed(seed, cursor)
+	} else {
+		f.probing.Store(true)
+		r.probing.Add(1)
 	}
 	r.wg.Add(1)
 	go func() {
@@ -391,6 +409,7 @@ func (r *Relay) janitor(ctx context.Context) {
 			delete(r.nss, ns)
 			r.follower.Drop(ns)
 			r.mu.Unlock()
+			r.gotData(f) // no longer probing, if it was
 			r.log.Debug("relay: no longer following; no client asked for it", "ns", ns, "linger", r.opts.linger)
 		}
 	}

@@ -29,6 +29,7 @@ func (s sink) Applied(u syncer.Update) {
 	// As the SDK does: a change confirms at age 0 and keeps the flag of the
 	// last report; a snapshot's age and flag are its own.
 	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change, u.Age, u.Unconfirmed)
+	s.r.gotData(s.f)
 	s.r.heard.Store(true)
 	s.f.lastErr.Store(nil)
 	s.f.hold(snap)
@@ -50,6 +51,11 @@ func (s sink) Confirmed(p syncer.Position) {
 func (s sink) Failed(err error) {
 	if errors.Is(err, transport.ErrNotFound) {
 		s.r.follower.Absent(s.f.name)
+		if s.f.applied == nil {
+			// Never had data: it leaves the table, and is not asked
+			// for again for a while (flood.go).
+			s.r.dropAbsent(s.f)
+		}
 	}
 	s.r.follower.Fail(s.f.name)
 	msg := err.Error()

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,6 +111,9 @@ type HTTPSource struct {
 	info atomic.Pointer[ServerInfo]
 
 	acks ackStreamState // POST /sdk/ack/stream, when offered over h2c
+	// h2tls: the last reply over https came over HTTP/2 (ALPN), so an
+	// ack stream shares the connection.
+	h2tls atomic.Bool
 
 	mu       sync.Mutex
 	mode     WatchMode // effective: WatchSSE or WatchLongPoll
@@ -137,6 +141,7 @@ type httpOptions struct {
 	mode             WatchMode
 	longPollWait     time.Duration
 	userAgent        string
+	tls              *tls.Config
 }
 
 type httpOptionFunc func(*httpOptions)
@@ -150,6 +155,17 @@ func (f httpOptionFunc) apply(o *httpOptions) { f(o) }
 // response-header timeouts and no overall Timeout.
 func WithHTTPClient(c *http.Client) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.client, o.clientSet = c, true })
+}
+
+// WithTLSConfig sets the TLS configuration of an https endpoint: the CAs
+// to trust (RootCAs; default the system's), a client certificate for
+// mutual TLS (Certificates or GetClientCertificate), ServerName. It is
+// cloned; nil keeps the default. Over https the stream, snapshots and
+// acks share one HTTP/2 connection, negotiated through ALPN. It configures
+// the source's own HTTP client, so it excludes WithHTTPClient: set the TLS
+// configuration in that client's Transport instead.
+func WithTLSConfig(c *tls.Config) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.tls = c })
 }
 
 // WithBearerToken sends "Authorization: Bearer token" with every request to
@@ -255,6 +271,8 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	switch {
 	case o.clientSet && o.client == nil:
 		return nil, errors.New("transport: HTTP client is nil")
+	case o.clientSet && o.tls != nil:
+		return nil, errors.New("transport: WithTLSConfig and WithHTTPClient exclude each other: set the TLS configuration in the client's Transport")
 	case o.maxEventBytes <= 0:
 		return nil, fmt.Errorf("transport: max event bytes must be positive, got %d", o.maxEventBytes)
 	case o.maxSnapshotBytes <= 0:
@@ -282,10 +300,15 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 			maxIdle = max(maxIdle, MaxDerivedIdleTimeout) // the idle timers cut sooner
 		}
 		t := defaultHTTPTransport(o.longPollWait + 2*maxIdle)
+		if o.tls != nil {
+			t.TLSClientConfig = o.tls.Clone()
+		}
 		o.client = &http.Client{Transport: t}
 		if u.Scheme == "http" {
 			h2c = newH2CTransport(t)
 			o.client.Transport = h2c
+		} else {
+			o.client.Transport = &tlsWarmup{base: t, ready: make(chan struct{})}
 		}
 	}
 	src := &HTTPSource{base: u, opts: o, h2c: h2c}
@@ -327,6 +350,10 @@ func defaultHTTPTransport(responseHeaderTimeout time.Duration) *http.Transport {
 	t.ResponseHeaderTimeout = responseHeaderTimeout
 	t.ExpectContinueTimeout = time.Second
 	t.MaxIdleConnsPerHost = 1
+	// Over https, HTTP/2 through ALPN; no request header indexed in
+	// HPACK (as over h2c: every entry would sit in the server's table).
+	t.ForceAttemptHTTP2 = true
+	t.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: 1}
 	return t
 }
 
@@ -601,4 +628,42 @@ func checkOK(resp *http.Response, op, ns string) error {
 func closeBody(rc io.ReadCloser) {
 	_, _ = io.CopyN(io.Discard, rc, drainBytes)
 	_ = rc.Close()
+}
+
+// tlsWarmup makes the first requests over https share one connection:
+// net/http dials one connection per request started before the first
+// connection is up (the protocol is not known until ALPN), and keeps only
+// one of them for HTTP/2, closing the others: a handshake each, for
+// nothing. So requests that start while the first one is on its way wait
+// for it (its response headers, or its failure), at most warmWait, then
+// find its connection in the pool.
+type tlsWarmup struct {
+	base    http.RoundTripper
+	started atomic.Bool
+	ready   chan struct{} // closed when the first request got its answer
+}
+
+func (w *tlsWarmup) RoundTrip(req *http.Request) (*http.Response, error) {
+	if w.started.CompareAndSwap(false, true) {
+		defer close(w.ready)
+		return w.base.RoundTrip(req)
+	}
+	select {
+	case <-w.ready:
+	default:
+		t := time.NewTimer(warmWait)
+		select {
+		case <-w.ready:
+		case <-t.C:
+		case <-req.Context().Done():
+		}
+		t.Stop()
+	}
+	return w.base.RoundTrip(req)
+}
+
+func (w *tlsWarmup) CloseIdleConnections() {
+	if c, ok := w.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }

@@ -81,10 +81,11 @@ const maxKeptAckLine = 1 << 20
 const ackStreamRetry = 30 * time.Second
 
 // ackStreamUsable reports whether batches may go on the ack stream: the
-// server offers it and this source speaks h2c to it (over HTTP/1.1 a
-// request body that never ends would hold a connection of its own).
+// server offers it and this source speaks HTTP/2 to it, h2c or over TLS
+// (over HTTP/1.1 a request body that never ends would hold a connection
+// of its own).
 func (s *HTTPSource) ackStreamUsable() bool {
-	return s.h2c != nil && s.h2c.on.Load() && s.offers(CapabilityAckStream)
+	return (s.h2c != nil && s.h2c.on.Load() || s.h2tls.Load()) && s.offers(CapabilityAckStream)
 }
 
 // sendOnAckStream writes b as one line of the ack stream, opening it if

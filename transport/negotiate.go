@@ -169,6 +169,9 @@ func (s *HTTPSource) idleTimeoutFor(h http.Header) time.Duration {
 
 // noteReply records what a reply from a holdfast server advertises.
 func (s *HTTPSource) noteReply(resp *http.Response) {
+	if resp.TLS != nil {
+		s.h2tls.Store(resp.ProtoMajor == 2)
+	}
 	if info, ok := parseServerInfo(resp.Header, time.Now()); ok {
 		s.info.Store(&info)
 		if s.h2c != nil && info.HasCapability(CapabilityH2C) {

@@ -12,7 +12,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/h2cserver"
+	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -82,7 +83,15 @@ func (m *metrics) shutdown() error {
 //	GET /readyz   200 once ready() is nil, else 503 with its reason
 //	GET /statusz  status() as JSON
 //	GET /metrics  Prometheus text
-func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func() any) {
+//
+// With toks (tokens on, and the admin endpoints on the data listener),
+// /statusz and /metrics need a token of toks with the admin scope: today
+// the control pattern "*"; /healthz and /readyz stay open to probes.
+func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func() any, toks *access.Tokens) {
+	gate := func(h http.Handler) http.Handler { return h }
+	if toks != nil {
+		gate = func(h http.Handler) http.Handler { return adminGate(toks, h) }
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -97,34 +106,85 @@ func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("GET /statusz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /statusz", gate(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(status())
+	})))
+	mux.Handle("GET /metrics", gate(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})))
+}
+
+// adminGate serves h to a token of toks with the admin scope (the control
+// pattern "*"): 401 without a token of toks, 403 with one without it.
+func adminGate(toks *access.Tokens, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := toks.AuthenticateHeader(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		switch {
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintln(w, "the admin endpoints need a bearer token with the admin scope (or serve them on -admin-addr)")
+		case !id.MayControlAll():
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintf(w, "token %q has no admin scope (the control pattern \"*\")\n", id.Name)
+		default:
+			h.ServeHTTP(w, r)
+		}
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 }
 
-// httpServer returns the server of the command's listeners: HTTP/1.1
-// and, when h2c, HTTP/2 with prior knowledge on the same listener (as the
-// reference server and the SDK's HTTP source speak), and a bound on slow
-// request headers. No read or write timeout: watch streams are
-// long-lived.
-func httpServer(h http.Handler, log *slog.Logger, h2c bool) server {
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	if !h2c {
-		return srv
-	}
-	return h2cserver.New(srv)
+// listenFlags are the flags of the long-running commands' listeners:
+// TLS, the plaintext policy and the bounds (docs/SECURITY.md). Every
+// listener of a command (data plane, control API, admin) has them.
+type listenFlags struct {
+	tlsCert, tlsKey, clientCA *string
+	plaintext                 *bool
+	trustedProxy              *string
+	idleTimeout               *time.Duration
+	maxConns                  *int
 }
 
-// server is an *http.Server, or an *h2cserver.Server for h2c.
+func addListenFlags(fs *flag.FlagSet) listenFlags {
+	return listenFlags{
+		tlsCert:      fs.String("tls-cert", "", "serve TLS with the certificate (chain) of PEM `FILE`, reloaded when it changes (needs -tls-key)"),
+		tlsKey:       fs.String("tls-key", "", "the private key of -tls-cert, PEM `FILE`, reloaded with it"),
+		clientCA:     fs.String("tls-client-ca", "", "require a client certificate issued by a CA of PEM `FILE` (mutual TLS): its subject is the caller's identity"),
+		plaintext:    fs.Bool("plaintext", false, "allow a listener without TLS on an address other than loopback (tokens from peers other than loopback and -trusted-proxy are refused)"),
+		trustedProxy: fs.String("trusted-proxy", "", "comma-separated `CIDRS` of TLS-terminating proxies whose plaintext requests may carry tokens"),
+		idleTimeout:  fs.Duration("idle-timeout", listen.DefaultIdleTimeout, "close a connection with no request or stream open for this long"),
+		maxConns:     fs.Int("max-conns", listen.DefaultMaxConns, "the most connections open at once per listener; past it a new one is refused and logged"),
+	}
+}
+
+// config returns the listeners' shared configuration, the TLS pair loaded.
+func (f listenFlags) config(log *slog.Logger) (listen.Config, error) {
+	c := listen.Config{Plaintext: *f.plaintext, IdleTimeout: *f.idleTimeout, MaxConns: *f.maxConns, Logger: log}
+	switch {
+	case *f.idleTimeout <= 0:
+		return c, usagef("-idle-timeout must be positive, got %v", *f.idleTimeout)
+	case *f.maxConns <= 0:
+		return c, usagef("-max-conns must be positive, got %d", *f.maxConns)
+	case (*f.tlsCert == "") != (*f.tlsKey == ""):
+		return c, usagef("-tls-cert and -tls-key go together")
+	case *f.clientCA != "" && *f.tlsCert == "":
+		return c, usagef("-tls-client-ca needs -tls-cert and -tls-key")
+	}
+	var err error
+	if c.TrustedProxies, err = listen.ParseCIDRs(*f.trustedProxy); err != nil {
+		return c, usagef("-trusted-proxy: %v", err)
+	}
+	if *f.tlsCert != "" {
+		if c.TLS, err = listen.NewTLS(*f.tlsCert, *f.tlsKey, *f.clientCA, log); err != nil {
+			return c, usagef("-tls-cert: %v", err)
+		}
+	}
+	return c, nil
+}
+
+// server is the listeners' *listen.Server.
 type server interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -133,19 +193,26 @@ type server interface {
 
 // serving is a server running on a listener in a goroutine.
 type serving struct {
-	srv  server
-	addr net.Addr
-	done chan struct{} // closed when Serve has returned, with err
-	err  error
+	srv    server
+	addr   net.Addr
+	scheme string
+	done   chan struct{} // closed when Serve has returned, with err
+	err    error
 }
 
-// listenAndServe listens on addr and serves srv there.
-func listenAndServe(addr string, srv server) (*serving, error) {
-	ln, err := net.Listen("tcp", addr)
+// listenAndServe listens on addr and serves h there with c's settings:
+// TLS or HTTP/1.1 and h2c, the caps and timeouts.
+func listenAndServe(c listen.Config, name, addr string, h http.Handler) (*serving, error) {
+	c.Name, c.Addr = name, addr
+	ln, err := listen.Listen(c)
 	if err != nil {
 		return nil, err
 	}
-	s := &serving{srv: srv, addr: ln.Addr(), done: make(chan struct{})}
+	srv := listen.NewServer(h, c)
+	s := &serving{srv: srv, addr: ln.Addr(), scheme: "http", done: make(chan struct{})}
+	if c.TLS != nil {
+		s.scheme = "https"
+	}
 	go func() {
 		defer close(s.done)
 		s.err = srv.Serve(ln)
@@ -154,7 +221,7 @@ func listenAndServe(addr string, srv server) (*serving, error) {
 }
 
 // url returns the listener's base URL.
-func (s *serving) url() string { return "http://" + s.addr.String() }
+func (s *serving) url() string { return s.scheme + "://" + s.addr.String() }
 
 // stop shuts the server down: it waits up to shutdownTimeout for the
 // connections to go idle, then closes them, and waits for Serve.

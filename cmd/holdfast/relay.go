@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -65,6 +67,13 @@ listener of their own with -admin-addr:
 	               holdfast_relay_namespace_unconfirmed, and the Go runtime's
 	               and process's metrics
 
+Every listener serves TLS with -tls-cert and -tls-key (reloaded when the
+files change) and, with -tls-client-ca, requires client certificates
+(mutual TLS); without TLS, an address other than loopback needs
+-plaintext (see holdfast help server). An https upstream is verified against
+-upstream-ca (default: the system's CAs); -upstream-cert and -upstream-key
+are the relay's client certificate there.
+
 With -tokens FILE (the origin's token file: see holdfast help serve) the
 relay requires one of FILE's tokens from its clients, with data scope over
 every namespace they read or ack: 401 without one, 403 outside its scope,
@@ -107,6 +116,10 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	linger := fs.Duration("linger", relay.DefaultLinger, "how long a namespace is still followed after its last client left")
 	maxSnapshots := fs.Int("max-snapshots", relay.DefaultMaxSnapshotsInFlight, "snapshot replies written at once; past it 503 with a spread Retry-After")
 	retryWindow := fs.Duration("retry-after-window", relay.DefaultRetryAfterWindow, "the window the Retry-After of a refused snapshot is spread over")
+	upCA := fs.String("upstream-ca", "", "trust the CA certificates of PEM `FILE` for an https upstream (default: the system's)")
+	upCert := fs.String("upstream-cert", "", "present the client certificate of PEM `FILE` to an https upstream (mutual TLS; needs -upstream-key)")
+	upKey := fs.String("upstream-key", "", "the private key of -upstream-cert, PEM `FILE`")
+	lf := addListenFlags(fs)
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
 		if *addr == "" {
@@ -160,11 +173,19 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		}
 
 		log := logs.logger(e.stderr)
+		lc, err := lf.config(log)
+		if err != nil {
+			return err
+		}
+		upTLS, err := listen.ClientConfig(*upCA, *upCert, *upKey, log)
+		if err != nil {
+			return usagef("-upstream-ca, -upstream-cert, -upstream-key: %v", err)
+		}
 		m, err := newMetrics()
 		if err != nil {
 			return err
 		}
-		src, err := up.source(log, ownToken)
+		src, err := up.source(log, ownToken, upTLS)
 		if err != nil {
 			return errors.Join(err, m.shutdown())
 		}
@@ -204,7 +225,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if err != nil {
 			return errors.Join(err, src.Close(), m.shutdown())
 		}
-		err = serveRelay(ctx, log, r, m, *addr, *adminAddr, up.String())
+		err = serveRelay(ctx, log, r, m, lc, toks, *addr, *adminAddr, up.String())
 		// The relay is closed: nothing reads from the upstream any more.
 		err = errors.Join(err, src.Close(), m.shutdown())
 		log.Info("stopped")
@@ -302,8 +323,8 @@ type closingSource interface {
 }
 
 // source returns the transport.Source that follows the upstream.
-func (u upstream) source(log *slog.Logger, token string) (closingSource, error) {
-	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent("holdfast-relay")}
+func (u upstream) source(log *slog.Logger, token string, tlsConf *tls.Config) (closingSource, error) {
+	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent("holdfast-relay"), transport.WithTLSConfig(tlsConf)}
 	if token != "" {
 		opts = append(opts, transport.WithBearerToken(token))
 	}
@@ -335,7 +356,6 @@ func httpUpstream(urls []string, opts []transport.HTTPOption) (closingSource, er
 // can stand one in.
 type relayer interface {
 	Handler() http.Handler
-	Serve(ctx context.Context, l net.Listener) error
 	Ready() error
 	Namespaces() []relay.NamespaceStatus
 	Close() error
@@ -344,67 +364,58 @@ type relayer interface {
 var _ relayer = (*relay.Relay)(nil)
 
 // serveRelay serves r's data plane on addr and its admin endpoints in
-// front of it or, with adminAddr, on a listener of their own, until ctx
-// ends; then it closes r (which ends its streams and flushes its cache)
-// and the listeners.
-func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, addr, adminAddr, upstreamName string) (err error) {
+// front of it or, with adminAddr, on a listener of their own, every
+// listener with lc's settings (TLS, caps, timeouts), until ctx ends; then
+// it closes r (which ends its streams and flushes its cache) and the
+// listeners.
+func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc listen.Config, toks *access.Tokens, addr, adminAddr, upstreamName string) (err error) {
 	closeRelay := sync.OnceValue(r.Close)
 	defer func() { err = errors.Join(err, closeRelay()) }()
 	if err := relayMetrics(m.mp.Meter(meterScope), r); err != nil {
 		return err
 	}
 	admin := http.NewServeMux()
-	adminRoutes(admin, m, r.Ready, func() any { return newRelayStatus(r, upstreamName) })
-
+	var adminToks *access.Tokens // the admin scope, where the data plane is
 	if adminAddr == "" {
-		// One listener: the admin paths in front of the data plane, with
-		// the relay's own settings (HTTP/1.1 and h2c, a header timeout).
-		admin.Handle("/", r.Handler())
-		data, err := listenAndServe(addr, httpServer(admin, log, true))
-		if err != nil {
-			return err
-		}
-		log.Info("relay serving", "url", data.url(), "admin_url", data.url(), "upstream", upstreamName)
-		select {
-		case <-ctx.Done():
-			log.Info("shutting down")
-		case <-data.failed():
-		}
-		// Shutdown refuses new connections at once and waits for the
-		// open ones to go idle, which they do once Close has ended the
-		// relay's streams.
-		stopped := make(chan error, 1)
-		go func() { stopped <- data.stop() }()
-		return errors.Join(closeRelay(), <-stopped)
+		adminToks = toks
 	}
+	adminRoutes(admin, m, r.Ready, func() any { return newRelayStatus(r, upstreamName) }, adminToks)
 
-	ln, err := net.Listen("tcp", addr)
+	var adminFailed <-chan struct{}
+	data := r.Handler()
+	adminURL := ""
+	if adminAddr == "" {
+		// One listener: the admin paths in front of the data plane.
+		admin.Handle("/", data)
+		data = admin
+	} else {
+		adm, err := listenAndServe(lc, "admin", adminAddr, admin)
+		if err != nil {
+			return fmt.Errorf("admin: %w", err)
+		}
+		defer func() { err = errors.Join(err, adm.stop()) }()
+		adminFailed, adminURL = adm.failed(), adm.url()
+	}
+	plane, err := listenAndServe(lc, "data", addr, data)
 	if err != nil {
 		return err
 	}
-	adm, err := listenAndServe(adminAddr, httpServer(admin, log, false))
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("admin: %w", err)
+	if adminURL == "" {
+		adminURL = plane.url()
 	}
-	defer func() { err = errors.Join(err, adm.stop()) }()
-	serveCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- r.Serve(serveCtx, ln) }()
-	log.Info("relay serving", "url", "http://"+ln.Addr().String(), "admin_url", adm.url(), "upstream", upstreamName)
+	log.Info("relay serving", "url", plane.url(), "admin_url", adminURL, "upstream", upstreamName)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-	case <-adm.failed():
-	case err := <-served: // by itself: the listener failed
-		return err
+	case <-plane.failed():
+	case <-adminFailed:
 	}
-	cancel()
-	if err := <-served; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, relay.ErrClosed) {
-		return err
-	}
-	return nil
+	// Shutdown refuses new connections at once and waits for the open
+	// ones to go idle, which they do once Close has ended the relay's
+	// streams.
+	stopped := make(chan error, 1)
+	go func() { stopped <- plane.stop() }()
+	return errors.Join(closeRelay(), <-stopped)
 }
 
 // relayStatus is the JSON of the relay's /statusz.

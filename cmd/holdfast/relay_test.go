@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/relay"
 )
 
@@ -128,7 +129,6 @@ type stubRelay struct {
 	closed chan struct{}
 	once   sync.Once
 	closes atomic.Int32
-	serves atomic.Int32
 }
 
 func newStubRelay() *stubRelay {
@@ -151,26 +151,6 @@ func (s *stubRelay) Handler() http.Handler {
 		}
 	})
 	return mux
-}
-
-func (s *stubRelay) Serve(ctx context.Context, l net.Listener) error {
-	s.serves.Add(1)
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
-		case <-s.closed:
-		}
-		_ = srv.Close()
-	}()
-	err := srv.Serve(l)
-	<-stopped
-	if errors.Is(err, http.ErrServerClosed) {
-		return ctx.Err()
-	}
-	return err
 }
 
 func (s *stubRelay) Ready() error {
@@ -210,6 +190,11 @@ type servedRelay struct {
 
 func serveStub(t *testing.T, adminAddr string) *servedRelay {
 	t.Helper()
+	return serveStubTokens(t, adminAddr, nil)
+}
+
+func serveStubTokens(t *testing.T, adminAddr string, toks *access.Tokens) *servedRelay {
+	t.Helper()
 	m, err := newMetrics()
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +204,7 @@ func serveStub(t *testing.T, adminAddr string) *servedRelay {
 	log := slog.New(slog.NewJSONHandler(s.logs, nil))
 	go func() {
 		defer close(s.done)
-		s.err = serveRelay(ctx, log, s.stub, m, "127.0.0.1:0", adminAddr, "http://origin:8080")
+		s.err = serveRelay(ctx, log, s.stub, m, listen.Config{Logger: log}, toks, "127.0.0.1:0", adminAddr, "http://origin:8080")
 		s.err = errors.Join(s.err, m.shutdown())
 	}()
 	t.Cleanup(func() {
@@ -384,14 +369,10 @@ func TestServeRelaySameListener(t *testing.T) {
 	if d := time.Since(start); d >= shutdownTimeout {
 		t.Errorf("stopping took %v: the open stream held the shutdown to its timeout", d)
 	}
-	if n := s.stub.serves.Load(); n != 0 {
-		t.Errorf("relay.Serve called %d times on the shared listener", n)
-	}
 }
 
-// TestServeRelayAdminAddr: with -admin-addr the data plane is the
-// relay's own Serve on -addr, and the admin endpoints are on their own
-// listener only.
+// TestServeRelayAdminAddr: with -admin-addr the data plane is alone on
+// -addr, and the admin endpoints are on their own listener only.
 func TestServeRelayAdminAddr(t *testing.T) {
 	s := serveStub(t, "127.0.0.1:0")
 	if s.adminURL == s.data || s.adminURL == "" {
@@ -404,11 +385,61 @@ func TestServeRelayAdminAddr(t *testing.T) {
 	if code, _, _ := get(t, s.data+"/metrics"); code != http.StatusNotFound {
 		t.Errorf("/metrics on the data listener: %d, want 404", code)
 	}
-	if n := s.stub.serves.Load(); n != 1 {
-		t.Errorf("relay.Serve called %d times, want 1", n)
-	}
 	watch, closeWatch := openWatch(t, s.data)
 	defer closeWatch()
 	s.stop(t)
 	waitEnded(t, watch)
+}
+
+// TestAdminScopeOnDataListener: with tokens and no -admin-addr, /statusz
+// and /metrics need a token with the admin scope (control "*"); the
+// probes stay open. On -admin-addr they are open as before.
+func TestAdminScopeOnDataListener(t *testing.T) {
+	toks, err := access.New(
+		access.Token{Name: "app", Secret: "app-secret-0123456789", Data: []string{"*"}},
+		access.Token{Name: "ops", Secret: "ops-secret-0123456789", Control: []string{"*"}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serveStubTokens(t, "", toks)
+	do := func(path, secret string) int {
+		req, _ := http.NewRequest(http.MethodGet, s.data+path, nil)
+		if secret != "" {
+			req.Header.Set("Authorization", "Bearer "+secret)
+		}
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path, secret string
+		want         int
+	}{
+		{"/statusz", "", http.StatusUnauthorized},
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/statusz", "wrong-secret-0123456789", http.StatusUnauthorized},
+		{"/statusz", "app-secret-0123456789", http.StatusForbidden},
+		{"/metrics", "app-secret-0123456789", http.StatusForbidden},
+		{"/statusz", "ops-secret-0123456789", http.StatusOK},
+		{"/metrics", "ops-secret-0123456789", http.StatusOK},
+		{"/healthz", "", http.StatusOK},
+		{"/readyz", "", http.StatusServiceUnavailable}, // open: the stub is not ready
+	} {
+		if got := do(tc.path, tc.secret); got != tc.want {
+			t.Errorf("%s with %q: %d, want %d", tc.path, tc.secret, got, tc.want)
+		}
+	}
+	s.stop(t)
+
+	s = serveStubTokens(t, "127.0.0.1:0", toks)
+	if code, _, _ := get(t, s.adminURL+"/statusz"); code != http.StatusOK {
+		t.Errorf("/statusz on -admin-addr: %d, want 200", code)
+	}
+	s.stop(t)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/gate"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -89,6 +90,14 @@ TLS, and -etcd-user logs in to its authentication, the password from
 -etcd-password-file or $HOLDFAST_ETCD_PASSWORD (never a flag); see
 docs/SERVER.md, "etcd over TLS with authentication".
 
+Every listener serves TLS with -tls-cert and -tls-key (reloaded when the
+files change; HTTP/2 through ALPN) and, with -tls-client-ca, requires a
+client certificate of that CA (mutual TLS; its subject is the caller's
+identity). Without TLS, a listener on an address other than loopback needs
+-plaintext (and the server warns); tokens that arrive in plaintext from a
+peer other than loopback or a -trusted-proxy are refused. -idle-timeout
+and -max-conns bound every listener (docs/SECURITY.md).
+
 Publish with the operator commands or the control API, e.g.
 
 	holdfast publish -server http://127.0.0.1:8080 -reason "first try" payments.prod retry-timeout-ms=50
@@ -112,6 +121,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
 	etcdSec := addEtcdSecurityFlags(fs)
+	lf := addListenFlags(fs)
 	logs := addLogFlags(fs)
 	return func(ctx context.Context, e *env, _ []string) error {
 		switch {
@@ -157,6 +167,10 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			}
 		}
 		log := logs.logger(e.stderr)
+		lc, err := lf.config(log)
+		if err != nil {
+			return err
+		}
 		if *memory {
 			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
 		}
@@ -187,7 +201,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
 			"head", st.Head, "took", time.Since(started).Round(time.Millisecond))
-		err = serveServer(ctx, log, srv, *addr, *adminAddr)
+		err = serveServer(ctx, log, srv, lc, toks, *addr, *adminAddr)
 		log.Info("stopped")
 		return err
 	}
@@ -206,7 +220,7 @@ func loadTokens(name string) (*access.Tokens, error) {
 // serveServer serves srv on addr, and its admin endpoints in front of it
 // or on adminAddr, until ctx ends or the embedded store fails; then it
 // closes srv.
-func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, addr, adminAddr string) (err error) {
+func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, toks *access.Tokens, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
 	m, err := newMetrics()
 	if err != nil {
@@ -217,7 +231,11 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, ad
 		return err
 	}
 	admin := http.NewServeMux()
-	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) })
+	var adminToks *access.Tokens // the admin scope, where the data plane is
+	if adminAddr == "" {
+		adminToks = toks
+	}
+	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) }, adminToks)
 
 	attrs := []any{"store_id", srv.StoreID()}
 	var adminFailed <-chan struct{}
@@ -226,7 +244,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, ad
 		admin.Handle("/", data)
 		data = admin
 	} else {
-		adm, aerr := listenAndServe(adminAddr, httpServer(admin, log, false))
+		adm, aerr := listenAndServe(lc, "admin", adminAddr, admin)
 		if aerr != nil {
 			return fmt.Errorf("admin: %w", aerr)
 		}
@@ -234,7 +252,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, ad
 		adminFailed = adm.failed()
 		attrs = append(attrs, "admin_url", adm.url())
 	}
-	plane, err := listenAndServe(addr, httpServer(data, log, true))
+	plane, err := listenAndServe(lc, "data", addr, data)
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,27 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 const defaultWait = 30 * time.Second
+
+// The write deadline of a reply (streams have theirs: watcher.arm):
+// replyWriteGrace, plus the time to send its bytes at minReplyRate. A
+// client that reads slower, or not at all, loses the reply, and its
+// handler returns (a snapshot's admission slot with it). Never
+// http.Server.WriteTimeout, which would cut streams and long-polls.
+const (
+	replyWriteGrace = 10 * time.Second
+	minReplyRate    = 256 << 10 // bytes a second
+)
+
+// setReplyDeadline bounds the write of a reply of n bytes, from now.
+func setReplyDeadline(w http.ResponseWriter, n int) {
+	d := replyWriteGrace + time.Duration(n)*time.Second/minReplyRate
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+}
 
 // writeTimeout bounds one batch of writes to a watch stream: a reader that
 // takes longer is stalled and is disconnected.
@@ -208,6 +225,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, data = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encode reply"}`)
 	}
+	setReplyDeadline(w, len(data))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
 	w.WriteHeader(status)
@@ -281,11 +299,14 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	release, ok := s.admit(w)
+	release, ok := s.admit(w, r)
 	if !ok {
 		return
 	}
 	defer release()
+	if r.Context().Err() != nil {
+		return // the client is gone (a reset stream): no encoding for no one
+	}
 	encoded, err := transport.EncodeValues(values)
 	if err != nil {
 		s.replyError(w, err)
@@ -301,6 +322,9 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	data = append(data, '\n')
 	h.Set("Content-Type", "application/json")
+	// A reader too slow for the deadline (or one that does not read)
+	// loses the reply; the slot is released as the handler returns.
+	setReplyDeadline(w, len(data))
 	if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		h.Set("Content-Length", strconv.Itoa(len(data)))
 		w.WriteHeader(http.StatusOK)
@@ -496,6 +520,7 @@ func writeEvents(w http.ResponseWriter, resp transport.EventsResponse, changes [
 	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	setReplyDeadline(w, len(b))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
@@ -850,14 +875,21 @@ func (s *Server) recordAcks(acks []transport.Ack) {
 // (WithMaxSnapshotsInFlight). Past the bound it answers 503 with a
 // Retry-After spread over the window, so that a reconnect storm is
 // served in waves rather than all at once.
-func (s *Server) admit(w http.ResponseWriter) (release func(), ok bool) {
+//
+// One connection takes at most a quarter of the slots (at least one): a
+// client that opens many snapshots on one HTTP/2 connection and does not
+// read them holds no more, until their write deadlines.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	if s.snapshotSlots == nil {
 		return func() {}, true
 	}
-	select {
-	case s.snapshotSlots <- struct{}{}:
-		return func() { <-s.snapshotSlots }, true
-	default:
+	if unconn, ok := listen.ConnLimit(r.Context(), max(cap(s.snapshotSlots)/4, 1)); ok {
+		select {
+		case s.snapshotSlots <- struct{}{}:
+			return func() { <-s.snapshotSlots; unconn() }, true
+		default:
+			unconn()
+		}
 	}
 	s.stats.shed.Add(1)
 	spread := time.Second + rand.N(max(s.opts.retryWindow, time.Second))

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/h2cserver"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -111,16 +110,14 @@ func (s *Server) Listen(l net.Listener) error {
 	}
 	s.addr = l.Addr().String()
 	r := &run{served: make(chan struct{}), stopping: make(chan struct{})}
-	hs := &http.Server{
-		Handler: s.track(r),
+	lc := listen.Config{
+		Name: "dataplane", Addr: s.addr, Plaintext: true, MaxConns: -1, Logger: s.log,
 		// Every request's context carries r's stopping channel: set once
 		// here, not copied into each request (a long-lived stream would
 		// hold the copy).
 		BaseContext: func(net.Listener) context.Context {
 			return context.WithValue(context.Background(), stoppingKey{}, r.stopping)
 		},
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			switch st {
 			case http.StateNew:
@@ -131,10 +128,13 @@ func (s *Server) Listen(l net.Listener) error {
 			}
 		},
 	}
-	r.srv = hs
-	if s.opts.offers(transport.CapabilityH2C) {
-		r.srv = h2cserver.New(hs)
+	hs := listen.NewServer(s.track(r), lc).Server
+	if !s.opts.offers(transport.CapabilityH2C) {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		hs.Protocols = &p
 	}
+	r.srv = hs
 	s.cur = r
 	go func() {
 		defer close(r.served)
@@ -173,7 +173,7 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// server is an *http.Server, or an *h2cserver.Server when h2c is offered.
+// server is the run's *http.Server.
 type server interface {
 	Serve(net.Listener) error
 	Close() error

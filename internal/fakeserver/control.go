@@ -2,10 +2,12 @@ package fakeserver
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
@@ -38,9 +40,15 @@ func (s *Server) controlRoutes() []dataplane.Route {
 	return routes
 }
 
-// readBody reads a request body of at most limit bytes.
+// readBody reads a request body of at most limit bytes, which must be
+// UTF-8 (JSON text is): a value of invalid UTF-8 would be stored as it
+// came and served as JSON that is not.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err == nil && !utf8.Valid(data) {
+		return nil, fmt.Errorf("%w: the body is not valid UTF-8 (JSON text must be)", ErrInvalid)
+	}
+	return data, err
 }
 
 // pathNamespace reads and checks the {ns} path segment.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -391,6 +392,11 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, emptyO
 	}
 	if len(data) == 0 && emptyOK {
 		return nil
+	}
+	if !utf8.Valid(data) {
+		// JSON text is UTF-8: a value of invalid UTF-8 would be stored
+		// as it came and served as JSON that is not.
+		return badRequest("body: not valid UTF-8 (JSON text must be)")
 	}
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()

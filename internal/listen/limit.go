@@ -1,0 +1,137 @@
+package listen
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// refusalLogEvery is how often a listener at its cap logs its refusals
+// (with their count since the last line).
+const refusalLogEvery = 10 * time.Second
+
+// refusal is what a plaintext listener at its cap writes before it
+// closes a connection: an HTTP/1.1 client reads why.
+const refusal = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 5\r\nContent-Length: 38\r\n\r\ntoo many connections to this listener\n"
+
+// Limited is a listener capped at a number of open connections (see
+// Limit).
+type Limited struct {
+	net.Listener
+	slots   chan struct{}
+	text    bool // plaintext: refuse with an HTTP/1.1 503
+	log     *slog.Logger
+	refused atomic.Int64 // since the last log line
+	total   atomic.Int64
+	mu      sync.Mutex
+	logged  time.Time
+}
+
+// Limit caps l at n open connections: a connection accepted past them is
+// refused at once (over plaintext, text, with an HTTP/1.1 503 first) and
+// the refusal logged, at most once per refusalLogEvery with the count.
+// Accept never blocks on the cap: a listener at its cap keeps draining
+// its backlog, so that a client is told rather than left to time out.
+func Limit(l net.Listener, n int, text bool, log *slog.Logger) *Limited {
+	return &Limited{Listener: l, slots: make(chan struct{}, n), text: text, log: log}
+}
+
+// Refused is how many connections were refused at the cap.
+func (l *Limited) Refused() int64 { return l.total.Load() }
+
+// Open is how many connections are open.
+func (l *Limited) Open() int { return len(l.slots) }
+
+func (l *Limited) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, release: l.release}, nil
+		default:
+		}
+		l.refuse(c)
+	}
+}
+
+func (l *Limited) release() { <-l.slots }
+
+func (l *Limited) refuse(c net.Conn) {
+	l.total.Add(1)
+	n := l.refused.Add(1)
+	if l.text {
+		// Bounded: a client that does not read gets nothing more.
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write([]byte(refusal))
+	}
+	_ = c.Close()
+	l.mu.Lock()
+	now := time.Now()
+	due := now.Sub(l.logged) >= refusalLogEvery
+	if due {
+		l.logged = now
+		n = l.refused.Swap(0)
+	}
+	l.mu.Unlock()
+	if due {
+		l.log.Warn("connection refused: the listener is at its connection cap", "addr", l.Addr().String(),
+			"max_conns", cap(l.slots), "refused", n)
+	}
+}
+
+// limitedConn gives its slot back once, at its first Close.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes the connection, as net/http does before it
+// closes an HTTP/1.1 connection whose request body it did not read.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// connState is what a listener keeps of one connection, on the context of
+// its requests (http.Server.ConnContext).
+type connState struct {
+	inFlight atomic.Int64 // ConnLimit's
+}
+
+type connKey struct{}
+
+func connContext(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, &connState{})
+}
+
+// ConnLimit takes one of n places of the request's connection (one per
+// connection: an HTTP/2 connection carries many requests), so that one
+// connection cannot take all of a server-wide budget (the snapshots in
+// flight): ok false when its n are taken. Outside a listener's server
+// (no connection known) it always admits.
+func ConnLimit(ctx context.Context, n int) (release func(), ok bool) {
+	c, _ := ctx.Value(connKey{}).(*connState)
+	if c == nil {
+		return func() {}, true
+	}
+	if c.inFlight.Add(1) > int64(n) {
+		c.inFlight.Add(-1)
+		return nil, false
+	}
+	return func() { c.inFlight.Add(-1) }, true
+}
