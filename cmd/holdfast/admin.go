@@ -116,8 +116,9 @@ func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func
 	mux.Handle("GET /metrics", gate(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})))
 }
 
-// adminGate serves h to a token of toks with the admin scope (the control
-// pattern "*"): 401 without a token of toks, 403 with one without it.
+// adminGate serves h to a token of toks with the admin scope (or, in a
+// tokens file, which has no admin scope, the control pattern "*"): 401
+// without a token of toks, 403 with one without it.
 func adminGate(toks *access.Tokens, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := toks.AuthenticateHeader(r.Header.Get("Authorization"))
@@ -127,9 +128,9 @@ func adminGate(toks *access.Tokens, h http.Handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
 			w.WriteHeader(http.StatusUnauthorized)
 			fmt.Fprintln(w, "the admin endpoints need a bearer token with the admin scope (or serve them on -admin-addr)")
-		case !id.MayControlAll():
+		case !id.IsAdmin() && !id.MayControlAll():
 			w.WriteHeader(http.StatusForbidden)
-			fmt.Fprintf(w, "token %q has no admin scope (the control pattern \"*\")\n", id.Name)
+			fmt.Fprintf(w, "token %q has no admin scope (nor the control pattern \"*\")\n", id.Name)
 		default:
 			h.ServeHTTP(w, r)
 		}
