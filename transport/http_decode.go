@@ -858,18 +858,18 @@ func quickInt(b []byte, i int) (n int64, exact bool, next int, ok bool) {
 // decodeNamespaceEnded decodes the data of an ended event (or an element
 // of a long-poll's ended list): ns and error set, compact_revision not
 // negative. The message is cut to 1 KiB.
-func decodeNamespaceEnded(data []byte) (NamespaceEndedBody, error) {
-	var b NamespaceEndedBody
+func decodeNamespaceEnded(data []byte) (endedBody, error) {
+	var b endedBody
 	if err := json.Unmarshal(data, &b); err != nil {
-		return NamespaceEndedBody{}, fmt.Errorf("%w: ended: %v", ErrMalformed, err)
+		return endedBody{}, fmt.Errorf("%w: ended: %v", ErrMalformed, err)
 	}
 	if err := checkEnded(&b); err != nil {
-		return NamespaceEndedBody{}, err
+		return endedBody{}, err
 	}
 	return b, nil
 }
 
-func checkEnded(b *NamespaceEndedBody) error {
+func checkEnded(b *endedBody) error {
 	switch {
 	case b.Namespace == "":
 		return fmt.Errorf("%w: ended without ns", ErrMalformed)
@@ -905,7 +905,7 @@ var endedStatus = map[string]struct {
 // *CompactedError, ErrNotFound, ErrUnauthorized, ErrCursorAhead,
 // ErrInvalidNamespace, ...; an unknown code is a 500 without a sentinel
 // (retryable).
-func endedError(b NamespaceEndedBody, storeID string) error {
+func endedError(b endedBody, storeID string) error {
 	se := &StatusError{Code: b.Code, Message: b.Message, StoreID: truncate(storeID, 128)}
 	if b.Code == CodeCompacted {
 		se.StatusCode, se.Err = http.StatusGone, &CompactedError{CompactRevision: b.CompactRevision}
@@ -922,7 +922,7 @@ func endedError(b NamespaceEndedBody, storeID string) error {
 // valid and at most the cursor, each ended element valid. Which namespaces
 // the changes and ended elements may name, and their order, is the
 // stream's to check (streamState).
-func decodeStreamEvents(data []byte, maxEventBytes int) (*StreamEventsResponse, error) {
+func decodeStreamEvents(data []byte, maxEventBytes int) (*streamEventsReply, error) {
 	var w struct {
 		StoreID     string            `json:"store_id"`
 		Cursor      *int64            `json:"cursor"`
@@ -940,7 +940,7 @@ func decodeStreamEvents(data []byte, maxEventBytes int) (*StreamEventsResponse, 
 	case w.Cursor == nil || *w.Cursor < 0:
 		return nil, fmt.Errorf("%w: stream events without a cursor >= 0", ErrMalformed)
 	}
-	r := &StreamEventsResponse{StoreID: w.StoreID, Cursor: *w.Cursor,
+	r := &streamEventsReply{StoreID: w.StoreID, Cursor: *w.Cursor,
 		AgeMillis: ageJSON(w.AgeMillis), Unconfirmed: unconfirmedJSON(w.Unconfirmed)}
 	if len(w.Changes) > 0 {
 		r.Changes = make([]ChangeSet, 0, len(w.Changes))
@@ -1009,7 +1009,7 @@ func (st *streamState) progress(p *StreamProgress) error {
 	return nil
 }
 
-func (st *streamState) ended(b NamespaceEndedBody) (*NamespaceEnded, error) {
+func (st *streamState) ended(b endedBody) (*NamespaceEnded, error) {
 	if _, ok := st.floor[b.Namespace]; !ok {
 		return nil, fmt.Errorf("%w: ended for namespace %q, which the stream does not carry (or no longer)", ErrMalformed, truncate(b.Namespace, 130))
 	}

@@ -368,9 +368,9 @@ func FuzzCountMembers(f *testing.F) {
 }
 
 func FuzzDecodeNamespaceEnded(f *testing.F) {
-	seedJSON(f, NamespaceEndedBody{Namespace: "a", Code: CodeCompacted, CompactRevision: 7, Message: "m"},
-		NamespaceEndedBody{Namespace: "Bad Name", Code: CodeInvalidNamespace},
-		NamespaceEndedBody{Namespace: "a", Code: CodeCursorAhead})
+	seedJSON(f, endedBody{Namespace: "a", Code: CodeCompacted, CompactRevision: 7, Message: "m"},
+		endedBody{Namespace: "Bad Name", Code: CodeInvalidNamespace},
+		endedBody{Namespace: "a", Code: CodeCursorAhead})
 	f.Add([]byte(`{"ns":"a","error":"compacted","compact_revision":-1}`))
 	f.Add([]byte(`{"ns":"","error":"not_found"}`))
 	f.Add([]byte(`{"ns":"a"}`))
@@ -421,10 +421,10 @@ func FuzzDecodeStreamEvents(f *testing.F) {
 	b := change(13, 0, nil, "x")
 	b.Namespace = "other"
 	seedJSON(f,
-		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, b}},
-		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{}, Ended: []NamespaceEndedBody{{Namespace: "gone", Code: CodeNotFound}}},
-		StreamEventsResponse{StoreID: "s", Cursor: 11, Changes: []ChangeSet{a}},
-		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
+		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, b}},
+		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{}, Ended: []endedBody{{Namespace: "gone", Code: CodeNotFound}}},
+		streamEventsReply{StoreID: "s", Cursor: 11, Changes: []ChangeSet{a}},
+		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
 	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":null}`))
 	f.Add([]byte(`{"store_id":"s","changes":[]}`))
 	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":[],"age_ms":315360000001,"unconfirmed":true}`))
