@@ -10,7 +10,7 @@ import (
 )
 
 // ackDecoder decodes ack bodies (one transport.Ack, or a
-// transport.AckBatch) as json.Unmarshal into an ackBody does, for the
+// wire.AckBatch) as json.Unmarshal into an ackBody does, for the
 // shape clients send, at a fraction of its cost: the server decodes one
 // body per client per publish. What it does not read itself it leaves to
 // encoding/json (decode). A stream's decoder (intern) keeps the strings

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -257,14 +258,14 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.speak(r)()
 	values := snap.Values
-	etag := transport.ETag(snap.StoreID, snap.Rev)
+	etag := wire.ETag(snap.StoreID, snap.Rev)
 	inm := r.Header.Get("If-None-Match")
 	notModified := etagMatches(inm, etag)
 	if !rolloutAware(r) {
 		if base, stripped := s.reserved.base(ns, values); stripped {
 			// The base, without reserved keys: another representation
 			// of the revision, with a tag of its own. A client names
-			// the revision it holds with transport.ETag, and one that
+			// the revision it holds with wire.ETag, and one that
 			// predates rollouts holds nothing but the base.
 			values, etag = base, baseETag(snap.StoreID, snap.Rev)
 			notModified = notModified || etagMatches(inm, etag)
@@ -286,7 +287,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	encoded, err := transport.EncodeValues(values)
+	encoded, err := wire.EncodeValues(values)
 	if err != nil {
 		s.replyError(w, err)
 		return

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -292,7 +293,7 @@ func TestApplyKeepsNoDeletedText(t *testing.T) {
 		t.Fatal(err)
 	}
 	base = nil
-	wire, err := transport.EncodeValues(next.RawValues())
+	wire, err := wire.EncodeValues(next.RawValues())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,8 +101,9 @@ func SendCohort(ctx context.Context, src CohortAcker, r *CohortReport) error {
 // each namespace once, member ids as an ack's client_id, revisions not
 // negative, statuses, errors of at most transport.MaxAckErrorBytes, runs
 // that are sorted pairs of a slot and a positive count below
-// transport.MaxCohortSlots, no slot in two outcomes of one status, limits. Both ends check: a relay so
-// as not to send what a server refuses, a server what it reads.
+// transport.MaxCohortSlots, no slot in two outcomes of one status, limits.
+// Both ends check: a relay so as not to send what a server refuses, a
+// server what it reads.
 func CheckCohortReport(r *CohortReport) error {
 	if err := transport.ValidateClientID(r.RelayID); err != nil {
 		return fmt.Errorf("transport: cohort report's relay id: %w", err)
