@@ -28,8 +28,8 @@ const CodeCohortUnknown = "cohort_unknown"
 // ErrCohortUnknown reports CodeCohortUnknown.
 var ErrCohortUnknown = errors.New("transport: cohort unknown to the server")
 
-// Limits of one cohort report, checked by both ends (the relay's and the
-// server's, package internal/wire, which has the report's form).
+// Limits of one cohort report, checked by both ends (a relay before it
+// sends, a server as it reads).
 const (
 	// MaxCohortSlots bounds a cohort's slots: the clients of one
 	// namespace behind one relay. Past it, a relay reports the others'

@@ -261,11 +261,11 @@ func (s *HTTPSource) streamPollError(ctx, rctx context.Context, name string, err
 }
 
 // AckBatch reports several acks. When the server listed CapabilityAckBatch
-// it POSTs them to /sdk/ack as AckBatch bodies, one per client id (and at
-// most 64 acks each); otherwise — an older server, or before any reply —
-// it sends one Ack per request, as Ack does, in order, going on past a
-// failed one. Every ack is checked first (namespace, status): one that
-// fails sends none. The error joins the failures; a failed batch fails
+// it POSTs them to /sdk/ack as batches ({"client_id":…,"acks":[…]}), one
+// per client id (and at most 64 acks each); otherwise — an older server,
+// or before any reply — it sends one Ack per request, as Ack does, in
+// order, going on past a failed one. Every ack is checked first
+// (namespace, status): one that fails sends none. The error joins the failures; a failed batch fails
 // all its acks. An empty slice sends nothing.
 func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 	for _, a := range acks {
