@@ -20,5 +20,7 @@
 //
 // transport's HTTP source encodes and decodes the same bodies with
 // unexported code of its own (transport cannot import this package, which
-// imports it); the tests of this package pin that both ends agree.
+// imports it): this package's tests pin that both ends' ETag agree, and
+// the reference server's tests, which run the HTTP source against it, the
+// bodies.
 package wire
