@@ -25,8 +25,7 @@
 // It works on strings: a caller with bytes it does not write while it
 // scans may alias them (unsafe.String) rather than copy them. Every
 // function takes the text and an index and returns the index after what
-// it read; none keeps the text, and none but Unquote allocates (below 64
-// levels of nesting).
-// The fuzz targets of this package compare each function with
-// encoding/json.
+// it read; none keeps the text, and none but the unquoting ones
+// allocates (below 64 levels of nesting). The fuzz targets of this package
+// compare each function with encoding/json.
 package jsonscan
