@@ -293,7 +293,7 @@ func TestApplyKeepsNoDeletedText(t *testing.T) {
 		t.Fatal(err)
 	}
 	base = nil
-	wire, err := wire.EncodeValues(next.RawValues())
+	onWire, err := wire.EncodeValues(next.RawValues())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,9 +308,9 @@ func TestApplyKeepsNoDeletedText(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&dropped)
 	retained := int64(kept.HeapAlloc) - int64(dropped.HeapAlloc)
-	t.Logf("after the big value's delete: retained %d bytes, %d on the wire", retained, len(wire))
-	if retained > maxRetainedRatio*int64(len(wire)) {
+	t.Logf("after the big value's delete: retained %d bytes, %d on the wire", retained, len(onWire))
+	if retained > maxRetainedRatio*int64(len(onWire)) {
 		t.Errorf("the applied snapshot retains %d bytes, %.0fx its %d bytes on the wire; want at most %dx",
-			retained, float64(retained)/float64(len(wire)), len(wire), maxRetainedRatio)
+			retained, float64(retained)/float64(len(onWire)), len(onWire), maxRetainedRatio)
 	}
 }
