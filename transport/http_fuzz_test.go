@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 )
 
 // Fuzz targets for every decoder of bytes from the server. Their seeds run
@@ -623,6 +625,25 @@ func FuzzQuickChangeSet(f *testing.F) {
 			t.Fatalf("%q: quick %+v, encoding/json's %+v, %v", data, quick, want, wantErr)
 		}
 	})
+}
+
+// A put's value nested as deep as encoding/json takes, the change set's
+// object and puts counted, takes the quick path; one level deeper, the
+// quick path refuses it as encoding/json does (jsonscan.SkipValue's limit
+// is encoding/json's, counted from the change set).
+func TestQuickChangeSetNestingLimit(t *testing.T) {
+	for _, tc := range []struct {
+		levels int
+		ok     bool
+	}{{jsonscan.MaxDepth - 2, true}, {jsonscan.MaxDepth - 1, false}} {
+		v := strings.Repeat("[", tc.levels) + strings.Repeat("]", tc.levels)
+		data := []byte(`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","committed_at":"2026-12-02T01:02:03Z","puts":{"k":` + v + `}}`)
+		_, wantErr := decodeAnyChangeSetJSON(data)
+		_, ok := quickChangeSet(data)
+		if ok != tc.ok || (wantErr == nil) != tc.ok {
+			t.Errorf("a value of %d levels: quick %v, encoding/json's error %v; want both to take it: %v", tc.levels, ok, wantErr, tc.ok)
+		}
+	}
 }
 
 // A change set as servers write it takes the quick path, and an append
