@@ -28,16 +28,11 @@ func ErrorAt(s string, i int, what string) error {
 	return &SyntaxError{Offset: i, msg: fmt.Sprintf("invalid character %q, want %s", s[i], what)}
 }
 
-// skipSpace returns the index of the first byte at or after i that is not
+// SkipSpace returns the index of the first byte at or after i that is not
 // JSON white space.
 func SkipSpace(s string, i int) int {
-	for i < len(s) {
-		switch s[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
 	}
 	return i
 }
