@@ -1,10 +1,10 @@
-package fakeserver
+package dataplane
 
-// The ack decoder as it was before it shared package jsonscan's string,
-// integer and white-space readers (commit 141dba0, its own copies): the
-// baseline of BenchmarkAckDecoderVsBaseline, which measures both in one
-// run. Generated from that ackdecode.go by renaming its identifiers with
-// a "base" prefix; only the benchmark uses it.
+// The ack decoder as it was before package jsonscan (commit 141dba0):
+// its own white-space reader, and package snapshot's SkipValue, the same
+// code as jsonscan's. The baseline of BenchmarkAckDecoderVsBaseline, which
+// measures both in one run. Generated from that ackdecode.go by renaming
+// its identifiers with a "base" prefix; only the benchmark uses it.
 
 import (
 	"slices"
@@ -395,7 +395,7 @@ func baseSkipWS(s string, i int) int {
 // decode over the blocks and their ratio (decoder / baseline: below 1,
 // the decoder is faster):
 //
-//	go test -run '^$' -bench AckDecoderVsBaseline -benchtime 2000x ./internal/fakeserver/
+//	go test -run '^$' -bench AckDecoderVsBaseline -benchtime 2000x ./internal/dataplane/
 func BenchmarkAckDecoderVsBaseline(b *testing.B) {
 	const block = 64
 	bodies := []struct {
