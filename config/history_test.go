@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -195,7 +196,7 @@ func values(t *testing.T, kv map[string]string) json.RawMessage {
 	for k, v := range kv {
 		raw[k] = json.RawMessage(v)
 	}
-	obj, err := transport.EncodeValues(raw)
+	obj, err := wire.EncodeValues(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -53,7 +54,7 @@ func rawValues(kv map[string]string) map[string]json.RawMessage {
 
 // rawObject is kv as a snapshot's values on the wire.
 func rawObject(kv map[string]string) json.RawMessage {
-	obj, err := transport.EncodeValues(rawValues(kv))
+	obj, err := wire.EncodeValues(rawValues(kv))
 	if err != nil {
 		panic(err)
 	}

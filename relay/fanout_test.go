@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -135,7 +136,7 @@ func TestRelaySnapshotAdmission(t *testing.T) {
 	}
 	// A conditional request for what the client has costs nothing: 304.
 	req, _ := http.NewRequest(http.MethodGet, url+transport.PathSnapshot+"?ns=big", nil)
-	req.Header.Set("If-None-Match", transport.ETag(origin.StoreID(), rev))
+	req.Header.Set("If-None-Match", wire.ETag(origin.StoreID(), rev))
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -585,18 +586,18 @@ func (f *follower) Subscribe(ns string, since int64, register func(dataplane.Sub
 	return sub, nil
 }
 
-func (f *follower) SubscribeMany(reqs []dataplane.SinceReq, register func(dataplane.Subscription, []string)) (dataplane.Subscription, []transport.NamespaceEndedBody) {
+func (f *follower) SubscribeMany(reqs []dataplane.SinceReq, register func(dataplane.Subscription, []string)) (dataplane.Subscription, []wire.NamespaceEndedBody) {
 	f.mu.Lock()
 	defer f.unlock()
 	sub := dataplane.Subscription{StoreID: f.id, Gen: f.gen, Head: f.head, Seq: f.seq, HeadSeq: f.headSeq}
-	var ended []transport.NamespaceEndedBody
+	var ended []wire.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
 	low := int64(-1) // the lowest cursor of the namespaces subscribed
 	for _, r := range reqs {
 		n, err := f.check(r.Name, r.Since)
 		if err != nil {
 			_, body := dataplane.ErrorReply(err)
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: body.Error, Message: body.Message, CompactRevision: body.CompactRevision})
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: r.Name, Code: body.Error, Message: body.Message, CompactRevision: body.CompactRevision})
 			continue
 		}
 		names = append(names, r.Name)

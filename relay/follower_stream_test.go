@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -108,7 +109,7 @@ func TestFollowerLongPollOfANamespaceBehindTheOthers(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, data)
 	}
-	if ev := decode[transport.StreamEventsResponse](t, data); ev.Cursor > 50 {
+	if ev := decode[wire.StreamEventsResponse](t, data); ev.Cursor > 50 {
 		t.Fatalf("stream long-poll cursor %d, b is complete up to 50 only", ev.Cursor)
 	}
 }
@@ -165,7 +166,7 @@ func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 	if r.err != nil || r.status != 200 {
 		t.Fatalf("poll: %v %d %s", r.err, r.status, r.body)
 	}
-	if ev := decode[transport.StreamEventsResponse](t, r.body); ev.Cursor != 100 || len(ev.Changes) != 0 {
+	if ev := decode[wire.StreamEventsResponse](t, r.body); ev.Cursor != 100 || len(ev.Changes) != 0 {
 		t.Fatalf("reply %+v, want cursor 100 and no change yet", ev)
 	}
 	// b catches up: the change comes with the cursor that covers it.
@@ -176,7 +177,7 @@ func TestFollowerStreamPollGetsAChangeAboveTheCursor(t *testing.T) {
 	if r.err != nil || r.status != 200 {
 		t.Fatalf("poll: %v %d %s", r.err, r.status, r.body)
 	}
-	if ev := decode[transport.StreamEventsResponse](t, r.body); ev.Cursor != 101 || len(ev.Changes) != 1 || ev.Changes[0].Revision != 101 {
+	if ev := decode[wire.StreamEventsResponse](t, r.body); ev.Cursor != 101 || len(ev.Changes) != 1 || ev.Changes[0].Revision != 101 {
 		t.Fatalf("reply %+v, want the change at 101 with cursor 101", ev)
 	}
 }

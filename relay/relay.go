@@ -112,7 +112,7 @@ var ErrClosed = errors.New("relay: closed")
 // New returns a relay following upstream. When upstream is a
 // transport.StreamSource its one multi-namespace stream carries every
 // namespace; acks go upstream when it is a transport.Acker (coalesced,
-// when a transport.RelayAcker or transport.BatchAcker). It loads the cache
+// and batched when it is a transport.BatchAcker). It loads the cache
 // directory (WithCacheDir) before it dials.
 func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	if upstream == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -107,14 +108,14 @@ func TestRelayHidesReservedKeysFromOldClients(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), rollout.Key) {
 		t.Fatalf("a new client's snapshot through the relay: %d %s", resp.StatusCode, body)
 	}
-	if tag := resp.Header.Get("ETag"); tag != transport.ETag("st", 1) {
+	if tag := resp.Header.Get("ETag"); tag != wire.ETag("st", 1) {
 		t.Fatalf("a new client's ETag %s", tag)
 	}
 	resp, body = getAs(t, url+transport.PathSnapshot+"?ns=app", "")
 	if resp.StatusCode != 200 || strings.Contains(string(body), rollout.ReservedPrefix) || !strings.Contains(string(body), `"a":1`) {
 		t.Fatalf("an old client's snapshot through the relay: %d %s", resp.StatusCode, body)
 	}
-	if tag := resp.Header.Get("ETag"); tag == transport.ETag("st", 1) {
+	if tag := resp.Header.Get("ETag"); tag == wire.ETag("st", 1) {
 		t.Fatalf("an old client's ETag %s: the same as the full content's", tag)
 	}
 

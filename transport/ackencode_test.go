@@ -37,7 +37,7 @@ func checkAckEncoding(t *testing.T, a Ack) {
 	if got, want := appendAck(nil, a), wantAck(t, a); !bytes.Equal(got, want) {
 		t.Fatalf("appendAck(%+v) =\n%s\nwant\n%s", a, got, want)
 	}
-	ab := AckBatch{ClientID: a.ClientID + "-relay", Acks: []Ack{a, {Namespace: "b", Revision: 1, Status: AckApplied}}}
+	ab := ackBatch{ClientID: a.ClientID + "-relay", Acks: []Ack{a, {Namespace: "b", Revision: 1, Status: AckApplied}}}
 	want, err := json.Marshal(struct {
 		ClientID string            `json:"client_id"`
 		Acks     []json.RawMessage `json:"acks"`
@@ -48,7 +48,7 @@ func checkAckEncoding(t *testing.T, a Ack) {
 	if got := appendAckBatch(nil, ab); !bytes.Equal(got, want) {
 		t.Fatalf("appendAckBatch =\n%s\nwant\n%s", got, want)
 	}
-	var back AckBatch
+	var back ackBatch
 	if err := json.Unmarshal(appendAckBatch(nil, ab), &back); err != nil {
 		t.Fatalf("the batch does not decode: %v", err)
 	}
@@ -65,21 +65,8 @@ end`},
 	} {
 		checkAckEncoding(t, a)
 	}
-	if got := string(appendAckBatch(nil, AckBatch{ClientID: "c"})); got != `{"client_id":"c","acks":null}` {
+	if got := string(appendAckBatch(nil, ackBatch{ClientID: "c"})); got != `{"client_id":"c","acks":null}` {
 		t.Errorf("a batch without acks: %s", got)
-	}
-}
-
-// The relay keeps a client's unknown members compact: an ack stream line
-// is one line, whatever layout the client's body had.
-func TestAckExtraIsCompact(t *testing.T) {
-	extra := AckExtra([]byte("{\"ns\":\"a\",\"stage\": 10,\n \"x\": {\"a\": [1,\n 2]}}"))
-	if extra != `"stage":10,"x":{"a":[1,2]}` {
-		t.Fatalf("AckExtra = %q", extra)
-	}
-	line := appendAckBatch(nil, AckBatch{ClientID: "r", Acks: []Ack{{ClientID: "c", Namespace: "a", Status: AckApplied, Extra: extra}}})
-	if strings.ContainsAny(string(line), "\n\r") {
-		t.Fatalf("a line with a line break: %q", line)
 	}
 }
 
@@ -103,7 +90,7 @@ func (a oldAck) MarshalJSON() ([]byte, error) { return json.Marshal(plainAck(a))
 //
 //	go test -run '^$' -bench AckBatchEncoding ./transport/
 func BenchmarkAckBatchEncoding(b *testing.B) {
-	ab := AckBatch{ClientID: "relay-1"}
+	ab := ackBatch{ClientID: "relay-1"}
 	old := struct {
 		ClientID string   `json:"client_id"`
 		Acks     []oldAck `json:"acks"`

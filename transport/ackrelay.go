@@ -17,19 +17,9 @@ const CapabilityAckRelay = "ack-relay"
 // each, well within a server's 1 MiB body limit.
 const maxRelayedBatch = 4096
 
-// RelayAcker is implemented by sources that can forward the acks of many
-// clients at once, each ack with its own ClientID (a relay's upstream).
-type RelayAcker interface {
-	// AckRelayed reports acks on behalf of their clients; relayID names
-	// the relay that forwards them.
-	AckRelayed(ctx context.Context, relayID string, acks []Ack) error
-}
-
-var _ RelayAcker = (*HTTPSource)(nil)
-
-// TruncateAckError cuts an ack's error to MaxAckErrorBytes, at a rune's
-// start: what a relay forwards of a client's error.
-func TruncateAckError(s string) string { return truncateUTF8(s, MaxAckErrorBytes) }
+// truncateAckError cuts an ack's error to MaxAckErrorBytes, at a rune's
+// start: what a client sends (and a relay forwards) of an error.
+func truncateAckError(s string) string { return truncateUTF8(s, MaxAckErrorBytes) }
 
 // AckRelayed sends acks in batches of relayID whose acks keep their own
 // client ids, over the ack stream when it is open. A server that does not
@@ -54,15 +44,15 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 	if !s.offers(CapabilityAckRelay) {
 		return s.AckBatch(ctx, acks)
 	}
-	var bs []AckBatch
+	var bs []ackBatch
 	for len(acks) > 0 {
 		n := min(len(acks), maxRelayedBatch)
-		b := AckBatch{ClientID: relayID, Acks: acks[:n]}
+		b := ackBatch{ClientID: relayID, Acks: acks[:n]}
 		if slices.ContainsFunc(b.Acks, func(a Ack) bool { return len(a.Error) > MaxAckErrorBytes }) {
 			// A copy, only then: acks is the caller's.
 			b.Acks = slices.Clone(b.Acks)
 			for i := range b.Acks {
-				b.Acks[i].Error = TruncateAckError(b.Acks[i].Error)
+				b.Acks[i].Error = truncateAckError(b.Acks[i].Error)
 			}
 		}
 		acks = acks[n:]

@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -154,7 +155,7 @@ func TestAckStreamCloseWithAStalledServer(t *testing.T) {
 		for i := range 8 {
 			acks = append(acks, transport.Ack{ClientID: "c" + strconv.Itoa(sent) + "-" + strconv.Itoa(i), Namespace: "app", Revision: 1, Status: transport.AckApplied})
 		}
-		line, _ := json.Marshal(transport.AckBatch{ClientID: "relay-1", Acks: acks})
+		line, _ := json.Marshal(wire.AckBatch{ClientID: "relay-1", Acks: acks})
 		sent += len(line) + 1
 		wctx, wcancel := context.WithTimeout(ctx, time.Second)
 		_ = src.AckRelayed(wctx, "relay-1", acks) // the last may stall: its ctx cuts it

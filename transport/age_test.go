@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // The age of relayed data (docs/PROTOCOL.md, "Age of relayed data"): what
@@ -49,20 +48,6 @@ func TestParseAge(t *testing.T) {
 	} {
 		if got := parseAge(tc.in); got != tc.want {
 			t.Errorf("parseAge(%q) = %d; want %d", tc.in, got, tc.want)
-		}
-	}
-}
-
-func TestAgeFromMillis(t *testing.T) {
-	for _, tc := range []struct {
-		in   int64
-		want time.Duration
-	}{
-		{0, 0}, {-5, 0}, {1500, 1500 * time.Millisecond},
-		{maxAgeMillis, MaxAge}, {maxAgeMillis + 1, MaxAge}, {1<<63 - 1, MaxAge}, {-1 << 63, 0},
-	} {
-		if got := AgeFromMillis(tc.in); got != tc.want {
-			t.Errorf("AgeFromMillis(%d) = %v; want %v", tc.in, got, tc.want)
 		}
 	}
 }
@@ -252,10 +237,10 @@ func TestWatchStreamProgressAge(t *testing.T) {
 					if strings.Contains(r.URL.RawQuery, "%3A5") { // the first poll: every ns at 5
 						w.Header().Set(HeaderAge, "3000") // said by the headers alone
 						w.Header().Set(HeaderUnconfirmed, "true")
-						writeJSON(t, w, http.StatusOK, StreamEventsResponse{StoreID: "store-1", Cursor: 6, Changes: []ChangeSet{}})
+						writeJSON(t, w, http.StatusOK, streamEventsReply{StoreID: "store-1", Cursor: 6, Changes: []ChangeSet{}})
 						return
 					}
-					writeJSON(t, w, http.StatusOK, StreamEventsResponse{StoreID: "store-1", Cursor: 7, Changes: []ChangeSet{}})
+					writeJSON(t, w, http.StatusOK, streamEventsReply{StoreID: "store-1", Cursor: 7, Changes: []ChangeSet{}})
 				default:
 					http.NotFound(w, r)
 				}

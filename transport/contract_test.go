@@ -96,7 +96,7 @@ func TestNotModifiedMustMatchTheRequest(t *testing.T) {
 			snap, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS, KnownStoreID: "store-1", KnownRevision: 5})
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Snapshot = %+v, %v; want ErrMalformed for a 304 contradicting If-None-Match %s",
-					snap, err, ETag("store-1", 5))
+					snap, err, etag("store-1", 5))
 			}
 		})
 	}

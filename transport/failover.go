@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -278,9 +279,9 @@ func (f *FailoverSource) AckRelayed(ctx context.Context, relayID string, acks []
 // (HTTPSource.AckCohort). Each endpoint numbers the relay's clients of
 // its own: one that does not know the slots says so (ErrCohortUnknown),
 // and hears them all again.
-func (f *FailoverSource) AckCohort(ctx context.Context, r CohortReport) error {
-	i := f.current() // a report the endpoint's source refuses unsent is ErrBadRequest: no failover
-	err := f.srcs[i].AckCohort(ctx, r)
+func (f *FailoverSource) AckCohort(ctx context.Context, relayID string, report json.RawMessage) error {
+	i := f.current()
+	err := f.srcs[i].AckCohort(ctx, relayID, report)
 	f.after(ctx, i, err)
 	return err
 }

@@ -443,7 +443,7 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 	// without a limit: readBody decompresses within maxSnapshotBytes.
 	hreq.Header.Set("Accept-Encoding", "gzip")
 	if req.KnownStoreID != "" {
-		hreq.Header.Set("If-None-Match", ETag(req.KnownStoreID, req.KnownRevision))
+		hreq.Header.Set("If-None-Match", etag(req.KnownStoreID, req.KnownRevision))
 	}
 	resp, err := s.client.Do(hreq)
 	if err != nil {
@@ -485,7 +485,7 @@ func (s *HTTPSource) Ack(ctx context.Context, ack Ack) error {
 		return err
 	}
 	// A nack listing many failures must still fit the server's limits.
-	ack.Error = TruncateAckError(ack.Error)
+	ack.Error = truncateAckError(ack.Error)
 	body, err := json.Marshal(ack)
 	if err != nil {
 		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)

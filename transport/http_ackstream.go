@@ -91,7 +91,7 @@ func (s *HTTPSource) ackStreamUsable() bool {
 // sendOnAckStream writes b as one line of the ack stream, opening it if
 // need be. An error means the line may not have reached the server: the
 // caller sends the batch as a request.
-func (s *HTTPSource) sendOnAckStream(ctx context.Context, b AckBatch) error {
+func (s *HTTPSource) sendOnAckStream(ctx context.Context, b ackBatch) error {
 	st := &s.acks
 	st.writing.Lock()
 	defer st.writing.Unlock()

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 )
 
 // Fuzz targets for every decoder of bytes from the server. Their seeds run
@@ -368,9 +370,9 @@ func FuzzCountMembers(f *testing.F) {
 }
 
 func FuzzDecodeNamespaceEnded(f *testing.F) {
-	seedJSON(f, NamespaceEndedBody{Namespace: "a", Code: CodeCompacted, CompactRevision: 7, Message: "m"},
-		NamespaceEndedBody{Namespace: "Bad Name", Code: CodeInvalidNamespace},
-		NamespaceEndedBody{Namespace: "a", Code: CodeCursorAhead})
+	seedJSON(f, endedBody{Namespace: "a", Code: CodeCompacted, CompactRevision: 7, Message: "m"},
+		endedBody{Namespace: "Bad Name", Code: CodeInvalidNamespace},
+		endedBody{Namespace: "a", Code: CodeCursorAhead})
 	f.Add([]byte(`{"ns":"a","error":"compacted","compact_revision":-1}`))
 	f.Add([]byte(`{"ns":"","error":"not_found"}`))
 	f.Add([]byte(`{"ns":"a"}`))
@@ -421,10 +423,10 @@ func FuzzDecodeStreamEvents(f *testing.F) {
 	b := change(13, 0, nil, "x")
 	b.Namespace = "other"
 	seedJSON(f,
-		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, b}},
-		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{}, Ended: []NamespaceEndedBody{{Namespace: "gone", Code: CodeNotFound}}},
-		StreamEventsResponse{StoreID: "s", Cursor: 11, Changes: []ChangeSet{a}},
-		StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
+		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, b}},
+		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{}, Ended: []endedBody{{Namespace: "gone", Code: CodeNotFound}}},
+		streamEventsReply{StoreID: "s", Cursor: 11, Changes: []ChangeSet{a}},
+		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
 	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":null}`))
 	f.Add([]byte(`{"store_id":"s","changes":[]}`))
 	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":[],"age_ms":315360000001,"unconfirmed":true}`))
@@ -623,6 +625,25 @@ func FuzzQuickChangeSet(f *testing.F) {
 			t.Fatalf("%q: quick %+v, encoding/json's %+v, %v", data, quick, want, wantErr)
 		}
 	})
+}
+
+// A put's value nested as deep as encoding/json takes, the change set's
+// object and puts counted, takes the quick path; one level deeper, the
+// quick path refuses it as encoding/json does (jsonscan.SkipValue's limit
+// is encoding/json's, counted from the change set).
+func TestQuickChangeSetNestingLimit(t *testing.T) {
+	for _, tc := range []struct {
+		levels int
+		ok     bool
+	}{{jsonscan.MaxDepth - 2, true}, {jsonscan.MaxDepth - 1, false}} {
+		v := strings.Repeat("[", tc.levels) + strings.Repeat("]", tc.levels)
+		data := []byte(`{"ns":"a","revision":2,"prev_revision":1,"store_id":"s","committed_at":"2026-12-02T01:02:03Z","puts":{"k":` + v + `}}`)
+		_, wantErr := decodeAnyChangeSetJSON(data)
+		_, ok := quickChangeSet(data)
+		if ok != tc.ok || (wantErr == nil) != tc.ok {
+			t.Errorf("a value of %d levels: quick %v, encoding/json's error %v; want both to take it: %v", tc.levels, ok, wantErr, tc.ok)
+		}
+	}
 }
 
 // A change set as servers write it takes the quick path, and an append

@@ -215,7 +215,7 @@ func (s *HTTPSource) watchStreamLongPoll(ctx context.Context, nss []WatchRequest
 
 // streamPoll makes one long-poll of a stream, bounded by the wait plus the
 // idle timeout; it returns the reply and its store id header.
-func (s *HTTPSource) streamPoll(ctx context.Context, nss []WatchRequest, name string) (*StreamEventsResponse, string, error) {
+func (s *HTTPSource) streamPoll(ctx context.Context, nss []WatchRequest, name string) (*streamEventsReply, string, error) {
 	limit := s.opts.longPollWait + s.replyTimeout()
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -261,11 +261,11 @@ func (s *HTTPSource) streamPollError(ctx, rctx context.Context, name string, err
 }
 
 // AckBatch reports several acks. When the server listed CapabilityAckBatch
-// it POSTs them to /sdk/ack as AckBatch bodies, one per client id (and at
-// most 64 acks each); otherwise — an older server, or before any reply —
-// it sends one Ack per request, as Ack does, in order, going on past a
-// failed one. Every ack is checked first (namespace, status): one that
-// fails sends none. The error joins the failures; a failed batch fails
+// it POSTs them to /sdk/ack as batches ({"client_id":…,"acks":[…]}), one
+// per client id (and at most 64 acks each); otherwise — an older server,
+// or before any reply — it sends one Ack per request, as Ack does, in
+// order, going on past a failed one. Every ack is checked first
+// (namespace, status): one that fails sends none. The error joins the failures; a failed batch fails
 // all its acks. An empty slice sends nothing.
 func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 	for _, a := range acks {
@@ -294,7 +294,7 @@ func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 // sendBatches sends each batch as a line of the ack stream when it is
 // usable, else as a POST; it goes on past a failed POST and returns every
 // error (ctx's alone once it ended).
-func (s *HTTPSource) sendBatches(ctx context.Context, bs []AckBatch) error {
+func (s *HTTPSource) sendBatches(ctx context.Context, bs []ackBatch) error {
 	var errs []error
 	for _, b := range bs {
 		if s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
@@ -322,8 +322,8 @@ func checkAck(a Ack) error {
 
 // batches groups acks by client id, in order of first appearance, at most
 // maxAckBatch per batch; each ack's own client id is left to the batch's.
-func batches(acks []Ack) []AckBatch {
-	var out []AckBatch
+func batches(acks []Ack) []ackBatch {
+	var out []ackBatch
 	// open maps a client id to its batch being filled, once there are
 	// more than a few: a client's own acks (one id) make no map.
 	var open map[string]int
@@ -342,7 +342,7 @@ func batches(acks []Ack) []AckBatch {
 	for _, a := range acks {
 		i, ok := filling(a.ClientID)
 		if !ok || len(out[i].Acks) == maxAckBatch {
-			out = append(out, AckBatch{ClientID: a.ClientID})
+			out = append(out, ackBatch{ClientID: a.ClientID})
 			i = len(out) - 1
 			switch {
 			case open != nil:
@@ -355,12 +355,12 @@ func batches(acks []Ack) []AckBatch {
 			}
 		}
 		a.ClientID = ""
-		a.Error = TruncateAckError(a.Error)
+		a.Error = truncateAckError(a.Error)
 		out[i].Acks = append(out[i].Acks, a)
 	}
 	return out
 }
 
-func (s *HTTPSource) postAckBatch(ctx context.Context, b AckBatch) error {
+func (s *HTTPSource) postAckBatch(ctx context.Context, b ackBatch) error {
 	return s.postJSON(ctx, PathAck, "ack", fmt.Sprintf("batch of %d", len(b.Acks)), appendAckBatch(nil, b))
 }

@@ -148,7 +148,7 @@ func (s *StandIn) snapshot(w http.ResponseWriter, r *http.Request) {
 		standInJSON(w, http.StatusNotFound, ErrorBody{Error: CodeNotFound, StoreID: snap.StoreID})
 		return
 	}
-	if r.Header.Get("If-None-Match") == ETag(snap.StoreID, rev) {
+	if r.Header.Get("If-None-Match") == etag(snap.StoreID, rev) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -182,21 +182,21 @@ func parseStream(r *http.Request) (map[string]int64, []string, error) {
 }
 
 // join checks each namespace at the open: those in trouble end.
-func (s *StandIn) join(since map[string]int64, order []string) (ended []NamespaceEndedBody) {
+func (s *StandIn) join(since map[string]int64, order []string) (ended []endedBody) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ns := range order {
 		c := since[ns]
-		var b NamespaceEndedBody
+		var b endedBody
 		switch _, known := s.nsRev[ns]; {
 		case ValidateNamespace(ns) != nil:
-			b = NamespaceEndedBody{Namespace: ns, Code: CodeInvalidNamespace}
+			b = endedBody{Namespace: ns, Code: CodeInvalidNamespace}
 		case c > s.head:
-			b = NamespaceEndedBody{Namespace: ns, Code: CodeCursorAhead}
+			b = endedBody{Namespace: ns, Code: CodeCursorAhead}
 		case c < s.compact:
-			b = NamespaceEndedBody{Namespace: ns, Code: CodeCompacted, CompactRevision: s.compact}
+			b = endedBody{Namespace: ns, Code: CodeCompacted, CompactRevision: s.compact}
 		case !known:
-			b = NamespaceEndedBody{Namespace: ns, Code: CodeNotFound}
+			b = endedBody{Namespace: ns, Code: CodeNotFound}
 		default:
 			continue
 		}
@@ -283,7 +283,7 @@ func (s *StandIn) streamPoll(w http.ResponseWriter, r *http.Request) {
 	for {
 		changes, head, moved := s.after(since)
 		if len(changes) > 0 || len(ended) > 0 || head > least {
-			standInJSON(w, http.StatusOK, StreamEventsResponse{StoreID: s.storeID, Cursor: head, Changes: changes, Ended: ended})
+			standInJSON(w, http.StatusOK, streamEventsReply{StoreID: s.storeID, Cursor: head, Changes: changes, Ended: ended})
 			return
 		}
 		select {
@@ -291,7 +291,7 @@ func (s *StandIn) streamPoll(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-moved:
 		case <-deadline.C:
-			standInJSON(w, http.StatusOK, StreamEventsResponse{StoreID: s.storeID, Cursor: head, Changes: []ChangeSet{}})
+			standInJSON(w, http.StatusOK, streamEventsReply{StoreID: s.storeID, Cursor: head, Changes: []ChangeSet{}})
 			return
 		}
 	}

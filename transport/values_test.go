@@ -2,46 +2,12 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 )
-
-func TestEncodeValues(t *testing.T) {
-	in := map[string]json.RawMessage{
-		"b": json.RawMessage(` {"x": [1, "y"]} `), "a": json.RawMessage(`1`),
-		`q"uote`: json.RawMessage(`"\u00e9"`), "café": json.RawMessage(`null`),
-	}
-	obj, err := EncodeValues(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(string(obj), `{"a":1,"b": {"x": [1, "y"]} ,`) {
-		t.Errorf("EncodeValues = %s: want sorted keys and the texts as they are", obj)
-	}
-	var back map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &back); err != nil || len(back) != len(in) {
-		t.Fatalf("EncodeValues = %s: decodes to %v, %v", obj, back, err)
-	}
-	for k, v := range in {
-		if strings.TrimSpace(string(back[k])) != strings.TrimSpace(string(v)) {
-			t.Errorf("key %q: %s, want %s", k, back[k], v)
-		}
-	}
-	if obj, err := EncodeValues(nil); err != nil || string(obj) != "{}" {
-		t.Errorf("EncodeValues(nil) = %s, %v; want {}", obj, err)
-	}
-	// A text that is not one value must not be spliced in: it could add keys.
-	for _, bad := range []string{`1,"admin":true`, ``, `{`, `1 2`} {
-		_, err := EncodeValues(map[string]json.RawMessage{"k": json.RawMessage(bad)})
-		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), `"k"`) {
-			t.Errorf("EncodeValues(%q) error = %v, want ErrMalformed naming the key", bad, err)
-		}
-	}
-}
 
 func TestCountMembers(t *testing.T) {
 	for obj, want := range map[string]int{

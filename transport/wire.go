@@ -1,10 +1,7 @@
 package transport
 
 import (
-	"bytes"
 	"encoding/json"
-	"maps"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -72,19 +69,6 @@ const (
 // absurd value; ten years) is read as MaxAge, never as younger.
 const MaxAge = 10 * 365 * 24 * time.Hour
 
-// AgeFromMillis is a wire age (an AgeMillis field) as a duration: a
-// negative one is 0 (it would make data look fresher than the server's
-// upstream said), one over MaxAge is MaxAge.
-func AgeFromMillis(ms int64) time.Duration {
-	if ms <= 0 {
-		return 0
-	}
-	if ms >= int64(MaxAge/time.Millisecond) {
-		return MaxAge
-	}
-	return time.Duration(ms) * time.Millisecond
-}
-
 // SSE event names on /sdk/watch.
 const (
 	EventChange   = "change"
@@ -139,8 +123,7 @@ type Snapshot struct {
 	// Values is the namespace's content as on the wire: one JSON object of
 	// key to value, kept as text so that a client decodes it once, in
 	// place (cache.BuildJSON), rather than into a map of copies first.
-	// A source never returns it nil but with ErrNotModified; EncodeValues
-	// makes it from a map.
+	// A source never returns it nil but with ErrNotModified.
 	Values json.RawMessage `json:"values"`
 	// AgeMillis and Unconfirmed are the age of relayed data (see
 	// HeaderAge, HeaderUnconfirmed): how many milliseconds before the
@@ -259,7 +242,7 @@ func appendAck(b []byte, a Ack) []byte {
 }
 
 // appendAckBatch appends ab's JSON to b, as json.Marshal(ab) would.
-func appendAckBatch(b []byte, ab AckBatch) []byte {
+func appendAckBatch(b []byte, ab ackBatch) []byte {
 	b = append(b, `{"client_id":`...)
 	b = appendJSONString(b, ab.ClientID)
 	if ab.Acks == nil {
@@ -288,41 +271,6 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(append(append(b, '"'), s...), '"')
 }
 
-// knownAckField reports whether k names a field of Ack on the wire.
-func knownAckField(k string) bool {
-	switch k {
-	case "client_id", "ns", "revision", "status", "error", "rollout":
-		return true
-	}
-	return false
-}
-
-// AckExtra returns the members of one ack object that Ack does not know,
-// as Ack.Extra keeps them ("" when none), for a relay that forwards it;
-// skip names more members to leave out.
-func AckExtra(obj []byte, skip ...string) string {
-	var all map[string]json.RawMessage
-	if json.Unmarshal(obj, &all) != nil {
-		return ""
-	}
-	var b []byte
-	for _, k := range slices.Sorted(maps.Keys(all)) {
-		if knownAckField(k) || slices.Contains(skip, k) {
-			continue
-		}
-		if len(b) > 0 {
-			b = append(b, ',')
-		}
-		b = append(appendJSONString(b, k), ':')
-		// Compact: a value laid out over lines must not break the line
-		// of an ack stream that carries it on.
-		var v bytes.Buffer
-		_ = json.Compact(&v, all[k]) // valid: Unmarshal took it
-		b = append(b, v.Bytes()...)
-	}
-	return string(b)
-}
-
 // ErrorBody is the JSON body of every error reply.
 type ErrorBody struct {
 	Error   string `json:"error"`
@@ -337,8 +285,9 @@ type ErrorBody struct {
 	Details []string `json:"details,omitempty"`
 }
 
-// ETag names a namespace's content at one revision of one store. The server
-// sets it on snapshots; a client sends it back in If-None-Match.
-func ETag(storeID string, revision int64) string {
+// etag names a namespace's content at one revision of one store: the
+// server sets it on snapshots (wire.ETag, whose tests pin that both agree);
+// a client sends it back in If-None-Match.
+func etag(storeID string, revision int64) string {
 	return `"` + storeID + "." + strconv.FormatInt(revision, 10) + `"`
 }

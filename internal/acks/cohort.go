@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -57,7 +58,7 @@ func inCohort(a *transport.Ack) bool {
 // returns the others, for the caller to send one by one (all of them when
 // the server takes no cohorts). A server that does not know the slots
 // (it restarted, or reset) hears every member again, once.
-func (c *cohorts) send(ctx context.Context, src transport.CohortAcker, relayID string, acks []transport.Ack) ([]transport.Ack, error) {
+func (c *cohorts) send(ctx context.Context, src wire.CohortAcker, relayID string, acks []transport.Ack) ([]transport.Ack, error) {
 	if !src.CohortsOffered() {
 		return acks, nil
 	}
@@ -74,7 +75,7 @@ func (c *cohorts) send(ctx context.Context, src transport.CohortAcker, relayID s
 	return rest, err
 }
 
-func (c *cohorts) sendOnce(ctx context.Context, src transport.CohortAcker, relayID string, acks []transport.Ack) ([]transport.Ack, error) {
+func (c *cohorts) sendOnce(ctx context.Context, src wire.CohortAcker, relayID string, acks []transport.Ack) ([]transport.Ack, error) {
 	var rest []transport.Ack // allocated only for reports that do not fit
 	marks := c.marks[:0]
 	for i := range acks {
@@ -84,7 +85,7 @@ func (c *cohorts) sendOnce(ctx context.Context, src transport.CohortAcker, relay
 			rest = append(rest, *a)
 			continue
 		}
-		marks = append(marks, slotMark{ns: a.Namespace, out: outcome{a.Status, transport.TruncateAckError(a.Error), a.Revision}, slot: slot})
+		marks = append(marks, slotMark{ns: a.Namespace, out: outcome{a.Status, wire.TruncateAckError(a.Error), a.Revision}, slot: slot})
 	}
 	c.marks = marks
 	if len(marks) == 0 && len(rest) == len(acks) {
@@ -96,7 +97,7 @@ func (c *cohorts) sendOnce(ctx context.Context, src transport.CohortAcker, relay
 	})
 	// The members the server has not heard of go first, in reports of
 	// their own while they are more than one report holds.
-	b := reportBuilder{c: c, report: transport.CohortReport{RelayID: relayID, Epoch: c.epoch}}
+	b := reportBuilder{c: c, report: wire.CohortReport{RelayID: relayID, Epoch: c.epoch}}
 	b.reset()
 	for _, ns := range c.names() {
 		ch := c.ns[ns]
@@ -108,7 +109,7 @@ func (c *cohorts) sendOnce(ctx context.Context, src transport.CohortAcker, relay
 				b.room--
 				end++
 			}
-			b.report.Namespaces = append(b.report.Namespaces, transport.CohortNamespace{Namespace: ns, From: from, Members: ch.ids[from:end]})
+			b.report.Namespaces = append(b.report.Namespaces, wire.CohortNamespace{Namespace: ns, From: from, Members: ch.ids[from:end]})
 			if end == len(ch.ids) && b.room > 0 && b.size < maxReportBytes {
 				break
 			}
@@ -124,7 +125,7 @@ func (c *cohorts) sendOnce(ctx context.Context, src transport.CohortAcker, relay
 	}
 	for i := 0; i < len(marks); {
 		m := marks[i]
-		o := transport.CohortOutcome{Revision: m.out.revision, Status: m.out.status, Error: m.out.err}
+		o := wire.CohortOutcome{Revision: m.out.revision, Status: m.out.status, Error: m.out.err}
 		head := 64 + quotedLen(o.Error) + len(m.ns) + 32 // the outcome's fields, its part's
 		for ; i < len(marks) && marks[i].ns == m.ns && marks[i].out == m.out; i++ {
 			if k := len(o.Runs); k > 0 && o.Runs[k-2]+o.Runs[k-1] == marks[i].slot {
@@ -160,7 +161,7 @@ const maxReportBytes = 768 << 10
 // members it names, its runs, its bytes (estimated from above).
 type reportBuilder struct {
 	c                *cohorts
-	report           transport.CohortReport
+	report           wire.CohortReport
 	part             map[string]int // namespace → its part of report
 	room, runs, size int
 }
@@ -171,23 +172,23 @@ func (b *reportBuilder) reset() {
 		b.part = make(map[string]int)
 	}
 	clear(b.part)
-	b.room, b.runs, b.size = transport.MaxCohortMembers, 0, 128
+	b.room, b.runs, b.size = wire.MaxCohortMembers, 0, 128
 }
 
 // add puts o (head estimated bytes besides its runs) in ns's part.
-func (b *reportBuilder) add(ns string, o transport.CohortOutcome, head int) {
+func (b *reportBuilder) add(ns string, o wire.CohortOutcome, head int) {
 	n, ok := b.part[ns]
 	if !ok {
 		n = len(b.report.Namespaces)
 		b.part[ns] = n
-		b.report.Namespaces = append(b.report.Namespaces, transport.CohortNamespace{Namespace: ns})
+		b.report.Namespaces = append(b.report.Namespaces, wire.CohortNamespace{Namespace: ns})
 	}
 	b.report.Namespaces[n].Outcomes = append(b.report.Namespaces[n].Outcomes, o)
 	b.runs += len(o.Runs) / 2
 	b.size += head + 8*len(o.Runs) // a slot and a count of at most 7 digits, with their commas
 }
 
-func (b *reportBuilder) post(ctx context.Context, src transport.CohortAcker) error {
+func (b *reportBuilder) post(ctx context.Context, src wire.CohortAcker) error {
 	err := b.c.post(ctx, src, &b.report)
 	if err == nil {
 		b.reset()
@@ -214,11 +215,11 @@ func quotedLen(s string) int {
 
 // post sends report (when it says anything) and marks its members told;
 // report is emptied for the next.
-func (c *cohorts) post(ctx context.Context, src transport.CohortAcker, report *transport.CohortReport) error {
+func (c *cohorts) post(ctx context.Context, src wire.CohortAcker, report *wire.CohortReport) error {
 	if len(report.Namespaces) == 0 {
 		return nil
 	}
-	if err := src.AckCohort(ctx, *report); err != nil {
+	if err := wire.SendCohort(ctx, src, report); err != nil {
 		return err
 	}
 	for _, n := range report.Namespaces {

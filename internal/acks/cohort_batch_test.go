@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -19,16 +20,12 @@ type sizedUp struct {
 	limit, largest int
 }
 
-func (u *sizedUp) AckCohort(ctx context.Context, r transport.CohortReport) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
+func (u *sizedUp) AckCohort(ctx context.Context, relayID string, b json.RawMessage) error {
 	u.largest = max(u.largest, len(b))
 	if len(b) > u.limit {
 		return transport.ErrTooLarge
 	}
-	return u.cohortUp.AckCohort(ctx, r)
+	return u.cohortUp.AckCohort(ctx, relayID, b)
 }
 
 // When a flush's outcomes make more runs than one report may hold (two
@@ -66,7 +63,7 @@ func TestCohortReportsFitTheBodyLimit(t *testing.T) {
 	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
 	var acks []transport.Ack
 	long := strings.Repeat("<", transport.MaxClientIDBytes-8) // 6 bytes each in JSON
-	for i := range transport.MaxCohortMembers {
+	for i := range wire.MaxCohortMembers {
 		a := applied(long+strconv.Itoa(i), "app", 1)
 		if i < 400 { // each its own error, of the most an ack may carry
 			a.Status, a.Error = transport.AckRejected, strconv.Itoa(i)+strings.Repeat("e", transport.MaxAckErrorBytes)
@@ -76,8 +73,8 @@ func TestCohortReportsFitTheBodyLimit(t *testing.T) {
 	if err := q.send(context.Background(), acks); err != nil {
 		t.Fatalf("largest report %d bytes: %v", up.largest, err)
 	}
-	if got := up.applied("app"); len(got) != transport.MaxCohortMembers-400 {
-		t.Errorf("%d applied, want %d", len(got), transport.MaxCohortMembers-400)
+	if got := up.applied("app"); len(got) != wire.MaxCohortMembers-400 {
+		t.Errorf("%d applied, want %d", len(got), wire.MaxCohortMembers-400)
 	}
 	up.mu.Lock()
 	defer up.mu.Unlock()

@@ -2,6 +2,7 @@ package acks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -25,7 +27,7 @@ type cohortUp struct {
 	state   map[string]map[string]int64 // ns → client → applied revision
 	nacks   map[string]string           // client/ns → error
 	one     []transport.Ack             // AckRelayed's
-	reports []transport.CohortReport
+	reports []wire.CohortReport
 	forget  bool // the next report finds the server knowing nothing
 }
 
@@ -50,8 +52,12 @@ func (u *cohortUp) CohortsOffered() bool {
 	return u.offered
 }
 
-func (u *cohortUp) AckCohort(_ context.Context, r transport.CohortReport) error {
-	if err := transport.CheckCohortReport(&r); err != nil {
+func (u *cohortUp) AckCohort(_ context.Context, _ string, body json.RawMessage) error {
+	var r wire.CohortReport
+	if err := json.Unmarshal(body, &r); err != nil {
+		return fmt.Errorf("%w: %v", transport.ErrBadRequest, err)
+	}
+	if err := wire.CheckCohortReport(&r); err != nil {
 		return fmt.Errorf("%w: %v", transport.ErrBadRequest, err)
 	}
 	u.mu.Lock()
@@ -178,7 +184,7 @@ func TestCohortReportsRunsOfSlots(t *testing.T) {
 func TestCohortNamesManyMembersAndResendsToAServerThatForgot(t *testing.T) {
 	up := newCohortUp()
 	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
-	n := 2*transport.MaxCohortMembers + 10
+	n := 2*wire.MaxCohortMembers + 10
 	var acks []transport.Ack
 	for i := range n {
 		acks = append(acks, applied("c"+strconv.Itoa(i), "a", 3), applied("c"+strconv.Itoa(i), "b", 4))
@@ -189,7 +195,7 @@ func TestCohortNamesManyMembersAndResendsToAServerThatForgot(t *testing.T) {
 		for _, p := range r.Namespaces {
 			names += len(p.Members)
 		}
-		if names > transport.MaxCohortMembers {
+		if names > wire.MaxCohortMembers {
 			t.Fatalf("a report names %d members", names)
 		}
 	}

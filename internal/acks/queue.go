@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -53,8 +54,8 @@ const maxPending = 1 << 18
 // plane, off the apply path, on one goroutine for all namespaces: a
 // client's own, or those of the clients a relay forwards. Outcomes
 // coalesce: the newest of each client's namespace is waiting at any time.
-// They go as one transport.CohortAcker report (plain outcomes) and one
-// transport.RelayAcker batch (the others) for a relay, one
+// They go as one wire.CohortAcker report (plain outcomes) and one
+// wire.RelayAcker batch (the others) for a relay, one
 // transport.BatchAcker batch when the source has it, else one Ack each.
 // Reporting is best effort: failures back off and retry the newest
 // outcomes, and never touch reads or applies.
@@ -62,11 +63,11 @@ type Queue struct {
 	// Read-only after New.
 	src     transport.Acker
 	batch   transport.BatchAcker // nil when the source has none
-	relay   transport.RelayAcker // a relay's, when the source has it
+	relay   wire.RelayAcker      // a relay's, when the source has it
 	relayID string
 	// A relay's upstream that takes cohort reports, and the relay's
 	// numbering of its clients for them: run's alone.
-	cohort  transport.CohortAcker
+	cohort  wire.CohortAcker
 	cohorts *cohorts
 	// The context sends run under (sendContext): run's alone.
 	sendCtx    context.Context
@@ -94,13 +95,13 @@ type ackKey struct{ client, ns, status string }
 
 // New returns a Queue reporting to src. With relayID set it forwards the
 // outcomes of other clients, as the relay relayID, in one batch for all
-// of them when src is a transport.RelayAcker.
+// of them when src is a wire.RelayAcker.
 func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
 	a := &Queue{src: src, log: log, relayID: relayID, wake: make(chan struct{}, 1), pending: make(map[ackKey]transport.Ack)}
 	a.batch, _ = src.(transport.BatchAcker)
 	if relayID != "" {
-		a.relay, _ = src.(transport.RelayAcker)
-		if a.cohort, _ = src.(transport.CohortAcker); a.cohort != nil && a.relay != nil {
+		a.relay, _ = src.(wire.RelayAcker)
+		if a.cohort, _ = src.(wire.CohortAcker); a.cohort != nil && a.relay != nil {
 			a.cohorts = newCohorts()
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -88,15 +89,15 @@ func (s *Server) mayRead(r *http.Request, ns string) error {
 
 // splitForbidden takes the namespaces a stream's token may not read out
 // of reqs: each is an ended event of its own, the others stream on.
-func (s *Server) splitForbidden(r *http.Request, reqs []SinceReq) ([]SinceReq, []transport.NamespaceEndedBody) {
+func (s *Server) splitForbidden(r *http.Request, reqs []SinceReq) ([]SinceReq, []wire.NamespaceEndedBody) {
 	if s.opts.tokens == nil {
 		return reqs, nil
 	}
-	var ended []transport.NamespaceEndedBody
+	var ended []wire.NamespaceEndedBody
 	kept := reqs[:0:0]
 	for _, q := range reqs {
 		if err := s.mayRead(r, q.Name); err != nil {
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: q.Name, Code: transport.CodeForbidden, Message: err.Error()})
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: q.Name, Code: transport.CodeForbidden, Message: err.Error()})
 			continue
 		}
 		kept = append(kept, q)

@@ -5,12 +5,12 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	snap "github.com/holdfast-dev/holdfast/internal/snapshot" // its JSON scanner
+	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // ackDecoder decodes ack bodies (one transport.Ack, or a
-// transport.AckBatch) as json.Unmarshal into an ackBody does, for the
+// wire.AckBatch) as json.Unmarshal into an ackBody does, for the
 // shape clients send, at a fraction of its cost: the server decodes one
 // body per client per publish. What it does not read itself it leaves to
 // encoding/json (decode). A stream's decoder (intern) keeps the strings
@@ -69,8 +69,8 @@ func (d *ackDecoder) decode(data []byte, body *ackBody) bool {
 	// is kept is copied (str).
 	s := unsafe.String(unsafe.SliceData(data), len(data))
 	d.other = false
-	i, ok := d.body(s, skipWS(s, 0), body)
-	return ok && skipWS(s, i) == len(s)
+	i, ok := d.body(s, jsonscan.SkipSpace(s, 0), body)
+	return ok && jsonscan.SkipSpace(s, i) == len(s)
 }
 
 // body reads the object at s[i] into *b and returns the index just past
@@ -146,7 +146,7 @@ func (d *ackDecoder) field(s string, i int, key string, a *transport.Ack, depth 
 		return readInt(s, i, &a.Revision)
 	}
 	d.other = true
-	i, err := snap.SkipValue(s, i, depth)
+	i, err := jsonscan.SkipValue(s, i, depth)
 	return i, err == nil
 }
 
@@ -156,7 +156,7 @@ func openObject(s string, i int) (next int, more, ok bool) {
 	if i >= len(s) || s[i] != '{' {
 		return 0, false, false
 	}
-	if i = skipWS(s, i+1); i < len(s) && s[i] == '}' {
+	if i = jsonscan.SkipSpace(s, i+1); i < len(s) && s[i] == '}' {
 		return i + 1, false, true
 	}
 	return i, true, true
@@ -169,18 +169,18 @@ func member(s string, i int) (key string, value int, ok bool) {
 	if !ok {
 		return "", 0, false
 	}
-	if i = skipWS(s, i); i >= len(s) || s[i] != ':' {
+	if i = jsonscan.SkipSpace(s, i); i >= len(s) || s[i] != ':' {
 		return "", 0, false
 	}
-	return key, skipWS(s, i+1), true
+	return key, jsonscan.SkipSpace(s, i+1), true
 }
 
 // nextMember reads what follows a member's value at s[i]: a ',' and the
 // white space after it (more), or the '}' that ends the object.
 func nextMember(s string, i int) (next int, more, ok bool) {
-	switch i = skipWS(s, i); {
+	switch i = jsonscan.SkipSpace(s, i); {
 	case i < len(s) && s[i] == ',':
-		return skipWS(s, i+1), true, true
+		return jsonscan.SkipSpace(s, i+1), true, true
 	case i < len(s) && s[i] == '}':
 		return i + 1, false, true
 	}
@@ -197,7 +197,7 @@ func (d *ackDecoder) array(s string, i int, acks *[]transport.Ack) (int, bool) {
 	if i >= len(s) || s[i] != '[' {
 		return 0, false
 	}
-	if i = skipWS(s, i+1); i < len(s) && s[i] == ']' {
+	if i = jsonscan.SkipSpace(s, i+1); i < len(s) && s[i] == ']' {
 		*acks = []transport.Ack{} // empty, not nil: a batch
 		return i + 1, true
 	}
@@ -231,9 +231,9 @@ func (d *ackDecoder) elements(s string, i int, out []transport.Ack) (int, []tran
 			return 0, out, false
 		}
 		out = append(out, a)
-		switch i = skipWS(s, i); {
+		switch i = jsonscan.SkipSpace(s, i); {
 		case i < len(s) && s[i] == ',':
-			i = skipWS(s, i+1)
+			i = jsonscan.SkipSpace(s, i+1)
 		case i < len(s) && s[i] == ']':
 			return i + 1, out, true
 		default:
@@ -366,13 +366,4 @@ func readInt(s string, i int, v *int64) (int, bool) {
 		*v = int64(u)
 	}
 	return i, true
-}
-
-// skipWS returns the index of the first byte at or after i that is not
-// JSON white space.
-func skipWS(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
-		i++
-	}
-	return i
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -220,7 +221,7 @@ func agreesWithJSON(t *testing.T, data []byte) {
 // variants a later client may send (unknown fields, other key case,
 // nulls, white space), do not fall back to encoding/json.
 func TestAckDecoderReadsWhatClientsSend(t *testing.T) {
-	batch, err := json.Marshal(transport.AckBatch{ClientID: "host-1", Acks: []transport.Ack{
+	batch, err := json.Marshal(wire.AckBatch{ClientID: "host-1", Acks: []transport.Ack{
 		{Namespace: "app", Revision: 7, Status: transport.AckApplied},
 		{Namespace: "db.main", Revision: 7, Status: transport.AckRejected, Error: "port: want a number, got 12.5 (ünïcode ok)"},
 	}})

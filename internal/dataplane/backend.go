@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -20,7 +21,7 @@ type Backend interface {
 	NsRevision(ns string) (int64, bool)
 	Snapshot(ns string) (Snapshot, error)
 	Subscribe(ns string, since int64, register func(Subscription)) (Subscription, error)
-	SubscribeMany(reqs []SinceReq, register func(sub Subscription, names []string)) (Subscription, []transport.NamespaceEndedBody)
+	SubscribeMany(reqs []SinceReq, register func(sub Subscription, names []string)) (Subscription, []wire.NamespaceEndedBody)
 	Generation() uint64
 	// Known returns the acks of namespaces the backend serves, in place;
 	// the origin's also drops acks above its head.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -151,16 +152,16 @@ func (b *memBackend) Subscribe(ns string, since int64, register func(Subscriptio
 	return sub, nil
 }
 
-func (b *memBackend) SubscribeMany(reqs []SinceReq, register func(Subscription, []string)) (Subscription, []transport.NamespaceEndedBody) {
+func (b *memBackend) SubscribeMany(reqs []SinceReq, register func(Subscription, []string)) (Subscription, []wire.NamespaceEndedBody) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	sub := Subscription{StoreID: b.id, Gen: 1, Head: b.head}
-	var ended []transport.NamespaceEndedBody
+	var ended []wire.NamespaceEndedBody
 	var names []string
 	for _, r := range reqs {
 		n := b.nss[r.Name]
 		if n == nil || r.Since > b.head {
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeNotFound, Message: "no such namespace"})
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeNotFound, Message: "no such namespace"})
 			continue
 		}
 		names = append(names, r.Name)

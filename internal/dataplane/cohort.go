@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -46,7 +47,7 @@ func (s *Server) handleAckCohort(w http.ResponseWriter, r *http.Request) {
 	bp := ackBuffers.Get().(*[]byte)
 	defer ackBuffers.Put(bp)
 	data, err := readBodyInto(w, r, maxAckBatch, bp)
-	var rep transport.CohortReport
+	var rep wire.CohortReport
 	if err == nil {
 		err = decodeCohortReport(data, &rep)
 	}
@@ -72,11 +73,11 @@ func (s *Server) handleAckCohort(w http.ResponseWriter, r *http.Request) {
 }
 
 // decodeCohortReport decodes and checks a cohort report's body.
-func decodeCohortReport(data []byte, rep *transport.CohortReport) error {
+func decodeCohortReport(data []byte, rep *wire.CohortReport) error {
 	if err := json.Unmarshal(data, rep); err != nil {
 		return fmt.Errorf("%w: cohort report: %v", ErrInvalid, err)
 	}
-	if err := transport.CheckCohortReport(rep); err != nil {
+	if err := wire.CheckCohortReport(rep); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
@@ -86,7 +87,7 @@ func decodeCohortReport(data []byte, rep *transport.CohortReport) error {
 // may not read or that do not exist, and at the origin the outcomes above
 // its head (of history a restore undid, as its Backend.Known drops such acks):
 // one namespace's trouble does not refuse the others.
-func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
+func (s *Server) keepCohortParts(r *http.Request, rep *wire.CohortReport) {
 	var head int64
 	if s.follow == nil {
 		_, head, _ = s.be.Info()
@@ -100,7 +101,7 @@ func (s *Server) keepCohortParts(r *http.Request, rep *transport.CohortReport) {
 			if _, ok := s.be.NsRevision(n.Namespace); !ok {
 				continue
 			}
-			n.Outcomes = slices.DeleteFunc(n.Outcomes, func(o transport.CohortOutcome) bool { return o.Revision > head })
+			n.Outcomes = slices.DeleteFunc(n.Outcomes, func(o wire.CohortOutcome) bool { return o.Revision > head })
 		}
 		kept = append(kept, n)
 	}
@@ -120,7 +121,7 @@ func (s *Server) expandsCohort(ns string, rev int64) bool {
 // knows of the relay's epoch (transport.ErrCohortUnknown). A relay's
 // epochs past maxRelayEpochs fold into per-client records, oldest first,
 // which Clients merges with the cohorts' alike.
-func (a *acks) recordCohort(rep *transport.CohortReport, now time.Time, expand func(ns string, rev int64) bool) ([]transport.Ack, error) {
+func (a *acks) recordCohort(rep *wire.CohortReport, now time.Time, expand func(ns string, rev int64) bool) ([]transport.Ack, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	key := cohortKey{rep.RelayID, rep.Epoch}

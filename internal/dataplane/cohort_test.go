@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -28,9 +29,9 @@ func TestAckCohortExpandsWhatIsAsked(t *testing.T) {
 	be := newMemBackend()
 	s := be.start(t)
 	be.publish("app", map[string]any{"v": 1})
-	rep := func(rev int64, members ...string) *transport.CohortReport {
-		return &transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", Members: members, Outcomes: []transport.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, 2}}}}}}
+	rep := func(rev int64, members ...string) *wire.CohortReport {
+		return &wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", Members: members, Outcomes: []wire.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, 2}}}}}}
 	}
 	expand := func(string, int64) bool { return false }
 	if acks, err := s.acks.recordCohort(rep(1, "a", "b"), time.Now(), expand); err != nil || len(acks) != 0 {
@@ -56,7 +57,7 @@ func FuzzAckCohort(f *testing.F) {
 	f.Add(`[1,2]`)
 	f.Fuzz(func(t *testing.T, body string) {
 		var a acks
-		var rep transport.CohortReport
+		var rep wire.CohortReport
 		if err := decodeCohortReport([]byte(body), &rep); err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("decode error %v is not ErrInvalid", err)
@@ -85,8 +86,8 @@ func TestAckCohortEpochsOfOneRelayID(t *testing.T) {
 	s := be.start(t)
 	rev := be.publish("app", map[string]any{"v": 1})
 	report := func(epoch string, members ...string) error {
-		_, err := s.acks.recordCohort(&transport.CohortReport{RelayID: "r1", Epoch: epoch, Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", Members: members, Outcomes: []transport.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, len(members)}}}}}},
+		_, err := s.acks.recordCohort(&wire.CohortReport{RelayID: "r1", Epoch: epoch, Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", Members: members, Outcomes: []wire.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, len(members)}}}}}},
 			time.Now(), func(string, int64) bool { return false })
 		return err
 	}

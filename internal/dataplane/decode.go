@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -20,7 +21,7 @@ const (
 )
 
 // ackBody is the body of POST /sdk/ack: one transport.Ack, or (Acks not
-// nil) a transport.AckBatch.
+// nil) a wire.AckBatch.
 type ackBody struct {
 	transport.Ack
 	Acks []transport.Ack `json:"acks"`
@@ -72,7 +73,7 @@ func parseRelayedAckBody(data []byte, ownIDs bool) (acks []transport.Ack, batch 
 		return nil, false, err
 	}
 	if body.Acks == nil {
-		body.Ack.Extra = transport.AckExtra(data, "acks")
+		body.Ack.Extra = wire.AckExtra(data, "acks")
 		ack, err := checkAck(body.Ack, true)
 		if err != nil {
 			return nil, false, err
@@ -88,7 +89,7 @@ func parseRelayedAckBody(data []byte, ownIDs bool) (acks []transport.Ack, batch 
 		if !ownIDs || a.ClientID == "" {
 			a.ClientID = body.ClientID
 		}
-		a.Extra = transport.AckExtra(raw)
+		a.Extra = wire.AckExtra(raw)
 		if acks[i], err = checkAck(a, true); err != nil {
 			return nil, true, fmt.Errorf("%w (ack %d of the batch)", err, i)
 		}

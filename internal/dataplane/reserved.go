@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -102,7 +103,7 @@ func (r *reservedScans) base(ns string, values map[string]json.RawMessage) (map[
 
 // baseETag is the ETag of a snapshot without its reserved keys,
 // "<store_id>.base.<revision>": another representation of the same
-// revision than transport.ETag's, so that no HTTP cache takes one for the
+// revision than wire.ETag's, so that no HTTP cache takes one for the
 // other. The part after the last "." is still the revision.
 func baseETag(storeID string, rev int64) string {
 	return `"` + storeID + ".base." + strconv.FormatInt(rev, 10) + `"`
@@ -226,7 +227,7 @@ func stripRaw(raw []byte, puts map[string]json.RawMessage, deletes []string) ([]
 		return nil, fmt.Errorf("%w: data after the object", errNotObject)
 	}
 	if len(puts) > 0 {
-		values, err := transport.EncodeValues(puts)
+		values, err := wire.EncodeValues(puts)
 		if err != nil {
 			return nil, err
 		}

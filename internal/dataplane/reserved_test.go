@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -165,7 +166,7 @@ func BenchmarkSnapshotFor(b *testing.B) {
 	for _, ns := range []string{"plain", "staged"} {
 		rev, _ := be.NsRevision(ns)
 		for _, caps := range []string{newCaps, oldCaps} {
-			for _, inm := range []string{transport.ETag(s.StoreID(), rev), ""} {
+			for _, inm := range []string{wire.ETag(s.StoreID(), rev), ""} {
 				name := ns + "/old"
 				if caps == newCaps {
 					name = ns + "/aware"

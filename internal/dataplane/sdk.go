@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -275,14 +276,14 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.speak(r)()
 	values := snap.Values
-	etag := transport.ETag(snap.StoreID, snap.Rev)
+	etag := wire.ETag(snap.StoreID, snap.Rev)
 	inm := r.Header.Get("If-None-Match")
 	notModified := etagMatches(inm, etag)
 	if !rolloutAware(r) {
 		if base, stripped := s.reserved.base(ns, values); stripped {
 			// The base, without reserved keys: another representation
 			// of the revision, with a tag of its own. A client names
-			// the revision it holds with transport.ETag, and one that
+			// the revision it holds with wire.ETag, and one that
 			// predates rollouts holds nothing but the base.
 			values, etag = base, baseETag(snap.StoreID, snap.Rev)
 			notModified = notModified || etagMatches(inm, etag)
@@ -307,7 +308,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if r.Context().Err() != nil {
 		return // the client is gone (a reset stream): no encoding for no one
 	}
-	encoded, err := transport.EncodeValues(values)
+	encoded, err := wire.EncodeValues(values)
 	if err != nil {
 		s.replyError(w, err)
 		return

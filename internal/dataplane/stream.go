@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -83,12 +84,12 @@ func truncate(s string) string {
 
 // splitInvalid takes the namespaces with an invalid name out of reqs:
 // each is an ended event of its own.
-func splitInvalid(reqs []SinceReq) ([]SinceReq, []transport.NamespaceEndedBody) {
-	var ended []transport.NamespaceEndedBody
+func splitInvalid(reqs []SinceReq) ([]SinceReq, []wire.NamespaceEndedBody) {
+	var ended []wire.NamespaceEndedBody
 	valid := reqs[:0:0]
 	for _, r := range reqs {
 		if err := transport.ValidateNamespace(r.Name); err != nil {
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeInvalidNamespace, Message: err.Error()})
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeInvalidNamespace, Message: err.Error()})
 			continue
 		}
 		valid = append(valid, r)
@@ -98,7 +99,7 @@ func splitInvalid(reqs []SinceReq) ([]SinceReq, []transport.NamespaceEndedBody) 
 
 // streamRequest reads a stream request's namespaces: those to subscribe,
 // and those already ended by an invalid name or refused by the backend.
-func (s *Server) streamRequest(r *http.Request) ([]SinceReq, []transport.NamespaceEndedBody, error) {
+func (s *Server) streamRequest(r *http.Request) ([]SinceReq, []wire.NamespaceEndedBody, error) {
 	reqs, err := parseStreamNamespaces(r.URL.Query()["ns"])
 	if err != nil {
 		return nil, nil, err
@@ -114,7 +115,7 @@ func (s *Server) streamRequest(r *http.Request) ([]SinceReq, []transport.Namespa
 	for _, q := range valid {
 		if err := refused[q.Name]; err != nil {
 			_, body := errorReply(err)
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: q.Name, Code: body.Error, Message: body.Message})
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: q.Name, Code: body.Error, Message: body.Message})
 			continue
 		}
 		kept = append(kept, q)
@@ -122,7 +123,7 @@ func (s *Server) streamRequest(r *http.Request) ([]SinceReq, []transport.Namespa
 	return kept, ended, nil
 }
 
-func endedFrame(b []byte, e transport.NamespaceEndedBody) []byte {
+func endedFrame(b []byte, e wire.NamespaceEndedBody) []byte {
 	data, _ := json.Marshal(e)
 	return appendFrame(b, transport.EventEnded, -1, data)
 }
@@ -453,10 +454,10 @@ func upTo(changes []*Change, cursor int64) []*Change {
 	return out
 }
 
-// writeStreamEvents writes a transport.StreamEventsResponse, each change
+// writeStreamEvents writes a wire.StreamEventsResponse, each change
 // as the bytes encoded once for every reader that evaluates rollouts
 // (aware), or for every one that does not (change.view).
-func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*Change, ended []transport.NamespaceEndedBody,
+func writeStreamEvents(w http.ResponseWriter, storeID string, cursor int64, changes []*Change, ended []wire.NamespaceEndedBody,
 	ageMillis int64, unconfirmed, aware bool) {
 	id, _ := json.Marshal(storeID)
 	b := make([]byte, 0, 64+len(changes)*256)

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -18,17 +19,17 @@ func TestAckCohortRefusesOverlappingOutcomes(t *testing.T) {
 	s.Publish("app", map[string]any{"v": 1})
 	c := newClient(t)
 	url := s.URL() + transport.PathAckCohort
-	members := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+	members := cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
 		{Namespace: "app", Members: []string{"a", "b"}},
 	}})
 	if resp, body := do(t, c, http.MethodPost, url, members, "Content-Type", "application/json"); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("members: %d %s", resp.StatusCode, body)
 	}
-	var outs []transport.CohortOutcome
+	var outs []wire.CohortOutcome
 	for range 100 {
-		outs = append(outs, transport.CohortOutcome{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 2}})
+		outs = append(outs, wire.CohortOutcome{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 2}})
 	}
-	rep := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+	rep := cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
 		{Namespace: "app", Outcomes: outs},
 	}})
 	resp, body := do(t, c, http.MethodPost, url, rep, "Content-Type", "application/json")
@@ -40,8 +41,8 @@ func TestAckCohortRefusesOverlappingOutcomes(t *testing.T) {
 	}
 
 	// An applied and a rejected outcome of one slot are two facts: kept.
-	both := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-		{Namespace: "app", Outcomes: []transport.CohortOutcome{
+	both := cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+		{Namespace: "app", Outcomes: []wire.CohortOutcome{
 			{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 2}},
 			{Revision: 1, Status: transport.AckRejected, Error: "no", Runs: []int{1, 1}},
 		}},

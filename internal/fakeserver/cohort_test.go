@@ -9,10 +9,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-func cohortBody(t testing.TB, r transport.CohortReport) string {
+func cohortBody(t testing.TB, r wire.CohortReport) string {
 	t.Helper()
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -41,8 +42,8 @@ func TestAckCohortEndpoint(t *testing.T) {
 	rev2, _ := s.Publish("app", map[string]any{"v": 2})
 	s.Publish("other", map[string]any{"v": 1})
 	url := s.URL() + transport.PathAckCohort
-	applied := func(rev int64, runs ...int) transport.CohortOutcome {
-		return transport.CohortOutcome{Revision: rev, Status: transport.AckApplied, Runs: runs}
+	applied := func(rev int64, runs ...int) wire.CohortOutcome {
+		return wire.CohortOutcome{Revision: rev, Status: transport.AckApplied, Runs: runs}
 	}
 	steps := []struct {
 		name   string
@@ -51,33 +52,33 @@ func TestAckCohortEndpoint(t *testing.T) {
 		code   string
 		want   []string // of app, after the step
 	}{
-		{"members and an outcome", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", Members: []string{"a", "b", "c"}, Outcomes: []transport.CohortOutcome{applied(rev, 0, 3)}},
+		{"members and an outcome", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", Members: []string{"a", "b", "c"}, Outcomes: []wire.CohortOutcome{applied(rev, 0, 3)}},
 		}}), http.StatusNoContent, "", []string{"a=1/0", "b=1/0", "c=1/0"}},
-		{"an outcome of known slots, and a nack", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", Outcomes: []transport.CohortOutcome{applied(rev2, 0, 1, 2, 1), {Revision: rev2, Status: transport.AckRejected, Error: "no", Runs: []int{1, 1}}}},
+		{"an outcome of known slots, and a nack", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", Outcomes: []wire.CohortOutcome{applied(rev2, 0, 1, 2, 1), {Revision: rev2, Status: transport.AckRejected, Error: "no", Runs: []int{1, 1}}}},
 		}}), http.StatusNoContent, "", []string{"a=2/0", "b=1/2", "c=2/0"}},
-		{"a slot it does not know", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", Outcomes: []transport.CohortOutcome{applied(rev, 0, 4)}},
+		{"a slot it does not know", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", Outcomes: []wire.CohortOutcome{applied(rev, 0, 4)}},
 		}}), http.StatusConflict, transport.CodeCohortUnknown, []string{"a=2/0", "b=1/2", "c=2/0"}},
-		{"members after a gap", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+		{"members after a gap", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
 			{Namespace: "app", From: 5, Members: []string{"f"}},
 		}}), http.StatusConflict, transport.CodeCohortUnknown, []string{"a=2/0", "b=1/2", "c=2/0"}},
-		{"one part refused refuses the report whole", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", From: 3, Members: []string{"d"}, Outcomes: []transport.CohortOutcome{applied(rev2, 3, 1)}},
-			{Namespace: "other", Outcomes: []transport.CohortOutcome{applied(3, 0, 1)}},
+		{"one part refused refuses the report whole", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", From: 3, Members: []string{"d"}, Outcomes: []wire.CohortOutcome{applied(rev2, 3, 1)}},
+			{Namespace: "other", Outcomes: []wire.CohortOutcome{applied(3, 0, 1)}},
 		}}), http.StatusConflict, transport.CodeCohortUnknown, []string{"a=2/0", "b=1/2", "c=2/0"}},
-		{"a namespace that does not exist is dropped, the others kept", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-			{Namespace: "nowhere", Members: []string{"x"}, Outcomes: []transport.CohortOutcome{applied(1, 0, 1)}},
-			{Namespace: "app", From: 3, Members: []string{"d"}, Outcomes: []transport.CohortOutcome{applied(rev2, 3, 1)}},
+		{"a namespace that does not exist is dropped, the others kept", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "nowhere", Members: []string{"x"}, Outcomes: []wire.CohortOutcome{applied(1, 0, 1)}},
+			{Namespace: "app", From: 3, Members: []string{"d"}, Outcomes: []wire.CohortOutcome{applied(rev2, 3, 1)}},
 		}}), http.StatusNoContent, "", []string{"a=2/0", "b=1/2", "c=2/0", "d=2/0"}},
-		{"members sent again", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
+		{"members sent again", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
 			{Namespace: "app", Members: []string{"a", "b"}},
 		}}), http.StatusNoContent, "", []string{"a=2/0", "b=1/2", "c=2/0", "d=2/0"}},
 		{"malformed JSON", `{"relay_id":"r1","epoch":`, http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"no relay id", `{"epoch":"e1","namespaces":[]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"an invalid name", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{{Namespace: "../x"}}}), http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"a namespace twice", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{{Namespace: "app"}, {Namespace: "app"}}}), http.StatusBadRequest, transport.CodeBadRequest, nil},
+		{"an invalid name", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{{Namespace: "../x"}}}), http.StatusBadRequest, transport.CodeBadRequest, nil},
+		{"a namespace twice", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{{Namespace: "app"}, {Namespace: "app"}}}), http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"an unknown status", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"maybe","runs":[0,1]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"runs out of order", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[2,1,0,1]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"a run of none", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[0,0]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
@@ -85,11 +86,11 @@ func TestAckCohortEndpoint(t *testing.T) {
 		{"a run past the limit", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[1,9223372036854775807]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"half a run", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","outcomes":[{"revision":1,"status":"ack","runs":[0]}]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
 		{"an empty member", `{"relay_id":"r1","epoch":"e1","namespaces":[{"ns":"app","members":[""]}]}`, http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"too many members", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", From: 4, Members: slices.Repeat([]string{"m"}, transport.MaxCohortMembers+1)},
+		{"too many members", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", From: 4, Members: slices.Repeat([]string{"m"}, wire.MaxCohortMembers+1)},
 		}}), http.StatusBadRequest, transport.CodeBadRequest, nil},
-		{"a new epoch folds the old one in", cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e2", Namespaces: []transport.CohortNamespace{
-			{Namespace: "app", Members: []string{"c", "e"}, Outcomes: []transport.CohortOutcome{applied(rev, 1, 1)}},
+		{"a new epoch folds the old one in", cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e2", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", Members: []string{"c", "e"}, Outcomes: []wire.CohortOutcome{applied(rev, 1, 1)}},
 		}}), http.StatusNoContent, "", []string{"a=2/0", "b=1/2", "c=2/0", "d=2/0", "e=1/0"}},
 	}
 	for _, st := range steps {
@@ -169,8 +170,8 @@ func TestAckSinkSaysWhatWasHeld(t *testing.T) {
 	}))
 	s.Publish("app", map[string]any{"v": 1})
 	c := newClient(t)
-	body := cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []transport.CohortNamespace{
-		{Namespace: "app", Members: []string{"a"}, Outcomes: []transport.CohortOutcome{{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 1}}}}}})
+	body := cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+		{Namespace: "app", Members: []string{"a"}, Outcomes: []wire.CohortOutcome{{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 1}}}}}})
 	if resp, b := do(t, c, http.MethodPost, s.URL()+transport.PathAckCohort, body); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("cohort: %d %s", resp.StatusCode, b)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -188,7 +189,7 @@ func TestCursorErrorsAndETagAfterReset(t *testing.T) {
 	}
 	k, _ := s.Compact(2)
 	oldID, head := s.StoreID(), s.Head()
-	oldTag := transport.ETag(oldID, head)
+	oldTag := wire.ETag(oldID, head)
 	for _, path := range []string{"/sdk/watch", "/sdk/events"} {
 		resp, body := do(t, c, "GET", u+path+"?ns=app&since="+strconv.FormatInt(k-1, 10), "")
 		if eb := decode[transport.ErrorBody](t, body); resp.StatusCode != 410 || eb.CompactRevision != k ||

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -29,7 +30,7 @@ func TestEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := s.StoreID()
-	etag := transport.ETag(id, r2)
+	etag := wire.ETag(id, r2)
 	big := `{"puts":{"k":"` + strings.Repeat("x", 2000) + `"}}`
 	longKey := strings.Repeat("k", transport.MaxKeyLen+1)
 
@@ -45,7 +46,7 @@ func TestEndpoints(t *testing.T) {
 		{"snapshot", "GET", "/sdk/snapshot?ns=app", "", nil, 200, ""},
 		{"snapshot not modified", "GET", "/sdk/snapshot?ns=app", "", []string{"If-None-Match", etag}, 304, ""},
 		{"snapshot weak list match", "GET", "/sdk/snapshot?ns=app", "", []string{"If-None-Match", `"x.1", W/` + etag}, 304, ""},
-		{"snapshot stale etag", "GET", "/sdk/snapshot?ns=app", "", []string{"If-None-Match", transport.ETag(id, 1)}, 200, ""},
+		{"snapshot stale etag", "GET", "/sdk/snapshot?ns=app", "", []string{"If-None-Match", wire.ETag(id, 1)}, 200, ""},
 		{"snapshot unknown ns", "GET", "/sdk/snapshot?ns=nope", "", nil, 404, transport.CodeNotFound},
 		{"snapshot bad ns", "GET", "/sdk/snapshot?ns=..", "", nil, 400, transport.CodeBadRequest},
 		{"snapshot missing ns", "GET", "/sdk/snapshot", "", nil, 400, transport.CodeBadRequest},
@@ -138,11 +139,11 @@ func TestEndpoints(t *testing.T) {
 		if snap.Namespace != "other" || snap.StoreID != id || snap.Revision != 1 || snap.Cursor != s.Head() || string(valuesOf(t, snap)["x"]) != "1" {
 			t.Fatalf("snapshot %s", body)
 		}
-		if resp.Header.Get("ETag") != transport.ETag(id, 1) || resp.Header.Get(transport.HeaderRevision) != "1" ||
+		if resp.Header.Get("ETag") != wire.ETag(id, 1) || resp.Header.Get(transport.HeaderRevision) != "1" ||
 			resp.Header.Get(transport.HeaderCursor) != strconv.FormatInt(s.Head(), 10) {
 			t.Fatalf("headers %v", resp.Header)
 		}
-		resp, _ = do(t, c, "GET", u+"/sdk/snapshot?ns=other", "", "If-None-Match", transport.ETag(id, 1))
+		resp, _ = do(t, c, "GET", u+"/sdk/snapshot?ns=other", "", "If-None-Match", wire.ETag(id, 1))
 		if resp.StatusCode != 304 || resp.Header.Get(transport.HeaderCursor) != strconv.FormatInt(s.Head(), 10) ||
 			resp.Header.Get(transport.HeaderRevision) != "1" {
 			t.Fatalf("304 %d headers %v", resp.StatusCode, resp.Header)

@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -88,7 +89,7 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 	}
 	publishReserved(t, s, "app", map[string]json.RawMessage{"a": json.RawMessage(`1`)})
 	rev := publishReserved(t, s, "app", map[string]json.RawMessage{rollout.Key: stagedFor(t, "r1")})
-	full, base := transport.ETag(id, rev), baseETag(id, rev)
+	full, base := wire.ETag(id, rev), baseETag(id, rev)
 	if base == full || !strings.HasSuffix(base, "."+strconv.FormatInt(rev, 10)+`"`) {
 		t.Fatalf("base ETag %s: the part after the last . is not the revision %d, or it is the full content's", base, rev)
 	}
@@ -121,15 +122,15 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 		status          int
 		etag            string
 	}{
-		// An SDK client names the revision it holds with transport.ETag:
+		// An SDK client names the revision it holds with wire.ETag:
 		// an old one holds only the base of it.
 		{"old client, its revision", "", full, 304, base},
 		{"old client, the base's tag (an HTTP cache's)", oldCaps, base, 304, base},
-		{"old client, an older revision", "", transport.ETag(id, rev-1), 200, base},
+		{"old client, an older revision", "", wire.ETag(id, rev-1), 200, base},
 		{"new client, its revision", newCaps, full, 304, full},
 		// What it holds is the base: it needs the reserved key.
 		{"new client, the base's tag", newCaps, base, 200, full},
-		{"new client, an older revision", newCaps, transport.ETag(id, rev-1), 200, full},
+		{"new client, an older revision", newCaps, wire.ETag(id, rev-1), 200, full},
 	} {
 		resp, _, values := snapshotOf(t, c, s, "app", tc.caps, tc.inm)
 		if resp.StatusCode != tc.status || resp.Header.Get("ETag") != tc.etag {
@@ -159,7 +160,7 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 		{nil, []string{rollout.Key}, false},
 	} {
 		rev := publishReserved(t, s, "app", step.puts, step.deletes...)
-		want := transport.ETag(id, rev)
+		want := wire.ETag(id, rev)
 		if step.base {
 			want = baseETag(id, rev)
 		}
@@ -175,10 +176,10 @@ func TestSnapshotWithoutReservedKeysForOldClients(t *testing.T) {
 	for _, caps := range []string{"", newCaps} {
 		resp, _, values := snapshotOf(t, c, s, "plain", caps, "")
 		rev, _ := s.store.NsRevision("plain")
-		if resp.StatusCode != 200 || resp.Header.Get("ETag") != transport.ETag(id, rev) || string(values["a"]) != "1" {
+		if resp.StatusCode != 200 || resp.Header.Get("ETag") != wire.ETag(id, rev) || string(values["a"]) != "1" {
 			t.Fatalf("plain (%q): %d %s %v", caps, resp.StatusCode, resp.Header.Get("ETag"), values)
 		}
-		if resp, _, _ := snapshotOf(t, c, s, "plain", caps, transport.ETag(id, rev)); resp.StatusCode != 304 {
+		if resp, _, _ := snapshotOf(t, c, s, "plain", caps, wire.ETag(id, rev)); resp.StatusCode != 304 {
 			t.Fatalf("plain (%q): %d to its own revision", caps, resp.StatusCode)
 		}
 	}
@@ -253,7 +254,7 @@ func TestLongPollWithoutReservedKeysForOldClients(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, data)
 		}
-		checkHistory(t, "stream long-poll "+tc.caps, revs, decode[transport.StreamEventsResponse](t, data).Changes, tc.aware)
+		checkHistory(t, "stream long-poll "+tc.caps, revs, decode[wire.StreamEventsResponse](t, data).Changes, tc.aware)
 	}
 
 	// A poll that waits, woken by a change of only a reserved key: the
@@ -274,7 +275,7 @@ func TestLongPollWithoutReservedKeysForOldClients(t *testing.T) {
 		}
 		var changes []transport.ChangeSet
 		if strings.Contains(name, "/sdk/stream/") {
-			changes = decode[transport.StreamEventsResponse](t, r.body).Changes
+			changes = decode[wire.StreamEventsResponse](t, r.body).Changes
 		} else {
 			changes = decode[transport.EventsResponse](t, r.body).Changes
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -92,8 +93,8 @@ func TestRestoreTo(t *testing.T) {
 	// batch, a cohort report. Those of revisions the store has still are.
 	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c3","ns":"app","revision":3,"status":"ack"}`)
 	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c4","acks":[{"ns":"app","revision":3,"status":"ack"},{"ns":"other","revision":2,"status":"ack"}]}`)
-	do(t, c, "POST", u+transport.PathAckCohort, cohortBody(t, transport.CohortReport{RelayID: "r1", Epoch: "e1",
-		Namespaces: []transport.CohortNamespace{{Namespace: "app", Members: []string{"c5", "c6"}, Outcomes: []transport.CohortOutcome{
+	do(t, c, "POST", u+transport.PathAckCohort, cohortBody(t, wire.CohortReport{RelayID: "r1", Epoch: "e1",
+		Namespaces: []wire.CohortNamespace{{Namespace: "app", Members: []string{"c5", "c6"}, Outcomes: []wire.CohortOutcome{
 			{Revision: 3, Status: transport.AckApplied, Runs: []int{0, 1}},
 			{Revision: r1, Status: transport.AckApplied, Runs: []int{1, 1}},
 		}}}}))

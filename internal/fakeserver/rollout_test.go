@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -968,9 +969,9 @@ func TestRolloutThroughARelay(t *testing.T) {
 	in, out, rev, st := fl.split()
 	forwarded := make(chan error, 1)
 	relay := startRelayPlane(t, origin, func(acks []transport.Ack, _ bool) {
-		body, err := json.Marshal(transport.AckBatch{ClientID: "relay-1", Acks: acks})
+		body, err := json.Marshal(wire.AckBatch{ClientID: "relay-1", Acks: acks})
 		if err == nil {
-			var got transport.AckBatch
+			var got wire.AckBatch
 			if err = json.Unmarshal(body, &got); err == nil {
 				origin.recordAcks(origin.store.Known(got.Acks))
 			}

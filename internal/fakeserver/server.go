@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -362,7 +363,7 @@ func (s *Server) Snapshot(ns string) (*transport.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	values, err := transport.EncodeValues(snap.Values)
+	values, err := wire.EncodeValues(snap.Values)
 	if err != nil {
 		return nil, err
 	}

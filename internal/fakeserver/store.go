@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -435,27 +436,27 @@ func (st *store) Subscribe(ns string, since int64, register func(dataplane.Subsc
 // subscribe would refuse is not subscribed: it is in ended, with the code
 // of its /sdk/watch error. register gets the namespaces subscribed (none
 // when all ended).
-func (st *store) SubscribeMany(reqs []dataplane.SinceReq, register func(sub dataplane.Subscription, names []string)) (dataplane.Subscription, []transport.NamespaceEndedBody) {
+func (st *store) SubscribeMany(reqs []dataplane.SinceReq, register func(sub dataplane.Subscription, names []string)) (dataplane.Subscription, []wire.NamespaceEndedBody) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	sub := dataplane.Subscription{StoreID: st.id, Gen: st.gen, Head: st.head}
-	var ended []transport.NamespaceEndedBody
+	var ended []wire.NamespaceEndedBody
 	names := make([]string, 0, len(reqs))
 	parts := 0
 	for _, r := range reqs {
 		n := st.nss[r.Name]
 		switch {
 		case n == nil:
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeNotFound,
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeNotFound,
 				Message: fmt.Sprintf("%v: %q", ErrUnknownNamespace, r.Name)})
 			continue
 		case r.Since > st.head:
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeCursorAhead,
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeCursorAhead,
 				Message: fmt.Sprintf("%v: cursor %d is above the store's head %d", transport.ErrCursorAhead, r.Since, st.head)})
 			continue
 		case r.Since < st.compact:
 			ce := &transport.CompactedError{CompactRevision: st.compact}
-			ended = append(ended, transport.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeCompacted,
+			ended = append(ended, wire.NamespaceEndedBody{Namespace: r.Name, Code: transport.CodeCompacted,
 				Message: ce.Error(), CompactRevision: st.compact})
 			continue
 		}

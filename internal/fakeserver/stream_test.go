@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -136,7 +137,7 @@ func TestWithoutCapability(t *testing.T) {
 type streamEv struct {
 	change   *transport.ChangeSet
 	progress *transport.StreamProgress
-	ended    *transport.NamespaceEndedBody
+	ended    *wire.NamespaceEndedBody
 }
 
 func nextStream(t *testing.T, st *stream) streamEv {
@@ -160,7 +161,7 @@ func nextStream(t *testing.T, st *stream) streamEv {
 		}
 		out.progress = &p
 	case transport.EventEnded:
-		e := decode[transport.NamespaceEndedBody](t, []byte(ev.data))
+		e := decode[wire.NamespaceEndedBody](t, []byte(ev.data))
 		if ev.id != "" {
 			t.Fatalf("ended with id %q", ev.id)
 		}
@@ -432,14 +433,14 @@ func TestStreamEndsOnResetAndDrop(t *testing.T) {
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no stream")
 }
 
-func pollStream(t *testing.T, c *http.Client, url string) (transport.StreamEventsResponse, time.Duration) {
+func pollStream(t *testing.T, c *http.Client, url string) (wire.StreamEventsResponse, time.Duration) {
 	t.Helper()
 	t0 := time.Now()
 	resp, body := do(t, c, http.MethodGet, url, "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("poll: %d %s", resp.StatusCode, body)
 	}
-	return decode[transport.StreamEventsResponse](t, body), time.Since(t0)
+	return decode[wire.StreamEventsResponse](t, body), time.Since(t0)
 }
 
 func TestStreamEventsLongPoll(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 )
 
 func TestBuildJSON(t *testing.T) {
@@ -71,11 +73,11 @@ func TestBuildJSONRejects(t *testing.T) {
 			t.Errorf("BuildJSON(%q) error %q; want one \"cache:\"", bad, err)
 		}
 	}
-	deep := `{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`
+	deep := `{"a":` + strings.Repeat("[", jsonscan.MaxDepth-1) + strings.Repeat("]", jsonscan.MaxDepth-1) + `}`
 	if _, err := BuildJSON("ns", "s", 1, json.RawMessage(deep)); err != nil || !json.Valid([]byte(deep)) {
 		t.Errorf("nesting at encoding/json's limit: %v (json.Valid %v)", err, json.Valid([]byte(deep)))
 	}
-	deeper := `{"a":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`
+	deeper := `{"a":` + strings.Repeat("[", jsonscan.MaxDepth) + strings.Repeat("]", jsonscan.MaxDepth) + `}`
 	if _, err := BuildJSON("ns", "s", 1, json.RawMessage(deeper)); err == nil || json.Valid([]byte(deeper)) {
 		t.Errorf("nesting past encoding/json's limit: %v (json.Valid %v)", err, json.Valid([]byte(deeper)))
 	}
@@ -499,24 +501,5 @@ func TestApplyCompacts(t *testing.T) {
 	}
 	if compacted < 2 || snap.text != "" {
 		t.Errorf("compacted %d times, the last text %q; want a few, and none once no value of the built text is left", compacted, snap.text)
-	}
-}
-
-// TestUnquote: unquote reads strings as json.Unmarshal does, surrogates
-// and bytes that are not UTF-8 included, short and long.
-func TestUnquote(t *testing.T) {
-	for _, text := range []string{`"\u0061"`, `"\/"`, `"\b\f\n\r\t\"\\\/"`, `"\u00e9\u20ac\uD83D\uDE00"`, `"\ud800"`, `"\udc00"`,
-		`"\ud800\udc00"`, `"\ud800\ud800"`, `"\udbff\udfff"`, `"\ud800\u0041"`, `"\ud800x"`, `"x\ud800\\"`, `"\ud800\\u0041"`, "\"\xff\"", "\"\xed\xa0\x80\"",
-		"\"\xf0\x9f\x98\"", "\"\xc3\"", "\"a\xc3\xa9\\n\"", `"` + strings.Repeat(`\u00e9x`, 40) + `"`, "\"" + strings.Repeat("\xfe", 100) + "\""} {
-		if _, _, err := scanString(text, 0); err != nil {
-			t.Fatalf("scanString(%q): %v", text, err)
-		}
-		var want string
-		if err := json.Unmarshal([]byte(text), &want); err != nil {
-			t.Fatal(err)
-		}
-		if got := unquote(text); got != want {
-			t.Errorf("unquote(%q) = %q; json.Unmarshal reads %q", text, got, want)
-		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -292,7 +293,7 @@ func TestApplyKeepsNoDeletedText(t *testing.T) {
 		t.Fatal(err)
 	}
 	base = nil
-	wire, err := transport.EncodeValues(next.RawValues())
+	onWire, err := wire.EncodeValues(next.RawValues())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,9 +308,9 @@ func TestApplyKeepsNoDeletedText(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&dropped)
 	retained := int64(kept.HeapAlloc) - int64(dropped.HeapAlloc)
-	t.Logf("after the big value's delete: retained %d bytes, %d on the wire", retained, len(wire))
-	if retained > maxRetainedRatio*int64(len(wire)) {
+	t.Logf("after the big value's delete: retained %d bytes, %d on the wire", retained, len(onWire))
+	if retained > maxRetainedRatio*int64(len(onWire)) {
 		t.Errorf("the applied snapshot retains %d bytes, %.0fx its %d bytes on the wire; want at most %dx",
-			retained, float64(retained)/float64(len(wire)), len(wire), maxRetainedRatio)
+			retained, float64(retained)/float64(len(onWire)), len(onWire), maxRetainedRatio)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 )
 
 // Kind is the JSON type of a Value.
@@ -83,7 +85,7 @@ func (d *valueData) decode(raw []byte) error {
 		return fmt.Errorf("cache: empty value")
 	}
 	text := string(raw)
-	if err := validValue(text); err != nil {
+	if err := jsonscan.ValidValue(text); err != nil {
 		return fmt.Errorf("cache: invalid JSON value %.64q: %w", raw, err)
 	}
 	return d.set(text)
@@ -110,7 +112,7 @@ func (d *valueData) set(text string) error {
 		if strings.IndexByte(str, '\\') >= 0 || !utf8.ValidString(str) {
 			// Rare: escapes or bad UTF-8 need decoding (see p).
 			var buf [64]byte
-			content := appendUnquoted(buf[:0], text)
+			content := jsonscan.AppendUnquoted(buf[:0], text)
 			if uint64(len(content)) > math.MaxUint32 {
 				return fmt.Errorf("cache: a string of %d bytes", len(content))
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -388,7 +389,7 @@ func (s *Syncer) confirmed(age time.Duration) { s.cfg.Sink.Confirmed(s.position(
 // returns the age.
 func (s *Syncer) vouched(ageMillis int64, unconfirmed bool) time.Duration {
 	s.unconfirmed = unconfirmed
-	return transport.AgeFromMillis(ageMillis)
+	return wire.AgeFromMillis(ageMillis)
 }
 
 // resnapshot fetches the namespace whole and applies it. When the Syncer

@@ -45,7 +45,7 @@ const maxNackError = 256
 // after a restart. It holds at most max pairs; when full, the pair heard
 // from longest ago makes room (a list in the order heard, so that room is
 // made at once, whatever the table's size). It implements
-// transport.Acker, transport.BatchAcker and transport.RelayAcker, so that
+// transport.Acker, transport.BatchAcker and wire.RelayAcker, so that
 // the data plane hands it its acks.
 type Acks struct {
 	mu    sync.Mutex

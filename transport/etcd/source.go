@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -212,7 +213,7 @@ func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	obj, err := transport.EncodeValues(values)
+	obj, err := wire.EncodeValues(values)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: snapshot of %q: %w", req.Namespace, err)
 	}

@@ -1,4 +1,4 @@
-package snapshot
+package jsonscan
 
 import (
 	"fmt"
@@ -7,41 +7,32 @@ import (
 	"unicode/utf8"
 )
 
-// A JSON scanner over a string, so that a snapshot's values can be walked
-// in place: BuildJSON keeps keys and JSON texts as substrings of one copy
-// of the object instead of a map of copies. It accepts exactly what
-// encoding/json accepts (json.Valid): any byte but '"', '\\' and the
-// control characters inside strings (UTF-8 is not checked, as there), and
-// at most maxDepth nested arrays and objects.
+// MaxDepth is encoding/json's nesting limit: a text with more nested
+// arrays and objects is not JSON to it.
+const MaxDepth = 10000
 
-// maxDepth is encoding/json's nesting limit.
-const maxDepth = 10000
-
-// syntaxError is where and why a text is not JSON.
-type syntaxError struct {
-	off int
-	msg string
+// SyntaxError is where (a byte offset) and why a text is not JSON.
+type SyntaxError struct {
+	Offset int
+	msg    string
 }
 
-func (e *syntaxError) Error() string { return fmt.Sprintf("%s at offset %d", e.msg, e.off) }
+func (e *SyntaxError) Error() string { return fmt.Sprintf("%s at offset %d", e.msg, e.Offset) }
 
-func errAt(s string, i int, what string) error {
+// ErrorAt is the *SyntaxError of a text s that is not JSON at s[i]: it
+// has another byte there, or ends, where it should have what.
+func ErrorAt(s string, i int, what string) error {
 	if i >= len(s) {
-		return &syntaxError{off: i, msg: "unexpected end of JSON input, want " + what}
+		return &SyntaxError{Offset: i, msg: "unexpected end of JSON input, want " + what}
 	}
-	return &syntaxError{off: i, msg: fmt.Sprintf("invalid character %q, want %s", s[i], what)}
+	return &SyntaxError{Offset: i, msg: fmt.Sprintf("invalid character %q, want %s", s[i], what)}
 }
 
-// skipSpace returns the index of the first byte at or after i that is not
+// SkipSpace returns the index of the first byte at or after i that is not
 // JSON white space.
-func skipSpace(s string, i int) int {
-	for i < len(s) {
-		switch s[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
+func SkipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
 	}
 	return i
 }
@@ -49,7 +40,7 @@ func skipSpace(s string, i int) int {
 // scanString checks the JSON string that starts at s[i] (a '"') and returns
 // the index just past it, and whether its content is its text: no escapes,
 // and valid UTF-8.
-func scanString(s string, i int) (end int, plain bool, err error) {
+func ScanString(s string, i int) (end int, plain bool, err error) {
 	plain, ascii := true, true
 	for j := i + 1; j < len(s); j++ {
 		switch c := s[j]; {
@@ -62,27 +53,27 @@ func scanString(s string, i int) (end int, plain bool, err error) {
 			plain = false
 			j++
 			if j >= len(s) {
-				return 0, false, errAt(s, j, "an escape")
+				return 0, false, ErrorAt(s, j, "an escape")
 			}
 			switch s[j] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
 				for k := 1; k <= 4; k++ {
 					if j+k >= len(s) || !isHex(s[j+k]) {
-						return 0, false, errAt(s, j+k, "a hex digit")
+						return 0, false, ErrorAt(s, j+k, "a hex digit")
 					}
 				}
 				j += 4
 			default:
-				return 0, false, errAt(s, j, "an escape")
+				return 0, false, ErrorAt(s, j, "an escape")
 			}
 		case c < 0x20:
-			return 0, false, errAt(s, j, "a string character")
+			return 0, false, ErrorAt(s, j, "a string character")
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
 	}
-	return 0, false, errAt(s, len(s), `'"'`)
+	return 0, false, ErrorAt(s, len(s), `'"'`)
 }
 
 func isHex(c byte) bool {
@@ -104,12 +95,12 @@ func scanNumber(s string, i int) (int, error) {
 		for i++; i < len(s) && isDigit(s[i]); i++ {
 		}
 	default:
-		return 0, errAt(s, i, "a digit")
+		return 0, ErrorAt(s, i, "a digit")
 	}
 	if i < len(s) && s[i] == '.' {
 		i++
 		if i >= len(s) || !isDigit(s[i]) {
-			return 0, errAt(s, i, "a digit after '.'")
+			return 0, ErrorAt(s, i, "a digit after '.'")
 		}
 		for ; i < len(s) && isDigit(s[i]); i++ {
 		}
@@ -120,7 +111,7 @@ func scanNumber(s string, i int) (int, error) {
 			i++
 		}
 		if i >= len(s) || !isDigit(s[i]) {
-			return 0, errAt(s, i, "a digit in the exponent")
+			return 0, ErrorAt(s, i, "a digit in the exponent")
 		}
 		for ; i < len(s) && isDigit(s[i]); i++ {
 		}
@@ -138,16 +129,16 @@ func scanValue(s string, i, depth int) (int, error) {
 	for {
 		// A value starts at s[i].
 		if i >= len(s) {
-			return 0, errAt(s, i, "a value")
+			return 0, ErrorAt(s, i, "a value")
 		}
 		var err error
 		switch c := s[i]; c {
 		case '{', '[':
-			if depth+len(open) >= maxDepth {
-				return 0, &syntaxError{off: i, msg: fmt.Sprintf("more than %d nested arrays and objects", maxDepth)}
+			if depth+len(open) >= MaxDepth {
+				return 0, &SyntaxError{Offset: i, msg: fmt.Sprintf("more than %d nested arrays and objects", MaxDepth)}
 			}
 			open = append(open, c)
-			i = skipSpace(s, i+1)
+			i = SkipSpace(s, i+1)
 			if i < len(s) && (c == '{' && s[i] == '}' || c == '[' && s[i] == ']') {
 				i++
 				open = open[:len(open)-1]
@@ -160,7 +151,7 @@ func scanValue(s string, i, depth int) (int, error) {
 			}
 			continue // the first element or member's value
 		case '"':
-			i, _, err = scanString(s, i)
+			i, _, err = ScanString(s, i)
 		case 't':
 			i, err = scanLiteral(s, i, "true")
 		case 'f':
@@ -178,10 +169,10 @@ func scanValue(s string, i, depth int) (int, error) {
 			if len(open) == 0 {
 				return i, nil
 			}
-			i = skipSpace(s, i)
+			i = SkipSpace(s, i)
 			top := open[len(open)-1]
 			if i < len(s) && s[i] == ',' {
-				i = skipSpace(s, i+1)
+				i = SkipSpace(s, i+1)
 				if top == '{' {
 					if i, err = scanKey(s, i); err != nil {
 						return 0, err
@@ -195,9 +186,9 @@ func scanValue(s string, i, depth int) (int, error) {
 				continue
 			}
 			if top == '{' {
-				return 0, errAt(s, i, "',' or '}'")
+				return 0, ErrorAt(s, i, "',' or '}'")
 			}
-			return 0, errAt(s, i, "',' or ']'")
+			return 0, ErrorAt(s, i, "',' or ']'")
 		}
 	}
 }
@@ -205,108 +196,45 @@ func scanValue(s string, i, depth int) (int, error) {
 // SkipValue returns the index just past the JSON value that starts at
 // s[i] (white space before it is not skipped), or an error where s stops
 // being one that encoding/json accepts. depth is how many arrays and
-// objects enclose it, for encoding/json's nesting limit. It allocates
-// nothing below 64 levels of nesting: the server's ack decoder skips
-// unknown fields with it.
+// objects enclose it, for encoding/json's nesting limit (MaxDepth). It
+// allocates nothing below 64 levels of nesting: the server's ack decoder
+// skips unknown fields with it, the HTTP source delimits and checks the
+// values of a change with it.
 func SkipValue(s string, i, depth int) (int, error) { return scanValue(s, i, depth) }
 
 // scanKey checks a member's key and colon, and returns the index of its
 // value.
 func scanKey(s string, i int) (int, error) {
 	if i >= len(s) || s[i] != '"' {
-		return 0, errAt(s, i, "a string key")
+		return 0, ErrorAt(s, i, "a string key")
 	}
-	i, _, err := scanString(s, i)
+	i, _, err := ScanString(s, i)
 	if err != nil {
 		return 0, err
 	}
-	i = skipSpace(s, i)
+	i = SkipSpace(s, i)
 	if i >= len(s) || s[i] != ':' {
-		return 0, errAt(s, i, "':'")
+		return 0, ErrorAt(s, i, "':'")
 	}
-	return skipSpace(s, i+1), nil
+	return SkipSpace(s, i+1), nil
 }
 
 func scanLiteral(s string, i int, lit string) (int, error) {
 	if !strings.HasPrefix(s[i:], lit) {
-		return 0, errAt(s, i, lit)
+		return 0, ErrorAt(s, i, lit)
 	}
 	return i + len(lit), nil
 }
 
 // validValue reports why s, trimmed of white space, is not exactly one
 // JSON value, or nil.
-func validValue(s string) error {
+func ValidValue(s string) error {
 	end, err := scanValue(s, 0, 0)
 	if err != nil {
 		return err
 	}
 	if end != len(s) {
-		return errAt(s, end, "the end after the value")
-	}
-	return nil
-}
-
-// eachMember walks obj, one JSON object (white space around it allowed),
-// and calls fn with each member's key, decoded, and the JSON text of its
-// value; both are substrings of obj where the key has no escapes. It
-// checks the whole text as it goes: fn sees only members of a valid
-// prefix, and eachMember's error says where the text stops being JSON.
-// fn may be nil, to count and check only. It returns the number of
-// members.
-func eachMember(obj string, fn func(key, raw string) error) (int, error) {
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return 0, fmt.Errorf("not a JSON object: %w", errAt(obj, i, "'{'"))
-	}
-	n := 0
-	i = skipSpace(obj, i+1)
-	if i < len(obj) && obj[i] == '}' {
-		return 0, trailing(obj, i+1)
-	}
-	for {
-		if i >= len(obj) || obj[i] != '"' {
-			return n, errAt(obj, i, "a string key")
-		}
-		kend, plain, err := scanString(obj, i)
-		if err != nil {
-			return n, err
-		}
-		key := obj[i+1 : kend-1]
-		if !plain && fn != nil {
-			key = unquote(obj[i:kend])
-		}
-		i = skipSpace(obj, kend)
-		if i >= len(obj) || obj[i] != ':' {
-			return n, errAt(obj, i, "':'")
-		}
-		i = skipSpace(obj, i+1)
-		vstart := i
-		if i, err = scanValue(obj, i, 1); err != nil {
-			return n, err
-		}
-		if fn != nil {
-			if err := fn(key, obj[vstart:i]); err != nil {
-				return n, err
-			}
-		}
-		n++
-		i = skipSpace(obj, i)
-		if i < len(obj) && obj[i] == ',' {
-			i = skipSpace(obj, i+1)
-			continue
-		}
-		if i < len(obj) && obj[i] == '}' {
-			return n, trailing(obj, i+1)
-		}
-		return n, errAt(obj, i, "',' or '}'")
-	}
-}
-
-// trailing fails when anything but white space follows the end of a value.
-func trailing(s string, i int) error {
-	if i = skipSpace(s, i); i < len(s) {
-		return errAt(s, i, "the end after the object")
+		return ErrorAt(s, end, "the end after the value")
 	}
 	return nil
 }
@@ -317,13 +245,13 @@ func trailing(s string, i int) error {
 // rather than a call of json.Unmarshal because it allocates only the
 // string it returns: Unmarshal's state cost 200 bytes a call, more than
 // the strings themselves when they are short keys.
-func unquote(text string) string {
+func Unquote(text string) string {
 	var buf [64]byte
-	return string(appendUnquoted(buf[:0], text))
+	return string(AppendUnquoted(buf[:0], text))
 }
 
 // appendUnquoted appends unquote's reading of text to b.
-func appendUnquoted(b []byte, text string) []byte {
+func AppendUnquoted(b []byte, text string) []byte {
 	s := text[1 : len(text)-1]
 	for i := 0; i < len(s); {
 		switch c := s[i]; {
