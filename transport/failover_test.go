@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // Tests of the failover source: endpoints are fronts, each its own
@@ -431,18 +433,18 @@ func TestFailoverStreamReturnsToPreferred(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		want = append(want, put(i))
 	}
-	waitFor(t, "the changes on the second endpoint", func() bool { return len(c.got()) == len(want) })
+	testutil.Eventually(t, 10*time.Second, func() bool { return len(c.got()) == len(want) }, "the changes on the second endpoint")
 
 	a.up()
 	upAt := time.Now()
-	waitFor(t, "the return to the first endpoint", func() bool { return f.Endpoint() == a.url })
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.Endpoint() == a.url }, "the return to the first endpoint")
 	if took := time.Since(upAt); took < window {
 		t.Errorf("returned %v after the first endpoint came back, before the %v window", took, window)
 	}
 	for i := 4; i <= 6; i++ {
 		want = append(want, put(i))
 	}
-	waitFor(t, "the changes on the first endpoint", func() bool { return len(c.got()) == len(want) })
+	testutil.Eventually(t, 10*time.Second, func() bool { return len(c.got()) == len(want) }, "the changes on the first endpoint")
 	if got := c.got(); !slices.Equal(got, want) {
 		t.Errorf("delivered %v, want %v", got, want)
 	}
@@ -455,7 +457,7 @@ func TestFailoverStreamReturnsToPreferred(t *testing.T) {
 	if n := a.snapshots.Load() + b.snapshots.Load(); n != 1 {
 		t.Errorf("%d snapshots served, want 1", n)
 	}
-	waitFor(t, "the second endpoint let go", func() bool { return b.open.Load() == 0 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return b.open.Load() == 0 }, "the second endpoint let go")
 	if n := a.open.Load(); n != 1 {
 		t.Errorf("%d connections to the first endpoint, want 1 (h2c)", n)
 	}
@@ -502,7 +504,7 @@ func TestFailoverBlipDoesNotMoveBack(t *testing.T) {
 		t.Fatal("the first endpoint was never probed")
 	}
 	a.fault.Store(0)
-	waitFor(t, "the return to the first endpoint", func() bool { return f.Endpoint() == a.url })
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.Endpoint() == a.url }, "the return to the first endpoint")
 }
 
 // TestFailoverProbeRefusesBehind: a first endpoint behind the cursor the
@@ -521,13 +523,13 @@ func TestFailoverProbeRefusesBehind(t *testing.T) {
 	}
 	f.note(testNS, 1000, "standin-1") // the client is ahead of the store's head
 	a.fault.Store(0)
-	waitFor(t, "probes", func() bool { return a.probes.Load() >= 10 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return a.probes.Load() >= 10 }, "probes")
 	if f.Endpoint() != b.url {
 		t.Fatalf("returned to an endpoint behind the client's cursor")
 	}
 	f.note(testNS, 1, "another-store")
 	before := a.probes.Load()
-	waitFor(t, "probes", func() bool { return a.probes.Load() >= before+10 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return a.probes.Load() >= before+10 }, "probes")
 	if f.Endpoint() != b.url {
 		t.Fatalf("returned to an endpoint of another store")
 	}
@@ -574,7 +576,7 @@ func TestFailoverProbesANamespaceOfTheStream(t *testing.T) {
 		}
 	}
 	a.up()
-	waitFor(t, "the return to the first endpoint", func() bool { return f.Endpoint() == a.url })
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.Endpoint() == a.url }, "the return to the first endpoint")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("stream ended with %v, want context.Canceled", err)

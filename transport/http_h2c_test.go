@@ -12,19 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+)
 
 // connScenario opens a stream of 20 namespaces after a first snapshot,
 // then makes 20 snapshots at once and a batch of acks while the stream
@@ -114,7 +104,7 @@ func TestOneConnectionOverH2C(t *testing.T) {
 	if !s.h2c.on.Load() || srv.h2Reqs.Load() < 22 {
 		t.Errorf("h2c on %v, %d requests over HTTP/2; want on, >= 22", s.h2c.on.Load(), srv.h2Reqs.Load())
 	}
-	waitFor(t, "one open connection", func() bool { return srv.open.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return srv.open.Load() == 1 }, "one open connection")
 }
 
 // Over HTTP/1.1: the stream's connection and at most one other, whether
@@ -130,7 +120,7 @@ func TestHTTP1ConnectionsBesideTheStream(t *testing.T) {
 		t.Errorf("%d connections in all; want at most 2", n)
 	}
 	_, _, _, srv = connScenario(t, "stream,ack-batch", true)
-	waitFor(t, "at most 2 open connections", func() bool { return srv.open.Load() <= 2 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return srv.open.Load() <= 2 }, "at most 2 open connections")
 }
 
 // switchedToH2C returns a stand-in and a source of it whose first request
@@ -165,7 +155,7 @@ func TestH2CSwitchWarmsOneConnection(t *testing.T) {
 	if n := srv.accepted.Load() - before; n != 1 {
 		t.Errorf("20 snapshots at once after the switch: %d connections; want 1", n)
 	}
-	waitFor(t, "the HTTP/1.1 connection closed", func() bool { return srv.open.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return srv.open.Load() == 1 }, "the HTTP/1.1 connection closed")
 }
 
 // A server (or a proxy in front of it) that lists h2c but speaks only

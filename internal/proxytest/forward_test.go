@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // connectProxy is a forward proxy: CONNECT tunnels, and plain requests in
@@ -168,7 +169,7 @@ func forwardProxyChild(t *testing.T, endpoint string) {
 		}
 		return strings.Contains(string(body), id)
 	}
-	if !waitUntil(20*time.Second, recorded) {
+	if !testutil.Wait(20*time.Second, recorded) {
 		t.Fatal("the server lists no ack of this client after 20 s")
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // answerClock records when the server behind a proxy first answered after
@@ -120,19 +121,6 @@ func openNS(t testing.TB, c *config.Client, name string) *config.Namespace {
 	return ns
 }
 
-// waitUntil polls cond until it holds or d passes; it reports whether it
-// held.
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return true
-}
-
 // A client with the defaults, behind an HTTP/1.1-only reverse proxy, whose
 // server restarts with a new store after an outage long enough for the
 // client's backoff to grow: it converges within 3 s of the restarted
@@ -153,7 +141,7 @@ func TestHTTP1ProxyServerRestartNewStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The outage: four reconnects refused, the backoff past 2 s.
-	if !waitUntil(30*time.Second, func() bool { return clock.failures() >= 4 }) {
+	if !testutil.Wait(30*time.Second, func() bool { return clock.failures() >= 4 }) {
 		t.Fatalf("the client did not retry 4 times in 30 s; %d", clock.failures())
 	}
 	store := srv.ResetStore()
@@ -166,7 +154,7 @@ func TestHTTP1ProxyServerRestartNewStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	converged := func() bool { st := ns.Status(); return st.StoreID == store && st.Revision >= rev }
-	if !waitUntil(30*time.Second, converged) {
+	if !testutil.Wait(30*time.Second, converged) {
 		t.Fatalf("not converged after 30 s: %+v", ns.Status())
 	}
 	took := time.Since(clock.firstAnswer())

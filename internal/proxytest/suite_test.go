@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -196,7 +197,7 @@ func (e *env) waitAck(rev int64) {
 		}
 		return false
 	}
-	if !waitUntil(20*time.Second, acked) {
+	if !testutil.Wait(20*time.Second, acked) {
 		e.t.Fatalf("the server has no ack of revision %d from %s in 20 s: %+v", rev, e.id, e.srv.Clients())
 	}
 }
@@ -237,7 +238,7 @@ func (e *env) restartServer(newStore bool) time.Duration {
 		st := e.ns.Status()
 		return st.StoreID == store && st.Revision >= rev
 	}
-	if !waitUntil(60*time.Second, converged) {
+	if !testutil.Wait(60*time.Second, converged) {
 		e.t.Fatalf("not converged 60 s after the restart: %+v", e.ns.Status())
 	}
 	if first.IsZero() { // converged in the poll that saw the first request
@@ -327,7 +328,7 @@ func TestBufferingProxyMovesToLongPoll(t *testing.T) {
 			t.Parallel()
 			e := tp.start(t, nginxBuffering, fakeserver.WithHeartbeat(5*time.Second))
 			start := time.Now()
-			if !waitUntil(60*time.Second, func() bool { return e.ns.Status().WatchMode == "long-poll" }) {
+			if !testutil.Wait(60*time.Second, func() bool { return e.ns.Status().WatchMode == "long-poll" }) {
 				t.Fatalf("still %q 60 s after open: %+v", e.ns.Status().WatchMode, e.ns.Status())
 			}
 			t.Logf("%s: long-poll after %v", tp, time.Since(start).Round(time.Millisecond))
@@ -368,7 +369,7 @@ func TestProxyReadTimeoutShorterThanHeartbeat(t *testing.T) {
 				mu.Unlock()
 			})
 			before := e.srv.Stats()
-			if !waitUntil(30*time.Second, func() bool { return e.srv.Stats().Streams >= before.Streams+4 }) {
+			if !testutil.Wait(30*time.Second, func() bool { return e.srv.Stats().Streams >= before.Streams+4 }) {
 				t.Fatalf("the stream was not cut and resumed 4 times in 30 s: %+v", e.srv.Stats())
 			}
 			rev, err := e.srv.Publish("app", map[string]any{"v": "after cuts"})
@@ -383,7 +384,7 @@ func TestProxyReadTimeoutShorterThanHeartbeat(t *testing.T) {
 			if after.Snapshots != before.Snapshots {
 				t.Errorf("%d snapshots while the proxy cut the stream; want 0", after.Snapshots-before.Snapshots)
 			}
-			waitUntil(10*time.Second, func() bool { return e.ns.Status().State == config.StateFresh })
+			testutil.Wait(10*time.Second, func() bool { return e.ns.Status().State == config.StateFresh })
 			st := e.ns.Status()
 			mu.Lock()
 			defer mu.Unlock()
