@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 )
 
@@ -94,11 +95,7 @@ func TestServer(t *testing.T) {
 // says on stderr that nothing is kept.
 func TestServerTextLog(t *testing.T) {
 	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0")
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(s.stderr.String(), "msg=serving"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no serving line within 30s:\n%s", s.stderr.String())
-		}
-	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return strings.Contains(s.stderr.String(), "msg=serving") }, "a serving line")
 	// server logs "serving" before it waits for its context: stopping it
 	// at once still finds the line.
 	if code := s.stop(t); code != exitOK {
