@@ -301,6 +301,11 @@ func (r *Relay) follow(ns string, pinned bool) error {
 	}
 	if f := r.nss[ns]; f != nil {
 		if f.leaving {
+			// Dropped because the upstream has none: that is the answer,
+			// not a retry (the drop may still be under way).
+			if err := r.absentLocked(ns); err != nil && !pinned {
+				return err
+			}
 			return &dataplane.RefusedError{Namespace: ns, Status: http.StatusServiceUnavailable, Code: transport.CodeUnavailable,
 				Message: "the relay is letting it go; retry"}
 		}
