@@ -48,6 +48,7 @@ func defragmentMember(ctx context.Context, cli *clientv3.Client, log *slog.Logge
 		return err
 	}
 	free := st.DbSize - st.DbSizeInUse
+	log.Debug("server: a store member's file", "member", ep, "size", st.DbSize, "in_use", st.DbSizeInUse)
 	if free < minFree || free < st.DbSize/2 {
 		return nil
 	}
