@@ -242,18 +242,29 @@ func namespaceParam(r *http.Request) (string, error) {
 	return ns, nil
 }
 
-func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
-	s.stats.snapshots.Add(1)
+// readable passes a request for one namespace through the gate, its
+// name and the caller's data scope; it returns the namespace, or false
+// once the refusal is written.
+func (s *Server) readable(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if !s.gate(w, r, true) {
-		return
+		return "", false
 	}
 	ns, err := namespaceParam(r)
 	if err != nil {
 		s.planeError(w, r, "", err)
-		return
+		return "", false
 	}
 	if err := s.mayRead(r, ns); err != nil {
 		s.planeError(w, r, "", err) // no headers of ns: a refusal tells nothing of it
+		return "", false
+	}
+	return ns, true
+}
+
+func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+	s.stats.snapshots.Add(1)
+	ns, ok := s.readable(w, r)
+	if !ok {
 		return
 	}
 	if !s.demanded(w, r, ns, -1) {
@@ -400,16 +411,8 @@ func acceptsGzip(header string) bool {
 
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	s.stats.events.Add(1)
-	if !s.gate(w, r, true) {
-		return
-	}
-	ns, err := namespaceParam(r)
-	if err != nil {
-		s.planeError(w, r, "", err)
-		return
-	}
-	if err := s.mayRead(r, ns); err != nil {
-		s.planeError(w, r, "", err) // no headers of ns: a refusal tells nothing of it
+	ns, ok := s.readable(w, r)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
@@ -540,16 +543,8 @@ func appendChanges(b []byte, changes []*Change, aware bool) []byte {
 
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	s.stats.watches.Add(1)
-	if !s.gate(w, r, true) {
-		return
-	}
-	ns, err := namespaceParam(r)
-	if err != nil {
-		s.planeError(w, r, "", err)
-		return
-	}
-	if err := s.mayRead(r, ns); err != nil {
-		s.planeError(w, r, "", err) // no headers of ns: a refusal tells nothing of it
+	ns, ok := s.readable(w, r)
+	if !ok {
 		return
 	}
 	// Last-Event-ID wins: on a reconnect the URL still has the first cursor.
