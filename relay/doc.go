@@ -1,5 +1,5 @@
 // Package relay is holdfast's edge tier: a relay follows an upstream (a
-// holdfast server, another relay, or etcd through its source) over one
+// holdfast server or another relay, never etcd itself) over one
 // multi-namespace stream and serves the same data plane to its own
 // clients, with the upstream's store id and revisions unchanged, so that a
 // client can move between relays, or between a relay and the origin, and
