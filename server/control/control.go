@@ -112,6 +112,7 @@ func (h *Handler) Close() {
 	h.trim.close()
 	h.reports.close()
 	h.active.close()
+	h.rollouts.Close()
 }
 
 // Publishes counts the publishes and rollbacks this handler committed.

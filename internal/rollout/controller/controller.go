@@ -65,6 +65,27 @@ type Gate interface {
 	Check(ctx context.Context) (breach bool, detail string, err error)
 }
 
+// A Gate may also have these methods (internal/gate's Bound has them):
+//
+//   - Start(ctx) error: the first check, at the rollout's start; an
+//     error (no answer, several series) refuses the start, nothing
+//     written (ErrGate).
+//   - FailingSince() time.Time and Resume(time.Time): since when its query
+//     has failed; the controller keeps it in the rollout's state
+//     (State.GateFailing) and resumes a gate it builds after a failover
+//     from it, so the grace goes on rather than restarting.
+//   - Close() error: called when the controller drops the gate.
+type (
+	gateStarter interface {
+		Start(ctx context.Context) error
+	}
+	gateResumer interface {
+		FailingSince() time.Time
+		Resume(failingSince time.Time)
+	}
+	gateCloser interface{ Close() error }
+)
+
 // Config configures a Controller.
 type Config struct {
 	Store Store
@@ -156,6 +177,7 @@ func (c *Controller) buildGates(spec Spec) ([]Gate, error) {
 	for _, raw := range spec.Gates {
 		g, err := c.cfg.Gates(raw)
 		if err != nil {
+			closeGates(out)
 			return nil, fmt.Errorf("%w: gate %s: %v", ErrInvalid, raw, err)
 		}
 		out = append(out, g)
@@ -174,16 +196,15 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 	if len(reason) > MaxReasonBytes {
 		return Record{}, fmt.Errorf("%w: reason longer than %d bytes", ErrInvalid, MaxReasonBytes)
 	}
-	gates, err := c.buildGates(spec)
-	if err != nil {
-		return Record{}, err
-	}
 	cur, err := c.cfg.Store.Current(ctx, ns)
 	if err != nil {
 		return Record{}, err
 	}
 	if cur != nil && cur.State == Running {
 		return Record{}, fmt.Errorf("%w: namespace %q: rollout %q", ErrRunning, ns, cur.ID)
+	}
+	if err := c.startGates(ctx, spec); err != nil {
+		return Record{}, err
 	}
 	reports, err := c.cfg.Reports(ctx, ns)
 	if err != nil {
@@ -211,9 +232,40 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 	}
 	st.Version = rev
 	st.FillRevision(rev)
-	_ = gates // built to check them: the leader builds its own
 	c.Wake()
 	return st.record(c.counts(st, reports, now)), nil
+}
+
+// startGates builds spec's gates and gives each its first check (Start,
+// if it has one), then drops them: the leader builds its own. A gate that
+// does not build or fails its first check refuses the start.
+func (c *Controller) startGates(ctx context.Context, spec Spec) error {
+	gates, err := c.buildGates(spec)
+	defer closeGates(gates)
+	if err != nil {
+		return err
+	}
+	for i, g := range gates {
+		s, ok := g.(gateStarter)
+		if !ok {
+			continue
+		}
+		if err := s.Start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w: gate %d (%s): %w", ErrGate, i, spec.Gates[i], err)
+		}
+	}
+	return nil
+}
+
+func closeGates(gates []Gate) {
+	for _, g := range gates {
+		if cl, ok := g.(gateCloser); ok {
+			_ = cl.Close()
+		}
+	}
 }
 
 // knownHashes are the hashes, in rollout id's order, of the clients a
@@ -439,9 +491,20 @@ func (c *Controller) forget(running []*State) {
 	for id := range c.since {
 		if !slices.ContainsFunc(running, func(s *State) bool { return s.ID == id }) {
 			delete(c.since, id)
+		}
+	}
+	for id, gates := range c.gates {
+		if !slices.ContainsFunc(running, func(s *State) bool { return s.ID == id }) {
+			closeGates(gates)
 			delete(c.gates, id)
 		}
 	}
+}
+
+// Close drops the gates the controller built (their connections). Call it
+// once Run and Step are done.
+func (c *Controller) Close() {
+	c.forget(nil)
 }
 
 // step decides on st and commits the transition, if any; it returns the
@@ -483,7 +546,19 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 			Reason: fmt.Sprintf("stage %v%%: %d of %d client(s) reported (%d gone); baking %v", stage, counts.Reported, counts.InStage, counts.Gone, st.Spec.Bake)})
 		return c.commit(ctx, st, next, nil, leading)
 	}
-	if breach, why := c.checkGates(ctx, st); breach {
+	breach, why, failing := c.checkGates(ctx, st)
+	if !slices.Equal(failing, st.GateFailing) {
+		// Whatever the step commits keeps the gates' failures; a step that
+		// commits nothing else commits them alone (only when one changes).
+		prev := st
+		st = st.clone()
+		st.GateFailing = failing
+		if !breach && (now.Before(st.BakeEnd) || st.Held) {
+			return c.commit(ctx, prev, st, nil, leading)
+		}
+		st.Version = prev.Version
+	}
+	if breach {
 		if st.Spec.OnBreach == Hold {
 			if st.Held {
 				return nil, nil
@@ -497,6 +572,10 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 	}
 	baked := fmt.Sprintf("stage %v%% baked %v: %d of %d client(s) reported, %d gone, %d nack(s)", stage, st.Spec.Bake,
 		counts.Reported, counts.InStage, counts.Gone, t.nackers)
+	// The bake's end is a decision of its own, committed with what follows
+	// it (the next stage or the promotion) in one write.
+	st = st.clone()
+	st.decide(Decision{At: now, What: "bake-end", Stage: stage, Actor: c.cfg.Actor, Reason: baked})
 	if st.Stage+1 >= len(st.Spec.Stages) {
 		return c.promote(ctx, st, counts, now, c.cfg.Actor, baked+"; promoted", leading)
 	}
@@ -515,7 +594,7 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 	}
 	next.StageAt, next.BakeEnd, next.Held, next.Reason = now, time.Time{}, false, ""
 	next.Revisions = append(next.Revisions, 0)
-	why := baked + fmt.Sprintf("; stage %v%%", pct)
+	why = baked + fmt.Sprintf("; stage %v%%", pct)
 	next.decide(Decision{At: now, What: "stage", Stage: pct, Actor: c.cfg.Actor, Reason: why})
 	ch, err := stagedChange(next, KindStage, c.cfg.Actor, "rollout "+st.ID+": "+why)
 	if err != nil {
@@ -524,30 +603,50 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 	return c.commit(ctx, st, next, ch, leading)
 }
 
-// checkGates evaluates st's gates while it bakes.
-func (c *Controller) checkGates(ctx context.Context, st *State) (bool, string) {
+// checkGates evaluates st's gates while it bakes: whether one is
+// breached and why, and since when each has been failing (nil: none is),
+// as State.GateFailing keeps it. The gates are built once per rollout, and
+// resume the failures st keeps (a failover).
+func (c *Controller) checkGates(ctx context.Context, st *State) (breach bool, why string, failing []time.Time) {
+	if len(st.Spec.Gates) == 0 {
+		return false, "", nil
+	}
 	c.mu.Lock()
 	gates, ok := c.gates[st.ID]
 	c.mu.Unlock()
 	if !ok {
 		var err error
 		if gates, err = c.buildGates(st.Spec); err != nil {
-			return true, fmt.Sprintf("the gates do not build: %v", err)
+			return true, fmt.Sprintf("the gates do not build: %v", err), st.GateFailing
+		}
+		for i, g := range gates {
+			if r, ok := g.(gateResumer); ok && i < len(st.GateFailing) && !st.GateFailing[i].IsZero() {
+				r.Resume(st.GateFailing[i])
+			}
 		}
 		c.mu.Lock()
 		c.gates[st.ID] = gates
 		c.mu.Unlock()
 	}
+	failing = make([]time.Time, len(gates))
+	anyFailing := false
 	for i, g := range gates {
-		breach, detail, err := g.Check(ctx)
+		b, detail, err := g.Check(ctx)
 		if err != nil {
 			c.cfg.Logger.Warn("rollout: a gate failed to evaluate", "rollout", st.ID, "gate", i, "err", err)
 		}
-		if breach {
-			return true, fmt.Sprintf("gate %d breached at stage %v%%: %s", i, st.Spec.Stages[st.Stage], detail)
+		if r, ok := g.(gateResumer); ok {
+			failing[i] = r.FailingSince().UTC()
+			anyFailing = anyFailing || !failing[i].IsZero()
+		}
+		if b && !breach {
+			breach, why = true, fmt.Sprintf("gate %d breached at stage %v%%: %s", i, st.Spec.Stages[st.Stage], detail)
 		}
 	}
-	return false, ""
+	if !anyFailing {
+		failing = nil
+	}
+	return breach, why, failing
 }
 
 func (c *Controller) hold(ctx context.Context, st *State, now time.Time, why string, leading any) (*State, error) {

@@ -344,3 +344,48 @@ func TestSettleDelaysTheBake(t *testing.T) {
 		t.Fatalf("not on after Settle: stage %d", cur.Stage)
 	}
 }
+
+// TestBakeEndIsADecision: a bake's end is a decision of its own, before
+// the stage or the promotion it leads to, with the counts in its reason;
+// the audit's stage record quotes it.
+func TestBakeEndIsADecision(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	clients := ids(10)
+	f.apply(m, "app", clients, nil)
+	c := newTest(f, m, 0)
+	rec, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{50, 100}, Bake: time.Second}, "alice", "ticket 7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		f.apply(m, "app", clients, nil)
+		step(t, c, nil)
+		f.advance(time.Second)
+	}
+	got, _ := c.Get(context.Background(), "app", rec.ID)
+	var whats []string
+	for _, d := range got.Decisions {
+		whats = append(whats, d.What)
+		if d.Actor == "" || d.Reason == "" {
+			t.Errorf("decision without an actor or a reason: %+v", d)
+		}
+	}
+	if want := "start bake bake-end stage bake bake-end promote"; strings.Join(whats, " ") != want {
+		t.Fatalf("decisions %q, want %q", whats, want)
+	}
+	if !strings.Contains(got.Decisions[2].Reason, "baked 1s") || got.Decisions[2].Revision != 0 {
+		t.Fatalf("bake-end %+v", got.Decisions[2])
+	}
+	if !strings.Contains(got.Decisions[0].Reason, "ticket 7") || got.Decisions[0].Actor != "alice" {
+		t.Fatalf("start %+v", got.Decisions[0])
+	}
+	var reasons []string
+	for _, cm := range m.Log() {
+		if cm.Change != nil {
+			reasons = append(reasons, cm.Change.Kind+": "+cm.Change.Reason)
+		}
+	}
+	if len(reasons) != 3 || !strings.Contains(reasons[1], "baked 1s") || !strings.Contains(reasons[2], "promoted") {
+		t.Fatalf("audit reasons %q", reasons)
+	}
+}

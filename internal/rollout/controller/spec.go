@@ -59,6 +59,10 @@ var (
 	ErrEnded = errors.New("rollout: the rollout has ended")
 	// ErrUnknown: no such rollout (HTTP 404).
 	ErrUnknown = errors.New("rollout: unknown rollout")
+	// ErrGate: a gate's first check at the start failed (no answer,
+	// several series, a query Prometheus refuses); nothing was written
+	// (HTTP 400). It wraps ErrInvalid.
+	ErrGate = fmt.Errorf("%w: a gate's first check failed", ErrInvalid)
 	// ErrConflict: the state changed since it was read (another server
 	// moved it, or this one leads no more): nothing was written.
 	ErrConflict = errors.New("rollout: the rollout's state changed")

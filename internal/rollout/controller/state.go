@@ -22,6 +22,11 @@ type State struct {
 	StageAt time.Time `json:"stage_at"`
 	BakeEnd time.Time `json:"bake_end,omitzero"`
 	Held    bool      `json:"held,omitempty"`
+	// GateFailing is, per gate of the spec, since when its query has
+	// failed without a break (zero: it has not): kept here so that a gate's
+	// grace survives a failover (Config.Gates builds a new gate, which
+	// resumes from it).
+	GateFailing []time.Time `json:"gate_failing,omitempty"`
 	// Revisions are the revisions it committed: one per stage, then the
 	// promotion or the revert. A 0 in a commit's state stands for the
 	// commit's own revision: the store fills it in.
@@ -44,7 +49,8 @@ type State struct {
 // keep it.
 type Decision struct {
 	At time.Time `json:"at"`
-	// What: start, stage, bake, bake-end, hold, promote, revert, abort.
+	// What: start, bake, bake-end, stage, hold, gate, promote, revert,
+	// abort.
 	What     string  `json:"what"`
 	Stage    float64 `json:"stage"`
 	Revision int64   `json:"revision,omitempty"` // the revision it committed, if any
@@ -88,7 +94,9 @@ type Record struct {
 	StageAt       time.Time  `json:"stage_started_at"`
 	BakeEnd       *time.Time `json:"bake_ends_at,omitempty"`
 	Actor         string     `json:"actor,omitempty"`
-	Decisions     []Decision `json:"decisions"`
+	// GateFailing: see State.GateFailing.
+	GateFailing []time.Time `json:"gate_failing,omitempty"`
+	Decisions   []Decision  `json:"decisions"`
 	StartedAt     time.Time  `json:"started_at"`
 	EndedAt       *time.Time `json:"ended_at,omitempty"`
 }
@@ -123,6 +131,7 @@ func (s *State) clone() *State {
 	c := *s
 	c.Revisions = slices.Clone(s.Revisions)
 	c.Decisions = slices.Clone(s.Decisions)
+	c.GateFailing = slices.Clone(s.GateFailing)
 	c.Spec.Stages = slices.Clone(s.Spec.Stages)
 	if s.Final != nil {
 		f := *s.Final
@@ -161,7 +170,7 @@ func (s *State) record(c Counts) Record {
 	r := Record{ID: s.ID, Namespace: s.Namespace, State: s.State, Stage: s.Spec.Stages[s.Stage], Stages: slices.Clone(s.Spec.Stages),
 		Counts: c, Reason: s.Reason, Revisions: slices.Clone(s.Revisions), StageRevision: s.stageRev(), MaxNacks: s.Spec.MaxNacks,
 		Prevalidate: s.Spec.Prevalidate, OnBreach: s.Spec.OnBreach, Held: s.Held, StageAt: s.StageAt, Actor: s.Actor,
-		Decisions: slices.Clone(s.Decisions), StartedAt: s.Started}
+		Decisions: slices.Clone(s.Decisions), StartedAt: s.Started, GateFailing: slices.Clone(s.GateFailing)}
 	if r.Revisions == nil {
 		r.Revisions = []int64{}
 	}
