@@ -97,8 +97,8 @@ type Record struct {
 	// GateFailing: see State.GateFailing.
 	GateFailing []time.Time `json:"gate_failing,omitempty"`
 	Decisions   []Decision  `json:"decisions"`
-	StartedAt     time.Time  `json:"started_at"`
-	EndedAt       *time.Time `json:"ended_at,omitempty"`
+	StartedAt   time.Time   `json:"started_at"`
+	EndedAt     *time.Time  `json:"ended_at,omitempty"`
 }
 
 // stageRev is the current stage's revision (0: none yet).
