@@ -1,6 +1,7 @@
 package fakeserver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -305,17 +307,27 @@ func (s *Server) handleStartRollout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	spec, err := parseRollout(data)
+	spec, actor, reason, err := parseRollout(data)
 	if err != nil {
 		s.replyError(w, err)
 		return
 	}
-	rec, err := s.StartRollout(ns, spec)
+	rec, err := s.startRollout(r.Context(), ns, spec, rolloutActor(r, actor), reason)
 	if err != nil {
 		s.replyError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, startReply{ID: rec.ID, Revision: rec.Revisions[0]})
+}
+
+// rolloutActor is who acts on a rollout: the authenticated identity, and
+// whom it acts for ("bot for alice"), as holdfast server records it.
+func rolloutActor(r *http.Request, named string) string {
+	actor, onBehalfOf := actors(r, named)
+	if onBehalfOf == "" {
+		return actor
+	}
+	return actor + " for " + onBehalfOf
 }
 
 func (s *Server) handleRollouts(w http.ResponseWriter, r *http.Request) {
@@ -324,13 +336,13 @@ func (s *Server) handleRollouts(w http.ResponseWriter, r *http.Request) {
 		s.replyError(w, err)
 		return
 	}
-	recs, err := s.Rollouts(ns)
+	recs, err := s.rolloutRecords(r.Context(), ns)
 	if err != nil {
 		s.replyError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Rollouts []RolloutRecord `json:"rollouts"`
+		Rollouts []controller.Record `json:"rollouts"`
 	}{recs})
 }
 
@@ -340,7 +352,7 @@ func (s *Server) handleRollout(w http.ResponseWriter, r *http.Request) {
 		s.replyError(w, err)
 		return
 	}
-	rec, err := s.Rollout(ns, r.PathValue("id"))
+	rec, err := s.rolloutRecord(r.Context(), ns, r.PathValue("id"))
 	if err != nil {
 		s.replyError(w, err)
 		return
@@ -349,18 +361,20 @@ func (s *Server) handleRollout(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleRolloutAction is POST .../rollouts/{id}/abort and .../promote; a
-// body, if any, is ignored.
+// body, if any, names the actor and the reason.
 func (s *Server) handleRolloutAction(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
+	ns, data, ok := s.namespaceBody(w, r, maxControlBytes)
+	if !ok {
 		return
 	}
-	act := s.AbortRollout
-	if strings.HasSuffix(r.URL.Path, "/promote") {
-		act = s.PromoteRollout
+	var body controller.ActionRequest
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := decodeJSON(data, &body, true); err != nil {
+			s.replyError(w, err)
+			return
+		}
 	}
-	rec, err := act(ns, r.PathValue("id"))
+	rec, err := s.endRollout(r.Context(), ns, r.PathValue("id"), strings.HasSuffix(r.URL.Path, "/promote"), rolloutActor(r, body.Actor), body.Reason)
 	if err != nil {
 		s.replyError(w, err)
 		return

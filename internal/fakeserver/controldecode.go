@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 )
 
 // maxControlBytes limits a control request's body (a publish's and a
@@ -63,46 +64,32 @@ func parsePublish(ns string, data []byte) (map[string]json.RawMessage, []string,
 	return puts, dels, opts, err
 }
 
-// rolloutBody is the body of POST /control/namespaces/{ns}/rollouts.
-type rolloutBody struct {
-	Puts          map[string]json.RawMessage `json:"puts"`
-	Deletes       []string                   `json:"deletes"`
-	Stages        []float64                  `json:"stages"`
-	Bake          string                     `json:"bake"`
-	MaxNacks      int                        `json:"max_nacks"`
-	Prevalidate   bool                       `json:"prevalidate"`
-	ReportTimeout string                     `json:"report_timeout"`
-	StageTimeout  string                     `json:"stage_timeout"`
-	OnTimeout     string                     `json:"on_timeout"`
-}
-
-// parseRollout decodes a rollout body into a spec (StartRollout checks
-// the rest).
-func parseRollout(data []byte) (RolloutSpec, error) {
-	var body rolloutBody
+// parseRollout decodes a rollout body (controller.Request, as holdfast
+// server takes it) into a spec, its actor and its reason (StartRollout
+// checks the rest). Durations may be Go durations or whole seconds.
+func parseRollout(data []byte) (spec controller.Spec, actor, reason string, err error) {
+	var body controller.Request
 	if err := decodeJSON(data, &body, true); err != nil {
-		return RolloutSpec{}, err
+		return spec, "", "", err
 	}
-	spec := RolloutSpec{Puts: body.Puts, Deletes: body.Deletes, Stages: body.Stages, MaxNacks: body.MaxNacks,
-		Prevalidate: body.Prevalidate, OnTimeout: body.OnTimeout}
 	for _, d := range []struct {
-		name, text string
-		to         *time.Duration
-	}{
-		{"bake", body.Bake, &spec.Bake},
-		{"report_timeout", body.ReportTimeout, &spec.ReportTimeout},
-		{"stage_timeout", body.StageTimeout, &spec.StageTimeout},
-	} {
-		if d.text == "" {
+		name string
+		v    *string
+	}{{"bake", &body.Bake}, {"report_timeout", &body.ReportTimeout}, {"stage_timeout", &body.StageTimeout}} {
+		if *d.v == "" {
 			continue
 		}
-		v, err := parseDuration(d.text)
+		v, err := parseDuration(*d.v)
 		if err != nil {
-			return spec, fmt.Errorf("%s: %w", d.name, err)
+			return spec, "", "", fmt.Errorf("%s: %w", d.name, err)
 		}
-		*d.to = v
+		*d.v = v.String()
 	}
-	return spec, nil
+	spec, err = body.Spec()
+	if err != nil {
+		return spec, "", "", rolloutError(err)
+	}
+	return spec, body.Actor, body.Reason, nil
 }
 
 // parseDuration accepts Go durations ("1.5s") and whole seconds ("30"),

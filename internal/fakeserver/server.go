@@ -57,7 +57,7 @@ func Start(opts ...Option) (*Server, error) {
 	s := &Server{opts: o, log: o.logger, store: st, addr: o.addr, closing: make(chan struct{})}
 	s.life, s.endLife = context.WithCancel(context.Background())
 	s.faults.init()
-	s.rollouts = newRollouts(st.gen)
+	s.rollouts = s.newRollouts()
 	dpOpts := []dataplane.Option{
 		dataplane.WithHeartbeat(o.heartbeat),
 		dataplane.WithWatcherBuffer(o.watcherBuffer),
@@ -89,7 +89,6 @@ func Start(opts ...Option) (*Server, error) {
 	st.onCommit = func(c *dataplane.Change) { s.dp.Enqueue(dataplane.HubItem{C: c, Gen: c.Gen}) }
 	st.onReset = func(gen uint64) { s.dp.Enqueue(dataplane.HubItem{Gen: gen}) }
 	s.logAccess()
-	go s.rolloutLoop()
 	ln := o.listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", o.addr); err != nil {
@@ -235,24 +234,27 @@ func (s *Server) PublishRaw(ns string, puts map[string]json.RawMessage, deletes 
 // while a rollout runs on ns, unless opts.AbortRollout, which reverts the
 // rollout first.
 func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []string, opts PublishOptions) (int64, error) {
-	release, err := s.guardPublish(ns, opts.AbortRollout, func() error {
+	// A rollout key with no rollout running (a restore brought it back)
+	// goes with the next publish; the delete of an absent key is dropped.
+	deletes = append(slices.Clip(deletes), rollout.Key)
+	var rev int64
+	err := s.withoutRollout(ns, opts.AbortRollout, func() error {
 		_, err := s.store.checkStaged(ns, puts, deletes)
 		return err
+	}, func() error {
+		c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, OnBehalfOf: opts.OnBehalfOf, Reason: opts.Reason}, opts.IfRevision)
+		if err != nil {
+			return err
+		}
+		rev = c.CS.Revision
+		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	defer release()
-	// A rollout key with no rollout running (a restore brought it back)
-	// goes with the next publish; the delete of an absent key is dropped.
-	deletes = append(slices.Clip(deletes), rollout.Key)
-	c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, OnBehalfOf: opts.OnBehalfOf, Reason: opts.Reason}, opts.IfRevision)
-	if err != nil {
-		return 0, err
-	}
 	s.stats.publishes.Add(1)
-	s.log.Debug("fakeserver: published", "ns", ns, "revision", c.CS.Revision)
-	return c.CS.Revision, nil
+	s.log.Debug("fakeserver: published", "ns", ns, "revision", rev)
+	return rev, nil
 }
 
 // checkPublish validates a publish and returns compacted values and
@@ -312,17 +314,20 @@ func (s *Server) rollback(ns string, to int64, meta commitMeta) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	release, err := s.guardPublish(ns, false, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	c, err := s.store.rollback(ns, to, meta)
+	var rev int64
+	err := s.withoutRollout(ns, false, nil, func() error {
+		c, err := s.store.rollback(ns, to, meta)
+		if err != nil {
+			return err
+		}
+		rev = c.CS.Revision
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
 	s.stats.publishes.Add(1)
-	return c.CS.Revision, nil
+	return rev, nil
 }
 
 // Compact discards history at and below revision rev (0: the head) and
@@ -403,7 +408,9 @@ func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 // new id.
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
-	s.rollouts.endAll(gen, "the store was reset")
+	_ = gen
+	s.rollouts.endAll("the store was reset")
+	s.rollouts.reports.reset()
 	s.dp.ResetAcks()
 	s.dp.DropStreamsBefore(gen)
 	return id
@@ -428,7 +435,8 @@ func (s *Server) RestoreTo(rev int64) error {
 	if err != nil {
 		return err
 	}
-	s.rollouts.endAll(gen, fmt.Sprintf("the store was restored to revision %d", rev))
+	s.rollouts.endAll(fmt.Sprintf("the store was restored to revision %d", rev))
+	s.rollouts.reports.rewind(rev)
 	s.dp.RewindAcks(rev)
 	s.dp.DropStreamsBefore(gen)
 	s.log.Info("fakeserver: store restored", "store_id", s.StoreID(), "revision", rev)

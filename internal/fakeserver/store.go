@@ -624,6 +624,14 @@ func (st *store) publishStaged(ns string, gen uint64, puts map[string]json.RawMe
 	return st.commitLocked(ns, n, puts, deletes, meta), nil
 }
 
+// generation returns the store's generation (reset and restore start a
+// new one).
+func (st *store) generation() uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.gen
+}
+
 // checkStaged checks that ns exists and that its content with puts and
 // deletes applied passes its schema; it returns the store's generation.
 func (st *store) checkStaged(ns string, puts map[string]json.RawMessage, deletes []string) (uint64, error) {

@@ -156,6 +156,7 @@ func (s rolloutStore) Commit(ctx context.Context, c controller.Commit) (int64, e
 		}
 		s.h.publishes.Add(1)
 		s.h.trim.published(ns, publishSize(puts, deletes))
+		c.Next.FillRevision(rev)
 	}
 	if archived {
 		s.trimEnded(ctx, ns)

@@ -29,9 +29,10 @@ type Store interface {
 	// Commit writes c in one transaction, only if the namespace's current
 	// rollout is still at c.Prev's Version (c.Prev nil: it has none) and
 	// c.Leading (store-specific; nil: unconditional) holds; else it fails
-	// with ErrConflict and writes nothing. It returns the commit's
-	// revision, which is the new state's Version, and fills the state's
-	// placeholder revisions with it (State.FillRevision).
+	// with ErrConflict and writes nothing. It returns the new state's
+	// Version, and fills c.Next's placeholder revisions with the revision
+	// of c.Change, if any (State.FillRevision). (In etcd both are the
+	// transaction's revision.)
 	Commit(ctx context.Context, c Commit) (rev int64, err error)
 }
 
@@ -214,6 +215,10 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 	st := &State{ID: newID(), Namespace: ns, Spec: spec, State: Running, StageAt: now, Revisions: []int64{0},
 		Actor: actor, Started: now, Decisions: []Decision{}}
 	st.Cut = rollout.Cut(knownHashes(st.ID, reports, now, c.cfg.Liveness), spec.Stages[0], 0)
+	if spec.Stages[0] >= 100 {
+		st.Cut = math.MaxUint64
+	}
+	st.Cuts = []uint64{st.Cut}
 	why := fmt.Sprintf("rollout %s started: stage %v%% of %v", st.ID, spec.Stages[0], spec.Stages)
 	if reason != "" {
 		why += ": " + reason
@@ -231,7 +236,6 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 		return Record{}, err
 	}
 	st.Version = rev
-	st.FillRevision(rev)
 	c.Wake()
 	return st.record(c.counts(st, reports, now)), nil
 }
@@ -340,6 +344,40 @@ func (c *Controller) end(ctx context.Context, ns, id, actor, reason string, prom
 	}
 }
 
+// Drop ends every running rollout, reverted with nothing committed to
+// its namespace: for a store whose content was replaced under it (the
+// reference server's reset and restore), where a revert has nothing left
+// to revert.
+func (c *Controller) Drop(ctx context.Context, reason string) error {
+	running, err := c.cfg.Store.Running(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, st := range running {
+		for attempt := 0; st != nil && st.State == Running; attempt++ {
+			now := c.cfg.Now()
+			next := st.clone()
+			next.State, next.Reason, next.Ended, next.BakeEnd = Reverted, clip(reason, MaxReasonBytes), now, time.Time{}
+			counts := c.counts(st, nil, now)
+			next.Final = &counts
+			next.decide(Decision{At: now, What: "revert", Stage: st.Spec.Stages[st.Stage], Actor: c.cfg.Actor, Reason: reason})
+			_, err := c.commit(ctx, st, next, nil, nil)
+			if !errors.Is(err, ErrConflict) || attempt >= 5 {
+				if err != nil {
+					errs = append(errs, err)
+				}
+				break
+			}
+			if st, err = c.cfg.Store.Current(ctx, st.Namespace); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func orSomeone(actor string) string {
 	if actor == "" {
 		return "an operator"
@@ -394,15 +432,27 @@ func (c *Controller) List(ctx context.Context, ns string) ([]Record, error) {
 	return out, nil
 }
 
+// recordOf returns st's record. An ended rollout's counts are those it
+// ended with, raised by the reports of its revisions heard since (a client
+// that served it and reports late still counts), never lowered (a server
+// that no longer hears some of its clients).
 func (c *Controller) recordOf(ctx context.Context, st *State) (Record, error) {
-	if st.State != Running {
-		return st.record(Counts{}), nil
-	}
 	reports, err := c.cfg.Reports(ctx, st.Namespace)
 	if err != nil {
 		return Record{}, err
 	}
-	return st.record(c.counts(st, reports, c.cfg.Now())), nil
+	counts := c.counts(st, reports, c.cfg.Now())
+	if st.State != Running && st.Final != nil {
+		f := *st.Final
+		f.Clients, f.Served, f.Acked = max(f.Clients, counts.Clients), max(f.Served, counts.Served), max(f.Acked, counts.Acked)
+		f.Nacked, f.WouldNack = max(f.Nacked, counts.Nacked), max(f.WouldNack, counts.WouldNack)
+		counts = f
+	}
+	rec := st.record(counts)
+	if st.State != Running {
+		rec.Counts = counts
+	}
+	return rec, nil
 }
 
 // tallyOf counts reports into a tally of st. keep: remember when each
@@ -592,6 +642,7 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 	if pct >= 100 {
 		next.Cut = math.MaxUint64
 	}
+	next.Cuts = append(next.Cuts, next.Cut)
 	next.StageAt, next.BakeEnd, next.Held, next.Reason = now, time.Time{}, false, ""
 	next.Revisions = append(next.Revisions, 0)
 	why = baked + fmt.Sprintf("; stage %v%%", pct)
@@ -690,9 +741,6 @@ func (c *Controller) commit(ctx context.Context, prev, next *State, ch *Change, 
 		return nil, err
 	}
 	next.Version = rev
-	if ch != nil {
-		next.FillRevision(rev)
-	}
 	last := next.Decisions[len(next.Decisions)-1]
 	c.cfg.Logger.Info("rollout: "+last.What, "ns", next.Namespace, "rollout", next.ID, "stage", last.Stage, "revision", rev, "reason", last.Reason)
 	return next, nil

@@ -195,13 +195,16 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 	if spec.StageTimeout == 0 {
 		spec.StageTimeout = DefaultStageTimeout
 	}
-	for _, f := range []*string{&spec.OnTimeout, &spec.OnBreach} {
-		switch *f {
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"on_timeout", &spec.OnTimeout}, {"on_breach", &spec.OnBreach}} {
+		switch *f.v {
 		case "":
-			*f = Revert
+			*f.v = Revert
 		case Revert, Hold:
 		default:
-			return spec, fmt.Errorf("%w: %q: want %q or %q", ErrInvalid, *f, Revert, Hold)
+			return spec, fmt.Errorf("%w: %s %q: want %q or %q", ErrInvalid, f.name, *f.v, Revert, Hold)
 		}
 	}
 	return spec, nil

@@ -14,8 +14,11 @@ type State struct {
 	State string `json:"state"`
 	// Stage indexes Spec.Stages: the stage it is in (or ended in).
 	Stage int `json:"stage"`
-	// Cut is the current stage's (rollout.Staged.Cut).
-	Cut uint64 `json:"cut,string"`
+	// Cut is the current stage's (rollout.Staged.Cut); Cuts every
+	// stage's so far, as Revisions: a nack is judged by the cut of the
+	// stage whose revision it nacked.
+	Cut  uint64   `json:"cut,string"`
+	Cuts []uint64 `json:"cuts,omitempty"`
 	// StageAt is when the current stage was committed; BakeEnd when its
 	// bake ends (zero: not baking). A controller that takes over keeps
 	// both: timers resume, they do not restart.
@@ -109,6 +112,20 @@ func (s *State) stageRev() int64 {
 	return 0
 }
 
+// cutAt is the cut of the stage whose revision rev is of: the last stage
+// committed at or below rev (the current cut when unknown).
+func (s *State) cutAt(rev int64) uint64 {
+	if len(s.Cuts) == 0 {
+		return s.Cut
+	}
+	for i := min(len(s.Cuts), s.Stage+1) - 1; i >= 0; i-- {
+		if i < len(s.Revisions) && s.Revisions[i] > 0 && s.Revisions[i] <= rev {
+			return s.Cuts[i]
+		}
+	}
+	return s.Cuts[0]
+}
+
 // firstRev is the first stage's revision.
 func (s *State) firstRev() int64 {
 	if len(s.Revisions) > 0 {
@@ -132,6 +149,7 @@ func (s *State) clone() *State {
 	c.Revisions = slices.Clone(s.Revisions)
 	c.Decisions = slices.Clone(s.Decisions)
 	c.GateFailing = slices.Clone(s.GateFailing)
+	c.Cuts = slices.Clone(s.Cuts)
 	c.Spec.Stages = slices.Clone(s.Spec.Stages)
 	if s.Final != nil {
 		f := *s.Final

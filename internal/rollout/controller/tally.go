@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Report is what one client last reported on a namespace, merged over the
@@ -27,6 +28,31 @@ type Report struct {
 	WouldError    string `json:"we,omitempty"`
 	// Seen is when it was last heard from.
 	Seen time.Time `json:"t"`
+}
+
+// Observe folds one ack, heard at now, into r (a server's table of what
+// its clients reported; the reference server's). ack's client is r's.
+func (r *Report) Observe(ack *transport.Ack, now time.Time, maxErr int) {
+	r.Seen = now
+	if ack.Rollout != "" && ack.Rollout != r.Rollout {
+		r.Rollout, r.Served, r.Would, r.NackedRollout, r.WouldError = ack.Rollout, 0, 0, false, ""
+	}
+	switch ack.Status {
+	case transport.AckRejected:
+		if ack.Revision >= r.Nacked {
+			r.Nacked, r.NackError = ack.Revision, clip(ack.Error, maxErr)
+		}
+		r.NackedRollout = r.NackedRollout || ack.Rollout != ""
+	case transport.AckApplied:
+		r.Acked = max(r.Acked, ack.Revision)
+		if ack.Rollout != "" {
+			r.Served = max(r.Served, ack.Revision)
+		}
+	case transport.AckWouldReject:
+		if ack.Rollout != "" && ack.Revision >= r.Would {
+			r.Would, r.WouldError = ack.Revision, clip(ack.Error, maxErr)
+		}
+	}
 }
 
 // Merge folds o (the same client's report through another server) into r.
@@ -107,7 +133,7 @@ func (t *tally) observe(st *State, r *Report, now time.Time) {
 		// A nack rejects the change when it names the rollout, or comes
 		// from a client in the stage; one outside it without the id
 		// rejects the base, which the rollout does not change.
-		if explicit && r.NackedRollout || c.hash <= st.Cut {
+		if explicit && r.NackedRollout || c.hash <= st.cutAt(r.Nacked) {
 			t.nack(c, r.ClientID, "nack", r.Nacked, r.NackError)
 		}
 	}
