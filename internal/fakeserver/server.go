@@ -32,7 +32,6 @@ type Server struct {
 	// control API.
 	dp       *dataplane.Server
 	faults   faults
-	acks     acks
 	stats    counters
 	rollouts *rollouts // the rollout controller
 
@@ -85,7 +84,6 @@ func Start(opts ...Option) (*Server, error) {
 		s.rollouts.close()
 		return nil, fmt.Errorf("fakeserver: %w", err)
 	}
-	s.acks = acks{s.dp}
 	st.onCommit = func(c *dataplane.Change) { s.dp.Enqueue(dataplane.HubItem{C: c, Gen: c.Gen}) }
 	st.onReset = func(gen uint64) { s.dp.Enqueue(dataplane.HubItem{Gen: gen}) }
 	s.logAccess()
@@ -408,7 +406,6 @@ func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 // new id.
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
-	_ = gen
 	s.rollouts.endAll("the store was reset")
 	s.rollouts.reports.reset()
 	s.dp.ResetAcks()
@@ -590,13 +587,6 @@ func (f *faults) hole() <-chan struct{} {
 	}
 	return f.heal
 }
-
-// acks reads the data plane's record of what clients applied and
-// rejected, for the rollout controller.
-type acks struct{ dp *dataplane.Server }
-
-// knownClients returns the clients that reported on ns.
-func (a acks) knownClients(ns string) []string { return a.dp.KnownClients(ns) }
 
 // ClientState is what one client reported about one namespace.
 type ClientState = controlapi.ClientState
