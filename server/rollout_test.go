@@ -205,7 +205,7 @@ func TestRolloutResumesAfterRestart(t *testing.T) {
 	for _, d := range rec.Decisions {
 		whats = append(whats, d.What)
 	}
-	if want := "start bake stage bake promote"; strings.Join(whats, " ") != want {
+	if want := "start bake bake-end stage bake bake-end promote"; strings.Join(whats, " ") != want {
 		t.Fatalf("decisions %q, want %q", whats, want)
 	}
 	// The bake began before the restart: it ended 3s after it began, not
