@@ -59,6 +59,10 @@ type NamespaceStatus struct {
 	Behind  int `json:"behind"`
 	// Streams counts the open watch streams of the namespace.
 	Streams int `json:"streams"`
+	// Servers counts the servers whose clients' reports are counted
+	// (holdfast server: this one and each other with a summary in the
+	// store; 0 from a server that merges none).
+	Servers int `json:"servers,omitempty"`
 }
 
 // ClientState is what one client reported about one namespace: an entry
@@ -78,12 +82,32 @@ type ClientState struct {
 	Behind       bool      `json:"behind"`
 	Lag          int64     `json:"lag"`
 	UpdatedAt    time.Time `json:"updated_at"`
+	// Server is the server that heard it last (holdfast server: its id,
+	// this one's or another's whose summary told).
+	Server string `json:"server,omitempty"`
+}
+
+// ServerReports is one other server's summary of its clients' reports on
+// a namespace, as GET /control/clients merged it: At is when it was
+// written (its reports are at most that old, and a client's UpdatedAt
+// is when that server last heard it, as of then).
+type ServerReports struct {
+	Server    string    `json:"server"`
+	Namespace string    `json:"ns"`
+	At        time.Time `json:"at"`
+	Clients   int       `json:"clients"`
+	// Truncated counts the clients the summary left out (past its bound).
+	Truncated int `json:"truncated,omitempty"`
 }
 
 // Clients is the reply of GET /control/clients.
 type Clients struct {
 	Head    int64         `json:"head"`
 	Clients []ClientState `json:"clients"`
+	// Server is the id of the server that answered; Servers the other
+	// servers' summaries merged into Clients (holdfast server).
+	Server  string          `json:"server,omitempty"`
+	Servers []ServerReports `json:"servers,omitempty"`
 }
 
 // AuditRecord is the record of one committed revision of a namespace: who

@@ -285,15 +285,9 @@ func TestRolloutRestartedClientDoesNotHoldTheStage(t *testing.T) {
 // summaries in the store: a change they reject reverts, one they take is
 // promoted with every client counted as having served it.
 func TestRolloutCountsReportsThroughAFollower(t *testing.T) {
-	etcdStore, s1, base1 := startOverOwnEtcd(t, 200*time.Millisecond)
+	s1, base1, s2, base2 := twoServers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s2, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}, Heartbeat: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base2 := serve(t, s2)
-	t.Cleanup(func() { _ = s2.Close() })
 	var leaderBase, followerBase string
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		l1, l2 := s1.Status(ctx).Leader, s2.Status(ctx).Leader

@@ -378,6 +378,9 @@ revision, rejected (nacked) it, or are behind, and the watch streams open.
 						tw.row("nacked", st.Nacked)
 						tw.row("behind", st.Behind)
 						tw.row("streams", st.Streams)
+						if st.Servers > 0 {
+							tw.row("servers", st.Servers)
+						}
 						return tw.flush()
 					})
 				})
@@ -394,8 +397,13 @@ func clientsCommand() *command {
 		doc: `
 Clients lists every client's report on every namespace (or on NAMESPACE
 alone): the revision it applied, the last it rejected and why, the
-namespace's revision now and how far behind it is. With NAMESPACE, -o json
-is the API's JSON with the other namespaces' clients left out.
+namespace's revision now and how far behind it is, when it was last heard
+and how long ago (AGE). A holdfast server answers for the whole fleet: its
+own clients and those of every other server of the store, from the
+summaries they write (a line per summary says whose, and how old it is:
+a report through another server is at most that much older than its AGE
+says). With NAMESPACE, -o json is the API's JSON with the other namespaces'
+clients left out.
 ` + serverOnlyDoc,
 		minArgs: 0, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -414,8 +422,10 @@ is the API's JSON with the other namespaces' clients left out.
 						return err
 					}
 					var all struct {
-						Head    json.RawMessage   `json:"head"`
-						Clients []json.RawMessage `json:"clients"`
+						Head    json.RawMessage            `json:"head"`
+						Clients []json.RawMessage          `json:"clients"`
+						Server  string                     `json:"server,omitempty"`
+						Servers []controlapi.ServerReports `json:"servers,omitempty"`
 					}
 					if err := json.Unmarshal(data, &all); err != nil {
 						return err
@@ -443,6 +453,7 @@ is the API's JSON with the other namespaces' clients left out.
 					}
 					if ns != "" {
 						all.Clients = kept
+						all.Servers = slices.DeleteFunc(all.Servers, func(s controlapi.ServerReports) bool { return s.Namespace != ns })
 						if data, err = reply(all, nil); err != nil {
 							return err
 						}
@@ -452,15 +463,28 @@ is the API's JSON with the other namespaces' clients left out.
 							_, err := fmt.Fprintln(w, "no clients have reported")
 							return err
 						}
-						tw := newTable(w, "CLIENT", "NAMESPACE", "APPLIED", "REVISION", "LAG", "REJECTED", "UPDATED", "ERROR")
+						now := time.Now()
+						tw := newTable(w, "CLIENT", "NAMESPACE", "APPLIED", "REVISION", "LAG", "REJECTED", "UPDATED", "AGE", "ERROR")
 						for _, c := range cs {
 							rejected := "-"
 							if c.NackedRevision != 0 {
 								rejected = strconv.FormatInt(c.NackedRevision, 10)
 							}
-							tw.row(c.ClientID, c.Namespace, c.AckedRevision, c.HeadRevision, c.Lag, rejected, timeCell(c.UpdatedAt), orDash(clip(c.NackError, 80)))
+							tw.row(c.ClientID, c.Namespace, c.AckedRevision, c.HeadRevision, c.Lag, rejected, timeCell(c.UpdatedAt), ageCell(now, c.UpdatedAt), orDash(clip(c.NackError, 80)))
 						}
-						return tw.flush()
+						if err := tw.flush(); err != nil {
+							return err
+						}
+						for _, s := range all.Servers {
+							line := fmt.Sprintf("server %s: %d client(s) of %s, summary written %s ago", s.Server, s.Clients, s.Namespace, ageCell(now, s.At))
+							if s.Truncated > 0 {
+								line += fmt.Sprintf(" (%d more left out)", s.Truncated)
+							}
+							if _, err := fmt.Fprintln(w, line); err != nil {
+								return err
+							}
+						}
+						return nil
 					})
 				})
 			}
@@ -613,6 +637,14 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// ageCell is how long before now t was, to the second ("-": never).
+func ageCell(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return max(0, now.Sub(t)).Round(time.Second).String()
 }
 
 func timeCell(t time.Time) string {

@@ -122,7 +122,7 @@ func TestRolloutLeaderKilledMidStage(t *testing.T) {
 	for _, d := range rec.Decisions {
 		whats = append(whats, d.What)
 	}
-	if want := "start bake stage bake stage bake promote"; strings.Join(whats, " ") != want {
+	if want := "start bake bake-end stage bake bake-end stage bake bake-end promote"; strings.Join(whats, " ") != want {
 		t.Fatalf("decisions %q, want %q", whats, want)
 	}
 	var h struct {

@@ -16,17 +16,22 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 )
 
-// How the clients' reports reach the rollout controller across servers
-// (docs/SERVER.md, "Rollouts"): every server keeps its clients' reports in
-// its ack table, and while a rollout runs on a namespace it writes a
-// summary of that namespace's entries to the store, at most once a
-// second and only when it changed, under a lease of its own (a server
-// that dies takes its summary with it). The leader merges the summaries
-// with its own table. An etcd write per server per second per running
-// rollout, never one per ack; no server needs another's address.
+// How the clients' reports reach the rollout controller and the monitor
+// across servers (docs/SERVER.md, "Rollouts"): every server keeps its
+// clients' reports in its ack table and writes a summary of each
+// namespace's entries to the store, under a lease of its own (a server
+// that dies takes its summaries with it). While a rollout runs on the
+// namespace, at most once a second and only when it changed; else at most
+// every idleReportsEvery when a client's revisions changed, and every
+// idleRefresh when only the times they were heard did. The leader merges
+// the summaries with its own table (a stage's counts, the first stage's
+// cut), and so do status and clients on any server. Never an etcd write
+// per ack; no server needs another's address.
 const (
-	reportsEvery = time.Second
-	reportsTTL   = 10 // seconds: a summary outlives its server by at most this
+	reportsEvery     = time.Second
+	idleReportsEvery = 5 * time.Second
+	idleRefresh      = 30 * time.Second
+	reportsTTL       = 10 // seconds: a summary outlives its server by at most this
 	// maxSummaryClients bounds one summary: the newest-heard clients are
 	// kept (a bound one server's clients cannot pass; etcd's request limit
 	// holds it at ~60 bytes a client).
@@ -55,6 +60,20 @@ func (a *Acks) Reports(ns string, limit int) []controller.Report {
 	return out
 }
 
+// reportsByNS returns the table's entries by namespace as the controller
+// counts them, newest heard first: one pass over the table.
+func (a *Acks) reportsByNS() map[string][]controller.Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string][]controller.Report)
+	for el := a.order.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*ackEntry)
+		out[e.key.ns] = append(out[e.key.ns], controller.Report{ClientID: e.key.client, Acked: e.acked, Nacked: e.nacked, NackError: e.nackErr,
+			Rollout: e.rollout, Served: e.served, NackedRollout: e.nackedRollout, Would: e.would, WouldError: e.wouldErr, Seen: e.at})
+	}
+	return out
+}
+
 // reportSync writes this server's summaries and reads the others'.
 type reportSync struct {
 	cli    *clientv3.Client
@@ -66,6 +85,24 @@ type reportSync struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	remote map[string]remoteReports // ns → the others' summaries, cached
+	all    remoteSummaries          // every namespace's, cached (the monitor)
+}
+
+type remoteSummaries struct {
+	at        time.Time
+	summaries []nsSummary
+}
+
+// nsSummary is another server's summary of one namespace.
+type nsSummary struct {
+	ns string
+	summary
+}
+
+// writtenSummary is what this server last wrote of a namespace.
+type writtenSummary struct {
+	body, shape []byte // the reports; without the times heard
+	at          time.Time
 }
 
 type remoteReports struct {
@@ -97,7 +134,7 @@ func (r *reportSync) close() {
 // run writes the summaries of the namespaces with a running rollout.
 func (r *reportSync) run(ctx context.Context) {
 	var lease clientv3.LeaseID
-	written := make(map[string][]byte)
+	written := make(map[string]writtenSummary)
 	tick := time.NewTicker(reportsEvery)
 	defer tick.Stop()
 	defer func() {
@@ -121,11 +158,11 @@ func (r *reportSync) run(ctx context.Context) {
 	}
 }
 
-func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written map[string][]byte) error {
+func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written map[string]writtenSummary) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	running := r.active.namespaces()
-	if len(running) == 0 {
+	all := r.acks.reportsByNS()
+	if len(all) == 0 {
 		clear(written)
 		if *lease != 0 { // the summaries go with it
 			_, err := r.cli.Revoke(ctx, *lease)
@@ -143,23 +180,34 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 	} else if _, err := r.cli.KeepAliveOnce(ctx, *lease); err != nil {
 		return err
 	}
-	for _, ns := range running {
-		reports := r.acks.Reports(ns, maxSummaryClients+1)
+	running := make(map[string]bool)
+	for _, ns := range r.active.namespaces() {
+		running[ns] = true
+	}
+	now := time.Now()
+	for ns, reports := range all {
+		last := written[ns]
+		if !running[ns] && now.Sub(last.at) < idleReportsEvery {
+			continue
+		}
 		s := summary{Server: r.id, Reports: reports}
 		if len(reports) > maxSummaryClients {
-			s.Reports = reports[:maxSummaryClients]
-			s.Truncated = len(r.acks.Reports(ns, 0)) - maxSummaryClients
-			r.log.Warn("control: a rollout's report summary is truncated", "ns", ns, "left_out", s.Truncated)
+			s.Reports, s.Truncated = reports[:maxSummaryClients], len(reports)-maxSummaryClients
+			r.log.Warn("control: a report summary is truncated", "ns", ns, "left_out", s.Truncated)
 		}
 		slices.SortFunc(s.Reports, func(x, y controller.Report) int { return strings.Compare(x.ClientID, y.ClientID) })
 		body, err := json.Marshal(s.Reports)
 		if err != nil {
 			return err
 		}
-		if bytes.Equal(body, written[ns]) {
+		if bytes.Equal(body, last.body) {
 			continue
 		}
-		s.At = time.Now().UTC()
+		shape := reportShape(s.Reports)
+		if !running[ns] && now.Sub(last.at) < idleRefresh && bytes.Equal(shape, last.shape) {
+			continue // only the times heard moved: refreshed less often
+		}
+		s.At = now.UTC()
 		data, err := json.Marshal(s)
 		if err != nil {
 			return err
@@ -167,9 +215,60 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 		if _, err := r.cli.Put(ctx, reportsPrefix(ns)+r.id, string(data), clientv3.WithLease(*lease)); err != nil {
 			return err
 		}
-		written[ns] = body
+		written[ns] = writtenSummary{body: body, shape: shape, at: now}
+	}
+	for ns := range written {
+		if _, ok := all[ns]; !ok { // its clients left the table
+			if _, err := r.cli.Delete(ctx, reportsPrefix(ns)+r.id); err != nil {
+				return err
+			}
+			delete(written, ns)
+		}
 	}
 	return nil
+}
+
+// reportShape is reports without the times heard.
+func reportShape(reports []controller.Report) []byte {
+	var b bytes.Buffer
+	for _, r := range reports {
+		fmt.Fprintf(&b, "%s %d %d %s %d %d %t\n", r.ClientID, r.Acked, r.Nacked, r.Rollout, r.Served, r.Would, r.NackedRollout)
+	}
+	return b.Bytes()
+}
+
+// summaries returns every other server's summaries, of every namespace
+// (read at most every half second).
+func (r *reportSync) summaries(ctx context.Context) ([]nsSummary, error) {
+	r.mu.Lock()
+	cached := r.all
+	r.mu.Unlock()
+	if !cached.at.IsZero() && time.Since(cached.at) <= reportsEvery/2 {
+		return cached.summaries, nil
+	}
+	prefix := RolloutRoot + "reports/"
+	resp, err := r.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("control: the report summaries: %w", err)
+	}
+	cached = remoteSummaries{at: time.Now()}
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), prefix)
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 || rest[i+1:] == r.id {
+			continue
+		}
+		s := nsSummary{ns: rest[:i]}
+		if err := json.Unmarshal(kv.Value, &s.summary); err != nil {
+			r.log.Warn("control: a report summary does not decode", "key", string(kv.Key), "err", err)
+			continue
+		}
+		cached.summaries = append(cached.summaries, s)
+	}
+	r.mu.Lock()
+	r.all = cached
+	r.mu.Unlock()
+	return cached.summaries, nil
 }
 
 // reports returns the reports of ns: this server's table merged with the

@@ -1,0 +1,72 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/server/store"
+)
+
+// twoServers starts two servers over one etcd of their own (200ms
+// heartbeats) and returns them and their base URLs.
+func twoServers(t *testing.T) (s1 *server.Server, base1 string, s2 *server.Server, base2 string) {
+	t.Helper()
+	etcdStore, s1, base1 := startOverOwnEtcd(t, 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s2, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints}, Heartbeat: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base2 = serve(t, s2)
+	t.Cleanup(func() { _ = s2.Close() })
+	return s1, base1, s2, base2
+}
+
+// TestFleetMonitorAndFirstCut: two servers over one etcd, clients on
+// each. Any server's clients and status show the whole fleet (its own
+// table and the other's summary, with whose and how old), with no rollout
+// running; and a rollout started on one server counts, from its start,
+// the clients of both (the first stage's cut is taken over them all).
+func TestFleetMonitorAndFirstCut(t *testing.T) {
+	_, base1, _, base2 := twoServers(t)
+	publish(t, base1, "app", map[string]any{"v": 1})
+	sdkClients(t, base1, "app", 3)
+	sdkClients(t, base2, "app", 4)
+
+	for _, base := range []string{base1, base2} {
+		var c controlapi.Clients
+		testutil.Eventually(t, 20*time.Second, func() bool {
+			control(t, "GET", base+"/control/clients", nil, &c)
+			return len(c.Clients) == 7 && len(c.Servers) == 1
+		}, "clients shows the fleet's 7 clients")
+		servers := map[string]int{}
+		for _, cl := range c.Clients {
+			servers[cl.Server]++
+			if cl.UpdatedAt.IsZero() || cl.AckedRevision == 0 {
+				t.Errorf("client %+v", cl)
+			}
+		}
+		if len(servers) != 2 || servers[c.Server] == 0 || c.Servers[0].Server == c.Server || c.Servers[0].At.IsZero() {
+			t.Fatalf("clients by server %v; this server %q, summaries %+v", servers, c.Server, c.Servers)
+		}
+		var st controlapi.NamespaceStatus
+		control(t, "GET", base+"/control/namespaces/app/status", nil, &st)
+		if st.Clients != 7 || st.Acked != 7 || st.Servers != 2 {
+			t.Fatalf("status %+v", st)
+		}
+	}
+
+	id := startRollout(t, base1, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "1m"})
+	var rec struct {
+		Clients int `json:"clients"`
+	}
+	control(t, "GET", base1+"/control/namespaces/app/rollouts/"+id, nil, &rec)
+	if rec.Clients != 7 {
+		t.Fatalf("the rollout knows %d clients at its start, want the fleet's 7", rec.Clients)
+	}
+}
