@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -554,6 +555,7 @@ func TestRolloutSpecErrors(t *testing.T) {
 		{"not increasing", "app", RolloutSpec{Puts: one, Stages: []float64{10, 10}}, ErrInvalid},
 		{"decreasing", "app", RolloutSpec{Puts: one, Stages: []float64{50, 10}}, ErrInvalid},
 		{"NaN", "app", RolloutSpec{Puts: one, Stages: []float64{math.NaN()}}, ErrInvalid},
+		{"not to 100", "app", RolloutSpec{Puts: one, Stages: []float64{10, 50}}, ErrInvalid},
 		{"negative bake", "app", RolloutSpec{Puts: one, Stages: []float64{100}, Bake: -1}, ErrInvalid},
 		{"negative max_nacks", "app", RolloutSpec{Puts: one, Stages: []float64{100}, MaxNacks: -1}, ErrInvalid},
 		{"on_timeout", "app", RolloutSpec{Puts: one, Stages: []float64{100}, OnTimeout: "panic"}, ErrInvalid},
@@ -588,11 +590,23 @@ func TestRolloutSpecErrors(t *testing.T) {
 	}
 }
 
+// deadURL is an http URL nothing answers at.
+func deadURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	return u
+}
+
 func TestRolloutHTTP(t *testing.T) {
 	s := start(t)
 	f := newFleet(t, s, "app", 20)
 	c := newClient(t)
 	base := s.URL() + "/control/namespaces/app/rollouts"
+	before := s.Head()
 	for _, tc := range []struct {
 		body, code, msg string
 		status          int
@@ -606,6 +620,10 @@ func TestRolloutHTTP(t *testing.T) {
 		{`{"puts":{"a":2},"stages":[100],"on_timeout":"wait"}`, transport.CodeBadRequest, "on_timeout", 400},
 		{`{"puts":{"a":2},"stages":[100],"typo":1}`, transport.CodeBadRequest, "typo", 400},
 		{`{"puts":{"$holdfast/rollout":2},"stages":[100]}`, transport.CodeBadRequest, "reserved", 400},
+		{`{"puts":{"a":2},"stages":[10,50]}`, transport.CodeBadRequest, "must be 100", 400},
+		{`{"puts":{"a":2},"stages":[100],"on_breach":"wait"}`, transport.CodeBadRequest, "on_breach", 400},
+		{`{"puts":{"a":2},"stages":[100],"gates":[{"prometheus":"http://127.0.0.1:1","query":"up"}]}`, transport.CodeBadRequest, "gate", 400},
+		{`{"puts":{"a":2},"stages":[100],"gates":[{"prometheus":"` + deadURL(t) + `","query":"up","max":1}]}`, transport.CodeBadRequest, "first check failed", 400},
 	} {
 		resp, data := do(t, c, http.MethodPost, base, tc.body)
 		if eb := decode[transport.ErrorBody](t, data); resp.StatusCode != tc.status || eb.Error != tc.code || !strings.Contains(eb.Message, tc.msg) {
@@ -616,7 +634,11 @@ func TestRolloutHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown namespace: %d %s", resp.StatusCode, data)
 	}
-	resp, data = do(t, c, http.MethodPost, base, `{"puts":{"a":2},"deletes":["b"],"stages":[10,100],"bake":"1h","max_nacks":1,"prevalidate":true,"report_timeout":"10s","stage_timeout":"5m","on_timeout":"hold"}`)
+	if head := s.Head(); head != before {
+		t.Fatalf("refused starts committed: head %d, was %d", head, before)
+	}
+	resp, data = do(t, c, http.MethodPost, base, `{"puts":{"a":2},"deletes":["b"],"stages":[10,100],"bake":"1h","max_nacks":1,"prevalidate":true,"report_timeout":"10s","stage_timeout":"5m","on_timeout":"hold",
+		"on_breach":"hold","actor":"alice","reason":"ticket 9"}`)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST: %d %s", resp.StatusCode, data)
 	}
@@ -646,6 +668,10 @@ func TestRolloutHTTP(t *testing.T) {
 		if _, ok := fields[k]; !ok {
 			t.Errorf("record %s lacks %q", data, k)
 		}
+	}
+	full := decode[controller.Record](t, data)
+	if len(full.Decisions) == 0 || full.Decisions[0].Actor != "alice" || !strings.Contains(full.Decisions[0].Reason, "ticket 9") || full.OnBreach != "hold" {
+		t.Errorf("the start's actor, reason and on_breach: %s", data)
 	}
 	rec := decode[RolloutRecord](t, data)
 	if rec.ID != sr.ID || rec.State != "running" || rec.Stage != 10 || len(rec.Stages) != 2 || rec.Clients != 20 || rec.Served != 2 || rec.Acked != 20 || rec.MaxNacks != 1 || !rec.Prevalidate || rec.Revisions[0] != sr.Revision {
