@@ -232,7 +232,7 @@ type RolloutSpec struct {
 	Puts    map[string]json.RawMessage
 	Deletes []string
 	// Stages are the percentages of the namespace's clients each stage
-	// covers: strictly increasing, each in (0, 100].
+	// covers: strictly increasing, each in (0, 100], the last 100.
 	Stages []float64
 	// Bake is how long each stage holds once every client in it
 	// reported, before the next (0: none).
