@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -482,21 +483,25 @@ func (s *Server) PublishStaged(ns string, staged *rollout.Staged, puts map[strin
 
 // reportTable is what the clients last reported, per namespace: the soft
 // state the controller counts. Bounded: past max entries, the least
-// recently heard goes.
+// recently heard goes. A namespace's reports are one slice, so that the
+// controller's read of them is one copy.
 type reportTable struct {
 	mu    sync.Mutex
 	max   int
-	byNS  map[string]map[string]*list.Element // ns → client → its entry
-	order *list.List                          // of *reportEntry, most recently heard first
+	byNS  map[string]*nsReports
+	order *list.List // of reportKey, most recently heard first
 }
 
-type reportEntry struct {
-	ns string
-	r  controller.Report
+type reportKey struct{ ns, client string }
+
+type nsReports struct {
+	reps []controller.Report
+	els  []*list.Element // reps[i]'s in order
+	at   map[string]int  // client → its place in reps
 }
 
 func (t *reportTable) init(n int) {
-	t.max, t.byNS, t.order = n, make(map[string]map[string]*list.Element), list.New()
+	t.max, t.byNS, t.order = n, make(map[string]*nsReports), list.New()
 }
 
 func (t *reportTable) observe(acks []transport.Ack, now time.Time) {
@@ -504,31 +509,44 @@ func (t *reportTable) observe(acks []transport.Ack, now time.Time) {
 	defer t.mu.Unlock()
 	for i := range acks {
 		a := &acks[i]
-		clients := t.byNS[a.Namespace]
-		if clients == nil {
-			clients = make(map[string]*list.Element)
-			t.byNS[a.Namespace] = clients
+		n := t.byNS[a.Namespace]
+		if n == nil {
+			n = &nsReports{at: make(map[string]int)}
+			t.byNS[a.Namespace] = n
 		}
-		el := clients[a.ClientID]
-		if el == nil {
+		j, ok := n.at[a.ClientID]
+		if ok {
+			t.order.MoveToFront(n.els[j])
+		} else {
 			if t.order.Len() >= t.max {
 				t.remove(t.order.Back())
+				if t.byNS[a.Namespace] != n { // the eviction emptied it
+					t.byNS[a.Namespace] = n
+				}
 			}
-			el = t.order.PushFront(&reportEntry{ns: a.Namespace, r: controller.Report{ClientID: a.ClientID}})
-			clients[a.ClientID] = el
-		} else {
-			t.order.MoveToFront(el)
+			j = len(n.reps)
+			n.at[a.ClientID] = j
+			n.reps = append(n.reps, controller.Report{ClientID: a.ClientID})
+			n.els = append(n.els, t.order.PushFront(reportKey{a.Namespace, a.ClientID}))
 		}
-		el.Value.(*reportEntry).r.Observe(a, now, transport.MaxAckErrorBytes)
+		n.reps[j].Observe(a, now, transport.MaxAckErrorBytes)
 	}
 }
 
+// remove drops el's entry: the last of its namespace takes its place.
 func (t *reportTable) remove(el *list.Element) {
-	e := t.order.Remove(el).(*reportEntry)
-	clients := t.byNS[e.ns]
-	delete(clients, e.r.ClientID)
-	if len(clients) == 0 {
-		delete(t.byNS, e.ns)
+	k := t.order.Remove(el).(reportKey)
+	n := t.byNS[k.ns]
+	j := n.at[k.client]
+	last := len(n.reps) - 1
+	if j != last {
+		n.reps[j], n.els[j] = n.reps[last], n.els[last]
+		n.at[n.reps[j].ClientID] = j
+	}
+	n.reps, n.els = n.reps[:last], n.els[:last]
+	delete(n.at, k.client)
+	if last == 0 {
+		delete(t.byNS, k.ns)
 	}
 }
 
@@ -536,12 +554,10 @@ func (t *reportTable) remove(el *list.Element) {
 func (t *reportTable) list(_ context.Context, ns string) ([]controller.Report, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	clients := t.byNS[ns]
-	out := make([]controller.Report, 0, len(clients))
-	for _, el := range clients {
-		out = append(out, el.Value.(*reportEntry).r)
+	if n := t.byNS[ns]; n != nil {
+		return slices.Clone(n.reps), nil
 	}
-	return out, nil
+	return nil, nil
 }
 
 // reset forgets every report (a new store).
@@ -557,7 +573,9 @@ func (t *reportTable) rewind(rev int64) {
 	defer t.mu.Unlock()
 	for el := t.order.Front(); el != nil; {
 		next := el.Next()
-		if r := &el.Value.(*reportEntry).r; r.Acked > rev || r.Nacked > rev || r.Served > rev || r.Would > rev {
+		k := el.Value.(reportKey)
+		n := t.byNS[k.ns]
+		if r := &n.reps[n.at[k.client]]; r.Acked > rev || r.Nacked > rev || r.Served > rev || r.Would > rev {
 			t.remove(el)
 		}
 		el = next

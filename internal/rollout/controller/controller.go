@@ -117,7 +117,7 @@ type Controller struct {
 	wake chan struct{}
 
 	mu    sync.Mutex
-	since map[string]map[string]time.Time // rollout id → client → when first counted
+	known map[string]map[string]memo // rollout id → client → its hash, when first counted
 	gates map[string][]Gate               // rollout id → its gates, built once
 }
 
@@ -139,7 +139,7 @@ func New(cfg Config) *Controller {
 		cfg.Reports = func(context.Context, string) ([]Report, error) { return nil, nil }
 	}
 	return &Controller{cfg: cfg, wake: make(chan struct{}, 1),
-		since: make(map[string]map[string]time.Time), gates: make(map[string][]Gate)}
+		known: make(map[string]map[string]memo), gates: make(map[string][]Gate)}
 }
 
 // Wake makes Run look at once (a report came).
@@ -455,33 +455,39 @@ func (c *Controller) recordOf(ctx context.Context, st *State) (Record, error) {
 	return rec, nil
 }
 
-// tallyOf counts reports into a tally of st. keep: remember when each
-// client was first counted (the leader's steps, which forget it when the
-// rollout ends); else only use what is remembered.
+// tallyOf counts reports into a tally of st. keep: remember each
+// client's hash and when it was first counted (the leader's steps, which
+// forget them when the rollout ends); else only use what is remembered.
 func (c *Controller) tallyOf(st *State, reports []Report, now time.Time, keep bool) *tally {
 	c.mu.Lock()
-	since := c.since[st.ID]
-	if since == nil && st.State == Running && keep {
-		since = make(map[string]time.Time)
-		c.since[st.ID] = since
+	defer c.mu.Unlock()
+	known := c.known[st.ID]
+	if known == nil && st.State == Running && keep {
+		known = make(map[string]memo, len(reports))
+		c.known[st.ID] = known
 	}
-	c.mu.Unlock()
-	t := newTally()
-	for i := range reports {
-		t.observe(st, &reports[i], now)
-	}
-	if since != nil {
-		c.mu.Lock()
-		for id, cl := range t.clients {
-			if s, ok := since[id]; ok {
-				cl.since = s
-			} else if keep {
-				since[id] = cl.since
-			}
+	t := newTally(len(reports))
+	of := func(id string) (uint64, time.Time) {
+		if m, ok := known[id]; ok {
+			return m.hash, m.since
 		}
-		c.mu.Unlock()
+		h := rollout.Hash(st.ID, id)
+		if keep && known != nil {
+			known[id] = memo{hash: h, since: now}
+		}
+		return h, now
+	}
+	for i := range reports {
+		t.observe(st, &reports[i], now, of)
 	}
 	return t
+}
+
+// memo is what a controller remembers of a client of a running rollout:
+// its hash, and when it was first counted.
+type memo struct {
+	hash  uint64
+	since time.Time
 }
 
 func (c *Controller) counts(st *State, reports []Report, now time.Time) Counts {
@@ -515,9 +521,15 @@ func (c *Controller) Step(ctx context.Context, leading any) error {
 	}
 	var errs []error
 	for _, st := range running {
-		// A stage may end as it begins: take a few steps at once.
+		reports, err := c.cfg.Reports(ctx, st.Namespace)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rollout %s of %q: %w", st.ID, st.Namespace, err))
+			continue
+		}
+		// A stage may end as it begins: take a few steps at once (over the
+		// same reports).
 		for range 4 {
-			next, err := c.step(ctx, st, leading)
+			next, err := c.stepWith(ctx, st, reports, leading)
 			if err != nil {
 				if !errors.Is(err, ErrConflict) {
 					errs = append(errs, fmt.Errorf("rollout %s of %q: %w", st.ID, st.Namespace, err))
@@ -538,9 +550,9 @@ func (c *Controller) Step(ctx context.Context, leading any) error {
 func (c *Controller) forget(running []*State) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id := range c.since {
+	for id := range c.known {
 		if !slices.ContainsFunc(running, func(s *State) bool { return s.ID == id }) {
-			delete(c.since, id)
+			delete(c.known, id)
 		}
 	}
 	for id, gates := range c.gates {
@@ -564,6 +576,11 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 	if err != nil {
 		return nil, err
 	}
+	return c.stepWith(ctx, st, reports, leading)
+}
+
+// stepWith is step over reports.
+func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, leading any) (*State, error) {
 	now := c.cfg.Now()
 	t := c.tallyOf(st, reports, now, true)
 	window := c.cfg.Liveness
@@ -633,7 +650,8 @@ func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, 
 	next.Stage++
 	pct := st.Spec.Stages[next.Stage]
 	hashes := make([]uint64, 0, len(t.clients))
-	for _, cl := range t.clients {
+	for i := range t.clients {
+		cl := &t.clients[i]
 		if window == 0 || now.Sub(cl.seen) < window || cl.rev >= st.stageRev() {
 			hashes = append(hashes, cl.hash)
 		}

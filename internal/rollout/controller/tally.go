@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -79,7 +78,8 @@ func (r *Report) Merge(o Report) {
 
 // tally is what a rollout knows of its clients: rebuilt from reports.
 type tally struct {
-	clients  map[string]*client
+	clients  []client         // in the order first observed
+	index    map[string]int32 // client id → its place in clients
 	nackers  int
 	nackErrs []string
 	acked    int
@@ -95,20 +95,27 @@ type client struct {
 	acked, nacked, would, served, nacker bool
 }
 
-func newTally() *tally { return &tally{clients: make(map[string]*client)} }
+func newTally(n int) *tally {
+	return &tally{clients: make([]client, 0, n), index: make(map[string]int32, n)}
+}
 
-// observe counts one client's report into st's tally.
-func (t *tally) observe(st *State, r *Report, now time.Time) {
+// observe counts one client's report into st's tally; of gives a new
+// client's hash and since when it is known.
+func (t *tally) observe(st *State, r *Report, now time.Time, of func(id string) (uint64, time.Time)) {
 	first, end := st.firstRev(), st.endRev()
 	inRange := func(rev int64) bool { return first > 0 && rev >= first && (end == 0 || rev <= end) }
 	explicit := r.Rollout == st.ID
-	c := t.clients[r.ClientID]
-	if c == nil {
+	var c *client
+	if i, ok := t.index[r.ClientID]; ok {
+		c = &t.clients[i]
+	} else {
 		if st.State != Running && !explicit && !inRange(r.Acked) && !inRange(r.Nacked) {
 			return
 		}
-		c = &client{hash: rollout.Hash(st.ID, r.ClientID), since: now}
-		t.clients[r.ClientID] = c
+		h, since := of(r.ClientID)
+		t.index[r.ClientID] = int32(len(t.clients))
+		t.clients = append(t.clients, client{hash: h, since: since})
+		c = &t.clients[len(t.clients)-1]
 	}
 	if r.Seen.After(c.seen) {
 		c.seen = r.Seen
@@ -162,7 +169,8 @@ func (t *tally) nack(c *client, id, what string, rev int64, e string) {
 // not hold it). window 0: every known client is live.
 func (t *tally) members(st *State, now time.Time, window time.Duration) (in, reported, lagging, gone int) {
 	stageRev := st.stageRev()
-	for _, c := range t.clients {
+	for i := range t.clients {
+		c := &t.clients[i]
 		if c.hash > st.Cut {
 			continue
 		}
@@ -186,7 +194,8 @@ func (t *tally) members(st *State, now time.Time, window time.Duration) (in, rep
 // reported the stage's revision (prevalidation waits for it).
 func (t *tally) othersWaiting(st *State, now time.Time, window time.Duration) bool {
 	stageRev := st.stageRev()
-	for _, c := range t.clients {
+	for i := range t.clients {
+		c := &t.clients[i]
 		if c.rev >= stageRev || window > 0 && now.Sub(later(c.seen, st.StageAt)) >= window {
 			continue
 		}
