@@ -118,7 +118,7 @@ type Controller struct {
 
 	mu    sync.Mutex
 	known map[string]map[string]memo // rollout id → client → its hash, when first counted
-	gates map[string][]Gate               // rollout id → its gates, built once
+	gates map[string][]Gate          // rollout id → its gates, built once
 }
 
 // New returns a controller.
