@@ -164,6 +164,7 @@ type rollouts struct {
 
 	mu   sync.Mutex
 	gens map[string]uint64 // running rollout id → the store generation it started in
+	had  map[string]bool   // the namespaces that had a rollout (at most the store's)
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -171,7 +172,7 @@ type rollouts struct {
 }
 
 func (s *Server) newRollouts() *rollouts {
-	r := &rollouts{gens: make(map[string]uint64), done: make(chan struct{})}
+	r := &rollouts{gens: make(map[string]uint64), had: make(map[string]bool), done: make(chan struct{})}
 	r.reports.init(maxReports)
 	r.mem = controller.NewMemStoreOver(s.applyRollout)
 	r.ctl = controller.New(controller.Config{Store: r.mem, Reports: r.reports.list, Logger: s.log, Poll: rolloutPoll,
@@ -211,9 +212,9 @@ func (r *rollouts) wants(ns string, _ int64) bool {
 	if !r.any.Load() {
 		return false
 	}
-	var had bool
-	_ = r.mem.Guard(ns, func(cur *controller.State) error { had = cur != nil; return nil })
-	return had
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.had[ns]
 }
 
 // applyRollout commits a rollout's change to the server's store: only
@@ -301,6 +302,9 @@ func (s *Server) startRollout(ctx context.Context, ns string, spec controller.Sp
 	if _, err := s.store.checkStaged(ns, spec.Puts, spec.Deletes); err != nil {
 		return controller.Record{}, err
 	}
+	r.mu.Lock()
+	r.had[ns] = true
+	r.mu.Unlock()
 	r.any.Store(true)
 	rec, err := r.ctl.Start(ctx, ns, spec, actor, reason)
 	if err != nil {
@@ -412,6 +416,7 @@ func (r *rollouts) endAll(reason string) {
 	_ = r.ctl.Drop(context.Background(), reason)
 	r.mu.Lock()
 	clear(r.gens)
+	clear(r.had)
 	r.mu.Unlock()
 }
 
