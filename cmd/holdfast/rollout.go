@@ -55,9 +55,9 @@ plain publish during one, is refused (409).
 			reportTimeout := fs.Duration("report-timeout", 0, "a client silent this long is lagging (0: the server's default, 10s)")
 			stageTimeout := fs.Duration("stage-timeout", 0, "how long a stage waits for its clients (0: the server's default, 5m)")
 			onTimeout := newChoice(fs, "on-timeout", "what a stage that timed out does", "revert", "hold")
-			onBreach := newChoice(fs, "on-breach", "what a gate's breach does (holdfast server; default revert)", "", "revert", "hold")
-			actor := fs.String("actor", "", "`WHO` starts it, for the history (default: the token's identity; holdfast server)")
-			reason := fs.String("reason", "", "`WHY`, for the history (holdfast server)")
+			onBreach := newChoice(fs, "on-breach", "what a gate's breach does (default revert)", "", "revert", "hold")
+			actor := fs.String("actor", "", "`WHO` starts it, for the history (default: the token's identity)")
+			reason := fs.String("reason", "", "`WHY`, for the history")
 			file := fs.String("f", "", "take the change from `FILE`: {\"puts\":{...},\"deletes\":[...]}")
 			gates := gate.AddFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
@@ -118,7 +118,7 @@ type rolloutRequest struct {
 	ReportTimeout string                     `json:"report_timeout,omitempty"`
 	StageTimeout  string                     `json:"stage_timeout,omitempty"`
 	OnTimeout     string                     `json:"on_timeout,omitempty"`
-	// Sent only when given: the reference server takes none of them.
+	// Sent only when given.
 	OnBreach string      `json:"on_breach,omitempty"`
 	Gates    []gate.Gate `json:"gates,omitempty"`
 	Actor    string      `json:"actor,omitempty"`
@@ -311,6 +311,17 @@ type rolloutRecord struct {
 	Baking   bool   `json:"baking,omitempty"`
 	Held     bool   `json:"held,omitempty"`
 	Actor    string `json:"actor,omitempty"`
+	// The transitions (holdfast server's and the reference server's):
+	// start, bake, bake-end, stage, hold, promote, revert, abort.
+	Decisions []struct {
+		At       time.Time `json:"at"`
+		What     string    `json:"what"`
+		Stage    float64   `json:"stage"`
+		Revision int64     `json:"revision,omitempty"`
+		Actor    string    `json:"actor,omitempty"`
+		Reason   string    `json:"reason,omitempty"`
+	} `json:"decisions,omitempty"`
+	GateFailing []time.Time `json:"gate_failing,omitempty"`
 }
 
 // printRollout prints a rollout's record as a table.
@@ -353,7 +364,31 @@ func printRollout(w io.Writer, data []byte) error {
 	tw.row("lagging", r.Lagging)
 	tw.row("reason", orDash(r.Reason))
 	tw.row("revisions", orDash(strings.Join(revs, ", ")))
-	return tw.flush()
+	for i, t := range r.GateFailing {
+		if !t.IsZero() {
+			tw.row(fmt.Sprintf("gate %d failing since", i), timeCell(t))
+		}
+	}
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	if len(r.Decisions) == 0 {
+		return nil
+	}
+	// The decisions, each with its actor and its reason whole (the gates'
+	// figures included).
+	if _, err := fmt.Fprintln(w, "\ndecisions:"); err != nil {
+		return err
+	}
+	dw := newTable(w, "AT", "WHAT", "STAGE", "REVISION", "ACTOR", "REASON")
+	for _, d := range r.Decisions {
+		rev := "-"
+		if d.Revision != 0 {
+			rev = strconv.FormatInt(d.Revision, 10)
+		}
+		dw.row(timeCell(d.At), d.What, percent(d.Stage), rev, orDash(d.Actor), orDash(d.Reason))
+	}
+	return dw.flush()
 }
 
 // printRollouts prints the list of a namespace's rollouts, one a line.

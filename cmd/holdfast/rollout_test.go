@@ -76,7 +76,7 @@ func TestRolloutCommands(t *testing.T) {
 	}
 
 	// A nack reverts the rollout (max_nacks 0).
-	id, rev := startedRollout(t, mustRun(t, "rollout", "start", "-server", u, "-o", "json", "-stages", "100", "app", "a=2"))
+	id, rev := startedRollout(t, mustRun(t, "rollout", "start", "-server", u, "-o", "json", "-stages", "100", "-actor", "alice", "-reason", "ticket 12", "app", "a=2"))
 	if rev != srv.Head() {
 		t.Errorf("the first stage's revision %d, head %d", rev, srv.Head())
 	}
@@ -93,7 +93,7 @@ func TestRolloutCommands(t *testing.T) {
 		t.Fatalf("after a nack: %+v", rec)
 	}
 	out = mustRun(t, "rollout", "status", "-server", u, "-id", id, "app")
-	for _, w := range []string{"state       reverted\n", "nacked      1\n", "a: too big"} {
+	for _, w := range []string{"state       reverted\n", "nacked      1\n", "a: too big", "started by  alice\n", "decisions:\n", " start ", "ticket 12", " revert "} {
 		if !strings.Contains(out, w) {
 			t.Errorf("rollout status does not say %q:\n%s", w, out)
 		}
