@@ -93,5 +93,20 @@ func (b *Bound) Last() Result {
 	return b.last
 }
 
+// LastJSON is Last as JSON (nil before the first check): the figures a
+// controller keeps in the rollout's record (an optional method of
+// internal/rollout/controller's Gate).
+func (b *Bound) LastJSON() json.RawMessage {
+	r := b.Last()
+	if r.Status == "" {
+		return nil
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil
+	}
+	return data
+}
+
 // Close closes the Checker.
 func (b *Bound) Close() error { return b.c.Close() }

@@ -76,6 +76,8 @@ type Gate interface {
 //     (State.GateFailing) and resumes a gate it builds after a failover
 //     from it, so the grace goes on rather than restarting.
 //   - Close() error: called when the controller drops the gate.
+//   - LastJSON() json.RawMessage: its last check's result, kept in the
+//     rollout's record with each transition of a bake.
 type (
 	gateStarter interface {
 		Start(ctx context.Context) error
@@ -85,6 +87,9 @@ type (
 		Resume(failingSince time.Time)
 	}
 	gateCloser interface{ Close() error }
+	// LastJSON() json.RawMessage: the last check's result, kept in the
+	// rollout's record (State.GateResults).
+	gateLast interface{ LastJSON() json.RawMessage }
 )
 
 // Config configures a Controller.
@@ -613,7 +618,12 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 			Reason: fmt.Sprintf("stage %v%%: %d of %d client(s) reported (%d gone); baking %v", stage, counts.Reported, counts.InStage, counts.Gone, st.Spec.Bake)})
 		return c.commit(ctx, st, next, nil, leading)
 	}
-	breach, why, failing := c.checkGates(ctx, st)
+	breach, why, failing, results := c.checkGates(ctx, st)
+	if results != nil {
+		// Kept with whatever the step commits (not a commit of its own).
+		st = st.clone()
+		st.GateResults = results
+	}
 	if !slices.Equal(failing, st.GateFailing) {
 		// Whatever the step commits keeps the gates' failures; a step that
 		// commits nothing else commits them alone (only when one changes).
@@ -676,9 +686,9 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 // breached and why, and since when each has been failing (nil: none is),
 // as State.GateFailing keeps it. The gates are built once per rollout, and
 // resume the failures st keeps (a failover).
-func (c *Controller) checkGates(ctx context.Context, st *State) (breach bool, why string, failing []time.Time) {
+func (c *Controller) checkGates(ctx context.Context, st *State) (breach bool, why string, failing []time.Time, results []json.RawMessage) {
 	if len(st.Spec.Gates) == 0 {
-		return false, "", nil
+		return false, "", nil, nil
 	}
 	c.mu.Lock()
 	gates, ok := c.gates[st.ID]
@@ -686,7 +696,7 @@ func (c *Controller) checkGates(ctx context.Context, st *State) (breach bool, wh
 	if !ok {
 		var err error
 		if gates, err = c.buildGates(st.Spec); err != nil {
-			return true, fmt.Sprintf("the gates do not build: %v", err), st.GateFailing
+			return true, fmt.Sprintf("the gates do not build: %v", err), st.GateFailing, nil
 		}
 		for i, g := range gates {
 			if r, ok := g.(gateResumer); ok && i < len(st.GateFailing) && !st.GateFailing[i].IsZero() {
@@ -711,11 +721,17 @@ func (c *Controller) checkGates(ctx context.Context, st *State) (breach bool, wh
 		if b && !breach {
 			breach, why = true, fmt.Sprintf("gate %d breached at stage %v%%: %s", i, st.Spec.Stages[st.Stage], detail)
 		}
+		if l, ok := g.(gateLast); ok {
+			if results == nil {
+				results = make([]json.RawMessage, len(gates))
+			}
+			results[i] = l.LastJSON()
+		}
 	}
 	if !anyFailing {
 		failing = nil
 	}
-	return breach, why, failing
+	return breach, why, failing, results
 }
 
 func (c *Controller) hold(ctx context.Context, st *State, now time.Time, why string, leading any) (*State, error) {

@@ -143,6 +143,12 @@ func TestGateFailingSurvivesAFailover(t *testing.T) {
 	if got.State != Reverted || !strings.Contains(got.Reason, "gate 0 breached") {
 		t.Fatalf("not reverted on the resumed grace: %+v", got)
 	}
+	// The record keeps the breaching check's result whole.
+	var res gate.Result
+	if len(got.GateResults) != 1 || json.Unmarshal(got.GateResults[0], &res) != nil || res.Status != gate.Breach ||
+		res.Err == nil || !strings.Contains(res.Reason, "no series") || !res.FailingSince.Equal(failedAt) {
+		t.Fatalf("gate results %s", got.GateResults)
+	}
 }
 
 // TestGateRecoveryClearsFailing: a query that answers again clears the

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 )
@@ -30,6 +31,11 @@ type State struct {
 	// grace survives a failover (Config.Gates builds a new gate, which
 	// resumes from it).
 	GateFailing []time.Time `json:"gate_failing,omitempty"`
+	// GateResults are, per gate, the result of its last check as of the
+	// last transition (the gate's JSON: its value, series, error and
+	// reason whole): kept with every transition of a bake, not at every
+	// check.
+	GateResults []json.RawMessage `json:"gate_results,omitempty"`
 	// Revisions are the revisions it committed: one per stage, then the
 	// promotion or the revert. A 0 in a commit's state stands for the
 	// commit's own revision: the store fills it in.
@@ -97,11 +103,12 @@ type Record struct {
 	StageAt       time.Time  `json:"stage_started_at"`
 	BakeEnd       *time.Time `json:"bake_ends_at,omitempty"`
 	Actor         string     `json:"actor,omitempty"`
-	// GateFailing: see State.GateFailing.
-	GateFailing []time.Time `json:"gate_failing,omitempty"`
-	Decisions   []Decision  `json:"decisions"`
-	StartedAt   time.Time   `json:"started_at"`
-	EndedAt     *time.Time  `json:"ended_at,omitempty"`
+	// GateFailing and GateResults: see State's.
+	GateFailing []time.Time       `json:"gate_failing,omitempty"`
+	GateResults []json.RawMessage `json:"gate_results,omitempty"`
+	Decisions   []Decision        `json:"decisions"`
+	StartedAt   time.Time         `json:"started_at"`
+	EndedAt     *time.Time        `json:"ended_at,omitempty"`
 }
 
 // stageRev is the current stage's revision (0: none yet).
@@ -149,6 +156,7 @@ func (s *State) clone() *State {
 	c.Revisions = slices.Clone(s.Revisions)
 	c.Decisions = slices.Clone(s.Decisions)
 	c.GateFailing = slices.Clone(s.GateFailing)
+	c.GateResults = slices.Clone(s.GateResults)
 	c.Cuts = slices.Clone(s.Cuts)
 	c.Spec.Stages = slices.Clone(s.Spec.Stages)
 	if s.Final != nil {
@@ -188,7 +196,8 @@ func (s *State) record(c Counts) Record {
 	r := Record{ID: s.ID, Namespace: s.Namespace, State: s.State, Stage: s.Spec.Stages[s.Stage], Stages: slices.Clone(s.Spec.Stages),
 		Counts: c, Reason: s.Reason, Revisions: slices.Clone(s.Revisions), StageRevision: s.stageRev(), MaxNacks: s.Spec.MaxNacks,
 		Prevalidate: s.Spec.Prevalidate, OnBreach: s.Spec.OnBreach, Held: s.Held, StageAt: s.StageAt, Actor: s.Actor,
-		Decisions: slices.Clone(s.Decisions), StartedAt: s.Started, GateFailing: slices.Clone(s.GateFailing)}
+		Decisions: slices.Clone(s.Decisions), StartedAt: s.Started, GateFailing: slices.Clone(s.GateFailing),
+		GateResults: slices.Clone(s.GateResults)}
 	if r.Revisions == nil {
 		r.Revisions = []int64{}
 	}
