@@ -87,9 +87,7 @@ type (
 		Resume(failingSince time.Time)
 	}
 	gateCloser interface{ Close() error }
-	// LastJSON() json.RawMessage: the last check's result, kept in the
-	// rollout's record (State.GateResults).
-	gateLast interface{ LastJSON() json.RawMessage }
+	gateLast   interface{ LastJSON() json.RawMessage }
 )
 
 // Config configures a Controller.
@@ -505,6 +503,8 @@ func (c *Controller) counts(st *State, reports []Report, now time.Time) Counts {
 func (c *Controller) Run(ctx context.Context, leading any) error {
 	tick := time.NewTicker(c.cfg.Poll)
 	defer tick.Stop()
+	defer c.dropGates() // a leader that leads no more keeps no gate open
+
 	for {
 		if err := c.Step(ctx, leading); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("rollout: a step failed", "err", err)
@@ -565,6 +565,16 @@ func (c *Controller) forget(running []*State) {
 			closeGates(gates)
 			delete(c.gates, id)
 		}
+	}
+}
+
+// dropGates closes and forgets every gate built.
+func (c *Controller) dropGates() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, gates := range c.gates {
+		closeGates(gates)
+		delete(c.gates, id)
 	}
 }
 
