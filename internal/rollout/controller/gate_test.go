@@ -103,16 +103,16 @@ func TestGateRefusesTheStart(t *testing.T) {
 	}
 }
 
-// TestGateFailingSurvivesAFailover: a gate's query that fails is kept in
-// the rollout's state, and a new leader's gate resumes its grace from it
-// rather than restarting it.
-func TestGateFailingSurvivesAFailover(t *testing.T) {
+// bakingWithAGate starts a rollout of 4 clients with a gate (grace 30s)
+// whose query passes, and has its first stage bake (an hour).
+func bakingWithAGate(t *testing.T) (*prom, *fleet, *MemStore, *Controller, string) {
+	t.Helper()
 	p := newProm(t)
 	p.set("0.1")
 	f, m := newFleet(), NewMemStore()
 	f.apply(m, "app", ids(4), nil)
 	c := newGateTest(f, m)
-	defer c.Close()
+	t.Cleanup(c.Close)
 	s := Spec{Puts: spec.Puts, Stages: []float64{50, 100}, Bake: time.Hour, Gates: []json.RawMessage{gateJSON(p.srv.URL, 30*time.Second)}}
 	rec, err := c.Start(context.Background(), "app", s, "alice", "")
 	if err != nil {
@@ -121,6 +121,17 @@ func TestGateFailingSurvivesAFailover(t *testing.T) {
 	f.apply(m, "app", ids(4), nil)
 	step(t, c, nil) // bakes
 	step(t, c, nil)
+	if cur, _ := m.Current(context.Background(), "app"); cur.BakeEnd.IsZero() || cur.State != Running {
+		t.Fatalf("not baking: %+v", cur)
+	}
+	return p, f, m, c, rec.ID
+}
+
+// TestGateFailingSurvivesAFailover: a gate's query that fails is kept in
+// the rollout's state, and a new leader's gate resumes its grace from it
+// rather than restarting it.
+func TestGateFailingSurvivesAFailover(t *testing.T) {
+	p, f, m, c, id := bakingWithAGate(t)
 	p.set() // no series from now: failing
 	failedAt := f.clock()
 	step(t, c, nil)
@@ -139,7 +150,7 @@ func TestGateFailingSurvivesAFailover(t *testing.T) {
 	}
 	f.advance(11 * time.Second)
 	step(t, c2, nil)
-	got, _ := c2.Get(context.Background(), "app", rec.ID)
+	got, _ := c2.Get(context.Background(), "app", id)
 	if got.State != Reverted || !strings.Contains(got.Reason, "gate 0 breached") {
 		t.Fatalf("not reverted on the resumed grace: %+v", got)
 	}
@@ -154,18 +165,7 @@ func TestGateFailingSurvivesAFailover(t *testing.T) {
 // TestGateRecoveryClearsFailing: a query that answers again clears the
 // stored failure.
 func TestGateRecoveryClearsFailing(t *testing.T) {
-	p := newProm(t)
-	p.set("0.1")
-	f, m := newFleet(), NewMemStore()
-	f.apply(m, "app", ids(4), nil)
-	c := newGateTest(f, m)
-	defer c.Close()
-	s := Spec{Puts: spec.Puts, Stages: []float64{50, 100}, Bake: time.Hour, Gates: []json.RawMessage{gateJSON(p.srv.URL, 30*time.Second)}}
-	if _, err := c.Start(context.Background(), "app", s, "", ""); err != nil {
-		t.Fatal(err)
-	}
-	f.apply(m, "app", ids(4), nil)
-	step(t, c, nil)
+	p, f, m, c, _ := bakingWithAGate(t)
 	p.set()
 	step(t, c, nil)
 	p.set("0.2")
