@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/instrument"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Namespace is an open namespace: a local, always-readable copy of its
@@ -84,6 +85,18 @@ type Namespace struct {
 	// to the persister.
 	persistedConfirm  time.Time
 	failedClosedTotal time.Duration // time spent in StateFailedClosed, before the current stint
+	// What this client last reported, told again while a rollout runs
+	// (rereport): when, and its newest nack and would-nack.
+	reportedAt time.Time
+	nack       nackReport
+	would      transport.Ack
+}
+
+// nackReport is a rejection as the client reported it.
+type nackReport struct {
+	revision int64
+	rollout  string
+	err      error
 }
 
 // Name is the namespace's name.

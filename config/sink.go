@@ -35,6 +35,7 @@ func (s nsSink) Applied(u syncer.Update) {
 	n.confirmed(u.Position, true)
 	n.settle(up)
 	n.acks.Report(n.c.opts.clientID, n.name, u.Snapshot.Revision(), memberOf(u.Rollout), u.Rollout.ID != "", nil)
+	n.reportedAt = time.Now()
 	n.wakeClock()
 }
 
@@ -61,13 +62,47 @@ func (s nsSink) Confirmed(p syncer.Position) {
 			rollout = n.status.Rollout.ID
 		}
 		n.acks.Report(n.c.opts.clientID, n.name, n.applied.Revision(), rollout, n.status.Rollout.ID != "", nil)
+		n.reportedAt = time.Now()
 	}
 	if n.applied != nil {
 		n.appliedOrigin = OriginNetwork // data from disk, now confirmed
 	}
 	n.confirmed(p, false)
+	n.rereport(time.Now())
 	n.settle(nil)
 	n.wakeClock()
+}
+
+// rereportEvery is the least time between two reports of the same state
+// while a rollout runs: the server's liveness window is two heartbeats,
+// and at least 3 s.
+const rereportEvery = time.Second
+
+// rereport tells the server again what this client holds, at each
+// confirmation (a progress event: one a heartbeat at least while
+// connected) while a rollout runs in the namespace, at most every
+// rereportEvery. Reports are soft state on their way: a relay or server
+// restarted mid-rollout lost those it held, and the controller counts a
+// stage's client silent past its liveness window as gone. So a connected
+// client is heard every heartbeat, and a restart is healed within one
+// (docs/PROTOCOL.md, "When a client reports"). n.mu must be held.
+func (n *Namespace) rereport(now time.Time) {
+	if n.acks == nil || n.applied == nil || n.status.Rollout.ID == "" || now.Sub(n.reportedAt) < rereportEvery {
+		return
+	}
+	n.reportedAt = now
+	id := n.c.opts.clientID
+	rollout := ""
+	if n.status.Rollout.Staged {
+		rollout = n.status.Rollout.ID
+	}
+	n.acks.Report(id, n.name, n.applied.Revision(), rollout, true, nil)
+	if n.nack.revision > n.applied.Revision() { // still rejected: nothing later applied
+		n.acks.Report(id, n.name, n.nack.revision, n.nack.rollout, true, n.nack.err)
+	}
+	if n.would.Rollout == n.status.Rollout.ID {
+		n.acks.Add(n.would)
+	}
 }
 
 func (s nsSink) Failed(err error) {
@@ -95,6 +130,7 @@ func (s nsSink) Rejected(revision int64, err error) {
 	n.acks.Report(n.c.opts.clientID, n.name, revision, rollout, true, rerr)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.nack = nackReport{revision: revision, rollout: rollout, err: rerr}
 	n.recordError(rerr)
 	n.rejects.Add(1) // after the error: whoever sees the count sees the error in Status
 	if n.applied == nil {
@@ -112,8 +148,12 @@ func (s nsSink) WouldReject(revision int64, rolloutID string, err error) {
 	n := s.n
 	n.log.Warn("config: a staged rollout's change would be rejected; reported, serving the base",
 		"revision", revision, "rollout", rolloutID, "err", err)
-	n.acks.Add(transport.Ack{ClientID: n.c.opts.clientID, Namespace: n.name, Revision: revision,
-		Status: transport.AckWouldReject, Rollout: rolloutID, Error: err.Error()})
+	would := transport.Ack{ClientID: n.c.opts.clientID, Namespace: n.name, Revision: revision,
+		Status: transport.AckWouldReject, Rollout: rolloutID, Error: err.Error()}
+	n.acks.Add(would)
+	n.mu.Lock()
+	n.would = would
+	n.mu.Unlock()
 }
 
 // confirmed records that the data is current as of now minus p.Age (the
