@@ -3,7 +3,6 @@ package dataplane
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -290,8 +289,10 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	etag := wire.ETag(snap.StoreID, snap.Rev)
 	inm := r.Header.Get("If-None-Match")
 	notModified := etagMatches(inm, etag)
+	stripped := false
 	if !rolloutAware(r) {
-		if base, stripped := s.reserved.base(ns, values); stripped {
+		var base map[string]json.RawMessage
+		if base, stripped = s.reserved.base(ns, values); stripped {
 			// The base, without reserved keys: another representation
 			// of the revision, with a tag of its own. A client names
 			// the revision it holds with wire.ETag, and one that
@@ -319,35 +320,30 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if r.Context().Err() != nil {
 		return // the client is gone (a reset stream): no encoding for no one
 	}
-	encoded, err := wire.EncodeValues(values)
+	plain, shared, err := s.snaps.values(ns, stripped, values)
 	if err != nil {
 		s.replyError(w, err)
 		return
 	}
-	data, err := json.Marshal(transport.Snapshot{
-		Namespace: ns, StoreID: snap.StoreID, Revision: snap.Rev, Cursor: snap.Cursor,
-		CompactRevision: snap.Compact, Values: encoded, AgeMillis: age, Unconfirmed: unconfirmed,
-	})
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	data = append(data, '\n')
+	head := snapshotHead(ns, snap.StoreID, snap.Rev, snap.Cursor, snap.Compact)
+	tail := snapshotTail(age, unconfirmed)
 	h.Set("Content-Type", "application/json")
 	// A reader too slow for the deadline (or one that does not read)
 	// loses the reply; the slot is released as the handler returns.
-	setReplyDeadline(w, len(data))
+	size := len(head) + len(plain) + len(tail)
+	setReplyDeadline(w, size)
 	if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
-		h.Set("Content-Length", strconv.Itoa(len(data)))
+		h.Set("Content-Length", strconv.Itoa(size))
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(data)
+		_, _ = w.Write(head)
+		_, _ = w.Write(plain)
+		_, _ = w.Write(tail)
 		return
 	}
+	deflated := s.snaps.gzipped(shared)
 	h.Set("Content-Encoding", "gzip")
 	w.WriteHeader(http.StatusOK)
-	zw := gzip.NewWriter(w)
-	_, _ = zw.Write(data)
-	_ = zw.Close()
+	_ = writeGzip(w, head, plain, deflated, tail)
 }
 
 // etagMatches implements If-None-Match: a list of (weak or strong) tags, or "*".

@@ -29,6 +29,7 @@ type Server struct {
 	mux           *http.ServeMux
 	caps          string // Holdfast-Capabilities
 	reserved      reservedScans
+	snaps         *snapCache // encoded snapshots, shared by their readers
 
 	accepted atomic.Int64 // connections accepted
 
@@ -84,6 +85,7 @@ func New(be Backend, opts ...Option) (*Server, error) {
 	if o.maxSnapshots > 0 {
 		s.snapshotSlots = make(chan struct{}, o.maxSnapshots)
 	}
+	s.snaps = newSnapCache(DefaultSnapshotCacheBytes)
 	s.hub = newHub(be.Generation(), s.faults.Silenced)
 	if s.follow != nil {
 		s.hub.follow = true
