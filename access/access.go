@@ -270,12 +270,22 @@ func (t *Tokens) AuthenticateHeader(header string) (Identity, bool) {
 	return t.Authenticate(secret)
 }
 
-// AuthenticateRequest returns the identity a request authenticates as:
-// today its bearer token (AuthenticateHeader). It is the one place that
-// asks who is calling, so that another credential (a client
-// certificate's subject) can be added here for every caller.
+// AuthenticateRequest returns the identity a request authenticates as,
+// the one place that asks who is calling: its bearer token
+// (AuthenticateHeader) when it sends one, the token deciding; else the
+// subject of its verified client certificate (PeerIdentity), when the
+// configuration knows certificate identities (a SubjectAuthenticator,
+// such as a store's Table).
 func (t *Tokens) AuthenticateRequest(r *http.Request) (Identity, bool) {
-	return t.AuthenticateHeader(r.Header.Get("Authorization"))
+	header := r.Header.Get("Authorization")
+	if header == "" && t != nil {
+		if sa, ok := t.auth.(SubjectAuthenticator); ok {
+			if p, ok := PeerIdentity(r.Context()); ok {
+				return sa.AuthenticateSubject(p.Subject)
+			}
+		}
+	}
+	return t.AuthenticateHeader(header)
 }
 
 // Names returns the tokens' names, in configuration order (for a

@@ -72,11 +72,17 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// Record is a token as a store keeps it.
+// Record is a token as a store keeps it: a bearer token (Hash), or a
+// certificate identity (Subject): the scopes of a caller whose verified
+// TLS client certificate has that subject (mTLS), with no secret at all.
 type Record struct {
 	Name string `json:"name"`
 	// Hash is "sha256:" and the hex SHA-256 of the secret (HashSecret).
-	Hash string `json:"hash"`
+	Hash string `json:"hash,omitempty"`
+	// Subject is the client certificate's subject, as Peer.Subject
+	// writes it (RFC 2253, e.g. "CN=deploy-bot,O=example"): the
+	// identity's name in the audit.
+	Subject string `json:"subject,omitempty"`
 	Scopes
 	// Expires, when not zero, is when the token stops authenticating.
 	Expires   time.Time `json:"expires,omitzero"`
@@ -89,8 +95,17 @@ func (r Record) Validate() error {
 	if err := ValidateName(r.Name); err != nil {
 		return err
 	}
-	if _, err := parseHash(r.Hash); err != nil {
-		return fmt.Errorf("token %q: %w", r.Name, err)
+	switch {
+	case r.Subject != "" && r.Hash != "":
+		return fmt.Errorf("%w: token %q: a hash or a subject, not both", ErrInvalid, r.Name)
+	case r.Subject != "":
+		if len(r.Subject) > 1024 || !printable(r.Subject, true) {
+			return fmt.Errorf("%w: token %q: subject: want at most 1,024 bytes of printable ASCII", ErrInvalid, r.Name)
+		}
+	default:
+		if _, err := parseHash(r.Hash); err != nil {
+			return fmt.Errorf("token %q: %w", r.Name, err)
+		}
 	}
 	if err := r.Scopes.Validate(); err != nil {
 		return fmt.Errorf("token %q: %w", r.Name, err)
@@ -148,6 +163,12 @@ type Authenticator interface {
 	Authenticate(secret string) (Identity, bool)
 }
 
+// SubjectAuthenticator authenticates a caller by its verified client
+// certificate's subject (Peer.Subject). *Table is one.
+type SubjectAuthenticator interface {
+	AuthenticateSubject(subject string) (Identity, bool)
+}
+
 // FromAuthenticator returns a *Tokens that authenticates with a (for the
 // handlers that take a *Tokens); names is what Names returns, for logs.
 func FromAuthenticator(a Authenticator, names ...string) *Tokens {
@@ -172,6 +193,19 @@ func (f firstOf) Authenticate(secret string) (Identity, bool) {
 	return found, ok
 }
 
+// AuthenticateSubject returns the first identity any of f's
+// SubjectAuthenticators finds for subject.
+func (f firstOf) AuthenticateSubject(subject string) (Identity, bool) {
+	for _, a := range f {
+		if sa, ok := a.(SubjectAuthenticator); ok {
+			if id, yes := sa.AuthenticateSubject(subject); yes {
+				return id, true
+			}
+		}
+	}
+	return Identity{}, false
+}
+
 // Anonymous is the name of the identity a Table gives every caller while
 // it does not require tokens (SetRecords with required false).
 const Anonymous = "anonymous"
@@ -189,7 +223,8 @@ type Table struct {
 }
 
 type tableState struct {
-	byDigest map[[sha256.Size]byte]*tableEntry
+	byDigest  map[[sha256.Size]byte]*tableEntry
+	bySubject map[string]*tableEntry
 	records  []Record
 	required bool
 }
@@ -242,16 +277,21 @@ func NewTable(opts ...TableOption) *Table {
 // authenticates every caller, with or without a secret, as Anonymous with
 // every scope: a store that has never had an admin token is open.
 func (t *Table) SetRecords(records []Record, required bool) error {
-	st := &tableState{byDigest: make(map[[sha256.Size]byte]*tableEntry, len(records)), required: required || t.always}
+	st := &tableState{byDigest: make(map[[sha256.Size]byte]*tableEntry, len(records)),
+		bySubject: make(map[string]*tableEntry), required: required || t.always}
 	var errs []error
 	for _, r := range records {
 		if err := r.Validate(); err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		st.records = append(st.records, r)
+		if r.Subject != "" {
+			st.bySubject[r.Subject] = &tableEntry{rec: r, id: NewIdentity(r.Subject, r.Scopes)}
+			continue
+		}
 		d, _ := parseHash(r.Hash)
 		st.byDigest[d] = &tableEntry{rec: r, digest: d, id: NewIdentity(r.Name, r.Scopes)}
-		st.records = append(st.records, r)
 	}
 	t.state.Store(st)
 	return errors.Join(errs...)
@@ -284,6 +324,23 @@ func (t *Table) Authenticate(secret string) (Identity, bool) {
 	d := sha256.Sum256([]byte(secret))
 	e, ok := st.byDigest[d]
 	if !ok || subtle.ConstantTimeCompare(d[:], e.digest[:]) != 1 || e.rec.Expired(t.now()) {
+		return Identity{}, false
+	}
+	t.used(e.rec.Name)
+	return e.id, true
+}
+
+// AuthenticateSubject returns the identity of the certificate record
+// whose subject is subject, if it has not expired: named by the subject,
+// so that the audit shows who the certificate says. Subjects are not
+// secrets: the listener has verified the certificate before.
+func (t *Table) AuthenticateSubject(subject string) (Identity, bool) {
+	st := t.state.Load()
+	if !st.required {
+		return anonymous, true
+	}
+	e, ok := st.bySubject[subject]
+	if !ok || e.rec.Expired(t.now()) {
 		return Identity{}, false
 	}
 	t.used(e.rec.Name)

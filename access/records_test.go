@@ -2,6 +2,8 @@ package access
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +122,56 @@ func TestNewSecret(t *testing.T) {
 	a, b := NewSecret(), NewSecret()
 	if a == b || len(a) != len(SecretPrefix)+43 || CheckSecret(a) != nil {
 		t.Fatalf("secrets %q %q", a, b)
+	}
+}
+
+// TestCertificateIdentities: a record with a subject authenticates a
+// request whose verified client certificate has it, named by the subject,
+// within its scopes and expiry; a bearer token decides when one is sent;
+// a record with both a hash and a subject, or neither, is invalid.
+func TestCertificateIdentities(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	secret := NewSecret()
+	tab := NewTable(WithClock(func() time.Time { return now }))
+	err := tab.SetRecords([]Record{
+		{Name: "deploy-bot", Subject: "CN=deploy-bot,O=example", Scopes: Scopes{Control: []string{"app"}}, Created: now},
+		{Name: "old-bot", Subject: "CN=old-bot", Scopes: Scopes{Data: []string{"*"}}, Expires: now.Add(-time.Minute), Created: now},
+		{Name: "svc", Hash: HashSecret(secret), Scopes: Scopes{Data: []string{"app"}}, Created: now},
+		{Name: "both", Hash: HashSecret(NewSecret()), Subject: "CN=both", Scopes: Scopes{Data: []string{"*"}}},
+		{Name: "neither", Scopes: Scopes{Data: []string{"*"}}},
+	}, true)
+	if err == nil || !strings.Contains(err.Error(), `"both"`) || !strings.Contains(err.Error(), `"neither"`) {
+		t.Fatalf("SetRecords: %v; want the records with both and neither refused", err)
+	}
+	toks := FromAuthenticator(FirstOf(tab))
+	for _, tc := range []struct {
+		name    string
+		subject string // the verified certificate's; "" none
+		bearer  string
+		want    string // the identity's name; "" refused
+	}{
+		{"a known subject", "CN=deploy-bot,O=example", "", "CN=deploy-bot,O=example"},
+		{"an unknown subject", "CN=stranger", "", ""},
+		{"an expired identity", "CN=old-bot", "", ""},
+		{"no certificate, no token", "", "", ""},
+		{"a token decides over the certificate", "CN=deploy-bot,O=example", "Bearer " + secret, "svc"},
+		{"a wrong token is not saved by the certificate", "CN=deploy-bot,O=example", "Bearer " + NewSecret(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			if tc.subject != "" {
+				r = r.WithContext(NewPeerContext(r.Context(), Peer{Subject: tc.subject}))
+			}
+			if tc.bearer != "" {
+				r.Header.Set("Authorization", tc.bearer)
+			}
+			id, ok := toks.AuthenticateRequest(r)
+			if got := map[bool]string{true: id.Name, false: ""}[ok]; got != tc.want {
+				t.Fatalf("authenticated as %q (%v), want %q", id.Name, ok, tc.want)
+			}
+			if ok && tc.want == "CN=deploy-bot,O=example" && (!id.MayControl("app") || id.MayControl("other")) {
+				t.Errorf("scopes of %q: %+v", id.Name, id.Scopes())
+			}
+		})
 	}
 }

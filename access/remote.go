@@ -133,6 +133,15 @@ func (r *Remote) Authenticate(secret string) (Identity, bool) {
 	return r.table.Authenticate(secret)
 }
 
+// AuthenticateSubject is the table's (certificate identities), with
+// Authenticate's MaxStale.
+func (r *Remote) AuthenticateSubject(subject string) (Identity, bool) {
+	if r.cfg.MaxStale > 0 && time.Since(r.LastSync()) > r.cfg.MaxStale {
+		return Identity{}, false
+	}
+	return r.table.AuthenticateSubject(subject)
+}
+
 // Close stops syncing and waits for it. It is safe to call more than
 // once.
 func (r *Remote) Close() {

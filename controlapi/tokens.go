@@ -7,7 +7,11 @@ import "time"
 // stops authenticating (ExpiresIn, a Go duration such as "720h", is the
 // same measured from the server's clock; give one or neither).
 type TokenCreateRequest struct {
-	Name      string    `json:"name"`
+	Name string `json:"name"`
+	// Subject, when set, makes a certificate identity: no secret; a
+	// caller whose verified TLS client certificate has this subject
+	// (RFC 2253) gets the scopes, and the audit names it by the subject.
+	Subject   string    `json:"subject,omitempty"`
 	Control   []string  `json:"control,omitempty"`
 	Data      []string  `json:"data,omitempty"`
 	Admin     bool      `json:"admin,omitempty"`
@@ -20,6 +24,7 @@ type TokenCreateRequest struct {
 // nor its hash. LastUsed is written at most once a minute per server.
 type TokenInfo struct {
 	Name      string    `json:"name"`
+	Subject   string    `json:"subject,omitempty"` // a certificate identity's
 	Control   []string  `json:"control,omitempty"`
 	Data      []string  `json:"data,omitempty"`
 	Admin     bool      `json:"admin,omitempty"`
@@ -35,7 +40,7 @@ type TokenInfo struct {
 // secret, shown this once (the store keeps only its hash).
 type TokenCreated struct {
 	TokenInfo
-	Secret string `json:"secret"`
+	Secret string `json:"secret,omitempty"` // none for a certificate identity
 }
 
 // TokenList is the reply of GET /control/tokens, sorted by name.

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -182,41 +183,63 @@ func p99(ds []time.Duration) time.Duration {
 	return s[min(len(s)-1, len(s)*99/100)]
 }
 
+// attackTries bounds how often an attack is measured before it fails: a
+// run whose healthy p99 crosses the bound is measured again, baseline
+// and all, since on a 2-core machine shared with other test processes a
+// stall of the whole machine can cross it by itself; an attack that hurts
+// healthy clients does so in every try.
+const attackTries = 3
+
 // attack measures the quiet baseline, then the healthy load while run
 // attacks (until stop is closed), and checks the healthy clients.
 func attack(t *testing.T, name string, run func(f *fleet, stop <-chan struct{})) {
 	t.Run(name, func(t *testing.T) {
-		f := startFleet(t)
-		quietChange, quietSnap, failed, quietHeap := f.measure(3 * time.Second)
-		if len(failed) > 0 {
-			t.Fatalf("quiet: healthy snapshots failed: %v", failed)
+		var problems []string
+		for try := 1; try <= attackTries; try++ {
+			problems = attackOnce(t, run)
+			if len(problems) == 0 {
+				return
+			}
+			t.Logf("try %d of %d: %s", try, attackTries, strings.Join(problems, "; "))
 		}
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			run(f, stop)
-		}()
-		time.Sleep(500 * time.Millisecond) // the attack under way
-		change, snap, failed, heap := f.measure(4 * time.Second)
-		close(stop)
-		<-done
-		t.Logf("p99 publish→OnChange %v (quiet %v), snapshot %v (quiet %v); heap %d MiB (quiet %d MiB)",
-			change, quietChange, snap, quietSnap, heap>>20, quietHeap>>20)
-		bound := func(quiet time.Duration) time.Duration { return max(2*quiet, 100*time.Millisecond) }
-		if change > bound(quietChange) {
-			t.Errorf("publish→OnChange p99 %v under attack, quiet %v: want at most %v", change, quietChange, bound(quietChange))
-		}
-		if snap > bound(quietSnap) {
-			t.Errorf("snapshot p99 %v under attack, quiet %v: want at most %v", snap, quietSnap, bound(quietSnap))
-		}
-		if len(failed) > 0 {
-			t.Errorf("%d healthy snapshots not served under attack, e.g. %v", len(failed), failed[0])
-		}
-		if heap > quietHeap+256<<20 {
-			t.Errorf("heap %d MiB under attack, quiet %d MiB", heap>>20, quietHeap>>20)
-		}
+		t.Errorf("in each of %d tries; the last: %s", attackTries, strings.Join(problems, "; "))
 	})
+}
+
+// attackOnce is one measurement of an attack: what went wrong, if any.
+func attackOnce(t *testing.T, run func(f *fleet, stop <-chan struct{})) []string {
+	f := startFleet(t)
+	quietChange, quietSnap, failed, quietHeap := f.measure(3 * time.Second)
+	if len(failed) > 0 {
+		return []string{fmt.Sprintf("quiet: healthy snapshots failed: %v", failed)}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(f, stop)
+	}()
+	time.Sleep(500 * time.Millisecond) // the attack under way
+	change, snap, failed, heap := f.measure(4 * time.Second)
+	close(stop)
+	<-done
+	t.Logf("p99 publish→OnChange %v (quiet %v), snapshot %v (quiet %v); heap %d MiB (quiet %d MiB)",
+		change, quietChange, snap, quietSnap, heap>>20, quietHeap>>20)
+	bound := func(quiet time.Duration) time.Duration { return max(2*quiet, 100*time.Millisecond) }
+	var problems []string
+	if change > bound(quietChange) {
+		problems = append(problems, fmt.Sprintf("publish→OnChange p99 %v under attack, quiet %v: want at most %v", change, quietChange, bound(quietChange)))
+	}
+	if snap > bound(quietSnap) {
+		problems = append(problems, fmt.Sprintf("snapshot p99 %v under attack, quiet %v: want at most %v", snap, quietSnap, bound(quietSnap)))
+	}
+	if len(failed) > 0 {
+		problems = append(problems, fmt.Sprintf("%d healthy snapshots not served under attack, e.g. %v", len(failed), failed[0]))
+	}
+	if heap > quietHeap+256<<20 {
+		problems = append(problems, fmt.Sprintf("heap %d MiB under attack, quiet %d MiB", heap>>20, quietHeap>>20))
+	}
+	return problems
 }
 
 // h2conn is an attacker's raw HTTP/2 connection (h2c, prior knowledge).
@@ -297,17 +320,15 @@ func floodFor(f *fleet, stop <-chan struct{}, n int, dial func() *h2conn, step f
 	wg.Wait()
 }
 
-// TestAttacks runs with HOLDFAST_ATTACKS=1 (about 80 s):
+// TestAttacks: each attack of issue 29 against a relay, healthy clients
+// measured alongside (about 80 s). Its bounds are latencies measured on
+// the machine that runs it, so an attack is measured again when a try
+// fails (attackTries); docs/SECURITY.md has the figures.
 //
-//	HOLDFAST_ATTACKS=1 go test -run TestAttacks -v ./relay/
-//
-// Its bounds are latencies measured on the machine that runs it: on one
-// whose cores other work shares, the quiet baseline itself moves by 10×
-// between runs, so it is not part of the default run (docs/SECURITY.md
-// lists what it found).
+//	go test -run TestAttacks -v ./relay/
 func TestAttacks(t *testing.T) {
-	if os.Getenv("HOLDFAST_ATTACKS") == "" {
-		t.Skip("set HOLDFAST_ATTACKS=1 to run the attack suite")
+	if testing.Short() {
+		t.Skip("the attack suite takes about 80 s")
 	}
 	snapPath := transport.PathSnapshot + "?ns=big"
 

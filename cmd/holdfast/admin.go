@@ -121,7 +121,7 @@ func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func
 // without a token of toks, 403 with one without it.
 func adminGate(toks *access.Tokens, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := toks.AuthenticateHeader(r.Header.Get("Authorization"))
+		id, ok := toks.AuthenticateRequest(r)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		switch {
 		case !ok:

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -38,8 +40,10 @@ const maxReplyBytes = 256 << 20
 // targetFlags are the flags that name the config plane, and -o.
 type targetFlags struct {
 	server, token, tokenFile, etcd *string
-	etcdSec                        *etcdSecurityFlags // nil when serverOnly
-	output                         *choice
+	// TLS to -server: a private CA, a client certificate (mTLS).
+	serverCA, serverCert, serverKey *string
+	etcdSec                         *etcdSecurityFlags // nil when serverOnly
+	output                          *choice
 	// serverOnly: the command has no etcd form (status, clients, rollout).
 	serverOnly bool
 }
@@ -49,6 +53,9 @@ func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
 	t.server = fs.String("server", "", "the `URL` of the holdfast server's control API, e.g. http://127.0.0.1:8080")
 	t.token = fs.String("token", "", "the bearer `TOKEN` sent to -server (prefer -token-file or $"+tokenEnv+": a flag shows in the process list)")
 	t.tokenFile = fs.String("token-file", "", "read the bearer token sent to -server from `FILE` (default: $"+tokenEnv+")")
+	t.serverCA = fs.String("ca", "", "trust the CA certificates of PEM `FILE` for an https -server (default: the system's)")
+	t.serverCert = fs.String("cert", "", "present the client certificate of PEM `FILE` to -server (mutual TLS; with -key)")
+	t.serverKey = fs.String("key", "", "the private key of -cert, PEM `FILE`")
 	if serverOnly {
 		t.etcd = fs.String("etcd", "", "not for this command: it needs the holdfast server (-server)")
 	} else {
@@ -83,8 +90,8 @@ func (t *targetFlags) open(name string) (plane, error) {
 	case *t.server != "" && *t.etcd != "":
 		return nil, usagef("-server and -etcd exclude each other")
 	case *t.etcd != "":
-		if *t.token != "" || *t.tokenFile != "" {
-			return nil, usagef("-token and -token-file are for -server, not -etcd")
+		if *t.token != "" || *t.tokenFile != "" || *t.serverCA != "" || *t.serverCert != "" || *t.serverKey != "" {
+			return nil, usagef("-token, -token-file, -ca, -cert and -key are for -server, not -etcd (see -etcd-cacert)")
 		}
 		eps, err := parseEtcdMembers("-etcd", *t.etcd)
 		if err != nil {
@@ -132,6 +139,15 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 		return nil, err
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if *t.serverCA != "" || *t.serverCert != "" || *t.serverKey != "" {
+		if u.Scheme != "https" {
+			return nil, usagef("-ca, -cert and -key are for an https -server")
+		}
+		tr.TLSClientConfig, err = listen.ClientConfig(*t.serverCA, *t.serverCert, *t.serverKey, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return nil, usagef("-ca, -cert, -key: %v", err)
+		}
+	}
 	return &serverPlane{
 		base:  strings.TrimSuffix(u.String(), "/"),
 		token: token,

@@ -287,7 +287,7 @@ func TestOperatorUsageErrors(t *testing.T) {
 		{"-etcd: publish is the holdfast server's alone (it is the store's only writer", []string{"publish", "-etcd", "127.0.0.1:2379", "ns.a", "a=1"}},
 		{"-server is required", []string{"status", "ns.a"}},
 		{"-server and -etcd exclude each other", []string{"history", "-server", s, "-etcd", "127.0.0.1:2379", "ns.a"}},
-		{"-token and -token-file are for -server, not -etcd", []string{"history", "-etcd", "127.0.0.1:2379", "-token", "t", "ns.a"}},
+		{"-token, -token-file, -ca, -cert and -key are for -server, not -etcd", []string{"history", "-etcd", "127.0.0.1:2379", "-token", "t", "ns.a"}},
 		{"-etcd: status is the holdfast server's alone", []string{"status", "-etcd", "127.0.0.1:2379", "ns.a"}},
 		{"-etcd: clients is the holdfast server's alone", []string{"clients", "-etcd", "127.0.0.1:2379"}},
 		{"-etcd: rollout start is the holdfast server's alone", []string{"rollout", "start", "-etcd", "127.0.0.1:2379", "-stages", "1,100", "ns.a", "a=1"}},

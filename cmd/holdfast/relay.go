@@ -190,7 +190,12 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			return errors.Join(err, m.shutdown())
 		}
 		if *storeTokens {
-			remote, err := access.NewRemote(access.RemoteConfig{URLs: up.urls, Secret: ownToken, Logger: log, MaxStale: *tokenMaxStale})
+			// The sync goes to the upstream as the source does: its CA,
+			// the relay's client certificate.
+			syncTr := http.DefaultTransport.(*http.Transport).Clone()
+			syncTr.TLSClientConfig = upTLS
+			remote, err := access.NewRemote(access.RemoteConfig{URLs: up.urls, Secret: ownToken, Logger: log, MaxStale: *tokenMaxStale,
+				Client: &http.Client{Transport: syncTr}})
 			if err != nil {
 				return errors.Join(usagef("-store-tokens: %v", err), src.Close(), m.shutdown())
 			}

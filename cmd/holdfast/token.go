@@ -45,6 +45,13 @@ Token create creates the token NAME with the scopes of its flags and prints
 its secret on stdout, this once: the store keeps only its hash. With -o json
 it prints the API's reply, the secret in "secret". -expires D makes the
 token stop authenticating D from now (e.g. 720h).
+
+With -subject SUBJECT it creates a certificate identity instead, with no
+secret: a caller whose TLS client certificate verifies against the
+listener's -tls-client-ca and has that subject (RFC 2253, as in
+'CN=deploy-bot,O=example') gets the token's scopes without sending a
+token, and the audit names it by the subject. A request that sends a
+token is decided by its token.
 ` + tokenDoc,
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -55,6 +62,7 @@ token stop authenticating D from now (e.g. 720h).
 			admin := fs.Bool("admin", false, "grant the admin scope: token management and the admin endpoints")
 			relayScope := fs.Bool("relay", false, "grant the relay scope: a relay's own token, to check its clients' tokens")
 			expires := fs.Duration("expires", 0, "the token stops authenticating this long from now (0: never)")
+			subject := fs.String("subject", "", "a certificate identity: the `SUBJECT` (RFC 2253) of the callers' verified client certificates; no secret")
 			return func(ctx context.Context, e *env, args []string) error {
 				if *expires < 0 {
 					return usagef("-expires must not be negative, got %v", *expires)
@@ -62,7 +70,7 @@ token stop authenticating D from now (e.g. 720h).
 				if len(control) == 0 && len(data) == 0 && !*admin && !*relayScope {
 					return usagef("give at least one scope: -control, -data, -admin or -relay")
 				}
-				req := controlapi.TokenCreateRequest{Name: args[0], Control: control, Data: data, Admin: *admin, Relay: *relayScope}
+				req := controlapi.TokenCreateRequest{Name: args[0], Subject: *subject, Control: control, Data: data, Admin: *admin, Relay: *relayScope}
 				if *expires > 0 {
 					req.ExpiresIn = expires.String()
 				}
@@ -78,6 +86,10 @@ token stop authenticating D from now (e.g. 720h).
 					var created controlapi.TokenCreated
 					if err := json.Unmarshal(out, &created); err != nil {
 						return fmt.Errorf("the reply: %w", err)
+					}
+					if created.Subject != "" {
+						fmt.Fprintf(e.stderr, "certificate identity %q created for subject %q (%s)\n", created.Name, created.Subject, scopesCell(created.TokenInfo))
+						return nil
 					}
 					fmt.Fprintln(e.stdout, created.Secret)
 					fmt.Fprintf(e.stderr, "token %q created (%s); its secret is shown above, this once\n", created.Name, scopesCell(created.TokenInfo))
@@ -170,6 +182,9 @@ func scopesCell(t controlapi.TokenInfo) string {
 	}
 	if t.Relay {
 		parts = append(parts, "relay")
+	}
+	if t.Subject != "" {
+		parts = append(parts, "subject="+t.Subject)
 	}
 	return strings.Join(parts, " ")
 }

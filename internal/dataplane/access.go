@@ -43,14 +43,15 @@ func (e *accessError) code() string {
 	return transport.CodeForbidden
 }
 
-// authenticate puts the identity of a request's bearer token, if it names
-// one of WithTokens', on the request's context.
+// authenticate puts the identity a request proves (its bearer token, else its
+// client certificate: access.Tokens.AuthenticateRequest), if WithTokens knows
+// it, on the request's context.
 func (s *Server) authenticate(h http.HandlerFunc) http.HandlerFunc {
 	if s.opts.tokens == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		if id, ok := s.opts.tokens.AuthenticateHeader(r.Header.Get("Authorization")); ok {
+		if id, ok := s.opts.tokens.AuthenticateRequest(r); ok {
 			r = r.WithContext(access.NewContext(r.Context(), id))
 		}
 		h(w, r)

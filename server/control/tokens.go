@@ -66,17 +66,21 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("expires %s is not in the future", expires.Format(time.RFC3339))
 	}
 	id, _ := access.FromContext(r.Context())
-	secret := access.NewSecret()
-	rec := access.Record{Name: body.Name, Hash: access.HashSecret(secret),
+	rec := access.Record{Name: body.Name, Subject: body.Subject,
 		Scopes:  access.Scopes{Control: body.Control, Data: body.Data, Admin: body.Admin, Relay: body.Relay},
 		Expires: expires.UTC(), Created: now, CreatedBy: id.Name}
+	secret := ""
+	if body.Subject == "" {
+		secret = access.NewSecret()
+		rec.Hash = access.HashSecret(secret)
+	}
 	if err := ts.Create(r.Context(), rec); err != nil {
 		return tokenError(err)
 	}
-	h.log.Info("control: token created", "token", rec.Name, "by", id.Name, "control", rec.Control, "data", rec.Data,
+	h.log.Info("control: token created", "token", rec.Name, "subject", rec.Subject, "by", id.Name, "control", rec.Control, "data", rec.Data,
 		"admin", rec.Admin, "relay", rec.Relay, "expires", rec.Expires)
 	writeJSON(w, http.StatusCreated, controlapi.TokenCreated{TokenInfo: controlapi.TokenInfo{
-		Name: rec.Name, Control: rec.Control, Data: rec.Data, Admin: rec.Admin, Relay: rec.Relay,
+		Name: rec.Name, Subject: rec.Subject, Control: rec.Control, Data: rec.Data, Admin: rec.Admin, Relay: rec.Relay,
 		Expires: rec.Expires, Created: rec.Created, CreatedBy: rec.CreatedBy}, Secret: secret})
 	return nil
 }

@@ -402,7 +402,7 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 		if !ok {
 			continue
 		}
-		out = append(out, Info{Name: r.Name, Control: r.Control, Data: r.Data, Admin: r.Admin, Relay: r.Relay,
+		out = append(out, Info{Name: r.Name, Subject: r.Subject, Control: r.Control, Data: r.Data, Admin: r.Admin, Relay: r.Relay,
 			Expires: r.Expires, Expired: r.Expired(now), Created: r.Created, CreatedBy: r.CreatedBy, LastUsed: used[r.Name]})
 	}
 	return out, nil
