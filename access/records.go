@@ -225,8 +225,8 @@ type Table struct {
 type tableState struct {
 	byDigest  map[[sha256.Size]byte]*tableEntry
 	bySubject map[string]*tableEntry
-	records  []Record
-	required bool
+	records   []Record
+	required  bool
 }
 
 type tableEntry struct {
