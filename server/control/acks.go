@@ -7,9 +7,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -22,18 +22,11 @@ type ClientState = controlapi.ClientState
 
 type ackKey struct{ client, ns string }
 
+// ackEntry is one pair's report, folded by controller.Report.Observe
+// (rep.Seen: when it was last heard).
 type ackEntry struct {
-	key           ackKey
-	acked, nacked int64
-	nackErr       string
-	at            time.Time
-	// What the client reported of a staged rollout (its latest): the
-	// rollout's id, the highest revision it served it at, whether its nack
-	// named it, its would-nack.
-	rollout       string
-	served, would int64
-	nackedRollout bool
-	wouldErr      string
+	key ackKey
+	rep controller.Report
 }
 
 // maxNackError bounds the error kept of a nack: the table's memory is
@@ -84,40 +77,45 @@ func (a *Acks) AckBatch(_ context.Context, acks []transport.Ack) error {
 		} else {
 			a.order.MoveToFront(el)
 		}
-		e := el.Value.(*ackEntry)
-		e.at = now
-		if ack.Rollout != "" && ack.Rollout != e.rollout {
-			e.rollout, e.served, e.would, e.nackedRollout, e.wouldErr = ack.Rollout, 0, 0, false, ""
-		}
-		switch ack.Status {
-		case transport.AckRejected:
-			if ack.Revision >= e.nacked {
-				e.nacked, e.nackErr = ack.Revision, clip(ack.Error, maxNackError)
-			}
-			e.nackedRollout = e.nackedRollout || ack.Rollout != ""
-		case transport.AckApplied:
-			e.acked = max(e.acked, ack.Revision)
-			if ack.Rollout != "" {
-				e.served = max(e.served, ack.Revision)
-			}
-		case transport.AckWouldReject:
-			if ack.Rollout != "" && ack.Revision >= e.would {
-				e.would, e.wouldErr = ack.Revision, clip(ack.Error, maxNackError)
-			}
-		}
+		el.Value.(*ackEntry).rep.Observe(&ack, now, maxNackError)
 	}
 	return nil
 }
 
-// clip cuts s to at most n bytes, at a rune's start.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+// How long a pair stays in the table unheard. While a rollout runs in
+// its namespace, a connected client reports what it holds once a
+// heartbeat (docs/PROTOCOL.md, "When a client reports"), so a pair unheard
+// for runningAckExpiry, far past any liveness window, is a client gone.
+// Outside rollouts a client is heard at its changes only, so its pair
+// stays idleAckExpiry, for the monitor (/control/clients).
+const (
+	runningAckExpiry = 10 * time.Minute
+	idleAckExpiry    = 24 * time.Hour
+)
+
+// expire drops the pairs heard before now minus their expiry; running
+// reports whether a namespace has a rollout running. It visits only the
+// pairs heard before now-runningAckExpiry (the table is in the order
+// heard), and returns how many it dropped.
+func (a *Acks) expire(now time.Time, running func(ns string) bool) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	dropped := 0
+	for el := a.order.Back(); el != nil; {
+		e := el.Value.(*ackEntry)
+		age := now.Sub(e.rep.Seen)
+		if age <= runningAckExpiry {
+			break
+		}
+		prev := el.Prev()
+		if age > idleAckExpiry || running(e.key.ns) {
+			delete(a.m, e.key)
+			a.order.Remove(el)
+			dropped++
+		}
+		el = prev
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return dropped
 }
 
 // AckRelayed records acks a relay forwards for its clients.
@@ -136,8 +134,8 @@ func (a *Acks) Clients(ns string, revision func(ns string) int64) []ClientState 
 			continue
 		}
 		e := el.Value.(*ackEntry)
-		out = append(out, ClientState{ClientID: k.client, Namespace: k.ns, AckedRevision: e.acked,
-			NackedRevision: e.nacked, NackError: e.nackErr, UpdatedAt: e.at})
+		out = append(out, ClientState{ClientID: k.client, Namespace: k.ns, AckedRevision: e.rep.Acked,
+			NackedRevision: e.rep.Nacked, NackError: e.rep.NackError, UpdatedAt: e.rep.Seen})
 	}
 	a.mu.Unlock()
 	for i := range out {

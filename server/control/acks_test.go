@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -59,5 +60,52 @@ func BenchmarkAcksFullTable(b *testing.B) {
 			batch = append(batch, transport.Ack{ClientID: fmt.Sprint("new", n, "-", i), Namespace: "ns", Revision: 1, Status: transport.AckApplied})
 		}
 		_ = a.AckBatch(context.Background(), batch)
+	}
+}
+
+// TestAcksExpire: a pair unheard past runningAckExpiry leaves the table
+// when its namespace has a rollout running (its client, connected, would
+// have reported again), and stays until idleAckExpiry otherwise; a pair
+// heard again is kept.
+func TestAcksExpire(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		age     time.Duration
+		running bool
+		kept    bool
+	}{
+		{"running, heard recently", runningAckExpiry, true, true},
+		{"running, unheard past its expiry", runningAckExpiry + time.Second, true, false},
+		{"idle, unheard past the running expiry", runningAckExpiry + time.Second, false, true},
+		{"idle, unheard past its expiry", idleAckExpiry + time.Second, false, false},
+		{"running, unheard past the idle expiry", idleAckExpiry + time.Second, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := NewAcks(10)
+			now := start
+			a.now = func() time.Time { return now }
+			ctx := context.Background()
+			_ = a.Ack(ctx, transport.Ack{ClientID: "old", Namespace: "ns", Revision: 1, Status: transport.AckApplied})
+			now = start.Add(tt.age)
+			_ = a.Ack(ctx, transport.Ack{ClientID: "new", Namespace: "ns", Revision: 1, Status: transport.AckApplied})
+			_ = a.Ack(ctx, transport.Ack{ClientID: "other", Namespace: "other", Revision: 1, Status: transport.AckApplied})
+			dropped := a.expire(now, func(ns string) bool { return tt.running && ns == "ns" })
+			var got []string
+			for _, r := range a.Reports("ns", 0) {
+				got = append(got, r.ClientID)
+			}
+			want := "[new old]"
+			if !tt.kept {
+				want = "[new]"
+			}
+			if fmt.Sprint(got) != want || (dropped == 1) == tt.kept {
+				t.Errorf("table %v (dropped %d), want %s", got, dropped, want)
+			}
+			if len(a.Reports("other", 0)) != 1 {
+				t.Error("another namespace's pair heard now dropped")
+			}
+		})
 	}
 }

@@ -31,7 +31,8 @@ const (
 	reportsEvery     = time.Second
 	idleReportsEvery = 5 * time.Second
 	idleRefresh      = 30 * time.Second
-	reportsTTL       = 10 // seconds: a summary outlives its server by at most this
+	expireEvery      = 30 * time.Second // how often the ack table drops the pairs unheard past their expiry
+	reportsTTL       = 10               // seconds: a summary outlives its server by at most this
 	// maxSummaryClients bounds one summary: the newest-heard clients are
 	// kept (a bound one server's clients cannot pass; etcd's request limit
 	// holds it at ~60 bytes a client).
@@ -51,8 +52,9 @@ func (a *Acks) Reports(ns string, limit int) []controller.Report {
 		if e.key.ns != ns {
 			continue
 		}
-		out = append(out, controller.Report{ClientID: e.key.client, Acked: e.acked, Nacked: e.nacked, NackError: e.nackErr,
-			Rollout: e.rollout, Served: e.served, NackedRollout: e.nackedRollout, Would: e.would, WouldError: e.wouldErr, Seen: e.at})
+		rep := e.rep
+		rep.ClientID = e.key.client
+		out = append(out, rep)
 		if limit > 0 && len(out) == limit {
 			break
 		}
@@ -68,8 +70,9 @@ func (a *Acks) reportsByNS() map[string][]controller.Report {
 	out := make(map[string][]controller.Report)
 	for el := a.order.Front(); el != nil; el = el.Next() {
 		e := el.Value.(*ackEntry)
-		out[e.key.ns] = append(out[e.key.ns], controller.Report{ClientID: e.key.client, Acked: e.acked, Nacked: e.nacked, NackError: e.nackErr,
-			Rollout: e.rollout, Served: e.served, NackedRollout: e.nackedRollout, Would: e.would, WouldError: e.wouldErr, Seen: e.at})
+		rep := e.rep
+		rep.ClientID = e.key.client
+		out[e.key.ns] = append(out[e.key.ns], rep)
 	}
 	return out
 }
@@ -135,6 +138,7 @@ func (r *reportSync) close() {
 func (r *reportSync) run(ctx context.Context) {
 	var lease clientv3.LeaseID
 	written := make(map[string]writtenSummary)
+	var expired time.Time
 	tick := time.NewTicker(reportsEvery)
 	defer tick.Stop()
 	defer func() {
@@ -149,6 +153,16 @@ func (r *reportSync) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if now := time.Now(); now.Sub(expired) >= expireEvery {
+			expired = now
+			running := make(map[string]bool)
+			for _, ns := range r.active.namespaces() {
+				running[ns] = true
+			}
+			if n := r.acks.expire(now, func(ns string) bool { return running[ns] }); n > 0 {
+				r.log.Debug("control: clients unheard past their expiry left the ack table", "clients", n)
+			}
 		}
 		if err := r.write(ctx, &lease, written); err != nil && ctx.Err() == nil {
 			r.log.Warn("control: writing the rollout reports' summary", "err", err)
