@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"cmp"
+	"container/list"
 	"slices"
 	"strings"
 	"sync"
@@ -13,11 +15,26 @@ import (
 // acks records what clients applied and rejected.
 type acks struct {
 	mu sync.Mutex
-	m  map[ackKey]*ackState
+	// m is the per-client records, at most maxPairs (0: maxAckPairs): when
+	// full, the pair written longest ago makes room (order, of *ackRec,
+	// the most recent at the front).
+	m        map[ackKey]*list.Element
+	order    *list.List
+	maxPairs int
 	// cohorts are the relays' cohort reports, by relay and epoch;
-	// epochs lists each relay's, oldest first (cohort.go).
+	// epochs lists each relay's, oldest first, and relayAt when each relay
+	// last reported: at most maxRelays relays (cohort.go).
 	cohorts map[cohortKey]*relayCohort
 	epochs  map[string][]string
+	relayAt map[string]time.Time
+}
+
+// maxAckPairs bounds the per-client records: (client, namespace) pairs.
+const maxAckPairs = 200_000
+
+type ackRec struct {
+	key ackKey
+	st  ackState
 }
 
 type ackKey struct{ client, ns string }
@@ -33,19 +50,11 @@ type ackState struct {
 func (a *acks) record(acks []transport.Ack, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.m == nil {
-		a.m = make(map[ackKey]*ackState)
-	}
 	for _, ack := range acks {
 		if ack.Status == transport.AckWouldReject {
 			continue // the rollout's alone: the client applied nothing, rejected nothing
 		}
-		k := ackKey{ack.ClientID, ack.Namespace}
-		st := a.m[k]
-		if st == nil {
-			st = &ackState{}
-			a.m[k] = st
-		}
+		st := a.pairLocked(ackKey{ack.ClientID, ack.Namespace})
 		if ack.Status == transport.AckApplied {
 			st.acked = ack.Revision
 		} else {
@@ -55,19 +64,45 @@ func (a *acks) record(acks []transport.Ack, now time.Time) {
 	}
 }
 
+// pairLocked returns k's record, made the most recent (a new one when k
+// has none, the least recent dropped when the table is full). a.mu must
+// be held.
+func (a *acks) pairLocked(k ackKey) *ackState {
+	if a.m == nil {
+		a.m, a.order = make(map[ackKey]*list.Element), list.New()
+	}
+	if el := a.m[k]; el != nil {
+		a.order.MoveToFront(el)
+		return &el.Value.(*ackRec).st
+	}
+	if a.order.Len() >= cmp.Or(a.maxPairs, maxAckPairs) {
+		oldest := a.order.Back()
+		delete(a.m, oldest.Value.(*ackRec).key)
+		a.order.Remove(oldest)
+	}
+	el := a.order.PushFront(&ackRec{key: k})
+	a.m[k] = el
+	return &el.Value.(*ackRec).st
+}
+
 func (a *acks) reset() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.m, a.cohorts, a.epochs = nil, nil, nil
+	a.m, a.order, a.cohorts, a.epochs, a.relayAt = nil, nil, nil, nil, nil
 }
 
 // rewind forgets what clients reported about revisions after rev.
 func (a *acks) rewind(rev int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, st := range a.m {
-		if st.rewind(rev) {
-			delete(a.m, k)
+	if a.order != nil {
+		for el := a.order.Front(); el != nil; {
+			next, r := el.Next(), el.Value.(*ackRec)
+			if r.st.rewind(rev) {
+				delete(a.m, r.key)
+				a.order.Remove(el)
+			}
+			el = next
 		}
 	}
 	a.rewindCohortsLocked(rev)

@@ -26,6 +26,11 @@ type cohortKey struct{ relay, epoch string }
 // other's at every report (and hear each other's 409s).
 const maxRelayEpochs = 4
 
+// maxRelays bounds the relays whose cohorts are kept (cohort reports name
+// any relay id): past it, the one that reported longest ago is folded into
+// the per-client records.
+const maxRelays = 1024
+
 type cohortTable struct {
 	ids    []string
 	states []ackState // by slot; zero: nothing reported yet
@@ -145,7 +150,10 @@ func (a *acks) recordCohort(rep *wire.CohortReport, now time.Time, expand func(n
 	}
 	if rc == nil {
 		if a.cohorts == nil {
-			a.cohorts, a.epochs = make(map[cohortKey]*relayCohort), make(map[string][]string)
+			a.cohorts, a.epochs, a.relayAt = make(map[cohortKey]*relayCohort), make(map[string][]string), make(map[string]time.Time)
+		}
+		if _, ok := a.epochs[rep.RelayID]; !ok && len(a.epochs) >= maxRelays {
+			a.dropRelayLocked()
 		}
 		rc = &relayCohort{ns: make(map[string]*cohortTable)}
 		a.cohorts[key] = rc
@@ -158,6 +166,7 @@ func (a *acks) recordCohort(rep *wire.CohortReport, now time.Time, expand func(n
 		}
 		a.epochs[rep.RelayID] = epochs
 	}
+	a.relayAt[rep.RelayID] = now
 	var acks []transport.Ack
 	for _, n := range rep.Namespaces {
 		t := rc.ns[n.Namespace]
@@ -193,23 +202,38 @@ func (a *acks) recordCohort(rep *wire.CohortReport, now time.Time, expand func(n
 	return acks, nil
 }
 
+// dropRelayLocked makes room for a relay: the one that reported longest
+// ago has its cohorts folded into the per-client records (bounded) and is
+// forgotten; should it report again, it is a relay the server does not
+// know (it hears every member again, once). a.mu must be held.
+func (a *acks) dropRelayLocked() {
+	var oldest string
+	var at time.Time
+	for id, t := range a.relayAt {
+		if oldest == "" || t.Before(at) {
+			oldest, at = id, t
+		}
+	}
+	for _, epoch := range a.epochs[oldest] {
+		k := cohortKey{oldest, epoch}
+		a.foldLocked(a.cohorts[k])
+		delete(a.cohorts, k)
+	}
+	delete(a.epochs, oldest)
+	delete(a.relayAt, oldest)
+}
+
 // foldLocked moves what a relay's cohort said into the per-client
 // records, each keeping the newer of what it had and what the cohort
 // said. a.mu must be held.
 func (a *acks) foldLocked(rc *relayCohort) {
-	if a.m == nil {
-		a.m = make(map[ackKey]*ackState)
-	}
 	for ns, t := range rc.ns {
 		for slot, st := range t.states {
 			if st.at.IsZero() {
 				continue
 			}
-			k := ackKey{t.ids[slot], ns}
-			if had := a.m[k]; had != nil {
-				st = newer(*had, st)
-			}
-			a.m[k] = &st
+			rec := a.pairLocked(ackKey{t.ids[slot], ns})
+			*rec = newer(*rec, st)
 		}
 	}
 }
@@ -234,8 +258,11 @@ func newer(x, y ackState) ackState {
 // per-client records, then the cohorts' (a client may be in both, and in
 // several relays' cohorts: Clients merges them). a.mu must be held.
 func (a *acks) eachLocked(fn func(k ackKey, st ackState)) {
-	for k, st := range a.m {
-		fn(k, *st)
+	if a.order != nil {
+		for el := a.order.Front(); el != nil; el = el.Next() {
+			r := el.Value.(*ackRec)
+			fn(r.key, r.st)
+		}
 	}
 	for _, rc := range a.cohorts {
 		for ns, t := range rc.ns {

@@ -116,3 +116,47 @@ func TestAckCohortEpochsOfOneRelayID(t *testing.T) {
 		t.Errorf("clients %v, want %v", got, want)
 	}
 }
+
+// TestAckTablesAreBounded: the per-client records keep at most maxPairs
+// pairs, dropping the one written longest ago; past maxRelays relays, the
+// relay that reported longest ago is folded into them and forgotten (a
+// report of it later names slots the server does not know).
+func TestAckTablesAreBounded(t *testing.T) {
+	a := acks{maxPairs: 3}
+	now := time.Now()
+	ack := func(client string, rev int64) transport.Ack {
+		return transport.Ack{ClientID: client, Namespace: "app", Revision: rev, Status: transport.AckApplied}
+	}
+	a.record([]transport.Ack{ack("a", 1), ack("b", 1), ack("c", 1)}, now)
+	a.record([]transport.Ack{ack("a", 2), ack("d", 2)}, now) // a the most recent; b, the oldest, makes room
+	list := func() []string {
+		var out []string
+		a.eachLocked(func(k ackKey, st ackState) { out = append(out, fmt.Sprintf("%s=%d", k.client, st.acked)) })
+		slices.Sort(out)
+		return out
+	}
+	if got := fmt.Sprint(list()); got != "[a=2 c=1 d=2]" {
+		t.Errorf("records %s, want [a=2 c=1 d=2] (b dropped)", got)
+	}
+
+	a = acks{maxPairs: maxRelays + 10}
+	never := func(string, int64) bool { return false }
+	for i := range maxRelays + 1 {
+		rep := &wire.CohortReport{RelayID: fmt.Sprint("r", i), Epoch: "e1", Namespaces: []wire.CohortNamespace{
+			{Namespace: "app", Members: []string{fmt.Sprint("c", i)}, Outcomes: []wire.CohortOutcome{{Revision: 1, Status: transport.AckApplied, Runs: []int{0, 1}}}}}}
+		if _, err := a.recordCohort(rep, now.Add(time.Duration(i)*time.Millisecond), never); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(a.epochs) != maxRelays || a.epochs["r0"] != nil || len(a.relayAt) != maxRelays {
+		t.Errorf("%d relays kept (r0 among them: %v), want %d, r0 forgotten", len(a.epochs), a.epochs["r0"] != nil, maxRelays)
+	}
+	if n := len(list()); n != maxRelays+1 {
+		t.Errorf("%d clients listed, want %d (r0's folded into the records)", n, maxRelays+1)
+	}
+	again := &wire.CohortReport{RelayID: "r0", Epoch: "e1", Namespaces: []wire.CohortNamespace{
+		{Namespace: "app", Outcomes: []wire.CohortOutcome{{Revision: 2, Status: transport.AckApplied, Runs: []int{0, 1}}}}}}
+	if _, err := a.recordCohort(again, now, never); !errors.Is(err, transport.ErrCohortUnknown) {
+		t.Errorf("a forgotten relay's slot: %v, want ErrCohortUnknown", err)
+	}
+}
