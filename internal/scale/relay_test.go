@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/cache"
 	"github.com/holdfast-dev/holdfast/internal/acks"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -74,6 +76,9 @@ func BenchmarkRelayStorm(b *testing.B) {
 }
 
 func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
+	if setupTLS(b) {
+		b.Log("the relay serves TLS")
+	}
 	srv := startOrigin(b, keys-1)
 	dir := b.TempDir()
 	rl := startRelay(b, srv.URL(), "127.0.0.1:0", dir)
@@ -328,6 +333,9 @@ func startRelay(b *testing.B, upstream, addr, dir string) *relayProc {
 		b.Fatalf("relay said %q", line)
 	}
 	rl.addr, rl.url = a, "http://"+a
+	if os.Getenv(tlsCertEnv) != "" {
+		rl.url = "https://" + a
+	}
 	return rl
 }
 
@@ -404,7 +412,24 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	served := make(chan error, 1)
-	go func() { served <- r.Serve(ctx, cl) }()
+	if cert := os.Getenv(tlsCertEnv); cert != "" {
+		// As holdfast relay -tls-cert serves: internal/listen's server,
+		// HTTP/2 through ALPN.
+		t, err := listen.NewTLS(cert, os.Getenv(tlsKeyEnv), "", slog.New(slog.DiscardHandler))
+		if err != nil {
+			_ = r.Close()
+			return err
+		}
+		srv := listen.NewServer(r.Handler(), listen.Config{Addr: l.Addr().String(), TLS: t})
+		go func() {
+			err := srv.Serve(cl)
+			_ = r.Close()
+			served <- err
+		}()
+		go func() { <-ctx.Done(); _ = srv.Close() }()
+	} else {
+		go func() { served <- r.Serve(ctx, cl) }()
+	}
 
 	w := bufio.NewWriter(out)
 	say := func(s string) { fmt.Fprintln(w, s); w.Flush() }

@@ -33,6 +33,7 @@ package scale
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -53,6 +54,8 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/testutil/certtest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -75,6 +78,14 @@ func TestMain(m *testing.M) {
 		n, _ := strconv.Atoi(os.Getenv("HOLDFAST_SCALE_FLOOR_CONNS"))
 		if err := floorChild(addr, n, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "floor:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if url := os.Getenv(tlsFloorEnv); url != "" {
+		n, _ := strconv.Atoi(os.Getenv("HOLDFAST_SCALE_TLSFLOOR_CONNS"))
+		if err := tlsFloorChild(url, n, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "tls floor:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -314,6 +325,9 @@ func delaysByPublish(b *testing.B, kids []*childProc) [][]time.Duration {
 }
 
 func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
+	if relayed && setupTLS(b) {
+		b.Log("the relay serves TLS")
+	}
 	srv := startOrigin(b, 0)
 	rssBase := rss(b)
 	url := srv.URL()
@@ -645,8 +659,23 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	sem := make(chan struct{}, 100) // opens in flight
+	var tlsConf *tls.Config
+	if ca := os.Getenv(tlsCAEnv); ca != "" {
+		pool, err := listen.LoadCertPool(ca)
+		if err != nil {
+			return err
+		}
+		tlsConf = &tls.Config{RootCAs: pool}
+	}
 	for range n {
 		opts := []config.Option{config.WithEndpoint(url)}
+		if tlsConf != nil {
+			// Each client its own session cache, as each process of a
+			// fleet has: a reconnect resumes its session.
+			conf := tlsConf.Clone()
+			conf.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+			opts = append(opts, config.WithTLSConfig(conf))
+		}
 		if os.Getenv("HOLDFAST_SCALE_NOACKS") != "" {
 			src, err := transport.NewHTTPSource(url)
 			if err != nil {
@@ -799,4 +828,28 @@ func logErrors(b *testing.B, kids []*childProc) {
 		fmt.Fprintln(k.stdin, "errors")
 		b.Logf("clients of child %d, last errors: %s", i, strings.TrimPrefix(next(b, k, time.Minute), "errors "))
 	}
+}
+
+// With HOLDFAST_SCALE_TLS=1 the relays of these benchmarks serve TLS
+// (internal/listen's, as holdfast relay -tls-cert does) and their clients
+// trust a CA made for the run: the environment below carries the files
+// to the child processes.
+const (
+	tlsCAEnv   = "HOLDFAST_SCALE_TLS_CA"
+	tlsCertEnv = "HOLDFAST_SCALE_TLS_CERT"
+	tlsKeyEnv  = "HOLDFAST_SCALE_TLS_KEY"
+)
+
+// setupTLS makes the run's CA and the relay's certificate (ECDSA P-256)
+// when HOLDFAST_SCALE_TLS is set, and reports whether it did.
+func setupTLS(b *testing.B) bool {
+	if os.Getenv("HOLDFAST_SCALE_TLS") == "" {
+		return false
+	}
+	ca := certtest.NewCA(b, "holdfast scale CA")
+	pair := ca.Server(b, "relay")
+	b.Setenv(tlsCAEnv, ca.File)
+	b.Setenv(tlsCertEnv, pair.CertFile)
+	b.Setenv(tlsKeyEnv, pair.KeyFile)
+	return true
 }
