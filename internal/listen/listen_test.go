@@ -444,3 +444,65 @@ func TestServeStopsCleanly(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestSessionsResumeAcrossARestart: a client's TLS session from one
+// server resumes at another started with the same pair (a restarted
+// relay, a replica): the ticket key is derived from the pair's key. One
+// with another pair makes a full handshake.
+func TestSessionsResumeAcrossARestart(t *testing.T) {
+	ca := certtest.NewCA(t, "test CA")
+	pair := ca.Server(t, "relay")
+	serve := func(p certtest.Pair) (addr string, stop func()) {
+		tt, err := listen.NewTLS(p.CertFile, p.KeyFile, "", slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", tt.ServerConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					_, _ = io.Copy(io.Discard, c) // the handshake, then until the client closes
+				}()
+			}
+		}()
+		return ln.Addr().String(), func() { ln.Close(); <-done }
+	}
+	cache := tls.NewLRUClientSessionCache(4)
+	dial := func(addr string) bool {
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", ClientSessionCache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// TLS 1.3 tickets come after the handshake: a read gives the
+		// client the chance to take them.
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Read(make([]byte, 1))
+		return c.ConnectionState().DidResume
+	}
+	a, stopA := serve(pair)
+	if dial(a) {
+		t.Fatal("the first connection resumed")
+	}
+	stopA()
+	b, stopB := serve(pair)
+	defer stopB()
+	if !dial(b) {
+		t.Error("a server with the same pair did not resume the session")
+	}
+	c, stopC := serve(ca.Server(t, "relay"))
+	defer stopC()
+	if dial(c) {
+		t.Error("a server with another key resumed the session")
+	}
+}

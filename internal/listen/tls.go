@@ -2,6 +2,7 @@ package listen
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -167,7 +168,29 @@ func (t *TLS) ServerConfig() *tls.Config {
 		c.ClientCAs = t.clientCAs
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
+	if k, ok := ticketKey(t.Certificate()); ok {
+		c.SetSessionTicketKeys([][32]byte{k})
+	}
 	return c
+}
+
+// ticketKey derives the session ticket key from the pair's private key:
+// a process restarted with the same pair (or another replica given it)
+// decrypts the tickets the last one issued, so the clients of a reconnect
+// storm resume their sessions instead of each making a full handshake.
+// Go's default, keys of the process's own, rotated daily, resumes
+// nothing across a restart. The key holds while the process runs; a new
+// pair takes effect at the next start. Whoever has the private key can
+// already be the server.
+func ticketKey(c *tls.Certificate) ([32]byte, bool) {
+	if c == nil {
+		return [32]byte{}, false
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		return [32]byte{}, false
+	}
+	return sha256.Sum256(append([]byte("holdfast TLS session ticket key v1\x00"), der...)), true
 }
 
 // ClientConfig returns the tls.Config of a client (a relay's upstream,
