@@ -83,22 +83,10 @@ func TestRolloutConnectedClientStaysLive(t *testing.T) {
 		}
 		return nil
 	}, "connected clients heard within the window")
-	var rec rolloutRecord
-	testutil.Eventually(t, 30*time.Second, func() bool {
-		rec = getRollout(t, base, "app", id)
-		return rec.State != "running"
-	}, "the rollout ends")
-	if rec.State != "promoted" {
-		t.Fatalf("record %+v", rec)
+	full := waitRolloutEnd(t, base, "app", id, 30*time.Second)
+	if full.State != "promoted" {
+		t.Fatalf("record %+v", full)
 	}
-	var full struct {
-		Decisions []struct {
-			What   string  `json:"what"`
-			Stage  float64 `json:"stage"`
-			Reason string  `json:"reason"`
-		} `json:"decisions"`
-	}
-	control(t, "GET", base+"/control/namespaces/app/rollouts/"+id, nil, &full)
 	var bakes []string
 	for _, d := range full.Decisions {
 		if d.What == "bake" {

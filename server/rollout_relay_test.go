@@ -128,22 +128,9 @@ func TestRolloutRelayRestartedMidStage(t *testing.T) {
 	dropAcks.Store(0)
 	rr.start()
 
-	var rec rolloutRecord
-	testutil.Eventually(t, 30*time.Second, func() bool {
-		rec = getRollout(t, base, "app", id)
-		return rec.State != "running"
-	}, "the rollout ends")
-	if rec.State != "promoted" {
-		t.Fatalf("record %+v", rec)
-	}
-	var full struct {
-		Decisions []struct {
-			What   string `json:"what"`
-			Reason string `json:"reason"`
-		} `json:"decisions"`
-	}
-	if st := control(t, "GET", base+"/control/namespaces/app/rollouts/"+id, nil, &full); st != http.StatusOK {
-		t.Fatalf("rollout: %d", st)
+	full := waitRolloutEnd(t, base, "app", id, 30*time.Second)
+	if full.State != "promoted" {
+		t.Fatalf("record %+v", full)
 	}
 	for _, d := range full.Decisions {
 		if d.What == "bake" && !strings.Contains(d.Reason, "(0 gone)") {

@@ -32,9 +32,23 @@ type rolloutRecord struct {
 	Baking    bool      `json:"baking"`
 	StageAt   time.Time `json:"stage_started_at"`
 	Decisions []struct {
-		What string    `json:"what"`
-		At   time.Time `json:"at"`
+		What   string    `json:"what"`
+		At     time.Time `json:"at"`
+		Stage  float64   `json:"stage"`
+		Reason string    `json:"reason"`
 	} `json:"decisions"`
+}
+
+// waitRolloutEnd waits up to limit for rollout id to end and returns its
+// record.
+func waitRolloutEnd(t *testing.T, base, ns, id string, limit time.Duration) rolloutRecord {
+	t.Helper()
+	var rec rolloutRecord
+	testutil.Eventually(t, limit, func() bool {
+		rec = getRollout(t, base, ns, id)
+		return rec.State != "running"
+	}, "the rollout ends")
+	return rec
 }
 
 func getRollout(t *testing.T, base, ns, id string) rolloutRecord {
@@ -256,21 +270,10 @@ func TestRolloutRestartedClientDoesNotHoldTheStage(t *testing.T) {
 	_ = cl.Close() // restarts: its old id goes silent
 	restarted := sdkClients(t, base, "app", 1)
 	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{100}, "stage_timeout": "60s"})
-	var rec rolloutRecord
-	testutil.Eventually(t, 20*time.Second, func() bool {
-		rec = getRollout(t, base, "app", id)
-		return rec.State != "running"
-	}, "the rollout ends")
-	if rec.State != "promoted" {
-		t.Fatalf("record %+v", rec)
+	gone := waitRolloutEnd(t, base, "app", id, 20*time.Second)
+	if gone.State != "promoted" {
+		t.Fatalf("record %+v", gone)
 	}
-	var gone struct {
-		Decisions []struct {
-			What   string `json:"what"`
-			Reason string `json:"reason"`
-		} `json:"decisions"`
-	}
-	control(t, "GET", base+"/control/namespaces/app/rollouts/"+id, nil, &gone)
 	if d := gone.Decisions[1]; d.What != "bake" || !strings.Contains(d.Reason, "(1 gone)") {
 		t.Errorf("the bake's decision %+v: want the old id gone", d)
 	}
