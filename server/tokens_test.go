@@ -183,8 +183,12 @@ func TestTokenExpires(t *testing.T) {
 	admin := createToken(t, urls[0], "", controlapi.TokenCreateRequest{Name: "root", Admin: true})
 	short := createToken(t, urls[0], admin, controlapi.TokenCreateRequest{Name: "short", Data: []string{"*"}, ExpiresIn: "1s"})
 	snap := urls[0] + "/sdk/snapshot?ns=a.b"
-	if st := authCall(t, "GET", snap, short, nil, nil); st != http.StatusNotFound { // authenticated; no such namespace
-		t.Fatalf("before expiry: status %d, want 404", st)
+	// Authenticated: past the gate, to a namespace that does not exist
+	// (404, or 503 while the server's follower is still asking its store:
+	// the token's second is too short to wait that out on a loaded
+	// machine, as CI found).
+	if st := authCall(t, "GET", snap, short, nil, nil); st != http.StatusNotFound && st != http.StatusServiceUnavailable {
+		t.Fatalf("before expiry: status %d, want 404 (or 503)", st)
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool { return authCall(t, "GET", snap, short, nil, nil) == http.StatusUnauthorized },
 		"an expired token is refused")
