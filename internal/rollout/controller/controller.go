@@ -605,7 +605,13 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", t.nackReason(st), leading)
 	}
 	if st.BakeEnd.IsZero() {
-		if counts.Reported < counts.InStage {
+		// A stage whose members are all gone has no evidence either way:
+		// it waits for a member's report (a client that joins and falls
+		// in the stage) as one with members yet to report does, and ends
+		// as they do at its timeout. A stage with no members at all
+		// passes: there is nobody to hear.
+		noEvidence := counts.InStage == 0 && counts.Gone > 0
+		if counts.Reported < counts.InStage || noEvidence {
 			if now.Sub(st.StageAt) < st.Spec.StageTimeout || st.Held {
 				return nil, nil
 			}

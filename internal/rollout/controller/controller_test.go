@@ -242,6 +242,35 @@ func TestGoneClientDoesNotHoldTheStage(t *testing.T) {
 	}
 }
 
+// TestAllGoneStageWaits: a stage whose every member is gone (silent past
+// the liveness window, nobody having reported the stage) does not bake on
+// no evidence: it waits, and reverts at its timeout.
+func TestAllGoneStageWaits(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	clients := ids(10)
+	f.apply(m, "app", clients, nil)
+	c := newTest(f, m, 10*time.Second)
+	rec, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{100}, StageTimeout: time.Minute}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reports the stage's revision: every member goes silent.
+	for range 30 {
+		step(t, c, nil)
+		f.advance(time.Second)
+	}
+	if got, _ := c.Get(context.Background(), "app", rec.ID); got.State != Running || got.Baking {
+		t.Fatalf("every member gone: state %s, baking %v; want still waiting", got.State, got.Baking)
+	}
+	for range 40 {
+		step(t, c, nil)
+		f.advance(time.Second)
+	}
+	if got, _ := c.Get(context.Background(), "app", rec.ID); got.State != Reverted || !strings.Contains(got.Reason, "0 of 0 client(s) reported") {
+		t.Fatalf("at the timeout: state %s, reason %q; want reverted, none reported", got.State, got.Reason)
+	}
+}
+
 func TestLeadingCondition(t *testing.T) {
 	f, m := newFleet(), NewMemStore()
 	f.apply(m, "app", ids(3), nil)
