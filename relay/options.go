@@ -39,6 +39,8 @@ type options struct {
 	backfill             Backfill
 	confirm              Confirm
 	storeID              string
+	maxConns             int
+	idleTimeout          time.Duration
 }
 
 // Option configures a Relay.
@@ -132,6 +134,20 @@ func WithLinger(d time.Duration) Option { return optionFunc(func(o *options) { o
 // DefaultRetryAfterWindow), so that a reconnect storm converges.
 func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
 	return optionFunc(func(o *options) { o.maxSnapshotsInFlight, o.retryAfterWindow = n, window })
+}
+
+// WithMaxConns caps the connections Serve keeps open (0, the default:
+// listen.DefaultMaxConns, as holdfast relay's -max-conns; negative: no
+// cap). A connection past the cap is closed at once, a plaintext one
+// after an HTTP/1.1 503, so that its client retries elsewhere or later.
+func WithMaxConns(n int) Option { return optionFunc(func(o *options) { o.maxConns = n }) }
+
+// WithIdleTimeout sets how long a connection Serve keeps open with
+// nothing in flight: an HTTP/1.1 one between requests, an HTTP/2 one with
+// no open stream (0, the default: listen.DefaultIdleTimeout). An SDK
+// client holds its watch stream, so it never idles.
+func WithIdleTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.idleTimeout = d })
 }
 
 // WithID sets the client id the relay reports upstream as (default: a

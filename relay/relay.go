@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/streammux"
@@ -145,6 +146,7 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 		dataplane.WithLogger(r.log),
 		dataplane.WithAckSink(r.forward),
 		dataplane.WithMaxSnapshotsInFlight(o.maxSnapshotsInFlight, o.retryAfterWindow),
+		dataplane.WithIdleTimeout(o.idleTimeout),
 	}
 	if o.tokens != nil {
 		srvOpts = append(srvOpts, dataplane.WithTokens(o.tokens))
@@ -211,6 +213,11 @@ func newOptions(opts []Option) (options, error) {
 		return o, errors.New("relay: max namespaces must be at least 1")
 	case o.linger < 0:
 		return o, errors.New("relay: linger must not be negative")
+	case o.idleTimeout < 0:
+		return o, errors.New("relay: idle timeout must not be negative")
+	}
+	if o.maxConns == 0 {
+		o.maxConns = listen.DefaultMaxConns
 	}
 	for _, p := range o.allow {
 		if _, err := path.Match(p, ""); err != nil {
@@ -427,8 +434,14 @@ func (r *Relay) Handler() http.Handler { return r.srv.Handler() }
 
 // Serve serves the data plane on l (HTTP/1.1 and h2c) until ctx ends or
 // the relay is closed; then it closes the relay and returns nil (or
-// ErrClosed if it was closed already).
+// ErrClosed if it was closed already). It serves with the defences of
+// holdfast relay's listeners: at most WithMaxConns connections open (one
+// past them is refused and the refusals logged), WithIdleTimeout, and
+// internal/listen's header, frame, stream and write bounds.
 func (r *Relay) Serve(ctx context.Context, l net.Listener) error {
+	if r.opts.maxConns > 0 {
+		l = listen.Limit(l, r.opts.maxConns, true, r.log.With("listener", "relay"))
+	}
 	if err := r.srv.Listen(l); err != nil {
 		_ = l.Close()
 		return ErrClosed

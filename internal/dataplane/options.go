@@ -35,6 +35,7 @@ type options struct {
 	retryWindow   time.Duration
 	faults        Faults
 	routes        []Route
+	idleTimeout   time.Duration // WithIdleTimeout; 0: listen's default
 }
 
 // Option configures a Server.
@@ -121,6 +122,14 @@ func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
 
+// WithIdleTimeout sets how long a connection Listen serves may stay open
+// with nothing in flight (an HTTP/1.1 one between requests, an HTTP/2 one
+// with no open stream) before it is closed (default
+// listen.DefaultIdleTimeout).
+func WithIdleTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.idleTimeout = d })
+}
+
 // WithFaults gives the data plane the faults of a test server (see
 // Faults). Without it there are none.
 func WithFaults(f Faults) Option { return optionFunc(func(o *options) { o.faults = f }) }
@@ -156,6 +165,8 @@ func newOptions(opts []Option) (options, error) {
 		return o, errors.New("dataplane: watcher buffer must be at least 1")
 	case o.maxWait < 0:
 		return o, errors.New("dataplane: max wait must not be negative")
+	case o.idleTimeout < 0:
+		return o, errors.New("dataplane: idle timeout must not be negative")
 	case o.tokens != nil && o.token != "":
 		return o, errors.New("dataplane: WithTokens and WithBearerToken exclude each other")
 	}

@@ -114,6 +114,7 @@ func (s *Server) Listen(l net.Listener) error {
 	r := &run{served: make(chan struct{}), stopping: make(chan struct{})}
 	lc := listen.Config{
 		Name: "dataplane", Addr: s.addr, Plaintext: true, MaxConns: -1, Logger: s.log,
+		IdleTimeout: s.opts.idleTimeout,
 		// Every request's context carries r's stopping channel: set once
 		// here, not copied into each request (a long-lived stream would
 		// hold the copy).

@@ -2,6 +2,7 @@ package listen
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sync"
@@ -65,8 +66,8 @@ func (l *Limited) release() { <-l.slots }
 func (l *Limited) refuse(c net.Conn) {
 	l.total.Add(1)
 	n := l.refused.Add(1)
-	if l.text {
-		// Bounded: a client that does not read gets nothing more.
+	if _, isTLS := c.(*tls.Conn); l.text && !isTLS {
+		// Bounded (and never a TLS handshake: l may be a tls.Listener): a client that does not read gets nothing more.
 		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		_, _ = c.Write([]byte(refusal))
 	}
