@@ -32,8 +32,9 @@ type Limited struct {
 }
 
 // Limit caps l at n open connections: a connection accepted past them is
-// refused at once (over plaintext, text, with an HTTP/1.1 503 first) and
-// the refusal logged, at most once per refusalLogEvery with the count.
+// refused at once (over plaintext, text, with an HTTP/1.1 503 first; a
+// *tls.Conn from a tls.Listener is closed without a handshake, which
+// would stall Accept on a silent peer) and the refusal logged, at most once per refusalLogEvery with the count.
 // Accept never blocks on the cap: a listener at its cap keeps draining
 // its backlog, so that a client is told rather than left to time out.
 func Limit(l net.Listener, n int, text bool, log *slog.Logger) *Limited {

@@ -506,3 +506,64 @@ func TestSessionsResumeAcrossARestart(t *testing.T) {
 		t.Error("a server with another key resumed the session")
 	}
 }
+
+// TestLimitOverATLSListener: Limit around a tls.Listener (a library user
+// of relay.Serve passes one) refuses without a handshake: a silent
+// client past the cap does not stall Accept.
+func TestLimitOverATLSListener(t *testing.T) {
+	ca := certtest.NewCA(t, "test CA")
+	p := ca.Server(t, "server")
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := listen.Limit(tls.NewListener(tcp, &tls.Config{Certificates: []tls.Certificate{p.TLS}}), 1, true, slog.New(slog.DiscardHandler))
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	addr := tcp.Addr().String()
+	conf := &tls.Config{RootCAs: ca.Pool()}
+	get := func(c *tls.Conn) error {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	held, err := tls.Dial("tcp", addr, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := get(held); err != nil {
+		t.Fatal(err)
+	}
+	// Past the cap, and silent: a handshake with it would wait forever.
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	_ = silent.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := silent.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the connection past the cap read %d bytes, %v; want it closed with nothing written", n, err)
+	}
+	held.Close()
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		c, err := tls.Dial("tcp", addr, conf)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return get(c)
+	}, "a TLS connection once the slot is free")
+}
