@@ -34,7 +34,8 @@ type Limited struct {
 // Limit caps l at n open connections: a connection accepted past them is
 // refused at once (over plaintext, text, with an HTTP/1.1 503 first; a
 // *tls.Conn from a tls.Listener is closed without a handshake, which
-// would stall Accept on a silent peer) and the refusal logged, at most once per refusalLogEvery with the count.
+// would stall Accept on a silent peer) and the refusal logged, at most
+// once per refusalLogEvery with the count.
 // Accept never blocks on the cap: a listener at its cap keeps draining
 // its backlog, so that a client is told rather than left to time out.
 func Limit(l net.Listener, n int, text bool, log *slog.Logger) *Limited {
@@ -68,7 +69,8 @@ func (l *Limited) refuse(c net.Conn) {
 	l.total.Add(1)
 	n := l.refused.Add(1)
 	if _, isTLS := c.(*tls.Conn); l.text && !isTLS {
-		// Bounded (and never a TLS handshake: l may be a tls.Listener): a client that does not read gets nothing more.
+		// Bounded: a client that does not read gets nothing more. Never
+		// over a *tls.Conn: its Write would run the handshake in Accept.
 		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		_, _ = c.Write([]byte(refusal))
 	}
