@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Remote keeps a Table current with the token records of a holdfast
@@ -37,8 +39,11 @@ type Remote struct {
 
 	lastSync atomic.Int64 // unix nanoseconds of the last reply; 0: none
 
-	mu   sync.Mutex
-	used map[string]bool
+	mu      sync.Mutex
+	used    map[string]bool
+	current syncReply       // the last reply applied, for downstream relays
+	names   map[string]bool // current's record names
+	changed chan struct{}   // closed and replaced when current changes
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -90,7 +95,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if ownClient {
 		cfg.Client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	r := &Remote{cfg: cfg, used: make(map[string]bool), ready: make(chan struct{})}
+	r := &Remote{cfg: cfg, used: make(map[string]bool), ready: make(chan struct{}), changed: make(chan struct{})}
 	r.table = NewTable(WithUse(r.noteUse))
 	r.toks = FromAuthenticator(r, "the store's tokens, through "+strings.Join(cfg.URLs, ","))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -196,6 +201,7 @@ func (r *Remote) run(ctx context.Context) {
 			r.cfg.Logger.Warn("access: the server sent invalid token records; they are left out", "err", err)
 		}
 		r.lastSync.Store(time.Now().UnixNano())
+		r.publish(reply.Revision)
 		r.readyOnce.Do(func() { close(r.ready) })
 		rev = reply.Revision
 	}
@@ -255,4 +261,110 @@ func (r *Remote) requeue(used []string) {
 	for _, n := range used {
 		r.used[n] = true
 	}
+}
+
+// publish makes the table's records at revision rev what downstream
+// relays get (ServeHTTP), waking those waiting for a change.
+func (r *Remote) publish(rev int64) {
+	recs, required := r.table.Records()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rev == r.current.Revision && r.current.Records != nil {
+		return
+	}
+	if recs == nil {
+		recs = []Record{}
+	}
+	r.current = syncReply{Revision: rev, Required: required, Records: recs}
+	r.names = make(map[string]bool, len(recs))
+	for _, rec := range recs {
+		r.names[rec.Name] = true
+	}
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// The bounds of a downstream relay's sync request, as a server's.
+const (
+	syncWait    = 2 * time.Second
+	maxSyncUsed = 10_000
+	maxSyncBody = 2 << 20
+)
+
+// ServeHTTP answers POST /control/tokens/sync from the Remote's copy, so
+// that a relay behind this one checks its clients against the same store
+// records (one token system down a chain of relays): the caller needs
+// the relay scope; the reply comes once the copy is past the request's
+// revision, or after about 2 s with the copy as it is; the names the
+// caller reports used are passed on upstream with this relay's own.
+// Until its first sync the Remote authenticates nobody: 401.
+func (r *Remote) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	refuse := func(status int, code, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(transport.ErrorBody{Error: code, Message: msg})
+	}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		refuse(http.StatusMethodNotAllowed, transport.CodeBadRequest, "POST only")
+		return
+	}
+	id, ok := r.toks.AuthenticateRequest(req)
+	switch {
+	case !ok:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
+		refuse(http.StatusUnauthorized, transport.CodeUnauthorized, "the token sync needs a bearer token with the relay scope")
+		return
+	case !id.IsRelay():
+		refuse(http.StatusForbidden, transport.CodeForbidden, fmt.Sprintf("token %q has no relay scope", id.Name))
+		return
+	}
+	var body struct {
+		After int64    `json:"after"`
+		Used  []string `json:"used"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxSyncBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		refuse(http.StatusBadRequest, transport.CodeBadRequest, fmt.Sprintf("the body: %v", err))
+		return
+	}
+	if len(body.Used) > maxSyncUsed {
+		refuse(http.StatusBadRequest, transport.CodeBadRequest, fmt.Sprintf("%d names used, want at most %d", len(body.Used), maxSyncUsed))
+		return
+	}
+	// Only the names of records pass on: the set a caller can grow is
+	// the store's.
+	r.mu.Lock()
+	for _, name := range body.Used {
+		if r.names[name] {
+			r.used[name] = true
+		}
+	}
+	r.mu.Unlock()
+	timer := time.NewTimer(syncWait)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		cur, changed := r.current, r.changed
+		r.mu.Unlock()
+		if cur.Records != nil && cur.Revision > body.After {
+			writeSync(w, cur)
+			return
+		}
+		select {
+		case <-changed:
+			continue
+		case <-timer.C:
+		case <-req.Context().Done():
+		}
+		writeSync(w, cur)
+		return
+	}
+}
+
+func writeSync(w http.ResponseWriter, reply syncReply) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(reply)
 }

@@ -2,9 +2,11 @@ package access
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,5 +133,101 @@ func TestNewRemoteRefusesABadConfig(t *testing.T) {
 	}
 	if _, err := NewRemote(RemoteConfig{URLs: []string{"http://127.0.0.1:1"}, Secret: "short"}); err == nil {
 		t.Error("a short secret accepted")
+	}
+}
+
+// TestRemoteServesARelayBehindIt: a relay behind a relay syncs from the
+// first one's copy: the store's records reach it, a revocation too, the
+// uses it reports reach the server; its token needs the relay scope
+// there (401 without a token, 403 without the scope); a Remote that has
+// not synced yet refuses every caller.
+func TestRemoteServesARelayBehindIt(t *testing.T) {
+	edge1, edge2, app, other := NewSecret(), NewSecret(), NewSecret(), NewSecret()
+	f := &fakeSync{secret: edge1}
+	f.set(7,
+		Record{Name: "edge-2", Hash: HashSecret(edge2), Scopes: Scopes{Relay: true, Data: []string{"*"}}},
+		Record{Name: "payments-svc", Hash: HashSecret(app), Scopes: Scopes{Data: []string{"payments.*"}}},
+		Record{Name: "other-svc", Hash: HashSecret(other), Scopes: Scopes{Data: []string{"*"}}})
+	origin := httptest.NewServer(f)
+	defer origin.Close()
+	first, err := NewRemote(RemoteConfig{URLs: []string{origin.URL}, Secret: edge1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	mux := http.NewServeMux()
+	mux.Handle("POST /control/tokens/sync", first)
+	hop := httptest.NewServer(mux)
+	defer hop.Close()
+	second, err := NewRemote(RemoteConfig{URLs: []string{hop.URL}, Secret: edge2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		id, ok := second.Tokens().AuthenticateHeader("Bearer " + app)
+		return ok && id.MayRead("payments.prod") && !id.MayRead("fraud.prod")
+	}, "the store's token authenticates at the second relay")
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Contains(f.used, "payments-svc")
+	}, "the second relay's use reaches the server through the first")
+
+	f.set(8, Record{Name: "edge-2", Hash: HashSecret(edge2), Scopes: Scopes{Relay: true, Data: []string{"*"}}})
+	testutil.Eventually(t, 5*time.Second, func() bool { _, ok := second.Tokens().AuthenticateHeader("Bearer " + app); return !ok },
+		"a token revoked at the server is refused at the second relay")
+
+	for _, tc := range []struct {
+		secret string
+		status int
+	}{{"", http.StatusUnauthorized}, {other, http.StatusUnauthorized}, {NewSecret(), http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodPost, hop.URL+"/control/tokens/sync", strings.NewReader(`{"after":0}`))
+		if tc.secret != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.secret)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || strings.Contains(string(body), "sha256") {
+			t.Errorf("a sync with %q: %d %s, want %d", tc.secret, resp.StatusCode, body, tc.status)
+		}
+	}
+
+	// A token of the copy without the relay scope: 403.
+	f.set(9,
+		Record{Name: "edge-2", Hash: HashSecret(edge2), Scopes: Scopes{Relay: true, Data: []string{"*"}}},
+		Record{Name: "other-svc", Hash: HashSecret(other), Scopes: Scopes{Data: []string{"*"}}})
+	testutil.Eventually(t, 5*time.Second, func() bool { _, ok := first.Tokens().AuthenticateHeader("Bearer " + other); return ok }, "other-svc back")
+	req, _ := http.NewRequest(http.MethodPost, hop.URL+"/control/tokens/sync", strings.NewReader(`{"after":0}`))
+	req.Header.Set("Authorization", "Bearer "+other)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), `token \"other-svc\" has no relay scope`) {
+		t.Errorf("a sync without the relay scope: %d %s", resp.StatusCode, body)
+	}
+
+	// Not synced yet: nobody authenticates, not even a relay.
+	dead := httptest.NewServer(http.NotFoundHandler())
+	defer dead.Close()
+	unsynced, err := NewRemote(RemoteConfig{URLs: []string{dead.URL}, Secret: edge1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsynced.Close()
+	rec := httptest.NewRecorder()
+	req = httptest.NewRequest(http.MethodPost, "/control/tokens/sync", strings.NewReader(`{"after":0}`))
+	req.Header.Set("Authorization", "Bearer "+edge2)
+	unsynced.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Errorf("an unsynced Remote: %d, want 401", rec.Code)
 	}
 }
