@@ -1,6 +1,6 @@
-// Package access is the token configuration of holdfast's reference
-// server (holdfasttest, holdfast serve) and of its relays (package relay,
-// holdfast relay): bearer tokens, each with a name and two scopes.
+// Package access is who may do what in holdfast: bearer tokens (and
+// certificate identities), each with a name and its scopes, checked by
+// servers, relays and the reference server alike.
 //
 //   - Control: the namespaces the token may change through the control API
 //     (publish, rollback, rollouts, schemas, and reading a namespace's
@@ -16,13 +16,9 @@
 // "payments.prod.eu", not "payments"; "fraud.prod" matches only itself;
 // "*" matches every name.
 //
-// The file form (Load, Parse), for the commands' -tokens flag:
-//
-//	{"tokens": [
-//	  {"name": "deploy-bot", "token": "…", "control": ["payments.*"]},
-//	  {"name": "payments-svc", "token": "…", "data": ["payments.*"]},
-//	  {"name": "ops", "token": "…", "control": ["*"], "data": ["*"]}
-//	]}
+// holdfast server and holdfast relay take their records from the store
+// (Table, Remote: 'holdfast token create'); New builds a fixed set in Go,
+// for the reference server and tests.
 //
 // Secrets are compared in constant time (Authenticate), and no value of
 // this package prints one: an Identity has no secret, and a Token's String,
@@ -30,16 +26,13 @@
 package access
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -59,10 +52,10 @@ const (
 // sends ("Authorization: Bearer <Secret>"); Name identifies it in replies,
 // logs and audit records, which never show the secret.
 type Token struct {
-	Name    string   `json:"name"`
-	Secret  string   `json:"token"`
-	Control []string `json:"control,omitempty"`
-	Data    []string `json:"data,omitempty"`
+	Name    string
+	Secret  string
+	Control []string
+	Data    []string
 }
 
 // String describes t without its secret.
@@ -200,41 +193,6 @@ func printable(s string, space bool) bool {
 		}
 	}
 	return true
-}
-
-// file is the JSON form of a configuration.
-type file struct {
-	Tokens []Token `json:"tokens"`
-}
-
-// Parse reads a configuration in its JSON form, {"tokens":[{"name",
-// "token","control","data"}…]}; an unknown field is an error (a
-// misspelt scope must not pass for none). Then as New.
-func Parse(data []byte) (*Tokens, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var f file
-	if err := dec.Decode(&f); err != nil {
-		// encoding/json's messages name fields and offsets, not values.
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalid)
-	}
-	return New(f.Tokens...)
-}
-
-// Load reads and parses the configuration file at name (see Parse).
-func Load(name string) (*Tokens, error) {
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("access: %w", err)
-	}
-	t, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return t, nil
 }
 
 // Authenticate returns the identity whose secret is secret. It takes the

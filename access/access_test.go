@@ -9,8 +9,6 @@ import (
 	"go/parser"
 	"go/token"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -159,46 +157,6 @@ func TestNewRefuses(t *testing.T) {
 	}
 }
 
-func TestParseAndLoad(t *testing.T) {
-	const good = `{"tokens":[
-		{"name":"deploy-bot","token":"` + secretA + `","control":["payments.*"],"data":["payments.*"]},
-		{"name":"payments-svc","token":"` + secretB + `","data":["payments.*"]}
-	]}`
-	name := filepath.Join(t.TempDir(), "tokens.json")
-	if err := os.WriteFile(name, []byte(good), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	toks, err := Load(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fmt.Sprint(toks.Names()); got != "[deploy-bot payments-svc]" {
-		t.Fatalf("names %s", got)
-	}
-	if id, _ := toks.Authenticate(secretB); id.Name != "payments-svc" || id.HasControl() || !id.MayRead("payments.prod") {
-		t.Fatalf("payments-svc: %+v", id)
-	}
-	for _, c := range []struct{ name, data, want string }{
-		{"misspelt scope", `{"tokens":[{"name":"a","token":"` + secretA + `","controls":["*"]}]}`, `unknown field "controls"`},
-		{"not JSON", `tokens: []`, "invalid character"},
-		{"two objects", good + `{}`, "data after"},
-		{"empty", `{}`, "no token"},
-		{"wrong type", `{"tokens":[{"name":"a","token":12345678901234567890}]}`, "cannot unmarshal"},
-	} {
-		_, err := Parse([]byte(c.data))
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want ErrInvalid with %q", c.name, err, c.want)
-		}
-		if err != nil && strings.Contains(err.Error(), secretA) {
-			t.Errorf("%s: the error shows the secret: %v", c.name, err)
-		}
-	}
-	if _, err := Load(filepath.Join(t.TempDir(), "absent.json")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Load of a missing file: %v", err)
-	}
-}
-
-// TestNoSecretPrinted: a Token printed or logged any way shows no secret.
 func TestNoSecretPrinted(t *testing.T) {
 	tok := Token{Name: "deploy-bot", Secret: secretA, Control: []string{"payments.*"}}
 	var buf bytes.Buffer

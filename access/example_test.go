@@ -7,10 +7,10 @@ import (
 )
 
 func Example() {
-	toks, err := access.Parse([]byte(`{"tokens":[
-		{"name":"deploy-bot","token":"deploy-bot-secret-0001","control":["payments.*"]},
-		{"name":"payments-svc","token":"payments-svc-secret-01","data":["payments.*"]}
-	]}`))
+	toks, err := access.New(
+		access.Token{Name: "deploy-bot", Secret: "deploy-bot-secret-0001", Control: []string{"payments.*"}},
+		access.Token{Name: "payments-svc", Secret: "payments-svc-secret-01", Data: []string{"payments.*"}},
+	)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -18,7 +18,7 @@ func Example() {
 	id, ok := toks.AuthenticateHeader("Bearer payments-svc-secret-01")
 	fmt.Println(id.Name, ok)
 	fmt.Println(id.MayRead("payments.prod"), id.MayRead("fraud.prod"), id.MayControl("payments.prod"))
-	_, ok = toks.Authenticate("not-a-token-of-the-file")
+	_, ok = toks.Authenticate("not-a-token-of-the-set")
 	fmt.Println(ok)
 	// Output:
 	// payments-svc true

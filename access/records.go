@@ -175,37 +175,6 @@ func FromAuthenticator(a Authenticator, names ...string) *Tokens {
 	return &Tokens{auth: a, names: names}
 }
 
-// FirstOf authenticates with each of auths in turn and returns the first
-// identity found. Every one is asked whatever the outcome, so that the
-// time taken does not say which one knows the secret.
-func FirstOf(auths ...Authenticator) Authenticator { return firstOf(auths) }
-
-type firstOf []Authenticator
-
-func (f firstOf) Authenticate(secret string) (Identity, bool) {
-	var found Identity
-	ok := false
-	for _, a := range f {
-		if id, yes := a.Authenticate(secret); yes && !ok {
-			found, ok = id, true
-		}
-	}
-	return found, ok
-}
-
-// AuthenticateSubject returns the first identity any of f's
-// SubjectAuthenticators finds for subject.
-func (f firstOf) AuthenticateSubject(subject string) (Identity, bool) {
-	for _, a := range f {
-		if sa, ok := a.(SubjectAuthenticator); ok {
-			if id, yes := sa.AuthenticateSubject(subject); yes {
-				return id, true
-			}
-		}
-	}
-	return Identity{}, false
-}
-
 // Anonymous is the name of the identity a Table gives every caller while
 // it does not require tokens (SetRecords with required false).
 const Anonymous = "anonymous"
@@ -216,10 +185,9 @@ const Anonymous = "anonymous"
 // the record's hash in constant time; a record that has expired does not
 // authenticate. It is safe for concurrent use.
 type Table struct {
-	state  atomic.Pointer[tableState]
-	now    func() time.Time
-	used   func(name string)
-	always bool // WithAlwaysRequired
+	state atomic.Pointer[tableState]
+	now   func() time.Time
+	used  func(name string)
 }
 
 type tableState struct {
@@ -253,12 +221,6 @@ func WithUse(fn func(name string)) TableOption {
 	return tableOptionFunc(func(t *Table) { t.used = fn })
 }
 
-// WithAlwaysRequired makes the table require tokens whatever SetRecords
-// says (a server that has tokens of another kind as well, from a file).
-func WithAlwaysRequired() TableOption {
-	return tableOptionFunc(func(t *Table) { t.always = true })
-}
-
 // NewTable returns an empty Table that requires tokens: it
 // authenticates nobody until SetRecords.
 func NewTable(opts ...TableOption) *Table {
@@ -278,7 +240,7 @@ func NewTable(opts ...TableOption) *Table {
 // every scope: a store that has never had an admin token is open.
 func (t *Table) SetRecords(records []Record, required bool) error {
 	st := &tableState{byDigest: make(map[[sha256.Size]byte]*tableEntry, len(records)),
-		bySubject: make(map[string]*tableEntry), required: required || t.always}
+		bySubject: make(map[string]*tableEntry), required: required}
 	var errs []error
 	for _, r := range records {
 		if err := r.Validate(); err != nil {

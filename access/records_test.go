@@ -98,26 +98,6 @@ func TestTableRefusesInvalidRecords(t *testing.T) {
 	}
 }
 
-func TestAlwaysRequiredAndFirstOf(t *testing.T) {
-	tab := NewTable(WithAlwaysRequired())
-	_ = tab.SetRecords(nil, false)
-	if _, ok := tab.Authenticate(""); ok {
-		t.Fatal("an always-required table let an anonymous caller in")
-	}
-	file, err := New(Token{Name: "file", Secret: secretA, Data: []string{"*"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = tab.SetRecords([]Record{{Name: "stored", Hash: HashSecret(secretB), Scopes: Scopes{Data: []string{"a"}}}}, true)
-	toks := FromAuthenticator(FirstOf(file, tab), "file", "stored")
-	for secret, want := range map[string]string{secretA: "file", secretB: "stored", "nope-nope-nope-nope": ""} {
-		id, ok := toks.AuthenticateHeader("Bearer " + secret)
-		if id.Name != want || ok != (want != "") {
-			t.Errorf("%q: %q %v, want %q", secret, id.Name, ok, want)
-		}
-	}
-}
-
 func TestNewSecret(t *testing.T) {
 	a, b := NewSecret(), NewSecret()
 	if a == b || len(a) != len(SecretPrefix)+43 || CheckSecret(a) != nil {
@@ -143,7 +123,7 @@ func TestCertificateIdentities(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"both"`) || !strings.Contains(err.Error(), `"neither"`) {
 		t.Fatalf("SetRecords: %v; want the records with both and neither refused", err)
 	}
-	toks := FromAuthenticator(FirstOf(tab))
+	toks := FromAuthenticator(tab)
 	for _, tc := range []struct {
 		name    string
 		subject string // the verified certificate's; "" none

@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/server/tokens"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -59,16 +60,17 @@ func (s *suiteServer) open() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: s.dir}, Heartbeat: sdksuite.Heartbeat}
-	if s.token != "" {
-		toks, err := access.New(access.Token{Name: "suite", Secret: s.token, Control: []string{"*"}, Data: []string{"*"}})
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		cfg.Tokens = toks
-	}
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	if s.token != "" {
+		// The suite's token is an admin token of the store, which then
+		// requires tokens; a restart over the same data dir finds it.
+		rec := access.Record{Name: "suite", Hash: access.HashSecret(s.token), Scopes: access.Scopes{Control: []string{"*"}, Data: []string{"*"}, Admin: true}, Created: time.Now()}
+		if err := srv.Tokens().Create(ctx, rec); err != nil && !errors.Is(err, tokens.ErrExists) {
+			s.t.Fatal(errors.Join(err, srv.Close()))
+		}
 	}
 	s.mu.Lock()
 	s.srv = srv

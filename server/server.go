@@ -40,9 +40,6 @@ type Config struct {
 	// MaxPublishBytes bounds a publish body (default
 	// control.DefaultMaxPublishBytes).
 	MaxPublishBytes int64
-	// Tokens, when set, require one of its bearer tokens on the data
-	// plane (data scope) and the control API (control scope).
-	Tokens *access.Tokens
 	// AuditRetention is how many audit records each namespace keeps
 	// (default control.DefaultAuditRetention).
 	AuditRetention int
@@ -112,19 +109,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
-	s.tokens, err = tokens.Open(ctx, st.Client, tokens.Config{Logger: cfg.Logger, UseInterval: cfg.TokenUseInterval, AlwaysRequired: cfg.Tokens != nil})
+	s.tokens, err = tokens.Open(ctx, st.Client, tokens.Config{Logger: cfg.Logger, UseInterval: cfg.TokenUseInterval})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
 	}
 	// One authentication for the data plane and the control API: the
-	// store's tokens, and a -tokens file's before them.
-	var auth access.Authenticator = s.tokens.Table()
-	names := []string{"the store's tokens"}
-	if cfg.Tokens != nil {
-		auth = access.FirstOf(cfg.Tokens, s.tokens.Table())
-		names = append(cfg.Tokens.Names(), names...)
-	}
-	toks := access.FromAuthenticator(auth, names...)
+	// store's tokens.
+	toks := access.FromAuthenticator(s.tokens.Table(), "the store's tokens")
 	opts := []relay.Option{
 		relay.WithLogger(cfg.Logger),
 		relay.WithHeartbeat(cfg.Heartbeat),

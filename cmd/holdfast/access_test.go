@@ -10,28 +10,56 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-const (
-	deploySecret   = "s3cret-deploy-bot-000002"
-	paymentsSecret = "s3cret-payments-svc-0001"
-	edgeSecret     = "s3cret-edge-relay-000004"
-)
+// testTokens are the secrets of the tests' tokens, made in a server's
+// store by 'holdfast token create' with its bootstrap admin token.
+type testTokens struct {
+	admin    string // bootstrap-admin: admin, control and data "*"
+	deploy   string // deploy-bot: control payments.*
+	payments string // payments-svc: data payments.*
+	edge     string // edge-relay: data payments.*, the relay scope
+}
 
-// tokensFile writes the tests' token file and returns its path.
-func tokensFile(t *testing.T) string {
+// bootstrapServer starts `holdfast server -memory` in-process with a
+// bootstrap admin token, creates the tests' tokens in its store and
+// returns it, its URL and their secrets.
+func bootstrapServer(t *testing.T, args ...string) (*started, string, testTokens) {
 	t.Helper()
-	name := filepath.Join(t.TempDir(), "tokens.json")
-	data := `{"tokens":[
-		{"name":"deploy-bot","token":"` + deploySecret + `","control":["payments.*"]},
-		{"name":"payments-svc","token":"` + paymentsSecret + `","data":["payments.*"]},
-		{"name":"edge-relay","token":"` + edgeSecret + `","data":["payments.*"]}
-	]}`
-	if err := os.WriteFile(name, []byte(data), 0o600); err != nil {
+	adminFile := filepath.Join(t.TempDir(), "admin-token")
+	s := start(t, append([]string{"server", "-memory", "-addr", "127.0.0.1:0", "-bootstrap-token-file", adminFile, "-log-format", "json"}, args...)...)
+	base, _ := s.stderr.waitFor(t, "serving", s.done)["url"].(string)
+	admin, err := os.ReadFile(adminFile)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return name
+	create := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := cli(t, append([]string{"token", "create", "-server", base, "-token-file", adminFile}, args...)...)
+		if code != exitOK {
+			t.Fatalf("token create %v: exit %d: %s", args, code, stderr)
+		}
+		return strings.TrimSpace(stdout)
+	}
+	return s, base, testTokens{
+		admin:    strings.TrimSpace(string(admin)),
+		deploy:   create("-control", "payments.*", "deploy-bot"),
+		payments: create("-data", "payments.*", "payments-svc"),
+		edge:     create("-data", "payments.*", "-relay", "edge-relay"),
+	}
+}
+
+// noSecrets fails if text shows one of the secrets.
+func (k testTokens) noSecrets(t *testing.T, what, text string) {
+	t.Helper()
+	for _, s := range []string{k.admin, k.deploy, k.payments, k.edge} {
+		if s != "" && strings.Contains(text, s) {
+			t.Errorf("%s shows a secret:\n%s", what, text)
+		}
+	}
 }
 
 // request sends one request with "Authorization: Bearer secret" (none for
@@ -56,34 +84,28 @@ func request(t *testing.T, method, url, secret, body string) (int, string) {
 	return resp.StatusCode, string(data)
 }
 
-func noSecrets(t *testing.T, what, text string) {
-	t.Helper()
-	for _, s := range []string{deploySecret, paymentsSecret, edgeSecret} {
-		if strings.Contains(text, s) {
-			t.Errorf("%s shows a secret:\n%s", what, text)
-		}
-	}
-}
-
-// wantRefusal checks a 401 or 403 and its JSON body.
+// wantRefusal checks a 401 or 403 and its JSON body, which shows no
+// secret (a refusal names tokens, never their secrets).
 func wantRefusal(t *testing.T, what string, code int, body string, status int, message string) {
 	t.Helper()
 	var eb transport.ErrorBody
 	if code != status || json.Unmarshal([]byte(body), &eb) != nil || message != "" && eb.Message != message {
 		t.Fatalf("%s: %d %s, want %d %q", what, code, body, status, message)
 	}
-	noSecrets(t, what, body)
+	if strings.Contains(body, access.SecretPrefix) {
+		t.Fatalf("%s: the refusal shows a secret: %s", what, body)
+	}
 }
 
-// TestServerAndRelayTokens: `holdfast server -tokens FILE` requires FILE's
-// tokens on the control API and the data plane, with their scopes; a
-// `holdfast relay -tokens FILE -token OWN` process enforces the same
-// scopes on its clients and follows the origin with its own token. No
-// secret reaches either log.
+// TestServerAndRelayTokens: with the store's tokens (made by 'holdfast
+// token create'), `holdfast server` requires them on the control API, the
+// data plane and the admin endpoints, with their scopes; a `holdfast relay
+// -store-tokens` process enforces the same scopes on its clients, and a
+// second relay behind it syncs the records from it (a chain of relays has
+// one token system); a token revoked in the store is refused at the end
+// of the chain within 5 s. No secret reaches any log.
 func TestServerAndRelayTokens(t *testing.T) {
-	file := tokensFile(t)
-	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-tokens", file, "-heartbeat", "200ms", "-log-format", "json")
-	base, _ := s.stderr.waitFor(t, "serving", s.done)["url"].(string)
+	s, base, k := bootstrapServer(t, "-heartbeat", "200ms")
 	if rec := s.stderr.waitFor(t, "server: access control on", s.done); rec["level"] != "INFO" {
 		t.Errorf("access control on: %v", rec)
 	}
@@ -91,34 +113,67 @@ func TestServerAndRelayTokens(t *testing.T) {
 	publish := base + "/control/namespaces/payments.prod/publish"
 	code, body := request(t, "POST", publish, "", `{"puts":{"v":1}}`)
 	wantRefusal(t, "publish without a token", code, body, http.StatusUnauthorized, "")
-	code, body = request(t, "POST", publish, paymentsSecret, `{"puts":{"v":1}}`)
+	code, body = request(t, "POST", publish, k.payments, `{"puts":{"v":1}}`)
 	wantRefusal(t, "publish with a data token", code, body, http.StatusForbidden, `token "payments-svc" has no control scope`)
-	code, body = request(t, "POST", base+"/control/namespaces/fraud.prod/publish", deploySecret, `{"puts":{"v":1}}`)
+	code, body = request(t, "POST", base+"/control/namespaces/fraud.prod/publish", k.deploy, `{"puts":{"v":1}}`)
 	wantRefusal(t, "publish outside the scope", code, body, http.StatusForbidden, `token "deploy-bot" may not control namespace "fraud.prod"`)
-	if code, body := request(t, "POST", publish, deploySecret, `{"puts":{"v":1}}`); code != http.StatusOK {
+	if code, body := request(t, "POST", publish, k.deploy, `{"puts":{"v":1}}`); code != http.StatusOK {
 		t.Fatalf("publish: %d %s", code, body)
 	}
-	if code, body := request(t, "GET", base+"/sdk/snapshot?ns=payments.prod", paymentsSecret, ""); code != http.StatusOK || !strings.Contains(body, `"v":1`) {
+	if code, body := request(t, "GET", base+"/sdk/snapshot?ns=payments.prod", k.payments, ""); code != http.StatusOK || !strings.Contains(body, `"v":1`) {
 		t.Fatalf("snapshot: %d %s", code, body)
 	}
-	code, body = request(t, "GET", base+"/sdk/snapshot?ns=fraud.prod", paymentsSecret, "")
+	code, body = request(t, "GET", base+"/sdk/snapshot?ns=fraud.prod", k.payments, "")
 	wantRefusal(t, "snapshot outside the scope", code, body, http.StatusForbidden, `token "payments-svc" may not read namespace "fraud.prod"`)
-
-	r := startRelayProc(t, buildBinary(t), base, "-token", edgeSecret, "-tokens", file)
-	r.logs.waitFor(t, "relay: access control on", r.copied)
-	code, body = request(t, "GET", r.url()+"/sdk/snapshot?ns=payments.prod", "", "")
-	wantRefusal(t, "no token at the relay", code, body, http.StatusUnauthorized, "")
-	code, body = request(t, "GET", r.url()+"/sdk/snapshot?ns=fraud.prod", paymentsSecret, "")
-	wantRefusal(t, "fraud.prod at the relay", code, body, http.StatusForbidden, `token "payments-svc" may not read namespace "fraud.prod"`)
-	if code, body := request(t, "GET", r.url()+"/sdk/snapshot?ns=payments.prod", paymentsSecret, ""); code != http.StatusOK || !strings.Contains(body, `"v":1`) {
-		t.Fatalf("snapshot through the relay: %d %s", code, body)
+	// The admin endpoints on the data port: the admin scope.
+	for secret, want := range map[string]int{"": http.StatusUnauthorized, k.payments: http.StatusForbidden, k.admin: http.StatusOK} {
+		if code, body := request(t, "GET", base+"/statusz", secret, ""); code != want {
+			t.Errorf("/statusz with a token %v: %d %s, want %d", secret != "", code, body, want)
+		}
 	}
+
+	bin := buildBinary(t)
+	edgeFile := writeSecret(t, t.TempDir(), "edge-token", k.edge)
+	r := startRelayProc(t, bin, base, "-store-tokens", "-token-file", edgeFile)
+	r.logs.waitFor(t, "relay: access control on", r.copied)
+	// A second relay behind the first, with the same relay token.
+	r2 := startRelayProc(t, bin, r.url(), "-store-tokens", "-token-file", edgeFile)
+	r2.logs.waitFor(t, "relay: access control on", r2.copied)
+	for _, p := range []*relayProc{r, r2} {
+		code, body = request(t, "GET", p.url()+"/sdk/snapshot?ns=payments.prod", "", "")
+		wantRefusal(t, "no token at the relay", code, body, http.StatusUnauthorized, "")
+		testutil.Eventually(t, waitLimit, func() bool {
+			code, _ := request(t, "GET", p.url()+"/sdk/snapshot?ns=payments.prod", k.payments, "")
+			return code == http.StatusOK
+		}, "the store's token works at "+p.url())
+		code, body = request(t, "GET", p.url()+"/sdk/snapshot?ns=fraud.prod", k.payments, "")
+		wantRefusal(t, "fraud.prod at the relay", code, body, http.StatusForbidden, `token "payments-svc" may not read namespace "fraud.prod"`)
+		if code, body := request(t, "GET", p.url()+"/sdk/snapshot?ns=payments.prod", k.payments, ""); code != http.StatusOK || !strings.Contains(body, `"v":1`) {
+			t.Fatalf("snapshot through the relay: %d %s", code, body)
+		}
+	}
+	// A client token cannot read the records from a relay.
+	code, body = request(t, "POST", r.url()+"/control/tokens/sync", k.payments, `{"after":0}`)
+	wantRefusal(t, "a token sync without the relay scope", code, body, http.StatusForbidden, `token "payments-svc" has no relay scope`)
+
+	if code, _, stderr := cli(t, "token", "revoke", "-server", base, "-token", k.admin, "payments-svc"); code != exitOK {
+		t.Fatalf("token revoke: exit %d: %s", code, stderr)
+	}
+	revoked := time.Now()
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		code, _ := request(t, "GET", r2.url()+"/sdk/snapshot?ns=payments.prod", k.payments, "")
+		return code == http.StatusUnauthorized
+	}, "the revoked token refused at the second relay within 5 s")
+	t.Logf("refused at the second relay %v after the revoke returned", time.Since(revoked).Round(time.Millisecond))
+
+	r2.stop()
 	r.stop()
 	if code := s.stop(t); code != exitOK {
 		t.Fatalf("server: exit %d\n%s", code, s.stderr.String())
 	}
-	noSecrets(t, "server's log", s.stderr.String())
-	noSecrets(t, "the relay's log", r.logs.String())
+	k.noSecrets(t, "server's log", s.stderr.String())
+	k.noSecrets(t, "the relay's log", r.logs.String())
+	k.noSecrets(t, "the second relay's log", r2.logs.String())
 }
 
 // TestServerOpenWarns: without -tokens server says at start, at WARN, that
@@ -135,36 +190,16 @@ func TestServerOpenWarns(t *testing.T) {
 	}
 }
 
-// TestTokensUsageErrors: a -tokens file that is missing or invalid, or
-// a -tokens with -memory and -etcd, is a usage error (exit 2), and the
-// reason shows no secret.
-func TestTokensUsageErrors(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.json")
-	if err := os.WriteFile(bad, []byte(`{"tokens":[{"name":"a","token":"`+deploySecret+`","controls":["*"]}]}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	short := filepath.Join(dir, "short.json")
-	if err := os.WriteFile(short, []byte(`{"tokens":[{"name":"a","token":"tiny","data":["*"]}]}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"server", "-memory", "-addr", "127.0.0.1:0", "-tokens", filepath.Join(dir, "absent.json")}, "-tokens: access: open"},
-		{[]string{"server", "-memory", "-addr", "127.0.0.1:0", "-tokens", bad}, `unknown field "controls"`},
-		{[]string{"server", "-memory", "-addr", "127.0.0.1:0", "-tokens", short}, `token "a": its secret has 4 bytes, want 16..4096`},
-		{[]string{"server", "-memory", "-etcd", "127.0.0.1:1", "-tokens", tokensFile(t)}, "-memory and -etcd exclude each other"},
-		{[]string{"relay", "-addr", "127.0.0.1:0", "-upstream", "http://127.0.0.1:1", "-tokens", bad}, `unknown field "controls"`},
+// TestTokenFilesAreGone: -tokens is no flag of server or relay any
+// more (one token system: the store's); asking for it is a usage error.
+func TestTokenFilesAreGone(t *testing.T) {
+	for _, args := range [][]string{
+		{"server", "-memory", "-addr", "127.0.0.1:0", "-tokens", "tokens.json"},
+		{"relay", "-addr", "127.0.0.1:0", "-upstream", "http://127.0.0.1:1", "-tokens", "tokens.json"},
 	} {
-		code, out, errOut := runCapture(tc.args...)
-		if code != exitUsage || !strings.Contains(errOut, tc.want) || out != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and %q", tc.args, code, out, errOut, tc.want)
-		}
-		noSecrets(t, "the usage error", errOut)
-		if strings.Contains(errOut, "tiny") {
-			t.Errorf("the usage error shows the secret: %s", errOut)
+		code, out, errOut := runCapture(args...)
+		if code != exitUsage || !strings.Contains(errOut, "flag provided but not defined: -tokens") || out != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and the flag unknown", args, code, out, errOut)
 		}
 	}
 }

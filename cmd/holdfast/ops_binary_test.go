@@ -29,14 +29,13 @@ func runBinary(t *testing.T, bin string, env []string, args ...string) ran {
 }
 
 // TestBinaryOperatorCommands: the built binary against `holdfast server
-// -memory -tokens`: two concurrent `holdfast publish -if-revision N` processes,
+// -memory` with the store's tokens: two concurrent `holdfast publish -if-revision N` processes,
 // exactly one of which wins, the other exit status 1 with the conflict on
 // stderr; the scopes of the tokens (403, exit 1); $HOLDFAST_TOKEN; -o json
 // as the API sent it; a usage error exit status 2. No secret is printed.
 func TestBinaryOperatorCommands(t *testing.T) {
 	bin := buildBinary(t)
-	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-tokens", tokensFile(t), "-log-format", "json")
-	url := s.stderr.waitFor(t, "serving", s.done)["url"].(string)
+	s, url, k := bootstrapServer(t)
 	var printed strings.Builder
 	do := func(env []string, args ...string) ran {
 		t.Helper()
@@ -44,7 +43,7 @@ func TestBinaryOperatorCommands(t *testing.T) {
 		printed.WriteString(r.stdout + r.stderr)
 		return r
 	}
-	deploy := []string{"-server", url, "-token", deploySecret}
+	deploy := []string{"-server", url, "-token", k.deploy}
 
 	r := do(nil, append([]string{"publish"}, append(deploy, "-actor", "alice", "payments.prod", "retry-timeout-ms=200")...)...)
 	var rev int64
@@ -79,7 +78,7 @@ func TestBinaryOperatorCommands(t *testing.T) {
 	if r.code != exitOK || strings.Count(r.stdout, `"kind":"publish"`) != 6 {
 		t.Fatalf("history: %+v", r)
 	}
-	if code, body := request(t, http.MethodGet, url+"/control/namespaces/payments.prod/history", deploySecret, ""); code != http.StatusOK || body != r.stdout {
+	if code, body := request(t, http.MethodGet, url+"/control/namespaces/payments.prod/history", k.deploy, ""); code != http.StatusOK || body != r.stdout {
 		t.Errorf("history -o json printed\n%s\nthe API answered %d\n%s", r.stdout, code, body)
 	}
 
@@ -91,8 +90,8 @@ func TestBinaryOperatorCommands(t *testing.T) {
 		want string
 	}{
 		{nil, append([]string{"publish"}, append(deploy, "fraud.prod", "a=1")...), "forbidden (HTTP 403)"},
-		{nil, []string{"publish", "-server", url, "-token", paymentsSecret, "payments.prod", "a=1"}, "forbidden (HTTP 403)"},
-		{nil, []string{"rollback", "-server", url, "-token", paymentsSecret, "-to", "1", "payments.prod"}, "forbidden (HTTP 403)"},
+		{nil, []string{"publish", "-server", url, "-token", k.payments, "payments.prod", "a=1"}, "forbidden (HTTP 403)"},
+		{nil, []string{"rollback", "-server", url, "-token", k.payments, "-to", "1", "payments.prod"}, "forbidden (HTTP 403)"},
 		{nil, []string{"publish", "-server", url, "payments.prod", "a=1"}, "unauthorized (HTTP 401)"},
 	} {
 		r := do(tc.env, tc.args...)
@@ -101,7 +100,7 @@ func TestBinaryOperatorCommands(t *testing.T) {
 		}
 	}
 	// The token from the environment.
-	r = do([]string{tokenEnv + "=" + deploySecret}, "get", "-server", url, "payments.prod", "retry-timeout-ms")
+	r = do([]string{tokenEnv + "=" + k.deploy}, "get", "-server", url, "payments.prod", "retry-timeout-ms")
 	if r.code != exitOK || r.stdout != fmt.Sprintf("%d\n", 400) && r.stdout != fmt.Sprintf("%d\n", 401) {
 		t.Errorf("get with $%s: %+v", tokenEnv, r)
 	}
@@ -109,7 +108,7 @@ func TestBinaryOperatorCommands(t *testing.T) {
 	if r := do(nil, append([]string{"publish"}, append(deploy, "payments.prod")...)...); r.code != exitUsage || !strings.Contains(r.stderr, "nothing to publish") {
 		t.Errorf("publish without a change: %+v", r)
 	}
-	noSecrets(t, "the commands' output", printed.String())
+	k.noSecrets(t, "the commands' output", printed.String())
 	if code := s.stop(t); code != exitOK {
 		t.Fatalf("server: exit %d\n%s", code, s.stderr.String())
 	}

@@ -74,23 +74,24 @@ files change) and, with -tls-client-ca, requires client certificates
 -upstream-ca (default: the system's CAs); -upstream-cert and -upstream-key
 are the relay's client certificate there.
 
-With -tokens FILE (the origin's token file: see holdfast help serve) the
-relay requires one of FILE's tokens from its clients, with data scope over
-every namespace they read or ack: 401 without one, 403 outside its scope,
-and nothing followed upstream for a refused request. Without it every
-client may read every namespace the relay serves, and it says so in a
-warning at start. -token-file (or $HOLDFAST_TOKEN, or -token) is the
-relay's own identity at its upstream: that token needs data scope over
-every namespace the relay serves, for it reads them and forwards its
-clients' acks under it (the upstream drops acks outside it).
+-token-file (or $HOLDFAST_TOKEN, or -token) is the relay's own identity
+at its upstream: that token needs data scope over every namespace the
+relay serves, for it reads them and forwards its clients' acks under it
+(the upstream drops acks outside it).
 
-With -store-tokens the relay requires the store's tokens instead (those of
-'holdfast token create'): it syncs their records (hashes and scopes, never
-secrets) from its upstream holdfast server, whose answer comes as soon as a
-token changes, so a token revoked there is refused here within a few
+With -store-tokens the relay requires the store's tokens (those of
+'holdfast token create') from its clients, with data scope over every
+namespace they read or ack: 401 without one, 403 outside its scope, and
+nothing followed upstream for a refused request. It syncs their records
+(hashes and scopes, never secrets) from its upstream, a holdfast server or
+a relay with -store-tokens (which serves POST /control/tokens/sync to
+relays behind it from its copy); the answer comes as soon as a token
+changes, so a token revoked in the store is refused here within a few
 seconds. Its own token then also needs the relay scope. If no upstream
 answers, the relay keeps the records it has, unless -token-max-stale says
-to refuse every client after that long. See docs/SERVER.md, "Tokens".`,
+to refuse every client after that long. Without -store-tokens every client
+may read every namespace the relay serves, and it says so in a warning at
+start. See docs/SERVER.md, "Tokens".`,
 		flags: relayFlags,
 	}
 }
@@ -101,7 +102,6 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	upstreamFlag := fs.String("upstream", "", "the upstream: the `URL[,URL...]` of holdfast servers or relays (required)")
 	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream: its own identity there (prefer -token-file or $"+tokenEnv+": a flag shows in the process list)")
 	tokenFile := fs.String("token-file", "", "read the relay's own token from `FILE` (default: $"+tokenEnv+")")
-	tokensFile := fs.String("tokens", "", "require the tokens of `FILE` (JSON, the origin's: see holdfast help serve) from the relay's clients")
 	storeTokens := fs.Bool("store-tokens", false, "require the store's tokens from the relay's clients, synced from the upstream holdfast server (the relay's own token needs the relay scope)")
 	tokenMaxStale := fs.Duration("token-max-stale", 0, "with -store-tokens, refuse every client once the relay has not heard from a server about tokens for this long (0: keep the last records)")
 	id := fs.String("id", "", "the client `ID` the relay reports upstream as (default: a random one)")
@@ -139,19 +139,11 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 				return usagef("-allow: pattern %q: %v", p, err)
 			}
 		}
-		var toks *access.Tokens
-		if *tokensFile != "" {
-			if toks, err = loadTokens(*tokensFile); err != nil {
-				return err
-			}
-		}
 		ownToken, err := secretFrom("-token", *token, "-token-file", *tokenFile)
 		if err != nil {
 			return err
 		}
 		switch {
-		case *storeTokens && toks != nil:
-			return usagef("-store-tokens and -tokens exclude each other")
 		case *storeTokens && ownToken == "":
 			return usagef("-store-tokens needs the relay's own token (-token-file, $%s or -token), with the relay scope", tokenEnv)
 		case *tokenMaxStale < 0:
@@ -189,6 +181,8 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if err != nil {
 			return errors.Join(err, m.shutdown())
 		}
+		var toks *access.Tokens
+		var tokenSync http.Handler // relays behind this one sync from it
 		if *storeTokens {
 			// The sync goes to the upstream as the source does: its CA,
 			// the relay's client certificate.
@@ -200,7 +194,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 				return errors.Join(usagef("-store-tokens: %v", err), src.Close(), m.shutdown())
 			}
 			defer remote.Close()
-			toks = remote.Tokens()
+			toks, tokenSync = remote.Tokens(), remote
 		}
 		opts := []relay.Option{
 			relay.WithLogger(log),
@@ -230,7 +224,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if err != nil {
 			return errors.Join(err, src.Close(), m.shutdown())
 		}
-		err = serveRelay(ctx, log, r, m, lc, toks, *addr, *adminAddr, up.String())
+		err = serveRelay(ctx, log, r, m, lc, toks, tokenSync, *addr, *adminAddr, up.String())
 		// The relay is closed: nothing reads from the upstream any more.
 		err = errors.Join(err, src.Close(), m.shutdown())
 		log.Info("stopped")
@@ -373,7 +367,7 @@ var _ relayer = (*relay.Relay)(nil)
 // listener with lc's settings (TLS, caps, timeouts), until ctx ends; then
 // it closes r (which ends its streams and flushes its cache) and the
 // listeners.
-func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc listen.Config, toks *access.Tokens, addr, adminAddr, upstreamName string) (err error) {
+func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc listen.Config, toks *access.Tokens, tokenSync http.Handler, addr, adminAddr, upstreamName string) (err error) {
 	closeRelay := sync.OnceValue(r.Close)
 	defer func() { err = errors.Join(err, closeRelay()) }()
 	if err := relayMetrics(m.mp.Meter(meterScope), r); err != nil {
@@ -388,6 +382,12 @@ func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc
 
 	var adminFailed <-chan struct{}
 	data := r.Handler()
+	if tokenSync != nil {
+		mux := http.NewServeMux()
+		mux.Handle("POST /control/tokens/sync", tokenSync)
+		mux.Handle("/", data)
+		data = mux
+	}
 	adminURL := ""
 	if adminAddr == "" {
 		// One listener: the admin paths in front of the data plane.

@@ -204,7 +204,7 @@ func serveStubTokens(t *testing.T, adminAddr string, toks *access.Tokens) *serve
 	log := slog.New(slog.NewJSONHandler(s.logs, nil))
 	go func() {
 		defer close(s.done)
-		s.err = serveRelay(ctx, log, s.stub, m, listen.Config{Logger: log}, toks, "127.0.0.1:0", adminAddr, "http://origin:8080")
+		s.err = serveRelay(ctx, log, s.stub, m, listen.Config{Logger: log}, toks, nil, "127.0.0.1:0", adminAddr, "http://origin:8080")
 		s.err = errors.Join(s.err, m.shutdown())
 	}()
 	t.Cleanup(func() {

@@ -73,17 +73,9 @@ scope to manage tokens. A revoked token is refused by every server of the
 store within moments. The audit's actor is the token's name; -actor of
 publish and rollback is recorded as on_behalf_of.
 
--tokens FILE also accepts the tokens of a JSON file (and requires tokens
-even while the store does not):
-
-	{"tokens": [
-	  {"name": "deploy-bot", "token": "…", "control": ["payments.*"]},
-	  {"name": "payments-svc", "token": "…", "data": ["payments.*"]}
-	]}
-
 Patterns are path.Match's: "payments.*" matches payments.prod and
-payments.prod.eu, not payments. Secrets are 16 to 4096 bytes of printable
-ASCII without spaces; they appear in no log or reply, only names do.
+payments.prod.eu, not payments. Secrets appear in no log or reply, only
+names do.
 
 With -etcd, -etcd-cacert, -etcd-cert and -etcd-key reach the cluster over
 TLS, and -etcd-user logs in to its authentication, the password from
@@ -117,7 +109,6 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	retention := fs.String("retention", "24h", "the embedded store keeps this much of etcd's history: `N` revisions or a duration (the audit log outlives it; empty: all); an external cluster compacts by its own --auto-compaction-retention")
 	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
 	auditBytes := fs.Int64("audit-retention-bytes", control.DefaultAuditRetentionBytes, "bytes of audit records kept per namespace, beside -audit-retention (0: no bound)")
-	tokensFile := fs.String("tokens", "", "also accept the tokens of `FILE` (JSON, see above), and require tokens even while the store does not")
 	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
 	etcdSec := addEtcdSecurityFlags(fs)
@@ -159,13 +150,6 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			}
 			sc = store.Config{Kind: store.KindExternal, Endpoints: members, StartTimeout: *startTimeout, Security: sec}
 		}
-		var toks *access.Tokens
-		if *tokensFile != "" {
-			var err error
-			if toks, err = loadTokens(*tokensFile); err != nil {
-				return err
-			}
-		}
 		log := logs.logger(e.stderr)
 		lc, err := lf.config(log)
 		if err != nil {
@@ -175,7 +159,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
 		}
 		started := time.Now()
-		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Tokens: toks,
+		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish,
 			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder()})
 		if err != nil {
 			return err
@@ -194,33 +178,23 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			}
 		}
 		if srv.Tokens().Table().Required() {
-			log.Info("server: access control on", "store_tokens", true, "file_tokens", toks.Names())
+			log.Info("server: access control on", "store_tokens", true)
 		} else {
 			log.Warn("server: no tokens configured: anyone who reaches -addr may read and change everything", "hint", "the store has never had an admin token; see -bootstrap-token-file and docs/SERVER.md")
 		}
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
 			"head", st.Head, "took", time.Since(started).Round(time.Millisecond))
-		err = serveServer(ctx, log, srv, lc, toks, *addr, *adminAddr)
+		err = serveServer(ctx, log, srv, lc, *addr, *adminAddr)
 		log.Info("stopped")
 		return err
 	}
 }
 
-// loadTokens reads a -tokens file; a missing or invalid one is a usage
-// error.
-func loadTokens(name string) (*access.Tokens, error) {
-	toks, err := access.Load(name)
-	if err != nil {
-		return nil, usagef("-tokens: %v", err)
-	}
-	return toks, nil
-}
-
 // serveServer serves srv on addr, and its admin endpoints in front of it
 // or on adminAddr, until ctx ends or the embedded store fails; then it
 // closes srv.
-func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, toks *access.Tokens, addr, adminAddr string) (err error) {
+func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
 	m, err := newMetrics()
 	if err != nil {
@@ -233,7 +207,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	admin := http.NewServeMux()
 	var adminToks *access.Tokens // the admin scope, where the data plane is
 	if adminAddr == "" {
-		adminToks = toks
+		adminToks = access.FromAuthenticator(srv.Tokens().Table(), "the store's tokens")
 	}
 	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) }, adminToks)
 

@@ -72,9 +72,6 @@ type Config struct {
 	UseInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// AlwaysRequired makes the cache require tokens even while the store
-	// does not (the server has a token file as well).
-	AlwaysRequired bool
 }
 
 // Store is the tokens of one etcd store, and this server's cache of them.
@@ -109,11 +106,7 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Store, error)
 		cfg.Now = time.Now
 	}
 	s := &Store{cli: cli, log: cfg.Logger, cfg: cfg, changed: make(chan struct{}), uses: make(map[string]time.Time)}
-	topts := []access.TableOption{access.WithClock(cfg.Now), access.WithUse(s.noteUse)}
-	if cfg.AlwaysRequired {
-		topts = append(topts, access.WithAlwaysRequired())
-	}
-	s.table = access.NewTable(topts...)
+	s.table = access.NewTable(access.WithClock(cfg.Now), access.WithUse(s.noteUse))
 	rev, err := s.load(ctx)
 	if err != nil {
 		return nil, err
