@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/promtest"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -188,7 +190,7 @@ func TestRolloutCommandsOnServer(t *testing.T) {
 
 // TestRolloutMetricGateRevertsOnServer: `rollout start -gate` against
 // holdfast server: a stage bakes while the gate's query (a fake
-// Prometheus here; internal/gate's tests run a real one) is under its
+// Prometheus here; TestRolloutRevertsOnARealPrometheus runs a real one) is under its
 // max, and the rollout reverts once the value rises above it, with the
 // gate's value in its history.
 func TestRolloutMetricGateRevertsOnServer(t *testing.T) {
@@ -220,5 +222,99 @@ func TestRolloutMetricGateRevertsOnServer(t *testing.T) {
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 1 }, "the client back on v=1")
 	if out := mustRun(t, "history", "-server", base, "app"); !strings.Contains(out, "rollout-revert") || !strings.Contains(out, `value 5 above max 1`) || !strings.Contains(out, `query "errors"`) {
 		t.Errorf("history without the gate's query and value:\n%s", out)
+	}
+}
+
+// TestRolloutRevertsOnARealPrometheus: real processes — a holdfast
+// server, a relay, a real Prometheus (Debian's) scraping a test
+// application every second — and 20 SDK clients behind the relay. A
+// rollout started with `rollout start -gate` bakes its first stage
+// while the application's error counter is 0; the test raises it, and
+// the rollout reverts at the stage in progress: no client beyond that
+// stage ever served the change, every client serves the old content
+// again within 10 s of the breach, and the history's revert record
+// carries the gate's query and value.
+func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
+	app := promtest.NewApp(t)
+	prom := promtest.Start(t, app.Target())
+	bin := buildBinary(t)
+	srv := startServerProc(t, bin, "-memory")
+	mustRun(t, "publish", "-server", srv.url(), "app", "v=1")
+	r := startRelayProc(t, bin, srv.url())
+
+	const n = 20
+	var nss []*config.Namespace
+	for range n {
+		c, _ := fleetClient(t, []string{r.url()})
+		nss = append(nss, openNS(t, c, "app"))
+	}
+	serving := func(v int) int {
+		k := 0
+		for _, ns := range nss {
+			if ns.Int("v", 0) == v {
+				k++
+			}
+		}
+		return k
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	// The stages are cut from the clients the server knows: all of them.
+	testutil.Eventually(t, waitLimit, func() bool {
+		var st struct{ Clients, Acked int }
+		resp, err := hc.Get(srv.url() + "/control/namespaces/app/status")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Clients == n && st.Acked == n
+	}, "the server knows every client")
+	// The query reads the application's counter as Prometheus scraped it;
+	// it passes from Prometheus's first scrape on.
+	query := "sum(app_errors_total)"
+	out := mustRun(t, "rollout", "start", "-server", srv.url(), "-stages", "10,50,100", "-bake", "10m", "-o", "json",
+		"-gate", "prometheus="+prom.URL+",query="+query+",max=2,grace=1m", "-reason", "ticket 30", "app", "v=2")
+	id, _ := startedRollout(t, out)
+	testutil.Eventually(t, promtest.Wait, func() bool {
+		rec, ok := readRollout(t, hc, srv.url(), "app", id)
+		return ok && rec.Stage == 10 && rec.Baking && serving(2) > 0
+	}, "the first stage bakes, served by its members")
+	staged := serving(2)
+	if staged > n/2 {
+		t.Fatalf("%d of %d clients serve the 10%% stage", staged, n)
+	}
+
+	maxServed := staged
+	app.Errors.Store(5)
+	raised := time.Now()
+	var rec serverRollout
+	testutil.Eventually(t, promtest.Wait, func() bool {
+		maxServed = max(maxServed, serving(2))
+		got, ok := readRollout(t, hc, srv.url(), "app", id)
+		rec = got
+		return ok && got.State != "running"
+	}, "the rollout ends")
+	if rec.State != "reverted" || rec.Stage != 10 {
+		t.Fatalf("the rollout ended %s at stage %v (%s), want reverted at stage 10", rec.State, rec.Stage, rec.Reason)
+	}
+	var reverted time.Time
+	for _, d := range rec.Decisions {
+		if d.What == "revert" {
+			reverted = d.At
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		maxServed = max(maxServed, serving(2))
+		return serving(1) == n
+	}, "every client back on v=1 within 10 s of the revert")
+	back := time.Now()
+	if maxServed > n/2 {
+		t.Errorf("%d clients served v=2 at once, beyond the 10%% stage", maxServed)
+	}
+	t.Logf("%d of %d clients in the stage; counter raised → revert %v, revert → all %d clients back on v=1 %v (the breach → back %v)",
+		staged, n, reverted.Sub(raised).Round(time.Millisecond), n, back.Sub(reverted).Round(time.Millisecond), back.Sub(raised).Round(time.Millisecond))
+	if hist := mustRun(t, "history", "-server", srv.url(), "app"); !strings.Contains(hist, "rollout-revert") ||
+		!strings.Contains(hist, "value 5 above max 2") || !strings.Contains(hist, query) {
+		t.Errorf("history without the gate's query and value:\n%s", hist)
 	}
 }

@@ -1,225 +1,34 @@
 package gate
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/promtest"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
-// The gates against a real Prometheus (Debian's package prometheus, which
-// .ci/run installs), scraping a test application every second.
-
-// promWait bounds every wait on the real Prometheus: a start, a scrape,
-// on a machine busy with other tests.
-const promWait = 90 * time.Second
-
-// testApp is an application that exposes its error counter, and requests
-// by code (two series), in Prometheus's text format.
-type testApp struct {
-	srv    *httptest.Server
-	errors atomic.Int64
-}
-
-func newTestApp(t *testing.T) *testApp {
-	t.Helper()
-	a := &testApp{}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		fmt.Fprintf(w, "# HELP app_errors_total Errors the application served.\n# TYPE app_errors_total counter\napp_errors_total %d\n", a.errors.Load())
-		fmt.Fprint(w, "# HELP app_requests_total Requests, by code.\n# TYPE app_requests_total counter\n")
-		fmt.Fprintf(w, "app_requests_total{code=\"200\"} 100\napp_requests_total{code=\"500\"} %d\n", a.errors.Load())
-	}))
-	t.Cleanup(a.srv.Close)
-	return a
-}
-
-// needPrometheus returns the path of Prometheus's binary. Without it the
-// test is skipped, but under CI=true (where .ci/run installs it) it fails.
-func needPrometheus(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("prometheus")
-	if err == nil {
-		return path
-	}
-	if _, serr := os.Stat("/usr/bin/prometheus"); serr == nil {
-		return "/usr/bin/prometheus"
-	}
-	const msg = "no prometheus: install Debian's prometheus (apt-get install -y --no-install-recommends prometheus, as .ci/run does)"
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s: %v", msg, err)
-	}
-	t.Skipf("%s: %v", msg, err)
-	return ""
-}
-
-// prometheus is a Prometheus process on a loopback port.
-type prometheus struct {
-	url  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *lockedBuffer
-}
-
-// startPrometheus starts Prometheus scraping target (host:port) every
-// second, on a free port (another, if the port was taken meanwhile), and
-// waits until it is ready. It is stopped at the test's end.
-func startPrometheus(t *testing.T, target string) *prometheus {
-	t.Helper()
-	bin := needPrometheus(t)
-	dir := t.TempDir()
-	config := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(config, []byte(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: app
-    static_configs:
-      - targets: ['`+target+`']
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var errs []error
-	for attempt := range 5 {
-		port := freePort(t)
-		p := &prometheus{url: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{}), out: &lockedBuffer{}}
-		p.cmd = exec.Command(bin,
-			"--config.file="+config,
-			"--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data%d", attempt)),
-			"--web.listen-address=127.0.0.1:"+strconv.Itoa(port),
-		)
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-		if err := p.cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", bin, err)
-		}
-		go func() {
-			_ = p.cmd.Wait()
-			close(p.done)
-		}()
-		err := p.waitReady()
-		if err == nil {
-			t.Cleanup(func() {
-				p.stop()
-				if t.Failed() {
-					t.Logf("prometheus's log:\n%s", p.out.String())
-				}
-			})
-			return p
-		}
-		p.stop()
-		errs = append(errs, err)
-	}
-	t.Fatalf("prometheus did not start: %v", errors.Join(errs...))
-	return nil
-}
-
-// waitReady waits until /-/ready answers 200, or the process exits.
-func (p *prometheus) waitReady() error {
-	client := &http.Client{Timeout: time.Second}
-	defer client.CloseIdleConnections()
-	var last error
-	ready := testutil.Wait(promWait, func() bool {
-		select {
-		case <-p.done:
-			last = fmt.Errorf("exited before it was ready: %s", p.out.String())
-			return true
-		default:
-		}
-		resp, err := client.Get(p.url + "/-/ready")
-		if err != nil {
-			last = err
-			return false
-		}
-		resp.Body.Close()
-		last = fmt.Errorf("/-/ready: %s", resp.Status)
-		return resp.StatusCode == http.StatusOK
-	})
-	select {
-	case <-p.done:
-		return fmt.Errorf("exited before it was ready: %s", p.out.String())
-	default:
-	}
-	if !ready {
-		return fmt.Errorf("not ready after %v: %v", promWait, last)
-	}
-	return nil
-}
-
-// stop ends Prometheus (SIGTERM, then SIGKILL after 10 s) and waits.
-func (p *prometheus) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// freePort returns a loopback port free a moment ago: Prometheus's
-// address must be known before it listens, so a start that finds the
-// port taken retries on another.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
+// The gates against a real Prometheus (internal/promtest), scraping a
+// test application every second.
 
 // TestRealPrometheus: gates on a real Prometheus scraping a test
 // application go from pass to breach when the application's error counter
 // rises; Prometheus's own replies (several series, a parse error, a range
 // vector, no series, a scalar, NaN) are read as the fake's are.
 func TestRealPrometheus(t *testing.T) {
-	app := newTestApp(t)
-	prom := startPrometheus(t, strings.TrimPrefix(app.srv.URL, "http://"))
+	app := promtest.NewApp(t)
+	prom := promtest.Start(t, app.Target())
 	ctx := context.Background()
 
 	gates := []Gate{
-		{Prometheus: prom.url, Query: `app_errors_total{job="app"}`, Max: 5, Grace: time.Hour},
+		{Prometheus: prom.URL, Query: `app_errors_total{job="app"}`, Max: 5, Grace: time.Hour},
 		// An error count over a minute: 0 with two scrapes of 0, then at
 		// least the raw rise (extrapolation only widens it).
-		{Prometheus: prom.url, Query: `sum(increase(app_errors_total[1m]))`, Max: 5, Grace: time.Hour},
+		{Prometheus: prom.URL, Query: `sum(increase(app_errors_total[1m]))`, Max: 5, Grace: time.Hour},
 	}
 	set, err := NewSet(gates, WithTimeout(5*time.Second))
 	if err != nil {
@@ -239,7 +48,7 @@ func TestRealPrometheus(t *testing.T) {
 
 	// Pass, once Prometheus has scraped the application.
 	var last []Result
-	testutil.Eventually(t, promWait, func() bool {
+	testutil.Eventually(t, promtest.Wait, func() bool {
 		last, err = set.Check(ctx, time.Now())
 		return err == nil && last[0].Status == Pass && last[1].Status == Pass
 	}, "both gates to pass")
@@ -250,9 +59,9 @@ func TestRealPrometheus(t *testing.T) {
 	}
 	t.Logf("pass: %s", last[0].Reason)
 
-	app.errors.Store(10)
+	app.Errors.Store(10)
 	raised := time.Now()
-	testutil.Eventually(t, promWait, func() bool {
+	testutil.Eventually(t, promtest.Wait, func() bool {
 		last, err = set.Check(ctx, time.Now())
 		return err == nil && last[0].Status == Breach && last[1].Status == Breach
 	}, "both gates to breach")
@@ -286,7 +95,7 @@ func TestRealPrometheus(t *testing.T) {
 		{query: `(vector(0) / vector(0)) or vector(0)`, want: Failing, resErr: ErrNaN},
 		{query: `sum(rate(no_such_metric_total[1m])) or vector(0)`, want: Pass, value: 0},
 	} {
-		c, err := NewChecker(Gate{Prometheus: prom.url, Query: tc.query, Max: 5, Grace: time.Minute})
+		c, err := NewChecker(Gate{Prometheus: prom.URL, Query: tc.query, Max: 5, Grace: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
