@@ -36,6 +36,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -667,7 +668,24 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 		}
 		tlsConf = &tls.Config{RootCAs: pool}
 	}
+	// HOLDFAST_SCALE_CHILD_NACK="PCT:SEED": each client, drawn with SEED,
+	// rejects (nacks) any seq other than the base "0:…" with probability
+	// PCT% (a schema the change breaks).
+	var nackPct float64
+	var nackRand *rand.Rand
+	if v := os.Getenv("HOLDFAST_SCALE_CHILD_NACK"); v != "" {
+		pct, seed, _ := strings.Cut(v, ":")
+		nackPct, _ = strconv.ParseFloat(pct, 64)
+		sd, _ := strconv.ParseUint(seed, 10, 64)
+		nackRand = rand.New(rand.NewPCG(sd, uint64(os.Getpid())))
+	}
+	rejectChange := []byte(`{"type":"object","properties":{"` + key + `":{"type":"string","pattern":"^0:"}}}`)
+	var everServed atomic.Int64 // clients that ever saw a seq other than 0
 	for range n {
+		var nsOpts []config.NamespaceOption
+		if nackRand != nil && nackRand.Float64()*100 < nackPct {
+			nsOpts = append(nsOpts, config.Schema(rejectChange))
+		}
 		opts := []config.Option{config.WithEndpoint(url)}
 		if tlsConf != nil {
 			// Each client its own session cache, as each process of a
@@ -695,12 +713,18 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			ns, err := c.Namespace(ctx, namespace)
+			ns, err := c.Namespace(ctx, namespace, nsOpts...)
 			if err != nil {
 				failed.Store(err)
 				return
 			}
-			ns.OnChange(key, record)
+			var served atomic.Bool
+			ns.OnChange(key, func(ch config.Change) {
+				if s, _ := ch.New.Str(); !strings.HasPrefix(s, "0:") && served.CompareAndSwap(false, true) {
+					everServed.Add(1)
+				}
+				record(ch)
+			})
 			mu.Lock()
 			nss = append(nss, ns)
 			mu.Unlock()
@@ -754,6 +778,20 @@ func child(url string, n int, in io.Reader, out io.Writer) error {
 			continue
 		case "mem":
 			say(memLine())
+			continue
+		case "serving":
+			// How many clients serve the base seq now, how many another,
+			// how many ever served another.
+			mu.Lock()
+			all := slices.Clone(nss)
+			mu.Unlock()
+			base := 0
+			for _, ns := range all {
+				if strings.HasPrefix(ns.String(key, ""), "0:") {
+					base++
+				}
+			}
+			say(fmt.Sprintf("serving %d %d %d", base, len(all)-base, everServed.Load()))
 			continue
 		}
 		if sc.Text() != "report" {

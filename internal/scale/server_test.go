@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -81,35 +79,5 @@ func BenchmarkRelayFollowingHoldfastServer(b *testing.B) {
 // benchmark ends; it returns its URL once /readyz answers 200.
 func startHoldfastServer(b *testing.B) string {
 	b.Helper()
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "holdfast")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/holdfast-dev/holdfast/cmd/holdfast").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	cmd := exec.Command(bin, "server", "-addr", addr, "-data-dir", filepath.Join(dir, "data"))
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := "http://" + addr
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("holdfast server at %s not ready after a minute: %v", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return startHoldfast(b, buildHoldfast(b), "server", "-data-dir", filepath.Join(b.TempDir(), "data")).url
 }

@@ -1,0 +1,456 @@
+//go:build scale
+
+package scale
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+)
+
+// BenchmarkServerRollout stages one change over 1%, 10% and 100% of a
+// fleet with a 5 s bake, on the production shape: HOLDFAST_SCALE_CLIENTS
+// (default 10,000) clients in two processes, each process behind its own
+// `holdfast relay`, both relays following both of two `holdfast server`
+// processes over one etcd (Debian's, one member). It reports each stage's
+// time (from its start to the next one's; the last to the promotion) and
+// the total. The sub-benchmark leader-killed kills the leading server
+// (SIGKILL) as the 10% stage starts: failover-s is the time from the kill
+// until the other server leads, next-s until the rollout's next decision.
+//
+//	go test -tags scale -run '^$' -bench ServerRollout -benchtime 1x -timeout 60m ./internal/scale/
+func BenchmarkServerRollout(b *testing.B) {
+	clients := envInt("HOLDFAST_SCALE_CLIENTS", 10000)
+	for _, kill := range []bool{false, true} {
+		name := "steady"
+		if kill {
+			name = "leader-killed"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				runServerRollout(b, clients, kill)
+			}
+		})
+	}
+}
+
+// BenchmarkRolloutNacks: a change that HOLDFAST_SCALE_NACK_PCT (3) percent
+// of HOLDFAST_SCALE_CLIENTS (1,000) clients nack, staged over 1%, 10% and
+// 100% with a 5 s bake, with and without prevalidate, for each of
+// HOLDFAST_SCALE_SEEDS (5) seeds (which clients nack). One `holdfast
+// server` (embedded etcd), one `holdfast relay`, the clients in one
+// process. Each run logs the stage the rollout stopped at, how many
+// clients ever served the change, and the time from the first nack the
+// server counted to the last client back on the old content.
+//
+//	go test -tags scale -run '^$' -bench RolloutNacks -benchtime 1x -timeout 60m ./internal/scale/
+func BenchmarkRolloutNacks(b *testing.B) {
+	clients := envInt("HOLDFAST_SCALE_CLIENTS", 1000)
+	seeds := envInt("HOLDFAST_SCALE_SEEDS", 5)
+	pct := envInt("HOLDFAST_SCALE_NACK_PCT", 3)
+	for _, prevalidate := range []bool{false, true} {
+		b.Run(fmt.Sprintf("prevalidate=%v", prevalidate), func(b *testing.B) {
+			for range b.N {
+				var served, back []float64
+				for seed := 1; seed <= seeds; seed++ {
+					s, bk := runRolloutNacks(b, clients, pct, seed, prevalidate)
+					served, back = append(served, float64(s)), append(back, bk.Seconds())
+				}
+				b.ReportMetric(mean(served), "served-clients")
+				b.ReportMetric(mean(back), "nack-to-back-s")
+			}
+		})
+	}
+}
+
+func mean(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
+func runServerRollout(b *testing.B, clients int, killLeader bool) {
+	bin := buildHoldfast(b)
+	etcd := startEtcdMember(b)
+	servers := []*holdfastProc{
+		startHoldfast(b, bin, "server", "-etcd", etcd, "-heartbeat", "1s"),
+		startHoldfast(b, bin, "server", "-etcd", etcd, "-heartbeat", "1s"),
+	}
+	up := servers[0].url + "," + servers[1].url
+	publishBase(b, servers[0].url)
+	var kids []*childProc
+	for range 2 {
+		rl := startHoldfast(b, bin, "relay", "-upstream", up, "-namespaces", namespace)
+		kids = append(kids, startClients(b, rl.url, clients/2, 1)...)
+	}
+	waitKnown(b, servers, clients)
+
+	id := startRollout(b, servers[1].url, false)
+	start := time.Now()
+	var killedAt, ledAt time.Time
+	var rec rolloutRecord
+	for {
+		var ok bool
+		alive := servers
+		if !killedAt.IsZero() {
+			alive = servers[1:]
+		}
+		rec, ok = readRolloutRecord(alive, id)
+		if ok && rec.State != "running" {
+			break
+		}
+		if killLeader && killedAt.IsZero() && ok && rec.Stage == 10 {
+			// servers[0] leads: it started first; confirm before the kill.
+			if !leads(servers[0].url) {
+				servers[0], servers[1] = servers[1], servers[0]
+			}
+			servers[0].kill()
+			killedAt = time.Now()
+		}
+		if !killedAt.IsZero() && ledAt.IsZero() && leads(servers[1].url) {
+			ledAt = time.Now()
+		}
+		if time.Since(start) > 15*time.Minute {
+			b.Fatalf("the rollout still at stage %v after 15 minutes", rec.Stage)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rec.State != "promoted" {
+		b.Fatalf("the rollout ended %s at stage %v: %s", rec.State, rec.Stage, rec.Reason)
+	}
+	for _, k := range kids {
+		expect(b, k, "done 1", 5*time.Minute)
+	}
+	done := time.Since(start)
+
+	// Each stage's time from the decisions: a stage runs from its stage
+	// (or start) decision to the next stage's, the last to the promotion.
+	var marks []time.Time
+	var names []string
+	for _, d := range rec.Decisions {
+		if d.What == "start" || d.What == "stage" || d.What == "promote" {
+			marks = append(marks, d.At)
+			names = append(names, fmt.Sprintf("%g%%", d.Stage))
+		}
+	}
+	var parts []string
+	for i := 0; i+1 < len(marks); i++ {
+		d := marks[i+1].Sub(marks[i])
+		b.ReportMetric(d.Seconds(), "stage"+strings.TrimSuffix(names[i], "%")+"-s")
+		parts = append(parts, fmt.Sprintf("%s %v", names[i], d.Round(time.Millisecond)))
+	}
+	total := marks[len(marks)-1].Sub(marks[0])
+	b.ReportMetric(total.Seconds(), "total-s")
+	b.ReportMetric(done.Seconds(), "done-s")
+	msg := fmt.Sprintf("%d clients, 2 relays, 2 servers: %s; promoted %v after the start, every client serving it after %v",
+		clients, strings.Join(parts, ", "), total.Round(time.Millisecond), done.Round(time.Millisecond))
+	if killLeader {
+		var next time.Time
+		for _, d := range rec.Decisions {
+			if d.At.After(killedAt) {
+				next = d.At
+				break
+			}
+		}
+		b.ReportMetric(ledAt.Sub(killedAt).Seconds(), "failover-s")
+		b.ReportMetric(next.Sub(killedAt).Seconds(), "next-s")
+		msg += fmt.Sprintf("; leader killed at stage 10%%, the other server led %v later, the next decision %v later",
+			ledAt.Sub(killedAt).Round(time.Millisecond), next.Sub(killedAt).Round(time.Millisecond))
+	}
+	b.Log(msg)
+}
+
+func runRolloutNacks(b *testing.B, clients, pct, seed int, prevalidate bool) (served int, back time.Duration) {
+	bin := buildHoldfast(b)
+	srv := startHoldfast(b, bin, "server", "-data-dir", filepath.Join(b.TempDir(), "data"), "-heartbeat", "1s")
+	publishBase(b, srv.url)
+	rl := startHoldfast(b, bin, "relay", "-upstream", srv.url, "-namespaces", namespace)
+	k := startProc(b, childEnv+"="+rl.url, "HOLDFAST_SCALE_CHILD_CLIENTS="+strconv.Itoa(clients),
+		fmt.Sprintf("HOLDFAST_SCALE_CHILD_NACK=%d:%d", pct, seed))
+	defer k.stop()
+	expect(b, k, "ready", 10*time.Minute)
+	waitKnown(b, []*holdfastProc{srv}, clients)
+
+	id := startRollout(b, srv.url, prevalidate)
+	var rec rolloutRecord
+	var firstNack time.Time
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		r, ok := readRolloutRecord([]*holdfastProc{srv}, id)
+		if ok {
+			rec = r
+			if firstNack.IsZero() && r.Nacked+r.WouldNack > 0 {
+				firstNack = time.Now()
+			}
+			if r.State != "running" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the rollout still running after 10 minutes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var base, ever int
+	for {
+		fmt.Fprintln(k.stdin, "serving")
+		line := next(b, k, time.Minute)
+		var now int
+		if _, err := fmt.Sscanf(line, "serving %d %d %d", &base, &now, &ever); err != nil {
+			b.Fatalf("the child said %q", line)
+		}
+		if rec.State == "promoted" || base == clients {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d clients back on the old content after 10 minutes", base, clients)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !firstNack.IsZero() && rec.State != "promoted" {
+		back = time.Since(firstNack)
+	}
+	stage := rec.Stage
+	b.Logf("seed %d, prevalidate %v: %s at stage %g%% (nacked %d, would-nack %d); %d of %d clients ever served the change; first nack → every client on the old content %v",
+		seed, prevalidate, rec.State, stage, rec.Nacked, rec.WouldNack, ever, clients, back.Round(time.Millisecond))
+	return ever, back
+}
+
+// rolloutRecord is what these benchmarks read of a rollout.
+type rolloutRecord struct {
+	State     string  `json:"state"`
+	Stage     float64 `json:"stage"`
+	Reason    string  `json:"reason"`
+	Nacked    int     `json:"nacked"`
+	WouldNack int     `json:"would_nack"`
+	Decisions []struct {
+		What  string    `json:"what"`
+		Stage float64   `json:"stage"`
+		At    time.Time `json:"at"`
+	} `json:"decisions"`
+}
+
+var benchHTTP = &http.Client{Timeout: 10 * time.Second}
+
+// readRolloutRecord reads rollout id from the first of servers that
+// answers.
+func readRolloutRecord(servers []*holdfastProc, id string) (rolloutRecord, bool) {
+	for _, s := range servers {
+		resp, err := benchHTTP.Get(s.url + "/control/namespaces/" + namespace + "/rollouts/" + id)
+		if err != nil {
+			continue
+		}
+		var r rolloutRecord
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return r, true
+		}
+	}
+	return rolloutRecord{}, false
+}
+
+// leads reports whether the server at url says it leads.
+func leads(url string) bool {
+	resp, err := benchHTTP.Get(url + "/statusz")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Leader bool `json:"leader"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Leader
+}
+
+// publishBase publishes the namespace's base: seq "0:0" and 999 filler
+// keys, as startOrigin does, 100 keys a publish (etcd takes at most 128
+// operations in a transaction by default).
+func publishBase(b *testing.B, url string) {
+	b.Helper()
+	puts := map[string]any{key: "0:0"}
+	for i := range 999 {
+		puts[fmt.Sprintf("k%04d", i)] = fmt.Sprintf("value of key %d, a setting", i)
+		if len(puts) == 100 || i == 998 {
+			postBench(b, url+"/control/namespaces/"+namespace+"/publish", map[string]any{"puts": puts}, http.StatusOK, nil)
+			puts = map[string]any{}
+		}
+	}
+}
+
+// startRollout starts a rollout of seq "1:<now>" over 1, 10 and 100% with
+// a 5 s bake and returns its id.
+func startRollout(b *testing.B, url string, prevalidate bool) string {
+	b.Helper()
+	var started struct {
+		ID string `json:"id"`
+	}
+	postBench(b, url+"/control/namespaces/"+namespace+"/rollouts", map[string]any{
+		"puts": map[string]string{key: fmt.Sprintf("1:%d", time.Now().UnixNano())}, "stages": []float64{1, 10, 100},
+		"bake": "5s", "report_timeout": "1m", "stage_timeout": "5m", "prevalidate": prevalidate,
+	}, http.StatusCreated, &started)
+	return started.ID
+}
+
+func postBench(b *testing.B, url string, body any, want int, out any) {
+	b.Helper()
+	data, err := json.Marshal(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := benchHTTP.Post(url, "application/json", bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		var e bytes.Buffer
+		_, _ = e.ReadFrom(resp.Body)
+		b.Fatalf("POST %s: %s %s", url, resp.Status, e.String())
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitKnown waits until the servers, together, know every client of the
+// namespace and have their acks (each server's status counts its own
+// clients' reports; holdfast server merges them).
+func waitKnown(b *testing.B, servers []*holdfastProc, clients int) {
+	b.Helper()
+	var last string
+	ok := testutil.Wait(5*time.Minute, func() bool {
+		resp, err := benchHTTP.Get(servers[0].url + "/control/namespaces/" + namespace + "/status")
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		var st struct{ Clients, Acked int }
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("%d clients, %d acked", st.Clients, st.Acked)
+		return st.Clients >= clients && st.Acked >= clients
+	})
+	if !ok {
+		b.Fatalf("the servers do not know every client: %s", last)
+	}
+}
+
+// holdfastProc is a `holdfast server` or `holdfast relay` process.
+type holdfastProc struct {
+	url  string
+	cmd  *exec.Cmd
+	dead bool
+}
+
+func (p *holdfastProc) kill() {
+	if !p.dead {
+		p.dead = true
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+// buildHoldfast builds the holdfast command into a temporary directory.
+func buildHoldfast(b *testing.B) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "holdfast")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/holdfast-dev/holdfast/cmd/holdfast").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startHoldfast runs `holdfast CMD -addr A ARGS...` on a free loopback
+// port until the benchmark ends, and waits until its /readyz answers 200.
+func startHoldfast(b *testing.B, bin, cmd string, args ...string) *holdfastProc {
+	b.Helper()
+	addr := freeAddr(b)
+	c := exec.Command(bin, append([]string{cmd, "-addr", addr}, args...)...)
+	logFile, err := os.Create(filepath.Join(b.TempDir(), cmd+".log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer logFile.Close() // the process has its own descriptor
+	c.Stderr = logFile
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &holdfastProc{url: "http://" + addr, cmd: c}
+	b.Cleanup(p.kill)
+	var last string
+	if !testutil.Wait(time.Minute, func() bool {
+		resp, err := benchHTTP.Get(p.url + "/readyz")
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		resp.Body.Close()
+		last = resp.Status
+		return resp.StatusCode == http.StatusOK
+	}) {
+		b.Fatalf("holdfast %s at %s not ready after a minute: %s", cmd, p.url, last)
+	}
+	return p
+}
+
+func freeAddr(b *testing.B) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startEtcdMember runs a one-member etcd (Debian's etcd-server) until the
+// benchmark ends and returns its client address.
+func startEtcdMember(b *testing.B) string {
+	b.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		b.Skipf("no etcd: %v", err)
+	}
+	client, peer := freeAddr(b), freeAddr(b)
+	c := exec.Command(bin, "--name", "m0", "--data-dir", filepath.Join(b.TempDir(), "etcd"),
+		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
+		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
+		"--initial-cluster", "m0=http://"+peer, "--log-level", "warn", "--logger", "zap")
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	if !testutil.Wait(time.Minute, func() bool {
+		resp, err := benchHTTP.Get("http://" + client + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		b.Fatal("etcd not healthy after a minute")
+	}
+	return client
+}
