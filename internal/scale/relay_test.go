@@ -467,6 +467,24 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 				return err
 			}
 			say("profiling")
+		case "heap":
+			// The live heap after a GC (go tool pprof -sample_index
+			// inuse_space F), and the runtime's memory classes beside it.
+			runtime.GC()
+			hf, err := os.Create(f[1])
+			if err != nil {
+				return err
+			}
+			if err := pprof.Lookup("heap").WriteTo(hf, 0); err != nil {
+				_ = hf.Close()
+				return err
+			}
+			_ = hf.Close()
+			classes := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"},
+				{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}, {Name: "/sched/goroutines:goroutines"}}
+			metrics.Read(classes)
+			say(fmt.Sprintf("heap objects %d stacks %d free %d unused %d goroutines %d", classes[0].Value.Uint64(), classes[1].Value.Uint64(),
+				classes[2].Value.Uint64(), classes[3].Value.Uint64(), classes[4].Value.Uint64()))
 		case "profile-stop":
 			pprof.StopCPUProfile()
 			_ = prof.Close()

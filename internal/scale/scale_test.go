@@ -17,6 +17,8 @@
 // puts BenchmarkFleet's clients behind a relay too;
 // HOLDFAST_SCALE_CPUPROFILE names a file for the origin's CPU profile over
 // the publishes, HOLDFAST_SCALE_RELAY_CPUPROFILE one for the relay's,
+// HOLDFAST_SCALE_RELAY_HEAPPROFILE one for the relay's live heap once the
+// clients are connected (with its memory classes in the log),
 // HOLDFAST_SCALE_HEAPPROFILE one for the origin's heap once the clients
 // are connected, HOLDFAST_SCALE_CHILD_CPUPROFILE a prefix for each client process's
 // (from ready to its end; PREFIX.<pid>);
@@ -361,6 +363,10 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	var relayConnected relayReport
 	if rl != nil {
 		relayConnected = rl.report(b, true)
+		if path := os.Getenv("HOLDFAST_SCALE_RELAY_HEAPPROFILE"); path != "" {
+			fmt.Fprintln(rl.stdin, "heap "+path)
+			b.Logf("relay with %d clients: %s", clients, next(b, rl.childProc, time.Minute))
+		}
 	}
 
 	// An idle span first, as long as the publishes will take, for the

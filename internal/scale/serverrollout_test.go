@@ -139,19 +139,35 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 
 	// Each stage's time from the decisions: a stage runs from its stage
 	// (or start) decision to the next stage's, the last to the promotion.
-	var marks []time.Time
+	// Within a stage, its bake decision says when its members had all
+	// reported: the time before it is the stage's propagation and
+	// reports, the rest its bake.
+	var marks, bakes []time.Time
 	var names []string
 	for _, d := range rec.Decisions {
-		if d.What == "start" || d.What == "stage" || d.What == "promote" {
+		switch d.What {
+		case "start", "stage", "promote":
 			marks = append(marks, d.At)
+			bakes = append(bakes, time.Time{})
 			names = append(names, fmt.Sprintf("%g%%", d.Stage))
+		case "bake":
+			if len(bakes) > 0 && bakes[len(bakes)-1].IsZero() {
+				bakes[len(bakes)-1] = d.At
+			}
 		}
 	}
 	var parts []string
 	for i := 0; i+1 < len(marks); i++ {
 		d := marks[i+1].Sub(marks[i])
-		b.ReportMetric(d.Seconds(), "stage"+strings.TrimSuffix(names[i], "%")+"-s")
-		parts = append(parts, fmt.Sprintf("%s %v", names[i], d.Round(time.Millisecond)))
+		stage := strings.TrimSuffix(names[i], "%")
+		b.ReportMetric(d.Seconds(), "stage"+stage+"-s")
+		part := fmt.Sprintf("%s %v", names[i], d.Round(time.Millisecond))
+		if !bakes[i].IsZero() {
+			r := bakes[i].Sub(marks[i])
+			b.ReportMetric(r.Seconds(), "reported"+stage+"-s")
+			part += fmt.Sprintf(" (every member reported after %v)", r.Round(time.Millisecond))
+		}
+		parts = append(parts, part)
 	}
 	total := marks[len(marks)-1].Sub(marks[0])
 	b.ReportMetric(total.Seconds(), "total-s")
