@@ -57,7 +57,9 @@ const relayEnv = "HOLDFAST_SCALE_RELAY_UPSTREAM"
 // snapshots-304, snapshots-503 (shed by its admission bound), streams
 // (watch streams opened, each from the client's cursor) and conns;
 // peak-relay-MiB is the new relay's peak RSS (VmHWM), steady-relay-MiB the
-// old one's RSS with every client connected.
+// old one's RSS with every client connected. HOLDFAST_SCALE_RELAY_CPUPROFILE
+// names a file for the new relay's CPU profile, until every client is
+// current.
 func BenchmarkRelayStorm(b *testing.B) {
 	clients := envInt("HOLDFAST_SCALE_CLIENTS", 10000)
 	procs := envInt("HOLDFAST_SCALE_PROCS", 2)
@@ -104,6 +106,9 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 	time.Sleep(outage) // the relay stays down this long: the clients back off meanwhile
 	rl = startRelay(b, srv.URL(), rl.addr, dir)
 	up := time.Now()
+	if path := os.Getenv("HOLDFAST_SCALE_RELAY_CPUPROFILE"); path != "" {
+		rl.profile(b, path) // the new relay's, until every client is current
+	}
 
 	// Every child's "done 2", and the relay's open streams meanwhile.
 	var reconnected time.Duration
@@ -136,6 +141,9 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 		}
 	}
 	current := time.Since(up)
+	if os.Getenv("HOLDFAST_SCALE_RELAY_CPUPROFILE") != "" {
+		rl.profileStop(b)
+	}
 	if reconnected == 0 && testutil.Wait(time.Until(up.Add(5*time.Minute)), func() bool { return rl.report(b, false).Stats.OpenStreams >= clients }) {
 		reconnected = time.Since(up)
 	}

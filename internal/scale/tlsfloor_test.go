@@ -25,7 +25,9 @@ const tlsFloorEnv = "HOLDFAST_SCALE_TLSFLOOR_URL"
 // client over TLS (issue 29: relay RSS per client at most 1.5× it,
 // measured in the same run): internal/listen's TLS server, as the relay's,
 // holding one idle HTTP/2 stream on one TLS connection per client, its
-// handler waiting and nothing else. Its server-KiB/stream sits beside
+// handler waiting and nothing else (HOLDFAST_SCALE_TLSFLOOR_STREAMS=2: two
+// streams a connection, as an SDK client holds: its events' and its
+// acks'). Its server-KiB/stream (a connection's) sits beside
 // BenchmarkFleetRelay's relay-KiB/client under HOLDFAST_SCALE_TLS=1:
 //
 //	HOLDFAST_SCALE_TLS=1 go test -tags scale -run '^$' -bench 'TLSIdleStreamFloor|FleetRelay$' -benchtime 1x -timeout 60m ./internal/scale/
@@ -70,8 +72,8 @@ func BenchmarkTLSIdleStreamFloor(b *testing.B) {
 		}
 		connected := rss(b)
 		b.ReportMetric(float64(connected-base)/float64(clients)/1024, "server-KiB/stream")
-		b.Logf("%d idle TLS HTTP/2 streams (one a connection) in %v; server RSS %d MiB before, %d MiB with them",
-			clients, time.Since(start).Round(time.Millisecond), base>>20, connected>>20)
+		b.Logf("%d TLS connections of %d idle HTTP/2 streams each in %v; server RSS %d MiB before, %d MiB with them",
+			clients, max(envInt("HOLDFAST_SCALE_TLSFLOOR_STREAMS", 1), 1), time.Since(start).Round(time.Millisecond), base>>20, connected>>20)
 		for _, k := range kids {
 			k.stop()
 		}
@@ -79,8 +81,11 @@ func BenchmarkTLSIdleStreamFloor(b *testing.B) {
 }
 
 // tlsFloorChild opens n TLS connections to url, one idle HTTP/2 stream
-// each, says "connected" and holds them until its stdin closes.
+// each (HOLDFAST_SCALE_TLSFLOOR_STREAMS of them: an SDK client holds two,
+// its events' and its acks'), says "connected" and holds them until its
+// stdin closes.
 func tlsFloorChild(url string, n int, in io.Reader, out io.Writer) error {
+	streams := max(envInt("HOLDFAST_SCALE_TLSFLOOR_STREAMS", 1), 1)
 	pool, err := listen.LoadCertPool(os.Getenv(tlsCAEnv))
 	if err != nil {
 		return err
@@ -96,15 +101,20 @@ func tlsFloorChild(url string, n int, in io.Reader, out io.Writer) error {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
-			resp, err := (&http.Client{Transport: tr}).Get(url)
 			mu.Lock()
-			defer mu.Unlock()
 			trs = append(trs, tr)
-			if err != nil {
-				firstErr = err
-				return
+			mu.Unlock()
+			for range streams {
+				resp, err := (&http.Client{Transport: tr}).Get(url)
+				mu.Lock()
+				if err != nil {
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				bodies = append(bodies, resp.Body)
+				mu.Unlock()
 			}
-			bodies = append(bodies, resp.Body)
 		})
 	}
 	wg.Wait()
