@@ -491,8 +491,17 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 			classes := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"},
 				{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}, {Name: "/sched/goroutines:goroutines"}}
 			metrics.Read(classes)
-			say(fmt.Sprintf("heap objects %d stacks %d free %d unused %d goroutines %d", classes[0].Value.Uint64(), classes[1].Value.Uint64(),
-				classes[2].Value.Uint64(), classes[3].Value.Uint64(), classes[4].Value.Uint64()))
+			// Stacks shrink by half at a GC that finds one less than a
+			// quarter used: what three more GCs leave is the settled size.
+			settled := make([]string, 3)
+			for i := range settled {
+				runtime.GC()
+				st := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
+				metrics.Read(st)
+				settled[i] = strconv.FormatUint(st[0].Value.Uint64(), 10)
+			}
+			say(fmt.Sprintf("heap objects %d stacks %d free %d unused %d goroutines %d; stacks after 3 more GCs %s", classes[0].Value.Uint64(), classes[1].Value.Uint64(),
+				classes[2].Value.Uint64(), classes[3].Value.Uint64(), classes[4].Value.Uint64(), strings.Join(settled, " ")))
 		case "profile-stop":
 			pprof.StopCPUProfile()
 			_ = prof.Close()
