@@ -1,7 +1,10 @@
 package relay
 
 import (
+	"net/http"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/transport"
 
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 )
@@ -12,9 +15,12 @@ type HandFed = follower
 
 // NewHandFed returns a follower store whose windows keep maxChanges
 // change sets, and its data plane, heartbeating every heartbeat, not yet
-// listening.
+// listening. A namespace it was never fed is answered 404, as an upstream
+// that has not it answers (a relay probing its upstream asks for one).
 func NewHandFed(maxChanges int, heartbeat time.Duration) (*HandFed, *dataplane.Server, error) {
-	f := newFollower(maxChanges, 0, func(string) error { return nil })
+	f := newFollower(maxChanges, 0, func(ns string) error {
+		return &dataplane.RefusedError{Namespace: ns, Status: http.StatusNotFound, Code: transport.CodeNotFound, Message: "never fed"}
+	})
 	s, err := dataplane.New(f, dataplane.WithHeartbeat(heartbeat))
 	if err != nil {
 		return nil, nil, err

@@ -272,3 +272,29 @@ func TestClientBehindACutOffRelay(t *testing.T) {
 		testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "Fresh again")
 	}
 }
+
+// TestRelayWithoutNamespacesIsReadyOnceItsUpstreamAnswers: a relay given
+// no namespaces and no client becomes ready once its upstream answers
+// (behind a balancer that routes only to ready relays, no client would
+// ever come to make it ask): not while the upstream is down, nor while the
+// upstream refuses its token; at once when the upstream is up.
+func TestRelayWithoutNamespacesIsReadyOnceItsUpstreamAnswers(t *testing.T) {
+	origin := holdfasttest.NewServer(t)
+	if err := origin.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := startRelay(t, origin.URL())
+	if testutil.Wait(500*time.Millisecond, func() bool { return r.Ready() == nil }) {
+		t.Fatal("a relay whose upstream is down is ready")
+	}
+	if err := origin.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitLimit, func() bool { return r.Ready() == nil }, "the relay ready once its upstream answers, with no client")
+
+	guarded := holdfasttest.NewServer(t, holdfasttest.WithBearerToken("s3cret-relay-token-0001"))
+	refused, _ := startRelay(t, guarded.URL())
+	if testutil.Wait(time.Second, func() bool { return refused.Ready() == nil }) {
+		t.Fatal("a relay whose token the upstream refuses is ready")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
@@ -169,6 +170,10 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	r.acks.Start(ctx, r.backoff())
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.janitor(ctx) }()
+	if len(o.namespaces) == 0 {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.probeUpstream(ctx) }()
+	}
 	for _, ns := range o.namespaces {
 		if err := r.follow(ns, true); err != nil {
 			_ = r.Close()
@@ -364,6 +369,40 @@ func (r *Relay) follow(ns string, pinned bool) error {
 
 // backoff is the reconnect policy of the relay's loops: its syncers and
 // its acks.
+// probeNamespace is the namespace a relay with no WithNamespaces asks its
+// upstream for until it answers (probeUpstream); that it does not exist
+// is the usual answer.
+const probeNamespace = "holdfast-relay-readiness"
+
+// probeUpstream asks the upstream for probeNamespace until it answers, so
+// that a relay given no namespaces becomes ready once its upstream is
+// reachable and takes its token, without waiting for a client: behind a
+// balancer that routes only to ready relays, no client would ever come.
+// Any reply but 401 and a server error is an answer (404: the namespace
+// does not exist; 403: outside the relay's scope).
+func (r *Relay) probeUpstream(ctx context.Context) {
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
+	for !r.heard.Load() {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := r.src.Snapshot(pctx, transport.SnapshotRequest{Namespace: probeNamespace})
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		var se *transport.StatusError
+		if err == nil || errors.As(err, &se) && se.StatusCode < 500 && !errors.Is(err, transport.ErrUnauthorized) && !errors.Is(err, transport.ErrNotHoldfast) {
+			r.heard.Store(true)
+			return
+		}
+		r.log.Debug("relay: the upstream does not answer yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(bo.NextBackOff()):
+		}
+	}
+}
+
 func (r *Relay) backoff() syncer.Backoff {
 	return syncer.Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Unauthorized: 30 * time.Second}
 }

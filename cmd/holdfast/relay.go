@@ -56,7 +56,8 @@ listener of their own with -admin-addr:
 
 	GET /readyz    200 once the relay serves data (every -namespaces
 	               namespace has data, from upstream or its cache; without
-	               -namespaces, once it has heard from its upstream); 503 and
+	               -namespaces, once its upstream has answered: the relay
+	               asks it at start, not waiting for a client); 503 and
 	               the reason before
 	GET /healthz   200 while the process runs
 	GET /statusz   every namespace followed, as JSON: store id, revision,
