@@ -55,6 +55,10 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newSlogCore(cfg.Logger.With("component", "etcd"))))
 	ec.ListenMetricsUrls = nil
+	// etcd's own command sets these defaults through its flags; NewConfig
+	// leaves them zero, and a zero unary-request threshold logs every
+	// request (a WARN "request stats" line each).
+	ec.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	ec.AutoCompactionMode, ec.AutoCompactionRetention, _ = compaction(cfg.Retention)
 	member, err := embed.StartEtcd(ec)
 	if err != nil {

@@ -3,12 +3,16 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -105,4 +109,47 @@ func TestBadDataDirs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEmbeddedStoreLogsNoRequestStats: the embedded etcd does not log a
+// WARN "request stats" line for every request it serves (embed.NewConfig
+// leaves the slow-request threshold at zero; etcd's command sets it).
+func TestEmbeddedStoreLogsNoRequestStats(t *testing.T) {
+	var logs lockedLog
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir(), StartTimeout: 20 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i := range 20 {
+		if _, err := st.Client.Put(ctx, fmt.Sprintf("/k%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Client.Get(ctx, "/k", clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "request stats"); n > 2 {
+		t.Fatalf("%d request-stats lines for 40 requests:\n%.2000s", n, logs.String())
+	}
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
