@@ -116,9 +116,10 @@ func adminRoutes(mux *http.ServeMux, m *metrics, ready func() error, status func
 	mux.Handle("GET /metrics", gate(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})))
 }
 
-// adminGate serves h to a token of toks with the admin scope (or, in a
-// tokens file, which has no admin scope, the control pattern "*"): 401
-// without a token of toks, 403 with one without it.
+// adminGate serves h to a token of toks with the admin scope (or the
+// control pattern "*", which the reference server's Go tokens, having no
+// admin scope, use): 401 without a token of toks, 403 with one without
+// it.
 func adminGate(toks *access.Tokens, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := toks.AuthenticateRequest(r)
