@@ -318,3 +318,72 @@ func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
 		t.Errorf("history without the gate's query and value:\n%s", hist)
 	}
 }
+
+// TestRolloutRelayKilledMidStage: real processes — a holdfast server and
+// a holdfast relay with 8 SDK clients behind it. The relay is killed
+// (SIGKILL: what it held of the clients' acks is lost) as soon as a
+// rollout's first stage is committed, and started again on the same
+// address. The clients report again to the new relay, and the rollout
+// completes on their acks: promoted, every bake on every member's report
+// (none counted gone), every client serving the change.
+func TestRolloutRelayKilledMidStage(t *testing.T) {
+	bin := buildBinary(t)
+	srv := startServerProc(t, bin, "-memory")
+	mustRun(t, "publish", "-server", srv.url(), "app", "v=1")
+	r := startRelayProc(t, bin, srv.url())
+	const n = 8
+	var nss []*config.Namespace
+	for range n {
+		c, _ := fleetClient(t, []string{r.url()})
+		nss = append(nss, openNS(t, c, "app"))
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	testutil.Eventually(t, waitLimit, func() bool {
+		var st struct{ Clients, Acked int }
+		resp, err := hc.Get(srv.url() + "/control/namespaces/app/status")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Clients == n && st.Acked == n
+	}, "the server knows every client")
+
+	var start struct{ ID string }
+	body := map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "500ms", "stage_timeout": "60s"}
+	if code, err := postJSON(hc, srv.url()+"/control/namespaces/app/rollouts", body, &start); code != http.StatusCreated {
+		t.Fatalf("rollout start: %d %v", code, err)
+	}
+	r.kill()
+	killed := time.Now()
+	r.start()
+	t.Logf("relay back %v after the kill", time.Since(killed).Round(time.Millisecond))
+
+	var rec struct {
+		serverRollout
+		Decisions []struct {
+			What   string `json:"what"`
+			Reason string `json:"reason"`
+		} `json:"decisions"`
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		resp, err := hc.Get(srv.url() + "/control/namespaces/app/rollouts/" + start.ID)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&rec) == nil && rec.State != "running"
+	}, "the rollout ends")
+	if rec.State != "promoted" {
+		t.Fatalf("the rollout ended %s: %s", rec.State, rec.Reason)
+	}
+	for _, d := range rec.Decisions {
+		if d.What == "bake" && !strings.Contains(d.Reason, "(0 gone)") {
+			t.Errorf("decision %q: %s; want every member reported, none gone", d.What, d.Reason)
+		}
+	}
+	for i, ns := range nss {
+		testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 2 }, fmt.Sprintf("client %d serves v=2", i))
+	}
+	t.Logf("promoted %v after the kill", time.Since(killed).Round(time.Millisecond))
+}
