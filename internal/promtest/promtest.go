@@ -115,6 +115,7 @@ scrape_configs:
 			"--web.listen-address=127.0.0.1:"+strconv.Itoa(port),
 		)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // if the test binary dies, so does it
 		if err := p.cmd.Start(); err != nil {
 			t.Fatalf("start %s: %v", bin, err)
 		}
