@@ -25,9 +25,37 @@ type serverRollout struct {
 	Revisions []int64 `json:"revisions"`
 	Reason    string  `json:"reason"`
 	Decisions []struct {
-		What string    `json:"what"`
-		At   time.Time `json:"at"`
+		What   string    `json:"what"`
+		At     time.Time `json:"at"`
+		Reason string    `json:"reason"`
 	} `json:"decisions"`
+}
+
+// relayedClients opens ns in n SDK clients of the relay at url.
+func relayedClients(t *testing.T, url, ns string, n int) []*config.Namespace {
+	t.Helper()
+	var nss []*config.Namespace
+	for range n {
+		c, _ := fleetClient(t, []string{url})
+		nss = append(nss, openNS(t, c, ns))
+	}
+	return nss
+}
+
+// waitClientsKnown waits until the server at base knows n clients of ns,
+// every one acked: a rollout's stages are cut from the clients the
+// server knows.
+func waitClientsKnown(t *testing.T, hc *http.Client, base, ns string, n int) {
+	t.Helper()
+	testutil.Eventually(t, waitLimit, func() bool {
+		var st struct{ Clients, Acked int }
+		resp, err := hc.Get(base + "/control/namespaces/" + ns + "/status")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Clients == n && st.Acked == n
+	}, "the server knows every client")
 }
 
 func readRollout(t *testing.T, hc *http.Client, base, ns, id string) (serverRollout, bool) {
@@ -243,11 +271,7 @@ func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
 	r := startRelayProc(t, bin, srv.url())
 
 	const n = 20
-	var nss []*config.Namespace
-	for range n {
-		c, _ := fleetClient(t, []string{r.url()})
-		nss = append(nss, openNS(t, c, "app"))
-	}
+	nss := relayedClients(t, r.url(), "app", n)
 	serving := func(v int) int {
 		k := 0
 		for _, ns := range nss {
@@ -260,15 +284,7 @@ func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 	// The stages are cut from the clients the server knows: all of them.
-	testutil.Eventually(t, waitLimit, func() bool {
-		var st struct{ Clients, Acked int }
-		resp, err := hc.Get(srv.url() + "/control/namespaces/app/status")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Clients == n && st.Acked == n
-	}, "the server knows every client")
+	waitClientsKnown(t, hc, srv.url(), "app", n)
 	// The query reads the application's counter as Prometheus scraped it;
 	// it passes from Prometheus's first scrape on.
 	query := "sum(app_errors_total)"
@@ -332,22 +348,10 @@ func TestRolloutRelayKilledMidStage(t *testing.T) {
 	mustRun(t, "publish", "-server", srv.url(), "app", "v=1")
 	r := startRelayProc(t, bin, srv.url())
 	const n = 8
-	var nss []*config.Namespace
-	for range n {
-		c, _ := fleetClient(t, []string{r.url()})
-		nss = append(nss, openNS(t, c, "app"))
-	}
+	nss := relayedClients(t, r.url(), "app", n)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
-	testutil.Eventually(t, waitLimit, func() bool {
-		var st struct{ Clients, Acked int }
-		resp, err := hc.Get(srv.url() + "/control/namespaces/app/status")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Clients == n && st.Acked == n
-	}, "the server knows every client")
+	waitClientsKnown(t, hc, srv.url(), "app", n)
 
 	var start struct{ ID string }
 	body := map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "500ms", "stage_timeout": "60s"}
@@ -359,20 +363,11 @@ func TestRolloutRelayKilledMidStage(t *testing.T) {
 	r.start()
 	t.Logf("relay back %v after the kill", time.Since(killed).Round(time.Millisecond))
 
-	var rec struct {
-		serverRollout
-		Decisions []struct {
-			What   string `json:"what"`
-			Reason string `json:"reason"`
-		} `json:"decisions"`
-	}
+	var rec serverRollout
 	testutil.Eventually(t, 30*time.Second, func() bool {
-		resp, err := hc.Get(srv.url() + "/control/namespaces/app/rollouts/" + start.ID)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&rec) == nil && rec.State != "running"
+		got, ok := readRollout(t, hc, srv.url(), "app", start.ID)
+		rec = got
+		return ok && got.State != "running"
 	}, "the rollout ends")
 	if rec.State != "promoted" {
 		t.Fatalf("the rollout ended %s: %s", rec.State, rec.Reason)
