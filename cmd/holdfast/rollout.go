@@ -312,7 +312,7 @@ type rolloutRecord struct {
 	Held     bool   `json:"held,omitempty"`
 	Actor    string `json:"actor,omitempty"`
 	// The transitions (holdfast server's and the reference server's):
-	// start, bake, bake-end, stage, hold, promote, revert, abort.
+	// start, bake, bake-end, stage, recut, hold, promote, revert, abort.
 	Decisions []struct {
 		At       time.Time `json:"at"`
 		What     string    `json:"what"`

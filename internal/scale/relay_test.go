@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,7 +58,11 @@ const relayEnv = "HOLDFAST_SCALE_RELAY_UPSTREAM"
 // snapshots-304, snapshots-503 (shed by its admission bound), streams
 // (watch streams opened, each from the client's cursor) and conns;
 // peak-relay-MiB is the new relay's peak RSS (VmHWM), steady-relay-MiB the
-// old one's RSS with every client connected. HOLDFAST_SCALE_RELAY_CPUPROFILE
+// old one's RSS with every client connected. relay-cpu-s and clients-cpu-s
+// are the CPU the new relay and the client processes took until every
+// client was current, cpu-floor-s their sum over the machine's cores: the
+// clients share the relay's cores here, so no relay makes the storm
+// shorter than that. HOLDFAST_SCALE_RELAY_CPUPROFILE
 // names a file for the new relay's CPU profile, until every client is
 // current.
 func BenchmarkRelayStorm(b *testing.B) {
@@ -104,6 +109,7 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 		b.Fatal(err)
 	}
 	time.Sleep(outage) // the relay stays down this long: the clients back off meanwhile
+	kidsAtRestart := kidsCPU(kids)
 	rl = startRelay(b, srv.URL(), rl.addr, dir)
 	up := time.Now()
 	if path := os.Getenv("HOLDFAST_SCALE_RELAY_CPUPROFILE"); path != "" {
@@ -141,6 +147,10 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 		}
 	}
 	current := time.Since(up)
+	// The CPU the storm took, the new relay's and its clients', which
+	// share this machine's cores: spread over all of them it is the
+	// shortest the storm could be here (cpu-floor-s).
+	relayCPU, kidsStormCPU := rl.report(b, false).CPU, kidsCPU(kids)-kidsAtRestart
 	if os.Getenv("HOLDFAST_SCALE_RELAY_CPUPROFILE") != "" {
 		rl.profileStop(b)
 	}
@@ -162,6 +172,9 @@ func runStorm(b *testing.B, clients, procs, keys int, outage time.Duration) {
 	b.ReportMetric(float64(s.Shed), "snapshots-503")
 	b.ReportMetric(float64(s.Streams), "streams")
 	b.ReportMetric(float64(s.Conns), "conns")
+	b.ReportMetric(relayCPU.Seconds(), "relay-cpu-s")
+	b.ReportMetric(kidsStormCPU.Seconds(), "clients-cpu-s")
+	b.ReportMetric((relayCPU+kidsStormCPU).Seconds()/float64(runtime.NumCPU()), "cpu-floor-s")
 	b.ReportMetric(float64(after.HWM)/(1<<20), "peak-relay-MiB")
 	b.ReportMetric(float64(steady.RSS)/(1<<20), "steady-relay-MiB")
 	b.Logf("storm: outage %v, every client current %v after the relay listened again, all %d streams back after %v; new relay served %+v; peak RSS %d MiB (the old one: %d MiB steady, peak %d MiB)",
@@ -428,7 +441,11 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 			_ = r.Close()
 			return err
 		}
-		srv := listen.NewServer(r.Handler(), listen.Config{Addr: l.Addr().String(), TLS: t})
+		h := r.Handler()
+		if name := os.Getenv("HOLDFAST_SCALE_RELAY_WITHOUT"); name != "" {
+			h = withoutCapability(h, name)
+		}
+		srv := listen.NewServer(h, listen.Config{Addr: l.Addr().String(), TLS: t})
 		go func() {
 			err := srv.Serve(cl)
 			_ = r.Close()
@@ -436,6 +453,10 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 		}()
 		go func() { <-ctx.Done(); _ = srv.Close() }()
 	} else {
+		if os.Getenv("HOLDFAST_SCALE_RELAY_WITHOUT") != "" {
+			_ = r.Close()
+			return errors.New("HOLDFAST_SCALE_RELAY_WITHOUT needs HOLDFAST_SCALE_TLS=1")
+		}
 		go func() { served <- r.Serve(ctx, cl) }()
 	}
 
@@ -514,6 +535,40 @@ func relayChild(upstream string, in io.Reader, out io.Writer) error {
 	cancel()
 	return <-served
 }
+
+// withoutCapability strips capability name from what h's replies
+// advertise, so that the relay's clients do without it
+// (HOLDFAST_SCALE_RELAY_WITHOUT=ack-stream: what the ack stream costs and
+// saves).
+func withoutCapability(h http.Handler, name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&capStripper{ResponseWriter: w, name: name}, r)
+	})
+}
+
+type capStripper struct {
+	http.ResponseWriter
+	name     string
+	stripped bool
+}
+
+func (c *capStripper) strip() {
+	if c.stripped {
+		return
+	}
+	c.stripped = true
+	h := c.Header()
+	if v := h.Get(transport.HeaderCapabilities); v != "" {
+		caps := slices.DeleteFunc(strings.Split(v, ","), func(s string) bool { return strings.TrimSpace(s) == c.name })
+		h.Set(transport.HeaderCapabilities, strings.Join(caps, ","))
+	}
+}
+
+func (c *capStripper) WriteHeader(code int) { c.strip(); c.ResponseWriter.WriteHeader(code) }
+
+func (c *capStripper) Write(p []byte) (int, error) { c.strip(); return c.ResponseWriter.Write(p) }
+
+func (c *capStripper) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // writeAllocs writes the process's allocation profile to path, after a
 // GC: the profile stands as of the last one (so a profile's relay-gc

@@ -24,7 +24,10 @@
 // (from ready to its end; PREFIX.<pid>);
 // HOLDFAST_SCALE_WITHOUT="h2c stream ack-batch" makes the origin an older
 // server (the clients then fall back: HTTP/1.1, one watch per namespace,
-// single acks); HOLDFAST_SCALE_NOACKS=1 runs the clients without acks;
+// single acks); HOLDFAST_SCALE_RELAY_WITHOUT=ack-stream (with
+// HOLDFAST_SCALE_TLS=1) has the relay not advertise its ack stream, so
+// that its clients ack with a POST a batch;
+// HOLDFAST_SCALE_NOACKS=1 runs the clients without acks;
 // HOLDFAST_SCALE_ORIGIN_HEARTBEAT (a duration) sets the origin's heartbeat.
 // The origin runs in the benchmark's own process, so its RSS and CPU are
 // read from /proc/self and getrusage; the relay runs in a child process of

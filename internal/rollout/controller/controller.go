@@ -604,12 +604,22 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	if t.nackers > st.Spec.MaxNacks {
 		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", t.nackReason(st), leading)
 	}
+	if counts.InStage == 0 && counts.Gone == 0 && !st.Held {
+		if next, why := c.recut(st, t, now); next != nil {
+			ch, err := stagedChange(next, KindStage, c.cfg.Actor, clip("rollout "+st.ID+": "+why, MaxReasonBytes))
+			if err != nil {
+				return nil, err
+			}
+			return c.commit(ctx, st, next, ch, leading)
+		}
+	}
 	if st.BakeEnd.IsZero() {
 		// A stage whose members are all gone has no evidence either way:
 		// it waits for a member's report (a client that joins and falls
 		// in the stage) as one with members yet to report does, and ends
 		// as they do at its timeout. A stage with no members at all
-		// passes: there is nobody to hear.
+		// (and, recut above, no client known) passes: there is nobody
+		// to hear.
 		noEvidence := counts.InStage == 0 && counts.Gone > 0
 		if counts.Reported < counts.InStage || noEvidence {
 			if now.Sub(st.StageAt) < st.Spec.StageTimeout || st.Held {
@@ -675,14 +685,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	next := st.clone()
 	next.Stage++
 	pct := st.Spec.Stages[next.Stage]
-	hashes := make([]uint64, 0, len(t.clients))
-	for i := range t.clients {
-		cl := &t.clients[i]
-		if window == 0 || now.Sub(cl.seen) < window || cl.rev >= st.stageRev() {
-			hashes = append(hashes, cl.hash)
-		}
-	}
-	next.Cut = rollout.Cut(hashes, pct, st.Cut)
+	next.Cut = rollout.Cut(t.liveHashes(st, now, window), pct, st.Cut)
 	if pct >= 100 {
 		next.Cut = math.MaxUint64
 	}
@@ -696,6 +699,38 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 		return nil, err
 	}
 	return c.commit(ctx, st, next, ch, leading)
+}
+
+// recut is st's stage cut again over the clients known now, when it holds
+// none of them (nil when none is known, or the stage is 100%). A stage cut
+// before its clients reported (none known at the start: its cut is the
+// stage's share of the hash space) can miss every one of them, 12% of
+// the time for a 10% stage of 20 clients, and would bake with nobody in
+// it: a bad change would then meet the next stage unheard. Its cut rises
+// to hold Count of the known clients, as a cut over them at the start
+// would have (never lower: nobody in the stage leaves it), and the stage
+// starts over: its new revision reported, its timeout and bake in full.
+func (c *Controller) recut(st *State, t *tally, now time.Time) (next *State, why string) {
+	stage := st.Spec.Stages[st.Stage]
+	hashes := t.liveHashes(st, now, c.cfg.Liveness)
+	if stage >= 100 || len(hashes) == 0 {
+		return nil, ""
+	}
+	cut := rollout.Cut(hashes, stage, st.Cut)
+	if cut <= st.Cut {
+		return nil, ""
+	}
+	next = st.clone()
+	next.Cut = cut
+	if next.Stage < len(next.Cuts) {
+		next.Cuts[next.Stage] = cut
+	}
+	next.Revisions[next.Stage] = 0 // the recut's, once committed
+	next.StageAt, next.BakeEnd, next.Held, next.Reason = now, time.Time{}, false, ""
+	why = fmt.Sprintf("stage %v%% held none of the %d client(s) known now (cut before they reported); cut again over them: %d in it",
+		stage, len(hashes), rollout.Count(len(hashes), stage))
+	next.decide(Decision{At: now, What: "recut", Stage: stage, Actor: c.cfg.Actor, Reason: why})
+	return next, why
 }
 
 // checkGates evaluates st's gates while it bakes: whether one is

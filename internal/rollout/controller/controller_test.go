@@ -418,3 +418,79 @@ func TestBakeEndIsADecision(t *testing.T) {
 		t.Fatalf("audit reasons %q", reasons)
 	}
 }
+
+// A stage started before any client reported is cut over the hash space
+// and can hold none of the clients that then report: it is cut again
+// over them (upwards), holds its share, and bakes only once they have
+// reported; the clients outside the first cut stay outside the stage
+// until then. With no client known at all a stage passes.
+func TestEmptyStageIsCutAgainOverTheClientsKnown(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	c := newTest(f, m, 0)
+	rec, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{10, 100}, Bake: time.Second}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := rollout.Decode(m.Content("app")[rollout.Key])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Twenty clients none of which the first cut holds.
+	var clients []string
+	for i := 0; len(clients) < 20; i++ {
+		if id := fmt.Sprintf("c%04d", i); !first.Member(id) {
+			clients = append(clients, id)
+		}
+	}
+	f.apply(m, "app", clients, nil)
+	step(t, c, nil)
+	got, _ := c.Get(context.Background(), "app", rec.ID)
+	last := got.Decisions[len(got.Decisions)-1]
+	if last.What != "recut" || got.InStage != 2 || got.Reported != 0 || got.Baking || len(got.Revisions) != 1 || got.Revisions[0] == rec.Revisions[0] {
+		t.Fatalf("after the clients reported: %+v, last decision %+v; want recut, 2 in the stage, none reported its new revision", got, last)
+	}
+	recut, err := rollout.Decode(m.Content("app")[rollout.Key])
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := 0
+	for _, id := range clients {
+		if recut.Member(id) {
+			members++
+		}
+	}
+	if recut.Cut <= first.Cut || members != 2 || recut.ID != first.ID || recut.Stage != 10 {
+		t.Fatalf("recut %+v (first cut %d): %d members of 20, want 2", recut, first.Cut, members)
+	}
+	for range 10 {
+		f.apply(m, "app", clients, nil)
+		step(t, c, nil)
+		f.advance(600 * time.Millisecond)
+	}
+	got, _ = c.Get(context.Background(), "app", rec.ID)
+	var whats []string
+	for _, d := range got.Decisions {
+		whats = append(whats, d.What)
+	}
+	if want := "start recut bake bake-end stage bake bake-end promote"; got.State != Promoted || strings.Join(whats, " ") != want {
+		t.Fatalf("state %s, decisions %q; want promoted through %q", got.State, whats, want)
+	}
+	if !strings.Contains(got.Decisions[2].Reason, "2 of 2 client(s) reported") {
+		t.Fatalf("the 10%% stage baked on %q, want its 2 members reported", got.Decisions[2].Reason)
+	}
+
+	// Nobody known: the stage passes.
+	f2, m2 := newFleet(), NewMemStore()
+	c2 := newTest(f2, m2, 0)
+	rec2, err := c2.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{10, 100}, Bake: time.Second}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		step(t, c2, nil)
+		f2.advance(600 * time.Millisecond)
+	}
+	if got, _ := c2.Get(context.Background(), "app", rec2.ID); got.State != Promoted {
+		t.Fatalf("no client known: state %s, want promoted", got.State)
+	}
+}

@@ -58,8 +58,8 @@ type State struct {
 // keep it.
 type Decision struct {
 	At time.Time `json:"at"`
-	// What: start, bake, bake-end, stage, hold, gate, promote, revert,
-	// abort.
+	// What: start, bake, bake-end, stage, recut, hold, gate, promote,
+	// revert, abort.
 	What     string  `json:"what"`
 	Stage    float64 `json:"stage"`
 	Revision int64   `json:"revision,omitempty"` // the revision it committed, if any
@@ -232,7 +232,7 @@ func clip(s string, n int) string {
 // commits reports whether a decision commits a revision.
 func commits(what string) bool {
 	switch what {
-	case "start", "stage", "promote", "revert", "abort":
+	case "start", "stage", "recut", "promote", "revert", "abort":
 		return true
 	}
 	return false

@@ -190,6 +190,20 @@ func (t *tally) members(st *State, now time.Time, window time.Duration) (in, rep
 	return in, reported, lagging, gone
 }
 
+// liveHashes are the hashes of the clients a stage's cut is taken over:
+// those live within window (0: every known client), or that reported
+// st's stage.
+func (t *tally) liveHashes(st *State, now time.Time, window time.Duration) []uint64 {
+	out := make([]uint64, 0, len(t.clients))
+	for i := range t.clients {
+		cl := &t.clients[i]
+		if window == 0 || now.Sub(cl.seen) < window || cl.rev >= st.stageRev() {
+			out = append(out, cl.hash)
+		}
+	}
+	return out
+}
+
 // othersWaiting reports whether a live client outside the stage has not
 // reported the stage's revision (prevalidation waits for it).
 func (t *tally) othersWaiting(st *State, now time.Time, window time.Duration) bool {
