@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,8 +26,12 @@ import (
 // (default 10,000) clients in two processes, each process behind its own
 // `holdfast relay`, both relays following both of two `holdfast server`
 // processes over one etcd (Debian's, one member). It reports each stage's
-// time (from its start to the next one's; the last to the promotion) and
-// the total. The sub-benchmark leader-killed kills the leading server
+// time (from its start to the next one's; the last to the promotion), the
+// total, and for each stage when it began to bake (reportedN-s) and how
+// many of its members the controller had then counted gone (goneN: silent
+// past the liveness window, so not waited for). HOLDFAST_SCALE_TIMELINE=1
+// writes the record's counts to stderr at every read; HOLDFAST_SCALE_PERF
+// names a file for `perf record` of the machine over the rollout. The sub-benchmark leader-killed kills the leading server
 // (SIGKILL) as the 10% stage starts: failover-s is the time from the kill
 // until the other server leads, next-s until the rollout's next decision.
 //
@@ -99,6 +104,8 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	}
 	waitKnown(b, servers, clients)
 
+	stopPerf := perfRecord(b)
+	timeline := os.Getenv("HOLDFAST_SCALE_TIMELINE") != "" // the record's counts at every read
 	id := startRollout(b, servers[1].url, false)
 	start := time.Now()
 	var killedAt, ledAt time.Time
@@ -112,6 +119,11 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		rec, ok = readRolloutRecord(alive, id)
 		if ok && rec.State != "running" {
 			break
+		}
+		if ok && timeline {
+			// To stderr: a benchmark's log keeps its first lines only.
+			fmt.Fprintf(os.Stderr, "+%5.1fs stage %g%%: %d of %d in the stage reported, %d lagging, %d clients known\n",
+				time.Since(start).Seconds(), rec.Stage, rec.Reported, rec.InStage, rec.Lagging, rec.Clients)
 		}
 		if killLeader && killedAt.IsZero() && ok && rec.Stage == 10 {
 			// servers[0] leads: it started first; confirm before the kill.
@@ -127,8 +139,13 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		if time.Since(start) > 15*time.Minute {
 			b.Fatalf("the rollout still at stage %v after 15 minutes", rec.Stage)
 		}
-		time.Sleep(20 * time.Millisecond)
+		// Not faster: each read of the record tallies every client.
+		// Read every 20 ms, the reads took a third of the leader's CPU
+		// (HOLDFAST_SCALE_PERF), on the cores the fleet shares. The
+		// figures come from the decisions' times, not from this loop.
+		time.Sleep(200 * time.Millisecond)
 	}
+	stopPerf()
 	if rec.State != "promoted" {
 		b.Fatalf("the rollout ended %s at stage %v: %s", rec.State, rec.Stage, rec.Reason)
 	}
@@ -140,19 +157,22 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	// Each stage's time from the decisions: a stage runs from its stage
 	// (or start) decision to the next stage's, the last to the promotion.
 	// Within a stage, its bake decision says when its members had all
-	// reported: the time before it is the stage's propagation and
-	// reports, the rest its bake.
+	// reported, but for those the controller counted gone (silent past
+	// its liveness window): the time before it is the stage's
+	// propagation and reports, the rest its bake.
 	var marks, bakes []time.Time
-	var names []string
+	var names, bakeWhy []string
 	for _, d := range rec.Decisions {
 		switch d.What {
 		case "start", "stage", "promote":
 			marks = append(marks, d.At)
 			bakes = append(bakes, time.Time{})
+			bakeWhy = append(bakeWhy, "")
 			names = append(names, fmt.Sprintf("%g%%", d.Stage))
 		case "bake":
 			if len(bakes) > 0 && bakes[len(bakes)-1].IsZero() {
 				bakes[len(bakes)-1] = d.At
+				bakeWhy[len(bakeWhy)-1] = d.Reason
 			}
 		}
 	}
@@ -165,7 +185,11 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		if !bakes[i].IsZero() {
 			r := bakes[i].Sub(marks[i])
 			b.ReportMetric(r.Seconds(), "reported"+stage+"-s")
-			part += fmt.Sprintf(" (every member reported after %v)", r.Round(time.Millisecond))
+			var reported, in, gone int
+			if _, err := fmt.Sscanf(bakeWhy[i][strings.Index(bakeWhy[i], ": ")+2:], "%d of %d client(s) reported (%d gone)", &reported, &in, &gone); err == nil {
+				b.ReportMetric(float64(gone), "gone"+stage)
+			}
+			part += fmt.Sprintf(" (baking after %v: %d of %d member(s) reported, %d gone)", r.Round(time.Millisecond), reported, in, gone)
 		}
 		parts = append(parts, part)
 	}
@@ -253,10 +277,15 @@ type rolloutRecord struct {
 	Reason    string  `json:"reason"`
 	Nacked    int     `json:"nacked"`
 	WouldNack int     `json:"would_nack"`
+	Clients   int     `json:"clients"`
+	InStage   int     `json:"in_stage"`
+	Reported  int     `json:"reported"`
+	Lagging   int     `json:"lagging"`
 	Decisions []struct {
-		What  string    `json:"what"`
-		Stage float64   `json:"stage"`
-		At    time.Time `json:"at"`
+		What   string    `json:"what"`
+		Stage  float64   `json:"stage"`
+		At     time.Time `json:"at"`
+		Reason string    `json:"reason"`
 	} `json:"decisions"`
 }
 
@@ -469,4 +498,30 @@ func startEtcdMember(b *testing.B) string {
 		b.Fatal("etcd not healthy after a minute")
 	}
 	return client
+}
+
+// perfRecord starts `perf record` of the whole machine, with call graphs,
+// into the file HOLDFAST_SCALE_PERF names (unset: nothing), and returns
+// what stops it: every process of a run (servers, relays, etcd, clients)
+// in one profile (perf report --sort comm,sym).
+func perfRecord(b *testing.B) (stop func()) {
+	b.Helper()
+	path := os.Getenv("HOLDFAST_SCALE_PERF")
+	if path == "" {
+		return func() {}
+	}
+	cmd := exec.Command("perf", "record", "-a", "-g", "-F", "199", "-o", path)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("perf record: %v", err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+		})
+	}
+	b.Cleanup(stop)
+	return stop
 }

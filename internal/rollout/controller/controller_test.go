@@ -494,3 +494,37 @@ func TestEmptyStageIsCutAgainOverTheClientsKnown(t *testing.T) {
 		t.Fatalf("no client known: state %s, want promoted", got.State)
 	}
 }
+
+// A member silent past the liveness window is not gone before the stage
+// has waited its report timeout for it: under load reports come late.
+// The stage waits for it; once the timeout passes it counts gone and
+// the stage goes on without it.
+func TestSlowMemberIsNotGoneBeforeTheReportTimeout(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	clients := ids(10)
+	f.apply(m, "app", clients, nil)
+	c := newTest(f, m, 3*time.Second)
+	rec, err := c.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{100}, ReportTimeout: 10 * time.Second}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// c000 is silent; the others report every second.
+	for range 8 {
+		f.apply(m, "app", clients[1:], nil)
+		step(t, c, nil)
+		f.advance(time.Second)
+	}
+	got, _ := c.Get(context.Background(), "app", rec.ID)
+	if got.State != Running || got.Baking || got.Gone != 0 || got.InStage != 10 || got.Reported != 9 {
+		t.Fatalf("8 s into the stage, c000 silent: %+v; want waiting for it, none gone", got.Counts)
+	}
+	for range 6 {
+		f.apply(m, "app", clients[1:], nil)
+		step(t, c, nil)
+		f.advance(time.Second)
+	}
+	got, _ = c.Get(context.Background(), "app", rec.ID)
+	if got.State != Promoted || !strings.Contains(got.Decisions[1].Reason, "9 of 9 client(s) reported (1 gone)") {
+		t.Fatalf("past the report timeout: state %s, decisions %+v; want promoted without c000, counted gone", got.State, got.Decisions)
+	}
+}
