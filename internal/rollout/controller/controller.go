@@ -217,9 +217,10 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 	now := c.cfg.Now()
 	st := &State{ID: newID(), Namespace: ns, Spec: spec, State: Running, StageAt: now, Revisions: []int64{0},
 		Actor: actor, Started: now, Decisions: []Decision{}}
-	st.Cut = rollout.Cut(knownHashes(st.ID, reports, now, c.cfg.Liveness), spec.Stages[0], 0)
+	known := knownHashes(st.ID, reports, now, c.cfg.Liveness)
+	st.Cut, st.Blind = rollout.Cut(known, spec.Stages[0], 0), len(known) == 0
 	if spec.Stages[0] >= 100 {
-		st.Cut = math.MaxUint64
+		st.Cut, st.Blind = math.MaxUint64, false
 	}
 	st.Cuts = []uint64{st.Cut}
 	why := fmt.Sprintf("rollout %s started: stage %v%% of %v", st.ID, spec.Stages[0], spec.Stages)
@@ -604,7 +605,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	if t.nackers > st.Spec.MaxNacks {
 		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", t.nackReason(st), leading)
 	}
-	if counts.InStage == 0 && counts.Gone == 0 && !st.Held {
+	if st.Blind && counts.InStage == 0 && counts.Gone == 0 && !st.Held {
 		if next, why := c.recut(st, t, now); next != nil {
 			ch, err := stagedChange(next, KindStage, c.cfg.Actor, clip("rollout "+st.ID+": "+why, MaxReasonBytes))
 			if err != nil {
@@ -685,9 +686,10 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	next := st.clone()
 	next.Stage++
 	pct := st.Spec.Stages[next.Stage]
-	next.Cut = rollout.Cut(t.liveHashes(st, now, window), pct, st.Cut)
+	live := t.liveHashes(st, now, window)
+	next.Cut, next.Blind = rollout.Cut(live, pct, st.Cut), len(live) == 0
 	if pct >= 100 {
-		next.Cut = math.MaxUint64
+		next.Cut, next.Blind = math.MaxUint64, false
 	}
 	next.Cuts = append(next.Cuts, next.Cut)
 	next.StageAt, next.BakeEnd, next.Held, next.Reason = now, time.Time{}, false, ""
@@ -701,12 +703,15 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	return c.commit(ctx, st, next, ch, leading)
 }
 
-// recut is st's stage cut again over the clients known now, when it holds
-// none of them (nil when none is known, or the stage is 100%). A stage cut
-// before its clients reported (none known at the start: its cut is the
-// stage's share of the hash space) can miss every one of them, 12% of
-// the time for a 10% stage of 20 clients, and would bake with nobody in
-// it: a bad change would then meet the next stage unheard. Its cut rises
+// recut is st's stage cut again over the clients known now, when its cut
+// was blind (taken with no client known: the stage's share of the hash
+// space) and holds none of them (nil when none is known, or the stage is
+// 100%). Such a stage can miss every client, 12% of the time for a 10%
+// stage of 20 clients, and would bake with nobody in it: a bad change
+// would then meet the next stage unheard. A cut taken over known clients
+// is never recut: a leader that took over and knows none of a stage's
+// members yet (their reports come through another server) must not
+// widen the stage. Its cut rises
 // to hold Count of the known clients, as a cut over them at the start
 // would have (never lower: nobody in the stage leaves it), and the stage
 // starts over: its new revision reported, its timeout and bake in full.
@@ -721,7 +726,7 @@ func (c *Controller) recut(st *State, t *tally, now time.Time) (next *State, why
 		return nil, ""
 	}
 	next = st.clone()
-	next.Cut = cut
+	next.Cut, next.Blind = cut, false
 	if next.Stage < len(next.Cuts) {
 		next.Cuts[next.Stage] = cut
 	}

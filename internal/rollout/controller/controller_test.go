@@ -423,7 +423,8 @@ func TestBakeEndIsADecision(t *testing.T) {
 // and can hold none of the clients that then report: it is cut again
 // over them (upwards), holds its share, and bakes only once they have
 // reported; the clients outside the first cut stay outside the stage
-// until then. With no client known at all a stage passes.
+// until then. A cut taken over known clients is never recut; with no
+// client known at all a stage passes.
 func TestEmptyStageIsCutAgainOverTheClientsKnown(t *testing.T) {
 	f, m := newFleet(), NewMemStore()
 	c := newTest(f, m, 0)
@@ -477,6 +478,32 @@ func TestEmptyStageIsCutAgainOverTheClientsKnown(t *testing.T) {
 	}
 	if !strings.Contains(got.Decisions[2].Reason, "2 of 2 client(s) reported") {
 		t.Fatalf("the 10%% stage baked on %q, want its 2 members reported", got.Decisions[2].Reason)
+	}
+
+	// A cut taken over known clients is not recut when the controller
+	// knows none of its members (a new leader before the reports of
+	// another server's clients reach it).
+	f3, m3 := newFleet(), NewMemStore()
+	f3.apply(m3, "app", ids(20), nil)
+	c3 := newTest(f3, m3, 0)
+	rec3, err := c3.Start(context.Background(), "app", Spec{Puts: spec.Puts, Stages: []float64{10, 100}, Bake: time.Second}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := rollout.Decode(m3.Content("app")[rollout.Key])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f3.mu.Lock()
+	for id := range f3.reports {
+		if staged.Member(id) {
+			delete(f3.reports, id)
+		}
+	}
+	f3.mu.Unlock()
+	step(t, c3, nil)
+	if got, _ := c3.Get(context.Background(), "app", rec3.ID); got.Decisions[len(got.Decisions)-1].What == "recut" {
+		t.Fatalf("a cut over known clients was recut: %+v", got.Decisions)
 	}
 
 	// Nobody known: the stage passes.

@@ -20,6 +20,10 @@ type State struct {
 	// stage whose revision it nacked.
 	Cut  uint64   `json:"cut,string"`
 	Cuts []uint64 `json:"cuts,omitempty"`
+	// Blind says the current stage's cut was taken with no client known:
+	// its share of the hash space, which may hold none of the clients
+	// that report (see Controller.recut).
+	Blind bool `json:"blind,omitempty"`
 	// StageAt is when the current stage was committed; BakeEnd when its
 	// bake ends (zero: not baking). A controller that takes over keeps
 	// both: timers resume, they do not restart.
