@@ -27,8 +27,9 @@ revision that drops the change. After the last stage's bake the change
 becomes the base for everyone (promoted). With -prevalidate every client
 checks the change as soon as it learns of it, in the stage or not, and a
 would-nack counts as a nack. A client silent past -report-timeout is
-lagging; a stage still waiting after -stage-timeout reverts or holds, as
--on-timeout says.`
+lagging, or gone (it no longer holds the stage) once also silent past
+the server's liveness window; a stage still waiting after -stage-timeout
+reverts or holds, as -on-timeout says.`
 
 func rolloutStartCommand() *command {
 	return &command{
@@ -52,7 +53,7 @@ plain publish during one, is refused (409).
 			bake := fs.Duration("bake", 0, "how long each stage holds once all its clients reported (0: none)")
 			maxNacks := fs.Int("max-nacks", 0, "the nacks (and would-nacks) tolerated before the rollout reverts")
 			prevalidate := fs.Bool("prevalidate", false, "every client checks the change at once and reports a would-nack")
-			reportTimeout := fs.Duration("report-timeout", 0, "a client silent this long is lagging (0: the server's default, 10s)")
+			reportTimeout := fs.Duration("report-timeout", 0, "a client silent this long is lagging, or gone if also silent past the liveness window (0: the server's default, 10s)")
 			stageTimeout := fs.Duration("stage-timeout", 0, "how long a stage waits for its clients (0: the server's default, 5m)")
 			onTimeout := newChoice(fs, "on-timeout", "what a stage that timed out does", "revert", "hold")
 			onBreach := newChoice(fs, "on-breach", "what a gate's breach does (default revert)", "", "revert", "hold")
