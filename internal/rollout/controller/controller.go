@@ -703,18 +703,18 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	return c.commit(ctx, st, next, ch, leading)
 }
 
-// recut is st's stage cut again over the clients known now, when its cut
-// was blind (taken with no client known: the stage's share of the hash
-// space) and holds none of them (nil when none is known, or the stage is
-// 100%). Such a stage can miss every client, 12% of the time for a 10%
-// stage of 20 clients, and would bake with nobody in it: a bad change
-// would then meet the next stage unheard. A cut taken over known clients
-// is never recut: a leader that took over and knows none of a stage's
-// members yet (their reports come through another server) must not
-// widen the stage. Its cut rises
-// to hold Count of the known clients, as a cut over them at the start
-// would have (never lower: nobody in the stage leaves it), and the stage
-// starts over: its new revision reported, its timeout and bake in full.
+// recut returns st with its stage cut again over the clients known now,
+// and why, when its cut was blind (taken with no client known: the
+// stage's share of the hash space); nil when no client is known or the
+// stage is 100%. A blind stage can miss every client, 12% of the time
+// for a 10% stage of 20 clients, and would bake with nobody in it: a bad
+// change would then meet the next stage unheard. The cut rises to hold
+// Count of the known clients, as a cut over them at the start would have
+// (never lower: nobody in the stage leaves it), and the stage starts
+// over: its new revision reported, its timeout and bake in full. A cut
+// taken over known clients is never recut: a leader that took over and
+// knows none of a stage's members yet (their reports come through
+// another server) must not widen the stage.
 func (c *Controller) recut(st *State, t *tally, now time.Time) (next *State, why string) {
 	stage := st.Spec.Stages[st.Stage]
 	hashes := t.liveHashes(st, now, c.cfg.Liveness)
