@@ -419,6 +419,16 @@ func TestBakeEndIsADecision(t *testing.T) {
 	}
 }
 
+// stagedIn is the staged rollout app's content carries in m.
+func stagedIn(t *testing.T, m *MemStore) *rollout.Staged {
+	t.Helper()
+	s, err := rollout.Decode(m.Content("app")[rollout.Key])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // A stage started before any client reported is cut over the hash space
 // and can hold none of the clients that then report: it is cut again
 // over them (upwards), holds its share, and bakes only once they have
@@ -432,10 +442,7 @@ func TestEmptyStageIsCutAgainOverTheClientsKnown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := rollout.Decode(m.Content("app")[rollout.Key])
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := stagedIn(t, m)
 	// Twenty clients none of which the first cut holds.
 	var clients []string
 	for i := 0; len(clients) < 20; i++ {
@@ -450,10 +457,7 @@ func TestEmptyStageIsCutAgainOverTheClientsKnown(t *testing.T) {
 	if last.What != "recut" || got.InStage != 2 || got.Reported != 0 || got.Baking || len(got.Revisions) != 1 || got.Revisions[0] == rec.Revisions[0] {
 		t.Fatalf("after the clients reported: %+v, last decision %+v; want recut, 2 in the stage, none reported its new revision", got, last)
 	}
-	recut, err := rollout.Decode(m.Content("app")[rollout.Key])
-	if err != nil {
-		t.Fatal(err)
-	}
+	recut := stagedIn(t, m)
 	members := 0
 	for _, id := range clients {
 		if recut.Member(id) {
@@ -490,10 +494,7 @@ func TestEmptyStageIsCutAgainOverTheClientsKnown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	staged, err := rollout.Decode(m3.Content("app")[rollout.Key])
-	if err != nil {
-		t.Fatal(err)
-	}
+	staged := stagedIn(t, m3)
 	f3.mu.Lock()
 	for id := range f3.reports {
 		if staged.Member(id) {
