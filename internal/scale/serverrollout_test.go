@@ -31,9 +31,10 @@ import (
 // many of its members the controller had then counted gone (goneN: silent
 // past the liveness window, so not waited for). HOLDFAST_SCALE_TIMELINE=1
 // writes the record's counts to stderr at every read; HOLDFAST_SCALE_PERF
-// names a file for `perf record` of the machine over the rollout. The sub-benchmark leader-killed kills the leading server
-// (SIGKILL) as the 10% stage starts: failover-s is the time from the kill
-// until the other server leads, next-s until the rollout's next decision.
+// names a file for `perf record` of the machine over the rollout. The
+// sub-benchmark leader-killed kills the leading server (SIGKILL) as the
+// 10% stage starts: failover-s is the time from the kill until the other
+// server leads, next-s until the rollout's next decision.
 //
 //	go test -tags scale -run '^$' -bench ServerRollout -benchtime 1x -timeout 60m ./internal/scale/
 func BenchmarkServerRollout(b *testing.B) {
@@ -185,10 +186,13 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		if !bakes[i].IsZero() {
 			r := bakes[i].Sub(marks[i])
 			b.ReportMetric(r.Seconds(), "reported"+stage+"-s")
+			// The counts are in the bake decision's reason only.
 			var reported, in, gone int
-			if _, err := fmt.Sscanf(bakeWhy[i][strings.Index(bakeWhy[i], ": ")+2:], "%d of %d client(s) reported (%d gone)", &reported, &in, &gone); err == nil {
-				b.ReportMetric(float64(gone), "gone"+stage)
+			_, counts, _ := strings.Cut(bakeWhy[i], ": ")
+			if _, err := fmt.Sscanf(counts, "%d of %d client(s) reported (%d gone)", &reported, &in, &gone); err != nil {
+				b.Fatalf("the %s stage's bake decision %q: no counts (%v)", names[i], bakeWhy[i], err)
 			}
+			b.ReportMetric(float64(gone), "gone"+stage)
 			part += fmt.Sprintf(" (baking after %v: %d of %d member(s) reported, %d gone)", r.Round(time.Millisecond), reported, in, gone)
 		}
 		parts = append(parts, part)
