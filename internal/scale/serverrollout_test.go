@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -162,18 +163,22 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	// its liveness window): the time before it is the stage's
 	// propagation and reports, the rest its bake.
 	var marks, bakes []time.Time
-	var names, bakeWhy []string
+	var names []string
+	var bakeCounts []*controller.Counts
 	for _, d := range rec.Decisions {
 		switch d.What {
 		case "start", "stage", "promote":
 			marks = append(marks, d.At)
 			bakes = append(bakes, time.Time{})
-			bakeWhy = append(bakeWhy, "")
+			bakeCounts = append(bakeCounts, nil)
 			names = append(names, fmt.Sprintf("%g%%", d.Stage))
 		case "bake":
 			if len(bakes) > 0 && bakes[len(bakes)-1].IsZero() {
+				if d.Counts == nil {
+					b.Fatalf("the %s stage's bake decision carries no counts: %q", names[len(names)-1], d.Reason)
+				}
 				bakes[len(bakes)-1] = d.At
-				bakeWhy[len(bakeWhy)-1] = d.Reason
+				bakeCounts[len(bakeCounts)-1] = d.Counts
 			}
 		}
 	}
@@ -186,14 +191,9 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		if !bakes[i].IsZero() {
 			r := bakes[i].Sub(marks[i])
 			b.ReportMetric(r.Seconds(), "reported"+stage+"-s")
-			// The counts are in the bake decision's reason only.
-			var reported, in, gone int
-			_, counts, _ := strings.Cut(bakeWhy[i], ": ")
-			if _, err := fmt.Sscanf(counts, "%d of %d client(s) reported (%d gone)", &reported, &in, &gone); err != nil {
-				b.Fatalf("the %s stage's bake decision %q: no counts (%v)", names[i], bakeWhy[i], err)
-			}
-			b.ReportMetric(float64(gone), "gone"+stage)
-			part += fmt.Sprintf(" (baking after %v: %d of %d member(s) reported, %d gone)", r.Round(time.Millisecond), reported, in, gone)
+			n := bakeCounts[i]
+			b.ReportMetric(float64(n.Gone), "gone"+stage)
+			part += fmt.Sprintf(" (baking after %v: %d of %d member(s) reported, %d gone)", r.Round(time.Millisecond), n.Reported, n.InStage, n.Gone)
 		}
 		parts = append(parts, part)
 	}
@@ -290,6 +290,9 @@ type rolloutRecord struct {
 		Stage  float64   `json:"stage"`
 		At     time.Time `json:"at"`
 		Reason string    `json:"reason"`
+		// The counts it was taken on (bake, bake-end, hold, promote,
+		// revert).
+		Counts *controller.Counts `json:"counts"`
 	} `json:"decisions"`
 }
 

@@ -365,7 +365,7 @@ func (c *Controller) Drop(ctx context.Context, reason string) error {
 			next.State, next.Reason, next.Ended, next.BakeEnd = Reverted, clip(reason, MaxReasonBytes), now, time.Time{}
 			counts := c.counts(st, nil, now)
 			next.Final = &counts
-			next.decide(Decision{At: now, What: "revert", Stage: st.Spec.Stages[st.Stage], Actor: c.cfg.Actor, Reason: reason})
+			next.decide(Decision{At: now, What: "revert", Stage: st.Spec.Stages[st.Stage], Actor: c.cfg.Actor, Reason: reason, Counts: &counts})
 			_, err := c.commit(ctx, st, next, nil, nil)
 			if !errors.Is(err, ErrConflict) || attempt >= 5 {
 				if err != nil {
@@ -629,7 +629,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 			why := fmt.Sprintf("stage %v%% timed out after %v: %d of %d client(s) reported, %d lagging, %d gone",
 				stage, st.Spec.StageTimeout, counts.Reported, counts.InStage, counts.Lagging, counts.Gone)
 			if st.Spec.OnTimeout == Hold {
-				return c.hold(ctx, st, now, why+"; holding (promote or abort it)", leading)
+				return c.hold(ctx, st, counts, now, why+"; holding (promote or abort it)", leading)
 			}
 			return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", why, leading)
 		}
@@ -641,7 +641,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 		}
 		next := st.clone()
 		next.BakeEnd, next.Held, next.Reason = now.Add(st.Spec.Bake), false, ""
-		next.decide(Decision{At: now, What: "bake", Stage: stage, Actor: c.cfg.Actor,
+		next.decide(Decision{At: now, What: "bake", Stage: stage, Actor: c.cfg.Actor, Counts: &counts,
 			Reason: fmt.Sprintf("stage %v%%: %d of %d client(s) reported (%d gone); baking %v", stage, counts.Reported, counts.InStage, counts.Gone, st.Spec.Bake)})
 		return c.commit(ctx, st, next, nil, leading)
 	}
@@ -667,7 +667,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 			if st.Held {
 				return nil, nil
 			}
-			return c.hold(ctx, st, now, why+"; holding (promote or abort it)", leading)
+			return c.hold(ctx, st, counts, now, why+"; holding (promote or abort it)", leading)
 		}
 		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", why, leading)
 	}
@@ -679,7 +679,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	// The bake's end is a decision of its own, committed with what follows
 	// it (the next stage or the promotion) in one write.
 	st = st.clone()
-	st.decide(Decision{At: now, What: "bake-end", Stage: stage, Actor: c.cfg.Actor, Reason: baked})
+	st.decide(Decision{At: now, What: "bake-end", Stage: stage, Actor: c.cfg.Actor, Reason: baked, Counts: &counts})
 	if st.Stage+1 >= len(st.Spec.Stages) {
 		return c.promote(ctx, st, counts, now, c.cfg.Actor, baked+"; promoted", leading)
 	}
@@ -790,10 +790,10 @@ func (c *Controller) checkGates(ctx context.Context, st *State) (breach bool, wh
 	return breach, why, failing, results
 }
 
-func (c *Controller) hold(ctx context.Context, st *State, now time.Time, why string, leading any) (*State, error) {
+func (c *Controller) hold(ctx context.Context, st *State, counts Counts, now time.Time, why string, leading any) (*State, error) {
 	next := st.clone()
 	next.Held, next.Reason = true, clip(why, MaxReasonBytes)
-	next.decide(Decision{At: now, What: "hold", Stage: st.Spec.Stages[st.Stage], Actor: c.cfg.Actor, Reason: why})
+	next.decide(Decision{At: now, What: "hold", Stage: st.Spec.Stages[st.Stage], Actor: c.cfg.Actor, Reason: why, Counts: &counts})
 	return c.commit(ctx, st, next, nil, leading)
 }
 
@@ -803,7 +803,7 @@ func (c *Controller) revert(ctx context.Context, st *State, counts Counts, now t
 	next.State, next.Reason, next.Ended, next.BakeEnd = Reverted, clip(why, MaxReasonBytes), now, time.Time{}
 	next.Final = &counts
 	next.Revisions = append(next.Revisions, 0)
-	next.decide(Decision{At: now, What: what, Stage: st.Spec.Stages[st.Stage], Actor: actor, Reason: why})
+	next.decide(Decision{At: now, What: what, Stage: st.Spec.Stages[st.Stage], Actor: actor, Reason: why, Counts: &counts})
 	ch := &Change{Kind: KindRevert, Actor: actor, Reason: clip("rollout "+st.ID+": "+why, MaxReasonBytes), Deletes: []string{rollout.Key}}
 	return c.commit(ctx, st, next, ch, leading)
 }
@@ -814,7 +814,7 @@ func (c *Controller) promote(ctx context.Context, st *State, counts Counts, now 
 	next.State, next.Reason, next.Ended, next.BakeEnd, next.Held = Promoted, clip(why, MaxReasonBytes), now, time.Time{}, false
 	next.Final = &counts
 	next.Revisions = append(next.Revisions, 0)
-	next.decide(Decision{At: now, What: "promote", Stage: st.Spec.Stages[st.Stage], Actor: actor, Reason: why})
+	next.decide(Decision{At: now, What: "promote", Stage: st.Spec.Stages[st.Stage], Actor: actor, Reason: why, Counts: &counts})
 	ch := &Change{Kind: KindPromote, Actor: actor, Reason: clip("rollout "+st.ID+": "+why, MaxReasonBytes), Puts: st.Spec.Puts,
 		Deletes: append(slices.Clone(st.Spec.Deletes), rollout.Key), Check: true}
 	done, err := c.commit(ctx, st, next, ch, leading)

@@ -376,7 +376,8 @@ func TestSettleDelaysTheBake(t *testing.T) {
 }
 
 // TestBakeEndIsADecision: a bake's end is a decision of its own, before
-// the stage or the promotion it leads to, with the counts in its reason;
+// the stage or the promotion it leads to, with the counts in its reason
+// and as Counts;
 // the audit's stage record quotes it.
 func TestBakeEndIsADecision(t *testing.T) {
 	f, m := newFleet(), NewMemStore()
@@ -402,6 +403,16 @@ func TestBakeEndIsADecision(t *testing.T) {
 	}
 	if want := "start bake bake-end stage bake bake-end promote"; strings.Join(whats, " ") != want {
 		t.Fatalf("decisions %q, want %q", whats, want)
+	}
+	// The counts each was taken on: a stage's members, all reported.
+	for i, want := range []int{-1, 5, 5, -1, 10, 10, 10} {
+		d := got.Decisions[i]
+		switch {
+		case want < 0 && d.Counts != nil:
+			t.Errorf("%s carries counts %+v", d.What, *d.Counts)
+		case want >= 0 && (d.Counts == nil || d.Counts.InStage != want || d.Counts.Reported != want):
+			t.Errorf("%s at %v%%: counts %+v, want %d in the stage, all reported", d.What, d.Stage, d.Counts, want)
+		}
 	}
 	if !strings.Contains(got.Decisions[2].Reason, "baked 1s") || got.Decisions[2].Revision != 0 {
 		t.Fatalf("bake-end %+v", got.Decisions[2])

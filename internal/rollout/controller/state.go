@@ -62,13 +62,18 @@ type State struct {
 // keep it.
 type Decision struct {
 	At time.Time `json:"at"`
-	// What: start, bake, bake-end, stage, recut, hold, gate, promote,
+	// What: start, bake, bake-end, stage, recut, hold, promote,
 	// revert, abort.
 	What     string  `json:"what"`
 	Stage    float64 `json:"stage"`
 	Revision int64   `json:"revision,omitempty"` // the revision it committed, if any
 	Actor    string  `json:"actor,omitempty"`
 	Reason   string  `json:"reason,omitempty"`
+	// Counts are the stage's counts the decision was taken on, on those
+	// the clients' reports take: bake, bake-end, hold, promote, revert (an
+	// operator's promote and abort, and a revert of a store replaced
+	// under the rollout, included).
+	Counts *Counts `json:"counts,omitempty"`
 }
 
 // Counts are the clients' reports, as the record shows them.
@@ -174,6 +179,10 @@ func (s *State) clone() *State {
 // there are too many (a held rollout that flaps).
 func (s *State) decide(d Decision) {
 	d.Reason = clip(d.Reason, MaxReasonBytes)
+	if d.Counts != nil {
+		counts := *d.Counts // its own: clone shares what decisions point at
+		d.Counts = &counts
+	}
 	s.Decisions = append(s.Decisions, d)
 	if len(s.Decisions) > maxDecisions {
 		s.Decisions = slices.Delete(s.Decisions, 1, len(s.Decisions)-maxDecisions+1)
