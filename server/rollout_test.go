@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	servercontrol "github.com/holdfast-dev/holdfast/server/control"
@@ -36,6 +37,11 @@ type rolloutRecord struct {
 		At     time.Time `json:"at"`
 		Stage  float64   `json:"stage"`
 		Reason string    `json:"reason"`
+		Counts *struct {
+			InStage  int `json:"in_stage"`
+			Reported int `json:"reported"`
+			Gone     int `json:"gone"`
+		} `json:"counts"`
 	} `json:"decisions"`
 }
 
@@ -230,6 +236,79 @@ func TestRolloutResumesAfterRestart(t *testing.T) {
 	}
 	if !next.Before(restarted.Add(2500 * time.Millisecond)) {
 		t.Errorf("the second stage began %v after the restart: the bake restarted", next.Sub(restarted))
+	}
+}
+
+// TestRolloutBlindStageIsCutAgain: a rollout started before any client
+// reported cuts its first stage blind (its share of the hash space); the
+// clients that then report, all outside that cut, have the stage cut
+// again over them, committed through the store as a stage revision of
+// its own, which the new member serves and reports before the stage
+// bakes.
+func TestRolloutBlindStageIsCutAgain(t *testing.T) {
+	_, base := startServer(t, store.Config{Kind: store.KindMemory})
+	publish(t, base, "app", map[string]any{"v": 1})
+	// A long bake: the blind stage, with nobody in it, must not pass
+	// before the clients report (it is promoted by hand below).
+	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{10, 100}, "bake": "60s",
+		"actor": "alice", "reason": "ticket 9"})
+	blind := rollout.Cut(nil, 10, 0)
+	var clients []*config.Namespace
+	for i := 0; len(clients) < 10; i++ {
+		cid := fmt.Sprintf("client-%d", i)
+		if rollout.Hash(id, cid) <= blind {
+			continue // in the blind cut: not the case under test
+		}
+		cl, err := config.New(config.WithEndpoint(base), config.WithClientID(cid), config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ns, err := cl.Namespace(ctx, "app")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, ns)
+	}
+	var rec rolloutRecord
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		rec = getRollout(t, base, "app", id)
+		last := rec.Decisions[len(rec.Decisions)-1]
+		return last.What == "bake" && len(rec.Decisions) > 2 || rec.State != "running"
+	}, "a recut stage baking")
+	var whats []string
+	for _, d := range rec.Decisions {
+		whats = append(whats, d.What)
+	}
+	// The blind stage, nobody in it, may have begun to bake before the
+	// clients reported (past the controller's settle time).
+	if got := strings.Join(whats, " "); rec.State != "running" || got != "start recut bake" && got != "start bake recut bake" {
+		t.Fatalf("%s, decisions %q, want start, recut, bake (a bake before the recut allowed)", rec.State, whats)
+	}
+	if c := rec.Decisions[len(rec.Decisions)-1].Counts; c == nil || c.InStage < 1 || c.Reported != c.InStage {
+		t.Fatalf("the recut stage baked on %+v: want its members, all reported", c)
+	}
+	// Clients that report after the recut may fall in its cut too: the
+	// stage's members now, whoever they are, serve the change.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		serving := 0
+		for _, ns := range clients {
+			if ns.Int("v", 0) == 2 {
+				serving++
+			}
+		}
+		return serving == getRollout(t, base, "app", id).InStage
+	}, "the stage's members, and only they, serve the change")
+	if want := "publish rollout-stage rollout-stage"; strings.Join(historyKinds(t, base, "app"), " ") != want {
+		t.Fatalf("history kinds %q, want %q", historyKinds(t, base, "app"), want)
+	}
+	if st := control(t, "POST", base+"/control/namespaces/app/rollouts/"+id+"/promote", map[string]any{"actor": "alice", "reason": "seen"}, nil); st != http.StatusOK {
+		t.Fatalf("promote: %d", st)
+	}
+	for i, ns := range clients {
+		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 2 }, fmt.Sprintf("client %d serves v=2", i))
 	}
 }
 
