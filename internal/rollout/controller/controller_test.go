@@ -377,8 +377,7 @@ func TestSettleDelaysTheBake(t *testing.T) {
 
 // TestBakeEndIsADecision: a bake's end is a decision of its own, before
 // the stage or the promotion it leads to, with the counts in its reason
-// and as Counts;
-// the audit's stage record quotes it.
+// and as Counts; the audit's stage record quotes it.
 func TestBakeEndIsADecision(t *testing.T) {
 	f, m := newFleet(), NewMemStore()
 	clients := ids(10)
