@@ -227,7 +227,9 @@ func attackOnce(t *testing.T, target string, run func(f *fleet, stop <-chan stru
 	// The relay's own heap, 9 MiB quiet and under 50 MiB under any attack
 	// here (2,000 idle connections): 200 zero-window streams each holding
 	// a copy of the 1 MiB snapshot would cross the bound.
-	if heap > quietHeap+128<<20 {
+	if heap == 0 || quietHeap == 0 {
+		problems = append(problems, "the relay reported no heap")
+	} else if heap > quietHeap+128<<20 {
 		problems = append(problems, fmt.Sprintf("heap %d MiB under attack, quiet %d MiB", heap>>20, quietHeap>>20))
 	}
 	return problems
