@@ -118,6 +118,10 @@ func TestRolloutLeaderKilledMidStage(t *testing.T) {
 			testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 2 }, fmt.Sprintf("client %d serves v=2", i))
 		}()
 	}
+	// Cut over known clients: a rollout started before their reports
+	// reach the leader has a blind first stage, recut once they do (an
+	// extra decision and stage revision; TestRolloutBlindStageIsCutAgain).
+	waitClientsKnown(t, hc, leader.url(), "app", n)
 	var start struct{ ID string }
 	body := map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{25, 50, 100}, "bake": "2s",
 		"actor": "alice", "reason": "ticket 30"}
