@@ -321,6 +321,12 @@ type rolloutRecord struct {
 		Revision int64     `json:"revision,omitempty"`
 		Actor    string    `json:"actor,omitempty"`
 		Reason   string    `json:"reason,omitempty"`
+		Counts   *struct {
+			InStage  int `json:"in_stage"`
+			Reported int `json:"reported"`
+			Nacked   int `json:"nacked"`
+			Gone     int `json:"gone"`
+		} `json:"counts,omitempty"`
 	} `json:"decisions,omitempty"`
 	GateFailing []time.Time `json:"gate_failing,omitempty"`
 }
@@ -381,13 +387,16 @@ func printRollout(w io.Writer, data []byte) error {
 	if _, err := fmt.Fprintln(w, "\ndecisions:"); err != nil {
 		return err
 	}
-	dw := newTable(w, "AT", "WHAT", "STAGE", "REVISION", "ACTOR", "REASON")
+	dw := newTable(w, "AT", "WHAT", "STAGE", "REVISION", "ACTOR", "COUNTS", "REASON")
 	for _, d := range r.Decisions {
-		rev := "-"
+		rev, counts := "-", "-"
 		if d.Revision != 0 {
 			rev = strconv.FormatInt(d.Revision, 10)
 		}
-		dw.row(timeCell(d.At), d.What, percent(d.Stage), rev, orDash(d.Actor), orDash(d.Reason))
+		if c := d.Counts; c != nil { // the stage's counts it was taken on
+			counts = fmt.Sprintf("%d/%d reported, %d nacked, %d gone", c.Reported, c.InStage, c.Nacked, c.Gone)
+		}
+		dw.row(timeCell(d.At), d.What, percent(d.Stage), rev, orDash(d.Actor), counts, orDash(d.Reason))
 	}
 	return dw.flush()
 }

@@ -93,7 +93,7 @@ func TestRolloutCommands(t *testing.T) {
 		t.Fatalf("after a nack: %+v", rec)
 	}
 	out = mustRun(t, "rollout", "status", "-server", u, "-id", id, "app")
-	for _, w := range []string{"state       reverted\n", "nacked      1\n", "a: too big", "started by  alice\n", "decisions:\n", " start ", "ticket 12", " revert "} {
+	for _, w := range []string{"state       reverted\n", "nacked      1\n", "a: too big", "started by  alice\n", "decisions:\n", " start ", "ticket 12", " revert ", " 1/2 reported, 1 nacked, 0 gone "} {
 		if !strings.Contains(out, w) {
 			t.Errorf("rollout status does not say %q:\n%s", w, out)
 		}
