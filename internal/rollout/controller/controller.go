@@ -416,7 +416,11 @@ func (c *Controller) Get(ctx context.Context, ns, id string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	return c.recordOf(ctx, st)
+	reports, err := c.cfg.Reports(ctx, ns)
+	if err != nil {
+		return Record{}, err
+	}
+	return c.recordOf(st, reports), nil
 }
 
 // List returns ns's rollouts' records, newest first.
@@ -425,26 +429,27 @@ func (c *Controller) List(ctx context.Context, ns string) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(all) == 0 {
+		return []Record{}, nil
+	}
+	// One read of the reports for every record: they are all ns's.
+	reports, err := c.cfg.Reports(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Record, 0, len(all))
 	for _, st := range all {
-		r, err := c.recordOf(ctx, st)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
+		out = append(out, c.recordOf(st, reports))
 	}
 	return out, nil
 }
 
-// recordOf returns st's record. An ended rollout's counts are those it
-// ended with, raised by the reports of its revisions heard since (a client
-// that served it and reports late still counts), never lowered (a server
-// that no longer hears some of its clients).
-func (c *Controller) recordOf(ctx context.Context, st *State) (Record, error) {
-	reports, err := c.cfg.Reports(ctx, st.Namespace)
-	if err != nil {
-		return Record{}, err
-	}
+// recordOf returns st's record, counted over reports (its namespace's).
+// An ended rollout's counts are those it ended with, raised by the
+// reports of its revisions heard since (a client that served it and
+// reports late still counts), never lowered (a server that no longer
+// hears some of its clients).
+func (c *Controller) recordOf(st *State, reports []Report) Record {
 	counts := c.counts(st, reports, c.cfg.Now())
 	if st.State != Running && st.Final != nil {
 		f := *st.Final
@@ -456,7 +461,7 @@ func (c *Controller) recordOf(ctx context.Context, st *State) (Record, error) {
 	if st.State != Running {
 		rec.Counts = counts
 	}
-	return rec, nil
+	return rec
 }
 
 // tallyOf counts reports into a tally of st. keep: remember each

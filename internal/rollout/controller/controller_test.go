@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -566,5 +567,45 @@ func TestSlowMemberIsNotGoneBeforeTheReportTimeout(t *testing.T) {
 	got, _ = c.Get(context.Background(), "app", rec.ID)
 	if got.State != Promoted || !strings.Contains(got.Decisions[1].Reason, "9 of 9 client(s) reported (1 gone)") {
 		t.Fatalf("past the report timeout: state %s, decisions %+v; want promoted without c000, counted gone", got.State, got.Decisions)
+	}
+}
+
+// TestListReadsReportsOnce: a namespace's list is counted over one read
+// of its reports, not one per record (up to 33 records, each read a
+// fetch of every server's summary).
+func TestListReadsReportsOnce(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	clients := ids(10)
+	f.apply(m, "app", clients, nil)
+	var reads atomic.Int32
+	c := New(Config{Store: m, Now: f.clock, Reports: func(ctx context.Context, ns string) ([]Report, error) {
+		reads.Add(1)
+		return f.Reports(ctx, ns)
+	}})
+	ctx := context.Background()
+	for i := range 3 {
+		rec, err := c.Start(ctx, "app", spec, "alice", fmt.Sprint("ticket ", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Abort(ctx, "app", rec.ID, "alice", "not today"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads.Store(0)
+	recs, err := c.List(ctx, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 || reads.Load() != 1 {
+		t.Fatalf("%d records over %d reads of the reports, want 3 over 1", len(recs), reads.Load())
+	}
+	for _, r := range recs {
+		if r.State != Reverted || r.Clients != len(clients) {
+			t.Errorf("record %+v: want reverted, counted over %d clients", r, len(clients))
+		}
+	}
+	if recs, err := c.List(ctx, "other"); err != nil || recs == nil || len(recs) != 0 {
+		t.Errorf("a namespace without rollouts: %v, %v; want an empty list", recs, err)
 	}
 }
