@@ -184,7 +184,9 @@ func attack(t *testing.T, target, name string, run func(f *fleet, stop <-chan st
 	t.Run(name, func(t *testing.T) {
 		var problems []string
 		for try := 1; try <= attackTries; try++ {
-			problems = attackOnce(t, target, run)
+			// A try of its own: its fleet (origin, relay, clients) stops
+			// before the next try starts, not beside it.
+			t.Run(fmt.Sprint("try-", try), func(t *testing.T) { problems = attackOnce(t, target, run) })
 			if len(problems) == 0 {
 				return
 			}
