@@ -92,7 +92,7 @@ func SendCohort(ctx context.Context, src CohortAcker, r *CohortReport) error {
 	}
 	body, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("transport: cohort report: %w", err)
+		return fmt.Errorf("cohort report: %w", err)
 	}
 	return src.AckCohort(ctx, r.RelayID, body)
 }
@@ -106,10 +106,10 @@ func SendCohort(ctx context.Context, src CohortAcker, r *CohortReport) error {
 // server what it reads.
 func CheckCohortReport(r *CohortReport) error {
 	if err := transport.ValidateClientID(r.RelayID); err != nil {
-		return fmt.Errorf("transport: cohort report's relay id: %w", err)
+		return fmt.Errorf("cohort report's relay id: %w", err)
 	}
 	if r.Epoch == "" || len(r.Epoch) > 64 {
-		return fmt.Errorf("transport: cohort report: an epoch must have 1..64 bytes")
+		return fmt.Errorf("cohort report: an epoch must have 1..64 bytes")
 	}
 	members, runs := 0, 0
 	seen := make(map[string]bool, len(r.Namespaces))
@@ -119,37 +119,37 @@ func CheckCohortReport(r *CohortReport) error {
 			return err
 		}
 		if seen[n.Namespace] {
-			return fmt.Errorf("transport: cohort report naming %q twice", n.Namespace)
+			return fmt.Errorf("cohort report naming %q twice", n.Namespace)
 		}
 		seen[n.Namespace] = true
 		if n.From < 0 || n.From+len(n.Members) > transport.MaxCohortSlots {
-			return fmt.Errorf("transport: cohort of %q: members from slot %d beyond the limit of %d slots", n.Namespace, n.From, transport.MaxCohortSlots)
+			return fmt.Errorf("cohort of %q: members from slot %d beyond the limit of %d slots", n.Namespace, n.From, transport.MaxCohortSlots)
 		}
 		for _, m := range n.Members {
 			if err := transport.ValidateClientID(m); err != nil {
-				return fmt.Errorf("transport: cohort of %q: a member: %w", n.Namespace, err)
+				return fmt.Errorf("cohort of %q: a member: %w", n.Namespace, err)
 			}
 		}
 		members += len(n.Members)
 		for j := range n.Outcomes {
 			o := &n.Outcomes[j]
 			if o.Revision < 0 {
-				return fmt.Errorf("transport: cohort of %q: negative revision %d", n.Namespace, o.Revision)
+				return fmt.Errorf("cohort of %q: negative revision %d", n.Namespace, o.Revision)
 			}
 			if o.Status != transport.AckApplied && o.Status != transport.AckRejected {
-				return fmt.Errorf("transport: cohort of %q: status %q (want %q or %q)", n.Namespace, o.Status, transport.AckApplied, transport.AckRejected)
+				return fmt.Errorf("cohort of %q: status %q (want %q or %q)", n.Namespace, o.Status, transport.AckApplied, transport.AckRejected)
 			}
 			if len(o.Error) > transport.MaxAckErrorBytes {
-				return fmt.Errorf("transport: cohort of %q: an error of more than %d bytes", n.Namespace, transport.MaxAckErrorBytes)
+				return fmt.Errorf("cohort of %q: an error of more than %d bytes", n.Namespace, transport.MaxAckErrorBytes)
 			}
 			if len(o.Runs)%2 != 0 || len(o.Runs) == 0 {
-				return fmt.Errorf("transport: cohort of %q: runs must be pairs of a slot and a count", n.Namespace)
+				return fmt.Errorf("cohort of %q: runs must be pairs of a slot and a count", n.Namespace)
 			}
 			next := 0
 			for k := 0; k < len(o.Runs); k += 2 {
 				first, count := o.Runs[k], o.Runs[k+1]
 				if first < next || count <= 0 || count > transport.MaxCohortSlots || first > transport.MaxCohortSlots-count {
-					return fmt.Errorf("transport: cohort of %q: run [%d, %d] out of order or out of range", n.Namespace, first, count)
+					return fmt.Errorf("cohort of %q: run [%d, %d] out of order or out of range", n.Namespace, first, count)
 				}
 				next = first + count
 			}
@@ -160,10 +160,10 @@ func CheckCohortReport(r *CohortReport) error {
 		}
 	}
 	if members > MaxCohortMembers {
-		return fmt.Errorf("transport: cohort report naming %d members (at most %d)", members, MaxCohortMembers)
+		return fmt.Errorf("cohort report naming %d members (at most %d)", members, MaxCohortMembers)
 	}
 	if runs > transport.MaxCohortRuns {
-		return fmt.Errorf("transport: cohort report of %d runs (at most %d)", runs, transport.MaxCohortRuns)
+		return fmt.Errorf("cohort report of %d runs (at most %d)", runs, transport.MaxCohortRuns)
 	}
 	return nil
 }
@@ -190,7 +190,7 @@ func checkCohortOverlap(n *CohortNamespace) error {
 		slices.SortFunc(spans, func(x, y [2]int) int { return cmp.Compare(x[0], y[0]) })
 		for k := 1; k < len(spans); k++ {
 			if spans[k][0] < spans[k-1][1] {
-				return fmt.Errorf("transport: cohort of %q: slot %d in two %s outcomes", n.Namespace, spans[k][0], status)
+				return fmt.Errorf("cohort of %q: slot %d in two %s outcomes", n.Namespace, spans[k][0], status)
 			}
 		}
 	}
