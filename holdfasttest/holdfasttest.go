@@ -410,8 +410,10 @@ func (s *Server) Close() error { return s.s.Close() }
 
 // Stop closes the listener and every connection at once, as a crash would:
 // the config plane goes down. The store is kept and the Go API keeps
-// working, so a test can publish while the server is down. Stopping a
-// stopped server does nothing.
+// working, so a test can publish while the server is down. On Linux the
+// stopped server keeps its port (bound, not listening: a dial is
+// refused), so that no other listener of the machine takes it before
+// Restart. Stopping a stopped server does nothing.
 func (s *Server) Stop() error { return s.s.Stop() }
 
 // Restart stops the server if it is running and listens again on the same

@@ -43,6 +43,7 @@ type Server struct {
 	mu     sync.Mutex
 	addr   string // fixed by the first listen, reused by Restart
 	closed bool
+	port   portKeeper // the port while stopped (port.go)
 }
 
 // Start starts a server listening on WithAddr's address (default a free
@@ -103,9 +104,9 @@ func Start(opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// listen serves on ln.
+// listen serves on ln, which keeps its port once closed.
 func (s *Server) listen(ln net.Listener) error {
-	if err := s.dp.Listen(ln); err != nil {
+	if err := s.dp.Listen(&keptListener{Listener: ln, keeper: &s.port}); err != nil {
 		_ = ln.Close()
 		return err
 	}
@@ -131,8 +132,9 @@ func (s *Server) Addr() string {
 // Stop closes the listener and every connection at once, as a crash would;
 // open streams end. The store is kept, and Go API calls keep working, so a
 // test can publish while the server is down. Stop waits for every handler
-// to return and every connection to be let go. Stopping a stopped server
-// does nothing.
+// to return and every connection to be let go. On Linux the port is kept
+// until Restart or Close (port.go). Stopping a stopped server does
+// nothing.
 func (s *Server) Stop() error { return s.dp.Stop() }
 
 // Restart stops the server if it is running and listens again on the same
@@ -149,7 +151,11 @@ func (s *Server) Restart() error {
 	if s.dp.Listening() { // a concurrent Restart won
 		return nil
 	}
-	ln, err := net.Listen("tcp", s.addr)
+	ln, err := net.Listen("tcp", s.addr) // the port kept does not stop it on Linux
+	s.port.let(false)
+	if err != nil { // a system where it does
+		ln, err = net.Listen("tcp", s.addr)
+	}
 	if err != nil {
 		return fmt.Errorf("fakeserver: listen: %w", err)
 	}
@@ -163,6 +169,7 @@ func (s *Server) Close() error {
 	already := s.closed
 	s.closed = true
 	s.mu.Unlock()
+	s.port.let(true)
 	if !already {
 		close(s.closing)
 		s.endLife()
