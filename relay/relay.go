@@ -476,7 +476,10 @@ func (r *Relay) Handler() http.Handler { return r.srv.Handler() }
 // ErrClosed if it was closed already). It serves with the defences of
 // holdfast relay's listeners: at most WithMaxConns connections open (one
 // past them is refused and the refusals logged), WithIdleTimeout, and
-// internal/listen's header, frame, stream and write bounds.
+// internal/listen's header, frame, stream and write bounds. It speaks
+// plaintext only: for TLS, serve Handler from an http.Server with a
+// TLSConfig (HTTP/2 through ALPN), as holdfast relay does; a
+// tls.Listener given to Serve would get HTTP/1.1 at best.
 func (r *Relay) Serve(ctx context.Context, l net.Listener) error {
 	if r.opts.maxConns > 0 {
 		l = listen.Limit(l, r.opts.maxConns, true, r.log.With("listener", "relay"))
