@@ -3,16 +3,13 @@ package fakeserver
 import (
 	"net"
 	"sync"
+
+	"github.com/holdfast-dev/holdfast/internal/portkeep"
 )
 
-// A stopped server keeps its port, so that Restart can listen on it
-// again. Without that, the kernel may hand the freed port to any other
-// listener of the machine that asks for a free one: a listen on
-// 127.0.0.1:0 took a given freed port 22 times in 100,000 here, and the
-// proxy suite's Restart once failed with "address already in use" (it
-// runs sixteen topologies side by side). While the server is down its
-// port is bound without a listener (reservePort): a dial is refused, as
-// after a crash, and no listen on port 0 or outgoing connection gets it.
+// A stopped server keeps its port (portkeep), so that Restart can listen
+// on it again, not fail with "address already in use" because another
+// listener of the machine was given it meanwhile.
 
 // portKeeper holds a stopped server's port until it listens again or
 // closes.
@@ -29,11 +26,11 @@ func (k *portKeeper) keep(addr net.Addr) {
 	if k.done || k.release != nil {
 		return
 	}
-	k.release = reservePort(addr)
+	k.release = portkeep.Keep(addr)
 }
 
-// let lets the port go (before a listen, which the reservation does not
-// stop, or for good when final).
+// let lets the port go (after a listen on it, which the keeping does not
+// stop on Linux, or for good when final).
 func (k *portKeeper) let(final bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

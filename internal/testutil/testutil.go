@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/portkeep"
 )
 
 // The interval between two checks of a condition starts at minPoll and
@@ -88,4 +90,17 @@ func describe(msgAndArgs []any) string {
 		return fmt.Sprintf(format, msgAndArgs[1:]...)
 	}
 	return fmt.Sprint(msgAndArgs...)
+}
+
+// LoopbackPort returns a port of 127.0.0.1 kept for tb (portkeep) until
+// it ends: a server or process the test starts on it, kills and starts
+// again finds it free each time, and a dial while none runs is refused.
+func LoopbackPort(tb testing.TB) int {
+	tb.Helper()
+	port, release, err := portkeep.Loopback()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(release)
+	return port
 }
