@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -19,16 +18,12 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
-// startServerProc starts `holdfast server` as a process on a free port
-// (the same port on restarts), with a short heartbeat and args.
+// startServerProc starts `holdfast server` as a process on a port kept
+// for the test (the same port on restarts), with a short heartbeat and
+// args.
 func startServerProc(t testing.TB, bin string, args ...string) *relayProc {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.LoopbackPort(t))
 	p := &relayProc{t: t, bin: bin, addr: addr, ready: "serving",
 		args: append([]string{"server", "-addr", addr, "-heartbeat", "200ms", "-log-format", "json"}, args...)}
 	p.start()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,18 +49,9 @@ func startEtcdCluster(t testing.TB, scheme string, extra func(member int) []stri
 			t.Skipf("%s: %v", msg, err)
 		}
 	}
-	var ports []int
-	var ls []net.Listener
+	var ports []int // kept for the test: a member restarted finds its own
 	for range 6 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close() // the members bind them next
+		ports = append(ports, testutil.LoopbackPort(t))
 	}
 	var initial, clients []string
 	for i := range 3 {

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -37,16 +37,11 @@ type relayProc struct {
 	logs   *logRecorder
 }
 
-// startRelayProc starts `holdfast relay -upstream upstream` on a free
-// port (then the same port on restarts), with a short heartbeat.
+// startRelayProc starts `holdfast relay -upstream upstream` on a port
+// kept for the test (the same port on restarts), with a short heartbeat.
 func startRelayProc(t testing.TB, bin, upstream string, extra ...string) *relayProc {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.LoopbackPort(t))
 	p := &relayProc{t: t, bin: bin, addr: addr,
 		args: append([]string{"relay", "-addr", addr, "-upstream", upstream, "-heartbeat", "200ms", "-log-format", "json"}, extra...)}
 	p.start()

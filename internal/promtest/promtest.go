@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -107,7 +106,7 @@ scrape_configs:
 	}
 	var errs []error
 	for attempt := range 5 {
-		port := freePort(t)
+		port := testutil.LoopbackPort(t) // Prometheus cannot listen on port 0
 		p := &Prometheus{URL: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{}), out: &lockedBuffer{}}
 		p.cmd = exec.Command(bin,
 			"--config.file="+config,
@@ -186,19 +185,6 @@ func (p *Prometheus) Stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
-}
-
-// freePort returns a loopback port free a moment ago: Prometheus's
-// address must be known before it listens, so a start that finds the
-// port taken retries on another.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 type lockedBuffer struct {

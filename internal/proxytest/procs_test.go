@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // needBinary returns the path of a proxy's binary. Without it the test is
@@ -121,18 +123,6 @@ func (c *certs) httpClient() *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// freePort returns a loopback port free a moment ago: nginx and HAProxy
-// cannot listen on port 0, so a start that finds it taken retries.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // proc is a proxy process run in the foreground on a loopback port.
 type proc struct {
 	t     testing.TB
@@ -146,14 +136,16 @@ type proc struct {
 	out  *bytes.Buffer
 }
 
-// startProc starts a proxy on a free port, retrying on another port when
-// it exits before it listens (the port was taken meanwhile).
+// startProc starts a proxy on a port kept for the test
+// (testutil.LoopbackPort: nginx and HAProxy cannot listen on port 0, and
+// a restart finds it free), retrying on another port when it exits
+// before it listens.
 func startProc(t testing.TB, name string, start func(port int) *exec.Cmd) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, start: start}
 	var err error
 	for range 5 {
-		p.port = freePort(t)
+		p.port = testutil.LoopbackPort(t)
 		if err = p.run(); err == nil {
 			t.Cleanup(p.stop)
 			return p

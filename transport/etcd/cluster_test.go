@@ -60,22 +60,13 @@ type cluster struct {
 	members []*member
 }
 
-// freePorts reserves n loopback ports (listening, then closing: the
-// members bind them next).
+// freePorts keeps n loopback ports for t (testutil.LoopbackPort): the
+// members bind them next, and again when restarted.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = testutil.LoopbackPort(t)
 	}
 	return ports
 }
