@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -590,15 +589,9 @@ func TestRolloutSpecErrors(t *testing.T) {
 	}
 }
 
-// deadURL is an http URL nothing answers at.
+// deadURL is an http URL nothing answers at (a port kept for t).
 func deadURL(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := "http://" + ln.Addr().String()
-	_ = ln.Close()
-	return u
+	return fmt.Sprintf("http://127.0.0.1:%d", testutil.LoopbackPort(t))
 }
 
 func TestRolloutHTTP(t *testing.T) {

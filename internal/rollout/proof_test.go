@@ -679,13 +679,9 @@ func TestProofRestartMidStage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// From disk alone: the server's port is closed.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + l.Addr().String()
-	l.Close()
+	// From disk alone: the server's port is closed (kept: nothing else
+	// listens there meanwhile).
+	dead := fmt.Sprintf("http://127.0.0.1:%d", testutil.LoopbackPort(t))
 	offline := startMember(t, dead, proofNS, outside, config.WithCacheDir(dir))
 	if got := offline.route(); got != baseRoute {
 		t.Fatalf("restarted outside the stage, from disk: route/a %s, want the base %s", got, baseRoute)

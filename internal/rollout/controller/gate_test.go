@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/gate"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // prom is a fake Prometheus query API whose reply a test sets.
@@ -63,12 +63,7 @@ func newGateTest(f *fleet, m *MemStore) *Controller {
 // documented decision: accepted (its grace starts).
 func TestGateRefusesTheStart(t *testing.T) {
 	p := newProm(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	_ = ln.Close() // nothing answers there
+	dead := fmt.Sprintf("http://127.0.0.1:%d", testutil.LoopbackPort(t)) // nothing answers there
 	for _, tc := range []struct {
 		name   string
 		url    string
