@@ -151,9 +151,9 @@ func (s *Server) Restart() error {
 	if s.dp.Listening() { // a concurrent Restart won
 		return nil
 	}
-	ln, err := net.Listen("tcp", s.addr) // the port kept does not stop it on Linux
+	ln, err := net.Listen("tcp", s.addr) // the port kept does not stop it (portkeep)
 	s.port.let(false)
-	if err != nil { // a system where it does
+	if err != nil { // a kernel where the kept port did: it is let go now
 		ln, err = net.Listen("tcp", s.addr)
 	}
 	if err != nil {
