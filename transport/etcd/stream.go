@@ -116,33 +116,11 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 
 	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"holdfast-watch", itoa(s.watchSeq.Add(1)))
-	var (
-		wch     clientv3.WatchChan
-		chc     chan clientv3.WatchChan
-		wcancel context.CancelFunc
-	)
-	// start opens the etcd watch from rev + 1. Its context is a child of
-	// wctx, with the same metadata: the etcd client puts it on the same
-	// gRPC stream while that is open. clientv3's Watch blocks until a member accepts the
-	// watch: it runs aside, so that the idle timeout holds meanwhile.
-	start := func(rev int64) {
-		var c context.Context
-		c, wcancel = context.WithCancel(wctx)
-		chc, wch = make(chan clientv3.WatchChan, 1), nil
-		ch := chc
-		go func() {
-			ch <- s.cli.Watch(c, KeyRoot, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
-		}()
-	}
-	// stop ends the current watch and waits for Watch to return.
-	stop := func() {
-		wcancel()
-		if wch == nil {
-			<-chc
-		}
-	}
-	start(st.pos)
-	defer func() { stop() }()
+	// The watch from rev + 1, on the gRPC stream wctx's metadata names
+	// (etcdWatch): a watch started again after a compaction goes on the
+	// same one while it is open.
+	w := s.startWatch(wctx, KeyRoot, clientv3.WithPrefix(), clientv3.WithRev(st.pos+1))
+	defer func() { s.stopWatch(w) }()
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -160,7 +138,7 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 					return fmt.Errorf("etcd: stream: %w: the store has revision %d of %q, the watch delivered nothing towards it for %v", transport.ErrStreamIdle, w.pending, w.ns, late.Round(time.Millisecond))
 				}
 			}
-			if wch == nil {
+			if w.ch == nil {
 				continue // not created yet
 			}
 			ok, err := s.streamCheck(ctx, st, handle)
@@ -170,8 +148,9 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 			if ok {
 				lastRecv = time.Now()
 			}
-		case wch = <-chc:
-		case resp, ok := <-wch:
+		case w.ch = <-w.chc:
+		case resp, ok := <-w.ch:
+			w.created = true
 			if !ok {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -184,8 +163,8 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 				return err
 			}
 			if restart {
-				stop()
-				start(st.minCursor(st.pos))
+				s.stopWatch(w)
+				w = s.startWatch(wctx, KeyRoot, clientv3.WithPrefix(), clientv3.WithRev(st.minCursor(st.pos)+1))
 			}
 		}
 	}

@@ -265,7 +265,12 @@ func TestE2EStreamTwentyNamespacesOneWatch(t *testing.T) {
 	for _, name := range all {
 		nstest.WaitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 1}), waitLimit)
 	}
-	testutil.Eventually(t, waitLimit, func() bool { return grpcCounts.open() == 1 }, "one gRPC watch stream open")
+	testutil.EventuallyNil(t, waitLimit, func() error {
+		if n := grpcCounts.open(); n != 1 {
+			return fmt.Errorf("%d open, %d opened, %d clientv3 Watch calls", n, grpcCounts.grpcStreams.Load(), grpcCounts.watches.calls.Load())
+		}
+		return nil
+	}, "one gRPC watch stream open")
 	snaps, watches, streams, last := spy.counts()
 	if watches != 0 {
 		t.Errorf("%d per-namespace watches; want 0 (all on the stream)", watches)

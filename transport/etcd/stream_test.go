@@ -528,3 +528,42 @@ func TestStreamThroughDroppedConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchEndedEarlyLeavesNoGRPCStream: streams and watches that end
+// before etcd has created their watch (as an SDK's stream does when
+// namespaces join right after it opened) leave no gRPC watch stream
+// open. clientv3 keeps one open for good when its only watch is
+// cancelled before creation; the Source cancels only after it
+// (etcdWatch). Without that, 20 of 20 stayed open.
+func TestWatchEndedEarlyLeavesNoGRPCStream(t *testing.T) {
+	cl := sharedCluster(t)
+	run := map[string]func(*etcd.Source, context.Context) error{
+		"stream": func(src *etcd.Source, ctx context.Context) error {
+			return src.WatchStream(ctx, transport.StreamRequest{Namespaces: []transport.WatchRequest{{Namespace: "early-end"}}},
+				func(transport.StreamEvent) error { return nil })
+		},
+		"watch": func(src *etcd.Source, ctx context.Context) error {
+			return src.Watch(ctx, transport.WatchRequest{Namespace: "early-end"}, func(transport.Event) error { return nil })
+		},
+	}
+	for name, watch := range run {
+		t.Run(name, func(t *testing.T) {
+			src, counts := countedSource(t, cl)
+			for range 20 {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- watch(src, ctx) }()
+				cancel() // at once: most often before etcd created the watch
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+			testutil.EventuallyNil(t, waitLimit, func() error {
+				if n := counts.open(); n != 0 {
+					return fmt.Errorf("%d of %d gRPC watch streams still open", n, counts.grpcStreams.Load())
+				}
+				return nil
+			}, "no gRPC watch stream left open")
+		})
+	}
+}

@@ -93,20 +93,8 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"holdfast-watch", itoa(s.watchSeq.Add(1)))
 	w := &watchState{ns: req.Namespace, prefix: Prefix(req.Namespace), since: req.Since, cursor: req.Since}
-	// clientv3's Watch blocks until a member accepts the watch: call it
-	// aside, so that the idle timeout holds while no member is reachable.
-	chc := make(chan clientv3.WatchChan, 1)
-	go func() {
-		chc <- s.cli.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(req.Since+1),
-			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
-	}()
-	var wch clientv3.WatchChan
-	defer func() {
-		cancel()
-		if wch == nil {
-			<-chc
-		}
-	}()
+	ew := s.startWatch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(req.Since+1), clientv3.WithProgressNotify())
+	defer s.stopWatch(ew)
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -124,7 +112,7 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 					return fmt.Errorf("etcd: watch of %q: %w: the store has revision %d of the namespace, the watch delivered nothing towards it for %v", w.ns, transport.ErrStreamIdle, w.pending, late.Round(time.Millisecond))
 				}
 			}
-			if wch == nil {
+			if ew.ch == nil {
 				continue // not created yet
 			}
 			if !s.opts.progressRequests || !w.notified && w.asked {
@@ -148,8 +136,9 @@ func (s *Source) Watch(ctx context.Context, req transport.WatchRequest, handle f
 				s.log.Debug("etcd: progress request failed", "ns", w.ns, "err", err)
 			}
 			rcancel()
-		case wch = <-chc:
-		case resp, ok := <-wch:
+		case ew.ch = <-ew.chc:
+		case resp, ok := <-ew.ch:
+			ew.created = true
 			if !ok {
 				if ctx.Err() != nil {
 					return ctx.Err()
