@@ -81,7 +81,10 @@ func TestRelayLingersThenLetsGo(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
-	if got := followed(); got != "passing,pinned" {
+	// Served, so followed: the check below is of what comes after. Under
+	// load the linger may already have passed here (CI once saw
+	// "pinned" alone, after a 2.4 s join); pinned stays either way.
+	if got := followed(); got != "passing,pinned" && got != "pinned" {
 		t.Fatalf("followed %q", got)
 	}
 	testutil.Eventually(t, waitLimit, func() bool { return followed() == "pinned" }, "passing dropped after the linger")
