@@ -119,8 +119,8 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 	// The watch from rev + 1, on the gRPC stream wctx's metadata names
 	// (etcdWatch): a watch started again after a compaction goes on the
 	// same one while it is open.
-	w := s.startWatch(wctx, KeyRoot, clientv3.WithPrefix(), clientv3.WithRev(st.pos+1))
-	defer func() { s.stopWatch(w) }()
+	ew := s.startWatch(wctx, KeyRoot, clientv3.WithPrefix(), clientv3.WithRev(st.pos+1))
+	defer func() { s.stopWatch(ew) }()
 
 	ticker := time.NewTicker(s.opts.heartbeat)
 	defer ticker.Stop()
@@ -138,7 +138,7 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 					return fmt.Errorf("etcd: stream: %w: the store has revision %d of %q, the watch delivered nothing towards it for %v", transport.ErrStreamIdle, w.pending, w.ns, late.Round(time.Millisecond))
 				}
 			}
-			if w.ch == nil {
+			if ew.ch == nil {
 				continue // not created yet
 			}
 			ok, err := s.streamCheck(ctx, st, handle)
@@ -148,9 +148,9 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 			if ok {
 				lastRecv = time.Now()
 			}
-		case w.ch = <-w.chc:
-		case resp, ok := <-w.ch:
-			w.created = true
+		case ew.ch = <-ew.chc:
+		case resp, ok := <-ew.ch:
+			ew.created = true
 			if !ok {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -163,8 +163,8 @@ func (s *Source) WatchStream(ctx context.Context, req transport.StreamRequest, h
 				return err
 			}
 			if restart {
-				s.stopWatch(w)
-				w = s.startWatch(wctx, KeyRoot, clientv3.WithPrefix(), clientv3.WithRev(st.minCursor(st.pos)+1))
+				s.stopWatch(ew)
+				ew = s.startWatch(wctx, KeyRoot, clientv3.WithPrefix(), clientv3.WithRev(st.minCursor(st.pos)+1))
 			}
 		}
 	}
