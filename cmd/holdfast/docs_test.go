@@ -3,6 +3,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,8 +20,10 @@ import (
 // route is registered by some handler (with the method the doc gives),
 // each test, benchmark and fuzz target cited is a func of some _test.go
 // (in the file or package the doc names beside it, if it names one), and
-// each file a link or a code span names exists. It reads files only: no
-// network, no process.
+// each file or folder a link or a code span names exists, and each Go
+// identifier of the repository's packages the code names
+// (`relay.WithTokens`, `access.Tokens.AuthenticateRequest`) is declared.
+// It reads files only: no network, no process.
 func TestDocsMatchTheCode(t *testing.T) {
 	root := repoRoot(t)
 	docs := readDocs(t, root)
@@ -50,6 +55,11 @@ func TestDocsMatchTheCode(t *testing.T) {
 	})
 	t.Run("paths", func(t *testing.T) {
 		for _, p := range checkPaths(docs, root) {
+			t.Error(p)
+		}
+	})
+	t.Run("identifiers", func(t *testing.T) {
+		for _, p := range checkIdentifiers(t, docs, root) {
 			t.Error(p)
 		}
 	})
@@ -702,6 +712,9 @@ var (
 	// filePathRE is a code span that names a file of the repository by
 	// its path from the root: config/alloc_test.go.
 	filePathRE = regexp.MustCompile(`^[a-z][\w.-]*(?:/[\w.-]+)+\.(?:go|md|json|ya?ml|mod)$`)
+	// dirPathRE is a code span that may name a folder of the repository
+	// (internal/gate), if its first element is one of the root's.
+	dirPathRE = regexp.MustCompile(`^([a-z][\w-]*)(?:/[\w-]+)+/?$`)
 )
 
 // checkPaths checks that each relative link of the docs (from the doc's
@@ -722,12 +735,143 @@ func checkPaths(docs []*doc, root string) []string {
 			}
 		}
 		for _, s := range d.code {
-			if s.span && filePathRE.MatchString(s.text) {
-				if _, err := os.Stat(filepath.Join(root, s.text)); err != nil {
-					problems = append(problems, fmt.Sprintf("%s: `%s`: no such file", d.at(s.line), s.text))
+			if !s.span {
+				continue
+			}
+			m := dirPathRE.FindStringSubmatch(s.text)
+			if !filePathRE.MatchString(s.text) && (m == nil || !isDir(filepath.Join(root, m[1]))) {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(root, s.text)); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: `%s`: no such file or folder", d.at(s.line), s.text))
+			}
+		}
+	}
+	return problems
+}
+
+// identRE is a qualified Go identifier in a doc's code: pkg.Name, or
+// pkg.Type.Member.
+var identRE = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.([A-Z]\w*)(?:\.([A-Z]\w*))?(\*?)`)
+
+// packageRE is a Go file's package clause.
+var packageRE = regexp.MustCompile(`(?m)^package (\w+)`)
+
+// checkIdentifiers checks each pkg.Name (or pkg.Type.Member) in the docs'
+// code whose pkg is the name of one of the repository's packages (not
+// main): one package of that name must declare Name (Type, with its
+// method or field Member).
+func checkIdentifiers(t *testing.T, docs []*doc, root string) []string {
+	t.Helper()
+	decls := map[string]map[string]bool{} // package name: its declarations, "Name" and "Type.Member"
+	walkGo(t, root, func(path string, test bool, src string) {
+		m := packageRE.FindStringSubmatch(src)
+		if test || m == nil || m[1] == "main" || strings.Contains(path, "/testdata/") {
+			return
+		}
+		names := decls[m[1]]
+		if names == nil {
+			names = map[string]bool{}
+			decls[m[1]] = names
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, src, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		addDecls(f, names)
+	})
+	var problems []string
+	for _, d := range docs {
+		for _, s := range d.code {
+			for _, m := range identRE.FindAllStringSubmatch(s.text, -1) {
+				names, ok := decls[m[1]]
+				if !ok || m[4] != "" {
+					continue // not a package of the repository (http.Handler), or a pattern (transport.Default*)
+				}
+				name := m[2]
+				if m[3] != "" && names[m[2]+"."+m[3]] {
+					continue
+				}
+				if !names[name] {
+					problems = append(problems, fmt.Sprintf("%s: `%s`: package %s declares no %s", d.at(s.line), s.text, m[1], name))
+				} else if m[3] != "" && !names[name+"."+m[3]] && isTypeName(names, name) {
+					problems = append(problems, fmt.Sprintf("%s: `%s`: %s.%s has no method or field %s", d.at(s.line), s.text, m[1], name, m[3]))
 				}
 			}
 		}
 	}
 	return problems
 }
+
+// addDecls adds a file's top-level declarations to names: functions,
+// types, variables and constants by name, and each type's methods, struct
+// fields and interface methods as "Type.Member". A type is also marked
+// "Type." so that a member of it can be told from a value's (pkg.Var.Field).
+func addDecls(f *ast.File, names map[string]bool) {
+	for _, decl := range f.Decls {
+		switch decl := decl.(type) {
+		case *ast.FuncDecl:
+			if decl.Recv == nil || len(decl.Recv.List) == 0 {
+				names[decl.Name.Name] = true
+				continue
+			}
+			typ := decl.Recv.List[0].Type
+			if star, ok := typ.(*ast.StarExpr); ok {
+				typ = star.X
+			}
+			switch x := typ.(type) {
+			case *ast.IndexExpr: // a generic type's method
+				typ = x.X
+			case *ast.IndexListExpr:
+				typ = x.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				names[id.Name+"."+decl.Name.Name] = true
+			}
+		case *ast.GenDecl:
+			for _, spec := range decl.Specs {
+				switch spec := spec.(type) {
+				case *ast.TypeSpec:
+					names[spec.Name.Name] = true
+					names[spec.Name.Name+"."] = true
+					var fields *ast.FieldList
+					switch typ := spec.Type.(type) {
+					case *ast.StructType:
+						fields = typ.Fields
+					case *ast.InterfaceType:
+						fields = typ.Methods
+					}
+					if fields == nil {
+						continue
+					}
+					for _, field := range fields.List {
+						for _, n := range field.Names {
+							names[spec.Name.Name+"."+n.Name] = true
+						}
+						if len(field.Names) == 0 { // embedded: its name is its type's
+							typ := field.Type
+							if star, ok := typ.(*ast.StarExpr); ok {
+								typ = star.X
+							}
+							switch x := typ.(type) {
+							case *ast.Ident:
+								names[spec.Name.Name+"."+x.Name] = true
+							case *ast.SelectorExpr:
+								names[spec.Name.Name+"."+x.Sel.Name] = true
+							}
+						}
+					}
+				case *ast.ValueSpec:
+					for _, n := range spec.Names {
+						names[n.Name] = true
+					}
+				}
+			}
+		}
+	}
+}
+
+// isTypeName says whether name is a type: pkg.Type.Member must then be
+// one of its members; of a variable or constant, the member is not
+// checked.
+func isTypeName(names map[string]bool, name string) bool { return names[name+"."] }
