@@ -27,13 +27,14 @@ import (
 func TestDocsMatchTheCode(t *testing.T) {
 	root := repoRoot(t)
 	docs := readDocs(t, root)
+	files := readGo(t, root)
 	t.Run("flags", func(t *testing.T) {
 		for _, p := range checkFlags(docs) {
 			t.Error(p)
 		}
 	})
 	t.Run("routes", func(t *testing.T) {
-		routes := codeRoutes(t, root)
+		routes := codeRoutes(files)
 		if len(routes) == 0 {
 			t.Fatal("found no route registered in the code")
 		}
@@ -42,11 +43,11 @@ func TestDocsMatchTheCode(t *testing.T) {
 		}
 	})
 	t.Run("tests", func(t *testing.T) {
-		tests := codeTests(t, root)
+		tests := codeTests(t, files)
 		for _, p := range checkTestNames(docs, tests, root) {
 			t.Error(p)
 		}
-		for _, p := range checkSuiteCases(docs, suiteCases(t, root)) {
+		for _, p := range checkSuiteCases(docs, suiteCases(t, files)) {
 			t.Error(p)
 		}
 		for _, p := range checkGoTestPatterns(docs, tests) {
@@ -59,7 +60,7 @@ func TestDocsMatchTheCode(t *testing.T) {
 		}
 	})
 	t.Run("identifiers", func(t *testing.T) {
-		for _, p := range checkIdentifiers(t, docs, root) {
+		for _, p := range checkIdentifiers(t, docs, files) {
 			t.Error(p)
 		}
 	})
@@ -316,19 +317,18 @@ var (
 // codeRoutes collects the routes the repository's non-test Go files
 // register. The handlers are read as text, not run: the patterns are what
 // the docs name, wherever a handler is declared.
-func codeRoutes(t *testing.T, root string) []route {
-	t.Helper()
+func codeRoutes(files []goFile) []route {
 	var srcs []string
 	consts := map[string]string{}
-	walkGo(t, root, func(path string, test bool, src string) {
-		if test {
-			return
+	for _, f := range files {
+		if f.test {
+			continue
 		}
-		srcs = append(srcs, src)
-		for _, m := range pathConstRE.FindAllStringSubmatch(src, -1) {
+		srcs = append(srcs, f.src)
+		for _, m := range pathConstRE.FindAllStringSubmatch(f.src, -1) {
 			consts[m[1]] = m[2]
 		}
-	})
+	}
 	var routes []route
 	for _, src := range srcs {
 		for _, m := range routeLitRE.FindAllStringSubmatch(src, -1) {
@@ -458,17 +458,17 @@ var testFuncRE = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)\
 
 // codeTests maps each test func of the repository to the _test.go files
 // (relative to root) that declare it.
-func codeTests(t *testing.T, root string) map[string][]string {
+func codeTests(t *testing.T, files []goFile) map[string][]string {
 	t.Helper()
 	tests := map[string][]string{}
-	walkGo(t, root, func(path string, test bool, src string) {
-		if !test {
-			return
+	for _, f := range files {
+		if !f.test {
+			continue
 		}
-		for _, m := range testFuncRE.FindAllStringSubmatch(src, -1) {
-			tests[m[1]] = append(tests[m[1]], path)
+		for _, m := range testFuncRE.FindAllStringSubmatch(f.src, -1) {
+			tests[m[1]] = append(tests[m[1]], f.path)
 		}
-	})
+	}
 	if len(tests) == 0 {
 		t.Fatal("found no test func in the repository")
 	}
@@ -529,14 +529,17 @@ var (
 
 // suiteCases returns the names the suite's Go files quote: its cases'
 // names are among them.
-func suiteCases(t *testing.T, root string) map[string]bool {
+func suiteCases(t *testing.T, files []goFile) map[string]bool {
 	t.Helper()
 	cases := map[string]bool{}
-	walkGo(t, filepath.Join(root, suiteDir), func(_ string, _ bool, src string) {
-		for _, m := range quotedNameRE.FindAllStringSubmatch(src, -1) {
+	for _, f := range files {
+		if !strings.HasPrefix(f.path, suiteDir+"/") {
+			continue
+		}
+		for _, m := range quotedNameRE.FindAllStringSubmatch(f.src, -1) {
 			cases[m[1]] = true
 		}
-	})
+	}
 	if len(cases) == 0 {
 		t.Fatalf("found no case in %s", suiteDir)
 	}
@@ -675,11 +678,18 @@ func isDir(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// walkGo calls fn with each .go file under root (its path relative to
-// root, whether it is a _test.go, its text), skipping hidden directories
-// and testdata.
-func walkGo(t *testing.T, root string, fn func(path string, test bool, src string)) {
+// A goFile is one .go file of the repository.
+type goFile struct {
+	path string // from the root, e.g. "config/e2e_test.go"
+	test bool   // a _test.go
+	src  string
+}
+
+// readGo reads every .go file under root, but for hidden folders and
+// testdata.
+func readGo(t *testing.T, root string) []goFile {
 	t.Helper()
+	var files []goFile
 	err := filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -698,12 +708,13 @@ func walkGo(t *testing.T, root string, fn func(path string, test bool, src strin
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
-		fn(filepath.ToSlash(rel), strings.HasSuffix(path, "_test.go"), string(data))
+		files = append(files, goFile{path: filepath.ToSlash(rel), test: strings.HasSuffix(path, "_test.go"), src: string(data)})
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return files
 }
 
 var (
@@ -761,25 +772,25 @@ var packageRE = regexp.MustCompile(`(?m)^package (\w+)`)
 // code whose pkg is the name of one of the repository's packages (not
 // main): one package of that name must declare Name (Type, with its
 // method or field Member).
-func checkIdentifiers(t *testing.T, docs []*doc, root string) []string {
+func checkIdentifiers(t *testing.T, docs []*doc, files []goFile) []string {
 	t.Helper()
 	decls := map[string]map[string]bool{} // package name: its declarations, "Name" and "Type.Member"
-	walkGo(t, root, func(path string, test bool, src string) {
-		m := packageRE.FindStringSubmatch(src)
-		if test || m == nil || m[1] == "main" || strings.Contains(path, "/testdata/") {
-			return
+	for _, file := range files {
+		m := packageRE.FindStringSubmatch(file.src)
+		if file.test || m == nil || m[1] == "main" {
+			continue
 		}
 		names := decls[m[1]]
 		if names == nil {
 			names = map[string]bool{}
 			decls[m[1]] = names
 		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, src, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(token.NewFileSet(), file.path, file.src, parser.SkipObjectResolution)
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			t.Fatalf("%s: %v", file.path, err)
 		}
 		addDecls(f, names)
-	})
+	}
 	var problems []string
 	for _, d := range docs {
 		for _, s := range d.code {
