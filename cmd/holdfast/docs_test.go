@@ -15,7 +15,8 @@ import (
 )
 
 // TestDocsMatchTheCode reads README.md and docs/*.md and checks what they
-// name against the code: each flag of a `holdfast` command exists on that
+// name against the code (and the flags and routes of the command's own
+// help texts and package doc): each flag of a `holdfast` command exists on that
 // command's FlagSet (as registered in commands), each /control/ and /sdk/
 // route is registered by some handler (with the method the doc gives),
 // each test, benchmark and fuzz target cited is a func of some _test.go
@@ -28,8 +29,9 @@ func TestDocsMatchTheCode(t *testing.T) {
 	root := repoRoot(t)
 	docs := readDocs(t, root)
 	files := readGo(t, root)
+	helps := append(helpDocs(), packageDoc(t))
 	t.Run("flags", func(t *testing.T) {
-		for _, p := range checkFlags(docs) {
+		for _, p := range checkFlags(append(docs, helps...)) {
 			t.Error(p)
 		}
 	})
@@ -38,7 +40,7 @@ func TestDocsMatchTheCode(t *testing.T) {
 		if len(routes) == 0 {
 			t.Fatal("found no route registered in the code")
 		}
-		for _, p := range checkRoutes(docs, routes) {
+		for _, p := range checkRoutes(append(docs, helps...), routes) {
 			t.Error(p)
 		}
 	})
@@ -115,6 +117,40 @@ func readDocs(t *testing.T, root string) []*doc {
 		docs = append(docs, parseDoc(filepath.ToSlash(rel), string(data)))
 	}
 	return docs
+}
+
+// helpDocs are the texts of `holdfast help COMMAND`, each of whose lines
+// may be a command line.
+func helpDocs() []*doc {
+	var docs []*doc
+	for _, c := range commands() {
+		d := &doc{name: "holdfast help " + c.name, lines: strings.Split(c.doc, "\n")}
+		for i, l := range d.lines {
+			d.code = append(d.code, snippet{line: i + 1, text: strings.TrimSpace(l)})
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// packageDoc is this command's package comment (main.go), each of whose
+// lines may be a command line.
+func packageDoc(t *testing.T) *doc {
+	t.Helper()
+	data, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &doc{name: "cmd/holdfast/main.go"}
+	for i, l := range strings.Split(string(data), "\n") {
+		text, ok := strings.CutPrefix(l, "//")
+		if !ok {
+			break
+		}
+		d.lines = append(d.lines, text)
+		d.code = append(d.code, snippet{line: i + 1, text: strings.TrimSpace(text)})
+	}
+	return d
 }
 
 // spanRE is an inline code span of single backticks, which may wrap onto
