@@ -25,7 +25,7 @@
 // files change (the pair in use is kept until a new one parses and
 // matches), session tickets on (a reconnect storm resumes sessions), and
 // with client CAs mutual TLS: a caller's verified certificate subject is
-// its identity (access.PeerIdentity).
+// its identity (peer.FromContext).
 //
 // Without TLS, a listener on an address other than loopback needs
 // Config.Plaintext, and Listen says so in a warning; a request with an
