@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -26,7 +27,7 @@ func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
-	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Minute))
+	c := sdksuite.NewClient(t, sdksuite.Source(lagging), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Minute))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	ns, err := c.Namespace(ctx, "fc", config.FailClosed(), config.MaxStaleness(time.Minute))
@@ -54,7 +55,7 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 	t.Run("fail-closed", func(t *testing.T) {
 		dir := t.TempDir()
 		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
-		c := sourceClient(t, down, config.WithCacheDir(dir))
+		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		ns, err := c.Namespace(ctx, "future", config.FailClosed(), config.MaxStaleness(time.Minute))
@@ -68,8 +69,8 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 	t.Run("fail-open", func(t *testing.T) {
 		dir := t.TempDir()
 		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
-		c := sourceClient(t, down, config.WithCacheDir(dir))
-		ns := open(t, c, "future", config.MaxStaleness(time.Minute))
+		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
+		ns := sdksuite.Open(t, c, "future", config.MaxStaleness(time.Minute))
 		st := ns.Status()
 		if ns.String("k", "") != "v" || st.State != config.StateBreached {
 			t.Errorf("fail-open serves %q, %v; want the file, Breached (age unknown)", ns.String("k", ""), st.State)
@@ -84,7 +85,7 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 	t.Run("within tolerance", func(t *testing.T) {
 		dir := t.TempDir()
 		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Second))
-		c := sourceClient(t, down, config.WithCacheDir(dir))
+		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		if _, err := c.Namespace(ctx, "future", config.FailClosed(), config.MaxStaleness(time.Minute)); err != nil {
@@ -98,8 +99,8 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 // other wrote r3. Its Close must not put r1 back. Before: the last writer
 // won, whatever its revision.
 func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "shared", map[string]any{"k": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "shared", map[string]any{"k": 1})
 	dir := t.TempDir()
 	// A replica cut off from the origin: it serves r1 and keeps
 	// confirming it, so Close has a newer confirmation of r1 to persist.
@@ -122,15 +123,15 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 			}
 		},
 	}
-	old := sourceClient(t, partitioned, config.WithCacheDir(dir))
-	oldNS := open(t, old, "shared")
+	old := sdksuite.NewClient(t, sdksuite.Source(partitioned), config.WithCacheDir(dir))
+	oldNS := sdksuite.Open(t, old, "shared")
 	d := openCacheDir(t, dir)
 	testutil.Eventually(t, waitLimit, func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == 1 }, "r1 on disk")
 
-	publish(t, srv, "shared", map[string]any{"k": 2})
-	last := publish(t, srv, "shared", map[string]any{"k": 3})
-	current := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	nstest.WaitRevision(t, open(t, current, "shared"), last, waitLimit)
+	sdksuite.Publish(t, srv, "shared", map[string]any{"k": 2})
+	last := sdksuite.Publish(t, srv, "shared", map[string]any{"k": 3})
+	current := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
+	nstest.WaitRevision(t, sdksuite.Open(t, current, "shared"), last, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == last }, "r3 on disk")
 
 	mark := time.Now()
@@ -189,8 +190,8 @@ func TestCloseDoesNotRewriteAnUnconfirmedFile(t *testing.T) {
 	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
-	c := sourceClient(t, down, config.WithCacheDir(dir))
-	ns := open(t, c, "uc")
+	c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, c, "uc")
 	if ns.String("k", "") != "old store" {
 		t.Fatalf("serves %q; want the file", ns.String("k", ""))
 	}
@@ -260,7 +261,7 @@ func TestFileFailingTheSchemaKeepsItsFloor(t *testing.T) {
 	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: values(t, map[string]string{"k": `"r2"`, "n": `1`})}, nil
 	}}
-	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
+	c := sdksuite.NewClient(t, sdksuite.Source(lagging), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	ns, err := c.Namespace(ctx, "strict", config.Schema([]byte(`{"type":"object","required":["n"]}`)))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/wire"
@@ -59,21 +60,6 @@ func rawObject(kv map[string]string) json.RawMessage {
 		panic(err)
 	}
 	return obj
-}
-
-func sourceClient(t *testing.T, src transport.Source, opts ...config.Option) *config.Client {
-	t.Helper()
-	base := []config.Option{
-		config.WithSource(src),
-		config.WithLogger(testLogger(t)),
-		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
-	}
-	c, err := config.New(append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // openCacheDir opens dir as a cache directory, as another process would.
@@ -125,8 +111,8 @@ func TestFreshNeedsARecentConfirmation(t *testing.T) {
 		},
 	}
 	const idle = 200 * time.Millisecond
-	c := sourceClient(t, src, config.WithStreamIdleTimeout(idle))
-	ns := open(t, c, "quiet")
+	c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithStreamIdleTimeout(idle))
+	ns := sdksuite.Open(t, c, "quiet")
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
@@ -151,8 +137,8 @@ func TestFreshNeedsARecentConfirmation(t *testing.T) {
 // QuietLimit deadlocks the namespace (and Close).
 func TestQuietLimitIsNotAskedUnderTheNamespaceLock(t *testing.T) {
 	src := &lockingSource{lock: make(chan struct{}, 1)}
-	c := sourceClient(t, src)
-	ns := open(t, c, "locking")
+	c := sdksuite.NewClient(t, sdksuite.Source(src))
+	ns := sdksuite.Open(t, c, "locking")
 	mark := time.Now()
 	confirmed := testutil.Wait(5*time.Second, func() bool {
 		return ns.Status().LastConfirmed.After(mark.Add(100*time.Millisecond)) || src.deadlock.Load()
@@ -221,7 +207,7 @@ func TestResnapshotAtOnceIsNoHotLoop(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			src := &funcSource{snapshot: tt.snapshot, watch: tt.watch}
-			c, err := config.New(config.WithSource(src), config.WithLogger(testLogger(t)),
+			c, err := config.New(config.WithSource(src), config.WithLogger(sdksuite.Logger(t)),
 				config.WithReconnectBackoff(50*time.Millisecond, 50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -250,8 +236,8 @@ func TestSourceAnsweringNothingIsAnError(t *testing.T) {
 	writeCacheFile(t, dir, "nil", 3, map[string]string{"k": "v"}, time.Now())
 	for _, err := range []error{nil, transport.ErrNotModified} {
 		src := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return nil, err }}
-		c := sourceClient(t, src, config.WithCacheDir(dir))
-		ns := open(t, c, "nil")
+		c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithCacheDir(dir))
+		ns := sdksuite.Open(t, c, "nil")
 		testutil.Eventually(t, waitLimit, func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrMalformed) }, "the error in Status")
 		if err := c.Close(); err != nil {
 			t.Fatal(err)

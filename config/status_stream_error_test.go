@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -32,8 +33,8 @@ func TestMalformedStreamErrorIsPastAfterConfirmation(t *testing.T) {
 			return ctx.Err()
 		},
 	}
-	c := sourceClient(t, src)
-	ns := open(t, c, "q")
+	c := sdksuite.NewClient(t, sdksuite.Source(src))
+	ns := sdksuite.Open(t, c, "q")
 	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		return errors.Is(st.LastError.Err, transport.ErrMalformed) && st.LastConfirmed.After(st.LastError.Time)
