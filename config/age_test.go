@@ -46,12 +46,12 @@ func TestCutOffRelayGoesStaleThenBreached(t *testing.T) {
 	cutAt := time.Now()
 	ageNow := func() int64 { return time.Since(cutAt).Milliseconds() }
 	var sent atomic.Int64
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2,
 				Values: rawObject(map[string]string{"k": "v"}), AgeMillis: ageNow()}, nil
 		},
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			beat := time.NewTicker(20 * time.Millisecond) // the relay's heartbeat
 			defer beat.Stop()
 			for {
@@ -115,8 +115,8 @@ func TestFirstAnswerThroughACutOffRelay(t *testing.T) {
 		{"older than MaxStaleness", 90 * time.Second, true, time.Minute, config.StateBreached},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := &funcSource{
-				snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+			src := &sdksuite.FuncSource{
+				SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 					return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 7, Cursor: 9,
 						Values: rawObject(map[string]string{"k": "v"}), AgeMillis: tc.age.Milliseconds(), Unconfirmed: tc.unconfirmed}, nil
 				},
@@ -200,12 +200,12 @@ func TestStreamProgressAgeReachesEveryNamespace(t *testing.T) {
 // the confirmation moves back.
 func TestReplayedBacklogIsDatedByTheProgressAfterIt(t *testing.T) {
 	const age = 30 * time.Second
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1,
 				Values: rawObject(map[string]string{"k": "1"})}, nil
 		},
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			if req.Since < 2 {
 				cs := &transport.ChangeSet{Namespace: req.Namespace, StoreID: "s1", Revision: 2, PrevRevision: 1, Puts: rawValues(map[string]string{"k": "2"})}
 				if err := handle(transport.Event{Change: cs}); err != nil {
@@ -238,8 +238,8 @@ func TestReplayedBacklogIsDatedByTheProgressAfterIt(t *testing.T) {
 func TestLastGoodFileKeepsTheTrueAge(t *testing.T) {
 	const age = 90 * time.Second
 	dir := t.TempDir()
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 4, Cursor: 4,
 				Values: rawObject(map[string]string{"k": "v"}), AgeMillis: age.Milliseconds(), Unconfirmed: true}, nil
 		},
@@ -256,7 +256,7 @@ func TestLastGoodFileKeepsTheTrueAge(t *testing.T) {
 	}
 	near(t, "the file's ConfirmedAt", rec.ConfirmedAt, opened.Add(-age), 0, 5*time.Second)
 
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
 	c2 := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))

@@ -86,13 +86,13 @@ func TestNoCallbackForWhatHappenedBeforeSubscribing(t *testing.T) {
 	var early, earlyStatus int
 	for i := range rounds {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "fc", 4, map[string]string{"k": "file"}, time.Now().Add(-time.Hour))
+		sdksuite.WriteCacheFile(t, dir, "fc", "s1", 4, map[string]string{"k": "file"}, time.Now().Add(-time.Hour))
 		next := make(chan struct{})
-		src := &funcSource{
-			snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+		src := &sdksuite.FuncSource{
+			SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 				return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 5, Cursor: 5, Values: rawObject(map[string]string{"k": "net5"})}, nil
 			},
-			watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+			WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 				select {
 				case <-next:
 				case <-ctx.Done():

@@ -45,8 +45,8 @@ func TestCheckReadyIsNotReadyOnDefaults(t *testing.T) {
 // sets.
 func TestCheckReadyRefusesDataOfUnknownAge(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
 	c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))

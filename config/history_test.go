@@ -22,8 +22,8 @@ import (
 // then it is new history: the floor resets and it is served.
 func TestOlderSnapshotTakenAfterTheRewriteGrace(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
-	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "rw", "s1", 5, map[string]string{"k": "r5"}, time.Now())
+	restored := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
 	const grace = 400 * time.Millisecond
@@ -69,15 +69,15 @@ func TestOlderSnapshotTakenAfterTheRewriteGrace(t *testing.T) {
 // linearizable snapshot behind the floor is new history at once.
 func TestLinearizableSnapshotProvesRewrittenHistory(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
-	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "rw", "s1", 5, map[string]string{"k": "r5"}, time.Now())
+	restored := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Linearizable: true,
 			Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
 	c := sdksuite.NewClient(t, sdksuite.Source(restored), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
 	ns := sdksuite.Open(t, c, "rw")
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Revision() == 2 && ns.String("k", "") == "r2" }, "the restored revision")
-	if n := restored.snapshots.Load(); n != 1 {
+	if n := restored.Snapshots(); n != 1 {
 		t.Errorf("%d snapshots; want the first one taken at once", n)
 	}
 }
@@ -213,10 +213,10 @@ func values(t *testing.T, kv map[string]string) json.RawMessage {
 // the new history for the grace.
 func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "rr", 5, map[string]string{"k": "r5"}, time.Now())
+	sdksuite.WriteCacheFile(t, dir, "rr", "s1", 5, map[string]string{"k": "r5"}, time.Now())
 	var snaps atomic.Int64
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			if snaps.Add(1) == 1 { // the restored store's first answer: fails the schema
 				return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Linearizable: true,
 					Values: values(t, map[string]string{"k": `2`})}, nil
@@ -226,7 +226,7 @@ func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 		},
 	}
 	var watches atomic.Int64
-	src.watch = func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	src.WatchFunc = func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 		if watches.Add(1) == 1 {
 			// The fix, r3, follows the rejected r2: a gap from nothing
 			// applied of the new history, so a resnapshot.

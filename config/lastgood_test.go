@@ -23,8 +23,8 @@ import (
 // refused, not served. Before: the file was forgotten and r2 served at once.
 func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "fc", 5, map[string]string{"k": "r5"}, time.Now().Add(-time.Hour))
-	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "fc", "s1", 5, map[string]string{"k": "r5"}, time.Now().Add(-time.Hour))
+	lagging := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
 	c := sdksuite.NewClient(t, sdksuite.Source(lagging), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Minute))
@@ -37,9 +37,7 @@ func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 	if !errors.Is(err, config.ErrStale) {
 		t.Errorf("open error = %v; want ErrStale", err)
 	}
-	lagging.mu.Lock()
-	first := lagging.requests[0]
-	lagging.mu.Unlock()
+	first := lagging.Requests()[0]
 	if first.KnownStoreID != "s1" || first.KnownRevision != 5 {
 		t.Errorf("first snapshot request = %+v; want it conditional on the file's s1@5", first)
 	}
@@ -49,12 +47,12 @@ func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 // (the clock stepped back) is not age 0: fail-closed does not serve it, and
 // Status says why. Before: served as perfectly fresh.
 func TestFutureFileHasUnknownAge(t *testing.T) {
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
 	t.Run("fail-closed", func(t *testing.T) {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+		sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
 		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -68,7 +66,7 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 	})
 	t.Run("fail-open", func(t *testing.T) {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+		sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
 		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
 		ns := sdksuite.Open(t, c, "future", config.MaxStaleness(time.Minute))
 		st := ns.Status()
@@ -84,7 +82,7 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 	})
 	t.Run("within tolerance", func(t *testing.T) {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Second))
+		sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Second))
 		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
@@ -104,11 +102,11 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 	dir := t.TempDir()
 	// A replica cut off from the origin: it serves r1 and keeps
 	// confirming it, so Close has a newer confirmation of r1 to persist.
-	partitioned := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	partitioned := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: srv.StoreID(), Revision: 1, Cursor: 1, Values: rawObject(map[string]string{"k": "1"})}, nil
 		},
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			tick := time.NewTicker(10 * time.Millisecond)
 			defer tick.Stop()
 			for {
@@ -186,8 +184,8 @@ func (h *recordingHandler) count(level slog.Level, msg string) int {
 // new store id always replaces).
 func TestCloseDoesNotRewriteAnUnconfirmedFile(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "uc", 4, map[string]string{"k": "old store"}, time.Now().Add(-time.Minute))
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "uc", "s1", 4, map[string]string{"k": "old store"}, time.Now().Add(-time.Minute))
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
 	c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
@@ -196,7 +194,7 @@ func TestCloseDoesNotRewriteAnUnconfirmedFile(t *testing.T) {
 		t.Fatalf("serves %q; want the file", ns.String("k", ""))
 	}
 	// Another process, in touch with the server, writes the new store's data.
-	writeStoreFile(t, dir, "uc", "s2", 1, map[string]string{"k": "new store"}, time.Now())
+	sdksuite.WriteCacheFile(t, dir, "uc", "s2", 1, map[string]string{"k": "new store"}, time.Now())
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -257,8 +255,8 @@ func (s *lockingSource) QuietLimit() time.Duration {
 // refused until the rewrite grace.
 func TestFileFailingTheSchemaKeepsItsFloor(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "strict", 5, map[string]string{"k": "r5"}, time.Now())
-	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "strict", "s1", 5, map[string]string{"k": "r5"}, time.Now())
+	lagging := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: values(t, map[string]string{"k": `"r2"`, "n": `1`})}, nil
 	}}
 	c := sdksuite.NewClient(t, sdksuite.Source(lagging), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))

@@ -20,9 +20,9 @@ import (
 func TestMalformedStreamErrorIsPastAfterConfirmation(t *testing.T) {
 	snap := &transport.Snapshot{Namespace: "q", StoreID: "s1", Revision: 3, Cursor: 3, Values: rawObject(map[string]string{"k": "v"})}
 	var watches atomic.Int64
-	src := &funcSource{
-		snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return snap, nil },
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return snap, nil },
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			if watches.Add(1) == 1 {
 				return fmt.Errorf("transport: watch %q: %w: an event of an unknown type", req.Namespace, transport.ErrMalformed)
 			}

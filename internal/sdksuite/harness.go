@@ -2,14 +2,19 @@ package sdksuite
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -154,4 +159,74 @@ func (s referenceServer) Target() Target { return Endpoint(s.URL()) }
 func (s referenceServer) Stats() Stats {
 	st := s.Server.Stats()
 	return Stats{Snapshots: st.Snapshots, Events: st.Events, Watches: st.Watches, Streams: st.Streams, StreamPolls: st.StreamPolls}
+}
+
+// FuncSource is a transport.Source whose answers a test scripts: Snapshot
+// calls SnapshotFunc, Watch calls WatchFunc, or waits for its context when
+// WatchFunc is nil. It counts and keeps the snapshot requests.
+type FuncSource struct {
+	SnapshotFunc func(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error)
+	WatchFunc    func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error
+
+	mu       sync.Mutex
+	requests []transport.SnapshotRequest
+}
+
+// Snapshot records req and answers with SnapshotFunc.
+func (s *FuncSource) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+	return s.SnapshotFunc(ctx, req)
+}
+
+// Watch answers with WatchFunc, or waits for ctx without it.
+func (s *FuncSource) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	if s.WatchFunc == nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.WatchFunc(ctx, req, handle)
+}
+
+// Requests returns the snapshot requests so far, in order.
+func (s *FuncSource) Requests() []transport.SnapshotRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// Snapshots is how many snapshots were requested.
+func (s *FuncSource) Snapshots() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.requests))
+}
+
+// WriteCacheFile writes a client's last-good file into the cache directory
+// dir, as an earlier run of the client would: namespace ns at revision rev
+// of store storeID, with values kv (each a JSON string), confirmed at
+// confirmedAt.
+func WriteCacheFile(tb testing.TB, dir, ns, storeID string, rev int64, kv map[string]string, confirmedAt time.Time) {
+	tb.Helper()
+	raw := make(map[string]json.RawMessage, len(kv))
+	for k, v := range kv {
+		b, err := json.Marshal(v)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		raw[k] = b
+	}
+	snap, err := snapshot.Build(ns, storeID, rev, raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d, err := cachedir.OpenDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rec := &cachedir.Record{Namespace: ns, StoreID: storeID, Revision: rev, Cursor: rev, ConfirmedAt: confirmedAt, Snapshot: snap}
+	if err := d.Save(rec); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -298,8 +298,8 @@ func TestBreachAtOpenFromDiskIsCounted(t *testing.T) {
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			defer mp.Shutdown(context.Background())
 			dir := t.TempDir()
-			writeCacheFile(t, dir, "old", 3, map[string]string{"k": "v"}, time.Now().Add(-time.Hour))
-			down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+			sdksuite.WriteCacheFile(t, dir, "old", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(-time.Hour))
+			down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 				return nil, errors.New("connection refused")
 			}}
 			c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir), config.WithMeterProvider(mp))
