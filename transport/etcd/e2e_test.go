@@ -127,15 +127,27 @@ func raw(t testing.TB, values map[string]any) map[string]json.RawMessage {
 	return out
 }
 
-func publish(t testing.TB, src *etcd.Source, ns string, puts map[string]any, deletes ...string) int64 {
-	t.Helper()
+// sourcePublisher publishes through an etcd source, as the harness's
+// sdksuite.Publisher.
+type sourcePublisher struct{ src *etcd.Source }
+
+func (p sourcePublisher) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
+	values := make(map[string]json.RawMessage, len(puts))
+	for k, v := range puts {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return 0, err
+		}
+		values[k] = b
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	rev, err := src.Publish(ctx, ns, raw(t, puts), deletes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rev
+	return p.src.Publish(ctx, ns, values, deletes)
+}
+
+func publish(t testing.TB, src *etcd.Source, ns string, puts map[string]any, deletes ...string) int64 {
+	t.Helper()
+	return sdksuite.Publish(t, sourcePublisher{src}, ns, puts, deletes...)
 }
 
 // countingSource counts snapshots and remembers watch errors.

@@ -2,7 +2,6 @@ package etcd_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -66,17 +65,7 @@ type suiteSource struct {
 func (s *suiteSource) Target() sdksuite.Target { return sdksuite.Source(s.src) }
 
 func (s *suiteSource) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
-	values := make(map[string]json.RawMessage, len(puts))
-	for k, v := range puts {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return 0, err
-		}
-		values[k] = b
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	return s.pub.Publish(ctx, ns, values, deletes)
+	return sourcePublisher{s.pub}.Publish(ns, puts, deletes...)
 }
 
 func (s *suiteSource) Compact(rev int64) (int64, error) {
