@@ -132,12 +132,7 @@ func benchHTTP(b *testing.B) {
 func httpClients(b *testing.B, base string) []*config.Client {
 	clients := make([]*config.Client, benchClients)
 	for i := range clients {
-		c, err := config.New(config.WithEndpoint(base), config.WithWatchMode(transport.WatchSSE), config.WithLogger(discard))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = c.Close() })
-		clients[i] = c
+		clients[i] = sdksuite.NewDefaultClient(b, sdksuite.Endpoint(base), config.WithWatchMode(transport.WatchSSE), config.WithLogger(discard))
 	}
 	return clients
 }

@@ -47,12 +47,8 @@ func TestRelayOverEtcd(t *testing.T) {
 	var nss []*config.Namespace
 	var nsNames []string
 	for range 3 {
-		c, err := config.New(config.WithEndpoint(url), config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond),
+		c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(url), config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond),
 			config.WithLogger(sdksuite.Logger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
 		for _, n := range names {
 			nss = append(nss, sdksuite.Open(t, c, n))
 			nsNames = append(nsNames, n)
