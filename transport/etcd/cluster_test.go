@@ -363,14 +363,14 @@ func (s *syncBuffer) String() string {
 // test can drop a client's connections or cut it off while the cluster
 // runs on.
 type proxy struct {
-	l        net.Listener
-	upstream string
+	l net.Listener
 
-	mu    sync.Mutex
-	down  bool
-	hole  chan struct{} // non-nil while black-holed; closed to heal
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	upstream string
+	down     bool
+	hole     chan struct{} // non-nil while black-holed; closed to heal
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 func startProxy(t testing.TB, upstreamURL string) *proxy {
@@ -401,8 +401,9 @@ func (p *proxy) serve() {
 			_ = c.Close()
 			continue
 		}
+		upstream := p.upstream
 		p.mu.Unlock()
-		up, err := net.DialTimeout("tcp", p.upstream, time.Second)
+		up, err := net.DialTimeout("tcp", upstream, time.Second)
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -462,6 +463,15 @@ func (p *proxy) setDown(down bool) {
 	if down {
 		p.drop()
 	}
+}
+
+// retarget sends the proxy's new connections to the member at
+// upstreamURL, and drops the open ones.
+func (p *proxy) retarget(upstreamURL string) {
+	p.mu.Lock()
+	p.upstream = strings.TrimPrefix(upstreamURL, "http://")
+	p.mu.Unlock()
+	p.drop()
 }
 
 // setBlackhole(true) makes the proxy accept connections and pass nothing
