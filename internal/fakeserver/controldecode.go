@@ -85,7 +85,7 @@ func parseRollout(data []byte) (spec controller.Spec, actor, reason string, err 
 		}
 		*d.v = v.String()
 	}
-	spec, err = body.Spec()
+	spec, err = controller.SpecOf(&body)
 	if err != nil {
 		return spec, "", "", rolloutError(err)
 	}

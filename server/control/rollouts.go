@@ -223,7 +223,7 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(w, r, h.cfg.MaxPublishBytes, &body, false); err != nil {
 		return err
 	}
-	spec, err := body.Spec()
+	spec, err := controller.SpecOf(&body)
 	if err != nil {
 		return rolloutError(err)
 	}
