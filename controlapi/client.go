@@ -415,8 +415,63 @@ func (c *Client) Faults(ctx context.Context, req FaultsRequest) (storeID string,
 	return r.StoreID, err
 }
 
-// Do is the raw call the typed methods make. TEMPORARY bridge for the
-// rollout routes until their types are in this package.
-func (c *Client) Do(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	return c.do(ctx, method, path, query, in, out)
+// StartRollout starts a staged rollout of req's change to namespace ns
+// (POST /control/namespaces/{ns}/rollouts): its first stage is committed
+// before it returns. A second rollout while one runs is ErrConflict; a
+// change that fails the namespace's schema ErrSchemaViolation.
+func (c *Client) StartRollout(ctx context.Context, ns string, req RolloutRequest) (*RolloutStarted, error) {
+	var r RolloutStarted
+	if err := c.do(ctx, http.MethodPost, nsPath(ns, "rollouts"), nil, req, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ListRollouts returns namespace ns's rollouts, newest first: the running
+// one and those kept after they ended (GET
+// /control/namespaces/{ns}/rollouts).
+func (c *Client) ListRollouts(ctx context.Context, ns string) ([]RolloutRecord, error) {
+	var l RolloutList
+	if err := c.do(ctx, http.MethodGet, nsPath(ns, "rollouts"), nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Rollouts, nil
+}
+
+// GetRollout returns the record of rollout id of namespace ns, running or
+// ended (GET /control/namespaces/{ns}/rollouts/{id});
+// transport.ErrNotFound when there is none.
+func (c *Client) GetRollout(ctx context.Context, ns, id string) (*RolloutRecord, error) {
+	var r RolloutRecord
+	if err := c.do(ctx, http.MethodGet, nsPath(ns, "rollouts", id), nil, nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// AbortRollout reverts the running rollout id now, in one new revision
+// without its change, and returns its ended record (POST
+// .../rollouts/{id}/abort); an ended rollout is ErrConflict. req names
+// the actor and the reason (none: no body).
+func (c *Client) AbortRollout(ctx context.Context, ns, id string, req RolloutActionRequest) (*RolloutRecord, error) {
+	return c.rolloutAction(ctx, ns, id, "abort", req)
+}
+
+// PromoteRollout ends the running rollout id early: its change becomes
+// the base for every client, in one new revision; it returns the ended
+// record (POST .../rollouts/{id}/promote), with AbortRollout's errors.
+func (c *Client) PromoteRollout(ctx context.Context, ns, id string, req RolloutActionRequest) (*RolloutRecord, error) {
+	return c.rolloutAction(ctx, ns, id, "promote", req)
+}
+
+func (c *Client) rolloutAction(ctx context.Context, ns, id, action string, req RolloutActionRequest) (*RolloutRecord, error) {
+	var body any
+	if req != (RolloutActionRequest{}) {
+		body = req
+	}
+	var r RolloutRecord
+	if err := c.do(ctx, http.MethodPost, nsPath(ns, "rollouts", id, action), nil, body, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }

@@ -311,3 +311,40 @@ func TestContext(t *testing.T) {
 		t.Errorf("err = %v, want the context's", err)
 	}
 }
+
+// TestRolloutRequests: the rollout routes, and an action without an
+// actor or reason sends no body.
+func TestRolloutRequests(t *testing.T) {
+	ctx := context.Background()
+	hs, reqs, bodies := serve(t, reply{200, nil, `{"id":"r1","rollouts":[{"id":"r1"}],"revision":4}`})
+	c := newClient(t, hs.URL)
+	if _, err := c.StartRollout(ctx, "ns.a", controlapi.RolloutRequest{Stages: []float64{100}, Bake: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListRollouts(ctx, "ns.a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetRollout(ctx, "ns.a", "r/1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AbortRollout(ctx, "ns.a", "r1", controlapi.RolloutActionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PromoteRollout(ctx, "ns.a", "r1", controlapi.RolloutActionRequest{Reason: "go"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, r := range *reqs {
+		got = append(got, r.Method+" "+r.URL.RequestURI()+" "+(*bodies)[i])
+	}
+	want := []string{
+		`POST /control/namespaces/ns.a/rollouts {"stages":[100],"bake":"1s","max_nacks":0}`,
+		`GET /control/namespaces/ns.a/rollouts `,
+		`GET /control/namespaces/ns.a/rollouts/r%2F1 `,
+		`POST /control/namespaces/ns.a/rollouts/r1/abort `,
+		`POST /control/namespaces/ns.a/rollouts/r1/promote {"reason":"go"}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -112,3 +112,44 @@ func TestAgainstTheReferenceServer(t *testing.T) {
 		t.Errorf("Faults with a bad status: %v", err)
 	}
 }
+
+// TestRolloutsAgainstTheReferenceServer: start, list, read and end a
+// rollout; its errors by their codes.
+func TestRolloutsAgainstTheReferenceServer(t *testing.T) {
+	srv := startServer(t)
+	c := newClient(t, srv.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Publish(ctx, "ns.a", controlapi.PublishRequest{Puts: map[string]json.RawMessage{"a": json.RawMessage(`1`)}}); err != nil {
+		t.Fatal(err)
+	}
+	req := controlapi.NewRolloutRequest(controlapi.RolloutSpec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`2`)}, Stages: []float64{50, 100}, Bake: time.Hour}, "alice", "canary")
+	started, err := c.StartRollout(ctx, "ns.a", req)
+	if err != nil || started.ID == "" || started.Revision == 0 {
+		t.Fatalf("StartRollout: %+v, %v", started, err)
+	}
+	if _, err := c.StartRollout(ctx, "ns.a", req); !errors.Is(err, controlapi.ErrConflict) {
+		t.Errorf("a second rollout: %v", err)
+	}
+	if _, err := c.Publish(ctx, "ns.a", controlapi.PublishRequest{Puts: map[string]json.RawMessage{"a": json.RawMessage(`3`)}}); !errors.Is(err, controlapi.ErrConflict) {
+		t.Errorf("a publish during a rollout: %v", err)
+	}
+	rs, err := c.ListRollouts(ctx, "ns.a")
+	if err != nil || len(rs) != 1 || rs[0].ID != started.ID || rs[0].State != controlapi.RolloutRunning {
+		t.Errorf("ListRollouts: %+v, %v", rs, err)
+	}
+	r, err := c.GetRollout(ctx, "ns.a", started.ID)
+	if err != nil || r.ID != started.ID || r.Revisions[0] != started.Revision {
+		t.Errorf("GetRollout: %+v, %v", r, err)
+	}
+	if _, err := c.GetRollout(ctx, "ns.a", "no-such"); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("GetRollout of no rollout: %v", err)
+	}
+	r, err = c.AbortRollout(ctx, "ns.a", started.ID, controlapi.RolloutActionRequest{Reason: "enough"})
+	if err != nil || r.State != controlapi.RolloutReverted {
+		t.Errorf("AbortRollout: %+v, %v", r, err)
+	}
+	if _, err := c.PromoteRollout(ctx, "ns.a", started.ID, controlapi.RolloutActionRequest{}); !errors.Is(err, controlapi.ErrConflict) {
+		t.Errorf("PromoteRollout of an ended rollout: %v", err)
+	}
+}

@@ -258,24 +258,6 @@ func apiError(err error) error {
 	return errors.New(short.Error() + "\n\t" + strings.Join(ae.Details, "\n\t"))
 }
 
-// nsPath is the control API's path of namespace ns, and then of elems.
-// TEMPORARY, for the rollout commands.
-func nsPath(ns string, elems ...string) string {
-	p := "/control/namespaces/" + url.PathEscape(ns)
-	for _, e := range elems {
-		p += "/" + url.PathEscape(e)
-	}
-	return p
-}
-
-func (p *serverPlane) get(ctx context.Context, path string, _ url.Values) ([]byte, error) {
-	return p.replied(p.c.Do(ctx, http.MethodGet, path, nil, nil, nil))
-}
-
-func (p *serverPlane) post(ctx context.Context, path string, body any) ([]byte, error) {
-	return p.replied(p.c.Do(ctx, http.MethodPost, path, nil, body, nil))
-}
-
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
