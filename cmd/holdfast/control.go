@@ -67,13 +67,13 @@ func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
 func (t *targetFlags) json() bool { return t.output.value == "json" }
 
 // plane is a config plane the operator commands read. Every
-// method returns the API's JSON reply.
+// method returns the reply and its JSON, as the API sent it (-o json).
 type plane interface {
-	history(ctx context.Context, ns string, limit int, before int64) ([]byte, error)
+	history(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, []byte, error)
 	// values reads the content live at revision rev, or at time at when
 	// it is not zero, or now when rev < 0.
-	values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error)
-	diff(ctx context.Context, ns string, from, to int64) ([]byte, error)
+	values(ctx context.Context, ns string, rev int64, at time.Time) (*controlapi.NamespaceValues, []byte, error)
+	diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, []byte, error)
 	close() error
 }
 
@@ -210,40 +210,41 @@ func (p *serverPlane) reply() []byte {
 	return p.last
 }
 
-// replied returns the JSON of the last reply, or err.
-func (p *serverPlane) replied(err error) ([]byte, error) {
+// replied is a call's reply and the JSON of the last reply, or its err.
+func replied[T any](p *serverPlane, v *T, err error) (*T, []byte, error) {
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return p.reply(), nil
+	return v, p.reply(), nil
 }
 
-func (p *serverPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {
-	_, err := p.c.History(ctx, ns, controlapi.HistoryOptions{Limit: limit, Before: before})
-	return p.replied(err)
+func (p *serverPlane) history(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, []byte, error) {
+	h, err := p.c.History(ctx, ns, controlapi.HistoryOptions{Limit: limit, Before: before})
+	return replied(p, h, err)
 }
 
-func (p *serverPlane) values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error) {
+func (p *serverPlane) values(ctx context.Context, ns string, rev int64, at time.Time) (*controlapi.NamespaceValues, []byte, error) {
+	var v *controlapi.NamespaceValues
 	var err error
 	switch {
 	case !at.IsZero():
-		_, err = p.c.ValuesAtTime(ctx, ns, at)
+		v, err = p.c.ValuesAtTime(ctx, ns, at)
 	case rev >= 0:
-		_, err = p.c.ValuesAt(ctx, ns, rev)
+		v, err = p.c.ValuesAt(ctx, ns, rev)
 	default:
 		// Now: the namespace's content at the store's head, read in one
 		// request after the status that names the head.
 		var st *controlapi.NamespaceStatus
 		if st, err = p.c.Status(ctx, ns); err == nil {
-			_, err = p.c.ValuesAt(ctx, ns, st.Head)
+			v, err = p.c.ValuesAt(ctx, ns, st.Head)
 		}
 	}
-	return p.replied(err)
+	return replied(p, v, err)
 }
 
-func (p *serverPlane) diff(ctx context.Context, ns string, from, to int64) ([]byte, error) {
-	_, err := p.c.Diff(ctx, ns, from, to)
-	return p.replied(err)
+func (p *serverPlane) diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, []byte, error) {
+	d, err := p.c.Diff(ctx, ns, from, to)
+	return replied(p, d, err)
 }
 
 // apiError is err with a control API error's details one a line, as a
@@ -272,23 +273,23 @@ type etcdPlane struct {
 
 func (p *etcdPlane) close() error { return p.src.Close() }
 
-// reply is the JSON of v, as the server would send it.
-func reply(v any, err error) ([]byte, error) {
+// reply is v and its JSON, as the server would send it.
+func reply[T any](v *T, err error) (*T, []byte, error) {
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(data, '\n'), nil
+	return v, append(data, '\n'), nil
 }
 
-func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {
+func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, []byte, error) {
 	return reply(p.src.History(ctx, ns, etcd.HistoryOptions{Limit: limit, Before: before}))
 }
 
-func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error) {
+func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Time) (*controlapi.NamespaceValues, []byte, error) {
 	switch {
 	case !at.IsZero():
 		return reply(p.src.ValuesAtTime(ctx, ns, at))
@@ -298,12 +299,12 @@ func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Ti
 	// Now: at the revision of the namespace's snapshot.
 	snap, err := p.src.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return reply(p.src.ValuesAt(ctx, ns, snap.Revision))
 }
 
-func (p *etcdPlane) diff(ctx context.Context, ns string, from, to int64) ([]byte, error) {
+func (p *etcdPlane) diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, []byte, error) {
 	return reply(p.src.Diff(ctx, ns, from, to))
 }
 

@@ -169,15 +169,11 @@ says so. Page back with -before the last revision shown.
 					return usagef("-before must be a revision >= 1")
 				}
 				return withPlane(ctx, t, "history", func(ctx context.Context, p plane) error {
-					data, err := p.history(ctx, ns, *limit, before.v)
+					h, data, err := p.history(ctx, ns, *limit, before.v)
 					if err != nil {
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var h controlapi.History
-						if err := json.Unmarshal(data, &h); err != nil {
-							return err
-						}
 						if len(h.Revisions) == 0 {
 							_, err := fmt.Fprintf(w, "no revisions of %s\n", ns)
 							return err
@@ -242,12 +238,8 @@ first revision has no values (404); values the server compacted away are
 					r = rev.v
 				}
 				return withPlane(ctx, t, "get", func(ctx context.Context, p plane) error {
-					data, err := p.values(ctx, ns, r, at.t)
+					v, data, err := p.values(ctx, ns, r, at.t)
 					if err != nil {
-						return err
-					}
-					var v controlapi.NamespaceValues
-					if err := json.Unmarshal(data, &v); err != nil {
 						return err
 					}
 					if len(args) == 2 {
@@ -301,15 +293,11 @@ before it), one a line, as a reviewer reads it:
 					revs[i] = r
 				}
 				return withPlane(ctx, t, "diff", func(ctx context.Context, p plane) error {
-					data, err := p.diff(ctx, ns, revs[0], revs[1])
+					d, data, err := p.diff(ctx, ns, revs[0], revs[1])
 					if err != nil {
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var d controlapi.Diff
-						if err := json.Unmarshal(data, &d); err != nil {
-							return err
-						}
 						fmt.Fprintf(w, "%s: revision %d → %d\n", ns, d.From, d.To)
 						if len(d.Changes) == 0 {
 							_, err := fmt.Fprintln(w, "no changes")
@@ -411,7 +399,7 @@ clients left out.
 						}
 						all.Clients = kept
 						all.Servers = slices.DeleteFunc(all.Servers, func(s controlapi.ServerReports) bool { return s.Namespace != ns })
-						if data, err = reply(all, nil); err != nil {
+						if _, data, err = reply(all, nil); err != nil {
 							return err
 						}
 					}
