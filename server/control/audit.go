@@ -3,7 +3,7 @@ package control
 import (
 	"net/http"
 
-	"github.com/holdfast-dev/holdfast/transport/etcd"
+	"github.com/holdfast-dev/holdfast/server/store"
 )
 
 func (h *Handler) history(w http.ResponseWriter, r *http.Request) error {
@@ -19,14 +19,14 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if limit > etcd.MaxHistoryLimit {
-		return badRequest("limit %d is above %d", limit, etcd.MaxHistoryLimit)
+	if limit > store.MaxHistoryLimit {
+		return badRequest("limit %d is above %d", limit, store.MaxHistoryLimit)
 	}
 	before, _, err := intParam(q, "before", 1)
 	if err != nil {
 		return err
 	}
-	hist, err := h.cfg.Source.History(r.Context(), ns, etcd.HistoryOptions{Limit: int(limit), Before: before})
+	hist, err := h.cfg.Namespaces.History(r.Context(), ns, store.HistoryOptions{Limit: int(limit), Before: before})
 	if err != nil {
 		return err
 	}
@@ -48,13 +48,13 @@ func (h *Handler) values(w http.ResponseWriter, r *http.Request) error {
 	if hasRev == hasAt {
 		return badRequest("give one of revision=R and at=RFC3339")
 	}
-	var v *etcd.NamespaceValues
+	var v *store.NamespaceValues
 	if hasAt {
 		t, err := timeParam("at", at)
 		if err != nil {
 			return err
 		}
-		v, err = h.cfg.Source.ValuesAtTime(r.Context(), ns, t)
+		v, err = h.cfg.Namespaces.ValuesAtTime(r.Context(), ns, t)
 		if err != nil {
 			return err
 		}
@@ -63,7 +63,7 @@ func (h *Handler) values(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if v, err = h.cfg.Source.ValuesAt(r.Context(), ns, rev); err != nil {
+		if v, err = h.cfg.Namespaces.ValuesAt(r.Context(), ns, rev); err != nil {
 			return err
 		}
 	}
@@ -91,7 +91,7 @@ func (h *Handler) diff(w http.ResponseWriter, r *http.Request) error {
 	if !okFrom || !okTo {
 		return badRequest("give both from=R1 and to=R2")
 	}
-	d, err := h.cfg.Source.Diff(r.Context(), ns, from, to)
+	d, err := h.cfg.Namespaces.Diff(r.Context(), ns, from, to)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/server/tokens"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -45,7 +46,10 @@ const SchemaRoot = "/holdfast-schema/"
 // Config configures a Handler.
 type Config struct {
 	Source *etcd.Source // the store, through holdfast's etcd source
-	Logger *slog.Logger
+	// Namespaces is the store's write path and audit log, over the same
+	// client.
+	Namespaces *store.Namespaces
+	Logger     *slog.Logger
 	// MaxPublishBytes bounds a publish or schema body (default
 	// DefaultMaxPublishBytes).
 	MaxPublishBytes int64
@@ -123,6 +127,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("control: nil source")
 	}
+	if cfg.Namespaces == nil {
+		return nil, errors.New("control: nil namespaces")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,7 +163,7 @@ func New(cfg Config) (*Handler, error) {
 	// summary intervals: a client must not count as gone before.
 	cfg.Liveness = max(cfg.Liveness, 3*reportsEvery)
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
-		trim: newTrimmer(cfg.Source, cfg.Logger, etcd.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
+		trim: newTrimmer(cfg.Namespaces, cfg.Logger, store.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
 	h.reports = newReportSync(h.cli, cfg.Acks, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
@@ -303,7 +310,7 @@ func badRequest(format string, args ...any) error {
 func errorReply(err error) (int, transport.ErrorBody) {
 	var he *httpError
 	var ce *transport.CompactedError
-	var conflict *etcd.ConflictError
+	var conflict *store.ConflictError
 	var ve *schema.ValidationError
 	var mbe *http.MaxBytesError
 	switch {
@@ -327,7 +334,7 @@ func errorReply(err error) (int, transport.ErrorBody) {
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: err.Error()}
 	case errors.Is(err, transport.ErrNotFound):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
-	case errors.Is(err, etcd.ErrInvalidArgument), errors.Is(err, transport.ErrInvalidNamespace), errors.Is(err, transport.ErrInvalidKey),
+	case errors.Is(err, store.ErrInvalidArgument), errors.Is(err, transport.ErrInvalidNamespace), errors.Is(err, transport.ErrInvalidKey),
 		errors.Is(err, schema.ErrInvalidSchema), errors.Is(err, schema.ErrExternalRef), errors.Is(err, schema.ErrInvalidValue):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, rpctypes.ErrNoSpace):
@@ -341,7 +348,7 @@ func errorReply(err error) (int, transport.ErrorBody) {
 // storeDown reports whether err says the store did not answer (as
 // opposed to refusing the request).
 func storeDown(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, etcd.ErrClosed) || errors.Is(err, rpctypes.ErrNoLeader) ||
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, etcd.ErrClosed) || errors.Is(err, store.ErrClosed) || errors.Is(err, rpctypes.ErrNoLeader) ||
 		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) {
 		return true
 	}

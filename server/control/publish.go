@@ -15,8 +15,8 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
-	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
 // reservedPrefix begins the keys reserved to holdfast itself (a staged
@@ -43,8 +43,8 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	actor, onBehalfOf := actors(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, body.AbortRollout, func(opts []etcd.PublishOption) (int64, error) {
-		return h.cfg.Source.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, body.AbortRollout, func(opts []store.PublishOption) (int64, error) {
+		return h.cfg.Namespaces.Publish(r.Context(), ns, body.Puts, body.Deletes, opts...)
 	})
 	if err != nil {
 		return err
@@ -69,8 +69,8 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("to_revision is required")
 	}
 	actor, onBehalfOf := actors(r, body.Actor)
-	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, false, func(opts []etcd.PublishOption) (int64, error) {
-		return h.cfg.Source.Rollback(r.Context(), ns, *body.To, opts...)
+	rev, err := h.write(r.Context(), ns, actor, onBehalfOf, body.Reason, body.IfRevision, false, func(opts []store.PublishOption) (int64, error) {
+		return h.cfg.Namespaces.Rollback(r.Context(), ns, *body.To, opts...)
 	})
 	if err != nil {
 		return err
@@ -90,11 +90,11 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 // while a rollout runs on ns, or reverts it first when abort, and is
 // guarded by the rollout's state, so that a rollout started meanwhile is
 // never bypassed.
-func (h *Handler) write(ctx context.Context, ns, actor, onBehalfOf, reason string, ifRevision *int64, abort any, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
+func (h *Handler) write(ctx context.Context, ns, actor, onBehalfOf, reason string, ifRevision *int64, abort any, commit func([]store.PublishOption) (int64, error)) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		opts := []etcd.PublishOption{etcd.WithActor(actor), etcd.WithOnBehalfOf(onBehalfOf), etcd.WithReason(reason)}
+		opts := []store.PublishOption{store.WithActor(actor), store.WithOnBehalfOf(onBehalfOf), store.WithReason(reason)}
 		if ifRevision != nil {
-			opts = append(opts, etcd.WithIfRevision(*ifRevision))
+			opts = append(opts, store.WithIfRevision(*ifRevision))
 		}
 		if abort, plain := abort.(bool); plain {
 			run, version, err := h.runningRollout(ctx, ns)
@@ -115,18 +115,18 @@ func (h *Handler) write(ctx context.Context, ns, actor, onBehalfOf, reason strin
 				}
 				continue
 			}
-			opts = append(opts, etcd.WithGuard(currentKey(ns), version))
+			opts = append(opts, store.WithGuard(currentKey(ns), version))
 		}
 		sch, schemaRev, err := h.schemas.get(ctx, h.cli, ns)
 		if err != nil {
 			return 0, err
 		}
-		opts = append(opts, etcd.WithGuard(SchemaRoot+ns, schemaRev))
+		opts = append(opts, store.WithGuard(SchemaRoot+ns, schemaRev))
 		if sch != nil {
-			opts = append(opts, etcd.WithSchema(sch))
+			opts = append(opts, store.WithSchema(sch))
 		}
 		rev, err := commit(opts)
-		if !errors.Is(err, etcd.ErrGuardChanged) || attempt == 3 {
+		if !errors.Is(err, store.ErrGuardChanged) || attempt == 3 {
 			return rev, err
 		}
 	}
