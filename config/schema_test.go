@@ -2,7 +2,6 @@ package config_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
@@ -217,18 +217,15 @@ func controlClients(t *testing.T, base string) []fakeserver.ClientState {
 	t.Helper()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Get(base + "/control/clients")
+	c, err := controlapi.NewClient(base, controlapi.WithHTTPClient(&http.Client{Transport: tr}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Clients []fakeserver.ClientState `json:"clients"`
+	all, err := c.Clients(context.Background())
+	if err != nil {
+		t.Fatalf("/control/clients: %v", err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatalf("decode /control/clients: %v", err)
-	}
-	return out.Clients
+	return all.Clients
 }
 
 func TestInvalidSnapshotAtOpen(t *testing.T) {
