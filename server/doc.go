@@ -13,9 +13,9 @@
 //
 // The data plane is a watch cache, as kube-apiserver's: the server
 // follows the namespaces its clients ask for over one etcd watch (the
-// relay's follower, package relay) and serves snapshots, long-polls and
-// streams from memory, so the store's load per publish does not grow with
-// the number of clients. Writes go to etcd (package control), one
+// watch cache the relay is built on, internal/watchcache) and serves
+// snapshots, long-polls and streams from memory, so the store's load per
+// publish does not grow with the number of clients. Writes go to etcd (package control), one
 // transaction each, its audit record included.
 //
 // Staged rollouts run on the store's elected leader (the controller of
