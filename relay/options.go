@@ -24,6 +24,7 @@ const (
 // it.
 type options struct {
 	cache    watchcache.Config
+	cacheDir string
 	meter    metric.MeterProvider
 	maxConns int
 }
@@ -47,7 +48,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // WithCacheDir persists the last good of every namespace served in dir
 // (the SDK's file format and atomic write) and loads it before the relay
 // dials its upstream. Without it nothing is persisted.
-func WithCacheDir(dir string) Option { return optionFunc(func(o *options) { o.cache.CacheDir = dir }) }
+func WithCacheDir(dir string) Option { return optionFunc(func(o *options) { o.cacheDir = dir }) }
 
 // WithNamespaces makes the relay follow these namespaces from the start,
 // not only on a downstream client's first demand; they never linger out.

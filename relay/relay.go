@@ -51,6 +51,9 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if o.cacheDir != "" {
+		o.cache.LastGood = &lastGood{path: o.cacheDir, log: log}
+	}
 	c, err := watchcache.New(upstream, o.cache)
 	if err != nil {
 		return nil, err

@@ -37,8 +37,6 @@ type Cache struct {
 
 	follower *follower
 	srv      *dataplane.Server
-	dir      *cachedir.Dir       // nil without Config.CacheDir
-	persist  *cachedir.Persister // nil without Config.CacheDir
 	acks     *acks.Queue
 	heard    atomic.Bool // the upstream answered once
 
@@ -109,7 +107,7 @@ type NamespaceStatus struct {
 // transport.StreamSource its one multi-namespace stream carries every
 // namespace; acks go upstream when it is a transport.Acker (coalesced,
 // and batched when it is a transport.BatchAcker). It loads the cache
-// directory (Config.CacheDir) before it dials.
+// last good (Config.LastGood) before it dials.
 func New(upstream transport.Source, cfg Config) (*Cache, error) {
 	if upstream == nil {
 		return nil, errors.New("relay: nil upstream")
@@ -154,8 +152,8 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	c.follower.serve(c.srv)
-	if cfg.CacheDir != "" {
-		if err := c.openCache(); err != nil {
+	if cfg.LastGood != nil {
+		if err := c.openLastGood(); err != nil {
 			stop()
 			_ = c.srv.Close()
 			return nil, err
@@ -188,34 +186,14 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-// openCache opens the cache directory and serves every namespace it holds
+// openLastGood serves every namespace that Config.LastGood holds
 // (unconfirmed, with its age) until the upstream speaks.
-func (c *Cache) openCache() error {
-	dir, err := cachedir.OpenDir(c.cfg.CacheDir, cachedir.WithDirLogger(c.log))
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
-	}
-	names, err := dir.Namespaces()
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
-	}
-	c.dir = dir
-	c.persist = cachedir.NewPersister(dir, func(rec *cachedir.Record, err error) {
-		if err != nil {
-			c.log.Warn("relay: last-good file not written; serving goes on", "ns", rec.Namespace, "err", err)
-		}
-	})
-	for _, ns := range names {
-		rec, err := dir.Load(ns)
-		if err != nil {
-			c.log.Warn("relay: last-good file not loaded", "ns", ns, "err", err)
-			continue
-		}
-		c.follower.Load(ns, rec.StoreID, rec.Revision, rec.Cursor, values(rec.Snapshot), rec.ConfirmedAt)
-		c.log.Info("relay: serving from its last-good file until the upstream confirms it", "ns", ns,
+func (c *Cache) openLastGood() error {
+	return c.cfg.LastGood.Open(func(rec *cachedir.Record) {
+		c.follower.Load(rec.Namespace, rec.StoreID, rec.Revision, rec.Cursor, values(rec.Snapshot), rec.ConfirmedAt)
+		c.log.Info("relay: serving from its last-good file until the upstream confirms it", "ns", rec.Namespace,
 			"revision", rec.Revision, "age", time.Since(rec.ConfirmedAt).Round(time.Millisecond))
-	}
-	return nil
+	})
 }
 
 // values is a snapshot's content as the follower keeps it.
@@ -480,8 +458,8 @@ func (c *Cache) Close() error {
 			c.mux.Wait()
 		}
 		c.acks.Wait()
-		if c.persist != nil {
-			err = errors.Join(err, c.persist.Close())
+		if c.cfg.LastGood != nil {
+			err = errors.Join(err, c.cfg.LastGood.Close())
 		}
 		c.closeErr = err
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -60,9 +61,10 @@ type Config struct {
 
 	// The edge's (holdfast relay):
 
-	// CacheDir, when set, persists the last good of every namespace
-	// served there and loads it before the cache dials its upstream.
-	CacheDir string
+	// LastGood, when set, keeps the last good of every namespace served
+	// across restarts (holdfast relay's cache directory): New serves
+	// what it holds before the cache dials its upstream.
+	LastGood LastGood
 	// Namespaces are followed from the start and never linger out.
 	Namespaces []string
 	// Allow limits the namespaces served to those matching one of the
@@ -99,6 +101,20 @@ func DefaultConfig() Config {
 		MaxSnapshotsInFlight: DefaultMaxSnapshotsInFlight,
 		RetryAfterWindow:     DefaultRetryAfterWindow,
 	}
+}
+
+// LastGood keeps the last good of every namespace a cache serves across
+// restarts. The cache calls Open once, in New, then Submit from its
+// syncers, and Close once, when it closes, after the last Submit.
+type LastGood interface {
+	// Open calls load with each namespace's record it holds; an error
+	// fails New.
+	Open(load func(*cachedir.Record)) error
+	// Submit persists a namespace's last good, in the background: it
+	// must not block.
+	Submit(*cachedir.Record)
+	// Close flushes what was submitted.
+	Close() error
 }
 
 // Backfill reads namespace ns's change sets after cursor since, up to and

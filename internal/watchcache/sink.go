@@ -77,11 +77,11 @@ func (s sink) WouldReject(int64, string, error) {}
 
 // save submits the namespace's last good, confirmed at, to its file.
 func (s sink) save(cursor int64, at time.Time) {
-	if s.c.persist == nil || s.f.applied == nil {
+	if s.c.cfg.LastGood == nil || s.f.applied == nil {
 		return
 	}
 	s.f.savedAt = time.Now() // not at: an upstream's age must not make every confirmation a write
-	s.c.persist.Submit(&cachedir.Record{Namespace: s.f.name, StoreID: s.f.applied.StoreID(), Revision: s.f.applied.Revision(),
+	s.c.cfg.LastGood.Submit(&cachedir.Record{Namespace: s.f.name, StoreID: s.f.applied.StoreID(), Revision: s.f.applied.Revision(),
 		Cursor: cursor, ConfirmedAt: at, Snapshot: s.f.applied})
 }
 
