@@ -49,7 +49,7 @@ type CohortNamespace struct {
 }
 
 // CohortOutcome is an outcome (AckApplied or AckRejected of a
-// revision) that the clients of Runs reported, as a Ack of each
+// revision) that the clients of Runs reported, as an Ack of each
 // would.
 type CohortOutcome struct {
 	Revision int64  `json:"revision"`
