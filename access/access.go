@@ -37,6 +37,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/peer"
 )
@@ -82,6 +83,9 @@ type Identity struct {
 	data    []string
 	admin   bool // token management, the admin endpoints
 	relay   bool // a relay: it may read the store's token records
+	// expires, when not zero, is when the identity stops authenticating
+	// (its record's Expires).
+	expires time.Time
 }
 
 // NewIdentity returns the identity name with scopes s (a store's token
@@ -89,6 +93,16 @@ type Identity struct {
 func NewIdentity(name string, s Scopes) Identity {
 	return Identity{Name: name, control: slices.Clone(s.Control), data: slices.Clone(s.Data), admin: s.Admin, relay: s.Relay}
 }
+
+// WithExpiry returns id expiring at t (zero: never).
+func (id Identity) WithExpiry(t time.Time) Identity {
+	id.expires = t
+	return id
+}
+
+// Expires returns when the identity stops authenticating; zero: never.
+// A data plane ends the streams it opened by then.
+func (id Identity) Expires() time.Time { return id.expires }
 
 // Scopes returns the identity's scopes.
 func (id Identity) Scopes() Scopes {
@@ -248,6 +262,37 @@ func (t *Tokens) AuthenticateRequest(r *http.Request) (Identity, bool) {
 		}
 	}
 	return t.AuthenticateHeader(header)
+}
+
+// Change tells which identities a Notifier's records changed: those
+// named (an identity's Name), or every one (All).
+type Change struct {
+	Names []string
+	All   bool
+}
+
+// Notifier is an Authenticator whose records change while it serves (a
+// server's or relay's table of the store's tokens): it tells fn of each
+// change once the new records authenticate, so that whoever holds what
+// an identity opened (a data plane's streams) checks it again. fn must
+// not block. stop ends the notifications.
+type Notifier interface {
+	NotifyChanges(fn func(Change)) (stop func())
+}
+
+// NotifyChanges tells fn of each change of the records t authenticates
+// against (see Notifier); ok is false, and fn never called, when they
+// cannot change (a fixed set of New, or an Authenticator that is no
+// Notifier).
+func (t *Tokens) NotifyChanges(fn func(Change)) (stop func(), ok bool) {
+	if t == nil {
+		return func() {}, false
+	}
+	n, ok := t.auth.(Notifier)
+	if !ok {
+		return func() {}, false
+	}
+	return n.NotifyChanges(fn), true
 }
 
 // Names returns the tokens' names, in configuration order (for a

@@ -480,6 +480,9 @@ type watcher struct {
 	finished   bool
 	deadline   func(time.Time) error // the stream's write deadline; set by SSE handlers
 	armedUntil time.Time             // the deadline last set by arm
+	revoked    *revocation           // why its credentials ended it (guard.check)
+
+	ident string // the identity that opened it, while the guard tracks it; guarded by guard.mu
 
 	wake chan struct{} // capacity 1: "look at your queue"
 	done chan struct{} // closed by kill

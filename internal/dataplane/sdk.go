@@ -446,7 +446,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		resp.Revision = changes[n-1].CS.Revision
 	}
 	if wt != nil {
-		defer s.hub.remove(wt)
+		defer s.unwatch(wt)
+		s.guard.track(wt, r)
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		cursor := sub.Head
@@ -489,6 +490,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				resp.Cursor = max(d, cursor)
 				break wait
 			}
+		}
+		if rv := wt.revocation(); rv != nil {
+			s.refuseRevoked(w, r, rv)
+			return
 		}
 		if wt.gen != s.be.Generation() {
 			// The store was reset or restored meanwhile: what this poll
@@ -570,8 +575,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() {
 		wt.finish()
-		s.hub.remove(wt)
+		s.unwatch(wt)
 	}()
+	s.guard.track(wt, r)
+	if rv := wt.revocation(); rv != nil {
+		s.refuseRevoked(w, r, rv)
+		return
+	}
 
 	unquiet := s.speak(r) // no black hole may open mid-write, until unquiet
 	defer func() {

@@ -23,6 +23,7 @@ type Server struct {
 	be     Backend
 	follow Follower
 	hub    *hub
+	guard  *guard // checks open watchers' credentials again (WithTokens); nil: open
 	// snapshotSlots bounds the snapshot bodies in flight
 	// (WithMaxSnapshotsInFlight); nil: no bound.
 	snapshotSlots chan struct{}
@@ -87,6 +88,9 @@ func New(be Backend, opts ...Option) (*Server, error) {
 	}
 	s.snaps = newSnapCache(DefaultSnapshotCacheBytes)
 	s.hub = newHub(be.Generation(), s.faults.Silenced)
+	if o.tokens != nil {
+		s.guard = newGuard(o.tokens)
+	}
 	if s.follow != nil {
 		s.hub.follow = true
 		s.hub.startBeats(beatSpread(o.heartbeat))
@@ -247,6 +251,7 @@ func (s *Server) Close() error {
 	}
 	s.hub.kill(func(*watcher) bool { return true }) // those of Handler
 	s.hub.close()
+	s.guard.close()
 	return err
 }
 

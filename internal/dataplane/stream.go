@@ -155,8 +155,13 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	ended = append(ended, more...)
 	defer func() {
 		wt.finish()
-		s.hub.remove(wt)
+		s.unwatch(wt)
 	}()
+	s.guard.track(wt, r)
+	if rv := wt.revocation(); rv != nil {
+		s.refuseRevoked(w, r, rv)
+		return
+	}
 
 	unquiet := s.speak(r) // no black hole may open mid-write, until unquiet
 	defer func() {
@@ -224,6 +229,17 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case <-tick:
 			prompt = true
 		case <-wt.done:
+			if rv := wt.revocation(); rv != nil {
+				// Its credentials ended it: each namespace says so, as a
+				// new request would (the client reports unauthorized).
+				var buf []byte
+				for _, e := range rv.ended() {
+					buf = endedFrame(buf, e)
+				}
+				if _, err := w.Write(buf); err == nil {
+					_ = rc.Flush()
+				}
+			}
 			return
 		case <-r.Context().Done():
 			return
@@ -361,7 +377,8 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 		changes = upTo(changes, cursor)
 	}
 	if wt != nil {
-		defer s.hub.remove(wt)
+		defer s.unwatch(wt)
+		s.guard.track(wt, r)
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		var got []*Change
@@ -425,6 +442,10 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		changes = got
+		if rv := wt.revocation(); rv != nil {
+			s.refuseRevoked(w, r, rv)
+			return
+		}
 		if wt.gen != s.be.Generation() {
 			// The store was reset or restored meanwhile: what this poll
 			// read is another history's. Cut it, as a restart would.

@@ -148,6 +148,12 @@ func (r *Remote) AuthenticateSubject(subject string) (access.Identity, bool) {
 	return r.table.AuthenticateSubject(subject)
 }
 
+// NotifyChanges is the table's (access.Notifier): a relay's data plane
+// hears of each revocation its sync brings.
+func (r *Remote) NotifyChanges(fn func(access.Change)) (stop func()) {
+	return r.table.NotifyChanges(fn)
+}
+
 // Close stops syncing and waits for it. It is safe to call more than
 // once.
 func (r *Remote) Close() {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,13 @@ type Table struct {
 	state atomic.Pointer[tableState]
 	now   func() time.Time
 	used  func(name string)
+
+	// setMu orders SetRecords, so that the changes told to the
+	// subscribers follow each other as the records do.
+	setMu sync.Mutex
+	subMu sync.Mutex
+	subs  map[int]func(access.Change)
+	next  int
 }
 
 type tableState struct {
@@ -87,15 +95,86 @@ func (t *Table) SetRecords(records []access.Record, required bool) error {
 		}
 		st.records = append(st.records, r)
 		if r.Subject != "" {
-			st.bySubject[r.Subject] = &tableEntry{rec: r, id: access.NewIdentity(r.Subject, r.Scopes)}
+			st.bySubject[r.Subject] = &tableEntry{rec: r, id: access.NewIdentity(r.Subject, r.Scopes).WithExpiry(r.Expires)}
 			continue
 		}
 		var d [sha256.Size]byte
 		_, _ = hex.Decode(d[:], []byte(strings.TrimPrefix(r.Hash, "sha256:"))) // Validate checked the form
-		st.byDigest[d] = &tableEntry{rec: r, digest: d, id: access.NewIdentity(r.Name, r.Scopes)}
+		st.byDigest[d] = &tableEntry{rec: r, digest: d, id: access.NewIdentity(r.Name, r.Scopes).WithExpiry(r.Expires)}
 	}
-	t.state.Store(st)
+	t.setMu.Lock()
+	defer t.setMu.Unlock()
+	old := t.state.Swap(st)
+	if c, ok := changes(old, st); ok {
+		t.subMu.Lock()
+		subs := make([]func(access.Change), 0, len(t.subs))
+		for _, fn := range t.subs {
+			subs = append(subs, fn)
+		}
+		t.subMu.Unlock()
+		for _, fn := range subs {
+			fn(c)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// NotifyChanges tells fn, after each SetRecords that changed them, which
+// identities' records changed: removed, or another hash, subject, scope
+// or expiry (access.Notifier). fn must not block.
+func (t *Table) NotifyChanges(fn func(access.Change)) (stop func()) {
+	t.subMu.Lock()
+	defer t.subMu.Unlock()
+	if t.subs == nil {
+		t.subs = make(map[int]func(access.Change))
+	}
+	id := t.next
+	t.next++
+	t.subs[id] = fn
+	return func() {
+		t.subMu.Lock()
+		delete(t.subs, id)
+		t.subMu.Unlock()
+	}
+}
+
+// changes returns what tells the identities of old whose record new
+// changes or lacks (by identity name: a token's name, a certificate's
+// subject); every one when whether tokens are required changed.
+func changes(old, new *tableState) (access.Change, bool) {
+	if old.required != new.required {
+		return access.Change{All: true}, true
+	}
+	if !new.required {
+		return access.Change{}, false // everyone is anonymous, before and after
+	}
+	byName := func(st *tableState) map[string]access.Record {
+		m := make(map[string]access.Record, len(st.records))
+		for _, r := range st.records {
+			if r.Subject != "" {
+				m[r.Subject] = r
+			} else {
+				m[r.Name] = r
+			}
+		}
+		return m
+	}
+	before, after := byName(old), byName(new)
+	var names []string
+	for name, r := range before {
+		if n, ok := after[name]; !ok || !sameRecord(r, n) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return access.Change{Names: names}, len(names) > 0
+}
+
+// sameRecord reports whether a and b authenticate the same callers with
+// the same scopes until the same time.
+func sameRecord(a, b access.Record) bool {
+	return a.Name == b.Name && a.Hash == b.Hash && a.Subject == b.Subject && a.Expires.Equal(b.Expires) &&
+		a.Admin == b.Admin && a.Relay == b.Relay && slices.Equal(a.Control, b.Control) && slices.Equal(a.Data, b.Data)
 }
 
 // Records returns the table's records and whether it requires tokens.

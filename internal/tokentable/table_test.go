@@ -151,3 +151,64 @@ func TestCertificateIdentities(t *testing.T) {
 		})
 	}
 }
+
+func TestTableIdentityCarriesItsExpiry(t *testing.T) {
+	tb := NewTable()
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	r := access.Record{Name: "a", Hash: hashFor("a"), Scopes: access.Scopes{Data: []string{"x"}}, Expires: exp}
+	if err := tb.SetRecords([]access.Record{r}, true); err != nil {
+		t.Fatal(err)
+	}
+	id, ok := tb.Authenticate("secret-of-a-0123456789")
+	if !ok || !id.Expires().Equal(exp) {
+		t.Errorf("identity %v (ok %v) expires %v, want %v", id.Name, ok, id.Expires(), exp)
+	}
+}
+
+func TestTableNotifiesTheIdentitiesThatChanged(t *testing.T) {
+	tb := NewTable()
+	var got []access.Change
+	stop := tb.NotifyChanges(func(c access.Change) { got = append(got, c) })
+	rec := func(name string, data ...string) access.Record {
+		return access.Record{Name: name, Hash: hashFor(name), Scopes: access.Scopes{Data: data}}
+	}
+	cert := access.Record{Name: "bot", Subject: "CN=bot", Scopes: access.Scopes{Data: []string{"x"}}}
+	steps := []struct {
+		recs     []access.Record
+		required bool
+		want     string
+	}{
+		{[]access.Record{rec("a", "x"), rec("b", "x"), cert}, true, ""}, // a new table requires tokens already
+		{[]access.Record{rec("a", "x"), rec("b", "x"), cert, rec("c", "x")}, true, ""},
+		{[]access.Record{rec("a", "x"), rec("b", "y"), cert, rec("c", "x")}, true, "b"},
+		{[]access.Record{rec("b", "y"), rec("c", "x")}, true, "CN=bot,a"},
+		{[]access.Record{rec("b", "y"), rec("c", "x")}, false, "all"},
+		{nil, false, ""},
+		{nil, true, "all"},
+	}
+	for i, st := range steps {
+		got = nil
+		_ = tb.SetRecords(st.recs, st.required)
+		var s string
+		switch {
+		case len(got) > 1:
+			t.Fatalf("step %d: %d notifications", i, len(got))
+		case len(got) == 1 && got[0].All:
+			s = "all"
+		case len(got) == 1:
+			s = strings.Join(got[0].Names, ",")
+		}
+		if s != st.want {
+			t.Errorf("step %d: told %q, want %q", i, s, st.want)
+		}
+	}
+	stop()
+	got = nil
+	_ = tb.SetRecords(nil, false)
+	if got != nil {
+		t.Errorf("told %v after stop", got)
+	}
+}
+
+// hashFor is the hash of the secret "secret-of-<name>-0123456789".
+func hashFor(name string) string { return access.HashSecret("secret-of-" + name + "-0123456789") }
