@@ -60,10 +60,16 @@ type Token struct {
 	Secret  string
 	Control []string
 	Data    []string
+	// Relay is the relay scope: a relay's own token, which speaks for
+	// its clients (their acks, its cohort reports) to its upstream.
+	Relay bool
 }
 
 // String describes t without its secret.
 func (t Token) String() string {
+	if t.Relay {
+		return fmt.Sprintf("token %q (control %v, data %v, relay)", t.Name, t.Control, t.Data)
+	}
 	return fmt.Sprintf("token %q (control %v, data %v)", t.Name, t.Control, t.Data)
 }
 
@@ -72,7 +78,7 @@ func (t Token) GoString() string { return t.String() }
 
 // LogValue logs t without its secret.
 func (t Token) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("name", t.Name), slog.Any("control", t.Control), slog.Any("data", t.Data))
+	return slog.GroupValue(slog.String("name", t.Name), slog.Any("control", t.Control), slog.Any("data", t.Data), slog.Bool("relay", t.Relay))
 }
 
 // Identity is an authenticated token: its name and scopes, never its
@@ -195,7 +201,7 @@ func New(tokens ...Token) (*Tokens, error) {
 		}
 		secrets[d] = tok.Name
 		t.entries = append(t.entries, entry{
-			id:     Identity{Name: tok.Name, control: slices.Clone(tok.Control), data: slices.Clone(tok.Data)},
+			id:     Identity{Name: tok.Name, control: slices.Clone(tok.Control), data: slices.Clone(tok.Data), relay: tok.Relay},
 			digest: d,
 		})
 	}

@@ -113,6 +113,7 @@ func newHTTPSource(o options) (ownedSource, error) {
 	hopts := append([]transport.HTTPOption{
 		transport.WithLogger(o.logger),
 		transport.WithWatchMode(transport.WatchAuto),
+		transport.WithClientID(o.clientID), // a server with tokens takes its acks from the identity it connected as
 	}, o.httpOpts...)
 	if len(o.endpoints) == 1 {
 		hs, err := transport.NewHTTPSource(o.endpoints[0], hopts...)

@@ -34,7 +34,7 @@ func accessTokens(t testing.TB) *access.Tokens {
 	t.Helper()
 	toks, err := access.New(
 		access.Token{Name: "payments-svc", Secret: paymentsSecret, Data: []string{"payments.*"}},
-		access.Token{Name: "edge-relay", Secret: edgeSecret, Data: []string{"payments.*"}},
+		access.Token{Name: "edge-relay", Secret: edgeSecret, Data: []string{"payments.*"}, Relay: true},
 		access.Token{Name: "ops", Secret: opsSecret, Control: []string{"*"}, Data: []string{"*"}},
 	)
 	if err != nil {

@@ -143,6 +143,7 @@ type httpOptions struct {
 	mode             WatchMode
 	longPollWait     time.Duration
 	userAgent        string
+	clientID         string // WithClientID
 	tls              *tls.Config
 }
 
@@ -233,6 +234,13 @@ func WithLongPollWait(d time.Duration) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.longPollWait = d })
 }
 
+// WithClientID sends id, the client's id (the one its acks carry), as
+// HeaderClientID on every request to the source's server: a server with
+// tokens takes a client's acks only from the identity it connected as.
+func WithClientID(id string) HTTPOption {
+	return httpOptionFunc(func(o *httpOptions) { o.clientID = id })
+}
+
 // WithUserAgent sets the User-Agent header (default "holdfast-go").
 func WithUserAgent(ua string) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.userAgent = ua })
@@ -291,6 +299,8 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 		return nil, errors.New("transport: bearer token contains characters not allowed in a header")
 	case !validHeaderValue(o.userAgent):
 		return nil, errors.New("transport: user agent contains characters not allowed in a header")
+	case o.clientID != "" && (!validHeaderValue(o.clientID) || ValidateClientID(o.clientID) != nil):
+		return nil, errors.New("transport: the client id is not a valid client id, or has characters not allowed in a header")
 	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
@@ -319,7 +329,7 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	hdr := &headerTransport{base: rt, token: o.token, userAgent: o.userAgent, scheme: u.Scheme, host: u.Host, onReply: src.noteReply}
+	hdr := &headerTransport{base: rt, token: o.token, userAgent: o.userAgent, clientID: o.clientID, scheme: u.Scheme, host: u.Host, onReply: src.noteReply}
 	idle := &idleTransport{base: hdr, timeout: src.replyTimeout}
 
 	client := *o.client

@@ -10,13 +10,14 @@ import (
 )
 
 // headerTransport adds the User-Agent, the protocol version and, for
-// requests to the source's own host, the bearer token; it hands every
+// requests to the source's own host, the bearer token and the client id; it hands every
 // reply's headers to onReply (what the server advertises). It never
 // mutates the caller's request.
 type headerTransport struct {
 	base         http.RoundTripper
 	token        string
 	userAgent    string
+	clientID     string
 	scheme, host string
 	onReply      func(*http.Response)
 }
@@ -30,6 +31,9 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.Header.Set(HeaderCapabilities, clientCapabilities)
 	if t.token != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
 		r.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	if t.clientID != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
+		r.Header.Set(HeaderClientID, t.clientID)
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err == nil && t.onReply != nil {

@@ -49,6 +49,13 @@ const (
 	HeaderHeartbeat = "Holdfast-Heartbeat-Ms"
 )
 
+// HeaderClientID carries the client's id (WithClientID; the config
+// client's ClientID) on its data-plane requests: a server with tokens
+// remembers which identity each client id connected as, and takes that
+// client's acks from that identity only (docs/PROTOCOL.md, "Acks and
+// identities").
+const HeaderClientID = "Holdfast-Client-Id"
+
 // Headers of the age of relayed data (docs/PROTOCOL.md, "Age of relayed
 // data"). A server that serves data it got from an upstream (a relay) may
 // send them on every data-plane reply but errors; an origin sends neither:

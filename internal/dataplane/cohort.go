@@ -54,6 +54,9 @@ func (s *Server) handleAckCohort(w http.ResponseWriter, r *http.Request) {
 	data, err := readBodyInto(w, r, maxAckBatch, bp)
 	var rep wire.CohortReport
 	if err == nil {
+		err = s.mayReportCohort(r)
+	}
+	if err == nil {
 		err = decodeCohortReport(data, &rep)
 	}
 	if err == nil {

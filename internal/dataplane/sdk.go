@@ -266,6 +266,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.bindClient(r, false)
 	if !s.demanded(w, r, ns, -1) {
 		return
 	}
@@ -411,6 +412,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer s.bindClient(r, true)()
 	q := r.URL.Query()
 	since, err := parseCursor(q.Get("since"))
 	if err != nil {
@@ -548,6 +550,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer s.bindClient(r, true)()
 	// Last-Event-ID wins: on a reconnect the URL still has the first cursor.
 	cur := r.URL.Query().Get("since")
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
@@ -707,6 +710,10 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", err) // before the lookup: a refusal tells nothing of the namespace
 		return
 	}
+	if acks, err = s.boundAcks(r, acks, batch); err != nil {
+		s.planeError(w, r, "", err)
+		return
+	}
 	if !batch && s.follow == nil {
 		if _, ok := s.be.NsRevision(acks[0].Namespace); !ok {
 			s.planeError(w, r, acks[0].Namespace, ErrUnknownNamespace)
@@ -761,6 +768,7 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 		}
 		s.stats.acks.Add(1)
 		acks, _ = s.readableAcks(r, acks, true)
+		acks, _ = s.boundAcks(r, acks, true)
 		release := s.speak(r) // a black hole holds acks too
 		s.recordAcks(s.be.Known(acks))
 		release()

@@ -36,7 +36,10 @@ type Server struct {
 
 	faults Faults // WithFaults; noFaults without
 	acks   acks
-	stats  counters
+	// clients binds client ids to the identities they read as, with
+	// WithTokens: their acks are taken from those only (ackids.go).
+	clients bindings
+	stats   counters
 
 	closing chan struct{} // closed by Close: requests through Handler end
 	// life is canceled by Close: the context of requests through

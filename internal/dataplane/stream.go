@@ -133,6 +133,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if !s.gate(w, r, true) {
 		return
 	}
+	defer s.bindClient(r, true)()
 	reqs, ended, err := s.streamRequest(r)
 	if err != nil {
 		s.planeError(w, r, "", err)
@@ -335,6 +336,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 	if !s.gate(w, r, true) {
 		return
 	}
+	defer s.bindClient(r, true)()
 	reqs, ended, err := s.streamRequest(r)
 	if err != nil {
 		s.planeError(w, r, "", err)

@@ -3,6 +3,7 @@ package fakeserver
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -50,6 +51,23 @@ func authClient(t testing.TB, secret string) *http.Client {
 		c.Transport = bearer{c.Transport, secret}
 	}
 	return c
+}
+
+// readAs reads payments.prod with c as client id client: the server
+// then takes that client's acks from c's token (and from it only).
+func readAs(t testing.TB, c *http.Client, base, client string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/sdk/snapshot?ns=payments.prod", nil)
+	req.Header.Set(transport.HeaderClientID, client)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("read as %s: %d", client, resp.StatusCode)
+	}
 }
 
 type bearer struct {
@@ -171,6 +189,8 @@ func TestDataScope(t *testing.T) {
 func TestDataScopeBatchedAcks(t *testing.T) {
 	s, _ := startScoped(t)
 	svc := authClient(t, secretPayments)
+	readAs(t, svc, s.URL(), "c1")
+	readAs(t, svc, s.URL(), "c2")
 	resp, body := do(t, svc, "POST", s.URL()+"/sdk/ack",
 		`{"client_id":"c1","acks":[{"ns":"payments.prod","revision":1,"status":"ack"},{"ns":"fraud.prod","revision":2,"status":"ack"}]}`)
 	if resp.StatusCode != http.StatusNoContent {
@@ -306,6 +326,7 @@ func TestControlScope(t *testing.T) {
 	}
 
 	// Clients: the limited token sees its namespaces' only.
+	readAs(t, authClient(t, secretOps), s.URL(), "c1")
 	do(t, authClient(t, secretOps), "POST", s.URL()+"/sdk/ack",
 		`{"client_id":"c1","acks":[{"ns":"payments.prod","revision":1,"status":"ack"},{"ns":"fraud.prod","revision":2,"status":"ack"}]}`)
 	type clients struct {

@@ -1,0 +1,249 @@
+package dataplane
+
+import (
+	"container/list"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Acks bound to an identity (docs/PROTOCOL.md, "Acks and identities"):
+// with WithTokens, a client's acks are taken only from the identity its
+// reads came with. Every data-plane read that names its client id
+// (transport.HeaderClientID) binds that id to the request's identity;
+// an ack of a client id its identity never bound is refused (a single
+// ack: 403) or dropped (a batch's), and counted (Stats.UnboundAcks). An
+// identity with the relay scope speaks for the clients behind it, which
+// its own data plane bound; an open server (no tokens) binds nothing and
+// takes every ack.
+
+// The bounds of the table of bindings: in all, and per identity, so that
+// one token that names made-up ids churns its own bindings only.
+const (
+	maxClientBindings   = 200_000
+	maxIdentityBindings = 100_000
+)
+
+// bindings remembers, per identity, the client ids its reads named: the
+// most recent first, those of an open stream or long-poll pinned.
+type bindings struct {
+	mu      sync.Mutex
+	byIdent map[string]*identBindings
+	total   int
+	max     int // in all (0: maxClientBindings)
+	maxPer  int // per identity (0: maxIdentityBindings)
+	evicted int64
+	refused int64 // binds refused: every binding of the identity pinned
+	unbound int64 // acks refused or dropped for want of a binding
+}
+
+// identBindings are one identity's bindings. Identities are few: only
+// an authenticated request binds, so there are at most as many as the
+// token records.
+type identBindings struct {
+	name  string
+	m     map[string]*list.Element // of *clientBinding
+	order *list.List               // most recent first
+}
+
+type clientBinding struct {
+	client string
+	open   int // streams and held long-polls open with it: not evicted
+}
+
+// bind notes that identity ident read as client; with open, a stream
+// or long-poll that stays open until unbind.
+func (b *bindings) bind(ident, client string, open bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byIdent == nil {
+		b.byIdent = make(map[string]*identBindings)
+	}
+	ib := b.byIdent[ident]
+	if ib == nil {
+		ib = &identBindings{name: ident, m: make(map[string]*list.Element), order: list.New()}
+		b.byIdent[ident] = ib
+	}
+	if el := ib.m[client]; el != nil {
+		if open {
+			el.Value.(*clientBinding).open++
+		}
+		if ib.order.Front() != el {
+			ib.order.MoveToFront(el)
+		}
+		return
+	}
+	switch {
+	case ib.order.Len() >= cmpOr(b.maxPer, maxIdentityBindings):
+		if !b.evictLocked(ib) {
+			b.refused++
+			return
+		}
+	case b.total >= cmpOr(b.max, maxClientBindings):
+		// Full: an identity that has bindings makes room among its own
+		// (one that names made-up ids churns itself only); a newcomer
+		// takes the room of the one with the most.
+		if !b.evictLocked(ib) && !b.evictLocked(b.largestLocked(ib)) {
+			b.refused++
+			return
+		}
+	}
+	cb := &clientBinding{client: client}
+	if open {
+		cb.open = 1
+	}
+	ib.m[client] = ib.order.PushFront(cb)
+	b.total++
+}
+
+// unbind ends an open read's pin of client.
+func (b *bindings) unbind(ident, client string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ib := b.byIdent[ident]; ib != nil {
+		if el := ib.m[client]; el != nil {
+			if cb := el.Value.(*clientBinding); cb.open > 0 {
+				cb.open--
+			}
+		}
+	}
+}
+
+// evictLocked drops the least recent unpinned binding of ib; it reports
+// whether one went. b.mu is held.
+func (b *bindings) evictLocked(ib *identBindings) bool {
+	if ib == nil || ib.order.Len() == 0 {
+		return false
+	}
+	// Pinned ones are skipped (moved to the front); a bounded look.
+	for range min(ib.order.Len(), 64) {
+		el := ib.order.Back()
+		cb := el.Value.(*clientBinding)
+		if cb.open > 0 {
+			ib.order.MoveToFront(el)
+			continue
+		}
+		ib.order.Remove(el)
+		delete(ib.m, cb.client)
+		b.total--
+		b.evicted++
+		if ib.order.Len() == 0 {
+			delete(b.byIdent, ib.name)
+		}
+		return true
+	}
+	return false
+}
+
+// largestLocked returns the identity with the most bindings, other than
+// not.
+func (b *bindings) largestLocked(not *identBindings) *identBindings {
+	var big *identBindings
+	for _, ib := range b.byIdent {
+		if ib != not && (big == nil || ib.order.Len() > big.order.Len()) {
+			big = ib
+		}
+	}
+	return big
+}
+
+// bound reports whether identity ident read as client.
+func (b *bindings) bound(ident, client string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ib := b.byIdent[ident]
+	return ib != nil && ib.m[client] != nil
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// bindClient binds the client id a data-plane read names to its
+// identity (see bindings); open: a watcher that stays open, whose
+// returned release unpins it.
+func (s *Server) bindClient(r *http.Request, open bool) (release func()) {
+	if s.opts.tokens == nil {
+		return func() {}
+	}
+	client := r.Header.Get(transport.HeaderClientID)
+	id, ok := access.FromContext(r.Context())
+	if client == "" || !ok || transport.ValidateClientID(client) != nil {
+		return func() {}
+	}
+	s.clients.bind(id.Name, client, open)
+	if !open {
+		return func() {}
+	}
+	return func() { s.clients.unbind(id.Name, client) }
+}
+
+// boundAcks keeps the acks of clients that read as the request's
+// identity: a single ack of another is refused (403), a batch's are
+// dropped, each counted. A relay's identity speaks for its clients.
+func (s *Server) boundAcks(r *http.Request, acks []transport.Ack, batch bool) ([]transport.Ack, error) {
+	if s.opts.tokens == nil {
+		return acks, nil
+	}
+	id, _ := access.FromContext(r.Context())
+	if id.IsRelay() {
+		return acks, nil
+	}
+	ok := func(a transport.Ack) bool { return s.clients.bound(id.Name, a.ClientID) }
+	if !batch {
+		if !ok(acks[0]) {
+			s.noteUnbound(1)
+			return nil, &accessError{http.StatusForbidden, fmt.Sprintf("client %q has not connected with token %q: its acks are taken from the identity it reads as", truncate(acks[0].ClientID), id.Name)}
+		}
+		return acks, nil
+	}
+	n := len(acks)
+	acks = slices.DeleteFunc(acks, func(a transport.Ack) bool { return !ok(a) })
+	s.noteUnbound(n - len(acks))
+	return acks, nil
+}
+
+func (s *Server) noteUnbound(n int) {
+	if n == 0 {
+		return
+	}
+	s.clients.mu.Lock()
+	s.clients.unbound += int64(n)
+	s.clients.mu.Unlock()
+	s.log.Debug("dataplane: acks of clients that did not connect with the sender's token dropped", "acks", n)
+}
+
+// mayReportCohort refuses (403) a cohort report from an identity
+// without the relay scope (with WithTokens): a cohort speaks for a
+// relay's clients.
+func (s *Server) mayReportCohort(r *http.Request) error {
+	if s.opts.tokens == nil {
+		return nil
+	}
+	if id, _ := access.FromContext(r.Context()); !id.IsRelay() {
+		return &accessError{http.StatusForbidden, fmt.Sprintf("token %q has no relay scope: cohort reports come from relays", id.Name)}
+	}
+	return nil
+}
+
+// BindingStats are the counts of the table of client bindings.
+type BindingStats struct {
+	Bindings int   // client ids bound to an identity now
+	Evicted  int64 // bindings dropped to make room (their clients bind again on their next read)
+	Refused  int64 // binds refused: the identity's bindings were all of open streams
+	Unbound  int64 // acks refused or dropped: their client id did not read as the sender's identity
+}
+
+// Bindings returns the counts of the table of client bindings.
+func (s *Server) Bindings() BindingStats {
+	s.clients.mu.Lock()
+	defer s.clients.mu.Unlock()
+	return BindingStats{Bindings: s.clients.total, Evicted: s.clients.evicted, Refused: s.clients.refused, Unbound: s.clients.unbound}
+}

@@ -1,0 +1,136 @@
+package relay_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// TestSpoofedNacksChangeNoRollout is the attack suite's case of acks
+// not bound to who sends them: a data-only token nacks a rollout that
+// allows 2 nacks under made-up client ids, singly and in batches, at a
+// relay with tokens and at the origin: the rollout runs on, nothing of
+// the spoof recorded. The baseline, in the same run: three clients that
+// read as themselves through the relay nack, and the rollout reverts.
+func TestSpoofedNacksChangeNoRollout(t *testing.T) {
+	const (
+		readerSecret = "s3cret-reader-data-only-01"
+		svcSecret    = "s3cret-service-data-only-2"
+		edgeSecret   = "s3cret-edge-relay-scope-03"
+		opsSecret    = "s3cret-ops-control-all-004"
+		ns           = "spoof.ns"
+	)
+	toks, err := access.New(
+		access.Token{Name: "reader", Secret: readerSecret, Data: []string{"spoof.*"}},
+		access.Token{Name: "svc", Secret: svcSecret, Data: []string{"spoof.*"}},
+		access.Token{Name: "edge", Secret: edgeSecret, Data: []string{"*"}, Relay: true},
+		access.Token{Name: "ops", Secret: opsSecret, Control: []string{"*"}, Data: []string{"*"}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond), holdfasttest.WithTokens(toks))
+	mustPublish(t, origin, ns, map[string]any{"base": 1})
+	_, relayURL := startRelay(t, origin.URL(), withSource(upstream(t, origin.URL(), edgeSecret)), relay.WithTokens(toks))
+
+	call := func(method, url, secret, client, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+secret)
+		if client != "" {
+			req.Header.Set(transport.HeaderClientID, client)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := call("POST", origin.URL()+"/control/namespaces/"+ns+"/rollouts", opsSecret, "",
+		`{"puts":{"feature":true},"stages":[100],"max_nacks":2,"bake":"1h","report_timeout":"1h","stage_timeout":"1h"}`)
+	var ro struct {
+		ID       string `json:"id"`
+		Revision int64  `json:"revision"`
+	}
+	if code != http.StatusOK && code != http.StatusCreated || json.Unmarshal([]byte(body), &ro) != nil || ro.ID == "" {
+		t.Fatalf("start the rollout: %d %s", code, body)
+	}
+	state := func() (string, int) {
+		_, body := call("GET", origin.URL()+"/control/namespaces/"+ns+"/rollouts/"+ro.ID, opsSecret, "", "")
+		var r struct {
+			State  string `json:"state"`
+			Nacked int    `json:"nacked"`
+		}
+		_ = json.Unmarshal([]byte(body), &r)
+		return r.State, r.Nacked
+	}
+	nack := func(client string) string {
+		return fmt.Sprintf(`{"client_id":%q,"ns":%q,"revision":%d,"status":"nack","rollout":%q,"error":"spoofed"}`, client, ns, ro.Revision, ro.ID)
+	}
+	batch := func(clients ...string) string {
+		var parts []string
+		for _, c := range clients {
+			parts = append(parts, fmt.Sprintf(`{"client_id":%q,"ns":%q,"revision":%d,"status":"nack","rollout":%q,"error":"spoofed"}`, c, ns, ro.Revision, ro.ID))
+		}
+		return fmt.Sprintf(`{"client_id":%q,"acks":[%s]}`, clients[0], strings.Join(parts, ","))
+	}
+
+	// The attack, at the relay and at the origin.
+	for _, base := range []string{relayURL, origin.URL()} {
+		for i := 1; i <= 3; i++ {
+			if code, body := call("POST", base+"/sdk/ack", readerSecret, "", nack(fmt.Sprint("fake-", i))); code != http.StatusForbidden {
+				t.Errorf("%s: a nack of made-up client fake-%d: %d %s, want 403", base, i, code, body)
+			}
+		}
+		if code, body := call("POST", base+"/sdk/ack", readerSecret, "", batch("fake-4", "fake-5", "fake-6")); code != http.StatusNoContent {
+			t.Errorf("%s: a batch of made-up clients: %d %s, want 204 (dropped)", base, code, body)
+		}
+		// Nor may it speak for a relay's clients.
+		cohort := fmt.Sprintf(`{"relay_id":"r","epoch":"e","parts":[{"ns":%q,"revision":%d,"rollout":%q,"nacked":3}]}`, ns, ro.Revision, ro.ID)
+		if code, body := call("POST", base+"/sdk/ack/cohort", readerSecret, "", cohort); code != http.StatusForbidden {
+			t.Errorf("%s: a cohort report with a data token: %d %s, want 403", base, code, body)
+		}
+	}
+	time.Sleep(time.Second) // what the relay would have forwarded
+	if st, nacked := state(); st != "running" || nacked != 0 {
+		t.Fatalf("after the spoof the rollout is %s with %d nacks, want running with none", st, nacked)
+	}
+	for _, cs := range origin.Clients() {
+		if strings.HasPrefix(cs.ClientID, "fake-") {
+			t.Errorf("a spoofed client recorded: %+v", cs)
+		}
+	}
+
+	// The baseline: genuine clients, each read as itself, nack through
+	// the relay; the third breaches max_nacks.
+	for i := 1; i <= 3; i++ {
+		client := fmt.Sprint("genuine-", i)
+		if code, body := call("GET", relayURL+"/sdk/snapshot?ns="+ns, svcSecret, client, ""); code != http.StatusOK {
+			t.Fatalf("%s reads: %d %s", client, code, body)
+		}
+		if code, body := call("POST", relayURL+"/sdk/ack", svcSecret, "", nack(client)); code != http.StatusNoContent {
+			t.Fatalf("%s nacks: %d %s", client, code, body)
+		}
+	}
+	testutil.Eventually(t, waitLimit, func() bool {
+		st, _ := state()
+		return st != "running"
+	}, "the genuine nacks to end the rollout")
+	st, nacked := state()
+	t.Logf("after 3 genuine nacks: %s, %d nacks", st, nacked)
+	if nacked != 3 {
+		t.Errorf("%d nacks counted, want the 3 genuine ones", nacked)
+	}
+}
