@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -45,14 +48,31 @@ func (e *accessError) code() string {
 
 // authenticate puts the identity a request proves (its bearer token, else its
 // client certificate: access.Tokens.AuthenticateRequest), if WithTokens knows
-// it, on the request's context.
+// it, on the request's context. A peer that sent too many tokens that were
+// not accepted (WithAuthFailureLimit) is refused first, with 429.
 func (s *Server) authenticate(h http.HandlerFunc) http.HandlerFunc {
 	if s.opts.tokens == nil {
 		return h
 	}
+	limit := s.opts.authLimit
 	return func(w http.ResponseWriter, r *http.Request) {
+		p, known := authlimit.Peer(r)
+		known = known && limit != nil
+		if known {
+			if wait, ok := limit.Allow(p); !ok {
+				// Refused before its token is looked at: a peer
+				// guessing tokens learns nothing more until it may try.
+				secs := int64((wait + time.Second - 1) / time.Second)
+				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+				writeError(w, http.StatusTooManyRequests, transport.ErrorBody{Error: transport.CodeUnavailable,
+					Message: fmt.Sprintf("too many requests with a token that was not accepted from your address: retry in %d s", secs)})
+				return
+			}
+		}
 		if id, ok := s.opts.tokens.AuthenticateRequest(r); ok {
 			r = r.WithContext(access.NewContext(r.Context(), id))
+		} else if known && r.Header.Get("Authorization") != "" {
+			limit.Fail(p) // a token sent and not accepted (none sent guesses nothing)
 		}
 		h(w, r)
 	}

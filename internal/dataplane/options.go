@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -36,6 +37,8 @@ type options struct {
 	faults        Faults
 	routes        []Route
 	idleTimeout   time.Duration // WithIdleTimeout; 0: listen's default
+	authLimit     *authlimit.Limiter
+	authLimitSet  bool // WithAuthFailureLimit given (nil: none)
 }
 
 // Option configures a Server.
@@ -119,6 +122,16 @@ func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
 	return optionFunc(func(o *options) { o.maxSnapshots, o.retryWindow = n, window })
 }
 
+// WithAuthFailureLimit sets what slows down a peer that keeps sending
+// wrong tokens (with WithTokens): past its failures, its requests get 429
+// with Retry-After before their token is looked at. The default is one
+// of authlimit's defaults of the server's own; pass the same Limiter to
+// every listener of a server to count a peer's failures across them, or
+// nil for none.
+func WithAuthFailureLimit(l *authlimit.Limiter) Option {
+	return optionFunc(func(o *options) { o.authLimit, o.authLimitSet = l, true })
+}
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
 
@@ -185,6 +198,9 @@ func newOptions(opts []Option) (options, error) {
 	}
 	if o.faults == nil {
 		o.faults = noFaults{}
+	}
+	if o.tokens != nil && !o.authLimitSet {
+		o.authLimit = authlimit.New(authlimit.Config{})
 	}
 	return o, nil
 }

@@ -1,9 +1,14 @@
 // Package peer carries the identity a caller proved with a TLS client
 // certificate from the listener that verified it (internal/listen) to
-// whatever authenticates the request (access.Tokens.AuthenticateRequest).
+// whatever authenticates the request (access.Tokens.AuthenticateRequest),
+// and the caller's address as the listener found it (what limits a peer's
+// failed authentications counts by).
 package peer
 
-import "context"
+import (
+	"context"
+	"net/netip"
+)
 
 // Peer is the identity a caller proved with a TLS client certificate
 // (mTLS: a listener's -tls-client-ca): the verified leaf certificate's
@@ -30,4 +35,20 @@ func NewContext(ctx context.Context, p Peer) context.Context {
 func FromContext(ctx context.Context) (Peer, bool) {
 	p, ok := ctx.Value(key{}).(Peer)
 	return p, ok
+}
+
+type addrKey struct{}
+
+// NewAddrContext returns ctx carrying addr, the caller's address as the
+// listener found it: the connection's remote address, or behind a
+// trusted proxy the client it forwards.
+func NewAddrContext(ctx context.Context, addr netip.Addr) context.Context {
+	return context.WithValue(ctx, addrKey{}, addr)
+}
+
+// AddrFromContext returns the caller's address NewAddrContext put on
+// ctx, if any (else a handler takes the request's RemoteAddr).
+func AddrFromContext(ctx context.Context) (netip.Addr, bool) {
+	a, ok := ctx.Value(addrKey{}).(netip.Addr)
+	return a, ok
 }
