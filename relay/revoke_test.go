@@ -157,18 +157,28 @@ func TestRevocationCutsStreamsAtEveryTier(t *testing.T) {
 		name string
 		ns   *config.Namespace
 	}
-	open := func(name, url, secret string) client {
-		c := newClient(t, url, config.WithBearerToken(secret), config.WithUnauthorizedBackoff(time.Second))
+	open := func(name, url, secret string, opts ...config.Option) client {
+		c := newClient(t, url, append([]config.Option{config.WithBearerToken(secret), config.WithUnauthorizedBackoff(time.Second)}, opts...)...)
 		ns, err := c.Namespace(ctx, "payments.prod")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		return client{name, ns}
 	}
-	revoked := []client{open("direct", origin.URL(), svc), open("one relay", hop1, svc), open("two relays", hop2, svc)}
+	// A server that predates the multi-namespace stream: its clients
+	// watch one namespace over /sdk/watch.
+	plain := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond),
+		holdfasttest.WithTokens(access.FromAuthenticator(store.table)), holdfasttest.WithoutCapability(transport.CapabilityStream))
+	if _, err := plain.Publish("payments.prod", map[string]any{"v": 1}); err != nil {
+		t.Fatal(err)
+	}
+	longPoll := config.WithHTTPOptions(transport.WithWatchMode(transport.WatchLongPoll))
+	revoked := []client{open("direct", origin.URL(), svc), open("one relay", hop1, svc), open("two relays", hop2, svc),
+		open("direct long-poll", origin.URL(), svc, longPoll), open("two relays long-poll", hop2, svc, longPoll),
+		open("direct single watch", plain.URL(), svc)}
 	kept := []client{open("kept direct", origin.URL(), keep), open("kept two relays", hop2, keep)}
 	rev, _ := origin.Publish("payments.prod", map[string]any{"v": 2})
-	for _, c := range append(revoked, kept...) {
+	for _, c := range append(revoked[:5:5], kept...) {
 		if err := c.ns.WaitForRevision(ctx, rev); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -205,6 +215,7 @@ func TestRevocationCutsStreamsAtEveryTier(t *testing.T) {
 	store.set(t, append(base, briefRec)...) // svc revoked; brief, expiring soon, created
 	cutWithin(revoked, at)
 	after, _ := origin.Publish("payments.prod", map[string]any{"v": 3})
+	_, _ = plain.Publish("payments.prod", map[string]any{"v": 3})
 	for _, c := range kept {
 		if err := c.ns.WaitForRevision(ctx, after); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
