@@ -46,6 +46,11 @@ type Remote struct {
 	names   map[string]bool // current's record names
 	changed chan struct{}   // closed and replaced when current changes
 
+	// stale tells the table's subscribers, MaxStale after the last
+	// reply, that every identity stopped authenticating (their open
+	// streams end too); nil without MaxStale.
+	stale *time.Timer
+
 	ready     chan struct{}
 	readyOnce sync.Once
 	cancel    context.CancelFunc
@@ -160,6 +165,9 @@ func (r *Remote) Close() {
 	r.closeOnce.Do(func() {
 		r.cancel()
 		r.wg.Wait()
+		if r.stale != nil {
+			r.stale.Stop()
+		}
 	})
 }
 
@@ -208,6 +216,14 @@ func (r *Remote) run(ctx context.Context) {
 			r.cfg.Logger.Warn("access: the server sent invalid token records; they are left out", "err", err)
 		}
 		r.lastSync.Store(time.Now().UnixNano())
+		if r.cfg.MaxStale > 0 {
+			// A little after MaxStale: Authenticate refuses by then.
+			if r.stale == nil {
+				r.stale = time.AfterFunc(r.cfg.MaxStale+10*time.Millisecond, func() { r.table.notify(access.Change{All: true}) })
+			} else {
+				r.stale.Reset(r.cfg.MaxStale + 10*time.Millisecond)
+			}
+		}
 		r.publish(reply.Revision)
 		r.readyOnce.Do(func() { close(r.ready) })
 		rev = reply.Revision

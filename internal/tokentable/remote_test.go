@@ -114,6 +114,12 @@ func TestRemoteMaxStale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var told atomic.Int32 // every identity changed: their open streams are checked
+		stop := r.NotifyChanges(func(c access.Change) {
+			if c.All {
+				told.Add(1)
+			}
+		})
 		<-r.Ready()
 		if _, ok := r.Authenticate(clientSecret); !ok {
 			t.Fatal("not authenticated after the first reply")
@@ -123,6 +129,10 @@ func TestRemoteMaxStale(t *testing.T) {
 		if _, ok := r.Authenticate(clientSecret); ok != tc.wantOK {
 			t.Errorf("MaxStale %v: authenticated %v with the server silent, want %v", tc.maxStale, ok, tc.wantOK)
 		}
+		if got := told.Load() > 0; got == tc.wantOK {
+			t.Errorf("MaxStale %v: subscribers told every identity changed: %v", tc.maxStale, got)
+		}
+		stop()
 		r.Close()
 		r.Close() // idempotent
 	}

@@ -106,17 +106,22 @@ func (t *Table) SetRecords(records []access.Record, required bool) error {
 	defer t.setMu.Unlock()
 	old := t.state.Swap(st)
 	if c, ok := changes(old, st); ok {
-		t.subMu.Lock()
-		subs := make([]func(access.Change), 0, len(t.subs))
-		for _, fn := range t.subs {
-			subs = append(subs, fn)
-		}
-		t.subMu.Unlock()
-		for _, fn := range subs {
-			fn(c)
-		}
+		t.notify(c)
 	}
 	return errors.Join(errs...)
+}
+
+// notify tells the subscribers of NotifyChanges c.
+func (t *Table) notify(c access.Change) {
+	t.subMu.Lock()
+	subs := make([]func(access.Change), 0, len(t.subs))
+	for _, fn := range t.subs {
+		subs = append(subs, fn)
+	}
+	t.subMu.Unlock()
+	for _, fn := range subs {
+		fn(c)
+	}
 }
 
 // NotifyChanges tells fn, after each SetRecords that changed them, which
