@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/tokentable"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -130,7 +131,8 @@ func startTokenRelay(t *testing.T, upstreamURL, syncURL, secret string) string {
 // from the origin, from a relay and from a relay behind that one is told
 // unauthorized (not Fresh) within 5 s of the token's revocation at the
 // origin, and gets no change after it; a token that expires does the
-// same; another token's clients go on.
+// same; another token's clients go on; and a client whose token comes
+// back is served again (it kept retrying).
 func TestRevocationCutsStreamsAtEveryTier(t *testing.T) {
 	svc, brief, keep := access.NewSecret(), access.NewSecret(), access.NewSecret()
 	edge1, edge2 := access.NewSecret(), access.NewSecret()
@@ -241,4 +243,15 @@ func TestRevocationCutsStreamsAtEveryTier(t *testing.T) {
 	}
 	time.Sleep(time.Until(briefRec.Expires))
 	cutWithin(expiring, briefRec.Expires)
+
+	// The client kept retrying (slowly): the token back, it is Fresh
+	// again and current.
+	store.set(t, append(base, dataRecord("svc", svc, false, "payments.*"))...)
+	back, _ := origin.Publish("payments.prod", map[string]any{"v": 4})
+	for _, c := range revoked[:5] {
+		if err := c.ns.WaitForRevision(ctx, back); err != nil {
+			t.Fatalf("%s after the token came back: %v", c.name, err)
+		}
+		testutil.Eventually(t, waitLimit, func() bool { return c.ns.Status().State == config.StateFresh }, c.name+" Fresh again")
+	}
 }
