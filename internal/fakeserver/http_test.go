@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"io"
 	"net/http"
 	"strconv"
@@ -274,13 +275,13 @@ func TestControlRollbackCompactSchema(t *testing.T) {
 		return resp.StatusCode, data
 	}
 	st, body := post("/control/namespaces/app/publish", `{"puts":{"a":1,"b":2}}`)
-	r1 := decode[revisionReply](t, body).Revision
+	r1 := decode[controlapi.RevisionReply](t, body).Revision
 	if st != 200 || r1 != 1 {
 		t.Fatalf("%d %s", st, body)
 	}
 	post("/control/namespaces/app/publish", `{"puts":{"a":10,"c":3},"deletes":["b"]}`)
 	st, body = post("/control/namespaces/app/rollback", `{"to_revision":1}`)
-	if st != 200 || decode[revisionReply](t, body).Revision != 3 {
+	if st != 200 || decode[controlapi.RevisionReply](t, body).Revision != 3 {
 		t.Fatalf("rollback %d %s", st, body)
 	}
 	snap, _ := s.Snapshot("app")
@@ -289,7 +290,7 @@ func TestControlRollbackCompactSchema(t *testing.T) {
 	}
 
 	st, body = post("/control/compact", `{"revision":2}`)
-	if st != 200 || decode[compactReply](t, body).CompactRevision != 2 {
+	if st != 200 || decode[controlapi.CompactReply](t, body).CompactRevision != 2 {
 		t.Fatalf("compact %d %s", st, body)
 	}
 	st, body = post("/control/namespaces/app/rollback", `{"to_revision":1}`)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/gate"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
@@ -442,7 +443,7 @@ func (s *Server) withoutRollout(ns string, abort bool, precheck func() error, pu
 			return err
 		}
 		if !abort || attempt >= 5 {
-			return fmt.Errorf("%w: namespace %q: rollout %q; abort it first (or publish with abort_rollout)", ErrRolloutRunning, ns, running.ID)
+			return &controlplane.RolloutRunningError{Namespace: ns, ID: running.ID, Err: ErrRolloutRunning}
 		}
 		if precheck != nil {
 			if err := precheck(); err != nil { // a publish that would fail aborts nothing

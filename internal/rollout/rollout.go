@@ -128,11 +128,24 @@ func (s *Staged) validate() error {
 }
 
 func checkKey(k string) error {
+	if err := CheckKey(k); err != nil {
+		return fmt.Errorf("%w: staged change: %v", ErrMalformed, err)
+	}
+	return nil
+}
+
+// ErrReservedKey is a write of a key reserved to holdfast (ReservedPrefix).
+var ErrReservedKey = errors.New("key reserved to holdfast")
+
+// CheckKey checks a key a publish or a rollout writes: valid
+// (transport.ValidateKey), and not reserved (ErrReservedKey). Callers wrap
+// its error with their own kind of refusal.
+func CheckKey(k string) error {
 	if err := transport.ValidateKey(k); err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+		return err
 	}
 	if Reserved(k) {
-		return fmt.Errorf("%w: staged change writes reserved key %q", ErrMalformed, k)
+		return fmt.Errorf("%w: %q (prefix %q)", ErrReservedKey, k, ReservedPrefix)
 	}
 	return nil
 }

@@ -211,11 +211,8 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 }
 
 func checkKey(k string) error {
-	if err := transport.ValidateKey(k); err != nil {
+	if err := rollout.CheckKey(k); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if rollout.Reserved(k) {
-		return fmt.Errorf("%w: key %q is reserved to holdfast", ErrInvalid, k)
 	}
 	return nil
 }
