@@ -68,14 +68,15 @@ type Config struct {
 
 // route is one route of the control API.
 type route struct {
-	Method, Path string
-	Handler      http.HandlerFunc
+	pattern string // "METHOD /path"
+	handler http.HandlerFunc
 }
 
-// Extra is a route a server adds beside the API's.
+// Extra is a route a server adds beside the API's: its pattern, as
+// http.ServeMux takes it with a method ("POST /control/faults").
 type Extra struct {
-	Method, Path string
-	Serve        func(http.ResponseWriter, *http.Request) error
+	Pattern string
+	Serve   func(http.ResponseWriter, *http.Request) error
 }
 
 // Handler serves the control API.
@@ -102,35 +103,35 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger}
 	for _, rt := range []struct {
-		method, path string
-		fn           func(http.ResponseWriter, *http.Request) error
+		pattern string
+		fn      func(http.ResponseWriter, *http.Request) error
 	}{
-		{"POST", "/control/namespaces/{ns}/publish", h.publish},
-		{"POST", "/control/namespaces/{ns}/rollback", h.rollback},
-		{"PUT", "/control/namespaces/{ns}/schema", h.putSchema},
-		{"GET", "/control/namespaces/{ns}/schema", h.getSchema},
-		{"DELETE", "/control/namespaces/{ns}/schema", h.deleteSchema},
-		{"GET", "/control/namespaces/{ns}/status", h.status},
-		{"GET", "/control/namespaces/{ns}/history", h.history},
-		{"GET", "/control/namespaces/{ns}/values", h.values},
-		{"GET", "/control/namespaces/{ns}/diff", h.diff},
-		{"POST", "/control/namespaces/{ns}/rollouts", h.startRollout},
-		{"GET", "/control/namespaces/{ns}/rollouts", h.listRollouts},
-		{"GET", "/control/namespaces/{ns}/rollouts/{id}", h.getRollout},
-		{"POST", "/control/namespaces/{ns}/rollouts/{id}/abort", h.rolloutAction},
-		{"POST", "/control/namespaces/{ns}/rollouts/{id}/promote", h.rolloutAction},
-		{"POST", "/control/compact", h.compact},
-		{"GET", "/control/clients", h.clients},
-		{"POST", "/control/tokens", h.createToken},
-		{"GET", "/control/tokens", h.listTokens},
-		{"GET", "/control/tokens/{name}", h.getToken},
-		{"DELETE", "/control/tokens/{name}", h.revokeToken},
-		{"POST", "/control/tokens/sync", h.syncTokens},
+		{"POST /control/namespaces/{ns}/publish", h.publish},
+		{"POST /control/namespaces/{ns}/rollback", h.rollback},
+		{"PUT /control/namespaces/{ns}/schema", h.putSchema},
+		{"GET /control/namespaces/{ns}/schema", h.getSchema},
+		{"DELETE /control/namespaces/{ns}/schema", h.deleteSchema},
+		{"GET /control/namespaces/{ns}/status", h.status},
+		{"GET /control/namespaces/{ns}/history", h.history},
+		{"GET /control/namespaces/{ns}/values", h.values},
+		{"GET /control/namespaces/{ns}/diff", h.diff},
+		{"POST /control/namespaces/{ns}/rollouts", h.startRollout},
+		{"GET /control/namespaces/{ns}/rollouts", h.listRollouts},
+		{"GET /control/namespaces/{ns}/rollouts/{id}", h.getRollout},
+		{"POST /control/namespaces/{ns}/rollouts/{id}/abort", h.rolloutAction},
+		{"POST /control/namespaces/{ns}/rollouts/{id}/promote", h.rolloutAction},
+		{"POST /control/compact", h.compact},
+		{"GET /control/clients", h.clients},
+		{"POST /control/tokens", h.createToken},
+		{"GET /control/tokens", h.listTokens},
+		{"GET /control/tokens/{name}", h.getToken},
+		{"DELETE /control/tokens/{name}", h.revokeToken},
+		{"POST /control/tokens/sync", h.syncTokens},
 	} {
-		h.routes = append(h.routes, route{rt.method, rt.path, h.serve(h.gate(rt.path, rt.fn))})
+		h.routes = append(h.routes, route{rt.pattern, h.serve(h.gate(rt.pattern, rt.fn))})
 	}
 	for _, rt := range cfg.Extra {
-		h.routes = append(h.routes, route{rt.Method, rt.Path, h.serve(h.gate(rt.Path, rt.Serve))})
+		h.routes = append(h.routes, route{rt.Pattern, h.serve(h.gate(rt.Pattern, rt.Serve))})
 	}
 	h.mux = h.newMux()
 	return h, nil
@@ -144,9 +145,9 @@ func (h *Handler) newMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	var methods []string
 	for _, rt := range h.routes {
-		mux.HandleFunc(rt.Method+" "+rt.Path, rt.Handler)
-		if !slices.Contains(methods, rt.Method) {
-			methods = append(methods, rt.Method)
+		mux.HandleFunc(rt.pattern, rt.handler)
+		if method, _, _ := strings.Cut(rt.pattern, " "); !slices.Contains(methods, method) {
+			methods = append(methods, method)
 		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -193,11 +194,12 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 // gate authenticates a request (when the handler has an Authenticator)
-// and checks its identity's scope for the route of pattern path.
-func (h *Handler) gate(path string, fn func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+// and checks its identity's scope for the route of pattern.
+func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	if h.cfg.Authenticator == nil {
 		return fn
 	}
+	_, path, _ := strings.Cut(pattern, " ")
 	tokenSync := path == "/control/tokens/sync"
 	admin := !tokenSync && strings.HasPrefix(path, "/control/tokens")
 	storeWide := !admin && !tokenSync && !strings.Contains(path, "{ns}") && path != "/control/clients"

@@ -155,3 +155,17 @@ func (e *RolloutRunningError) Error() string {
 }
 
 func (e *RolloutRunningError) Unwrap() error { return e.Err }
+
+// Mark returns err as one of the kinds above (ErrInvalid, ErrNotFound,
+// ErrExists, ...): its message is err's, and errors.Is finds both.
+func Mark(kind, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &marked{err: err, kind: kind}
+}
+
+type marked struct{ err, kind error }
+
+func (m *marked) Error() string   { return m.err.Error() }
+func (m *marked) Unwrap() []error { return []error{m.err, m.kind} }

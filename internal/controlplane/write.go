@@ -9,6 +9,7 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // maxAbortAttempts bounds how often a publish with abort_rollout aborts a
@@ -150,7 +151,7 @@ func (h *Handler) deleteSchema(w http.ResponseWriter, r *http.Request) error {
 
 func schemaError(ns string, err error) error {
 	if errors.Is(err, ErrNoSchema) {
-		return fmt.Errorf("%w: namespace %q has no schema", ErrNotFound, ns)
+		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: fmt.Sprintf("namespace %q has no schema", ns)}
 	}
 	return err
 }

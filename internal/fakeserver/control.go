@@ -25,7 +25,7 @@ func (s *Server) controlRoutes() ([]dataplane.Route, error) {
 		StoreID:         s.StoreID,
 		MapError:        mapError,
 		Logger:          s.log,
-		Extra:           []controlplane.Extra{{Method: "POST", Path: "/control/faults", Serve: s.handleFaults}},
+		Extra:           []controlplane.Extra{{Pattern: "POST /control/faults", Serve: s.handleFaults}},
 	}
 	if s.opts.tokens != nil {
 		cfg.Authenticator = s.opts.tokens

@@ -275,8 +275,8 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	}
 	clean := make(map[string]json.RawMessage, len(puts))
 	for k, v := range puts {
-		if err := checkKey(k); err != nil {
-			return nil, nil, err
+		if err := rollout.CheckKey(k); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		var buf bytes.Buffer // Compact refuses empty, invalid and trailing data
 		if err := json.Compact(&buf, v); err != nil {
@@ -286,8 +286,8 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	}
 	var dels []string
 	for _, k := range deletes {
-		if err := checkKey(k); err != nil {
-			return nil, nil, err
+		if err := rollout.CheckKey(k); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if _, ok := clean[k]; ok {
 			return nil, nil, fmt.Errorf("%w: key %q is both put and deleted", ErrInvalid, k)
@@ -297,14 +297,6 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 		}
 	}
 	return clean, dels, nil
-}
-
-// checkKey checks a key a publish writes: valid, and not reserved.
-func checkKey(k string) error {
-	if err := rollout.CheckKey(k); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return nil
 }
 
 // Rollback publishes namespace ns's content at revision to as a new revision
@@ -422,7 +414,7 @@ func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
 	s.rollouts.endAll("the store was reset")
-	s.rollouts.reports.reset()
+	s.rollouts.reports.Reset()
 	s.dp.ResetAcks()
 	s.dp.DropStreamsBefore(gen)
 	return id
@@ -448,7 +440,7 @@ func (s *Server) RestoreTo(rev int64) error {
 		return err
 	}
 	s.rollouts.endAll(fmt.Sprintf("the store was restored to revision %d", rev))
-	s.rollouts.reports.rewind(rev)
+	s.rollouts.reports.Rewind(rev)
 	s.dp.RewindAcks(rev)
 	s.dp.DropStreamsBefore(gen)
 	s.log.Info("fakeserver: store restored", "store_id", s.StoreID(), "revision", rev)

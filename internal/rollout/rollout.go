@@ -109,27 +109,20 @@ func (s *Staged) validate() error {
 		return fmt.Errorf("%w: stage %v: want a percentage in (0, 100]", ErrMalformed, s.Stage)
 	}
 	for k, v := range s.Puts {
-		if err := checkKey(k); err != nil {
-			return err
+		if err := CheckKey(k); err != nil {
+			return fmt.Errorf("%w: staged change: %v", ErrMalformed, err)
 		}
 		if len(v) == 0 || !json.Valid(v) {
 			return fmt.Errorf("%w: put of %q: not a JSON value", ErrMalformed, k)
 		}
 	}
 	for _, k := range s.Deletes {
-		if err := checkKey(k); err != nil {
-			return err
+		if err := CheckKey(k); err != nil {
+			return fmt.Errorf("%w: staged change: %v", ErrMalformed, err)
 		}
 		if _, ok := s.Puts[k]; ok {
 			return fmt.Errorf("%w: %q both put and deleted", ErrMalformed, k)
 		}
-	}
-	return nil
-}
-
-func checkKey(k string) error {
-	if err := CheckKey(k); err != nil {
-		return fmt.Errorf("%w: staged change: %v", ErrMalformed, err)
 	}
 	return nil
 }

@@ -140,8 +140,8 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 		return spec, fmt.Errorf("%w: a rollout needs puts or deletes", ErrInvalid)
 	}
 	for k, v := range spec.Puts {
-		if err := checkKey(k); err != nil {
-			return spec, err
+		if err := rollout.CheckKey(k); err != nil {
+			return spec, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		if !json.Valid(v) {
 			return spec, fmt.Errorf("%w: put of %q: not JSON", ErrInvalid, k)
@@ -150,8 +150,8 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 	seen := make(map[string]bool)
 	deletes := spec.Deletes[:0:0]
 	for _, k := range spec.Deletes {
-		if err := checkKey(k); err != nil {
-			return spec, err
+		if err := rollout.CheckKey(k); err != nil {
+			return spec, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		if _, ok := spec.Puts[k]; ok {
 			return spec, fmt.Errorf("%w: %q both put and deleted", ErrInvalid, k)
@@ -208,11 +208,4 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 		}
 	}
 	return spec, nil
-}
-
-func checkKey(k string) error {
-	if err := rollout.CheckKey(k); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	return nil
 }

@@ -1,0 +1,203 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
+	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
+)
+
+// store is the control API's store (controlplane.Store) in etcd: a
+// write is one transaction that carries its audit record and its guards
+// (the namespace's schema, its rollout's state), through holdfast's etcd
+// source; schemas are keys under SchemaRoot, rollouts under RolloutRoot.
+type store struct{ h *Handler }
+
+var _ controlplane.Store = store{}
+
+func (s store) Publish(ctx context.Context, ns string, w controlplane.Write) (int64, error) {
+	h := s.h
+	rev, err := h.write(ctx, ns, w, true, func(opts []etcd.PublishOption) (int64, error) {
+		return h.cfg.Source.Publish(ctx, ns, w.Puts, w.Deletes, opts...)
+	})
+	if err != nil {
+		return 0, err
+	}
+	h.publishes.Add(1)
+	h.trim.published(ns, publishSize(w.Puts, w.Deletes))
+	return rev, nil
+}
+
+func (s store) Rollback(ctx context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
+	h := s.h
+	rev, err := h.write(ctx, ns, w, true, func(opts []etcd.PublishOption) (int64, error) {
+		return h.cfg.Source.Rollback(ctx, ns, to, opts...)
+	})
+	if err != nil {
+		return 0, err
+	}
+	h.publishes.Add(1)
+	h.trim.published(ns, 0) // its record repeats values whose publishes were weighed
+	return rev, nil
+}
+
+// Check passes: the schema is checked in the publish's transaction (a
+// publish with abort_rollout that fails it has reverted the rollout).
+func (s store) Check(context.Context, string, controlplane.Write) error { return nil }
+
+func (s store) Schema(ctx context.Context, ns string) ([]byte, error) {
+	resp, err := s.h.cli.Get(ctx, SchemaRoot+ns)
+	if err != nil {
+		return nil, fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, controlplane.ErrNoSchema
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+func (s store) SetSchema(ctx context.Context, ns string, raw []byte, _ *schema.Schema) error {
+	if _, err := s.h.cli.Put(ctx, SchemaRoot+ns, string(raw)); err != nil {
+		return fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	return nil
+}
+
+func (s store) DeleteSchema(ctx context.Context, ns string) error {
+	resp, err := s.h.cli.Delete(ctx, SchemaRoot+ns)
+	if err != nil {
+		return fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	if resp.Deleted == 0 {
+		return controlplane.ErrNoSchema
+	}
+	return nil
+}
+
+func (s store) History(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, error) {
+	return s.h.cfg.Source.History(ctx, ns, etcd.HistoryOptions{Limit: limit, Before: before})
+}
+
+func (s store) ValuesAt(ctx context.Context, ns string, rev int64) (*controlapi.NamespaceValues, error) {
+	return s.h.cfg.Source.ValuesAt(ctx, ns, rev)
+}
+
+func (s store) ValuesAtTime(ctx context.Context, ns string, t time.Time) (*controlapi.NamespaceValues, error) {
+	return s.h.cfg.Source.ValuesAtTime(ctx, ns, t)
+}
+
+func (s store) Diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, error) {
+	return s.h.cfg.Source.Diff(ctx, ns, from, to)
+}
+
+func (s store) Compact(ctx context.Context, rev int64) (int64, error) {
+	return Compact(ctx, s.h.cli, rev)
+}
+
+func (s store) Rollouts() controlplane.Rollouts { return s.h.rollouts }
+
+// write runs a publish or rollback with its audit, condition and the
+// namespace's schema, guarded by the schema's revision: a schema set
+// meanwhile makes it read the schema again and retry (a few times), so
+// that a write never commits against a schema already replaced. A plain
+// write is refused while a rollout runs on ns (a
+// *controlplane.RolloutRunningError) and guarded by the rollout's state,
+// so that a rollout started meanwhile is never bypassed; a rollout's own
+// commit (plain false) is guarded by the rollout's commit itself.
+func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, plain bool, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		opts := []etcd.PublishOption{etcd.WithActor(w.Actor), etcd.WithOnBehalfOf(w.OnBehalfOf), etcd.WithReason(w.Reason)}
+		if w.IfRevision != nil {
+			opts = append(opts, etcd.WithIfRevision(*w.IfRevision))
+		}
+		if plain {
+			run, version, err := h.runningRollout(ctx, ns)
+			if err != nil {
+				return 0, err
+			}
+			if run != nil {
+				return 0, &controlplane.RolloutRunningError{Namespace: ns, ID: run.ID}
+			}
+			opts = append(opts, etcd.WithGuard(currentKey(ns), version))
+		}
+		sch, schemaRev, err := h.schemas.get(ctx, h.cli, ns)
+		if err != nil {
+			return 0, err
+		}
+		opts = append(opts, etcd.WithGuard(SchemaRoot+ns, schemaRev))
+		if sch != nil {
+			opts = append(opts, etcd.WithSchema(sch))
+		}
+		rev, err := commit(opts)
+		if !errors.Is(err, etcd.ErrGuardChanged) || attempt == 3 {
+			return rev, err
+		}
+	}
+}
+
+// schemaCache keeps each namespace's compiled schema with the revision of
+// its key, so that a publish reads the key (one small read) but compiles
+// only a schema it has not seen.
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]compiledSchema
+}
+
+type compiledSchema struct {
+	modRevision int64
+	schema      *schema.Schema
+}
+
+// get returns ns's schema (nil when it has none) and the ModRevision of
+// its key (0: none).
+func (c *schemaCache) get(ctx context.Context, cli *clientv3.Client, ns string) (*schema.Schema, int64, error) {
+	resp, err := cli.Get(ctx, SchemaRoot+ns)
+	if err != nil {
+		return nil, 0, fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(resp.Kvs) == 0 {
+		delete(c.m, ns)
+		return nil, 0, nil
+	}
+	kv := resp.Kvs[0]
+	if had, ok := c.m[ns]; ok && had.modRevision == kv.ModRevision {
+		return had.schema, kv.ModRevision, nil
+	}
+	sch, err := schema.Compile(kv.Value)
+	if err != nil {
+		// Only PUT writes the key, after compiling it: another writer's.
+		return nil, 0, fmt.Errorf("control: the stored schema of %q does not compile: %w", ns, errors.Join(err, errStoredSchema))
+	}
+	if c.m == nil {
+		c.m = make(map[string]compiledSchema)
+	}
+	c.m[ns] = compiledSchema{modRevision: kv.ModRevision, schema: sch}
+	return sch, kv.ModRevision, nil
+}
+
+// errStoredSchema marks a stored schema that does not compile: the
+// server's trouble, not the caller's.
+var errStoredSchema = errors.New("stored schema invalid")
+
+// publishSize is about what a publish adds to its namespace's audit log.
+func publishSize(puts map[string]json.RawMessage, deletes []string) int64 {
+	var n int64
+	for k, v := range puts {
+		n += int64(len(k) + len(v))
+	}
+	for _, k := range deletes {
+		n += int64(len(k))
+	}
+	return n
+}
