@@ -16,9 +16,10 @@
 // "payments.prod.eu", not "payments"; "fraud.prod" matches only itself;
 // "*" matches every name.
 //
-// holdfast server and holdfast relay take their records from the store
-// (Table, Remote: 'holdfast token create'); New builds a fixed set in Go,
-// for the reference server and tests.
+// holdfast server and holdfast relay take their records (Record) from the
+// store ('holdfast token create'), and authenticate against them through
+// FromAuthenticator; New builds a fixed set in Go, for the reference
+// server and tests.
 //
 // Secrets are compared in constant time (Authenticate), and no value of
 // this package prints one: an Identity has no secret, and a Token's String,
@@ -36,6 +37,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/holdfast-dev/holdfast/internal/peer"
 )
 
 // ErrInvalid is wrapped by every error of New, Parse and Load: the
@@ -231,14 +234,15 @@ func (t *Tokens) AuthenticateHeader(header string) (Identity, bool) {
 // AuthenticateRequest returns the identity a request authenticates as,
 // the one place that asks who is calling: its bearer token
 // (AuthenticateHeader) when it sends one, the token deciding; else the
-// subject of its verified client certificate (PeerIdentity), when the
-// configuration knows certificate identities (a SubjectAuthenticator,
-// such as a store's Table).
+// subject of its verified client certificate (which the listener that
+// verified it puts on the request's context), when the configuration
+// knows certificate identities (a SubjectAuthenticator, such as a
+// server's or relay's table of the store's tokens).
 func (t *Tokens) AuthenticateRequest(r *http.Request) (Identity, bool) {
 	header := r.Header.Get("Authorization")
 	if header == "" && t != nil {
 		if sa, ok := t.auth.(SubjectAuthenticator); ok {
-			if p, ok := PeerIdentity(r.Context()); ok {
+			if p, ok := peer.FromContext(r.Context()); ok {
 				return sa.AuthenticateSubject(p.Subject)
 			}
 		}
@@ -274,31 +278,4 @@ func NewContext(ctx context.Context, id Identity) context.Context {
 func FromContext(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
-}
-
-// Peer is the identity a caller proved with a TLS client certificate
-// (mTLS: a listener's -tls-client-ca): the verified leaf certificate's
-// subject. It is set by the listener, before any handler runs, and only
-// from a certificate that verified against the listener's client CAs.
-type Peer struct {
-	// Subject is the certificate's subject as an RFC 2253 string, e.g.
-	// "CN=deploy-bot,OU=ops,O=example".
-	Subject string
-	// CommonName is the subject's common name (CN), possibly empty.
-	CommonName string
-}
-
-type peerKey struct{}
-
-// NewPeerContext returns ctx carrying p, the identity a caller's client
-// certificate proved.
-func NewPeerContext(ctx context.Context, p Peer) context.Context {
-	return context.WithValue(ctx, peerKey{}, p)
-}
-
-// PeerIdentity returns the identity of the caller's verified TLS client
-// certificate, if the request came with one.
-func PeerIdentity(ctx context.Context) (Peer, bool) {
-	p, ok := ctx.Value(peerKey{}).(Peer)
-	return p, ok
 }

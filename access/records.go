@@ -3,22 +3,19 @@ package access
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"path"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
 // Tokens kept in a store (holdfast server's etcd) are Records: a name,
-// the SHA-256 of the secret, never the secret, and the scopes. A Table
-// holds the records a server or relay currently knows, replaced whole
-// when they change, and authenticates against them.
+// the SHA-256 of the secret, never the secret, and the scopes. A server
+// or relay holds the records it currently knows, replaced whole when they
+// change, and authenticates against them (an Authenticator).
 //
 // Why SHA-256 and not a password hash (bcrypt, scrypt, Argon2): the
 // secrets are 256 random bits (NewSecret), not passwords a person chose.
@@ -79,8 +76,8 @@ type Record struct {
 	Name string `json:"name"`
 	// Hash is "sha256:" and the hex SHA-256 of the secret (HashSecret).
 	Hash string `json:"hash,omitempty"`
-	// Subject is the client certificate's subject, as Peer.Subject
-	// writes it (RFC 2253, e.g. "CN=deploy-bot,O=example"): the
+	// Subject is the client certificate's subject, as the listener
+	// that verified it writes it (RFC 2253, e.g. "CN=deploy-bot,O=example"): the
 	// identity's name in the audit.
 	Subject string `json:"subject,omitempty"`
 	Scopes
@@ -157,14 +154,15 @@ func CheckSecret(secret string) error {
 	return nil
 }
 
-// Authenticator authenticates a bearer secret. *Tokens and *Table are
-// Authenticators.
+// Authenticator authenticates a bearer secret. *Tokens is one, and so is
+// the table of a store's records that holdfast server and relay keep.
 type Authenticator interface {
 	Authenticate(secret string) (Identity, bool)
 }
 
 // SubjectAuthenticator authenticates a caller by its verified client
-// certificate's subject (Peer.Subject). *Table is one.
+// certificate's subject (RFC 2253). The table of a store's records that
+// holdfast server and relay keep is one.
 type SubjectAuthenticator interface {
 	AuthenticateSubject(subject string) (Identity, bool)
 }
@@ -175,136 +173,7 @@ func FromAuthenticator(a Authenticator, names ...string) *Tokens {
 	return &Tokens{auth: a, names: names}
 }
 
-// Anonymous is the name of the identity a Table gives every caller while
-// it does not require tokens (SetRecords with required false).
+// Anonymous is the name of the identity every caller of a store that
+// does not require tokens authenticates as (a store that has never had
+// an admin token is open).
 const Anonymous = "anonymous"
-
-// Table authenticates against a set of Records, replaced whole with
-// SetRecords (a server's cache of its store, a relay's copy of its
-// server's). Authenticate looks a secret up by its SHA-256 and compares
-// the record's hash in constant time; a record that has expired does not
-// authenticate. It is safe for concurrent use.
-type Table struct {
-	state atomic.Pointer[tableState]
-	now   func() time.Time
-	used  func(name string)
-}
-
-type tableState struct {
-	byDigest  map[[sha256.Size]byte]*tableEntry
-	bySubject map[string]*tableEntry
-	records   []Record
-	required  bool
-}
-
-type tableEntry struct {
-	rec    Record
-	digest [sha256.Size]byte
-	id     Identity
-}
-
-// TableOption configures a Table.
-type TableOption interface{ apply(*Table) }
-
-type tableOptionFunc func(*Table)
-
-func (f tableOptionFunc) apply(t *Table) { f(t) }
-
-// WithClock sets the clock expiry is measured against (default time.Now).
-func WithClock(now func() time.Time) TableOption {
-	return tableOptionFunc(func(t *Table) { t.now = now })
-}
-
-// WithUse sets a function told the name of every token that
-// authenticates (for a record of last use; it must not block).
-func WithUse(fn func(name string)) TableOption {
-	return tableOptionFunc(func(t *Table) { t.used = fn })
-}
-
-// NewTable returns an empty Table that requires tokens: it
-// authenticates nobody until SetRecords.
-func NewTable(opts ...TableOption) *Table {
-	t := &Table{now: time.Now, used: func(string) {}}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(t)
-		}
-	}
-	t.state.Store(&tableState{required: true})
-	return t
-}
-
-// SetRecords replaces the table's records. Records that do not validate
-// are left out, and returned as errors. When required is false the table
-// authenticates every caller, with or without a secret, as Anonymous with
-// every scope: a store that has never had an admin token is open.
-func (t *Table) SetRecords(records []Record, required bool) error {
-	st := &tableState{byDigest: make(map[[sha256.Size]byte]*tableEntry, len(records)),
-		bySubject: make(map[string]*tableEntry), required: required}
-	var errs []error
-	for _, r := range records {
-		if err := r.Validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		st.records = append(st.records, r)
-		if r.Subject != "" {
-			st.bySubject[r.Subject] = &tableEntry{rec: r, id: NewIdentity(r.Subject, r.Scopes)}
-			continue
-		}
-		d, _ := parseHash(r.Hash)
-		st.byDigest[d] = &tableEntry{rec: r, digest: d, id: NewIdentity(r.Name, r.Scopes)}
-	}
-	t.state.Store(st)
-	return errors.Join(errs...)
-}
-
-// Records returns the table's records and whether it requires tokens.
-func (t *Table) Records() ([]Record, bool) {
-	st := t.state.Load()
-	return slices.Clone(st.records), st.required
-}
-
-// Required reports whether the table requires tokens.
-func (t *Table) Required() bool { return t.state.Load().required }
-
-var anonymous = Identity{Name: Anonymous, control: []string{"*"}, data: []string{"*"}, admin: true, relay: true}
-
-// Authenticate returns the identity of the record whose hash is secret's,
-// if it has not expired.
-//
-// The lookup is a map's, keyed by the secret's SHA-256: its time may
-// depend on how that digest compares with the stored ones, which tells
-// an attacker about hashes of their own guesses, nothing that brings a
-// 256-bit secret closer. The hash found is then compared in constant
-// time.
-func (t *Table) Authenticate(secret string) (Identity, bool) {
-	st := t.state.Load()
-	if !st.required {
-		return anonymous, true
-	}
-	d := sha256.Sum256([]byte(secret))
-	e, ok := st.byDigest[d]
-	if !ok || subtle.ConstantTimeCompare(d[:], e.digest[:]) != 1 || e.rec.Expired(t.now()) {
-		return Identity{}, false
-	}
-	t.used(e.rec.Name)
-	return e.id, true
-}
-
-// AuthenticateSubject returns the identity of the certificate record
-// whose subject is subject, if it has not expired: named by the subject,
-// so that the audit shows who the certificate says. Subjects are not
-// secrets: the listener has verified the certificate before.
-func (t *Table) AuthenticateSubject(subject string) (Identity, bool) {
-	st := t.state.Load()
-	if !st.required {
-		return anonymous, true
-	}
-	e, ok := st.bySubject[subject]
-	if !ok || e.rec.Expired(t.now()) {
-		return Identity{}, false
-	}
-	t.used(e.rec.Name)
-	return e.id, true
-}

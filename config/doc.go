@@ -50,11 +50,13 @@
 //
 // Each namespace has one sync loop: it fetches a snapshot, then watches from
 // its cursor (Server-Sent Events, or long-poll behind proxies that buffer
-// streams). On a disconnect it resumes from the cursor after an exponential,
+// streams). Where the server offers it, the watches of all of a Client's
+// namespaces ride one stream, with one cursor each. On a disconnect it resumes from the cursor after an exponential,
 // jittered backoff that never gives up; when the server has compacted past
 // the cursor, when a change does not follow the applied revision, or when
 // the server's store id changes, it fetches a new snapshot. A stream that
-// delivers no whole event for three heartbeats is dropped as dead. Within
+// delivers no whole event for the idle timeout (WithStreamIdleTimeout,
+// 15s: three of a server's default heartbeats) is dropped as dead. Within
 // one store id the served revision never goes back: a server whose history
 // is behind what was applied (a lagging replica, or a store restored from
 // a backup) is refused, the last good serving Stale, until it is proven to

@@ -173,10 +173,3 @@ type KeyChange struct {
 	Old json.RawMessage `json:"old,omitempty"`
 	New json.RawMessage `json:"new,omitempty"`
 }
-
-// RolloutStartReply is the reply of POST /control/namespaces/{ns}/rollouts:
-// the rollout's id and its first stage's revision.
-type RolloutStartReply struct {
-	ID       string `json:"id"`
-	Revision int64  `json:"revision"`
-}

@@ -33,12 +33,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
-	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -223,86 +223,12 @@ const (
 // stage a percentage of the clients the server knows for it (those that
 // reported on it), each stage waiting until every client in it has
 // reported, then baking; nacks past MaxNacks revert it, and after the
-// last stage's bake the change becomes the base for every client. It is
-// the body of POST /control/namespaces/{ns}/rollouts, with durations as
-// strings ("2s").
-type RolloutSpec struct {
-	// Puts and Deletes are the change (one of them not empty; keys valid
-	// and not reserved; no key both put and deleted).
-	Puts    map[string]json.RawMessage
-	Deletes []string
-	// Stages are the percentages of the namespace's clients each stage
-	// covers: strictly increasing, each in (0, 100], the last 100.
-	Stages []float64
-	// Bake is how long each stage holds once every client in it
-	// reported, before the next (0: none).
-	Bake time.Duration
-	// MaxNacks is how many clients may reject the change (nack or
-	// would-nack) before the rollout reverts.
-	MaxNacks int
-	// Prevalidate asks every client to check the staged change against
-	// its own checks as soon as it learns of it and report a would-nack.
-	Prevalidate bool
-	// ReportTimeout is how long a client of a stage may stay silent
-	// before it is counted as lagging (0: DefaultRolloutReportTimeout).
-	ReportTimeout time.Duration
-	// StageTimeout is how long a stage waits for its clients' reports
-	// (0: DefaultRolloutStageTimeout); then OnTimeout decides.
-	StageTimeout time.Duration
-	// OnTimeout is OnTimeoutRevert (the default, "") or OnTimeoutHold:
-	// stay at the stage until promoted or aborted, or the missing reports
-	// come.
-	OnTimeout string
-}
-
-// RolloutRecord is the state of a rollout: the reply of GET
-// /control/namespaces/{ns}/rollouts/{id}. Counts are of distinct clients.
-type RolloutRecord struct {
-	ID        string `json:"id"`
-	Namespace string `json:"ns"`
-	// State is RolloutRunning, RolloutPromoted or RolloutReverted.
-	State string `json:"state"`
-	// Stage is the percentage of the stage it is in, or was in when it
-	// ended; Stages the plan.
-	Stage  float64   `json:"stage"`
-	Stages []float64 `json:"stages"`
-	// Clients counts the clients the rollout knows: those the server
-	// knew for the namespace when a stage began, and those that reported
-	// since.
-	Clients int `json:"clients"`
-	// InStage counts the known clients of the current stage, Reported
-	// those of them that reported its revision.
-	InStage  int `json:"in_stage"`
-	Reported int `json:"reported"`
-	// Served counts clients that served the staged change: acked it in a
-	// stage, or acked the promotion.
-	Served int `json:"served"`
-	// Acked and Nacked count clients that acked (nacked) a revision of
-	// the rollout; WouldNack those whose checks reject the change
-	// (prevalidation). Nacks and would-nacks past MaxNacks revert it.
-	Acked     int `json:"acked"`
-	Nacked    int `json:"nacked"`
-	WouldNack int `json:"would_nack"`
-	// Lagging counts clients of the current stage silent for longer than
-	// the report timeout (when it ended: then).
-	Lagging int `json:"lagging"`
-	// Reason says why it reverted (the nacks' errors, bounded), that it
-	// holds, or who promoted it early.
-	Reason string `json:"reason"`
-	// Revisions are those it committed: one per stage, then the promotion
-	// or the revert.
-	Revisions []int64 `json:"revisions"`
-	// StageRevision is the revision of the current (or last) stage.
-	StageRevision int64 `json:"stage_revision"`
-	MaxNacks      int   `json:"max_nacks"`
-	Prevalidate   bool  `json:"prevalidate,omitempty"`
-	// Baking: every client of the stage reported; it bakes. Held: a stage
-	// timed out with OnTimeoutHold.
-	Baking    bool       `json:"baking,omitempty"`
-	Held      bool       `json:"held,omitempty"`
-	StartedAt time.Time  `json:"started_at"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
-}
+// last stage the change is promoted to every client. RolloutRecord is a
+// rollout's state. Both are the control API's (controlapi).
+type (
+	RolloutSpec   = controlapi.RolloutSpec
+	RolloutRecord = controlapi.RolloutRecord
+)
 
 // Start starts a server. Close it when done.
 func Start(opts ...Option) (*Server, error) {
@@ -573,7 +499,7 @@ func (s *Server) RestoreTo(rev int64) error { return s.s.RestoreTo(rev) }
 // it returns. It fails with ErrInvalid (a bad spec), ErrUnknownNamespace,
 // a *SchemaError (the change fails ns's schema) or ErrRolloutRunning.
 func (s *Server) StartRollout(ns string, spec RolloutSpec) (RolloutRecord, error) {
-	rec, err := s.s.StartRollout(ns, fakeserver.RolloutSpec(spec))
+	rec, err := s.s.StartRollout(ns, spec)
 	return RolloutRecord(rec), schemaError(err)
 }
 

@@ -24,7 +24,7 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// The attack suite (issue 29): each attack runs against a relay served
+// The attack suite: each attack runs against a relay served
 // as `holdfast relay` serves it (internal/listen's defaults), while
 // healthy clients keep measuring: publish → OnChange on SDK clients, and a
 // snapshot prober. An attack passes when the healthy p99s stay within
@@ -239,8 +239,8 @@ func attackOnce(t *testing.T, target string, run func(f *fleet, stop <-chan stru
 
 // buildChild builds the command pkg (the attacker, the relay under
 // attack) without the race detector whatever the test's build: each runs
-// as a child process of its own (issue 29), whose CPU is what production
-// spends, not instrumentation.
+// as a child process of its own, whose CPU is what production spends,
+// not instrumentation.
 func buildChild(t *testing.T, pkg string) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
@@ -342,7 +342,7 @@ func runAttacker(t *testing.T, bin, name, addr string, stop <-chan struct{}) {
 	<-stop
 }
 
-// TestAttacks: each attack of issue 29 against a relay, healthy clients
+// TestAttacks: each attack of the suite against a relay, healthy clients
 // measured alongside (about 80 s). Its bounds are latencies measured on
 // the machine that runs it, so an attack is measured again when a try
 // fails (attackTries); docs/SECURITY.md has the figures.

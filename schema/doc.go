@@ -1,7 +1,7 @@
 // Package schema compiles a namespace's JSON Schema and checks namespace
 // documents against it. The client checks every candidate snapshot or change
-// set before it swaps it in, and the reference server checks every publish,
-// with the same code and so the same verdicts.
+// set before it swaps it in, and holdfast server and the reference server
+// check every publish, with the same code and so the same verdicts.
 //
 // A namespace document is the whole namespace: its keys are the document's
 // properties, each value a generic JSON value. The schema speaks about the

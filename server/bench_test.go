@@ -116,7 +116,7 @@ func BenchmarkEmbeddedStart(b *testing.B) {
 		for batch := range 10 { // 1,000 records a namespace, 100 a transaction
 			ops := make([]clientv3.Op, 0, 100)
 			for i := range 100 {
-				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%s/%016x", etcd.AuditRoot, name, batch*100+i+1), record))
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%s/%016x", store.AuditRoot, name, batch*100+i+1), record))
 			}
 			if _, err := st.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
 				b.Fatal(err)

@@ -6,21 +6,24 @@
 // (/control/...) over one store, an etcd cluster (package store: embedded
 // by default, external, or a throwaway one for development). Everything it
 // keeps is in the store: namespaces and their history with each change's
-// audit, schemas, the store id. So any number of servers can serve one
-// store, with the same store id and revisions, and a client or relay moves
-// between them by its cursor; and a server killed and started again loses
-// nothing it answered.
+// audit, schemas, rollouts, the clients' report summaries, the bearer
+// tokens (package tokens), the store id. So any number of servers can
+// serve one store, with the same store id and revisions, and a client or
+// relay moves between them by its cursor; and a server killed and started
+// again loses nothing it answered.
 //
 // The data plane is a watch cache, as kube-apiserver's: the server
 // follows the namespaces its clients ask for over one etcd watch (the
-// relay's follower, package relay) and serves snapshots, long-polls and
+// same follower a relay runs) and serves snapshots, long-polls and
 // streams from memory, so the store's load per publish does not grow with
-// the number of clients. Writes go to etcd (package control), one
-// transaction each, its audit record included.
+// the number of clients. Writes go to etcd, one transaction each, its
+// audit record included. Once the store holds an admin token, both planes
+// require a token (or a certificate identity) from every caller.
 //
-// Staged rollouts run on the store's elected leader (the controller of
-// internal/rollout/controller over the store: its state under
-// control.RolloutRoot, every transition one conditional transaction with
-// the namespace's change and its audit record); any server takes the
-// rollout API. The store's token records are not served yet.
+// The store's elected leader runs the jobs that must run once: the
+// staged-rollout controller (internal/rollout/controller over the store:
+// every transition one conditional transaction with the namespace's change
+// and its audit record; any server takes the rollout API), the audit of
+// changes written past holdfast, and the defragmentation of etcd's
+// members.
 package server

@@ -67,6 +67,7 @@ type Server struct {
 	log     *slog.Logger
 	store   *store.Store
 	src     *etcd.Source
+	ns      *store.Namespaces
 	cache   *relay.Relay
 	control *control.Handler
 	acks    *control.Acks
@@ -109,9 +110,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
-	s.tokens, err = tokens.Open(ctx, st.Client, tokens.Config{Logger: cfg.Logger, UseInterval: cfg.TokenUseInterval})
+	s.ns, err = store.NewNamespaces(store.NamespacesConfig{Client: st.Client, Logger: cfg.Logger})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
+	}
+	s.tokens, err = tokens.Open(ctx, st.Client, tokens.Config{Logger: cfg.Logger, UseInterval: cfg.TokenUseInterval})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("server: %w", err), s.ns.Close(), s.src.Close(), st.Close())
 	}
 	// One authentication for the data plane and the control API: the
 	// store's tokens.
@@ -128,10 +133,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.cache, err = relay.New(origin{s.src, s.acks}, opts...)
 	if err != nil {
 		s.tokens.Close()
-		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
+		return nil, errors.Join(fmt.Errorf("server: %w", err), s.ns.Close(), s.src.Close(), st.Close())
 	}
 	s.control, err = control.New(control.Config{
 		Source:              s.src,
+		Namespaces:          s.ns,
 		Logger:              cfg.Logger,
 		MaxPublishBytes:     cfg.MaxPublishBytes,
 		Acks:                s.acks,
@@ -260,7 +266,7 @@ func (s *Server) Close() error {
 		if s.tokens != nil {
 			s.tokens.Close()
 		}
-		errs = append(errs, s.src.Close(), s.store.Close())
+		errs = append(errs, s.ns.Close(), s.src.Close(), s.store.Close())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

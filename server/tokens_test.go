@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/tokentable"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -261,7 +261,7 @@ func TestRelayRefusesARevokedToken(t *testing.T) {
 		t.Fatalf("publish: status %d", st)
 	}
 
-	remote, err := access.NewRemote(access.RemoteConfig{URLs: []string{origin}, Secret: relaySecret})
+	remote, err := tokentable.NewRemote(tokentable.RemoteConfig{URLs: []string{origin}, Secret: relaySecret})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -83,7 +84,7 @@ func recordUnaudited(ctx context.Context, cli *clientv3.Client, leading clientv3
 		audited := map[string]bool{}
 		for ; i < len(evs) && evs[i].Kv.ModRevision == rev; i++ {
 			ev, key := evs[i], string(evs[i].Kv.Key)
-			if rest, ok := strings.CutPrefix(key, etcd.AuditRoot); ok {
+			if rest, ok := strings.CutPrefix(key, store.AuditRoot); ok {
 				ns, _, _ := strings.Cut(rest, "/")
 				audited[ns] = true
 				continue
@@ -115,7 +116,7 @@ func recordUnaudited(ctx context.Context, cli *clientv3.Client, leading clientv3
 			if err != nil {
 				return 0, 0, err
 			}
-			key, rec, err := etcd.UnauditedRecord(ns, rev, prev, c.puts, c.deletes, time.Now())
+			key, rec, err := store.UnauditedRecord(ns, rev, prev, c.puts, c.deletes, time.Now())
 			if err != nil {
 				return 0, 0, err
 			}

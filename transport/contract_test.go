@@ -1,7 +1,8 @@
 package transport
 
-// Tests from a review against the protocol: the first group reproduced
-// bugs (now fixed), the rest pin behaviours that had no test of their own.
+// Tests of the protocol's contract (docs/PROTOCOL.md): the first group
+// reproduces bugs that were fixed, the rest pin behaviours that had no
+// test of their own.
 
 import (
 	"bytes"

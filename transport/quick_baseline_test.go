@@ -1,12 +1,12 @@
 package transport
 
 // The quick decoders of change sets and stream progress as they were
-// before they shared package jsonscan (commit 141dba0: strings and
-// integers read by their own loops, a put's value delimited by skipValue
-// and then checked by json.Valid): the baseline of
-// BenchmarkQuickDecodeVsBaseline, which measures both in one run.
-// Generated from that http_decode.go by renaming its identifiers with a
-// "base" prefix; only the benchmark uses them.
+// before they shared package jsonscan (strings and integers read by their
+// own loops, a put's value delimited by skipValue and then checked by
+// json.Valid): the baseline of BenchmarkQuickDecodeVsBaseline, which
+// measures both in one run. Generated from http_decode.go as it was then,
+// by renaming its identifiers with a "base" prefix; only the benchmark
+// uses them.
 
 import (
 	"bytes"

@@ -1,9 +1,10 @@
 package transport
 
-// A small stand-in for the reference server's multi-namespace stream, as
-// docs/issue 12's wire describes it (the reference server's own comes
-// with another branch): snapshots, /sdk/stream, /sdk/stream/events,
-// single and batched acks, h2c. It holds one store in memory.
+// A small stand-in for a server of the multi-namespace stream, as
+// docs/PROTOCOL.md describes it: snapshots, /sdk/stream,
+// /sdk/stream/events, single and batched acks, h2c. It holds one store in
+// memory. transport's own tests cannot use the reference server, which
+// imports transport.
 
 import (
 	"encoding/json"

@@ -69,9 +69,9 @@ func BenchmarkPublishCluster(b *testing.B) {
 //
 //	go test -run '^$' -bench RelayFollowingServer -benchtime 20x ./cmd/holdfast/
 //
-// The 10,000 clients need more descriptors than one process has
-// here (each loopback connection costs two): internal/scale splits them
-// over processes behind the reference server.
+// A fleet of 10,000 clients needs more descriptors than one process has
+// here (each loopback connection costs two): internal/scale splits such a
+// fleet over processes behind the reference server.
 func BenchmarkRelayFollowingServer(b *testing.B) {
 	clients := 1000
 	if n, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_CLIENTS")); err == nil && n > 0 {

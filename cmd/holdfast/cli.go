@@ -179,7 +179,7 @@ The commands are:
 	fmt.Fprint(w, `
 The operator commands reach the holdfast server's control API with
 -server URL (and -token-file FILE, $`+tokenEnv+` or -token TOKEN), or etcd with
--etcd HOST:PORT[,HOST:PORT...] (publish, rollback, history, get, diff).
+-etcd HOST:PORT[,HOST:PORT...] (history, get, diff: the reads).
 
 Flags go before positional arguments ('--' ends the flags). Output is
 human-readable; a command that prints the API's data takes -o json for

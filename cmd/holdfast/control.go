@@ -18,13 +18,14 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
 // The operator commands reach a config plane in one of two ways: the
 // reference server's control API (-server URL, with -token) or etcd
-// through the etcd module's audit (-etcd HOST:PORT,...). Both answer with
+// through holdfast server's store, read directly (-etcd HOST:PORT,...). Both answer with
 // the same JSON, which -o json prints as it came.
 
 // tokenEnv is read when -token is not given, so that a token need not
@@ -105,7 +106,11 @@ func (t *targetFlags) open(name string) (plane, error) {
 		if err != nil {
 			return nil, usagef("-etcd: %v", err)
 		}
-		return &etcdPlane{src: src}, nil
+		ns, err := store.NewNamespaces(store.NamespacesConfig{Client: src.Client(), RequestTimeout: requestTimeout})
+		if err != nil {
+			return nil, errors.Join(usagef("-etcd: %v", err), src.Close())
+		}
+		return &etcdPlane{src: src, ns: ns}, nil
 	case *t.server != "":
 		if t.etcdSec != nil && t.etcdSec.set() {
 			return nil, usagef("-etcd-cacert, -etcd-cert, -etcd-key, -etcd-user and -etcd-password-file are for -etcd, not -server")
@@ -341,12 +346,14 @@ func (p *serverPlane) diff(ctx context.Context, ns string, from, to int64) ([]by
 	return p.get(ctx, nsPath(ns, "diff"), q)
 }
 
-// etcdPlane is etcd, through the etcd module's publish helpers and audit.
+// etcdPlane is etcd, through the etcd source and the server store's
+// audit.
 type etcdPlane struct {
 	src *etcd.Source
+	ns  *store.Namespaces
 }
 
-func (p *etcdPlane) close() error { return p.src.Close() }
+func (p *etcdPlane) close() error { return errors.Join(p.ns.Close(), p.src.Close()) }
 
 // reply is the JSON of v, as the server would send it.
 func reply(v any, err error) ([]byte, error) {
@@ -361,26 +368,26 @@ func reply(v any, err error) ([]byte, error) {
 }
 
 func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {
-	return reply(p.src.History(ctx, ns, etcd.HistoryOptions{Limit: limit, Before: before}))
+	return reply(p.ns.History(ctx, ns, store.HistoryOptions{Limit: limit, Before: before}))
 }
 
 func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error) {
 	switch {
 	case !at.IsZero():
-		return reply(p.src.ValuesAtTime(ctx, ns, at))
+		return reply(p.ns.ValuesAtTime(ctx, ns, at))
 	case rev >= 0:
-		return reply(p.src.ValuesAt(ctx, ns, rev))
+		return reply(p.ns.ValuesAt(ctx, ns, rev))
 	}
 	// Now: at the revision of the namespace's snapshot.
 	snap, err := p.src.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
 		return nil, err
 	}
-	return reply(p.src.ValuesAt(ctx, ns, snap.Revision))
+	return reply(p.ns.ValuesAt(ctx, ns, snap.Revision))
 }
 
 func (p *etcdPlane) diff(ctx context.Context, ns string, from, to int64) ([]byte, error) {
-	return reply(p.src.Diff(ctx, ns, from, to))
+	return reply(p.ns.Diff(ctx, ns, from, to))
 }
 
 // withPlane opens the plane t names, runs fn with it under the request

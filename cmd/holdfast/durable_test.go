@@ -84,7 +84,7 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 	}
 	id := storeID()
 
-	clients := 20 // HOLDFAST_KILL9_CLIENTS=1000 for the figure
+	clients := 20 // HOLDFAST_KILL9_CLIENTS=1000 for a fleet's figure
 	if n, err := strconv.Atoi(os.Getenv("HOLDFAST_KILL9_CLIENTS")); err == nil && n > 0 {
 		clients = n
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
-// The edge tier with real processes and real sockets (issue 13's tests):
-// an in-process origin (the reference server, which the test can stop,
+// The edge tier with real processes and real sockets: an in-process
+// origin (the reference server, which the test can stop,
 // restart and reset), relays as `holdfast relay` processes, SDK clients.
 
 // relayProc is one `holdfast relay` process (or `holdfast server`, see

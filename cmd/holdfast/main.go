@@ -17,8 +17,9 @@
 //	holdfast help [COMMAND]
 //
 // The operator commands reach the server's control API with -server (a
-// token in -token or $HOLDFAST_TOKEN); history, get and diff can also read
-// etcd directly with -etcd. Writes go through the server alone.
+// token from -token-file, $HOLDFAST_TOKEN or -token); history, get and
+// diff can also read etcd directly with -etcd. Writes go through the
+// server alone.
 //
 // Every subcommand follows the same conventions: flags before positional
 // arguments, one flag.FlagSet each, human-readable output by default and

@@ -136,7 +136,7 @@ func TestOperatorCommands(t *testing.T) {
 	}
 	mustFail(t, exitFail, `payments.prod has no key "absent"`, cmd("get", "payments.prod", "absent")...)
 
-	// diff: the reviewer's lines.
+	// diff: the lines a reviewer of the change reads.
 	mustRun(t, cmd("publish", "-f", writeFile(t, `{"puts":{"new":1},"deletes":["mode"]}`), "payments.prod")...)
 	out = mustRun(t, cmd("diff", "payments.prod", "1", strconv.FormatInt(srv.Head(), 10))...)
 	want := fmt.Sprintf("payments.prod: revision 1 → %d\nmode: \"fast\" → (absent)\nnew: (absent) → 1\n", srv.Head())

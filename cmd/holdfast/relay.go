@@ -19,6 +19,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/tokentable"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -189,7 +190,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			// the relay's client certificate.
 			syncTr := http.DefaultTransport.(*http.Transport).Clone()
 			syncTr.TLSClientConfig = upTLS
-			remote, err := access.NewRemote(access.RemoteConfig{URLs: up.urls, Secret: ownToken, Logger: log, MaxStale: *tokenMaxStale,
+			remote, err := tokentable.NewRemote(tokentable.RemoteConfig{URLs: up.urls, Secret: ownToken, Logger: log, MaxStale: *tokenMaxStale,
 				Client: &http.Client{Transport: syncTr}})
 			if err != nil {
 				return errors.Join(usagef("-store-tokens: %v", err), src.Close(), m.shutdown())

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/gate"
 )
 
@@ -79,22 +80,24 @@ plain publish during one, is refused (409).
 				case *maxNacks < 0:
 					return usagef("-max-nacks must not be negative, got %d", *maxNacks)
 				}
-				req := rolloutRequest{
-					Puts: puts, Deletes: deletes, Stages: stages,
-					Bake: durationText(*bake), MaxNacks: *maxNacks, Prevalidate: *prevalidate,
-					ReportTimeout: durationText(*reportTimeout), StageTimeout: durationText(*stageTimeout),
-					OnTimeout: onTimeout.value, OnBreach: onBreach.value, Actor: *actor, Reason: *reason, Gates: gs,
+				rawGates := make([]json.RawMessage, len(gs))
+				for i, g := range gs {
+					if rawGates[i], err = json.Marshal(g); err != nil {
+						return err
+					}
 				}
+				req := controlapi.NewRolloutRequest(controlapi.RolloutSpec{
+					Puts: puts, Deletes: deletes, Stages: stages, Bake: *bake, MaxNacks: *maxNacks, Prevalidate: *prevalidate,
+					ReportTimeout: *reportTimeout, StageTimeout: *stageTimeout, OnTimeout: onTimeout.value, OnBreach: onBreach.value,
+					Gates: rawGates,
+				}, *actor, *reason)
 				return withServer(ctx, t, "rollout start", func(ctx context.Context, p *serverPlane) error {
 					data, err := p.post(ctx, nsPath(ns, "rollouts"), req)
 					if err != nil {
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var r struct {
-							ID       string `json:"id"`
-							Revision int64  `json:"revision"`
-						}
+						var r controlapi.RolloutStarted
 						if err := json.Unmarshal(data, &r); err != nil {
 							return err
 						}
@@ -105,33 +108,6 @@ plain publish during one, is refused (409).
 			}
 		},
 	}
-}
-
-// rolloutRequest is the body of POST /control/namespaces/{ns}/rollouts;
-// what is not given is left to the server's defaults.
-type rolloutRequest struct {
-	Puts          map[string]json.RawMessage `json:"puts,omitempty"`
-	Deletes       []string                   `json:"deletes,omitempty"`
-	Stages        []float64                  `json:"stages"`
-	Bake          string                     `json:"bake,omitempty"`
-	MaxNacks      int                        `json:"max_nacks"`
-	Prevalidate   bool                       `json:"prevalidate,omitempty"`
-	ReportTimeout string                     `json:"report_timeout,omitempty"`
-	StageTimeout  string                     `json:"stage_timeout,omitempty"`
-	OnTimeout     string                     `json:"on_timeout,omitempty"`
-	// Sent only when given.
-	OnBreach string      `json:"on_breach,omitempty"`
-	Gates    []gate.Gate `json:"gates,omitempty"`
-	Actor    string      `json:"actor,omitempty"`
-	Reason   string      `json:"reason,omitempty"`
-}
-
-// durationText is d as the API takes it, "" (the default) for 0.
-func durationText(d time.Duration) string {
-	if d == 0 {
-		return ""
-	}
-	return d.String()
 }
 
 func rolloutStatusCommand() *command {
@@ -264,7 +240,7 @@ func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, p
 		if err != nil {
 			return err
 		}
-		var r rolloutRecord
+		var r controlapi.RolloutRecord
 		if err := json.Unmarshal(data, &r); err != nil {
 			return err
 		}
@@ -290,50 +266,9 @@ func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, p
 	}
 }
 
-// rolloutRecord is what the commands print of a rollout's record.
-type rolloutRecord struct {
-	ID        string    `json:"id"`
-	Namespace string    `json:"ns"`
-	State     string    `json:"state"`
-	Stage     float64   `json:"stage"`
-	Stages    []float64 `json:"stages"`
-	Clients   int       `json:"clients"`
-	Served    int       `json:"served"`
-	Acked     int       `json:"acked"`
-	Nacked    int       `json:"nacked"`
-	WouldNack int       `json:"would_nack"`
-	Lagging   int       `json:"lagging"`
-	Reason    string    `json:"reason"`
-	Revisions []int64   `json:"revisions"`
-	// holdfast server's.
-	InStage  int    `json:"in_stage"`
-	Reported int    `json:"reported"`
-	Gone     int    `json:"gone"`
-	Baking   bool   `json:"baking,omitempty"`
-	Held     bool   `json:"held,omitempty"`
-	Actor    string `json:"actor,omitempty"`
-	// The transitions (holdfast server's and the reference server's):
-	// start, bake, bake-end, stage, recut, hold, promote, revert, abort.
-	Decisions []struct {
-		At       time.Time `json:"at"`
-		What     string    `json:"what"`
-		Stage    float64   `json:"stage"`
-		Revision int64     `json:"revision,omitempty"`
-		Actor    string    `json:"actor,omitempty"`
-		Reason   string    `json:"reason,omitempty"`
-		Counts   *struct {
-			InStage  int `json:"in_stage"`
-			Reported int `json:"reported"`
-			Nacked   int `json:"nacked"`
-			Gone     int `json:"gone"`
-		} `json:"counts,omitempty"`
-	} `json:"decisions,omitempty"`
-	GateFailing []time.Time `json:"gate_failing,omitempty"`
-}
-
 // printRollout prints a rollout's record as a table.
 func printRollout(w io.Writer, data []byte) error {
-	var r rolloutRecord
+	var r controlapi.RolloutRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return err
 	}
@@ -403,9 +338,7 @@ func printRollout(w io.Writer, data []byte) error {
 
 // printRollouts prints the list of a namespace's rollouts, one a line.
 func printRollouts(w io.Writer, ns string, data []byte) error {
-	var l struct {
-		Rollouts []rolloutRecord `json:"rollouts"`
-	}
+	var l controlapi.RolloutList
 	if err := json.Unmarshal(data, &l); err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body controller.Request
+	var body controlapi.RolloutRequest
 	if err := ReadJSON(w, r, h.cfg.MaxPublishBytes, &body, false); err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
 			*d.v = v.String()
 		}
 	}
-	spec, err := body.Spec()
+	spec, err := controller.SpecOf(&body)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.log.Info("control: rollout started", "ns", ns, "rollout", rec.ID, "revision", rec.Revisions[0], "actor", rec.Actor)
-	writeJSON(w, http.StatusCreated, controlapi.RolloutStartReply{ID: rec.ID, Revision: rec.Revisions[0]})
+	writeJSON(w, http.StatusCreated, controlapi.RolloutStarted{ID: rec.ID, Revision: rec.Revisions[0]})
 	return nil
 }
 
@@ -60,11 +60,9 @@ func (h *Handler) listRollouts(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if recs == nil {
-		recs = []controller.Record{}
+		recs = []controlapi.RolloutRecord{}
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Rollouts []controller.Record `json:"rollouts"`
-	}{recs})
+	writeJSON(w, http.StatusOK, controlapi.RolloutList{Rollouts: recs})
 	return nil
 }
 
@@ -91,7 +89,7 @@ func (h *Handler) rolloutAction(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body controller.ActionRequest
+	var body controlapi.RolloutActionRequest
 	if err := ReadJSON(w, r, maxControlBytes, &body, true); err != nil {
 		return err
 	}

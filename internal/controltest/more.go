@@ -8,14 +8,6 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// rolloutRecord is what the suite reads of a rollout's record.
-type rolloutRecord struct {
-	ID        string  `json:"id"`
-	Namespace string  `json:"ns"`
-	State     string  `json:"state"`
-	Revisions []int64 `json:"revisions"`
-}
-
 // testRollouts: a rollout starts (201), is listed and read; a plain
 // publish meanwhile is 409, one with abort_rollout reverts it first; an
 // ended rollout cannot be aborted (409); an unknown one is 404.
@@ -24,12 +16,12 @@ func testRollouts(t *testing.T, c *client) {
 	c.publish(ns, map[string]any{"a": 1})
 	// A bake of an hour: the rollout runs for the whole case.
 	spec := `{"puts":{"a":2},"stages":[100],"bake":"1h","actor":"dave","reason":"try"}`
-	var started controlapi.RolloutStartReply
+	var started controlapi.RolloutStarted
 	c.ok(http.StatusCreated, "POST", nsPath(ns, "/rollouts"), spec, &started)
 	if started.ID == "" || started.Revision <= 0 {
 		t.Fatalf("start: %+v", started)
 	}
-	var rec rolloutRecord
+	var rec controlapi.RolloutRecord
 	c.ok(http.StatusOK, "GET", nsPath(ns, "/rollouts/"+started.ID), nil, &rec)
 	if rec.ID != started.ID || rec.State != "running" || len(rec.Revisions) == 0 || rec.Revisions[0] != started.Revision {
 		t.Errorf("the rollout: %+v", rec)
@@ -42,7 +34,7 @@ func testRollouts(t *testing.T, c *client) {
 	if rec.State != "reverted" {
 		t.Errorf("after a publish with abort_rollout: %+v", rec)
 	}
-	var list struct{ Rollouts []rolloutRecord }
+	var list controlapi.RolloutList
 	c.ok(http.StatusOK, "GET", nsPath(ns, "/rollouts"), nil, &list)
 	if len(list.Rollouts) != 1 || list.Rollouts[0].ID != started.ID {
 		t.Errorf("list: %+v", list)
@@ -77,7 +69,7 @@ func testRolloutBadInput(t *testing.T, c *client) {
 		c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", nsPath(ns, "/rollouts"), body)
 	}
 	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", nsPath("Bad_NS", "/rollouts"), `{"puts":{"a":2},"stages":[100]}`)
-	var list struct{ Rollouts []rolloutRecord }
+	var list controlapi.RolloutList
 	c.ok(http.StatusOK, "GET", nsPath(ns, "/rollouts"), nil, &list)
 	if len(list.Rollouts) != 0 {
 		t.Errorf("refused rollouts listed: %+v", list)

@@ -1,11 +1,11 @@
 package dataplane
 
-// The ack decoder as it was before package jsonscan (commit 141dba0):
-// its own white-space reader, and package snapshot's SkipValue (called
-// here as jsonscan.SkipValue: the same code, moved). The baseline of
+// The ack decoder as it was before package jsonscan: its own white-space
+// reader, and package snapshot's SkipValue (called here as
+// jsonscan.SkipValue: the same code, moved). The baseline of
 // BenchmarkAckDecoderVsBaseline, which measures both in one run.
-// Generated from that ackdecode.go by renaming its identifiers with a
-// "base" prefix; only the benchmark uses it.
+// Generated from ackdecode.go as it was then, by renaming its identifiers
+// with a "base" prefix; only the benchmark uses it.
 
 import (
 	"slices"

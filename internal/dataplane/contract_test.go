@@ -1,7 +1,7 @@
 package dataplane
 
-// A test from a review against the protocol (internal/fakeserver's
-// contract_test.go has the others): it reproduced a bug, now fixed.
+// A test of the protocol's contract (internal/fakeserver's
+// contract_test.go has the others): it reproduces a bug that was fixed.
 
 import (
 	"io"

@@ -3,9 +3,9 @@
 // long-poll /sdk/events, the SSE watch /sdk/watch, the multi-namespace
 // /sdk/stream and /sdk/stream/events, and the acks (/sdk/ack,
 // /sdk/ack/stream, /sdk/ack/cohort), over a Backend: the in-memory MVCC
-// store of the reference server (internal/fakeserver), or a relay's
-// follower store (package relay), which holdfast server runs over its
-// store too.
+// store of the reference server (internal/fakeserver), or the follower
+// store of a watch cache: a relay's, of its upstream, and holdfast
+// server's, of its etcd store.
 //
 // It keeps what is the data plane's own: the watch hub (hub.go), which
 // fans a backend's changes out to watchers off the commit path, each with

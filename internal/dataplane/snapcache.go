@@ -25,7 +25,8 @@ const DefaultSnapshotCacheBytes = 64 << 20
 // every reader of that revision: encoding a 1 MiB namespace costs
 // milliseconds of CPU, gzipping it tens, and a client that asks again and
 // again (or resets its streams) must not make the others wait for that
-// CPU (issue 29's rapid reset and never-reading snapshot readers). The
+// CPU (the attack suite's rapid reset and never-reading snapshot readers,
+// docs/SECURITY.md). The
 // reply's first fields (cursor, compaction point) and last (the data's
 // age) change between readers of one revision; they are written around
 // the shared bytes, and the reply is byte for byte what encoding it whole

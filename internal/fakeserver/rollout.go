@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/gate"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
@@ -65,93 +66,12 @@ var (
 	errStoreChanged = errors.New("fakeserver: the store was reset or restored")
 )
 
-// RolloutSpec is a staged rollout of a change to one namespace.
-type RolloutSpec struct {
-	// Puts and Deletes are the change (one of them not empty; keys valid
-	// and not reserved; no key both put and deleted).
-	Puts    map[string]json.RawMessage
-	Deletes []string
-	// Stages are the percentages of the namespace's clients each stage
-	// covers: strictly increasing, each in (0, 100], the last 100.
-	Stages []float64
-	// Bake is how long each stage holds once every client in it reported,
-	// before the next (0: none).
-	Bake time.Duration
-	// MaxNacks is how many clients may reject the change (nack or
-	// would-nack) before the rollout reverts.
-	MaxNacks int
-	// Prevalidate asks every client to check the staged change against
-	// its own checks as soon as it learns of it and report a would-nack.
-	// A stage then waits for the reports of the clients outside it too,
-	// up to ReportTimeout (or StageTimeout, if shorter) from its start.
-	Prevalidate bool
-	// ReportTimeout is how long a client of a stage may stay silent
-	// before it is counted as lagging (0: DefaultRolloutReportTimeout).
-	ReportTimeout time.Duration
-	// StageTimeout is how long a stage waits for its clients' reports
-	// (0: DefaultRolloutStageTimeout); then OnTimeout decides.
-	StageTimeout time.Duration
-	// OnTimeout is OnTimeoutRevert (the default, "") or OnTimeoutHold:
-	// stay at the stage until an operator promotes or aborts, or the
-	// missing reports come.
-	OnTimeout string
-}
-
-// RolloutRecord is the state of a rollout, as the Go API shows it (GET
-// /control/namespaces/{ns}/rollouts/{id} shows more: decisions, actor).
-// Counts are of distinct clients.
-type RolloutRecord struct {
-	ID        string `json:"id"`
-	Namespace string `json:"ns"`
-	// State is RolloutRunning, RolloutPromoted or RolloutReverted.
-	State string `json:"state"`
-	// Stage is the percentage of the stage it is in, or was in when it
-	// ended; Stages the plan.
-	Stage  float64   `json:"stage"`
-	Stages []float64 `json:"stages"`
-	// Clients counts the clients the rollout knows: those that reported
-	// on the namespace.
-	Clients int `json:"clients"`
-	// InStage counts the known clients of the current stage, Reported
-	// those of them that reported its revision.
-	InStage  int `json:"in_stage"`
-	Reported int `json:"reported"`
-	// Served counts clients that served the staged change: acked it in a
-	// stage, or acked the promotion.
-	Served int `json:"served"`
-	// Acked and Nacked count clients that acked (nacked) a revision of
-	// the rollout; WouldNack those whose checks reject the change
-	// (prevalidation). Nacks and would-nacks past MaxNacks revert it.
-	Acked     int `json:"acked"`
-	Nacked    int `json:"nacked"`
-	WouldNack int `json:"would_nack"`
-	// Lagging counts clients of the current stage silent for longer than
-	// the report timeout (when it ended: then).
-	Lagging int `json:"lagging"`
-	// Reason says why it reverted (the nacks' errors, bounded), that it
-	// holds, or who promoted it early.
-	Reason string `json:"reason"`
-	// Revisions are those it committed: one per stage, then the promotion
-	// or the revert.
-	Revisions []int64 `json:"revisions"`
-	// StageRevision is the revision of the current (or last) stage.
-	StageRevision int64 `json:"stage_revision"`
-	MaxNacks      int   `json:"max_nacks"`
-	Prevalidate   bool  `json:"prevalidate,omitempty"`
-	// Baking: every client of the stage reported; it bakes. Held: a stage
-	// timed out with OnTimeoutHold.
-	Baking    bool       `json:"baking,omitempty"`
-	Held      bool       `json:"held,omitempty"`
-	StartedAt time.Time  `json:"started_at"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
-}
-
-func recordOf(r controller.Record) RolloutRecord {
-	return RolloutRecord{ID: r.ID, Namespace: r.Namespace, State: r.State, Stage: r.Stage, Stages: r.Stages,
-		Clients: r.Clients, InStage: r.InStage, Reported: r.Reported, Served: r.Served, Acked: r.Acked, Nacked: r.Nacked,
-		WouldNack: r.WouldNack, Lagging: r.Lagging, Reason: r.Reason, Revisions: r.Revisions, StageRevision: r.StageRevision,
-		MaxNacks: r.MaxNacks, Prevalidate: r.Prevalidate, Baking: r.Baking, Held: r.Held, StartedAt: r.StartedAt, EndedAt: r.EndedAt}
-}
+// RolloutSpec is a staged rollout of a change to one namespace, and
+// RolloutRecord its state: the control API's (controlapi).
+type (
+	RolloutSpec   = controlapi.RolloutSpec
+	RolloutRecord = controlapi.RolloutRecord
+)
 
 // rollouts is the server's rollout controller, its state and the
 // clients' reports it counts.
@@ -261,12 +181,6 @@ func rolloutError(err error) error {
 	return err
 }
 
-// specOf turns a RolloutSpec into the controller's.
-func specOf(spec RolloutSpec) controller.Spec {
-	return controller.Spec{Puts: spec.Puts, Deletes: spec.Deletes, Stages: spec.Stages, Bake: spec.Bake, MaxNacks: spec.MaxNacks,
-		Prevalidate: spec.Prevalidate, ReportTimeout: spec.ReportTimeout, StageTimeout: spec.StageTimeout, OnTimeout: spec.OnTimeout}
-}
-
 // errNoRollouts: a relay's server runs no rollouts (its origin does).
 var errNoRollouts = fmt.Errorf("%w: rollouts run at the origin, not at a relay", ErrInvalid)
 
@@ -277,8 +191,8 @@ var errNoRollouts = fmt.Errorf("%w: rollouts run at the origin, not at a relay",
 // fails ns's schema), or ErrRolloutRunning (one rollout per namespace at a
 // time), or ErrClosed.
 func (s *Server) StartRollout(ns string, spec RolloutSpec) (RolloutRecord, error) {
-	rec, err := s.startRollout(s.life, ns, specOf(spec), "", "")
-	return recordOf(rec), err
+	rec, err := s.startRollout(s.life, ns, spec, "", "")
+	return rec, err
 }
 
 // startRollout starts a rollout with an actor and a reason (the control
@@ -317,7 +231,7 @@ func (s *Server) startRollout(ctx context.Context, ns string, spec controller.Sp
 // ended. It fails with ErrUnknownRollout.
 func (s *Server) Rollout(ns, id string) (RolloutRecord, error) {
 	rec, err := s.rolloutRecord(context.Background(), ns, id)
-	return recordOf(rec), err
+	return rec, err
 }
 
 func (s *Server) rolloutRecord(ctx context.Context, ns, id string) (controller.Record, error) {
@@ -355,12 +269,7 @@ func (s *Server) WaitRollout(ctx context.Context, ns, id string) (RolloutRecord,
 // Rollouts returns the records of namespace ns's rollouts, newest first
 // (the last few ended ones and the running one).
 func (s *Server) Rollouts(ns string) ([]RolloutRecord, error) {
-	recs, err := s.rolloutRecords(context.Background(), ns)
-	out := make([]RolloutRecord, len(recs))
-	for i, r := range recs {
-		out[i] = recordOf(r)
-	}
-	return out, err
+	return s.rolloutRecords(context.Background(), ns)
 }
 
 func (s *Server) rolloutRecords(ctx context.Context, ns string) ([]controller.Record, error) {
@@ -382,7 +291,7 @@ func (s *Server) rolloutRecords(ctx context.Context, ns string) ([]controller.Re
 // fails with ErrUnknownRollout or ErrRolloutEnded.
 func (s *Server) AbortRollout(ns, id string) (RolloutRecord, error) {
 	rec, err := s.endRollout(context.Background(), ns, id, false, operator, "")
-	return recordOf(rec), err
+	return rec, err
 }
 
 // PromoteRollout skips the running rollout id of namespace ns to its
@@ -392,7 +301,7 @@ func (s *Server) AbortRollout(ns, id string) (RolloutRecord, error) {
 // refuses (changed since the start) reverts it instead.
 func (s *Server) PromoteRollout(ns, id string) (RolloutRecord, error) {
 	rec, err := s.endRollout(context.Background(), ns, id, true, operator, "")
-	return recordOf(rec), err
+	return rec, err
 }
 
 func (s *Server) endRollout(ctx context.Context, ns, id string, promote bool, actor, reason string) (controller.Record, error) {

@@ -640,7 +640,7 @@ func TestRolloutHTTP(t *testing.T) {
 	if err := json.Unmarshal(data, &started); err != nil || len(started) != 2 {
 		t.Fatalf("reply %s: want id and revision only", data)
 	}
-	sr := decode[controlapi.RolloutStartReply](t, data)
+	sr := decode[controlapi.RolloutStarted](t, data)
 	if sr.ID == "" || sr.Revision != s.Head() {
 		t.Fatalf("reply %s, head %d", data, s.Head())
 	}
@@ -688,7 +688,7 @@ func TestRolloutHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("a second rollout: %d %s", resp.StatusCode, data)
 	}
-	second := decode[controlapi.RolloutStartReply](t, data)
+	second := decode[controlapi.RolloutStarted](t, data)
 	resp, data = do(t, c, http.MethodPost, base+"/"+second.ID+"/abort", "")
 	if rec := decode[RolloutRecord](t, data); resp.StatusCode != http.StatusOK || rec.State != "reverted" || rec.Reason == "" {
 		t.Fatalf("abort: %d %s", resp.StatusCode, data)

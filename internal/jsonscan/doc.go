@@ -6,7 +6,7 @@
 //   - transport's HTTP source reads change sets and stream progress
 //     events (quickChangeSet, quickStreamProgress), every client one per
 //     publish;
-//   - the server's ack decoder (internal/fakeserver, ackDecoder) reads
+//   - the data plane's ack decoder (internal/dataplane, ackDecoder) reads
 //     acks, one per client per publish, on the relay's and the server's
 //     hot path.
 //

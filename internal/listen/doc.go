@@ -14,7 +14,8 @@
 //   - an idle timeout (IdleTimeout): a connection with no request in
 //     flight (HTTP/1.1) or no open stream (HTTP/2) is closed;
 //   - HTTP/2's limits: concurrent streams, frame size, header tables, and
-//     a connection that accepts no byte for WriteByteTimeout is closed.
+//     a connection that accepts no byte for DefaultWriteByteTimeout is
+//     closed.
 //
 // Never http.Server.WriteTimeout: it would cut watch streams and
 // long-polls. Writes are bounded per write, by the handlers
@@ -24,7 +25,7 @@
 // files change (the pair in use is kept until a new one parses and
 // matches), session tickets on (a reconnect storm resumes sessions), and
 // with client CAs mutual TLS: a caller's verified certificate subject is
-// its identity (access.PeerIdentity).
+// its identity (peer.FromContext).
 //
 // Without TLS, a listener on an address other than loopback needs
 // Config.Plaintext, and Listen says so in a warning; a request with an

@@ -6,20 +6,20 @@ import (
 	"net/http"
 	"net/netip"
 
-	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/peer"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Guard wraps h with what every listener does before a handler: the
 // identity of a verified client certificate goes on the request's
-// context (access.PeerIdentity); a request that carries an Authorization
+// context (peer.FromContext); a request that carries an Authorization
 // header over plaintext from a peer that is neither loopback nor in
 // trusted is refused with 403, whatever the header holds.
 func Guard(h http.Handler, trusted []netip.Prefix) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil {
 			if len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-				r = r.WithContext(access.NewPeerContext(r.Context(), peerOf(r.TLS.VerifiedChains[0][0])))
+				r = r.WithContext(peer.NewContext(r.Context(), peerOf(r.TLS.VerifiedChains[0][0])))
 			}
 		} else if r.Header.Get("Authorization") != "" && !trustedPeer(r.RemoteAddr, trusted) {
 			w.Header().Set("Content-Type", "application/json")
@@ -33,8 +33,8 @@ func Guard(h http.Handler, trusted []netip.Prefix) http.Handler {
 	})
 }
 
-func peerOf(c *x509.Certificate) access.Peer {
-	return access.Peer{Subject: c.Subject.String(), CommonName: c.Subject.CommonName}
+func peerOf(c *x509.Certificate) peer.Peer {
+	return peer.Peer{Subject: c.Subject.String(), CommonName: c.Subject.CommonName}
 }
 
 // trustedPeer reports whether a request's RemoteAddr is loopback or in

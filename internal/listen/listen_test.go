@@ -20,8 +20,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/peer"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/certtest"
 )
@@ -299,7 +299,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 	ca := certtest.NewCA(t, "test CA")
 	srvPair := ca.Server(t, "server")
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := access.PeerIdentity(r.Context())
+		p, ok := peer.FromContext(r.Context())
 		fmt.Fprintf(w, "%s %v %s", r.Proto, ok, p.Subject)
 	})
 	get := func(addr string, certs ...tls.Certificate) (string, error) {

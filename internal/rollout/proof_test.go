@@ -26,9 +26,9 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// The proof of issue 14, as the config distribution deep dive's toy: real
-// SDK clients with checks of their own against the reference server, each
-// change a rollout over stages 1, 10, 100.
+// End-to-end proofs of staged rollouts: real SDK clients with checks of
+// their own (schemas, some stricter than others) against the reference
+// server, each change a rollout over stages 1, 10, 100.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

@@ -443,7 +443,7 @@ func runFleet(b *testing.B, clients, procs, publishes int, relayed bool) {
 	}
 	if len(later) > 0 {
 		// The first publish after the fleet connected is the slowest by
-		// far (see the note of issue 12): this is the p99 without it.
+		// far: this is the p99 without it.
 		b.ReportMetric(float64(later[len(later)*99/100].Milliseconds()), "p99-ms-after-first")
 	}
 	perClientCPU := (cpuPublish - cpuIdle) / time.Duration(clients*publishes)

@@ -22,8 +22,8 @@ import (
 const tlsFloorEnv = "HOLDFAST_SCALE_TLSFLOOR_URL"
 
 // BenchmarkTLSIdleStreamFloor is the floor under a relay's memory per
-// client over TLS (issue 29: relay RSS per client at most 1.5× it,
-// measured in the same run): internal/listen's TLS server, as the relay's,
+// client over TLS (the target: relay RSS per client at most 1.5× it,
+// measured in the same run; docs/PERFORMANCE.md, "Over TLS"): internal/listen's TLS server, as the relay's,
 // holding one idle HTTP/2 stream on one TLS connection per client, its
 // handler waiting and nothing else (HOLDFAST_SCALE_TLSFLOOR_STREAMS=2: two
 // streams a connection, as an SDK client holds: its events' and its

@@ -22,8 +22,8 @@ import (
 )
 
 // The memory a snapshot costs the client, as multiples of its size on the
-// wire (issue 10: a 60 MiB snapshot of tiny keys retained 749 MiB and
-// peaked at 2.3 GiB). The worst case is the most keys per byte: keys of 1
+// wire (a 60 MiB snapshot of tiny keys once retained 749 MiB and peaked at
+// 2.3 GiB). The worst case is the most keys per byte: keys of 1
 // to 4 bytes, each with the value 0, about 8 bytes a key on the wire.
 const (
 	maxRetainedRatio  = 8  // what the built snapshot keeps

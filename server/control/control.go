@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/server/tokens"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -39,7 +40,10 @@ const SchemaRoot = "/holdfast-schema/"
 // Config configures a Handler.
 type Config struct {
 	Source *etcd.Source // the store, through holdfast's etcd source
-	Logger *slog.Logger
+	// Namespaces is the store's write path and audit log, over the same
+	// client.
+	Namespaces *store.Namespaces
+	Logger     *slog.Logger
 	// MaxPublishBytes bounds a publish or schema body (default
 	// DefaultMaxPublishBytes).
 	MaxPublishBytes int64
@@ -121,6 +125,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("control: nil source")
 	}
+	if cfg.Namespaces == nil {
+		return nil, errors.New("control: nil namespaces")
+	}
+	if cfg.Namespaces == nil {
+		return nil, errors.New("control: nil namespaces")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,12 +161,12 @@ func New(cfg Config) (*Handler, error) {
 	// summary intervals: a client must not count as gone before.
 	cfg.Liveness = max(cfg.Liveness, 3*reportsEvery)
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), log: cfg.Logger,
-		trim: newTrimmer(cfg.Source, cfg.Logger, etcd.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
+		trim: newTrimmer(cfg.Namespaces, cfg.Logger, store.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
 	h.reports = newReportSync(h.cli, cfg.Acks, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
 		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
-	api := controlplane.Config{Store: store{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
+	api := controlplane.Config{Store: etcdStore{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
 	if cfg.Tokens != nil {
 		api.Authenticator = cfg.Tokens
 	}
@@ -178,7 +188,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.api.Serv
 // replies: a store that does not answer is a 503, one out of space a
 // 507, a stored schema that does not compile the server's trouble (500).
 func mapError(err error) (int, transport.ErrorBody, bool) {
-	var conflict *etcd.ConflictError
+	var conflict *store.ConflictError
 	switch {
 	case errors.Is(err, errStoredSchema):
 		return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}, true
@@ -186,7 +196,7 @@ func mapError(err error) (int, transport.ErrorBody, bool) {
 		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: conflict.Revision}, true
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: err.Error()}, true
-	case errors.Is(err, etcd.ErrInvalidArgument):
+	case errors.Is(err, store.ErrInvalidArgument):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}, true
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota): writes are refused until it is compacted, defragmented or given a larger quota"}, true
@@ -199,7 +209,7 @@ func mapError(err error) (int, transport.ErrorBody, bool) {
 // storeDown reports whether err says the store did not answer (as
 // opposed to refusing the request).
 func storeDown(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, etcd.ErrClosed) || errors.Is(err, rpctypes.ErrNoLeader) ||
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, etcd.ErrClosed) || errors.Is(err, store.ErrClosed) || errors.Is(err, rpctypes.ErrNoLeader) ||
 		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) {
 		return true
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
-	"github.com/holdfast-dev/holdfast/transport/etcd"
+	"github.com/holdfast-dev/holdfast/server/store"
 )
 
 // RolloutRoot is the prefix of the rollouts' state in the store: a
@@ -27,8 +27,8 @@ func endedPrefix(ns string) string { return RolloutRoot + "ended/" + ns + "/" }
 // rolloutStore is the rollouts' controller.Store in etcd. A transition
 // that changes the namespace is one publish (the change, its meta and
 // audit records) with the state written in the same transaction
-// (etcd.WithOps), conditional on the state's ModRevision and on leading
-// (etcd.WithCondition); one that changes the state alone is one
+// (store.WithOps), conditional on the state's ModRevision and on leading
+// (store.WithCondition); one that changes the state alone is one
 // conditional transaction.
 type rolloutStore struct{ h *Handler }
 
@@ -136,17 +136,17 @@ func (s rolloutStore) Commit(ctx context.Context, c controller.Commit) (int64, e
 		}
 		rev = resp.Header.Revision
 	} else {
-		opts := []etcd.PublishOption{etcd.WithKind(c.Change.Kind), etcd.WithActor(c.Change.Actor), etcd.WithReason(c.Change.Reason),
-			etcd.WithCondition(conds...), etcd.WithOps(ops...)}
+		opts := []store.PublishOption{store.WithKind(c.Change.Kind), store.WithActor(c.Change.Actor), store.WithReason(c.Change.Reason),
+			store.WithCondition(conds...), store.WithOps(ops...)}
 		puts, deletes := c.Change.Puts, c.Change.Deletes
 		if c.Change.Check {
-			rev, err = s.h.write(ctx, ns, controlplane.Write{Actor: c.Change.Actor, Reason: c.Change.Reason}, false, func(more []etcd.PublishOption) (int64, error) {
-				return s.h.cfg.Source.Publish(ctx, ns, puts, deletes, append(more, opts...)...)
+			rev, err = s.h.write(ctx, ns, controlplane.Write{Actor: c.Change.Actor, Reason: c.Change.Reason}, false, func(more []store.PublishOption) (int64, error) {
+				return s.h.cfg.Namespaces.Publish(ctx, ns, puts, deletes, append(more, opts...)...)
 			})
 		} else {
-			rev, err = s.h.cfg.Source.Publish(ctx, ns, puts, deletes, opts...)
+			rev, err = s.h.cfg.Namespaces.Publish(ctx, ns, puts, deletes, opts...)
 		}
-		if errors.Is(err, etcd.ErrConditionFailed) {
+		if errors.Is(err, store.ErrConditionFailed) {
 			return 0, controller.ErrConflict
 		}
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
-func (s store) Status(ctx context.Context, ns string) (controlapi.NamespaceStatus, error) {
+func (s etcdStore) Status(ctx context.Context, ns string) (controlapi.NamespaceStatus, error) {
 	h := s.h
 	snap, err := h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
@@ -45,7 +45,7 @@ func (s store) Status(ctx context.Context, ns string) (controlapi.NamespaceStatu
 	return st, nil
 }
 
-func (s store) Clients(ctx context.Context) (controlapi.Clients, error) {
+func (s etcdStore) Clients(ctx context.Context) (controlapi.Clients, error) {
 	h := s.h
 	resp, err := h.cli.Get(ctx, etcd.StoreIDKey, clientv3.WithKeysOnly())
 	if err != nil {

@@ -13,21 +13,21 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/schema"
-	"github.com/holdfast-dev/holdfast/transport/etcd"
+	"github.com/holdfast-dev/holdfast/server/store"
 )
 
-// store is the control API's store (controlplane.Store) in etcd: a
+// etcdStore is the control API's store (controlplane.Store) in etcd: a
 // write is one transaction that carries its audit record and its guards
 // (the namespace's schema, its rollout's state), through holdfast's etcd
 // source; schemas are keys under SchemaRoot, rollouts under RolloutRoot.
-type store struct{ h *Handler }
+type etcdStore struct{ h *Handler }
 
-var _ controlplane.Store = store{}
+var _ controlplane.Store = etcdStore{}
 
-func (s store) Publish(ctx context.Context, ns string, w controlplane.Write) (int64, error) {
+func (s etcdStore) Publish(ctx context.Context, ns string, w controlplane.Write) (int64, error) {
 	h := s.h
-	rev, err := h.write(ctx, ns, w, true, func(opts []etcd.PublishOption) (int64, error) {
-		return h.cfg.Source.Publish(ctx, ns, w.Puts, w.Deletes, opts...)
+	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
+		return h.cfg.Namespaces.Publish(ctx, ns, w.Puts, w.Deletes, opts...)
 	})
 	if err != nil {
 		return 0, err
@@ -37,10 +37,10 @@ func (s store) Publish(ctx context.Context, ns string, w controlplane.Write) (in
 	return rev, nil
 }
 
-func (s store) Rollback(ctx context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
+func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
 	h := s.h
-	rev, err := h.write(ctx, ns, w, true, func(opts []etcd.PublishOption) (int64, error) {
-		return h.cfg.Source.Rollback(ctx, ns, to, opts...)
+	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
+		return h.cfg.Namespaces.Rollback(ctx, ns, to, opts...)
 	})
 	if err != nil {
 		return 0, err
@@ -52,9 +52,9 @@ func (s store) Rollback(ctx context.Context, ns string, to int64, w controlplane
 
 // Check passes: the schema is checked in the publish's transaction (a
 // publish with abort_rollout that fails it has reverted the rollout).
-func (s store) Check(context.Context, string, controlplane.Write) error { return nil }
+func (s etcdStore) Check(context.Context, string, controlplane.Write) error { return nil }
 
-func (s store) Schema(ctx context.Context, ns string) ([]byte, error) {
+func (s etcdStore) Schema(ctx context.Context, ns string) ([]byte, error) {
 	resp, err := s.h.cli.Get(ctx, SchemaRoot+ns)
 	if err != nil {
 		return nil, fmt.Errorf("control: schema of %q: %w", ns, err)
@@ -65,14 +65,14 @@ func (s store) Schema(ctx context.Context, ns string) ([]byte, error) {
 	return resp.Kvs[0].Value, nil
 }
 
-func (s store) SetSchema(ctx context.Context, ns string, raw []byte, _ *schema.Schema) error {
+func (s etcdStore) SetSchema(ctx context.Context, ns string, raw []byte, _ *schema.Schema) error {
 	if _, err := s.h.cli.Put(ctx, SchemaRoot+ns, string(raw)); err != nil {
 		return fmt.Errorf("control: schema of %q: %w", ns, err)
 	}
 	return nil
 }
 
-func (s store) DeleteSchema(ctx context.Context, ns string) error {
+func (s etcdStore) DeleteSchema(ctx context.Context, ns string) error {
 	resp, err := s.h.cli.Delete(ctx, SchemaRoot+ns)
 	if err != nil {
 		return fmt.Errorf("control: schema of %q: %w", ns, err)
@@ -83,27 +83,27 @@ func (s store) DeleteSchema(ctx context.Context, ns string) error {
 	return nil
 }
 
-func (s store) History(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, error) {
-	return s.h.cfg.Source.History(ctx, ns, etcd.HistoryOptions{Limit: limit, Before: before})
+func (s etcdStore) History(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, error) {
+	return s.h.cfg.Namespaces.History(ctx, ns, store.HistoryOptions{Limit: limit, Before: before})
 }
 
-func (s store) ValuesAt(ctx context.Context, ns string, rev int64) (*controlapi.NamespaceValues, error) {
-	return s.h.cfg.Source.ValuesAt(ctx, ns, rev)
+func (s etcdStore) ValuesAt(ctx context.Context, ns string, rev int64) (*controlapi.NamespaceValues, error) {
+	return s.h.cfg.Namespaces.ValuesAt(ctx, ns, rev)
 }
 
-func (s store) ValuesAtTime(ctx context.Context, ns string, t time.Time) (*controlapi.NamespaceValues, error) {
-	return s.h.cfg.Source.ValuesAtTime(ctx, ns, t)
+func (s etcdStore) ValuesAtTime(ctx context.Context, ns string, t time.Time) (*controlapi.NamespaceValues, error) {
+	return s.h.cfg.Namespaces.ValuesAtTime(ctx, ns, t)
 }
 
-func (s store) Diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, error) {
-	return s.h.cfg.Source.Diff(ctx, ns, from, to)
+func (s etcdStore) Diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, error) {
+	return s.h.cfg.Namespaces.Diff(ctx, ns, from, to)
 }
 
-func (s store) Compact(ctx context.Context, rev int64) (int64, error) {
+func (s etcdStore) Compact(ctx context.Context, rev int64) (int64, error) {
 	return Compact(ctx, s.h.cli, rev)
 }
 
-func (s store) Rollouts() controlplane.Rollouts { return s.h.rollouts }
+func (s etcdStore) Rollouts() controlplane.Rollouts { return s.h.rollouts }
 
 // write runs a publish or rollback with its audit, condition and the
 // namespace's schema, guarded by the schema's revision: a schema set
@@ -113,11 +113,11 @@ func (s store) Rollouts() controlplane.Rollouts { return s.h.rollouts }
 // *controlplane.RolloutRunningError) and guarded by the rollout's state,
 // so that a rollout started meanwhile is never bypassed; a rollout's own
 // commit (plain false) is guarded by the rollout's commit itself.
-func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, plain bool, commit func([]etcd.PublishOption) (int64, error)) (int64, error) {
+func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, plain bool, commit func([]store.PublishOption) (int64, error)) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		opts := []etcd.PublishOption{etcd.WithActor(w.Actor), etcd.WithOnBehalfOf(w.OnBehalfOf), etcd.WithReason(w.Reason)}
+		opts := []store.PublishOption{store.WithActor(w.Actor), store.WithOnBehalfOf(w.OnBehalfOf), store.WithReason(w.Reason)}
 		if w.IfRevision != nil {
-			opts = append(opts, etcd.WithIfRevision(*w.IfRevision))
+			opts = append(opts, store.WithIfRevision(*w.IfRevision))
 		}
 		if plain {
 			run, version, err := h.runningRollout(ctx, ns)
@@ -127,18 +127,18 @@ func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, pl
 			if run != nil {
 				return 0, &controlplane.RolloutRunningError{Namespace: ns, ID: run.ID}
 			}
-			opts = append(opts, etcd.WithGuard(currentKey(ns), version))
+			opts = append(opts, store.WithGuard(currentKey(ns), version))
 		}
 		sch, schemaRev, err := h.schemas.get(ctx, h.cli, ns)
 		if err != nil {
 			return 0, err
 		}
-		opts = append(opts, etcd.WithGuard(SchemaRoot+ns, schemaRev))
+		opts = append(opts, store.WithGuard(SchemaRoot+ns, schemaRev))
 		if sch != nil {
-			opts = append(opts, etcd.WithSchema(sch))
+			opts = append(opts, store.WithSchema(sch))
 		}
 		rev, err := commit(opts)
-		if !errors.Is(err, etcd.ErrGuardChanged) || attempt == 3 {
+		if !errors.Is(err, store.ErrGuardChanged) || attempt == 3 {
 			return rev, err
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/transport/etcd"
+	"github.com/holdfast-dev/holdfast/server/store"
 )
 
 // DefaultAuditRetention is how many audit records a namespace keeps.
@@ -22,9 +22,9 @@ const DefaultAuditRetentionBytes = 64 << 20
 // of its own so that no publish waits for it. Several servers may trim
 // one namespace at once: TrimAudit's compare-and-set lets one of them win.
 type trimmer struct {
-	src        *etcd.Source
+	src        *store.Namespaces
 	log        *slog.Logger
-	limit      etcd.AuditLimit
+	limit      store.AuditLimit
 	every      int
 	everyBytes int64
 	queue      chan string // bounded: a trim skipped now is done at a later publish
@@ -40,7 +40,7 @@ type sincePublish struct {
 	bytes int64
 }
 
-func newTrimmer(src *etcd.Source, log *slog.Logger, limit etcd.AuditLimit) *trimmer {
+func newTrimmer(src *store.Namespaces, log *slog.Logger, limit store.AuditLimit) *trimmer {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &trimmer{src: src, log: log, limit: limit, every: max(1, limit.Records/100), everyBytes: limit.Bytes / 100,
 		queue: make(chan string, 64), cancel: cancel, since: make(map[string]sincePublish)}

@@ -211,7 +211,7 @@ func planImport(keys []exportKey, head int64) (*importPlan, error) {
 	}
 	explained := make(map[change]bool)
 	for _, k := range keys {
-		rest, ok := strings.CutPrefix(k.Key, etcd.AuditRoot)
+		rest, ok := strings.CutPrefix(k.Key, AuditRoot)
 		if !ok {
 			continue
 		}
@@ -220,7 +220,7 @@ func planImport(keys []exportKey, head int64) (*importPlan, error) {
 			return nil, fmt.Errorf("store: import: audit key %q names no namespace", k.Key)
 		}
 		// The record, and the change it records, whole, at its revision.
-		meta, values, deletes, rev, err := etcd.AuditChange(k.Value)
+		meta, values, deletes, rev, err := auditChange(k.Value)
 		if err != nil {
 			return nil, fmt.Errorf("store: import: audit record %q: %w", k.Key, err)
 		}

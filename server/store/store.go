@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -193,7 +195,7 @@ func (s *Store) connect(ctx context.Context) error {
 	}
 	s.Client = cli
 	for {
-		s.ID, err = etcd.CreateStoreID(ctx, cli)
+		s.ID, err = createStoreID(ctx, cli)
 		if err == nil {
 			return nil
 		}
@@ -263,4 +265,30 @@ func compaction(retention string) (mode, value string, err error) {
 		return "", "", fmt.Errorf("store: retention %q: want a count of revisions or a duration of at least 1m", retention)
 	}
 	return embed.CompactorModePeriodic, retention, nil
+}
+
+// createStoreID returns the store id of the store cli reaches, creating it
+// (16 random bytes, hex) with a compare-and-set if no server has yet: two
+// servers starting at once agree on one.
+func createStoreID(ctx context.Context, cli *clientv3.Client) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(etcd.StoreIDKey), "=", 0)).
+		Then(clientv3.OpPut(etcd.StoreIDKey, hex.EncodeToString(b[:]))).
+		Else(clientv3.OpGet(etcd.StoreIDKey)).
+		Commit()
+	if err != nil {
+		return "", fmt.Errorf("etcd: store id: %w", err)
+	}
+	if resp.Succeeded {
+		return hex.EncodeToString(b[:]), nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 || len(kvs[0].Value) == 0 {
+		return "", fmt.Errorf("etcd: store id: %s is empty", etcd.StoreIDKey)
+	}
+	return string(kvs[0].Value), nil
 }

@@ -18,7 +18,19 @@ import (
 	"github.com/holdfast-dev/holdfast/server/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain closes the shared store after the tests, then checks that no
+// goroutine outlives them.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	closeShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: leaked goroutines:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 func open(t *testing.T, dir string) (*store.Store, error) {
 	t.Helper()

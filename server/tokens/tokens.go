@@ -31,6 +31,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/tokentable"
 )
 
 // The store's keys.
@@ -79,7 +80,7 @@ type Store struct {
 	cli   *clientv3.Client
 	log   *slog.Logger
 	cfg   Config
-	table *access.Table
+	table *tokentable.Table
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -106,7 +107,7 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Store, error)
 		cfg.Now = time.Now
 	}
 	s := &Store{cli: cli, log: cfg.Logger, cfg: cfg, changed: make(chan struct{}), uses: make(map[string]time.Time)}
-	s.table = access.NewTable(access.WithClock(cfg.Now), access.WithUse(s.noteUse))
+	s.table = tokentable.NewTable(tokentable.WithClock(cfg.Now), tokentable.WithUse(s.noteUse))
 	rev, err := s.load(ctx)
 	if err != nil {
 		return nil, err
@@ -128,7 +129,7 @@ func (s *Store) Close() {
 }
 
 // Table is the cache, for authentication.
-func (s *Store) Table() *access.Table { return s.table }
+func (s *Store) Table() *tokentable.Table { return s.table }
 
 // load reads every record and the marker, and replaces the cache.
 func (s *Store) load(ctx context.Context) (int64, error) {

@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 				t.Helper()
 				ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 				defer cancel()
-				rev, err := pub.Publish(ctx, ns, puts, deletes)
+				rev, err := write(ctx, pub, ns, puts, deletes)
 				if err != nil {
 					t.Fatalf("publish to %q: %v", ns, err)
 				}

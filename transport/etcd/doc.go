@@ -7,26 +7,27 @@
 //
 // Namespace N is the key prefix "/holdfast/N/"; key k holds one JSON value
 // at "/holdfast/N/k". The key "/holdfast/N/" itself (an empty key name,
-// which no holdfast key can be) is the namespace's meta key: Publish writes
-// it in the same transaction as the puts and deletes, with the namespace's
-// previous revision, the commit time and the change's audit (see Audit).
-// So:
+// which no holdfast key can be) is the namespace's meta key: a writer puts
+// a Meta there (the namespace's previous revision and the commit time) in
+// the same transaction as its puts and deletes. holdfast server is such a
+// writer (its store package, github.com/holdfast-dev/holdfast/server/store,
+// also keeps the audit of each change there and in an audit log). So:
 //
-//   - a namespace's revision is the revision of its last publish, deletes
+//   - a namespace's revision is the revision of its last change, deletes
 //     included (a delete leaves no key, but the meta key moves);
 //   - each change set's PrevRevision chains on the one before, as over HTTP,
 //     and a client that sees a gap resnapshots;
-//   - the store id is the etcd cluster id (16 hex digits); a cursor is an
-//     etcd revision.
+//   - the store id is the id holdfast server created under StoreIDKey, or
+//     else the etcd cluster id (16 hex digits); a cursor is an etcd
+//     revision.
 //
-// Snapshot is one linearizable range read of the prefix (its header revision
-// is the cursor). Watch is one etcd watch from the cursor + 1 that confirms
-// the namespace current every heartbeat (a linearizable read of the meta
-// key, or an etcd progress request with WithProgressRequests); ErrCompacted from etcd becomes a
-// *transport.CompactedError, and the client resnapshots. Write through
-// Publish (or write the meta key in the same transaction yourself): a put
-// made past it is delivered, but a delete made past it does not move the
-// namespace's revision.
+// Snapshot is one linearizable range read of the prefix (its header
+// revision is the cursor). Watch is one etcd watch from the cursor + 1 that
+// confirms the namespace current every heartbeat (a linearizable read of
+// the meta key, or an etcd progress request with WithProgressRequests);
+// ErrCompacted from etcd becomes a *transport.CompactedError, and the
+// client resnapshots. A put written without the meta key is delivered,
+// but a delete written without it does not move the namespace's revision.
 //
 // # Stream
 //
@@ -50,34 +51,11 @@
 //	defer client.Close() // before src.Close: the client does not close src
 //	ns, err := client.Namespace(ctx, "payments.prod")
 //
-// Operators and tests publish with Publish (one transaction, one revision,
-// an optional schema check) and Rollback (a revision's content as a new
-// revision).
-//
-// # Audit
-//
-// Publish and Rollback record, in the meta key and in the same
-// transaction as the change, the actor (WithActor; by default the etcd
-// user of WithAuth), the reason (WithReason), the kind ("publish" or
-// "rollback"), the revision a rollback restored, and the keys put and
-// deleted. WithIfRevision makes either conditional on the namespace's
-// current revision: otherwise nothing is written and the error is a
-// *ConflictError carrying the current revision; of concurrent publishers
-// at the same revision exactly one commits.
-//
-// History (the meta key's revisions, newest first), ValuesAt and
-// ValuesAtTime (the namespace's content then) and Diff (the keys that
-// differ between two revisions) answer the queries of the reference
-// server's control API, in its JSON form (History, NamespaceValues, Diff),
-// for the holdfast command's -etcd flag. They read etcd's own revisions,
-// so they reach back to etcd's compaction point and no further (a
-// *transport.CompactedError with it): unlike the reference server's, this
-// audit does not survive compaction. Keep etcd's compaction retention as
-// long as the audit must reach, or export History before compacting.
-// Keys reserved to holdfast ("$holdfast/…") show in none of them. Meta
-// records of earlier versions of this module (previous revision and
-// commit time only) read as publishes without actor or reason, their keys
-// taken from etcd's revisions.
+// The Source only reads. Publishing, rolling back, the audit of each
+// change (who, why, which keys), its queries (history, values at a
+// revision or a time, diffs) and the audit log's trimming are holdfast
+// server's: the package server/store of the server module
+// (store.Namespaces), which writes in the layout above.
 //
 // # Errors
 //
@@ -95,13 +73,6 @@
 // resume, or resnapshot. Every Snapshot is a linearizable read and says so
 // (transport.Snapshot.Linearizable): one behind what the client applied, at
 // the same store id, proves the history was rewritten.
-//
-// The audit's methods return ErrInvalidArgument for malformed input (a
-// revision below 1, a zero time, a negative limit, a bad namespace name),
-// transport.ErrNotFound for a namespace never published, a revision
-// beyond the cluster's head or one at which the namespace had no key, and
-// a time before its first revision, and a *transport.CompactedError below
-// etcd's compaction point.
 //
 // # Close
 //

@@ -141,28 +141,64 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// raw is a publish's puts, written as Go values.
 func raw(t testing.TB, values map[string]any) map[string]json.RawMessage {
 	t.Helper()
-	out := make(map[string]json.RawMessage, len(values))
-	for k, v := range values {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[k] = b
-	}
-	return out
+	return testutil.JSONValues(t, values)
 }
 
 func publish(t testing.TB, src *etcd.Source, ns string, puts map[string]any, deletes ...string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	rev, err := src.Publish(ctx, ns, raw(t, puts), deletes)
+	rev, err := write(ctx, src, ns, raw(t, puts), deletes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rev
+}
+
+// write is a writer such as holdfast server, for the source to read: it
+// puts and deletes keys of namespace ns in one transaction with the
+// namespace's meta key (an etcd.Meta chained on the revision it read),
+// which commits only if nothing of the namespace changed since that read,
+// and retries otherwise. Deletes of absent keys are dropped. It returns
+// the change's revision.
+func write(ctx context.Context, src *etcd.Source, ns string, puts map[string]json.RawMessage, deletes []string) (int64, error) {
+	cli, p := src.Client(), etcd.Prefix(ns)
+	for {
+		resp, err := cli.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return 0, err
+		}
+		var prev int64
+		exists := make(map[string]bool, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			prev = max(prev, kv.ModRevision)
+			exists[string(kv.Key)] = true
+		}
+		ops := make([]clientv3.Op, 0, len(puts)+len(deletes)+1)
+		for k, v := range puts {
+			ops = append(ops, clientv3.OpPut(p+k, string(v)))
+		}
+		for _, k := range deletes {
+			if exists[p+k] {
+				ops = append(ops, clientv3.OpDelete(p+k))
+			}
+		}
+		m, err := json.Marshal(etcd.Meta{PrevRevision: prev, CommittedAt: time.Now().UTC()})
+		if err != nil {
+			return 0, err
+		}
+		ops = append(ops, clientv3.OpPut(p, string(m)))
+		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(p).WithPrefix(), "<", resp.Header.Revision+1)).Then(ops...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		if tr.Succeeded {
+			return tr.Header.Revision, nil
+		}
+	}
 }
 
 func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceOption) *config.Namespace {

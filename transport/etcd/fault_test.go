@@ -46,7 +46,7 @@ func publishOnce(t testing.TB, src *etcd.Source, ns string, i int) {
 	puts := map[string]json.RawMessage{"n": json.RawMessage(strconv.Itoa(i)), "k" + strconv.Itoa(i): json.RawMessage(strconv.Itoa(i))}
 	testutil.EventuallyNil(t, waitLimit, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := src.Publish(ctx, ns, puts, nil)
+		_, err := write(ctx, src, ns, puts, nil)
 		cancel()
 		if err == nil {
 			return nil
@@ -146,7 +146,7 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 		t.Logf("client %d: %+v", c, ns.Status().LastError)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	_, err := pub.Publish(ctx, "quorum", map[string]json.RawMessage{"v": json.RawMessage("9")}, nil)
+	_, err := write(ctx, pub, "quorum", map[string]json.RawMessage{"v": json.RawMessage("9")}, nil)
 	cancel()
 	if err == nil {
 		t.Fatal("a publish succeeded without quorum")

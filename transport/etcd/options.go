@@ -79,11 +79,9 @@ func WithTLS(cfg *tls.Config) Option {
 func WithStoreID(id string) Option { return optionFunc(func(o *options) { o.storeID = id }) }
 
 // WithAuth sets the user name and password of etcd's authentication. The
-// user needs read access to the namespaces' key ranges (/holdfast/ with a
-// prefix permission) and to StoreIDKey; Publish and Rollback need write
-// access to /holdfast/ and AuditRoot, and the audit's queries read access
-// to AuditRoot and AuditBaseRoot (TrimAudit writes both). A prefix
-// permission on "/holdfast" covers them all.
+// user needs read access to the namespaces' key ranges (KeyRoot with a
+// prefix permission) and to StoreIDKey; a prefix permission on
+// "/holdfast" covers both.
 func WithAuth(username, password string) Option {
 	return optionFunc(func(o *options) { o.username, o.password = username, password })
 }
@@ -94,8 +92,8 @@ func WithDialTimeout(d time.Duration) Option {
 }
 
 // WithRequestTimeout bounds every unary request (a snapshot read, a
-// publish's read and transaction, a progress check), on top of the
-// caller's context. Default 10s.
+// progress check, the store id's read), on top of the caller's context.
+// Default 10s.
 func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.requestTimeout = d })
 }
@@ -133,8 +131,8 @@ func WithIdleTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.idleTimeout = d })
 }
 
-// WithMaxValueBytes bounds one key's value, in snapshots, watches and
-// publishes. Default 1 MiB (etcd's own default request limit is 1.5 MiB).
+// WithMaxValueBytes bounds one key's value, in snapshots and watches.
+// Default 1 MiB (etcd's own default request limit is 1.5 MiB).
 func WithMaxValueBytes(n int) Option {
 	return optionFunc(func(o *options) { o.maxValueBytes = n })
 }

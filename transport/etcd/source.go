@@ -32,29 +32,19 @@ var ErrClosed = errors.New("etcd: source closed")
 // Prefix returns the key prefix of namespace ns: "/holdfast/" + ns + "/".
 // Key k of the namespace is Prefix(ns) + k. The key equal to the prefix
 // itself (an empty key name, which transport.ValidateKey refuses) is the
-// namespace's meta key: every Publish writes it in the same transaction as
-// its puts and deletes, holding the namespace's previous revision, the
-// commit time and the audit of the change (see Publish and History).
+// namespace's meta key: a writer puts a Meta there in the same transaction
+// as its puts and deletes (holdfast server's publish does).
 func Prefix(ns string) string { return KeyRoot + ns + "/" }
 
-// meta is the value of a namespace's meta key: the chain of change sets,
-// and the audit of the change. Records written before the audit fields
-// existed hold only PrevRevision and CommittedAt (Kind is empty); every
-// field added since is optional, so older readers (Watch of an older
-// version) still decode newer records.
-type meta struct {
-	// PrevRevision is the namespace's revision before this publish.
+// Meta is the value of a namespace's meta key, as far as the Source reads
+// it: the namespace's revision before the change and the commit time,
+// which chain each change set on the one before. A writer may store more
+// fields beside them (holdfast server records the change's audit there);
+// the Source ignores them.
+type Meta struct {
+	// PrevRevision is the namespace's revision before this change.
 	PrevRevision int64     `json:"prev_revision"`
 	CommittedAt  time.Time `json:"committed_at"`
-	Actor        string    `json:"actor,omitempty"`
-	OnBehalfOf   string    `json:"on_behalf_of,omitempty"`
-	Reason       string    `json:"reason,omitempty"`
-	Kind         string    `json:"kind,omitempty"`
-	RollbackOf   int64     `json:"rollback_of,omitempty"`
-	// Puts and Deletes are the keys the change put and deleted, sorted:
-	// known whenever Kind is set (omitted when empty).
-	Puts    []string `json:"puts,omitempty"`
-	Deletes []string `json:"deletes,omitempty"`
 }
 
 // Source is a transport.Source over etcd v3. It is safe for concurrent use
@@ -161,7 +151,8 @@ func StoreID(clusterID uint64) string { return fmt.Sprintf("%016x", clusterID) }
 // Snapshot reads the namespace's prefix in one linearizable range read. Its
 // Revision is the highest ModRevision of the namespace's keys (the meta key
 // included, so a publish of only deletes counts), its Cursor the read's
-// header revision, its StoreID the cluster id. A namespace without any key
+// header revision, its StoreID the store's (under StoreIDKey, else the
+// cluster id; WithStoreID overrides both). A namespace without any key
 // is transport.ErrNotFound. With KnownStoreID and KnownRevision matching the
 // namespace's current revision, it answers transport.ErrNotModified after a
 // keys-only read that returns one key. Both reads are linearizable, so every
@@ -192,7 +183,7 @@ func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*
 		resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 		if err != nil {
-			return nil, mapError("snapshot", req.Namespace, err)
+			return nil, MapError("snapshot", req.Namespace, err)
 		}
 		if id := s.storeID(ctx, resp.Header); id == req.KnownStoreID && len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision == req.KnownRevision {
 			return &transport.Snapshot{
@@ -204,7 +195,7 @@ func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*
 
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, mapError("snapshot", req.Namespace, err)
+		return nil, MapError("snapshot", req.Namespace, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("etcd: snapshot of %q: %w", req.Namespace, transport.ErrNotFound)
@@ -228,7 +219,7 @@ func (s *Source) snapshot(ctx context.Context, req transport.SnapshotRequest) (*
 
 // decodeKVs turns a range of a namespace's prefix into its values and
 // revision, within the size limits. Keys that transport.ValidateKey refuses
-// (written past Publish) are skipped and logged.
+// (written past holdfast) are skipped and logged.
 func (s *Source) decodeKVs(ns string, kvs []*mvccpb.KeyValue) (map[string]json.RawMessage, int64, error) {
 	prefix := Prefix(ns)
 	values := make(map[string]json.RawMessage, len(kvs))
@@ -257,10 +248,11 @@ func (s *Source) decodeKVs(ns string, kvs []*mvccpb.KeyValue) (map[string]json.R
 	return values, rev, nil
 }
 
-// mapError turns an etcd client error into one the client's sync loop
-// tells apart: credentials refused → transport.ErrUnauthorized, a message
-// over the gRPC limit → transport.ErrTooLarge; the rest is wrapped as is.
-func mapError(op, ns string, err error) error {
+// MapError wraps an etcd client error from operation op on namespace ns
+// ("" for none) as the Source's own errors are, so that callers tell them
+// apart: credentials refused → transport.ErrUnauthorized, a message over
+// the gRPC limit → transport.ErrTooLarge; the rest is wrapped as is.
+func MapError(op, ns string, err error) error {
 	what := fmt.Sprintf("%s of %q", op, ns)
 	if ns == "" {
 		what = op

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -90,7 +89,7 @@ func testWatchChains(t *testing.T, opts ...etcd.Option) {
 			defer wg.Done()
 			for i := range 10 {
 				key := string(rune('a' + w))
-				if _, err := src.Publish(context.Background(), "chain", map[string]json.RawMessage{key: json.RawMessage(`1`), "w": json.RawMessage(`"x"`)}, nil); err != nil {
+				if _, err := write(context.Background(), src, "chain", map[string]json.RawMessage{key: json.RawMessage(`1`), "w": json.RawMessage(`"x"`)}, nil); err != nil {
 					t.Error(i, err)
 				}
 			}
@@ -136,92 +135,19 @@ func testWatchChains(t *testing.T, opts ...etcd.Option) {
 
 var errDone = errors.New("done")
 
-func TestPublishSchemaAndLimits(t *testing.T) {
+// TestSnapshotRefusesValueOverLimit: a value over the source's limit,
+// written past any check of it, makes snapshots fail with ErrTooLarge.
+func TestSnapshotRefusesValueOverLimit(t *testing.T) {
 	cl := sharedCluster(t)
 	src := newSource(t, cl.endpoints(), etcd.WithMaxValueBytes(64))
 	ctx := context.Background()
-	sch, err := schema.Compile([]byte(`{"type":"object","properties":{"limit":{"type":"integer","maximum":100}},"required":["limit"]}`))
-	if err != nil {
+	publish(t, src, "limits", map[string]any{"limit": 10})
+	big := `"` + strings.Repeat("x", 100) + `"`
+	if _, err := cl.client(t).Put(ctx, etcd.Prefix("limits")+"big", big); err != nil {
 		t.Fatal(err)
 	}
-	rev, err := src.Publish(ctx, "schema", map[string]json.RawMessage{"limit": json.RawMessage("10")}, nil, etcd.WithSchema(sch))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = src.Publish(ctx, "schema", map[string]json.RawMessage{"limit": json.RawMessage("1000")}, nil, etcd.WithSchema(sch))
-	var ve *schema.ValidationError
-	if !errors.As(err, &ve) {
-		t.Fatalf("invalid publish = %v; want a *schema.ValidationError", err)
-	}
-	if _, err := src.Publish(ctx, "schema", nil, []string{"limit"}, etcd.WithSchema(sch)); !errors.As(err, &ve) {
-		t.Fatalf("deleting a required key = %v; want a *schema.ValidationError", err)
-	}
-	snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "schema"})
-	if err != nil || snap.Revision != rev {
-		t.Fatalf("after refused publishes: %+v, %v; want revision %d", snap, err, rev)
-	}
-	if _, err := src.Publish(ctx, "schema", map[string]json.RawMessage{"x": json.RawMessage("{")}, nil); !errors.Is(err, schema.ErrInvalidValue) {
-		t.Errorf("non-JSON value: %v", err)
-	}
-	if _, err := src.Publish(ctx, "schema", map[string]json.RawMessage{"x": json.RawMessage("1")}, []string{"x"}); !errors.Is(err, etcd.ErrConflict) {
-		t.Errorf("put and delete of one key: %v", err)
-	}
-	if _, err := src.Publish(ctx, "schema", map[string]json.RawMessage{"bad key": json.RawMessage("1")}, nil); !errors.Is(err, transport.ErrInvalidKey) {
-		t.Errorf("invalid key: %v", err)
-	}
-	big := json.RawMessage(`"` + strings.Repeat("x", 100) + `"`)
-	if _, err := src.Publish(ctx, "schema", map[string]json.RawMessage{"big": big}, nil); !errors.Is(err, transport.ErrTooLarge) {
-		t.Errorf("value over the limit: %v", err)
-	}
-	// A value over the limit written past Publish: snapshots refuse it.
-	if _, err := cl.client(t).Put(ctx, etcd.Prefix("schema")+"big", string(big)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "schema"}); !errors.Is(err, transport.ErrTooLarge) {
+	if _, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "limits"}); !errors.Is(err, transport.ErrTooLarge) {
 		t.Errorf("snapshot with a value over the limit: %v", err)
-	}
-}
-
-func TestRollback(t *testing.T) {
-	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
-	ctx := context.Background()
-	good := publish(t, src, "rb", map[string]any{"a": 1, "b": 2})
-	publish(t, src, "rb", map[string]any{"a": 5, "c": 3}, "b")
-	rev, err := src.Rollback(ctx, "rb", good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "rb"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if snap.Revision != rev || rev <= good || string(snap.Values) != `{"a":1,"b":2}` {
-		t.Fatalf("after rollback to %d: %+v (rollback revision %d)", good, snap, rev)
-	}
-	if _, err := cl.client(t).Compact(ctx, rev); err != nil {
-		t.Fatal(err)
-	}
-	// Below etcd's compaction point, the audit log still holds the
-	// content: the rollback goes through. Once the log is trimmed past it,
-	// it is compacted.
-	again, err := src.Rollback(ctx, "rb", good)
-	if err != nil {
-		t.Fatalf("rollback below etcd's compaction, from the audit log: %v", err)
-	}
-	if snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "rb"}); err != nil || snap.Revision != again || string(snap.Values) != `{"a":1,"b":2}` {
-		t.Fatalf("after the rollback from the audit log: %+v, %v", snap, err)
-	}
-	if _, err := src.TrimAudit(ctx, "rb", etcd.AuditLimit{Records: 1}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = src.Rollback(ctx, "rb", good)
-	var ce *transport.CompactedError
-	if !errors.As(err, &ce) {
-		t.Fatalf("rollback below compaction and the audit's base = %v; want CompactedError", err)
-	}
-	if _, err := src.Rollback(ctx, "rb.none", rev); !errors.Is(err, transport.ErrNotFound) {
-		t.Errorf("rollback of an empty namespace = %v", err)
 	}
 }
 

@@ -2,47 +2,17 @@ package etcd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // StoreIDKey holds the store id: a random id that the first holdfast
-// server of a store creates (CreateStoreID), so that every server of the
-// store, and every Source, reports the same id, and a store rebuilt from
-// nothing gets a new one. It lies outside KeyRoot: no namespace can hold
+// server of a store creates, so that every server of the store, and
+// every Source, reports the same id, and a store rebuilt from nothing
+// gets a new one. It lies outside KeyRoot: no namespace can hold
 // it, and no namespace watch sees it.
 const StoreIDKey = "/holdfast-meta/store-id"
-
-// CreateStoreID returns the store id of the store cli reaches, creating it
-// (16 random bytes, hex) with a compare-and-set if no server has yet: two
-// servers starting at once agree on one.
-func CreateStoreID(ctx context.Context, cli *clientv3.Client) (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(StoreIDKey), "=", 0)).
-		Then(clientv3.OpPut(StoreIDKey, hex.EncodeToString(b[:]))).
-		Else(clientv3.OpGet(StoreIDKey)).
-		Commit()
-	if err != nil {
-		return "", fmt.Errorf("etcd: store id: %w", err)
-	}
-	if resp.Succeeded {
-		return hex.EncodeToString(b[:]), nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 || len(kvs[0].Value) == 0 {
-		return "", fmt.Errorf("etcd: store id: %s is empty", StoreIDKey)
-	}
-	return string(kvs[0].Value), nil
-}
 
 // storeIDs caches the store id of each etcd cluster id seen: the id under
 // StoreIDKey, or the cluster id itself (StoreID) when no holdfast server

@@ -223,7 +223,7 @@ func (s *Source) streamResponse(ctx context.Context, st *streamState, resp *clie
 		return true, nil
 	}
 	if err := resp.Err(); err != nil {
-		return false, mapError("stream", "", err)
+		return false, MapError("stream", "", err)
 	}
 	if resp.Canceled {
 		return false, fmt.Errorf("etcd: stream: watch canceled by the server: %s", resp.Header.String())
@@ -330,7 +330,7 @@ func (s *Source) streamAhead(ctx context.Context, st *streamState, head int64, h
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return mapError("stream", "", err)
+		return MapError("stream", "", err)
 	}
 	return s.endAhead(st, resp.Header.Revision, handle)
 }

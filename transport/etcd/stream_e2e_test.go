@@ -191,7 +191,7 @@ func startPublisher(t *testing.T, src *etcd.Source, nss []string, first int) *pu
 			}
 			for _, name := range nss {
 				ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-				rev, err := src.Publish(ctx, name, raw(t, map[string]any{"seq": i}), nil)
+				rev, err := write(ctx, src, name, raw(t, map[string]any{"seq": i}), nil)
 				cancel()
 				if err != nil {
 					t.Error(err)

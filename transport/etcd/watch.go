@@ -44,8 +44,8 @@ type watchState struct {
 //
 // Events of one revision become one ChangeSet (etcd never splits a
 // revision across watch responses). Its PrevRevision comes from the meta
-// key that Publish writes in the same transaction, so it chains exactly as
-// over HTTP.
+// key (a Meta) that the writer puts in the same transaction, so it chains
+// exactly as over HTTP.
 //
 // Every heartbeat, Watch confirms the namespace current: by default with a
 // linearizable read of the namespace's meta key, which gives the head
@@ -162,7 +162,7 @@ func (s *Source) watchResponse(ctx context.Context, w *watchState, resp *clientv
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return &transport.CompactedError{CompactRevision: resp.CompactRevision}
 		}
-		return mapError("watch", w.ns, err)
+		return MapError("watch", w.ns, err)
 	}
 	if resp.Canceled {
 		return fmt.Errorf("etcd: watch of %q canceled by the server: %s", w.ns, resp.Header.String())
@@ -211,13 +211,13 @@ func (s *Source) watchResponse(ctx context.Context, w *watchState, resp *clientv
 // changeSet builds the ChangeSet of one revision's events.
 func (s *Source) changeSet(w *watchState, id string, evs []*clientv3.Event) (*transport.ChangeSet, error) {
 	cs := &transport.ChangeSet{Namespace: w.ns, Revision: evs[0].Kv.ModRevision, StoreID: id}
-	var m *meta
+	var m *Meta
 	total := 0
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		if key == w.prefix {
 			if ev.Type == mvccpb.PUT {
-				m = new(meta)
+				m = new(Meta)
 				if err := json.Unmarshal(ev.Kv.Value, m); err != nil {
 					return nil, fmt.Errorf("%w: meta key of %q at %d: %v", transport.ErrMalformed, w.ns, cs.Revision, err)
 				}
@@ -249,7 +249,7 @@ func (s *Source) changeSet(w *watchState, id string, evs []*clientv3.Event) (*tr
 	case m != nil:
 		cs.PrevRevision, cs.CommittedAt = m.PrevRevision, m.CommittedAt
 	case w.known:
-		// A write past Publish: it chains on what this watch delivered.
+		// A write without the meta key: it chains on what this watch delivered.
 		cs.PrevRevision, cs.CommittedAt = w.nsRev, time.Now()
 	default:
 		// Unknown: the client sees a gap and resnapshots.
@@ -358,7 +358,7 @@ func (s *Source) checkAhead(ctx context.Context, w *watchState) error {
 	defer cancel()
 	resp, err := s.cli.Get(rctx, w.prefix, clientv3.WithCountOnly())
 	if err != nil {
-		return mapError("watch", w.ns, err)
+		return MapError("watch", w.ns, err)
 	}
 	if w.since > resp.Header.Revision {
 		return fmt.Errorf("etcd: watch of %q: %w: cursor %d, the store's head %d (restored from an older backup?)", w.ns, transport.ErrCursorAhead, w.since, resp.Header.Revision)

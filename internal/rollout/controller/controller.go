@@ -459,7 +459,7 @@ func (c *Controller) recordOf(st *State, reports []Report) Record {
 	}
 	rec := st.record(counts)
 	if st.State != Running {
-		rec.Counts = counts
+		rec.RolloutCounts = counts
 	}
 	return rec
 }

@@ -557,7 +557,7 @@ func TestSlowMemberIsNotGoneBeforeTheReportTimeout(t *testing.T) {
 	}
 	got, _ := c.Get(context.Background(), "app", rec.ID)
 	if got.State != Running || got.Baking || got.Gone != 0 || got.InStage != 10 || got.Reported != 9 {
-		t.Fatalf("8 s into the stage, c000 silent: %+v; want waiting for it, none gone", got.Counts)
+		t.Fatalf("8 s into the stage, c000 silent: %+v; want waiting for it, none gone", got.RolloutCounts)
 	}
 	for range 6 {
 		f.apply(m, "app", clients[1:], nil)

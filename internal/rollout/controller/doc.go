@@ -15,6 +15,6 @@
 // step: a controller that takes over (a new leader, a restart) counts
 // what the clients report now. Timers resume from the stored times.
 //
-// MemStore keeps the state in memory (tests, a single process); holdfast
-// server's store is etcd (server/rollouts).
+// MemStore keeps the state in memory (the reference server, tests);
+// holdfast server keeps it in etcd.
 package controller

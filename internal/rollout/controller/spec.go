@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"math"
 	"slices"
 	"time"
@@ -21,15 +22,15 @@ const (
 // What a rollout does when a stage times out (Spec.OnTimeout) or a gate
 // is breached (Spec.OnBreach).
 const (
-	Revert = "revert"
-	Hold   = "hold"
+	Revert = controlapi.OnTimeoutRevert
+	Hold   = controlapi.OnTimeoutHold
 )
 
 // The states of a rollout (State.State, Record.State).
 const (
-	Running  = "running"
-	Promoted = "promoted"
-	Reverted = "reverted"
+	Running  = controlapi.RolloutRunning
+	Promoted = controlapi.RolloutPromoted
+	Reverted = controlapi.RolloutReverted
 )
 
 // Kinds of the revisions a rollout commits (the audit record's kind).
@@ -68,66 +69,22 @@ var (
 	ErrConflict = errors.New("rollout: the rollout's state changed")
 )
 
-// Spec is a staged rollout of one change to one namespace.
-type Spec struct {
-	Puts    map[string]json.RawMessage `json:"puts,omitempty"`
-	Deletes []string                   `json:"deletes,omitempty"`
-	// Stages are percentages of the clients: strictly increasing, each in
-	// (0, 100].
-	Stages        []float64     `json:"stages"`
-	Bake          time.Duration `json:"bake"`
-	MaxNacks      int           `json:"max_nacks"`
-	Prevalidate   bool          `json:"prevalidate,omitempty"`
-	ReportTimeout time.Duration `json:"report_timeout"`
-	StageTimeout  time.Duration `json:"stage_timeout"`
-	OnTimeout     string        `json:"on_timeout"`
-	// OnBreach is what a gate's breach does: Revert (default) or Hold.
-	OnBreach string `json:"on_breach"`
-	// Gates are the metric gates, opaque here: Config.Gates builds them.
-	Gates []json.RawMessage `json:"gates,omitempty"`
-}
+// The rollout types are the control API's: a Spec is kept in a
+// rollout's state, a Request is its form on the wire.
+type (
+	Spec          = controlapi.RolloutSpec
+	Request       = controlapi.RolloutRequest
+	ActionRequest = controlapi.RolloutActionRequest
+)
 
-// Request is the body of POST /control/namespaces/{ns}/rollouts.
-type Request struct {
-	Puts          map[string]json.RawMessage `json:"puts"`
-	Deletes       []string                   `json:"deletes"`
-	Stages        []float64                  `json:"stages"`
-	Bake          string                     `json:"bake"`
-	MaxNacks      int                        `json:"max_nacks"`
-	Prevalidate   bool                       `json:"prevalidate"`
-	ReportTimeout string                     `json:"report_timeout"`
-	StageTimeout  string                     `json:"stage_timeout"`
-	OnTimeout     string                     `json:"on_timeout"`
-	OnBreach      string                     `json:"on_breach"`
-	Gates         []json.RawMessage          `json:"gates"`
-	Actor         string                     `json:"actor"`
-	Reason        string                     `json:"reason"`
-}
-
-// Spec turns the request into a spec (CheckSpec checks the rest).
-func (r *Request) Spec() (Spec, error) {
-	s := Spec{Puts: r.Puts, Deletes: r.Deletes, Stages: r.Stages, MaxNacks: r.MaxNacks, Prevalidate: r.Prevalidate,
-		OnTimeout: r.OnTimeout, OnBreach: r.OnBreach, Gates: r.Gates}
-	for _, d := range []struct {
-		name, text string
-		to         *time.Duration
-	}{{"bake", r.Bake, &s.Bake}, {"report_timeout", r.ReportTimeout, &s.ReportTimeout}, {"stage_timeout", r.StageTimeout, &s.StageTimeout}} {
-		if d.text == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.text)
-		if err != nil {
-			return s, fmt.Errorf("%w: %s: %v", ErrInvalid, d.name, err)
-		}
-		*d.to = v
+// SpecOf is the request's spec, its durations parsed (CheckSpec checks
+// the rest).
+func SpecOf(r *Request) (Spec, error) {
+	s, err := r.Spec()
+	if err != nil {
+		return s, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return s, nil
-}
-
-// ActionRequest is the (optional) body of .../abort and .../promote.
-type ActionRequest struct {
-	Actor  string `json:"actor"`
-	Reason string `json:"reason"`
 }
 
 // CheckSpec validates spec for namespace ns and returns it normalised

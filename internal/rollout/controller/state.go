@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"slices"
 	"time"
 )
@@ -58,67 +59,12 @@ type State struct {
 	Version int64 `json:"-"`
 }
 
-// Decision is one transition of a rollout, as its record and the audit
-// keep it.
-type Decision struct {
-	At time.Time `json:"at"`
-	// What: start, bake, bake-end, stage, recut, hold, promote,
-	// revert, abort.
-	What     string  `json:"what"`
-	Stage    float64 `json:"stage"`
-	Revision int64   `json:"revision,omitempty"` // the revision it committed, if any
-	Actor    string  `json:"actor,omitempty"`
-	Reason   string  `json:"reason,omitempty"`
-	// Counts are the stage's counts the decision was taken on, on those
-	// the clients' reports take: bake, bake-end, hold, promote, revert (an
-	// operator's promote and abort, and a revert of a store replaced
-	// under the rollout, included).
-	Counts *Counts `json:"counts,omitempty"`
-}
-
-// Counts are the clients' reports, as the record shows them.
-type Counts struct {
-	Clients   int `json:"clients"`
-	InStage   int `json:"in_stage"`
-	Reported  int `json:"reported"`
-	Served    int `json:"served"`
-	Acked     int `json:"acked"`
-	Nacked    int `json:"nacked"`
-	WouldNack int `json:"would_nack"`
-	Lagging   int `json:"lagging"`
-	// Gone counts the clients of the stage that left: silent past the
-	// liveness window, so they do not hold it.
-	Gone int `json:"gone"`
-}
-
-// Record is a rollout as the control API shows it: GET
-// /control/namespaces/{ns}/rollouts/{id}. Its fields are the reference
-// server's, and more.
-type Record struct {
-	ID        string    `json:"id"`
-	Namespace string    `json:"ns"`
-	State     string    `json:"state"`
-	Stage     float64   `json:"stage"`
-	Stages    []float64 `json:"stages"`
-	Counts
-	Reason        string     `json:"reason"`
-	Revisions     []int64    `json:"revisions"`
-	StageRevision int64      `json:"stage_revision"`
-	MaxNacks      int        `json:"max_nacks"`
-	Prevalidate   bool       `json:"prevalidate,omitempty"`
-	OnBreach      string     `json:"on_breach,omitempty"`
-	Baking        bool       `json:"baking,omitempty"`
-	Held          bool       `json:"held,omitempty"`
-	StageAt       time.Time  `json:"stage_started_at"`
-	BakeEnd       *time.Time `json:"bake_ends_at,omitempty"`
-	Actor         string     `json:"actor,omitempty"`
-	// GateFailing and GateResults: see State's.
-	GateFailing []time.Time       `json:"gate_failing,omitempty"`
-	GateResults []json.RawMessage `json:"gate_results,omitempty"`
-	Decisions   []Decision        `json:"decisions"`
-	StartedAt   time.Time         `json:"started_at"`
-	EndedAt     *time.Time        `json:"ended_at,omitempty"`
-}
+// A rollout's decisions, counts and record are the control API's.
+type (
+	Decision = controlapi.RolloutDecision
+	Counts   = controlapi.RolloutCounts
+	Record   = controlapi.RolloutRecord
+)
 
 // stageRev is the current stage's revision (0: none yet).
 func (s *State) stageRev() int64 {
@@ -207,7 +153,7 @@ func (s *State) FillRevision(rev int64) {
 // record returns s's record with counts.
 func (s *State) record(c Counts) Record {
 	r := Record{ID: s.ID, Namespace: s.Namespace, State: s.State, Stage: s.Spec.Stages[s.Stage], Stages: slices.Clone(s.Spec.Stages),
-		Counts: c, Reason: s.Reason, Revisions: slices.Clone(s.Revisions), StageRevision: s.stageRev(), MaxNacks: s.Spec.MaxNacks,
+		RolloutCounts: c, Reason: s.Reason, Revisions: slices.Clone(s.Revisions), StageRevision: s.stageRev(), MaxNacks: s.Spec.MaxNacks,
 		Prevalidate: s.Spec.Prevalidate, OnBreach: s.Spec.OnBreach, Held: s.Held, StageAt: s.StageAt, Actor: s.Actor,
 		Decisions: slices.Clone(s.Decisions), StartedAt: s.Started, GateFailing: slices.Clone(s.GateFailing),
 		GateResults: slices.Clone(s.GateResults)}
@@ -226,7 +172,7 @@ func (s *State) record(c Counts) Record {
 		end := s.Ended
 		r.EndedAt = &end
 		if s.Final != nil {
-			r.Counts = *s.Final
+			r.RolloutCounts = *s.Final
 		}
 	}
 	return r

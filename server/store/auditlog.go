@@ -1,4 +1,4 @@
-package etcd
+package store
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
 // The audit log: every Publish and Rollback writes, in its transaction,
@@ -93,7 +94,7 @@ func decodeAudit(ns string, kv *mvccpb.KeyValue) (auditRecord, error) {
 
 // auditPage reads up to limit records of ns whose keys are in [from, to),
 // newest first when desc, at store revision rev (0: now).
-func (s *Source) auditPage(ctx context.Context, ns, from, to string, limit int64, desc bool, rev int64) ([]auditRecord, error) {
+func (s *Namespaces) auditPage(ctx context.Context, ns, from, to string, limit int64, desc bool, rev int64) ([]auditRecord, error) {
 	order := clientv3.SortAscend
 	if desc {
 		order = clientv3.SortDescend
@@ -106,7 +107,7 @@ func (s *Source) auditPage(ctx context.Context, ns, from, to string, limit int64
 	}
 	resp, err := s.cli.Get(rctx, from, opts...)
 	if err != nil {
-		return nil, mapError("audit", ns, err)
+		return nil, etcd.MapError("audit", ns, err)
 	}
 	out := make([]auditRecord, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -121,7 +122,7 @@ func (s *Source) auditPage(ctx context.Context, ns, from, to string, limit int64
 
 // auditBefore reads up to limit records of ns of revisions below before
 // (0: from the newest), newest first.
-func (s *Source) auditBefore(ctx context.Context, ns string, before int64, limit int) ([]auditRecord, error) {
+func (s *Namespaces) auditBefore(ctx context.Context, ns string, before int64, limit int) ([]auditRecord, error) {
 	p := auditPrefix(ns)
 	to := clientv3.GetPrefixRangeEnd(p)
 	if before > 0 {
@@ -146,17 +147,17 @@ func (s *Source) auditBefore(ctx context.Context, ns string, before int64, limit
 // auditBase reads ns's audit base (ok false: none), its key's
 // ModRevision, and the store revision of the read (at: the records read
 // at it match the base).
-func (s *Source) auditBase(ctx context.Context, ns string) (b auditBase, modRev int64, ok bool, err error) {
+func (s *Namespaces) auditBase(ctx context.Context, ns string) (b auditBase, modRev int64, ok bool, err error) {
 	b, modRev, ok, _, err = s.auditBaseAt(ctx, ns)
 	return b, modRev, ok, err
 }
 
-func (s *Source) auditBaseAt(ctx context.Context, ns string) (b auditBase, modRev int64, ok bool, at int64, err error) {
+func (s *Namespaces) auditBaseAt(ctx context.Context, ns string) (b auditBase, modRev int64, ok bool, at int64, err error) {
 	rctx, cancel := s.requestCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(rctx, AuditBaseRoot+ns)
 	if err != nil {
-		return b, 0, false, 0, mapError("audit", ns, err)
+		return b, 0, false, 0, etcd.MapError("audit", ns, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return b, 0, false, resp.Header.Revision, nil
@@ -173,7 +174,7 @@ func (s *Source) auditBaseAt(ctx context.Context, ns string) (b auditBase, modRe
 // when the log cannot tell: no record at or before rev and no base that
 // starts it, or a break in the records' chain (a change the log does not
 // hold).
-func (s *Source) replay(ctx context.Context, ns string, rev int64) (v *NamespaceValues, ok bool, err error) {
+func (s *Namespaces) replay(ctx context.Context, ns string, rev int64) (v *NamespaceValues, ok bool, err error) {
 	b, _, hasBase, at, err := s.auditBaseAt(ctx, ns)
 	if err != nil {
 		return nil, false, err
@@ -234,7 +235,7 @@ type AuditLimit struct {
 // how many records it folded. History then reports the log as truncated
 // before the base, and ValuesAt answers from the base on. With a bound in
 // bytes it reads the records it keeps, newest first, to weigh them.
-func (s *Source) TrimAudit(ctx context.Context, ns string, limit AuditLimit) (int, error) {
+func (s *Namespaces) TrimAudit(ctx context.Context, ns string, limit AuditLimit) (int, error) {
 	if err := validNamespace(ns); err != nil {
 		return 0, err
 	}
@@ -244,13 +245,13 @@ func (s *Source) TrimAudit(ctx context.Context, ns string, limit AuditLimit) (in
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	defer s.wg.Done()
+	defer s.calls.Done()
 	p := auditPrefix(ns)
 	rctx, cancel := s.requestCtx(ctx)
 	resp, err := s.cli.Get(rctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
-		return 0, mapError("trim", ns, err)
+		return 0, etcd.MapError("trim", ns, err)
 	}
 	keep := min(int64(limit.Records), resp.Count)
 	if limit.Bytes > 0 {
@@ -314,7 +315,7 @@ func (s *Source) TrimAudit(ctx context.Context, ns string, limit AuditLimit) (in
 			clientv3.OpDelete(recs[0].key, clientv3.WithRange(recs[len(recs)-1].key+"\x00"))).
 		Commit()
 	if err != nil {
-		return 0, mapError("trim", ns, err)
+		return 0, etcd.MapError("trim", ns, err)
 	}
 	if !tr.Succeeded {
 		return 0, nil
@@ -324,7 +325,7 @@ func (s *Source) TrimAudit(ctx context.Context, ns string, limit AuditLimit) (in
 
 // auditKeptWithin weighs ns's newest records, newest first, and returns
 // how many of the newest n fit in budget bytes (the newest one always).
-func (s *Source) auditKeptWithin(ctx context.Context, ns string, n, budget int64) (int64, error) {
+func (s *Namespaces) auditKeptWithin(ctx context.Context, ns string, n, budget int64) (int64, error) {
 	p := auditPrefix(ns)
 	to := clientv3.GetPrefixRangeEnd(p)
 	var kept, used int64
@@ -351,7 +352,7 @@ func (s *Source) auditKeptWithin(ctx context.Context, ns string, n, budget int64
 // committed at or before at (found 0: none in the log); complete says the
 // log reaches the namespace's first change, so that none found means none
 // there was.
-func (s *Source) auditAt(ctx context.Context, ns string, at time.Time) (found int64, complete bool, err error) {
+func (s *Namespaces) auditAt(ctx context.Context, ns string, at time.Time) (found int64, complete bool, err error) {
 	p := auditPrefix(ns)
 	from, to := p, clientv3.GetPrefixRangeEnd(p)
 	for {
@@ -380,13 +381,13 @@ func (s *Source) auditAt(ctx context.Context, ns string, at time.Time) (found in
 	}
 }
 
-// AuditChange decodes an audit record (a value under AuditRoot) into the
+// auditChange decodes an audit record (a value under AuditRoot) into the
 // change it records: the value its publish wrote to the namespace's meta
 // key (nil for an unaudited change, which wrote none), the values it put,
 // the keys it deleted, and its revision when the record names it (an
-// unaudited change's; else the record's own CreateRevision). holdfast
-// server import writes changes again from it.
-func AuditChange(record []byte) (metaValue []byte, puts map[string]json.RawMessage, deletes []string, rev int64, err error) {
+// unaudited change's; else the record's own CreateRevision). Import
+// writes changes again from it.
+func auditChange(record []byte) (metaValue []byte, puts map[string]json.RawMessage, deletes []string, rev int64, err error) {
 	var e auditEntry
 	if err := json.Unmarshal(record, &e); err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("%w: audit record: %v", transport.ErrMalformed, err)
@@ -405,7 +406,7 @@ func AuditChange(record []byte) (metaValue []byte, puts map[string]json.RawMessa
 // The key sorts between the records of the namespace's changes before and
 // after it, as a publish's does.
 func UnauditedRecord(ns string, rev, prev int64, puts map[string]json.RawMessage, deletes []string, seen time.Time) (key string, record []byte, err error) {
-	e := auditEntry{meta: meta{PrevRevision: prev, CommittedAt: seen.UTC(), Kind: KindUnaudited, Puts: []string{}, Deletes: []string{}}, Values: puts, Revision: rev}
+	e := auditEntry{meta: meta{Meta: etcd.Meta{PrevRevision: prev, CommittedAt: seen.UTC()}, Kind: KindUnaudited, Puts: []string{}, Deletes: []string{}}, Values: puts, Revision: rev}
 	for k := range puts {
 		e.Puts = append(e.Puts, k)
 	}

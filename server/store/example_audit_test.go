@@ -1,4 +1,4 @@
-package etcd_test
+package store_test
 
 import (
 	"context"
@@ -10,15 +10,21 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
-	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
-// A guarded publish with its audit, and the queries an operator's tool
-// prints: the JSON is the reference server's.
-func ExampleSource_History() {
+// A conditional publish with its audit, and the queries an operator's
+// tool prints: the JSON is the control API's.
+func ExampleNamespaces_History() {
 	ctx := context.Background()
-	src, err := etcd.New(etcd.WithEndpoints("http://127.0.0.1:2379"))
+	cli, err := store.Dial([]string{"127.0.0.1:2379"}, store.Security{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer cli.Close()
+	src, err := store.NewNamespaces(store.NamespacesConfig{Client: cli})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
@@ -26,14 +32,14 @@ func ExampleSource_History() {
 	defer src.Close()
 
 	_, err = src.Publish(ctx, "payments.prod", map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage("50")}, nil,
-		etcd.WithActor("alice"), etcd.WithReason("INC-1234: retries pile up"), etcd.WithIfRevision(41))
-	var conflict *etcd.ConflictError
+		store.WithActor("alice"), store.WithReason("INC-1234: retries pile up"), store.WithIfRevision(41))
+	var conflict *store.ConflictError
 	if errors.As(err, &conflict) {
 		fmt.Fprintf(os.Stderr, "conflict: %s is at revision %d\n", conflict.Namespace, conflict.Revision)
 		return
 	}
 
-	h, err := src.History(ctx, "payments.prod", etcd.HistoryOptions{Limit: 10})
+	h, err := src.History(ctx, "payments.prod", store.HistoryOptions{Limit: 10})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
@@ -45,7 +51,7 @@ func ExampleSource_History() {
 	switch {
 	case errors.As(err, &compacted):
 		fmt.Fprintf(os.Stderr, "compacted: etcd keeps revisions from %d\n", compacted.CompactRevision)
-	case errors.Is(err, transport.ErrNotFound), errors.Is(err, etcd.ErrInvalidArgument):
+	case errors.Is(err, transport.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
 		fmt.Fprintln(os.Stderr, err)
 	case err == nil:
 		_ = json.NewEncoder(os.Stdout).Encode(v)
@@ -64,7 +70,13 @@ func ExampleSource_History() {
 // server's rollout controller commits a stage with its state.
 func ExampleWithCondition() {
 	ctx := context.Background()
-	src, err := etcd.New(etcd.WithEndpoints("http://127.0.0.1:2379"))
+	cli, err := store.Dial([]string{"127.0.0.1:2379"}, store.Security{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer cli.Close()
+	src, err := store.NewNamespaces(store.NamespacesConfig{Client: cli})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
@@ -72,7 +84,7 @@ func ExampleWithCondition() {
 	defer src.Close()
 
 	const state = "/my-app/state/payments.prod"
-	read, err := src.Client().Get(ctx, state)
+	read, err := cli.Get(ctx, state)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
@@ -82,11 +94,11 @@ func ExampleWithCondition() {
 		version = read.Kvs[0].ModRevision
 	}
 	rev, err := src.Publish(ctx, "payments.prod", map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage("50")}, nil,
-		etcd.WithActor("alice"), etcd.WithReason("step 2 of 3"),
-		etcd.WithCondition(clientv3.Compare(clientv3.ModRevision(state), "=", version)),
-		etcd.WithOps(clientv3.OpPut(state, `{"step":2}`)))
+		store.WithActor("alice"), store.WithReason("step 2 of 3"),
+		store.WithCondition(clientv3.Compare(clientv3.ModRevision(state), "=", version)),
+		store.WithOps(clientv3.OpPut(state, `{"step":2}`)))
 	switch {
-	case errors.Is(err, etcd.ErrConditionFailed):
+	case errors.Is(err, store.ErrConditionFailed):
 		fmt.Fprintln(os.Stderr, "someone else moved the state: read it again")
 	case err != nil:
 		fmt.Fprintln(os.Stderr, err)

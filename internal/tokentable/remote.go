@@ -1,4 +1,4 @@
-package access
+package tokentable
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -35,7 +36,7 @@ import (
 type Remote struct {
 	cfg   RemoteConfig
 	table *Table
-	toks  *Tokens
+	toks  *access.Tokens
 
 	lastSync atomic.Int64 // unix nanoseconds of the last reply; 0: none
 
@@ -82,7 +83,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if len(cfg.URLs) == 0 {
 		return nil, errors.New("access: remote: no server URL")
 	}
-	if err := CheckSecret(cfg.Secret); err != nil {
+	if err := access.CheckSecret(cfg.Secret); err != nil {
 		return nil, fmt.Errorf("access: remote: the relay's own token: %w", err)
 	}
 	if cfg.Logger == nil {
@@ -97,7 +98,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	r := &Remote{cfg: cfg, used: make(map[string]bool), ready: make(chan struct{}), changed: make(chan struct{})}
 	r.table = NewTable(WithUse(r.noteUse))
-	r.toks = FromAuthenticator(r, "the store's tokens, through "+strings.Join(cfg.URLs, ","))
+	r.toks = access.FromAuthenticator(r, "the store's tokens, through "+strings.Join(cfg.URLs, ","))
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(1)
@@ -111,8 +112,8 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	return r, nil
 }
 
-// Tokens is the table as a *Tokens, for relay.WithTokens.
-func (r *Remote) Tokens() *Tokens { return r.toks }
+// Tokens is the table as an *access.Tokens, for relay.WithTokens.
+func (r *Remote) Tokens() *access.Tokens { return r.toks }
 
 // Table is the table the Remote keeps.
 func (r *Remote) Table() *Table { return r.table }
@@ -131,18 +132,18 @@ func (r *Remote) LastSync() time.Time {
 
 // Authenticate is the table's, but refuses everyone while the records are
 // older than MaxStale (when set).
-func (r *Remote) Authenticate(secret string) (Identity, bool) {
+func (r *Remote) Authenticate(secret string) (access.Identity, bool) {
 	if r.cfg.MaxStale > 0 && time.Since(r.LastSync()) > r.cfg.MaxStale {
-		return Identity{}, false
+		return access.Identity{}, false
 	}
 	return r.table.Authenticate(secret)
 }
 
 // AuthenticateSubject is the table's (certificate identities), with
 // Authenticate's MaxStale.
-func (r *Remote) AuthenticateSubject(subject string) (Identity, bool) {
+func (r *Remote) AuthenticateSubject(subject string) (access.Identity, bool) {
 	if r.cfg.MaxStale > 0 && time.Since(r.LastSync()) > r.cfg.MaxStale {
-		return Identity{}, false
+		return access.Identity{}, false
 	}
 	return r.table.AuthenticateSubject(subject)
 }
@@ -164,9 +165,9 @@ func (r *Remote) noteUse(name string) {
 
 // syncReply is the reply of POST /control/tokens/sync.
 type syncReply struct {
-	Revision int64    `json:"revision"`
-	Required bool     `json:"required"`
-	Records  []Record `json:"records"`
+	Revision int64           `json:"revision"`
+	Required bool            `json:"required"`
+	Records  []access.Record `json:"records"`
 }
 
 func (r *Remote) run(ctx context.Context) {
@@ -273,7 +274,7 @@ func (r *Remote) publish(rev int64) {
 		return
 	}
 	if recs == nil {
-		recs = []Record{}
+		recs = []access.Record{}
 	}
 	r.current = syncReply{Revision: rev, Required: required, Records: recs}
 	r.names = make(map[string]bool, len(recs))

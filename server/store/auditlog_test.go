@@ -1,4 +1,4 @@
-package etcd_test
+package store_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -19,7 +20,7 @@ import (
 // CompactedError (or the true content), never content that never existed.
 func TestReplaySkipsGap(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	cli := cl.client(t)
 	publish(t, src, "rv.gap", map[string]any{"a": 1})
@@ -51,7 +52,7 @@ func TestReplaySkipsGap(t *testing.T) {
 // "<" fits a publish (escaped, it would grow sixfold).
 func TestAuditEscapesHTML(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	cli := cl.client(t)
 	r1, err := src.Publish(ctx, "rv.html", map[string]json.RawMessage{"h": json.RawMessage(`"<b>"`)}, nil)
@@ -86,7 +87,7 @@ func TestAuditEscapesHTML(t *testing.T) {
 // record, once etcd compacted, is an empty page, not a CompactedError.
 func TestHistoryPastFirstRecord(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	cli := cl.client(t)
 	r1 := publish(t, src, "rv.page", map[string]any{"a": 1})
@@ -95,11 +96,11 @@ func TestHistoryPastFirstRecord(t *testing.T) {
 	if _, err := cli.Compact(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	h, err := src.History(ctx, "rv.page", etcd.HistoryOptions{Limit: 2})
+	h, err := src.History(ctx, "rv.page", store.HistoryOptions{Limit: 2})
 	if err != nil || len(h.Revisions) != 2 || h.Revisions[0].Revision != r2 {
 		t.Fatalf("first page %s, %v", mustJSON(t, h), err)
 	}
-	h, err = src.History(ctx, "rv.page", etcd.HistoryOptions{Limit: 2, Before: r1})
+	h, err = src.History(ctx, "rv.page", store.HistoryOptions{Limit: 2, Before: r1})
 	if err != nil {
 		t.Fatalf("page before the first record %d: %v; want an empty page", r1, err)
 	}
@@ -110,7 +111,7 @@ func TestHistoryPastFirstRecord(t *testing.T) {
 // audit log past etcd's compaction can be rolled back to.
 func TestRollbackPastCompaction(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	r1 := publish(t, src, "rv.rb", map[string]any{"a": 1})
 	publish(t, src, "rv.rb", map[string]any{"a": 2})
@@ -134,7 +135,7 @@ func TestRollbackPastCompaction(t *testing.T) {
 // truncated there and values before the records kept are compacted.
 func TestTrimOfOlderNamespace(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	cli := cl.client(t)
 	// An older version's publish: keys and a meta record, no audit record.
@@ -150,10 +151,10 @@ func TestTrimOfOlderNamespace(t *testing.T) {
 	if _, err := cli.Compact(ctx, last); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := src.TrimAudit(ctx, "rv.old", etcd.AuditLimit{Records: 1}); err != nil || n != 2 {
+	if n, err := src.TrimAudit(ctx, "rv.old", store.AuditLimit{Records: 1}); err != nil || n != 2 {
 		t.Errorf("TrimAudit(keep 1) = %d, %v; want 2 folded", n, err)
 	}
-	if h, err := src.History(ctx, "rv.old", etcd.HistoryOptions{}); err != nil || len(h.Revisions) != 1 || !h.Truncated {
+	if h, err := src.History(ctx, "rv.old", store.HistoryOptions{}); err != nil || len(h.Revisions) != 1 || !h.Truncated {
 		t.Errorf("history after the trim = %+v, %v; want one record, truncated", h, err)
 	}
 	var ce *transport.CompactedError
@@ -167,7 +168,7 @@ func TestTrimOfOlderNamespace(t *testing.T) {
 // revision: never newer records applied on an older base.
 func TestReplayRacesTrim(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	const n = 300
 	revs := make([]int64, n)
@@ -182,7 +183,7 @@ func TestReplayRacesTrim(t *testing.T) {
 	go func() {
 		defer close(done)
 		for keep := n - 5; keep > 2; keep -= 3 {
-			if _, err := src.TrimAudit(ctx, "rv.race", etcd.AuditLimit{Records: keep}); err != nil {
+			if _, err := src.TrimAudit(ctx, "rv.race", store.AuditLimit{Records: keep}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -217,7 +218,7 @@ func TestReplayRacesTrim(t *testing.T) {
 // and values at the base's revision still answer.
 func TestTrimAuditByBytes(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	big := strings.Repeat("x", 1000)
 	var revs []int64
@@ -225,11 +226,11 @@ func TestTrimAuditByBytes(t *testing.T) {
 		revs = append(revs, publish(t, src, "rv.bytes", map[string]any{"v": fmt.Sprint(i, big)}))
 	}
 	// Each record holds one value of ~1 KB: 3.5 KB keeps the newest three.
-	n, err := src.TrimAudit(ctx, "rv.bytes", etcd.AuditLimit{Records: 100, Bytes: 3500})
+	n, err := src.TrimAudit(ctx, "rv.bytes", store.AuditLimit{Records: 100, Bytes: 3500})
 	if err != nil || n != 7 {
 		t.Fatalf("TrimAudit(100 records, 3500 bytes) = %d, %v; want 7 folded", n, err)
 	}
-	h, err := src.History(ctx, "rv.bytes", etcd.HistoryOptions{})
+	h, err := src.History(ctx, "rv.bytes", store.HistoryOptions{})
 	if err != nil || len(h.Revisions) != 3 || h.Revisions[2].Revision != revs[7] || !h.Truncated {
 		t.Fatalf("history after the trim = %s, %v; want the newest three, truncated", mustJSON(t, h), err)
 	}
@@ -237,13 +238,13 @@ func TestTrimAuditByBytes(t *testing.T) {
 		t.Errorf("values at the base's revision %d = %v", revs[6], err)
 	}
 	// A bound below one record keeps the newest record.
-	if n, err := src.TrimAudit(ctx, "rv.bytes", etcd.AuditLimit{Records: 100, Bytes: 10}); err != nil || n != 2 {
+	if n, err := src.TrimAudit(ctx, "rv.bytes", store.AuditLimit{Records: 100, Bytes: 10}); err != nil || n != 2 {
 		t.Fatalf("TrimAudit(10 bytes) = %d, %v; want 2 folded", n, err)
 	}
-	if h, err := src.History(ctx, "rv.bytes", etcd.HistoryOptions{}); err != nil || len(h.Revisions) != 1 || h.Revisions[0].Revision != revs[9] {
+	if h, err := src.History(ctx, "rv.bytes", store.HistoryOptions{}); err != nil || len(h.Revisions) != 1 || h.Revisions[0].Revision != revs[9] {
 		t.Fatalf("history after the second trim = %s, %v; want the newest record only", mustJSON(t, h), err)
 	}
-	if _, err := src.TrimAudit(ctx, "rv.bytes", etcd.AuditLimit{Records: 1, Bytes: -1}); !errors.Is(err, etcd.ErrInvalidArgument) {
+	if _, err := src.TrimAudit(ctx, "rv.bytes", store.AuditLimit{Records: 1, Bytes: -1}); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("TrimAudit with a negative bound = %v; want ErrInvalidArgument", err)
 	}
 }

@@ -1,4 +1,4 @@
-package etcd
+package store
 
 import (
 	"bytes"
@@ -15,23 +15,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
-// The audit over etcd: History, ValuesAt, ValuesAtTime and Diff read etcd's
-// own revisions of a namespace's keys and of its meta key, which every
-// Publish and Rollback writes with the actor, reason, kind and keys of the
-// change. etcd keeps every revision until it is compacted, and so does this
-// audit: unlike the reference server's, whose audit survives compaction,
-// the record of who changed what over etcd ends at etcd's compaction point.
-
-// reservedPrefix begins the keys reserved to holdfast itself (the root
-// module's internal/rollout.ReservedPrefix, which this module, versioned on
-// its own, does not import: an internal package is no stable API across
-// modules). Such keys never show in ValuesAt, Diff or History.
-const reservedPrefix = "$holdfast/"
-
-func reserved(key string) bool { return strings.HasPrefix(key, reservedPrefix) }
+// reserved reports whether key is reserved to holdfast ("$holdfast/…",
+// such as a staged rollout): such keys never show in ValuesAt, Diff or
+// History, and a rollback leaves them as they are.
+func reserved(key string) bool { return rollout.Reserved(key) }
 
 // Bounds of History's limit.
 const (
@@ -75,12 +67,15 @@ type Change = controlapi.KeyChange
 
 // History returns the namespace's change records, newest first, one per
 // revision of its meta key, following each record's PrevRevision back:
-// its publishes and rollbacks, with their actor, reason and keys.
-// It reads etcd's revisions, so it ends at etcd's compaction point (see
-// HistoryRecord.PrevRevision); a Before at or below it gives a
-// *transport.CompactedError. A namespace never published gives
-// transport.ErrNotFound; bad options, ErrInvalidArgument.
-func (s *Source) History(ctx context.Context, ns string, opts HistoryOptions) (*History, error) {
+// its publishes, rollbacks and unaudited changes, with their actor,
+// reason and keys. It reads the audit log, which etcd's compaction does
+// not touch: the history reaches back to the log's base (where TrimAudit
+// folded older records; Truncated says so). Changes from before the log
+// existed are read from etcd's revisions of the meta key, down to etcd's
+// compaction point (Truncated there too); a Before below what either
+// holds gives a *transport.CompactedError. A namespace never published
+// gives transport.ErrNotFound; bad options, ErrInvalidArgument.
+func (s *Namespaces) History(ctx context.Context, ns string, opts HistoryOptions) (*History, error) {
 	if err := validNamespace(ns); err != nil {
 		return nil, err
 	}
@@ -99,7 +94,7 @@ func (s *Source) History(ctx context.Context, ns string, opts HistoryOptions) (*
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.wg.Done()
+	defer s.calls.Done()
 	h := &History{Namespace: ns, Revisions: []HistoryRecord{}}
 	recs, err := s.auditBefore(ctx, ns, opts.Before, limit)
 	if err != nil {
@@ -168,12 +163,15 @@ func (r auditRecord) historyRecord() HistoryRecord {
 }
 
 // ValuesAt returns the namespace's content at revision rev: at its last
-// change at or before rev. A rev below 1 gives ErrInvalidArgument; one
-// beyond the cluster's head, or at which the namespace had no key,
-// transport.ErrNotFound; one below etcd's compaction point, a
-// *transport.CompactedError (unless the namespace did not change between
-// rev and the compaction point: then its content is still known).
-func (s *Source) ValuesAt(ctx context.Context, ns string, rev int64) (*NamespaceValues, error) {
+// change at or before rev. It reads etcd's revisions, and below etcd's
+// compaction point replays the audit log (its base and the records after
+// it). A rev below 1 gives ErrInvalidArgument; one beyond the cluster's
+// head, or at which the namespace had no key, transport.ErrNotFound; one
+// that neither etcd nor the log holds (below the log's base, or before
+// the log existed, and compacted), a *transport.CompactedError, unless
+// the namespace did not change between rev and the compaction point:
+// then its content is still known.
+func (s *Namespaces) ValuesAt(ctx context.Context, ns string, rev int64) (*NamespaceValues, error) {
 	if err := validNamespace(ns); err != nil {
 		return nil, err
 	}
@@ -183,17 +181,19 @@ func (s *Source) ValuesAt(ctx context.Context, ns string, rev int64) (*Namespace
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.wg.Done()
+	defer s.calls.Done()
 	return s.valuesAt(ctx, "values", ns, rev)
 }
 
 // ValuesAtTime returns the namespace's content as it was at time at: at
 // its last change committed at or before at (by the commit times of the
-// meta records, newest first). A zero at gives ErrInvalidArgument; a time
-// before the namespace's first revision, transport.ErrNotFound; a time
-// whose change etcd has compacted, a *transport.CompactedError. It reads
-// one meta record per change newer than at.
-func (s *Source) ValuesAtTime(ctx context.Context, ns string, at time.Time) (*NamespaceValues, error) {
+// audit records, newest first, then of etcd's revisions of the meta key
+// for changes older than the log). A zero at gives ErrInvalidArgument; a
+// time before the namespace's first revision, transport.ErrNotFound; a
+// time whose change neither the log nor etcd holds, a
+// *transport.CompactedError. It reads one record per change newer than
+// at.
+func (s *Namespaces) ValuesAtTime(ctx context.Context, ns string, at time.Time) (*NamespaceValues, error) {
 	if err := validNamespace(ns); err != nil {
 		return nil, err
 	}
@@ -203,7 +203,7 @@ func (s *Source) ValuesAtTime(ctx context.Context, ns string, at time.Time) (*Na
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.wg.Done()
+	defer s.calls.Done()
 	found, complete, err := s.auditAt(ctx, ns, at)
 	switch {
 	case err != nil:
@@ -233,7 +233,7 @@ func (s *Source) ValuesAtTime(ctx context.Context, ns string, at time.Time) (*Na
 // content at revision from and at revision to (each as ValuesAt reads it,
 // with its errors), sorted by key. Values compare as JSON text with
 // insignificant space removed.
-func (s *Source) Diff(ctx context.Context, ns string, from, to int64) (*Diff, error) {
+func (s *Namespaces) Diff(ctx context.Context, ns string, from, to int64) (*Diff, error) {
 	if err := validNamespace(ns); err != nil {
 		return nil, err
 	}
@@ -243,7 +243,7 @@ func (s *Source) Diff(ctx context.Context, ns string, from, to int64) (*Diff, er
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.wg.Done()
+	defer s.calls.Done()
 	a, err := s.valuesAt(ctx, "diff", ns, from)
 	if err != nil {
 		return nil, err
@@ -277,7 +277,7 @@ func validNamespace(ns string) error {
 // valuesAt reads the namespace's content at rev, reserved keys left out:
 // from etcd's revisions, or past etcd's compaction point from the audit
 // log.
-func (s *Source) valuesAt(ctx context.Context, op, ns string, rev int64) (*NamespaceValues, error) {
+func (s *Namespaces) valuesAt(ctx context.Context, op, ns string, rev int64) (*NamespaceValues, error) {
 	v, err := s.etcdValuesAt(ctx, op, ns, rev)
 	if !errors.Is(err, transport.ErrCompacted) {
 		return v, err
@@ -299,8 +299,8 @@ func (s *Source) valuesAt(ctx context.Context, op, ns string, rev int64) (*Names
 
 // etcdValuesAt reads the namespace's content at rev from etcd's
 // revisions, reserved keys left out.
-func (s *Source) etcdValuesAt(ctx context.Context, op, ns string, rev int64) (*NamespaceValues, error) {
-	prefix := Prefix(ns)
+func (s *Namespaces) etcdValuesAt(ctx context.Context, op, ns string, rev int64) (*NamespaceValues, error) {
+	prefix := etcd.Prefix(ns)
 	kvs, err := s.rangeAt(ctx, op, ns, prefix, rev, true)
 	if err != nil {
 		return nil, err
@@ -308,14 +308,9 @@ func (s *Source) etcdValuesAt(ctx context.Context, op, ns string, rev int64) (*N
 	if len(kvs) == 0 {
 		return nil, fmt.Errorf("etcd: %s of %q at %d: %w: no key at that revision", op, ns, rev, transport.ErrNotFound)
 	}
-	values, nsRev, err := s.decodeKVs(ns, kvs)
+	values, nsRev, err := s.visibleContent(ns, prefix, kvs)
 	if err != nil {
 		return nil, err
-	}
-	for k := range values {
-		if reserved(k) {
-			delete(values, k)
-		}
 	}
 	v := &NamespaceValues{Namespace: ns, Revision: nsRev, Values: values}
 	for _, kv := range kvs {
@@ -334,8 +329,8 @@ func (s *Source) etcdValuesAt(ctx context.Context, op, ns string, rev int64) (*N
 // last one below before (0: from the newest), following PrevRevision, until
 // fn says stop, the first record, or etcd's compaction point (a
 // *transport.CompactedError).
-func (s *Source) walk(ctx context.Context, ns string, before int64, fn func(rev int64, m *meta) (more bool, err error)) error {
-	key := Prefix(ns)
+func (s *Namespaces) walk(ctx context.Context, ns string, before int64, fn func(rev int64, m *meta) (more bool, err error)) error {
+	key := etcd.Prefix(ns)
 	kvs, err := s.rangeAt(ctx, "history", ns, key, 0, false)
 	if err != nil {
 		return err
@@ -377,7 +372,7 @@ func (s *Source) walk(ctx context.Context, ns string, before int64, fn func(rev 
 // record turns a meta record into a HistoryRecord. A record of a version
 // without the audit (no kind) gets its keys from etcd's revisions: those
 // of the namespace changed at rev, and those gone since rev-1.
-func (s *Source) record(ctx context.Context, ns string, rev int64, m *meta) (HistoryRecord, error) {
+func (s *Namespaces) record(ctx context.Context, ns string, rev int64, m *meta) (HistoryRecord, error) {
 	r := HistoryRecord{
 		Revision: rev, PrevRevision: m.PrevRevision, CommittedAt: m.CommittedAt,
 		Actor: m.Actor, OnBehalfOf: m.OnBehalfOf, Reason: m.Reason, Kind: m.Kind, RollbackOf: m.RollbackOf,
@@ -387,7 +382,7 @@ func (s *Source) record(ctx context.Context, ns string, rev int64, m *meta) (His
 		return r, nil
 	}
 	r.Kind = KindPublish
-	prefix := Prefix(ns)
+	prefix := etcd.Prefix(ns)
 	keysAt := func(at int64) (map[string]int64, error) {
 		rctx, cancel := s.requestCtx(ctx)
 		defer cancel()
@@ -408,7 +403,7 @@ func (s *Source) record(ctx context.Context, ns string, rev int64, m *meta) (His
 		return r, nil // the keys are compacted away: unknown
 	}
 	if err != nil {
-		return r, mapError("history", ns, err)
+		return r, etcd.MapError("history", ns, err)
 	}
 	var puts, deletes []string
 	for k, mod := range now {
@@ -421,7 +416,7 @@ func (s *Source) record(ctx context.Context, ns string, rev int64, m *meta) (His
 		switch {
 		case errors.Is(err, rpctypes.ErrCompacted):
 		case err != nil:
-			return r, mapError("history", ns, err)
+			return r, etcd.MapError("history", ns, err)
 		}
 		for k := range before {
 			if _, ok := now[k]; !ok {
@@ -440,7 +435,7 @@ func (s *Source) record(ctx context.Context, ns string, rev int64, m *meta) (His
 // which holds the same content when nothing of the range changed between
 // rev and it; otherwise it gives a *transport.CompactedError. Beyond the
 // cluster's head it gives transport.ErrNotFound.
-func (s *Source) rangeAt(ctx context.Context, op, ns, key string, rev int64, prefix bool) ([]*mvccpb.KeyValue, error) {
+func (s *Namespaces) rangeAt(ctx context.Context, op, ns, key string, rev int64, prefix bool) ([]*mvccpb.KeyValue, error) {
 	get := func(at int64) (*clientv3.GetResponse, error) {
 		rctx, cancel := s.requestCtx(ctx)
 		defer cancel()
@@ -466,7 +461,7 @@ func (s *Source) rangeAt(ctx context.Context, op, ns, key string, rev int64, pre
 	case errors.Is(err, rpctypes.ErrFutureRev):
 		return nil, fmt.Errorf("etcd: %s of %q at %d: %w: beyond the cluster's head", op, ns, rev, transport.ErrNotFound)
 	case err != nil:
-		return nil, mapError(op, ns, err)
+		return nil, etcd.MapError(op, ns, err)
 	}
 	return resp.Kvs, nil
 }

@@ -1,4 +1,4 @@
-package etcd_test
+package store_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -37,31 +38,31 @@ func mustJSON(t *testing.T, v any) string {
 // limit and before, and has the reference server's JSON form.
 func TestAuditHistory(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	r1, err := src.Publish(ctx, "audit", raw(t, map[string]any{"a": 1, "b": 2}), nil,
-		etcd.WithActor("alice"), etcd.WithReason("first"))
+		store.WithActor("alice"), store.WithReason("first"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	publish(t, src, "audit.other", map[string]any{"x": 1}) // a revision of another namespace in between
 	r2, err := src.Publish(ctx, "audit", raw(t, map[string]any{"a": 5, "c": 3}), []string{"b", "absent"},
-		etcd.WithActor("bob"), etcd.WithReason("second"))
+		store.WithActor("bob"), store.WithReason("second"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r3, err := src.Rollback(ctx, "audit", r1+1, etcd.WithActor("carol"), etcd.WithReason("undo"))
+	r3, err := src.Rollback(ctx, "audit", r1+1, store.WithActor("carol"), store.WithReason("undo"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := src.History(ctx, "audit", etcd.HistoryOptions{})
+	h, err := src.History(ctx, "audit", store.HistoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(h.Revisions) != 3 || h.Namespace != "audit" {
 		t.Fatalf("history = %s", mustJSON(t, h))
 	}
-	want := []etcd.HistoryRecord{
+	want := []store.HistoryRecord{
 		{Revision: r3, PrevRevision: r2, Actor: "carol", Reason: "undo", Kind: "rollback", RollbackOf: r1, Puts: []string{"a", "b"}, Deletes: []string{"c"}},
 		{Revision: r2, PrevRevision: r1, Actor: "bob", Reason: "second", Kind: "publish", Puts: []string{"a", "c"}, Deletes: []string{"b"}},
 		{Revision: r1, PrevRevision: 0, Actor: "alice", Reason: "first", Kind: "publish", Puts: []string{"a", "b"}, Deletes: []string{}},
@@ -93,23 +94,23 @@ func TestAuditHistory(t *testing.T) {
 		t.Errorf("history JSON lacks ns")
 	}
 
-	page, err := src.History(ctx, "audit", etcd.HistoryOptions{Limit: 1})
+	page, err := src.History(ctx, "audit", store.HistoryOptions{Limit: 1})
 	if err != nil || len(page.Revisions) != 1 || page.Revisions[0].Revision != r3 {
 		t.Fatalf("limit 1: %+v, %v", page, err)
 	}
-	page, err = src.History(ctx, "audit", etcd.HistoryOptions{Limit: 1, Before: r3})
+	page, err = src.History(ctx, "audit", store.HistoryOptions{Limit: 1, Before: r3})
 	if err != nil || len(page.Revisions) != 1 || page.Revisions[0].Revision != r2 {
 		t.Fatalf("before %d: %+v, %v", r3, page, err)
 	}
-	page, err = src.History(ctx, "audit", etcd.HistoryOptions{Before: r2})
+	page, err = src.History(ctx, "audit", store.HistoryOptions{Before: r2})
 	if err != nil || len(page.Revisions) != 1 || page.Revisions[0].Revision != r1 {
 		t.Fatalf("before %d: %+v, %v", r2, page, err)
 	}
-	page, err = src.History(ctx, "audit", etcd.HistoryOptions{Before: r1})
+	page, err = src.History(ctx, "audit", store.HistoryOptions{Before: r1})
 	if err != nil || len(page.Revisions) != 0 || string(mustJSON(t, page.Revisions)) != "[]" {
 		t.Fatalf("before the first: %+v, %v", page, err)
 	}
-	page, err = src.History(ctx, "audit", etcd.HistoryOptions{Before: r3 + 1000}) // beyond the head: all
+	page, err = src.History(ctx, "audit", store.HistoryOptions{Before: r3 + 1000}) // beyond the head: all
 	if err != nil || len(page.Revisions) != 3 {
 		t.Fatalf("before beyond the head: %+v, %v", page, err)
 	}
@@ -120,34 +121,34 @@ func TestAuditHistory(t *testing.T) {
 // Of concurrent publishers with the same if_revision exactly one wins.
 func TestIfRevision(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
-	r0, err := src.Publish(ctx, "ifrev", raw(t, map[string]any{"a": 1}), nil, etcd.WithIfRevision(0))
+	r0, err := src.Publish(ctx, "ifrev", raw(t, map[string]any{"a": 1}), nil, store.WithIfRevision(0))
 	if err != nil {
 		t.Fatalf("if_revision 0 on a new namespace: %v", err)
 	}
-	_, err = src.Publish(ctx, "ifrev", raw(t, map[string]any{"a": 2}), nil, etcd.WithIfRevision(r0-1))
-	var ce *etcd.ConflictError
+	_, err = src.Publish(ctx, "ifrev", raw(t, map[string]any{"a": 2}), nil, store.WithIfRevision(r0-1))
+	var ce *store.ConflictError
 	if !errors.As(err, &ce) || ce.Revision != r0 || ce.Namespace != "ifrev" || ce.IfRevision != r0-1 {
 		t.Fatalf("stale if_revision = %v; want a ConflictError at %d", err, r0)
 	}
-	if _, err := src.Rollback(ctx, "ifrev", r0, etcd.WithIfRevision(r0+1)); !errors.As(err, &ce) {
+	if _, err := src.Rollback(ctx, "ifrev", r0, store.WithIfRevision(r0+1)); !errors.As(err, &ce) {
 		t.Fatalf("rollback with a wrong if_revision = %v", err)
 	}
 	snap, err := src.Snapshot(ctx, transport.SnapshotRequest{Namespace: "ifrev"})
 	if err != nil || snap.Revision != r0 || string(snap.Values) != `{"a":1}` {
 		t.Fatalf("after refused publishes: %+v, %v", snap, err)
 	}
-	if _, err := src.Publish(ctx, "ifrev", nil, nil, etcd.WithIfRevision(-1)); !errors.Is(err, etcd.ErrInvalidArgument) {
+	if _, err := src.Publish(ctx, "ifrev", nil, nil, store.WithIfRevision(-1)); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("negative if_revision = %v", err)
 	}
 
 	// Concurrent publishers, each on a Source (a client) of its own, all
 	// at the same if_revision, released at once.
 	const n = 6
-	srcs := make([]*etcd.Source, n)
+	srcs := make([]writer, n)
 	for i := range srcs {
-		srcs[i] = newSource(t, cl.endpoints())
+		srcs[i] = newWriter(t, cl.endpoints())
 		if _, err := srcs[i].Snapshot(ctx, transport.SnapshotRequest{Namespace: "ifrev"}); err != nil { // connected
 			t.Fatal(err)
 		}
@@ -165,7 +166,7 @@ func TestIfRevision(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				revs[i], errs[i] = srcs[i].Publish(ctx, "ifrev", raw(t, map[string]any{"a": i}), nil,
-					etcd.WithIfRevision(base.Revision), etcd.WithActor("p"))
+					store.WithIfRevision(base.Revision), store.WithActor("p"))
 			})
 		}
 		close(start)
@@ -193,7 +194,7 @@ func TestIfRevision(t *testing.T) {
 // change at or before it) and at a time, and diffs, without reserved keys.
 func TestValuesAtAndDiff(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	r1 := publish(t, src, "vals", map[string]any{"retry-timeout-ms": 200, "mode": "a", "$holdfast/rollout": map[string]any{"id": "x"}})
 	between := publish(t, src, "vals.other", map[string]any{"x": 1})
@@ -203,7 +204,7 @@ func TestValuesAtAndDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := src.History(ctx, "vals", etcd.HistoryOptions{})
+	h, err := src.History(ctx, "vals", store.HistoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,15 +284,15 @@ func TestValuesAtAndDiff(t *testing.T) {
 // TestAuditBadInput: every query's refusals.
 func TestAuditBadInput(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	r1 := publish(t, src, "bad", map[string]any{"a": 1})
 	head := publish(t, src, "bad.other", map[string]any{"a": 1})
 
 	invalid := map[string]error{}
-	_, invalid["history: invalid namespace"] = src.History(ctx, "Bad Name", etcd.HistoryOptions{})
-	_, invalid["history: negative limit"] = src.History(ctx, "bad", etcd.HistoryOptions{Limit: -1})
-	_, invalid["history: negative before"] = src.History(ctx, "bad", etcd.HistoryOptions{Before: -1})
+	_, invalid["history: invalid namespace"] = src.History(ctx, "Bad Name", store.HistoryOptions{})
+	_, invalid["history: negative limit"] = src.History(ctx, "bad", store.HistoryOptions{Limit: -1})
+	_, invalid["history: negative before"] = src.History(ctx, "bad", store.HistoryOptions{Before: -1})
 	_, invalid["values: invalid namespace"] = src.ValuesAt(ctx, "..", r1)
 	_, invalid["values: revision 0"] = src.ValuesAt(ctx, "bad", 0)
 	_, invalid["values: negative revision"] = src.ValuesAt(ctx, "bad", -3)
@@ -300,9 +301,9 @@ func TestAuditBadInput(t *testing.T) {
 	_, invalid["diff: invalid namespace"] = src.Diff(ctx, "A", r1, r1)
 	_, invalid["diff: from 0"] = src.Diff(ctx, "bad", 0, r1)
 	_, invalid["diff: to negative"] = src.Diff(ctx, "bad", r1, -1)
-	_, invalid["publish: actor too long"] = src.Publish(ctx, "bad", nil, nil, etcd.WithActor(strings.Repeat("a", etcd.MaxActorBytes+1)))
-	_, invalid["publish: reason not UTF-8"] = src.Publish(ctx, "bad", nil, nil, etcd.WithReason("\xff"))
-	_, invalid["rollback: reason too long"] = src.Rollback(ctx, "bad", r1, etcd.WithReason(strings.Repeat("r", etcd.MaxReasonBytes+1)))
+	_, invalid["publish: actor too long"] = src.Publish(ctx, "bad", nil, nil, store.WithActor(strings.Repeat("a", store.MaxActorBytes+1)))
+	_, invalid["publish: reason not UTF-8"] = src.Publish(ctx, "bad", nil, nil, store.WithReason("\xff"))
+	_, invalid["rollback: reason too long"] = src.Rollback(ctx, "bad", r1, store.WithReason(strings.Repeat("r", store.MaxReasonBytes+1)))
 	_, invalid["rollback: revision 0"] = src.Rollback(ctx, "bad", 0)
 	_, invalid["publish: invalid namespace"] = src.Publish(ctx, "NS", nil, nil)
 	_, invalid["publish: invalid key"] = src.Publish(ctx, "bad", raw(t, map[string]any{"a key": 1}), nil)
@@ -310,16 +311,16 @@ func TestAuditBadInput(t *testing.T) {
 	_, invalid["publish: not JSON"] = src.Publish(ctx, "bad", map[string]json.RawMessage{"a": json.RawMessage("{")}, nil)
 	_, invalid["publish: put and deleted"] = src.Publish(ctx, "bad", raw(t, map[string]any{"a": 1}), []string{"a"})
 	for what, err := range invalid {
-		if !errors.Is(err, etcd.ErrInvalidArgument) {
+		if !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("%s: %v; want ErrInvalidArgument", what, err)
 		}
 	}
-	if _, err := src.History(ctx, "Bad Name", etcd.HistoryOptions{}); !errors.Is(err, transport.ErrInvalidNamespace) {
+	if _, err := src.History(ctx, "Bad Name", store.HistoryOptions{}); !errors.Is(err, transport.ErrInvalidNamespace) {
 		t.Errorf("invalid namespace: %v; want ErrInvalidNamespace too", err)
 	}
 
 	notFound := map[string]error{}
-	_, notFound["history: unknown namespace"] = src.History(ctx, "bad.none", etcd.HistoryOptions{})
+	_, notFound["history: unknown namespace"] = src.History(ctx, "bad.none", store.HistoryOptions{})
 	_, notFound["values: unknown namespace"] = src.ValuesAt(ctx, "bad.none", head)
 	_, notFound["values: before the first revision"] = src.ValuesAt(ctx, "bad.other", r1)
 	_, notFound["values: future revision"] = src.ValuesAt(ctx, "bad", head+1000)
@@ -334,10 +335,10 @@ func TestAuditBadInput(t *testing.T) {
 		}
 	}
 	// Nothing of the refused publishes and rollbacks was written.
-	if h, err := src.History(ctx, "bad", etcd.HistoryOptions{}); err != nil || len(h.Revisions) != 1 {
+	if h, err := src.History(ctx, "bad", store.HistoryOptions{}); err != nil || len(h.Revisions) != 1 {
 		t.Errorf("history after refusals = %+v, %v", h, err)
 	}
-	if _, err := src.History(ctx, "bad", etcd.HistoryOptions{Limit: etcd.MaxHistoryLimit + 1}); err != nil {
+	if _, err := src.History(ctx, "bad", store.HistoryOptions{Limit: store.MaxHistoryLimit + 1}); err != nil {
 		t.Errorf("a limit over the maximum is capped: %v", err)
 	}
 }
@@ -349,13 +350,13 @@ func TestAuditBadInput(t *testing.T) {
 // answer, and older ones are compacted.
 func TestAuditAfterCompaction(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	quiet := publish(t, src, "cmp.quiet", map[string]any{"q": 1})
 	r1 := publish(t, src, "cmp", map[string]any{"a": 1})
 	r2 := publish(t, src, "cmp", map[string]any{"a": 2})
 	r3 := publish(t, src, "cmp", map[string]any{"a": 3})
-	h, err := src.History(ctx, "cmp", etcd.HistoryOptions{})
+	h, err := src.History(ctx, "cmp", store.HistoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func TestAuditAfterCompaction(t *testing.T) {
 	}
 	r4 := publish(t, src, "cmp", map[string]any{"a": 4})
 
-	after, err := src.History(ctx, "cmp", etcd.HistoryOptions{})
+	after, err := src.History(ctx, "cmp", store.HistoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +373,7 @@ func TestAuditAfterCompaction(t *testing.T) {
 		mustJSON(t, after.Revisions[1:]) != mustJSON(t, h.Revisions) {
 		t.Fatalf("history after compaction at %d = %s\nbefore it: %s", r3, mustJSON(t, after), mustJSON(t, h))
 	}
-	if older, err := src.History(ctx, "cmp", etcd.HistoryOptions{Before: r3}); err != nil || len(older.Revisions) != 2 || older.Revisions[0].Revision != r2 {
+	if older, err := src.History(ctx, "cmp", store.HistoryOptions{Before: r3}); err != nil || len(older.Revisions) != 2 || older.Revisions[0].Revision != r2 {
 		t.Errorf("history before the compaction point = %s, %v; want r2 and r1", mustJSON(t, older), err)
 	}
 	if v, err := src.ValuesAt(ctx, "cmp", r2); err != nil || v.Revision != r2 || mustJSON(t, v.Values) != `{"a":2}` {
@@ -392,18 +393,18 @@ func TestAuditAfterCompaction(t *testing.T) {
 	if v, err := src.ValuesAt(ctx, "cmp.quiet", quiet); err != nil || v.Revision != quiet || mustJSON(t, v.Values) != `{"q":1}` {
 		t.Errorf("values of a quiet namespace below compaction = %+v, %v", v, err)
 	}
-	if qh, err := src.History(ctx, "cmp.quiet", etcd.HistoryOptions{}); err != nil || len(qh.Revisions) != 1 || qh.Revisions[0].Puts[0] != "q" {
+	if qh, err := src.History(ctx, "cmp.quiet", store.HistoryOptions{}); err != nil || len(qh.Revisions) != 1 || qh.Revisions[0].Puts[0] != "q" {
 		t.Errorf("history of a quiet namespace = %+v, %v", qh, err)
 	}
 
 	// Keep two records: r1 and r2 fold into the base.
-	if n, err := src.TrimAudit(ctx, "cmp", etcd.AuditLimit{Records: 2}); err != nil || n != 2 {
+	if n, err := src.TrimAudit(ctx, "cmp", store.AuditLimit{Records: 2}); err != nil || n != 2 {
 		t.Fatalf("TrimAudit(2) = %d, %v; want 2 folded", n, err)
 	}
-	if n, err := src.TrimAudit(ctx, "cmp", etcd.AuditLimit{Records: 2}); err != nil || n != 0 {
+	if n, err := src.TrimAudit(ctx, "cmp", store.AuditLimit{Records: 2}); err != nil || n != 0 {
 		t.Fatalf("TrimAudit(2) again = %d, %v; want nothing to do", n, err)
 	}
-	trimmed, err := src.History(ctx, "cmp", etcd.HistoryOptions{})
+	trimmed, err := src.History(ctx, "cmp", store.HistoryOptions{})
 	if err != nil || len(trimmed.Revisions) != 2 || trimmed.Revisions[1].Revision != r3 || !trimmed.Truncated {
 		t.Fatalf("history after the trim = %s, %v; want r4, r3 and truncated", mustJSON(t, trimmed), err)
 	}
@@ -424,7 +425,7 @@ func TestAuditAfterCompaction(t *testing.T) {
 // etcd's revisions show; newer records chain on them.
 func TestHistoryOfOlderMetaRecords(t *testing.T) {
 	cl := sharedCluster(t)
-	src := newSource(t, cl.endpoints())
+	src := newWriter(t, cl.endpoints())
 	ctx := auditCtx(t)
 	cli := cl.client(t)
 	p := etcd.Prefix("old")
@@ -439,18 +440,18 @@ func TestHistoryOfOlderMetaRecords(t *testing.T) {
 	}
 	o1 := old(0, clientv3.OpPut(p+"a", "1"), clientv3.OpPut(p+"b", "2"))
 	o2 := old(o1, clientv3.OpPut(p+"a", "3"), clientv3.OpDelete(p+"b"))
-	n3, err := src.Publish(ctx, "old", raw(t, map[string]any{"c": 1}), nil, etcd.WithActor("new"))
+	n3, err := src.Publish(ctx, "old", raw(t, map[string]any{"c": 1}), nil, store.WithActor("new"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := src.History(ctx, "old", etcd.HistoryOptions{})
+	h, err := src.History(ctx, "old", store.HistoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range h.Revisions {
 		h.Revisions[i].CommittedAt = time.Time{}
 	}
-	want := []etcd.HistoryRecord{
+	want := []store.HistoryRecord{
 		{Revision: n3, PrevRevision: o2, Actor: "new", Kind: "publish", Puts: []string{"c"}, Deletes: []string{}},
 		{Revision: o2, PrevRevision: o1, Kind: "publish", Puts: []string{"a"}, Deletes: []string{"b"}},
 		{Revision: o1, Kind: "publish", Puts: []string{"a", "b"}, Deletes: []string{}},
@@ -475,7 +476,7 @@ func TestActorDefaultsToTheEtcdUser(t *testing.T) {
 			return err
 		},
 		func() error {
-			_, err := cli.RoleGrantPermission(ctx, "holdfast-writer", etcd.AuditRoot, clientv3.GetPrefixRangeEnd(etcd.AuditRoot), clientv3.PermissionType(clientv3.PermReadWrite))
+			_, err := cli.RoleGrantPermission(ctx, "holdfast-writer", store.AuditRoot, clientv3.GetPrefixRangeEnd(store.AuditRoot), clientv3.PermissionType(clientv3.PermReadWrite))
 			return err
 		},
 		func() error { _, err := cli.UserAdd(ctx, "deployer", "deploypw"); return err },
@@ -486,16 +487,16 @@ func TestActorDefaultsToTheEtcdUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	src := newSource(t, cl.endpoints(), etcd.WithAuth("deployer", "deploypw"))
-	r1, err := src.Publish(ctx, "who", raw(t, map[string]any{"a": 1}), nil, etcd.WithReason("no actor given"))
+	src := newWriter(t, cl.endpoints(), withAuth("deployer", "deploypw"))
+	r1, err := src.Publish(ctx, "who", raw(t, map[string]any{"a": 1}), nil, store.WithReason("no actor given"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := src.Publish(ctx, "who", raw(t, map[string]any{"a": 2}), nil, etcd.WithActor("alice"))
+	r2, err := src.Publish(ctx, "who", raw(t, map[string]any{"a": 2}), nil, store.WithActor("alice"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := src.History(ctx, "who", etcd.HistoryOptions{})
+	h, err := src.History(ctx, "who", store.HistoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package access
+package tokentable
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -19,7 +20,7 @@ import (
 type fakeSync struct {
 	secret string
 	mu     sync.Mutex
-	recs   []Record
+	recs   []access.Record
 	rev    int64
 	used   []string
 	afters []int64
@@ -54,16 +55,16 @@ func (f *fakeSync) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(reply)
 }
 
-func (f *fakeSync) set(rev int64, recs ...Record) {
+func (f *fakeSync) set(rev int64, recs ...access.Record) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rev, f.recs = rev, recs
 }
 
 func TestRemoteFollowsTheServersRecords(t *testing.T) {
-	relaySecret, clientSecret := NewSecret(), NewSecret()
+	relaySecret, clientSecret := access.NewSecret(), access.NewSecret()
 	f := &fakeSync{secret: relaySecret}
-	f.set(5, Record{Name: "svc", Hash: HashSecret(clientSecret), Scopes: Scopes{Data: []string{"a.*"}}})
+	f.set(5, access.Record{Name: "svc", Hash: access.HashSecret(clientSecret), Scopes: access.Scopes{Data: []string{"a.*"}}})
 	dead := httptest.NewServer(http.NotFoundHandler()) // the first URL fails: the Remote moves on
 	defer dead.Close()
 	hs := httptest.NewServer(f)
@@ -99,9 +100,9 @@ func TestRemoteFollowsTheServersRecords(t *testing.T) {
 }
 
 func TestRemoteMaxStale(t *testing.T) {
-	relaySecret, clientSecret := NewSecret(), NewSecret()
+	relaySecret, clientSecret := access.NewSecret(), access.NewSecret()
 	f := &fakeSync{secret: relaySecret}
-	f.set(1, Record{Name: "svc", Hash: HashSecret(clientSecret), Scopes: Scopes{Data: []string{"*"}}})
+	f.set(1, access.Record{Name: "svc", Hash: access.HashSecret(clientSecret), Scopes: access.Scopes{Data: []string{"*"}}})
 	hs := httptest.NewServer(f)
 	defer hs.Close()
 	for _, tc := range []struct {
@@ -128,7 +129,7 @@ func TestRemoteMaxStale(t *testing.T) {
 }
 
 func TestNewRemoteRefusesABadConfig(t *testing.T) {
-	if _, err := NewRemote(RemoteConfig{Secret: NewSecret()}); err == nil {
+	if _, err := NewRemote(RemoteConfig{Secret: access.NewSecret()}); err == nil {
 		t.Error("no URL accepted")
 	}
 	if _, err := NewRemote(RemoteConfig{URLs: []string{"http://127.0.0.1:1"}, Secret: "short"}); err == nil {
@@ -142,12 +143,12 @@ func TestNewRemoteRefusesABadConfig(t *testing.T) {
 // there (401 without a token, 403 without the scope); a Remote that has
 // not synced yet refuses every caller.
 func TestRemoteServesARelayBehindIt(t *testing.T) {
-	edge1, edge2, app, other := NewSecret(), NewSecret(), NewSecret(), NewSecret()
+	edge1, edge2, app, other := access.NewSecret(), access.NewSecret(), access.NewSecret(), access.NewSecret()
 	f := &fakeSync{secret: edge1}
 	f.set(7,
-		Record{Name: "edge-2", Hash: HashSecret(edge2), Scopes: Scopes{Relay: true, Data: []string{"*"}}},
-		Record{Name: "payments-svc", Hash: HashSecret(app), Scopes: Scopes{Data: []string{"payments.*"}}},
-		Record{Name: "other-svc", Hash: HashSecret(other), Scopes: Scopes{Data: []string{"*"}}})
+		access.Record{Name: "edge-2", Hash: access.HashSecret(edge2), Scopes: access.Scopes{Relay: true, Data: []string{"*"}}},
+		access.Record{Name: "payments-svc", Hash: access.HashSecret(app), Scopes: access.Scopes{Data: []string{"payments.*"}}},
+		access.Record{Name: "other-svc", Hash: access.HashSecret(other), Scopes: access.Scopes{Data: []string{"*"}}})
 	origin := httptest.NewServer(f)
 	defer origin.Close()
 	first, err := NewRemote(RemoteConfig{URLs: []string{origin.URL}, Secret: edge1})
@@ -175,7 +176,7 @@ func TestRemoteServesARelayBehindIt(t *testing.T) {
 		return slices.Contains(f.used, "payments-svc")
 	}, "the second relay's use reaches the server through the first")
 
-	f.set(8, Record{Name: "edge-2", Hash: HashSecret(edge2), Scopes: Scopes{Relay: true, Data: []string{"*"}}})
+	f.set(8, access.Record{Name: "edge-2", Hash: access.HashSecret(edge2), Scopes: access.Scopes{Relay: true, Data: []string{"*"}}})
 	testutil.Eventually(t, 5*time.Second, func() bool { _, ok := second.Tokens().AuthenticateHeader("Bearer " + app); return !ok },
 		"a token revoked at the server is refused at the second relay")
 
@@ -195,7 +196,7 @@ func TestRemoteServesARelayBehindIt(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	for _, secret := range []string{"", other, NewSecret()} {
+	for _, secret := range []string{"", other, access.NewSecret()} {
 		if code, body := syncAs(secret); code != http.StatusUnauthorized || strings.Contains(body, "sha256") {
 			t.Errorf("a sync with %q: %d %s, want 401", secret, code, body)
 		}
@@ -203,8 +204,8 @@ func TestRemoteServesARelayBehindIt(t *testing.T) {
 
 	// A token of the copy without the relay scope: 403.
 	f.set(9,
-		Record{Name: "edge-2", Hash: HashSecret(edge2), Scopes: Scopes{Relay: true, Data: []string{"*"}}},
-		Record{Name: "other-svc", Hash: HashSecret(other), Scopes: Scopes{Data: []string{"*"}}})
+		access.Record{Name: "edge-2", Hash: access.HashSecret(edge2), Scopes: access.Scopes{Relay: true, Data: []string{"*"}}},
+		access.Record{Name: "other-svc", Hash: access.HashSecret(other), Scopes: access.Scopes{Data: []string{"*"}}})
 	testutil.Eventually(t, 5*time.Second, func() bool { _, ok := first.Tokens().AuthenticateHeader("Bearer " + other); return ok }, "other-svc back")
 	if code, body := syncAs(other); code != http.StatusForbidden || !strings.Contains(body, `token \"other-svc\" has no relay scope`) {
 		t.Errorf("a sync without the relay scope: %d %s", code, body)

@@ -1,4 +1,4 @@
-package etcd
+package store
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
+	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
 // PublishOption configures one Publish or Rollback.
@@ -74,8 +75,8 @@ func WithCondition(cmps ...clientv3.Cmp) PublishOption {
 
 // WithOps adds ops to the publish's transaction: writes outside the
 // namespace's keys that commit with it or not at all (a rollout's state).
-// An op on a key of a namespace (under KeyRoot) or of the audit log makes
-// the publish fail with ErrInvalidArgument.
+// An op on a key of a namespace (under etcd.KeyRoot) or of the audit log
+// makes the publish fail with ErrInvalidArgument.
 func WithOps(ops ...clientv3.Op) PublishOption {
 	return publishOptionFunc(func(o *publishOptions) { o.ops = append(o.ops, ops...) })
 }
@@ -103,7 +104,7 @@ func WithSchema(s *schema.Schema) PublishOption {
 
 // WithActor records who made the change in the namespace's meta record
 // (at most MaxActorBytes of UTF-8). Without it, or with "", the actor is
-// the etcd user name of the Source's client (WithAuth), if any.
+// the etcd user name of the Namespaces' client, if any.
 func WithActor(actor string) PublishOption {
 	return publishOptionFunc(func(o *publishOptions) { o.actor = actor })
 }
@@ -122,9 +123,10 @@ func WithReason(reason string) PublishOption {
 }
 
 // WithIfRevision makes the publish (or rollback) conditional: it commits
-// only if the namespace's current revision (Snapshot's Revision) is rev,
-// checked in the same etcd transaction as the change. Otherwise nothing
-// changes and the error is a *ConflictError with the current revision.
+// only if the namespace's current revision (the etcd source's
+// Snapshot.Revision) is rev, checked in the same etcd transaction as the
+// change. Otherwise nothing changes and the error is a *ConflictError
+// with the current revision.
 // rev 0 means "the namespace has no key yet". A negative rev is
 // ErrInvalidArgument.
 func WithIfRevision(rev int64) PublishOption {
@@ -177,26 +179,27 @@ func (e *ConflictError) Error() string {
 // so they share one revision, which it returns. Deletes of absent keys are
 // dropped. Values must be JSON and within the value size limit.
 //
-// The same transaction writes the namespace's meta key (Prefix(ns)) with
-// the namespace's previous revision and the commit time: watchers chain
-// change sets on it. It commits only if no key of the namespace changed
-// since Publish read it; when another writer got there first, Publish reads
-// again and retries. etcd bounds a transaction's operations (--max-txn-ops,
-// default 128: up to 126 keys per publish, beside the meta key and the audit
-// record) and its size
+// The same transaction writes the namespace's meta key (etcd.Prefix(ns))
+// with the namespace's previous revision and the commit time (etcd.Meta):
+// the etcd source chains change sets on it. It commits only if no key of
+// the namespace changed since Publish read it; when another writer got
+// there first, Publish reads again and retries. etcd bounds a
+// transaction's operations (--max-txn-ops, default 128: up to 126 keys
+// per publish, beside the meta key and the audit record) and its size
 // (--max-request-bytes, default 1.5 MiB).
 //
 // The meta key also records the audit of the change: kind "publish", the
 // actor (WithActor) and reason (WithReason), and the keys put and deleted;
 // the same transaction writes it, with the values put, to the audit log
 // (AuditRoot), which outlives etcd's compaction: History, ValuesAt and
-// Diff read it back. The values count twice against etcd's request size. WithIfRevision makes the publish conditional on
-// the namespace's current revision.
+// Diff read it back. The values count twice against etcd's request size.
+// WithIfRevision makes the publish conditional on the namespace's current
+// revision.
 //
 // An error after the transaction was sent (a timeout, a member lost
 // mid-request) leaves it unknown whether it committed: read back before
 // publishing again.
-func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.RawMessage, deletes []string, opts ...PublishOption) (int64, error) {
+func (s *Namespaces) Publish(ctx context.Context, ns string, puts map[string]json.RawMessage, deletes []string, opts ...PublishOption) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
@@ -204,8 +207,8 @@ func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.Ra
 		if err := transport.ValidateKey(k); err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
-		if len(v) > s.opts.maxValueBytes {
-			return 0, fmt.Errorf("%w: %q holds %d bytes (limit %d)", transport.ErrTooLarge, k, len(v), s.opts.maxValueBytes)
+		if len(v) > s.maxValueBytes {
+			return 0, fmt.Errorf("%w: %q holds %d bytes (limit %d)", transport.ErrTooLarge, k, len(v), s.maxValueBytes)
 		}
 		if !json.Valid(v) {
 			return 0, fmt.Errorf("etcd: publish to %q: %w: %w: %q is not JSON", ns, ErrInvalidArgument, schema.ErrInvalidValue, k)
@@ -237,7 +240,7 @@ func (s *Source) Publish(ctx context.Context, ns string, puts map[string]json.Ra
 // The meta record says kind "rollback", and rollback_of the namespace's
 // revision at toRevision (its last change at or before it), with the
 // actor and reason of the options. WithIfRevision applies as in Publish.
-func (s *Source) Rollback(ctx context.Context, ns string, toRevision int64, opts ...PublishOption) (int64, error) {
+func (s *Namespaces) Rollback(ctx context.Context, ns string, toRevision int64, opts ...PublishOption) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
@@ -250,7 +253,7 @@ func (s *Source) Rollback(ctx context.Context, ns string, toRevision int64, opts
 	// The content then: from etcd's revisions, or past its compaction
 	// point from the audit log.
 	v, err := s.valuesAt(ctx, "rollback", ns, toRevision)
-	s.wg.Done()
+	s.calls.Done()
 	if err != nil {
 		return 0, err
 	}
@@ -275,10 +278,10 @@ func (s *Source) Rollback(ctx context.Context, ns string, toRevision int64, opts
 
 // compactRevision asks etcd for its compaction point: a watch from
 // revision 1 is refused with it. Zero when it cannot tell.
-func (s *Source) compactRevision(ctx context.Context, ns string) int64 {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.requestTimeout)
+func (s *Namespaces) compactRevision(ctx context.Context, ns string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout)
 	defer cancel()
-	for resp := range s.cli.Watch(ctx, Prefix(ns), clientv3.WithRev(1)) {
+	for resp := range s.cli.Watch(ctx, etcd.Prefix(ns), clientv3.WithRev(1)) {
 		if resp.CompactRevision != 0 || resp.Err() != nil {
 			cancel()
 			return resp.CompactRevision
@@ -292,7 +295,7 @@ func (s *Source) compactRevision(ctx context.Context, ns string) int64 {
 // against its current content, and commits them with the meta key in one
 // transaction guarded by "no key of the namespace changed since the read";
 // it retries when the guard fails.
-func (s *Source) publish(ctx context.Context, ns string, opts []PublishOption, change func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (int64, error) {
+func (s *Namespaces) publish(ctx context.Context, ns string, opts []PublishOption, change func(current map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (int64, error) {
 	po := publishOptions{kind: KindPublish}
 	for _, o := range opts {
 		if o != nil {
@@ -308,8 +311,8 @@ func (s *Source) publish(ctx context.Context, ns string, opts []PublishOption, c
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	defer s.wg.Done()
-	prefix := Prefix(ns)
+	defer s.calls.Done()
+	prefix := etcd.Prefix(ns)
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -322,22 +325,15 @@ func (s *Source) publish(ctx context.Context, ns string, opts []PublishOption, c
 	}
 }
 
-func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publishOptions, change func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (rev int64, retry bool, err error) {
+func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *publishOptions, change func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (rev int64, retry bool, err error) {
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, false, mapError("publish", ns, err)
+		return 0, false, etcd.MapError("publish", ns, err)
 	}
 	head := resp.Header.Revision
-	var prev int64
-	current := make(map[string]json.RawMessage, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		prev = max(prev, kv.ModRevision)
-		if key := string(kv.Key); key != prefix {
-			current[key[len(prefix):]] = kv.Value
-		}
-	}
+	current, prev := content(prefix, resp.Kvs)
 	if po.hasIf && prev != po.ifRevision {
 		return 0, false, &ConflictError{Namespace: ns, Revision: prev, IfRevision: po.ifRevision}
 	}
@@ -348,7 +344,7 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 	next := maps.Clone(current)
 	ops := make([]clientv3.Op, 0, len(puts)+len(deletes)+1)
 	m := meta{
-		PrevRevision: prev, Actor: po.actor, OnBehalfOf: po.onBehalfOf, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf,
+		Meta: etcd.Meta{PrevRevision: prev}, Actor: po.actor, OnBehalfOf: po.onBehalfOf, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf,
 		Puts: []string{}, Deletes: []string{},
 	}
 	written := make(map[string]json.RawMessage, len(puts)) // the values as stored, for the audit record
@@ -400,13 +396,13 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 	ops = append(ops, po.ops...)
 	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return 0, false, mapError("publish", ns, err)
+		return 0, false, etcd.MapError("publish", ns, err)
 	}
 	if !tr.Succeeded {
 		if len(po.conds) > 0 {
 			held, err := s.cli.Txn(ctx).If(po.conds...).Commit()
 			if err != nil {
-				return 0, false, mapError("publish", ns, err)
+				return 0, false, etcd.MapError("publish", ns, err)
 			}
 			if !held.Succeeded {
 				return 0, false, fmt.Errorf("etcd: publish to %q: %w", ns, ErrConditionFailed)
@@ -415,10 +411,14 @@ func (s *Source) publishOnce(ctx context.Context, ns, prefix string, po *publish
 		for _, g := range po.guards {
 			resp, err := s.cli.Get(ctx, g.key, clientv3.WithKeysOnly())
 			if err != nil {
-				return 0, false, mapError("publish", ns, err)
+				return 0, false, etcd.MapError("publish", ns, err)
 			}
-			if m := metaRevision(resp); m != g.modRev {
-				return 0, false, fmt.Errorf("etcd: publish to %q: %w: %s is at revision %d, not %d", ns, ErrGuardChanged, g.key, m, g.modRev)
+			var at int64 // 0: the key is absent
+			if len(resp.Kvs) > 0 {
+				at = resp.Kvs[0].ModRevision
+			}
+			if at != g.modRev {
+				return 0, false, fmt.Errorf("etcd: publish to %q: %w: %s is at revision %d, not %d", ns, ErrGuardChanged, g.key, at, g.modRev)
 			}
 		}
 		return 0, true, nil
@@ -444,7 +444,7 @@ func (o *publishOptions) validate() error {
 	}
 	for _, op := range o.ops {
 		k := string(op.KeyBytes())
-		if strings.HasPrefix(k, KeyRoot) || strings.HasPrefix(k, AuditRoot) || strings.HasPrefix(k, AuditBaseRoot) {
+		if strings.HasPrefix(k, etcd.KeyRoot) || strings.HasPrefix(k, AuditRoot) || strings.HasPrefix(k, AuditBaseRoot) {
 			return fmt.Errorf("%w: an op on %q, a key holdfast's publish owns", ErrInvalidArgument, k)
 		}
 	}
