@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -34,9 +35,9 @@ func scopedServer(t *testing.T) *fakeserver.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, fakeserver.WithTokens(toks))
-	publish(t, srv, "payments.prod", map[string]any{"v": 1})
-	publish(t, srv, "fraud.prod", map[string]any{"v": 1})
+	srv := sdksuite.StartReference(t, fakeserver.WithTokens(toks))
+	sdksuite.Publish(t, srv, "payments.prod", map[string]any{"v": 1})
+	sdksuite.Publish(t, srv, "fraud.prod", map[string]any{"v": 1})
 	return srv
 }
 
@@ -45,15 +46,15 @@ func scopedServer(t *testing.T) *fakeserver.Server {
 // payments.prod, on the same client and stream, keeps syncing.
 func TestForbiddenNamespaceOnly(t *testing.T) {
 	srv := scopedServer(t)
-	c := defaultClient(t, srv.URL(), config.WithBearerToken(paymentsSecret))
-	pay := open(t, c, "payments.prod")
+	c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond), config.WithBearerToken(paymentsSecret))
+	pay := sdksuite.Open(t, c, "payments.prod")
 
 	err := openRefused(c, "fraud.prod")
 	var oe *config.OpenError
 	if !errors.As(err, &oe) || !errors.Is(err, transport.ErrUnauthorized) || !strings.Contains(err.Error(), fraudForbidden) {
 		t.Fatalf("open fraud.prod: %v, want an OpenError wrapping ErrUnauthorized with the reason", err)
 	}
-	rev := publish(t, srv, "payments.prod", map[string]any{"v": 2})
+	rev := sdksuite.Publish(t, srv, "payments.prod", map[string]any{"v": 2})
 	nstest.WaitRevision(t, pay, rev, waitLimit)
 	if st := pay.Status(); st.State != config.StateFresh {
 		t.Fatalf("payments.prod: %+v", st)
@@ -67,25 +68,25 @@ func TestForbiddenNamespaceOnly(t *testing.T) {
 func TestForbiddenNamespaceStatus(t *testing.T) {
 	srv := scopedServer(t)
 	dir := t.TempDir()
-	before := defaultClient(t, srv.URL(), config.WithBearerToken(opsSecret), config.WithCacheDir(dir))
-	open(t, before, "payments.prod")
-	open(t, before, "fraud.prod")
+	before := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond), config.WithBearerToken(opsSecret), config.WithCacheDir(dir))
+	sdksuite.Open(t, before, "payments.prod")
+	sdksuite.Open(t, before, "fraud.prod")
 	if err := before.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	c := defaultClient(t, srv.URL(), config.WithBearerToken(paymentsSecret), config.WithCacheDir(dir),
+	c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond), config.WithBearerToken(paymentsSecret), config.WithCacheDir(dir),
 		config.WithUnauthorizedBackoff(20*time.Millisecond))
-	fraud := open(t, c, "fraud.prod")
-	pay := open(t, c, "payments.prod")
+	fraud := sdksuite.Open(t, c, "fraud.prod")
+	pay := sdksuite.Open(t, c, "payments.prod")
 	testutil.Eventually(t, waitLimit, func() bool {
 		e := fraud.Status().LastError
 		return e.Kind == config.ErrorUnauthorized && e.StatusCode == http.StatusForbidden && strings.Contains(e.Message, fraudForbidden)
 	}, "fraud.prod's status to say unauthorized")
 	// It keeps being refused (retried at the unauthorized backoff) while
 	// payments.prod syncs.
-	rev := publish(t, srv, "payments.prod", map[string]any{"v": 2})
-	publish(t, srv, "fraud.prod", map[string]any{"v": 2})
+	rev := sdksuite.Publish(t, srv, "payments.prod", map[string]any{"v": 2})
+	sdksuite.Publish(t, srv, "fraud.prod", map[string]any{"v": 2})
 	nstest.WaitRevision(t, pay, rev, waitLimit)
 	if st := pay.Status(); st.State != config.StateFresh || st.LastError.Kind == config.ErrorUnauthorized && !st.LastError.Recovered {
 		t.Fatalf("payments.prod: %+v", st)

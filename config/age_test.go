@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -45,12 +46,12 @@ func TestCutOffRelayGoesStaleThenBreached(t *testing.T) {
 	cutAt := time.Now()
 	ageNow := func() int64 { return time.Since(cutAt).Milliseconds() }
 	var sent atomic.Int64
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2,
 				Values: rawObject(map[string]string{"k": "v"}), AgeMillis: ageNow()}, nil
 		},
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			beat := time.NewTicker(20 * time.Millisecond) // the relay's heartbeat
 			defer beat.Stop()
 			for {
@@ -68,8 +69,8 @@ func TestCutOffRelayGoesStaleThenBreached(t *testing.T) {
 		},
 	}
 	const idle, maxStale = 300 * time.Millisecond, 1200 * time.Millisecond
-	c := sourceClient(t, src, config.WithStreamIdleTimeout(idle))
-	ns := open(t, c, "relayed", config.MaxStaleness(maxStale))
+	c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithStreamIdleTimeout(idle))
+	ns := sdksuite.Open(t, c, "relayed", config.MaxStaleness(maxStale))
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 
@@ -114,15 +115,15 @@ func TestFirstAnswerThroughACutOffRelay(t *testing.T) {
 		{"older than MaxStaleness", 90 * time.Second, true, time.Minute, config.StateBreached},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := &funcSource{
-				snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+			src := &sdksuite.FuncSource{
+				SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 					return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 7, Cursor: 9,
 						Values: rawObject(map[string]string{"k": "v"}), AgeMillis: tc.age.Milliseconds(), Unconfirmed: tc.unconfirmed}, nil
 				},
 			}
-			c := sourceClient(t, src, config.WithStreamIdleTimeout(relaxedIdle))
+			c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithStreamIdleTimeout(relaxedIdle))
 			opened := time.Now()
-			ns := open(t, c, "relayed", config.MaxStaleness(tc.maxStale))
+			ns := sdksuite.Open(t, c, "relayed", config.MaxStaleness(tc.maxStale))
 			st := ns.Status()
 			if st.State != tc.want || st.Unconfirmed != tc.unconfirmed {
 				t.Fatalf("first answer: %v (unconfirmed %v); want %v, unconfirmed %v", st, st.Unconfirmed, tc.want, tc.unconfirmed)
@@ -144,10 +145,10 @@ func TestStreamProgressAgeReachesEveryNamespace(t *testing.T) {
 	for _, n := range names {
 		f.publish(n, map[string]any{"k": n})
 	}
-	c := newStreamClient(t, f)
+	c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 	nss := make([]*config.Namespace, len(names))
 	for i, n := range names {
-		nss[i] = open(t, c, n)
+		nss[i] = sdksuite.Open(t, c, n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -199,12 +200,12 @@ func TestStreamProgressAgeReachesEveryNamespace(t *testing.T) {
 // the confirmation moves back.
 func TestReplayedBacklogIsDatedByTheProgressAfterIt(t *testing.T) {
 	const age = 30 * time.Second
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 1, Cursor: 1,
 				Values: rawObject(map[string]string{"k": "1"})}, nil
 		},
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			if req.Since < 2 {
 				cs := &transport.ChangeSet{Namespace: req.Namespace, StoreID: "s1", Revision: 2, PrevRevision: 1, Puts: rawValues(map[string]string{"k": "2"})}
 				if err := handle(transport.Event{Change: cs}); err != nil {
@@ -219,9 +220,9 @@ func TestReplayedBacklogIsDatedByTheProgressAfterIt(t *testing.T) {
 			return ctx.Err()
 		},
 	}
-	c := sourceClient(t, src, config.WithStreamIdleTimeout(relaxedIdle))
+	c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithStreamIdleTimeout(relaxedIdle))
 	start := time.Now()
-	ns := open(t, c, "relayed")
+	ns := sdksuite.Open(t, c, "relayed")
 	nstest.WaitRevision(t, ns, 2, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Cursor == 3 }, "the progress after the change dates the data")
 	st := ns.Status()
@@ -237,15 +238,15 @@ func TestReplayedBacklogIsDatedByTheProgressAfterIt(t *testing.T) {
 func TestLastGoodFileKeepsTheTrueAge(t *testing.T) {
 	const age = 90 * time.Second
 	dir := t.TempDir()
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 4, Cursor: 4,
 				Values: rawObject(map[string]string{"k": "v"}), AgeMillis: age.Milliseconds(), Unconfirmed: true}, nil
 		},
 	}
-	c := sourceClient(t, src, config.WithCacheDir(dir), config.WithStreamIdleTimeout(relaxedIdle))
+	c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithCacheDir(dir), config.WithStreamIdleTimeout(relaxedIdle))
 	opened := time.Now()
-	open(t, c, "relayed")
+	sdksuite.Open(t, c, "relayed")
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -255,11 +256,11 @@ func TestLastGoodFileKeepsTheTrueAge(t *testing.T) {
 	}
 	near(t, "the file's ConfirmedAt", rec.ConfirmedAt, opened.Add(-age), 0, 5*time.Second)
 
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
-	c2 := sourceClient(t, down, config.WithCacheDir(dir))
-	st := open(t, c2, "relayed").Status()
+	c2 := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
+	st := sdksuite.Open(t, c2, "relayed").Status()
 	if st.Origin != config.OriginDisk || st.Staleness < age {
 		t.Errorf("restarted: %v; want from disk, staleness past %v", st, age)
 	}
@@ -301,12 +302,12 @@ func TestRelayedAgeOverHTTP(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c, err := config.New(config.WithEndpoint(srv.URL), config.WithLogger(testLogger(t)), config.WithWatchMode(transport.WatchSSE))
+	c, err := config.New(config.WithEndpoint(srv.URL), config.WithLogger(sdksuite.Logger(t)), config.WithWatchMode(transport.WatchSSE))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ns := open(t, c, "relayed", config.MaxStaleness(2*time.Minute))
+	ns := sdksuite.Open(t, c, "relayed", config.MaxStaleness(2*time.Minute))
 	st := ns.Status()
 	if st.State != config.StateStale || !st.Unconfirmed {
 		t.Errorf("first answer: %v (unconfirmed %v); want Stale, unconfirmed", st, st.Unconfirmed)

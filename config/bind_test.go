@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 )
@@ -20,38 +21,38 @@ type dbConfig struct {
 }
 
 func TestBind(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "db", map[string]any{"primary": map[string]any{"host": "a", "port": 5432, "replicas": []string{"r1"}}})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "db")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "db", map[string]any{"primary": map[string]any{"host": "a", "port": 5432, "replicas": []string{"r1"}}})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "db")
 
 	b := config.Bind(ns, "primary", dbConfig{Host: "localhost"})
 	defer b.Stop()
 	if got := b.Get(); got.Host != "a" || got.Port != 5432 || len(got.Replica) != 1 {
 		t.Fatalf("bound %+v", got)
 	}
-	rev := publish(t, srv, "db", map[string]any{"primary": map[string]any{"host": "b", "port": 6432}})
+	rev := sdksuite.Publish(t, srv, "db", map[string]any{"primary": map[string]any{"host": "b", "port": 6432}})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "b" }, "the rebind")
 
 	// A value that does not decode keeps the last one, and is counted.
-	rev = publish(t, srv, "db", map[string]any{"primary": "not an object"})
+	rev = sdksuite.Publish(t, srv, "db", map[string]any{"primary": "not an object"})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Errors() == 1 }, "the decode error")
 	if b.Get().Host != "b" || b.Err() == nil {
 		t.Errorf("after a bad value: %+v, %v", b.Get(), b.Err())
 	}
 	// A deleted key binds the default.
-	rev = publish(t, srv, "db", nil, "primary")
+	rev = sdksuite.Publish(t, srv, "db", nil, "primary")
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Get().Host == "localhost" }, "the default")
 }
 
 func TestWaitForState(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "ws", map[string]any{"v": 1})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "ws")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "ws", map[string]any{"v": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "ws")
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
@@ -95,8 +96,8 @@ type Embedded struct {
 // TestBindDurations: a time.Duration at any depth decodes from the strings
 // the Duration getter reads, and from numbers of nanoseconds as before.
 func TestBindDurations(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "d", map[string]any{
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "d", map[string]any{
 		"top": "250ms",
 		"num": 1500,
 		"all": map[string]any{
@@ -106,8 +107,9 @@ func TestBindDurations(t *testing.T) {
 			"count": 3,
 		},
 	})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "d")
+
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "d")
 
 	top := config.Bind(ns, "top", time.Duration(0))
 	defer top.Stop()
@@ -129,7 +131,7 @@ func TestBindDurations(t *testing.T) {
 	}
 
 	// A string that is no duration still fails, as json.Unmarshal would.
-	rev := publish(t, srv, "d", map[string]any{"top": "soon"})
+	rev := sdksuite.Publish(t, srv, "d", map[string]any{"top": "soon"})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return top.Err() != nil }, "the decode error")
 	if top.Get() != 250*time.Millisecond {
@@ -141,14 +143,14 @@ func TestBindDurations(t *testing.T) {
 // replaces a bad one, and the failure shows in Status as ErrorBind, marked
 // past once a good value is bound.
 func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "b", map[string]any{"port": 1})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "b")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "b", map[string]any{"port": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "b")
 	b := config.Bind(ns, "port", 0)
 	defer b.Stop()
 
-	rev := publish(t, srv, "b", map[string]any{"port": "eighty"})
+	rev := sdksuite.Publish(t, srv, "b", map[string]any{"port": "eighty"})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Err() != nil }, "the decode error")
 	st := ns.Status()
@@ -156,7 +158,7 @@ func TestBindErrorClearsAndShowsInStatus(t *testing.T) {
 		t.Errorf("LastError after a bad value = %#v", st.LastError)
 	}
 
-	rev = publish(t, srv, "b", map[string]any{"port": 80})
+	rev = sdksuite.Publish(t, srv, "b", map[string]any{"port": 80})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return b.Get() == 80 }, "the good value")
 	if err := b.Err(); err != nil {
@@ -177,14 +179,15 @@ func TestBindDurationStringTag(t *testing.T) {
 	type tagged struct {
 		D time.Duration `json:"d,string"`
 	}
-	srv := startServer(t)
-	publish(t, srv, "st", map[string]any{
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "st", map[string]any{
 		"zero":  map[string]any{"d": "0"},
 		"nanos": map[string]any{"d": "250000000"},
 		"text":  map[string]any{"d": "250ms"},
 	})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "st")
+
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "st")
 	for key, want := range map[string]time.Duration{"zero": 0, "nanos": 250 * time.Millisecond, "text": 250 * time.Millisecond} {
 		b := config.Bind(ns, key, tagged{D: -1})
 		if got := b.Get(); got.D != want || b.Err() != nil {
@@ -224,13 +227,14 @@ func TestBindDurationsFollowEncodingJSONFieldRules(t *testing.T) {
 		otherDuration // Timeout twice, untagged, at the same depth: neither
 		Other         time.Duration
 	}
-	srv := startServer(t)
-	publish(t, srv, "emb", map[string]any{
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "emb", map[string]any{
 		"timeout": map[string]any{"Timeout": "250ms", "Other": "1s"},
 		"folded":  map[string]any{"timeout": "250ms", "OTHER": "1s"},
 	})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "emb")
+
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "emb")
 
 	check := func(name string, got, want any, err, jsonErr error) {
 		t.Helper()

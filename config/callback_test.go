@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -17,10 +18,10 @@ import (
 // Before: the "called from the callback itself" check held on any
 // goroutine, and stop returned at once.
 func TestStopWaitsForARunningCallbackFromAnotherGoroutine(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "cb", map[string]any{"k": 1})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "cb")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "cb", map[string]any{"k": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "cb")
 	entered, release := make(chan struct{}), make(chan struct{})
 	var returned atomic.Bool
 	stop := ns.OnChange("k", func(config.Change) {
@@ -30,7 +31,7 @@ func TestStopWaitsForARunningCallbackFromAnotherGoroutine(t *testing.T) {
 			t.Error("stop returned while the callback ran")
 		}
 	})
-	publish(t, srv, "cb", map[string]any{"k": 2})
+	sdksuite.Publish(t, srv, "cb", map[string]any{"k": 2})
 	<-entered
 	stopped := make(chan struct{})
 	go func() {
@@ -55,17 +56,17 @@ func TestStopWaitsForARunningCallbackFromAnotherGoroutine(t *testing.T) {
 // TestStopFromItsOwnCallbackDoesNotDeadlock keeps the other half of the
 // promise: stop called from the callback itself returns at once.
 func TestStopFromItsOwnCallbackDoesNotDeadlock(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "cb", map[string]any{"k": 1})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "cb")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "cb", map[string]any{"k": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "cb")
 	done := make(chan struct{})
 	var stop func()
 	var once sync.Once
 	stop = ns.OnChange("k", func(config.Change) {
 		once.Do(func() { stop(); close(done) })
 	})
-	publish(t, srv, "cb", map[string]any{"k": 2})
+	sdksuite.Publish(t, srv, "cb", map[string]any{"k": 2})
 	select {
 	case <-done:
 	case <-time.After(waitLimit):
@@ -85,13 +86,13 @@ func TestNoCallbackForWhatHappenedBeforeSubscribing(t *testing.T) {
 	var early, earlyStatus int
 	for i := range rounds {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "fc", 4, map[string]string{"k": "file"}, time.Now().Add(-time.Hour))
+		sdksuite.WriteCacheFile(t, dir, "fc", "s1", 4, map[string]string{"k": "file"}, time.Now().Add(-time.Hour))
 		next := make(chan struct{})
-		src := &funcSource{
-			snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+		src := &sdksuite.FuncSource{
+			SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 				return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 5, Cursor: 5, Values: rawObject(map[string]string{"k": "net5"})}, nil
 			},
-			watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+			WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 				select {
 				case <-next:
 				case <-ctx.Done():
@@ -106,8 +107,8 @@ func TestNoCallbackForWhatHappenedBeforeSubscribing(t *testing.T) {
 				return ctx.Err()
 			},
 		}
-		c := sourceClient(t, src, config.WithCacheDir(dir))
-		ns := open(t, c, "fc", config.FailClosed(), config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": "default"}))
+		c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithCacheDir(dir))
+		ns := sdksuite.Open(t, c, "fc", config.FailClosed(), config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": "default"}))
 		calls := make(chan config.Change, 8)
 		ns.OnChange("k", func(ch config.Change) { calls <- ch })
 		statuses := make(chan config.State, 8)

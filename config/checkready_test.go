@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -18,11 +19,12 @@ import (
 // which promises "ready when each serves data of its own config plane",
 // must not call it ready.
 func TestCheckReadyIsNotReadyOnDefaults(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "svc", config.Schema([]byte(`{"type":"object","properties":{"port":{"type":"integer"}}}`)),
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "svc", config.Schema([]byte(`{"type":"object","properties":{"port":{"type":"integer"}}}`)),
 		config.Defaults(map[string]any{"port": 8080}))
+
 	if st := ns.Status(); st.Origin != config.OriginDefaults {
 		t.Fatalf("origin %v; want defaults", st.Origin)
 	}
@@ -31,7 +33,7 @@ func TestCheckReadyIsNotReadyOnDefaults(t *testing.T) {
 	if !errors.As(err, &nr) || !strings.Contains(nr.NotReady[0].Reason, "Defaults") {
 		t.Fatalf("CheckReady on a namespace serving its Defaults = %v; want not ready, saying Defaults", err)
 	}
-	rev := publish(t, srv, "svc", map[string]any{"port": 9090})
+	rev := sdksuite.Publish(t, srv, "svc", map[string]any{"port": 9090})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if err := c.CheckReady(0, "svc"); err != nil {
 		t.Errorf("after a revision that passes: %v", err)
@@ -43,12 +45,12 @@ func TestCheckReadyIsNotReadyOnDefaults(t *testing.T) {
 // sets.
 func TestCheckReadyRefusesDataOfUnknownAge(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
-	c := sourceClient(t, down, config.WithCacheDir(dir))
-	ns := open(t, c, "future")
+	c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, c, "future")
 	if st := ns.Status(); !st.LastConfirmed.IsZero() || ns.String("k", "") != "v" {
 		t.Fatalf("status %v; want the file served with an unknown age", st)
 	}
@@ -63,12 +65,12 @@ func TestCheckReadyRefusesDataOfUnknownAge(t *testing.T) {
 // With no names, the not-ready namespaces come in a stable order (sorted
 // by name), so the probe's body does not reshuffle on every request.
 func TestCheckReadyListsTheNotReadySortedByName(t *testing.T) {
-	srv := startServer(t)
+	srv := sdksuite.StartReference(t)
 	names := []string{"e", "d", "c", "b", "a"}
-	c := newClient(t, srv.URL())
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
 	for _, n := range names {
-		publish(t, srv, n, map[string]any{"k": 1})
-		open(t, c, n)
+		sdksuite.Publish(t, srv, n, map[string]any{"k": 1})
+		sdksuite.Open(t, c, n)
 	}
 	_ = c.Close()
 	for range 20 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -36,24 +37,24 @@ import (
 // applied data (prev == nil), even though Defaults were being served.
 func TestFailOpenDefaultsToFirstGoodDataFiresOnChange(t *testing.T) {
 	portSchema := []byte(`{"type":"object","properties":{"port":{"type":"integer"}}}`)
-	srv := startServer(t)
-	publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "svc", config.Schema(portSchema), config.Defaults(map[string]any{"port": 8080}))
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "svc", map[string]any{"port": "not-a-number"})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "svc", config.Schema(portSchema), config.Defaults(map[string]any{"port": 8080}))
 	if got := ns.Int("port", 0); got != 8080 {
 		t.Fatalf("port = %d; want the default 8080", got)
 	}
 	changes := make(chan config.Change, 16)
 	ns.OnChange("port", func(ch config.Change) { changes <- ch })
 
-	fixed := publish(t, srv, "svc", map[string]any{"port": 9090})
+	fixed := sdksuite.Publish(t, srv, "svc", map[string]any{"port": 9090})
 	nstest.WaitRevision(t, ns, fixed, waitLimit)
 	if got := ns.Int("port", 0); got != 9090 {
 		t.Fatalf("port = %d after the fix", got)
 	}
 	// A sentinel change: callbacks run in order, so once its callback has
 	// run, any callback for the Defaults -> 9090 switch has run too.
-	sentinel := publish(t, srv, "svc", map[string]any{"port": 9091})
+	sentinel := sdksuite.Publish(t, srv, "svc", map[string]any{"port": 9091})
 	var got []string
 	deadline := time.After(waitLimit)
 	for done := false; !done; {
@@ -78,11 +79,11 @@ func TestFailOpenDefaultsToFirstGoodDataFiresOnChange(t *testing.T) {
 // stale, and a fail-closed namespace with a short MaxStaleness refuses to
 // open after a clean restart.
 func TestCloseFlushesLatestConfirmation(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "pc", map[string]any{"v": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "pc", map[string]any{"v": 1})
 	dir := t.TempDir()
-	a := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	ns := open(t, a, "pc")
+	a := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, a, "pc")
 	first := ns.Status().LastConfirmed
 	// Progress events (every testHeartbeat) keep confirming.
 	testutil.Eventually(t, waitLimit, func() bool {
@@ -135,8 +136,8 @@ func TestGapOnFirstEventBacksOff(t *testing.T) {
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 
-	c := newClient(t, hs.URL, config.WithReconnectBackoff(100*time.Millisecond, 2*time.Second))
-	open(t, c, "hm")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(hs.URL), config.WithReconnectBackoff(100*time.Millisecond, 2*time.Second))
+	sdksuite.Open(t, c, "hm")
 	const want = 6
 	testutil.Eventually(t, waitLimit, func() bool {
 		mu.Lock()
@@ -169,10 +170,10 @@ func Test500KeyChangeSetLandsInOneSwap(t *testing.T) {
 		}
 		return m
 	}
-	srv := startServer(t)
-	publish(t, srv, "big", bundle(0))
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "big")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "big", bundle(0))
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "big")
 
 	sets := make(chan config.ChangeSet, rounds)
 	ns.OnAnyChange(func(cs config.ChangeSet) { sets <- cs })
@@ -202,7 +203,7 @@ func Test500KeyChangeSetLandsInOneSwap(t *testing.T) {
 	}
 	var last int64
 	for r := 1; r <= rounds; r++ {
-		last = publish(t, srv, "big", bundle(r))
+		last = sdksuite.Publish(t, srv, "big", bundle(r))
 	}
 	nstest.WaitRevision(t, ns, last, waitLimit)
 	stop.Store(true)
@@ -233,11 +234,11 @@ func Test500KeyChangeSetLandsInOneSwap(t *testing.T) {
 // value), other namespaces' callbacks run, and the blocked namespace's later
 // callbacks follow in order once it returns.
 func TestSlowCallbackDelaysOnlyLaterCallbacks(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "slow", map[string]any{"k": 0})
-	publish(t, srv, "other", map[string]any{"k": 0})
-	c := newClient(t, srv.URL())
-	slow, other := open(t, c, "slow"), open(t, c, "other")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "slow", map[string]any{"k": 0})
+	sdksuite.Publish(t, srv, "other", map[string]any{"k": 0})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	slow, other := sdksuite.Open(t, c, "slow"), sdksuite.Open(t, c, "other")
 
 	entered := make(chan struct{}, 8)
 	release := make(chan struct{})
@@ -253,20 +254,20 @@ func TestSlowCallbackDelaysOnlyLaterCallbacks(t *testing.T) {
 	otherSeen := make(chan config.Change, 8)
 	other.OnChange("k", func(ch config.Change) { otherSeen <- ch })
 
-	publish(t, srv, "slow", map[string]any{"k": 1})
+	sdksuite.Publish(t, srv, "slow", map[string]any{"k": 1})
 	select {
 	case <-entered:
 	case <-time.After(waitLimit):
 		t.Fatal("first callback never ran")
 	}
 	// The callback blocks. Applying goes on.
-	rev2 := publish(t, srv, "slow", map[string]any{"k": 2})
+	rev2 := sdksuite.Publish(t, srv, "slow", map[string]any{"k": 2})
 	nstest.WaitRevision(t, slow, rev2, waitLimit)
 	if got := slow.Int("k", -1); got != 2 {
 		t.Errorf("slow namespace serves k = %d while its callback blocks; want 2", got)
 	}
 	// Another namespace's callbacks are not held up.
-	orev := publish(t, srv, "other", map[string]any{"k": 7})
+	orev := sdksuite.Publish(t, srv, "other", map[string]any{"k": 7})
 	select {
 	case ch := <-otherSeen:
 		if ch.Revision != orev {
@@ -291,10 +292,10 @@ func TestSlowCallbackDelaysOnlyLaterCallbacks(t *testing.T) {
 // TestCloseWaitsForRunningCallback: Close returns only after a
 // callback that is running has returned.
 func TestCloseWaitsForRunningCallback(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "cw", map[string]any{"k": 0})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "cw")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "cw", map[string]any{"k": 0})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "cw")
 	entered, release := make(chan struct{}), make(chan struct{})
 	var finished atomic.Bool
 	ns.OnChange("k", func(config.Change) {
@@ -302,7 +303,7 @@ func TestCloseWaitsForRunningCallback(t *testing.T) {
 		<-release
 		finished.Store(true)
 	})
-	publish(t, srv, "cw", map[string]any{"k": 1})
+	sdksuite.Publish(t, srv, "cw", map[string]any{"k": 1})
 	<-entered
 
 	closed := make(chan struct{})
@@ -331,10 +332,10 @@ func TestCloseWaitsForRunningCallback(t *testing.T) {
 // TestOnStatusChangeInOrder: transitions arrive in order, each a real
 // change of state, with non-decreasing Since.
 func TestOnStatusChangeInOrder(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "st", map[string]any{"k": 0})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "st")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "st", map[string]any{"k": 0})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "st")
 	statuses := make(chan config.Status, 64)
 	ns.OnStatusChange(func(st config.Status) { statuses <- st })
 
@@ -378,10 +379,10 @@ func TestOnStatusChangeInOrder(t *testing.T) {
 // returns everywhere; a Namespace call waiting for data returns ErrClosed;
 // WaitForRevision returns ErrClosed; Namespace after Close is refused.
 func TestCloseConcurrentlyAndDuringOpen(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "open", map[string]any{"k": 0})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "open")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "open", map[string]any{"k": 0})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "open")
 
 	pending := make(chan error, 1)
 	go func() {
@@ -419,8 +420,8 @@ func TestCloseConcurrentlyAndDuringOpen(t *testing.T) {
 // TestAbandonedNamespaceCanBeReopened: an open given up by its ctx
 // stops the namespace; a later open starts afresh and works.
 func TestAbandonedNamespaceCanBeReopened(t *testing.T) {
-	srv := startServer(t)
-	c := newClient(t, srv.URL())
+	srv := sdksuite.StartReference(t)
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := c.Namespace(ctx, "late")
@@ -428,8 +429,8 @@ func TestAbandonedNamespaceCanBeReopened(t *testing.T) {
 	if !errors.As(err, &oe) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, transport.ErrNotFound) {
 		t.Fatalf("first open = %v", err)
 	}
-	rev := publish(t, srv, "late", map[string]any{"k": 1})
-	ns := open(t, c, "late")
+	rev := sdksuite.Publish(t, srv, "late", map[string]any{"k": 1})
+	ns := sdksuite.Open(t, c, "late")
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.Int("k", 0) != 1 {
 		t.Errorf("k = %d", ns.Int("k", 0))
@@ -442,12 +443,12 @@ func TestAbandonedNamespaceCanBeReopened(t *testing.T) {
 // re-reject; the next good revision applies normally.
 func TestRejectedChangeThenProgressThenFix(t *testing.T) {
 	portSchema := []byte(`{"type":"object","properties":{"port":{"type":"integer"}}}`)
-	srv := startServer(t)
-	good := publish(t, srv, "rj", map[string]any{"port": 1})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "rj", config.Schema(portSchema))
+	srv := sdksuite.StartReference(t)
+	good := sdksuite.Publish(t, srv, "rj", map[string]any{"port": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "rj", config.Schema(portSchema))
 
-	publish(t, srv, "rj", map[string]any{"port": "x"})
+	sdksuite.Publish(t, srv, "rj", map[string]any{"port": "x"})
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	after := ns.Status().LastConfirmed
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastConfirmed.After(after) }, "a confirmation after the rejection")
@@ -464,7 +465,7 @@ func TestRejectedChangeThenProgressThenFix(t *testing.T) {
 		t.Errorf("after reconnect: rejected %d, port %d", ns.Rejected(), ns.Int("port", 0))
 	}
 
-	fixed := publish(t, srv, "rj", map[string]any{"port": 2})
+	fixed := sdksuite.Publish(t, srv, "rj", map[string]any{"port": 2})
 	nstest.WaitRevision(t, ns, fixed, waitLimit)
 	if ns.Int("port", 0) != 2 {
 		t.Errorf("port after the fix = %d", ns.Int("port", 0))
@@ -476,20 +477,20 @@ func TestRejectedChangeThenProgressThenFix(t *testing.T) {
 // store's last good serving; the new store's next good revision applies.
 func TestRejectedSnapshotOfNewStoreKeepsLastGood(t *testing.T) {
 	vSchema := []byte(`{"type":"object","properties":{"v":{"type":"integer"}}}`)
-	srv := startServer(t)
-	publish(t, srv, "ns1", map[string]any{"v": 1})
-	publish(t, srv, "ns1", map[string]any{"v": 2})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "ns1", config.Schema(vSchema), config.MaxStaleness(time.Minute), config.FailClosed())
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "ns1", map[string]any{"v": 1})
+	sdksuite.Publish(t, srv, "ns1", map[string]any{"v": 2})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "ns1", config.Schema(vSchema), config.MaxStaleness(time.Minute), config.FailClosed())
 	oldStore := ns.Status().StoreID
 
 	newStore := srv.ResetStore()
-	publish(t, srv, "ns1", map[string]any{"v": "bad"})
+	sdksuite.Publish(t, srv, "ns1", map[string]any{"v": "bad"})
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	if ns.Int("v", 0) != 2 || ns.Status().StoreID != oldStore {
 		t.Errorf("after a rejected new-store snapshot: v %d, store %s", ns.Int("v", 0), ns.Status().StoreID)
 	}
-	publish(t, srv, "ns1", map[string]any{"v": 3})
+	sdksuite.Publish(t, srv, "ns1", map[string]any{"v": 3})
 	testutil.Eventually(t, waitLimit, func() bool {
 		return ns.Status().StoreID == newStore && ns.Int("v", 0) == 3
 	}, "the new store's good revision")
@@ -503,16 +504,16 @@ func TestRejectedSnapshotOfNewStoreKeepsLastGood(t *testing.T) {
 // must fetch it (the conditional snapshot names the store id), not take a
 // 304.
 func TestStoreResetWithSameRevisionIsNotModified(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "sr", map[string]any{"a": 1})
-	rev := publish(t, srv, "sr", map[string]any{"a": 2})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "sr")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "sr", map[string]any{"a": 1})
+	rev := sdksuite.Publish(t, srv, "sr", map[string]any{"a": 2})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "sr")
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 
 	newStore := srv.ResetStore()
-	publish(t, srv, "sr", map[string]any{"a": 10})
-	if r := publish(t, srv, "sr", map[string]any{"a": 20}); r != rev {
+	sdksuite.Publish(t, srv, "sr", map[string]any{"a": 10})
+	if r := sdksuite.Publish(t, srv, "sr", map[string]any{"a": 20}); r != rev {
 		t.Fatalf("new store revision %d; the test wants it equal to the old %d", r, rev)
 	}
 	testutil.Eventually(t, waitLimit, func() bool {
@@ -524,10 +525,10 @@ func TestStoreResetWithSameRevisionIsNotModified(t *testing.T) {
 // yet reached is woken when the new store reaches it, and then sees the new
 // store's data.
 func TestWaitForRevisionAcrossStoreReset(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "wr", map[string]any{"v": "old"})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "wr")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "wr", map[string]any{"v": "old"})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "wr")
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -536,7 +537,7 @@ func TestWaitForRevisionAcrossStoreReset(t *testing.T) {
 	}()
 	newStore := srv.ResetStore()
 	for i := 1; i <= 3; i++ {
-		publish(t, srv, "wr", map[string]any{"v": "new" + strconv.Itoa(i)})
+		sdksuite.Publish(t, srv, "wr", map[string]any{"v": "new" + strconv.Itoa(i)})
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -550,16 +551,16 @@ func TestWaitForRevisionAcrossStoreReset(t *testing.T) {
 // backstop for a conditional snapshot; an unchanged namespace costs 304s,
 // stays Fresh at its revision, and changes keep arriving.
 func TestBackstopConfirmsWithNotModified(t *testing.T) {
-	srv := startServer(t)
-	rev := publish(t, srv, "bs", map[string]any{"k": 1})
-	c := newClient(t, srv.URL(), config.WithBackstop(100*time.Millisecond))
-	ns := open(t, c, "bs")
+	srv := sdksuite.StartReference(t)
+	rev := sdksuite.Publish(t, srv, "bs", map[string]any{"k": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithBackstop(100*time.Millisecond))
+	ns := sdksuite.Open(t, c, "bs")
 	testutil.Eventually(t, waitLimit, func() bool { return srv.Stats().NotModified >= 3 }, "backstop snapshots")
 	if st := ns.Status(); st.State != config.StateFresh || ns.Revision() != rev || ns.Rejected() != 0 || st.LastError.Kind != config.ErrorNone {
 		t.Errorf("after backstops: %v at %d, error %v", st.State, ns.Revision(), st.LastError)
 	}
 	for i := 2; i <= 10; i++ {
-		rev = publish(t, srv, "bs", map[string]any{"k": i})
+		rev = sdksuite.Publish(t, srv, "bs", map[string]any{"k": i})
 	}
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.Int("k", 0) != 10 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -21,14 +22,14 @@ import (
 // server goes down; client B with A's cache dir serves A's values at once,
 // Stale from disk; the server returns and B converges.
 func TestRestartDuringOutageServesFromDisk(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "payments.prod", map[string]any{"retry-timeout-ms": 50, "mode": "fast"})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "payments.prod", map[string]any{"retry-timeout-ms": 50, "mode": "fast"})
 	dir, rev := syncedCacheDir(t, srv, "payments.prod")
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
-	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	b := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -50,7 +51,7 @@ func TestRestartDuringOutageServesFromDisk(t *testing.T) {
 		t.Errorf("staleness from disk = %v, confirmed %v", st.Staleness, st.LastConfirmed)
 	}
 
-	newRev := publish(t, srv, "payments.prod", map[string]any{"retry-timeout-ms": 75})
+	newRev := sdksuite.Publish(t, srv, "payments.prod", map[string]any{"retry-timeout-ms": 75})
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +68,13 @@ func TestRestartDuringOutageServesFromDisk(t *testing.T) {
 // TestDiskFileWithUnchangedServerCostsNoBody: reopening from disk against
 // an unchanged server confirms the data with a conditional snapshot (304).
 func TestDiskFileWithUnchangedServerCostsNoBody(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "quiet", map[string]any{"v": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "quiet", map[string]any{"v": 1})
 	dir, _ := syncedCacheDir(t, srv, "quiet")
 
 	before := srv.Stats()
-	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	ns := open(t, b, "quiet")
+	b := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, b, "quiet")
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().State == config.StateFresh }, "fresh")
 	after := srv.Stats()
 	if after.NotModified-before.NotModified != 1 {
@@ -82,8 +83,8 @@ func TestDiskFileWithUnchangedServerCostsNoBody(t *testing.T) {
 }
 
 func TestCorruptCacheFileIsNeverServed(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "corrupt", map[string]any{"v": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "corrupt", map[string]any{"v": 1})
 	dir, _ := syncedCacheDir(t, srv, "corrupt")
 
 	path := filepath.Join(dir, "corrupt.hfc")
@@ -98,7 +99,7 @@ func TestCorruptCacheFileIsNeverServed(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	b := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if ns, err := b.Namespace(ctx, "corrupt"); err == nil {
@@ -112,15 +113,15 @@ func TestCorruptCacheFileIsNeverServed(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	ns := open(t, b, "corrupt")
+	ns := sdksuite.Open(t, b, "corrupt")
 	if ns.Int("v", 0) != 1 {
 		t.Error("did not recover from the network")
 	}
 }
 
 func TestFailClosedRefusesTooOldFile(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "strict", map[string]any{"v": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "strict", map[string]any{"v": 1})
 	dir, _ := syncedCacheDir(t, srv, "strict")
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestFailClosedRefusesTooOldFile(t *testing.T) {
 	written := time.Now()
 	testutil.Eventually(t, waitLimit, func() bool { return time.Since(written) > 2*maxStale }, "the file to grow older than MaxStaleness")
 
-	b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+	b := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := b.Namespace(ctx, "strict", config.FailClosed(), config.MaxStaleness(maxStale))
@@ -143,7 +144,7 @@ func TestFailClosedRefusesTooOldFile(t *testing.T) {
 	}
 
 	// Fail-open serves the same file, breached.
-	ns := open(t, b, "strict", config.MaxStaleness(maxStale))
+	ns := sdksuite.Open(t, b, "strict", config.MaxStaleness(maxStale))
 	if ns.Int("v", 0) != 1 {
 		t.Error("fail-open did not serve the file")
 	}
@@ -153,11 +154,12 @@ func TestFailClosedRefusesTooOldFile(t *testing.T) {
 // TestFailClosedAtRunTime: past MaxStaleness a fail-closed namespace serves
 // its Defaults (OnChange fires), and its data again when fresh data returns.
 func TestFailClosedAtRunTime(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "fc", map[string]any{"limit": 100, "only-live": true})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "fc", config.FailClosed(), config.MaxStaleness(200*time.Millisecond),
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "fc", map[string]any{"limit": 100, "only-live": true})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "fc", config.FailClosed(), config.MaxStaleness(200*time.Millisecond),
 		config.Defaults(map[string]any{"limit": 5}))
+
 	changes := make(chan config.Change, 16)
 	ns.OnChange("limit", func(ch config.Change) { changes <- ch })
 	statuses := make(chan config.State, 16)
@@ -180,7 +182,7 @@ func TestFailClosedAtRunTime(t *testing.T) {
 		t.Errorf("origin when failed closed = %v", st.Origin)
 	}
 
-	rev := publish(t, srv, "fc", map[string]any{"limit": 200})
+	rev := sdksuite.Publish(t, srv, "fc", map[string]any{"limit": 200})
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -212,11 +214,11 @@ func waitState(t *testing.T, statuses <-chan config.State, want config.State) {
 // TestPersistErrorShowsAndServingGoesOn puts a directory where the
 // namespace's file must go: writes fail, Status shows it, reads go on.
 func TestPersistErrorShowsAndServingGoesOn(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "ro", map[string]any{"v": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "ro", map[string]any{"v": 1})
 	dir := t.TempDir()
-	c := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	ns := open(t, c, "ro")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, c, "ro")
 	path := filepath.Join(dir, "ro.hfc")
 	testutil.Eventually(t, waitLimit, func() bool { _, err := os.Stat(path); return err == nil }, "the first write")
 	if err := os.Remove(path); err != nil {
@@ -225,7 +227,7 @@ func TestPersistErrorShowsAndServingGoesOn(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	rev := publish(t, srv, "ro", map[string]any{"v": 2})
+	rev := sdksuite.Publish(t, srv, "ro", map[string]any{"v": 2})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().PersistError.Kind == config.ErrorPersist }, "the persist error in Status")
 	if ns.Int("v", 0) != 2 {
@@ -248,14 +250,14 @@ func TestDiskRevisionIsTheMonotonicFloor(t *testing.T) {
 	t.Cleanup(hs.Close)
 	dir := t.TempDir()
 
-	a := newClient(t, hs.URL, config.WithCacheDir(dir))
-	if ns := open(t, a, "hm"); ns.Revision() != 5 {
+	a := sdksuite.NewClient(t, sdksuite.Endpoint(hs.URL), config.WithCacheDir(dir))
+	if ns := sdksuite.Open(t, a, "hm"); ns.Revision() != 5 {
 		t.Fatalf("first client at revision %d", ns.Revision())
 	}
 	_ = a.Close()
 
-	b := newClient(t, hs.URL, config.WithCacheDir(dir))
-	ns := open(t, b, "hm")
+	b := sdksuite.NewClient(t, sdksuite.Endpoint(hs.URL), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, b, "hm")
 	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		if st.StoreID == "s1" && ns.Revision() < 5 {
@@ -276,8 +278,8 @@ func TestDiskRevisionIsTheMonotonicFloor(t *testing.T) {
 func syncedCacheDir(t *testing.T, srv *fakeserver.Server, ns string) (string, int64) {
 	t.Helper()
 	dir := t.TempDir()
-	c := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	rev := open(t, c, ns).Revision()
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
+	rev := sdksuite.Open(t, c, ns).Revision()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

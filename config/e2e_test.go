@@ -3,7 +3,6 @@ package config_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -20,78 +18,21 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// Timings for tests: a fast heartbeat, and a client that declares a stream
-// dead after three of them (testIdle) where a test is about that; elsewhere
-// a generous idle timeout, so a machine loaded by -race and busy readers
-// does not turn slow replies into reconnects.
+// Timings for tests, the harness's (internal/sdksuite): a fast heartbeat,
+// and a client that declares a stream dead after three of them (testIdle)
+// where a test is about that; elsewhere the harness's relaxed idle
+// timeout, so a machine loaded by -race and busy readers does not turn
+// slow replies into reconnects.
 const (
-	testHeartbeat = 50 * time.Millisecond
+	testHeartbeat = sdksuite.Heartbeat
 	testIdle      = 3 * testHeartbeat
-	relaxedIdle   = 5 * time.Second
-	waitLimit     = 20 * time.Second
+	relaxedIdle   = sdksuite.RelaxedIdle
+	waitLimit     = sdksuite.WaitLimit
 )
 
-func startServer(t testing.TB, opts ...fakeserver.Option) *fakeserver.Server {
-	t.Helper()
-	srv, err := fakeserver.Start(append([]fakeserver.Option{fakeserver.WithHeartbeat(testHeartbeat)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	return srv
-}
-
-func newClient(t testing.TB, url string, opts ...config.Option) *config.Client {
-	t.Helper()
-	base := []config.Option{
-		config.WithEndpoint(url),
-		config.WithStreamIdleTimeout(relaxedIdle),
-		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
-		config.WithWatchMode(transport.WatchSSE),
-	}
-	c, err := config.New(append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// testLogger logs through t.Log, so a failing test shows what the client did.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
-func publish(t testing.TB, srv *fakeserver.Server, ns string, puts map[string]any, deletes ...string) int64 {
-	t.Helper()
-	rev, err := srv.Publish(ns, puts, deletes...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rev
-}
-
-func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceOption) *config.Namespace {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	ns, err := c.Namespace(ctx, name, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
-
 func TestInvalidNamespaceName(t *testing.T) {
-	srv := startServer(t)
-	c := newClient(t, srv.URL())
+	srv := sdksuite.StartReference(t)
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
 	for _, name := range []string{"", ".", "..", "../x", "a/b", "/abs", "UPPER", "-lead", string(make([]byte, 200))} {
 		_, err := c.Namespace(context.Background(), name)
 		if !errors.Is(err, transport.ErrInvalidNamespace) {
@@ -123,21 +64,7 @@ func TestNewValidatesOptions(t *testing.T) {
 
 // TestSDKAgainstTheReferenceServer runs the SDK's end-to-end suite
 // against the reference server; the server module runs it against
-// holdfast server.
+// holdfast server, transport/etcd against the etcd source.
 func TestSDKAgainstTheReferenceServer(t *testing.T) {
-	sdksuite.Run(t, func(t testing.TB, o sdksuite.Options) sdksuite.Server {
-		var opts []fakeserver.Option
-		if o.BearerToken != "" {
-			opts = append(opts, fakeserver.WithBearerToken(o.BearerToken))
-		}
-		return referenceServer{startServer(t, append(opts, fakeserver.WithHeartbeat(sdksuite.Heartbeat))...)}
-	})
-}
-
-// referenceServer is the reference server as the suite sees it.
-type referenceServer struct{ *fakeserver.Server }
-
-func (s referenceServer) Stats() sdksuite.Stats {
-	st := s.Server.Stats()
-	return sdksuite.Stats{Snapshots: st.Snapshots, Events: st.Events, Watches: st.Watches, Streams: st.Streams, StreamPolls: st.StreamPolls}
+	sdksuite.Run(t, sdksuite.Reference)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -138,7 +139,7 @@ func endpointsClient(t testing.TB, window time.Duration, fronts []*tcpFront, opt
 		config.WithFailbackAfter(window),
 		config.WithStreamIdleTimeout(relaxedIdle),
 		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
-		config.WithLogger(testLogger(t)),
+		config.WithLogger(sdksuite.Logger(t)),
 	}
 	c, err := config.New(append(base, opts...)...)
 	if err != nil {
@@ -203,17 +204,17 @@ func TestE2EEndpointsFailoverAndBack(t *testing.T) {
 
 func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 	const window = time.Second
-	srv := startServer(t, opts...)
+	srv := sdksuite.StartReference(t, opts...)
 	names := []string{"payments", "search"}
 	for _, name := range names {
-		publish(t, srv, name, map[string]any{"seq": 0})
+		sdksuite.Publish(t, srv, name, map[string]any{"seq": 0})
 	}
 	a, b := newTCPFront(t, srv.Addr()), newTCPFront(t, srv.Addr())
 	c := endpointsClient(t, window, []*tcpFront{a, b})
 	revs, states := newRevLog(), &stateLog{}
 	var nss []*config.Namespace
 	for _, name := range names {
-		ns := open(t, c, name)
+		ns := sdksuite.Open(t, c, name)
 		revs.watch(ns)
 		states.watch(ns)
 		nss = append(nss, ns)
@@ -305,13 +306,13 @@ func testFailoverAndBack(t *testing.T, stream bool, opts ...fakeserver.Option) {
 // on the second throughout.
 func TestE2EEndpointsBlipDoesNotMoveBack(t *testing.T) {
 	const window = 1500 * time.Millisecond
-	srv := startServer(t)
-	publish(t, srv, "payments", map[string]any{"seq": 0})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 0})
 	a, b := newTCPFront(t, srv.Addr()), newTCPFront(t, srv.Addr())
 	c := endpointsClient(t, window, []*tcpFront{a, b})
-	ns := open(t, c, "payments")
+	ns := sdksuite.Open(t, c, "payments")
 	a.down()
-	rev := publish(t, srv, "payments", map[string]any{"seq": 1})
+	rev := sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 1})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == b.URL() }, "the move to the second endpoint")
 	probed := a.accepted.Load()
@@ -330,7 +331,7 @@ func TestE2EEndpointsBlipDoesNotMoveBack(t *testing.T) {
 	if got := ns.Status().Endpoint; got != b.URL() {
 		t.Fatalf("moved to %s after blips", got)
 	}
-	rev = publish(t, srv, "payments", map[string]any{"seq": 2})
+	rev = sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 2})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 }
 
@@ -340,11 +341,11 @@ func TestE2EEndpointsBlipDoesNotMoveBack(t *testing.T) {
 // returns to it.
 func TestE2EEndpointsAllDown(t *testing.T) {
 	const window = 500 * time.Millisecond
-	srv := startServer(t)
-	publish(t, srv, "payments", map[string]any{"seq": 0})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 0})
 	a, b := newTCPFront(t, srv.Addr()), newTCPFront(t, srv.Addr())
 	c := endpointsClient(t, window, []*tcpFront{a, b})
-	ns := open(t, c, "payments")
+	ns := sdksuite.Open(t, c, "payments")
 	snapshots := srv.Stats().Snapshots
 
 	a.down()
@@ -357,7 +358,7 @@ func TestE2EEndpointsAllDown(t *testing.T) {
 	if le := ns.Status().LastError; le.Kind != config.ErrorNetwork {
 		t.Errorf("last error %v, want a network error", le)
 	}
-	rev := publish(t, srv, "payments", map[string]any{"seq": 1})
+	rev := sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 1})
 	b.up()
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
@@ -368,7 +369,7 @@ func TestE2EEndpointsAllDown(t *testing.T) {
 	}
 	a.up()
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().Endpoint == a.URL() }, "the return to the first endpoint")
-	rev = publish(t, srv, "payments", map[string]any{"seq": 2})
+	rev = sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 2})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if n := srv.Stats().Snapshots - snapshots; n != 0 {
 		t.Errorf("%d snapshots fetched, want 0", n)
@@ -415,11 +416,11 @@ func TestWithEndpointsValidates(t *testing.T) {
 // endpoint in Status too (password redacted); a source of one's own that
 // names none leaves it empty.
 func TestWithEndpointStatusNamesIt(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "payments", map[string]any{"seq": 0})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 0})
 	url := "http://user:secret@" + srv.Addr()
-	c := newClient(t, url)
-	ns := open(t, c, "payments")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(url))
+	ns := sdksuite.Open(t, c, "payments")
 	if got, want := ns.Status().Endpoint, "http://user:xxxxx@"+srv.Addr(); got != want {
 		t.Errorf("Status.Endpoint %q, want %q", got, want)
 	}
@@ -437,7 +438,7 @@ func TestWithEndpointStatusNamesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	ns2 := open(t, c2, "payments")
+	ns2 := sdksuite.Open(t, c2, "payments")
 	if got := ns2.Status().Endpoint; got != "" {
 		t.Errorf("Status.Endpoint %q with a source that names none, want empty", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -104,8 +105,8 @@ func TestDuplicatedAndReorderedEvents(t *testing.T) {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close) // after the client's Close, which ends the stream
 
-	c := newClient(t, hs.URL)
-	ns := open(t, c, "hm")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(hs.URL))
+	ns := sdksuite.Open(t, c, "hm")
 	var mu sync.Mutex
 	var seen []int64
 	var regressions []string
@@ -156,8 +157,8 @@ func TestMalformedEventResumesWithoutPartialApply(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	c := newClient(t, hs.URL)
-	ns := open(t, c, "hm")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(hs.URL))
+	ns := sdksuite.Open(t, c, "hm")
 	var torn atomic.Bool
 	ns.OnAnyChange(func(cs config.ChangeSet) {
 		if len(cs.Changes) != 2 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
@@ -21,14 +22,14 @@ import (
 // then it is new history: the floor resets and it is served.
 func TestOlderSnapshotTakenAfterTheRewriteGrace(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
-	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "rw", "s1", 5, map[string]string{"k": "r5"}, time.Now())
+	restored := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
 	const grace = 400 * time.Millisecond
-	c := sourceClient(t, restored, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(grace))
+	c := sdksuite.NewClient(t, sdksuite.Source(restored), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(grace))
 	start := time.Now()
-	ns := open(t, c, "rw")
+	ns := sdksuite.Open(t, c, "rw")
 	var sawFresh atomic.Bool
 	stop := ns.OnStatusChange(func(st config.Status) {
 		if st.State == config.StateFresh && st.Revision == 5 {
@@ -68,15 +69,15 @@ func TestOlderSnapshotTakenAfterTheRewriteGrace(t *testing.T) {
 // linearizable snapshot behind the floor is new history at once.
 func TestLinearizableSnapshotProvesRewrittenHistory(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "rw", 5, map[string]string{"k": "r5"}, time.Now())
-	restored := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "rw", "s1", 5, map[string]string{"k": "r5"}, time.Now())
+	restored := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Linearizable: true,
 			Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
-	c := sourceClient(t, restored, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
-	ns := open(t, c, "rw")
+	c := sdksuite.NewClient(t, sdksuite.Source(restored), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
+	ns := sdksuite.Open(t, c, "rw")
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Revision() == 2 && ns.String("k", "") == "r2" }, "the restored revision")
-	if n := restored.snapshots.Load(); n != 1 {
+	if n := restored.Snapshots(); n != 1 {
 		t.Errorf("%d snapshots; want the first one taken at once", n)
 	}
 }
@@ -87,18 +88,18 @@ func TestLinearizableSnapshotProvesRewrittenHistory(t *testing.T) {
 // outage. Target: converged within 2 s of that first answer. Before: 2.5 to
 // 7.5 s here (the 5 s backoff), 41-89 s with the default 30 s maximum.
 func TestServerRestartWithNewStoreConvergesAtOnce(t *testing.T) {
-	srv := startServer(t)
+	srv := sdksuite.StartReference(t)
 	for i := range 5 {
-		publish(t, srv, "restart", map[string]any{"k": i})
+		sdksuite.Publish(t, srv, "restart", map[string]any{"k": i})
 	}
-	c := newClient(t, srv.URL(), config.WithReconnectBackoff(5*time.Second, 5*time.Second))
-	ns := open(t, c, "restart")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Second, 5*time.Second))
+	ns := sdksuite.Open(t, c, "restart")
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastError.Kind == config.ErrorNetwork }, "the client to see the outage")
 	storeID := srv.ResetStore()
-	rev := publish(t, srv, "restart", map[string]any{"k": "new"})
+	rev := sdksuite.Publish(t, srv, "restart", map[string]any{"k": "new"})
 	before := srv.Stats()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
@@ -129,16 +130,16 @@ func TestServerRestartWithNewStoreConvergesAtOnce(t *testing.T) {
 // history. Before: it refused every snapshot "behind the applied" revision
 // until the namespace passed the old one, wedged.
 func TestHistoryRewrittenOverHTTP(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "restored", map[string]any{"k": 1})
-	publish(t, srv, "restored", map[string]any{"k": 2})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "restored", map[string]any{"k": 1})
+	sdksuite.Publish(t, srv, "restored", map[string]any{"k": 2})
 	backup := srv.Head()
-	publish(t, srv, "restored", map[string]any{"k": 3})
-	last := publish(t, srv, "restored", map[string]any{"k": 4})
+	sdksuite.Publish(t, srv, "restored", map[string]any{"k": 3})
+	last := sdksuite.Publish(t, srv, "restored", map[string]any{"k": 4})
 	const grace = 500 * time.Millisecond
 	dir := t.TempDir()
-	c := newClient(t, srv.URL(), config.WithHistoryRewriteGrace(grace), config.WithCacheDir(dir))
-	ns := open(t, c, "restored")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithHistoryRewriteGrace(grace), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, c, "restored")
 	nstest.WaitRevision(t, ns, last, waitLimit)
 
 	var evidence, freshOnOld atomic.Bool
@@ -164,7 +165,7 @@ func TestHistoryRewrittenOverHTTP(t *testing.T) {
 	if ns.Int("k", 0) != 2 {
 		t.Errorf("serves k=%d after the reset; want the backup's 2", ns.Int("k", 0))
 	}
-	next := publish(t, srv, "restored", map[string]any{"k": "new"})
+	next := sdksuite.Publish(t, srv, "restored", map[string]any{"k": "new"})
 	nstest.WaitRevision(t, ns, next, waitLimit)
 	if ns.String("k", "") != "new" {
 		t.Errorf("serves %v after the next publish; want \"new\"", ns.Int("k", 0))
@@ -212,10 +213,10 @@ func values(t *testing.T, kv map[string]string) json.RawMessage {
 // the new history for the grace.
 func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "rr", 5, map[string]string{"k": "r5"}, time.Now())
+	sdksuite.WriteCacheFile(t, dir, "rr", "s1", 5, map[string]string{"k": "r5"}, time.Now())
 	var snaps atomic.Int64
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			if snaps.Add(1) == 1 { // the restored store's first answer: fails the schema
 				return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Linearizable: true,
 					Values: values(t, map[string]string{"k": `2`})}, nil
@@ -225,7 +226,7 @@ func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 		},
 	}
 	var watches atomic.Int64
-	src.watch = func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	src.WatchFunc = func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 		if watches.Add(1) == 1 {
 			// The fix, r3, follows the rejected r2: a gap from nothing
 			// applied of the new history, so a resnapshot.
@@ -238,8 +239,8 @@ func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	c := sourceClient(t, src, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
-	ns := open(t, c, "rr", config.Schema([]byte(`{"type":"object","properties":{"k":{"type":"string"}}}`)))
+	c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
+	ns := sdksuite.Open(t, c, "rr", config.Schema([]byte(`{"type":"object","properties":{"k":{"type":"string"}}}`)))
 	// WaitForRevision cannot tell: the old history's 5 is above 3.
 	testutil.Eventually(t, waitLimit, func() bool { return ns.String("k", "") == "r3" }, "the new history's r3 served")
 	if ns.Revision() != 3 || ns.Rejected() != 1 {
@@ -272,13 +273,13 @@ func TestRewrittenHistoryPastTheCursorIsDetected(t *testing.T) {
 	if !*runKnownHoles {
 		t.Skip("a known hole of the design; -holes runs it")
 	}
-	srv := startServer(t)
-	publish(t, srv, "mix", map[string]any{"base": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "mix", map[string]any{"base": 1})
 	backup := srv.Head()
-	publish(t, srv, "mix", map[string]any{"old-only": 1})
-	last := publish(t, srv, "mix", map[string]any{"old-only-too": 1})
-	c := newClient(t, srv.URL(), config.WithBackstop(200*time.Millisecond))
-	ns := open(t, c, "mix")
+	sdksuite.Publish(t, srv, "mix", map[string]any{"old-only": 1})
+	last := sdksuite.Publish(t, srv, "mix", map[string]any{"old-only-too": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithBackstop(200*time.Millisecond))
+	ns := sdksuite.Open(t, c, "mix")
 	nstest.WaitRevision(t, ns, last, waitLimit)
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -287,7 +288,7 @@ func TestRewrittenHistoryPastTheCursorIsDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		publish(t, srv, "mix", map[string]any{"new": i})
+		sdksuite.Publish(t, srv, "mix", map[string]any{"new": i})
 	}
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)

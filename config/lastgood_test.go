@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -22,11 +23,11 @@ import (
 // refused, not served. Before: the file was forgotten and r2 served at once.
 func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "fc", 5, map[string]string{"k": "r5"}, time.Now().Add(-time.Hour))
-	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "fc", "s1", 5, map[string]string{"k": "r5"}, time.Now().Add(-time.Hour))
+	lagging := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "r2"})}, nil
 	}}
-	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Minute))
+	c := sdksuite.NewClient(t, sdksuite.Source(lagging), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Minute))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	ns, err := c.Namespace(ctx, "fc", config.FailClosed(), config.MaxStaleness(time.Minute))
@@ -36,9 +37,7 @@ func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 	if !errors.Is(err, config.ErrStale) {
 		t.Errorf("open error = %v; want ErrStale", err)
 	}
-	lagging.mu.Lock()
-	first := lagging.requests[0]
-	lagging.mu.Unlock()
+	first := lagging.Requests()[0]
 	if first.KnownStoreID != "s1" || first.KnownRevision != 5 {
 		t.Errorf("first snapshot request = %+v; want it conditional on the file's s1@5", first)
 	}
@@ -48,13 +47,13 @@ func TestTooOldFileKeepsItsFloorWhenFailClosed(t *testing.T) {
 // (the clock stepped back) is not age 0: fail-closed does not serve it, and
 // Status says why. Before: served as perfectly fresh.
 func TestFutureFileHasUnknownAge(t *testing.T) {
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
 	t.Run("fail-closed", func(t *testing.T) {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
-		c := sourceClient(t, down, config.WithCacheDir(dir))
+		sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		ns, err := c.Namespace(ctx, "future", config.FailClosed(), config.MaxStaleness(time.Minute))
@@ -67,9 +66,9 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 	})
 	t.Run("fail-open", func(t *testing.T) {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
-		c := sourceClient(t, down, config.WithCacheDir(dir))
-		ns := open(t, c, "future", config.MaxStaleness(time.Minute))
+		sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Hour))
+		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
+		ns := sdksuite.Open(t, c, "future", config.MaxStaleness(time.Minute))
 		st := ns.Status()
 		if ns.String("k", "") != "v" || st.State != config.StateBreached {
 			t.Errorf("fail-open serves %q, %v; want the file, Breached (age unknown)", ns.String("k", ""), st.State)
@@ -83,8 +82,8 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 	})
 	t.Run("within tolerance", func(t *testing.T) {
 		dir := t.TempDir()
-		writeCacheFile(t, dir, "future", 3, map[string]string{"k": "v"}, time.Now().Add(time.Second))
-		c := sourceClient(t, down, config.WithCacheDir(dir))
+		sdksuite.WriteCacheFile(t, dir, "future", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(time.Second))
+		c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		if _, err := c.Namespace(ctx, "future", config.FailClosed(), config.MaxStaleness(time.Minute)); err != nil {
@@ -98,16 +97,16 @@ func TestFutureFileHasUnknownAge(t *testing.T) {
 // other wrote r3. Its Close must not put r1 back. Before: the last writer
 // won, whatever its revision.
 func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "shared", map[string]any{"k": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "shared", map[string]any{"k": 1})
 	dir := t.TempDir()
 	// A replica cut off from the origin: it serves r1 and keeps
 	// confirming it, so Close has a newer confirmation of r1 to persist.
-	partitioned := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	partitioned := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: srv.StoreID(), Revision: 1, Cursor: 1, Values: rawObject(map[string]string{"k": "1"})}, nil
 		},
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			tick := time.NewTicker(10 * time.Millisecond)
 			defer tick.Stop()
 			for {
@@ -122,15 +121,15 @@ func TestSharedCacheDirKeepsTheNewest(t *testing.T) {
 			}
 		},
 	}
-	old := sourceClient(t, partitioned, config.WithCacheDir(dir))
-	oldNS := open(t, old, "shared")
+	old := sdksuite.NewClient(t, sdksuite.Source(partitioned), config.WithCacheDir(dir))
+	oldNS := sdksuite.Open(t, old, "shared")
 	d := openCacheDir(t, dir)
 	testutil.Eventually(t, waitLimit, func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == 1 }, "r1 on disk")
 
-	publish(t, srv, "shared", map[string]any{"k": 2})
-	last := publish(t, srv, "shared", map[string]any{"k": 3})
-	current := newClient(t, srv.URL(), config.WithCacheDir(dir))
-	nstest.WaitRevision(t, open(t, current, "shared"), last, waitLimit)
+	sdksuite.Publish(t, srv, "shared", map[string]any{"k": 2})
+	last := sdksuite.Publish(t, srv, "shared", map[string]any{"k": 3})
+	current := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
+	nstest.WaitRevision(t, sdksuite.Open(t, current, "shared"), last, waitLimit)
 	testutil.Eventually(t, waitLimit, func() bool { rec, err := d.Load("shared"); return err == nil && rec.Revision == last }, "r3 on disk")
 
 	mark := time.Now()
@@ -185,17 +184,17 @@ func (h *recordingHandler) count(level slog.Level, msg string) int {
 // new store id always replaces).
 func TestCloseDoesNotRewriteAnUnconfirmedFile(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "uc", 4, map[string]string{"k": "old store"}, time.Now().Add(-time.Minute))
-	down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "uc", "s1", 4, map[string]string{"k": "old store"}, time.Now().Add(-time.Minute))
+	down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return nil, errors.New("connection refused")
 	}}
-	c := sourceClient(t, down, config.WithCacheDir(dir))
-	ns := open(t, c, "uc")
+	c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, c, "uc")
 	if ns.String("k", "") != "old store" {
 		t.Fatalf("serves %q; want the file", ns.String("k", ""))
 	}
 	// Another process, in touch with the server, writes the new store's data.
-	writeStoreFile(t, dir, "uc", "s2", 1, map[string]string{"k": "new store"}, time.Now())
+	sdksuite.WriteCacheFile(t, dir, "uc", "s2", 1, map[string]string{"k": "new store"}, time.Now())
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -256,11 +255,11 @@ func (s *lockingSource) QuietLimit() time.Duration {
 // refused until the rewrite grace.
 func TestFileFailingTheSchemaKeepsItsFloor(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "strict", 5, map[string]string{"k": "r5"}, time.Now())
-	lagging := &funcSource{snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	sdksuite.WriteCacheFile(t, dir, "strict", "s1", 5, map[string]string{"k": "r5"}, time.Now())
+	lagging := &sdksuite.FuncSource{SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 		return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: values(t, map[string]string{"k": `"r2"`, "n": `1`})}, nil
 	}}
-	c := sourceClient(t, lagging, config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
+	c := sdksuite.NewClient(t, sdksuite.Source(lagging), config.WithCacheDir(dir), config.WithHistoryRewriteGrace(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	ns, err := c.Namespace(ctx, "strict", config.Schema([]byte(`{"type":"object","required":["n"]}`)))

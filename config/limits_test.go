@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -19,14 +20,15 @@ import (
 // step of a growing backoff: the next try waits the longest backoff.
 // Before: 5, 10, 20, 40 ms... eight downloads in the first second and a half.
 func TestOversizedSnapshotBacksOffToTheMaximum(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "big", map[string]any{"k": "small"})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "big", map[string]any{"k": "small"})
 	dir, _ := syncedCacheDir(t, srv, "big")
-	publish(t, srv, "big", map[string]any{"k": string(make([]byte, 4096))})
+	sdksuite.Publish(t, srv, "big", map[string]any{"k": string(make([]byte, 4096))})
 	before := srv.Stats().Snapshots
-	c := newClient(t, srv.URL(), config.WithCacheDir(dir), config.WithMaxSnapshotBytes(1024),
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir), config.WithMaxSnapshotBytes(1024),
 		config.WithReconnectBackoff(5*time.Millisecond, time.Second))
-	ns := open(t, c, "big")
+
+	ns := sdksuite.Open(t, c, "big")
 	testutil.Eventually(t, waitLimit, func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) }, "ErrTooLarge in Status")
 	start := time.Now()
 	testutil.Consistently(t, 1500*time.Millisecond, func() error {
@@ -48,12 +50,12 @@ func TestOversizedSnapshotBacksOffToTheMaximum(t *testing.T) {
 // transport.HTTPSource: over it, ErrTooLarge in Status naming the limit,
 // and the last good keeps serving.
 func TestSnapshotKeyLimitIsAClientOption(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "keys", map[string]any{"a": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "keys", map[string]any{"a": 1})
 	dir, _ := syncedCacheDir(t, srv, "keys")
-	publish(t, srv, "keys", map[string]any{"b": 2, "c": 3})
-	c := newClient(t, srv.URL(), config.WithCacheDir(dir), config.WithMaxSnapshotKeys(2))
-	ns := open(t, c, "keys")
+	sdksuite.Publish(t, srv, "keys", map[string]any{"b": 2, "c": 3})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir), config.WithMaxSnapshotKeys(2))
+	ns := sdksuite.Open(t, c, "keys")
 	testutil.Eventually(t, waitLimit, func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrTooLarge) }, "ErrTooLarge in Status")
 	if msg := ns.Status().LastError.Message; !strings.Contains(msg, "2 keys") {
 		t.Errorf("LastError %q does not name the 2-key limit", msg)
@@ -68,12 +70,12 @@ func TestSnapshotKeyLimitIsAClientOption(t *testing.T) {
 // the client resnapshots (the snapshot has its own, larger limit) and
 // converges. Before: it resumed into the same event forever.
 func TestOversizedEventResnapshots(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "ev", map[string]any{"k": "small"})
-	c := newClient(t, srv.URL(), config.WithMaxEventBytes(512))
-	ns := open(t, c, "ev")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "ev", map[string]any{"k": "small"})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithMaxEventBytes(512))
+	ns := sdksuite.Open(t, c, "ev")
 	big := strings.Repeat("x", 2048)
-	rev := publish(t, srv, "ev", map[string]any{"k": big})
+	rev := sdksuite.Publish(t, srv, "ev", map[string]any{"k": big})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	if ns.String("k", "") != big {
 		t.Errorf("serves %d bytes of k; want the 2048 of the oversized change", len(ns.String("k", "")))

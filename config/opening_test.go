@@ -10,17 +10,18 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // TestNamespaceWithOtherOptionsFails (hole 10): a second open of an open
 // name with other options fails, saying which; the same options share it.
 func TestNamespaceWithOtherOptionsFails(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "opts", map[string]any{"k": 1})
-	c := newClient(t, srv.URL())
-	first := open(t, c, "opts", config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}))
-	same := open(t, c, "opts", config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}))
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "opts", map[string]any{"k": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	first := sdksuite.Open(t, c, "opts", config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}))
+	same := sdksuite.Open(t, c, "opts", config.MaxStaleness(time.Minute), config.Defaults(map[string]any{"k": 0}))
 	if same != first {
 		t.Error("the same options gave another Namespace")
 	}
@@ -44,8 +45,8 @@ func TestNamespaceWithOtherOptionsFails(t *testing.T) {
 // while opening are logged at Warn, rate-limited. Before: both were
 // ErrNotFound, and nothing was logged at any level.
 func TestOpeningFailuresAreToldApartAndLogged(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "known", map[string]any{"k": 1})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "known", map[string]any{"k": 1})
 	web := httptest.NewServer(http.NotFoundHandler()) // an ordinary web server: 404 text
 	t.Cleanup(web.Close)
 	for _, tt := range []struct {
@@ -58,7 +59,7 @@ func TestOpeningFailuresAreToldApartAndLogged(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			logs := &recordingHandler{}
-			c := newClient(t, tt.url, config.WithLogger(slog.New(logs)))
+			c := sdksuite.NewClient(t, sdksuite.Endpoint(tt.url), config.WithLogger(slog.New(logs)))
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			_, err := c.Namespace(ctx, tt.ns)

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 func TestCheckReady(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "pay.prod", map[string]any{"k": 1})
-	publish(t, srv, "flags.prod", map[string]any{"k": 1})
-	c := newClient(t, srv.URL(), config.WithReconnectBackoff(5*time.Millisecond, 20*time.Millisecond))
-	pay := open(t, c, "pay.prod", config.FailClosed(), config.MaxStaleness(300*time.Millisecond), config.Defaults(map[string]any{"k": 0}))
-	flags := open(t, c, "flags.prod", config.MaxStaleness(300*time.Millisecond)) // fail-open
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "pay.prod", map[string]any{"k": 1})
+	sdksuite.Publish(t, srv, "flags.prod", map[string]any{"k": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 20*time.Millisecond))
+	pay := sdksuite.Open(t, c, "pay.prod", config.FailClosed(), config.MaxStaleness(300*time.Millisecond), config.Defaults(map[string]any{"k": 0}))
+	flags := sdksuite.Open(t, c, "flags.prod", config.MaxStaleness(300*time.Millisecond)) // fail-open
 
 	if err := c.CheckReady(0, "pay.prod", "flags.prod"); err != nil {
 		t.Fatalf("fresh namespaces: %v", err)

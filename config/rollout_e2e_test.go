@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -96,7 +97,7 @@ func rolloutClient(t *testing.T, srv *fakeserver.Server, id string, opts ...conf
 	}
 	t.Cleanup(func() { _ = hs.Close() }) // after the client's Close (cleanups run last first)
 	rec := &ackRecorder{HTTPSource: hs}
-	base := []config.Option{config.WithSource(rec), config.WithClientID(id), config.WithLogger(testLogger(t)),
+	base := []config.Option{config.WithSource(rec), config.WithClientID(id), config.WithLogger(sdksuite.Logger(t)),
 		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond)}
 	c, err := config.New(append(base, opts...)...)
 	if err != nil {
@@ -189,12 +190,12 @@ func serves(ns *config.Namespace) string {
 // nothing served changes, Status shows the rollout, acks name it for the
 // members.
 func TestRolloutStagesFlipRevertPromote(t *testing.T) {
-	srv := startServer(t)
-	base := publish(t, srv, "app", map[string]any{"a": "1", "b": "x"})
+	srv := sdksuite.StartReference(t)
+	base := sdksuite.Publish(t, srv, "app", map[string]any{"a": "1", "b": "x"})
 	in, out := split("r1", "client-a", "client-b")
 	cm, am := rolloutClient(t, srv, in)
 	cn, an := rolloutClient(t, srv, out)
-	m, n := open(t, cm, "app"), open(t, cn, "app")
+	m, n := sdksuite.Open(t, cm, "app"), sdksuite.Open(t, cn, "app")
 	lm, ln := logChanges(m), logChanges(n)
 
 	// Stage 1: the member alone.
@@ -264,7 +265,7 @@ func TestRolloutStagesFlipRevertPromote(t *testing.T) {
 	}
 	// A later publish reaches the member's callbacks with nothing of the
 	// promotion's before it.
-	r6 := publish(t, srv, "app", map[string]any{"c": "3"})
+	r6 := sdksuite.Publish(t, srv, "app", map[string]any{"c": "3"})
 	if got := lm.at(t, r4, r6); got != `c:->"3"` {
 		t.Errorf("member's change after the promotion: %s", got)
 	}
@@ -287,10 +288,10 @@ const strictSchema2 = `{"type":"object","additionalProperties":{"type":"string",
 // staged change nacks the revision, naming the rollout, and keeps serving
 // the base; the revert needs no change of it.
 func TestRolloutMemberNacksStagedChange(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "app", map[string]any{"a": "1"})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "app", map[string]any{"a": "1"})
 	c, rec := rolloutClient(t, srv, "strict-1")
-	ns := open(t, c, "app", config.Schema([]byte(strictSchema2)))
+	ns := sdksuite.Open(t, c, "app", config.Schema([]byte(strictSchema2)))
 	rejected := make(chan *config.RejectedError, 10)
 	ns.OnReject(func(e *config.RejectedError) { rejected <- e })
 	log := logChanges(ns)
@@ -326,7 +327,7 @@ func TestRolloutMemberNacksStagedChange(t *testing.T) {
 	}
 	// Nothing served changed until a later publish: its change set is the
 	// first.
-	r3 := publish(t, srv, "app", map[string]any{"c": "3"})
+	r3 := sdksuite.Publish(t, srv, "app", map[string]any{"c": "3"})
 	if got := log.at(t, 0, r3); got != `c:->"3"` {
 		t.Errorf("change at %d: %s", r3, got)
 	}
@@ -336,14 +337,14 @@ func TestRolloutMemberNacksStagedChange(t *testing.T) {
 // stage whose checks reject the staged change reports a would-nack and
 // serves the base; without it, it reports nothing of the kind.
 func TestRolloutPrevalidation(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "app", map[string]any{"a": "1"})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "app", map[string]any{"a": "1"})
 	const id = "strict-out"
 	if rollout.Hash("r1", id) == 0 || rollout.Hash("r2", id) == 0 {
 		t.Fatal("the id's hash is 0: in a stage with cut 0")
 	}
 	c, rec := rolloutClient(t, srv, id)
-	ns := open(t, c, "app", config.Schema([]byte(strictSchema2)))
+	ns := sdksuite.Open(t, c, "app", config.Schema([]byte(strictSchema2)))
 	bad := map[string]json.RawMessage{"a": json.RawMessage(`"new-field"`)}
 
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 1, Cut: 0, Puts: bad}, nil)
@@ -373,13 +374,13 @@ func TestRolloutPrevalidation(t *testing.T) {
 // network converges (a later stage that takes it in serves it the
 // change); one restarted with a member's id serves the staged change.
 func TestRolloutRestartMidStage(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "app", map[string]any{"a": "1", "b": "x"})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "app", map[string]any{"a": "1", "b": "x"})
 	in, out := split("r1", "client-a", "client-b")
 	dir := t.TempDir()
 	a, _ := rolloutClient(t, srv, in, config.WithCacheDir(dir))
 	r1 := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 10, Cut: rollout.Hash("r1", in), Puts: stagedChange}, nil)
-	nsA := open(t, a, "app")
+	nsA := sdksuite.Open(t, a, "app")
 	nstest.WaitRevision(t, nsA, r1, waitLimit)
 	if got := serves(nsA); got != `a="2" b="x" new="n"` {
 		t.Fatalf("member serves %s", got)
@@ -463,8 +464,8 @@ func TestRolloutRestartMidStage(t *testing.T) {
 // not decode is rejected whole; the last good keeps serving.
 func TestRolloutMalformedFromTheNetwork(t *testing.T) {
 	src := &scripted{}
-	c := sourceClient(t, src, config.WithClientID("c1"))
-	ns := open(t, c, "app")
+	c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithClientID("c1"))
+	ns := sdksuite.Open(t, c, "app")
 	if got := serves(ns); got != `a="1"` {
 		t.Fatalf("serves %s", got)
 	}

@@ -2,7 +2,6 @@ package config_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,9 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -74,7 +75,7 @@ func TestSchemaScenario(t *testing.T) {
 		t.Skip("100 clients")
 	}
 	// A long heartbeat, so the bytes counted are the change's, not progress.
-	srv := startServer(t, fakeserver.WithHeartbeat(time.Minute))
+	srv := sdksuite.StartReference(t, fakeserver.WithHeartbeat(time.Minute))
 	if err := srv.SetSchema("routes", []byte(serverSchema)); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestSchemaScenario(t *testing.T) {
 	for i := range 1000 {
 		routes[fmt.Sprintf("cluster/c%d", i)] = fmt.Sprintf("lb=rr;endpoints=10.0.%d.%d", i/250, i%250)
 	}
-	base := publish(t, srv, "routes", routes)
+	base := sdksuite.Publish(t, srv, "routes", routes)
 
 	const clients = 100
 	var wire atomic.Int64
@@ -97,8 +98,9 @@ func TestSchemaScenario(t *testing.T) {
 		// 100 clients open at once: under -race on a loaded 2-core
 		// machine a snapshot can wait more than relaxedIdle for its
 		// headers, which is not what this test is about.
-		c := newClient(t, srv.URL(), config.WithHTTPClient(hc), config.WithClientID(fmt.Sprintf("client-%02d", i)),
+		c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithHTTPClient(hc), config.WithClientID(fmt.Sprintf("client-%02d", i)),
 			config.WithStreamIdleTimeout(15*time.Second))
+
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -123,7 +125,7 @@ func TestSchemaScenario(t *testing.T) {
 
 	// (1) A one-key change reaches all 100, for a fraction of the bytes.
 	wire.Store(0)
-	rev1 := publish(t, srv, "routes", map[string]any{"cluster/c5": "lb=rr;endpoints=10.0.0.2"})
+	rev1 := sdksuite.Publish(t, srv, "routes", map[string]any{"cluster/c5": "lb=rr;endpoints=10.0.0.2"})
 	for _, ns := range nss {
 		nstest.WaitRevision(t, ns, rev1, waitLimit)
 	}
@@ -145,7 +147,7 @@ func TestSchemaScenario(t *testing.T) {
 
 	// (3) new-field: 90 apply it, the 10 strict clients nack it and keep
 	// serving the old value.
-	rev3 := publish(t, srv, "routes", map[string]any{"cluster/c9": "lb=rr;new-field=1"})
+	rev3 := sdksuite.Publish(t, srv, "routes", map[string]any{"cluster/c9": "lb=rr;new-field=1"})
 	for i, ns := range nss {
 		if i%10 != 0 {
 			nstest.WaitRevision(t, ns, rev3, waitLimit)
@@ -215,18 +217,15 @@ func controlClients(t *testing.T, base string) []fakeserver.ClientState {
 	t.Helper()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Get(base + "/control/clients")
+	c, err := controlapi.NewClient(base, controlapi.WithHTTPClient(&http.Client{Transport: tr}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Clients []fakeserver.ClientState `json:"clients"`
+	all, err := c.Clients(context.Background())
+	if err != nil {
+		t.Fatalf("/control/clients: %v", err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatalf("decode /control/clients: %v", err)
-	}
-	return out.Clients
+	return all.Clients
 }
 
 func TestInvalidSnapshotAtOpen(t *testing.T) {
@@ -234,10 +233,10 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 	portSchema := []byte(`{"type":"object","properties":{"port":{"type":"integer"}}}`)
 
 	t.Run("fail-open without last good serves defaults", func(t *testing.T) {
-		srv := startServer(t)
-		publish(t, srv, "svc", invalid)
-		c := newClient(t, srv.URL())
-		ns := open(t, c, "svc", config.Schema(portSchema), config.Defaults(map[string]any{"port": 8080}))
+		srv := sdksuite.StartReference(t)
+		sdksuite.Publish(t, srv, "svc", invalid)
+		c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+		ns := sdksuite.Open(t, c, "svc", config.Schema(portSchema), config.Defaults(map[string]any{"port": 8080}))
 		if ns.Int("port", 0) != 8080 {
 			t.Errorf("port = %d; want the default", ns.Int("port", 0))
 		}
@@ -246,16 +245,16 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 			t.Errorf("status = %v from %v, error %v", st.State, st.Origin, st.LastError)
 		}
 		// A later revision that passes applies normally.
-		rev := publish(t, srv, "svc", map[string]any{"port": 9090})
+		rev := sdksuite.Publish(t, srv, "svc", map[string]any{"port": 9090})
 		nstest.WaitRevision(t, ns, rev, waitLimit)
 		if ns.Int("port", 0) != 9090 || ns.Status().Origin != config.OriginNetwork {
 			t.Errorf("after the fix: port %d from %v", ns.Int("port", 0), ns.Status().Origin)
 		}
 	})
 	t.Run("fail-closed without last good refuses to open", func(t *testing.T) {
-		srv := startServer(t)
-		publish(t, srv, "svc", invalid)
-		c := newClient(t, srv.URL())
+		srv := sdksuite.StartReference(t)
+		sdksuite.Publish(t, srv, "svc", invalid)
+		c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		_, err := c.Namespace(ctx, "svc", config.Schema(portSchema), config.FailClosed(), config.MaxStaleness(time.Minute))
@@ -265,17 +264,17 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 	})
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("last good on disk, fail-closed=%v", failClosed), func(t *testing.T) {
-			srv := startServer(t)
-			publish(t, srv, "svc", map[string]any{"port": 1})
+			srv := sdksuite.StartReference(t)
+			sdksuite.Publish(t, srv, "svc", map[string]any{"port": 1})
 			dir, _ := syncedCacheDir(t, srv, "svc")
-			bad := publish(t, srv, "svc", invalid)
+			bad := sdksuite.Publish(t, srv, "svc", invalid)
 
-			b := newClient(t, srv.URL(), config.WithCacheDir(dir))
+			b := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithCacheDir(dir))
 			opts := []config.NamespaceOption{config.Schema(portSchema), config.MaxStaleness(time.Minute)}
 			if failClosed {
 				opts = append(opts, config.FailClosed())
 			}
-			ns := open(t, b, "svc", opts...)
+			ns := sdksuite.Open(t, b, "svc", opts...)
 			testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() > 0 }, "the rejection")
 			if ns.Int("port", 0) != 1 || ns.Revision() == bad {
 				t.Errorf("serves port %d at %d; want the last good", ns.Int("port", 0), ns.Revision())
@@ -286,16 +285,16 @@ func TestInvalidSnapshotAtOpen(t *testing.T) {
 
 // TestAckEndpointDown: with every ack failing, applies and reads go on.
 func TestAckEndpointDown(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "acks", map[string]any{"v": 0})
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "acks", map[string]any{"v": 0})
 	var wire atomic.Int64
 	hc, ct := countingClient(&wire)
 	ct.refuse = transport.PathAck
-	c := newClient(t, srv.URL(), config.WithHTTPClient(hc))
-	ns := open(t, c, "acks")
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithHTTPClient(hc))
+	ns := sdksuite.Open(t, c, "acks")
 	var last int64
 	for i := 1; i <= 20; i++ {
-		last = publish(t, srv, "acks", map[string]any{"v": i})
+		last = sdksuite.Publish(t, srv, "acks", map[string]any{"v": i})
 	}
 	nstest.WaitRevision(t, ns, last, waitLimit)
 	if ns.Int("v", 0) != 20 {

@@ -4,44 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
-	"github.com/holdfast-dev/holdfast/internal/snapshot"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
-
-// funcSource is a Source whose answers a test scripts. A nil watch waits
-// for its context.
-type funcSource struct {
-	snapshot  func(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error)
-	watch     func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error
-	snapshots atomic.Int64
-	mu        sync.Mutex
-	requests  []transport.SnapshotRequest
-}
-
-func (s *funcSource) Snapshot(ctx context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
-	s.snapshots.Add(1)
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	s.mu.Unlock()
-	return s.snapshot(ctx, req)
-}
-
-func (s *funcSource) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
-	if s.watch == nil {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return s.watch(ctx, req, handle)
-}
 
 func rawValues(kv map[string]string) map[string]json.RawMessage {
 	out := make(map[string]json.RawMessage, len(kv))
@@ -61,21 +34,6 @@ func rawObject(kv map[string]string) json.RawMessage {
 	return obj
 }
 
-func sourceClient(t *testing.T, src transport.Source, opts ...config.Option) *config.Client {
-	t.Helper()
-	base := []config.Option{
-		config.WithSource(src),
-		config.WithLogger(testLogger(t)),
-		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
-	}
-	c, err := config.New(append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // openCacheDir opens dir as a cache directory, as another process would.
 func openCacheDir(t *testing.T, dir string) *cachedir.Dir {
 	t.Helper()
@@ -86,37 +44,17 @@ func openCacheDir(t *testing.T, dir string) *cachedir.Dir {
 	return d
 }
 
-// writeCacheFile writes a last-good file for ns at revision rev of store
-// "s1", confirmed at confirmedAt.
-func writeCacheFile(t *testing.T, dir, ns string, rev int64, kv map[string]string, confirmedAt time.Time) {
-	t.Helper()
-	writeStoreFile(t, dir, ns, "s1", rev, kv, confirmedAt)
-}
-
-// writeStoreFile is writeCacheFile for another store id.
-func writeStoreFile(t *testing.T, dir, ns, storeID string, rev int64, kv map[string]string, confirmedAt time.Time) {
-	t.Helper()
-	snap, err := snapshot.Build(ns, storeID, rev, rawValues(kv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &cachedir.Record{Namespace: ns, StoreID: storeID, Revision: rev, Cursor: rev, ConfirmedAt: confirmedAt, Snapshot: snap}
-	if err := openCacheDir(t, dir).Save(rec); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestFreshNeedsARecentConfirmation (hole 2): a watch that stays open but
 // delivers no event (an intermediary's keepalives with the upstream dead)
 // must not keep the namespace Fresh: Fresh needs a confirmation within the
 // idle timeout. Before: Fresh until the 10-minute backstop.
 func TestFreshNeedsARecentConfirmation(t *testing.T) {
-	src := &funcSource{
-		snapshot: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(_ context.Context, req transport.SnapshotRequest) (*transport.Snapshot, error) {
 			return &transport.Snapshot{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2, Values: rawObject(map[string]string{"k": "v"})}, nil
 		},
 		// One progress, then silence on a stream that never ends.
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			if err := handle(transport.Event{Progress: &transport.Progress{Namespace: req.Namespace, StoreID: "s1", Revision: 2, Cursor: 2}}); err != nil {
 				return err
 			}
@@ -125,8 +63,8 @@ func TestFreshNeedsARecentConfirmation(t *testing.T) {
 		},
 	}
 	const idle = 200 * time.Millisecond
-	c := sourceClient(t, src, config.WithStreamIdleTimeout(idle))
-	ns := open(t, c, "quiet")
+	c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithStreamIdleTimeout(idle))
+	ns := sdksuite.Open(t, c, "quiet")
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
@@ -151,8 +89,8 @@ func TestFreshNeedsARecentConfirmation(t *testing.T) {
 // QuietLimit deadlocks the namespace (and Close).
 func TestQuietLimitIsNotAskedUnderTheNamespaceLock(t *testing.T) {
 	src := &lockingSource{lock: make(chan struct{}, 1)}
-	c := sourceClient(t, src)
-	ns := open(t, c, "locking")
+	c := sdksuite.NewClient(t, sdksuite.Source(src))
+	ns := sdksuite.Open(t, c, "locking")
 	mark := time.Now()
 	confirmed := testutil.Wait(5*time.Second, func() bool {
 		return ns.Status().LastConfirmed.After(mark.Add(100*time.Millisecond)) || src.deadlock.Load()
@@ -220,8 +158,8 @@ func TestResnapshotAtOnceIsNoHotLoop(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &funcSource{snapshot: tt.snapshot, watch: tt.watch}
-			c, err := config.New(config.WithSource(src), config.WithLogger(testLogger(t)),
+			src := &sdksuite.FuncSource{SnapshotFunc: tt.snapshot, WatchFunc: tt.watch}
+			c, err := config.New(config.WithSource(src), config.WithLogger(sdksuite.Logger(t)),
 				config.WithReconnectBackoff(50*time.Millisecond, 50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -232,10 +170,10 @@ func TestResnapshotAtOnceIsNoHotLoop(t *testing.T) {
 			if _, err := c.Namespace(ctx, "loop"); err != nil {
 				t.Fatal(err)
 			}
-			before := src.snapshots.Load()
+			before := src.Snapshots()
 			start := time.Now()
 			time.Sleep(window) // the loop runs for the window: the time passing is what is measured
-			if got := src.snapshots.Load() - before; got > most {
+			if got := src.Snapshots() - before; got > most {
 				t.Errorf("%d snapshot requests in %v; want at most %d (the backoff paces them)", got, time.Since(start).Round(time.Millisecond), most)
 			}
 		})
@@ -247,11 +185,11 @@ func TestResnapshotAtOnceIsNoHotLoop(t *testing.T) {
 // is an error to retry, not a nil dereference that ends the process.
 func TestSourceAnsweringNothingIsAnError(t *testing.T) {
 	dir := t.TempDir()
-	writeCacheFile(t, dir, "nil", 3, map[string]string{"k": "v"}, time.Now())
+	sdksuite.WriteCacheFile(t, dir, "nil", "s1", 3, map[string]string{"k": "v"}, time.Now())
 	for _, err := range []error{nil, transport.ErrNotModified} {
-		src := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return nil, err }}
-		c := sourceClient(t, src, config.WithCacheDir(dir))
-		ns := open(t, c, "nil")
+		src := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return nil, err }}
+		c := sdksuite.NewClient(t, sdksuite.Source(src), config.WithCacheDir(dir))
+		ns := sdksuite.Open(t, c, "nil")
 		testutil.Eventually(t, waitLimit, func() bool { return errors.Is(ns.Status().LastError.Err, transport.ErrMalformed) }, "the error in Status")
 		if err := c.Close(); err != nil {
 			t.Fatal(err)

@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // TestLastErrorIsPastAfterRecovery: an error stays in Status.LastError
 // after the namespace recovers, but says it is past.
 func TestLastErrorIsPastAfterRecovery(t *testing.T) {
-	srv := startServer(t)
-	publish(t, srv, "ns", map[string]any{"v": 1})
-	c := newClient(t, srv.URL())
-	ns := open(t, c, "ns")
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "ns", map[string]any{"v": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()))
+	ns := sdksuite.Open(t, c, "ns")
 
 	srv.FailNext(1, http.StatusServiceUnavailable, 0)
 	srv.DropStreams()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -19,9 +20,9 @@ import (
 func TestMalformedStreamErrorIsPastAfterConfirmation(t *testing.T) {
 	snap := &transport.Snapshot{Namespace: "q", StoreID: "s1", Revision: 3, Cursor: 3, Values: rawObject(map[string]string{"k": "v"})}
 	var watches atomic.Int64
-	src := &funcSource{
-		snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return snap, nil },
-		watch: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
+	src := &sdksuite.FuncSource{
+		SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) { return snap, nil },
+		WatchFunc: func(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 			if watches.Add(1) == 1 {
 				return fmt.Errorf("transport: watch %q: %w: an event of an unknown type", req.Namespace, transport.ErrMalformed)
 			}
@@ -32,8 +33,8 @@ func TestMalformedStreamErrorIsPastAfterConfirmation(t *testing.T) {
 			return ctx.Err()
 		},
 	}
-	c := sourceClient(t, src)
-	ns := open(t, c, "q")
+	c := sdksuite.NewClient(t, sdksuite.Source(src))
+	ns := sdksuite.Open(t, c, "q")
 	testutil.Eventually(t, waitLimit, func() bool {
 		st := ns.Status()
 		return errors.Is(st.LastError.Err, transport.ErrMalformed) && st.LastConfirmed.After(st.LastError.Time)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -26,23 +27,6 @@ import (
 
 // End-to-end tests of the one watch stream per client (issue 12, "Done
 // when"), over real HTTP against the reference server.
-
-// defaultClient is a client as an application makes it: no WithHTTPClient
-// (so it switches to h2c when the server lists it), no watch mode; only a
-// short reconnect backoff, and opts.
-func defaultClient(t testing.TB, url string, opts ...config.Option) *config.Client {
-	t.Helper()
-	base := []config.Option{
-		config.WithEndpoint(url),
-		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
-	}
-	c, err := config.New(append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 func serverPort(t testing.TB, srv *fakeserver.Server) int {
 	t.Helper()
@@ -124,21 +108,21 @@ func TestE2EStreamTwentyNamespacesOneConnection(t *testing.T) {
 }
 
 func testConnections(t *testing.T, want int, opts ...fakeserver.Option) {
-	srv := startServer(t, opts...)
+	srv := sdksuite.StartReference(t, opts...)
 	port := serverPort(t, srv)
 	names := nsNames("conn", 20)
 	for _, name := range names {
-		publish(t, srv, name, map[string]any{"v": 0})
+		sdksuite.Publish(t, srv, name, map[string]any{"v": 0})
 	}
-	c := defaultClient(t, srv.URL())
+	c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond))
 	nss := make(map[string]*config.Namespace)
 	for _, name := range names {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 	}
 	steady := func(round int) {
 		t.Helper()
 		for _, name := range names {
-			rev := publish(t, srv, name, map[string]any{"v": round})
+			rev := sdksuite.Publish(t, srv, name, map[string]any{"v": round})
 			nstest.WaitRevision(t, nss[name], rev, waitLimit)
 		}
 		// Count once every namespace's ack is in (over HTTP/1.1 an ack
@@ -312,18 +296,18 @@ func last(revs []int64) int64 {
 // nothing, apply nothing twice, and fetch no snapshot again (the server
 // served exactly one per open).
 func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
-	srv := startServer(t)
+	srv := sdksuite.StartReference(t)
 	stay, leave, join := nsNames("stay", 5), nsNames("leave", 5), nsNames("join", 5)
 	all := slices.Concat(stay, leave, join)
 	for _, name := range all {
-		publish(t, srv, name, map[string]any{"seq": 0})
+		sdksuite.Publish(t, srv, name, map[string]any{"seq": 0})
 	}
-	c := defaultClient(t, srv.URL())
+	c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond))
 	log := newRevLog()
 	nss := map[string]*config.Namespace{}
 	opens := 0
 	openAndWatch := func(name string) {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 		log.watch(nss[name])
 		opens++
 	}
@@ -456,23 +440,24 @@ func (h attrRecorder) WithGroup(string) slog.Handler      { return h }
 // (compacted), it resnapshots alone, and the others go on receiving every
 // change without a snapshot.
 func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
-	srv := startServer(t)
+	srv := sdksuite.StartReference(t)
 	others := nsNames("keep", 5)
 	const victim = "victim"
 	for _, name := range append(slices.Clone(others), victim) {
-		publish(t, srv, name, map[string]any{"seq": 0})
+		sdksuite.Publish(t, srv, name, map[string]any{"seq": 0})
 	}
 	ht := &holdingTransport{base: http.DefaultTransport.(*http.Transport).Clone(), hold: victim,
 		held: make(chan struct{}), release: make(chan struct{}), snapshots: map[string]int{}}
 	t.Cleanup(ht.base.(*http.Transport).CloseIdleConnections)
 	var logMu sync.Mutex
 	var logs []string
-	c := newClient(t, srv.URL(), config.WithHTTPClient(&http.Client{Transport: ht}),
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithHTTPClient(&http.Client{Transport: ht}),
 		config.WithLogger(slog.New(attrRecorder{&logMu, &logs})))
+
 	log := newRevLog()
 	nss := map[string]*config.Namespace{}
 	for _, name := range others {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 		log.watch(nss[name])
 	}
 	pub := startPublisher(t, srv, others, 2*time.Millisecond, 0)
@@ -500,7 +485,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	}
 	var victimLast int64
 	for i := 1; i <= 5; i++ {
-		victimLast = publish(t, srv, victim, map[string]any{"seq": i})
+		victimLast = sdksuite.Publish(t, srv, victim, map[string]any{"seq": i})
 	}
 	// The stream restarts with every cursor when the victim joins: the
 	// others' cursors must be past the compaction point by then (the
@@ -569,17 +554,17 @@ func TestE2EWaitForRevisionOfUnwatchedPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	publish(t, srv, "watched", map[string]any{"v": 0})
-	publish(t, srv, "unwatched", map[string]any{"v": 0})
-	c := defaultClient(t, srv.URL())
-	ns := open(t, c, "watched")
+	sdksuite.Publish(t, srv, "watched", map[string]any{"v": 0})
+	sdksuite.Publish(t, srv, "unwatched", map[string]any{"v": 0})
+	c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond))
+	ns := sdksuite.Open(t, c, "watched")
 	testutil.Eventually(t, waitLimit, func() bool {
 		return srv.OpenStreams() == 1 && c.Revision() >= ns.Revision()
 	}, "the stream open and the client confirmed")
 	streams := srv.Stats().Streams
 	for i := 1; i <= 5; i++ {
 		before, start := c.Revision(), time.Now()
-		rev := publish(t, srv, "unwatched", map[string]any{"v": i})
+		rev := sdksuite.Publish(t, srv, "unwatched", map[string]any{"v": i})
 		if before >= rev {
 			t.Fatalf("Revision %d before the publish of %d", before, rev)
 		}
@@ -608,20 +593,20 @@ func TestE2EWaitForRevisionOfUnwatchedPublish(t *testing.T) {
 // TestE2EStreamFaultsConvergeEveryNamespace: dropped streams, a black hole
 // and a store reset each converge for every namespace of the stream.
 func TestE2EStreamFaultsConvergeEveryNamespace(t *testing.T) {
-	srv := startServer(t)
+	srv := sdksuite.StartReference(t)
 	names := nsNames("fault", 6)
 	for _, name := range names {
-		publish(t, srv, name, map[string]any{"v": 0, "old": true})
+		sdksuite.Publish(t, srv, name, map[string]any{"v": 0, "old": true})
 	}
-	c := defaultClient(t, srv.URL(), config.WithStreamIdleTimeout(testIdle))
+	c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(srv.URL()), config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond), config.WithStreamIdleTimeout(testIdle))
 	nss := map[string]*config.Namespace{}
 	for _, name := range names {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 	}
 	publishAll := func(v int) map[string]int64 {
 		revs := map[string]int64{}
 		for _, name := range names {
-			revs[name] = publish(t, srv, name, map[string]any{"v": v})
+			revs[name] = sdksuite.Publish(t, srv, name, map[string]any{"v": v})
 		}
 		return revs
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -260,17 +261,6 @@ func (f *fakeStream) AckBatch(_ context.Context, acks []transport.Ack) error {
 	return nil
 }
 
-func newStreamClient(t testing.TB, src transport.Source) *config.Client {
-	t.Helper()
-	c, err := config.New(config.WithSource(src), config.WithStreamIdleTimeout(relaxedIdle),
-		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // seqRecorder keeps, per namespace, every value of "seq" its OnChange saw.
 type seqRecorder struct {
 	mu   sync.Mutex
@@ -360,13 +350,13 @@ func TestStreamJoinAndLeaveWhileChangesFlow(t *testing.T) {
 	for _, ns := range slices.Concat(stay, leave, join) {
 		f.publish(ns, map[string]any{"seq": 0})
 	}
-	c := newStreamClient(t, f)
+	c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 	stopMon := revisionMonitor(t, c)
 	defer stopMon()
 	rec := &seqRecorder{}
 	open1 := map[string]*config.Namespace{}
 	for _, name := range slices.Concat(stay, leave) {
-		open1[name] = open(t, c, name)
+		open1[name] = sdksuite.Open(t, c, name)
 		rec.watch(open1[name])
 	}
 
@@ -381,7 +371,7 @@ func TestStreamJoinAndLeaveWhileChangesFlow(t *testing.T) {
 		switch i {
 		case 20:
 			for _, name := range join {
-				open1[name] = open(t, c, name)
+				open1[name] = sdksuite.Open(t, c, name)
 				rec.watch(open1[name])
 			}
 		case 40:
@@ -444,11 +434,11 @@ func TestStreamEndedCompactedResnapshotsAlone(t *testing.T) {
 	for _, ns := range names {
 		f.publish(ns, map[string]any{"seq": 0})
 	}
-	c := newStreamClient(t, f)
+	c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 	nss := map[string]*config.Namespace{}
 	rec := &seqRecorder{}
 	for _, name := range names {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 		rec.watch(nss[name])
 	}
 	f.end("x1", &transport.CompactedError{CompactRevision: 1})
@@ -481,13 +471,13 @@ func TestStreamFailureResumesEveryNamespace(t *testing.T) {
 	for _, ns := range names {
 		f.publish(ns, map[string]any{"seq": 0})
 	}
-	c := newStreamClient(t, f)
+	c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 	stopMon := revisionMonitor(t, c)
 	defer stopMon()
 	nss := map[string]*config.Namespace{}
 	rec := &seqRecorder{}
 	for _, name := range names {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 		rec.watch(nss[name])
 	}
 	for round := 1; round <= 3; round++ {
@@ -531,12 +521,12 @@ func TestWaitForRevisionOfAnUnwatchedNamespace(t *testing.T) {
 	f := newFakeStream()
 	f.publish("mine", map[string]any{"v": 1})
 	f.publish("mine2", map[string]any{"v": 1})
-	c := newStreamClient(t, f)
+	c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 	if got := c.Revision(); got != 0 {
 		t.Errorf("Revision with no namespace open = %d; want 0", got)
 	}
-	open(t, c, "mine")
-	open(t, c, "mine2")
+	sdksuite.Open(t, c, "mine")
+	sdksuite.Open(t, c, "mine2")
 	testutil.Eventually(t, waitLimit, func() bool { return c.Revision() == 2 }, "Revision at the head")
 	rev := f.publish("theirs", map[string]any{"v": 1})
 
@@ -576,10 +566,10 @@ func TestStreamUnsupportedFallsBackToWatch(t *testing.T) {
 	for _, ns := range names {
 		f.publish(ns, map[string]any{"seq": 0})
 	}
-	c := newStreamClient(t, f)
+	c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 	nss := map[string]*config.Namespace{}
 	for _, name := range names {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 	}
 	for i := 1; i <= 5; i++ {
 		for _, ns := range names {
@@ -603,9 +593,9 @@ func TestAcksCoalescedAcrossNamespaces(t *testing.T) {
 	for _, ns := range names {
 		f.publish(ns, map[string]any{"v": 0})
 	}
-	c := newStreamClient(t, f)
+	c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 	for _, name := range names {
-		open(t, c, name)
+		sdksuite.Open(t, c, name)
 	}
 	var last int64
 	for _, ns := range names {
@@ -644,10 +634,10 @@ func TestGoroutinesPerNamespace(t *testing.T) {
 				f.publish(fmt.Sprintf("g%d", i), map[string]any{"v": i})
 			}
 			before := runtime.NumGoroutine()
-			c := newStreamClient(t, f)
+			c := sdksuite.NewClient(t, sdksuite.Source(f), config.WithStreamIdleTimeout(relaxedIdle))
 			var nss []*config.Namespace
 			for i := range n {
-				nss = append(nss, open(t, c, fmt.Sprintf("g%d", i)))
+				nss = append(nss, sdksuite.Open(t, c, fmt.Sprintf("g%d", i)))
 			}
 			f.publish("g0", map[string]any{"v": -1}) // an ack, so the acker runs
 			testutil.Eventually(t, waitLimit, func() bool { return nss[0].Int("v", 0) == -1 }, "g0 applied")

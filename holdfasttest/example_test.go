@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 )
 
@@ -225,4 +226,43 @@ func TestRolloutTypes(t *testing.T) {
 	if _, err := srv.StartRollout("a", holdfasttest.RolloutSpec{Puts: map[string]json.RawMessage{"k": json.RawMessage(`"x"`)}, Stages: []float64{100}}); !errors.As(err, &se) {
 		t.Fatalf("a rollout failing the schema: %v", err)
 	}
+}
+
+// The control API over HTTP, as an operator's tool drives it: a
+// conditional publish that lost a race, told apart by its error.
+func ExampleServer_Client() {
+	srv, err := holdfasttest.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := srv.Client()
+	rev, err := c.Publish(ctx, "payments.prod", controlapi.PublishRequest{
+		Puts:  map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(`50`)},
+		Actor: "alice",
+	})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := srv.Publish("payments.prod", map[string]any{"retry-timeout-ms": 80}); err != nil {
+		panic(err)
+	}
+	_, err = c.Publish(ctx, "payments.prod", controlapi.PublishRequest{
+		Puts:       map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(`60`)},
+		IfRevision: &rev,
+	})
+	var ae *controlapi.Error
+	if errors.Is(err, controlapi.ErrConflict) && errors.As(err, &ae) {
+		fmt.Printf("%s: at revision %d, not %d\n", ae.Code, ae.Revision, rev)
+	}
+	st, err := c.Status(ctx, "payments.prod")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("revision:", st.Revision)
+	// Output:
+	// conflict: at revision 2, not 1
+	// revision: 2
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -69,10 +70,10 @@ func TestFollowerWatchOfANamespaceBehindTheOthers(t *testing.T) {
 	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
 	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
 	c := newClient(t)
-	st := openStream(t, c, urlOf(s)+"/sdk/watch?ns=b&since=50", "")
+	st := ssetest.Open(t, c, urlOf(s)+"/sdk/watch?ns=b&since=50", "")
 	// A few heartbeats: none may speak past b's cursor.
 	for i := 0; i < 5; i++ {
-		_, p := checked(t, mustNext(t, st))
+		_, p := ssetest.Checked(t, st.MustNext(t))
 		if p == nil || p.Cursor > 50 {
 			t.Fatalf("event %d: progress %+v, b is complete up to 50 only", i, p)
 		}
@@ -80,7 +81,7 @@ func TestFollowerWatchOfANamespaceBehindTheOthers(t *testing.T) {
 	// b's syncer catches up: a change at 80, then its cursor.
 	f.Apply("b", "st", 80, 100, raw("y", "2"), chained("b", "st", 40, 80, "y", "2"), 0, false)
 	for {
-		cs, p := checked(t, mustNext(t, st))
+		cs, p := ssetest.Checked(t, st.MustNext(t))
 		if cs != nil {
 			if cs.Revision != 80 {
 				t.Fatalf("change %+v", cs)
@@ -119,10 +120,10 @@ func TestFollowerStreamOfANamespaceBehindTheOthers(t *testing.T) {
 	f.Load("a", "st", 90, 100, raw("x", "1"), time.Now())
 	f.Load("b", "st", 40, 50, raw("y", "1"), time.Now())
 	c := newClient(t)
-	st := openStream(t, c, urlOf(s)+"/sdk/stream?ns=b:50", "")
+	st := ssetest.Open(t, c, urlOf(s)+"/sdk/stream?ns=b:50", "")
 	for i := 0; i < 5; i++ {
-		ev := mustNext(t, st)
-		if id, _ := strconv.ParseInt(ev.id, 10, 64); ev.event != transport.EventProgress || id > 50 {
+		ev := st.MustNext(t)
+		if id, _ := strconv.ParseInt(ev.ID, 10, 64); ev.Event != transport.EventProgress || id > 50 {
 			t.Fatalf("event %d: %+v, b is complete up to 50 only", i, ev)
 		}
 	}
@@ -204,19 +205,19 @@ func TestFollowerStreamSendsEachChangeOnce(t *testing.T) {
 			}
 		}()
 		since := max(from-2, 1)
-		st := openStream(t, c, urlOf(s)+"/sdk/stream?ns=a:"+strconv.FormatInt(since, 10), "")
+		st := ssetest.Open(t, c, urlOf(s)+"/sdk/stream?ns=a:"+strconv.FormatInt(since, 10), "")
 		for last := since; last < to; {
-			ev := mustNext(t, st)
-			if ev.event != transport.EventChange {
+			ev := st.MustNext(t)
+			if ev.Event != transport.EventChange {
 				continue
 			}
-			id, _ := strconv.ParseInt(ev.id, 10, 64)
+			id, _ := strconv.ParseInt(ev.ID, 10, 64)
 			if id != last+1 {
 				t.Fatalf("stream %d (since %d): change %d after %d", i, since, id, last)
 			}
 			last = id
 		}
-		st.close()
+		st.Close()
 		<-done
 		rev = to
 	}

@@ -160,10 +160,10 @@ func (s *suiteServer) server() *server.Server {
 	return s.srv
 }
 
-func (s *suiteServer) URL() string {
+func (s *suiteServer) Target() sdksuite.Target {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return "http://" + s.addr
+	return sdksuite.Endpoint("http://" + s.addr)
 }
 
 func (s *suiteServer) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {

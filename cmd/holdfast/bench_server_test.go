@@ -79,14 +79,13 @@ func BenchmarkRelayFollowingServer(b *testing.B) {
 	}
 	bin := buildBinary(b)
 	srv := startServerProc(b, bin, "-data-dir", b.TempDir())
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
+	cc := controlClient(b, srv.url(), nil)
 	publish := func(v int) int64 {
-		var r struct{ Revision int64 }
-		if code, err := postJSON(hc, srv.url()+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": v}}, &r); code != http.StatusOK || err != nil {
-			b.Fatalf("publish: %d %v", code, err)
+		rev, err := publishApp(cc, "v", v)
+		if err != nil {
+			b.Fatalf("publish: %v", err)
 		}
-		return r.Revision
+		return rev
 	}
 	publish(0)
 	rl := startRelayProc(b, bin, srv.url())

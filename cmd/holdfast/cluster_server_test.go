@@ -39,15 +39,13 @@ func TestTwoServersOneClusterFailover(t *testing.T) {
 	if idB, _ := serverStatusz(t, b.url()); idA != idB {
 		t.Fatalf("store ids %q and %q, want one", idA, idB)
 	}
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
 	publish := func(base string, v int) int64 {
 		t.Helper()
-		var r struct{ Revision int64 }
-		if code, err := postJSON(hc, base+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": v}}, &r); code != http.StatusOK || err != nil {
-			t.Fatalf("publish v=%d on %s: %d %v", v, base, code, err)
+		rev, err := publishApp(controlClient(t, base, nil), "v", v)
+		if err != nil {
+			t.Fatalf("publish v=%d on %s: %v", v, base, err)
 		}
-		return r.Revision
+		return rev
 	}
 	rev := publish(a.url(), 0)
 	for _, base := range []string{a.url(), b.url()} {

@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
@@ -71,13 +68,13 @@ func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
 func (t *targetFlags) json() bool { return t.output.value == "json" }
 
 // plane is a config plane the operator commands read. Every
-// method returns the API's JSON reply.
+// method returns the reply and its JSON, as the API sent it (-o json).
 type plane interface {
-	history(ctx context.Context, ns string, limit int, before int64) ([]byte, error)
+	history(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, []byte, error)
 	// values reads the content live at revision rev, or at time at when
 	// it is not zero, or now when rev < 0.
-	values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error)
-	diff(ctx context.Context, ns string, from, to int64) ([]byte, error)
+	values(ctx context.Context, ns string, rev int64, at time.Time) (*controlapi.NamespaceValues, []byte, error)
+	diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, []byte, error)
 	close() error
 }
 
@@ -153,12 +150,17 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 			return nil, usagef("-ca, -cert, -key: %v", err)
 		}
 	}
-	return &serverPlane{
-		base:  strings.TrimSuffix(u.String(), "/"),
-		token: token,
-		tr:    tr,
-		hc:    &http.Client{Transport: tr}, // withPlane bounds the requests
-	}, nil
+	p := &serverPlane{tr: tr}
+	p.c, err = controlapi.NewClient(*t.server,
+		controlapi.WithHTTPClient(&http.Client{Transport: tr}), // withPlane bounds the requests
+		controlapi.WithToken(token),
+		controlapi.WithUserAgent("holdfast-cli"),
+		controlapi.WithMaxReplyBytes(maxReplyBytes),
+		controlapi.WithReplyHook(p.keep))
+	if err != nil {
+		return nil, usagef("-server: %v", err)
+	}
+	return p, nil
 }
 
 // secretFrom returns a secret from the flag named flagName (value), the
@@ -185,12 +187,13 @@ func secretFrom(flagName, value, fileFlag, file string) (string, error) {
 	return os.Getenv(tokenEnv), nil
 }
 
-// serverPlane is the reference server's control API.
+// serverPlane is the server's control API, through its client.
 type serverPlane struct {
-	base  string
-	token string
-	tr    *http.Transport
-	hc    *http.Client
+	c  *controlapi.Client
+	tr *http.Transport
+
+	mu   sync.Mutex
+	last []byte // the body of the last reply, for -o json
 }
 
 func (p *serverPlane) close() error {
@@ -198,88 +201,67 @@ func (p *serverPlane) close() error {
 	return nil
 }
 
-// apiError is an error reply of the control API.
-type apiError struct {
-	status int
-	body   transport.ErrorBody
+// keep is the client's reply hook: it keeps the body of the last reply.
+func (p *serverPlane) keep(_ *http.Response, body []byte) {
+	p.mu.Lock()
+	p.last = body
+	p.mu.Unlock()
 }
 
-func (e *apiError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s (HTTP %d)", e.body.Error, e.status)
-	if e.body.Message != "" {
-		b.WriteString(": " + e.body.Message)
-	}
-	for _, d := range e.body.Details {
-		b.WriteString("\n\t" + d)
-	}
-	return b.String()
+// reply is the JSON of the last reply, as the server sent it.
+func (p *serverPlane) reply() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
 }
 
-// nsPath is the control API's path of namespace ns, and then of elems.
-func nsPath(ns string, elems ...string) string {
-	p := "/control/namespaces/" + url.PathEscape(ns)
-	for _, e := range elems {
-		p += "/" + url.PathEscape(e)
+// replied is a call's reply and the JSON of the last reply, or its err.
+func replied[T any](p *serverPlane, v *T, err error) (*T, []byte, error) {
+	if err != nil {
+		return nil, nil, err
 	}
-	return p
+	return v, p.reply(), nil
 }
 
-// call sends one request (body, if not nil, as JSON) and returns the
-// reply's body; a reply that is not 2xx is an *apiError.
-func (p *serverPlane) call(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
+func (p *serverPlane) history(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, []byte, error) {
+	h, err := p.c.History(ctx, ns, controlapi.HistoryOptions{Limit: limit, Before: before})
+	return replied(p, h, err)
+}
+
+func (p *serverPlane) values(ctx context.Context, ns string, rev int64, at time.Time) (*controlapi.NamespaceValues, []byte, error) {
+	var v *controlapi.NamespaceValues
+	var err error
+	switch {
+	case !at.IsZero():
+		v, err = p.c.ValuesAtTime(ctx, ns, at)
+	case rev >= 0:
+		v, err = p.c.ValuesAt(ctx, ns, rev)
+	default:
+		// Now: the namespace's content at the store's head, read in one
+		// request after the status that names the head.
+		var st *controlapi.NamespaceStatus
+		if st, err = p.c.Status(ctx, ns); err == nil {
+			v, err = p.c.ValuesAt(ctx, ns, st.Head)
 		}
-		rd = bytes.NewReader(data)
 	}
-	u := p.base + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
+	return replied(p, v, err)
+}
+
+func (p *serverPlane) diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, []byte, error) {
+	d, err := p.c.Diff(ctx, ns, from, to)
+	return replied(p, d, err)
+}
+
+// apiError is err with a control API error's details one a line, as a
+// terminal shows them.
+func apiError(err error) error {
+	ae, ok := err.(*controlapi.Error)
+	if !ok || len(ae.Details) == 0 {
+		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "holdfast-cli")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if p.token != "" {
-		req.Header.Set("Authorization", "Bearer "+p.token)
-	}
-	resp, err := p.hc.Do(req)
-	if err != nil {
-		return nil, err // a *url.Error: the URL without its password, no header
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: reading the reply: %w", method, path, err)
-	}
-	if len(data) > maxReplyBytes {
-		return nil, fmt.Errorf("%s %s: reply larger than %d bytes", method, path, maxReplyBytes)
-	}
-	if resp.StatusCode/100 != 2 {
-		e := &apiError{status: resp.StatusCode}
-		if json.Unmarshal(data, &e.body) != nil || e.body.Error == "" {
-			// Not the API's error form (a proxy's page, say): its
-			// status and the start of its text.
-			e.body = transport.ErrorBody{Error: strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_")), Message: clip(strings.TrimSpace(string(data)), 512)}
-		}
-		return nil, e
-	}
-	if resp.StatusCode == http.StatusNoContent {
-		return nil, nil
-	}
-	if !json.Valid(data) {
-		return nil, fmt.Errorf("%s %s: the reply is not JSON: %q", method, path, clip(string(data), 128))
-	}
-	return data, nil
+	short := *ae
+	short.Details = nil
+	return errors.New(short.Error() + "\n\t" + strings.Join(ae.Details, "\n\t"))
 }
 
 func clip(s string, n int) string {
@@ -287,63 +269,6 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-func (p *serverPlane) get(ctx context.Context, path string, query url.Values) ([]byte, error) {
-	return p.call(ctx, http.MethodGet, path, query, nil)
-}
-
-func (p *serverPlane) post(ctx context.Context, path string, body any) ([]byte, error) {
-	return p.call(ctx, http.MethodPost, path, nil, body)
-}
-
-func (p *serverPlane) publish(ctx context.Context, ns string, req controlapi.PublishRequest) ([]byte, error) {
-	return p.post(ctx, nsPath(ns, "publish"), req)
-}
-
-func (p *serverPlane) rollback(ctx context.Context, ns string, req controlapi.RollbackRequest) ([]byte, error) {
-	return p.post(ctx, nsPath(ns, "rollback"), req)
-}
-
-func (p *serverPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {
-	q := url.Values{}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	if before > 0 {
-		q.Set("before", strconv.FormatInt(before, 10))
-	}
-	return p.get(ctx, nsPath(ns, "history"), q)
-}
-
-func (p *serverPlane) values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error) {
-	q := url.Values{}
-	switch {
-	case !at.IsZero():
-		q.Set("at", at.Format(time.RFC3339Nano))
-	case rev >= 0:
-		q.Set("revision", strconv.FormatInt(rev, 10))
-	default:
-		// Now: the namespace's content at the store's head, read in one
-		// request after the status that names the head.
-		data, err := p.get(ctx, nsPath(ns, "status"), nil)
-		if err != nil {
-			return nil, err
-		}
-		var st struct {
-			Head int64 `json:"head"`
-		}
-		if err := json.Unmarshal(data, &st); err != nil {
-			return nil, fmt.Errorf("status of %q: %w", ns, err)
-		}
-		q.Set("revision", strconv.FormatInt(st.Head, 10))
-	}
-	return p.get(ctx, nsPath(ns, "values"), q)
-}
-
-func (p *serverPlane) diff(ctx context.Context, ns string, from, to int64) ([]byte, error) {
-	q := url.Values{"from": {strconv.FormatInt(from, 10)}, "to": {strconv.FormatInt(to, 10)}}
-	return p.get(ctx, nsPath(ns, "diff"), q)
 }
 
 // etcdPlane is etcd, through the etcd source and the server store's
@@ -355,23 +280,23 @@ type etcdPlane struct {
 
 func (p *etcdPlane) close() error { return errors.Join(p.ns.Close(), p.src.Close()) }
 
-// reply is the JSON of v, as the server would send it.
-func reply(v any, err error) ([]byte, error) {
+// reply is v and its JSON, as the server would send it.
+func reply[T any](v *T, err error) (*T, []byte, error) {
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(data, '\n'), nil
+	return v, append(data, '\n'), nil
 }
 
-func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) ([]byte, error) {
+func (p *etcdPlane) history(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, []byte, error) {
 	return reply(p.ns.History(ctx, ns, store.HistoryOptions{Limit: limit, Before: before}))
 }
 
-func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Time) ([]byte, error) {
+func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Time) (*controlapi.NamespaceValues, []byte, error) {
 	switch {
 	case !at.IsZero():
 		return reply(p.ns.ValuesAtTime(ctx, ns, at))
@@ -381,12 +306,12 @@ func (p *etcdPlane) values(ctx context.Context, ns string, rev int64, at time.Ti
 	// Now: at the revision of the namespace's snapshot.
 	snap, err := p.src.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return reply(p.ns.ValuesAt(ctx, ns, snap.Revision))
 }
 
-func (p *etcdPlane) diff(ctx context.Context, ns string, from, to int64) ([]byte, error) {
+func (p *etcdPlane) diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, []byte, error) {
 	return reply(p.ns.Diff(ctx, ns, from, to))
 }
 
@@ -399,7 +324,7 @@ func withPlane(ctx context.Context, t *targetFlags, name string, fn func(context
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	return errors.Join(fn(ctx, p), p.close())
+	return errors.Join(apiError(fn(ctx, p)), p.close())
 }
 
 // withServer is withPlane for a command that needs the server.

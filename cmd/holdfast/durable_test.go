@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -31,21 +32,26 @@ func startServerProc(t testing.TB, bin string, args ...string) *relayProc {
 	return p
 }
 
-// postJSON posts body to url and decodes a 2xx reply into out.
-func postJSON(hc *http.Client, url string, body, out any) (int, error) {
-	b, err := json.Marshal(body)
+// controlClient returns a client of the control API at base whose
+// requests hc sends (nil: a client of its own, each request bounded by
+// 10 s, whose connections close with the test).
+func controlClient(tb testing.TB, base string, hc *http.Client) *controlapi.Client {
+	tb.Helper()
+	if hc == nil {
+		tr := &http.Transport{}
+		tb.Cleanup(tr.CloseIdleConnections)
+		hc = &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	}
+	c, err := controlapi.NewClient(base, controlapi.WithHTTPClient(hc))
 	if err != nil {
-		return 0, err
+		tb.Fatal(err)
 	}
-	resp, err := hc.Post(url, "application/json", bytes.NewReader(b))
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 == 2 && out != nil {
-		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
-	}
-	return resp.StatusCode, nil
+	return c
+}
+
+// publishApp publishes v as the value of key through c, to namespace app.
+func publishApp(c *controlapi.Client, key string, v int) (int64, error) {
+	return c.Publish(context.Background(), "app", controlapi.PublishRequest{Puts: map[string]json.RawMessage{key: json.RawMessage(strconv.Itoa(v))}})
 }
 
 // answered is a publish the server answered 200.
@@ -65,12 +71,9 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	srv := startServerProc(t, bin, "-data-dir", dir)
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	publish := srv.url() + "/control/namespaces/app/publish"
-	var first struct{ Revision int64 }
-	if code, err := postJSON(hc, publish, map[string]any{"puts": map[string]any{"v": 0}}, &first); code != http.StatusOK || err != nil {
-		t.Fatalf("first publish: %d %v", code, err)
+	cc := controlClient(t, srv.url(), nil)
+	if _, err := publishApp(cc, "v", 0); err != nil {
+		t.Fatalf("first publish: %v", err)
 	}
 	storeID := func() string {
 		code, body, _ := get(t, srv.url()+"/statusz")
@@ -110,13 +113,12 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 			defer wg.Done()
 			key := fmt.Sprintf("w%d", w)
 			for i := 1; !stop.Load(); i++ {
-				var r struct{ Revision int64 }
-				code, err := postJSON(hc, publish, map[string]any{"puts": map[string]any{key: i}}, &r)
-				if err != nil || code != http.StatusOK {
+				rev, err := publishApp(cc, key, i)
+				if err != nil {
 					continue // killed mid-request: not answered, so not owed
 				}
 				mu.Lock()
-				done = append(done, answered{r.Revision, key, i})
+				done = append(done, answered{rev, key, i})
 				mu.Unlock()
 			}
 		}()
@@ -140,20 +142,19 @@ func TestServerKill9LosesNoAnsweredPublish(t *testing.T) {
 		t.Fatalf("store id %q after the restart, want %q", got, id)
 	}
 	for _, a := range done {
-		code, body, _ := get(t, fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", srv.url(), a.rev))
-		var v struct{ Values map[string]json.RawMessage }
-		if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil || string(v.Values[a.key]) != fmt.Sprint(a.value) {
-			t.Fatalf("the answered publish %s=%d at revision %d: after kill -9, values are %d %s", a.key, a.value, a.rev, code, body)
+		v, err := cc.ValuesAt(context.Background(), "app", a.rev)
+		if err != nil || string(v.Values[a.key]) != fmt.Sprint(a.value) {
+			t.Fatalf("the answered publish %s=%d at revision %d: after kill -9, values are %+v, %v", a.key, a.value, a.rev, v, err)
 		}
 	}
-	var last struct{ Revision int64 }
-	if code, err := postJSON(hc, publish, map[string]any{"puts": map[string]any{"v": 1}}, &last); code != http.StatusOK || err != nil {
-		t.Fatalf("publish after the restart: %d %v", code, err)
+	last, err := publishApp(cc, "v", 1)
+	if err != nil {
+		t.Fatalf("publish after the restart: %v", err)
 	}
 	for i, ns := range nss {
-		for ns.Status().Revision < last.Revision {
+		for ns.Status().Revision < last {
 			if time.Since(listening) > 5*time.Second {
-				t.Fatalf("client %d at revision %d 5s after the restarted server listened, want %d (%+v)", i, ns.Status().Revision, last.Revision, ns.Status())
+				t.Fatalf("client %d at revision %d 5s after the restarted server listened, want %d (%+v)", i, ns.Status().Revision, last, ns.Status())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -89,16 +89,12 @@ publish while a rollout runs on the namespace is refused (409), unless
 					req.IfRevision = &ifRev.v
 				}
 				return withServer(ctx, t, "publish", func(ctx context.Context, p *serverPlane) error {
-					data, err := p.publish(ctx, ns, req)
+					rev, err := p.c.Publish(ctx, ns, req)
 					if err != nil {
 						return err
 					}
-					return t.print(e, data, func(w io.Writer) error {
-						var r controlapi.RevisionReply
-						if err := json.Unmarshal(data, &r); err != nil {
-							return err
-						}
-						_, err := fmt.Fprintf(w, "published %s: revision %d\n", ns, r.Revision)
+					return t.print(e, p.reply(), func(w io.Writer) error {
+						_, err := fmt.Fprintf(w, "published %s: revision %d\n", ns, rev)
 						return err
 					})
 				})
@@ -131,16 +127,12 @@ whole. The actor and reason are recorded in the history.
 				}
 				req := controlapi.RollbackRequest{To: &to.v, Actor: *actor, Reason: *reason}
 				return withServer(ctx, t, "rollback", func(ctx context.Context, p *serverPlane) error {
-					data, err := p.rollback(ctx, ns, req)
+					rev, err := p.c.Rollback(ctx, ns, req)
 					if err != nil {
 						return err
 					}
-					return t.print(e, data, func(w io.Writer) error {
-						var r controlapi.RevisionReply
-						if err := json.Unmarshal(data, &r); err != nil {
-							return err
-						}
-						_, err := fmt.Fprintf(w, "rolled %s back to the content of revision %d: revision %d\n", ns, to.v, r.Revision)
+					return t.print(e, p.reply(), func(w io.Writer) error {
+						_, err := fmt.Fprintf(w, "rolled %s back to the content of revision %d: revision %d\n", ns, to.v, rev)
 						return err
 					})
 				})
@@ -177,15 +169,11 @@ says so. Page back with -before the last revision shown.
 					return usagef("-before must be a revision >= 1")
 				}
 				return withPlane(ctx, t, "history", func(ctx context.Context, p plane) error {
-					data, err := p.history(ctx, ns, *limit, before.v)
+					h, data, err := p.history(ctx, ns, *limit, before.v)
 					if err != nil {
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var h controlapi.History
-						if err := json.Unmarshal(data, &h); err != nil {
-							return err
-						}
 						if len(h.Revisions) == 0 {
 							_, err := fmt.Fprintf(w, "no revisions of %s\n", ns)
 							return err
@@ -250,12 +238,8 @@ first revision has no values (404); values the server compacted away are
 					r = rev.v
 				}
 				return withPlane(ctx, t, "get", func(ctx context.Context, p plane) error {
-					data, err := p.values(ctx, ns, r, at.t)
+					v, data, err := p.values(ctx, ns, r, at.t)
 					if err != nil {
-						return err
-					}
-					var v controlapi.NamespaceValues
-					if err := json.Unmarshal(data, &v); err != nil {
 						return err
 					}
 					if len(args) == 2 {
@@ -309,23 +293,11 @@ before it), one a line, as a reviewer reads it:
 					revs[i] = r
 				}
 				return withPlane(ctx, t, "diff", func(ctx context.Context, p plane) error {
-					data, err := p.diff(ctx, ns, revs[0], revs[1])
+					d, data, err := p.diff(ctx, ns, revs[0], revs[1])
 					if err != nil {
 						return err
 					}
 					return t.print(e, data, func(w io.Writer) error {
-						var d struct {
-							From    int64 `json:"from"`
-							To      int64 `json:"to"`
-							Changes []struct {
-								Key string          `json:"key"`
-								Old json.RawMessage `json:"old"`
-								New json.RawMessage `json:"new"`
-							} `json:"changes"`
-						}
-						if err := json.Unmarshal(data, &d); err != nil {
-							return err
-						}
 						fmt.Fprintf(w, "%s: revision %d → %d\n", ns, d.From, d.To)
 						if len(d.Changes) == 0 {
 							_, err := fmt.Fprintln(w, "no changes")
@@ -358,15 +330,11 @@ revision, rejected (nacked) it, or are behind, and the watch streams open.
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
 				return withServer(ctx, t, "status", func(ctx context.Context, p *serverPlane) error {
-					data, err := p.get(ctx, nsPath(ns, "status"), nil)
+					st, err := p.c.Status(ctx, ns)
 					if err != nil {
 						return err
 					}
-					return t.print(e, data, func(w io.Writer) error {
-						var st controlapi.NamespaceStatus
-						if err := json.Unmarshal(data, &st); err != nil {
-							return err
-						}
+					return t.print(e, p.reply(), func(w io.Writer) error {
 						tw := newTable(w)
 						tw.row("namespace", st.Namespace)
 						tw.row("revision", st.Revision)
@@ -417,47 +385,25 @@ clients left out.
 					}
 				}
 				return withServer(ctx, t, "clients", func(ctx context.Context, p *serverPlane) error {
-					data, err := p.get(ctx, "/control/clients", nil)
+					all, err := p.c.Clients(ctx)
 					if err != nil {
 						return err
 					}
-					var all struct {
-						Head    json.RawMessage            `json:"head"`
-						Clients []json.RawMessage          `json:"clients"`
-						Server  string                     `json:"server,omitempty"`
-						Servers []controlapi.ServerReports `json:"servers,omitempty"`
-					}
-					if err := json.Unmarshal(data, &all); err != nil {
-						return err
-					}
-					type client struct {
-						ClientID       string    `json:"client_id"`
-						Namespace      string    `json:"ns"`
-						AckedRevision  int64     `json:"acked_revision"`
-						NackedRevision int64     `json:"nacked_revision"`
-						NackError      string    `json:"nack_error"`
-						HeadRevision   int64     `json:"head_revision"`
-						Lag            int64     `json:"lag"`
-						UpdatedAt      time.Time `json:"updated_at"`
-					}
-					var cs []client
-					kept := []json.RawMessage{}
-					for _, raw := range all.Clients {
-						var c client
-						if err := json.Unmarshal(raw, &c); err != nil {
-							return err
-						}
-						if ns == "" || c.Namespace == ns {
-							cs, kept = append(cs, c), append(kept, raw)
-						}
-					}
+					data := p.reply()
 					if ns != "" {
+						kept := []controlapi.ClientState{}
+						for _, c := range all.Clients {
+							if c.Namespace == ns {
+								kept = append(kept, c)
+							}
+						}
 						all.Clients = kept
 						all.Servers = slices.DeleteFunc(all.Servers, func(s controlapi.ServerReports) bool { return s.Namespace != ns })
-						if data, err = reply(all, nil); err != nil {
+						if _, data, err = reply(all, nil); err != nil {
 							return err
 						}
 					}
+					cs := all.Clients
 					return t.print(e, data, func(w io.Writer) error {
 						if len(cs) == 0 {
 							_, err := fmt.Fprintln(w, "no clients have reported")

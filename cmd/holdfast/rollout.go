@@ -92,15 +92,11 @@ plain publish during one, is refused (409).
 					Gates: rawGates,
 				}, *actor, *reason)
 				return withServer(ctx, t, "rollout start", func(ctx context.Context, p *serverPlane) error {
-					data, err := p.post(ctx, nsPath(ns, "rollouts"), req)
+					r, err := p.c.StartRollout(ctx, ns, req)
 					if err != nil {
 						return err
 					}
-					return t.print(e, data, func(w io.Writer) error {
-						var r controlapi.RolloutStarted
-						if err := json.Unmarshal(data, &r); err != nil {
-							return err
-						}
+					return t.print(e, p.reply(), func(w io.Writer) error {
 						_, err := fmt.Fprintf(w, "rollout %s of %s started: stage %s at revision %d\n", cell(r.ID), ns, percent(stages[0]), r.Revision)
 						return err
 					})
@@ -168,33 +164,27 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 						return usagef("-watch needs -id")
 					}
 					return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
-						return watchRollout(ctx, e, t, p, nsPath(ns, "rollouts", *id))
+						return watchRollout(ctx, e, t, p, ns, *id)
 					})
 				}
 				return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
 					if *id == "" {
-						data, err := p.get(ctx, nsPath(ns, "rollouts"), nil)
-						if err != nil {
-							return err
-						}
-						return t.print(e, data, func(w io.Writer) error { return printRollouts(w, ns, data) })
+						return listRollouts(ctx, e, t, p, ns)
 					}
-					path := nsPath(ns, "rollouts", *id)
-					var data []byte
+					var r *controlapi.RolloutRecord
 					var err error
-					if action == "" {
-						data, err = p.get(ctx, path, nil)
-					} else {
-						var body any
-						if *reason != "" {
-							body = map[string]string{"reason": *reason}
-						}
-						data, err = p.post(ctx, path+"/"+action, body)
+					switch action {
+					case "":
+						r, err = p.c.GetRollout(ctx, ns, *id)
+					case "abort":
+						r, err = p.c.AbortRollout(ctx, ns, *id, controlapi.RolloutActionRequest{Reason: *reason})
+					case "promote":
+						r, err = p.c.PromoteRollout(ctx, ns, *id, controlapi.RolloutActionRequest{Reason: *reason})
 					}
 					if err != nil {
 						return err
 					}
-					return t.print(e, data, func(w io.Writer) error { return printRollout(w, data) })
+					return t.print(e, p.reply(), func(w io.Writer) error { return printRollout(w, r) })
 				})
 			}
 		},
@@ -217,11 +207,7 @@ line.
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
 				return withServer(ctx, t, "rollout list", func(ctx context.Context, p *serverPlane) error {
-					data, err := p.get(ctx, nsPath(ns, "rollouts"), nil)
-					if err != nil {
-						return err
-					}
-					return t.print(e, data, func(w io.Writer) error { return printRollouts(w, ns, data) })
+					return listRollouts(ctx, e, t, p, ns)
 				})
 			}
 		},
@@ -231,19 +217,26 @@ line.
 // watchPoll is how often rollout status -watch reads the rollout.
 const watchPoll = 500 * time.Millisecond
 
-// watchRollout prints the rollout at path, then again at each change of
-// its state, stage, counts or reason, until it has ended (or ctx ends).
-func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, path string) error {
+// listRollouts prints namespace ns's rollouts.
+func listRollouts(ctx context.Context, e *env, t *targetFlags, p *serverPlane, ns string) error {
+	rs, err := p.c.ListRollouts(ctx, ns)
+	if err != nil {
+		return err
+	}
+	return t.print(e, p.reply(), func(w io.Writer) error { return printRollouts(w, ns, rs) })
+}
+
+// watchRollout prints rollout id of namespace ns, then again at each
+// change of its state, stage, counts or reason, until it has ended (or
+// ctx ends).
+func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, ns, id string) error {
 	var last string
 	for {
-		data, err := p.get(ctx, path, nil)
+		r, err := p.c.GetRollout(ctx, ns, id)
 		if err != nil {
 			return err
 		}
-		var r controlapi.RolloutRecord
-		if err := json.Unmarshal(data, &r); err != nil {
-			return err
-		}
+		data := p.reply()
 		// What changes: the record without its times of reading.
 		key, _ := json.Marshal(r)
 		if string(key) != last {
@@ -251,7 +244,7 @@ func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, p
 			if !t.json() {
 				fmt.Fprintf(e.stdout, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
 			}
-			if err := t.print(e, []byte(compactJSON(data)), func(w io.Writer) error { return printRollout(w, data) }); err != nil {
+			if err := t.print(e, []byte(compactJSON(data)), func(w io.Writer) error { return printRollout(w, r) }); err != nil {
 				return err
 			}
 		}
@@ -267,11 +260,7 @@ func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, p
 }
 
 // printRollout prints a rollout's record as a table.
-func printRollout(w io.Writer, data []byte) error {
-	var r controlapi.RolloutRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return err
-	}
+func printRollout(w io.Writer, r *controlapi.RolloutRecord) error {
 	stages := make([]string, len(r.Stages))
 	for i, s := range r.Stages {
 		stages[i] = percent(s)
@@ -337,17 +326,13 @@ func printRollout(w io.Writer, data []byte) error {
 }
 
 // printRollouts prints the list of a namespace's rollouts, one a line.
-func printRollouts(w io.Writer, ns string, data []byte) error {
-	var l controlapi.RolloutList
-	if err := json.Unmarshal(data, &l); err != nil {
-		return err
-	}
-	if len(l.Rollouts) == 0 {
+func printRollouts(w io.Writer, ns string, rs []controlapi.RolloutRecord) error {
+	if len(rs) == 0 {
 		_, err := fmt.Fprintf(w, "no rollouts of %s\n", ns)
 		return err
 	}
 	tw := newTable(w, "ROLLOUT", "STATE", "STAGE", "CLIENTS", "SERVED", "NACKED", "WOULD-NACK", "LAGGING", "REASON")
-	for _, r := range l.Rollouts {
+	for _, r := range rs {
 		tw.row(r.ID, r.State, percent(r.Stage), r.Clients, r.Served, r.Nacked, r.WouldNack, r.Lagging, orDash(clip(r.Reason, 80)))
 	}
 	return tw.flush()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,25 +12,10 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/promtest"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
-
-// serverRollout is what these tests read of a rollout's record on
-// holdfast server.
-type serverRollout struct {
-	ID        string  `json:"id"`
-	State     string  `json:"state"`
-	Stage     float64 `json:"stage"`
-	Baking    bool    `json:"baking"`
-	Revisions []int64 `json:"revisions"`
-	Reason    string  `json:"reason"`
-	Decisions []struct {
-		What   string    `json:"what"`
-		At     time.Time `json:"at"`
-		Reason string    `json:"reason"`
-	} `json:"decisions"`
-}
 
 // relayedClients opens ns in n SDK clients of the relay at url.
 func relayedClients(t *testing.T, url, ns string, n int) []*config.Namespace {
@@ -42,34 +28,37 @@ func relayedClients(t *testing.T, url, ns string, n int) []*config.Namespace {
 	return nss
 }
 
-// waitClientsKnown waits until the server at base knows n clients of ns,
+// waitClientsKnown waits until the server of c knows n clients of ns,
 // every one acked: a rollout's stages are cut from the clients the
 // server knows.
-func waitClientsKnown(t *testing.T, hc *http.Client, base, ns string, n int) {
+func waitClientsKnown(t *testing.T, c *controlapi.Client, ns string, n int) {
 	t.Helper()
 	testutil.Eventually(t, waitLimit, func() bool {
-		var st struct{ Clients, Acked int }
-		resp, err := hc.Get(base + "/control/namespaces/" + ns + "/status")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Clients == n && st.Acked == n
+		st, err := c.Status(context.Background(), ns)
+		return err == nil && st.Clients == n && st.Acked == n
 	}, "the server knows every client")
 }
 
-func readRollout(t *testing.T, hc *http.Client, base, ns, id string) (serverRollout, bool) {
+// readRollout reads rollout id of ns on the server of c (ok false: it
+// did not answer, a server being killed).
+func readRollout(t *testing.T, c *controlapi.Client, ns, id string) (controlapi.RolloutRecord, bool) {
 	t.Helper()
-	resp, err := hc.Get(base + "/control/namespaces/" + ns + "/rollouts/" + id)
+	r, err := c.GetRollout(context.Background(), ns, id)
 	if err != nil {
-		return serverRollout{}, false // a server being killed
+		return controlapi.RolloutRecord{}, false
 	}
-	defer resp.Body.Close()
-	var r serverRollout
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil {
-		return serverRollout{}, false
+	return *r, true
+}
+
+// startRollout starts a rollout of v=2 over stages on the server of c.
+func startRollout(t *testing.T, c *controlapi.Client, spec controlapi.RolloutSpec, actor, reason string) string {
+	t.Helper()
+	spec.Puts = map[string]json.RawMessage{"v": json.RawMessage(`2`)}
+	r, err := c.StartRollout(context.Background(), "app", controlapi.NewRolloutRequest(spec, actor, reason))
+	if err != nil {
+		t.Fatalf("rollout start: %v", err)
 	}
-	return r, true
+	return r.ID
 }
 
 // TestRolloutLeaderKilledMidStage: two `holdfast server` processes over a
@@ -84,10 +73,8 @@ func TestRolloutLeaderKilledMidStage(t *testing.T) {
 	members := startEtcd(t)
 	a := startServerProc(t, bin, "-etcd", members)
 	b := startServerProc(t, bin, "-etcd", members)
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	if code, err := postJSON(hc, a.url()+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": 1}}, nil); code != http.StatusOK {
-		t.Fatalf("publish: %d %v", code, err)
+	if _, err := publishApp(controlClient(t, a.url(), nil), "v", 1); err != nil {
+		t.Fatalf("publish: %v", err)
 	}
 	var leader, other *relayProc
 	testutil.Eventually(t, waitLimit, func() bool {
@@ -121,22 +108,18 @@ func TestRolloutLeaderKilledMidStage(t *testing.T) {
 	// Cut over known clients: a rollout started before their reports
 	// reach the leader has a blind first stage, recut once they do (an
 	// extra decision and stage revision; TestRolloutBlindStageIsCutAgain).
-	waitClientsKnown(t, hc, leader.url(), "app", n)
-	var start struct{ ID string }
-	body := map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{25, 50, 100}, "bake": "2s",
-		"actor": "alice", "reason": "ticket 30"}
-	if code, err := postJSON(hc, other.url()+"/control/namespaces/app/rollouts", body, &start); code != http.StatusCreated {
-		t.Fatalf("rollout start on the follower: %d %v", code, err)
-	}
+	waitClientsKnown(t, controlClient(t, leader.url(), nil), "app", n)
+	oc := controlClient(t, other.url(), nil)
+	id := startRollout(t, oc, controlapi.RolloutSpec{Stages: []float64{25, 50, 100}, Bake: 2 * time.Second}, "alice", "ticket 30")
 	testutil.Eventually(t, waitLimit, func() bool {
-		r, ok := readRollout(t, hc, other.url(), "app", start.ID)
+		r, ok := readRollout(t, oc, "app", id)
 		return ok && r.Stage == 50 && r.Baking
 	}, "the second stage bakes")
 	leader.kill()
 	killed := time.Now()
-	var rec serverRollout
+	var rec controlapi.RolloutRecord
 	testutil.Eventually(t, 30*time.Second, func() bool {
-		r, ok := readRollout(t, hc, other.url(), "app", start.ID)
+		r, ok := readRollout(t, oc, "app", id)
 		rec = r
 		return ok && r.State != "running"
 	}, "the rollout ends on the surviving server")
@@ -159,27 +142,15 @@ func TestRolloutLeaderKilledMidStage(t *testing.T) {
 	if want := "start bake bake-end stage bake bake-end stage bake bake-end promote"; strings.Join(whats, " ") != want {
 		t.Fatalf("decisions %q, want %q", whats, want)
 	}
-	var h struct {
-		Revisions []struct {
-			Revision int64  `json:"revision"`
-			Kind     string `json:"kind"`
-			Actor    string `json:"actor"`
-			Reason   string `json:"reason"`
-		} `json:"revisions"`
-	}
-	resp, err := hc.Get(other.url() + "/control/namespaces/app/history")
+	h, err := oc.History(context.Background(), "app", controlapi.HistoryOptions{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
 		t.Fatal(err)
 	}
 	var kinds []string
 	for i := len(h.Revisions) - 1; i >= 0; i-- {
 		r := h.Revisions[i]
 		kinds = append(kinds, r.Kind)
-		if strings.HasPrefix(r.Kind, "rollout-") && (r.Actor == "" || !strings.Contains(r.Reason, start.ID)) {
+		if strings.HasPrefix(r.Kind, "rollout-") && (r.Actor == "" || !strings.Contains(r.Reason, id)) {
 			t.Errorf("audit record %+v: want an actor and a reason naming the rollout", r)
 		}
 	}
@@ -203,7 +174,7 @@ func TestRolloutCommandsOnServer(t *testing.T) {
 	id, _ := startedRollout(t, out)
 	watched := mustRun(t, "rollout", "status", "-server", base, "-id", id, "-watch", "-o", "json", "app")
 	lines := strings.Split(strings.TrimSpace(watched), "\n")
-	var last serverRollout
+	var last controlapi.RolloutRecord
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.State != "promoted" {
 		t.Fatalf("the last line of -watch: %q (%v)", lines[len(lines)-1], err)
 	}
@@ -247,7 +218,7 @@ func TestRolloutMetricGateRevertsOnServer(t *testing.T) {
 	errorRate.Store("5")
 	watched := mustRun(t, "rollout", "status", "-server", base, "-id", id, "-watch", "-o", "json", "app")
 	lines := strings.Split(strings.TrimSpace(watched), "\n")
-	var last serverRollout
+	var last controlapi.RolloutRecord
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.State != "reverted" {
 		t.Fatalf("the last line of -watch: %q (%v); want the rollout reverted", lines[len(lines)-1], err)
 	}
@@ -285,10 +256,9 @@ func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
 		}
 		return k
 	}
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
+	cc := controlClient(t, srv.url(), nil)
 	// The stages are cut from the clients the server knows: all of them.
-	waitClientsKnown(t, hc, srv.url(), "app", n)
+	waitClientsKnown(t, cc, "app", n)
 	// The query reads the application's counter as Prometheus scraped it;
 	// it passes from Prometheus's first scrape on.
 	query := "sum(app_errors_total)"
@@ -296,7 +266,7 @@ func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
 		"-gate", "prometheus="+prom.URL+",query="+query+",max=2,grace=1m", "-reason", "ticket 30", "app", "v=2")
 	id, _ := startedRollout(t, out)
 	testutil.Eventually(t, promtest.Wait, func() bool {
-		rec, ok := readRollout(t, hc, srv.url(), "app", id)
+		rec, ok := readRollout(t, cc, "app", id)
 		return ok && rec.Stage == 10 && rec.Baking && serving(2) > 0
 	}, "the first stage bakes, served by its members")
 	staged := serving(2)
@@ -307,10 +277,10 @@ func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
 	maxServed := staged
 	app.Errors.Store(5)
 	raised := time.Now()
-	var rec serverRollout
+	var rec controlapi.RolloutRecord
 	testutil.Eventually(t, promtest.Wait, func() bool {
 		maxServed = max(maxServed, serving(2))
-		got, ok := readRollout(t, hc, srv.url(), "app", id)
+		got, ok := readRollout(t, cc, "app", id)
 		rec = got
 		return ok && got.State != "running"
 	}, "the rollout ends")
@@ -353,23 +323,18 @@ func TestRolloutRelayKilledMidStage(t *testing.T) {
 	r := startRelayProc(t, bin, srv.url())
 	const n = 8
 	nss := relayedClients(t, r.url(), "app", n)
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	waitClientsKnown(t, hc, srv.url(), "app", n)
+	cc := controlClient(t, srv.url(), nil)
+	waitClientsKnown(t, cc, "app", n)
 
-	var start struct{ ID string }
-	body := map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "500ms", "stage_timeout": "60s"}
-	if code, err := postJSON(hc, srv.url()+"/control/namespaces/app/rollouts", body, &start); code != http.StatusCreated {
-		t.Fatalf("rollout start: %d %v", code, err)
-	}
+	id := startRollout(t, cc, controlapi.RolloutSpec{Stages: []float64{50, 100}, Bake: 500 * time.Millisecond, StageTimeout: 60 * time.Second}, "", "")
 	r.kill()
 	killed := time.Now()
 	r.start()
 	t.Logf("relay back %v after the kill", time.Since(killed).Round(time.Millisecond))
 
-	var rec serverRollout
+	var rec controlapi.RolloutRecord
 	testutil.Eventually(t, 30*time.Second, func() bool {
-		got, ok := readRollout(t, hc, srv.url(), "app", start.ID)
+		got, ok := readRollout(t, cc, "app", id)
 		rec = got
 		return ok && got.State != "running"
 	}, "the rollout ends")

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 )
 
@@ -46,7 +45,7 @@ checked.
 					return usagef("%s is not JSON", name)
 				}
 				return withServer(ctx, t, "schema set", func(ctx context.Context, p *serverPlane) error {
-					if _, err := p.call(ctx, http.MethodPut, nsPath(ns, "schema"), nil, json.RawMessage(data)); err != nil {
+					if err := p.c.PutSchema(ctx, ns, data); err != nil {
 						return err
 					}
 					if t.json() {
@@ -76,7 +75,7 @@ prints it as the server sent it). A namespace without one is a failure
 			t := addTargetFlags(fs, true)
 			return func(ctx context.Context, e *env, args []string) error {
 				return withServer(ctx, t, "schema get", func(ctx context.Context, p *serverPlane) error {
-					data, err := p.get(ctx, nsPath(args[0], "schema"), nil)
+					data, err := p.c.GetSchema(ctx, args[0])
 					if err != nil {
 						return err
 					}
@@ -110,7 +109,7 @@ against none. A namespace without one is a failure (exit status 1,
 			t := addTargetFlags(fs, true)
 			return func(ctx context.Context, e *env, args []string) error {
 				return withServer(ctx, t, "schema delete", func(ctx context.Context, p *serverPlane) error {
-					if _, err := p.call(ctx, http.MethodDelete, nsPath(args[0], "schema"), nil, nil); err != nil {
+					if err := p.c.DeleteSchema(ctx, args[0]); err != nil {
 						return err
 					}
 					if t.json() {

@@ -36,13 +36,14 @@ func TestTLSEndToEnd(t *testing.T) {
 	opTr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{operator.TLS}}, ForceAttemptHTTP2: true}
 	defer opTr.CloseIdleConnections()
 	op := &http.Client{Transport: opTr, Timeout: 10 * time.Second}
+	opc := controlClient(t, srvURL, op)
 	publish := func(v int) int64 {
 		t.Helper()
-		var r struct{ Revision int64 }
-		if code, err := postJSON(op, srvURL+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": v}}, &r); code != http.StatusOK || err != nil {
-			t.Fatalf("publish over mTLS: %d %v", code, err)
+		rev, err := publishApp(opc, "v", v)
+		if err != nil {
+			t.Fatalf("publish over mTLS: %v", err)
 		}
-		return r.Revision
+		return rev
 	}
 	publish(1)
 

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
@@ -75,17 +72,13 @@ token is decided by its token.
 					req.ExpiresIn = expires.String()
 				}
 				return withServer(ctx, t, "token create", func(ctx context.Context, p *serverPlane) error {
-					out, err := p.post(ctx, "/control/tokens", req)
+					created, err := p.c.CreateToken(ctx, req)
 					if err != nil {
 						return err
 					}
 					if t.json() {
-						_, err = e.stdout.Write(out)
+						_, err = e.stdout.Write(p.reply())
 						return err
-					}
-					var created controlapi.TokenCreated
-					if err := json.Unmarshal(out, &created); err != nil {
-						return fmt.Errorf("the reply: %w", err)
 					}
 					if created.Subject != "" {
 						fmt.Fprintf(e.stderr, "certificate identity %q created for subject %q (%s)\n", created.Name, created.Subject, scopesCell(created.TokenInfo))
@@ -113,20 +106,16 @@ may lag by that much). It never shows a secret or a hash.
 			t := addTargetFlags(fs, true)
 			return func(ctx context.Context, e *env, _ []string) error {
 				return withServer(ctx, t, "token list", func(ctx context.Context, p *serverPlane) error {
-					out, err := p.get(ctx, "/control/tokens", nil)
+					toks, err := p.c.ListTokens(ctx)
 					if err != nil {
 						return err
 					}
 					if t.json() {
-						_, err = e.stdout.Write(out)
+						_, err = e.stdout.Write(p.reply())
 						return err
 					}
-					var l controlapi.TokenList
-					if err := json.Unmarshal(out, &l); err != nil {
-						return fmt.Errorf("the reply: %w", err)
-					}
 					tab := newTable(e.stdout, "NAME", "SCOPES", "EXPIRES", "CREATED", "BY", "LAST USED")
-					for _, tok := range l.Tokens {
+					for _, tok := range toks {
 						exp := timeCell(tok.Expires)
 						if tok.Expired {
 							exp += " (expired)"
@@ -155,7 +144,7 @@ delay, and every relay that syncs tokens from a server within 5 s.
 			t := addTargetFlags(fs, true)
 			return func(ctx context.Context, e *env, args []string) error {
 				return withServer(ctx, t, "token revoke", func(ctx context.Context, p *serverPlane) error {
-					if _, err := p.call(ctx, http.MethodDelete, "/control/tokens/"+url.PathEscape(args[0]), nil, nil); err != nil {
+					if err := p.c.RevokeToken(ctx, args[0]); err != nil {
 						return err
 					}
 					if !t.json() {

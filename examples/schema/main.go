@@ -11,11 +11,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -124,7 +122,7 @@ func run(ctx context.Context, out io.Writer) error {
 	// The server learns of it: GET /control/clients lists the nack.
 	var nack holdfasttest.ClientState
 	if err := within(ctx, func() bool {
-		nack = findClient(ctx, srv.URL(), "api-v1")
+		nack = findClient(ctx, srv, "api-v1")
 		return nack.NackedRevision == rev
 	}); err != nil {
 		return fmt.Errorf("waiting for the nack on /control/clients: %w", err)
@@ -146,33 +144,22 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	say("4. Published revision %d: strategy=\"least-conn\". api-v1 applies it: strategy=%q, state %s.",
 		rev, oldNS.String("strategy", ""), oldNS.Status().State)
-	if err := within(ctx, func() bool { return findClient(ctx, srv.URL(), "api-v1").AckedRevision == rev }); err != nil {
+	if err := within(ctx, func() bool { return findClient(ctx, srv, "api-v1").AckedRevision == rev }); err != nil {
 		return fmt.Errorf("waiting for the ack: %w", err)
 	}
 	say("   GET /control/clients: api-v1 acked_revision=%d.", rev)
 	return nil
 }
 
-// findClient reads GET /control/clients and returns client id's entry for
-// the namespace (the zero ClientState when absent or on error).
-func findClient(ctx context.Context, base, id string) holdfasttest.ClientState {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/control/clients", nil)
+// findClient reads GET /control/clients, through the server's client of
+// its control API, and returns client id's entry for the namespace (the
+// zero ClientState when absent or on error).
+func findClient(ctx context.Context, srv *holdfasttest.Server, id string) holdfasttest.ClientState {
+	all, err := srv.Client().Clients(ctx)
 	if err != nil {
 		return holdfasttest.ClientState{}
 	}
-	req.Close = true // leave no idle connection behind
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return holdfasttest.ClientState{}
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Clients []holdfasttest.ClientState `json:"clients"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&body) != nil {
-		return holdfasttest.ClientState{}
-	}
-	for _, c := range body.Clients {
+	for _, c := range all.Clients {
 		if c.ClientID == id && c.Namespace == ns {
 			return c
 		}

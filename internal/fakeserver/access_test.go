@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -204,7 +205,7 @@ func TestStreamScope(t *testing.T) {
 	svc := authClient(t, secretPayments)
 	head := s.Head()
 
-	st := openStream(t, svc, streamURL(s.URL(), transport.PathStream, pair("payments.prod", head), pair("fraud.prod", 0)), "")
+	st := ssetest.Open(t, svc, streamURL(s.URL(), transport.PathStream, pair("payments.prod", head), pair("fraud.prod", 0)), "")
 	ev := nextStream(t, st)
 	if ev.ended == nil || ev.ended.Namespace != "fraud.prod" || ev.ended.Code != transport.CodeForbidden || ev.ended.Message != forbiddenFraud {
 		t.Fatalf("first event %+v, want fraud.prod ended forbidden", ev)

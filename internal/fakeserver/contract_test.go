@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -114,8 +115,8 @@ func TestSchema422EveryFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	head := s.Head()
-	st := openStream(t, c, u+"/sdk/watch?ns=app&since="+strconv.FormatInt(head, 10), "")
-	if _, p := checked(t, mustNext(t, st)); p == nil || p.Cursor != head {
+	st := ssetest.Open(t, c, u+"/sdk/watch?ns=app&since="+strconv.FormatInt(head, 10), "")
+	if _, p := ssetest.Checked(t, st.MustNext(t)); p == nil || p.Cursor != head {
 		t.Fatalf("initial progress %+v", p)
 	}
 	resp, body = do(t, c, "POST", u+"/control/namespaces/app/publish", `{"puts":{"a":"x","b":7},"deletes":["c"]}`)
@@ -133,7 +134,7 @@ func TestSchema422EveryFailure(t *testing.T) {
 	// The stream sees the next good publish as the very next change.
 	good, _ := s.Publish("app", map[string]any{"a": 3})
 	for {
-		cs, _ := checked(t, mustNext(t, st))
+		cs, _ := ssetest.Checked(t, st.MustNext(t))
 		if cs == nil {
 			continue
 		}
@@ -278,7 +279,7 @@ func TestRetentionRacesWatch(t *testing.T) {
 	s := start(t, WithRetention(keep), WithHeartbeat(time.Hour))
 	c := newClient(t)
 	r0, _ := s.Publish("app", map[string]any{"k": 0})
-	st := openStream(t, c, s.URL()+"/sdk/watch?ns=app&since="+strconv.FormatInt(r0, 10), "")
+	st := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app&since="+strconv.FormatInt(r0, 10), "")
 	var last int64
 	for i := range 50 {
 		s.Publish("other", map[string]any{"x": i})
@@ -288,8 +289,8 @@ func TestRetentionRacesWatch(t *testing.T) {
 	if s.CompactRevision() != s.Head()-keep {
 		t.Fatalf("compact %d, head %d", s.CompactRevision(), s.Head())
 	}
-	ok := openStream(t, c, s.URL()+"/sdk/watch?ns=app", strconv.FormatInt(s.CompactRevision(), 10))
-	if cs, p := checked(t, mustNext(t, ok)); cs == nil && (p == nil || p.Cursor != s.Head()) {
+	ok := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app", strconv.FormatInt(s.CompactRevision(), 10))
+	if cs, p := ssetest.Checked(t, ok.MustNext(t)); cs == nil && (p == nil || p.Cursor != s.Head()) {
 		t.Fatalf("resume at the compaction point: %+v %+v", cs, p)
 	}
 	resp, body := do(t, c, "GET", s.URL()+"/sdk/watch?ns=app&since="+strconv.FormatInt(s.CompactRevision()-1, 10), "")
@@ -304,12 +305,12 @@ func TestRestartResumeMissesNothing(t *testing.T) {
 	s := start(t, WithHeartbeat(time.Hour))
 	c := newClient(t)
 	r0, _ := s.Publish("app", map[string]any{"k": 0})
-	st := openStream(t, c, s.URL()+"/sdk/watch?ns=app&since=0", "")
+	st := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app&since=0", "")
 	readChanges(t, st, 0, r0)
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	st.ended(t)
+	st.Ended(t)
 	var last int64
 	for i := range 5 {
 		s.Publish("other", map[string]any{"x": i})
@@ -318,11 +319,11 @@ func TestRestartResumeMissesNothing(t *testing.T) {
 	if err := s.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	st = openStream(t, c, s.URL()+"/sdk/watch?ns=app", strconv.FormatInt(r0, 10))
+	st = ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app", strconv.FormatInt(r0, 10))
 	seen := map[int64]bool{}
 	prev := r0
 	for prev < last {
-		cs, _ := checked(t, mustNext(t, st))
+		cs, _ := ssetest.Checked(t, st.MustNext(t))
 		if cs == nil {
 			continue
 		}

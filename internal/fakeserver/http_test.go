@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -413,11 +414,11 @@ func TestStopRestart(t *testing.T) {
 	c := newClient(t)
 	rev, _ := s.Publish("app", map[string]any{"a": 1})
 	url, id := s.URL(), s.StoreID()
-	st := openStream(t, c, url+"/sdk/watch?ns=app&since="+strconv.FormatInt(rev, 10), "")
+	st := ssetest.Open(t, c, url+"/sdk/watch?ns=app&since="+strconv.FormatInt(rev, 10), "")
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	st.ended(t)
+	st.Ended(t)
 	if _, err := c.Get(url + "/sdk/snapshot?ns=app"); err == nil {
 		t.Fatal("a stopped server answered")
 	}

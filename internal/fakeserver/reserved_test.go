@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -322,20 +323,20 @@ func pollWith(c *http.Client, url string, hdr ...string) <-chan pollResult {
 
 // streamChanges reads a watch's or a stream's events until it has seen
 // change revision upto and returns the changes.
-func streamChanges(t *testing.T, st *stream, upto int64) []transport.ChangeSet {
+func streamChanges(t *testing.T, st *ssetest.Stream, upto int64) []transport.ChangeSet {
 	t.Helper()
 	var out []transport.ChangeSet
 	for {
-		ev := mustNext(t, st)
-		if ev.event != transport.EventChange {
+		ev := st.MustNext(t)
+		if ev.Event != transport.EventChange {
 			continue
 		}
 		var cs transport.ChangeSet
-		if err := json.Unmarshal([]byte(ev.data), &cs); err != nil {
-			t.Fatalf("change %q: %v", ev.data, err)
+		if err := json.Unmarshal([]byte(ev.Data), &cs); err != nil {
+			t.Fatalf("change %q: %v", ev.Data, err)
 		}
-		if ev.id != strconv.FormatInt(cs.Revision, 10) {
-			t.Fatalf("event id %s of change %d", ev.id, cs.Revision)
+		if ev.ID != strconv.FormatInt(cs.Revision, 10) {
+			t.Fatalf("event id %s of change %d", ev.ID, cs.Revision)
 		}
 		out = append(out, cs)
 		if cs.Revision >= upto {
@@ -352,13 +353,13 @@ func TestWatchAndStreamWithoutReservedKeysForOldClients(t *testing.T) {
 	type reader struct {
 		name  string
 		aware bool
-		st    *stream
+		st    *ssetest.Stream
 	}
 	var readers []reader
 	for _, caps := range []string{"", oldCaps, newCaps} {
 		readers = append(readers,
-			reader{"watch " + caps, caps == newCaps, openStreamWith(t, c, s.URL()+"/sdk/watch?ns=app&since="+since, "", asClient(caps)...)},
-			reader{"stream " + caps, caps == newCaps, openStreamWith(t, c, s.URL()+"/sdk/stream?ns=app:"+since+"&ns=other:0", "", asClient(caps)...)})
+			reader{"watch " + caps, caps == newCaps, ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app&since="+since, "", asClient(caps)...)},
+			reader{"stream " + caps, caps == newCaps, ssetest.Open(t, c, s.URL()+"/sdk/stream?ns=app:"+since+"&ns=other:0", "", asClient(caps)...)})
 	}
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 6 }, "six streams")
 	// Live, then the same history again from each one's backlog.
@@ -373,9 +374,9 @@ func TestWatchAndStreamWithoutReservedKeysForOldClients(t *testing.T) {
 	for _, caps := range []string{"", newCaps} {
 		since := strconv.FormatInt(revs[0], 10)
 		for _, path := range []string{"/sdk/watch?ns=app&since=" + since, "/sdk/stream?ns=app:" + since} {
-			st := openStreamWith(t, c, s.URL()+path, "", asClient(caps)...)
+			st := ssetest.Open(t, c, s.URL()+path, "", asClient(caps)...)
 			checkHistory(t, path+" "+caps+" (backlog)", revs, streamChanges(t, st, revs[len(revs)-1]), caps == newCaps)
-			st.close()
+			st.Close()
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -31,8 +32,8 @@ func TestRestoreTo(t *testing.T) {
 	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c1","ns":"app","revision":3,"status":"ack"}`)
 	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c2","ns":"app","revision":1,"status":"ack"}`)
 
-	st := openStream(t, c, u+"/sdk/watch?ns=app&since="+strconv.FormatInt(r4, 10), "")
-	mustNext(t, st) // the progress at the head: the stream is up
+	st := ssetest.Open(t, c, u+"/sdk/watch?ns=app&since="+strconv.FormatInt(r4, 10), "")
+	st.MustNext(t) // the progress at the head: the stream is up
 	poll := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequest("GET", u+"/sdk/events?ns=app&since=4&wait=10s", nil)
@@ -55,7 +56,7 @@ func TestRestoreTo(t *testing.T) {
 	if s.StoreID() != id || s.Head() != 2 {
 		t.Fatalf("after restore: store %s head %d, want %s and 2", s.StoreID(), s.Head(), id)
 	}
-	st.ended(t)
+	st.Ended(t)
 	// A held long-poll is cut, not answered: a cursor from before the
 	// restore would tell the client it had seen history the store no
 	// longer has.
@@ -116,8 +117,8 @@ func TestRestoreTo(t *testing.T) {
 		string(er.Changes[0].Puts["a"]) != `"new"` || er.StoreID != id {
 		t.Fatalf("events after restore: %d %s", resp.StatusCode, body)
 	}
-	st = openStream(t, c, u+"/sdk/watch?ns=app&since="+strconv.FormatInt(r1, 10), "")
-	if cs, _ := checked(t, mustNext(t, st)); cs == nil || cs.Revision != 3 || cs.PrevRevision != r1 {
+	st = ssetest.Open(t, c, u+"/sdk/watch?ns=app&since="+strconv.FormatInt(r1, 10), "")
+	if cs, _ := ssetest.Checked(t, st.MustNext(t)); cs == nil || cs.Revision != 3 || cs.PrevRevision != r1 {
 		t.Fatalf("watch after restore: %+v", cs)
 	}
 }

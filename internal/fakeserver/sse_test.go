@@ -2,7 +2,6 @@ package fakeserver
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -13,51 +12,22 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
-
-// checked decodes an event and checks that its id is its cursor.
-func checked(t *testing.T, ev sseEvent) (cs *transport.ChangeSet, p *transport.Progress) {
-	t.Helper()
-	id, err := strconv.ParseInt(ev.id, 10, 64)
-	if err != nil {
-		t.Fatalf("event id %q", ev.id)
-	}
-	switch ev.event {
-	case transport.EventChange:
-		cs = new(transport.ChangeSet)
-		if err := json.Unmarshal([]byte(ev.data), cs); err != nil {
-			t.Fatal(err)
-		}
-		if cs.Revision != id {
-			t.Fatalf("change id %d, revision %d", id, cs.Revision)
-		}
-	case transport.EventProgress:
-		p = new(transport.Progress)
-		if err := json.Unmarshal([]byte(ev.data), p); err != nil {
-			t.Fatal(err)
-		}
-		if p.Cursor != id || p.Revision > p.Cursor {
-			t.Fatalf("progress id %d, %+v", id, p)
-		}
-	default:
-		t.Fatalf("unknown event %q", ev.event)
-	}
-	return cs, p
-}
 
 func TestWatchIDsAreCursorsAndProgress(t *testing.T) {
 	s := start(t, WithHeartbeat(20*time.Millisecond))
 	c := newClient(t)
 	r1, _ := s.Publish("app", map[string]any{"a": 1})
-	st := openStream(t, c, s.URL()+"/sdk/watch?ns=app&since=0", "")
-	if st.resp.Header.Get("Content-Type") != "text/event-stream" || st.resp.Header.Get(transport.HeaderStoreID) != s.StoreID() {
-		t.Fatalf("headers %v", st.resp.Header)
+	st := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app&since=0", "")
+	if st.Resp.Header.Get("Content-Type") != "text/event-stream" || st.Resp.Header.Get(transport.HeaderStoreID) != s.StoreID() {
+		t.Fatalf("headers %v", st.Resp.Header)
 	}
-	if cs, _ := checked(t, mustNext(t, st)); cs == nil || cs.Revision != r1 || cs.PrevRevision != 0 {
+	if cs, _ := ssetest.Checked(t, st.MustNext(t)); cs == nil || cs.Revision != r1 || cs.PrevRevision != 0 {
 		t.Fatalf("first event %+v", cs)
 	}
-	if _, p := checked(t, mustNext(t, st)); p == nil || p.Cursor != r1 {
+	if _, p := ssetest.Checked(t, st.MustNext(t)); p == nil || p.Cursor != r1 {
 		t.Fatalf("initial progress %+v", p)
 	}
 	// Publishes to another namespace advance the cursor of quiet streams.
@@ -67,7 +37,7 @@ func TestWatchIDsAreCursorsAndProgress(t *testing.T) {
 	var cursor int64
 	sawChange, progresses := false, 0
 	for progresses < 3 || cursor < other2 {
-		cs, p := checked(t, mustNext(t, st))
+		cs, p := ssetest.Checked(t, st.MustNext(t))
 		if cs != nil {
 			if cs.Revision != r3 || cs.PrevRevision != r1 || sawChange {
 				t.Fatalf("change %+v", cs)
@@ -89,21 +59,12 @@ func TestWatchIDsAreCursorsAndProgress(t *testing.T) {
 	}
 }
 
-func mustNext(t *testing.T, st *stream) sseEvent {
-	t.Helper()
-	ev, ok := st.next(t)
-	if !ok {
-		t.Fatal("stream ended")
-	}
-	return ev
-}
-
 // readChanges reads events until it has seen change revision upto, checking
 // the prev_revision chain from prev, and returns the last event id.
-func readChanges(t *testing.T, st *stream, prev, upto int64) {
+func readChanges(t *testing.T, st *ssetest.Stream, prev, upto int64) {
 	t.Helper()
 	for prev < upto {
-		cs, _ := checked(t, mustNext(t, st))
+		cs, _ := ssetest.Checked(t, st.MustNext(t))
 		if cs == nil {
 			continue
 		}
@@ -122,17 +83,17 @@ func TestWatchResumeWithLastEventID(t *testing.T) {
 		r, _ := s.Publish("app", map[string]any{"k": i})
 		revs = append(revs, r)
 	}
-	st := openStream(t, c, s.URL()+"/sdk/watch?ns=app&since=0", "")
+	st := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app&since=0", "")
 	readChanges(t, st, 0, revs[2])
-	st.close()
+	st.Close()
 	for i := range 5 { // published while disconnected, interleaved with another namespace
 		s.Publish("other", map[string]any{"x": i})
 		r, _ := s.Publish("app", map[string]any{"k": 10 + i})
 		revs = append(revs, r)
 	}
 	// since in the URL is stale; Last-Event-ID wins.
-	st = openStream(t, c, s.URL()+"/sdk/watch?ns=app&since=0", strconv.FormatInt(revs[2], 10))
-	cs, _ := checked(t, mustNext(t, st))
+	st = ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app&since=0", strconv.FormatInt(revs[2], 10))
+	cs, _ := ssetest.Checked(t, st.MustNext(t))
 	if cs == nil || cs.Revision != revs[3] {
 		t.Fatalf("resumed at %+v, want revision %d", cs, revs[3])
 	}
@@ -146,7 +107,7 @@ func TestWatchStalledReaderIsDisconnected(t *testing.T) {
 	c := newClient(t)
 	r0, _ := s.Publish("app", map[string]any{"k": 0})
 	url := s.URL() + "/sdk/watch?ns=app&since=" + strconv.FormatInt(r0, 10)
-	fast := []*stream{openStream(t, c, url, ""), openStream(t, c, url, ""), openStream(t, c, url, "")}
+	fast := []*ssetest.Stream{ssetest.Open(t, c, url, ""), ssetest.Open(t, c, url, ""), ssetest.Open(t, c, url, "")}
 
 	// The stalled reader: a raw connection that reads the reply's first
 	// bytes and then nothing.
@@ -210,7 +171,7 @@ func TestWatchStalledReaderIsDisconnected(t *testing.T) {
 	if err != nil || last >= r {
 		t.Fatalf("stalled reader's last id %q", lastID)
 	}
-	resumed := openStream(t, c, s.URL()+"/sdk/watch?ns=app", lastID)
+	resumed := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app", lastID)
 	readChanges(t, resumed, last, r)
 }
 
@@ -294,21 +255,21 @@ func TestDropStreamsAndReset(t *testing.T) {
 	s := start(t, WithHeartbeat(time.Hour))
 	c := newClient(t)
 	s.Publish("app", map[string]any{"k": 0})
-	a := openStream(t, c, s.URL()+"/sdk/watch?ns=app", "")
-	b := openStream(t, c, s.URL()+"/sdk/watch?ns=app", "")
+	a := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app", "")
+	b := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app", "")
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 2 }, "2 streams")
 	resp, _ := do(t, c, "POST", s.URL()+"/control/faults", `{"drop_streams":true}`)
 	if resp.StatusCode != 200 {
 		t.Fatal(resp.StatusCode)
 	}
-	a.ended(t)
-	b.ended(t)
+	a.Ended(t)
+	b.Ended(t)
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no streams")
 
-	a = openStream(t, c, s.URL()+"/sdk/watch?ns=app", "")
+	a = ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=app", "")
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "1 stream")
 	s.ResetStore()
-	a.ended(t)
+	a.Ended(t)
 	if st := s.Stats(); st.Watches != 3 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -333,17 +294,17 @@ func TestWatchCursorIsHonest(t *testing.T) {
 		}
 	}()
 	// Join while publishes are in flight, from the start and from the head.
-	var streams []*stream
+	var streams []*ssetest.Stream
 	for i := range 8 {
 		testutil.Eventually(t, waitLimit, func() bool { return s.Head() >= int64(i*2*n/10) }, "publishes")
-		streams = append(streams, openStream(t, c, s.URL()+"/sdk/watch?ns=a&since=1", ""))
+		streams = append(streams, ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=a&since=1", ""))
 	}
 	<-done
 	for _, st := range streams {
 		var cursor int64 = 1
 		prev := int64(1)
 		for prev < lastA {
-			cs, p := checked(t, mustNext(t, st))
+			cs, p := ssetest.Checked(t, st.MustNext(t))
 			if p != nil {
 				if p.Cursor < cursor {
 					t.Fatalf("progress cursor went back from %d to %d", cursor, p.Cursor)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -26,7 +27,7 @@ func TestStreamPromptProgressWhileOpening(t *testing.T) {
 			rev, _ := s.Publish("other", map[string]any{"k": i})
 			published <- rev
 		}()
-		st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("mine", r0)), "")
+		st := ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream, pair("mine", r0)), "")
 		r1 := <-published
 		t0 := time.Now()
 		for {
@@ -38,7 +39,7 @@ func TestStreamPromptProgressWhileOpening(t *testing.T) {
 		if d := time.Since(t0); d > time.Second {
 			t.Fatalf("attempt %d: progress at %d came %v after the publish; want <= 1s (not the heartbeat)", i, r1, d)
 		}
-		st.close()
+		st.Close()
 		testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "attempt %d: the stream closed", i)
 		// Past the progress coalescing window, so the next publish's tick
 		// comes at once (the race is with an immediate tick).

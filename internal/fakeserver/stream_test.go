@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -140,30 +141,30 @@ type streamEv struct {
 	ended    *wire.NamespaceEndedBody
 }
 
-func nextStream(t *testing.T, st *stream) streamEv {
+func nextStream(t *testing.T, st *ssetest.Stream) streamEv {
 	t.Helper()
-	ev, ok := st.next(t)
+	ev, ok := st.Next(t)
 	if !ok {
 		t.Fatal("stream ended")
 	}
 	var out streamEv
-	switch ev.event {
+	switch ev.Event {
 	case transport.EventChange:
-		cs := decode[transport.ChangeSet](t, []byte(ev.data))
-		if ev.id != strconv.FormatInt(cs.Revision, 10) {
-			t.Fatalf("change id %q, revision %d", ev.id, cs.Revision)
+		cs := decode[transport.ChangeSet](t, []byte(ev.Data))
+		if ev.ID != strconv.FormatInt(cs.Revision, 10) {
+			t.Fatalf("change id %q, revision %d", ev.ID, cs.Revision)
 		}
 		out.change = &cs
 	case transport.EventProgress:
-		p := decode[transport.StreamProgress](t, []byte(ev.data))
-		if ev.id != strconv.FormatInt(p.Cursor, 10) || strings.Contains(ev.data, `"ns"`) {
+		p := decode[transport.StreamProgress](t, []byte(ev.Data))
+		if ev.ID != strconv.FormatInt(p.Cursor, 10) || strings.Contains(ev.Data, `"ns"`) {
 			t.Fatalf("progress %+v", ev)
 		}
 		out.progress = &p
 	case transport.EventEnded:
-		e := decode[wire.NamespaceEndedBody](t, []byte(ev.data))
-		if ev.id != "" {
-			t.Fatalf("ended with id %q", ev.id)
+		e := decode[wire.NamespaceEndedBody](t, []byte(ev.Data))
+		if ev.ID != "" {
+			t.Fatalf("ended with id %q", ev.ID)
 		}
 		out.ended = &e
 	default:
@@ -180,10 +181,10 @@ func TestStreamEndsOneNamespaceOnly(t *testing.T) {
 	if _, err := s.Compact(r2); err != nil {
 		t.Fatal(err)
 	}
-	st := openStream(t, c, streamURL(s.URL(), transport.PathStream,
+	st := ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream,
 		pair("old", r1-1), pair("Bad!Name", 0), pair("live", r2), pair("ahead", 0), pair("none", 0), pair("ahead2", r2+5)), "") // not found wins over a cursor ahead, as on /sdk/watch
-	if st.resp.Header.Get(transport.HeaderCursor) != strconv.FormatInt(r2, 10) {
-		t.Fatalf("cursor header %q", st.resp.Header.Get(transport.HeaderCursor))
+	if st.Resp.Header.Get(transport.HeaderCursor) != strconv.FormatInt(r2, 10) {
+		t.Fatalf("cursor header %q", st.Resp.Header.Get(transport.HeaderCursor))
 	}
 	want := map[string]string{"Bad!Name": transport.CodeInvalidNamespace, "old": transport.CodeCompacted,
 		"ahead": transport.CodeNotFound, "none": transport.CodeNotFound, "ahead2": transport.CodeNotFound}
@@ -226,7 +227,7 @@ func TestStreamCursorAhead(t *testing.T) {
 	c := newClient(t)
 	r1, _ := s.Publish("a", map[string]any{"k": 1})
 	s.Publish("b", map[string]any{"k": 1})
-	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r1+10), pair("b", 0)), "")
+	st := ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r1+10), pair("b", 0)), "")
 	if ev := nextStream(t, st); ev.ended == nil || ev.ended.Namespace != "a" || ev.ended.Code != transport.CodeCursorAhead {
 		t.Fatalf("first %+v", ev)
 	}
@@ -250,7 +251,7 @@ func TestStreamTwentyNamespaces(t *testing.T) {
 		}
 	}
 	before := s.Stats().Conns
-	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pairs...), "")
+	st := ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream, pairs...), "")
 	member := map[string]bool{}
 	for _, n := range names {
 		member[n] = true
@@ -304,7 +305,7 @@ func TestStreamPromptProgress(t *testing.T) {
 	s := start(t, WithHeartbeat(5*time.Second))
 	c := newClient(t)
 	r0, _ := s.Publish("mine", map[string]any{"k": 1})
-	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("mine", r0)), "")
+	st := ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream, pair("mine", r0)), "")
 	if ev := nextStream(t, st); ev.progress == nil || ev.progress.Cursor != r0 {
 		t.Fatalf("first %+v", ev)
 	}
@@ -353,7 +354,7 @@ func TestStreamOverflowDisconnects(t *testing.T) {
 	r0, _ := s.Publish("a", map[string]any{"k": 0})
 	s.Publish("b", map[string]any{"k": 0})
 	path := streamURL("", transport.PathStream, pair("a", r0), pair("b", r0))
-	fast := openStream(t, c, s.URL()+path, "")
+	fast := ssetest.Open(t, c, s.URL()+path, "")
 	conn, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -421,15 +422,15 @@ func TestStreamEndsOnResetAndDrop(t *testing.T) {
 	s := start(t, WithHeartbeat(time.Hour))
 	c := newClient(t)
 	r0, _ := s.Publish("a", map[string]any{"k": 0})
-	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r0), pair("nothere", 0)), "")
+	st := ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r0), pair("nothere", 0)), "")
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "stream")
 	s.DropStreams()
-	st.ended(t)
+	st.Ended(t)
 	// A stream whose every namespace ended still ends with the store.
-	st = openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("nothere", 0)), "")
+	st = ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream, pair("nothere", 0)), "")
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 1 }, "stream")
 	s.ResetStore()
-	st.ended(t)
+	st.Ended(t)
 	testutil.Eventually(t, waitLimit, func() bool { return s.OpenStreams() == 0 }, "no stream")
 }
 
@@ -517,10 +518,10 @@ func TestStreamEventsSharesEncoding(t *testing.T) {
 	if err := json.Unmarshal(body, &raw); err != nil || len(raw.Changes) != 1 {
 		t.Fatalf("%s %v", body, err)
 	}
-	st := openStream(t, c, s.URL()+"/sdk/watch?ns=a&since=0", "")
-	ev, _ := st.next(t)
-	if ev.data != string(raw.Changes[0]) || ev.id != strconv.FormatInt(r1, 10) {
-		t.Fatalf("long-poll %s\nwatch %s", raw.Changes[0], ev.data)
+	st := ssetest.Open(t, c, s.URL()+"/sdk/watch?ns=a&since=0", "")
+	ev, _ := st.Next(t)
+	if ev.Data != string(raw.Changes[0]) || ev.ID != strconv.FormatInt(r1, 10) {
+		t.Fatalf("long-poll %s\nwatch %s", raw.Changes[0], ev.Data)
 	}
 }
 
@@ -589,9 +590,9 @@ func TestH2C(t *testing.T) {
 	r0, _ := s.Publish("a", map[string]any{"k": 0})
 	before := s.Stats().Conns
 
-	st := openStream(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r0)), "")
-	if st.resp.ProtoMajor != 2 {
-		t.Fatalf("stream over %s", st.resp.Proto)
+	st := ssetest.Open(t, c, streamURL(s.URL(), transport.PathStream, pair("a", r0)), "")
+	if st.Resp.ProtoMajor != 2 {
+		t.Fatalf("stream over %s", st.Resp.Proto)
 	}
 	if ev := nextStream(t, st); ev.progress == nil {
 		t.Fatalf("first %+v", ev)

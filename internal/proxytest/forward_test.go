@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -97,7 +99,7 @@ func TestForwardProxy(t *testing.T) {
 		forwardProxyChild(t, ep)
 		return
 	}
-	srv := startServer(t)
+	srv := sdksuite.StartReference(t, fakeserver.WithHeartbeat(fakeserver.DefaultHeartbeat))
 	if _, err := srv.Publish("app", map[string]any{"v": "through the proxy"}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +146,8 @@ func TestForwardProxy(t *testing.T) {
 // server lists its ack (asked through the same proxy).
 func forwardProxyChild(t *testing.T, endpoint string) {
 	id := "forward-" + endpoint
-	cl := newClient(t, endpoint, config.WithClientID(id))
-	ns := openNS(t, cl, "app")
+	cl := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(endpoint), config.WithClientID(id))
+	ns := sdksuite.Open(t, cl, "app")
 	if v, _ := ns.Get("v"); v.String() != "through the proxy" {
 		t.Fatalf("v = %s", v)
 	}

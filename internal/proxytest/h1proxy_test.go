@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -90,52 +91,21 @@ func startGoProxy(t testing.TB, target string, clock *answerClock) *httptest.Ser
 	return p
 }
 
-func startServer(t testing.TB, opts ...fakeserver.Option) *fakeserver.Server {
-	t.Helper()
-	srv, err := fakeserver.Start(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	return srv
-}
-
-func newClient(t testing.TB, url string, opts ...config.Option) *config.Client {
-	t.Helper()
-	c, err := config.New(append([]config.Option{config.WithEndpoint(url)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func openNS(t testing.TB, c *config.Client, name string) *config.Namespace {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ns, err := c.Namespace(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
-
 // A client with the defaults, behind an HTTP/1.1-only reverse proxy, whose
 // server restarts with a new store after an outage long enough for the
 // client's backoff to grow: it converges within 3 s of the restarted
 // server's first answer, although the server lists h2c (the capability is
 // the origin's, not the hop's), and no request fails for want of h2c.
 func TestHTTP1ProxyServerRestartNewStore(t *testing.T) {
-	srv := startServer(t)
+	srv := sdksuite.StartReference(t, fakeserver.WithHeartbeat(fakeserver.DefaultHeartbeat))
 	if _, err := srv.Publish("app", map[string]any{"v": 1}); err != nil {
 		t.Fatal(err)
 	}
 	clock := &answerClock{}
 	p := startGoProxy(t, srv.URL(), clock)
 	logs := &h2Errors{}
-	c := newClient(t, p.URL, config.WithLogger(slog.New(logs)))
-	ns := openNS(t, c, "app")
+	c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(p.URL), config.WithLogger(slog.New(logs)))
+	ns := sdksuite.Open(t, c, "app")
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -170,7 +140,7 @@ func TestHTTP1ProxyServerRestartNewStore(t *testing.T) {
 // slogOf logs through t.Log at Info and above, and counts HTTP/2's
 // errors in h.
 func slogOf(t testing.TB, h *h2Errors) *slog.Logger {
-	h.next = slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})
+	h.next = slog.NewTextHandler(sdksuite.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo})
 	return slog.New(h)
 }
 
@@ -216,11 +186,4 @@ func (h *h2Errors) firstErr() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.first
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

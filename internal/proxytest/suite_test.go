@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -64,7 +65,7 @@ type env struct {
 func (tp topology) start(t testing.TB, extra string, serverOpts ...fakeserver.Option) *env {
 	t.Helper()
 	e := &env{t: t, logs: &h2Errors{}, id: "client-" + tp.String(), changes: map[int64]time.Time{}, changed: make(chan struct{}, 1)}
-	e.srv = startServer(t, append([]fakeserver.Option{fakeserver.WithHeartbeat(suiteHeartbeat)}, serverOpts...)...)
+	e.srv = sdksuite.StartReference(t, append([]fakeserver.Option{fakeserver.WithHeartbeat(suiteHeartbeat)}, serverOpts...)...)
 	if _, err := e.srv.Publish("app", map[string]any{"v": 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,17 +95,12 @@ func (tp topology) start(t testing.TB, extra string, serverOpts ...fakeserver.Op
 	case "go":
 		endpoint = startGoProxy(t, "http://"+upstream, nil).URL
 	}
-	opts := []config.Option{config.WithEndpoint(endpoint), config.WithClientID(e.id), config.WithLogger(slogOf(t, e.logs))}
+	opts := []config.Option{config.WithClientID(e.id), config.WithLogger(slogOf(t, e.logs))}
 	if c != nil {
 		opts = append(opts, config.WithHTTPClient(c.httpClient()))
 	}
-	cl, err := config.New(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Close() })
-	e.client = cl
-	e.ns = openNS(t, cl, "app")
+	e.client = sdksuite.NewDefaultClient(t, sdksuite.Endpoint(endpoint), opts...)
+	e.ns = sdksuite.Open(t, e.client, "app")
 	e.ns.OnChange("v", func(ch config.Change) {
 		e.mu.Lock()
 		e.changes[ch.Revision] = time.Now()

@@ -1,7 +1,6 @@
 package rollout_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
@@ -159,103 +159,54 @@ func startMember(t testing.TB, url, nsName, id string, opts ...config.Option) *m
 	return m
 }
 
-// controlAPI drives the reference server over its real HTTP control API.
+// controlAPI drives the reference server over its real HTTP control API,
+// through its client.
 type controlAPI struct {
 	t     testing.TB
-	url   string
+	c     *controlapi.Client
 	debug func() string
 }
 
-func (c controlAPI) do(method, path string, body any, want int, out any) {
-	c.t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, c.url+path, r)
+func newControlAPI(t testing.TB, url string, debug func() string) controlAPI {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	c, err := controlapi.NewClient(url, controlapi.WithHTTPClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}))
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return controlAPI{t, c, debug}
+}
+
+func (c controlAPI) start(ns string, s controlapi.RolloutRequest) (id string, rev int64) {
+	c.t.Helper()
+	r, err := c.c.StartRollout(context.Background(), ns, s)
 	if err != nil {
-		c.t.Fatal(err)
+		c.t.Fatalf("starting a rollout of %s: %v", ns, err)
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		c.t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, data, want)
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			c.t.Fatalf("%s %s: %v in %s", method, path, err, data)
-		}
-	}
+	return r.ID, r.Revision
 }
 
-// record is GET /control/namespaces/{ns}/rollouts/{id}.
-type record struct {
-	ID        string    `json:"id"`
-	State     string    `json:"state"`
-	Stage     float64   `json:"stage"`
-	Stages    []float64 `json:"stages"`
-	Clients   int       `json:"clients"`
-	Served    int       `json:"served"`
-	Acked     int       `json:"acked"`
-	Nacked    int       `json:"nacked"`
-	WouldNack int       `json:"would_nack"`
-	Lagging   int       `json:"lagging"`
-	Reason    string    `json:"reason"`
-	Revisions []int64   `json:"revisions"`
-}
-
-type spec struct {
-	Puts        map[string]json.RawMessage `json:"puts,omitempty"`
-	Deletes     []string                   `json:"deletes,omitempty"`
-	Stages      []float64                  `json:"stages"`
-	Bake        string                     `json:"bake,omitempty"`
-	MaxNacks    int                        `json:"max_nacks,omitempty"`
-	Prevalidate bool                       `json:"prevalidate,omitempty"`
-	// ReportTimeout bounds how long a prevalidated stage waits for the
-	// clients outside it: the proof's is long, since 100 clients each
-	// checking 1,000 keys twice a revision take seconds under -race.
-	ReportTimeout string `json:"report_timeout,omitempty"`
-	OnTimeout     string `json:"on_timeout,omitempty"`
-}
-
-func (c controlAPI) start(ns string, s spec) (id string, rev int64) {
+func (c controlAPI) get(ns, id string) controlapi.RolloutRecord {
 	c.t.Helper()
-	var out struct {
-		ID       string `json:"id"`
-		Revision int64  `json:"revision"`
+	r, err := c.c.GetRollout(context.Background(), ns, id)
+	if err != nil {
+		c.t.Fatalf("rollout %s of %s: %v", id, ns, err)
 	}
-	c.do("POST", "/control/namespaces/"+ns+"/rollouts", s, http.StatusCreated, &out)
-	return out.ID, out.Revision
-}
-
-func (c controlAPI) get(ns, id string) record {
-	c.t.Helper()
-	var r record
-	c.do("GET", "/control/namespaces/"+ns+"/rollouts/"+id, nil, http.StatusOK, &r)
-	return r
+	return *r
 }
 
 // ended waits for the rollout to end and returns its record; on the
 // deadline it shows the record as the server has it.
-func (c controlAPI) ended(ns, id string) record {
+func (c controlAPI) ended(ns, id string) controlapi.RolloutRecord {
 	c.t.Helper()
-	var r record
+	var r controlapi.RolloutRecord
 	if !testutil.Wait(waitLimit, func() bool { r = c.get(ns, id); return r.State != "running" }) {
-		var raw json.RawMessage
-		c.do("GET", "/control/namespaces/"+ns+"/rollouts/"+id, nil, http.StatusOK, &raw)
 		more := ""
 		if c.debug != nil {
 			more = c.debug()
 		}
-		c.t.Fatalf("rollout %s still running after %v: %s %s", id, waitLimit, raw, more)
+		c.t.Fatalf("rollout %s still running after %v: %+v %s", id, waitLimit, c.get(ns, id), more)
 	}
 	return r
 }
@@ -264,11 +215,10 @@ func (c controlAPI) ended(ns, id string) record {
 func (c controlAPI) known(ns string, n int) {
 	c.t.Helper()
 	testutil.Eventually(c.t, waitLimit, func() bool {
-		var st struct {
-			Clients int `json:"clients"`
-			Acked   int `json:"acked"`
+		st, err := c.c.Status(context.Background(), ns)
+		if err != nil {
+			c.t.Fatalf("status of %s: %v", ns, err)
 		}
-		c.do("GET", "/control/namespaces/"+ns+"/status", nil, http.StatusOK, &st)
 		return st.Clients >= n && st.Acked >= n
 	}, fmt.Sprintf("%d clients acked %s", n, ns))
 }
@@ -373,13 +323,13 @@ func raw(s string) json.RawMessage { return json.RawMessage(s) }
 func TestProofFourRollouts(t *testing.T) {
 	var written atomic.Int64
 	srv := startOrigin(t, &written)
-	api := controlAPI{t, srv.URL(), nil}
+	api := newControlAPI(t, srv.URL(), nil)
 	f := startFleet(t, srv.URL(), fleetSize)
 	api.known(proofNS, fleetSize)
 	stages := []float64{1, 10, 100}
 
 	t.Run("good change is promoted", func(t *testing.T) {
-		api := controlAPI{t, srv.URL(), f.describe}
+		api := newControlAPI(t, srv.URL(), f.describe)
 		// The idle cost of the fleet's streams (heartbeats) over a second,
 		// to take out of what the rollout's span cost.
 		idleFrom, idleStart := written.Load(), time.Now()
@@ -388,7 +338,7 @@ func TestProofFourRollouts(t *testing.T) {
 
 		good := `{"cluster":"c2"}`
 		before, start := written.Load(), time.Now()
-		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "50ms"})
+		id, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "50ms"})
 		r := api.ended(proofNS, id)
 		if r.State != "promoted" || r.Stage != 100 {
 			t.Fatalf("rollout %+v, want promoted after stage 100", r)
@@ -416,8 +366,8 @@ func TestProofFourRollouts(t *testing.T) {
 	})
 
 	t.Run("BAD stops at 1%", func(t *testing.T) {
-		api := controlAPI{t, srv.URL(), f.describe}
-		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"BAD"}`)}, Stages: stages, Bake: "50ms"})
+		api := newControlAPI(t, srv.URL(), f.describe)
+		id, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"BAD"}`)}, Stages: stages, Bake: "50ms"})
 		r := api.ended(proofNS, id)
 		f.converge(t, baseRoute)
 		for _, m := range f {
@@ -431,8 +381,8 @@ func TestProofFourRollouts(t *testing.T) {
 	})
 
 	t.Run("new-field stops at the first stage with a strict client", func(t *testing.T) {
-		api := controlAPI{t, srv.URL(), f.describe}
-		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":true}`)}, Stages: stages, Bake: "50ms"})
+		api := newControlAPI(t, srv.URL(), f.describe)
+		id, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":true}`)}, Stages: stages, Bake: "50ms"})
 		r := api.ended(proofNS, id)
 		want := firstStageWith(id, f.ids(), stages, strict)
 		if r.State != "reverted" || r.Stage != want {
@@ -447,8 +397,8 @@ func TestProofFourRollouts(t *testing.T) {
 	})
 
 	t.Run("new-field with prevalidation stops before any strict client", func(t *testing.T) {
-		api := controlAPI{t, srv.URL(), f.describe}
-		id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":true}`)}, Stages: stages, Bake: "50ms", Prevalidate: true, ReportTimeout: "2m"})
+		api := newControlAPI(t, srv.URL(), f.describe)
+		id, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":true}`)}, Stages: stages, Bake: "50ms", Prevalidate: true, ReportTimeout: "2m"})
 		r := api.ended(proofNS, id)
 		if r.State != "reverted" || r.Stage != 1 {
 			t.Fatalf("rollout %+v, want reverted at stage 1", r)
@@ -520,19 +470,19 @@ func startRelay(t testing.TB, url string) string {
 // would-nacks, and passes the staged change on as data.
 func TestProofThroughARelay(t *testing.T) {
 	srv := startOrigin(t, nil)
-	api := controlAPI{t, srv.URL(), nil}
+	api := newControlAPI(t, srv.URL(), nil)
 	f := startFleet(t, startRelay(t, srv.URL()), 20)
 	api.known(proofNS, len(f))
 	stages := []float64{5, 50, 100}
 
 	good := `{"cluster":"c9"}`
-	id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "20ms"})
+	id, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "20ms"})
 	if r := api.ended(proofNS, id); r.State != "promoted" {
 		t.Fatalf("through a relay: %+v, want promoted", r)
 	}
 	f.converge(t, good)
 
-	id, _ = api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":1}`)}, Stages: stages, Bake: "20ms", Prevalidate: true, ReportTimeout: "2m"})
+	id, _ = api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"c1","new-field":1}`)}, Stages: stages, Bake: "20ms", Prevalidate: true, ReportTimeout: "2m"})
 	r := api.ended(proofNS, id)
 	if r.State != "reverted" || r.Stage != 5 {
 		t.Fatalf("through a relay: %+v, want reverted at stage 5", r)
@@ -546,17 +496,14 @@ func TestProofThroughARelay(t *testing.T) {
 // and the history tells each revision's kind.
 func TestProofAbortDuringBake(t *testing.T) {
 	srv := startOrigin(t, nil)
-	api := controlAPI{t, srv.URL(), nil}
+	api := newControlAPI(t, srv.URL(), nil)
 	f := startFleet(t, srv.URL(), 20)
 	api.known(proofNS, len(f))
 	staged := `{"cluster":"c5"}`
-	id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(staged)}, Stages: []float64{50, 100}, Bake: "1h"})
-	var baking struct {
-		Baking  bool `json:"baking"`
-		InStage int  `json:"in_stage"`
-	}
+	id, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(staged)}, Stages: []float64{50, 100}, Bake: "1h"})
+	var baking controlapi.RolloutRecord
 	testutil.Eventually(t, waitLimit, func() bool {
-		api.do("GET", "/control/namespaces/"+proofNS+"/rollouts/"+id, nil, http.StatusOK, &baking)
+		baking = api.get(proofNS, id)
 		return baking.Baking
 	}, "the first stage to bake")
 	serving := 0
@@ -568,20 +515,16 @@ func TestProofAbortDuringBake(t *testing.T) {
 	if serving != baking.InStage || serving != 10 {
 		t.Fatalf("%d clients serve the staged change, %d in the stage; want 10", serving, baking.InStage)
 	}
-	var r record
-	api.do("POST", "/control/namespaces/"+proofNS+"/rollouts/"+id+"/abort", nil, http.StatusOK, &r)
-	if r.State != "reverted" || r.Stage != 50 {
-		t.Fatalf("abort: %+v", r)
+	r, err := api.c.AbortRollout(context.Background(), proofNS, id, controlapi.RolloutActionRequest{})
+	if err != nil || r.State != "reverted" || r.Stage != 50 {
+		t.Fatalf("abort: %+v, %v", r, err)
 	}
 	f.converge(t, baseRoute)
 
-	var h struct {
-		Revisions []struct {
-			Revision int64  `json:"revision"`
-			Kind     string `json:"kind"`
-		} `json:"revisions"`
+	h, err := api.c.History(context.Background(), proofNS, controlapi.HistoryOptions{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
 	}
-	api.do("GET", "/control/namespaces/"+proofNS+"/history?limit=3", nil, http.StatusOK, &h)
 	var kinds []string
 	for _, rev := range h.Revisions {
 		kinds = append(kinds, rev.Kind)
@@ -599,7 +542,7 @@ func TestProofTwoNamespacesAtOnce(t *testing.T) {
 	if _, err := srv.Publish(other, proofContent()); err != nil {
 		t.Fatal(err)
 	}
-	api := controlAPI{t, srv.URL(), nil}
+	api := newControlAPI(t, srv.URL(), nil)
 	var a, b fleet
 	for i := range 10 {
 		a = append(a, startMember(t, srv.URL(), proofNS, clientID(i)))
@@ -609,8 +552,8 @@ func TestProofTwoNamespacesAtOnce(t *testing.T) {
 	api.known(other, len(b))
 	good := `{"cluster":"c3"}`
 	stages := []float64{10, 50, 100}
-	idA, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "20ms"})
-	idB, _ := api.start(other, spec{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"BAD"}`)}, Stages: stages, Bake: "20ms"})
+	idA, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(good)}, Stages: stages, Bake: "20ms"})
+	idB, _ := api.start(other, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(`{"cluster":"BAD"}`)}, Stages: stages, Bake: "20ms"})
 	if r := api.ended(proofNS, idA); r.State != "promoted" {
 		t.Errorf("%s: %+v, want promoted", proofNS, r)
 	}
@@ -657,13 +600,13 @@ func stagedOnTheWire(t testing.TB, url, ns string) *rollout.Staged {
 // brings it the change.
 func TestProofRestartMidStage(t *testing.T) {
 	srv := startOrigin(t, nil)
-	api := controlAPI{t, srv.URL(), nil}
+	api := newControlAPI(t, srv.URL(), nil)
 	dir := t.TempDir()
 	f := startFleet(t, srv.URL(), 10)
 	cached := startMember(t, srv.URL(), proofNS, "app-cached", config.WithCacheDir(dir))
 	api.known(proofNS, len(f)+1)
 	staged := `{"cluster":"c7"}`
-	id, _ := api.start(proofNS, spec{Puts: map[string]json.RawMessage{"route/a": raw(staged)}, Stages: []float64{99, 100}, Bake: "1h"})
+	id, _ := api.start(proofNS, controlapi.RolloutRequest{Puts: map[string]json.RawMessage{"route/a": raw(staged)}, Stages: []float64{99, 100}, Bake: "1h"})
 	testutil.Eventually(t, waitLimit, func() bool { return cached.route() == staged }, "the cached client to serve the staged change")
 	s := stagedOnTheWire(t, srv.URL(), proofNS)
 	if !s.Member(cached.id) {
@@ -697,6 +640,8 @@ func TestProofRestartMidStage(t *testing.T) {
 	if got := online.route(); got != baseRoute {
 		t.Fatalf("restarted outside the stage: route/a %s, want the base", got)
 	}
-	api.do("POST", "/control/namespaces/"+proofNS+"/rollouts/"+id+"/promote", nil, http.StatusOK, nil)
+	if _, err := api.c.PromoteRollout(context.Background(), proofNS, id, controlapi.RolloutActionRequest{}); err != nil {
+		t.Fatal(err)
+	}
 	testutil.Eventually(t, waitLimit, func() bool { return online.route() == staged }, "the promotion at the restarted client")
 }

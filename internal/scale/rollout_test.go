@@ -3,14 +3,15 @@
 package scale
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -45,41 +46,25 @@ func runRollout(b *testing.B, clients, procs, keys int) {
 
 	stages := []float64{1, 10, 100}
 	value := fmt.Sprintf("1:%d", time.Now().UnixNano())
-	body, _ := json.Marshal(map[string]any{"puts": map[string]string{key: value}, "stages": stages, "bake": "0s", "report_timeout": "1m", "stage_timeout": "5m"})
+	c := control(b, srv.URL())
 	start := time.Now()
-	resp, err := http.Post(srv.URL()+"/control/namespaces/"+namespace+"/rollouts", "application/json", bytes.NewReader(body))
+	started, err := c.StartRollout(context.Background(), namespace, controlapi.RolloutRequest{
+		Puts: map[string]json.RawMessage{key: json.RawMessage(strconv.Quote(value))}, Stages: stages, Bake: "0s", ReportTimeout: "1m", StageTimeout: "5m",
+	})
 	if err != nil {
-		b.Fatal(err)
-	}
-	var started struct {
-		ID string `json:"id"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&started)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		b.Fatalf("start rollout: %d, %v", resp.StatusCode, err)
+		b.Fatalf("start rollout: %v", err)
 	}
 
 	// Poll the record; a stage's time runs until the next stage shows.
-	type rec struct {
-		State string  `json:"state"`
-		Stage float64 `json:"stage"`
-		Acked int     `json:"acked"`
-	}
-	read := func() rec {
-		resp, err := http.Get(srv.URL() + "/control/namespaces/" + namespace + "/rollouts/" + started.ID)
+	read := func() *controlapi.RolloutRecord {
+		r, err := c.GetRollout(context.Background(), namespace, started.ID)
 		if err != nil {
-			b.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var r rec
-		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 			b.Fatal(err)
 		}
 		return r
 	}
 	seen := map[float64]time.Duration{}
-	var r rec
+	var r *controlapi.RolloutRecord
 	for r = read(); r.State == "running"; r = read() {
 		if _, ok := seen[r.Stage]; !ok {
 			seen[r.Stage] = time.Since(start)

@@ -3,7 +3,7 @@
 package scale
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
@@ -111,14 +111,14 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	id := startRollout(b, servers[1].url, false)
 	start := time.Now()
 	var killedAt, ledAt time.Time
-	var rec rolloutRecord
+	var rec controlapi.RolloutRecord
 	for {
 		var ok bool
 		alive := servers
 		if !killedAt.IsZero() {
 			alive = servers[1:]
 		}
-		rec, ok = readRolloutRecord(alive, id)
+		rec, ok = readRolloutRecord(b, alive, id)
 		if ok && rec.State != "running" {
 			break
 		}
@@ -164,7 +164,7 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	// propagation and reports, the rest its bake.
 	var marks, bakes []time.Time
 	var names []string
-	var bakeCounts []*controller.Counts
+	var bakeCounts []*controlapi.RolloutCounts
 	for _, d := range rec.Decisions {
 		switch d.What {
 		case "start", "stage", "promote":
@@ -230,11 +230,11 @@ func runRolloutNacks(b *testing.B, clients, pct, seed int, prevalidate bool) (se
 	waitKnown(b, []*holdfastProc{srv}, clients)
 
 	id := startRollout(b, srv.url, prevalidate)
-	var rec rolloutRecord
+	var rec controlapi.RolloutRecord
 	var firstNack time.Time
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		r, ok := readRolloutRecord([]*holdfastProc{srv}, id)
+		r, ok := readRolloutRecord(b, []*holdfastProc{srv}, id)
 		if ok {
 			rec = r
 			if firstNack.IsZero() && r.Nacked+r.WouldNack > 0 {
@@ -274,46 +274,27 @@ func runRolloutNacks(b *testing.B, clients, pct, seed int, prevalidate bool) (se
 	return ever, back
 }
 
-// rolloutRecord is what these benchmarks read of a rollout.
-type rolloutRecord struct {
-	State     string  `json:"state"`
-	Stage     float64 `json:"stage"`
-	Reason    string  `json:"reason"`
-	Nacked    int     `json:"nacked"`
-	WouldNack int     `json:"would_nack"`
-	Clients   int     `json:"clients"`
-	InStage   int     `json:"in_stage"`
-	Reported  int     `json:"reported"`
-	Lagging   int     `json:"lagging"`
-	Decisions []struct {
-		What   string    `json:"what"`
-		Stage  float64   `json:"stage"`
-		At     time.Time `json:"at"`
-		Reason string    `json:"reason"`
-		// The counts it was taken on (bake, bake-end, hold, promote,
-		// revert).
-		Counts *controller.Counts `json:"counts"`
-	} `json:"decisions"`
-}
-
 var benchHTTP = &http.Client{Timeout: 10 * time.Second}
+
+// control is a client of the control API at url.
+func control(b *testing.B, url string) *controlapi.Client {
+	b.Helper()
+	c, err := controlapi.NewClient(url, controlapi.WithHTTPClient(benchHTTP))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
 
 // readRolloutRecord reads rollout id from the first of servers that
 // answers.
-func readRolloutRecord(servers []*holdfastProc, id string) (rolloutRecord, bool) {
+func readRolloutRecord(b *testing.B, servers []*holdfastProc, id string) (controlapi.RolloutRecord, bool) {
 	for _, s := range servers {
-		resp, err := benchHTTP.Get(s.url + "/control/namespaces/" + namespace + "/rollouts/" + id)
-		if err != nil {
-			continue
-		}
-		var r rolloutRecord
-		err = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
-		if err == nil && resp.StatusCode == http.StatusOK {
-			return r, true
+		if r, err := control(b, s.url).GetRollout(context.Background(), namespace, id); err == nil {
+			return *r, true
 		}
 	}
-	return rolloutRecord{}, false
+	return controlapi.RolloutRecord{}, false
 }
 
 // leads reports whether the server at url says it leads.
@@ -334,12 +315,15 @@ func leads(url string) bool {
 // operations in a transaction by default).
 func publishBase(b *testing.B, url string) {
 	b.Helper()
-	puts := map[string]any{key: "0:0"}
+	c := control(b, url)
+	puts := map[string]json.RawMessage{key: json.RawMessage(`"0:0"`)}
 	for i := range 999 {
-		puts[fmt.Sprintf("k%04d", i)] = fmt.Sprintf("value of key %d, a setting", i)
+		puts[fmt.Sprintf("k%04d", i)] = json.RawMessage(fmt.Sprintf(`"value of key %d, a setting"`, i))
 		if len(puts) == 100 || i == 998 {
-			postBench(b, url+"/control/namespaces/"+namespace+"/publish", map[string]any{"puts": puts}, http.StatusOK, nil)
-			puts = map[string]any{}
+			if _, err := c.Publish(context.Background(), namespace, controlapi.PublishRequest{Puts: puts}); err != nil {
+				b.Fatal(err)
+			}
+			puts = map[string]json.RawMessage{}
 		}
 	}
 }
@@ -348,37 +332,14 @@ func publishBase(b *testing.B, url string) {
 // a 5 s bake and returns its id.
 func startRollout(b *testing.B, url string, prevalidate bool) string {
 	b.Helper()
-	var started struct {
-		ID string `json:"id"`
+	started, err := control(b, url).StartRollout(context.Background(), namespace, controlapi.RolloutRequest{
+		Puts: map[string]json.RawMessage{key: json.RawMessage(fmt.Sprintf(`"1:%d"`, time.Now().UnixNano()))}, Stages: []float64{1, 10, 100},
+		Bake: "5s", ReportTimeout: "1m", StageTimeout: "5m", Prevalidate: prevalidate,
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
-	postBench(b, url+"/control/namespaces/"+namespace+"/rollouts", map[string]any{
-		"puts": map[string]string{key: fmt.Sprintf("1:%d", time.Now().UnixNano())}, "stages": []float64{1, 10, 100},
-		"bake": "5s", "report_timeout": "1m", "stage_timeout": "5m", "prevalidate": prevalidate,
-	}, http.StatusCreated, &started)
 	return started.ID
-}
-
-func postBench(b *testing.B, url string, body any, want int, out any) {
-	b.Helper()
-	data, err := json.Marshal(body)
-	if err != nil {
-		b.Fatal(err)
-	}
-	resp, err := benchHTTP.Post(url, "application/json", bytes.NewReader(data))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != want {
-		var e bytes.Buffer
-		_, _ = e.ReadFrom(resp.Body)
-		b.Fatalf("POST %s: %s %s", url, resp.Status, e.String())
-	}
-	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
 
 // waitKnown waits until the servers, together, know every client of the
@@ -386,16 +347,11 @@ func postBench(b *testing.B, url string, body any, want int, out any) {
 // clients' reports; holdfast server merges them).
 func waitKnown(b *testing.B, servers []*holdfastProc, clients int) {
 	b.Helper()
+	c := control(b, servers[0].url)
 	var last string
 	ok := testutil.Wait(5*time.Minute, func() bool {
-		resp, err := benchHTTP.Get(servers[0].url + "/control/namespaces/" + namespace + "/status")
+		st, err := c.Status(context.Background(), namespace)
 		if err != nil {
-			last = err.Error()
-			return false
-		}
-		defer resp.Body.Close()
-		var st struct{ Clients, Acked int }
-		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 			last = err.Error()
 			return false
 		}

@@ -1,23 +1,20 @@
 package sdksuite
 
 import (
-	"context"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/holdfast-dev/holdfast/config"
-	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Server is a server under test, with the faults the suite injects. The
 // reference server (internal/fakeserver) has them all; a harness around
-// another server provides them in front of it.
+// another server or a source provides them in front of it. A harness that
+// cannot inject a fault skips the case (tb.Skip, on the case's tb) from
+// the method.
 type Server interface {
-	// URL is the data plane's base URL; it stays the same across Stop,
-	// Restart and ResetStore.
-	URL() string
+	// Target is what the suite's clients read from: a data plane's base
+	// URL, or a source. It stays the same across Stop, Restart and
+	// ResetStore.
+	Target() Target
 	// Publish commits a change, whether or not the data plane is up.
 	Publish(ns string, puts map[string]any, deletes ...string) (int64, error)
 	// Compact compacts the store's history up to rev (0: its head).
@@ -43,13 +40,18 @@ type Server interface {
 	OpenStreams() int
 }
 
-// Stats counts data-plane requests by kind.
+// Stats counts data-plane requests by kind. A harness around a source
+// counts its calls: Snapshot, Watch (Watches) and WatchStream (Streams).
 type Stats struct {
 	Snapshots   int64 // GET /sdk/snapshot
 	Events      int64 // GET /sdk/events (long-polls)
 	Watches     int64 // GET /sdk/watch (SSE streams)
 	Streams     int64 // GET /sdk/stream (multi-namespace SSE streams)
 	StreamPolls int64 // GET /sdk/stream/events (multi-namespace long-polls)
+	// Compacted counts the watches a source ended as compacted (a Watch's
+	// ErrCompacted, a stream's Ended event of it); a data plane's are not
+	// counted.
+	Compacted int64
 }
 
 // Options configure a server for one case.
@@ -73,60 +75,7 @@ func Run(t *testing.T, start StartFunc) {
 	}
 }
 
-// Timings: a client that declares a stream dead after three heartbeats
-// (testIdle) where a case is about that; elsewhere a generous idle
-// timeout, so that a machine loaded by -race does not turn slow replies
-// into reconnects.
-const (
-	testIdle    = 3 * Heartbeat
-	relaxedIdle = 5 * time.Second
-	waitLimit   = 20 * time.Second
-)
-
-func newClient(t testing.TB, url string, opts ...config.Option) *config.Client {
-	t.Helper()
-	base := []config.Option{
-		config.WithEndpoint(url),
-		config.WithStreamIdleTimeout(relaxedIdle),
-		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
-		config.WithWatchMode(transport.WatchSSE),
-	}
-	c, err := config.New(append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func publish(t testing.TB, srv Server, ns string, puts map[string]any, deletes ...string) int64 {
-	t.Helper()
-	rev, err := srv.Publish(ns, puts, deletes...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rev
-}
-
-func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceOption) *config.Namespace {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	ns, err := c.Namespace(ctx, name, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
-
-// testLogger logs through t.Log, so a failing case shows what the client did.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
+// testIdle is the idle timeout of a client that declares a stream dead
+// after three heartbeats, where a case is about that; elsewhere the
+// harness's RelaxedIdle.
+const testIdle = 3 * Heartbeat

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -109,7 +110,7 @@ func benchEtcd(b *testing.B, cl *cluster, pub *etcd.Source, endpoints func(int) 
 	clients := make([]*config.Client, benchClients)
 	for i := range clients {
 		src := newSource(b, endpoints(i), etcd.WithHeartbeat(time.Second), etcd.WithIdleTimeout(5*time.Second), etcd.WithLogger(discard))
-		clients[i] = newClient(b, src, config.WithLogger(discard))
+		clients[i] = sdksuite.NewClient(b, sdksuite.Source(src), config.WithLogger(discard))
 	}
 	var members []int
 	for _, m := range cl.members {
@@ -131,12 +132,7 @@ func benchHTTP(b *testing.B) {
 func httpClients(b *testing.B, base string) []*config.Client {
 	clients := make([]*config.Client, benchClients)
 	for i := range clients {
-		c, err := config.New(config.WithEndpoint(base), config.WithWatchMode(transport.WatchSSE), config.WithLogger(discard))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = c.Close() })
-		clients[i] = c
+		clients[i] = sdksuite.NewDefaultClient(b, sdksuite.Endpoint(base), config.WithWatchMode(transport.WatchSSE), config.WithLogger(discard))
 	}
 	return clients
 }
@@ -197,7 +193,7 @@ func measure(b *testing.B, clients []*config.Client, servers, proxies []int, pub
 	}
 	recv := make(chan receipt, len(clients)*4)
 	for _, c := range clients {
-		ns := open(b, c, "bench")
+		ns := sdksuite.Open(b, c, "bench")
 		ns.OnChange("v", func(ch config.Change) {
 			v, _ := strconv.Atoi(ch.New.String())
 			recv <- receipt{v, time.Now()}

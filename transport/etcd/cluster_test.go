@@ -363,13 +363,14 @@ func (s *syncBuffer) String() string {
 // test can drop a client's connections or cut it off while the cluster
 // runs on.
 type proxy struct {
-	l        net.Listener
-	upstream string
+	l net.Listener
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	upstream string
+	down     bool
+	hole     chan struct{} // non-nil while black-holed; closed to heal
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 func startProxy(t testing.TB, upstreamURL string) *proxy {
@@ -400,8 +401,9 @@ func (p *proxy) serve() {
 			_ = c.Close()
 			continue
 		}
+		upstream := p.upstream
 		p.mu.Unlock()
-		up, err := net.DialTimeout("tcp", p.upstream, time.Second)
+		up, err := net.DialTimeout("tcp", upstream, time.Second)
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -423,7 +425,19 @@ func (p *proxy) serve() {
 
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.quiet()
+			if _, err := dst.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
@@ -451,8 +465,42 @@ func (p *proxy) setDown(down bool) {
 	}
 }
 
+// retarget sends the proxy's new connections to the member at
+// upstreamURL, and drops the open ones.
+func (p *proxy) retarget(upstreamURL string) {
+	p.mu.Lock()
+	p.upstream = strings.TrimPrefix(upstreamURL, "http://")
+	p.mu.Unlock()
+	p.drop()
+}
+
+// setBlackhole(true) makes the proxy accept connections and pass nothing
+// on either way, until setBlackhole(false).
+func (p *proxy) setBlackhole(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.hole == nil:
+		p.hole = make(chan struct{})
+	case !on && p.hole != nil:
+		close(p.hole)
+		p.hole = nil
+	}
+}
+
+// quiet returns once the proxy is not black-holed.
+func (p *proxy) quiet() {
+	p.mu.Lock()
+	hole := p.hole
+	p.mu.Unlock()
+	if hole != nil {
+		<-hole
+	}
+}
+
 func (p *proxy) close() {
 	_ = p.l.Close()
+	p.setBlackhole(false)
 	p.drop()
 	p.wg.Wait()
 }
@@ -485,5 +533,11 @@ func (ps proxies) drop() {
 func (ps proxies) setDown(down bool) {
 	for _, p := range ps {
 		p.setDown(down)
+	}
+}
+
+func (ps proxies) setBlackhole(on bool) {
+	for _, p := range ps {
+		p.setBlackhole(on)
 	}
 }

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -105,7 +104,7 @@ func newSource(t testing.TB, endpoints []string, opts ...etcd.Option) *etcd.Sour
 		etcd.WithIdleTimeout(testIdle),
 		etcd.WithRequestTimeout(testRequest),
 		etcd.WithDialTimeout(time.Second),
-		etcd.WithLogger(testLogger(t)),
+		etcd.WithLogger(sdksuite.Logger(t)),
 	}
 	src, err := etcd.New(append(base, opts...)...)
 	if err != nil {
@@ -115,47 +114,28 @@ func newSource(t testing.TB, endpoints []string, opts ...etcd.Option) *etcd.Sour
 	return src
 }
 
-func newClient(t testing.TB, src transport.Source, opts ...config.Option) *config.Client {
-	t.Helper()
-	base := []config.Option{
-		config.WithSource(src),
-		config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond),
-		config.WithLogger(testLogger(t)),
-	}
-	c, err := config.New(append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
 // raw is a publish's puts, written as Go values.
 func raw(t testing.TB, values map[string]any) map[string]json.RawMessage {
 	t.Helper()
 	return testutil.JSONValues(t, values)
 }
 
-func publish(t testing.TB, src *etcd.Source, ns string, puts map[string]any, deletes ...string) int64 {
-	t.Helper()
+// sourcePublisher publishes through an etcd source, as the harness's
+// sdksuite.Publisher.
+type sourcePublisher struct{ src *etcd.Source }
+
+func (p sourcePublisher) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
+	values := make(map[string]json.RawMessage, len(puts))
+	for k, v := range puts {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return 0, err
+		}
+		values[k] = b
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	rev, err := write(ctx, src, ns, raw(t, puts), deletes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rev
+	return write(ctx, p.src, ns, values, deletes)
 }
 
 // write is a writer such as holdfast server, for the source to read: it
@@ -201,15 +181,9 @@ func write(ctx context.Context, src *etcd.Source, ns string, puts map[string]jso
 	}
 }
 
-func open(t testing.TB, c *config.Client, name string, opts ...config.NamespaceOption) *config.Namespace {
+func publish(t testing.TB, src *etcd.Source, ns string, puts map[string]any, deletes ...string) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	ns, err := c.Namespace(ctx, name, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns
+	return sdksuite.Publish(t, sourcePublisher{src}, ns, puts, deletes...)
 }
 
 // countingSource counts snapshots and remembers watch errors.
@@ -254,10 +228,10 @@ func TestFailClosedPastMaxStaleness(t *testing.T) {
 	pub := newSource(t, cl.endpoints())
 	publish(t, pub, "strict", map[string]any{"limit": 10})
 	publish(t, pub, "lenient", map[string]any{"limit": 10})
-	c := newClient(t, newSource(t, ps.urls()))
+	c := sdksuite.NewClient(t, sdksuite.Source(newSource(t, ps.urls())))
 	const maxStale = 500 * time.Millisecond
-	strict := open(t, c, "strict", config.MaxStaleness(maxStale), config.FailClosed(), config.Defaults(map[string]any{"limit": 1}))
-	lenient := open(t, c, "lenient", config.MaxStaleness(maxStale), config.FailOpen())
+	strict := sdksuite.Open(t, c, "strict", config.MaxStaleness(maxStale), config.FailClosed(), config.Defaults(map[string]any{"limit": 1}))
+	lenient := sdksuite.Open(t, c, "lenient", config.MaxStaleness(maxStale), config.FailOpen())
 
 	ps.setDown(true)
 	testutil.Eventually(t, waitLimit, func() bool { return strict.Status().State == config.StateFailedClosed }, "fail-closed")
@@ -273,7 +247,7 @@ func TestFailClosedPastMaxStaleness(t *testing.T) {
 	}
 
 	// A fresh client cannot open a fail-closed namespace while cut off.
-	c2 := newClient(t, newSource(t, ps.urls()))
+	c2 := sdksuite.NewClient(t, sdksuite.Source(newSource(t, ps.urls())))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_, err := c2.Namespace(ctx, "strict", config.MaxStaleness(maxStale), config.FailClosed())
 	cancel()
@@ -299,8 +273,8 @@ func TestLastGoodFromDiskWhileClusterDown(t *testing.T) {
 	rev := publish(t, pub, "disk", map[string]any{"v": 1, "name": "kept"})
 	dir := t.TempDir()
 
-	first := newClient(t, newSource(t, cl.endpoints()), config.WithCacheDir(dir))
-	ns := open(t, first, "disk")
+	first := sdksuite.NewClient(t, sdksuite.Source(newSource(t, cl.endpoints())), config.WithCacheDir(dir))
+	ns := sdksuite.Open(t, first, "disk")
 	if ns.Int("v", 0) != 1 {
 		t.Fatal("first client did not read")
 	}
@@ -315,7 +289,7 @@ func TestLastGoodFromDiskWhileClusterDown(t *testing.T) {
 	for i := range cl.members {
 		cl.kill(i)
 	}
-	second := newClient(t, newSource(t, cl.endpoints()), config.WithCacheDir(dir))
+	second := sdksuite.NewClient(t, sdksuite.Source(newSource(t, cl.endpoints())), config.WithCacheDir(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	ns2, err := second.Namespace(ctx, "disk")
 	cancel()

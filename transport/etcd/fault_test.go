@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -75,7 +76,7 @@ func TestKillOneMemberWhilePublishing(t *testing.T) {
 	for i := range 3 {
 		// Each client lists the members starting at a different one.
 		eps := append(cl.endpoints()[i:], cl.endpoints()[:i]...)
-		ns := open(t, newClient(t, newSource(t, eps)), "ha")
+		ns := sdksuite.Open(t, sdksuite.NewClient(t, sdksuite.Source(newSource(t, eps))), "ha")
 		namespaces = append(namespaces, ns)
 		recs = append(recs, record(ns))
 	}
@@ -130,7 +131,7 @@ func TestKillTwoMembersServesStale(t *testing.T) {
 	var namespaces []*config.Namespace
 	for i := range 2 {
 		eps := append(cl.endpoints()[i:], cl.endpoints()[:i]...)
-		namespaces = append(namespaces, open(t, newClient(t, newSource(t, eps)), "quorum"))
+		namespaces = append(namespaces, sdksuite.Open(t, sdksuite.NewClient(t, sdksuite.Source(newSource(t, eps))), "quorum"))
 	}
 
 	cl.kill(0)
@@ -178,7 +179,7 @@ func TestThroughGRPCProxy(t *testing.T) {
 	proxyURL, _ := startGRPCProxy(t, cl)
 	pub := newSource(t, cl.endpoints())
 	publish(t, pub, "proxied", map[string]any{"v": 1})
-	ns := open(t, newClient(t, newSource(t, []string{proxyURL})), "proxied")
+	ns := sdksuite.Open(t, sdksuite.NewClient(t, sdksuite.Source(newSource(t, []string{proxyURL}))), "proxied")
 	rev := publish(t, pub, "proxied", map[string]any{"v": 2})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
 	other := publish(t, pub, "proxied.other", map[string]any{"x": 1})

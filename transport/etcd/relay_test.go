@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/relay"
 )
@@ -20,7 +21,7 @@ func TestRelayOverEtcd(t *testing.T) {
 	cl := startCluster(t)
 	pub := newSource(t, cl.endpoints())
 	up := newSpy(newSource(t, cl.endpoints()))
-	r, err := relay.New(up, relay.WithHeartbeat(testHeartbeat), relay.WithLogger(testLogger(t)))
+	r, err := relay.New(up, relay.WithHeartbeat(testHeartbeat), relay.WithLogger(sdksuite.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,14 +47,10 @@ func TestRelayOverEtcd(t *testing.T) {
 	var nss []*config.Namespace
 	var nsNames []string
 	for range 3 {
-		c, err := config.New(config.WithEndpoint(url), config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond),
-			config.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
+		c := sdksuite.NewDefaultClient(t, sdksuite.Endpoint(url), config.WithReconnectBackoff(5*time.Millisecond, 100*time.Millisecond),
+			config.WithLogger(sdksuite.Logger(t)))
 		for _, n := range names {
-			nss = append(nss, open(t, c, n))
+			nss = append(nss, sdksuite.Open(t, c, n))
 			nsNames = append(nsNames, n)
 		}
 	}

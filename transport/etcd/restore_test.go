@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -37,7 +38,7 @@ func TestClientAfterRestoreFromBackup(t *testing.T) {
 		publish(t, pub, name, map[string]any{"v": i, "era": "backup", "b" + strconv.Itoa(i): i})
 	}
 	src := &countingSource{Source: newSource(t, cl.endpoints())}
-	ns := open(t, newClient(t, src), name)
+	ns := sdksuite.Open(t, sdksuite.NewClient(t, sdksuite.Source(src)), name)
 
 	backup := cl.backup(t) // stops the cluster, copies the data, restarts it
 	var applied int64

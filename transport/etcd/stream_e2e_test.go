@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -253,14 +254,14 @@ func TestE2EStreamTwentyNamespacesOneWatch(t *testing.T) {
 	pub := newSource(t, cl.endpoints())
 	src, grpcCounts := countedSource(t, cl)
 	spy := newSpy(src)
-	c := newClient(t, spy)
+	c := sdksuite.NewClient(t, sdksuite.Source(spy))
 	all := names("e2e-twenty", 20)
 	for _, name := range all {
 		publish(t, pub, name, map[string]any{"v": 0})
 	}
 	nss := map[string]*config.Namespace{}
 	for _, name := range all {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 	}
 	for _, name := range all {
 		nstest.WaitRevision(t, nss[name], publish(t, pub, name, map[string]any{"v": 1}), waitLimit)
@@ -301,7 +302,7 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 	cl := sharedCluster(t)
 	pubSrc := newSource(t, cl.endpoints())
 	spy := newSpy(newSource(t, cl.endpoints()))
-	c := newClient(t, spy)
+	c := sdksuite.NewClient(t, sdksuite.Source(spy))
 	stay, leave, join := names("e2e-stay", 3), names("e2e-leave", 3), names("e2e-join", 3)
 	for _, name := range slices.Concat(stay, leave, join) {
 		publish(t, pubSrc, name, map[string]any{"seq": 0})
@@ -310,7 +311,7 @@ func TestE2EStreamJoinAndLeaveWhilePublishing(t *testing.T) {
 	nss := map[string]*config.Namespace{}
 	opens := map[string]int{}
 	openAndWatch := func(name string) {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 		log.watch(nss[name])
 		opens[name]++
 	}
@@ -391,7 +392,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	spy.hold = "e2e-victim"
 	var logMu sync.Mutex
 	var logs []string
-	c := newClient(t, spy, config.WithLogger(slog.New(logRecorder{&logMu, &logs})))
+	c := sdksuite.NewClient(t, sdksuite.Source(spy), config.WithLogger(slog.New(logRecorder{&logMu, &logs})))
 	others := names("e2e-keep", 3)
 	for _, name := range append(slices.Clone(others), spy.hold) {
 		publish(t, pubSrc, name, map[string]any{"seq": 0})
@@ -399,7 +400,7 @@ func TestE2EStreamOneNamespaceCompacted(t *testing.T) {
 	log := newRevLog()
 	nss := map[string]*config.Namespace{}
 	for _, name := range others {
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 		log.watch(nss[name])
 	}
 	pub1 := startPublisher(t, pubSrc, others, 0)
@@ -480,9 +481,9 @@ func TestE2EWaitForRevisionOfUnwatchedPublish(t *testing.T) {
 	cl := sharedCluster(t)
 	pub := newSource(t, cl.endpoints())
 	spy := newSpy(newSource(t, cl.endpoints(), etcd.WithHeartbeat(time.Minute), etcd.WithIdleTimeout(2*time.Minute)))
-	c := newClient(t, spy)
+	c := sdksuite.NewClient(t, sdksuite.Source(spy))
 	publish(t, pub, "e2e-watched", map[string]any{"v": 0})
-	ns := open(t, c, "e2e-watched")
+	ns := sdksuite.Open(t, c, "e2e-watched")
 	// The stream is up once a change flows through it.
 	nstest.WaitRevision(t, ns, publish(t, pub, "e2e-watched", map[string]any{"v": 1}), waitLimit)
 	_, _, streams, _ := spy.counts()
@@ -516,12 +517,12 @@ func TestE2EStreamDropsAndOutageConverge(t *testing.T) {
 	ps := startProxies(t, cl)
 	pub := newSource(t, cl.endpoints())
 	spy := newSpy(newSource(t, ps.urls()))
-	c := newClient(t, spy)
+	c := sdksuite.NewClient(t, sdksuite.Source(spy))
 	all := names("e2e-fault", 5)
 	nss := map[string]*config.Namespace{}
 	for _, name := range all {
 		publish(t, pub, name, map[string]any{"v": 0})
-		nss[name] = open(t, c, name)
+		nss[name] = sdksuite.Open(t, c, name)
 	}
 	publishAll := func(v int) map[string]int64 {
 		revs := map[string]int64{}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -105,7 +106,7 @@ func countedSource(t *testing.T, cl *cluster, opts ...etcd.Option) (*etcd.Source
 		etcd.WithHeartbeat(testHeartbeat),
 		etcd.WithIdleTimeout(testIdle),
 		etcd.WithRequestTimeout(testRequest),
-		etcd.WithLogger(testLogger(t)),
+		etcd.WithLogger(sdksuite.Logger(t)),
 	}
 	src, err := etcd.New(append(base, opts...)...)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -108,7 +109,7 @@ func gatedSource(t *testing.T, cl *cluster, opts ...etcd.Option) (*etcd.Source, 
 		etcd.WithHeartbeat(testHeartbeat),
 		etcd.WithIdleTimeout(testIdle),
 		etcd.WithRequestTimeout(testRequest),
-		etcd.WithLogger(testLogger(t)),
+		etcd.WithLogger(sdksuite.Logger(t)),
 	}
 	src, err := etcd.New(append(base, opts...)...)
 	if err != nil {

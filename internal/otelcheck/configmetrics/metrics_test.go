@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/nstest"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -84,10 +85,10 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 
-	srv := startServer(t)
-	publish(t, srv, "tm", map[string]any{"port": 1, "name": "x"})
-	c := newClient(t, srv.URL(), config.WithMeterProvider(mp))
-	ns := open(t, c, "tm", config.Schema([]byte(`{"properties":{"port":{"type":"integer"}}}`)))
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "tm", map[string]any{"port": 1, "name": "x"})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithMeterProvider(mp))
+	ns := sdksuite.Open(t, c, "tm", config.Schema([]byte(`{"properties":{"port":{"type":"integer"}}}`)))
 	ns.OnChange("port", func(config.Change) {})
 	ns.OnChange("port", func(config.Change) { panic("counted") })
 
@@ -101,9 +102,9 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 		t.Errorf("no staleness gauge: %v", m)
 	}
 
-	rev := publish(t, srv, "tm", map[string]any{"port": 2})
+	rev := sdksuite.Publish(t, srv, "tm", map[string]any{"port": 2})
 	nstest.WaitRevision(t, ns, rev, waitLimit)
-	publish(t, srv, "tm", map[string]any{"port": "not-an-int"})
+	sdksuite.Publish(t, srv, "tm", map[string]any{"port": "not-an-int"})
 	testutil.Eventually(t, waitLimit, func() bool { return ns.Rejected() == 1 }, "the rejection")
 	ns.Int("name", 0) // a type mismatch
 	testutil.Eventually(t, waitLimit, func() bool { return ns.CallbackPanics() == 1 }, "the callbacks")
@@ -136,10 +137,10 @@ func TestMetricsStateAndHead(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 
-	srv := startServer(t)
-	publish(t, srv, "st", map[string]any{"v": 1})
-	c := newClient(t, srv.URL(), config.WithMeterProvider(mp))
-	ns := open(t, c, "st", config.MaxStaleness(time.Hour))
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "st", map[string]any{"v": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithMeterProvider(mp))
+	ns := sdksuite.Open(t, c, "st", config.MaxStaleness(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := ns.WaitForState(ctx, config.StateFresh); err != nil {
@@ -186,10 +187,10 @@ func TestMetricsBreach(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 
-	srv := startServer(t)
-	publish(t, srv, "br", map[string]any{"v": 1})
-	c := newClient(t, srv.URL(), config.WithMeterProvider(mp))
-	ns := open(t, c, "br", config.FailClosed(), config.MaxStaleness(100*time.Millisecond))
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "br", map[string]any{"v": 1})
+	c := sdksuite.NewClient(t, sdksuite.Endpoint(srv.URL()), config.WithMeterProvider(mp))
+	ns := sdksuite.Open(t, c, "br", config.FailClosed(), config.MaxStaleness(100*time.Millisecond))
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func TestAbandonedAndReopenedNamespaceKeepsMetrics(t *testing.T) {
 		}
 		close(src.release)
 	}()
-	ns := open(t, c, "ab")
+	ns := sdksuite.Open(t, c, "ab")
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Errorf("first open = %v; want context.Canceled", err)
 	}
@@ -297,11 +298,11 @@ func TestBreachAtOpenFromDiskIsCounted(t *testing.T) {
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			defer mp.Shutdown(context.Background())
 			dir := t.TempDir()
-			writeCacheFile(t, dir, "old", 3, map[string]string{"k": "v"}, time.Now().Add(-time.Hour))
-			down := &funcSource{snapshot: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
+			sdksuite.WriteCacheFile(t, dir, "old", "s1", 3, map[string]string{"k": "v"}, time.Now().Add(-time.Hour))
+			down := &sdksuite.FuncSource{SnapshotFunc: func(context.Context, transport.SnapshotRequest) (*transport.Snapshot, error) {
 				return nil, errors.New("connection refused")
 			}}
-			c := sourceClient(t, down, config.WithCacheDir(dir), config.WithMeterProvider(mp))
+			c := sdksuite.NewClient(t, sdksuite.Source(down), config.WithCacheDir(dir), config.WithMeterProvider(mp))
 			opts := []config.NamespaceOption{config.MaxStaleness(time.Minute)}
 			if failClosed {
 				opts = append(opts, config.FailClosed())
@@ -316,7 +317,7 @@ func TestBreachAtOpenFromDiskIsCounted(t *testing.T) {
 				}
 				return
 			}
-			open(t, c, "old", opts...)
+			sdksuite.Open(t, c, "old", opts...)
 			m := collect(t, reader, "old")
 			if m["holdfast.state{breached}"] != 1 || m["holdfast.max_staleness"] != 60 {
 				t.Errorf("from disk, past the limit: state %v, max staleness %v; want breached, 60 (%v)", m["holdfast.state{breached}"], m["holdfast.max_staleness"], m)
