@@ -1,10 +1,6 @@
 package controlapi
 
-import (
-	"time"
-
-	"github.com/holdfast-dev/holdfast/access"
-)
+import "time"
 
 // TokenCreateRequest is the body of POST /control/tokens (admin scope).
 // The server makes the secret; Expires, when not zero, is when the token
@@ -59,13 +55,4 @@ type TokenList struct {
 type TokenSyncRequest struct {
 	After int64    `json:"after"`
 	Used  []string `json:"used,omitempty"`
-}
-
-// TokenSync is the reply of POST /control/tokens/sync: every record
-// (hashes, never secrets) and whether tokens are required, at Revision of
-// the server's tokens.
-type TokenSync struct {
-	Revision int64           `json:"revision"`
-	Required bool            `json:"required"`
-	Records  []access.Record `json:"records"`
 }

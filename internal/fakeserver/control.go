@@ -89,7 +89,7 @@ func (s *Server) Status(ns string) (NamespaceStatus, error) {
 }
 
 func (s *Server) handleFaults(w http.ResponseWriter, r *http.Request) error {
-	var body controlapi.Faults
+	var body controlapi.FaultsRequest
 	if err := controlplane.ReadJSON(w, r, maxControlBytes, &body, false); err != nil {
 		return err
 	}
