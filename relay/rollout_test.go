@@ -14,15 +14,15 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/internal/wire"
-	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // upstreamWithRollout serves, as a relay's upstream, namespace app whose
 // content holds the reserved key: a follower store fed by hand, under
 // store id "st" (a Go publish of a reserved key is refused).
-func upstreamWithRollout(t *testing.T, staged json.RawMessage) (*relay.HandFed, string) {
+func upstreamWithRollout(t *testing.T, staged json.RawMessage) (*watchcache.HandFed, string) {
 	t.Helper()
 	f, s := handFedUpstream(t, 100*time.Millisecond)
 	f.Apply("app", "st", 1, 1, map[string]json.RawMessage{"a": json.RawMessage(`1`), rollout.Key: staged}, nil, 0, false)
@@ -31,9 +31,9 @@ func upstreamWithRollout(t *testing.T, staged json.RawMessage) (*relay.HandFed, 
 
 // handFedUpstream serves a follower store fed by hand, as a relay's
 // upstream would, heartbeating every heartbeat.
-func handFedUpstream(t *testing.T, heartbeat time.Duration) (*relay.HandFed, *dataplane.Server) {
+func handFedUpstream(t *testing.T, heartbeat time.Duration) (*watchcache.HandFed, *dataplane.Server) {
 	t.Helper()
-	f, s, err := relay.NewHandFed(100, heartbeat)
+	f, s, err := watchcache.NewHandFed(100, heartbeat)
 	if err != nil {
 		t.Fatal(err)
 	}

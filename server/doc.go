@@ -14,11 +14,12 @@
 //
 // The data plane is a watch cache, as kube-apiserver's: the server
 // follows the namespaces its clients ask for over one etcd watch (the
-// same follower a relay runs) and serves snapshots, long-polls and
-// streams from memory, so the store's load per publish does not grow with
-// the number of clients. Writes go to etcd, one transaction each, its
-// audit record included. Once the store holds an admin token, both planes
-// require a token (or a certificate identity) from every caller.
+// watch cache the relay is built on, internal/watchcache) and serves
+// snapshots, long-polls and streams from memory, so the store's load per
+// publish does not grow with the number of clients. Writes go to etcd
+// (package store), one transaction each, its audit record included. Once
+// the store holds an admin token, both planes require a token (or a
+// certificate identity) from every caller.
 //
 // The store's elected leader runs the jobs that must run once: the
 // staged-rollout controller (internal/rollout/controller over the store:

@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/access"
-	"github.com/holdfast-dev/holdfast/relay"
+	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/server/tokens"
@@ -54,7 +54,7 @@ type Config struct {
 	DefragInterval time.Duration
 	DefragMinFree  int64
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
-	// (default relay.DefaultMaxNamespaces).
+	// (default watchcache.DefaultMaxNamespaces: 10000).
 	MaxNamespaces int
 	// TokenUseInterval is how often the tokens' last uses are written
 	// (default tokens.DefaultUseInterval).
@@ -68,7 +68,7 @@ type Server struct {
 	store   *store.Store
 	src     *etcd.Source
 	ns      *store.Namespaces
-	cache   *relay.Relay
+	cache   *watchcache.Cache
 	control *control.Handler
 	acks    *control.Acks
 	tokens  *tokens.Store
@@ -96,7 +96,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Heartbeat = DefaultHeartbeat
 	}
 	if cfg.MaxNamespaces <= 0 {
-		cfg.MaxNamespaces = relay.DefaultMaxNamespaces
+		cfg.MaxNamespaces = watchcache.DefaultMaxNamespaces
 	}
 	if cfg.Store.Logger == nil {
 		cfg.Store.Logger = cfg.Logger
@@ -121,16 +121,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// One authentication for the data plane and the control API: the
 	// store's tokens.
 	toks := access.FromAuthenticator(s.tokens.Table(), "the store's tokens")
-	opts := []relay.Option{
-		relay.WithLogger(cfg.Logger),
-		relay.WithHeartbeat(cfg.Heartbeat),
-		relay.WithMaxNamespaces(cfg.MaxNamespaces),
-		relay.WithBackfill(backfill(s.src, st.Client, cfg.Logger)),
-		relay.WithConfirm(newConfirmer(st.Client).confirm),
-		relay.WithStoreID(st.ID),
-	}
-	opts = append(opts, relay.WithTokens(toks))
-	s.cache, err = relay.New(origin{s.src, s.acks}, opts...)
+	cc := watchcache.DefaultConfig()
+	cc.Logger = cfg.Logger
+	cc.Heartbeat = cfg.Heartbeat
+	cc.MaxNamespaces = cfg.MaxNamespaces
+	cc.Backfill = backfill(s.src, st.Client, cfg.Logger)
+	cc.Confirm = newConfirmer(st.Client).confirm
+	cc.StoreID = st.ID
+	cc.Tokens = toks
+	s.cache, err = watchcache.New(origin{s.src, s.acks}, cc)
 	if err != nil {
 		s.tokens.Close()
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.ns.Close(), s.src.Close(), st.Close())

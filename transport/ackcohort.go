@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // CapabilityAckCohort is the capability of POST /sdk/ack/cohort: a relay
@@ -34,10 +36,18 @@ const (
 	// MaxCohortSlots bounds a cohort's slots: the clients of one
 	// namespace behind one relay. Past it, a relay reports the others'
 	// outcomes one by one (AckRelayed).
-	MaxCohortSlots = 1 << 20
+	MaxCohortSlots = wire.MaxCohortSlots
 	// MaxCohortRuns bounds the runs of one report's outcomes: a relay
 	// sends more in several reports.
-	MaxCohortRuns = 1 << 16
+	MaxCohortRuns = wire.MaxCohortRuns
+)
+
+// The sources a relay forwards its clients' acks through.
+var (
+	_ wire.CohortAcker = (*HTTPSource)(nil)
+	_ wire.CohortAcker = (*FailoverSource)(nil)
+	_ wire.RelayAcker  = (*HTTPSource)(nil)
+	_ wire.RelayAcker  = (*FailoverSource)(nil)
 )
 
 // CohortsOffered reports whether the server listed CapabilityAckCohort.

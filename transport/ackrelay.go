@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // CapabilityAckRelay is the capability of a batched POST /sdk/ack (or
@@ -16,10 +18,6 @@ const CapabilityAckRelay = "ack-relay"
 // maxRelayedBatch bounds the acks of one relayed batch: about 100 bytes
 // each, well within a server's 1 MiB body limit.
 const maxRelayedBatch = 4096
-
-// truncateAckError cuts an ack's error to MaxAckErrorBytes, at a rune's
-// start: what a client sends (and a relay forwards) of an error.
-func truncateAckError(s string) string { return truncateUTF8(s, MaxAckErrorBytes) }
 
 // AckRelayed sends acks in batches of relayID whose acks keep their own
 // client ids, over the ack stream when it is open. A server that does not
@@ -44,15 +42,15 @@ func (s *HTTPSource) AckRelayed(ctx context.Context, relayID string, acks []Ack)
 	if !s.offers(CapabilityAckRelay) {
 		return s.AckBatch(ctx, acks)
 	}
-	var bs []ackBatch
+	var bs []wire.AckBatch
 	for len(acks) > 0 {
 		n := min(len(acks), maxRelayedBatch)
-		b := ackBatch{ClientID: relayID, Acks: acks[:n]}
+		b := wire.AckBatch{ClientID: relayID, Acks: acks[:n]}
 		if slices.ContainsFunc(b.Acks, func(a Ack) bool { return len(a.Error) > MaxAckErrorBytes }) {
 			// A copy, only then: acks is the caller's.
 			b.Acks = slices.Clone(b.Acks)
 			for i := range b.Acks {
-				b.Acks[i].Error = truncateAckError(b.Acks[i].Error)
+				b.Acks[i].Error = wire.TruncateAckError(b.Acks[i].Error)
 			}
 		}
 		acks = acks[n:]

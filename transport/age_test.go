@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // The age of relayed data (docs/PROTOCOL.md, "Age of relayed data"): what
@@ -237,10 +239,10 @@ func TestWatchStreamProgressAge(t *testing.T) {
 					if strings.Contains(r.URL.RawQuery, "%3A5") { // the first poll: every ns at 5
 						w.Header().Set(HeaderAge, "3000") // said by the headers alone
 						w.Header().Set(HeaderUnconfirmed, "true")
-						writeJSON(t, w, http.StatusOK, streamEventsReply{StoreID: "store-1", Cursor: 6, Changes: []ChangeSet{}})
+						writeJSON(t, w, http.StatusOK, wire.StreamEventsResponse{StoreID: "store-1", Cursor: 6, Changes: []ChangeSet{}})
 						return
 					}
-					writeJSON(t, w, http.StatusOK, streamEventsReply{StoreID: "store-1", Cursor: 7, Changes: []ChangeSet{}})
+					writeJSON(t, w, http.StatusOK, wire.StreamEventsResponse{StoreID: "store-1", Cursor: 7, Changes: []ChangeSet{}})
 				default:
 					http.NotFound(w, r)
 				}

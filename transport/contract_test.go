@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // BUG (http.go Ack): the ack's error text goes to the server unbounded.
@@ -97,7 +99,7 @@ func TestNotModifiedMustMatchTheRequest(t *testing.T) {
 			snap, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS, KnownStoreID: "store-1", KnownRevision: 5})
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Snapshot = %+v, %v; want ErrMalformed for a 304 contradicting If-None-Match %s",
-					snap, err, etag("store-1", 5))
+					snap, err, wire.ETag("store-1", 5))
 			}
 		})
 	}

@@ -1,7 +1,9 @@
 // Package transport defines how a holdfast client talks to a config plane:
 // the Source interface, its errors, and the wire types of the data-plane
 // protocol (JSON over HTTP, with Server-Sent Events for watches), shared by
-// the HTTP source and the reference server.
+// the HTTP source and the servers. The bodies that the servers and the
+// relay encode too are defined once, in the project's internal/wire
+// package: Ack and ChangeSet are aliases of its types.
 //
 // A Source fetches snapshots and watches from a cursor; it does not
 // reconnect, resnapshot or back off. Those live in package config, so that

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // Sentinel errors of the transport layer. Test with errors.Is.
@@ -30,7 +32,7 @@ var (
 	// request as malformed (400 bad_request). Unlike a 400 from a server
 	// of version 0, which may mean a refused cursor, it is retried from
 	// the same cursor with backoff: a new snapshot would not fix it.
-	ErrBadRequest = errors.New("transport: bad request")
+	ErrBadRequest = wire.ErrBadRequest
 	// ErrNotModified: a conditional snapshot found the namespace unchanged.
 	ErrNotModified = errors.New("transport: not modified")
 	// ErrUnauthorized: the server refused the credentials (401) or the
@@ -39,7 +41,7 @@ var (
 	// ErrTooLarge: a response or event exceeded the configured limit.
 	ErrTooLarge = errors.New("transport: message too large")
 	// ErrMalformed: the server sent bytes that do not decode.
-	ErrMalformed = errors.New("transport: malformed message")
+	ErrMalformed = wire.ErrMalformed
 	// ErrStoreChanged: the server's store id changed (its history was
 	// rebuilt); the caller resnapshots and resets its monotonic floor.
 	ErrStoreChanged = errors.New("transport: store id changed")
@@ -50,7 +52,7 @@ var (
 	// connection, or an intermediary whose upstream is gone).
 	ErrStreamIdle = errors.New("transport: stream idle")
 	// ErrInvalidNamespace: a namespace name that ValidateNamespace refuses.
-	ErrInvalidNamespace = errors.New("transport: invalid namespace name")
+	ErrInvalidNamespace = wire.ErrInvalidNamespace
 	// ErrInvalidKey: a key that ValidateKey refuses.
 	ErrInvalidKey = errors.New("transport: invalid key")
 )

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // Defaults of the HTTP source.
@@ -443,7 +445,7 @@ func (s *HTTPSource) Snapshot(ctx context.Context, req SnapshotRequest) (*Snapsh
 	// without a limit: readBody decompresses within maxSnapshotBytes.
 	hreq.Header.Set("Accept-Encoding", "gzip")
 	if req.KnownStoreID != "" {
-		hreq.Header.Set("If-None-Match", etag(req.KnownStoreID, req.KnownRevision))
+		hreq.Header.Set("If-None-Match", wire.ETag(req.KnownStoreID, req.KnownRevision))
 	}
 	resp, err := s.client.Do(hreq)
 	if err != nil {
@@ -485,7 +487,7 @@ func (s *HTTPSource) Ack(ctx context.Context, ack Ack) error {
 		return err
 	}
 	// A nack listing many failures must still fit the server's limits.
-	ack.Error = truncateAckError(ack.Error)
+	ack.Error = wire.TruncateAckError(ack.Error)
 	body, err := json.Marshal(ack)
 	if err != nil {
 		return fmt.Errorf("transport: ack %q: %w", ack.Namespace, err)

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // CapabilityAckStream is the capability of POST /sdk/ack/stream: one
@@ -91,13 +93,13 @@ func (s *HTTPSource) ackStreamUsable() bool {
 // sendOnAckStream writes b as one line of the ack stream, opening it if
 // need be. An error means the line may not have reached the server: the
 // caller sends the batch as a request.
-func (s *HTTPSource) sendOnAckStream(ctx context.Context, b ackBatch) error {
+func (s *HTTPSource) sendOnAckStream(ctx context.Context, b wire.AckBatch) error {
 	st := &s.acks
 	st.writing.Lock()
 	defer st.writing.Unlock()
 	// A relay's line holds thousands of acks: encoded into the last
 	// one's buffer, not a new one grown by doubling (the pipe copies it).
-	line := append(appendAckBatch(st.line[:0], b), '\n')
+	line := append(wire.AppendAckBatch(st.line[:0], b), '\n')
 	if cap(line) <= maxKeptAckLine {
 		st.line = line
 	}

@@ -15,10 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/holdfast-dev/holdfast/internal/jsonscan"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // readBody reads a reply's body, decompressing gzip itself, and fails with
@@ -41,7 +41,7 @@ func readBody(resp *http.Response, limit int64) ([]byte, error) {
 		defer gz.Close()
 		r = &capReader{r: gz, left: limit, limit: limit}
 	default:
-		return nil, fmt.Errorf("%w: unsupported Content-Encoding %q", ErrMalformed, truncate(ce, 64))
+		return nil, fmt.Errorf("%w: unsupported Content-Encoding %q", ErrMalformed, wire.Truncate(ce, 64))
 	}
 	b, err := io.ReadAll(r)
 	if err != nil {
@@ -95,13 +95,13 @@ func statusError(resp *http.Response) *StatusError {
 	if body, err := readBody(resp, maxErrorBodyBytes); err == nil {
 		if b, derr := decodeErrorBody(body); derr == nil {
 			eb = b
-			e.Code = truncate(b.Error, 128)
-			e.Message = truncate(b.Message, 1024)
+			e.Code = wire.Truncate(b.Error, 128)
+			e.Message = wire.Truncate(b.Message, 1024)
 		}
 	}
-	e.StoreID = truncate(eb.StoreID, 128)
+	e.StoreID = wire.Truncate(eb.StoreID, 128)
 	if e.StoreID == "" {
-		e.StoreID = truncate(resp.Header.Get(HeaderStoreID), 128)
+		e.StoreID = wire.Truncate(resp.Header.Get(HeaderStoreID), 128)
 	}
 	switch resp.StatusCode {
 	case http.StatusNotFound:
@@ -159,7 +159,7 @@ func notHoldfast(err error, resp *http.Response, body []byte, what string) error
 		return err
 	}
 	return fmt.Errorf("%w: a 200 reply (Content-Type %q) without a %s header, and not %s: %v",
-		ErrNotHoldfast, truncate(resp.Header.Get("Content-Type"), 64), HeaderStoreID, what, err)
+		ErrNotHoldfast, wire.Truncate(resp.Header.Get("Content-Type"), 64), HeaderStoreID, what, err)
 }
 
 // namesStore reports whether body starts with a JSON object with a
@@ -296,19 +296,19 @@ func notModifiedSnapshot(req SnapshotRequest, h http.Header) (*Snapshot, error) 
 		snap.StoreID = req.KnownStoreID
 	}
 	if snap.StoreID != req.KnownStoreID {
-		return nil, fmt.Errorf("%w: 304 for store %q to a request naming store %q", ErrMalformed, truncate(snap.StoreID, 64), req.KnownStoreID)
+		return nil, fmt.Errorf("%w: 304 for store %q to a request naming store %q", ErrMalformed, wire.Truncate(snap.StoreID, 64), req.KnownStoreID)
 	}
 	if v := h.Get(HeaderRevision); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n != req.KnownRevision {
-			return nil, fmt.Errorf("%w: 304 with %s header %q to a request naming revision %d", ErrMalformed, HeaderRevision, truncate(v, 64), req.KnownRevision)
+			return nil, fmt.Errorf("%w: 304 with %s header %q to a request naming revision %d", ErrMalformed, HeaderRevision, wire.Truncate(v, 64), req.KnownRevision)
 		}
 	}
 	snap.Cursor = snap.Revision
 	if v := h.Get(HeaderCursor); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < snap.Revision {
-			return nil, fmt.Errorf("%w: %s header %q (revision %d)", ErrMalformed, HeaderCursor, truncate(v, 64), snap.Revision)
+			return nil, fmt.Errorf("%w: %s header %q (revision %d)", ErrMalformed, HeaderCursor, wire.Truncate(v, 64), snap.Revision)
 		}
 		snap.Cursor = n
 	}
@@ -337,7 +337,7 @@ func decodeSnapshot(data []byte, ns string, maxKeys int) (*Snapshot, error) {
 	s := w.Snapshot
 	switch {
 	case s.Namespace != ns:
-		return nil, fmt.Errorf("%w: snapshot of namespace %q, want %q", ErrMalformed, truncate(s.Namespace, 130), ns)
+		return nil, fmt.Errorf("%w: snapshot of namespace %q, want %q", ErrMalformed, wire.Truncate(s.Namespace, 130), ns)
 	case s.StoreID == "":
 		return nil, fmt.Errorf("%w: snapshot without store_id", ErrMalformed)
 	case w.Revision == nil || w.Cursor == nil:
@@ -371,7 +371,7 @@ func decodeChangeSet(data []byte, ns string) (*ChangeSet, error) {
 		return nil, err
 	}
 	if cs.Namespace != ns {
-		return nil, fmt.Errorf("%w: change of namespace %q, want %q", ErrMalformed, truncate(cs.Namespace, 130), ns)
+		return nil, fmt.Errorf("%w: change of namespace %q, want %q", ErrMalformed, wire.Truncate(cs.Namespace, 130), ns)
 	}
 	return cs, nil
 }
@@ -583,7 +583,7 @@ func decodeProgress(data []byte, ns string) (*Progress, error) {
 	p := w.Progress
 	switch {
 	case p.Namespace != ns:
-		return nil, fmt.Errorf("%w: progress of namespace %q, want %q", ErrMalformed, truncate(p.Namespace, 130), ns)
+		return nil, fmt.Errorf("%w: progress of namespace %q, want %q", ErrMalformed, wire.Truncate(p.Namespace, 130), ns)
 	case p.StoreID == "":
 		return nil, fmt.Errorf("%w: progress without store_id", ErrMalformed)
 	case w.Cursor == nil:
@@ -616,7 +616,7 @@ func decodeSSEEvent(typ string, data []byte, ns string, maxBytes int) (Event, er
 		}
 		return Event{Progress: p}, nil
 	}
-	return Event{}, fmt.Errorf("%w: unknown event type %q", ErrMalformed, truncate(typ, 64))
+	return Event{}, fmt.Errorf("%w: unknown event type %q", ErrMalformed, wire.Truncate(typ, 64))
 }
 
 // decodeEvents decodes a 200 body of GET /sdk/events for namespace ns: each
@@ -637,7 +637,7 @@ func decodeEvents(data []byte, ns string, maxEventBytes int) (*EventsResponse, e
 	}
 	switch {
 	case w.Namespace != "" && w.Namespace != ns:
-		return nil, fmt.Errorf("%w: events of namespace %q, want %q", ErrMalformed, truncate(w.Namespace, 130), ns)
+		return nil, fmt.Errorf("%w: events of namespace %q, want %q", ErrMalformed, wire.Truncate(w.Namespace, 130), ns)
 	case w.StoreID == "":
 		return nil, fmt.Errorf("%w: events without store_id", ErrMalformed)
 	case w.Cursor == nil:
@@ -778,28 +778,28 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 // decodeNamespaceEnded decodes the data of an ended event (or an element
 // of a long-poll's ended list): ns and error set, compact_revision not
 // negative. The message is cut to 1 KiB.
-func decodeNamespaceEnded(data []byte) (endedBody, error) {
-	var b endedBody
+func decodeNamespaceEnded(data []byte) (wire.NamespaceEndedBody, error) {
+	var b wire.NamespaceEndedBody
 	if err := json.Unmarshal(data, &b); err != nil {
-		return endedBody{}, fmt.Errorf("%w: ended: %v", ErrMalformed, err)
+		return wire.NamespaceEndedBody{}, fmt.Errorf("%w: ended: %v", ErrMalformed, err)
 	}
 	if err := checkEnded(&b); err != nil {
-		return endedBody{}, err
+		return wire.NamespaceEndedBody{}, err
 	}
 	return b, nil
 }
 
-func checkEnded(b *endedBody) error {
+func checkEnded(b *wire.NamespaceEndedBody) error {
 	switch {
 	case b.Namespace == "":
 		return fmt.Errorf("%w: ended without ns", ErrMalformed)
 	case b.Code == "":
-		return fmt.Errorf("%w: ended %q without an error code", ErrMalformed, truncate(b.Namespace, 130))
+		return fmt.Errorf("%w: ended %q without an error code", ErrMalformed, wire.Truncate(b.Namespace, 130))
 	case b.CompactRevision < 0:
-		return fmt.Errorf("%w: ended %q with compact_revision %d", ErrMalformed, truncate(b.Namespace, 130), b.CompactRevision)
+		return fmt.Errorf("%w: ended %q with compact_revision %d", ErrMalformed, wire.Truncate(b.Namespace, 130), b.CompactRevision)
 	}
-	b.Code = truncate(b.Code, 128)
-	b.Message = truncate(b.Message, 1024)
+	b.Code = wire.Truncate(b.Code, 128)
+	b.Message = wire.Truncate(b.Message, 1024)
 	return nil
 }
 
@@ -825,8 +825,8 @@ var endedStatus = map[string]struct {
 // *CompactedError, ErrNotFound, ErrUnauthorized, ErrCursorAhead,
 // ErrInvalidNamespace, ...; an unknown code is a 500 without a sentinel
 // (retryable).
-func endedError(b endedBody, storeID string) error {
-	se := &StatusError{Code: b.Code, Message: b.Message, StoreID: truncate(storeID, 128)}
+func endedError(b wire.NamespaceEndedBody, storeID string) error {
+	se := &StatusError{Code: b.Code, Message: b.Message, StoreID: wire.Truncate(storeID, 128)}
 	if b.Code == CodeCompacted {
 		se.StatusCode, se.Err = http.StatusGone, &CompactedError{CompactRevision: b.CompactRevision}
 	} else if m, ok := endedStatus[b.Code]; ok {
@@ -842,7 +842,7 @@ func endedError(b endedBody, storeID string) error {
 // valid and at most the cursor, each ended element valid. Which namespaces
 // the changes and ended elements may name, and their order, is the
 // stream's to check (streamState).
-func decodeStreamEvents(data []byte, maxEventBytes int) (*streamEventsReply, error) {
+func decodeStreamEvents(data []byte, maxEventBytes int) (*wire.StreamEventsResponse, error) {
 	var w struct {
 		StoreID     string            `json:"store_id"`
 		Cursor      *int64            `json:"cursor"`
@@ -860,7 +860,7 @@ func decodeStreamEvents(data []byte, maxEventBytes int) (*streamEventsReply, err
 	case w.Cursor == nil || *w.Cursor < 0:
 		return nil, fmt.Errorf("%w: stream events without a cursor >= 0", ErrMalformed)
 	}
-	r := &streamEventsReply{StoreID: w.StoreID, Cursor: *w.Cursor,
+	r := &wire.StreamEventsResponse{StoreID: w.StoreID, Cursor: *w.Cursor,
 		AgeMillis: ageJSON(w.AgeMillis), Unconfirmed: unconfirmedJSON(w.Unconfirmed)}
 	if len(w.Changes) > 0 {
 		r.Changes = make([]ChangeSet, 0, len(w.Changes))
@@ -913,7 +913,7 @@ func (st *streamState) change(cs *ChangeSet) error {
 	f, ok := st.floor[cs.Namespace]
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: change of namespace %q, which the stream does not carry (or no longer)", ErrMalformed, truncate(cs.Namespace, 130))
+		return fmt.Errorf("%w: change of namespace %q, which the stream does not carry (or no longer)", ErrMalformed, wire.Truncate(cs.Namespace, 130))
 	case cs.Revision <= max(f, st.cursor):
 		return fmt.Errorf("%w: change of %q at revision %d, at or below its cursor %d", ErrMalformed, cs.Namespace, cs.Revision, max(f, st.cursor))
 	}
@@ -929,9 +929,9 @@ func (st *streamState) progress(p *StreamProgress) error {
 	return nil
 }
 
-func (st *streamState) ended(b endedBody) (*NamespaceEnded, error) {
+func (st *streamState) ended(b wire.NamespaceEndedBody) (*NamespaceEnded, error) {
 	if _, ok := st.floor[b.Namespace]; !ok {
-		return nil, fmt.Errorf("%w: ended for namespace %q, which the stream does not carry (or no longer)", ErrMalformed, truncate(b.Namespace, 130))
+		return nil, fmt.Errorf("%w: ended for namespace %q, which the stream does not carry (or no longer)", ErrMalformed, wire.Truncate(b.Namespace, 130))
 	}
 	delete(st.floor, b.Namespace)
 	return &NamespaceEnded{Namespace: b.Namespace, Err: endedError(b, st.storeID)}, nil
@@ -973,25 +973,5 @@ func decodeStreamSSEEvent(typ string, data []byte, st *streamState, maxBytes int
 		}
 		return StreamEvent{Ended: e}, nil
 	}
-	return StreamEvent{}, fmt.Errorf("%w: unknown event type %q", ErrMalformed, truncate(typ, 64))
-}
-
-// truncateUTF8 cuts s to at most n bytes, on a rune boundary.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// truncate bounds a string from the server before it goes into an error,
-// marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return truncateUTF8(s, n) + "…"
+	return StreamEvent{}, fmt.Errorf("%w: unknown event type %q", ErrMalformed, wire.Truncate(typ, 64))
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/jsonscan"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // Fuzz targets for every decoder of bytes from the server. Their seeds run
@@ -370,9 +371,9 @@ func FuzzCountMembers(f *testing.F) {
 }
 
 func FuzzDecodeNamespaceEnded(f *testing.F) {
-	seedJSON(f, endedBody{Namespace: "a", Code: CodeCompacted, CompactRevision: 7, Message: "m"},
-		endedBody{Namespace: "Bad Name", Code: CodeInvalidNamespace},
-		endedBody{Namespace: "a", Code: CodeCursorAhead})
+	seedJSON(f, wire.NamespaceEndedBody{Namespace: "a", Code: CodeCompacted, CompactRevision: 7, Message: "m"},
+		wire.NamespaceEndedBody{Namespace: "Bad Name", Code: CodeInvalidNamespace},
+		wire.NamespaceEndedBody{Namespace: "a", Code: CodeCursorAhead})
 	f.Add([]byte(`{"ns":"a","error":"compacted","compact_revision":-1}`))
 	f.Add([]byte(`{"ns":"","error":"not_found"}`))
 	f.Add([]byte(`{"ns":"a"}`))
@@ -423,10 +424,10 @@ func FuzzDecodeStreamEvents(f *testing.F) {
 	b := change(13, 0, nil, "x")
 	b.Namespace = "other"
 	seedJSON(f,
-		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, b}},
-		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{}, Ended: []endedBody{{Namespace: "gone", Code: CodeNotFound}}},
-		streamEventsReply{StoreID: "s", Cursor: 11, Changes: []ChangeSet{a}},
-		streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
+		wire.StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, b}},
+		wire.StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{}, Ended: []wire.NamespaceEndedBody{{Namespace: "gone", Code: CodeNotFound}}},
+		wire.StreamEventsResponse{StoreID: "s", Cursor: 11, Changes: []ChangeSet{a}},
+		wire.StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{a, a}})
 	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":null}`))
 	f.Add([]byte(`{"store_id":"s","changes":[]}`))
 	f.Add([]byte(`{"store_id":"s","cursor":5,"changes":[],"age_ms":315360000001,"unconfirmed":true}`))

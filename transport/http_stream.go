@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 var (
@@ -92,9 +94,9 @@ func splitStreamRequest(req StreamRequest) (valid []WatchRequest, invalid []stri
 	for _, r := range req.Namespaces {
 		switch {
 		case seen[r.Namespace]:
-			return nil, nil, fmt.Errorf("transport: stream: %w: namespace %q named twice", ErrBadRequest, truncate(r.Namespace, 130))
+			return nil, nil, fmt.Errorf("transport: stream: %w: namespace %q named twice", ErrBadRequest, wire.Truncate(r.Namespace, 130))
 		case r.Since < 0:
-			return nil, nil, fmt.Errorf("transport: stream: %w: namespace %q with negative cursor %d", ErrBadRequest, truncate(r.Namespace, 130), r.Since)
+			return nil, nil, fmt.Errorf("transport: stream: %w: namespace %q with negative cursor %d", ErrBadRequest, wire.Truncate(r.Namespace, 130), r.Since)
 		}
 		seen[r.Namespace] = true
 		if ValidateNamespace(r.Namespace) != nil {
@@ -215,7 +217,7 @@ func (s *HTTPSource) watchStreamLongPoll(ctx context.Context, nss []WatchRequest
 
 // streamPoll makes one long-poll of a stream, bounded by the wait plus the
 // idle timeout; it returns the reply and its store id header.
-func (s *HTTPSource) streamPoll(ctx context.Context, nss []WatchRequest, name string) (*streamEventsReply, string, error) {
+func (s *HTTPSource) streamPoll(ctx context.Context, nss []WatchRequest, name string) (*wire.StreamEventsResponse, string, error) {
 	limit := s.opts.longPollWait + s.replyTimeout()
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -294,7 +296,7 @@ func (s *HTTPSource) AckBatch(ctx context.Context, acks []Ack) error {
 // sendBatches sends each batch as a line of the ack stream when it is
 // usable, else as a POST; it goes on past a failed POST and returns every
 // error (ctx's alone once it ended).
-func (s *HTTPSource) sendBatches(ctx context.Context, bs []ackBatch) error {
+func (s *HTTPSource) sendBatches(ctx context.Context, bs []wire.AckBatch) error {
 	var errs []error
 	for _, b := range bs {
 		if s.ackStreamUsable() && s.sendOnAckStream(ctx, b) == nil {
@@ -322,8 +324,8 @@ func checkAck(a Ack) error {
 
 // batches groups acks by client id, in order of first appearance, at most
 // maxAckBatch per batch; each ack's own client id is left to the batch's.
-func batches(acks []Ack) []ackBatch {
-	var out []ackBatch
+func batches(acks []Ack) []wire.AckBatch {
+	var out []wire.AckBatch
 	// open maps a client id to its batch being filled, once there are
 	// more than a few: a client's own acks (one id) make no map.
 	var open map[string]int
@@ -342,7 +344,7 @@ func batches(acks []Ack) []ackBatch {
 	for _, a := range acks {
 		i, ok := filling(a.ClientID)
 		if !ok || len(out[i].Acks) == maxAckBatch {
-			out = append(out, ackBatch{ClientID: a.ClientID})
+			out = append(out, wire.AckBatch{ClientID: a.ClientID})
 			i = len(out) - 1
 			switch {
 			case open != nil:
@@ -355,12 +357,12 @@ func batches(acks []Ack) []ackBatch {
 			}
 		}
 		a.ClientID = ""
-		a.Error = truncateAckError(a.Error)
+		a.Error = wire.TruncateAckError(a.Error)
 		out[i].Acks = append(out[i].Acks, a)
 	}
 	return out
 }
 
-func (s *HTTPSource) postAckBatch(ctx context.Context, b ackBatch) error {
-	return s.postJSON(ctx, PathAck, "ack", fmt.Sprintf("batch of %d", len(b.Acks)), appendAckBatch(nil, b))
+func (s *HTTPSource) postAckBatch(ctx context.Context, b wire.AckBatch) error {
+	return s.postJSON(ctx, PathAck, "ack", fmt.Sprintf("batch of %d", len(b.Acks)), wire.AppendAckBatch(nil, b))
 }

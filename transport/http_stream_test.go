@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 const allCaps = "stream,ack-batch,h2c"
@@ -196,14 +198,14 @@ func TestWatchStreamRefusesBadEvents(t *testing.T) {
 		{"change of another namespace", func(c *sseConn) { c.send(EventChange, 12, cs("z", 12)) }, ErrMalformed},
 		{"change at its cursor", func(c *sseConn) { c.send(EventChange, 10, cs("a", 10)) }, ErrMalformed},
 		{"change after an end", func(c *sseConn) {
-			c.send(EventEnded, 0, endedBody{Namespace: "b", Code: CodeNotFound})
+			c.send(EventEnded, 0, wire.NamespaceEndedBody{Namespace: "b", Code: CodeNotFound})
 			c.send(EventChange, 12, cs("b", 12))
 		}, ErrMalformed},
 		{"ended twice", func(c *sseConn) {
-			c.send(EventEnded, 0, endedBody{Namespace: "b", Code: CodeNotFound})
-			c.send(EventEnded, 0, endedBody{Namespace: "b", Code: CodeNotFound})
+			c.send(EventEnded, 0, wire.NamespaceEndedBody{Namespace: "b", Code: CodeNotFound})
+			c.send(EventEnded, 0, wire.NamespaceEndedBody{Namespace: "b", Code: CodeNotFound})
 		}, ErrMalformed},
-		{"ended of another", func(c *sseConn) { c.send(EventEnded, 0, endedBody{Namespace: "z", Code: CodeNotFound}) }, ErrMalformed},
+		{"ended of another", func(c *sseConn) { c.send(EventEnded, 0, wire.NamespaceEndedBody{Namespace: "z", Code: CodeNotFound}) }, ErrMalformed},
 		{"ended without code", func(c *sseConn) { c.send(EventEnded, 0, `{"ns":"a"}`) }, ErrMalformed},
 		{"not JSON", func(c *sseConn) { c.send(EventChange, 12, `{"ns":"a",`) }, ErrMalformed},
 		{"progress back", func(c *sseConn) {
@@ -251,7 +253,7 @@ func TestWatchStreamLongPollRefusesBadReply(t *testing.T) {
 	leakCheck(t)
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(HeaderStoreID, "s")
-		writeJSON(t, w, http.StatusOK, streamEventsReply{StoreID: "s", Cursor: 20, Changes: []ChangeSet{
+		writeJSON(t, w, http.StatusOK, wire.StreamEventsResponse{StoreID: "s", Cursor: 20, Changes: []ChangeSet{
 			{Namespace: "a", Revision: 11, PrevRevision: 1, StoreID: "s"},
 			{Namespace: "z", Revision: 12, PrevRevision: 1, StoreID: "s"},
 		}})
@@ -283,7 +285,7 @@ func TestEndedErrors(t *testing.T) {
 			return errors.As(e, &se) && se.Code == "something_new" && Retryable(e)
 		},
 	} {
-		err := endedError(endedBody{Namespace: "a", Code: code, CompactRevision: 7, Message: "m"}, "s")
+		err := endedError(wire.NamespaceEndedBody{Namespace: "a", Code: code, CompactRevision: 7, Message: "m"}, "s")
 		var se *StatusError
 		if !check(err) || !errors.As(err, &se) || se.StoreID != "s" || !strings.Contains(err.Error(), `"a"`) {
 			t.Errorf("%s: %v (%#v); wrong", code, err, se)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // Helpers shared by the HTTP source's tests.
@@ -203,8 +205,8 @@ func TestSnapshotNotModified(t *testing.T) {
 	if !errors.Is(err, ErrNotModified) {
 		t.Fatalf("Snapshot error = %v, want ErrNotModified", err)
 	}
-	if inm != etag("store-1", 41) {
-		t.Errorf("If-None-Match = %q, want %q", inm, etag("store-1", 41))
+	if inm != wire.ETag("store-1", 41) {
+		t.Errorf("If-None-Match = %q, want %q", inm, wire.ETag("store-1", 41))
 	}
 	if snap == nil || snap.Values != nil || snap.StoreID != "store-1" || snap.Revision != 41 || snap.Cursor != 97 || snap.Namespace != testNS {
 		t.Errorf("Snapshot = %+v, want store-1/41/97 with nil Values", snap)

@@ -2,27 +2,20 @@ package transport
 
 import (
 	"fmt"
-	"regexp"
-	"strings"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // MaxNamespaceLen is the longest namespace name.
-const MaxNamespaceLen = 128
+const MaxNamespaceLen = wire.MaxNamespaceLen
 
 // MaxKeyLen is the longest key.
 const MaxKeyLen = 512
 
-var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
-
 // ValidateNamespace reports whether name is a valid namespace name:
 // ^[a-z0-9][a-z0-9._-]{0,127}$, and never "." or "..". A valid name contains
 // no path separator, so it can name a file inside a cache directory.
-func ValidateNamespace(name string) error {
-	if !namespacePattern.MatchString(name) { // "." and ".." fail it: the first byte is [a-z0-9]
-		return fmt.Errorf("%w: %q (want ^[a-z0-9][a-z0-9._-]{0,127}$)", ErrInvalidNamespace, name)
-	}
-	return nil
-}
+func ValidateNamespace(name string) error { return wire.ValidateNamespace(name) }
 
 // ValidateKey reports whether key is a valid key: 1 to MaxKeyLen bytes of
 // printable ASCII without spaces. Keys are path-like ("db/primary/host").
@@ -40,17 +33,9 @@ func ValidateKey(key string) error {
 
 // MaxClientIDBytes bounds a client id (Ack.ClientID, a relay's id, a
 // cohort's members).
-const MaxClientIDBytes = 256
+const MaxClientIDBytes = wire.MaxClientIDBytes
 
 // ValidateClientID checks a client id as a server does: 1 to
 // MaxClientIDBytes bytes, no control character. A server refuses an ack
 // whose id fails it.
-func ValidateClientID(id string) error {
-	switch {
-	case id == "" || len(id) > MaxClientIDBytes:
-		return fmt.Errorf("transport: a client id must have 1..%d bytes, not %d", MaxClientIDBytes, len(id))
-	case strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }):
-		return fmt.Errorf("transport: client id %q has a control character", truncate(id, 64))
-	}
-	return nil
-}
+func ValidateClientID(id string) error { return wire.ValidateClientID(id) }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/r3labs/sse/v2"
 	backoffv1 "gopkg.in/cenkalti/backoff.v1"
 )
@@ -118,7 +119,7 @@ func (s *HTTPSource) followSSE(ctx context.Context, spec sseSpec) sseResult {
 			}
 			defer closeBody(resp.Body)
 			err := fmt.Errorf("%w: Content-Type %q, want text/event-stream",
-				ErrMalformed, truncate(resp.Header.Get("Content-Type"), 64))
+				ErrMalformed, wire.Truncate(resp.Header.Get("Content-Type"), 64))
 			if resp.Header.Get(HeaderStoreID) != "" {
 				return err
 			}

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // StandIn is the stand-in server (exported for the external tests of this
@@ -149,7 +151,7 @@ func (s *StandIn) snapshot(w http.ResponseWriter, r *http.Request) {
 		standInJSON(w, http.StatusNotFound, ErrorBody{Error: CodeNotFound, StoreID: snap.StoreID})
 		return
 	}
-	if r.Header.Get("If-None-Match") == etag(snap.StoreID, rev) {
+	if r.Header.Get("If-None-Match") == wire.ETag(snap.StoreID, rev) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -183,21 +185,21 @@ func parseStream(r *http.Request) (map[string]int64, []string, error) {
 }
 
 // join checks each namespace at the open: those in trouble end.
-func (s *StandIn) join(since map[string]int64, order []string) (ended []endedBody) {
+func (s *StandIn) join(since map[string]int64, order []string) (ended []wire.NamespaceEndedBody) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ns := range order {
 		c := since[ns]
-		var b endedBody
+		var b wire.NamespaceEndedBody
 		switch _, known := s.nsRev[ns]; {
 		case ValidateNamespace(ns) != nil:
-			b = endedBody{Namespace: ns, Code: CodeInvalidNamespace}
+			b = wire.NamespaceEndedBody{Namespace: ns, Code: CodeInvalidNamespace}
 		case c > s.head:
-			b = endedBody{Namespace: ns, Code: CodeCursorAhead}
+			b = wire.NamespaceEndedBody{Namespace: ns, Code: CodeCursorAhead}
 		case c < s.compact:
-			b = endedBody{Namespace: ns, Code: CodeCompacted, CompactRevision: s.compact}
+			b = wire.NamespaceEndedBody{Namespace: ns, Code: CodeCompacted, CompactRevision: s.compact}
 		case !known:
-			b = endedBody{Namespace: ns, Code: CodeNotFound}
+			b = wire.NamespaceEndedBody{Namespace: ns, Code: CodeNotFound}
 		default:
 			continue
 		}
@@ -284,7 +286,7 @@ func (s *StandIn) streamPoll(w http.ResponseWriter, r *http.Request) {
 	for {
 		changes, head, moved := s.after(since)
 		if len(changes) > 0 || len(ended) > 0 || head > least {
-			standInJSON(w, http.StatusOK, streamEventsReply{StoreID: s.storeID, Cursor: head, Changes: changes, Ended: ended})
+			standInJSON(w, http.StatusOK, wire.StreamEventsResponse{StoreID: s.storeID, Cursor: head, Changes: changes, Ended: ended})
 			return
 		}
 		select {
@@ -292,7 +294,7 @@ func (s *StandIn) streamPoll(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-moved:
 		case <-deadline.C:
-			standInJSON(w, http.StatusOK, streamEventsReply{StoreID: s.storeID, Cursor: head, Changes: []ChangeSet{}})
+			standInJSON(w, http.StatusOK, wire.StreamEventsResponse{StoreID: s.storeID, Cursor: head, Changes: []ChangeSet{}})
 			return
 		}
 	}

@@ -102,32 +102,6 @@ type NamespaceEnded struct {
 	Err       error
 }
 
-// endedBody is the wire form of NamespaceEnded: the body of an EventEnded
-// event, and an element of streamEventsReply.Ended (wire.endedBody
-// is the server's). Code and Message are an ErrorBody's; CompactRevision
-// is set with CodeCompacted.
-type endedBody struct {
-	Namespace       string `json:"ns"`
-	Code            string `json:"error"`
-	Message         string `json:"message,omitempty"`
-	CompactRevision int64  `json:"compact_revision,omitempty"`
-}
-
-// streamEventsReply is the body of GET /sdk/stream/events (the long-poll
-// form of the stream; wire.streamEventsReply is the server's): the
-// changes after the request's cursors, in store order, the namespaces that
-// left the stream, and the cursor up to which every namespace still in the
-// stream is complete. AgeMillis and Unconfirmed are the age of relayed
-// data as of the reply (see Snapshot).
-type streamEventsReply struct {
-	StoreID     string      `json:"store_id"`
-	Cursor      int64       `json:"cursor"`
-	Changes     []ChangeSet `json:"changes"`
-	Ended       []endedBody `json:"ended,omitempty"`
-	AgeMillis   int64       `json:"age_ms,omitempty"`
-	Unconfirmed bool        `json:"unconfirmed,omitempty"`
-}
-
 // BatchAcker is implemented by sources that can report several acks in
 // one request (capability CapabilityAckBatch over HTTP).
 type BatchAcker interface {
@@ -137,10 +111,3 @@ type BatchAcker interface {
 // CapabilityAckBatch is the capability of a POST /sdk/ack whose body is a
 // batch: {"client_id":…,"acks":[Ack,…]}, the acks of one client.
 const CapabilityAckBatch = "ack-batch"
-
-// ackBatch is the body of a batched POST /sdk/ack: the acks of one client,
-// across its namespaces (wire.AckBatch is the server's).
-type ackBatch struct {
-	ClientID string `json:"client_id"`
-	Acks     []Ack  `json:"acks"`
-}

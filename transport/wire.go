@@ -2,8 +2,8 @@ package transport
 
 import (
 	"encoding/json"
-	"strconv"
-	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
 // Paths of the data-plane endpoints, relative to the server's base URL.
@@ -67,7 +67,7 @@ const (
 
 // MaxAge bounds the age a client takes from a server: a larger one (an
 // absurd value; ten years) is read as MaxAge, never as younger.
-const MaxAge = 10 * 365 * 24 * time.Hour
+const MaxAge = wire.MaxAge
 
 // SSE event names on /sdk/watch.
 const (
@@ -77,13 +77,13 @@ const (
 
 // Ack statuses.
 const (
-	AckApplied  = "ack"
-	AckRejected = "nack"
+	AckApplied  = wire.AckApplied
+	AckRejected = wire.AckRejected
 	// AckWouldReject is a prevalidation's report (docs/PROTOCOL.md,
 	// "Staged rollouts"): the client's checks reject the staged change of
 	// rollout Ack.Rollout, carried by Ack.Revision, whether or not the
 	// client is in the stage; nothing was applied or rejected by it.
-	AckWouldReject = "would_nack"
+	AckWouldReject = wire.AckWouldReject
 )
 
 // Error codes carried in ErrorBody.Error.
@@ -143,23 +143,12 @@ type Snapshot struct {
 // it shares one revision. PrevRevision is the namespace's revision before it,
 // so a client can tell a gap (PrevRevision != what it applied) from a
 // duplicate (Revision <= what it applied). A change carries no age: it is
-// the origin's data, passed through relays unchanged (a relay follows a
-// backlog of changes with a progress that says how old they are).
-type ChangeSet struct {
-	Namespace    string                     `json:"ns"`
-	Revision     int64                      `json:"revision"`
-	PrevRevision int64                      `json:"prev_revision"`
-	StoreID      string                     `json:"store_id"`
-	CommittedAt  time.Time                  `json:"committed_at"`
-	Puts         map[string]json.RawMessage `json:"puts,omitempty"`
-	Deletes      []string                   `json:"deletes,omitempty"`
-	// Raw is the change set as it came on the wire, when a source decoded
-	// it (the HTTP source does): a relay serves these bytes, so that
-	// fields it does not know pass through unchanged. Not encoded. The
-	// values of Puts may share its bytes: neither is written in place.
-	// (Appending to a value copies it: their capacities are cut.)
-	Raw json.RawMessage `json:"-"`
-}
+// the origin's data, passed through relays unchanged. Raw is the change
+// set as it came on the wire, when a source decoded it (the HTTP source
+// does): a relay serves these bytes, so that fields it does not know pass
+// through unchanged. Its fields are internal/wire's, which the server
+// side encodes with.
+type ChangeSet = wire.ChangeSet
 
 // Progress says that the stream is alive and that nothing changed in the
 // namespace up to Cursor. Revision is the namespace's current revision.
@@ -190,86 +179,15 @@ type EventsResponse struct {
 
 // MaxAckErrorBytes bounds Ack.Error: a client cuts a longer error, and the
 // server keeps no more.
-const MaxAckErrorBytes = 4 << 10
+const MaxAckErrorBytes = wire.MaxAckErrorBytes
 
-// Ack is the body of POST /sdk/ack: what one client applied or rejected.
-type Ack struct {
-	ClientID  string `json:"client_id"`
-	Namespace string `json:"ns"`
-	Revision  int64  `json:"revision"`
-	Status    string `json:"status"` // AckApplied, AckRejected or AckWouldReject (a relay forwards any)
-	Error     string `json:"error,omitempty"`
-	// Rollout names the staged rollout the report is about: with
-	// AckApplied or AckRejected, the client is in its stage, and applied
-	// (serves) or rejected the staged change; with AckWouldReject, the
-	// rollout whose change the client's checks reject. Empty otherwise.
-	Rollout string `json:"rollout,omitempty"`
-	// Extra holds the fields of a client's report that this version does
-	// not know, as the members of a JSON object (`"stage":10,"x":true`),
-	// kept by a relay that forwards it: they are encoded back as they
-	// came. Empty for an ack this version made.
-	Extra string `json:"-"`
-}
-
-// MarshalJSON encodes the ack with its Extra fields after the known ones.
-func (a Ack) MarshalJSON() ([]byte, error) { return appendAck(nil, a), nil }
-
-// appendAck appends a's JSON (as MarshalJSON encodes it) to b. It writes
-// the bytes itself: a relay encodes one ack per client per publish, and
-// encoding/json would marshal each one twice (the ack, then its
-// MarshalJSON's output checked again).
-func appendAck(b []byte, a Ack) []byte {
-	b = append(b, `{"client_id":`...)
-	b = appendJSONString(b, a.ClientID)
-	b = append(b, `,"ns":`...)
-	b = appendJSONString(b, a.Namespace)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, a.Revision, 10)
-	b = append(b, `,"status":`...)
-	b = appendJSONString(b, a.Status)
-	if a.Error != "" {
-		b = append(b, `,"error":`...)
-		b = appendJSONString(b, a.Error)
-	}
-	if a.Rollout != "" {
-		b = append(b, `,"rollout":`...)
-		b = appendJSONString(b, a.Rollout)
-	}
-	if a.Extra != "" {
-		b = append(append(b, ','), a.Extra...)
-	}
-	return append(b, '}')
-}
-
-// appendAckBatch appends ab's JSON to b, as json.Marshal(ab) would.
-func appendAckBatch(b []byte, ab ackBatch) []byte {
-	b = append(b, `{"client_id":`...)
-	b = appendJSONString(b, ab.ClientID)
-	if ab.Acks == nil {
-		return append(b, `,"acks":null}`...)
-	}
-	b = append(b, `,"acks":[`...)
-	for i, a := range ab.Acks {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendAck(b, a)
-	}
-	return append(b, "]}"...)
-}
-
-// appendJSONString appends s quoted as encoding/json quotes it: as it is
-// when every byte is printable ASCII but '"', '\\', '<', '>' and '&' (an id,
-// a namespace, a status), through encoding/json otherwise.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	return append(append(append(b, '"'), s...), '"')
-}
+// Ack is the body of POST /sdk/ack: what one client applied or rejected
+// (Status: AckApplied, AckRejected or AckWouldReject) of which namespace
+// at which revision, with the staged rollout it is about (Rollout) and
+// the fields this version does not know (Extra, kept by a relay that
+// forwards it). Its fields and encoding are internal/wire's, which the
+// server side decodes with.
+type Ack = wire.Ack
 
 // ErrorBody is the JSON body of every error reply.
 type ErrorBody struct {
@@ -283,11 +201,4 @@ type ErrorBody struct {
 	Revision int64 `json:"revision,omitempty"`
 	// Details lists every failure, for example each schema violation.
 	Details []string `json:"details,omitempty"`
-}
-
-// etag names a namespace's content at one revision of one store: the
-// server sets it on snapshots (wire.ETag, whose tests pin that both agree);
-// a client sends it back in If-None-Match.
-func etag(storeID string, revision int64) string {
-	return `"` + storeID + "." + strconv.FormatInt(revision, 10) + `"`
 }

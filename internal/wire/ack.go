@@ -6,10 +6,102 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
-	"unicode/utf8"
-
-	"github.com/holdfast-dev/holdfast/transport"
+	"strconv"
 )
+
+// Ack statuses.
+const (
+	AckApplied  = "ack"
+	AckRejected = "nack"
+	// AckWouldReject is a prevalidation's report (docs/PROTOCOL.md,
+	// "Staged rollouts"): the client's checks reject the staged change of
+	// rollout Ack.Rollout, carried by Ack.Revision, whether or not the
+	// client is in the stage; nothing was applied or rejected by it.
+	AckWouldReject = "would_nack"
+)
+
+// MaxAckErrorBytes bounds Ack.Error: a client cuts a longer error, and the
+// server keeps no more.
+const MaxAckErrorBytes = 4 << 10
+
+// Ack is the body of POST /sdk/ack: what one client applied or rejected.
+type Ack struct {
+	ClientID  string `json:"client_id"`
+	Namespace string `json:"ns"`
+	Revision  int64  `json:"revision"`
+	Status    string `json:"status"` // AckApplied, AckRejected or AckWouldReject (a relay forwards any)
+	Error     string `json:"error,omitempty"`
+	// Rollout names the staged rollout the report is about: with
+	// AckApplied or AckRejected, the client is in its stage, and applied
+	// (serves) or rejected the staged change; with AckWouldReject, the
+	// rollout whose change the client's checks reject. Empty otherwise.
+	Rollout string `json:"rollout,omitempty"`
+	// Extra holds the fields of a client's report that this version does
+	// not know, as the members of a JSON object (`"stage":10,"x":true`),
+	// kept by a relay that forwards it: they are encoded back as they
+	// came. Empty for an ack this version made.
+	Extra string `json:"-"`
+}
+
+// MarshalJSON encodes the ack with its Extra fields after the known ones.
+func (a Ack) MarshalJSON() ([]byte, error) { return appendAck(nil, a), nil }
+
+// appendAck appends a's JSON (as MarshalJSON encodes it) to b. It writes
+// the bytes itself: a relay encodes one ack per client per publish, and
+// encoding/json would marshal each one twice (the ack, then its
+// MarshalJSON's output checked again).
+func appendAck(b []byte, a Ack) []byte {
+	b = append(b, `{"client_id":`...)
+	b = appendJSONString(b, a.ClientID)
+	b = append(b, `,"ns":`...)
+	b = appendJSONString(b, a.Namespace)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, a.Revision, 10)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, a.Status)
+	if a.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, a.Error)
+	}
+	if a.Rollout != "" {
+		b = append(b, `,"rollout":`...)
+		b = appendJSONString(b, a.Rollout)
+	}
+	if a.Extra != "" {
+		b = append(append(b, ','), a.Extra...)
+	}
+	return append(b, '}')
+}
+
+// AppendAckBatch appends ab's JSON to b, as json.Marshal(ab) would.
+func AppendAckBatch(b []byte, ab AckBatch) []byte {
+	b = append(b, `{"client_id":`...)
+	b = appendJSONString(b, ab.ClientID)
+	if ab.Acks == nil {
+		return append(b, `,"acks":null}`...)
+	}
+	b = append(b, `,"acks":[`...)
+	for i, a := range ab.Acks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendAck(b, a)
+	}
+	return append(b, "]}"...)
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: as it is
+// when every byte is printable ASCII but '"', '\\', '<', '>' and '&' (an id,
+// a namespace, a status), through encoding/json otherwise.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
 
 // AckBatch is the body of a batched POST /sdk/ack (capability
 // transport.CapabilityAckBatch): the acks of one client, across its
@@ -17,8 +109,8 @@ import (
 // clients, each with its own client id. It is also one line of an ack
 // stream (transport.CapabilityAckStream).
 type AckBatch struct {
-	ClientID string          `json:"client_id"`
-	Acks     []transport.Ack `json:"acks"`
+	ClientID string `json:"client_id"`
+	Acks     []Ack  `json:"acks"`
 }
 
 // RelayAcker is implemented by sources that can forward the acks of many
@@ -27,23 +119,14 @@ type AckBatch struct {
 type RelayAcker interface {
 	// AckRelayed reports acks on behalf of their clients; relayID names
 	// the relay that forwards them.
-	AckRelayed(ctx context.Context, relayID string, acks []transport.Ack) error
+	AckRelayed(ctx context.Context, relayID string, acks []Ack) error
 }
 
-// TruncateAckError cuts an ack's error to transport.MaxAckErrorBytes, at
-// a rune's start: what a relay forwards of a client's error.
-func TruncateAckError(s string) string {
-	n := transport.MaxAckErrorBytes
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+// TruncateAckError cuts an ack's error to MaxAckErrorBytes, at a rune's
+// start: what a client sends, and a relay forwards, of an error.
+func TruncateAckError(s string) string { return TruncateUTF8(s, MaxAckErrorBytes) }
 
-// knownAckField reports whether k names a field of transport.Ack on the
+// knownAckField reports whether k names a field of Ack on the
 // wire.
 func knownAckField(k string) bool {
 	switch k {
@@ -53,7 +136,7 @@ func knownAckField(k string) bool {
 	return false
 }
 
-// AckExtra returns the members of one ack object that transport.Ack does
+// AckExtra returns the members of one ack object that Ack does
 // not know, as Ack.Extra keeps them ("" when none), for a relay that
 // forwards it; skip names more members to leave out.
 func AckExtra(obj []byte, skip ...string) string {

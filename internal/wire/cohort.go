@@ -6,15 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-
-	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// MaxCohortMembers bounds the members one report names (client ids of at
-// most transport.MaxClientIDBytes): a relay names more over several
-// reports, each well within a server's 1 MiB body limit. Checked by both
-// ends, as transport.MaxCohortSlots and transport.MaxCohortRuns are.
-const MaxCohortMembers = 2048
+// Limits of one cohort report, checked by both ends (a relay before it
+// sends, a server as it reads).
+const (
+	// MaxCohortSlots bounds a cohort's slots: the clients of one
+	// namespace behind one relay. Past it, a relay reports the others'
+	// outcomes one by one (RelayAcker).
+	MaxCohortSlots = 1 << 20
+	// MaxCohortRuns bounds the runs of one report's outcomes: a relay
+	// sends more in several reports.
+	MaxCohortRuns = 1 << 16
+	// MaxCohortMembers bounds the members one report names (client ids
+	// of at most MaxClientIDBytes): a relay names more over several
+	// reports, each well within a server's 1 MiB body limit.
+	MaxCohortMembers = 2048
+)
 
 // CohortReport is the body of POST /sdk/ack/cohort.
 type CohortReport struct {
@@ -40,8 +48,8 @@ type CohortNamespace struct {
 	Outcomes []CohortOutcome `json:"outcomes,omitempty"`
 }
 
-// CohortOutcome is an outcome (transport.AckApplied or AckRejected of a
-// revision) that the clients of Runs reported, as a transport.Ack of each
+// CohortOutcome is an outcome (AckApplied or AckRejected of a
+// revision) that the clients of Runs reported, as an Ack of each
 // would.
 type CohortOutcome struct {
 	Revision int64  `json:"revision"`
@@ -75,20 +83,13 @@ type CohortAcker interface {
 	CohortsOffered() bool
 }
 
-var (
-	_ CohortAcker = (*transport.HTTPSource)(nil)
-	_ CohortAcker = (*transport.FailoverSource)(nil)
-	_ RelayAcker  = (*transport.HTTPSource)(nil)
-	_ RelayAcker  = (*transport.FailoverSource)(nil)
-)
-
 // SendCohort checks r (CheckCohortReport) and sends it through src as
 // one POST /sdk/ack/cohort. A report that fails the check is not sent:
-// the error wraps transport.ErrBadRequest (sending it again cannot help,
+// the error wraps ErrBadRequest (sending it again cannot help,
 // and no endpoint would take it, so a FailoverSource does not move on).
 func SendCohort(ctx context.Context, src CohortAcker, r *CohortReport) error {
 	if err := CheckCohortReport(r); err != nil {
-		return fmt.Errorf("%w: %v", transport.ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	body, err := json.Marshal(r)
 	if err != nil {
@@ -99,13 +100,13 @@ func SendCohort(ctx context.Context, src CohortAcker, r *CohortReport) error {
 
 // CheckCohortReport checks r's form (not what the server knows): names,
 // each namespace once, member ids as an ack's client_id, revisions not
-// negative, statuses, errors of at most transport.MaxAckErrorBytes, runs
+// negative, statuses, errors of at most MaxAckErrorBytes, runs
 // that are sorted pairs of a slot and a positive count below
-// transport.MaxCohortSlots, no slot in two outcomes of one status, limits.
+// MaxCohortSlots, no slot in two outcomes of one status, limits.
 // Both ends check: a relay so as not to send what a server refuses, a
 // server what it reads.
 func CheckCohortReport(r *CohortReport) error {
-	if err := transport.ValidateClientID(r.RelayID); err != nil {
+	if err := ValidateClientID(r.RelayID); err != nil {
 		return fmt.Errorf("cohort report's relay id: %w", err)
 	}
 	if r.Epoch == "" || len(r.Epoch) > 64 {
@@ -115,18 +116,18 @@ func CheckCohortReport(r *CohortReport) error {
 	seen := make(map[string]bool, len(r.Namespaces))
 	for i := range r.Namespaces {
 		n := &r.Namespaces[i]
-		if err := transport.ValidateNamespace(n.Namespace); err != nil {
+		if err := ValidateNamespace(n.Namespace); err != nil {
 			return err
 		}
 		if seen[n.Namespace] {
 			return fmt.Errorf("cohort report naming %q twice", n.Namespace)
 		}
 		seen[n.Namespace] = true
-		if n.From < 0 || n.From+len(n.Members) > transport.MaxCohortSlots {
-			return fmt.Errorf("cohort of %q: members from slot %d beyond the limit of %d slots", n.Namespace, n.From, transport.MaxCohortSlots)
+		if n.From < 0 || n.From+len(n.Members) > MaxCohortSlots {
+			return fmt.Errorf("cohort of %q: members from slot %d beyond the limit of %d slots", n.Namespace, n.From, MaxCohortSlots)
 		}
 		for _, m := range n.Members {
-			if err := transport.ValidateClientID(m); err != nil {
+			if err := ValidateClientID(m); err != nil {
 				return fmt.Errorf("cohort of %q: a member: %w", n.Namespace, err)
 			}
 		}
@@ -136,11 +137,11 @@ func CheckCohortReport(r *CohortReport) error {
 			if o.Revision < 0 {
 				return fmt.Errorf("cohort of %q: negative revision %d", n.Namespace, o.Revision)
 			}
-			if o.Status != transport.AckApplied && o.Status != transport.AckRejected {
-				return fmt.Errorf("cohort of %q: status %q (want %q or %q)", n.Namespace, o.Status, transport.AckApplied, transport.AckRejected)
+			if o.Status != AckApplied && o.Status != AckRejected {
+				return fmt.Errorf("cohort of %q: status %q (want %q or %q)", n.Namespace, o.Status, AckApplied, AckRejected)
 			}
-			if len(o.Error) > transport.MaxAckErrorBytes {
-				return fmt.Errorf("cohort of %q: an error of more than %d bytes", n.Namespace, transport.MaxAckErrorBytes)
+			if len(o.Error) > MaxAckErrorBytes {
+				return fmt.Errorf("cohort of %q: an error of more than %d bytes", n.Namespace, MaxAckErrorBytes)
 			}
 			if len(o.Runs)%2 != 0 || len(o.Runs) == 0 {
 				return fmt.Errorf("cohort of %q: runs must be pairs of a slot and a count", n.Namespace)
@@ -148,7 +149,7 @@ func CheckCohortReport(r *CohortReport) error {
 			next := 0
 			for k := 0; k < len(o.Runs); k += 2 {
 				first, count := o.Runs[k], o.Runs[k+1]
-				if first < next || count <= 0 || count > transport.MaxCohortSlots || first > transport.MaxCohortSlots-count {
+				if first < next || count <= 0 || count > MaxCohortSlots || first > MaxCohortSlots-count {
 					return fmt.Errorf("cohort of %q: run [%d, %d] out of order or out of range", n.Namespace, first, count)
 				}
 				next = first + count
@@ -162,8 +163,8 @@ func CheckCohortReport(r *CohortReport) error {
 	if members > MaxCohortMembers {
 		return fmt.Errorf("cohort report naming %d members (at most %d)", members, MaxCohortMembers)
 	}
-	if runs > transport.MaxCohortRuns {
-		return fmt.Errorf("cohort report of %d runs (at most %d)", runs, transport.MaxCohortRuns)
+	if runs > MaxCohortRuns {
+		return fmt.Errorf("cohort report of %d runs (at most %d)", runs, MaxCohortRuns)
 	}
 	return nil
 }
@@ -173,7 +174,7 @@ func CheckCohortReport(r *CohortReport) error {
 // and a report repeating its runs would cost the server a record (and,
 // expanded, an ack) per slot per repeat. n's runs must be in order.
 func checkCohortOverlap(n *CohortNamespace) error {
-	for _, status := range []string{transport.AckApplied, transport.AckRejected} {
+	for _, status := range []string{AckApplied, AckRejected} {
 		var spans [][2]int // first, end
 		outcomes := 0
 		for j := range n.Outcomes {

@@ -1,26 +1,26 @@
-// Package wire holds the parts of the data-plane protocol (docs/PROTOCOL.md)
-// that only the project's own server side speaks: the reference server
-// (internal/fakeserver, server/), the relay (relay/, internal/acks) and the
-// holdfast command. A client of the SDK needs none of them, so they stay out
-// of package transport's public surface.
+// Package wire holds the bodies of the data-plane protocol
+// (docs/PROTOCOL.md) that both ends encode or decode, once: package
+// transport (the SDK's client) builds on them, and so do the project's
+// own server side: the data plane (internal/dataplane), the reference
+// server (internal/fakeserver), holdfast server, the relay and its ack
+// queue (internal/acks).
 //
-// It builds on transport's wire types (Ack, Snapshot, ChangeSet, the error
-// codes and sentinels) and adds:
+// It imports nothing of holdfast, so that transport can import it.
+// transport names what an SDK user sees of it (transport.Ack and
+// transport.ChangeSet are aliases of Ack and ChangeSet; the limits, the
+// name checks and the sentinels ErrMalformed, ErrBadRequest and
+// ErrInvalidNamespace are the same values under transport's names); the
+// rest a client of the SDK needs not, so it stays out of transport's
+// public surface:
 //
-//   - the bodies of batched and relayed acks (AckBatch, the members of an
-//     ack a relay forwards unread: AckExtra) and of a relay's cohort
-//     reports (CohortReport, checked by CheckCohortReport), with the
-//     interfaces an upstream source offers for them (RelayAcker,
-//     CohortAcker; transport.HTTPSource and transport.FailoverSource
-//     implement both);
+//   - the bodies of batched and relayed acks (AckBatch, AppendAckBatch,
+//     the members of an ack a relay forwards unread: AckExtra) and of a
+//     relay's cohort reports (CohortReport, checked by
+//     CheckCohortReport), with the interfaces an upstream source offers
+//     for them (RelayAcker, CohortAcker; transport.HTTPSource and
+//     transport.FailoverSource implement both);
 //   - the body of a stream's ended event and of a stream long-poll
 //     (NamespaceEndedBody, StreamEventsResponse);
-//   - helpers a server writes with: EncodeValues (a snapshot's values),
-//     ETag, TruncateAckError, AgeFromMillis.
-//
-// transport's HTTP source encodes and decodes the same bodies with
-// unexported code of its own (transport cannot import this package, which
-// imports it): this package's tests pin that both ends' ETag agree, and
-// the reference server's tests, which run the HTTP source against it, the
-// bodies.
+//   - helpers both ends write with: EncodeValues (a snapshot's values),
+//     ETag, TruncateAckError, AgeFromMillis, Truncate.
 package wire

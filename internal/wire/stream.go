@@ -1,7 +1,5 @@
 package wire
 
-import "github.com/holdfast-dev/holdfast/transport"
-
 // NamespaceEndedBody is the wire form of transport.NamespaceEnded: the
 // body of a transport.EventEnded event, and an element of
 // StreamEventsResponse.Ended. Code and Message are a
@@ -21,10 +19,10 @@ type NamespaceEndedBody struct {
 // Unconfirmed are the age of relayed data as of the reply (see
 // transport.Snapshot).
 type StreamEventsResponse struct {
-	StoreID     string                `json:"store_id"`
-	Cursor      int64                 `json:"cursor"`
-	Changes     []transport.ChangeSet `json:"changes"`
-	Ended       []NamespaceEndedBody  `json:"ended,omitempty"`
-	AgeMillis   int64                 `json:"age_ms,omitempty"`
-	Unconfirmed bool                  `json:"unconfirmed,omitempty"`
+	StoreID     string               `json:"store_id"`
+	Cursor      int64                `json:"cursor"`
+	Changes     []ChangeSet          `json:"changes"`
+	Ended       []NamespaceEndedBody `json:"ended,omitempty"`
+	AgeMillis   int64                `json:"age_ms,omitempty"`
+	Unconfirmed bool                 `json:"unconfirmed,omitempty"`
 }

@@ -7,13 +7,11 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
-
-	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // EncodeValues writes values as transport.Snapshot.Values: one JSON
 // object, keys in sorted order, each value's text as it is. A value that
-// is not exactly one JSON value fails with transport.ErrMalformed, naming
+// is not exactly one JSON value fails with ErrMalformed, naming
 // the first such key: its text, spliced into the object, could otherwise
 // make other keys.
 func EncodeValues(values map[string]json.RawMessage) (json.RawMessage, error) {
@@ -29,7 +27,7 @@ func EncodeValues(values map[string]json.RawMessage) (json.RawMessage, error) {
 	for i, k := range keys {
 		v := values[k]
 		if !json.Valid(v) {
-			return nil, fmt.Errorf("%w: the value of key %q is not one JSON value", transport.ErrMalformed, truncate(k, 130))
+			return nil, fmt.Errorf("%w: the value of key %q is not one JSON value", ErrMalformed, Truncate(k, 130))
 		}
 		if i > 0 {
 			out = append(out, ',')
@@ -54,33 +52,26 @@ func appendKey(out []byte, k string) []byte {
 	return append(out, '"')
 }
 
-// truncate bounds a key before it goes into an error, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
 // ETag names a namespace's content at one revision of one store. The
 // server sets it on snapshots; a client sends it back in If-None-Match
-// (transport.HTTPSource does, with the same text).
+// (transport.HTTPSource does, with this function).
 func ETag(storeID string, revision int64) string {
 	return `"` + storeID + "." + strconv.FormatInt(revision, 10) + `"`
 }
 
+// MaxAge bounds the age a client takes from a server: a larger one (an
+// absurd value; ten years) is read as MaxAge, never as younger.
+const MaxAge = 10 * 365 * 24 * time.Hour
+
 // AgeFromMillis is a wire age (an AgeMillis field) as a duration: a
 // negative one is 0 (it would make data look fresher than the server's
-// upstream said), one over transport.MaxAge is MaxAge.
+// upstream said), one over MaxAge is MaxAge.
 func AgeFromMillis(ms int64) time.Duration {
 	if ms <= 0 {
 		return 0
 	}
-	if ms >= int64(transport.MaxAge/time.Millisecond) {
-		return transport.MaxAge
+	if ms >= int64(MaxAge/time.Millisecond) {
+		return MaxAge
 	}
 	return time.Duration(ms) * time.Millisecond
 }

@@ -105,8 +105,7 @@ func TestEncodeValues(t *testing.T) {
 	}
 }
 
-// The server's ETag is what the HTTP source sends back in If-None-Match
-// (it has a copy of its own: transport cannot import this package).
+// The server's ETag is what the HTTP source sends back in If-None-Match.
 func TestETagIsWhatTheClientSendsBack(t *testing.T) {
 	inm := make(chan string, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

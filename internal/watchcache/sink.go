@@ -1,4 +1,4 @@
-package relay
+package watchcache
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ const persistConfirmEvery = 10 * time.Second
 // sink takes one namespace's syncer's reports (on its goroutine) into the
 // follower and the last-good file.
 type sink struct {
-	r *Relay
+	c *Cache
 	f *followed
 }
 
@@ -28,20 +28,20 @@ func (s sink) Applied(u syncer.Update) {
 	snap := u.Snapshot
 	// As the SDK does: a change confirms at age 0 and keeps the flag of the
 	// last report; a snapshot's age and flag are its own.
-	s.r.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change, u.Age, u.Unconfirmed)
-	s.r.gotData(s.f)
-	s.r.heard.Store(true)
+	s.c.follower.Apply(s.f.name, snap.StoreID(), snap.Revision(), u.Cursor, values(snap), u.Change, u.Age, u.Unconfirmed)
+	s.c.gotData(s.f)
+	s.c.heard.Store(true)
 	s.f.lastErr.Store(nil)
 	s.f.hold(snap)
 	s.save(u.Cursor, time.Now().Add(-u.Age))
 }
 
 func (s sink) Confirmed(p syncer.Position) {
-	if !s.r.follower.Confirm(s.f.name, p.Cursor, p.Age, p.Unconfirmed) && s.f.applied != nil {
+	if !s.c.follower.Confirm(s.f.name, p.Cursor, p.Age, p.Unconfirmed) && s.f.applied != nil {
 		a := s.f.applied
-		s.r.follower.Refill(s.f.name, a.StoreID(), a.Revision(), p.Cursor, values(a), p.Age, p.Unconfirmed)
+		s.c.follower.Refill(s.f.name, a.StoreID(), a.Revision(), p.Cursor, values(a), p.Age, p.Unconfirmed)
 	}
-	s.r.heard.Store(true)
+	s.c.heard.Store(true)
 	s.f.lastErr.Store(nil)
 	if now := time.Now(); now.Sub(s.f.savedAt) >= persistConfirmEvery {
 		s.save(p.Cursor, now.Add(-p.Age))
@@ -50,45 +50,45 @@ func (s sink) Confirmed(p syncer.Position) {
 
 func (s sink) Failed(err error) {
 	if errors.Is(err, transport.ErrNotFound) {
-		s.r.follower.Absent(s.f.name)
+		s.c.follower.Absent(s.f.name)
 		if s.f.applied == nil {
 			// Never had data: it leaves the table, and is not asked
 			// for again for a while (flood.go).
-			s.r.dropAbsent(s.f)
+			s.c.dropAbsent(s.f)
 		}
 	}
-	s.r.follower.Fail(s.f.name)
+	s.c.follower.Fail(s.f.name)
 	msg := err.Error()
 	s.f.lastErr.Store(&msg)
 }
 
-// Rejected: a relay checks nothing of its own (no schema); what its
+// Rejected: a cache checks nothing of its own (no schema); what its
 // syncer refuses (torn or backwards data) it does not serve.
 func (s sink) Rejected(revision int64, err error) {
-	s.r.log.Error("relay: upstream update refused; the last good keeps serving", "ns", s.f.name, "revision", revision, "err", err)
-	s.r.follower.Fail(s.f.name)
+	s.c.log.Error("relay: upstream update refused; the last good keeps serving", "ns", s.f.name, "revision", revision, "err", err)
+	s.c.follower.Fail(s.f.name)
 	msg := err.Error()
 	s.f.lastErr.Store(&msg)
 }
 
-// WouldReject is never called: a relay's syncer evaluates no rollout (it
+// WouldReject is never called: a cache's syncer evaluates no rollout (it
 // has no ClientID) and passes the rollout key on as it came.
 func (s sink) WouldReject(int64, string, error) {}
 
 // save submits the namespace's last good, confirmed at, to its file.
 func (s sink) save(cursor int64, at time.Time) {
-	if s.r.persist == nil || s.f.applied == nil {
+	if s.c.cfg.LastGood == nil || s.f.applied == nil {
 		return
 	}
 	s.f.savedAt = time.Now() // not at: an upstream's age must not make every confirmation a write
-	s.r.persist.Submit(&cachedir.Record{Namespace: s.f.name, StoreID: s.f.applied.StoreID(), Revision: s.f.applied.Revision(),
+	s.c.cfg.LastGood.Submit(&cachedir.Record{Namespace: s.f.name, StoreID: s.f.applied.StoreID(), Revision: s.f.applied.Revision(),
 		Cursor: cursor, ConfirmedAt: at, Snapshot: s.f.applied})
 }
 
 // seed is the syncer's starting point from what the follower serves (its
 // last-good file): nil when it serves nothing of ns.
-func (r *Relay) seed(ns string) (*snapshot.Snapshot, int64) {
-	storeID, rev, cursor, vals, ok := r.follower.Data(ns)
+func (c *Cache) seed(ns string) (*snapshot.Snapshot, int64) {
+	storeID, rev, cursor, vals, ok := c.follower.Data(ns)
 	if !ok {
 		return nil, 0
 	}

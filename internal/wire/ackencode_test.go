@@ -1,4 +1,4 @@
-package transport
+package wire
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func checkAckEncoding(t *testing.T, a Ack) {
 	if got, want := appendAck(nil, a), wantAck(t, a); !bytes.Equal(got, want) {
 		t.Fatalf("appendAck(%+v) =\n%s\nwant\n%s", a, got, want)
 	}
-	ab := ackBatch{ClientID: a.ClientID + "-relay", Acks: []Ack{a, {Namespace: "b", Revision: 1, Status: AckApplied}}}
+	ab := AckBatch{ClientID: a.ClientID + "-relay", Acks: []Ack{a, {Namespace: "b", Revision: 1, Status: AckApplied}}}
 	want, err := json.Marshal(struct {
 		ClientID string            `json:"client_id"`
 		Acks     []json.RawMessage `json:"acks"`
@@ -45,11 +45,11 @@ func checkAckEncoding(t *testing.T, a Ack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := appendAckBatch(nil, ab); !bytes.Equal(got, want) {
+	if got := AppendAckBatch(nil, ab); !bytes.Equal(got, want) {
 		t.Fatalf("appendAckBatch =\n%s\nwant\n%s", got, want)
 	}
-	var back ackBatch
-	if err := json.Unmarshal(appendAckBatch(nil, ab), &back); err != nil {
+	var back AckBatch
+	if err := json.Unmarshal(AppendAckBatch(nil, ab), &back); err != nil {
 		t.Fatalf("the batch does not decode: %v", err)
 	}
 }
@@ -65,7 +65,7 @@ end`},
 	} {
 		checkAckEncoding(t, a)
 	}
-	if got := string(appendAckBatch(nil, ackBatch{ClientID: "c"})); got != `{"client_id":"c","acks":null}` {
+	if got := string(AppendAckBatch(nil, AckBatch{ClientID: "c"})); got != `{"client_id":"c","acks":null}` {
 		t.Errorf("a batch without acks: %s", got)
 	}
 }
@@ -84,18 +84,22 @@ type oldAck plainAck
 
 func (a oldAck) MarshalJSON() ([]byte, error) { return json.Marshal(plainAck(a)) }
 
+// relayedBatch is the most acks transport's HTTP source puts in one relayed
+// batch.
+const relayedBatch = 4096
+
 // BenchmarkAckBatchEncoding: a relay's batch of 4096 forwarded acks,
 // encoded the way it was (encoding/json, an ack's MarshalJSON inside the
-// batch's) beside appendAckBatch, in one run:
+// batch's) beside AppendAckBatch, in one run:
 //
-//	go test -run '^$' -bench AckBatchEncoding ./transport/
+//	go test -run '^$' -bench AckBatchEncoding ./internal/wire/
 func BenchmarkAckBatchEncoding(b *testing.B) {
-	ab := ackBatch{ClientID: "relay-1"}
+	ab := AckBatch{ClientID: "relay-1"}
 	old := struct {
 		ClientID string   `json:"client_id"`
 		Acks     []oldAck `json:"acks"`
 	}{ClientID: "relay-1"}
-	for i := range maxRelayedBatch {
+	for i := range relayedBatch {
 		a := Ack{ClientID: "scale-client-" + strings.Repeat("7", i%5) + "-000042", Namespace: "bench", Revision: 1234, Status: AckApplied}
 		ab.Acks = append(ab.Acks, a)
 		old.Acks = append(old.Acks, oldAck{a.ClientID, a.Namespace, a.Revision, a.Status, a.Error, a.Rollout})
@@ -107,14 +111,14 @@ func BenchmarkAckBatchEncoding(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*maxRelayedBatch), "ns/ack")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*relayedBatch), "ns/ack")
 	})
-	b.Run("appendAckBatch", func(b *testing.B) {
+	b.Run("AppendAckBatch", func(b *testing.B) {
 		b.ReportAllocs()
 		var buf []byte
 		for range b.N {
-			buf = appendAckBatch(buf[:0], ab)
+			buf = AppendAckBatch(buf[:0], ab)
 		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*maxRelayedBatch), "ns/ack")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*relayedBatch), "ns/ack")
 	})
 }

@@ -1,4 +1,4 @@
-package relay
+package watchcache
 
 import (
 	"bytes"
@@ -19,10 +19,10 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// A follower is a relay's backend: the namespaces it follows from its
+// A follower is a cache's backend: the namespaces it follows from its
 // upstream, each with its live content and a bounded window of the change
 // sets that led to it, under the upstream's store id and revisions. The
-// relay feeds it what its syncers learn (Load, Apply, Confirm, Fail);
+// cache feeds it what its syncers learn (Load, Apply, Confirm, Fail);
 // the data-plane handlers read it as they read the MVCC store.
 type follower struct {
 	mu         sync.Mutex
@@ -66,7 +66,7 @@ type follower struct {
 	confirmer Confirm
 }
 
-// SetConfirmer sets the follower's Confirm (see WithConfirm); call it
+// SetConfirmer sets the follower's Confirm (see Config.Confirm); call it
 // before serving.
 func (f *follower) SetConfirmer(c Confirm) {
 	f.mu.Lock()
@@ -86,7 +86,7 @@ func (f *follower) SeedStoreID(id string) {
 	}
 }
 
-// SetBackfill sets the follower's Backfill (see WithBackfill); call it
+// SetBackfill sets the follower's Backfill (see Config.Backfill); call it
 // before serving.
 func (f *follower) SetBackfill(b Backfill) {
 	f.mu.Lock()

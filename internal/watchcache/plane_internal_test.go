@@ -1,4 +1,4 @@
-package relay
+package watchcache
 
 // Helpers of the tests of the follower store under the data plane.
 

@@ -1,4 +1,4 @@
-package relay
+package watchcache
 
 import (
 	"fmt"
@@ -29,31 +29,31 @@ const (
 )
 
 // probeLocked reports whether a new namespace may be asked for upstream
-// now, and counts it (r.mu held).
-func (r *Relay) probeLocked() bool {
-	if r.probing.Load() >= maxProbing {
+// now, and counts it (c.mu held).
+func (c *Cache) probeLocked() bool {
+	if c.probing.Load() >= maxProbing {
 		return false
 	}
 	now := time.Now()
-	if now.Sub(r.probeSecond) >= time.Second {
-		r.probeSecond, r.probes = now, 0
+	if now.Sub(c.probeSecond) >= time.Second {
+		c.probeSecond, c.probes = now, 0
 	}
-	if r.probes >= maxProbesPerSecond {
+	if c.probes >= maxProbesPerSecond {
 		return false
 	}
-	r.probes++
+	c.probes++
 	return true
 }
 
 // absentLocked returns the refusal of ns if the upstream said lately that
-// it has no such namespace (r.mu held).
-func (r *Relay) absentLocked(ns string) error {
-	until, ok := r.absent[ns]
+// it has no such namespace (c.mu held).
+func (c *Cache) absentLocked(ns string) error {
+	until, ok := c.absent[ns]
 	if !ok {
 		return nil
 	}
 	if time.Now().After(until) {
-		delete(r.absent, ns)
+		delete(c.absent, ns)
 		return nil
 	}
 	return &dataplane.RefusedError{Namespace: ns, Status: http.StatusNotFound, Code: transport.CodeNotFound,
@@ -68,51 +68,51 @@ func probingRefusal(ns string) error {
 
 // gotData counts f out of the probing namespaces, once (its syncer's
 // goroutine, or the drop).
-func (r *Relay) gotData(f *followed) {
+func (c *Cache) gotData(f *followed) {
 	if f.probing.CompareAndSwap(true, false) {
-		r.probing.Add(-1)
+		c.probing.Add(-1)
 	}
 }
 
 // dropAbsent lets go of f, which its upstream said does not exist and
 // which never had data, and remembers it as absent. It runs on a
 // goroutine of its own: the syncer's (which reported it) must end first.
-func (r *Relay) dropAbsent(f *followed) {
-	r.mu.Lock()
-	if r.closed || f.pinned || f.leaving || r.nss[f.name] != f {
-		r.mu.Unlock()
+func (c *Cache) dropAbsent(f *followed) {
+	c.mu.Lock()
+	if c.closed || f.pinned || f.leaving || c.nss[f.name] != f {
+		c.mu.Unlock()
 		return
 	}
 	f.leaving = true
-	if len(r.absent) >= maxAbsent {
+	if len(c.absent) >= maxAbsent {
 		now := time.Now()
-		for ns, until := range r.absent {
+		for ns, until := range c.absent {
 			if now.After(until) {
-				delete(r.absent, ns)
+				delete(c.absent, ns)
 			}
 		}
-		for ns := range r.absent { // still full: any one goes
-			if len(r.absent) < maxAbsent {
+		for ns := range c.absent { // still full: any one goes
+			if len(c.absent) < maxAbsent {
 				break
 			}
-			delete(r.absent, ns)
+			delete(c.absent, ns)
 		}
 	}
-	r.absent[f.name] = time.Now().Add(absentFor)
-	r.wg.Add(1)
-	r.mu.Unlock()
+	c.absent[f.name] = time.Now().Add(absentFor)
+	c.wg.Add(1)
+	c.mu.Unlock()
 	go func() {
-		defer r.wg.Done()
+		defer c.wg.Done()
 		f.cancel()
 		<-f.done
-		if r.mux != nil {
-			r.mux.Leave(f.name)
+		if c.mux != nil {
+			c.mux.Leave(f.name)
 		}
-		r.mu.Lock()
-		delete(r.nss, f.name)
-		r.follower.Drop(f.name)
-		r.mu.Unlock()
-		r.gotData(f)
-		r.log.Debug("relay: the upstream has no such namespace; not following it", "ns", f.name)
+		c.mu.Lock()
+		delete(c.nss, f.name)
+		c.follower.Drop(f.name)
+		c.mu.Unlock()
+		c.gotData(f)
+		c.log.Debug("relay: the upstream has no such namespace; not following it", "ns", f.name)
 	}()
 }

@@ -1,16 +1,17 @@
-package relay
+package watchcache
 
 import (
 	"net/http"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/transport"
-
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// HandFed is a relay's follower store fed by hand (Apply, Confirm, ...):
-// served by the data plane (NewHandFed), an upstream for tests.
+// HandFed is a cache's follower store fed by hand (Apply, Confirm, ...),
+// served by a data plane (NewHandFed): an upstream for the relay's tests,
+// standing in for an upstream relay in states a real upstream does not
+// reach on demand (a resnapshot dated back, a reserved key published).
 type HandFed = follower
 
 // NewHandFed returns a follower store whose windows keep maxChanges
