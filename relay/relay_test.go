@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"net"
 	"sync"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
