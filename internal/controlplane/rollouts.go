@@ -1,10 +1,10 @@
 package controlplane
 
 import (
-	"github.com/holdfast-dev/holdfast/controlapi"
 	"net/http"
 	"strings"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 )
 
