@@ -67,6 +67,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"Status", testStatus},
 		{"Clients", testClients},
 		{"Rollouts", testRollouts},
+		{"AbortByPublish", testAbortByPublish},
 		{"RolloutBadInput", testRolloutBadInput},
 		{"Tokens", testTokens},
 		{"Access", testAccess},

@@ -56,6 +56,28 @@ func testRollouts(t *testing.T, c *client) {
 	}
 }
 
+// testAbortByPublish: a publish with abort_rollout that fails the
+// namespace's schema is 422 and aborts nothing; one that passes reverts
+// the rollout and commits.
+func testAbortByPublish(t *testing.T, c *client) {
+	ns := c.ns("abort")
+	c.ok(http.StatusNoContent, "PUT", nsPath(ns, "/schema"), `{"type":"object","properties":{"a":{"type":"integer"}}}`, nil)
+	c.publish(ns, map[string]any{"a": 1})
+	var started controlapi.RolloutStarted
+	c.ok(http.StatusCreated, "POST", nsPath(ns, "/rollouts"), `{"puts":{"a":2},"stages":[100],"bake":"1h"}`, &started)
+	c.fails(http.StatusUnprocessableEntity, transport.CodeSchemaViolation, "POST", nsPath(ns, "/publish"), `{"puts":{"a":"x"},"abort_rollout":true}`)
+	var rec controlapi.RolloutRecord
+	c.ok(http.StatusOK, "GET", nsPath(ns, "/rollouts/"+started.ID), nil, &rec)
+	if rec.State != controlapi.RolloutRunning {
+		t.Fatalf("a publish that failed its schema ended the rollout: %+v", rec)
+	}
+	c.ok(http.StatusOK, "POST", nsPath(ns, "/publish"), `{"puts":{"a":3},"abort_rollout":true}`, nil)
+	c.ok(http.StatusOK, "GET", nsPath(ns, "/rollouts/"+started.ID), nil, &rec)
+	if rec.State != controlapi.RolloutReverted {
+		t.Errorf("after a publish with abort_rollout: %+v", rec)
+	}
+}
+
 // testRolloutBadInput: a bad rollout is 400 and starts nothing.
 func testRolloutBadInput(t *testing.T, c *client) {
 	ns := c.ns("robad")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // etcdStore is the control API's store (controlplane.Store) in etcd: a
@@ -50,9 +53,32 @@ func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlp
 	return rev, nil
 }
 
-// Check passes: the schema is checked in the publish's transaction (a
-// publish with abort_rollout that fails it has reverted the rollout).
-func (s etcdStore) Check(context.Context, string, controlplane.Write) error { return nil }
+// Check validates ns's content with w applied against ns's schema, as
+// the publish that follows an abort would see it (the rollout's reserved
+// keys gone). The publish checks again in its transaction.
+func (s etcdStore) Check(ctx context.Context, ns string, w controlplane.Write) error {
+	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
+	if err != nil || sch == nil {
+		return err
+	}
+	snap, err := s.h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	var content map[string]json.RawMessage
+	if err := json.Unmarshal(snap.Values, &content); err != nil {
+		return fmt.Errorf("control: the content of %q: %w", ns, err)
+	}
+	next := dataplane.WithoutReserved(content)
+	if len(next) == len(content) {
+		next = maps.Clone(content)
+	}
+	maps.Copy(next, w.Puts)
+	for _, k := range w.Deletes {
+		delete(next, k)
+	}
+	return sch.ValidateValues(next)
+}
 
 func (s etcdStore) Schema(ctx context.Context, ns string) ([]byte, error) {
 	resp, err := s.h.cli.Get(ctx, SchemaRoot+ns)
