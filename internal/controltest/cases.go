@@ -125,6 +125,11 @@ func testRollback(t *testing.T, c *client) {
 	for _, body := range []string{`{}`, `{"to_revision":0}`, `{"to_revision":-1}`, `{"to_revision":1,"typo":1}`, ``} {
 		c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", nsPath(ns, "/rollback"), body)
 	}
+	// A revision the namespace has no content at: before its first, or
+	// above the head.
+	c.fails(http.StatusNotFound, transport.CodeNotFound, "POST", nsPath(ns, "/rollback"), map[string]any{"to_revision": r1 - 1})
+	c.fails(http.StatusNotFound, transport.CodeNotFound, "POST", nsPath(ns, "/rollback"), map[string]any{"to_revision": rr.Revision + 1000000})
+	c.fails(http.StatusNotFound, transport.CodeNotFound, "POST", nsPath(c.ns("none"), "/rollback"), map[string]any{"to_revision": r1})
 }
 
 // testSchema: a schema is set (204), read back (200), enforced (422 with

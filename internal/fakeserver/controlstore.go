@@ -2,6 +2,7 @@ package fakeserver
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
@@ -29,8 +30,14 @@ func (c controlStore) Publish(_ context.Context, ns string, w controlplane.Write
 	return c.s.commit(ns, puts, deletes, opts)
 }
 
+// Rollback is the Go API's, but for a revision the namespace has no
+// content at (above the head, before its first revision): 404, as
+// holdfast server answers, where the Go API rolls back to nothing.
 func (c controlStore) Rollback(_ context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
 	if err := checkPublishOptions(PublishOptions{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason}); err != nil {
+		return 0, err
+	}
+	if _, err := c.s.ValuesAt(ns, to); errors.Is(err, ErrNoRevision) {
 		return 0, err
 	}
 	return c.s.rollback(ns, to, commitMeta{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason}, w.IfRevision)

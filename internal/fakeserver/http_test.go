@@ -91,7 +91,7 @@ func TestEndpoints(t *testing.T) {
 		{"publish bad ns", "POST", "/control/namespaces/Bad!/publish", `{}`, nil, 400, transport.CodeBadRequest},
 		{"publish wrong method", "GET", "/control/namespaces/app/publish", "", nil, 405, transport.CodeBadRequest},
 		{"rollback unknown ns", "POST", "/control/namespaces/nope/rollback", `{"to_revision":1}`, nil, 404, transport.CodeNotFound},
-		{"rollback future", "POST", "/control/namespaces/app/rollback", `{"to_revision":1000}`, nil, 400, transport.CodeBadRequest},
+		{"rollback future", "POST", "/control/namespaces/app/rollback", `{"to_revision":1000}`, nil, 404, transport.CodeNotFound},
 		{"rollback missing", "POST", "/control/namespaces/app/rollback", `{}`, nil, 400, transport.CodeBadRequest},
 		{"schema invalid", "PUT", "/control/namespaces/app/schema", `{"type":12}`, nil, 400, transport.CodeBadRequest},
 		{"schema not json", "PUT", "/control/namespaces/app/schema", `{`, nil, 400, transport.CodeBadRequest},
