@@ -263,10 +263,6 @@ func badRequest(format string, args ...any) error {
 	return &httpError{status: http.StatusBadRequest, code: transport.CodeBadRequest, msg: fmt.Sprintf(format, args...)}
 }
 
-func conflict(err error) error {
-	return &httpError{status: http.StatusConflict, code: transport.CodeConflict, msg: err.Error()}
-}
-
 // errorReply maps an error to its status and body: the store's own
 // (Config.MapError), then the vocabulary of this package, of the
 // rollouts, the schemas and package transport. A caller's mistake is
