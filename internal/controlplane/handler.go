@@ -73,7 +73,7 @@ type route struct {
 }
 
 // Extra is a route a server adds beside the API's: its pattern, as
-// http.ServeMux takes it with a method ("POST /control/faults").
+// http.ServeMux takes it, with its method (the reference server's faults).
 type Extra struct {
 	Pattern string
 	Serve   func(http.ResponseWriter, *http.Request) error
