@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -121,6 +122,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// One authentication for the data plane and the control API: the
 	// store's tokens.
 	toks := access.FromAuthenticator(s.tokens.Table(), "the store's tokens")
+	// One count of a peer's wrong tokens, on both planes.
+	authLimit := authlimit.New(authlimit.Config{})
 	cc := watchcache.DefaultConfig()
 	cc.Logger = cfg.Logger
 	cc.Heartbeat = cfg.Heartbeat
@@ -129,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cc.Confirm = newConfirmer(st.Client).confirm
 	cc.StoreID = st.ID
 	cc.Tokens = toks
+	cc.AuthLimit = authLimit
 	s.cache, err = watchcache.New(origin{s.src, s.acks}, cc)
 	if err != nil {
 		s.tokens.Close()
@@ -141,6 +145,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		MaxPublishBytes:     cfg.MaxPublishBytes,
 		Acks:                s.acks,
 		Tokens:              toks,
+		AuthLimit:           authLimit,
 		TokenStore:          s.tokens,
 		AuditRetention:      cfg.AuditRetention,
 		AuditRetentionBytes: cfg.AuditRetentionBytes,

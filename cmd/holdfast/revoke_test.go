@@ -4,6 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,4 +133,59 @@ func TestRevocationCutsStreamsOverTLS(t *testing.T) {
 	}
 	time.Sleep(time.Until(expires))
 	cutWithin(expiring, expires)
+}
+
+// TestWrongTokensAreSlowedAcrossPlanes: holdfast server as a process; a
+// peer that sends wrong tokens to the data plane and the control API is
+// refused with 429 and Retry-After past its failures, on both (one
+// count), while another peer's right token is served throughout.
+func TestWrongTokensAreSlowedAcrossPlanes(t *testing.T) {
+	bin := buildBinary(t)
+	adminFile := filepath.Join(t.TempDir(), "admin-token")
+	srv := startServerProc(t, bin, "-memory", "-bootstrap-token-file", adminFile)
+	srv.logs.waitFor(t, "server: created the store's first admin token", srv.copied)
+	admin, err := os.ReadFile(adminFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := request(t, "POST", srv.url()+"/control/namespaces/app/publish", strings.TrimSpace(string(admin)), `{"puts":{"v":1}}`); code != http.StatusOK {
+		t.Fatalf("publish: %d %s", code, body)
+	}
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		tr := &http.Transport{DialContext: d.DialContext}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	attacker, healthy := from("127.0.0.2"), from("127.0.0.1")
+	get := func(c *http.Client, path, token string) *http.Response {
+		req, _ := http.NewRequest("GET", srv.url()+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	codes := map[int]int{}
+	for i := range 200 {
+		path := "/sdk/snapshot?ns=app"
+		if i%2 == 1 {
+			path = "/control/namespaces/app/status"
+		}
+		resp := get(attacker, path, "hfs_wrong-token-not-in-the-store-000000000000")
+		codes[resp.StatusCode]++
+		if i == 199 && (resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "") {
+			t.Errorf("the last wrong token: %d (Retry-After %q), want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		if c := get(healthy, "/sdk/snapshot?ns=app", strings.TrimSpace(string(admin))).StatusCode; c != http.StatusOK {
+			t.Fatalf("another peer's right token: %d", c)
+		}
+	}
+	t.Logf("200 wrong tokens from one peer, both planes: %v", codes)
+	if codes[http.StatusUnauthorized] > 40 {
+		t.Errorf("%d wrong tokens looked at, want about 30 (the burst, counted across both planes)", codes[http.StatusUnauthorized])
+	}
 }

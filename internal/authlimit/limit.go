@@ -10,10 +10,12 @@
 package authlimit
 
 import (
+	"fmt"
 	"math"
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -164,6 +166,14 @@ func (l *Limiter) makeRoom(now time.Time) {
 		delete(l.peers, p)
 		l.evicted++
 	}
+}
+
+// Refusal sets the Retry-After of a reply to a peer refused for wait
+// (whole seconds, rounded up) and returns what the reply says.
+func Refusal(w http.ResponseWriter, wait time.Duration) string {
+	secs := int64((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	return fmt.Sprintf("too many requests with a token that was not accepted from your address: retry in %d s", secs)
 }
 
 // Stats are a Limiter's counts.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/schema"
@@ -49,6 +50,12 @@ type Config struct {
 	// sync). It puts the identity on the request's context unless one is
 	// there already (a front end authenticated it).
 	Authenticator Authenticator
+	// AuthLimit, with an Authenticator, slows down a peer that keeps
+	// sending tokens that are not accepted: past its failures its
+	// requests get 429 with Retry-After before their token is looked at
+	// (share the data plane's, to count a peer's failures on both). Nil:
+	// none.
+	AuthLimit *authlimit.Limiter
 	// MaxPublishBytes bounds a publish's, a schema's and a rollout's body
 	// (default DefaultMaxPublishBytes).
 	MaxPublishBytes int64
@@ -206,8 +213,9 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, ok := access.FromContext(r.Context())
 		if !ok {
-			if id, ok = h.cfg.Authenticator.AuthenticateRequest(r); ok {
-				r = r.WithContext(access.NewContext(r.Context(), id))
+			var err error
+			if r, id, ok, err = h.authenticate(w, r); err != nil {
+				return err
 			}
 		}
 		switch ns := r.PathValue("ns"); {
@@ -228,6 +236,28 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 		}
 		return fn(w, r)
 	}
+}
+
+// authenticate authenticates r, within the failure limit of its peer
+// (Config.AuthLimit): a peer past it is refused (429) before its token is
+// looked at. It returns r with the identity on its context.
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*http.Request, access.Identity, bool, error) {
+	limit := h.cfg.AuthLimit
+	p, known := authlimit.Peer(r)
+	known = known && limit != nil
+	if known {
+		if wait, allowed := limit.Allow(p); !allowed {
+			return r, access.Identity{}, false, &httpError{status: http.StatusTooManyRequests, code: transport.CodeUnavailable, msg: authlimit.Refusal(w, wait)}
+		}
+	}
+	id, ok := h.cfg.Authenticator.AuthenticateRequest(r)
+	if ok {
+		return r.WithContext(access.NewContext(r.Context(), id)), id, true, nil
+	}
+	if known && r.Header.Get("Authorization") != "" {
+		limit.Fail(p) // a token sent and not accepted
+	}
+	return r, id, false, nil
 }
 
 func forbidden(format string, args ...any) error {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 )
 
 // statusStore answers Status alone, with the caller's identity as the
@@ -70,5 +72,41 @@ func TestIdentityIsASeam(t *testing.T) {
 		if rec.Code != c.status || c.status == http.StatusOK && !strings.Contains(rec.Body.String(), `"store_id":"`+c.want+`"`) {
 			t.Errorf("%s: %d %s; want %d naming %q", c.name, rec.Code, rec.Body, c.status, c.want)
 		}
+	}
+}
+
+// TestWrongTokensAreSlowedPerPeer: with an AuthLimit, a peer past its
+// failures gets 429 with Retry-After before its token is looked at;
+// another peer's right token is served.
+func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
+	const secret = "s3cret-control-token-0001"
+	toks, err := access.New(access.Token{Name: "ops", Secret: secret, Control: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{Store: statusStore{}, Authenticator: toks, AuthLimit: authlimit.New(authlimit.Config{Burst: 3, Rate: 0.1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(peer, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/control/namespaces/ns/status", nil)
+		req.RemoteAddr = peer + ":5000"
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	var codes []int
+	for range 5 {
+		codes = append(codes, call("192.0.2.1", "s3cret-wrong-0000000000").Code)
+	}
+	if want := []int{401, 401, 401, 429, 429}; !slices.Equal(codes, want) {
+		t.Errorf("a peer's wrong tokens: %v, want %v", codes, want)
+	}
+	if rec := call("192.0.2.1", secret); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("the limited peer, even with a right token: %d (Retry-After %q), want 429 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if rec := call("192.0.2.2", secret); rec.Code != http.StatusOK {
+		t.Errorf("another peer's right token: %d %s", rec.Code, rec.Body)
 	}
 }

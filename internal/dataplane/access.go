@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
@@ -62,10 +60,7 @@ func (s *Server) authenticate(h http.HandlerFunc) http.HandlerFunc {
 			if wait, ok := limit.Allow(p); !ok {
 				// Refused before its token is looked at: a peer
 				// guessing tokens learns nothing more until it may try.
-				secs := int64((wait + time.Second - 1) / time.Second)
-				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-				writeError(w, http.StatusTooManyRequests, transport.ErrorBody{Error: transport.CodeUnavailable,
-					Message: fmt.Sprintf("too many requests with a token that was not accepted from your address: retry in %d s", secs)})
+				writeError(w, http.StatusTooManyRequests, transport.ErrorBody{Error: transport.CodeUnavailable, Message: authlimit.Refusal(w, wait)})
 				return
 			}
 		}

@@ -142,6 +142,9 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 	}
 	if cfg.Tokens != nil {
 		srvOpts = append(srvOpts, dataplane.WithTokens(cfg.Tokens))
+		if cfg.AuthLimit != nil {
+			srvOpts = append(srvOpts, dataplane.WithAuthFailureLimit(cfg.AuthLimit))
+		}
 		c.log.Info("relay: access control on", "tokens", cfg.Tokens.Names())
 	} else {
 		c.log.Warn("relay: no tokens configured: every client may read every namespace the relay serves")

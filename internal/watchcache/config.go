@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -58,6 +59,10 @@ type Config struct {
 	// Tokens, when set, makes the data plane require a token of it from
 	// its clients, with data scope over each namespace they read or ack.
 	Tokens *access.Tokens
+	// AuthLimit, with Tokens, slows down a peer that keeps sending
+	// tokens that are not accepted (dataplane.WithAuthFailureLimit; nil:
+	// one of the data plane's own).
+	AuthLimit *authlimit.Limiter
 
 	// The edge's (holdfast relay):
 

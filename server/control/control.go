@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -62,6 +63,9 @@ type Config struct {
 	// token's name is the actor of every write; the actor a request names
 	// is recorded as on_behalf_of.
 	Tokens *access.Tokens
+	// AuthLimit, with Tokens, slows down a peer that keeps sending tokens
+	// that are not accepted (the data plane's, to count both planes').
+	AuthLimit *authlimit.Limiter
 	// Revision reports the revision of a namespace the server's data
 	// plane serves (ok false: not followed), for status and clients.
 	Revision func(ns string) (rev int64, ok bool)
@@ -168,7 +172,7 @@ func New(cfg Config) (*Handler, error) {
 		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
 	api := controlplane.Config{Store: etcdStore{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
 	if cfg.Tokens != nil {
-		api.Authenticator = cfg.Tokens
+		api.Authenticator, api.AuthLimit = cfg.Tokens, cfg.AuthLimit
 	}
 	if cfg.TokenStore != nil {
 		api.Tokens = tokenStore{cfg.TokenStore}
