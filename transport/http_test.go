@@ -112,6 +112,7 @@ func TestNewHTTPSourceValidates(t *testing.T) {
 		{url: "http://host", opts: []HTTPOption{WithLongPollWait(-time.Second)}},
 		{url: "http://host", opts: []HTTPOption{WithWatchMode(WatchMode(9))}},
 		{url: "http://host", opts: []HTTPOption{WithBearerToken("a\r\nX-Evil: 1")}},
+		{url: "http://host", opts: []HTTPOption{WithClientID("a\r\nX-Evil: 1")}},
 	}
 	for _, c := range bad {
 		s, err := NewHTTPSource(c.url, c.opts...)
@@ -147,7 +148,7 @@ func TestSnapshotOK(t *testing.T) {
 		gotReq = r.Clone(context.Background())
 		writeJSON(t, w, http.StatusOK, testSnapshot())
 	})
-	s := newSource(t, srv.URL, WithBearerToken("tok-1"), WithUserAgent("ua/1"))
+	s := newSource(t, srv.URL, WithBearerToken("tok-1"), WithUserAgent("ua/1"), WithClientID("client-1"))
 	snap, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS})
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
@@ -166,6 +167,9 @@ func TestSnapshotOK(t *testing.T) {
 	}
 	if h := gotReq.Header.Get("User-Agent"); h != "ua/1" {
 		t.Errorf("User-Agent = %q", h)
+	}
+	if h := gotReq.Header.Get(HeaderClientID); h != "client-1" {
+		t.Errorf("%s = %q", HeaderClientID, h)
 	}
 	if h := gotReq.Header.Get("Accept-Encoding"); h != "gzip" {
 		t.Errorf("Accept-Encoding = %q", h)
@@ -425,6 +429,9 @@ func TestBearerTokenNotSentToOtherHost(t *testing.T) {
 		if h := r.Header.Get("Authorization"); h != "" {
 			t.Errorf("redirect target got Authorization %q", h)
 		}
+		if h := r.Header.Get(HeaderClientID); h != "" {
+			t.Errorf("redirect target got the client id %q", h)
+		}
 		writeJSON(t, w, http.StatusOK, testSnapshot())
 	})
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -434,7 +441,7 @@ func TestBearerTokenNotSentToOtherHost(t *testing.T) {
 		http.Redirect(w, r, other.URL+r.URL.RequestURI(), http.StatusFound)
 	})
 	// Same IP, other port: a different host as far as the token goes.
-	s := newSource(t, srv.URL, WithBearerToken("secret"))
+	s := newSource(t, srv.URL, WithBearerToken("secret"), WithClientID("client-1"))
 	if _, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS}); err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
