@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/certtest"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // TestCertificateIdentityEndToEnd: holdfast server ← holdfast relay ← SDK,
@@ -23,7 +25,7 @@ import (
 // names its subject as the actor, and the SDK reads through the relay with
 // its certificate alone; a certificate of the same CA without a record is
 // refused (401), out of scope 403. Revoked, it is refused by the server
-// and the relay within 5 s.
+// and the relay within 5 s, and its SDK's open stream is cut.
 func TestCertificateIdentityEndToEnd(t *testing.T) {
 	bin := buildBinary(t)
 	ca := certtest.NewCA(t, "holdfast test CA")
@@ -133,4 +135,11 @@ func TestCertificateIdentityEndToEnd(t *testing.T) {
 		}, "the revoked identity refused at "+base+" within 5 s")
 		t.Logf("refused at %s %v after the revoke returned", base, time.Since(revoked).Round(time.Millisecond))
 	}
+	// The SDK's open stream through the relay is cut too: it says
+	// unauthorized, not Fresh.
+	testutil.Eventually(t, 5*time.Second-time.Since(revoked), func() bool {
+		st := ns.Status()
+		return st.State != config.StateFresh && errors.Is(st.LastError.Err, transport.ErrUnauthorized)
+	}, "the revoked identity's SDK stream through the relay told unauthorized within 5 s")
+	t.Logf("its SDK stream unauthorized %v after the revoke returned", time.Since(revoked).Round(time.Millisecond))
 }
