@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/peer"
 )
 
@@ -166,6 +167,26 @@ func (l *Limiter) makeRoom(now time.Time) {
 		delete(l.peers, p)
 		l.evicted++
 	}
+}
+
+// Authenticate runs authenticate on r within the failure limit of r's
+// peer: while the peer is past its failures it is refused (refused, with
+// how long until it may try) and authenticate is not run; a token sent
+// and not accepted counts as a failure (none sent guesses nothing). A nil
+// Limiter, or a request with no peer address, only authenticates.
+func (l *Limiter) Authenticate(r *http.Request, authenticate func(*http.Request) (access.Identity, bool)) (id access.Identity, ok bool, wait time.Duration, refused bool) {
+	p, known := Peer(r)
+	known = known && l != nil
+	if known {
+		if wait, allowed := l.Allow(p); !allowed {
+			return access.Identity{}, false, wait, true
+		}
+	}
+	id, ok = authenticate(r)
+	if !ok && known && r.Header.Get("Authorization") != "" {
+		l.Fail(p)
+	}
+	return id, ok, 0, false
 }
 
 // Refusal sets the Retry-After of a reply to a peer refused for wait

@@ -242,22 +242,14 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 // (Config.AuthLimit): a peer past it is refused (429) before its token is
 // looked at. It returns r with the identity on its context.
 func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*http.Request, access.Identity, bool, error) {
-	limit := h.cfg.AuthLimit
-	p, known := authlimit.Peer(r)
-	known = known && limit != nil
-	if known {
-		if wait, allowed := limit.Allow(p); !allowed {
-			return r, access.Identity{}, false, &httpError{status: http.StatusTooManyRequests, code: transport.CodeUnavailable, msg: authlimit.Refusal(w, wait)}
-		}
+	id, ok, wait, refused := h.cfg.AuthLimit.Authenticate(r, h.cfg.Authenticator.AuthenticateRequest)
+	switch {
+	case refused:
+		return r, id, false, &httpError{status: http.StatusTooManyRequests, code: transport.CodeUnavailable, msg: authlimit.Refusal(w, wait)}
+	case ok:
+		r = r.WithContext(access.NewContext(r.Context(), id))
 	}
-	id, ok := h.cfg.Authenticator.AuthenticateRequest(r)
-	if ok {
-		return r.WithContext(access.NewContext(r.Context(), id)), id, true, nil
-	}
-	if known && r.Header.Get("Authorization") != "" {
-		limit.Fail(p) // a token sent and not accepted
-	}
-	return r, id, false, nil
+	return r, id, ok, nil
 }
 
 func forbidden(format string, args ...any) error {

@@ -52,22 +52,16 @@ func (s *Server) authenticate(h http.HandlerFunc) http.HandlerFunc {
 	if s.opts.tokens == nil {
 		return h
 	}
-	limit := s.opts.authLimit
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, known := authlimit.Peer(r)
-		known = known && limit != nil
-		if known {
-			if wait, ok := limit.Allow(p); !ok {
-				// Refused before its token is looked at: a peer
-				// guessing tokens learns nothing more until it may try.
-				writeError(w, http.StatusTooManyRequests, transport.ErrorBody{Error: transport.CodeUnavailable, Message: authlimit.Refusal(w, wait)})
-				return
-			}
-		}
-		if id, ok := s.opts.tokens.AuthenticateRequest(r); ok {
+		id, ok, wait, refused := s.opts.authLimit.Authenticate(r, s.opts.tokens.AuthenticateRequest)
+		switch {
+		case refused:
+			// Refused before its token is looked at: a peer guessing
+			// tokens learns nothing more until it may try again.
+			writeError(w, http.StatusTooManyRequests, transport.ErrorBody{Error: transport.CodeUnavailable, Message: authlimit.Refusal(w, wait)})
+			return
+		case ok:
 			r = r.WithContext(access.NewContext(r.Context(), id))
-		} else if known && r.Header.Get("Authorization") != "" {
-			limit.Fail(p) // a token sent and not accepted (none sent guesses nothing)
 		}
 		h(w, r)
 	}
