@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,5 +134,88 @@ func TestSpoofedNacksChangeNoRollout(t *testing.T) {
 	t.Logf("after 3 genuine nacks: %s, %d nacks", st, nacked)
 	if nacked != 3 {
 		t.Errorf("%d nacks counted, want the 3 genuine ones", nacked)
+	}
+}
+
+// TestWrongTokenFloodIsSlowed is the attack suite's case of wrong tokens
+// answered without back-off: one peer floods a relay with tokens with
+// wrong ones for 2 s, beside a healthy client with the right one from
+// another address. The flood is refused (429) past its burst, what the
+// relay looked at bounded by the limit's rate; every healthy snapshot is
+// served, its p99 within max(2× its quiet baseline, 100 ms).
+func TestWrongTokenFloodIsSlowed(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond), holdfasttest.WithTokens(accessTokens(t)))
+	mustPublish(t, origin, "payments.prod", map[string]any{"v": 1})
+	_, relayURL := startRelay(t, origin.URL(), withSource(upstream(t, origin.URL(), edgeSecret)), relay.WithTokens(accessTokens(t)))
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		tr := &http.Transport{DialContext: d.DialContext}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	get := func(c *http.Client, secret string) (int, time.Duration) {
+		req, _ := http.NewRequest("GET", relayURL+"/sdk/snapshot?ns=payments.prod", nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	healthy := from("127.0.0.1")
+	measure := func(stop <-chan struct{}) (lat []time.Duration) {
+		for {
+			select {
+			case <-stop:
+				return lat
+			default:
+			}
+			code, d := get(healthy, paymentsSecret)
+			if code != http.StatusOK {
+				t.Errorf("a healthy snapshot: %d", code)
+				return lat
+			}
+			lat = append(lat, d)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	quiet := make(chan struct{})
+	time.AfterFunc(time.Second, func() { close(quiet) })
+	base := p99(measure(quiet))
+
+	stop := make(chan struct{})
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		attacker := from("127.0.0.3")
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			code, _ := get(attacker, "s3cret-wrong-token-guess-00")
+			codes[code]++
+		}
+	}()
+	start := time.Now()
+	time.AfterFunc(2*time.Second, func() { close(stop) })
+	under := p99(measure(stop))
+	wg.Wait()
+	elapsed := time.Since(start)
+	t.Logf("flood for %v: %v; healthy snapshot p99 %v (quiet %v)", elapsed.Round(time.Millisecond), codes, under, base)
+	if limit := 30 + int(5*elapsed.Seconds()) + 2; codes[http.StatusUnauthorized] > limit {
+		t.Errorf("%d wrong tokens looked at in %v, want at most %d", codes[http.StatusUnauthorized], elapsed, limit)
+	}
+	if codes[http.StatusTooManyRequests] == 0 {
+		t.Error("the flood was never refused with 429")
+	}
+	if bound := max(2*base, 100*time.Millisecond); under > bound {
+		t.Errorf("healthy snapshot p99 %v under the flood, bound %v", under, bound)
 	}
 }
