@@ -90,6 +90,10 @@ identity). Without TLS, a listener on an address other than loopback needs
 peer other than loopback or a -trusted-proxy are refused. -idle-timeout
 and -max-conns bound every listener (docs/SECURITY.md).
 
+A rollout's metric gates query only a Prometheus under a -gate-allow
+prefix (e.g. -gate-allow http://prometheus:9090); without one, a rollout
+with gates is refused (400), and nothing is fetched.
+
 Publish with the operator commands or the control API, e.g.
 
 	holdfast publish -server http://127.0.0.1:8080 -reason "first try" payments.prod retry-timeout-ms=50
@@ -111,6 +115,14 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	auditBytes := fs.Int64("audit-retention-bytes", control.DefaultAuditRetentionBytes, "bytes of audit records kept per namespace, beside -audit-retention (0: no bound)")
 	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
+	var gateAllow []string
+	fs.Func("gate-allow", "a rollout's metric gate may query a Prometheus under these comma-separated `URL` prefixes (repeatable; none by default: every gate is refused)", func(s string) error {
+		if _, err := gate.ParseAllow(s); err != nil {
+			return err
+		}
+		gateAllow = append(gateAllow, s)
+		return nil
+	})
 	etcdSec := addEtcdSecurityFlags(fs)
 	lf := addListenFlags(fs)
 	logs := addLogFlags(fs)
@@ -158,9 +170,13 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if *memory {
 			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
 		}
+		allow, err := gate.ParseAllow(gateAllow...)
+		if err != nil {
+			return usagef("%v", err)
+		}
 		started := time.Now()
 		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish,
-			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder()})
+			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder(allow)})
 		if err != nil {
 			return err
 		}
@@ -283,10 +299,12 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 // gateBuilder builds rollouts' metric gates (Prometheus queries, see
-// docs/ROLLOUTS.md), all over one HTTP client.
-func gateBuilder() func(raw json.RawMessage) (control.Gate, error) {
+// docs/ROLLOUTS.md), all over one HTTP client, each on a Prometheus under
+// allow (-gate-allow) or refused: a namespace's control token starts
+// rollouts, and must not make the server fetch any URL it names.
+func gateBuilder(allow *gate.Allow) func(raw json.RawMessage) (control.Gate, error) {
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 4}}
 	return func(raw json.RawMessage) (control.Gate, error) {
-		return gate.FromJSON(raw, nil, gate.WithHTTPClient(hc), gate.WithTimeout(5*time.Second))
+		return gate.FromJSON(raw, nil, gate.WithHTTPClient(hc), gate.WithTimeout(5*time.Second), gate.WithAllow(allow))
 	}
 }
