@@ -81,6 +81,11 @@ func hasBody(r *http.Request) bool {
 // most timeout, moved on as the body comes and cleared once it has
 // ended. Past it a read fails, the handler answers with its error for a
 // body that cannot be read, and an HTTP/1.1 connection is closed.
+//
+// The body starts when the handler first reads it, so that a handler
+// slow to start (a busy server) does not count against its client; or,
+// for a body the handler never read, when the handler returns: what
+// net/http then reads of it, to keep the connection, is bounded alike.
 func (b bodyBounds) bound(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cs, _ := r.Context().Value(connKey{}).(*connState)
@@ -88,40 +93,52 @@ func (b bodyBounds) bound(h http.Handler) http.Handler {
 		if cs != nil && r.ProtoMajor == 1 {
 			lc = cs.conn
 		}
-		if !hasBody(r) || streamingBody(r) {
-			if lc != nil {
-				lc.bodyStart.Store(0)
-			}
-			h.ServeHTTP(w, r)
-			return
-		}
-		start := time.Now()
-		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(b.deadline(start, 0)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			h.ServeHTTP(w, r)
-			return
-		}
 		if lc != nil {
-			lc.bodyRead.Store(0)
-			lc.bodyStart.Store(start.UnixNano())
+			lc.bodyStart.Store(0)
 		}
-		r.Body = &boundBody{ReadCloser: r.Body, b: b, rc: rc, start: start, conn: lc}
+		if !hasBody(r) || streamingBody(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body := &boundBody{ReadCloser: r.Body, b: b, rc: http.NewResponseController(w), conn: lc}
+		// On a copy of the request: net/http judges whether the connection
+		// may serve another request by the type and state of the original's
+		// body (read to its end, closed early), which a wrapper would hide.
+		r = r.WithContext(r.Context())
+		r.Body = body
 		h.ServeHTTP(w, r)
+		if !body.started {
+			body.begin()
+		}
 	})
 }
 
 // boundBody moves its request's read deadline on as its body comes.
 type boundBody struct {
 	io.ReadCloser
-	b     bodyBounds
-	rc    *http.ResponseController
-	start time.Time
-	conn  *limitedConn // HTTP/1.1 under a connection cap; else nil
-	n     int64
-	ended bool
+	b       bodyBounds
+	rc      *http.ResponseController
+	conn    *limitedConn // HTTP/1.1 under a connection cap; else nil
+	started bool
+	start   time.Time
+	n       int64
+	ended   bool
+}
+
+// begin starts the body's clock: its first deadline.
+func (r *boundBody) begin() {
+	r.started, r.start = true, time.Now()
+	_ = r.rc.SetReadDeadline(r.b.deadline(r.start, 0))
+	if r.conn != nil {
+		r.conn.bodyRead.Store(0)
+		r.conn.bodyStart.Store(r.start.UnixNano())
+	}
 }
 
 func (r *boundBody) Read(p []byte) (int, error) {
+	if !r.started {
+		r.begin()
+	}
 	n, err := r.ReadCloser.Read(p)
 	if r.ended {
 		return n, err

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,6 +94,21 @@ func TestBodyTrickleCut(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("HTTP/2: a trickled body lasted %v, want cut after its 300 ms grace", d)
+	}
+}
+
+// TestBodyUnreadCut: a trickled body its handler never reads (a 404)
+// holds its connection no longer than one that is read: net/http reads
+// the rest to keep the connection, under the same bound.
+func TestBodyUnreadCut(t *testing.T) {
+	addr := serve(t, bodyConfig(), http.NotFoundHandler())
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if d := trickle(c, "/nowhere", 100*time.Millisecond, 10*time.Second); d > 2*time.Second {
+		t.Errorf("a trickled body never read held its connection %v, want cut after its 300 ms grace", d)
 	}
 }
 
@@ -241,15 +257,47 @@ func TestLimitReclaimsTricklers(t *testing.T) {
 	}
 	// No trickler left: the held requests keep their slots, and a new
 	// connection past the cap is refused.
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := hc.Get("http://" + addr + "/publish")
-	if err == nil {
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			t.Errorf("past the cap with no trickler: %s, want 503", resp.Status)
-		}
+	past, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer past.Close()
+	_ = past.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(past), nil); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("past the cap with no trickler: %v %v, want 503", resp, err)
 	}
 	if _, err := hold.Write([]byte("x")); err != nil {
 		t.Errorf("the held connection was closed: %v", err)
+	}
+}
+
+// TestBodyClosedEarlyNotReused: a handler that closes a large body
+// unread leaves a connection that serves no further request: the rest of
+// the body is never read as one.
+func TestBodyClosedEarlyNotReused(t *testing.T) {
+	var smuggled atomic.Int64
+	addr := serve(t, bodyConfig(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/smuggled" {
+			smuggled.Add(1)
+			return
+		}
+		_, _ = io.ReadFull(r.Body, make([]byte, 10))
+		r.Body.Close()
+	}))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	inner := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	// What the handler leaves unread starts with a request.
+	body := "0123456789" + inner + strings.Repeat("x", 300000-10-len(inner))
+	go func() {
+		_, _ = io.WriteString(c, "POST /publish HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n"+body)
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.Copy(io.Discard, c)
+	if n := smuggled.Load(); n != 0 {
+		t.Errorf("the end of a body was served as %d requests", n)
 	}
 }
