@@ -94,7 +94,7 @@ func (b bodyBounds) bound(h http.Handler) http.Handler {
 			lc = cs.conn
 		}
 		if lc != nil {
-			lc.bodyStart.Store(0)
+			lc.bodyEnded()
 		}
 		if !hasBody(r) || streamingBody(r) {
 			h.ServeHTTP(w, r)
@@ -131,7 +131,7 @@ func (r *boundBody) begin() {
 	_ = r.rc.SetReadDeadline(r.b.deadline(r.start, 0))
 	if r.conn != nil {
 		r.conn.bodyRead.Store(0)
-		r.conn.bodyStart.Store(r.start.UnixNano())
+		r.conn.bodyBegan(r.start.UnixNano())
 	}
 }
 
@@ -163,7 +163,7 @@ func (r *boundBody) end() {
 	r.ended = true
 	_ = r.rc.SetReadDeadline(time.Time{})
 	if r.conn != nil {
-		r.conn.bodyStart.Store(0)
+		r.conn.bodyEnded()
 	}
 }
 
@@ -188,12 +188,12 @@ func limitedOf(c net.Conn) *limitedConn {
 }
 
 // bodyState counts a connection as reading no body once it has gone
-// idle or been taken over (hijacked), whatever its handler left.
+// idle, been taken over (hijacked) or closed, whatever its handler left.
 func bodyState(next func(net.Conn, http.ConnState)) func(net.Conn, http.ConnState) {
 	return func(c net.Conn, s http.ConnState) {
-		if s == http.StateIdle || s == http.StateHijacked {
+		if s == http.StateIdle || s == http.StateHijacked || s == http.StateClosed {
 			if lc := limitedOf(c); lc != nil {
-				lc.bodyStart.Store(0)
+				lc.bodyEnded()
 			}
 		}
 		if next != nil {
@@ -205,6 +205,21 @@ func bodyState(next func(net.Conn, http.ConnState)) func(net.Conn, http.ConnStat
 // bodyProgress is what a connection's current HTTP/1.1 request body has
 // done, for a listener at its cap to find the connections it may reclaim.
 type bodyProgress struct {
-	bodyStart atomic.Int64 // UnixNano of the body's start; 0: none being read
-	bodyRead  atomic.Int64 // its bytes read so far
+	bodyStart atomic.Int64  // UnixNano of the body's start; 0: none being read
+	bodyRead  atomic.Int64  // its bytes read so far
+	reading   *atomic.Int64 // the listener's count of connections reading a body
+}
+
+// bodyBegan marks the connection reading a body since start.
+func (p *bodyProgress) bodyBegan(start int64) {
+	if p.bodyStart.Swap(start) == 0 && p.reading != nil {
+		p.reading.Add(1)
+	}
+}
+
+// bodyEnded marks the connection reading no body.
+func (p *bodyProgress) bodyEnded() {
+	if p.bodyStart.Swap(0) != 0 && p.reading != nil {
+		p.reading.Add(-1)
+	}
 }

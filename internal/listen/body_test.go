@@ -255,6 +255,9 @@ func TestLimitReclaimsTricklers(t *testing.T) {
 	if n := ln.(*listen.Limited).Reclaimed(); n != 2 {
 		t.Errorf("reclaimed %d connections, want 2", n)
 	}
+	if n := ln.(*listen.Limited).Reading(); n != 0 {
+		t.Errorf("%d connections reading a body, want none", n)
+	}
 	// No trickler left: the held requests keep their slots, and a new
 	// connection past the cap is refused.
 	past, err := net.Dial("tcp", addr)

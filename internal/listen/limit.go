@@ -34,6 +34,7 @@ type Limited struct {
 	// connections, under mu, when it is set.
 	reclaim   int64
 	conns     map[*limitedConn]struct{}
+	reading   atomic.Int64 // connections reading a body: with none, no scan
 	reclaimed atomic.Int64
 }
 
@@ -54,6 +55,10 @@ func (l *Limited) Refused() int64 { return l.total.Load() }
 // Reclaimed is how many connections were closed at the cap to admit a
 // new one: each was reading a request body below the least rate.
 func (l *Limited) Reclaimed() int64 { return l.reclaimed.Load() }
+
+// Reading is how many connections are reading a request body (HTTP/1.1,
+// on a listener that reclaims them: Listen's).
+func (l *Limited) Reading() int64 { return l.reading.Load() }
 
 // Open is how many connections are open.
 func (l *Limited) Open() int { return len(l.slots) }
@@ -85,6 +90,7 @@ func (l *Limited) admit(c net.Conn) *limitedConn {
 	}
 	lc := &limitedConn{Conn: c}
 	lc.release = func() { l.release(lc) }
+	lc.reading = &l.reading
 	if l.reclaim > 0 {
 		l.mu.Lock()
 		if l.conns == nil {
@@ -97,6 +103,7 @@ func (l *Limited) admit(c net.Conn) *limitedConn {
 }
 
 func (l *Limited) release(lc *limitedConn) {
+	lc.bodyEnded()
 	if l.reclaim > 0 {
 		l.mu.Lock()
 		delete(l.conns, lc)
@@ -110,7 +117,7 @@ func (l *Limited) release(lc *limitedConn) {
 // connection trickling a body gives its slot to a new one. It reports
 // whether it closed one.
 func (l *Limited) reclaimOne() bool {
-	if l.reclaim <= 0 {
+	if l.reclaim <= 0 || l.reading.Load() == 0 {
 		return false
 	}
 	now := time.Now()
