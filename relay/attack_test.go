@@ -523,9 +523,10 @@ func TestSlowReadersReleaseSlots(t *testing.T) {
 	t.Logf("slots held %v", time.Since(held))
 }
 
-// TestInvalidBodies: a publish whose body is not UTF-8 is refused with a
-// 400 that says so (it would be served as JSON that is not); one past the
-// size limit with 413; neither reaches the store.
+// TestInvalidBodies: a publish whose body is not UTF-8, or escapes half a
+// surrogate pair alone, is refused with a 400 that says so (it would be
+// served as JSON that is not, or read back as U+FFFD); one past the size
+// limit with 413; neither reaches the store.
 func TestInvalidBodies(t *testing.T) {
 	origin := holdfasttest.NewServer(t, holdfasttest.WithMaxPublishBytes(64<<10))
 	rev := mustPublish(t, origin, "app", map[string]any{"v": 1})
@@ -543,6 +544,8 @@ func TestInvalidBodies(t *testing.T) {
 		[]byte("{\"puts\":{\"k\":\"a\xc3\"}}"),        // a truncated sequence
 		[]byte("{\"puts\":{\"k\":\"\xed\xa0\x80\"}}"), // a surrogate
 		[]byte("{\"puts\":{\"\xff\":1}}"),             // in a key
+		[]byte(`{"puts":{"k":"\ud800"}}`),             // an escape of a lone surrogate
+		[]byte(`{"puts":{"k":"\udfff\ud800"}}`),       // the halves in the wrong order
 	} {
 		if code, msg := post(body); code != http.StatusBadRequest || !strings.Contains(msg, "UTF-8") {
 			t.Errorf("body %q: %d %s, want 400 naming UTF-8", body, code, msg)

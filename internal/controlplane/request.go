@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -56,10 +56,11 @@ func decodeJSON(data []byte, v any, emptyOK bool) error {
 	if emptyOK && len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	if !utf8.Valid(data) {
+	if err := jsonscan.CheckUnicode(string(data)); err != nil {
 		// JSON text is UTF-8: a value of invalid UTF-8 would be stored
-		// as it came and served as JSON that is not.
-		return badRequest("body: not valid UTF-8 (JSON text must be)")
+		// as it came and served as JSON that is not, and an escape of
+		// half a surrogate pair would be read as U+FFFD without a word.
+		return badRequest("body: not valid UTF-8 text (JSON text must be): %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
