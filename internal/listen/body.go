@@ -59,6 +59,9 @@ func (c *Config) bodyBounds() bodyBounds {
 // deadline is when a body that started at start and has sent n bytes is
 // cut.
 func (b bodyBounds) deadline(start time.Time, n int64) time.Time {
+	if n/b.rate >= int64(b.timeout/time.Second) {
+		return start.Add(b.timeout) // and no overflow below
+	}
 	d := b.grace + time.Duration(n)*time.Second/time.Duration(b.rate)
 	return start.Add(min(d, b.timeout))
 }
