@@ -356,7 +356,9 @@ func TestRolloutRelayKilledMidStage(t *testing.T) {
 // TestRolloutGateOutsideAllowRefused: holdfast server queries only the
 // Prometheus servers of its -gate-allow: a rollout whose gate names
 // another URL is refused at its start with 400, saying so, and that URL
-// is never fetched; without -gate-allow every gate is refused.
+// is never fetched; without -gate-allow every gate is refused. An allowed
+// URL that answers a page that is not Prometheus's refuses the start
+// without the page in the error.
 func TestRolloutGateOutsideAllowRefused(t *testing.T) {
 	var fetched atomic.Int64
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -393,5 +395,15 @@ func TestRolloutGateOutsideAllowRefused(t *testing.T) {
 	}
 	if n := fetched.Load(); n != 0 {
 		t.Errorf("the gate's URL was fetched %d times", n)
+	}
+	// Allowed, the URL is asked, and its page is not shown.
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-log-format", "json", "-gate-allow", target.URL)
+	rec := s.stderr.waitFor(t, "serving", s.done)
+	base, _ := rec["url"].(string)
+	mustRun(t, "publish", "-server", base, "app", "v=1")
+	msg := mustFail(t, exitFail, "HTTP 403, a reply that is not Prometheus's query API (not shown)", "rollout", "start", "-server", base,
+		"-stages", "100", "-bake", "1m", "-gate", "prometheus="+target.URL+",query=up,max=1", "app", "v=2")
+	if strings.Contains(msg, "SECRET") || fetched.Load() == 0 {
+		t.Errorf("a gate on an allowed URL that is not Prometheus (fetched %d times): %s", fetched.Load(), msg)
 	}
 }
