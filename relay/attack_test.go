@@ -22,7 +22,6 @@ import (
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
-	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -426,22 +425,10 @@ func TestAttacks(t *testing.T) {
 
 // deepSchemas is the attack of a control token with schemas: the deepest
 // (refused before compiling) and the costliest that is accepted
-// (schema.MaxSchemaDepth deep, schema.MaxSchemaObjects objects).
+// (testutil.CostlySchema).
 func deepSchemas(f *fleet, stop <-chan struct{}) {
 	const deep = 5000
-	deepest := `{"type":"object","properties":{"k":` + strings.Repeat(`{"items":`, deep) + `{}` + strings.Repeat(`}`, deep) + `}}`
-	chain := schema.MaxSchemaDepth - 4 // the document, its properties, the property, then the chain
-	link := `{"items":`
-	one := strings.Repeat(link, chain) + `{"type":"number"}` + strings.Repeat(`}`, chain)
-	var costly strings.Builder
-	costly.WriteString(`{"type":"object","properties":{`)
-	for i := range (schema.MaxSchemaObjects - 1) / (chain + 1) {
-		if i > 0 {
-			costly.WriteByte(',')
-		}
-		fmt.Fprintf(&costly, `"k%d":%s`, i, one)
-	}
-	costly.WriteString(`}}`)
+	deepest, costly := testutil.DeepSchema(deep), testutil.CostlySchema()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	put := func(ns, body string) (int, time.Duration) {
 		req, _ := http.NewRequest(http.MethodPut, f.origin.URL()+"/control/namespaces/"+ns+"/schema", strings.NewReader(body))
@@ -470,7 +457,7 @@ func deepSchemas(f *fleet, stop <-chan struct{}) {
 		if i%5 != 0 {
 			continue
 		}
-		if code, _ := put("costly", costly.String()); code != http.StatusNoContent {
+		if code, _ := put("costly", costly); code != http.StatusNoContent {
 			f.report("a schema at the bounds: %d, want 204", code)
 		}
 		if _, err := f.origin.Publish("costly", map[string]any{"k0": []any{}}); err != nil {

@@ -8,26 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server/store"
 )
-
-// costlySchema is about the costliest schema within package schema's
-// bounds: its objects in chains as deep as they may go.
-func costlySchema() string {
-	chain := schema.MaxSchemaDepth - 4 // the document, its properties, the property, then the chain
-	one := strings.Repeat(`{"items":`, chain) + `{"type":"number"}` + strings.Repeat(`}`, chain)
-	var b strings.Builder
-	b.WriteString(`{"type":"object","properties":{`)
-	for i := range (schema.MaxSchemaObjects - 1) / (chain + 1) {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `"k%d":%s`, i, one)
-	}
-	b.WriteString(`}}`)
-	return b.String()
-}
 
 // TestSchemaCompileDelaysNoOtherNamespace: the first publish after a
 // schema is stored compiles it, and a publish to another namespace meanwhile
@@ -37,7 +20,7 @@ func costlySchema() string {
 func TestSchemaCompileDelaysNoOtherNamespace(t *testing.T) {
 	_, base := startServer(t, store.Config{Kind: store.KindMemory})
 	publish(t, base, "other", map[string]any{"v": 0})
-	sch := costlySchema()
+	sch := testutil.CostlySchema()
 	var ratios []string
 	for try := range 5 {
 		// A new revision of the key: the next publish compiles it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -144,9 +145,8 @@ func testSchema(t *testing.T, c *client) {
 	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "PUT", p, `{"type":`)
 	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "PUT", nsPath("Bad_NS", "/schema"), `{}`)
 	// Past the bounds of package schema, refused before compiling.
-	deep := strings.Repeat(`{"items":`, 5000) + `{}` + strings.Repeat(`}`, 5000)
 	start := time.Now()
-	if eb := c.fails(http.StatusBadRequest, transport.CodeBadRequest, "PUT", p, deep); !strings.Contains(eb.Message, "nested more than 64") {
+	if eb := c.fails(http.StatusBadRequest, transport.CodeBadRequest, "PUT", p, testutil.DeepSchema(5000)); !strings.Contains(eb.Message, "nested more than 64") {
 		t.Errorf("a schema 5,000 deep: %+v, want the depth bound named", eb)
 	}
 	if took := time.Since(start); took > time.Second {
