@@ -410,12 +410,12 @@ func TestAttacks(t *testing.T) {
 	// 300 connections trickling a request body each, a byte every 2 s,
 	// opened again when closed, on a relay capped at 300 connections: at
 	// the cap a connection whose body is behind the least rate gives its
-	// slot to a new one (after a second behind: the measurement starts
-	// past it). The prober opens a connection per probe: it must be
-	// admitted, not ride one it already has.
+	// slot to a new one (once half a second behind: the measurement
+	// starts a second into the attack). The prober opens a connection per
+	// probe: it must be admitted, not ride one it already has.
 	attack(t, target, "slow-request-bodies", func(f *fleet, stop <-chan struct{}) {
 		runAttacker(t, bin, "slow-request-bodies", f.addr, stop)
-	}, withTarget("-max-conns", "300"), withFreshProbes(), withSettle(2*time.Second))
+	}, withTarget("-max-conns", "300"), withFreshProbes(), withSettle(time.Second))
 	// A schema nested 5,000 deep PUT ten times a second, each refused in
 	// under 100 ms, while a schema at the bounds is PUT to another
 	// namespace and published to twice a second: the healthy publishes to

@@ -32,8 +32,10 @@ const (
 // least rate (counted from its start, without its grace) before a
 // listener at its connection cap closes its connection to admit a new
 // one: a trickled body holds a slot that a client with a request could
-// use.
-const reclaimAfter = time.Second
+// use. Half a second leaves a body that waits for its 100 Continue a
+// round trip; the new connections refused at the cap before it (a trickle
+// that took every slot at once) are that long's.
+const reclaimAfter = 500 * time.Millisecond
 
 // bodyBounds is a listener's bounds on request bodies.
 type bodyBounds struct {

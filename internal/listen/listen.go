@@ -68,7 +68,7 @@ type Config struct {
 	// DefaultMinBodyRate) and BodyTimeout (0: DefaultBodyTimeout) bound a
 	// request body: it is cut at BodyGrace + bytes read / MinBodyRate from
 	// its start, and at BodyTimeout at the latest. At the connection cap,
-	// a connection whose body has been below MinBodyRate for a second is
+	// a connection whose body has been below MinBodyRate for half a second is
 	// closed to admit a new one.
 	BodyGrace   time.Duration
 	MinBodyRate int64
