@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -21,11 +23,12 @@ func TestSchemaCompileDelaysNoOtherNamespace(t *testing.T) {
 	_, base := startServer(t, store.Config{Kind: store.KindMemory})
 	publish(t, base, "other", map[string]any{"v": 0})
 	sch := testutil.CostlySchema()
+	cc := controlClient(t, base)
 	var ratios []string
 	for try := range 5 {
 		// A new revision of the key: the next publish compiles it.
-		if st := control(t, "PUT", base+"/control/namespaces/costly/schema", []byte(sch), nil); st != http.StatusNoContent {
-			t.Fatalf("PUT the schema: %d", st)
+		if err := cc.PutSchema(context.Background(), "costly", json.RawMessage(sch)); err != nil {
+			t.Fatalf("PUT the schema: %v", err)
 		}
 		var costly time.Duration
 		var costlyErr error
