@@ -45,8 +45,11 @@ type Limited struct {
 // once per refusalLogEvery with the count.
 // Accept never blocks on the cap: a listener at its cap keeps draining
 // its backlog, so that a client is told rather than left to time out.
+// Served by NewServer, a connection whose request body is behind
+// DefaultMinBodyRate gives its slot to a new one at the cap (Listen: the
+// Config's MinBodyRate).
 func Limit(l net.Listener, n int, text bool, log *slog.Logger) *Limited {
-	return &Limited{Listener: l, slots: make(chan struct{}, n), text: text, log: log}
+	return &Limited{Listener: l, slots: make(chan struct{}, n), text: text, log: log, reclaim: DefaultMinBodyRate}
 }
 
 // Refused is how many connections were refused at the cap.
