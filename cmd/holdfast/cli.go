@@ -57,6 +57,7 @@ func commands() []*command {
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutListCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
+		versionCommand(),
 	}
 }
 
@@ -113,6 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		return help(e, args[1:])
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	c, n := lookup(args)
 	if c == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -154,7 +155,7 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 	p.c, err = controlapi.NewClient(*t.server,
 		controlapi.WithHTTPClient(&http.Client{Transport: tr}), // withPlane bounds the requests
 		controlapi.WithToken(token),
-		controlapi.WithUserAgent("holdfast-cli"),
+		controlapi.WithUserAgent(version.UserAgent("holdfast-cli")),
 		controlapi.WithMaxReplyBytes(maxReplyBytes),
 		controlapi.WithReplyHook(p.keep))
 	if err != nil {
