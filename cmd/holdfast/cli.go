@@ -192,7 +192,8 @@ Exit status: 0 on success (a server: stopped by SIGTERM or SIGINT);
 1 when the server refuses or fails the operation, its reason on stderr;
 2 on a usage error (unknown command, bad flag, missing argument).
 
-Run 'holdfast help COMMAND' (or 'holdfast COMMAND -h') for a command's flags.
+Run 'holdfast help COMMAND' (or 'holdfast COMMAND -h') for a command's flags,
+'holdfast version' (or 'holdfast -version') for the version.
 `)
 }
 
