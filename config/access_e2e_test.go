@@ -17,7 +17,7 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// Access control as an application sees it (issue 15): a token whose
+// Access control as an application sees it: a token whose
 // data scope leaves out one of the client's namespaces.
 
 const (

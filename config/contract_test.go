@@ -1,7 +1,7 @@
 package config_test
 
-// Tests from a review of the client against its contract. The first group
-// reproduced bugs (each names the one it shows, now fixed); the second
+// Tests of the client against its contract. The first group reproduced
+// bugs (each names the one it shows, now fixed); the second
 // guards contract points. All wait on conditions with deadlines, never on
 // sleeps.
 

@@ -19,8 +19,7 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// End-to-end tests of WithEndpoints (issue 13, "The client"), over real
-// HTTP: two endpoints are TCP fronts, each its own listener, of one
+// End-to-end tests of WithEndpoints, over real HTTP: two endpoints are TCP fronts, each its own listener, of one
 // reference server, so that they serve one store as two relays of one
 // origin do. A front that goes down refuses connections and cuts those
 // it carried; it comes back on the same address.

@@ -267,8 +267,8 @@ func TestRejectedRewrittenHistoryThenGoodIsPersisted(t *testing.T) {
 // head, no snapshot behind the floor. The new history's next change
 // chains on the old history's revision number, and the client serves a
 // mix of both, Fresh; the backstop's conditional snapshot, by store id and
-// revision, answers 304. A known hole of the design (see the review
-// report): the revisions need a history epoch or a content check.
+// revision, answers 304. A known hole of the design: the revisions
+// need a history epoch or a content check to tell such a history apart.
 func TestRewrittenHistoryPastTheCursorIsDetected(t *testing.T) {
 	if !*runKnownHoles {
 		t.Skip("a known hole of the design; -holes runs it")

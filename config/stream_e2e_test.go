@@ -25,8 +25,8 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// End-to-end tests of the one watch stream per client (issue 12, "Done
-// when"), over real HTTP against the reference server.
+// End-to-end tests of the one watch stream per client, over real HTTP
+// against the reference server.
 
 func serverPort(t testing.TB, srv *fakeserver.Server) int {
 	t.Helper()

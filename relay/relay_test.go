@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
+	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -76,15 +77,8 @@ func startRelay(t testing.TB, url string, opts ...any) (*relay.Relay, string) {
 
 func newClient(t testing.TB, url string, opts ...config.Option) *config.Client {
 	t.Helper()
-	c, err := config.New(append([]config.Option{
-		config.WithEndpoint(url),
-		config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
-	}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return sdksuite.NewDefaultClient(t, sdksuite.Endpoint(url),
+		append([]config.Option{config.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond)}, opts...)...)
 }
 
 // waitLimit bounds every wait of these tests on a condition.

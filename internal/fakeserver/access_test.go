@@ -299,7 +299,7 @@ func TestControlScope(t *testing.T) {
 	}
 	for _, r := range []struct{ path, body string }{{"/control/compact", ""}, {"/control/faults", `{"drop_streams":true}`}} {
 		resp, body := do(t, deploy, "POST", s.URL()+r.path, r.body)
-		wantRefusal(t, r.path, resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not run store-wide operations (they need the control pattern "*")`)
+		wantRefusal(t, r.path, resp, body, http.StatusForbidden, transport.CodeForbidden, `token "deploy-bot" may not control the whole store (it needs the pattern "*")`)
 	}
 	if resp, body := do(t, deploy, "GET", s.URL()+"/control/namespaces/payments.prod/status", ""); resp.StatusCode != http.StatusOK {
 		t.Fatalf("status in scope: %d %s", resp.StatusCode, body)
@@ -332,37 +332,32 @@ func TestControlScope(t *testing.T) {
 	noSecret(t, "the log", logs.String())
 }
 
-// TestIdentityFrom: a request's handler finds the name of its token's
-// identity (for the audit records of what it changed), and none without
-// a valid token.
+// TestIdentityFrom: a write records the name of its token's identity as
+// its actor (the actor the body names on its behalf), and none gets in
+// without a valid token.
 func TestIdentityFrom(t *testing.T) {
 	s, _ := startScoped(t)
-	var got string
-	var ok bool
-	guarded := s.guard("/control/namespaces/{ns}/publish", func(w http.ResponseWriter, r *http.Request) {
-		got, ok = identityFrom(r.Context())
-	})
-	// Authenticated as the data plane's mux authenticates every route.
-	h := func(w http.ResponseWriter, r *http.Request) {
-		if id, ok := s.opts.tokens.AuthenticateHeader(r.Header.Get("Authorization")); ok {
-			r = r.WithContext(access.NewContext(r.Context(), id))
-		}
-		guarded(w, r)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /control/namespaces/{ns}/publish", h)
 	for _, c := range []struct {
-		secret, want string
-		ok           bool
-	}{{secretDeploy, "deploy-bot", true}, {"", "", false}, {secretPayments, "", false}} {
-		got, ok = "", false
-		req := httptest.NewRequest("POST", "/control/namespaces/payments.prod/publish", nil)
-		if c.secret != "" {
-			req.Header.Set("Authorization", "Bearer "+c.secret)
+		secret, named, actor, onBehalfOf string
+		status                           int
+	}{
+		{secretDeploy, "", "deploy-bot", "", http.StatusOK},
+		{secretDeploy, "alice", "deploy-bot", "alice", http.StatusOK},
+		{"", "alice", "", "", http.StatusUnauthorized},
+	} {
+		resp, body := do(t, authClient(t, c.secret), "POST", s.URL()+"/control/namespaces/payments.prod/publish", `{"puts":{"a":1},"actor":"`+c.named+`"}`)
+		if resp.StatusCode != c.status {
+			t.Fatalf("token %q: %d %s, want %d", c.secret, resp.StatusCode, body, c.status)
 		}
-		mux.ServeHTTP(httptest.NewRecorder(), req)
-		if got != c.want || ok != c.ok {
-			t.Errorf("token %q: identityFrom = %q, %v; want %q, %v", c.secret, got, ok, c.want, c.ok)
+		if c.status != http.StatusOK {
+			continue
+		}
+		h, err := s.History("payments.prod", 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := h.Revisions[0]; r.Actor != c.actor || r.OnBehalfOf != c.onBehalfOf {
+			t.Errorf("token %q naming %q: actor %q on behalf of %q; want %q, %q", c.secret, c.named, r.Actor, r.OnBehalfOf, c.actor, c.onBehalfOf)
 		}
 	}
 }

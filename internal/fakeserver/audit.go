@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -15,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -49,16 +48,7 @@ var ErrNoRevision = errors.New("fakeserver: no such revision")
 
 // ConflictError is a publish whose IfRevision is not the namespace's
 // revision (HTTP 409 conflict). Nothing was committed.
-type ConflictError struct {
-	Namespace string
-	// Revision is the namespace's revision (0: it has none); IfRevision
-	// the one the publish expected.
-	Revision, IfRevision int64
-}
-
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("fakeserver: namespace %q is at revision %d, not %d", e.Namespace, e.Revision, e.IfRevision)
-}
+type ConflictError = controlplane.ConflictError
 
 // commitMeta is what a commit's audit record says beyond its change set.
 type commitMeta struct {
@@ -356,7 +346,7 @@ func (s *Server) RollbackWith(ns string, to int64, opts RollbackOptions) (int64,
 	if err := checkMeta(opts.Actor, opts.Reason); err != nil {
 		return 0, err
 	}
-	return s.rollback(ns, to, commitMeta{Actor: opts.Actor, Reason: opts.Reason})
+	return s.rollback(ns, to, commitMeta{Actor: opts.Actor, Reason: opts.Reason}, nil)
 }
 
 // History returns up to limit (0: DefaultHistoryLimit; at most
@@ -415,153 +405,4 @@ func (s *Server) Diff(ns string, from, to int64) (*Diff, error) {
 		return nil, fmt.Errorf("%w: revisions %d and %d: want both >= 0", ErrInvalid, from, to)
 	}
 	return s.store.diff(ns, from, to)
-}
-
-// actors returns the actor of a request's commit and whom it acted for:
-// the token that authenticated r, and the actor its body names (when not
-// the token's own name). On an open server, the actor the body names.
-func actors(r *http.Request, named string) (actor, onBehalfOf string) {
-	name, ok := identityFrom(r.Context())
-	switch {
-	case !ok:
-		return named, ""
-	case named == name:
-		return name, ""
-	}
-	return name, named
-}
-
-// query reads a control GET's query: each parameter at most once and none
-// but those allowed, so that a typo is not silently ignored.
-func query(r *http.Request, allowed ...string) (url.Values, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, fmt.Errorf("%w: query: %v", ErrInvalid, err)
-	}
-	for k, vs := range q {
-		if !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("%w: unknown query parameter %q (want %s)", ErrInvalid, k, strings.Join(allowed, ", "))
-		}
-		if len(vs) > 1 {
-			return nil, fmt.Errorf("%w: query parameter %q given %d times", ErrInvalid, k, len(vs))
-		}
-	}
-	return q, nil
-}
-
-// intParam parses query parameter name, if present, as an integer >= low.
-func intParam(q url.Values, name string, low int64) (v int64, ok bool, err error) {
-	if !q.Has(name) {
-		return 0, false, nil
-	}
-	v, err = strconv.ParseInt(q.Get(name), 10, 64)
-	if err != nil || v < low {
-		return 0, false, fmt.Errorf("%w: %s=%q: want an integer >= %d", ErrInvalid, name, q.Get(name), low)
-	}
-	return v, true, nil
-}
-
-func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	q, err := query(r, "limit", "before")
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	limit, ok, err := intParam(q, "limit", 1)
-	if err == nil && ok && limit > MaxHistoryLimit {
-		err = fmt.Errorf("%w: limit %d is above %d", ErrInvalid, limit, MaxHistoryLimit)
-	}
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	before, _, err := intParam(q, "before", 1)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	h, err := s.History(ns, int(limit), before)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, h)
-}
-
-func (s *Server) handleValues(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	q, err := query(r, "revision", "at")
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	if q.Has("revision") == q.Has("at") {
-		s.replyError(w, fmt.Errorf("%w: give one of revision=R and at=RFC3339", ErrInvalid))
-		return
-	}
-	var v *NamespaceValues
-	if q.Has("at") {
-		// A "+" of a zone offset that came unescaped (curl) reads as a
-		// space, which RFC 3339 times never hold.
-		at, perr := time.Parse(time.RFC3339Nano, strings.ReplaceAll(q.Get("at"), " ", "+"))
-		if perr != nil {
-			s.replyError(w, fmt.Errorf("%w: at=%q: want an RFC 3339 time, e.g. 2026-12-01T14:03:00Z", ErrInvalid, q.Get("at")))
-			return
-		}
-		v, err = s.ValuesAtTime(ns, at)
-	} else {
-		rev, _, perr := intParam(q, "revision", 0)
-		if perr != nil {
-			s.replyError(w, perr)
-			return
-		}
-		v, err = s.ValuesAt(ns, rev)
-	}
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
-}
-
-func (s *Server) handleDiff(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	q, err := query(r, "from", "to")
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	from, okFrom, err := intParam(q, "from", 0)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	to, okTo, err := intParam(q, "to", 0)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	if !okFrom || !okTo {
-		s.replyError(w, fmt.Errorf("%w: give both from=R1 and to=R2", ErrInvalid))
-		return
-	}
-	d, err := s.Diff(ns, from, to)
-	if err != nil {
-		s.replyError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, d)
 }

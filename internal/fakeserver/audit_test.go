@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -174,7 +175,7 @@ func TestControlBadInput(t *testing.T) {
 		{"values revision negative", "GET", "app/values?revision=-1", "", 400, transport.CodeBadRequest},
 		{"values revision overflow", "GET", "app/values?revision=99999999999999999999", "", 400, transport.CodeBadRequest},
 		{"values revision in the future", "GET", "app/values?revision=3", "", 404, transport.CodeNotFound},
-		{"values revision 0", "GET", "app/values?revision=0", "", 404, transport.CodeNotFound},
+		{"values revision 0", "GET", "app/values?revision=0", "", 400, transport.CodeBadRequest},
 		{"values revision before the first", "GET", "app/values?revision=1", "", 404, transport.CodeNotFound},
 		{"values at malformed", "GET", "app/values?at=yesterday", "", 400, transport.CodeBadRequest},
 		{"values at without zone", "GET", "app/values?at=2026-12-01T14:01:00", "", 400, transport.CodeBadRequest},
@@ -201,7 +202,7 @@ func TestControlBadInput(t *testing.T) {
 		{"publish if_revision 0 of an existing ns", "POST", "app/publish", `{"if_revision":0}`, 409, transport.CodeConflict},
 		{"rollback reason too long", "POST", "app/rollback", `{"to_revision":2,"reason":"` + strings.Repeat("r", MaxReasonBytes+1) + `"}`, 400, transport.CodeBadRequest},
 		{"rollback actor with a control character", "POST", "app/rollback", `{"to_revision":2,"actor":"\u0000"}`, 400, transport.CodeBadRequest},
-		{"rollback unknown field", "POST", "app/rollback", `{"to_revision":2,"if_revision":2}`, 400, transport.CodeBadRequest},
+		{"rollback unknown field", "POST", "app/rollback", `{"to_revision":2,"if_rev":2}`, 400, transport.CodeBadRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -509,7 +510,7 @@ func TestIfRevisionConcurrentPublishers(t *testing.T) {
 						if winner >= 0 {
 							t.Fatalf("round %d: publishers %d and %d both won with if_revision %d", round, winner, p, cur)
 						}
-						winner, won = p, decode[revisionReply](t, r.body).Revision
+						winner, won = p, decode[controlapi.RevisionReply](t, r.body).Revision
 					case 409:
 					default:
 						t.Fatalf("round %d: publisher %d: %d %s", round, p, r.status, r.body)

@@ -2,13 +2,14 @@
 // config plane, not a mock, which holdfasttest wraps. It keeps an
 // in-memory MVCC store (one revision counter for every namespace, history
 // per key with tombstones, compaction by revision and by retention;
-// store.go), its audit (audit.go), schemas, the rollout controller
-// (rollout.go) and a JSON control API (control.go), and serves the
-// data-plane protocol of package transport (snapshot, long-poll events,
-// SSE watch and stream, acks) with package dataplane over the store: the
-// same serving code as holdfast server's and a relay's, which fans
-// changes out to watchers off the publish path. What is its own is fault
-// injection (faults, server.go), which it gives the data plane as a
+// store.go), its audit (audit.go), schemas and the rollout controller
+// (rollout.go). It serves the control API with package controlplane over
+// that store (controlstore.go) and the data-plane protocol of package
+// transport (snapshot, long-poll events, SSE watch and stream, acks) with
+// package dataplane: the same serving code as holdfast server's (and, for
+// the data plane, a relay's), so that both answer alike. What is its own
+// is the in-memory store and fault injection (faults, server.go; POST
+// /control/faults, control.go), which it gives the data plane as a
 // dataplane.Faults. Nothing of it runs in holdfast server or holdfast
 // relay.
 //

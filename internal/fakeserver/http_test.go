@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/testutil/ssetest"
 	"github.com/holdfast-dev/holdfast/internal/wire"
@@ -90,7 +91,7 @@ func TestEndpoints(t *testing.T) {
 		{"publish bad ns", "POST", "/control/namespaces/Bad!/publish", `{}`, nil, 400, transport.CodeBadRequest},
 		{"publish wrong method", "GET", "/control/namespaces/app/publish", "", nil, 405, transport.CodeBadRequest},
 		{"rollback unknown ns", "POST", "/control/namespaces/nope/rollback", `{"to_revision":1}`, nil, 404, transport.CodeNotFound},
-		{"rollback future", "POST", "/control/namespaces/app/rollback", `{"to_revision":1000}`, nil, 400, transport.CodeBadRequest},
+		{"rollback future", "POST", "/control/namespaces/app/rollback", `{"to_revision":1000}`, nil, 404, transport.CodeNotFound},
 		{"rollback missing", "POST", "/control/namespaces/app/rollback", `{}`, nil, 400, transport.CodeBadRequest},
 		{"schema invalid", "PUT", "/control/namespaces/app/schema", `{"type":12}`, nil, 400, transport.CodeBadRequest},
 		{"schema not json", "PUT", "/control/namespaces/app/schema", `{`, nil, 400, transport.CodeBadRequest},
@@ -275,13 +276,13 @@ func TestControlRollbackCompactSchema(t *testing.T) {
 		return resp.StatusCode, data
 	}
 	st, body := post("/control/namespaces/app/publish", `{"puts":{"a":1,"b":2}}`)
-	r1 := decode[revisionReply](t, body).Revision
+	r1 := decode[controlapi.RevisionReply](t, body).Revision
 	if st != 200 || r1 != 1 {
 		t.Fatalf("%d %s", st, body)
 	}
 	post("/control/namespaces/app/publish", `{"puts":{"a":10,"c":3},"deletes":["b"]}`)
 	st, body = post("/control/namespaces/app/rollback", `{"to_revision":1}`)
-	if st != 200 || decode[revisionReply](t, body).Revision != 3 {
+	if st != 200 || decode[controlapi.RevisionReply](t, body).Revision != 3 {
 		t.Fatalf("rollback %d %s", st, body)
 	}
 	snap, _ := s.Snapshot("app")
@@ -290,7 +291,7 @@ func TestControlRollbackCompactSchema(t *testing.T) {
 	}
 
 	st, body = post("/control/compact", `{"revision":2}`)
-	if st != 200 || decode[compactReply](t, body).CompactRevision != 2 {
+	if st != 200 || decode[controlapi.CompactReply](t, body).CompactRevision != 2 {
 		t.Fatalf("compact %d %s", st, body)
 	}
 	st, body = post("/control/namespaces/app/rollback", `{"to_revision":1}`)

@@ -1,17 +1,16 @@
 package fakeserver
 
 import (
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/holdfast-dev/holdfast/controlapi"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/gate"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
@@ -79,7 +78,7 @@ type (
 type rollouts struct {
 	mem     *controller.MemStore
 	ctl     *controller.Controller
-	reports reportTable
+	reports *controlplane.Reports
 	any     atomic.Bool // a rollout was ever started: reports expand
 
 	mu   sync.Mutex
@@ -93,10 +92,11 @@ type rollouts struct {
 
 func (s *Server) newRollouts() *rollouts {
 	r := &rollouts{gens: make(map[string]uint64), had: make(map[string]bool), done: make(chan struct{})}
-	r.reports.init(maxReports)
+	r.reports = controlplane.NewReports(maxReports, transport.MaxAckErrorBytes)
 	r.mem = controller.NewMemStoreOver(s.applyRollout)
-	r.ctl = controller.New(controller.Config{Store: r.mem, Reports: r.reports.list, Logger: s.log, Poll: rolloutPoll,
-		Actor: "holdfast reference server",
+	r.ctl = controller.New(controller.Config{Store: r.mem, Logger: s.log, Poll: rolloutPoll,
+		Reports: func(_ context.Context, ns string) ([]controller.Report, error) { return r.reports.Of(ns), nil },
+		Actor:   "holdfast reference server",
 		Gates: func(raw json.RawMessage) (controller.Gate, error) {
 			return gate.FromJSON(raw, nil, gate.WithTimeout(5*time.Second))
 		}})
@@ -120,7 +120,7 @@ func (r *rollouts) close() {
 
 // observe counts reports into the table and wakes the controller.
 func (r *rollouts) observe(acks []transport.Ack) {
-	r.reports.observe(acks, time.Now())
+	r.reports.Observe(acks, time.Now())
 	if r.any.Load() {
 		r.ctl.Wake()
 	}
@@ -351,7 +351,7 @@ func (s *Server) withoutRollout(ns string, abort bool, precheck func() error, pu
 			return err
 		}
 		if !abort || attempt >= 5 {
-			return fmt.Errorf("%w: namespace %q: rollout %q; abort it first (or publish with abort_rollout)", ErrRolloutRunning, ns, running.ID)
+			return &controlplane.RolloutRunningError{Namespace: ns, ID: running.ID, Err: ErrRolloutRunning}
 		}
 		if precheck != nil {
 			if err := precheck(); err != nil { // a publish that would fail aborts nothing
@@ -393,105 +393,4 @@ func (s *Server) PublishStaged(ns string, staged *rollout.Staged, puts map[strin
 		return nil
 	})
 	return rev, err
-}
-
-// reportTable is what the clients last reported, per namespace: the soft
-// state the controller counts. Bounded: past max entries, the least
-// recently heard goes. A namespace's reports are one slice, so that the
-// controller's read of them is one copy.
-type reportTable struct {
-	mu    sync.Mutex
-	max   int
-	byNS  map[string]*nsReports
-	order *list.List // of reportKey, most recently heard first
-}
-
-type reportKey struct{ ns, client string }
-
-type nsReports struct {
-	reps []controller.Report
-	els  []*list.Element // reps[i]'s in order
-	at   map[string]int  // client → its place in reps
-}
-
-func (t *reportTable) init(n int) {
-	t.max, t.byNS, t.order = n, make(map[string]*nsReports), list.New()
-}
-
-func (t *reportTable) observe(acks []transport.Ack, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i := range acks {
-		a := &acks[i]
-		n := t.byNS[a.Namespace]
-		if n == nil {
-			n = &nsReports{at: make(map[string]int)}
-			t.byNS[a.Namespace] = n
-		}
-		j, ok := n.at[a.ClientID]
-		if ok {
-			t.order.MoveToFront(n.els[j])
-		} else {
-			if t.order.Len() >= t.max {
-				t.remove(t.order.Back())
-				if t.byNS[a.Namespace] != n { // the eviction emptied it
-					t.byNS[a.Namespace] = n
-				}
-			}
-			j = len(n.reps)
-			n.at[a.ClientID] = j
-			n.reps = append(n.reps, controller.Report{ClientID: a.ClientID})
-			n.els = append(n.els, t.order.PushFront(reportKey{a.Namespace, a.ClientID}))
-		}
-		n.reps[j].Observe(a, now, transport.MaxAckErrorBytes)
-	}
-}
-
-// remove drops el's entry: the last of its namespace takes its place.
-func (t *reportTable) remove(el *list.Element) {
-	k := t.order.Remove(el).(reportKey)
-	n := t.byNS[k.ns]
-	j := n.at[k.client]
-	last := len(n.reps) - 1
-	if j != last {
-		n.reps[j], n.els[j] = n.reps[last], n.els[last]
-		n.at[n.reps[j].ClientID] = j
-	}
-	n.reps, n.els = n.reps[:last], n.els[:last]
-	delete(n.at, k.client)
-	if last == 0 {
-		delete(t.byNS, k.ns)
-	}
-}
-
-// list returns ns's reports (controller.Config.Reports).
-func (t *reportTable) list(_ context.Context, ns string) ([]controller.Report, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if n := t.byNS[ns]; n != nil {
-		return slices.Clone(n.reps), nil
-	}
-	return nil, nil
-}
-
-// reset forgets every report (a new store).
-func (t *reportTable) reset() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.init(t.max)
-}
-
-// rewind forgets the reports of revisions after rev (a restore).
-func (t *reportTable) rewind(rev int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for el := t.order.Front(); el != nil; {
-		next := el.Next()
-		k := el.Value.(reportKey)
-		n := t.byNS[k.ns]
-		if r := &n.reps[n.at[k.client]]; r.Acked > rev || r.Nacked > rev || r.Served > rev || r.Would > rev {
-			t.remove(el)
-		}
-		el = next
-	}
 }

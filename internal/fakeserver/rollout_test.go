@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
@@ -510,7 +511,7 @@ func TestRolloutConflicts(t *testing.T) {
 	if got.State != RolloutReverted || !strings.Contains(got.Reason, "aborted by a publish") || len(got.Revisions) != 2 {
 		t.Fatalf("after the aborting publish: %+v", got)
 	}
-	if rev := decode[revisionReply](t, body).Revision; rev != got.Revisions[1]+1 {
+	if rev := decode[controlapi.RevisionReply](t, body).Revision; rev != got.Revisions[1]+1 {
 		t.Fatalf("the publish is revision %d, the revert %d", rev, got.Revisions[1])
 	}
 	if got, staged := content(t, s, "app"); staged || got["a"] != "3" || got["new"] != "" {
@@ -639,7 +640,7 @@ func TestRolloutHTTP(t *testing.T) {
 	if err := json.Unmarshal(data, &started); err != nil || len(started) != 2 {
 		t.Fatalf("reply %s: want id and revision only", data)
 	}
-	sr := decode[startReply](t, data)
+	sr := decode[controlapi.RolloutStarted](t, data)
 	if sr.ID == "" || sr.Revision != s.Head() {
 		t.Fatalf("reply %s, head %d", data, s.Head())
 	}
@@ -687,7 +688,7 @@ func TestRolloutHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("a second rollout: %d %s", resp.StatusCode, data)
 	}
-	second := decode[startReply](t, data)
+	second := decode[controlapi.RolloutStarted](t, data)
 	resp, data = do(t, c, http.MethodPost, base+"/"+second.ID+"/abort", "")
 	if rec := decode[RolloutRecord](t, data); resp.StatusCode != http.StatusOK || rec.State != "reverted" || rec.Reason == "" {
 		t.Fatalf("abort: %d %s", resp.StatusCode, data)

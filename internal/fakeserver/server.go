@@ -27,6 +27,7 @@ import (
 type Server struct {
 	opts  options
 	log   *slog.Logger
+	id    string // the server's, in /control/clients
 	store *store // the MVCC store
 	// dp serves the data plane over store, with the faults and the
 	// control API.
@@ -54,9 +55,13 @@ func Start(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	st := newStore(o.retention)
-	s := &Server{opts: o, log: o.logger, store: st, addr: o.addr, closing: make(chan struct{})}
+	s := &Server{opts: o, log: o.logger, id: newStoreID(), store: st, addr: o.addr, closing: make(chan struct{})}
 	s.life, s.endLife = context.WithCancel(context.Background())
 	s.faults.init()
+	control, err := s.controlRoutes()
+	if err != nil {
+		return nil, fmt.Errorf("fakeserver: %w", err)
+	}
 	s.rollouts = s.newRollouts()
 	dpOpts := []dataplane.Option{
 		dataplane.WithHeartbeat(o.heartbeat),
@@ -65,7 +70,7 @@ func Start(opts ...Option) (*Server, error) {
 		dataplane.WithLogger(o.logger),
 		dataplane.WithMaxSnapshotsInFlight(o.maxSnapshots, o.retryWindow),
 		dataplane.WithFaults(&s.faults),
-		dataplane.WithRoutes(s.controlRoutes()...),
+		dataplane.WithRoutes(control...),
 	}
 	switch {
 	case o.tokens != nil:
@@ -270,8 +275,8 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	}
 	clean := make(map[string]json.RawMessage, len(puts))
 	for k, v := range puts {
-		if err := checkKey(k); err != nil {
-			return nil, nil, err
+		if err := rollout.CheckKey(k); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		var buf bytes.Buffer // Compact refuses empty, invalid and trailing data
 		if err := json.Compact(&buf, v); err != nil {
@@ -281,8 +286,8 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	}
 	var dels []string
 	for _, k := range deletes {
-		if err := checkKey(k); err != nil {
-			return nil, nil, err
+		if err := rollout.CheckKey(k); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if _, ok := clean[k]; ok {
 			return nil, nil, fmt.Errorf("%w: key %q is both put and deleted", ErrInvalid, k)
@@ -294,34 +299,24 @@ func checkPublish(ns string, puts map[string]json.RawMessage, deletes []string) 
 	return clean, dels, nil
 }
 
-// checkKey checks a key a publish writes: valid, and not reserved.
-func checkKey(k string) error {
-	if err := transport.ValidateKey(k); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if rollout.Reserved(k) {
-		return fmt.Errorf("%w: key %q is reserved to holdfast (prefix %q)", ErrInvalid, k, rollout.ReservedPrefix)
-	}
-	return nil
-}
-
 // Rollback publishes namespace ns's content at revision to as a new revision
 // (puts of the values that differ, deletes of keys absent at to) and returns
 // it; a rollout running then is not brought back (its reserved key is
 // left out). A revision below the compaction point gives a
 // *transport.CompactedError; a rollout running on ns, ErrRolloutRunning.
 func (s *Server) Rollback(ns string, to int64) (int64, error) {
-	return s.rollback(ns, to, commitMeta{})
+	return s.rollback(ns, to, commitMeta{}, nil)
 }
 
-// rollback is Rollback recording meta.
-func (s *Server) rollback(ns string, to int64, meta commitMeta) (int64, error) {
+// rollback is Rollback recording meta, only if ns is at revision *ifRev
+// (nil: any).
+func (s *Server) rollback(ns string, to int64, meta commitMeta, ifRev *int64) (int64, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var rev int64
 	err := s.withoutRollout(ns, false, nil, func() error {
-		c, err := s.store.rollback(ns, to, meta)
+		c, err := s.store.rollback(ns, to, meta, ifRev)
 		if err != nil {
 			return err
 		}
@@ -352,7 +347,13 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	s.store.setSchema(ns, &checker{check: func(content map[string]json.RawMessage) error {
+	s.setSchema(ns, schemaJSON, sch)
+	return nil
+}
+
+// setSchema installs sch, compiled from raw, as ns's schema.
+func (s *Server) setSchema(ns string, raw []byte, sch *schema.Schema) {
+	s.store.setSchema(ns, &checker{raw: slices.Clone(raw), check: func(content map[string]json.RawMessage) error {
 		err := sch.ValidateValues(withoutReserved(content))
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
@@ -364,7 +365,6 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 		}
 		return err
 	}})
-	return nil
 }
 
 // Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.
@@ -414,7 +414,7 @@ func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
 	s.rollouts.endAll("the store was reset")
-	s.rollouts.reports.reset()
+	s.rollouts.reports.Reset()
 	s.dp.ResetAcks()
 	s.dp.DropStreamsBefore(gen)
 	return id
@@ -440,7 +440,7 @@ func (s *Server) RestoreTo(rev int64) error {
 		return err
 	}
 	s.rollouts.endAll(fmt.Sprintf("the store was restored to revision %d", rev))
-	s.rollouts.reports.rewind(rev)
+	s.rollouts.reports.Rewind(rev)
 	s.dp.RewindAcks(rev)
 	s.dp.DropStreamsBefore(gen)
 	s.log.Info("fakeserver: store restored", "store_id", s.StoreID(), "revision", rev)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -29,6 +30,7 @@ type version struct {
 // by pointer so that a publish can tell whether the schema changed while it
 // validated outside the lock.
 type checker struct {
+	raw   []byte // the schema as it was set
 	check func(content map[string]json.RawMessage) error
 }
 
@@ -96,15 +98,7 @@ var (
 
 // SchemaError is a publish (or rollback) that fails the namespace's schema
 // (HTTP 422). Nothing was committed.
-type SchemaError struct {
-	Namespace string
-	// Failures lists every failure, each as "pointer: message".
-	Failures []string
-}
-
-func (e *SchemaError) Error() string {
-	return fmt.Sprintf("fakeserver: namespace %q: content fails its schema: %d failure(s): %v", e.Namespace, len(e.Failures), e.Failures)
-}
+type SchemaError = controlplane.SchemaError
 
 func newStoreID() string {
 	var b [8]byte
@@ -263,12 +257,15 @@ func (st *store) commitLocked(name string, n *namespace, puts map[string]json.Ra
 
 // rollback publishes ns's content at revision to as a new revision,
 // recorded with meta (its Kind and RollbackOf set here).
-func (st *store) rollback(ns string, to int64, meta commitMeta) (*dataplane.Change, error) {
+func (st *store) rollback(ns string, to int64, meta commitMeta, ifRev *int64) (*dataplane.Change, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	n := st.nss[ns]
 	if n == nil {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	if err := checkRevision(ns, n, ifRev); err != nil {
+		return nil, err
 	}
 	if to < 0 || to > st.head {
 		return nil, fmt.Errorf("%w: rollback to revision %d outside 0..%d", ErrInvalid, to, st.head)
@@ -486,6 +483,28 @@ func (st *store) setSchema(ns string, c *checker) {
 		st.nss[ns] = n
 	}
 	n.schema = c
+}
+
+// schemaOf returns ns's schema as it was set (ErrNoSchema: none).
+func (st *store) schemaOf(ns string) ([]byte, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if n := st.nss[ns]; n != nil && n.schema != nil {
+		return n.schema.raw, nil
+	}
+	return nil, controlplane.ErrNoSchema
+}
+
+// deleteSchema drops ns's schema (ErrNoSchema: it had none); ns stays.
+func (st *store) deleteSchema(ns string) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.nss[ns]
+	if n == nil || n.schema == nil {
+		return controlplane.ErrNoSchema
+	}
+	n.schema = nil
+	return nil
 }
 
 // reset empties the store (schemas included), gives it a new id and

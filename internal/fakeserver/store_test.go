@@ -77,7 +77,7 @@ func TestStoreProperties(t *testing.T) {
 						continue
 					}
 					to := compact + rng.Int63n(head-compact+1)
-					c, err := st.rollback(ns, to, commitMeta{})
+					c, err := st.rollback(ns, to, commitMeta{}, nil)
 					if err != nil {
 						t.Fatalf("rollback to %d (compact %d head %d): %v", to, compact, head, err)
 					}
@@ -120,7 +120,7 @@ func TestStoreProperties(t *testing.T) {
 					if compact == 0 || len(model[ns]) == 0 {
 						continue
 					}
-					_, err := st.rollback(ns, compact-1, commitMeta{})
+					_, err := st.rollback(ns, compact-1, commitMeta{}, nil)
 					var ce *transport.CompactedError
 					if !errors.As(err, &ce) || ce.CompactRevision != compact {
 						t.Fatalf("rollback below compaction: err = %v, want compacted at %d", err, compact)

@@ -313,7 +313,7 @@ func TestDashboardQueriesExportedNames(t *testing.T) {
 
 // TestDashboardShape checks what Grafana needs to import the dashboard
 // anywhere: the data source and namespace variables, every panel and query
-// on ${datasource}, unique panel ids, and the panels the issue asks for.
+// on ${datasource}, unique panel ids, and the panels operators rely on.
 func TestDashboardShape(t *testing.T) {
 	d, _ := loadDashboard(t)
 	if d.SchemaVersion < 36 || d.SchemaVersion > 41 {

@@ -109,16 +109,16 @@ func (s *Staged) validate() error {
 		return fmt.Errorf("%w: stage %v: want a percentage in (0, 100]", ErrMalformed, s.Stage)
 	}
 	for k, v := range s.Puts {
-		if err := checkKey(k); err != nil {
-			return err
+		if err := CheckKey(k); err != nil {
+			return fmt.Errorf("%w: staged change: %v", ErrMalformed, err)
 		}
 		if len(v) == 0 || !json.Valid(v) {
 			return fmt.Errorf("%w: put of %q: not a JSON value", ErrMalformed, k)
 		}
 	}
 	for _, k := range s.Deletes {
-		if err := checkKey(k); err != nil {
-			return err
+		if err := CheckKey(k); err != nil {
+			return fmt.Errorf("%w: staged change: %v", ErrMalformed, err)
 		}
 		if _, ok := s.Puts[k]; ok {
 			return fmt.Errorf("%w: %q both put and deleted", ErrMalformed, k)
@@ -127,12 +127,18 @@ func (s *Staged) validate() error {
 	return nil
 }
 
-func checkKey(k string) error {
+// ErrReservedKey is a write of a key reserved to holdfast (ReservedPrefix).
+var ErrReservedKey = errors.New("key reserved to holdfast")
+
+// CheckKey checks a key a publish or a rollout writes: valid
+// (transport.ValidateKey), and not reserved (ErrReservedKey). Callers wrap
+// its error with their own kind of refusal.
+func CheckKey(k string) error {
 	if err := transport.ValidateKey(k); err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+		return err
 	}
 	if Reserved(k) {
-		return fmt.Errorf("%w: staged change writes reserved key %q", ErrMalformed, k)
+		return fmt.Errorf("%w: %q (prefix %q)", ErrReservedKey, k, ReservedPrefix)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -166,11 +167,7 @@ func (r *Remote) noteUse(name string) {
 }
 
 // syncReply is the reply of POST /control/tokens/sync.
-type syncReply struct {
-	Revision int64           `json:"revision"`
-	Required bool            `json:"required"`
-	Records  []access.Record `json:"records"`
-}
+type syncReply = controlapi.TokenSync
 
 func (r *Remote) run(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
@@ -24,7 +25,7 @@ func Compact(ctx context.Context, cli *clientv3.Client, rev int64) (int64, error
 	case rev == 0:
 		rev = head
 	case rev > head:
-		return 0, badRequest("revision %d is above the store's head %d", rev, head)
+		return 0, controlplane.Mark(controlplane.ErrInvalid, fmt.Errorf("revision %d is above the store's head %d", rev, head))
 	}
 	if rev <= done {
 		return done, nil

@@ -6,15 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
-	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/server/tokens"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -35,8 +30,7 @@ const (
 	// DefaultMaxPublishBytes keeps a publish's transaction, which holds
 	// its values twice (the keys and the audit record), below etcd's
 	// default request limit of 1.5 MiB.
-	DefaultMaxPublishBytes = 640 << 10
-	maxControlBytes        = 64 << 10
+	DefaultMaxPublishBytes = controlplane.DefaultMaxPublishBytes
 )
 
 // SchemaRoot is the key prefix of the namespaces' schemas: namespace N's
@@ -94,11 +88,15 @@ type Config struct {
 // rollout's decisions and the audit.
 type Gate = controller.Gate
 
-// Handler serves the control API.
+// Handler serves the control API (package controlplane) over the store
+// in etcd (store.go), and runs the server's background work: the audit
+// log's trimming, the rollout reports' summaries, the follow of the
+// running rollouts; holdfast server runs its rollout controller on the
+// leader.
 type Handler struct {
 	cfg Config
 	cli *clientv3.Client
-	mux *http.ServeMux
+	api *controlplane.Handler
 	log *slog.Logger
 
 	schemas   schemaCache
@@ -130,11 +128,11 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Namespaces == nil {
 		return nil, errors.New("control: nil namespaces")
 	}
+	if cfg.Namespaces == nil {
+		return nil, errors.New("control: nil namespaces")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxPublishBytes <= 0 {
-		cfg.MaxPublishBytes = DefaultMaxPublishBytes
 	}
 	if cfg.AuditRetention <= 0 {
 		cfg.AuditRetention = DefaultAuditRetention
@@ -162,187 +160,50 @@ func New(cfg Config) (*Handler, error) {
 	// A report through another server reaches the leader within two
 	// summary intervals: a client must not count as gone before.
 	cfg.Liveness = max(cfg.Liveness, 3*reportsEvery)
-	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), mux: http.NewServeMux(), log: cfg.Logger,
+	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), log: cfg.Logger,
 		trim: newTrimmer(cfg.Namespaces, cfg.Logger, store.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
 	h.reports = newReportSync(h.cli, cfg.Acks, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
 		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
-	for _, rt := range []struct {
-		pattern string
-		fn      func(http.ResponseWriter, *http.Request) error
-	}{
-		{"POST /control/namespaces/{ns}/publish", h.publish},
-		{"POST /control/namespaces/{ns}/rollback", h.rollback},
-		{"PUT /control/namespaces/{ns}/schema", h.putSchema},
-		{"GET /control/namespaces/{ns}/schema", h.getSchema},
-		{"DELETE /control/namespaces/{ns}/schema", h.deleteSchema},
-		{"GET /control/namespaces/{ns}/status", h.status},
-		{"GET /control/namespaces/{ns}/history", h.history},
-		{"GET /control/namespaces/{ns}/values", h.values},
-		{"GET /control/namespaces/{ns}/diff", h.diff},
-		{"POST /control/namespaces/{ns}/rollouts", h.startRollout},
-		{"GET /control/namespaces/{ns}/rollouts", h.listRollouts},
-		{"GET /control/namespaces/{ns}/rollouts/{id}", h.getRollout},
-		{"POST /control/namespaces/{ns}/rollouts/{id}/abort", h.rolloutAction},
-		{"POST /control/namespaces/{ns}/rollouts/{id}/promote", h.rolloutAction},
-		{"POST /control/compact", h.compact},
-		{"GET /control/clients", h.clients},
-		{"POST /control/tokens", h.createToken},
-		{"GET /control/tokens", h.listTokens},
-		{"GET /control/tokens/{name}", h.getToken},
-		{"DELETE /control/tokens/{name}", h.revokeToken},
-		{"POST /control/tokens/sync", h.syncTokens},
-	} {
-		h.mux.Handle(rt.pattern, handlerFunc(h.log, h.gate(rt.pattern, rt.fn)))
+	api := controlplane.Config{Store: etcdStore{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
+	if cfg.Tokens != nil {
+		api.Authenticator = cfg.Tokens
 	}
-	h.mux.Handle("/control/", handlerFunc(h.log, func(w http.ResponseWriter, r *http.Request) error {
-		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: "no such endpoint: " + r.URL.Path}
-	}))
+	if cfg.TokenStore != nil {
+		api.Tokens = tokenStore{cfg.TokenStore}
+	}
+	var err error
+	if h.api, err = controlplane.New(api); err != nil {
+		h.Close()
+		return nil, err
+	}
 	return h, nil
 }
 
 // ServeHTTP serves /control/... requests.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.api.ServeHTTP(w, r) }
 
-// gate authenticates a request and checks its identity's scope (when
-// the handler has tokens): a namespace's endpoint needs control of it, a
-// store-wide one the control pattern "*", GET /control/clients any
-// control scope, token management the admin scope, the relays' sync the
-// relay scope.
-func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
-	if h.cfg.Tokens == nil {
-		return fn
-	}
-	tokenSync := strings.HasSuffix(pattern, "/control/tokens/sync")
-	admin := !tokenSync && strings.Contains(pattern, "/control/tokens")
-	storeWide := !admin && !tokenSync && !strings.Contains(pattern, "{ns}") && !strings.HasSuffix(pattern, "/control/clients")
-	return func(w http.ResponseWriter, r *http.Request) error {
-		id, ok := h.identify(r)
-		ns := r.PathValue("ns")
-		switch {
-		case !ok:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
-			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: "the control API needs a bearer token"}
-		case tokenSync:
-			if !id.IsRelay() {
-				return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q has no relay scope", id.Name)}
-			}
-		case admin:
-			if !id.IsAdmin() {
-				return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q has no admin scope (token management needs it)", id.Name)}
-			}
-		case !id.HasControl():
-			return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q has no control scope", id.Name)}
-		case ns != "" && !id.MayControl(ns):
-			return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q may not control namespace %q", id.Name, ns)}
-		case storeWide && !id.MayControlAll():
-			return &httpError{status: http.StatusForbidden, code: transport.CodeForbidden, msg: fmt.Sprintf("token %q may not control the whole store (it needs the pattern \"*\")", id.Name)}
-		}
-		return fn(w, r.WithContext(access.NewContext(r.Context(), id)))
-	}
-}
-
-// identify returns who is calling: the identity of the request's
-// credentials (access.Tokens.AuthenticateRequest: its bearer token
-// today; a client certificate's subject is to be added there).
-func (h *Handler) identify(r *http.Request) (access.Identity, bool) {
-	return h.cfg.Tokens.AuthenticateRequest(r)
-}
-
-// actors returns the actor a write records and whom it acted for: the
-// authenticated identity, and the actor the request names (when it is
-// not the identity's own name). On an open store (access.Anonymous) there
-// is no identity to record: the actor is the one the request names,
-// unverified.
-func actors(r *http.Request, named string) (actor, onBehalfOf string) {
-	id, ok := access.FromContext(r.Context())
-	switch {
-	case !ok || id.Name == access.Anonymous:
-		return named, ""
-	case named == id.Name:
-		return id.Name, ""
-	}
-	return id.Name, named
-}
-
-// requestTimeout bounds a control request's work with the store: a store
-// that does not answer gets a 503, not a request that hangs.
-const requestTimeout = 10 * time.Second
-
-// handlerFunc adapts a handler that returns an error: the one place that
-// writes an error reply.
-func handlerFunc(log *slog.Logger, fn func(http.ResponseWriter, *http.Request) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-		defer cancel()
-		err := fn(w, r.WithContext(ctx))
-		if err == nil {
-			return
-		}
-		status, body := errorReply(err)
-		if status >= 500 {
-			log.Warn("control: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-		}
-		if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
-			w.Header().Set("Retry-After", "1")
-		}
-		writeJSON(w, status, body)
-	})
-}
-
-// httpError is an error with its reply.
-type httpError struct {
-	status  int
-	code    string
-	msg     string
-	details []string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func badRequest(format string, args ...any) error {
-	return &httpError{status: http.StatusBadRequest, code: transport.CodeBadRequest, msg: fmt.Sprintf(format, args...)}
-}
-
-// errorReply maps an error to its status and body; a caller's mistake is
-// never a 500, and a store that does not answer is a 503.
-func errorReply(err error) (int, transport.ErrorBody) {
-	var he *httpError
-	var ce *transport.CompactedError
+// mapError maps etcd's errors, and the etcd store's own, to their
+// replies: a store that does not answer is a 503, one out of space a
+// 507, a stored schema that does not compile the server's trouble (500).
+func mapError(err error) (int, transport.ErrorBody, bool) {
 	var conflict *store.ConflictError
-	var ve *schema.ValidationError
-	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, errStoredSchema):
-		return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}
-	case errors.As(err, &he):
-		return he.status, transport.ErrorBody{Error: he.code, Message: he.msg, Details: he.details}
+		return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}, true
 	case errors.As(err, &conflict):
-		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: conflict.Revision}
-	case errors.As(err, &ce):
-		return http.StatusGone, transport.ErrorBody{Error: transport.CodeCompacted, Message: err.Error(), CompactRevision: ce.CompactRevision}
-	case errors.As(err, &ve):
-		details := make([]string, 0, len(ve.Failures))
-		for _, f := range ve.Failures {
-			details = append(details, f.String())
-		}
-		return http.StatusUnprocessableEntity, transport.ErrorBody{Error: transport.CodeSchemaViolation, Message: err.Error(), Details: details}
-	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
-	case errors.Is(err, transport.ErrTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
-		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: err.Error()}
-	case errors.Is(err, transport.ErrNotFound):
-		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
-	case errors.Is(err, store.ErrInvalidArgument), errors.Is(err, transport.ErrInvalidNamespace), errors.Is(err, transport.ErrInvalidKey),
-		errors.Is(err, schema.ErrInvalidSchema), errors.Is(err, schema.ErrExternalRef), errors.Is(err, schema.ErrInvalidValue):
-		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}
+		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeConflict, Message: err.Error(), Revision: conflict.Revision}, true
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: err.Error()}, true
+	case errors.Is(err, store.ErrInvalidArgument):
+		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}, true
 	case errors.Is(err, rpctypes.ErrNoSpace):
-		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota): writes are refused until it is compacted, defragmented or given a larger quota"}
+		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota): writes are refused until it is compacted, defragmented or given a larger quota"}, true
 	case storeDown(err):
-		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store did not answer: " + err.Error()}
+		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store did not answer: " + err.Error()}, true
 	}
-	return http.StatusInternalServerError, transport.ErrorBody{Error: transport.CodeInternal, Message: err.Error()}
+	return 0, transport.ErrorBody{}, false
 }
 
 // storeDown reports whether err says the store did not answer (as
@@ -365,97 +226,4 @@ func storeDown(err error) bool {
 		}
 	}
 	return false
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encoding the reply failed"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-// pathNamespace reads and checks the {ns} path segment.
-func pathNamespace(r *http.Request) (string, error) {
-	ns := r.PathValue("ns")
-	if err := transport.ValidateNamespace(ns); err != nil {
-		return "", badRequest("%v", err)
-	}
-	return ns, nil
-}
-
-// readJSON decodes a body of at most limit bytes into v, refusing
-// unknown fields and trailing data. An empty body leaves v as it is when
-// emptyOK.
-func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, emptyOK bool) error {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var mbe *http.MaxBytesError
-	if err != nil && !errors.As(err, &mbe) {
-		return badRequest("reading the body: %v", err) // cut short: the caller's
-	}
-	if err != nil {
-		return err
-	}
-	if len(data) == 0 && emptyOK {
-		return nil
-	}
-	if !utf8.Valid(data) {
-		// JSON text is UTF-8: a value of invalid UTF-8 would be stored
-		// as it came and served as JSON that is not.
-		return badRequest("body: not valid UTF-8 (JSON text must be)")
-	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return badRequest("body: %v", err)
-	}
-	if dec.More() {
-		return badRequest("body: trailing data after the JSON object")
-	}
-	return nil
-}
-
-// query reads a request's query, refusing parameters other than allowed.
-func query(r *http.Request, allowed ...string) (map[string]string, error) {
-	q := r.URL.Query()
-	out := make(map[string]string, len(q))
-	for k, v := range q {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == k
-		}
-		if !ok {
-			return nil, badRequest("unknown query parameter %q (known: %s)", k, strings.Join(allowed, ", "))
-		}
-		if len(v) != 1 {
-			return nil, badRequest("query parameter %q given %d times", k, len(v))
-		}
-		out[k] = v[0]
-	}
-	return out, nil
-}
-
-// intParam parses q[name] as an integer of at least lowest.
-func intParam(q map[string]string, name string, lowest int64) (n int64, ok bool, err error) {
-	s, ok := q[name]
-	if !ok {
-		return 0, false, nil
-	}
-	n, err = strconv.ParseInt(s, 10, 64)
-	if err != nil || n < lowest {
-		return 0, true, badRequest("%s=%q: want an integer of at least %d", name, s, lowest)
-	}
-	return n, true, nil
-}
-
-// timeParam parses an RFC 3339 time; a "+" of a zone offset that came
-// unescaped (curl) reads as a space, which RFC 3339 never holds.
-func timeParam(name, s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, strings.ReplaceAll(s, " ", "+"))
-	if err != nil {
-		return time.Time{}, badRequest("%s=%q: want an RFC 3339 time, e.g. 2026-12-01T14:03:00Z", name, s)
-	}
-	return t, nil
 }

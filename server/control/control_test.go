@@ -14,7 +14,7 @@ import (
 func TestStoreErrorsAre503(t *testing.T) {
 	for _, e := range []error{rpctypes.ErrLeaderChanged, rpctypes.ErrTooManyRequests, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrStopped} {
 		err := fmt.Errorf("etcd: publish of %q: %w", "ns", e) // as mapError wraps
-		if st, body := errorReply(err); st != 503 {
+		if st, body, ok := mapError(err); !ok || st != 503 {
 			t.Errorf("%v: status %d %s; want 503 with Retry-After", e, st, body.Error)
 		}
 	}

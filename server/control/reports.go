@@ -41,42 +41,6 @@ const (
 
 func reportsPrefix(ns string) string { return RolloutRoot + "reports/" + ns + "/" }
 
-// Reports returns the ack table's entries of ns as the controller counts
-// them (at most max, the newest heard; 0: all).
-func (a *Acks) Reports(ns string, limit int) []controller.Report {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []controller.Report
-	for el := a.order.Front(); el != nil; el = el.Next() { // newest heard first
-		e := el.Value.(*ackEntry)
-		if e.key.ns != ns {
-			continue
-		}
-		rep := e.rep
-		rep.ClientID = e.key.client
-		out = append(out, rep)
-		if limit > 0 && len(out) == limit {
-			break
-		}
-	}
-	return out
-}
-
-// reportsByNS returns the table's entries by namespace as the controller
-// counts them, newest heard first: one pass over the table.
-func (a *Acks) reportsByNS() map[string][]controller.Report {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make(map[string][]controller.Report)
-	for el := a.order.Front(); el != nil; el = el.Next() {
-		e := el.Value.(*ackEntry)
-		rep := e.rep
-		rep.ClientID = e.key.client
-		out[e.key.ns] = append(out[e.key.ns], rep)
-	}
-	return out
-}
-
 // reportSync writes this server's summaries and reads the others'.
 type reportSync struct {
 	cli    *clientv3.Client
@@ -175,7 +139,7 @@ func (r *reportSync) run(ctx context.Context) {
 func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written map[string]writtenSummary) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	all := r.acks.reportsByNS()
+	all := r.acks.ByNamespace()
 	if len(all) == 0 {
 		clear(written)
 		if *lease != 0 { // the summaries go with it
@@ -288,7 +252,7 @@ func (r *reportSync) summaries(ctx context.Context) ([]nsSummary, error) {
 // reports returns the reports of ns: this server's table merged with the
 // other servers' summaries (read at most every half second).
 func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Report, error) {
-	local := r.acks.Reports(ns, 0)
+	local := r.acks.Of(ns)
 	r.mu.Lock()
 	cached, ok := r.remote[ns]
 	r.mu.Unlock()

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/server/store"
-	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // RolloutRoot is the prefix of the rollouts' state in the store: a
@@ -142,7 +140,7 @@ func (s rolloutStore) Commit(ctx context.Context, c controller.Commit) (int64, e
 			store.WithCondition(conds...), store.WithOps(ops...)}
 		puts, deletes := c.Change.Puts, c.Change.Deletes
 		if c.Change.Check {
-			rev, err = s.h.write(ctx, ns, c.Change.Actor, "", c.Change.Reason, nil, nil, func(more []store.PublishOption) (int64, error) {
+			rev, err = s.h.write(ctx, ns, controlplane.Write{Actor: c.Change.Actor, Reason: c.Change.Reason}, false, func(more []store.PublishOption) (int64, error) {
 				return s.h.cfg.Namespaces.Publish(ctx, ns, puts, deletes, append(more, opts...)...)
 			})
 		} else {
@@ -195,109 +193,3 @@ func (h *Handler) runningRollout(ctx context.Context, ns string) (*controller.St
 // Rollouts is the handler's rollout controller: holdfast server runs it
 // (Run) on its leader.
 func (h *Handler) Rollouts() *controller.Controller { return h.rollouts }
-
-func rolloutError(err error) error {
-	switch {
-	case errors.Is(err, controller.ErrInvalid):
-		return badRequest("%v", err)
-	case errors.Is(err, controller.ErrRunning), errors.Is(err, controller.ErrEnded), errors.Is(err, controller.ErrConflict):
-		return &httpError{status: http.StatusConflict, code: transport.CodeConflict, msg: err.Error()}
-	case errors.Is(err, controller.ErrUnknown):
-		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: err.Error()}
-	}
-	return err
-}
-
-// startReply is the reply of POST /control/namespaces/{ns}/rollouts.
-type startReply struct {
-	ID       string `json:"id"`
-	Revision int64  `json:"revision"`
-}
-
-func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
-	var body controller.Request
-	if err := readJSON(w, r, h.cfg.MaxPublishBytes, &body, false); err != nil {
-		return err
-	}
-	spec, err := controller.SpecOf(&body)
-	if err != nil {
-		return rolloutError(err)
-	}
-	rec, err := h.rollouts.Start(r.Context(), ns, spec, rolloutActor(r, body.Actor), body.Reason)
-	if err != nil {
-		return rolloutError(err)
-	}
-	h.log.Info("control: rollout started", "ns", ns, "rollout", rec.ID, "revision", rec.Revisions[0], "actor", rec.Actor)
-	writeJSON(w, http.StatusCreated, startReply{ID: rec.ID, Revision: rec.Revisions[0]})
-	return nil
-}
-
-func (h *Handler) listRollouts(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
-	recs, err := h.rollouts.List(r.Context(), ns)
-	if err != nil {
-		return rolloutError(err)
-	}
-	if recs == nil {
-		recs = []controller.Record{}
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Rollouts []controller.Record `json:"rollouts"`
-	}{recs})
-	return nil
-}
-
-func (h *Handler) getRollout(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
-	rec, err := h.rollouts.Get(r.Context(), ns, r.PathValue("id"))
-	if err != nil {
-		return rolloutError(err)
-	}
-	writeJSON(w, http.StatusOK, rec)
-	return nil
-}
-
-// rolloutAction is POST .../rollouts/{id}/abort and .../promote; the
-// body, if any, names the actor and the reason.
-func (h *Handler) rolloutAction(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
-	var body controller.ActionRequest
-	if err := readJSON(w, r, maxControlBytes, &body, true); err != nil {
-		return err
-	}
-	act := h.rollouts.Abort
-	if strings.HasSuffix(r.URL.Path, "/promote") {
-		act = h.rollouts.Promote
-	}
-	rec, err := act(r.Context(), ns, r.PathValue("id"), rolloutActor(r, body.Actor), body.Reason)
-	if err != nil {
-		return rolloutError(err)
-	}
-	h.log.Info("control: rollout ended by an operator", "ns", ns, "rollout", rec.ID, "state", rec.State, "actor", rolloutActor(r, body.Actor))
-	writeJSON(w, http.StatusOK, rec)
-	return nil
-}
-
-// rolloutActor is who acts on a rollout: the authenticated identity, and
-// the actor the request names on its behalf, if another ("bot for alice"),
-// as holdfast history shows a publish's.
-func rolloutActor(r *http.Request, named string) string {
-	actor, onBehalfOf := actors(r, named)
-	if onBehalfOf == "" {
-		return actor
-	}
-	return actor + " for " + onBehalfOf
-}

@@ -4,35 +4,30 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
 
-func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
+func (s etcdStore) Status(ctx context.Context, ns string) (controlapi.NamespaceStatus, error) {
+	h := s.h
+	snap, err := h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
-		return err
-	}
-	snap, err := h.cfg.Source.Snapshot(r.Context(), transport.SnapshotRequest{Namespace: ns})
-	if err != nil {
-		return err
+		return controlapi.NamespaceStatus{}, err
 	}
 	st := controlapi.NamespaceStatus{Namespace: ns, StoreID: snap.StoreID, Revision: snap.Revision, Head: snap.Cursor, Streams: h.cfg.Streams(ns)}
-	if _, st.CompactRevision, err = Points(r.Context(), h.cli); err != nil {
-		return err
+	if _, st.CompactRevision, err = Points(ctx, h.cli); err != nil {
+		return controlapi.NamespaceStatus{}, err
 	}
-	clients, servers, err := h.fleetClients(r.Context(), ns)
+	clients, servers, err := h.fleetClients(ctx, ns)
 	if err != nil {
-		return err
+		return controlapi.NamespaceStatus{}, err
 	}
 	st.Servers = 1 + len(servers)
 	for _, c := range clients {
@@ -47,43 +42,20 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
 			st.Behind++
 		}
 	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	return st, nil
 }
 
-func (h *Handler) compact(w http.ResponseWriter, r *http.Request) error {
-	var body controlapi.CompactRequest
-	if err := readJSON(w, r, maxControlBytes, &body, true); err != nil {
-		return err
-	}
-	if body.Revision < 0 {
-		return badRequest("revision must not be negative")
-	}
-	k, err := Compact(r.Context(), h.cli, body.Revision)
+func (s etcdStore) Clients(ctx context.Context) (controlapi.Clients, error) {
+	h := s.h
+	resp, err := h.cli.Get(ctx, etcd.StoreIDKey, clientv3.WithKeysOnly())
 	if err != nil {
-		return err
+		return controlapi.Clients{}, fmt.Errorf("control: head: %w", err)
 	}
-	h.log.Info("control: compacted", "revision", k)
-	writeJSON(w, http.StatusOK, controlapi.CompactReply{CompactRevision: k})
-	return nil
-}
-
-func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
-	resp, err := h.cli.Get(r.Context(), etcd.StoreIDKey, clientv3.WithKeysOnly())
+	clients, servers, err := h.fleetClients(ctx, "")
 	if err != nil {
-		return fmt.Errorf("control: head: %w", err)
+		return controlapi.Clients{}, err
 	}
-	clients, servers, err := h.fleetClients(r.Context(), "")
-	if err != nil {
-		return err
-	}
-	if id, ok := access.FromContext(r.Context()); ok && !id.MayControlAll() {
-		// Only the namespaces the token controls.
-		clients = slices.DeleteFunc(clients, func(c controlapi.ClientState) bool { return !id.MayControl(c.Namespace) })
-		servers = slices.DeleteFunc(servers, func(s controlapi.ServerReports) bool { return !id.MayControl(s.Namespace) })
-	}
-	writeJSON(w, http.StatusOK, controlapi.Clients{Head: resp.Header.Revision, Clients: clients, Server: h.cfg.ServerID, Servers: servers})
-	return nil
+	return controlapi.Clients{Head: resp.Header.Revision, Clients: clients, Server: h.cfg.ServerID, Servers: servers}, nil
 }
 
 // fleetClients returns the clients' reports on ns (every namespace: "")
@@ -92,18 +64,19 @@ func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
 // client's newest report, with the namespace's revision this server
 // serves; and the summaries merged.
 func (h *Handler) fleetClients(ctx context.Context, ns string) ([]controlapi.ClientState, []controlapi.ServerReports, error) {
+	type clientKey struct{ client, ns string }
 	type entry struct {
 		r      controller.Report
 		server string
 	}
-	merged := make(map[ackKey]*entry)
-	local := h.cfg.Acks.reportsByNS()
+	merged := make(map[clientKey]*entry)
+	local := h.cfg.Acks.ByNamespace()
 	for n, reps := range local {
 		if ns != "" && n != ns {
 			continue
 		}
 		for _, rep := range reps {
-			merged[ackKey{rep.ClientID, n}] = &entry{r: rep, server: h.cfg.ServerID}
+			merged[clientKey{rep.ClientID, n}] = &entry{r: rep, server: h.cfg.ServerID}
 		}
 	}
 	remote, err := h.reports.summaries(ctx)
@@ -117,7 +90,7 @@ func (h *Handler) fleetClients(ctx context.Context, ns string) ([]controlapi.Cli
 		}
 		servers = append(servers, controlapi.ServerReports{Server: s.Server, Namespace: s.ns, At: s.At, Clients: len(s.Reports), Truncated: s.Truncated})
 		for _, rep := range s.Reports {
-			k := ackKey{rep.ClientID, s.ns}
+			k := clientKey{rep.ClientID, s.ns}
 			e := merged[k]
 			if e == nil {
 				merged[k] = &entry{r: rep, server: s.Server}

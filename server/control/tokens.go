@@ -1,162 +1,47 @@
 package control
 
 import (
+	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/server/tokens"
-	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// tokenSyncWait is the longest a relay's sync request waits for a change:
-// each reply, changed or not, tells the relay its copy is current, so it
-// stays well under the 5 s in which a revocation must take effect.
-const tokenSyncWait = 2 * time.Second
+// tokenStore is the control API's token store (controlplane.TokenStore):
+// the store's tokens, their errors in the API's terms.
+type tokenStore struct{ ts *tokens.Store }
 
-// maxTokenSyncUsed bounds the names a sync request reports as used.
-const maxTokenSyncUsed = tokens.MaxTokens
+var _ controlplane.TokenStore = tokenStore{}
 
-func (h *Handler) tokenStore() (*tokens.Store, error) {
-	if h.cfg.TokenStore == nil {
-		return nil, &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: "this server keeps no tokens"}
-	}
-	return h.cfg.TokenStore, nil
+func (t tokenStore) Create(ctx context.Context, rec access.Record) error {
+	return tokenError(t.ts.Create(ctx, rec))
+}
+
+func (t tokenStore) List(ctx context.Context) ([]controlapi.TokenInfo, error) { return t.ts.List(ctx) }
+
+func (t tokenStore) Revoke(ctx context.Context, name string) error {
+	return tokenError(t.ts.Revoke(ctx, name))
+}
+
+func (t tokenStore) NoteUses(names []string, at time.Time) { t.ts.NoteUses(names, at) }
+
+func (t tokenStore) Sync(ctx context.Context, after int64, maxWait time.Duration) controlapi.TokenSync {
+	return t.ts.Wait(ctx, after, maxWait)
 }
 
 // tokenError maps the token store's errors.
 func tokenError(err error) error {
 	switch {
 	case errors.Is(err, tokens.ErrExists):
-		return &httpError{status: http.StatusConflict, code: transport.CodeConflict, msg: err.Error()}
+		return controlplane.Mark(controlplane.ErrExists, err)
 	case errors.Is(err, tokens.ErrNotFound):
-		return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: err.Error()}
-	case errors.Is(err, access.ErrInvalid):
-		return badRequest("%v", err)
+		return controlplane.Mark(controlplane.ErrNotFound, err)
 	case errors.Is(err, tokens.ErrTooMany):
-		return &httpError{status: http.StatusInsufficientStorage, code: transport.CodeTooLarge, msg: err.Error()}
+		return controlplane.Mark(controlplane.ErrFull, err)
 	}
 	return err
-}
-
-func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) error {
-	ts, err := h.tokenStore()
-	if err != nil {
-		return err
-	}
-	var body controlapi.TokenCreateRequest
-	if err := readJSON(w, r, maxControlBytes, &body, false); err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	expires := body.Expires
-	if body.ExpiresIn != "" {
-		if !expires.IsZero() {
-			return badRequest("give expires or expires_in, not both")
-		}
-		d, err := time.ParseDuration(body.ExpiresIn)
-		if err != nil || d <= 0 {
-			return badRequest("expires_in %q: want a positive duration such as 720h", body.ExpiresIn)
-		}
-		expires = now.Add(d)
-	}
-	if !expires.IsZero() && !expires.After(now) {
-		return badRequest("expires %s is not in the future", expires.Format(time.RFC3339))
-	}
-	id, _ := access.FromContext(r.Context())
-	rec := access.Record{Name: body.Name, Subject: body.Subject,
-		Scopes:  access.Scopes{Control: body.Control, Data: body.Data, Admin: body.Admin, Relay: body.Relay},
-		Expires: expires.UTC(), Created: now, CreatedBy: id.Name}
-	secret := ""
-	if body.Subject == "" {
-		secret = access.NewSecret()
-		rec.Hash = access.HashSecret(secret)
-	}
-	if err := ts.Create(r.Context(), rec); err != nil {
-		return tokenError(err)
-	}
-	h.log.Info("control: token created", "token", rec.Name, "subject", rec.Subject, "by", id.Name, "control", rec.Control, "data", rec.Data,
-		"admin", rec.Admin, "relay", rec.Relay, "expires", rec.Expires)
-	writeJSON(w, http.StatusCreated, controlapi.TokenCreated{TokenInfo: controlapi.TokenInfo{
-		Name: rec.Name, Subject: rec.Subject, Control: rec.Control, Data: rec.Data, Admin: rec.Admin, Relay: rec.Relay,
-		Expires: rec.Expires, Created: rec.Created, CreatedBy: rec.CreatedBy}, Secret: secret})
-	return nil
-}
-
-func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request) error {
-	ts, err := h.tokenStore()
-	if err != nil {
-		return err
-	}
-	if _, err := query(r); err != nil {
-		return err
-	}
-	list, err := ts.List(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, controlapi.TokenList{Tokens: list})
-	return nil
-}
-
-func (h *Handler) getToken(w http.ResponseWriter, r *http.Request) error {
-	ts, err := h.tokenStore()
-	if err != nil {
-		return err
-	}
-	name := r.PathValue("name")
-	if err := access.ValidateName(name); err != nil {
-		return badRequest("%v", err)
-	}
-	list, err := ts.List(r.Context())
-	if err != nil {
-		return err
-	}
-	for _, t := range list {
-		if t.Name == name {
-			writeJSON(w, http.StatusOK, t)
-			return nil
-		}
-	}
-	return tokenError(tokens.ErrNotFound)
-}
-
-func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) error {
-	ts, err := h.tokenStore()
-	if err != nil {
-		return err
-	}
-	name := r.PathValue("name")
-	if err := access.ValidateName(name); err != nil {
-		return badRequest("%v", err)
-	}
-	if err := ts.Revoke(r.Context(), name); err != nil {
-		return tokenError(err)
-	}
-	id, _ := access.FromContext(r.Context())
-	h.log.Info("control: token revoked", "token", name, "by", id.Name)
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// syncTokens is a relay's copy of the records: it waits up to
-// tokenSyncWait for a change past the request's revision, and replies
-// with every record (hashes, never secrets).
-func (h *Handler) syncTokens(w http.ResponseWriter, r *http.Request) error {
-	ts, err := h.tokenStore()
-	if err != nil {
-		return err
-	}
-	var body controlapi.TokenSyncRequest
-	if err := readJSON(w, r, 2<<20, &body, true); err != nil {
-		return err
-	}
-	if len(body.Used) > maxTokenSyncUsed {
-		return badRequest("%d names used, want at most %d", len(body.Used), maxTokenSyncUsed)
-	}
-	ts.NoteUses(body.Used, time.Now())
-	writeJSON(w, http.StatusOK, ts.Wait(r.Context(), body.After, tokenSyncWait))
-	return nil
 }

@@ -466,11 +466,7 @@ func (s *Store) Bootstrap(ctx context.Context, file string, writeFile func(name 
 
 // Sync is what a relay reads of the tokens: every record (hashes
 // included) and whether tokens are required, at Revision.
-type Sync struct {
-	Revision int64           `json:"revision"`
-	Required bool            `json:"required"`
-	Records  []access.Record `json:"records"`
-}
+type Sync = controlapi.TokenSync
 
 // Wait returns the records once the cache is past revision after, or
 // after maxWait with the records as they are (a relay's proof that its

@@ -65,7 +65,7 @@ var discard = slog.New(slog.DiscardHandler)
 // server-cpu-ms/op is the CPU time the servers (the three etcd members, or
 // the reference server) spent per op, heartbeats included; proxy-cpu-ms/op
 // that of the grpc-proxy or the relay. Set HOLDFAST_BENCH_CLIENTS to change
-// the fleet; the figures of the issue are at 1,000:
+// the fleet; a figure worth comparing with the relay is at 1,000:
 //
 //	HOLDFAST_BENCH_CLIENTS=1000 go test -run '^$' -bench Propagation100Clients -benchtime 20x -timeout 30m .
 func BenchmarkPropagation100Clients(b *testing.B) {

@@ -155,8 +155,7 @@ func WithMaxSnapshotBytes(n int) Option {
 // serializable read, instead of confirming by a linearizable read of the
 // namespace's meta key (the default). It is cheaper for the cluster, but
 // use it only on etcd >= 3.4.25 or >= 3.5.8: before those, etcd may send a
-// requested notification ahead of an event of the same revision (etcd issue
-// #15220), and the etcd client, which resumes a broken watch after the
+// requested notification ahead of an event of the same revision, and the etcd client, which resumes a broken watch after the
 // last revision it heard of, then skips that event. The source still
 // notices: it confirms nothing past the skipped change, and after the idle
 // timeout ends the watch, and the client's resume from its cursor delivers

@@ -19,8 +19,7 @@ import (
 )
 
 // End-to-end tests of a config.Client's one watch stream over the etcd
-// source (issue 12, "Done when": the same scenarios as config's, where
-// they apply).
+// source: the same scenarios as config's, where they apply.
 
 // streamSpy wraps an etcd Source, keeping it a transport.StreamSource,
 // and counts what the client asks of it: snapshots per namespace,

@@ -264,7 +264,8 @@ func (s *Source) changeSet(w *watchState, id string, evs []*clientv3.Event) (*tr
 func (s *Source) progress(ctx context.Context, w *watchState, id string, rev int64, handle func(transport.Event) error) error {
 	w.notified = true
 	if rev < w.cursor {
-		// etcd may report a revision below an event's (etcd issue #15220),
+		// etcd may report a revision below an event's (a known etcd bug
+		// before 3.4.25 and 3.5.8: a progress notification ahead of an event),
 		// and a store restored from a backup reports its own, lower, head:
 		// only a linearizable read tells them apart.
 		_, err := s.readProgress(ctx, w, handle)

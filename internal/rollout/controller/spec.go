@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/holdfast-dev/holdfast/controlapi"
 	"math"
 	"slices"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -97,8 +97,8 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 		return spec, fmt.Errorf("%w: a rollout needs puts or deletes", ErrInvalid)
 	}
 	for k, v := range spec.Puts {
-		if err := checkKey(k); err != nil {
-			return spec, err
+		if err := rollout.CheckKey(k); err != nil {
+			return spec, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		if !json.Valid(v) {
 			return spec, fmt.Errorf("%w: put of %q: not JSON", ErrInvalid, k)
@@ -107,8 +107,8 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 	seen := make(map[string]bool)
 	deletes := spec.Deletes[:0:0]
 	for _, k := range spec.Deletes {
-		if err := checkKey(k); err != nil {
-			return spec, err
+		if err := rollout.CheckKey(k); err != nil {
+			return spec, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		if _, ok := spec.Puts[k]; ok {
 			return spec, fmt.Errorf("%w: %q both put and deleted", ErrInvalid, k)
@@ -165,14 +165,4 @@ func CheckSpec(ns string, spec Spec) (Spec, error) {
 		}
 	}
 	return spec, nil
-}
-
-func checkKey(k string) error {
-	if err := transport.ValidateKey(k); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if rollout.Reserved(k) {
-		return fmt.Errorf("%w: key %q is reserved to holdfast", ErrInvalid, k)
-	}
-	return nil
 }

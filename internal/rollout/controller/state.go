@@ -2,9 +2,10 @@ package controller
 
 import (
 	"encoding/json"
-	"github.com/holdfast-dev/holdfast/controlapi"
 	"slices"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/controlapi"
 )
 
 // State is a rollout's durable state: what a Store keeps.

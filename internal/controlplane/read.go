@@ -1,0 +1,160 @@
+package controlplane
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
+)
+
+// MaxHistoryLimit is the most audit records one page of history holds.
+const MaxHistoryLimit = 1000
+
+func writeJSON(w http.ResponseWriter, status int, v any) { dataplane.WriteJSON(w, status, v) }
+
+func (h *Handler) history(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	q, err := query(r, "limit", "before")
+	if err != nil {
+		return err
+	}
+	limit, _, err := intParam(q, "limit", 1)
+	if err != nil {
+		return err
+	}
+	if limit > MaxHistoryLimit {
+		return badRequest("limit %d is above %d", limit, MaxHistoryLimit)
+	}
+	before, _, err := intParam(q, "before", 1)
+	if err != nil {
+		return err
+	}
+	hist, err := h.cfg.Store.History(r.Context(), ns, int(limit), before)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, hist)
+	return nil
+}
+
+func (h *Handler) values(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	q, err := query(r, "revision", "at")
+	if err != nil {
+		return err
+	}
+	_, hasRev := q["revision"]
+	at, hasAt := q["at"]
+	if hasRev == hasAt {
+		return badRequest("give one of revision=R and at=RFC3339")
+	}
+	var v *controlapi.NamespaceValues
+	if hasAt {
+		t, err := timeParam("at", at)
+		if err != nil {
+			return err
+		}
+		if v, err = h.cfg.Store.ValuesAtTime(r.Context(), ns, t); err != nil {
+			return err
+		}
+	} else {
+		rev, _, err := intParam(q, "revision", 1)
+		if err != nil {
+			return err
+		}
+		if v, err = h.cfg.Store.ValuesAt(r.Context(), ns, rev); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (h *Handler) diff(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	q, err := query(r, "from", "to")
+	if err != nil {
+		return err
+	}
+	from, okFrom, err := intParam(q, "from", 1)
+	if err != nil {
+		return err
+	}
+	to, okTo, err := intParam(q, "to", 1)
+	if err != nil {
+		return err
+	}
+	if !okFrom || !okTo {
+		return badRequest("give both from=R1 and to=R2")
+	}
+	d, err := h.cfg.Store.Diff(r.Context(), ns, from, to)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	if _, err := query(r); err != nil {
+		return err
+	}
+	st, err := h.cfg.Store.Status(r.Context(), ns)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (h *Handler) compact(w http.ResponseWriter, r *http.Request) error {
+	var body controlapi.CompactRequest
+	if err := ReadJSON(w, r, maxControlBytes, &body, true); err != nil {
+		return err
+	}
+	if body.Revision < 0 {
+		return badRequest("revision must not be negative")
+	}
+	k, err := h.cfg.Store.Compact(r.Context(), body.Revision)
+	if err != nil {
+		return err
+	}
+	h.log.Info("control: compacted", "revision", k)
+	writeJSON(w, http.StatusOK, controlapi.CompactReply{CompactRevision: k})
+	return nil
+}
+
+func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	c, err := h.cfg.Store.Clients(r.Context())
+	if err != nil {
+		return err
+	}
+	if id, ok := access.FromContext(r.Context()); ok && h.cfg.Authenticator != nil && !id.MayControlAll() {
+		// Only the namespaces the identity controls.
+		c.Clients = slices.DeleteFunc(c.Clients, func(c controlapi.ClientState) bool { return !id.MayControl(c.Namespace) })
+		c.Servers = slices.DeleteFunc(c.Servers, func(s controlapi.ServerReports) bool { return !id.MayControl(s.Namespace) })
+	}
+	if c.Clients == nil {
+		c.Clients = []controlapi.ClientState{}
+	}
+	writeJSON(w, http.StatusOK, c)
+	return nil
+}

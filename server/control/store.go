@@ -1,0 +1,229 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
+	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/schema"
+	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// etcdStore is the control API's store (controlplane.Store) in etcd: a
+// write is one transaction that carries its audit record and its guards
+// (the namespace's schema, its rollout's state), through holdfast's etcd
+// source; schemas are keys under SchemaRoot, rollouts under RolloutRoot.
+type etcdStore struct{ h *Handler }
+
+var _ controlplane.Store = etcdStore{}
+
+func (s etcdStore) Publish(ctx context.Context, ns string, w controlplane.Write) (int64, error) {
+	h := s.h
+	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
+		return h.cfg.Namespaces.Publish(ctx, ns, w.Puts, w.Deletes, opts...)
+	})
+	if err != nil {
+		return 0, err
+	}
+	h.publishes.Add(1)
+	h.trim.published(ns, publishSize(w.Puts, w.Deletes))
+	return rev, nil
+}
+
+func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
+	h := s.h
+	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
+		return h.cfg.Namespaces.Rollback(ctx, ns, to, opts...)
+	})
+	if err != nil {
+		return 0, err
+	}
+	h.publishes.Add(1)
+	h.trim.published(ns, 0) // its record repeats values whose publishes were weighed
+	return rev, nil
+}
+
+// Check validates ns's content with w applied against ns's schema, as
+// the publish that follows an abort would see it (the rollout's reserved
+// keys gone). The publish checks again in its transaction.
+func (s etcdStore) Check(ctx context.Context, ns string, w controlplane.Write) error {
+	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
+	if err != nil || sch == nil {
+		return err
+	}
+	snap, err := s.h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	var content map[string]json.RawMessage
+	if err := json.Unmarshal(snap.Values, &content); err != nil {
+		return fmt.Errorf("control: the content of %q: %w", ns, err)
+	}
+	next := dataplane.WithoutReserved(content)
+	if len(next) == len(content) {
+		next = maps.Clone(content)
+	}
+	maps.Copy(next, w.Puts)
+	for _, k := range w.Deletes {
+		delete(next, k)
+	}
+	return sch.ValidateValues(next)
+}
+
+func (s etcdStore) Schema(ctx context.Context, ns string) ([]byte, error) {
+	resp, err := s.h.cli.Get(ctx, SchemaRoot+ns)
+	if err != nil {
+		return nil, fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, controlplane.ErrNoSchema
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+func (s etcdStore) SetSchema(ctx context.Context, ns string, raw []byte, _ *schema.Schema) error {
+	if _, err := s.h.cli.Put(ctx, SchemaRoot+ns, string(raw)); err != nil {
+		return fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	return nil
+}
+
+func (s etcdStore) DeleteSchema(ctx context.Context, ns string) error {
+	resp, err := s.h.cli.Delete(ctx, SchemaRoot+ns)
+	if err != nil {
+		return fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	if resp.Deleted == 0 {
+		return controlplane.ErrNoSchema
+	}
+	return nil
+}
+
+func (s etcdStore) History(ctx context.Context, ns string, limit int, before int64) (*controlapi.History, error) {
+	return s.h.cfg.Namespaces.History(ctx, ns, store.HistoryOptions{Limit: limit, Before: before})
+}
+
+func (s etcdStore) ValuesAt(ctx context.Context, ns string, rev int64) (*controlapi.NamespaceValues, error) {
+	return s.h.cfg.Namespaces.ValuesAt(ctx, ns, rev)
+}
+
+func (s etcdStore) ValuesAtTime(ctx context.Context, ns string, t time.Time) (*controlapi.NamespaceValues, error) {
+	return s.h.cfg.Namespaces.ValuesAtTime(ctx, ns, t)
+}
+
+func (s etcdStore) Diff(ctx context.Context, ns string, from, to int64) (*controlapi.Diff, error) {
+	return s.h.cfg.Namespaces.Diff(ctx, ns, from, to)
+}
+
+func (s etcdStore) Compact(ctx context.Context, rev int64) (int64, error) {
+	return Compact(ctx, s.h.cli, rev)
+}
+
+func (s etcdStore) Rollouts() controlplane.Rollouts { return s.h.rollouts }
+
+// write runs a publish or rollback with its audit, condition and the
+// namespace's schema, guarded by the schema's revision: a schema set
+// meanwhile makes it read the schema again and retry (a few times), so
+// that a write never commits against a schema already replaced. A plain
+// write is refused while a rollout runs on ns (a
+// *controlplane.RolloutRunningError) and guarded by the rollout's state,
+// so that a rollout started meanwhile is never bypassed; a rollout's own
+// commit (plain false) is guarded by the rollout's commit itself.
+func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, plain bool, commit func([]store.PublishOption) (int64, error)) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		opts := []store.PublishOption{store.WithActor(w.Actor), store.WithOnBehalfOf(w.OnBehalfOf), store.WithReason(w.Reason)}
+		if w.IfRevision != nil {
+			opts = append(opts, store.WithIfRevision(*w.IfRevision))
+		}
+		if plain {
+			run, version, err := h.runningRollout(ctx, ns)
+			if err != nil {
+				return 0, err
+			}
+			if run != nil {
+				return 0, &controlplane.RolloutRunningError{Namespace: ns, ID: run.ID}
+			}
+			opts = append(opts, store.WithGuard(currentKey(ns), version))
+		}
+		sch, schemaRev, err := h.schemas.get(ctx, h.cli, ns)
+		if err != nil {
+			return 0, err
+		}
+		opts = append(opts, store.WithGuard(SchemaRoot+ns, schemaRev))
+		if sch != nil {
+			opts = append(opts, store.WithSchema(sch))
+		}
+		rev, err := commit(opts)
+		if !errors.Is(err, store.ErrGuardChanged) || attempt == 3 {
+			return rev, err
+		}
+	}
+}
+
+// schemaCache keeps each namespace's compiled schema with the revision of
+// its key, so that a publish reads the key (one small read) but compiles
+// only a schema it has not seen.
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]compiledSchema
+}
+
+type compiledSchema struct {
+	modRevision int64
+	schema      *schema.Schema
+}
+
+// get returns ns's schema (nil when it has none) and the ModRevision of
+// its key (0: none).
+func (c *schemaCache) get(ctx context.Context, cli *clientv3.Client, ns string) (*schema.Schema, int64, error) {
+	resp, err := cli.Get(ctx, SchemaRoot+ns)
+	if err != nil {
+		return nil, 0, fmt.Errorf("control: schema of %q: %w", ns, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(resp.Kvs) == 0 {
+		delete(c.m, ns)
+		return nil, 0, nil
+	}
+	kv := resp.Kvs[0]
+	if had, ok := c.m[ns]; ok && had.modRevision == kv.ModRevision {
+		return had.schema, kv.ModRevision, nil
+	}
+	sch, err := schema.Compile(kv.Value)
+	if err != nil {
+		// Only PUT writes the key, after compiling it: another writer's.
+		return nil, 0, fmt.Errorf("control: the stored schema of %q does not compile: %w", ns, errors.Join(err, errStoredSchema))
+	}
+	if c.m == nil {
+		c.m = make(map[string]compiledSchema)
+	}
+	c.m[ns] = compiledSchema{modRevision: kv.ModRevision, schema: sch}
+	return sch, kv.ModRevision, nil
+}
+
+// errStoredSchema marks a stored schema that does not compile: the
+// server's trouble, not the caller's.
+var errStoredSchema = errors.New("stored schema invalid")
+
+// publishSize is about what a publish adds to its namespace's audit log.
+func publishSize(puts map[string]json.RawMessage, deletes []string) int64 {
+	var n int64
+	for k, v := range puts {
+		n += int64(len(k) + len(v))
+	}
+	for _, k := range deletes {
+		n += int64(len(k))
+	}
+	return n
+}
