@@ -135,7 +135,7 @@ func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
 	case len(ack.Rollout) > rollout.MaxIDLen:
 		return ack, fmt.Errorf("%w: rollout must have at most %d bytes", ErrInvalid, rollout.MaxIDLen)
 	case !wire.ValidSDKVersion(ack.SDKVersion):
-		return ack, fmt.Errorf("%w: sdk_version must be at most %d letters, digits, '.', '+' or '-'", ErrInvalid, wire.MaxSDKVersionBytes)
+		return ack, fmt.Errorf("%w: sdk_version must be at most %d letters, digits, '.', '+' or '-', beginning with a letter or digit", ErrInvalid, wire.MaxSDKVersionBytes)
 	}
 	if !isNamespace(ack.Namespace) { // the regexp costs more than decoding the ack
 		if err := transport.ValidateNamespace(ack.Namespace); err != nil {

@@ -137,13 +137,16 @@ const MaxSDKVersionBytes = 64
 
 // ValidSDKVersion reports whether v may be an ack's SDKVersion: empty (not
 // said), or 1..MaxSDKVersionBytes of the letters, digits, '.', '+' and
-// '-' of a semantic version ("0.1.0", "1.2.0-rc.1+build.5").
+// '-' of a semantic version ("0.1.0", "1.2.0-rc.1+build.5"), beginning
+// with a letter or a digit.
 func ValidSDKVersion(v string) bool {
 	if len(v) > MaxSDKVersionBytes {
 		return false
 	}
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '+' || c == '-') {
+		c := v[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '+' && c != '-') {
 			return false
 		}
 	}

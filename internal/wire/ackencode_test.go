@@ -130,7 +130,7 @@ func TestValidSDKVersion(t *testing.T) {
 	for v, want := range map[string]bool{
 		"": true, "0.1.0": true, "1.2.0-rc.1+build.5": true, "v0.0.0-20261206170000-0123456789ab": true,
 		strings.Repeat("1", MaxSDKVersionBytes): true, strings.Repeat("1", MaxSDKVersionBytes+1): false,
-		"0.1.0 (patched)": false, "0.1\n": false, `0.1"`: false, "0.1é": false,
+		"0.1.0 (patched)": false, "0.1\n": false, `0.1"`: false, "0.1é": false, "-": false, ".1": false, "+b": false, "v1": true,
 	} {
 		if got := ValidSDKVersion(v); got != want {
 			t.Errorf("ValidSDKVersion(%q) = %v, want %v", v, got, want)

@@ -147,7 +147,7 @@ func CheckCohortReport(r *CohortReport) error {
 				return fmt.Errorf("cohort of %q: an error of more than %d bytes", n.Namespace, MaxAckErrorBytes)
 			}
 			if !ValidSDKVersion(o.SDKVersion) {
-				return fmt.Errorf("cohort of %q: sdk_version %q is not 1..%d letters, digits, '.', '+' or '-'", n.Namespace, o.SDKVersion, MaxSDKVersionBytes)
+				return fmt.Errorf("cohort of %q: sdk_version %q is not 1..%d letters, digits, '.', '+' or '-' beginning with a letter or digit", n.Namespace, o.SDKVersion, MaxSDKVersionBytes)
 			}
 			if len(o.Runs)%2 != 0 || len(o.Runs) == 0 {
 				return fmt.Errorf("cohort of %q: runs must be pairs of a slot and a count", n.Namespace)
