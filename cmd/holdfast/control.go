@@ -126,7 +126,7 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 	if *t.server == "" {
 		return nil, usagef("-server is required")
 	}
-	if err := checkScheme(*t.server); err != nil {
+	if err := checkScheme("-server", *t.server); err != nil {
 		return nil, err
 	}
 	u, err := url.Parse(*t.server)
@@ -167,15 +167,16 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 	return p, nil
 }
 
-// checkScheme refuses a -server without a scheme ("127.0.0.1:8080",
-// "origin:8080", "origin"), which url.Parse either refuses in its own
-// words ("first path segment in URL cannot contain colon") or takes for
-// something else (scheme "origin"), and says what to type.
-func checkScheme(server string) error {
-	if strings.Contains(server, "://") {
+// checkScheme refuses a URL of flag name (-server, -upstream) without a
+// scheme ("127.0.0.1:8080", "origin:8080", "origin"), which url.Parse
+// either refuses in its own words ("first path segment in URL cannot
+// contain colon") or takes for something else (scheme "origin"), and says
+// what to type.
+func checkScheme(name, u string) error {
+	if strings.Contains(u, "//") {
 		return nil
 	}
-	return usagef("-server %q has no scheme: write http://%s (or https://%s for a TLS listener)", server, server, server)
+	return usagef("%s %q has no scheme: write http://%s (or https://%s for a TLS listener)", name, u, u, u)
 }
 
 // secretFrom returns a secret from the flag named flagName (value), the

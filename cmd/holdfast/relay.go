@@ -259,6 +259,9 @@ func parseUpstream(s string) (upstream, error) {
 	}
 	var up upstream
 	for _, item := range items {
+		if err := checkScheme("-upstream", item); err != nil {
+			return upstream{}, err
+		}
 		u, err := url.Parse(item)
 		if err != nil {
 			return upstream{}, usagef("-upstream: %v", err)
