@@ -415,7 +415,7 @@ func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc
 	if adminURL == "" {
 		adminURL = plane.url()
 	}
-	log.Info("relay serving", "url", plane.url(), "admin_url", adminURL, "upstream", upstreamName)
+	log.Info("relay serving", append([]any{"url", plane.url(), "admin_url", adminURL, "upstream", upstreamName}, buildAttrs()...)...)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")

@@ -216,6 +216,9 @@ func serveStubTokens(t *testing.T, adminAddr string, toks *access.Tokens) *serve
 		<-s.done
 	})
 	rec := s.logs.waitFor(t, "relay serving", s.done)
+	if v, _ := rec["version"].(string); v != config.Version {
+		t.Errorf("relay serving: version %q, want %q", v, config.Version)
+	}
 	s.data, _ = rec["url"].(string)
 	s.adminURL, _ = rec["admin_url"].(string)
 	if rec["upstream"] != "http://origin:8080" {

@@ -236,7 +236,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	if adminAddr == "" {
 		attrs = append(attrs, "admin_url", plane.url())
 	}
-	log.Info("serving", attrs...)
+	log.Info("serving", append(attrs, buildAttrs()...)...)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")

@@ -26,6 +26,9 @@ func TestServer(t *testing.T) {
 	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.HasPrefix(admin, "http://127.0.0.1:") || base == admin {
 		t.Fatalf("serving: url %q, admin_url %q", base, admin)
 	}
+	if v, _ := rec["version"].(string); v != config.Version {
+		t.Errorf("serving: version %q, want %q", v, config.Version)
+	}
 
 	if code, body, _ := get(t, admin+"/readyz"); code != http.StatusOK || body != "ready\n" {
 		t.Errorf("/readyz: %d %q, want 200 ready", code, body)

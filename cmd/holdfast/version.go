@@ -74,3 +74,15 @@ func printVersion(w io.Writer, in version.Info) error {
 	}
 	return nil
 }
+
+// buildAttrs are the log attributes of the build, for the line a server
+// or relay logs when it starts serving: the version, and the commit when
+// the binary carries one.
+func buildAttrs() []any {
+	in := version.Read()
+	attrs := []any{"version", in.Version}
+	if in.Revision != "" {
+		attrs = append(attrs, "commit", in.Revision)
+	}
+	return attrs
+}
