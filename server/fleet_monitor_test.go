@@ -41,9 +41,13 @@ func TestFleetMonitorAndFirstCut(t *testing.T) {
 	sdkClients(t, base2, "app", 4)
 
 	for _, base := range []string{base1, base2} {
-		var c controlapi.Clients
+		cc := controlClient(t, base)
+		var c *controlapi.Clients
 		testutil.Eventually(t, 20*time.Second, func() bool {
-			control(t, "GET", base+"/control/clients", nil, &c)
+			var err error
+			if c, err = cc.Clients(t.Context()); err != nil {
+				c = &controlapi.Clients{}
+			}
 			return len(c.Clients) == 7 && len(c.Servers) == 1
 		}, "clients shows the fleet's 7 clients")
 		servers := map[string]int{}
@@ -56,19 +60,14 @@ func TestFleetMonitorAndFirstCut(t *testing.T) {
 		if len(servers) != 2 || servers[c.Server] == 0 || c.Servers[0].Server == c.Server || c.Servers[0].At.IsZero() {
 			t.Fatalf("clients by server %v; this server %q, summaries %+v", servers, c.Server, c.Servers)
 		}
-		var st controlapi.NamespaceStatus
-		control(t, "GET", base+"/control/namespaces/app/status", nil, &st)
-		if st.Clients != 7 || st.Acked != 7 || st.Servers != 2 {
-			t.Fatalf("status %+v", st)
+		st, err := cc.Status(t.Context(), "app")
+		if err != nil || st.Clients != 7 || st.Acked != 7 || st.Servers != 2 {
+			t.Fatalf("status %+v %v", st, err)
 		}
 	}
 
-	id := startRollout(t, base1, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "1m"})
-	var rec struct {
-		Clients int `json:"clients"`
-	}
-	control(t, "GET", base1+"/control/namespaces/app/rollouts/"+id, nil, &rec)
-	if rec.Clients != 7 {
+	id := startRollout(t, base1, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{50, 100}, Bake: "1m"})
+	if rec := getRollout(t, base1, "app", id); rec.Clients != 7 {
 		t.Fatalf("the rollout knows %d clients at its start, want the fleet's 7", rec.Clients)
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
@@ -152,4 +154,35 @@ func checkChange(puts map[string]json.RawMessage, deletes []string) error {
 		}
 	}
 	return nil
+}
+
+// Bounds of a write's audit fields (its actor, whom it acted for, its
+// reason): holdfast server's store's, on every server.
+const (
+	MaxActorBytes  = 256
+	MaxReasonBytes = 4096
+)
+
+// CheckText checks an actor or a reason a request names: at most limit
+// bytes of UTF-8 without control characters, which would forge lines or
+// columns where the audit is shown (a log, a terminal's table). A record
+// already stored with them (written before the check) is still served.
+func CheckText(field, s string, limit int) error {
+	switch {
+	case len(s) > limit:
+		return fmt.Errorf("%w: %s is longer than %d bytes", ErrInvalid, field, limit)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not UTF-8", ErrInvalid, field)
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return fmt.Errorf("%w: %s has a control character", ErrInvalid, field)
+	}
+	return nil
+}
+
+// checkAudit checks a request's actor and reason.
+func checkAudit(actor, reason string) error {
+	if err := CheckText("actor", actor, MaxActorBytes); err != nil {
+		return err
+	}
+	return CheckText("reason", reason, MaxReasonBytes)
 }

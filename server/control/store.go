@@ -55,14 +55,16 @@ func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlp
 
 // Check validates ns's content with w applied against ns's schema, as
 // the publish that follows an abort would see it (the rollout's reserved
-// keys gone). The publish checks again in its transaction.
+// keys gone); a namespace without a revision is transport.ErrNotFound.
+// The publish (or the rollout's promotion) checks again in its
+// transaction.
 func (s etcdStore) Check(ctx context.Context, ns string, w controlplane.Write) error {
-	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
-	if err != nil || sch == nil {
-		return err
-	}
 	snap, err := s.h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
+		return err
+	}
+	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
+	if err != nil || sch == nil {
 		return err
 	}
 	var content map[string]json.RawMessage
