@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
@@ -29,7 +30,8 @@ func twoServers(t *testing.T) (s1 *server.Server, base1 string, s2 *server.Serve
 
 // TestFleetMonitorAndFirstCut: two servers over one etcd, clients on
 // each. Any server's clients and status show the whole fleet (its own
-// table and the other's summary, with whose and how old), with no rollout
+// table and the other's summary, with whose and how old, and each
+// client's SDK version), with no rollout
 // running; and a rollout started on one server counts, from its start,
 // the clients of both (the first stage's cut is taken over them all).
 func TestFleetMonitorAndFirstCut(t *testing.T) {
@@ -51,8 +53,8 @@ func TestFleetMonitorAndFirstCut(t *testing.T) {
 		servers := map[string]int{}
 		for _, cl := range c.Clients {
 			servers[cl.Server]++
-			if cl.UpdatedAt.IsZero() || cl.AckedRevision == 0 {
-				t.Errorf("client %+v", cl)
+			if cl.UpdatedAt.IsZero() || cl.AckedRevision == 0 || cl.SDKVersion != config.Version {
+				t.Errorf("client %+v, want its acked revision, when and its SDK version %s", cl, config.Version)
 			}
 		}
 		if len(servers) != 2 || servers[c.Server] == 0 || c.Servers[0].Server == c.Server || c.Servers[0].At.IsZero() {

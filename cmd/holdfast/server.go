@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/gate"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -56,7 +57,8 @@ a listener of their own with -admin-addr:
 	               heard from it; 503 and the reason otherwise
 	GET /healthz   200 while the process runs
 	GET /statusz   the store's kind, endpoints, id, head and compaction
-	               point, as JSON
+	               point, and the build (as 'holdfast version -o json'),
+	               as JSON
 	GET /metrics   Prometheus text: the Go runtime's and process's metrics
 
 Tokens live in the store ('holdfast token create|list|revoke', see
@@ -212,7 +214,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 // closes srv.
 func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
-	m, err := newMetrics()
+	m, err := newMetrics(serverService)
 	if err != nil {
 		return err
 	}
@@ -225,7 +227,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	if adminAddr == "" {
 		adminToks = access.FromAuthenticator(srv.Tokens().Table(), "the store's tokens")
 	}
-	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) }, adminToks)
+	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return serverStatus{srv.Status(context.Background()), version.Read()} }, adminToks)
 
 	attrs := []any{"store_id", srv.StoreID()}
 	var adminFailed <-chan struct{}
@@ -250,7 +252,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	if adminAddr == "" {
 		attrs = append(attrs, "admin_url", plane.url())
 	}
-	log.Info("serving", attrs...)
+	log.Info("serving", append(attrs, buildAttrs()...)...)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -265,6 +267,13 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	stopped := make(chan error, 1)
 	go func() { stopped <- plane.stop() }()
 	return errors.Join(err, srv.Close(), <-stopped)
+}
+
+// serverStatus is the JSON of the server's /statusz: the server's status
+// and, under "build", what `holdfast version -o json` prints.
+type serverStatus struct {
+	holdfast.Status
+	Build version.Info `json:"build"`
 }
 
 // serverMetrics registers, read at each scrape,
