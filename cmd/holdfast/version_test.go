@@ -90,16 +90,16 @@ func TestServiceResource(t *testing.T) {
 	}
 	set := res.Set()
 	if v, _ := set.Value("service.name"); v != attribute.StringValue(relayService) {
-		t.Errorf("service.name = %v", v.Emit())
+		t.Errorf("service.name = %v", v.AsString())
 	}
 	if v, _ := set.Value("service.version"); v != attribute.StringValue(config.Version) {
-		t.Errorf("service.version = %v", v.Emit())
+		t.Errorf("service.version = %v", v.AsString())
 	}
 	t.Setenv("OTEL_SERVICE_NAME", "edge-relay")
 	if res, err = serviceResource(relayService); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := res.Set().Value("service.name"); v != attribute.StringValue("edge-relay") {
-		t.Errorf("with $OTEL_SERVICE_NAME, service.name = %v", v.Emit())
+		t.Errorf("with $OTEL_SERVICE_NAME, service.name = %v", v.AsString())
 	}
 }
