@@ -149,7 +149,7 @@ func (s nsSink) WouldReject(revision int64, rolloutID string, err error) {
 	n.log.Warn("config: a staged rollout's change would be rejected; reported, serving the base",
 		"revision", revision, "rollout", rolloutID, "err", err)
 	would := transport.Ack{ClientID: n.c.opts.clientID, Namespace: n.name, Revision: revision,
-		Status: transport.AckWouldReject, Rollout: rolloutID, Error: err.Error()}
+		Status: transport.AckWouldReject, Rollout: rolloutID, Error: err.Error(), SDKVersion: Version}
 	n.acks.Add(would)
 	n.mu.Lock()
 	n.would = would

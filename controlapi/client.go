@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/version"
 )
 
 // DefaultMaxReplyBytes bounds a reply the Client reads (a namespace's
@@ -19,8 +21,9 @@ import (
 const DefaultMaxReplyBytes = 256 << 20
 
 // DefaultUserAgent is the User-Agent the Client sends unless
-// WithUserAgent says otherwise.
-const DefaultUserAgent = "holdfast-controlapi"
+// WithUserAgent says otherwise: "holdfast-controlapi/" and the SDK's
+// version (config.Version).
+const DefaultUserAgent = "holdfast-controlapi/" + version.SDK
 
 // Client calls the control API of a holdfast server (or of the reference
 // server, holdfasttest): one typed method per route, each taking a

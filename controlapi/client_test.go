@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -346,5 +347,24 @@ func TestRolloutRequests(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDefaultUserAgent: without WithUserAgent the Client sends
+// holdfast-controlapi/VERSION, the SDK's version.
+func TestDefaultUserAgent(t *testing.T) {
+	var ua string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ua = r.Header.Get("User-Agent")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"revision":3}`)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+	if _, err := c.Publish(context.Background(), "payments.prod", controlapi.PublishRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "holdfast-controlapi/" + config.Version; ua != want || controlapi.DefaultUserAgent != want {
+		t.Errorf("User-Agent = %q (DefaultUserAgent %q), want %q", ua, controlapi.DefaultUserAgent, want)
 	}
 }

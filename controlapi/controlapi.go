@@ -85,6 +85,9 @@ type ClientState struct {
 	// Server is the server that heard it last (holdfast server: its id,
 	// this one's or another's whose summary told).
 	Server string `json:"server,omitempty"`
+	// SDKVersion is the client's SDK version as its last report that said
+	// one did (config.Version); empty when it never said.
+	SDKVersion string `json:"sdk_version,omitempty"`
 }
 
 // ServerReports is one other server's summary of its clients' reports on

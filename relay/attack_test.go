@@ -3,6 +3,7 @@ package relay_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -45,14 +46,45 @@ type fleet struct {
 	failed  []string        // healthy snapshots not served
 	sent    atomic.Int64    // the time (UnixNano) of the last publish
 	peak    atomic.Uint64   // the relay's peak heap since measure began
+	fresh   bool            // the prober opens a connection per probe
+	wrong   []string        // what the attack itself saw go wrong (report)
 }
 
-func startFleet(t *testing.T, target string) *fleet {
+// fleetOptions is how an attack's fleet differs from the default one.
+type fleetOptions struct {
+	targetArgs  []string      // more flags of the relay under attack
+	freshProbes bool          // the snapshot prober opens a connection per probe
+	settle      time.Duration // from the attack's start to the measurement (0: 500 ms)
+}
+
+type fleetOption func(*fleetOptions)
+
+// withTarget gives the relay under attack more flags.
+func withTarget(args ...string) fleetOption {
+	return func(o *fleetOptions) { o.targetArgs = append(o.targetArgs, args...) }
+}
+
+// withFreshProbes makes each snapshot probe a new connection: a healthy
+// client that must be admitted under the attack, not one already in.
+func withFreshProbes() fleetOption { return func(o *fleetOptions) { o.freshProbes = true } }
+
+// withSettle waits d after the attack's start before the measurement.
+func withSettle(d time.Duration) fleetOption { return func(o *fleetOptions) { o.settle = d } }
+
+// report records what an attack saw go wrong (a reply it should not
+// have had): a problem of the try, beside the healthy clients'.
+func (f *fleet) report(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wrong = append(f.wrong, fmt.Sprintf(format, args...))
+}
+
+func startFleet(t *testing.T, target string, args ...string) *fleet {
 	t.Helper()
 	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
 	mustPublish(t, origin, "app", map[string]any{"v": 0})
 	mustPublish(t, origin, "big", map[string]any{"blob": strings.Repeat("x", 1<<20)})
-	proc, first, err := startChild(target, "-upstream", origin.URL())
+	proc, first, err := startChild(target, append([]string{"-upstream", origin.URL()}, args...)...)
 	if err != nil {
 		t.Fatalf("the relay: %v", err)
 	}
@@ -104,7 +136,7 @@ func (f *fleet) measure(d time.Duration) (changeP99, snapP99 time.Duration, fail
 	f.peak.Store(0)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	hc := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: f.fresh}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
 	wg.Go(func() {
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -180,13 +212,17 @@ const attackTries = 3
 
 // attack measures the quiet baseline, then the healthy load while run
 // attacks (until stop is closed), and checks the healthy clients.
-func attack(t *testing.T, target, name string, run func(f *fleet, stop <-chan struct{})) {
+func attack(t *testing.T, target, name string, run func(f *fleet, stop <-chan struct{}), opts ...fleetOption) {
+	var o fleetOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	t.Run(name, func(t *testing.T) {
 		var problems []string
 		for try := 1; try <= attackTries; try++ {
 			// A try of its own: its fleet (origin, relay, clients) stops
 			// before the next try starts, not beside it.
-			t.Run(fmt.Sprint("try-", try), func(t *testing.T) { problems = attackOnce(t, target, run) })
+			t.Run(fmt.Sprint("try-", try), func(t *testing.T) { problems = attackOnce(t, target, run, o) })
 			if len(problems) == 0 {
 				return
 			}
@@ -197,8 +233,9 @@ func attack(t *testing.T, target, name string, run func(f *fleet, stop <-chan st
 }
 
 // attackOnce is one measurement of an attack: what went wrong, if any.
-func attackOnce(t *testing.T, target string, run func(f *fleet, stop <-chan struct{})) []string {
-	f := startFleet(t, target)
+func attackOnce(t *testing.T, target string, run func(f *fleet, stop <-chan struct{}), o fleetOptions) []string {
+	f := startFleet(t, target, o.targetArgs...)
+	f.fresh = o.freshProbes
 	quietChange, quietSnap, failed, quietHeap := f.measure(3 * time.Second)
 	if len(failed) > 0 {
 		return []string{fmt.Sprintf("quiet: healthy snapshots failed: %v", failed)}
@@ -209,14 +246,17 @@ func attackOnce(t *testing.T, target string, run func(f *fleet, stop <-chan stru
 		defer close(done)
 		run(f, stop)
 	}()
-	time.Sleep(500 * time.Millisecond) // the attack under way
+	time.Sleep(cmp.Or(o.settle, 500*time.Millisecond)) // the attack under way
 	change, snap, failed, heap := f.measure(4 * time.Second)
 	close(stop)
 	<-done
-	t.Logf("p99 publish→OnChange %v (quiet %v), snapshot %v (quiet %v); heap %d MiB (quiet %d MiB)",
-		change, quietChange, snap, quietSnap, heap>>20, quietHeap>>20)
+	f.mu.Lock()
+	wrong, probes := slices.Clone(f.wrong), len(f.snaps)
+	f.mu.Unlock()
+	t.Logf("p99 publish→OnChange %v (quiet %v), snapshot %v (quiet %v), %d of %d served; heap %d MiB (quiet %d MiB)",
+		change, quietChange, snap, quietSnap, probes-len(failed), probes, heap>>20, quietHeap>>20)
 	bound := func(quiet time.Duration) time.Duration { return max(2*quiet, 100*time.Millisecond) }
-	var problems []string
+	problems := wrong
 	if change > bound(quietChange) {
 		problems = append(problems, fmt.Sprintf("publish→OnChange p99 %v under attack, quiet %v: want at most %v", change, quietChange, bound(quietChange)))
 	}
@@ -367,6 +407,63 @@ func TestAttacks(t *testing.T) {
 	} {
 		attack(t, target, name, func(f *fleet, stop <-chan struct{}) { runAttacker(t, bin, name, f.addr, stop) })
 	}
+	// 300 connections trickling a request body each, a byte every 2 s,
+	// opened again when closed, on a relay capped at 300 connections: at
+	// the cap a connection whose body is behind the least rate gives its
+	// slot to a new one (once half a second behind: the measurement
+	// starts a second into the attack). The prober opens a connection per
+	// probe: it must be admitted, not ride one it already has.
+	attack(t, target, "slow-request-bodies", func(f *fleet, stop <-chan struct{}) {
+		runAttacker(t, bin, "slow-request-bodies", f.addr, stop)
+	}, withTarget("-max-conns", "300"), withFreshProbes(), withSettle(time.Second))
+	// A schema nested 5,000 deep PUT ten times a second, each refused in
+	// under 100 ms, while a schema at the bounds is PUT to another
+	// namespace and published to twice a second: the healthy publishes to
+	// app keep their latency.
+	attack(t, target, "deep-schemas", deepSchemas)
+}
+
+// deepSchemas is the attack of a control token with schemas: the deepest
+// (refused before compiling) and the costliest that is accepted
+// (testutil.CostlySchema).
+func deepSchemas(f *fleet, stop <-chan struct{}) {
+	const deep = 5000
+	deepest, costly := testutil.DeepSchema(deep), testutil.CostlySchema()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	put := func(ns, body string) (int, time.Duration) {
+		req, _ := http.NewRequest(http.MethodPut, f.origin.URL()+"/control/namespaces/"+ns+"/schema", strings.NewReader(body))
+		start := time.Now()
+		resp, err := hc.Do(req)
+		took := time.Since(start)
+		if err != nil {
+			f.report("PUT %s schema: %v", ns, err)
+			return 0, took
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, took
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if code, took := put("deep", deepest); code != http.StatusBadRequest || took > 100*time.Millisecond {
+			f.report("a schema %d deep: %d in %v, want 400 in under 100 ms", deep, code, took)
+		}
+		if i%5 != 0 {
+			continue
+		}
+		if code, _ := put("costly", costly); code != http.StatusNoContent {
+			f.report("a schema at the bounds: %d, want 204", code)
+		}
+		if _, err := f.origin.Publish("costly", map[string]any{"k0": []any{}}); err != nil {
+			f.report("a publish to the namespace of the schema at the bounds: %v", err)
+		}
+	}
 }
 
 // TestSlowReadersReleaseSlots: HTTP/1.1 readers that never read, as many
@@ -413,9 +510,10 @@ func TestSlowReadersReleaseSlots(t *testing.T) {
 	t.Logf("slots held %v", time.Since(held))
 }
 
-// TestInvalidBodies: a publish whose body is not UTF-8 is refused with a
-// 400 that says so (it would be served as JSON that is not); one past the
-// size limit with 413; neither reaches the store.
+// TestInvalidBodies: a publish whose body is not UTF-8, or escapes half a
+// surrogate pair alone, is refused with a 400 that says so (it would be
+// served as JSON that is not, or read back as U+FFFD); one past the size
+// limit with 413; neither reaches the store.
 func TestInvalidBodies(t *testing.T) {
 	origin := holdfasttest.NewServer(t, holdfasttest.WithMaxPublishBytes(64<<10))
 	rev := mustPublish(t, origin, "app", map[string]any{"v": 1})
@@ -433,6 +531,8 @@ func TestInvalidBodies(t *testing.T) {
 		[]byte("{\"puts\":{\"k\":\"a\xc3\"}}"),        // a truncated sequence
 		[]byte("{\"puts\":{\"k\":\"\xed\xa0\x80\"}}"), // a surrogate
 		[]byte("{\"puts\":{\"\xff\":1}}"),             // in a key
+		[]byte(`{"puts":{"k":"\ud800"}}`),             // an escape of a lone surrogate
+		[]byte(`{"puts":{"k":"\udfff\ud800"}}`),       // the halves in the wrong order
 	} {
 		if code, msg := post(body); code != http.StatusBadRequest || !strings.Contains(msg, "UTF-8") {
 			t.Errorf("body %q: %d %s, want 400 naming UTF-8", body, code, msg)

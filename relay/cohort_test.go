@@ -128,3 +128,30 @@ func TestRelayRefusesAnIDItsUpstreamWould(t *testing.T) {
 		}
 	}
 }
+
+// A client's SDK version reaches the origin with its reports: directly,
+// and through a chain of two relays (their cohort reports carry it).
+func TestRelayCarriesTheSDKVersion(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
+	mustPublish(t, origin, "app", map[string]any{"v": 1})
+	_, mid := startRelay(t, origin.URL())
+	_, edge := startRelay(t, mid)
+	direct := newClient(t, origin.URL())
+	openNamespace(t, direct, "app")
+	chained := newClient(t, edge)
+	openNamespace(t, chained, "app")
+	versions := func() map[string]string {
+		out := map[string]string{}
+		for _, cs := range origin.Clients() {
+			out[cs.ClientID] = cs.SDKVersion
+		}
+		return out
+	}
+	testutil.Eventually(t, waitLimit, func() bool {
+		v := versions()
+		return v[direct.ClientID()] == config.Version && v[chained.ClientID()] == config.Version
+	}, "the origin lists both clients at version "+config.Version)
+	if st := origin.Stats(); st.Cohorts == 0 {
+		t.Errorf("no cohort reports at the origin: %+v", st)
+	}
+}

@@ -1,11 +1,8 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -15,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -47,21 +46,15 @@ func BenchmarkPublish(b *testing.B) {
 		hs.Close()
 		_ = s.Close()
 	}()
-	hc := &http.Client{Transport: &http.Transport{}}
-	url := hs.URL + "/control/namespaces/bench/publish"
+	c := controlClient(b, hs.URL, "")
 	ds := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		body, _ := json.Marshal(map[string]any{"puts": map[string]any{"v": i, "mode": "fast"}, "actor": "bench"})
+		req := controlapi.PublishRequest{Puts: testutil.JSONValues(b, map[string]any{"v": i, "mode": "fast"}), Actor: "bench"}
 		start := time.Now()
-		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("publish: %s", resp.Status)
+		if _, err := c.Publish(context.Background(), "bench", req); err != nil {
+			b.Fatalf("publish: %v", err)
 		}
 		ds = append(ds, time.Since(start))
 	}

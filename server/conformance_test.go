@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -92,16 +93,16 @@ func TestConformance(t *testing.T) {
 			Source: src,
 			Publish: func(t *testing.T, ns string, puts map[string]json.RawMessage, deletes []string) int64 {
 				t.Helper()
-				var reply struct{ Revision int64 }
-				if st := control(t, "POST", r.url()+"/control/namespaces/"+ns+"/publish", map[string]any{"puts": puts, "deletes": deletes}, &reply); st != http.StatusOK {
-					t.Fatalf("publish to %q: %d", ns, st)
+				rev, err := controlClient(t, r.url()).Publish(t.Context(), ns, controlapi.PublishRequest{Puts: puts, Deletes: deletes})
+				if err != nil {
+					t.Fatalf("publish to %q: %v", ns, err)
 				}
-				return reply.Revision
+				return rev
 			},
 			Compact: func(t *testing.T, rev int64) {
 				t.Helper()
-				if st := control(t, "POST", r.url()+"/control/compact", map[string]any{"revision": rev}, nil); st != http.StatusOK {
-					t.Fatalf("compact to %d: %d", rev, st)
+				if _, err := controlClient(t, r.url()).Compact(t.Context(), rev); err != nil {
+					t.Fatalf("compact to %d: %v", rev, err)
 				}
 			},
 			Restart: func(*testing.T) { r.stop(); r.start() },

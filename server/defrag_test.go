@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -49,6 +49,7 @@ func TestDefragmentShrinksTheStore(t *testing.T) {
 			t.Error(err)
 		}
 	}()
+	c := controlClient(t, hs.URL)
 	start := time.Now()
 	blob := strings.Repeat("x", 500_000)
 	var last int64
@@ -59,12 +60,11 @@ func TestDefragmentShrinksTheStore(t *testing.T) {
 	db := dbFile(t, dir)
 	// Trimming keeps one audit record; compaction drops the old values.
 	testutil.Eventually(t, time.Minute, func() bool { // a loaded machine's fsyncs are slow
-		var h struct{ Revisions []struct{ Revision int64 } }
-		control(t, "GET", hs.URL+"/control/namespaces/big/history", nil, &h)
-		return len(h.Revisions) == 1
+		h, err := c.History(t.Context(), "big", controlapi.HistoryOptions{})
+		return err == nil && len(h.Revisions) == 1
 	}, "the audit log trimmed to one record")
-	if st := control(t, "POST", hs.URL+"/control/compact", map[string]any{}, nil); st != http.StatusOK {
-		t.Fatalf("compact: %d", st)
+	if _, err := c.Compact(t.Context(), 0); err != nil {
+		t.Fatalf("compact: %v", err)
 	}
 	t.Logf("trimmed, compacted: %v", time.Since(start))
 	before := fileSize(t, db)
@@ -81,13 +81,13 @@ func TestDefragmentShrinksTheStore(t *testing.T) {
 		}
 		tick++
 		publish(t, hs.URL, "tick", map[string]any{"n": tick})
-		control(t, "POST", hs.URL+"/control/compact", map[string]any{}, nil)
+		_, _ = c.Compact(t.Context(), 0)
 		return false
 	}, "the store's file (%d bytes) defragmented", before)
 	// The store still serves what it kept.
-	var v struct{ Values map[string]string }
-	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/big/values?revision=%d", hs.URL, last), nil, &v); st != http.StatusOK || v.Values["blob"] != fmt.Sprint(9, blob) {
-		t.Fatalf("values after defragmenting: %d, %d bytes", st, len(v.Values["blob"]))
+	v, err := c.ValuesAt(t.Context(), "big", last)
+	if err != nil || string(v.Values["blob"]) != `"`+fmt.Sprint(9, blob)+`"` {
+		t.Fatalf("values after defragmenting: %v, %d bytes", err, len(v.Values["blob"]))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
@@ -29,7 +30,8 @@ func twoServers(t *testing.T) (s1 *server.Server, base1 string, s2 *server.Serve
 
 // TestFleetMonitorAndFirstCut: two servers over one etcd, clients on
 // each. Any server's clients and status show the whole fleet (its own
-// table and the other's summary, with whose and how old), with no rollout
+// table and the other's summary, with whose and how old, and each
+// client's SDK version), with no rollout
 // running; and a rollout started on one server counts, from its start,
 // the clients of both (the first stage's cut is taken over them all).
 func TestFleetMonitorAndFirstCut(t *testing.T) {
@@ -39,34 +41,33 @@ func TestFleetMonitorAndFirstCut(t *testing.T) {
 	sdkClients(t, base2, "app", 4)
 
 	for _, base := range []string{base1, base2} {
-		var c controlapi.Clients
+		cc := controlClient(t, base)
+		var c *controlapi.Clients
 		testutil.Eventually(t, 20*time.Second, func() bool {
-			control(t, "GET", base+"/control/clients", nil, &c)
+			var err error
+			if c, err = cc.Clients(t.Context()); err != nil {
+				c = &controlapi.Clients{}
+			}
 			return len(c.Clients) == 7 && len(c.Servers) == 1
 		}, "clients shows the fleet's 7 clients")
 		servers := map[string]int{}
 		for _, cl := range c.Clients {
 			servers[cl.Server]++
-			if cl.UpdatedAt.IsZero() || cl.AckedRevision == 0 {
-				t.Errorf("client %+v", cl)
+			if cl.UpdatedAt.IsZero() || cl.AckedRevision == 0 || cl.SDKVersion != config.Version {
+				t.Errorf("client %+v, want its acked revision, when and its SDK version %s", cl, config.Version)
 			}
 		}
 		if len(servers) != 2 || servers[c.Server] == 0 || c.Servers[0].Server == c.Server || c.Servers[0].At.IsZero() {
 			t.Fatalf("clients by server %v; this server %q, summaries %+v", servers, c.Server, c.Servers)
 		}
-		var st controlapi.NamespaceStatus
-		control(t, "GET", base+"/control/namespaces/app/status", nil, &st)
-		if st.Clients != 7 || st.Acked != 7 || st.Servers != 2 {
-			t.Fatalf("status %+v", st)
+		st, err := cc.Status(t.Context(), "app")
+		if err != nil || st.Clients != 7 || st.Acked != 7 || st.Servers != 2 {
+			t.Fatalf("status %+v %v", st, err)
 		}
 	}
 
-	id := startRollout(t, base1, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "1m"})
-	var rec struct {
-		Clients int `json:"clients"`
-	}
-	control(t, "GET", base1+"/control/namespaces/app/rollouts/"+id, nil, &rec)
-	if rec.Clients != 7 {
+	id := startRollout(t, base1, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{50, 100}, Bake: "1m"})
+	if rec := getRollout(t, base1, "app", id); rec.Clients != 7 {
 		t.Fatalf("the rollout knows %d clients at its start, want the fleet's 7", rec.Clients)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server/store"
 )
@@ -42,12 +43,10 @@ func TestRolloutConnectedClientStaysLive(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		var c struct{ Clients []any }
-		control(t, "GET", base+"/control/clients", nil, &c)
-		return len(c.Clients) == 6
+		return len(fleetClients(t, base)) == 6
 	}, "every client reported")
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100},
-		"bake": "5s", "stage_timeout": "60s"})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{50, 100},
+		Bake: "5s", StageTimeout: "60s"})
 	testutil.Eventually(t, 10*time.Second, func() bool { return getRollout(t, base, "app", id).Baking }, "the first stage bakes")
 	// A client outside the first stage leaves.
 	left := -1
@@ -66,14 +65,7 @@ func TestRolloutConnectedClientStaysLive(t *testing.T) {
 	// it (those of the stage and the others alike), and the one that left
 	// is not, past it.
 	testutil.Consistently(t, window+time.Second, func() error {
-		var c struct {
-			Clients []struct {
-				ClientID  string    `json:"client_id"`
-				UpdatedAt time.Time `json:"updated_at"`
-			}
-		}
-		control(t, "GET", base+"/control/clients", nil, &c)
-		for _, cs := range c.Clients {
+		for _, cs := range fleetClients(t, base) {
 			if !slices.Contains(ids, cs.ClientID) {
 				return fmt.Errorf("unknown client %q", cs.ClientID)
 			}

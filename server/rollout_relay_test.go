@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/server"
@@ -109,14 +110,12 @@ func TestRolloutRelayRestartedMidStage(t *testing.T) {
 	rr := startRestartableRelay(t, base)
 	clients := sdkClients(t, rr.url(), "app", 8)
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		var c struct{ Clients []any }
-		control(t, "GET", base+"/control/clients", nil, &c)
-		return len(c.Clients) == 8
+		return len(fleetClients(t, base)) == 8
 	}, "every client reported through the relay")
 
 	dropAcks.Store(1)
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100},
-		"bake": "500ms", "stage_timeout": "60s"})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{50, 100},
+		Bake: "500ms", StageTimeout: "60s"})
 	// Every client has the stage's revision (members serve v=2, the
 	// others the base): their acks are on their way, through the relay.
 	for _, ns := range clients {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
@@ -19,31 +20,8 @@ import (
 	"github.com/holdfast-dev/holdfast/server/store"
 )
 
-// rolloutRecord is what these tests read of a rollout's record.
-type rolloutRecord struct {
-	ID        string    `json:"id"`
-	State     string    `json:"state"`
-	Stage     float64   `json:"stage"`
-	InStage   int       `json:"in_stage"`
-	Reported  int       `json:"reported"`
-	Served    int       `json:"served"`
-	Nacked    int       `json:"nacked"`
-	Reason    string    `json:"reason"`
-	Revisions []int64   `json:"revisions"`
-	Baking    bool      `json:"baking"`
-	StageAt   time.Time `json:"stage_started_at"`
-	Decisions []struct {
-		What   string    `json:"what"`
-		At     time.Time `json:"at"`
-		Stage  float64   `json:"stage"`
-		Reason string    `json:"reason"`
-		Counts *struct {
-			InStage  int `json:"in_stage"`
-			Reported int `json:"reported"`
-			Gone     int `json:"gone"`
-		} `json:"counts"`
-	} `json:"decisions"`
-}
+// rolloutRecord is a rollout's record, as the control API answers it.
+type rolloutRecord = controlapi.RolloutRecord
 
 // waitRolloutEnd waits up to limit for rollout id to end and returns its
 // record.
@@ -59,23 +37,31 @@ func waitRolloutEnd(t *testing.T, base, ns, id string, limit time.Duration) roll
 
 func getRollout(t *testing.T, base, ns, id string) rolloutRecord {
 	t.Helper()
-	var rec rolloutRecord
-	if st := control(t, "GET", base+"/control/namespaces/"+ns+"/rollouts/"+id, nil, &rec); st != http.StatusOK {
-		t.Fatalf("rollout %s: status %d", id, st)
+	rec, err := controlClient(t, base).GetRollout(t.Context(), ns, id)
+	if err != nil {
+		t.Fatalf("rollout %s: %v", id, err)
 	}
-	return rec
+	return *rec
 }
 
-func startRollout(t *testing.T, base, ns string, body map[string]any) string {
+func startRollout(t *testing.T, base, ns string, req controlapi.RolloutRequest) string {
 	t.Helper()
-	var reply struct {
-		ID       string `json:"id"`
-		Revision int64  `json:"revision"`
+	started, err := controlClient(t, base).StartRollout(t.Context(), ns, req)
+	if err != nil {
+		t.Fatalf("rollout start: %v", err)
 	}
-	if st := control(t, "POST", base+"/control/namespaces/"+ns+"/rollouts", body, &reply); st != http.StatusCreated {
-		t.Fatalf("rollout start: status %d", st)
+	return started.ID
+}
+
+// fleetClients returns the clients base's GET /control/clients lists
+// (none when it fails: the callers wait for them).
+func fleetClients(t *testing.T, base string) []controlapi.ClientState {
+	t.Helper()
+	c, err := controlClient(t, base).Clients(t.Context())
+	if err != nil {
+		return nil
 	}
-	return reply.ID
+	return c.Clients
 }
 
 // sdkClients opens n SDK clients of ns at base, each its own client id.
@@ -100,15 +86,9 @@ func sdkClients(t *testing.T, base, ns string, n int, opts ...config.NamespaceOp
 
 func historyKinds(t *testing.T, base, ns string) []string {
 	t.Helper()
-	var h struct {
-		Revisions []struct {
-			Kind   string `json:"kind"`
-			Actor  string `json:"actor"`
-			Reason string `json:"reason"`
-		} `json:"revisions"`
-	}
-	if st := control(t, "GET", base+"/control/namespaces/"+ns+"/history", nil, &h); st != http.StatusOK {
-		t.Fatalf("history: %d", st)
+	h, err := controlClient(t, base).History(t.Context(), ns, controlapi.HistoryOptions{})
+	if err != nil {
+		t.Fatalf("history: %v", err)
 	}
 	var kinds []string
 	for i := len(h.Revisions) - 1; i >= 0; i-- {
@@ -129,14 +109,13 @@ func TestRolloutCompletesOnSDKAcks(t *testing.T) {
 	publish(t, base, "app", map[string]any{"v": 1})
 	clients := sdkClients(t, base, "app", 10)
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		var c struct{ Clients []any }
-		control(t, "GET", base+"/control/clients", nil, &c)
-		return len(c.Clients) == 10
+		return len(fleetClients(t, base)) == 10
 	}, "every client reported")
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{10, 50, 100},
-		"bake": "100ms", "actor": "alice", "reason": "ticket 7"})
-	if st := control(t, "POST", base+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"v": 3}}, nil); st != http.StatusConflict {
-		t.Fatalf("a publish during a rollout: %d, want 409", st)
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{10, 50, 100},
+		Bake: "100ms", Actor: "alice", Reason: "ticket 7"})
+	c := controlClient(t, base)
+	if _, err := c.Publish(t.Context(), "app", controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 3})}); statusOf(err) != http.StatusConflict {
+		t.Fatalf("a publish during a rollout: %v, want 409", err)
 	}
 	var rec rolloutRecord
 	testutil.Eventually(t, 20*time.Second, func() bool {
@@ -153,8 +132,8 @@ func TestRolloutCompletesOnSDKAcks(t *testing.T) {
 	if want := "publish rollout-stage rollout-stage rollout-stage rollout-promote"; strings.Join(kinds, " ") != want {
 		t.Fatalf("history kinds %q, want %q", kinds, want)
 	}
-	if st := control(t, "POST", base+"/control/namespaces/app/rollouts/"+id+"/promote", nil, nil); st != http.StatusConflict {
-		t.Fatalf("a promote of an ended rollout: %d, want 409", st)
+	if _, err := c.PromoteRollout(t.Context(), "app", id, controlapi.RolloutActionRequest{}); statusOf(err) != http.StatusConflict {
+		t.Fatalf("a promote of an ended rollout: %v, want 409", err)
 	}
 }
 
@@ -167,11 +146,9 @@ func TestRolloutRevertsOnNacks(t *testing.T) {
 	schema := []byte(`{"type":"object","properties":{"v":{"type":"integer","maximum":5}}}`)
 	clients := sdkClients(t, base, "app", 10, config.Schema(schema))
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		var c struct{ Clients []any }
-		control(t, "GET", base+"/control/clients", nil, &c)
-		return len(c.Clients) == 10
+		return len(fleetClients(t, base)) == 10
 	}, "every client reported")
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 9}, "stages": []float64{20, 100}, "bake": "5s"})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 9}), Stages: []float64{20, 100}, Bake: "5s"})
 	var rec rolloutRecord
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		rec = getRollout(t, base, "app", id)
@@ -193,7 +170,7 @@ func TestRolloutRevertsOnNacks(t *testing.T) {
 func TestRolloutResumesAfterRestart(t *testing.T) {
 	etcdStore, s, base := startOverOwnEtcd(t, 200*time.Millisecond)
 	publish(t, base, "app", map[string]any{"v": 1})
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "3s"})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{50, 100}, Bake: "3s"})
 	rec := getRollout(t, base, "app", id)
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		rec = getRollout(t, base, "app", id)
@@ -250,8 +227,8 @@ func TestRolloutBlindStageIsCutAgain(t *testing.T) {
 	publish(t, base, "app", map[string]any{"v": 1})
 	// A long bake: the blind stage, with nobody in it, must not pass
 	// before the clients report (it is promoted by hand below).
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{10, 100}, "bake": "60s",
-		"actor": "alice", "reason": "ticket 9"})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{10, 100},
+		Bake: "60s", Actor: "alice", Reason: "ticket 9"})
 	blind := rollout.Cut(nil, 10, 0)
 	var clients []*config.Namespace
 	for i := 0; len(clients) < 10; i++ {
@@ -304,8 +281,8 @@ func TestRolloutBlindStageIsCutAgain(t *testing.T) {
 	if want := "publish rollout-stage rollout-stage"; strings.Join(historyKinds(t, base, "app"), " ") != want {
 		t.Fatalf("history kinds %q, want %q", historyKinds(t, base, "app"), want)
 	}
-	if st := control(t, "POST", base+"/control/namespaces/app/rollouts/"+id+"/promote", map[string]any{"actor": "alice", "reason": "seen"}, nil); st != http.StatusOK {
-		t.Fatalf("promote: %d", st)
+	if _, err := controlClient(t, base).PromoteRollout(t.Context(), "app", id, controlapi.RolloutActionRequest{Actor: "alice", Reason: "seen"}); err != nil {
+		t.Fatalf("promote: %v", err)
 	}
 	for i, ns := range clients {
 		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 2 }, fmt.Sprintf("client %d serves v=2", i))
@@ -342,13 +319,11 @@ func TestRolloutRestartedClientDoesNotHoldTheStage(t *testing.T) {
 	}
 	others := sdkClients(t, base, "app", 4)
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		var c struct{ Clients []any }
-		control(t, "GET", base+"/control/clients", nil, &c)
-		return len(c.Clients) == 5
+		return len(fleetClients(t, base)) == 5
 	}, "every client reported")
 	_ = cl.Close() // restarts: its old id goes silent
 	restarted := sdkClients(t, base, "app", 1)
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{100}, "stage_timeout": "60s"})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{100}, StageTimeout: "60s"})
 	gone := waitRolloutEnd(t, base, "app", id, 20*time.Second)
 	if gone.State != "promoted" {
 		t.Fatalf("record %+v", gone)
@@ -387,12 +362,10 @@ func TestRolloutCountsReportsThroughAFollower(t *testing.T) {
 	schema := []byte(`{"type":"object","properties":{"v":{"type":"integer","maximum":5}}}`)
 	clients := sdkClients(t, followerBase, "app", 6, config.Schema(schema))
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		var c struct{ Clients []any }
-		control(t, "GET", followerBase+"/control/clients", nil, &c)
-		return len(c.Clients) == 6
+		return len(fleetClients(t, followerBase)) == 6
 	}, "every client reported to the follower")
 
-	bad := startRollout(t, leaderBase, "app", map[string]any{"puts": map[string]any{"v": 9}, "stages": []float64{50, 100}, "bake": "1s"})
+	bad := startRollout(t, leaderBase, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 9}), Stages: []float64{50, 100}, Bake: "1s"})
 	var rec rolloutRecord
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		rec = getRollout(t, leaderBase, "app", bad)
@@ -401,7 +374,7 @@ func TestRolloutCountsReportsThroughAFollower(t *testing.T) {
 	if rec.State != "reverted" || rec.Stage != 50 || !strings.Contains(rec.Reason, "rejected") {
 		t.Fatalf("bad rollout: %+v", rec)
 	}
-	good := startRollout(t, followerBase, "app", map[string]any{"puts": map[string]any{"v": 3}, "stages": []float64{50, 100}, "bake": "500ms"})
+	good := startRollout(t, followerBase, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 3}), Stages: []float64{50, 100}, Bake: "500ms"})
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		rec = getRollout(t, leaderBase, "app", good)
 		return rec.State != "running"
@@ -421,14 +394,14 @@ func TestRolloutAbortReachesEveryClient(t *testing.T) {
 	_, base := startServer(t, store.Config{Kind: store.KindMemory})
 	publish(t, base, "app", map[string]any{"v": 1})
 	clients := sdkClients(t, base, "app", 20)
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{100}, "bake": "1m"})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{100}, Bake: "1m"})
 	for _, ns := range clients {
 		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 2 }, "a client serves v=2")
 	}
 	aborted := time.Now()
-	var rec rolloutRecord
-	if st := control(t, "POST", base+"/control/namespaces/app/rollouts/"+id+"/abort", map[string]any{"reason": "error rate up"}, &rec); st != http.StatusOK || rec.State != "reverted" {
-		t.Fatalf("abort: %d %+v", st, rec)
+	rec, err := controlClient(t, base).AbortRollout(t.Context(), "app", id, controlapi.RolloutActionRequest{Reason: "error rate up"})
+	if err != nil || rec.State != "reverted" {
+		t.Fatalf("abort: %v %+v", err, rec)
 	}
 	for _, ns := range clients {
 		testutil.Eventually(t, 10*time.Second, func() bool { return ns.Int("v", 0) == 1 }, "a client serves v=1 again")
@@ -466,8 +439,8 @@ func TestRolloutGateBreachReverts(t *testing.T) {
 	base := serve(t, s)
 	publish(t, base, "app", map[string]any{"v": 1})
 	clients := sdkClients(t, base, "app", 4)
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "1m",
-		"gates": []any{map[string]any{"prometheus": "http://127.0.0.1:9090", "query": "x", "max": 0.05}}})
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{50, 100}, Bake: "1m",
+		Gates: []json.RawMessage{json.RawMessage(`{"prometheus":"http://127.0.0.1:9090","query":"x","max":0.05}`)}})
 	testutil.Eventually(t, 20*time.Second, func() bool { return getRollout(t, base, "app", id).Baking }, "the first stage bakes")
 	breach.Store(true)
 	var rec rolloutRecord
@@ -478,14 +451,8 @@ func TestRolloutGateBreachReverts(t *testing.T) {
 	if rec.State != "reverted" || rec.Stage != 50 || !strings.Contains(rec.Reason, "error_rate 0.31") {
 		t.Fatalf("record %+v", rec)
 	}
-	var h struct {
-		Revisions []struct {
-			Kind   string `json:"kind"`
-			Reason string `json:"reason"`
-		} `json:"revisions"`
-	}
-	control(t, "GET", base+"/control/namespaces/app/history?limit=1", nil, &h)
-	if len(h.Revisions) != 1 || h.Revisions[0].Kind != "rollout-revert" || !strings.Contains(h.Revisions[0].Reason, "sum(rate(errors[1m]))") {
+	h, err := controlClient(t, base).History(t.Context(), "app", controlapi.HistoryOptions{Limit: 1})
+	if err != nil || len(h.Revisions) != 1 || h.Revisions[0].Kind != "rollout-revert" || !strings.Contains(h.Revisions[0].Reason, "sum(rate(errors[1m]))") {
 		t.Fatalf("the revert's audit record %+v", h.Revisions)
 	}
 	for _, ns := range clients {
@@ -499,28 +466,22 @@ func TestRolloutGateBreachReverts(t *testing.T) {
 func TestPublishAbortRollout(t *testing.T) {
 	_, base := startServer(t, store.Config{Kind: store.KindMemory})
 	publish(t, base, "app", map[string]any{"v": 1})
-	id := startRollout(t, base, "app", map[string]any{"puts": map[string]any{"v": 2}, "stages": []float64{50, 100}, "bake": "1m"})
-	if st := control(t, "POST", base+"/control/namespaces/app/rollback", map[string]any{"to_revision": 1}, nil); st != http.StatusConflict {
-		t.Fatalf("a rollback during a rollout: %d, want 409", st)
+	id := startRollout(t, base, "app", controlapi.RolloutRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2}), Stages: []float64{50, 100}, Bake: "1m"})
+	c := controlClient(t, base)
+	to := int64(1)
+	if _, err := c.Rollback(t.Context(), "app", controlapi.RollbackRequest{To: &to}); statusOf(err) != http.StatusConflict {
+		t.Fatalf("a rollback during a rollout: %v, want 409", err)
 	}
-	var reply struct{ Revision int64 }
-	body := map[string]any{"puts": map[string]any{"v": 3}, "abort_rollout": true, "actor": "bob", "reason": "hotfix"}
-	if st := control(t, "POST", base+"/control/namespaces/app/publish", body, &reply); st != http.StatusOK {
-		t.Fatalf("a publish with abort_rollout: %d", st)
+	rev, err := c.Publish(t.Context(), "app", controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 3}), AbortRollout: true, Actor: "bob", Reason: "hotfix"})
+	if err != nil {
+		t.Fatalf("a publish with abort_rollout: %v", err)
 	}
 	rec := getRollout(t, base, "app", id)
 	if rec.State != "reverted" || !strings.Contains(rec.Reason, "aborted by bob") {
 		t.Fatalf("record %+v", rec)
 	}
-	var h struct {
-		Revisions []struct {
-			Revision int64  `json:"revision"`
-			Kind     string `json:"kind"`
-			Actor    string `json:"actor"`
-		} `json:"revisions"`
-	}
-	control(t, "GET", base+"/control/namespaces/app/history?limit=2", nil, &h)
-	if len(h.Revisions) != 2 || h.Revisions[0].Kind != "publish" || h.Revisions[0].Revision != reply.Revision ||
+	h, err := c.History(t.Context(), "app", controlapi.HistoryOptions{Limit: 2})
+	if err != nil || len(h.Revisions) != 2 || h.Revisions[0].Kind != "publish" || h.Revisions[0].Revision != rev ||
 		h.Revisions[1].Kind != "rollout-revert" || h.Revisions[1].Actor != "bob" {
 		t.Fatalf("history %+v", h.Revisions)
 	}

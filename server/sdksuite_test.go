@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/sdksuite"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
@@ -167,39 +166,44 @@ func (s *suiteServer) Target() sdksuite.Target {
 }
 
 func (s *suiteServer) Publish(ns string, puts map[string]any, deletes ...string) (int64, error) {
-	var reply struct{ Revision int64 }
-	err := s.control("POST", "/control/namespaces/"+ns+"/publish", map[string]any{"puts": puts, "deletes": deletes, "actor": "suite"}, &reply)
-	return reply.Revision, err
+	req := controlapi.PublishRequest{Puts: make(map[string]json.RawMessage, len(puts)), Deletes: deletes, Actor: "suite"}
+	for k, v := range puts {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return 0, err
+		}
+		req.Puts[k] = data
+	}
+	c, err := s.control()
+	if err != nil {
+		return 0, err
+	}
+	return c.Publish(context.Background(), ns, req)
 }
 
 func (s *suiteServer) Compact(rev int64) (int64, error) {
-	body := map[string]any{}
-	if rev > 0 {
-		body["revision"] = rev
+	c, err := s.control()
+	if err != nil {
+		return 0, err
 	}
-	var reply struct{ Revision int64 }
-	err := s.control("POST", "/control/compact", body, &reply)
-	return reply.Revision, err
+	return c.Compact(context.Background(), rev)
 }
 
-// control calls the control API in process, past the faults and the
-// listener, as the reference server's Go API does.
-func (s *suiteServer) control(method, path string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req := httptest.NewRequest(method, path, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	if s.token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.token)
-	}
+// control returns a client of the control API that calls it in process,
+// past the faults and the listener, as the reference server's Go API
+// does.
+func (s *suiteServer) control() (*controlapi.Client, error) {
+	return controlapi.NewClient("http://in-process", controlapi.WithToken(s.token),
+		controlapi.WithHTTPClient(&http.Client{Transport: inProcess{s.server().Handler()}}))
+}
+
+// inProcess is a RoundTripper that serves each request with a handler.
+type inProcess struct{ h http.Handler }
+
+func (p inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	rec := httptest.NewRecorder()
-	s.server().Handler().ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		return fmt.Errorf("%s %s: %d %s", method, path, rec.Code, strings.TrimSpace(rec.Body.String()))
-	}
-	return json.Unmarshal(rec.Body.Bytes(), out)
+	p.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
 }
 
 func (s *suiteServer) DropStreams()         { s.faults.drop() }

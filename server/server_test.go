@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/config"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -66,9 +68,37 @@ func startOverOwnEtcd(t *testing.T, heartbeat time.Duration) (*store.Store, *ser
 	return etcdStore, s, hs.URL
 }
 
-// control sends a control API request and decodes its JSON reply into
-// out (when not nil); it returns the status.
-func control(t *testing.T, method, url string, body any, out any) int {
+// controlClient returns a client of the control API of the server at
+// base, sending the token's secret when one is given.
+func controlClient(t testing.TB, base string, token ...string) *controlapi.Client {
+	t.Helper()
+	var opts []controlapi.ClientOption
+	if len(token) > 0 {
+		opts = append(opts, controlapi.WithToken(token[0]))
+	}
+	c, err := controlapi.NewClient(base, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// statusOf is the HTTP status a control API call's error carries: 0 when
+// the call succeeded, -1 when it got no reply of the API.
+func statusOf(err error) int {
+	var e *controlapi.Error
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.StatusCode
+	}
+	return -1
+}
+
+// rawControl sends a control API request whose body is sent as it is
+// (the bad bodies a typed client cannot send) and returns the status.
+func rawControl(t *testing.T, method, url string, body any, out any) int {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -102,11 +132,11 @@ func control(t *testing.T, method, url string, body any, out any) int {
 
 func publish(t *testing.T, base, ns string, puts map[string]any) int64 {
 	t.Helper()
-	var reply struct{ Revision int64 }
-	if st := control(t, "POST", base+"/control/namespaces/"+ns+"/publish", map[string]any{"puts": puts, "actor": "test"}, &reply); st != http.StatusOK {
-		t.Fatalf("publish to %s: status %d", ns, st)
+	rev, err := controlClient(t, base).Publish(t.Context(), ns, controlapi.PublishRequest{Puts: testutil.JSONValues(t, puts), Actor: "test"})
+	if err != nil {
+		t.Fatalf("publish to %s: %v", ns, err)
 	}
-	return reply.Revision
+	return rev
 }
 
 func TestPublishReachesAClient(t *testing.T) {
@@ -160,14 +190,14 @@ func TestReservedKeysAndBadPublishesWriteNothing(t *testing.T) {
 		{"too large", map[string]any{"puts": map[string]any{"a": string(make([]byte, 2<<20))}}, http.StatusRequestEntityTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if st := control(t, "POST", base+"/control/namespaces/app/publish", tc.body, nil); st != tc.want {
+			if st := rawControl(t, "POST", base+"/control/namespaces/app/publish", tc.body, nil); st != tc.want {
 				t.Fatalf("status %d, want %d", st, tc.want)
 			}
 		})
 	}
-	var hist struct{ Revisions []struct{ Revision int64 } }
-	if st := control(t, "GET", base+"/control/namespaces/app/history", nil, &hist); st != http.StatusOK || len(hist.Revisions) != 1 || hist.Revisions[0].Revision != rev {
-		t.Fatalf("history after refused publishes: status %d, %+v; want the one publish at %d", st, hist, rev)
+	hist, err := controlClient(t, base).History(t.Context(), "app", controlapi.HistoryOptions{})
+	if err != nil || len(hist.Revisions) != 1 || hist.Revisions[0].Revision != rev {
+		t.Fatalf("history after refused publishes: %v, %+v; want the one publish at %d", err, hist, rev)
 	}
 }
 
@@ -177,12 +207,13 @@ func TestSchemaIsEnforcedAndSurvivesARestart(t *testing.T) {
 	s, base := startServer(t, sc)
 	id := s.StoreID()
 	sch := []byte(`{"type":"object","properties":{"n":{"type":"integer","maximum":10}}}`)
-	if st := control(t, "PUT", base+"/control/namespaces/app/schema", sch, nil); st != http.StatusNoContent {
-		t.Fatalf("PUT schema: %d", st)
+	if err := controlClient(t, base).PutSchema(t.Context(), "app", sch); err != nil {
+		t.Fatalf("PUT schema: %v", err)
 	}
 	rev := publish(t, base, "app", map[string]any{"n": 5})
-	if st := control(t, "POST", base+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"n": 11}}, nil); st != http.StatusUnprocessableEntity {
-		t.Fatalf("publish against the schema: %d, want 422", st)
+	_, err := controlClient(t, base).Publish(t.Context(), "app", controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"n": 11})})
+	if st := statusOf(err); st != http.StatusUnprocessableEntity {
+		t.Fatalf("publish against the schema: %d (%v), want 422", st, err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -192,21 +223,17 @@ func TestSchemaIsEnforcedAndSurvivesARestart(t *testing.T) {
 	if s2.StoreID() != id {
 		t.Fatalf("store id after restart %q, want %q", s2.StoreID(), id)
 	}
-	if st := control(t, "POST", base2+"/control/namespaces/app/publish", map[string]any{"puts": map[string]any{"n": 11}}, nil); st != http.StatusUnprocessableEntity {
-		t.Fatalf("publish against the schema after restart: %d, want 422", st)
+	c2 := controlClient(t, base2)
+	_, err = c2.Publish(t.Context(), "app", controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"n": 11})})
+	if st := statusOf(err); st != http.StatusUnprocessableEntity {
+		t.Fatalf("publish against the schema after restart: %d (%v), want 422", st, err)
 	}
-	var v struct{ Values map[string]json.RawMessage }
-	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", base2, rev), nil, &v); st != http.StatusOK || string(v.Values["n"]) != "5" {
-		t.Fatalf("values at %d after restart: %d %s", rev, st, v.Values)
+	v, err := c2.ValuesAt(t.Context(), "app", rev)
+	if err != nil || string(v.Values["n"]) != "5" {
+		t.Fatalf("values at %d after restart: %v %+v", rev, err, v)
 	}
-	got := 0
-	resp, err := http.Get(base2 + "/control/namespaces/app/schema")
-	if err == nil {
-		got = resp.StatusCode
-		resp.Body.Close()
-	}
-	if got != http.StatusOK {
-		t.Fatalf("GET schema after restart: %d %v", got, err)
+	if _, err := c2.GetSchema(t.Context(), "app"); err != nil {
+		t.Fatalf("GET schema after restart: %v", err)
 	}
 }
 
@@ -244,18 +271,14 @@ func TestAuditOutlivesCompaction(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		revs = append(revs, publish(t, base, "app", map[string]any{"n": i}))
 	}
-	if st := control(t, "POST", base+"/control/compact", map[string]any{}, nil); st != http.StatusOK {
-		t.Fatalf("compact: %d", st)
+	c := controlClient(t, base)
+	if _, err := c.Compact(t.Context(), 0); err != nil {
+		t.Fatalf("compact: %v", err)
 	}
-	type history struct {
-		Revisions []struct{ Revision int64 }
-		Truncated bool
-	}
-	var h history
+	var h *controlapi.History
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		h = history{}
-		if st := control(t, "GET", base+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
-			t.Fatalf("history: %d", st)
+		if h, err = c.History(t.Context(), "app", controlapi.HistoryOptions{}); err != nil {
+			t.Fatalf("history: %v", err)
 		}
 		return h.Truncated && len(h.Revisions) == 3
 	}, "the history trimmed to 3 records")
@@ -271,15 +294,17 @@ func TestAuditOutlivesCompaction(t *testing.T) {
 		{revs[2], http.StatusOK, "3"}, // the base
 		{revs[1], http.StatusGone, ""},
 	} {
-		var v struct{ Values map[string]json.RawMessage }
-		st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", base, tc.rev), nil, &v)
+		v, err := c.ValuesAt(t.Context(), "app", tc.rev)
+		st := statusOf(err)
+		if st == 0 {
+			st = http.StatusOK
+		}
 		if st != tc.status || tc.n != "" && string(v.Values["n"]) != tc.n {
-			t.Errorf("values at %d: %d %s, want %d n=%s", tc.rev, st, v.Values, tc.status, tc.n)
+			t.Errorf("values at %d: %d %v %+v, want %d n=%s", tc.rev, st, err, v, tc.status, tc.n)
 		}
 	}
-	var d struct{ Changes []struct{ Key string } }
-	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/diff?from=%d&to=%d", base, revs[2], revs[5]), nil, &d); st != http.StatusOK || len(d.Changes) != 1 {
-		t.Errorf("diff from the base: %d %+v", st, d)
+	if d, err := c.Diff(t.Context(), "app", revs[2], revs[5]); err != nil || len(d.Changes) != 1 {
+		t.Errorf("diff from the base: %v %+v", err, d)
 	}
 }
 
@@ -305,14 +330,10 @@ func TestAuditRetentionInBytes(t *testing.T) {
 	for i := range 12 {
 		last = publish(t, hs.URL, "app", map[string]any{"blob": fmt.Sprint(i, big)})
 	}
-	var h struct {
-		Revisions []struct{ Revision int64 }
-		Truncated bool
-	}
+	var h *controlapi.History
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		h.Revisions, h.Truncated = nil, false
-		if st := control(t, "GET", hs.URL+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
-			t.Fatalf("history: %d", st)
+		if h, err = controlClient(t, hs.URL).History(t.Context(), "app", controlapi.HistoryOptions{}); err != nil {
+			t.Fatalf("history: %v", err)
 		}
 		// Each record holds ~10 KB: 50 KB keeps four of them.
 		return h.Truncated && len(h.Revisions) == 4

@@ -88,9 +88,9 @@ func startServers(t *testing.T, n int) []string {
 
 func createToken(t *testing.T, base, admin string, req controlapi.TokenCreateRequest) string {
 	t.Helper()
-	var created controlapi.TokenCreated
-	if st := authCall(t, "POST", base+"/control/tokens", admin, req, &created); st != http.StatusCreated {
-		t.Fatalf("creating token %q: status %d", req.Name, st)
+	created, err := controlClient(t, base, admin).CreateToken(t.Context(), req)
+	if err != nil {
+		t.Fatalf("creating token %q: %v", req.Name, err)
 	}
 	if !strings.HasPrefix(created.Secret, "hfs_") || created.Name != req.Name {
 		t.Fatalf("created %+v", created)
@@ -104,33 +104,38 @@ func createToken(t *testing.T, base, admin string, req controlapi.TokenCreateReq
 func TestTokensInTheStore(t *testing.T) {
 	urls := startServers(t, 2)
 	a, b := urls[0], urls[1]
-	publishURL := func(base string) string { return base + "/control/namespaces/payments.prod/publish" }
-	change := map[string]any{"puts": map[string]any{"k": 1}}
+	change := controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"k": 1})}
+	// publishAs publishes change to ns through base as the token secret
+	// ("": none), and returns the call's error.
+	publishAs := func(base, secret, ns string) error {
+		_, err := controlClient(t, base, secret).Publish(t.Context(), ns, change)
+		return err
+	}
 
 	// Open: anyone may publish.
-	if st := authCall(t, "POST", publishURL(b), "", change, nil); st != http.StatusOK {
-		t.Fatalf("open store: publish status %d", st)
+	if err := publishAs(b, "", "payments.prod"); err != nil {
+		t.Fatalf("open store: publish: %v", err)
 	}
 	admin := createToken(t, a, "", controlapi.TokenCreateRequest{Name: "root", Admin: true})
 	for _, base := range urls {
 		testutil.Eventually(t, 5*time.Second, func() bool {
-			return authCall(t, "POST", publishURL(base), "", change, nil) == http.StatusUnauthorized
+			return statusOf(publishAs(base, "", "payments.prod")) == http.StatusUnauthorized
 		}, "the store requires tokens once it has an admin token")
 	}
 	// The admin token has no control scope.
-	if st := authCall(t, "POST", publishURL(a), admin, change, nil); st != http.StatusForbidden {
-		t.Fatalf("admin-only token publishing: status %d, want 403", st)
+	if err := publishAs(a, admin, "payments.prod"); statusOf(err) != http.StatusForbidden {
+		t.Fatalf("admin-only token publishing: %v, want 403", err)
 	}
 
 	deploy := createToken(t, a, admin, controlapi.TokenCreateRequest{Name: "deploy", Control: []string{"payments.*"}, Data: []string{"payments.*"}})
 	testutil.Eventually(t, 5*time.Second, func() bool {
-		return authCall(t, "POST", publishURL(b), deploy, change, nil) == http.StatusOK
+		return publishAs(b, deploy, "payments.prod") == nil
 	}, "a token created through one server works on the other")
-	if st := authCall(t, "POST", b+"/control/namespaces/fraud.prod/publish", deploy, change, nil); st != http.StatusForbidden {
-		t.Fatalf("publish outside the scope: status %d, want 403", st)
+	if err := publishAs(b, deploy, "fraud.prod"); statusOf(err) != http.StatusForbidden {
+		t.Fatalf("publish outside the scope: %v, want 403", err)
 	}
-	if st := authCall(t, "GET", b+"/control/tokens", deploy, nil, nil); st != http.StatusForbidden {
-		t.Fatalf("listing tokens without admin scope: status %d, want 403", st)
+	if _, err := controlClient(t, b, deploy).ListTokens(t.Context()); statusOf(err) != http.StatusForbidden {
+		t.Fatalf("listing tokens without admin scope: %v, want 403", err)
 	}
 	if st := authCall(t, "GET", b+"/sdk/snapshot?ns=payments.prod", deploy, nil, nil); st != http.StatusOK {
 		t.Fatalf("data plane read in scope: status %d", st)
@@ -138,15 +143,15 @@ func TestTokensInTheStore(t *testing.T) {
 	if st := authCall(t, "GET", b+"/sdk/snapshot?ns=fraud.prod", deploy, nil, nil); st != http.StatusForbidden {
 		t.Fatalf("data plane read outside the scope: status %d, want 403", st)
 	}
-	if st := authCall(t, "POST", a+"/control/tokens", admin, controlapi.TokenCreateRequest{Name: "deploy", Data: []string{"x"}}, nil); st != http.StatusConflict {
-		t.Fatalf("creating an existing name: status %d, want 409", st)
+	adminA := controlClient(t, a, admin)
+	if _, err := adminA.CreateToken(t.Context(), controlapi.TokenCreateRequest{Name: "deploy", Data: []string{"x"}}); statusOf(err) != http.StatusConflict {
+		t.Fatalf("creating an existing name: %v, want 409", err)
 	}
 
 	// The list: names and scopes, last use, never a secret or a hash.
 	var list controlapi.TokenList
 	testutil.Eventually(t, 5*time.Second, func() bool {
-		list = controlapi.TokenList{}
-		authCall(t, "GET", a+"/control/tokens", admin, nil, &list)
+		list.Tokens, _ = adminA.ListTokens(t.Context())
 		for _, tok := range list.Tokens {
 			if tok.Name == "deploy" && !tok.LastUsed.IsZero() {
 				return true
@@ -160,20 +165,20 @@ func TestTokensInTheStore(t *testing.T) {
 	}
 
 	// Revoked through a, refused by b within 5 s.
-	if st := authCall(t, "DELETE", a+"/control/tokens/deploy", admin, nil, nil); st != http.StatusNoContent {
-		t.Fatalf("revoke: status %d", st)
+	if err := adminA.RevokeToken(t.Context(), "deploy"); err != nil {
+		t.Fatalf("revoke: %v", err)
 	}
 	revoked := time.Now()
-	if st := authCall(t, "POST", publishURL(a), deploy, change, nil); st != http.StatusUnauthorized {
-		t.Fatalf("the revoking server still accepts the token: status %d", st)
+	if err := publishAs(a, deploy, "payments.prod"); statusOf(err) != http.StatusUnauthorized {
+		t.Fatalf("the revoking server still accepts the token: %v", err)
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool {
-		return authCall(t, "POST", publishURL(b), deploy, change, nil) == http.StatusUnauthorized &&
+		return statusOf(publishAs(b, deploy, "payments.prod")) == http.StatusUnauthorized &&
 			authCall(t, "GET", b+"/sdk/snapshot?ns=payments.prod", deploy, nil, nil) == http.StatusUnauthorized
 	}, "the other server refuses a revoked token within 5 s")
 	t.Logf("revoked token refused by the other server %v after the revoke's reply", time.Since(revoked).Round(time.Millisecond))
-	if st := authCall(t, "DELETE", a+"/control/tokens/deploy", admin, nil, nil); st != http.StatusNotFound {
-		t.Fatalf("revoking again: status %d, want 404", st)
+	if err := adminA.RevokeToken(t.Context(), "deploy"); statusOf(err) != http.StatusNotFound {
+		t.Fatalf("revoking again: %v, want 404", err)
 	}
 }
 
@@ -192,15 +197,15 @@ func TestTokenExpires(t *testing.T) {
 	}
 	testutil.Eventually(t, 5*time.Second, func() bool { return authCall(t, "GET", snap, short, nil, nil) == http.StatusUnauthorized },
 		"an expired token is refused")
-	var info controlapi.TokenInfo
-	if st := authCall(t, "GET", urls[0]+"/control/tokens/short", admin, nil, &info); st != http.StatusOK || !info.Expired {
-		t.Fatalf("get: status %d, %+v", st, info)
+	c := controlClient(t, urls[0], admin)
+	if info, err := c.GetToken(t.Context(), "short"); err != nil || !info.Expired {
+		t.Fatalf("get: %v, %+v", err, info)
 	}
-	if st := authCall(t, "POST", urls[0]+"/control/tokens", admin, controlapi.TokenCreateRequest{Name: "bad", Data: []string{"["}}, nil); st != http.StatusBadRequest {
-		t.Fatalf("a bad pattern: status %d, want 400", st)
+	if _, err := c.CreateToken(t.Context(), controlapi.TokenCreateRequest{Name: "bad", Data: []string{"["}}); statusOf(err) != http.StatusBadRequest {
+		t.Fatalf("a bad pattern: %v, want 400", err)
 	}
-	if st := authCall(t, "POST", urls[0]+"/control/tokens", admin, controlapi.TokenCreateRequest{Name: ".hidden", Data: []string{"*"}}, nil); st != http.StatusBadRequest {
-		t.Fatalf("a bad name: status %d, want 400", st)
+	if _, err := c.CreateToken(t.Context(), controlapi.TokenCreateRequest{Name: ".hidden", Data: []string{"*"}}); statusOf(err) != http.StatusBadRequest {
+		t.Fatalf("a bad name: %v, want 400", err)
 	}
 }
 
@@ -257,8 +262,9 @@ func TestRelayRefusesARevokedToken(t *testing.T) {
 	admin := createToken(t, origin, "", controlapi.TokenCreateRequest{Name: "root", Admin: true, Control: []string{"*"}})
 	relaySecret := createToken(t, origin, admin, controlapi.TokenCreateRequest{Name: "relay-1", Relay: true, Data: []string{"*"}})
 	client := createToken(t, origin, admin, controlapi.TokenCreateRequest{Name: "payments-svc", Data: []string{"payments.*"}})
-	if st := authCall(t, "POST", origin+"/control/namespaces/payments.prod/publish", admin, map[string]any{"puts": map[string]any{"k": 1}}, nil); st != http.StatusOK {
-		t.Fatalf("publish: status %d", st)
+	adminC := controlClient(t, origin, admin)
+	if _, err := adminC.Publish(t.Context(), "payments.prod", controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"k": 1})}); err != nil {
+		t.Fatalf("publish: %v", err)
 	}
 
 	remote, err := tokentable.NewRemote(tokentable.RemoteConfig{URLs: []string{origin}, Secret: relaySecret})
@@ -292,17 +298,17 @@ func TestRelayRefusesARevokedToken(t *testing.T) {
 	}
 	// The relay's uses reach the store as last uses.
 	testutil.Eventually(t, 10*time.Second, func() bool {
-		var info controlapi.TokenInfo
-		return authCall(t, "GET", origin+"/control/tokens/payments-svc", admin, nil, &info) == http.StatusOK && !info.LastUsed.IsZero()
+		info, err := adminC.GetToken(t.Context(), "payments-svc")
+		return err == nil && !info.LastUsed.IsZero()
 	}, "the relay reports its clients' uses")
 
 	// A token without the relay scope may not sync.
-	if st := authCall(t, "POST", origin+"/control/tokens/sync", client, map[string]any{}, nil); st != http.StatusForbidden {
-		t.Fatalf("sync without the relay scope: status %d, want 403", st)
+	if _, err := controlClient(t, origin, client).SyncTokens(t.Context(), controlapi.TokenSyncRequest{}); statusOf(err) != http.StatusForbidden {
+		t.Fatalf("sync without the relay scope: %v, want 403", err)
 	}
 
-	if st := authCall(t, "DELETE", origin+"/control/tokens/payments-svc", admin, nil, nil); st != http.StatusNoContent {
-		t.Fatalf("revoke: status %d", st)
+	if err := adminC.RevokeToken(t.Context(), "payments-svc"); err != nil {
+		t.Fatalf("revoke: %v", err)
 	}
 	revoked := time.Now()
 	testutil.Eventually(t, 5*time.Second, func() bool { return authCall(t, "GET", snap, client, nil, nil) == http.StatusUnauthorized },
@@ -316,25 +322,25 @@ func TestRelayRefusesARevokedToken(t *testing.T) {
 func TestAuditActorIsTheToken(t *testing.T) {
 	urls := startServers(t, 1)
 	base := urls[0]
-	ns := base + "/control/namespaces/payments.prod"
-	var first controlapi.RevisionReply
-	if st := authCall(t, "POST", ns+"/publish", "", map[string]any{"puts": map[string]any{"k": 0}, "actor": "alice"}, &first); st != http.StatusOK {
-		t.Fatalf("open publish: %d", st)
+	const ns = "payments.prod"
+	first, err := controlClient(t, base).Publish(t.Context(), ns, controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"k": 0}), Actor: "alice"})
+	if err != nil {
+		t.Fatalf("open publish: %v", err)
 	}
 	admin := createToken(t, base, "", controlapi.TokenCreateRequest{Name: "root", Admin: true})
-	deploy := createToken(t, base, admin, controlapi.TokenCreateRequest{Name: "deploy-bot", Control: []string{"payments.*"}})
-	if st := authCall(t, "POST", ns+"/publish", deploy, map[string]any{"puts": map[string]any{"k": 1}, "actor": "alice"}, nil); st != http.StatusOK {
-		t.Fatalf("publish: %d", st)
+	deploy := controlClient(t, base, createToken(t, base, admin, controlapi.TokenCreateRequest{Name: "deploy-bot", Control: []string{"payments.*"}}))
+	if _, err := deploy.Publish(t.Context(), ns, controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"k": 1}), Actor: "alice"}); err != nil {
+		t.Fatalf("publish: %v", err)
 	}
-	if st := authCall(t, "POST", ns+"/publish", deploy, map[string]any{"puts": map[string]any{"k": 2}}, nil); st != http.StatusOK {
-		t.Fatalf("publish: %d", st)
+	if _, err := deploy.Publish(t.Context(), ns, controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"k": 2})}); err != nil {
+		t.Fatalf("publish: %v", err)
 	}
-	if st := authCall(t, "POST", ns+"/rollback", deploy, map[string]any{"to_revision": first.Revision, "actor": "bob"}, nil); st != http.StatusOK {
-		t.Fatalf("rollback: %d", st)
+	if _, err := deploy.Rollback(t.Context(), ns, controlapi.RollbackRequest{To: &first, Actor: "bob"}); err != nil {
+		t.Fatalf("rollback: %v", err)
 	}
-	var h controlapi.History
-	if st := authCall(t, "GET", ns+"/history", deploy, nil, &h); st != http.StatusOK {
-		t.Fatalf("history: %d", st)
+	h, err := deploy.History(t.Context(), ns, controlapi.HistoryOptions{})
+	if err != nil {
+		t.Fatalf("history: %v", err)
 	}
 	type who struct{ actor, onBehalfOf string }
 	var got []who

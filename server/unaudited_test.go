@@ -2,12 +2,11 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -30,18 +29,13 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 	past := put.Header.Revision
 	r3 := publish(t, url, "app", map[string]any{"a": 2})
 
-	type record struct {
-		Revision     int64    `json:"revision"`
-		PrevRevision int64    `json:"prev_revision"`
-		Kind         string   `json:"kind"`
-		Actor        string   `json:"actor"`
-		Puts         []string `json:"puts"`
-	}
-	var h struct{ Revisions []record }
+	type record = controlapi.AuditRecord
+	c := controlClient(t, url)
+	var h *controlapi.History
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		h.Revisions = nil
-		if st := control(t, "GET", url+"/control/namespaces/app/history", nil, &h); st != http.StatusOK {
-			t.Fatalf("history: %d", st)
+		var err error
+		if h, err = c.History(t.Context(), "app", controlapi.HistoryOptions{}); err != nil {
+			t.Fatalf("history: %v", err)
 		}
 		return len(h.Revisions) == 3
 	}, "the history to list the write past the server")
@@ -57,8 +51,7 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 			t.Errorf("history[%d] = %+v, want %+v", i, got, want[i])
 		}
 	}
-	var v struct{ Values map[string]json.RawMessage }
-	if st := control(t, "GET", fmt.Sprintf("%s/control/namespaces/app/values?revision=%d", url, past), nil, &v); st != http.StatusOK || string(v.Values["x"]) != "9" {
-		t.Errorf("values at the unaudited revision: %d %s", st, v.Values)
+	if v, err := c.ValuesAt(t.Context(), "app", past); err != nil || string(v.Values["x"]) != "9" {
+		t.Errorf("values at the unaudited revision: %v %+v", err, v)
 	}
 }

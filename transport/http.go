@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
@@ -38,8 +39,9 @@ const (
 	DefaultIdleTimeout = 15 * time.Second
 	// DefaultLongPollWait is how long the server may hold a long-poll.
 	DefaultLongPollWait = 30 * time.Second
-	// DefaultUserAgent is sent unless WithUserAgent says otherwise.
-	DefaultUserAgent = "holdfast-go"
+	// DefaultUserAgent is sent unless WithUserAgent says otherwise:
+	// "holdfast-go/" and the SDK's version (config.Version).
+	DefaultUserAgent = "holdfast-go/" + version.SDK
 )
 
 // maxErrorBodyBytes bounds the read of an error reply's body.
@@ -241,7 +243,8 @@ func WithClientID(id string) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.clientID = id })
 }
 
-// WithUserAgent sets the User-Agent header (default "holdfast-go").
+// WithUserAgent sets the User-Agent header (default DefaultUserAgent,
+// "holdfast-go/VERSION").
 func WithUserAgent(ua string) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.userAgent = ua })
 }

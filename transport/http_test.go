@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
@@ -534,5 +535,23 @@ func TestSnapshotUnaskedNotModified(t *testing.T) {
 	s := newSource(t, srv.URL)
 	if _, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS}); !errors.Is(err, ErrMalformed) || errors.Is(err, ErrNotModified) {
 		t.Errorf("err = %v, want ErrMalformed for a 304 nobody asked for", err)
+	}
+}
+
+// TestDefaultUserAgent: without WithUserAgent a source sends
+// holdfast-go/VERSION, the SDK's version.
+func TestDefaultUserAgent(t *testing.T) {
+	leakCheck(t)
+	var ua string
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		ua = r.Header.Get("User-Agent")
+		writeJSON(t, w, http.StatusOK, testSnapshot())
+	})
+	s := newSource(t, srv.URL)
+	if _, err := s.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS}); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if want := "holdfast-go/" + version.SDK; ua != want || DefaultUserAgent != want {
+		t.Errorf("User-Agent = %q (DefaultUserAgent %q), want %q", ua, DefaultUserAgent, want)
 	}
 }

@@ -14,11 +14,14 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 )
 
 // meterScope is the instrumentation scope of the command's own
@@ -61,14 +64,38 @@ type metrics struct {
 	mp  *sdkmetric.MeterProvider
 }
 
-func newMetrics() (*metrics, error) {
+// newMetrics returns the metrics of the service named service
+// ("holdfast-server", "holdfast-relay"): the OTel resource, Prometheus's
+// target_info, names it and the SDK's version (service.name,
+// service.version), unless $OTEL_SERVICE_NAME or
+// $OTEL_RESOURCE_ATTRIBUTES say otherwise.
+func newMetrics(service string) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return &metrics{reg: reg, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))}, nil
+	res, err := serviceResource(service)
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{reg: reg, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))}, nil
+}
+
+// serviceResource is the OTel resource of service: the SDK's attributes
+// (telemetry.sdk.*), service.name and service.version, then what the
+// environment says (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), which
+// wins.
+func serviceResource(service string) (*resource.Resource, error) {
+	res, err := resource.New(context.Background(),
+		resource.WithTelemetrySDK(),
+		resource.WithAttributes(attribute.String("service.name", service), attribute.String("service.version", version.SDK)),
+		resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("metrics: the OTel resource: %w", err)
+	}
+	return res, nil
 }
 
 func (m *metrics) shutdown() error {

@@ -57,6 +57,7 @@ func commands() []*command {
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutListCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
+		versionCommand(),
 	}
 }
 
@@ -113,6 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		return help(e, args[1:])
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	c, n := lookup(args)
 	if c == nil {
@@ -189,7 +192,8 @@ Exit status: 0 on success (a server: stopped by SIGTERM or SIGINT);
 1 when the server refuses or fails the operation, its reason on stderr;
 2 on a usage error (unknown command, bad flag, missing argument).
 
-Run 'holdfast help COMMAND' (or 'holdfast COMMAND -h') for a command's flags.
+Run 'holdfast help COMMAND' (or 'holdfast COMMAND -h') for a command's flags,
+'holdfast version' (or 'holdfast -version') for the version.
 `)
 }
 

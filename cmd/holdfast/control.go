@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -125,6 +126,9 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 	if *t.server == "" {
 		return nil, usagef("-server is required")
 	}
+	if err := checkScheme("-server", *t.server); err != nil {
+		return nil, err
+	}
 	u, err := url.Parse(*t.server)
 	switch {
 	case err != nil:
@@ -150,17 +154,29 @@ func (t *targetFlags) openServer() (*serverPlane, error) {
 			return nil, usagef("-ca, -cert, -key: %v", err)
 		}
 	}
-	p := &serverPlane{tr: tr}
+	p := &serverPlane{tr: tr, tokenSent: token != ""}
 	p.c, err = controlapi.NewClient(*t.server,
 		controlapi.WithHTTPClient(&http.Client{Transport: tr}), // withPlane bounds the requests
 		controlapi.WithToken(token),
-		controlapi.WithUserAgent("holdfast-cli"),
+		controlapi.WithUserAgent(version.UserAgent("holdfast-cli")),
 		controlapi.WithMaxReplyBytes(maxReplyBytes),
 		controlapi.WithReplyHook(p.keep))
 	if err != nil {
 		return nil, usagef("-server: %v", err)
 	}
 	return p, nil
+}
+
+// checkScheme refuses a URL of flag name (-server, -upstream) without a
+// scheme ("127.0.0.1:8080", "origin:8080", "origin"), which url.Parse
+// either refuses in its own words ("first path segment in URL cannot
+// contain colon") or takes for something else (scheme "origin"), and says
+// what to type.
+func checkScheme(name, u string) error {
+	if strings.Contains(u, "//") {
+		return nil
+	}
+	return usagef("%s %q has no scheme: write http://%s (or https://%s for a TLS listener)", name, u, u, u)
 }
 
 // secretFrom returns a secret from the flag named flagName (value), the
@@ -189,8 +205,9 @@ func secretFrom(flagName, value, fileFlag, file string) (string, error) {
 
 // serverPlane is the server's control API, through its client.
 type serverPlane struct {
-	c  *controlapi.Client
-	tr *http.Transport
+	c         *controlapi.Client
+	tr        *http.Transport
+	tokenSent bool // a bearer token goes with every request
 
 	mu   sync.Mutex
 	last []byte // the body of the last reply, for -o json
@@ -253,16 +270,43 @@ func (p *serverPlane) diff(ctx context.Context, ns string, from, to int64) (*con
 }
 
 // apiError is err with a control API error's details one a line, as a
-// terminal shows them.
-func apiError(err error) error {
+// terminal shows them; a 401 says, in a person's words, whether the token
+// was missing or not accepted (tokenSent), and what to do.
+func apiError(err error, tokenSent bool) error {
 	ae, ok := err.(*controlapi.Error)
-	if !ok || len(ae.Details) == 0 {
+	if !ok {
+		return err
+	}
+	if ae.StatusCode == http.StatusUnauthorized {
+		return unauthorized(ae, tokenSent)
+	}
+	if len(ae.Details) == 0 {
 		return err
 	}
 	short := *ae
 	short.Details = nil
 	return errors.New(short.Error() + "\n\t" + strings.Join(ae.Details, "\n\t"))
 }
+
+// unauthorized is the words of a 401: the server's own message says a
+// token is needed even when one was sent, as it cannot tell a wrong token
+// from none.
+func unauthorized(ae *controlapi.Error, tokenSent bool) error {
+	if tokenSent {
+		return &hintError{err: ae, msg: "token not accepted (revoked, expired or mistyped): the server answered HTTP 401; " +
+			"check the token of -token-file, $" + tokenEnv + " or -token, or ask an admin for a new one ('holdfast token create')"}
+	}
+	return &hintError{err: ae, msg: ae.Error() + "; no token was sent: give one with -token-file FILE or $" + tokenEnv}
+}
+
+// hintError is err told in other words (msg), for a person.
+type hintError struct {
+	msg string
+	err error
+}
+
+func (e *hintError) Error() string { return e.msg }
+func (e *hintError) Unwrap() error { return e.err }
 
 func clip(s string, n int) string {
 	if len(s) <= n {
@@ -318,13 +362,21 @@ func (p *etcdPlane) diff(ctx context.Context, ns string, from, to int64) (*contr
 // withPlane opens the plane t names, runs fn with it under the request
 // timeout, and closes it.
 func withPlane(ctx context.Context, t *targetFlags, name string, fn func(context.Context, plane) error) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return withPlaneUnbounded(ctx, t, name, fn)
+}
+
+// withPlaneUnbounded is withPlane without the request timeout: fn bounds
+// its requests itself (rollout status -watch, which runs until the
+// rollout ends).
+func withPlaneUnbounded(ctx context.Context, t *targetFlags, name string, fn func(context.Context, plane) error) error {
 	p, err := t.open(name)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	return errors.Join(apiError(fn(ctx, p)), p.close())
+	sp, _ := p.(*serverPlane)
+	return errors.Join(apiError(fn(ctx, p), sp != nil && sp.tokenSent), p.close())
 }
 
 // withServer is withPlane for a command that needs the server.
@@ -332,4 +384,18 @@ func withServer(ctx context.Context, t *targetFlags, name string, fn func(contex
 	return withPlane(ctx, t, name, func(ctx context.Context, p plane) error {
 		return fn(ctx, p.(*serverPlane)) // serverOnly: open refused -etcd
 	})
+}
+
+// withServerUnbounded is withServer without the request timeout: fn
+// bounds each request with requestCtx.
+func withServerUnbounded(ctx context.Context, t *targetFlags, name string, fn func(context.Context, *serverPlane) error) error {
+	return withPlaneUnbounded(ctx, t, name, func(ctx context.Context, p plane) error {
+		return fn(ctx, p.(*serverPlane))
+	})
+}
+
+// requestCtx bounds one request of a command that runs past
+// requestTimeout: each request has it.
+func requestCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, requestTimeout)
 }

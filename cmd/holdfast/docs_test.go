@@ -219,7 +219,12 @@ var otherFlags = map[string]string{
 	"count":     "go test",
 	"tags":      "go test",
 	"once":      "examples/prometheus",
+	"buildvcs":  "go build",
 }
+
+// topFlags are the flags of holdfast itself, before any command (run):
+// each names a command.
+var topFlags = map[string]string{"h": "help", "help": "help", "version": "version"}
 
 // holdfastLineRE is a command line of the holdfast command: "holdfast" (or
 // "./holdfast", or a path ending in it) at its start, and the rest.
@@ -245,6 +250,12 @@ func checkFlags(docs []*doc) []string {
 		if w := strings.Fields(c.name); len(w) > 1 {
 			groups[w[0]] = true
 		}
+	}
+	for f, c := range topFlags { // "holdfast version # or -version"
+		if cmds[c] != nil {
+			cmds[c][f] = true
+		}
+		all[f] = true
 	}
 	var problems []string
 	for _, d := range docs {
@@ -274,6 +285,12 @@ func checkCommandLine(d *doc, s snippet, args string, cmds map[string]map[string
 	words := strings.Fields(args)
 	if len(words) == 0 || words[0] == "help" || words[0] == "COMMAND" || words[0] == "CMD" {
 		return nil
+	}
+	if f := flagRE.FindStringSubmatch(words[0]); f != nil && topFlags[f[1]] != "" {
+		words[0] = topFlags[f[1]] // "holdfast -version -o json" is "holdfast version -o json"
+		if words[0] == "help" {
+			return nil
+		}
 	}
 	var names []string
 	rest := words[1:]

@@ -12,8 +12,9 @@
 //	holdfast status -server http://origin:8080 payments.prod
 //	holdfast clients -server http://origin:8080 payments.prod
 //	holdfast rollout start -server http://origin:8080 -stages 1,10,100 -bake 2m payments.prod retry-timeout-ms=50
-//	holdfast rollout status -server http://origin:8080 -id ID payments.prod
+//	holdfast rollout status -server http://origin:8080 -watch payments.prod
 //	holdfast schema set -server http://origin:8080 payments.prod payments.schema.json
+//	holdfast version
 //	holdfast help [COMMAND]
 //
 // The operator commands reach the server's control API with -server (a

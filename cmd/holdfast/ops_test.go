@@ -328,8 +328,9 @@ func TestOperatorUsageErrors(t *testing.T) {
 		{"-max-nacks must not be negative", []string{"rollout", "start", "-server", s, "-stages", "100", "-max-nacks", "-1", "ns.a", "a=1"}},
 		{"must not be negative", []string{"rollout", "start", "-server", s, "-stages", "100", "-bake", "-1s", "ns.a", "a=1"}},
 		{"nothing to publish", []string{"rollout", "start", "-server", s, "-stages", "100", "ns.a"}},
-		{"-id is required", []string{"rollout", "abort", "-server", s, "ns.a"}},
-		{"-id is required", []string{"rollout", "promote", "-server", s, "ns.a"}},
+		{`-server "127.0.0.1:18080" has no scheme: write http://127.0.0.1:18080 (or https://127.0.0.1:18080 for a TLS listener)`, []string{"status", "-server", "127.0.0.1:18080", "ns.a"}},
+		{`-server "origin:8080" has no scheme: write http://origin:8080`, []string{"rollout", "abort", "-server", "origin:8080", "ns.a"}},
+		{`-server "origin" has no scheme: write http://origin`, []string{"get", "-server", "origin", "ns.a"}},
 		{"holdfast rollout: missing command", []string{"rollout"}},
 		{`holdfast rollout: unknown command "frob"`, []string{"rollout", "frob"}},
 		{`unknown command "rollout frob"`, []string{"help", "rollout", "frob"}},
@@ -375,14 +376,21 @@ func TestToken(t *testing.T) {
 	t.Setenv(tokenEnv, secret)
 	out += mustRun(t, "history", "-server", hs.URL, "payments.prod")
 	t.Setenv(tokenEnv, "")
-	errOut += mustFail(t, exitFail, "unauthorized (HTTP 401): a control token is required", "history", "-server", hs.URL, "payments.prod")
+	errOut += mustFail(t, exitFail, "unauthorized (HTTP 401): a control token is required; no token was sent: give one with -token-file FILE or $"+tokenEnv, "history", "-server", hs.URL, "payments.prod")
+	// A token sent and refused is not accepted, not missing: the
+	// server's words ("required") are not repeated.
+	wrong := mustFail(t, exitFail, "holdfast history: token not accepted (revoked, expired or mistyped): the server answered HTTP 401; check the token of -token-file", "history", "-server", hs.URL, "-token", "not-"+secret, "payments.prod")
+	if strings.Contains(wrong, "required") {
+		t.Errorf("a refused token's error:\n%s", wrong)
+	}
+	errOut += wrong
 	errOut += mustFail(t, exitFail, "connection refused", "history", "-server", "http://127.0.0.1:1", "-token", secret, "payments.prod")
 	if strings.Contains(out+errOut, secret) {
 		t.Errorf("the token shows in the output:\n%s\n%s", out, errOut)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"Bearer " + secret, "Bearer " + secret, "Bearer " + secret, ""}
+	want := []string{"Bearer " + secret, "Bearer " + secret, "Bearer " + secret, "", "Bearer not-" + secret}
 	if strings.Join(seen, "|") != strings.Join(want, "|") {
 		t.Errorf("Authorization headers %q, want %q", seen, want)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/tokentable"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/relay"
 	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -63,7 +64,8 @@ listener of their own with -admin-addr:
 	GET /healthz   200 while the process runs
 	GET /statusz   every namespace followed, as JSON: store id, revision,
 	               cursor, age_seconds (how long ago the upstream last
-	               confirmed it), unconfirmed, streams, last_error
+	               confirmed it), unconfirmed, streams, last_error; and
+	               the build (as 'holdfast version -o json')
 	GET /metrics   Prometheus text: the relay's metrics,
 	               holdfast_relay_namespace_age_seconds{holdfast_namespace},
 	               holdfast_relay_namespace_unconfirmed, and the Go runtime's
@@ -175,7 +177,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if err != nil {
 			return usagef("-upstream-ca, -upstream-cert, -upstream-key: %v", err)
 		}
-		m, err := newMetrics()
+		m, err := newMetrics(relayService)
 		if err != nil {
 			return err
 		}
@@ -257,6 +259,9 @@ func parseUpstream(s string) (upstream, error) {
 	}
 	var up upstream
 	for _, item := range items {
+		if err := checkScheme("-upstream", item); err != nil {
+			return upstream{}, err
+		}
 		u, err := url.Parse(item)
 		if err != nil {
 			return upstream{}, usagef("-upstream: %v", err)
@@ -325,7 +330,7 @@ type closingSource interface {
 
 // source returns the transport.Source that follows the upstream.
 func (u upstream) source(log *slog.Logger, token string, tlsConf *tls.Config) (closingSource, error) {
-	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent("holdfast-relay"), transport.WithTLSConfig(tlsConf)}
+	opts := []transport.HTTPOption{transport.WithLogger(log), transport.WithUserAgent(version.UserAgent("holdfast-relay")), transport.WithTLSConfig(tlsConf)}
 	if token != "" {
 		opts = append(opts, transport.WithBearerToken(token))
 	}
@@ -410,7 +415,7 @@ func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc
 	if adminURL == "" {
 		adminURL = plane.url()
 	}
-	log.Info("relay serving", "url", plane.url(), "admin_url", adminURL, "upstream", upstreamName)
+	log.Info("relay serving", append([]any{"url", plane.url(), "admin_url", adminURL, "upstream", upstreamName}, buildAttrs()...)...)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -431,6 +436,8 @@ type relayStatus struct {
 	Reason     string            `json:"reason,omitempty"` // why not ready
 	Upstream   string            `json:"upstream"`
 	Namespaces []namespaceStatus `json:"namespaces"`
+	// Build is what `holdfast version -o json` prints.
+	Build version.Info `json:"build"`
 }
 
 // namespaceStatus is one relay.NamespaceStatus in /statusz.
@@ -448,7 +455,7 @@ type namespaceStatus struct {
 }
 
 func newRelayStatus(r relayer, upstreamName string) relayStatus {
-	st := relayStatus{Ready: true, Upstream: upstreamName, Namespaces: []namespaceStatus{}}
+	st := relayStatus{Ready: true, Upstream: upstreamName, Namespaces: []namespaceStatus{}, Build: version.Read()}
 	if err := r.Ready(); err != nil {
 		st.Ready, st.Reason = false, err.Error()
 	}

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/relay"
 )
 
@@ -44,7 +46,9 @@ func TestParseUpstream(t *testing.T) {
 		{"", "-upstream is required"},
 		{" , ", "names no upstream"},
 		{"ftp://origin", `scheme must be http or https, got "ftp"`},
-		{"origin:8080", `scheme must be http or https, got "origin"`},
+		{"origin:8080", `-upstream "origin:8080" has no scheme: write http://origin:8080 (or https://origin:8080 for a TLS listener)`},
+		{"127.0.0.1:8080", `-upstream "127.0.0.1:8080" has no scheme: write http://127.0.0.1:8080`},
+		{"http://a:1,b:2", `-upstream "b:2" has no scheme: write http://b:2`},
 		{"//origin:8080", `scheme must be http or https, got ""`},
 		{"http://", "has no host"},
 		{"http://origin?x=1", "must not have a query or fragment"},
@@ -195,7 +199,7 @@ func serveStub(t *testing.T, adminAddr string) *servedRelay {
 
 func serveStubTokens(t *testing.T, adminAddr string, toks *access.Tokens) *servedRelay {
 	t.Helper()
-	m, err := newMetrics()
+	m, err := newMetrics(relayService)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +216,9 @@ func serveStubTokens(t *testing.T, adminAddr string, toks *access.Tokens) *serve
 		<-s.done
 	})
 	rec := s.logs.waitFor(t, "relay serving", s.done)
+	if v, _ := rec["version"].(string); v != config.Version {
+		t.Errorf("relay serving: version %q, want %q", v, config.Version)
+	}
 	s.data, _ = rec["url"].(string)
 	s.adminURL, _ = rec["admin_url"].(string)
 	if rec["upstream"] != "http://origin:8080" {
@@ -249,7 +256,7 @@ func checkAdmin(t *testing.T, s *servedRelay, base string) {
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
 		t.Fatalf("/statusz: %d %s", code, body)
 	}
-	want := relayStatus{Ready: false, Reason: "relay: no data from upstream yet", Upstream: "http://origin:8080", Namespaces: []namespaceStatus{}}
+	want := relayStatus{Ready: false, Reason: "relay: no data from upstream yet", Upstream: "http://origin:8080", Namespaces: []namespaceStatus{}, Build: version.Read()}
 	if !reflect.DeepEqual(st, want) {
 		t.Errorf("/statusz before:\n%+v\nwant\n%+v", st, want)
 	}
@@ -272,7 +279,7 @@ func checkAdmin(t *testing.T, s *servedRelay, base string) {
 	want = relayStatus{Ready: true, Upstream: "http://origin:8080", Namespaces: []namespaceStatus{
 		{Namespace: "payments.prod", StoreID: "s1", Revision: 7, Cursor: 9, AgeSeconds: 12.5, Unconfirmed: true, Streams: 3, LastError: "upstream: connection refused"},
 		{Namespace: "search.prod", StoreID: "s1", Revision: 2, Cursor: 9, Streams: 1},
-	}}
+	}, Build: version.Read()}
 	if !reflect.DeepEqual(st, want) {
 		t.Errorf("/statusz after:\n%+v\nwant\n%+v", st, want)
 	}
@@ -285,6 +292,9 @@ func checkAdmin(t *testing.T, s *servedRelay, base string) {
 		t.Fatalf("/metrics: %d", code)
 	}
 	families := parseMetrics(t, body)
+	if _, ok := metricValue(families, "target_info", map[string]string{"service_name": relayService, "service_version": config.Version}); !ok {
+		t.Errorf("/metrics has no target_info{service_name=%q,service_version=%q}", relayService, config.Version)
+	}
 	for _, m := range []struct {
 		name, ns string
 		want     float64

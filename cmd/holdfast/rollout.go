@@ -108,27 +108,30 @@ plain publish during one, is refused (409).
 
 func rolloutStatusCommand() *command {
 	return rolloutRecordCommand("status", "", "print a rollout's state: its stage, the clients' acks and nacks", `
-Rollout status prints rollout -id of NAMESPACE: its state (running,
-promoted, reverted), the stage it is in (or ended in), how many clients it
-knows, how many served the change, acked, nacked, would have nacked
-(prevalidation) and lag, why it reverted, and the revisions it committed.
-Without -id it lists NAMESPACE's rollouts, newest first: the running one
-and the last few that ended (GET /control/namespaces/{ns}/rollouts), as
-'holdfast rollout list' does. With -id and -watch it prints the record
-again at each change (its stage, counts, bake, reason) until the rollout
-ends, then exits 0; with -o json, one record a line.`)
+Rollout status prints rollout -id of NAMESPACE, by default the one running
+there: its state (running, promoted, reverted), the stage it is in (or
+ended in), how many clients it knows, how many served the change, acked,
+nacked, would have nacked (prevalidation) and lag, why it reverted, and
+the revisions it committed. Without -id and with no rollout running it
+fails, naming 'holdfast rollout list', which lists NAMESPACE's rollouts,
+the last few that ended too. With -watch it prints the record again at
+each change (its stage, counts, bake, reason) until the rollout ends,
+however long that takes (each request is bounded, the watch is not), then
+exits 0; with -o json, one record a line.`)
 }
 
 func rolloutAbortCommand() *command {
 	return rolloutRecordCommand("abort", "abort", "revert a running rollout now", `
-Rollout abort reverts rollout -id of NAMESPACE now, in one new revision that
-drops the staged change, and prints its state.`)
+Rollout abort reverts rollout -id of NAMESPACE (by default the one running
+there) now, in one new revision that drops the staged change, and prints
+its state.`)
 }
 
 func rolloutPromoteCommand() *command {
 	return rolloutRecordCommand("promote", "promote", "skip a running rollout to 100%: its change becomes the base", `
-Rollout promote ends rollout -id of NAMESPACE early: its change becomes the
-base for every client, in one new revision; it prints its state.`)
+Rollout promote ends rollout -id of NAMESPACE (by default the one running
+there) early: its change becomes the base for every client, in one new
+revision; it prints its state.`)
 }
 
 // rolloutRecordCommand is rollout status (action ""), abort or promote:
@@ -142,44 +145,40 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			t := addTargetFlags(fs, true)
-			idUsage := "the rollout's `ID`, as rollout start printed it (required)"
-			if action == "" {
-				idUsage = "the rollout's `ID`, as rollout start printed it (empty: list the namespace's rollouts)"
-			}
-			id := fs.String("id", "", idUsage)
+			id := fs.String("id", "", "the rollout's `ID`, as rollout start printed it (default: the one running on NAMESPACE)")
 			var watch *bool
 			var reason *string
 			if action == "" {
-				watch = fs.Bool("watch", false, "print the rollout again at each change, until it ends (needs -id)")
+				watch = fs.Bool("watch", false, "print the rollout again at each change, until it ends (no overall time limit)")
 			} else {
 				reason = fs.String("reason", "", "`WHY`, for the history")
 			}
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
-				if *id == "" && action != "" {
-					return usagef("-id is required")
-				}
 				if watch != nil && *watch {
-					if *id == "" {
-						return usagef("-watch needs -id")
-					}
-					return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
-						return watchRollout(ctx, e, t, p, ns, *id)
+					return withServerUnbounded(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
+						rctx, cancel := requestCtx(ctx)
+						rid, err := rolloutID(rctx, p, ns, *id)
+						cancel()
+						if err != nil {
+							return err
+						}
+						return watchRollout(ctx, e, t, p, ns, rid)
 					})
 				}
 				return withServer(ctx, t, "rollout "+name, func(ctx context.Context, p *serverPlane) error {
-					if *id == "" {
-						return listRollouts(ctx, e, t, p, ns)
+					rid, err := rolloutID(ctx, p, ns, *id)
+					if err != nil {
+						return err
 					}
 					var r *controlapi.RolloutRecord
-					var err error
 					switch action {
 					case "":
-						r, err = p.c.GetRollout(ctx, ns, *id)
+						r, err = p.c.GetRollout(ctx, ns, rid)
 					case "abort":
-						r, err = p.c.AbortRollout(ctx, ns, *id, controlapi.RolloutActionRequest{Reason: *reason})
+						r, err = p.c.AbortRollout(ctx, ns, rid, controlapi.RolloutActionRequest{Reason: *reason})
 					case "promote":
-						r, err = p.c.PromoteRollout(ctx, ns, *id, controlapi.RolloutActionRequest{Reason: *reason})
+						r, err = p.c.PromoteRollout(ctx, ns, rid, controlapi.RolloutActionRequest{Reason: *reason})
 					}
 					if err != nil {
 						return err
@@ -189,6 +188,24 @@ func rolloutRecordCommand(name, action, summary, doc string) *command {
 			}
 		},
 	}
+}
+
+// rolloutID is id, or when it is empty the id of the rollout running on
+// namespace ns; an error that says what to do when none runs.
+func rolloutID(ctx context.Context, p *serverPlane, ns, id string) (string, error) {
+	if id != "" {
+		return id, nil
+	}
+	rs, err := p.c.ListRollouts(ctx, ns)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rs {
+		if r.State == "running" {
+			return r.ID, nil
+		}
+	}
+	return "", fmt.Errorf("no rollout runs on %s: 'holdfast rollout list %s' lists the last that ended; give one with -id", ns, ns)
 }
 
 func rolloutListCommand() *command {
@@ -229,10 +246,14 @@ func listRollouts(ctx context.Context, e *env, t *targetFlags, p *serverPlane, n
 // watchRollout prints rollout id of namespace ns, then again at each
 // change of its state, stage, counts or reason, until it has ended (or
 // ctx ends).
+//
+// ctx has no deadline of its own: each request has requestTimeout.
 func watchRollout(ctx context.Context, e *env, t *targetFlags, p *serverPlane, ns, id string) error {
 	var last string
 	for {
-		r, err := p.c.GetRollout(ctx, ns, id)
+		rctx, cancel := requestCtx(ctx)
+		r, err := p.c.GetRollout(rctx, ns, id)
+		cancel()
 		if err != nil {
 			return err
 		}

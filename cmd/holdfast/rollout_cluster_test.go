@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -205,7 +206,7 @@ func TestRolloutMetricGateRevertsOnServer(t *testing.T) {
 			time.Now().Unix(), errorRate.Load().(string))
 	}))
 	defer prom.Close()
-	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-heartbeat", "100ms", "-log-format", "json")
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-heartbeat", "100ms", "-log-format", "json", "-gate-allow", prom.URL)
 	rec := s.stderr.waitFor(t, "serving", s.done)
 	base, _ := rec["url"].(string)
 	mustRun(t, "publish", "-server", base, "app", "v=1")
@@ -241,7 +242,7 @@ func TestRolloutRevertsOnARealPrometheus(t *testing.T) {
 	app := promtest.NewApp(t)
 	prom := promtest.Start(t, app.Target())
 	bin := buildBinary(t)
-	srv := startServerProc(t, bin, "-memory")
+	srv := startServerProc(t, bin, "-memory", "-gate-allow", prom.URL)
 	mustRun(t, "publish", "-server", srv.url(), "app", "v=1")
 	r := startRelayProc(t, bin, srv.url())
 
@@ -350,4 +351,59 @@ func TestRolloutRelayKilledMidStage(t *testing.T) {
 		testutil.Eventually(t, waitLimit, func() bool { return ns.Int("v", 0) == 2 }, fmt.Sprintf("client %d serves v=2", i))
 	}
 	t.Logf("promoted %v after the kill", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestRolloutGateOutsideAllowRefused: holdfast server queries only the
+// Prometheus servers of its -gate-allow: a rollout whose gate names
+// another URL is refused at its start with 400, saying so, and that URL
+// is never fetched; without -gate-allow every gate is refused. An allowed
+// URL that answers a page that is not Prometheus's refuses the start
+// without the page in the error.
+func TestRolloutGateOutsideAllowRefused(t *testing.T) {
+	var fetched atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fetched.Add(1)
+		http.Error(w, "INTERNAL-SECRET-PAGE", http.StatusForbidden)
+	}))
+	defer target.Close()
+	for _, tt := range []struct {
+		allow []string
+		want  string
+	}{
+		{[]string{"-gate-allow", "http://prometheus.example:9090,http://127.0.0.1:1/prom"}, "(-gate-allow: http://prometheus.example:9090,http://127.0.0.1:1/prom)"},
+		{nil, "(-gate-allow: none: the server was started without -gate-allow)"},
+	} {
+		args := append([]string{"server", "-memory", "-addr", "127.0.0.1:0", "-log-format", "json"}, tt.allow...)
+		s := start(t, args...)
+		rec := s.stderr.waitFor(t, "serving", s.done)
+		base, _ := rec["url"].(string)
+		mustRun(t, "publish", "-server", base, "app", "v=1")
+		body := `{"puts":{"v":2},"stages":[100],"bake":"1m","gates":[{"prometheus":"` + target.URL + `","query":"up","max":1}]}`
+		resp, err := http.Post(base+"/control/namespaces/app/rollouts", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "is under no prefix this server queries") ||
+			!strings.Contains(string(msg), tt.want) || strings.Contains(string(msg), "SECRET") {
+			t.Errorf("%q: a gate outside the list: %d %s", tt.allow, resp.StatusCode, msg)
+		}
+		mustFail(t, exitFail, "is under no prefix this server queries", "rollout", "start", "-server", base, "-stages", "100", "-bake", "1m",
+			"-gate", "prometheus="+target.URL+",query=up,max=1", "app", "v=2")
+		s.stop(t)
+	}
+	if n := fetched.Load(); n != 0 {
+		t.Errorf("the gate's URL was fetched %d times", n)
+	}
+	// Allowed, the URL is asked, and its page is not shown.
+	s := start(t, "server", "-memory", "-addr", "127.0.0.1:0", "-log-format", "json", "-gate-allow", target.URL)
+	rec := s.stderr.waitFor(t, "serving", s.done)
+	base, _ := rec["url"].(string)
+	mustRun(t, "publish", "-server", base, "app", "v=1")
+	msg := mustFail(t, exitFail, "HTTP 403, a reply that is not Prometheus's query API (not shown)", "rollout", "start", "-server", base,
+		"-stages", "100", "-bake", "1m", "-gate", "prometheus="+target.URL+",query=up,max=1", "app", "v=2")
+	if strings.Contains(msg, "SECRET") || fetched.Load() == 0 {
+		t.Errorf("a gate on an allowed URL that is not Prometheus (fetched %d times): %s", fetched.Load(), msg)
+	}
 }

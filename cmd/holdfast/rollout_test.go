@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -88,6 +89,10 @@ func TestRolloutCommands(t *testing.T) {
 			t.Errorf("rollout status does not say %q:\n%s", w, out)
 		}
 	}
+	// Without -id, the rollout running on the namespace.
+	if noID := mustRun(t, "rollout", "status", "-server", u, "app"); noID != out {
+		t.Errorf("rollout status without -id printed\n%s\nwith -id\n%s", noID, out)
+	}
 	report(t, srv, transport.Ack{ClientID: "c1", Namespace: "app", Revision: rev, Status: transport.AckRejected, Error: "a: too big", Rollout: id})
 	if rec := waitRolloutEnd(t, srv, "app", id); rec.State != holdfasttest.RolloutReverted {
 		t.Fatalf("after a nack: %+v", rec)
@@ -117,8 +122,8 @@ func TestRolloutCommands(t *testing.T) {
 	if err != nil || rec.MaxNacks != 1 || !rec.Prevalidate || fmt.Sprint(rec.Stages) != "[50 100]" {
 		t.Fatalf("the rollout started: %+v, %v", rec, err)
 	}
-	out = mustRun(t, "rollout", "promote", "-server", u, "-id", id2, "app")
-	if !strings.Contains(out, "state       promoted\n") {
+	out = mustRun(t, "rollout", "promote", "-server", u, "app") // -id: the one running
+	if !strings.Contains(out, "state       promoted\n") || !strings.Contains(out, "rollout     "+id2+"\n") {
 		t.Errorf("rollout promote printed:\n%s", out)
 	}
 	if v, err := srv.ValuesAt("app", srv.Head()); err != nil || string(v.Values["a"]) != "3" || v.Values["b"] != nil {
@@ -127,7 +132,7 @@ func TestRolloutCommands(t *testing.T) {
 
 	// Abort, and a publish that aborts.
 	id3, _ := startedRollout(t, mustRun(t, "rollout", "start", "-server", u, "-o", "json", "-stages", "100", "app", "a=4"))
-	if out := mustRun(t, "rollout", "abort", "-server", u, "-id", id3, "app"); !strings.Contains(out, "state       reverted\n") {
+	if out := mustRun(t, "rollout", "abort", "-server", u, "app"); !strings.Contains(out, "state       reverted\n") || !strings.Contains(out, "rollout     "+id3+"\n") {
 		t.Errorf("rollout abort printed:\n%s", out)
 	}
 	id4, _ := startedRollout(t, mustRun(t, "rollout", "start", "-server", u, "-o", "json", "-stages", "100", "app", "a=5"))
@@ -138,18 +143,24 @@ func TestRolloutCommands(t *testing.T) {
 	if out := mustRun(t, "get", "-server", u, "app", "a"); out != "6\n" {
 		t.Errorf("a = %q after the publish", out)
 	}
-	// Without -id, the namespace's rollouts, newest first.
-	out = mustRun(t, "rollout", "status", "-server", u, "app")
+	// None runs: without -id, status, abort and promote say so, and
+	// what to do.
+	for _, cmd := range []string{"status", "abort", "promote"} {
+		mustFail(t, exitFail, "no rollout runs on app: 'holdfast rollout list app' lists the last that ended; give one with -id", "rollout", cmd, "-server", u, "app")
+	}
+	mustFail(t, exitFail, "no rollout runs on app", "rollout", "status", "-watch", "-server", u, "app")
+	// rollout list: the namespace's rollouts, newest first.
+	out = mustRun(t, "rollout", "list", "-server", u, "app")
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 5 || !strings.HasPrefix(lines[0], "ROLLOUT") ||
 		!strings.HasPrefix(lines[1], id4+" ") || !strings.Contains(lines[3], "promoted") || !strings.HasPrefix(lines[4], id+" ") || !strings.Contains(lines[4], "rejected the change") {
-		t.Errorf("rollout status without -id:\n%s", out)
+		t.Errorf("rollout list:\n%s", out)
 	}
-	jsonOut = mustRun(t, "rollout", "status", "-server", u, "-o", "json", "app")
+	jsonOut = mustRun(t, "rollout", "list", "-server", u, "-o", "json", "app")
 	if code, body, _ := get(t, u+"/control/namespaces/app/rollouts"); code != http.StatusOK || body != jsonOut {
-		t.Errorf("rollout status -o json printed\n%s\nthe API answered %d\n%s", jsonOut, code, body)
+		t.Errorf("rollout list -o json printed\n%s\nthe API answered %d\n%s", jsonOut, code, body)
 	}
-	if out := mustRun(t, "rollout", "status", "-server", u, "other"); out != "no rollouts of other\n" {
-		t.Errorf("rollout status of a namespace without rollouts: %q", out)
+	if out := mustRun(t, "rollout", "list", "-server", u, "other"); out != "no rollouts of other\n" {
+		t.Errorf("rollout list of a namespace without rollouts: %q", out)
 	}
 
 	// The history tells the rollouts' story.
@@ -190,5 +201,49 @@ func TestRolloutStartBody(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(bodies, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(bodies, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRolloutStatusWatchOutlivesTheRequestTimeout: rollout status -watch,
+// without -id (the running rollout's), follows a rollout that runs longer
+// than requestTimeout, which bounds each request but not the watch, and
+// exits 0 when it ends. It takes requestTimeout and a little more.
+func TestRolloutStatusWatchOutlivesTheRequestTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs past the request timeout, 30 s")
+	}
+	t.Parallel()
+	ends := time.Now().Add(requestTimeout + 2*time.Second)
+	var mu sync.Mutex
+	var paths []string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		rec := controlapi.RolloutRecord{ID: "r1", Namespace: "app", State: controlapi.RolloutRunning, Stage: 10, Stages: []float64{10, 100}}
+		if time.Now().After(ends) {
+			rec.State, rec.Stage = controlapi.RolloutPromoted, 100
+		}
+		var body any = rec
+		if r.URL.Path == "/control/namespaces/app/rollouts" {
+			body = controlapi.RolloutList{Rollouts: []controlapi.RolloutRecord{rec,
+				{ID: "r0", Namespace: "app", State: controlapi.RolloutReverted, Stage: 100, Stages: []float64{100}}}}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(body)
+	}))
+	defer hs.Close()
+	out := mustRun(t, "rollout", "status", "-watch", "-o", "json", "-server", hs.URL, "app")
+	if time.Now().Before(ends) {
+		t.Fatalf("rollout status -watch returned before the rollout ended:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"state":"running"`) || !strings.Contains(lines[1], `"state":"promoted"`) {
+		t.Errorf("rollout status -watch printed:\n%s", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(paths) < 3 || paths[0] != "/control/namespaces/app/rollouts" || paths[1] != "/control/namespaces/app/rollouts/r1" {
+		t.Errorf("requests: %q", paths)
 	}
 }

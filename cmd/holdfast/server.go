@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/gate"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -56,7 +57,8 @@ a listener of their own with -admin-addr:
 	               heard from it; 503 and the reason otherwise
 	GET /healthz   200 while the process runs
 	GET /statusz   the store's kind, endpoints, id, head and compaction
-	               point, as JSON
+	               point, and the build (as 'holdfast version -o json'),
+	               as JSON
 	GET /metrics   Prometheus text: the Go runtime's and process's metrics
 
 Tokens live in the store ('holdfast token create|list|revoke', see
@@ -90,6 +92,10 @@ identity). Without TLS, a listener on an address other than loopback needs
 peer other than loopback or a -trusted-proxy are refused. -idle-timeout
 and -max-conns bound every listener (docs/SECURITY.md).
 
+A rollout's metric gates query only a Prometheus under a -gate-allow
+prefix (e.g. -gate-allow http://prometheus:9090); without one, a rollout
+with gates is refused (400), and nothing is fetched.
+
 Publish with the operator commands or the control API, e.g.
 
 	holdfast publish -server http://127.0.0.1:8080 -reason "first try" payments.prod retry-timeout-ms=50
@@ -111,6 +117,14 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	auditBytes := fs.Int64("audit-retention-bytes", control.DefaultAuditRetentionBytes, "bytes of audit records kept per namespace, beside -audit-retention (0: no bound)")
 	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
+	var gateAllow []string
+	fs.Func("gate-allow", "a rollout's metric gate may query a Prometheus under these comma-separated `URL` prefixes (repeatable; none by default: every gate is refused)", func(s string) error {
+		if _, err := gate.ParseAllow(s); err != nil {
+			return err
+		}
+		gateAllow = append(gateAllow, s)
+		return nil
+	})
 	etcdSec := addEtcdSecurityFlags(fs)
 	lf := addListenFlags(fs)
 	logs := addLogFlags(fs)
@@ -158,9 +172,13 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		if *memory {
 			fmt.Fprintln(e.stderr, "holdfast server: -memory: the store is thrown away at exit; nothing is kept")
 		}
+		allow, err := gate.ParseAllow(gateAllow...)
+		if err != nil {
+			return usagef("%v", err)
+		}
 		started := time.Now()
 		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish,
-			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder()})
+			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder(allow)})
 		if err != nil {
 			return err
 		}
@@ -196,7 +214,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 // closes srv.
 func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
-	m, err := newMetrics()
+	m, err := newMetrics(serverService)
 	if err != nil {
 		return err
 	}
@@ -209,7 +227,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	if adminAddr == "" {
 		adminToks = access.FromAuthenticator(srv.Tokens().Table(), "the store's tokens")
 	}
-	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return srv.Status(context.Background()) }, adminToks)
+	adminRoutes(admin, m, func() error { return srv.Ready(context.Background()) }, func() any { return serverStatus{srv.Status(context.Background()), version.Read()} }, adminToks)
 
 	attrs := []any{"store_id", srv.StoreID()}
 	var adminFailed <-chan struct{}
@@ -234,7 +252,7 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	if adminAddr == "" {
 		attrs = append(attrs, "admin_url", plane.url())
 	}
-	log.Info("serving", attrs...)
+	log.Info("serving", append(attrs, buildAttrs()...)...)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -249,6 +267,13 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	stopped := make(chan error, 1)
 	go func() { stopped <- plane.stop() }()
 	return errors.Join(err, srv.Close(), <-stopped)
+}
+
+// serverStatus is the JSON of the server's /statusz: the server's status
+// and, under "build", what `holdfast version -o json` prints.
+type serverStatus struct {
+	holdfast.Status
+	Build version.Info `json:"build"`
 }
 
 // serverMetrics registers, read at each scrape,
@@ -283,10 +308,12 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 // gateBuilder builds rollouts' metric gates (Prometheus queries, see
-// docs/ROLLOUTS.md), all over one HTTP client.
-func gateBuilder() func(raw json.RawMessage) (control.Gate, error) {
+// docs/ROLLOUTS.md), all over one HTTP client, each on a Prometheus under
+// allow (-gate-allow) or refused: a namespace's control token starts
+// rollouts, and must not make the server fetch any URL it names.
+func gateBuilder(allow *gate.Allow) func(raw json.RawMessage) (control.Gate, error) {
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 4}}
 	return func(raw json.RawMessage) (control.Gate, error) {
-		return gate.FromJSON(raw, nil, gate.WithHTTPClient(hc), gate.WithTimeout(5*time.Second))
+		return gate.FromJSON(raw, nil, gate.WithHTTPClient(hc), gate.WithTimeout(5*time.Second), gate.WithAllow(allow))
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
-	holdfast "github.com/holdfast-dev/holdfast/server"
+	"github.com/holdfast-dev/holdfast/internal/version"
 )
 
 // TestServer: server -memory answers the data plane and the control API on -addr,
@@ -24,6 +25,9 @@ func TestServer(t *testing.T) {
 	admin, _ := rec["admin_url"].(string)
 	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.HasPrefix(admin, "http://127.0.0.1:") || base == admin {
 		t.Fatalf("serving: url %q, admin_url %q", base, admin)
+	}
+	if v, _ := rec["version"].(string); v != config.Version {
+		t.Errorf("serving: version %q, want %q", v, config.Version)
 	}
 
 	if code, body, _ := get(t, admin+"/readyz"); code != http.StatusOK || body != "ready\n" {
@@ -51,12 +55,16 @@ func TestServer(t *testing.T) {
 	}
 
 	code, body, hdr := get(t, admin+"/statusz")
-	var st holdfast.Status
-	if code != http.StatusOK || hdr.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(body), &st) != nil {
+	var sst serverStatus
+	if code != http.StatusOK || hdr.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(body), &sst) != nil {
 		t.Fatalf("/statusz: %d %s %q", code, hdr.Get("Content-Type"), body)
 	}
+	st := sst.Status
 	if st.Head < 2 || st.StoreID == "" || st.StoreKind != "memory" || len(st.StoreEndpoints) != 1 {
 		t.Errorf("/statusz: %+v, want a head past the publish, a store id, the kind and the endpoints", st)
+	}
+	if sst.Build != version.Read() || !strings.Contains(body, `"head":`) || !strings.Contains(body, `"go_version":`) {
+		t.Errorf("/statusz's build: %+v, want %+v, beside the server's fields:\n%s", sst.Build, version.Read(), body)
 	}
 
 	code, body, _ = get(t, admin+"/metrics")
@@ -71,6 +79,7 @@ func TestServer(t *testing.T) {
 	}{
 		{"holdfast_server_publishes_total", nil, 1},
 		{"holdfast_server_head", nil, float64(st.Head)},
+		{"target_info", map[string]string{"service_name": serverService, "service_version": config.Version}, 1},
 	} {
 		if v, ok := metricValue(families, m.name, m.labels); !ok || v < m.want {
 			t.Errorf("%s%v = %v (present %v), want at least %v", m.name, m.labels, v, ok, m.want)

@@ -38,8 +38,8 @@ type slotMark struct {
 }
 
 type outcome struct {
-	status, err string
-	revision    int64
+	status, err, sdkVersion string
+	revision                int64
 }
 
 func newCohorts() *cohorts {
@@ -47,7 +47,7 @@ func newCohorts() *cohorts {
 }
 
 // inCohort reports whether a goes in a cohort report: a plain outcome,
-// whose every field a cohort carries. Reports about a rollout, of a kind
+// whose every field a cohort carries (its SDK version in its outcome's). Reports about a rollout, of a kind
 // this version does not know, or with fields it does not know go one by
 // one, as each client made them.
 func inCohort(a *transport.Ack) bool {
@@ -85,7 +85,7 @@ func (c *cohorts) sendOnce(ctx context.Context, src wire.CohortAcker, relayID st
 			rest = append(rest, *a)
 			continue
 		}
-		marks = append(marks, slotMark{ns: a.Namespace, out: outcome{a.Status, wire.TruncateAckError(a.Error), a.Revision}, slot: slot})
+		marks = append(marks, slotMark{ns: a.Namespace, out: outcome{a.Status, wire.TruncateAckError(a.Error), a.SDKVersion, a.Revision}, slot: slot})
 	}
 	c.marks = marks
 	if len(marks) == 0 && len(rest) == len(acks) {
@@ -93,7 +93,8 @@ func (c *cohorts) sendOnce(ctx context.Context, src wire.CohortAcker, relayID st
 	}
 	slices.SortFunc(marks, func(x, y slotMark) int {
 		return cmp.Or(cmp.Compare(x.ns, y.ns), cmp.Compare(x.out.status, y.out.status),
-			cmp.Compare(x.out.revision, y.out.revision), cmp.Compare(x.out.err, y.out.err), cmp.Compare(x.slot, y.slot))
+			cmp.Compare(x.out.revision, y.out.revision), cmp.Compare(x.out.err, y.out.err), cmp.Compare(x.out.sdkVersion, y.out.sdkVersion),
+			cmp.Compare(x.slot, y.slot))
 	})
 	// The members the server has not heard of go first, in reports of
 	// their own while they are more than one report holds.
@@ -125,8 +126,8 @@ func (c *cohorts) sendOnce(ctx context.Context, src wire.CohortAcker, relayID st
 	}
 	for i := 0; i < len(marks); {
 		m := marks[i]
-		o := wire.CohortOutcome{Revision: m.out.revision, Status: m.out.status, Error: m.out.err}
-		head := 64 + quotedLen(o.Error) + len(m.ns) + 32 // the outcome's fields, its part's
+		o := wire.CohortOutcome{Revision: m.out.revision, Status: m.out.status, Error: m.out.err, SDKVersion: m.out.sdkVersion}
+		head := 80 + quotedLen(o.Error) + len(o.SDKVersion) + len(m.ns) + 32 // the outcome's fields, its part's
 		for ; i < len(marks) && marks[i].ns == m.ns && marks[i].out == m.out; i++ {
 			if k := len(o.Runs); k > 0 && o.Runs[k-2]+o.Runs[k-1] == marks[i].slot {
 				o.Runs[k-1]++

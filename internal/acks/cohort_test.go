@@ -3,14 +3,17 @@ package acks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -301,5 +304,61 @@ func TestCohortHoldsPlainAcksForOneReport(t *testing.T) {
 	defer q.mu.Unlock()
 	if wait := time.Until(q.due); wait > ackDelayMax {
 		t.Errorf("due in %v after a prompt ack", wait)
+	}
+}
+
+// Clients' SDK versions travel with their outcomes: one outcome per
+// version in a cohort report (a client that upgraded is heard at its new
+// version with its next report), and as they came in the acks that go
+// one by one.
+func TestCohortCarriesSDKVersions(t *testing.T) {
+	up := newCohortUp()
+	q := New(up, slog.New(slog.DiscardHandler), "relay-1")
+	versioned := func(client string, rev int64, v string) transport.Ack {
+		a := applied(client, "app", rev)
+		a.SDKVersion = v
+		return a
+	}
+	send(t, q, versioned("a", 7, "0.1.0"), versioned("b", 7, "0.1.0"), versioned("c", 7, "0.2.0"), applied("d", "app", 7),
+		transport.Ack{ClientID: "e", Namespace: "app", Revision: 7, Status: transport.AckApplied, Rollout: "r1", SDKVersion: "0.2.0"})
+	send(t, q, versioned("a", 8, "0.2.0"))
+	if len(up.reports) != 2 {
+		t.Fatalf("%d reports, want 2", len(up.reports))
+	}
+	versionsOf := func(r wire.CohortReport) map[string]string { // client → version
+		out := map[string]string{}
+		n := r.Namespaces[0]
+		for _, o := range n.Outcomes {
+			o.Slots(func(slot int) { out[up.members["app"][slot]] = o.SDKVersion })
+		}
+		return out
+	}
+	if got, want := versionsOf(up.reports[0]), map[string]string{"a": "0.1.0", "b": "0.1.0", "c": "0.2.0", "d": ""}; !maps.Equal(got, want) {
+		t.Errorf("first report's versions %v, want %v", got, want)
+	}
+	if n := len(up.reports[0].Namespaces[0].Outcomes); n != 3 {
+		t.Errorf("first report: %d outcomes, want one per version", n)
+	}
+	if got, want := versionsOf(up.reports[1]), map[string]string{"a": "0.2.0"}; !maps.Equal(got, want) {
+		t.Errorf("second report's versions %v, want %v", got, want)
+	}
+	if len(up.one) != 1 || up.one[0].ClientID != "e" || up.one[0].SDKVersion != "0.2.0" {
+		t.Errorf("one by one: %+v, want e's rollout report at 0.2.0", up.one)
+	}
+}
+
+// A client's own reports carry this SDK's version.
+func TestReportCarriesTheSDKVersion(t *testing.T) {
+	q := New(&cohortUp{}, slog.New(slog.DiscardHandler), "")
+	q.Report("c1", "app", 3, "", false, nil)
+	q.Report("c1", "app", 4, "", false, errors.New("bad"))
+	acks := q.take()
+	if len(acks) != 2 {
+		t.Fatalf("%d acks waiting, want 2", len(acks))
+	}
+	for _, a := range acks {
+		if a.SDKVersion != version.SDK {
+			t.Errorf("%+v: want sdk_version %q", a, version.SDK)
+		}
 	}
 }

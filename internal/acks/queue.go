@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -112,10 +113,11 @@ func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
 // or (err not nil) rejected; rollout, when set, names the staged rollout
 // whose change the client applied or rejected as a member of its stage
 // (transport.Ack.Rollout); staged says that a rollout runs in the
-// namespace's data, member or not, so that the report goes promptly. See
-// Add.
+// namespace's data, member or not, so that the report goes promptly. The
+// client is this process: the ack carries this SDK's version. See Add.
 func (a *Queue) Report(clientID, ns string, revision int64, rollout string, staged bool, err error) {
-	ack := transport.Ack{ClientID: clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied, Rollout: rollout}
+	ack := transport.Ack{ClientID: clientID, Namespace: ns, Revision: revision, Status: transport.AckApplied, Rollout: rollout,
+		SDKVersion: version.SDK}
 	if err != nil {
 		ack.Status, ack.Error = transport.AckRejected, err.Error()
 	}

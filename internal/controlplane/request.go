@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -56,10 +59,11 @@ func decodeJSON(data []byte, v any, emptyOK bool) error {
 	if emptyOK && len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	if !utf8.Valid(data) {
+	if err := jsonscan.CheckUnicode(string(data)); err != nil {
 		// JSON text is UTF-8: a value of invalid UTF-8 would be stored
-		// as it came and served as JSON that is not.
-		return badRequest("body: not valid UTF-8 (JSON text must be)")
+		// as it came and served as JSON that is not, and an escape of
+		// half a surrogate pair would be read as U+FFFD without a word.
+		return badRequest("body: not valid UTF-8 text (JSON text must be): %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -152,4 +156,35 @@ func checkChange(puts map[string]json.RawMessage, deletes []string) error {
 		}
 	}
 	return nil
+}
+
+// Bounds of a write's audit fields (its actor, whom it acted for, its
+// reason): holdfast server's store's, on every server.
+const (
+	MaxActorBytes  = 256
+	MaxReasonBytes = 4096
+)
+
+// CheckText checks an actor or a reason a request names: at most limit
+// bytes of UTF-8 without control characters, which would forge lines or
+// columns where the audit is shown (a log, a terminal's table). A record
+// already stored with them (written before the check) is still served.
+func CheckText(field, s string, limit int) error {
+	switch {
+	case len(s) > limit:
+		return fmt.Errorf("%w: %s is longer than %d bytes", ErrInvalid, field, limit)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not UTF-8", ErrInvalid, field)
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return fmt.Errorf("%w: %s has a control character", ErrInvalid, field)
+	}
+	return nil
+}
+
+// checkAudit checks a request's actor and reason.
+func checkAudit(actor, reason string) error {
+	if err := CheckText("actor", actor, MaxActorBytes); err != nil {
+		return err
+	}
+	return CheckText("reason", reason, MaxReasonBytes)
 }

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
@@ -48,4 +49,22 @@ func FuzzPublishBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCheckText: an actor or reason up to its bound of UTF-8 passes; one
+// byte more, invalid UTF-8 or any control character is ErrInvalid.
+func TestCheckText(t *testing.T) {
+	for _, ok := range []string{"", "alice", strings.Repeat("r", MaxReasonBytes), "café ☕", "rollback: see ticket #7"} {
+		if err := CheckText("reason", ok, MaxReasonBytes); err != nil {
+			t.Errorf("CheckText(%.20q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{strings.Repeat("r", MaxReasonBytes+1), "a\nb", "a\rb", "a\tb", "\x1b[31m", "a\x00", "a\u0085b", "\xff"} {
+		if err := CheckText("reason", bad, MaxReasonBytes); !errors.Is(err, ErrInvalid) {
+			t.Errorf("CheckText(%.20q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if err := checkAudit(strings.Repeat("a", MaxActorBytes+1), ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an actor over %d bytes: %v", MaxActorBytes, err)
+	}
 }

@@ -20,6 +20,9 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
 	if err := checkChange(body.Puts, body.Deletes); err != nil {
 		return err
 	}
+	if err := checkAudit(body.Actor, body.Reason); err != nil {
+		return err
+	}
 	// Durations may be Go durations or whole seconds.
 	for _, d := range []struct {
 		name string
@@ -35,6 +38,15 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
 	}
 	spec, err := controller.SpecOf(&body)
 	if err != nil {
+		return err
+	}
+	if _, err := controller.CheckSpec(ns, spec); err != nil {
+		return err
+	}
+	// A staged change needs a base: a namespace without a revision is 404.
+	// Base plus change must pass the schema now (422), as a publish must;
+	// the promotion checks again, against the schema then.
+	if err := h.cfg.Store.Check(r.Context(), ns, Write{Puts: spec.Puts, Deletes: spec.Deletes}); err != nil {
 		return err
 	}
 	actor, onBehalfOf := actors(r, body.Actor)
@@ -91,6 +103,9 @@ func (h *Handler) rolloutAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	var body controlapi.RolloutActionRequest
 	if err := ReadJSON(w, r, maxControlBytes, &body, true); err != nil {
+		return err
+	}
+	if err := checkAudit(body.Actor, body.Reason); err != nil {
 		return err
 	}
 	ro := h.cfg.Store.Rollouts()

@@ -31,8 +31,10 @@ type Store interface {
 	// to holdfast left as the store's rollouts need them) as a new
 	// revision, under Publish's conditions (w's puts and deletes unused).
 	Rollback(ctx context.Context, ns string, to int64, w Write) (rev int64, err error)
-	// Check reports whether w would pass ns's schema now, writing nothing:
-	// a publish that would fail aborts no rollout.
+	// Check reports whether w would pass ns's schema now, writing nothing
+	// (a publish that would fail aborts no rollout, a rollout that would
+	// fail does not start); it fails with ErrNotFound (or the data plane's
+	// or package transport's not-found error) when ns has no revision.
 	Check(ctx context.Context, ns string, w Write) error
 
 	// Schema returns ns's schema as it was set; ErrNoSchema when none.

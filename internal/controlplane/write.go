@@ -28,6 +28,9 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	if err := checkChange(body.Puts, body.Deletes); err != nil {
 		return err
 	}
+	if err := checkAudit(body.Actor, body.Reason); err != nil {
+		return err
+	}
 	if body.IfRevision != nil && *body.IfRevision < 0 {
 		return badRequest("if_revision %d is negative", *body.IfRevision)
 	}
@@ -49,6 +52,9 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 	}
 	var body controlapi.RollbackRequest
 	if err := ReadJSON(w, r, maxControlBytes, &body, false); err != nil {
+		return err
+	}
+	if err := checkAudit(body.Actor, body.Reason); err != nil {
 		return err
 	}
 	switch {

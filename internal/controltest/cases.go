@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -69,6 +70,8 @@ func testPublishBadInput(t *testing.T, c *client) {
 		{"unknown field", p, `{"puts":{"a":1},"putz":{}}`},
 		{"trailing data", p, `{"puts":{"a":1}} {}`},
 		{"invalid UTF-8", p, "{\"puts\":{\"a\":\"\xff\"}}"},
+		{"lone surrogate", p, `{"puts":{"a":"\ud800"}}`},
+		{"lone surrogate in a key", p, `{"puts":{"\udc00":1}}`},
 		{"empty body", p, ``},
 		{"negative if_revision", p, `{"puts":{"a":1},"if_revision":-1}`},
 	} {
@@ -141,6 +144,14 @@ func testSchema(t *testing.T, c *client) {
 	c.fails(http.StatusNotFound, transport.CodeNotFound, "DELETE", p, nil)
 	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "PUT", p, `{"type":`)
 	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "PUT", nsPath("Bad_NS", "/schema"), `{}`)
+	// Past the bounds of package schema, refused before compiling.
+	start := time.Now()
+	if eb := c.fails(http.StatusBadRequest, transport.CodeBadRequest, "PUT", p, testutil.DeepSchema(5000)); !strings.Contains(eb.Message, "nested more than 64") {
+		t.Errorf("a schema 5,000 deep: %+v, want the depth bound named", eb)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a schema 5,000 deep refused in %v", took)
+	}
 	sch := `{"type":"object","properties":{"port":{"type":"integer"}},"required":["port"]}`
 	c.ok(http.StatusNoContent, "PUT", p, sch, nil)
 	r := c.ok(http.StatusOK, "GET", p, nil, nil)

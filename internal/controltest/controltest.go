@@ -72,6 +72,11 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"Tokens", testTokens},
 		{"Access", testAccess},
 		{"Compact", testCompact},
+		{"AuditFields", testAuditFields},
+		{"SchemaBeforePublish", testSchemaBeforePublish},
+		{"RolloutNeedsBase", testRolloutNeedsBase},
+		{"RolloutSchemaAtStart", testRolloutSchemaAtStart},
+		{"RollbackCompacted", testRollbackCompacted},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, c.on(t)) })
 	}

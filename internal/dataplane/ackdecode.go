@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/holdfast-dev/holdfast/internal/jsonscan"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -142,6 +143,8 @@ func (d *ackDecoder) field(s string, i int, key string, a *transport.Ack, depth 
 		return d.str(s, i, &a.Error, false)
 	case "rollout":
 		return d.str(s, i, &a.Rollout, true)
+	case "sdk_version":
+		return d.str(s, i, &a.SDKVersion, true)
 	case "revision":
 		return readInt(s, i, &a.Revision)
 	}
@@ -288,6 +291,8 @@ func (d *ackDecoder) keep(v string) string {
 		return transport.AckRejected
 	case transport.AckWouldReject:
 		return transport.AckWouldReject
+	case version.SDK: // this version's clients' sdk_version
+		return version.SDK
 	}
 	if k, ok := d.names[v]; ok {
 		return k
@@ -317,7 +322,7 @@ func fieldName(s string, i int) (string, int, bool) {
 		case c == '"':
 			key := s[i+1 : j]
 			if upper {
-				for _, f := range [...]string{"client_id", "ns", "revision", "status", "error", "rollout", "acks"} {
+				for _, f := range [...]string{"client_id", "ns", "revision", "status", "error", "rollout", "sdk_version", "acks"} {
 					if strings.EqualFold(key, f) {
 						return f, j + 1, true
 					}

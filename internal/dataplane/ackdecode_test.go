@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -93,6 +94,12 @@ var ackBodySeeds = []string{
 	`{"client_id":"c","acks":[{"ns":"a","revision":3,"status":"would_nack","error":"x","Rollout":"r1"},{"ns":"a","revision":3,"status":"nack","ROLLOUT":null}]}`,
 	`{"client_id":"c","ns":"a","revision":3,"status":"ack","rollout":1}`, `{"client_id":"c","ns":"a","status":"would_nack","rollout":"r\u0031"}`,
 	`{"client_id":"c","ns":"a","status":"ack","rollout":"` + strings.Repeat("r", 64) + `"}`, `{"client_id":"c","ns":"a","status":"ack","rollout":"` + strings.Repeat("r", 65) + `"}`,
+	// SDK versions: this one's, another, its case, its form, its length.
+	`{"client_id":"c","ns":"a","revision":3,"status":"ack","sdk_version":"0.1.0"}`,
+	`{"client_id":"c","acks":[{"ns":"a","revision":3,"status":"ack","sdk_version":"1.2.0-rc.1+b.5"},{"ns":"b","revision":3,"status":"nack","error":"x","SDK_Version":"0.1.0"}]}`,
+	`{"client_id":"c","ns":"a","status":"ack","sdk_version":"0.1 (patched)"}`, `{"client_id":"c","ns":"a","status":"ack","sdk_version":1}`,
+	`{"client_id":"c","ns":"a","status":"ack","sdk_version":null}`, `{"client_id":"c","ns":"a","status":"ack","sdk_version":"0.1"}`,
+	`{"client_id":"c","ns":"a","status":"ack","sdk_version":"` + strings.Repeat("1", 64) + `"}`, `{"client_id":"c","ns":"a","status":"ack","sdk_version":"` + strings.Repeat("1", 65) + `"}`,
 	// Namespaces at the edges of their pattern, and lengths.
 	`{"client_id":"c","ns":"a.b_c-d9","status":"ack"}`, `{"client_id":"c","ns":"-a","status":"ack"}`, `{"client_id":"c","ns":".","status":"ack"}`,
 	`{"client_id":"c","ns":"` + strings.Repeat("a", 128) + `","status":"ack"}`, `{"client_id":"c","ns":"` + strings.Repeat("a", 129) + `","status":"ack"}`,
@@ -126,6 +133,7 @@ func FuzzAckBodyFields(f *testing.F) {
 	f.Add(`c\u0031`, "a", "ack", `\"q\" \ud800`, "1e3", "acks", "null", " \t")
 	f.Add("cé", "A", "maybe", "\xff", "9223372036854775808", "ns", `"b"`, "\r")
 	f.Add("c", "a", "would_nack", "strict", "3", "rollout", `"r-1"`, "")
+	f.Add("c", "a", "ack", "", "3", "sdk_version", `"0.1.0"`, "")
 	f.Fuzz(func(t *testing.T, clientID, ns, status, errText, rev, key, value, ws string) {
 		member := func(k, v string) string { return ws + `"` + k + `"` + ws + ":" + ws + v + ws }
 		one := "{" + member("ns", `"`+ns+`"`) + "," + member("revision", rev) + "," + member("status", `"`+status+`"`) +
@@ -223,7 +231,7 @@ func agreesWithJSON(t *testing.T, data []byte) {
 func TestAckDecoderReadsWhatClientsSend(t *testing.T) {
 	batch, err := json.Marshal(wire.AckBatch{ClientID: "host-1", Acks: []transport.Ack{
 		{Namespace: "app", Revision: 7, Status: transport.AckApplied},
-		{Namespace: "db.main", Revision: 7, Status: transport.AckRejected, Error: "port: want a number, got 12.5 (ünïcode ok)"},
+		{Namespace: "db.main", Revision: 7, Status: transport.AckRejected, Error: "port: want a number, got 12.5 (ünïcode ok)", SDKVersion: version.SDK},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +267,12 @@ func TestAckStreamDecoderAllocatesPerBatch(t *testing.T) {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		fmt.Fprintf(&buf, `{"client_id":"","ns":"ns-%d","revision":%d,"status":"ack"}`, i, 100+i)
+		// Every other one with this SDK's version, as clients send it.
+		sdk := ""
+		if i%2 == 0 {
+			sdk = `,"sdk_version":"` + version.SDK + `"`
+		}
+		fmt.Fprintf(&buf, `{"client_id":"","ns":"ns-%d","revision":%d,"status":"ack"%s}`, i, 100+i, sdk)
 	}
 	buf.WriteString(`]}`)
 	line := []byte(buf.String())
@@ -272,7 +285,7 @@ func TestAckStreamDecoderAllocatesPerBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n := testing.AllocsPerRun(100, func() {
-			if acks, _, err := dec.parse(line, false, false); err != nil || len(acks) != 10 || acks[9].Revision != 109 {
+			if acks, _, err := dec.parse(line, false, false); err != nil || len(acks) != 10 || acks[9].Revision != 109 || acks[8].SDKVersion != version.SDK {
 				t.Fatal(acks, err)
 			}
 		}); n > tc.want {

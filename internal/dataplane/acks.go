@@ -43,6 +43,9 @@ type ackState struct {
 	acked, nacked int64
 	nackErr       string
 	at            time.Time
+	// sdkVersion is the SDK version of the client's last report that
+	// said one (transport.Ack.SDKVersion).
+	sdkVersion string
 }
 
 // record keeps what acks report, all under one short lock: map work
@@ -61,6 +64,9 @@ func (a *acks) record(acks []transport.Ack, now time.Time) {
 			st.nacked, st.nackErr = ack.Revision, ack.Error
 		}
 		st.at = now
+		if ack.SDKVersion != "" {
+			st.sdkVersion = ack.SDKVersion
+		}
 	}
 }
 
@@ -137,7 +143,7 @@ func (s *Server) Clients() []controlapi.ClientState {
 	for k, st := range merged {
 		out = append(out, controlapi.ClientState{
 			ClientID: k.client, Namespace: k.ns, AckedRevision: st.acked,
-			NackedRevision: st.nacked, NackError: st.nackErr, UpdatedAt: st.at,
+			NackedRevision: st.nacked, NackError: st.nackErr, UpdatedAt: st.at, SDKVersion: st.sdkVersion,
 		})
 	}
 	for i := range out {

@@ -194,10 +194,14 @@ func (a *acks) recordCohort(rep *wire.CohortReport, now time.Time, expand func(n
 					st.nacked, st.nackErr = o.Revision, o.Error
 				}
 				st.at = now
+				if o.SDKVersion != "" {
+					st.sdkVersion = o.SDKVersion
+				}
 			})
 			if expand(n.Namespace, o.Revision) {
 				o.Slots(func(slot int) {
-					acks = append(acks, transport.Ack{ClientID: t.ids[slot], Namespace: n.Namespace, Revision: o.Revision, Status: o.Status, Error: o.Error})
+					acks = append(acks, transport.Ack{ClientID: t.ids[slot], Namespace: n.Namespace, Revision: o.Revision, Status: o.Status, Error: o.Error,
+						SDKVersion: o.SDKVersion})
 				})
 			}
 		}
@@ -242,7 +246,8 @@ func (a *acks) foldLocked(rc *relayCohort) {
 }
 
 // newer merges two reports about one client's namespace: the later
-// applied revision, the later rejected one with its error, the later time.
+// applied revision, the later rejected one with its error, the later time
+// and the SDK version said last.
 // Both grow (a rollback or reset forgets what is past, in both alike).
 func newer(x, y ackState) ackState {
 	if y.acked > x.acked {
@@ -253,6 +258,12 @@ func newer(x, y ackState) ackState {
 	}
 	if y.at.After(x.at) {
 		x.at = y.at
+		if y.sdkVersion != "" { // the later report's version: a client upgraded
+			x.sdkVersion = y.sdkVersion
+		}
+	}
+	if x.sdkVersion == "" {
+		x.sdkVersion = y.sdkVersion
 	}
 	return x
 }

@@ -134,6 +134,8 @@ func checkAck(ack transport.Ack, relay bool) (transport.Ack, error) {
 		return ack, fmt.Errorf("%w: status %q (want %q, %q or %q)", ErrInvalid, ack.Status, transport.AckApplied, transport.AckRejected, transport.AckWouldReject)
 	case len(ack.Rollout) > rollout.MaxIDLen:
 		return ack, fmt.Errorf("%w: rollout must have at most %d bytes", ErrInvalid, rollout.MaxIDLen)
+	case !wire.ValidSDKVersion(ack.SDKVersion):
+		return ack, fmt.Errorf("%w: sdk_version must be at most %d letters, digits, '.', '+' or '-', beginning with a letter or digit", ErrInvalid, wire.MaxSDKVersionBytes)
 	}
 	if !isNamespace(ack.Namespace) { // the regexp costs more than decoding the ack
 		if err := transport.ValidateNamespace(ack.Namespace); err != nil {

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
@@ -28,9 +26,10 @@ const (
 
 // Limits of the audit.
 const (
-	// MaxActorBytes and MaxReasonBytes bound a commit's actor and reason.
-	MaxActorBytes  = 256
-	MaxReasonBytes = 1024
+	// MaxActorBytes and MaxReasonBytes bound a commit's actor and reason,
+	// as holdfast server's.
+	MaxActorBytes  = controlplane.MaxActorBytes
+	MaxReasonBytes = controlplane.MaxReasonBytes
 	// DefaultHistoryLimit and MaxHistoryLimit: the revisions of one
 	// History page when none is asked for, and at most.
 	DefaultHistoryLimit = 100
@@ -288,26 +287,12 @@ func (st *store) diff(ns string, from, to int64) (*Diff, error) {
 	return d, nil
 }
 
-// checkText checks an actor or reason: at most limit bytes of UTF-8
-// without control characters (they would forge lines in a log or table).
-func checkText(field, s string, limit int) error {
-	if len(s) > limit {
-		return fmt.Errorf("%w: %s is longer than %d bytes", ErrInvalid, field, limit)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s is not UTF-8", ErrInvalid, field)
-	}
-	if strings.ContainsFunc(s, unicode.IsControl) {
-		return fmt.Errorf("%w: %s has a control character", ErrInvalid, field)
-	}
-	return nil
-}
-
+// checkMeta checks an actor and a reason as the control API does.
 func checkMeta(actor, reason string) error {
-	if err := checkText("actor", actor, MaxActorBytes); err != nil {
+	if err := controlplane.CheckText("actor", actor, MaxActorBytes); err != nil {
 		return err
 	}
-	return checkText("reason", reason, MaxReasonBytes)
+	return controlplane.CheckText("reason", reason, MaxReasonBytes)
 }
 
 // PublishWith is Publish with an actor and a reason, recorded in the
@@ -334,7 +319,7 @@ func checkPublishOptions(opts PublishOptions) error {
 	if opts.IfRevision != nil && *opts.IfRevision < 0 {
 		return fmt.Errorf("%w: if_revision %d is negative", ErrInvalid, *opts.IfRevision)
 	}
-	if err := checkText("actor", opts.OnBehalfOf, MaxActorBytes); err != nil {
+	if err := controlplane.CheckText("on_behalf_of", opts.OnBehalfOf, MaxActorBytes); err != nil {
 		return err
 	}
 	return checkMeta(opts.Actor, opts.Reason)

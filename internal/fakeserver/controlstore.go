@@ -23,20 +23,14 @@ func (c controlStore) Publish(_ context.Context, ns string, w controlplane.Write
 	if err != nil {
 		return 0, err
 	}
-	opts := PublishOptions{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, IfRevision: w.IfRevision}
-	if err := checkPublishOptions(opts); err != nil {
-		return 0, err
-	}
-	return c.s.commit(ns, puts, deletes, opts)
+	// The actor, the reason and IfRevision are the handler's to check.
+	return c.s.commit(ns, puts, deletes, PublishOptions{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, IfRevision: w.IfRevision})
 }
 
 // Rollback is the Go API's, but for a revision the namespace has no
 // content at (above the head, before its first revision): 404, as
 // holdfast server answers, where the Go API rolls back to nothing.
 func (c controlStore) Rollback(_ context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
-	if err := checkPublishOptions(PublishOptions{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason}); err != nil {
-		return 0, err
-	}
 	if _, err := c.s.ValuesAt(ns, to); errors.Is(err, ErrNoRevision) {
 		return 0, err
 	}
@@ -53,7 +47,7 @@ func (c controlStore) Schema(_ context.Context, ns string) ([]byte, error) {
 }
 
 func (c controlStore) SetSchema(_ context.Context, ns string, raw []byte, sch *schema.Schema) error {
-	c.s.setSchema(ns, raw, sch)
+	c.s.setSchema(ns, raw, sch, false) // as holdfast server: the namespace appears at its first publish
 	return nil
 }
 

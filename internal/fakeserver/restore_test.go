@@ -206,7 +206,7 @@ func TestStoreRestoreAfterCompaction(t *testing.T) {
 	pub("x", 1)
 	x2 := pub("x", 2)
 	y3 := pub("y", 3)
-	st.setSchema("s", &checker{check: func(map[string]json.RawMessage) error { return nil }})
+	st.setSchema("s", &checker{check: func(map[string]json.RawMessage) error { return nil }}, true)
 	if _, err := st.compactTo(3); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,9 @@ func (s *Server) newRollouts() *rollouts {
 	r.ctl = controller.New(controller.Config{Store: r.mem, Logger: s.log, Poll: rolloutPoll,
 		Reports: func(_ context.Context, ns string) ([]controller.Report, error) { return r.reports.Of(ns), nil },
 		Actor:   "holdfast reference server",
+		// Every Prometheus URL is allowed (no gate.WithAllow): the
+		// reference server serves tests their own fake Prometheus on
+		// loopback; holdfast server allows only its -gate-allow.
 		Gates: func(raw json.RawMessage) (controller.Gate, error) {
 			return gate.FromJSON(raw, nil, gate.WithTimeout(5*time.Second))
 		}})

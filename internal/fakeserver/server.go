@@ -347,12 +347,14 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	s.setSchema(ns, schemaJSON, sch)
+	s.setSchema(ns, schemaJSON, sch, true)
 	return nil
 }
 
-// setSchema installs sch, compiled from raw, as ns's schema.
-func (s *Server) setSchema(ns string, raw []byte, sch *schema.Schema) {
+// setSchema installs sch, compiled from raw, as ns's schema; with create,
+// it creates ns if needed (the Go API's SetSchema; the control API's does
+// not, as holdfast server's does not).
+func (s *Server) setSchema(ns string, raw []byte, sch *schema.Schema, create bool) {
 	s.store.setSchema(ns, &checker{raw: slices.Clone(raw), check: func(content map[string]json.RawMessage) error {
 		err := sch.ValidateValues(withoutReserved(content))
 		var ve *schema.ValidationError
@@ -364,7 +366,7 @@ func (s *Server) setSchema(ns string, raw []byte, sch *schema.Schema) {
 			return se
 		}
 		return err
-	}})
+	}}, create)
 }
 
 // Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.

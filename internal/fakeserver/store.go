@@ -46,7 +46,6 @@ type namespace struct {
 	// compaction dropped (0: none): its revision as of the compaction
 	// point when no later change is left, which a restore needs.
 	compactedRev int64
-	schema       *checker // nil: anything goes
 	// audit records who committed each revision and why; compaction
 	// keeps it (audit.go).
 	audit auditLog
@@ -74,10 +73,14 @@ type store struct {
 	compact   int64 // history after compact is kept
 	retention int64 // keep the last retention revisions; 0 keeps all
 	nss       map[string]*namespace
-	log       []logEntry
-	now       func() time.Time
-	lastAt    time.Time // the last commit's time: commit times never go back
-	auditMax  int       // audit records kept per namespace (see trimAuditLocked)
+	// schemas are the namespaces' schemas (none: anything goes), kept
+	// apart from the namespaces: a schema may be set for a namespace
+	// that has no revision yet, which it does not create.
+	schemas  map[string]*checker
+	log      []logEntry
+	now      func() time.Time
+	lastAt   time.Time // the last commit's time: commit times never go back
+	auditMax int       // audit records kept per namespace (see trimAuditLocked)
 	// onCommit is called under mu, in revision order, with every committed
 	// change; onReset likewise with the new generation. Neither may block.
 	onCommit func(*dataplane.Change)
@@ -112,6 +115,7 @@ func newStore(retention int64) *store {
 		gen:       1,
 		retention: retention,
 		nss:       make(map[string]*namespace),
+		schemas:   make(map[string]*checker),
 		now:       time.Now,
 		auditMax:  DefaultAuditRecords,
 	}
@@ -144,19 +148,25 @@ func (st *store) publishIf(ns string, puts map[string]json.RawMessage, deletes [
 			st.mu.Unlock()
 			return nil, err
 		}
-		if n == nil || n.schema == nil {
+		sch := st.schemas[ns]
+		if sch == nil {
 			c := st.commitLocked(ns, n, puts, deletes, meta)
 			st.mu.Unlock()
 			return c, nil
 		}
+		var live map[string]json.RawMessage
+		var rev int64
+		if n != nil {
+			live, rev = n.live, n.rev
+		}
 		if attempt >= 2 {
 			defer st.mu.Unlock()
-			if err := validate(ns, n.schema, apply(n.live, puts, deletes)); err != nil {
+			if err := validate(ns, sch, apply(live, puts, deletes)); err != nil {
 				return nil, err
 			}
 			return st.commitLocked(ns, n, puts, deletes, meta), nil
 		}
-		sch, live, rev, gen := n.schema, n.live, n.rev, st.gen
+		gen := st.gen
 		st.mu.Unlock()
 
 		if err := validate(ns, sch, apply(live, puts, deletes)); err != nil {
@@ -165,7 +175,7 @@ func (st *store) publishIf(ns string, puts map[string]json.RawMessage, deletes [
 
 		st.mu.Lock()
 		// n.rev == rev: ifRev, checked at rev, still holds.
-		if st.gen == gen && st.nss[ns] == n && n.rev == rev && n.schema == sch {
+		if st.gen == gen && st.nss[ns] == n && (n == nil || n.rev == rev) && st.schemas[ns] == sch {
 			c := st.commitLocked(ns, n, puts, deletes, meta)
 			st.mu.Unlock()
 			return c, nil
@@ -286,8 +296,8 @@ func (st *store) rollback(ns string, to int64, meta commitMeta, ifRev *int64) (*
 			deletes = append(deletes, k)
 		}
 	}
-	if n.schema != nil {
-		if err := validate(ns, n.schema, target); err != nil {
+	if sch := st.schemas[ns]; sch != nil {
+		if err := validate(ns, sch, target); err != nil {
 			return nil, err
 		}
 	}
@@ -473,24 +483,24 @@ func (st *store) SubscribeMany(reqs []dataplane.SinceReq, register func(sub data
 	return sub, ended
 }
 
-// setSchema installs a checker for ns, creating the namespace if needed.
-func (st *store) setSchema(ns string, c *checker) {
+// setSchema installs a checker for ns; with create, it creates the
+// namespace (at revision 0) if it has none, else a namespace without a
+// revision keeps none until its first publish.
+func (st *store) setSchema(ns string, c *checker, create bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := st.nss[ns]
-	if n == nil {
-		n = newNamespace()
-		st.nss[ns] = n
+	if create && st.nss[ns] == nil {
+		st.nss[ns] = newNamespace()
 	}
-	n.schema = c
+	st.schemas[ns] = c
 }
 
 // schemaOf returns ns's schema as it was set (ErrNoSchema: none).
 func (st *store) schemaOf(ns string) ([]byte, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if n := st.nss[ns]; n != nil && n.schema != nil {
-		return n.schema.raw, nil
+	if c := st.schemas[ns]; c != nil {
+		return c.raw, nil
 	}
 	return nil, controlplane.ErrNoSchema
 }
@@ -499,11 +509,10 @@ func (st *store) schemaOf(ns string) ([]byte, error) {
 func (st *store) deleteSchema(ns string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := st.nss[ns]
-	if n == nil || n.schema == nil {
+	if st.schemas[ns] == nil {
 		return controlplane.ErrNoSchema
 	}
-	n.schema = nil
+	delete(st.schemas, ns)
 	return nil
 }
 
@@ -516,6 +525,7 @@ func (st *store) reset() (string, uint64) {
 	st.gen++
 	st.head, st.compact = 0, 0
 	st.nss = make(map[string]*namespace)
+	st.schemas = make(map[string]*checker)
 	st.log = nil
 	if st.onReset != nil {
 		st.onReset(st.gen)
@@ -576,7 +586,7 @@ func (st *store) restore(rev int64) (uint64, error) {
 		if j > 0 {
 			n.rev = n.changes[j-1].CS.Revision
 		}
-		if n.rev == 0 && n.schema == nil {
+		if n.rev == 0 && st.schemas[name] == nil {
 			delete(st.nss, name)
 			continue
 		}
@@ -634,8 +644,8 @@ func (st *store) publishStaged(ns string, gen uint64, puts map[string]json.RawMe
 	if n == nil {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
 	}
-	if check && n.schema != nil {
-		if err := validate(ns, n.schema, apply(n.live, puts, deletes)); err != nil {
+	if sch := st.schemas[ns]; check && sch != nil {
+		if err := validate(ns, sch, apply(n.live, puts, deletes)); err != nil {
 			return nil, err
 		}
 	}
@@ -660,7 +670,7 @@ func (st *store) checkStaged(ns string, puts map[string]json.RawMessage, deletes
 		st.mu.Unlock()
 		return 0, fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
 	}
-	sch, live, gen := n.schema, n.live, st.gen
+	sch, live, gen := st.schemas[ns], n.live, st.gen
 	st.mu.Unlock()
 	if sch != nil {
 		if err := validate(ns, sch, apply(live, puts, deletes)); err != nil {

@@ -137,6 +137,8 @@ type Option interface{ apply(*options) }
 type options struct {
 	client  *http.Client
 	timeout time.Duration
+	allow   *Allow
+	limited bool // WithAllow was given
 }
 
 type optionFunc func(*options)
@@ -154,6 +156,15 @@ func WithHTTPClient(c *http.Client) Option {
 // to Prometheus as the query's timeout.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.timeout = d })
+}
+
+// WithAllow refuses a gate whose Prometheus is under none of a's
+// prefixes (ErrNotAllowed, with ErrSpec), and a redirect to a URL outside
+// them; a nil or empty a allows nothing. Without it every URL is allowed:
+// what a command's own -gate flags need, not a server whose rollouts a
+// namespace's token may start.
+func WithAllow(a *Allow) Option {
+	return optionFunc(func(o *options) { o.allow, o.limited = a, true })
 }
 
 // Checker evaluates one gate, check after check, and keeps the time its
@@ -184,10 +195,18 @@ func NewChecker(g Gate, opts ...Option) (*Checker, error) {
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("gate: the timeout must be positive, got %v", o.timeout)
 	}
+	if o.limited {
+		if err := o.allow.check(g); err != nil {
+			return nil, err
+		}
+	}
 	c := &Checker{gate: g, client: o.client, timeout: o.timeout}
 	if c.client == nil {
 		c.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 		c.owned = true
+	}
+	if o.limited {
+		c.client = allowRedirects(c.client, o.allow)
 	}
 	return c, nil
 }

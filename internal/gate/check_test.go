@@ -145,7 +145,7 @@ func TestCheck(t *testing.T) {
 		{name: "error status", max: 1, grace: 5 * time.Second, steps: []step{
 			{status: 400, body: badDataReply, want: Failing, reason: "Prometheus refused the query (bad_data, HTTP 400): invalid parameter"},
 			{status: 503, body: timeoutReply, at: 2 * time.Second, want: Failing, reason: "(timeout, HTTP 503): query timed out"},
-			{status: 502, body: "<html>Bad Gateway</html>", at: 4 * time.Second, want: Failing, reason: "Prometheus answered HTTP 502: <html>Bad Gateway</html>"},
+			{status: 502, body: "<html>Bad Gateway</html>", at: 4 * time.Second, want: Failing, reason: "gate: HTTP 502, a reply that is not Prometheus's query API (not shown)"},
 			{status: 200, body: `{"status":"error","errorType":"internal","error":"boom"}`, at: 5 * time.Second, want: Breach, reason: "failing for 5s (grace 5s): gate: Prometheus refused the query (internal, HTTP 200): boom"},
 		}},
 		{name: "not Prometheus", max: 1, grace: time.Minute, steps: []step{
@@ -154,8 +154,8 @@ func TestCheck(t *testing.T) {
 			{body: `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,2]}]}}`, at: 2 * time.Second, want: Failing, err: ErrBadResponse, reason: "a value is a string, got 2"},
 		}},
 		{name: "timeout", max: 1, grace: 10 * time.Second, steps: []step{
-			{hang: true, want: Failing, reason: "Prometheus did not answer: timed out"},
-			{hang: true, at: 10 * time.Second, want: Breach, reason: "failing for 10s (grace 10s): gate: Prometheus did not answer"},
+			{hang: true, want: Failing, reason: "gate: no answer from Prometheus"},
+			{hang: true, at: 10 * time.Second, want: Breach, reason: "failing for 10s (grace 10s): gate: no answer from Prometheus"},
 		}},
 		{name: "recovery within the grace", max: 1, grace: 30 * time.Second, steps: []step{
 			{body: vector(), want: Failing, err: ErrNoSeries},
@@ -247,7 +247,7 @@ func TestStart(t *testing.T) {
 			errText: `app_errors_total,max=5,grace=30s: gate: the query returned several series: 2 series`},
 		{name: "range vector", status: 200, body: matrixReply, want: Failing, wantErr: ErrResultType},
 		{name: "bad query", status: 400, body: badDataReply, want: Failing, errText: "Prometheus refused the query (bad_data, HTTP 400)"},
-		{name: "not Prometheus", status: 404, body: "404 page not found", want: Failing, errText: "Prometheus answered HTTP 404: 404 page not found"},
+		{name: "not Prometheus", status: 404, body: "404 page not found", want: Failing, errText: "gate: HTTP 404, a reply that is not Prometheus's query API (not shown)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newFakeProm(t)
@@ -304,7 +304,7 @@ func TestStart(t *testing.T) {
 	defer c.Close()
 	var qe *QueryError
 	if _, err := c.Start(context.Background(), t0); !errors.As(err, &qe) || qe.Err == nil ||
-		!strings.Contains(err.Error(), "Prometheus did not answer: dial tcp") {
+		!strings.Contains(err.Error(), "gate: no answer from Prometheus") || !strings.Contains(qe.Err.Error(), "dial tcp") {
 		t.Fatalf("an unreachable Prometheus: %v", err)
 	}
 }

@@ -37,14 +37,21 @@ var (
 
 // QueryError is a query that got no answer: Prometheus refused it or
 // failed (its error status), or could not be reached in time.
+//
+// Its message never quotes a reply that is not Prometheus's API (an HTTP
+// error page, whatever a URL that is not a Prometheus answers), and says
+// the same of every reply that did not come (refused, reset, not HTTP,
+// past the timeout): a gate's error, shown to whoever started the
+// rollout, neither reads back another service's pages nor tells an open
+// port from a closed one. Err keeps the transport's error, for a log.
 type QueryError struct {
 	// StatusCode is the HTTP status, 0 when there was no reply.
 	StatusCode int
 	// Type is Prometheus's errorType (bad_data, execution, timeout,
 	// canceled, internal, unavailable…), "" without one.
 	Type string
-	// Message is Prometheus's error, or the start of the reply's body
-	// (at most maxMessage bytes).
+	// Message is Prometheus's error (at most maxMessage bytes), "" for a
+	// reply that is not Prometheus's.
 	Message string
 	// Err is the transport's error when there was no reply (unreachable,
 	// the timeout).
@@ -53,12 +60,14 @@ type QueryError struct {
 
 func (e *QueryError) Error() string {
 	switch {
-	case e.Err != nil:
-		return "gate: Prometheus did not answer: " + e.Err.Error()
+	case e.StatusCode == 0:
+		return "gate: no answer from Prometheus (unreachable, refused, not HTTP, or past the timeout)"
 	case e.Type != "":
 		return fmt.Sprintf("gate: Prometheus refused the query (%s, HTTP %d): %s", e.Type, e.StatusCode, e.Message)
+	case e.Message != "":
+		return fmt.Sprintf("gate: Prometheus answered HTTP %d: %s", e.StatusCode, e.Message)
 	}
-	return fmt.Sprintf("gate: Prometheus answered HTTP %d: %s", e.StatusCode, e.Message)
+	return fmt.Sprintf("gate: HTTP %d, a reply that is not Prometheus's query API (not shown)", e.StatusCode)
 }
 
 func (e *QueryError) Unwrap() error { return e.Err }
@@ -102,7 +111,7 @@ func query(ctx context.Context, client *http.Client, g Gate, timeout time.Durati
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return sample{}, &QueryError{StatusCode: resp.StatusCode, Err: err}
+		return sample{}, &QueryError{Err: err} // cut short: no reply
 	}
 	if len(body) > maxBody {
 		return sample{}, fmt.Errorf("%w: the reply is over %d bytes", ErrBadResponse, maxBody)
@@ -146,13 +155,11 @@ func decodeResponse(status int, body []byte) (sample, error) {
 	var r reply
 	jsonErr := json.Unmarshal(body, &r)
 	if jsonErr != nil || (r.Status != "success" && r.Status != "error") {
+		// Not Prometheus's API: whatever it says is not shown.
 		if status/100 != 2 {
-			return sample{}, &QueryError{StatusCode: status, Message: clip(strings.TrimSpace(string(body)))}
+			return sample{}, &QueryError{StatusCode: status}
 		}
-		if jsonErr != nil {
-			return sample{}, fmt.Errorf("%w: %v", ErrBadResponse, jsonErr)
-		}
-		return sample{}, fmt.Errorf("%w: status %q", ErrBadResponse, clip(r.Status))
+		return sample{}, fmt.Errorf("%w: HTTP %d, not Prometheus's JSON envelope (not shown)", ErrBadResponse, status)
 	}
 	if r.Status == "error" || status/100 != 2 {
 		msg := r.Error

@@ -11,6 +11,12 @@
 //     refusalLogEvery;
 //   - a bound on a request's headers, in time (ReadHeaderTimeout, which
 //     also bounds a TLS handshake) and size (MaxHeaderBytes);
+//   - a bound on a request's body, in time: past a grace (BodyGrace, the
+//     order of the header timeout) it must keep a least average rate
+//     (MinBodyRate), and it ends within BodyTimeout; at the connection
+//     cap, a connection whose body is behind that rate is closed to admit
+//     a new one (the ack stream, a body as long-lived as its client, is
+//     exempt);
 //   - an idle timeout (IdleTimeout): a connection with no request in
 //     flight (HTTP/1.1) or no open stream (HTTP/2) is closed;
 //   - HTTP/2's limits: concurrent streams, frame size, header tables, and

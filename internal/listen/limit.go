@@ -29,6 +29,13 @@ type Limited struct {
 	total   atomic.Int64
 	mu      sync.Mutex
 	logged  time.Time
+	// reclaim is the least body rate under which a connection may be
+	// closed to admit a new one at the cap (0: never); conns are the open
+	// connections, under mu, when it is set.
+	reclaim   int64
+	conns     map[*limitedConn]struct{}
+	reading   atomic.Int64 // connections reading a body: with none, no scan
+	reclaimed atomic.Int64
 }
 
 // Limit caps l at n open connections: a connection accepted past them is
@@ -38,12 +45,23 @@ type Limited struct {
 // once per refusalLogEvery with the count.
 // Accept never blocks on the cap: a listener at its cap keeps draining
 // its backlog, so that a client is told rather than left to time out.
+// Served by NewServer, a connection whose request body is behind
+// DefaultMinBodyRate gives its slot to a new one at the cap (Listen: the
+// Config's MinBodyRate).
 func Limit(l net.Listener, n int, text bool, log *slog.Logger) *Limited {
-	return &Limited{Listener: l, slots: make(chan struct{}, n), text: text, log: log}
+	return &Limited{Listener: l, slots: make(chan struct{}, n), text: text, log: log, reclaim: DefaultMinBodyRate}
 }
 
 // Refused is how many connections were refused at the cap.
 func (l *Limited) Refused() int64 { return l.total.Load() }
+
+// Reclaimed is how many connections were closed at the cap to admit a
+// new one: each was reading a request body below the least rate.
+func (l *Limited) Reclaimed() int64 { return l.reclaimed.Load() }
+
+// Reading is how many connections are reading a request body (HTTP/1.1,
+// on a listener that reclaims them: Listen's).
+func (l *Limited) Reading() int64 { return l.reading.Load() }
 
 // Open is how many connections are open.
 func (l *Limited) Open() int { return len(l.slots) }
@@ -54,16 +72,77 @@ func (l *Limited) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-			return &limitedConn{Conn: c, release: l.release}, nil
-		default:
+		if lc := l.admit(c); lc != nil {
+			return lc, nil
+		}
+		if l.reclaimOne() {
+			if lc := l.admit(c); lc != nil {
+				return lc, nil
+			}
 		}
 		l.refuse(c)
 	}
 }
 
-func (l *Limited) release() { <-l.slots }
+// admit takes a slot for c, if one is free.
+func (l *Limited) admit(c net.Conn) *limitedConn {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		return nil
+	}
+	lc := &limitedConn{Conn: c}
+	lc.release = func() { l.release(lc) }
+	lc.reading = &l.reading
+	if l.reclaim > 0 {
+		l.mu.Lock()
+		if l.conns == nil {
+			l.conns = make(map[*limitedConn]struct{})
+		}
+		l.conns[lc] = struct{}{}
+		l.mu.Unlock()
+	}
+	return lc
+}
+
+func (l *Limited) release(lc *limitedConn) {
+	lc.bodyEnded()
+	if l.reclaim > 0 {
+		l.mu.Lock()
+		delete(l.conns, lc)
+		l.mu.Unlock()
+	}
+	<-l.slots
+}
+
+// reclaimOne closes the connection whose request body is furthest
+// behind the least rate, if one is (limitedConn.behind): at the cap, a
+// connection trickling a body gives its slot to a new one. It reports
+// whether it closed one.
+func (l *Limited) reclaimOne() bool {
+	if l.reclaim <= 0 || l.reading.Load() == 0 {
+		return false
+	}
+	now := time.Now()
+	var victim *limitedConn
+	var oldest int64
+	l.mu.Lock()
+	for lc := range l.conns {
+		if !lc.behind(now, l.reclaim) {
+			continue
+		}
+		if s := lc.bodyStart.Load(); victim == nil || s < oldest {
+			victim, oldest = lc, s
+		}
+	}
+	l.mu.Unlock()
+	if victim == nil {
+		return false
+	}
+	l.reclaimed.Add(1)
+	_ = victim.Close() // gives its slot back before it returns
+	return true
+}
 
 func (l *Limited) refuse(c net.Conn) {
 	l.total.Add(1)
@@ -94,6 +173,7 @@ type limitedConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	bodyProgress
 }
 
 func (c *limitedConn) Close() error {
@@ -115,12 +195,13 @@ func (c *limitedConn) CloseWrite() error {
 // its requests (http.Server.ConnContext).
 type connState struct {
 	inFlight atomic.Int64 // ConnLimit's
+	conn     *limitedConn // under a connection cap; else nil
 }
 
 type connKey struct{}
 
-func connContext(ctx context.Context, _ net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, &connState{})
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, &connState{conn: limitedOf(c)})
 }
 
 // ConnLimit takes one of n places of the request's connection (one per

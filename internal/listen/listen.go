@@ -64,6 +64,15 @@ type Config struct {
 	// DefaultReadHeaderTimeout).
 	IdleTimeout       time.Duration
 	ReadHeaderTimeout time.Duration
+	// BodyGrace (0: DefaultBodyGrace), MinBodyRate in bytes a second (0:
+	// DefaultMinBodyRate) and BodyTimeout (0: DefaultBodyTimeout) bound a
+	// request body: it is cut at BodyGrace + bytes read / MinBodyRate from
+	// its start, and at BodyTimeout at the latest. At the connection cap,
+	// a connection whose body has been below MinBodyRate for half a second is
+	// closed to admit a new one.
+	BodyGrace   time.Duration
+	MinBodyRate int64
+	BodyTimeout time.Duration
 	// Logger (nil: discard).
 	Logger *slog.Logger
 	// ConnState and BaseContext are http.Server's.
@@ -105,7 +114,8 @@ func (s *Server) Serve(l net.Listener) error {
 }
 
 // NewServer returns the server of a listener of c, serving h behind
-// Guard.
+// Guard, its request bodies bounded by c's BodyGrace, MinBodyRate and
+// BodyTimeout.
 func NewServer(h http.Handler, c Config) *Server {
 	var protos http.Protocols
 	protos.SetHTTP1(true)
@@ -123,7 +133,7 @@ func NewServer(h http.Handler, c Config) *Server {
 		rht = DefaultReadHeaderTimeout
 	}
 	srv := &http.Server{
-		Handler:           Guard(h, c.TrustedProxies),
+		Handler:           c.bodyBounds().bound(Guard(h, c.TrustedProxies)),
 		Protocols:         &protos,
 		ReadHeaderTimeout: rht,
 		IdleTimeout:       idle,
@@ -140,7 +150,7 @@ func NewServer(h http.Handler, c Config) *Server {
 			WriteByteTimeout:          DefaultWriteByteTimeout,
 		},
 		ErrorLog:    slog.NewLogLogger(c.logger().Handler(), slog.LevelDebug),
-		ConnState:   c.ConnState,
+		ConnState:   bodyState(c.ConnState),
 		BaseContext: c.BaseContext,
 		ConnContext: connContext,
 	}
@@ -172,7 +182,9 @@ func Listen(c Config) (net.Listener, error) {
 	if n < 0 {
 		return l, nil
 	}
-	return Limit(l, n, c.TLS == nil, c.logger().With("listener", c.name())), nil
+	lim := Limit(l, n, c.TLS == nil, c.logger().With("listener", c.name()))
+	lim.reclaim = c.bodyBounds().rate
+	return lim, nil
 }
 
 // IsLoopbackAddr reports whether HOST:PORT names only loopback: a

@@ -19,6 +19,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -76,7 +77,8 @@ type RemoteConfig struct {
 	// then never missed for longer, at the cost of refusing every client
 	// while no server answers. Zero keeps the last records.
 	MaxStale time.Duration
-	// UserAgent is sent with each request (default "holdfast-relay").
+	// UserAgent is sent with each request (default "holdfast-relay/" and
+	// the SDK's version).
 	UserAgent string
 }
 
@@ -96,7 +98,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.UserAgent == "" {
-		cfg.UserAgent = "holdfast-relay"
+		cfg.UserAgent = version.UserAgent("holdfast-relay")
 	}
 	ownClient := cfg.Client == nil
 	if ownClient {

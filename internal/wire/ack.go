@@ -36,6 +36,12 @@ type Ack struct {
 	// (serves) or rejected the staged change; with AckWouldReject, the
 	// rollout whose change the client's checks reject. Empty otherwise.
 	Rollout string `json:"rollout,omitempty"`
+	// SDKVersion is the version of the client's SDK (config.Version,
+	// "0.1.0"), which the server keeps with the client's reports (change
+	// management compares it); empty when the client did not say (an SDK
+	// before it, a hand-made client). A relay forwards it as it came. At
+	// most MaxSDKVersionBytes of [0-9A-Za-z.+-] (ValidSDKVersion).
+	SDKVersion string `json:"sdk_version,omitempty"`
 	// Extra holds the fields of a client's report that this version does
 	// not know, as the members of a JSON object (`"stage":10,"x":true`),
 	// kept by a relay that forwards it: they are encoded back as they
@@ -66,6 +72,10 @@ func appendAck(b []byte, a Ack) []byte {
 	if a.Rollout != "" {
 		b = append(b, `,"rollout":`...)
 		b = appendJSONString(b, a.Rollout)
+	}
+	if a.SDKVersion != "" {
+		b = append(b, `,"sdk_version":`...)
+		b = appendJSONString(b, a.SDKVersion)
 	}
 	if a.Extra != "" {
 		b = append(append(b, ','), a.Extra...)
@@ -122,6 +132,27 @@ type RelayAcker interface {
 	AckRelayed(ctx context.Context, relayID string, acks []Ack) error
 }
 
+// MaxSDKVersionBytes bounds Ack.SDKVersion.
+const MaxSDKVersionBytes = 64
+
+// ValidSDKVersion reports whether v may be an ack's SDKVersion: empty (not
+// said), or 1..MaxSDKVersionBytes of the letters, digits, '.', '+' and
+// '-' of a semantic version ("0.1.0", "1.2.0-rc.1+build.5"), beginning
+// with a letter or a digit.
+func ValidSDKVersion(v string) bool {
+	if len(v) > MaxSDKVersionBytes {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '+' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // TruncateAckError cuts an ack's error to MaxAckErrorBytes, at a rune's
 // start: what a client sends, and a relay forwards, of an error.
 func TruncateAckError(s string) string { return TruncateUTF8(s, MaxAckErrorBytes) }
@@ -130,7 +161,7 @@ func TruncateAckError(s string) string { return TruncateUTF8(s, MaxAckErrorBytes
 // wire.
 func knownAckField(k string) bool {
 	switch k {
-	case "client_id", "ns", "revision", "status", "error", "rollout":
+	case "client_id", "ns", "revision", "status", "error", "rollout", "sdk_version":
 		return true
 	}
 	return false

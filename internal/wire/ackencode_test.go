@@ -16,13 +16,14 @@ type plainAck struct {
 	Status    string `json:"status"`
 	Error     string `json:"error,omitempty"`
 	Rollout   string `json:"rollout,omitempty"`
+	SDK       string `json:"sdk_version,omitempty"`
 }
 
 // wantAck is the encoding of a that appendAck replaced: encoding/json's,
 // with Extra's members after the known ones.
 func wantAck(t *testing.T, a Ack) []byte {
 	t.Helper()
-	b, err := json.Marshal(plainAck{a.ClientID, a.Namespace, a.Revision, a.Status, a.Error, a.Rollout})
+	b, err := json.Marshal(plainAck{a.ClientID, a.Namespace, a.Revision, a.Status, a.Error, a.Rollout, a.SDKVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +63,8 @@ func TestAckEncoding(t *testing.T) {
 end`},
 		{ClientID: "é\u2028\x00\xff", Namespace: "n", Revision: 9, Status: AckWouldReject, Rollout: "r-1", Error: "invalid \xc3"},
 		{ClientID: "c", Namespace: "n", Revision: 2, Status: "later-status", Extra: `"stage":10,"x":{"a":[1,2]}`},
+		{ClientID: "c", Namespace: "n", Revision: 3, Status: AckApplied, SDKVersion: "0.1.0"},
+		{ClientID: "c", Namespace: "n", Revision: 3, Status: AckRejected, Error: "e", Rollout: "r-1", SDKVersion: "1.2.0-rc.1+b<5>", Extra: `"x":1`},
 	} {
 		checkAckEncoding(t, a)
 	}
@@ -71,10 +74,10 @@ end`},
 }
 
 func FuzzAckEncoding(f *testing.F) {
-	f.Add("checkout-7f9c", "payments.prod", int64(4), AckApplied, "", "")
-	f.Add("c<1>&", "n\"s", int64(-7), AckRejected, "why\n\t\\ \u2029", "r\xff")
-	f.Fuzz(func(t *testing.T, client, ns string, rev int64, status, errMsg, rollout string) {
-		checkAckEncoding(t, Ack{ClientID: client, Namespace: ns, Revision: rev, Status: status, Error: errMsg, Rollout: rollout})
+	f.Add("checkout-7f9c", "payments.prod", int64(4), AckApplied, "", "", "0.1.0")
+	f.Add("c<1>&", "n\"s", int64(-7), AckRejected, "why\n\t\\ \u2029", "r\xff", "")
+	f.Fuzz(func(t *testing.T, client, ns string, rev int64, status, errMsg, rollout, sdk string) {
+		checkAckEncoding(t, Ack{ClientID: client, Namespace: ns, Revision: rev, Status: status, Error: errMsg, Rollout: rollout, SDKVersion: sdk})
 	})
 }
 
@@ -102,7 +105,7 @@ func BenchmarkAckBatchEncoding(b *testing.B) {
 	for i := range relayedBatch {
 		a := Ack{ClientID: "scale-client-" + strings.Repeat("7", i%5) + "-000042", Namespace: "bench", Revision: 1234, Status: AckApplied}
 		ab.Acks = append(ab.Acks, a)
-		old.Acks = append(old.Acks, oldAck{a.ClientID, a.Namespace, a.Revision, a.Status, a.Error, a.Rollout})
+		old.Acks = append(old.Acks, oldAck{a.ClientID, a.Namespace, a.Revision, a.Status, a.Error, a.Rollout, a.SDKVersion})
 	}
 	b.Run("encoding-json-before", func(b *testing.B) {
 		b.ReportAllocs()
@@ -121,4 +124,16 @@ func BenchmarkAckBatchEncoding(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*relayedBatch), "ns/ack")
 	})
+}
+
+func TestValidSDKVersion(t *testing.T) {
+	for v, want := range map[string]bool{
+		"": true, "0.1.0": true, "1.2.0-rc.1+build.5": true, "v0.0.0-20261206170000-0123456789ab": true,
+		strings.Repeat("1", MaxSDKVersionBytes): true, strings.Repeat("1", MaxSDKVersionBytes+1): false,
+		"0.1.0 (patched)": false, "0.1\n": false, `0.1"`: false, "0.1é": false, "-": false, ".1": false, "+b": false, "v1": true,
+	} {
+		if got := ValidSDKVersion(v); got != want {
+			t.Errorf("ValidSDKVersion(%q) = %v, want %v", v, got, want)
+		}
+	}
 }

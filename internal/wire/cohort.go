@@ -55,6 +55,9 @@ type CohortOutcome struct {
 	Revision int64  `json:"revision"`
 	Status   string `json:"status"`
 	Error    string `json:"error,omitempty"`
+	// SDKVersion is the SDK version the clients of Runs reported with it
+	// (Ack.SDKVersion); empty when they did not say.
+	SDKVersion string `json:"sdk_version,omitempty"`
 	// Runs are pairs of a first slot and a count: [0, 10000] is slots 0
 	// to 9999.
 	Runs []int `json:"runs"`
@@ -142,6 +145,9 @@ func CheckCohortReport(r *CohortReport) error {
 			}
 			if len(o.Error) > MaxAckErrorBytes {
 				return fmt.Errorf("cohort of %q: an error of more than %d bytes", n.Namespace, MaxAckErrorBytes)
+			}
+			if !ValidSDKVersion(o.SDKVersion) {
+				return fmt.Errorf("cohort of %q: sdk_version %q is not 1..%d letters, digits, '.', '+' or '-' beginning with a letter or digit", n.Namespace, o.SDKVersion, MaxSDKVersionBytes)
 			}
 			if len(o.Runs)%2 != 0 || len(o.Runs) == 0 {
 				return fmt.Errorf("cohort of %q: runs must be pairs of a slot and a count", n.Namespace)

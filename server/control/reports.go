@@ -85,6 +85,74 @@ type summary struct {
 	Reports   []controller.Report `json:"reports"`
 }
 
+// summaryJSON is a summary as the store keeps it: the SDK version most of
+// its clients said is named once (SDKVersion), not in each report, so
+// that a fleet of one version costs a summary no bytes a client
+// (maxSummaryClients); a report of another version names its own, and
+// one whose client said none names noVersion.
+type summaryJSON struct {
+	Server     string              `json:"server"`
+	At         time.Time           `json:"at"`
+	Truncated  int                 `json:"truncated,omitempty"`
+	SDKVersion string              `json:"sdk_version,omitempty"`
+	Reports    []controller.Report `json:"reports"`
+}
+
+// noVersion is a report's SDK version in a summary that names one, for a
+// client that said none: no SDK version takes it (wire.ValidSDKVersion).
+const noVersion = "-"
+
+func (s summary) MarshalJSON() ([]byte, error) {
+	j := summaryJSON{Server: s.Server, At: s.At, Truncated: s.Truncated, SDKVersion: commonVersion(s.Reports), Reports: s.Reports}
+	if j.SDKVersion != "" {
+		j.Reports = slices.Clone(s.Reports)
+		for i := range j.Reports {
+			switch j.Reports[i].SDKVersion {
+			case j.SDKVersion:
+				j.Reports[i].SDKVersion = ""
+			case "":
+				j.Reports[i].SDKVersion = noVersion
+			}
+		}
+	}
+	return json.Marshal(j)
+}
+
+func (s *summary) UnmarshalJSON(data []byte) error {
+	var j summaryJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*s = summary{Server: j.Server, At: j.At, Truncated: j.Truncated, Reports: j.Reports}
+	for i := range s.Reports {
+		switch s.Reports[i].SDKVersion {
+		case "":
+			s.Reports[i].SDKVersion = j.SDKVersion
+		case noVersion:
+			s.Reports[i].SDKVersion = ""
+		}
+	}
+	return nil
+}
+
+// commonVersion is the SDK version most of reports said ("" when none
+// said one); of two as common, the lesser string, so that a summary
+// written again is the same.
+func commonVersion(reports []controller.Report) string {
+	counts := make(map[string]int)
+	best := ""
+	for _, r := range reports {
+		if r.SDKVersion == "" {
+			continue
+		}
+		counts[r.SDKVersion]++
+		if n, b := counts[r.SDKVersion], counts[best]; n > b || n == b && r.SDKVersion < best {
+			best = r.SDKVersion
+		}
+	}
+	return best
+}
+
 func newReportSync(cli *clientv3.Client, acks *Acks, active *activeRollouts, id string, log *slog.Logger) *reportSync {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &reportSync{cli: cli, acks: acks, active: active, id: id, log: log, stop: cancel, remote: make(map[string]remoteReports)}
@@ -210,7 +278,7 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 func reportShape(reports []controller.Report) []byte {
 	var b bytes.Buffer
 	for _, r := range reports {
-		fmt.Fprintf(&b, "%s %d %d %s %d %d %t\n", r.ClientID, r.Acked, r.Nacked, r.Rollout, r.Served, r.Would, r.NackedRollout)
+		fmt.Fprintf(&b, "%s %d %d %s %d %d %t %s\n", r.ClientID, r.Acked, r.Nacked, r.Rollout, r.Served, r.Would, r.NackedRollout, r.SDKVersion)
 	}
 	return b.Bytes()
 }

@@ -107,7 +107,7 @@ func (h *Handler) fleetClients(ctx context.Context, ns string) ([]controlapi.Cli
 		head, _ := h.cfg.Revision(k.ns)
 		out = append(out, controlapi.ClientState{ClientID: k.client, Namespace: k.ns, AckedRevision: e.r.Acked,
 			NackedRevision: e.r.Nacked, NackError: e.r.NackError, HeadRevision: head, Behind: e.r.Acked < head,
-			Lag: max(0, head-e.r.Acked), UpdatedAt: e.r.Seen, Server: e.server})
+			Lag: max(0, head-e.r.Acked), UpdatedAt: e.r.Seen, Server: e.server, SDKVersion: e.r.SDKVersion})
 	}
 	slices.SortFunc(out, func(x, y controlapi.ClientState) int {
 		return cmp.Or(strings.Compare(x.ClientID, y.ClientID), strings.Compare(x.Namespace, y.Namespace))

@@ -55,14 +55,16 @@ func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlp
 
 // Check validates ns's content with w applied against ns's schema, as
 // the publish that follows an abort would see it (the rollout's reserved
-// keys gone). The publish checks again in its transaction.
+// keys gone); a namespace without a revision is transport.ErrNotFound.
+// The publish (or the rollout's promotion) checks again in its
+// transaction.
 func (s etcdStore) Check(ctx context.Context, ns string, w controlplane.Write) error {
-	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
-	if err != nil || sch == nil {
-		return err
-	}
 	snap, err := s.h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
+		return err
+	}
+	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
+	if err != nil || sch == nil {
 		return err
 	}
 	var content map[string]json.RawMessage
@@ -172,15 +174,22 @@ func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, pl
 
 // schemaCache keeps each namespace's compiled schema with the revision of
 // its key, so that a publish reads the key (one small read) but compiles
-// only a schema it has not seen.
+// only a schema it has not seen. It compiles outside its lock: a
+// namespace's schema being compiled (up to 0.1-0.2 s within the bounds of
+// package schema) delays the publishes to that namespace only, which wait
+// for it rather than compile it again.
 type schemaCache struct {
 	mu sync.Mutex
-	m  map[string]compiledSchema
+	m  map[string]*compiledSchema
 }
 
+// compiledSchema is a namespace's schema at one revision of its key,
+// compiled once: schema and err are set when done is closed.
 type compiledSchema struct {
 	modRevision int64
+	done        chan struct{}
 	schema      *schema.Schema
+	err         error
 }
 
 // get returns ns's schema (nil when it has none) and the ModRevision of
@@ -191,25 +200,39 @@ func (c *schemaCache) get(ctx context.Context, cli *clientv3.Client, ns string) 
 		return nil, 0, fmt.Errorf("control: schema of %q: %w", ns, err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if len(resp.Kvs) == 0 {
 		delete(c.m, ns)
+		c.mu.Unlock()
 		return nil, 0, nil
 	}
 	kv := resp.Kvs[0]
-	if had, ok := c.m[ns]; ok && had.modRevision == kv.ModRevision {
-		return had.schema, kv.ModRevision, nil
+	e, ok := c.m[ns]
+	compile := !ok || e.modRevision != kv.ModRevision
+	if compile {
+		e = &compiledSchema{modRevision: kv.ModRevision, done: make(chan struct{})}
+		if !ok || c.m[ns].modRevision < kv.ModRevision { // never over a newer one
+			if c.m == nil {
+				c.m = make(map[string]*compiledSchema)
+			}
+			c.m[ns] = e
+		}
 	}
-	sch, err := schema.Compile(kv.Value)
-	if err != nil {
-		// Only PUT writes the key, after compiling it: another writer's.
-		return nil, 0, fmt.Errorf("control: the stored schema of %q does not compile: %w", ns, errors.Join(err, errStoredSchema))
+	c.mu.Unlock()
+	if compile {
+		e.schema, e.err = schema.Compile(kv.Value)
+		close(e.done)
 	}
-	if c.m == nil {
-		c.m = make(map[string]compiledSchema)
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
 	}
-	c.m[ns] = compiledSchema{modRevision: kv.ModRevision, schema: sch}
-	return sch, kv.ModRevision, nil
+	if e.err != nil {
+		// Only PUT writes the key, after compiling it: another writer's,
+		// or one stored before the bounds of package schema.
+		return nil, 0, fmt.Errorf("control: the stored schema of %q does not compile: %w", ns, errors.Join(e.err, errStoredSchema))
+	}
+	return e.schema, kv.ModRevision, nil
 }
 
 // errStoredSchema marks a stored schema that does not compile: the

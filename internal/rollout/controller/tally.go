@@ -27,12 +27,18 @@ type Report struct {
 	WouldError    string `json:"we,omitempty"`
 	// Seen is when it was last heard from.
 	Seen time.Time `json:"t"`
+	// SDKVersion is the client's SDK version, as its last report that
+	// said one did (transport.Ack.SDKVersion).
+	SDKVersion string `json:"v,omitempty"`
 }
 
 // Observe folds one ack, heard at now, into r (a server's table of what
 // its clients reported; the reference server's). ack's client is r's.
 func (r *Report) Observe(ack *transport.Ack, now time.Time, maxErr int) {
 	r.Seen = now
+	if ack.SDKVersion != "" {
+		r.SDKVersion = ack.SDKVersion
+	}
 	if ack.Rollout != "" && ack.Rollout != r.Rollout {
 		r.Rollout, r.Served, r.Would, r.NackedRollout, r.WouldError = ack.Rollout, 0, 0, false, ""
 	}
@@ -70,6 +76,9 @@ func (r *Report) Merge(o Report) {
 		if o.Would > r.Would {
 			r.Would, r.WouldError = o.Would, o.WouldError
 		}
+	}
+	if o.SDKVersion != "" && (r.SDKVersion == "" || o.Seen.After(r.Seen)) {
+		r.SDKVersion = o.SDKVersion // the later report's: a client upgraded
 	}
 	if o.Seen.After(r.Seen) {
 		r.Seen = o.Seen

@@ -140,6 +140,25 @@ var attacks = map[string]func(addr, path string, stop <-chan struct{}){
 		}
 		wg.Wait()
 	},
+	"slow-request-bodies": func(addr, _ string, stop <-chan struct{}) {
+		// 300 connections, each a POST of a 100,000-byte body sent a byte
+		// every 2 s; a connection the server closes is opened again a
+		// second later.
+		var wg sync.WaitGroup
+		for range 300 {
+			wg.Go(func() {
+				for {
+					trickleBody(addr, stop)
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Second):
+					}
+				}
+			})
+		}
+		wg.Wait()
+	},
 	"idle-connections": func(addr, _ string, stop <-chan struct{}) {
 		// 2,000 connections that never send a byte.
 		var conns []net.Conn
@@ -157,6 +176,38 @@ var attacks = map[string]func(addr, path string, stop <-chan struct{}){
 		}
 		<-stop
 	},
+}
+
+// trickleBody sends a POST to the ack path with a body of 100,000 bytes,
+// a byte every 2 s, until stop or the server closes the connection.
+func trickleBody(addr string, stop <-chan struct{}) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	if _, err := io.WriteString(c, "POST /sdk/ack HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"); err != nil {
+		return
+	}
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-closed:
+			return
+		case <-tick.C:
+		}
+		if _, err := io.WriteString(c, " "); err != nil {
+			return
+		}
+	}
 }
 
 // h2conn is an attacker's raw HTTP/2 connection (h2c, prior knowledge).

@@ -11,7 +11,7 @@
 // use, in bytes) every 100 ms, and shuts down when its standard input
 // closes.
 //
-// Usage: target -upstream URL
+// Usage: target -upstream URL [-max-conns N]
 package main
 
 import (
@@ -29,14 +29,15 @@ import (
 
 func main() {
 	upstream := flag.String("upstream", "", "the `URL` of the relay's upstream")
+	maxConns := flag.Int("max-conns", 0, "the listener's connection cap, as holdfast relay's -max-conns (0: its default)")
 	flag.Parse()
-	if err := run(*upstream); err != nil {
+	if err := run(*upstream, *maxConns); err != nil {
 		fmt.Fprintln(os.Stderr, "target:", err)
 		os.Exit(1)
 	}
 }
 
-func run(upstream string) error {
+func run(upstream string, maxConns int) error {
 	src, err := transport.NewHTTPSource(upstream)
 	if err != nil {
 		return err
@@ -52,7 +53,7 @@ func run(upstream string) error {
 		return err
 	}
 	defer r.Close()
-	lc := listen.Config{Addr: "127.0.0.1:0"}
+	lc := listen.Config{Addr: "127.0.0.1:0", MaxConns: maxConns}
 	ln, err := listen.Listen(lc)
 	if err != nil {
 		return err
