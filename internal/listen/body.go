@@ -72,7 +72,7 @@ func (b bodyBounds) deadline(start time.Time, n int64) time.Time {
 // stream: the ack stream (transport.PathAckStream, HTTP/2 only), whose
 // lines come as seldom as publishes and whose reader bounds it.
 func streamingBody(r *http.Request) bool {
-	return r.URL.Path == transport.PathAckStream
+	return r.ProtoMajor >= 2 && r.URL.Path == transport.PathAckStream
 }
 
 // hasBody reports whether r comes with a body to read.
