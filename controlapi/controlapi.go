@@ -5,6 +5,13 @@ import (
 	"time"
 )
 
+// Bounds of the audit fields every write takes (actor, on_behalf_of and
+// reason): bytes of UTF-8 text without control characters.
+const (
+	MaxActorBytes  = 256
+	MaxReasonBytes = 4096
+)
+
 // PublishRequest is the body of POST /control/namespaces/{ns}/publish.
 type PublishRequest struct {
 	Puts    map[string]json.RawMessage `json:"puts,omitempty"`

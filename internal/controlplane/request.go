@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/jsonscan"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
@@ -161,8 +162,8 @@ func checkChange(puts map[string]json.RawMessage, deletes []string) error {
 // Bounds of a write's audit fields (its actor, whom it acted for, its
 // reason): holdfast server's store's, on every server.
 const (
-	MaxActorBytes  = 256
-	MaxReasonBytes = 4096
+	MaxActorBytes  = controlapi.MaxActorBytes
+	MaxReasonBytes = controlapi.MaxReasonBytes
 )
 
 // CheckText checks an actor or a reason a request names: at most limit

@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -135,8 +136,8 @@ func WithIfRevision(rev int64) PublishOption {
 
 // Bounds of the audit fields of a publish.
 const (
-	MaxActorBytes  = 256
-	MaxReasonBytes = 4096
+	MaxActorBytes  = controlapi.MaxActorBytes
+	MaxReasonBytes = controlapi.MaxReasonBytes
 )
 
 // Kinds of change recorded in a namespace's meta record (HistoryRecord.Kind).

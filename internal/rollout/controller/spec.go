@@ -44,7 +44,7 @@ const (
 const (
 	MaxStages      = 20
 	MaxKept        = 32 // ended rollouts kept per namespace
-	MaxReasonBytes = 4096
+	MaxReasonBytes = controlapi.MaxReasonBytes
 	maxReasonNacks = 5
 	maxReasonErr   = 200
 	maxDecisions   = 64
