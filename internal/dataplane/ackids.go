@@ -14,8 +14,10 @@ import (
 // Acks bound to an identity (docs/PROTOCOL.md, "Acks and identities"):
 // with WithTokens, a client's acks are taken only from the identity its
 // reads came with. Every data-plane read that names its client id
-// (transport.HeaderClientID) binds that id to the request's identity;
-// an ack of a client id its identity never bound is refused (a single
+// (transport.HeaderClientID) binds that id to the request's identity,
+// and so does an ack request, unless that client has a stream open under
+// another identity (bindAckSender); an ack of a client id its identity
+// never bound is refused (a single
 // ack: 403) or dropped (a batch's), and counted (Stats.UnboundAcks). An
 // identity with the relay scope speaks for the clients behind it, which
 // its own data plane bound; an open server (no tokens) binds nothing and
