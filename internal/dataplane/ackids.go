@@ -17,11 +17,10 @@ import (
 // (transport.HeaderClientID) binds that id to the request's identity,
 // and so does an ack request, unless that client has a stream open under
 // another identity (bindAckSender); an ack of a client id its identity
-// never bound is refused (a single
-// ack: 403) or dropped (a batch's), and counted (Stats.UnboundAcks). An
-// identity with the relay scope speaks for the clients behind it, which
-// its own data plane bound; an open server (no tokens) binds nothing and
-// takes every ack.
+// never bound is refused (a single ack: 403) or dropped (a batch's), and
+// counted (Stats.UnboundAcks). An identity with the relay scope speaks
+// for the clients behind it, which its own data plane bound; an open
+// server (no tokens) binds nothing and takes every ack.
 
 // The bounds of the table of bindings: in all, and per identity, so that
 // one token that names made-up ids churns its own bindings only.
