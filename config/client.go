@@ -77,6 +77,8 @@ func New(opts ...Option) (*Client, error) {
 			return nil, err
 		}
 		c.src, c.ownSource = src, src
+	} else if d, ok := c.src.(transport.ClientIDDefaulter); ok {
+		d.DefaultClientID(o.clientID) // a source without an id of its own names this client
 	}
 	if o.cacheDir != "" {
 		dir, err := cachedir.OpenDir(o.cacheDir, cachedir.WithDirLogger(o.logger))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -452,4 +454,49 @@ func (s sourceOnly) Snapshot(ctx context.Context, req transport.SnapshotRequest)
 
 func (s sourceOnly) Watch(ctx context.Context, req transport.WatchRequest, handle func(transport.Event) error) error {
 	return s.s.Watch(ctx, req, handle)
+}
+
+// TestWithSourceNamesTheClient: an HTTP source of WithSource sends the
+// client's id (a server with tokens takes acks from the identity a
+// client connected as), unless it was given one of its own.
+func TestWithSourceNamesTheClient(t *testing.T) {
+	srv := sdksuite.StartReference(t)
+	sdksuite.Publish(t, srv, "payments", map[string]any{"seq": 0})
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get(transport.HeaderClientID)] = true
+		mu.Unlock()
+		srv.Handler().ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	for _, tc := range []struct {
+		name string
+		opts []transport.HTTPOption
+		want string
+	}{
+		{"the client's id", nil, "config-client-1"},
+		{"the source's own", []transport.HTTPOption{transport.WithClientID("source-own")}, "source-own"},
+	} {
+		hs, err := transport.NewHTTPSource(front.URL, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := config.New(config.WithSource(hs), config.WithClientID("config-client-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		clear(seen)
+		mu.Unlock()
+		sdksuite.Open(t, c, "payments")
+		mu.Lock()
+		if !seen[tc.want] || len(seen) != 1 {
+			t.Errorf("%s: the requests named client ids %v, want %q", tc.name, seen, tc.want)
+		}
+		mu.Unlock()
+		c.Close()
+		hs.Close()
+	}
 }

@@ -187,6 +187,14 @@ func NewFailoverSource(srcs []*HTTPSource, opts ...FailoverOption) (*FailoverSou
 	return f, nil
 }
 
+// DefaultClientID hands id to each endpoint's source (see
+// HTTPSource.DefaultClientID).
+func (f *FailoverSource) DefaultClientID(id string) {
+	for _, s := range f.srcs {
+		s.DefaultClientID(id)
+	}
+}
+
 // Endpoint returns the base URL of the current endpoint (a password in it
 // redacted).
 func (f *FailoverSource) Endpoint() string { return f.srcs[f.current()].Endpoint() }

@@ -109,6 +109,7 @@ type HTTPSource struct {
 	// switches to HTTP/2 with prior knowledge once the server lists
 	// CapabilityH2C; nil with WithHTTPClient or https.
 	h2c *h2cTransport
+	hdr *headerTransport // the headers of every request
 
 	// info is what the server last advertised (ServerInfo); nil before
 	// any reply from a holdfast server.
@@ -249,6 +250,16 @@ func WithUserAgent(ua string) HTTPOption {
 	return httpOptionFunc(func(o *httpOptions) { o.userAgent = ua })
 }
 
+// DefaultClientID sends id as HeaderClientID when the source was given
+// no WithClientID (package config calls it with its client id, for a
+// source of WithSource). An invalid id is ignored.
+func (s *HTTPSource) DefaultClientID(id string) {
+	if !validHeaderValue(id) || ValidateClientID(id) != nil {
+		return
+	}
+	s.hdr.fallback.Store(&id)
+}
+
 // NewHTTPSource returns a source for the config plane at baseURL, an http or
 // https URL whose path, if any, prefixes the data-plane paths.
 func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
@@ -333,6 +344,7 @@ func NewHTTPSource(baseURL string, opts ...HTTPOption) (*HTTPSource, error) {
 		rt = http.DefaultTransport
 	}
 	hdr := &headerTransport{base: rt, token: o.token, userAgent: o.userAgent, clientID: o.clientID, scheme: u.Scheme, host: u.Host, onReply: src.noteReply}
+	src.hdr = hdr
 	idle := &idleTransport{base: hdr, timeout: src.replyTimeout}
 
 	client := *o.client

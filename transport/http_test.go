@@ -555,3 +555,36 @@ func TestDefaultUserAgent(t *testing.T) {
 		t.Errorf("User-Agent = %q (DefaultUserAgent %q), want %q", ua, DefaultUserAgent, want)
 	}
 }
+
+// TestDefaultClientID: a source without WithClientID sends the default
+// it is given (package config's client id, for a source of WithSource),
+// every endpoint of a failover source alike; one with its own keeps it.
+func TestDefaultClientID(t *testing.T) {
+	leakCheck(t)
+	ids := make(chan string, 4)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		ids <- r.Header.Get(HeaderClientID)
+		writeJSON(t, w, http.StatusOK, testSnapshot())
+	})
+	own := newSource(t, srv.URL, WithClientID("own-1"))
+	own.DefaultClientID("default-1")
+	plain := newSource(t, srv.URL+"/")
+	f, err := NewFailoverSource([]*HTTPSource{plain, newSource(t, srv.URL+"/b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.DefaultClientID("default-1")
+	plain.DefaultClientID("not a valid id\n") // ignored
+	for _, tc := range []struct {
+		src  Source
+		want string
+	}{{own, "own-1"}, {f, "default-1"}} {
+		if _, err := tc.src.Snapshot(context.Background(), SnapshotRequest{Namespace: testNS}); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-ids; got != tc.want {
+			t.Errorf("%s = %q, want %q", HeaderClientID, got, tc.want)
+		}
+	}
+}

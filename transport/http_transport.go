@@ -14,12 +14,27 @@ import (
 // reply's headers to onReply (what the server advertises). It never
 // mutates the caller's request.
 type headerTransport struct {
-	base         http.RoundTripper
-	token        string
-	userAgent    string
-	clientID     string
+	base      http.RoundTripper
+	token     string
+	userAgent string
+	clientID  string
+	// fallback is the client id sent when clientID is empty
+	// (HTTPSource.DefaultClientID); nil: none.
+	fallback     atomic.Pointer[string]
 	scheme, host string
 	onReply      func(*http.Response)
+}
+
+// id is the client id the requests name: WithClientID's, else the
+// default the source was given.
+func (t *headerTransport) id() string {
+	if t.clientID != "" {
+		return t.clientID
+	}
+	if p := t.fallback.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -32,8 +47,8 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.token != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
 		r.Header.Set("Authorization", "Bearer "+t.token)
 	}
-	if t.clientID != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
-		r.Header.Set(HeaderClientID, t.clientID)
+	if id := t.id(); id != "" && r.URL.Scheme == t.scheme && r.URL.Host == t.host {
+		r.Header.Set(HeaderClientID, id)
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err == nil && t.onReply != nil {

@@ -44,6 +44,14 @@ type Event struct {
 	Progress *Progress
 }
 
+// ClientIDDefaulter is implemented by sources that name their client to
+// their server (HeaderClientID): a server with tokens takes a client's
+// acks from the identity it connected as. package config calls it with
+// its client id; a source given an id of its own (WithClientID) keeps it.
+type ClientIDDefaulter interface {
+	DefaultClientID(id string)
+}
+
 // Acker is implemented by sources that can report what a client applied or
 // rejected back to the config plane.
 type Acker interface {

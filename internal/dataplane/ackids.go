@@ -14,12 +14,13 @@ import (
 // Acks bound to an identity (docs/PROTOCOL.md, "Acks and identities"):
 // with WithTokens, a client's acks are taken only from the identity its
 // reads came with. Every data-plane read that names its client id
-// (transport.HeaderClientID) binds that id to the request's identity;
-// an ack of a client id its identity never bound is refused (a single
-// ack: 403) or dropped (a batch's), and counted (Stats.UnboundAcks). An
-// identity with the relay scope speaks for the clients behind it, which
-// its own data plane bound; an open server (no tokens) binds nothing and
-// takes every ack.
+// (transport.HeaderClientID) binds that id to the request's identity,
+// and so does an ack request, unless that client has a stream open under
+// another identity (bindAckSender); an ack of a client id its identity
+// never bound is refused (a single ack: 403) or dropped (a batch's), and
+// counted (Stats.UnboundAcks). An identity with the relay scope speaks
+// for the clients behind it, which its own data plane bound; an open
+// server (no tokens) binds nothing and takes every ack.
 
 // The bounds of the table of bindings: in all, and per identity, so that
 // one token that names made-up ids churns its own bindings only.
@@ -151,6 +152,34 @@ func (b *bindings) largestLocked(not *identBindings) *identBindings {
 	return big
 }
 
+// openElsewhereLocked reports whether client has a stream or held long-poll
+// open under an identity other than ident. b.mu is held.
+func (b *bindings) openElsewhereLocked(ident, client string) bool {
+	for name, ib := range b.byIdent {
+		if name == ident {
+			continue
+		}
+		if el := ib.m[client]; el != nil && el.Value.(*clientBinding).open > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// bindAcker binds client to ident as a read does, unless client has a
+// stream open under another identity: an ack may come before any read
+// of its client on this server (after a failover or a restart), and one
+// snapshot read would bind the id all the same; an open stream's client
+// is not taken over.
+func (b *bindings) bindAcker(ident, client string) {
+	b.mu.Lock()
+	elsewhere := b.openElsewhereLocked(ident, client)
+	b.mu.Unlock()
+	if !elsewhere {
+		b.bind(ident, client, false)
+	}
+}
+
 // bound reports whether identity ident read as client.
 func (b *bindings) bound(ident, client string) bool {
 	b.mu.Lock()
@@ -183,6 +212,23 @@ func (s *Server) bindClient(r *http.Request, open bool) (release func()) {
 		return func() {}
 	}
 	return func() { s.clients.unbind(id.Name, client) }
+}
+
+// bindAckSender binds the client id an ack request names
+// (transport.HeaderClientID) to its identity, as a read would, unless
+// that client has a stream open under another identity (see
+// bindings.bindAcker). Acks that name other client ids than the
+// header's still need their own binding (a relay's identity excepted).
+func (s *Server) bindAckSender(r *http.Request) {
+	if s.opts.tokens == nil {
+		return
+	}
+	client := r.Header.Get(transport.HeaderClientID)
+	id, ok := access.FromContext(r.Context())
+	if client == "" || !ok || id.IsRelay() || transport.ValidateClientID(client) != nil {
+		return
+	}
+	s.clients.bindAcker(id.Name, client)
 }
 
 // boundAcks keeps the acks of clients that read as the request's

@@ -1,29 +1,22 @@
 package dataplane
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// post sends body to url with secret (and client id, when not empty).
+// post sends body to url with secret.
 func post(t *testing.T, c *http.Client, url, secret, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+secret)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return postAs(t, c, url, secret, "", body)
 }
 
 // read GETs url with secret as client id client.
@@ -156,5 +149,99 @@ func TestBindingsAreBoundedPerIdentity(t *testing.T) {
 	}
 	if b.evicted == 0 || b.refused != 1 {
 		t.Errorf("evicted %d, refused %d: want both counted", b.evicted, b.refused)
+	}
+}
+
+// postAs posts body to url with secret, as client id client (when not
+// empty).
+func postAs(t *testing.T, c *http.Client, url, secret, client, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Content-Type", "application/json")
+	if client != "" {
+		req.Header.Set(transport.HeaderClientID, client)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestAcksBeforeAnyReadAreTaken: a client's ack may reach a server
+// before any read of it there (a failover, a restart); naming its own id,
+// it binds that id as a read would. An id whose stream is open under
+// another identity is not taken over.
+func TestAcksBeforeAnyReadAreTaken(t *testing.T) {
+	const (
+		readerSecret = "s3cret-reader-only-0001"
+		svcSecret    = "s3cret-service-0000002"
+	)
+	toks, err := access.New(
+		access.Token{Name: "reader", Secret: readerSecret, Data: []string{"a.ns"}},
+		access.Token{Name: "svc", Secret: svcSecret, Data: []string{"a.ns"}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newMemBackend()
+	rev := b.publish("a.ns", map[string]any{"k": 1})
+	s := b.start(t, WithTokens(toks), WithHeartbeat(time.Hour))
+	c := newClient(t)
+	nack := func(client string) string {
+		return fmt.Sprintf(`{"client_id":%q,"ns":"a.ns","revision":%d,"status":"nack","error":"bad"}`, client, rev)
+	}
+	clients := func() map[string]int64 {
+		m := map[string]int64{}
+		for _, cs := range s.Clients() {
+			m[cs.ClientID] = cs.NackedRevision
+		}
+		return m
+	}
+
+	// Failed over: never read here, its acks name its own id.
+	if code, body := postAs(t, c, url(s)+"/sdk/ack", svcSecret, "moved", nack("moved")); code != http.StatusNoContent {
+		t.Errorf("an ack of a client that has not read here yet: %d %s, want 204", code, body)
+	}
+	batch := fmt.Sprintf(`{"client_id":"moved-2","acks":[{"ns":"a.ns","revision":%d,"status":"nack","error":"bad"},{"client_id":"other","ns":"a.ns","revision":%d,"status":"nack","error":"bad"}]}`, rev, rev)
+	if code, body := postAs(t, c, url(s)+"/sdk/ack", svcSecret, "moved-2", batch); code != http.StatusNoContent {
+		t.Errorf("a batch of a client that has not read here yet: %d %s, want 204", code, body)
+	}
+	if got := clients(); got["moved"] != rev || got["moved-2"] != rev || got["other"] != 0 {
+		t.Errorf("clients %v: want moved's and moved-2's nacks, not other's (another id than the header's)", got)
+	}
+
+	// The spoof: an id whose stream is open under another identity.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url(s)+"/sdk/stream?ns=a.ns:1", nil)
+	req.Header.Set("Authorization", "Bearer "+svcSecret)
+	req.Header.Set(transport.HeaderClientID, "genuine")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	if code, body := postAs(t, c, url(s)+"/sdk/ack", readerSecret, "genuine", nack("genuine")); code != http.StatusForbidden {
+		t.Errorf("a nack for a client whose stream is open under another token: %d %s, want 403", code, body)
+	}
+	spoof := fmt.Sprintf(`{"client_id":"genuine","acks":[{"ns":"a.ns","revision":%d,"status":"nack","error":"x"}]}`, rev)
+	if code, body := postAs(t, c, url(s)+"/sdk/ack", readerSecret, "genuine", spoof); code != http.StatusNoContent {
+		t.Errorf("a spoofed batch: %d %s, want 204 (dropped)", code, body)
+	}
+	if got := clients(); got["genuine"] != 0 {
+		t.Errorf("clients %v: a spoofed nack recorded", got)
+	}
+	if code, body := postAs(t, c, url(s)+"/sdk/ack", svcSecret, "genuine", nack("genuine")); code != http.StatusNoContent {
+		t.Errorf("the genuine client's own nack: %d %s", code, body)
+	}
+	if got := clients(); got["genuine"] != rev {
+		t.Errorf("clients %v: want the genuine client's nack", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
@@ -61,6 +62,10 @@ type guard struct {
 	pending map[string]bool // identities to check again
 	all     bool            // every identity
 	checks  int64           // watchers checked again, for tests
+
+	// gen counts the table's changes, for what the guard does not
+	// track (an ack stream authenticates again when it moved).
+	gen atomic.Int64
 }
 
 // guarded is the watchers of one identity, and the timer of their
@@ -82,6 +87,7 @@ func newGuard(tokens *access.Tokens) *guard {
 
 // changed is the table's notification: mark, and leave the checks to run.
 func (g *guard) changed(c access.Change) {
+	g.gen.Add(1)
 	g.mu.Lock()
 	if c.All {
 		g.all = true
@@ -93,6 +99,14 @@ func (g *guard) changed(c access.Change) {
 	}
 	g.mu.Unlock()
 	g.wake()
+}
+
+// generation returns the count of the table's changes so far.
+func (g *guard) generation() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.gen.Load()
 }
 
 func (g *guard) wake() {

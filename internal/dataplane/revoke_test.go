@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/peer"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/tokentable"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // tokenRecord is a store's record of a data token named name over data.
@@ -117,6 +120,7 @@ func TestRevocationEndsOpenStreams(t *testing.T) {
 	if n := s.guardChecks() - before; n != 0 {
 		t.Errorf("a new token checked %d open watchers again, want 0", n)
 	}
+	tracked := s.guardChecks()
 	poll := make(chan *http.Response, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodGet, url(s)+"/sdk/events?ns=a.ns&since=2&wait=30s", nil)
@@ -135,6 +139,10 @@ func TestRevocationEndsOpenStreams(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The long-poll joins the hub before the guard tracks it, and its
+	// tracking checks it once: wait for that check, so that only the
+	// revocation's are counted below.
+	testutil.Eventually(t, waitLimit, func() bool { return s.guardChecks() > tracked }, "the guard to track the long-poll")
 	before = s.guardChecks()
 
 	start := time.Now()
@@ -251,5 +259,73 @@ func TestCertificateIdentityGoneEndsStreams(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a new request of the removed identity got %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestRevocationEndsAckStreams: an ack stream opened before its token
+// was revoked takes no line after: the line is not recorded and the
+// stream ends.
+func TestRevocationEndsAckStreams(t *testing.T) {
+	secret, otherSecret := access.NewSecret(), access.NewSecret()
+	table := tokentable.NewTable()
+	other := tokenRecord("other", otherSecret, "*")
+	if err := table.SetRecords([]access.Record{tokenRecord("rev", secret, "a.ns"), other}, true); err != nil {
+		t.Fatal(err)
+	}
+	b := newMemBackend()
+	rev := b.publish("a.ns", map[string]any{"k": 1})
+	s := b.start(t, WithTokens(access.FromAuthenticator(table)), WithHeartbeat(time.Hour))
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr}
+
+	if code := read(t, c, url(s)+"/sdk/snapshot?ns=a.ns", secret, "c1"); code != http.StatusOK {
+		t.Fatalf("snapshot: %d", code)
+	}
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	req, _ := http.NewRequest(http.MethodPost, url(s)+transport.PathAckStream, pr)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set(transport.HeaderClientID, "c1")
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("ack stream: %d", resp.StatusCode)
+	}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}()
+	line := func(status string) {
+		t.Helper()
+		if _, err := fmt.Fprintf(pw, `{"client_id":"c1","acks":[{"ns":"a.ns","revision":%d,"status":%q,"error":"x"}]}`+"\n", rev, status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line("ack")
+	testutil.Eventually(t, waitLimit, func() bool {
+		got := s.Clients()
+		return len(got) == 1 && got[0].AckedRevision == rev
+	}, "the ack before the revocation to be recorded")
+
+	if err := table.SetRecords([]access.Record{other}, true); err != nil { // rev revoked
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = fmt.Fprintf(pw, `{"client_id":"c1","acks":[{"ns":"a.ns","revision":%d,"status":"nack","error":"x"}]}`+"\n", rev)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the revoked token's ack stream is still open")
+	}
+	if got := s.Clients(); len(got) != 1 || got[0].NackedRevision != 0 {
+		t.Errorf("clients %+v: the nack after the revocation was recorded", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -710,6 +711,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.planeError(w, r, "", err) // before the lookup: a refusal tells nothing of the namespace
 		return
 	}
+	s.bindAckSender(r)
 	if acks, err = s.boundAcks(r, acks, batch); err != nil {
 		s.planeError(w, r, "", err)
 		return
@@ -761,12 +763,31 @@ func (s *Server) handleAckStream(w http.ResponseWriter, r *http.Request) {
 	// reused line after line (a sink keeps none).
 	dec := ackDecoder{intern: true, reuse: true}
 	ownIDs, relay := s.opts.offers(transport.CapabilityAckRelay), s.follow != nil
+	s.bindAckSender(r)
+	// The stream outlives its authentication: when the token table
+	// changed (the guard's count moved) or the identity's expiry passed,
+	// the next line authenticates again, and a refusal ends the stream.
+	seen := s.guard.generation()
+	id, _ := access.FromContext(r.Context())
+	expires := id.Expires()
 	for sc.Scan() {
 		acks, batch, err := dec.parse(sc.Bytes(), ownIDs, relay)
 		if err != nil || !batch {
 			return
 		}
 		s.stats.acks.Add(1)
+		if s.opts.tokens != nil {
+			if g := s.guard.generation(); g != seen || !expires.IsZero() && !time.Now().Before(expires) {
+				seen = g
+				now, ok := s.opts.tokens.AuthenticateRequest(r)
+				if !ok {
+					s.log.Debug("dataplane: ack stream ended: its token was revoked or has expired", "token", id.Name)
+					return
+				}
+				id, expires = now, now.Expires()
+				r = r.WithContext(access.NewContext(r.Context(), now))
+			}
+		}
 		acks, _ = s.readableAcks(r, acks, true)
 		acks, _ = s.boundAcks(r, acks, true)
 		release := s.speak(r) // a black hole holds acks too
