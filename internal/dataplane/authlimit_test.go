@@ -23,19 +23,26 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// TestWrongTokensAreSlowedPerPeer: a peer that hammers wrong tokens is
-// refused (429 with Retry-After) past its burst, its rate bounded; a right
-// token from another peer, and that peer's own wrong ones, are answered
-// as ever.
-func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
-	const secret = "s3cret-right-token-00001"
+// startWithToken starts a server of namespace a.ns with one token, of
+// secret, that may read it; the default limit on wrong tokens applies.
+func startWithToken(t *testing.T, secret string) *Server {
+	t.Helper()
 	toks, err := access.New(access.Token{Name: "svc", Secret: secret, Data: []string{"a.ns"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := newMemBackend()
 	b.publish("a.ns", map[string]any{"k": 1})
-	s := b.start(t, WithTokens(toks))
+	return b.start(t, WithTokens(toks))
+}
+
+// TestWrongTokensAreSlowedPerPeer: a peer that hammers wrong tokens is
+// refused (429 with Retry-After) past its burst, its rate bounded; a right
+// token from another peer, and that peer's own wrong ones, are answered
+// as ever.
+func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
+	const secret = "s3cret-right-token-00001"
+	s := startWithToken(t, secret)
 	attacker, healthy := clientFrom(t, "127.0.0.2"), clientFrom(t, "127.0.0.1")
 	get := func(c *http.Client, token string) *http.Response {
 		req, _ := http.NewRequest(http.MethodGet, url(s)+"/sdk/snapshot?ns=a.ns", nil)
@@ -84,13 +91,7 @@ func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
 // the revoked token and new wrong ones are refused with 429.
 func TestSharedAddressKeepsItsRightTokens(t *testing.T) {
 	const secret, revoked = "s3cret-right-token-00001", "s3cret-revoked-token-0001"
-	toks, err := access.New(access.Token{Name: "svc", Secret: secret, Data: []string{"a.ns"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newMemBackend()
-	b.publish("a.ns", map[string]any{"k": 1})
-	s := b.start(t, WithTokens(toks))
+	s := startWithToken(t, secret)
 	nat := clientFrom(t, "127.0.0.4")
 	get := func(token string) int {
 		req, _ := http.NewRequest(http.MethodGet, url(s)+"/sdk/snapshot?ns=a.ns", nil)
