@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -138,12 +137,30 @@ func TestSpoofedNacksChangeNoRollout(t *testing.T) {
 }
 
 // TestWrongTokenFloodIsSlowed is the attack suite's case of wrong tokens
-// answered without back-off: one peer floods a relay with tokens with
-// wrong ones for 2 s, beside a healthy client with the right one from
-// another address. The flood is refused (429) past its burst, what the
-// relay looked at bounded by the limit's rate; every healthy snapshot is
-// served, its p99 within max(2× its quiet baseline, 100 ms).
+// answered without back-off: one peer floods a relay with wrong tokens
+// for 2 s, beside a healthy client with the right one from another
+// address. The flood is refused (429) past its burst, what the relay
+// looked at bounded by the limit's rate; every healthy snapshot is
+// served, its p99 within max(2× its quiet baseline, 100 ms). As the
+// suite's attacks are, a try whose p99 alone crosses the bound is
+// measured again, baseline and all (attackTries).
 func TestWrongTokenFloodIsSlowed(t *testing.T) {
+	var problem string
+	for try := 1; try <= attackTries; try++ {
+		// A try of its own: its origin and relay stop before the next.
+		t.Run(fmt.Sprint("try-", try), func(t *testing.T) { problem = wrongTokenFloodOnce(t) })
+		if problem == "" {
+			return
+		}
+		t.Logf("try %d of %d: %s", try, attackTries, problem)
+	}
+	t.Errorf("in each of %d tries; the last: %s", attackTries, problem)
+}
+
+// wrongTokenFloodOnce is one measurement of TestWrongTokenFloodIsSlowed:
+// what it finds wrong of the refusals fails t; a healthy p99 past its
+// bound is returned, to be measured again.
+func wrongTokenFloodOnce(t *testing.T) (latency string) {
 	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond), holdfasttest.WithTokens(accessTokens(t)))
 	mustPublish(t, origin, "payments.prod", map[string]any{"v": 1})
 	_, relayURL := startRelay(t, origin.URL(), withSource(upstream(t, origin.URL(), edgeSecret)), relay.WithTokens(accessTokens(t)))
@@ -153,17 +170,18 @@ func TestWrongTokenFloodIsSlowed(t *testing.T) {
 		t.Cleanup(tr.CloseIdleConnections)
 		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	}
-	get := func(c *http.Client, secret string) (int, time.Duration) {
+	// get may run beside the test's goroutine: it returns its error.
+	get := func(c *http.Client, secret string) (int, time.Duration, error) {
 		req, _ := http.NewRequest("GET", relayURL+"/sdk/snapshot?ns=payments.prod", nil)
 		req.Header.Set("Authorization", "Bearer "+secret)
 		start := time.Now()
 		resp, err := c.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			return 0, 0, err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return resp.StatusCode, time.Since(start)
+		return resp.StatusCode, time.Since(start), nil
 	}
 	healthy := from("127.0.0.1")
 	measure := func(stop <-chan struct{}) (lat []time.Duration) {
@@ -173,9 +191,9 @@ func TestWrongTokenFloodIsSlowed(t *testing.T) {
 				return lat
 			default:
 			}
-			code, d := get(healthy, paymentsSecret)
-			if code != http.StatusOK {
-				t.Errorf("a healthy snapshot: %d", code)
+			code, d, err := get(healthy, paymentsSecret)
+			if err != nil || code != http.StatusOK {
+				t.Errorf("a healthy snapshot: %d %v", code, err)
 				return lat
 			}
 			lat = append(lat, d)
@@ -188,10 +206,9 @@ func TestWrongTokenFloodIsSlowed(t *testing.T) {
 
 	stop := make(chan struct{})
 	codes := map[int]int{}
-	var wg sync.WaitGroup
-	wg.Add(1)
+	attackErr := make(chan error, 1)
 	go func() {
-		defer wg.Done()
+		defer close(attackErr)
 		attacker := from("127.0.0.3")
 		for {
 			select {
@@ -199,14 +216,20 @@ func TestWrongTokenFloodIsSlowed(t *testing.T) {
 				return
 			default:
 			}
-			code, _ := get(attacker, "s3cret-wrong-token-guess-00")
+			code, _, err := get(attacker, "s3cret-wrong-token-guess-00")
+			if err != nil {
+				attackErr <- err
+				return
+			}
 			codes[code]++
 		}
 	}()
 	start := time.Now()
 	time.AfterFunc(2*time.Second, func() { close(stop) })
 	under := p99(measure(stop))
-	wg.Wait()
+	if err := <-attackErr; err != nil { // closed once the attacker is done
+		t.Errorf("the flood's request: %v", err)
+	}
 	elapsed := time.Since(start)
 	t.Logf("flood for %v: %v; healthy snapshot p99 %v (quiet %v)", elapsed.Round(time.Millisecond), codes, under, base)
 	if limit := 30 + int(5*elapsed.Seconds()) + 2; codes[http.StatusUnauthorized] > limit {
@@ -216,6 +239,7 @@ func TestWrongTokenFloodIsSlowed(t *testing.T) {
 		t.Error("the flood was never refused with 429")
 	}
 	if bound := max(2*base, 100*time.Millisecond); under > bound {
-		t.Errorf("healthy snapshot p99 %v under the flood, bound %v", under, bound)
+		return fmt.Sprintf("healthy snapshot p99 %v under the flood, quiet %v: want at most %v", under, base, bound)
 	}
+	return ""
 }

@@ -76,6 +76,7 @@ func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
 
 	cmd := exec.Command(bin, "server", "-data-dir", t.TempDir(), "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-log-format", "json")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // if the test binary dies, so does it
 	logs := newLogRecorder()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -55,6 +55,7 @@ func (p *relayProc) start() {
 	t := p.t
 	t.Helper()
 	p.cmd = exec.Command(p.bin, p.args...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // if the test binary dies, so does it
 	p.logs = newLogRecorder()
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

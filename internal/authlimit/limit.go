@@ -7,10 +7,20 @@
 // peers is bounded (the peers that recovered go first, then any), so
 // that many addresses cannot grow it: forgetting a peer only lets it
 // try again sooner.
+//
+// Many clients may share an address (a NAT egress, an IPv6 /64): some
+// with a revoked token must not lock out the others. So each peer also
+// has a few keyed hashes of the tokens it had accepted lately (never the
+// tokens): such a token is looked at even while its peer is refused,
+// and one that then fails is forgotten, so that a revoked token is
+// slowed like any wrong one after its first failure. A request with no
+// token (none sent, or a client certificate only) guesses nothing and is
+// never refused either.
 package authlimit
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math"
 	"net"
 	"net/http"
@@ -31,11 +41,15 @@ const (
 	DefaultMaxPeers = 65_536
 )
 
+// acceptedPerPeer is how many accepted tokens a peer is remembered by:
+// the healthy clients behind one address seldom have more distinct ones.
+const acceptedPerPeer = 8
+
 // Config configures a Limiter; zero fields take the defaults.
 type Config struct {
 	Burst    int     // failures a peer may have at once
 	Rate     float64 // failures a second a peer regains
-	MaxPeers int     // peers with failures remembered at once
+	MaxPeers int     // peers with failures (and, apart, with accepted tokens) remembered at once
 	Now      func() time.Time
 }
 
@@ -46,9 +60,12 @@ type Limiter struct {
 	maxPeers    int
 	now         func() time.Time
 
+	seed maphash.Seed // keys the hashes of accepted tokens
+
 	mu        sync.Mutex
 	peers     map[netip.Prefix]*bucket
-	nextSweep time.Time // a full table is swept at most once a second
+	accepted  map[netip.Prefix]*recent // tokens each peer had accepted lately
+	nextSweep time.Time                // a full table is swept at most once a second
 	refused   int64
 	evicted   int64
 }
@@ -59,10 +76,51 @@ type bucket struct {
 	at     time.Time
 }
 
+// recent holds the hashes of the tokens a peer had accepted last, oldest
+// replaced first.
+type recent struct {
+	sums [acceptedPerPeer]uint64
+	n    int // sums used, up to acceptedPerPeer
+	next int // the one replaced next when full
+}
+
+func (c *recent) has(sum uint64) bool {
+	for _, s := range c.sums[:c.n] {
+		if s == sum {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *recent) add(sum uint64) {
+	switch {
+	case c.has(sum):
+	case c.n < acceptedPerPeer:
+		c.sums[c.n] = sum
+		c.n++
+	default:
+		c.sums[c.next] = sum
+		c.next = (c.next + 1) % acceptedPerPeer
+	}
+}
+
+func (c *recent) remove(sum uint64) {
+	for i, s := range c.sums[:c.n] {
+		if s == sum {
+			c.n--
+			c.sums[i] = c.sums[c.n]
+			c.next = 0
+			return
+		}
+	}
+}
+
 // New returns a Limiter of cfg.
 func New(cfg Config) *Limiter {
 	l := &Limiter{burst: float64(cfg.Burst), rate: cfg.Rate, maxPeers: cfg.MaxPeers, now: cfg.Now,
-		peers: make(map[netip.Prefix]*bucket)}
+		seed:  maphash.MakeSeed(),
+		peers: make(map[netip.Prefix]*bucket), accepted: make(map[netip.Prefix]*recent)}
 	if l.burst <= 0 {
 		l.burst = DefaultBurst
 	}
@@ -113,6 +171,12 @@ func (l *Limiter) refill(b *bucket, now time.Time) {
 // Allow reports whether p may try its credentials now; when not, wait
 // is how long until it may (at least a second: what Retry-After says).
 func (l *Limiter) Allow(p netip.Prefix) (wait time.Duration, ok bool) {
+	return l.allow(p, 0, false)
+}
+
+// allow is Allow, where a token of hash sum (when known) that p had
+// accepted lately may try even while p is refused.
+func (l *Limiter) allow(p netip.Prefix, sum uint64, known bool) (wait time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.peers[p]
@@ -124,6 +188,9 @@ func (l *Limiter) Allow(p netip.Prefix) (wait time.Duration, ok bool) {
 	if b.tokens >= 1 {
 		return 0, true
 	}
+	if c := l.accepted[p]; known && c != nil && c.has(sum) {
+		return 0, true
+	}
 	l.refused++
 	wait = time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
 	return max(wait, time.Second), false
@@ -133,6 +200,45 @@ func (l *Limiter) Allow(p netip.Prefix) (wait time.Duration, ok bool) {
 func (l *Limiter) Fail(p netip.Prefix) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.fail(p)
+}
+
+// failToken is Fail of a token of hash sum: p no longer counts it as
+// accepted (a token revoked since).
+func (l *Limiter) failToken(p netip.Prefix, sum uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.accepted[p]; c != nil {
+		c.remove(sum)
+		if c.n == 0 {
+			delete(l.accepted, p)
+		}
+	}
+	l.fail(p)
+}
+
+// accept notes that p presented a token of hash sum that authenticated.
+// The table of such peers is bounded apart from that of failures: only
+// right tokens add to it, so any peer may go to make room.
+func (l *Limiter) accept(p netip.Prefix, sum uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.accepted[p]
+	if c == nil {
+		for q := range l.accepted {
+			if len(l.accepted) < l.maxPeers {
+				break
+			}
+			delete(l.accepted, q)
+		}
+		c = &recent{}
+		l.accepted[p] = c
+	}
+	c.add(sum)
+}
+
+// fail is Fail; l.mu is held.
+func (l *Limiter) fail(p netip.Prefix) {
 	now := l.now()
 	b := l.peers[p]
 	if b == nil {
@@ -170,21 +276,27 @@ func (l *Limiter) makeRoom(now time.Time) {
 }
 
 // Authenticate runs authenticate on r within the failure limit of r's
-// peer: while the peer is past its failures it is refused (refused, with
-// how long until it may try) and authenticate is not run; a token sent
-// and not accepted counts as a failure (none sent guesses nothing). A nil
-// Limiter, or a request with no peer address, only authenticates.
+// peer: while the peer is past its failures a token it had not accepted
+// lately is refused (refused, with how long until it may try) and
+// authenticate is not run; a token sent and not accepted counts as a
+// failure. A request that sends no token guesses nothing: it is neither
+// refused nor counted. A nil Limiter, or a request with no peer address,
+// only authenticates.
 func (l *Limiter) Authenticate(r *http.Request, authenticate func(*http.Request) (access.Identity, bool)) (id access.Identity, ok bool, wait time.Duration, refused bool) {
 	p, known := Peer(r)
-	known = known && l != nil
-	if known {
-		if wait, allowed := l.Allow(p); !allowed {
-			return access.Identity{}, false, wait, true
-		}
+	token := r.Header.Get("Authorization")
+	if l == nil || !known || token == "" {
+		id, ok = authenticate(r)
+		return id, ok, 0, false
 	}
-	id, ok = authenticate(r)
-	if !ok && known && r.Header.Get("Authorization") != "" {
-		l.Fail(p)
+	sum := maphash.String(l.seed, token)
+	if wait, allowed := l.allow(p, sum, true); !allowed {
+		return access.Identity{}, false, wait, true
+	}
+	if id, ok = authenticate(r); ok {
+		l.accept(p, sum)
+	} else {
+		l.failToken(p, sum)
 	}
 	return id, ok, 0, false
 }
@@ -200,6 +312,7 @@ func Refusal(w http.ResponseWriter, wait time.Duration) string {
 // Stats are a Limiter's counts.
 type Stats struct {
 	Peers   int   // peers with failures remembered
+	Known   int   // peers with accepted tokens remembered
 	Refused int64 // attempts refused
 	Evicted int64 // peers forgotten before they recovered, to make room
 }
@@ -208,5 +321,5 @@ type Stats struct {
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Peers: len(l.peers), Refused: l.refused, Evicted: l.evicted}
+	return Stats{Peers: len(l.peers), Known: len(l.accepted), Refused: l.refused, Evicted: l.evicted}
 }

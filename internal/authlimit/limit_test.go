@@ -1,11 +1,16 @@
 package authlimit
 
 import (
+	"fmt"
+	"hash/maphash"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/peer"
 )
 
@@ -76,4 +81,87 @@ func TestPeer(t *testing.T) {
 	if p, ok := Peer(r); ok {
 		t.Errorf("no address: %v", p)
 	}
+}
+
+// TestAcceptedTokensPassADrainedPeer: clients sharing an address with
+// others that flood a wrong (say revoked) token keep their right tokens
+// served: a token the peer had accepted lately is looked at while the
+// peer is refused; new wrong tokens, and an accepted one revoked since,
+// are refused after their first failure; no token is never refused; the
+// table of accepted tokens stays bounded.
+func TestAcceptedTokensPassADrainedPeer(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := New(Config{Burst: 3, Rate: 0.5, MaxPeers: 4, Now: func() time.Time { return now }})
+	valid := map[string]bool{"Bearer healthy": true, "Bearer revoked": true}
+	auth := func(r *http.Request) (access.Identity, bool) {
+		return access.Identity{Name: "svc"}, valid[r.Header.Get("Authorization")]
+	}
+	call := func(addr, token string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = addr + ":4000"
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		_, ok, wait, refused := l.Authenticate(r, auth)
+		switch {
+		case refused:
+			if wait < time.Second {
+				t.Errorf("refused for %v, want at least 1s", wait)
+			}
+			return http.StatusTooManyRequests
+		case ok:
+			return http.StatusOK
+		}
+		return http.StatusUnauthorized
+	}
+	const nat = "192.0.2.1"
+	for _, tok := range []string{"healthy", "revoked"} {
+		if c := call(nat, tok); c != http.StatusOK {
+			t.Fatalf("%s before the revocation: %d", tok, c)
+		}
+	}
+	delete(valid, "Bearer revoked")
+	var codes []int
+	for range 6 {
+		codes = append(codes, call(nat, "revoked"))
+	}
+	// The revoked token was accepted before: looked at once more, then
+	// forgotten, and refused like any wrong token once the burst is spent.
+	if want := []int{401, 401, 401, 429, 429, 429}; !slices.Equal(codes, want) {
+		t.Errorf("a revoked token from the shared address: %v, want %v", codes, want)
+	}
+	for i := range 5 {
+		if c := call(nat, "healthy"); c != http.StatusOK {
+			t.Errorf("try %d: a token the drained peer had accepted: %d, want 200", i, c)
+		}
+	}
+	for _, tok := range []string{"guess-1", "guess-2", "revoked"} {
+		if c := call(nat, tok); c != http.StatusTooManyRequests {
+			t.Errorf("a token %q not accepted lately from the drained peer: %d, want 429", tok, c)
+		}
+	}
+	if c := call(nat, ""); c != http.StatusUnauthorized {
+		t.Errorf("no token from the drained peer: %d, want 401", c)
+	}
+	if c := call("192.0.2.2", "guess-1"); c != http.StatusUnauthorized {
+		t.Errorf("another peer's wrong token: %d, want 401", c)
+	}
+
+	// Right tokens from many addresses: the table stays bounded, and a
+	// peer keeps at most acceptedPerPeer tokens.
+	for i := range 100 {
+		valid[fmt.Sprintf("Bearer t%d", i)] = true
+		call(fmt.Sprintf("198.51.100.%d", i), fmt.Sprintf("t%d", i))
+	}
+	for i := range 100 {
+		call("203.0.113.1", fmt.Sprintf("t%d", i))
+	}
+	if st := l.Stats(); st.Known > 4 || st.Peers > 4 {
+		t.Errorf("%+v: want at most 4 peers of each kind", st)
+	}
+	l.mu.Lock()
+	if c := l.accepted[netip.MustParsePrefix("203.0.113.1/32")]; c == nil || c.n != acceptedPerPeer || !c.has(maphash.String(l.seed, "Bearer t99")) {
+		t.Errorf("a peer's accepted tokens: %+v, want the last %d", c, acceptedPerPeer)
+	}
+	l.mu.Unlock()
 }

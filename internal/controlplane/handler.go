@@ -52,8 +52,8 @@ type Config struct {
 	Authenticator Authenticator
 	// AuthLimit, with an Authenticator, slows down a peer that keeps
 	// sending tokens that are not accepted: past its failures its
-	// requests get 429 with Retry-After before their token is looked at
-	// (share the data plane's, to count a peer's failures on both). Nil:
+	// requests get 429 with Retry-After before their token is looked at,
+	// save one it had accepted from that peer lately (share the data plane's, to count a peer's failures on both). Nil:
 	// none.
 	AuthLimit *authlimit.Limiter
 	// MaxPublishBytes bounds a publish's, a schema's and a rollout's body
@@ -240,7 +240,8 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 
 // authenticate authenticates r, within the failure limit of its peer
 // (Config.AuthLimit): a peer past it is refused (429) before its token is
-// looked at. It returns r with the identity on its context.
+// looked at, save a token accepted from that peer lately. It returns r
+// with the identity on its context.
 func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*http.Request, access.Identity, bool, error) {
 	id, ok, wait, refused := h.cfg.AuthLimit.Authenticate(r, h.cfg.Authenticator.AuthenticateRequest)
 	switch {

@@ -47,7 +47,8 @@ func (e *accessError) code() string {
 // authenticate puts the identity a request proves (its bearer token, else its
 // client certificate: access.Tokens.AuthenticateRequest), if WithTokens knows
 // it, on the request's context. A peer that sent too many tokens that were
-// not accepted (WithAuthFailureLimit) is refused first, with 429.
+// not accepted (WithAuthFailureLimit) is refused first, with 429, save a
+// token accepted from that peer lately.
 func (s *Server) authenticate(h http.HandlerFunc) http.HandlerFunc {
 	if s.opts.tokens == nil {
 		return h

@@ -23,19 +23,26 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// TestWrongTokensAreSlowedPerPeer: a peer that hammers wrong tokens is
-// refused (429 with Retry-After) past its burst, its rate bounded; a right
-// token from another peer, and that peer's own wrong ones, are answered
-// as ever.
-func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
-	const secret = "s3cret-right-token-00001"
+// startWithToken starts a server of namespace a.ns with one token, of
+// secret, that may read it; the default limit on wrong tokens applies.
+func startWithToken(t *testing.T, secret string) *Server {
+	t.Helper()
 	toks, err := access.New(access.Token{Name: "svc", Secret: secret, Data: []string{"a.ns"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := newMemBackend()
 	b.publish("a.ns", map[string]any{"k": 1})
-	s := b.start(t, WithTokens(toks))
+	return b.start(t, WithTokens(toks))
+}
+
+// TestWrongTokensAreSlowedPerPeer: a peer that hammers wrong tokens is
+// refused (429 with Retry-After) past its burst, its rate bounded; a right
+// token from another peer, and that peer's own wrong ones, are answered
+// as ever.
+func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
+	const secret = "s3cret-right-token-00001"
+	s := startWithToken(t, secret)
 	attacker, healthy := clientFrom(t, "127.0.0.2"), clientFrom(t, "127.0.0.1")
 	get := func(c *http.Client, token string) *http.Response {
 		req, _ := http.NewRequest(http.MethodGet, url(s)+"/sdk/snapshot?ns=a.ns", nil)
@@ -75,5 +82,41 @@ func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
 	// The other peer's own wrong token is its own affair: 401, not 429.
 	if c := get(healthy, "s3cret-wrong-token-00000").StatusCode; c != http.StatusUnauthorized {
 		t.Errorf("another peer's wrong token: %d, want 401", c)
+	}
+}
+
+// TestSharedAddressKeepsItsRightTokens: clients behind one address (a
+// NAT egress), some of which flood a revoked token: the others' right
+// token, accepted from that address before, is served throughout, while
+// the revoked token and new wrong ones are refused with 429.
+func TestSharedAddressKeepsItsRightTokens(t *testing.T) {
+	const secret, revoked = "s3cret-right-token-00001", "s3cret-revoked-token-0001"
+	s := startWithToken(t, secret)
+	nat := clientFrom(t, "127.0.0.4")
+	get := func(token string) int {
+		req, _ := http.NewRequest(http.MethodGet, url(s)+"/sdk/snapshot?ns=a.ns", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := nat.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := get(secret); c != http.StatusOK {
+		t.Fatalf("the right token: %d", c)
+	}
+	codes := map[int]int{}
+	for range 100 {
+		codes[get(revoked)]++
+		if c := get(secret); c != http.StatusOK {
+			t.Fatalf("the right token from the flooded address (%v so far): %d, want 200", codes, c)
+		}
+	}
+	if codes[http.StatusTooManyRequests] == 0 {
+		t.Errorf("the revoked token from the shared address: %v, want 429 past the burst", codes)
+	}
+	if c := get("s3cret-new-guess-0000000"); c != http.StatusTooManyRequests {
+		t.Errorf("a new wrong token from the flooded address: %d, want 429", c)
 	}
 }

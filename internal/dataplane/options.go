@@ -124,10 +124,11 @@ func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
 
 // WithAuthFailureLimit sets what slows down a peer that keeps sending
 // wrong tokens (with WithTokens): past its failures, its requests get 429
-// with Retry-After before their token is looked at. The default is one
-// of authlimit's defaults of the server's own; pass the same Limiter to
-// every listener of a server to count a peer's failures across them, or
-// nil for none.
+// with Retry-After before their token is looked at, save a token
+// accepted from that peer lately (authlimit.Limiter.Authenticate). The
+// default is one of authlimit's defaults of the server's own; pass the
+// same Limiter to every listener of a server to count a peer's failures
+// across them, or nil for none.
 func WithAuthFailureLimit(l *authlimit.Limiter) Option {
 	return optionFunc(func(o *options) { o.authLimit, o.authLimitSet = l, true })
 }
