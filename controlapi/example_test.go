@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
-	"github.com/holdfast-dev/holdfast/internal/fakeserver"
+	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// exampleServer starts the reference server of the examples
-// (holdfasttest.Start outside this repository).
+// exampleServer starts the reference server of the examples (in a test,
+// holdfasttest.NewServer(t) closes it for you).
 func exampleServer() (url string, stop func()) {
-	srv, err := fakeserver.Start()
+	srv, err := holdfasttest.Start()
 	if err != nil {
 		panic(err)
 	}
