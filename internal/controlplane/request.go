@@ -32,6 +32,16 @@ func pathNamespace(r *http.Request) (string, error) {
 	return ns, nil
 }
 
+// namespaceBody reads a write's {ns}, then its JSON body into v (see
+// ReadJSON): the namespace is checked before any byte of the body is.
+func namespaceBody(w http.ResponseWriter, r *http.Request, limit int64, v any, emptyOK bool) (string, error) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return "", err
+	}
+	return ns, ReadJSON(w, r, limit, v, emptyOK)
+}
+
 // readBody reads a body of at most limit bytes (larger: an
 // *http.MaxBytesError, 413).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {

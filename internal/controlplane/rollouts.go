@@ -9,12 +9,9 @@ import (
 )
 
 func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
 	var body controlapi.RolloutRequest
-	if err := ReadJSON(w, r, h.cfg.MaxPublishBytes, &body, false); err != nil {
+	ns, err := namespaceBody(w, r, h.cfg.MaxPublishBytes, &body, false)
+	if err != nil {
 		return err
 	}
 	if err := checkChange(body.Puts, body.Deletes); err != nil {
@@ -97,12 +94,9 @@ func (h *Handler) getRollout(w http.ResponseWriter, r *http.Request) error {
 // rolloutAction is POST .../rollouts/{id}/abort and .../promote; the
 // body, if any, names the actor and the reason.
 func (h *Handler) rolloutAction(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
 	var body controlapi.RolloutActionRequest
-	if err := ReadJSON(w, r, maxControlBytes, &body, true); err != nil {
+	ns, err := namespaceBody(w, r, maxControlBytes, &body, true)
+	if err != nil {
 		return err
 	}
 	if err := checkAudit(body.Actor, body.Reason); err != nil {

@@ -17,12 +17,9 @@ import (
 const maxAbortAttempts = 5
 
 func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
 	var body controlapi.PublishRequest
-	if err := ReadJSON(w, r, h.cfg.MaxPublishBytes, &body, false); err != nil {
+	ns, err := namespaceBody(w, r, h.cfg.MaxPublishBytes, &body, false)
+	if err != nil {
 		return err
 	}
 	if err := checkChange(body.Puts, body.Deletes); err != nil {
@@ -46,12 +43,9 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
-	ns, err := pathNamespace(r)
-	if err != nil {
-		return err
-	}
 	var body controlapi.RollbackRequest
-	if err := ReadJSON(w, r, maxControlBytes, &body, false); err != nil {
+	ns, err := namespaceBody(w, r, maxControlBytes, &body, false)
+	if err != nil {
 		return err
 	}
 	if err := checkAudit(body.Actor, body.Reason); err != nil {
