@@ -52,9 +52,10 @@
 // its cursor (Server-Sent Events, or long-poll behind proxies that buffer
 // streams). Where the server offers it, the watches of all of a Client's
 // namespaces ride one stream, with one cursor each. On a disconnect it
-// resumes from the cursor after an exponential, jittered backoff that never gives up; when the server has compacted past
-// the cursor, when a change does not follow the applied revision, or when
-// the server's store id changes, it fetches a new snapshot. A stream that
+// resumes from the cursor after an exponential, jittered backoff that
+// never gives up; when the server has compacted past the cursor, when a
+// change does not follow the applied revision, or when the server's store
+// id changes, it fetches a new snapshot. A stream that
 // delivers no whole event for the idle timeout (WithStreamIdleTimeout,
 // 15s: three of a server's default heartbeats) is dropped as dead. Within
 // one store id the served revision never goes back: a server whose history
