@@ -171,3 +171,16 @@ type marked struct{ err, kind error }
 
 func (m *marked) Error() string   { return m.err.Error() }
 func (m *marked) Unwrap() []error { return []error{m.err, m.kind} }
+
+// LintStore keeps the lints that /control/lints manages. A server without
+// one answers those routes 404 and runs no lints.
+type LintStore interface {
+	// PutLint stores l under name, replacing any lint of that name.
+	PutLint(ctx context.Context, name string, l controlapi.Lint) error
+	// GetLint returns the lint of that name; ErrNotFound when none.
+	GetLint(ctx context.Context, name string) (controlapi.Lint, error)
+	// DeleteLint drops the lint of that name; ErrNotFound when none.
+	DeleteLint(ctx context.Context, name string) error
+	// Lints returns every lint by name.
+	Lints(ctx context.Context) (map[string]controlapi.Lint, error)
+}
