@@ -532,7 +532,11 @@ func rewriteWord(w string, ports map[int]int, dirs map[string]bool) (string, err
 	}
 	// The addresses: each item of a comma-separated list that is a URL
 	// or a HOST:PORT.
-	for _, item := range strings.Split(w, ",") {
+	_, value, ok := strings.Cut(w, "=") // -addr=HOST:PORT
+	if !ok || !strings.HasPrefix(w, "-") {
+		value = w
+	}
+	for _, item := range strings.Split(value, ",") {
 		if _, rest, ok := strings.Cut(item, "://"); ok {
 			item, _, _ = strings.Cut(rest, "/")
 		}
@@ -569,4 +573,102 @@ func quoteAll(words []string) string {
 		q[i] = scriptQuote(w)
 	}
 	return strings.Join(q, " ")
+}
+
+// TestDocsListenersServe checks every `holdfast server` and `holdfast
+// relay` line of the docs, the help texts and the package doc, marked
+// runnable or not: a listener off loopback needs -tls-cert or -plaintext,
+// or the command refuses to start (which `-addr :8080` did in the docs).
+func TestDocsListenersServe(t *testing.T) {
+	docs := append(readDocs(t, repoRoot(t)), append(helpDocs(), packageDoc(t))...)
+	n := 0
+	for _, d := range docs {
+		for _, s := range d.code {
+			m := holdfastLineRE.FindStringSubmatch(s.text)
+			if m == nil {
+				continue
+			}
+			words := shellWords(m[1])
+			if len(words) < 2 || (words[0] != "server" && words[0] != "relay") || !strings.HasPrefix(words[1], "-") {
+				continue // not a server or relay (server export, server import), or no flags
+			}
+			n++
+			if p := listenerProblem(words[1:]); p != "" {
+				t.Errorf("%s: `%s`: %s", d.at(s.line), s.text, p)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("found no `holdfast server` or `holdfast relay` line in the docs")
+	}
+}
+
+// listenerProblem says why a server's or relay's flags would not start
+// it for its listeners' addresses, or "".
+func listenerProblem(args []string) string {
+	secure := slices.ContainsFunc(args, func(a string) bool {
+		return a == "-plaintext" || a == "-tls-cert" || strings.HasPrefix(a, "-tls-cert=") || strings.HasPrefix(a, "-plaintext=")
+	})
+	for i, a := range args {
+		if (a != "-addr" && a != "-admin-addr") || i+1 == len(args) {
+			continue
+		}
+		host, _, ok := strings.Cut(args[i+1], ":")
+		if !ok || secure || host == "127.0.0.1" || host == "localhost" || host == "[::1]" {
+			continue
+		}
+		return fmt.Sprintf("%s %s is off loopback in plaintext: give it -tls-cert and -tls-key, or -plaintext behind a TLS balancer, or use 127.0.0.1", a, args[i+1])
+	}
+	return ""
+}
+
+// TestDocScriptTranslation: what a runnable block's line becomes, and
+// what it may not use.
+func TestDocScriptTranslation(t *testing.T) {
+	ports := map[int]int{8080: 41000, 8081: 41001}
+	for _, tc := range []struct{ line, want string }{
+		{`holdfast server -memory -addr 127.0.0.1:8080 &   # a comment`,
+			"exec holdfast server -memory -addr 127.0.0.1:41000 &bg1&\nwaitready http://127.0.0.1:41000/readyz\n"},
+		{`./holdfast publish -server http://localhost:8080 -reason "it's \"quoted\"" ns.a k='a b'`,
+			"exec holdfast publish -server http://127.0.0.1:41000 -reason 'it''s \"quoted\"' ns.a 'k=a b'\n"},
+		{`holdfast token create -server http://127.0.0.1:8080 -token-file /etc/holdfast/admin.token -data '*' bot > bot.token`,
+			"mkdir etc/holdfast\nexec holdfast token create -server http://127.0.0.1:41000 -token-file etc/holdfast/admin.token -data '*' bot\ncp stdout bot.token\n"},
+		{`mkdir -p dir && holdfast version`, "mkdir dir\nexec holdfast version\n"},
+		{`holdfast relay -upstream http://127.0.0.1:8080,http://127.0.0.1:8081 -addr=127.0.0.1:8081 &`,
+			"exec holdfast relay -upstream http://127.0.0.1:41000,http://127.0.0.1:41001 -addr=127.0.0.1:41001 &bg1&\nwaitready http://127.0.0.1:41001/readyz\n"},
+	} {
+		s := &docScript{doc: "d.md", name: "main", blocks: []docBlock{{line: 1, text: []string{tc.line}}}}
+		got, err := s.translate(ports)
+		if err != nil {
+			t.Errorf("%s: %v", tc.line, err)
+			continue
+		}
+		_, got, _ = strings.Cut(got, "\n")                          // the comment naming the doc's line
+		got, _, _ = strings.Cut(got, "# the end: every background") // the ending
+		if got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.line, got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ line, want string }{
+		{`holdfast server -memory -addr :8080 &`, "listens on every interface"},
+		{`holdfast server -memory -addr=:8080 &`, "listens on every interface"},
+		{`holdfast publish -server http://origin:8080 ns.a k=1`, `host "origin"`},
+		{`holdfast publish -server http://127.0.0.1:7777 ns.a k=1`, "port 7777 is not in the table"},
+		{`holdfast get -server http://127.0.0.1:8080 ns.a | head`, `'|'`},
+		{`holdfast publish -server http://127.0.0.1:8080 -reason $WHY ns.a k=1`, `'$'`},
+		{`holdfast publish -reason "why ns.a`, `unterminated "`},
+		{`holdfast server -memory & holdfast version`, "& must end the line"},
+		{`holdfast relay -upstream http://127.0.0.1:8080 &`, "without -addr"},
+	} {
+		s := &docScript{doc: "d.md", name: "main", blocks: []docBlock{{line: 1, text: []string{tc.line}}}}
+		if _, err := s.translate(ports); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.line, err, tc.want)
+		}
+	}
+	if p := listenerProblem([]string{"-addr", ":8080"}); p == "" {
+		t.Error("-addr :8080 in plaintext passed")
+	}
+	if p := listenerProblem([]string{"-addr", ":8443", "-tls-cert", "c.pem", "-tls-key", "k.pem"}); p != "" {
+		t.Errorf("-addr :8443 with TLS: %s", p)
+	}
 }

@@ -32,7 +32,7 @@ Move the embedded store to a cluster:
 
 	holdfast server export -data-dir ./holdfast-data -o store.jsonl
 	holdfast server import -etcd 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 -i store.jsonl
-	holdfast server -etcd 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 -addr :8080
+	holdfast server -etcd 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 -addr :8443 -tls-cert server.pem -tls-key server-key.pem
 
 See 'holdfast help server import' and docs/SERVER.md.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
