@@ -203,3 +203,20 @@ func TestTokenFilesAreGone(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenCreateAdminAloneSaysItCannotPublish: an admin token made
+// without -control (the bootstrap recipe's mistake: once the bootstrap
+// token is revoked, nobody can publish) is created, with a note that says
+// so; one with -control gets no note.
+func TestTokenCreateAdminAloneSaysItCannotPublish(t *testing.T) {
+	_, base, k := bootstrapServer(t)
+	const note = `"ops" may manage tokens but not publish or roll back: give it -control PATTERNS for that`
+	code, _, stderr := cli(t, "token", "create", "-server", base, "-token", k.admin, "-admin", "ops")
+	if code != exitOK || !strings.Contains(stderr, note) {
+		t.Errorf("token create -admin: exit %d, stderr %q; want 0 and %q", code, stderr, note)
+	}
+	code, _, stderr = cli(t, "token", "create", "-server", base, "-token", k.admin, "-admin", "-control", "*", "alice-admin")
+	if code != exitOK || strings.Contains(stderr, "note:") {
+		t.Errorf("token create -admin -control '*': exit %d, stderr %q; want 0 and no note", code, stderr)
+	}
+}

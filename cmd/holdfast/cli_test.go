@@ -26,6 +26,13 @@ func TestHelp(t *testing.T) {
 				t.Errorf("%q: the help does not say %q:\n%s", args, want, out)
 			}
 		}
+		// -etcd is the reads' (history, get, diff): the writes go through
+		// the server alone.
+		for _, para := range strings.Split(out, "\n\n") {
+			if strings.Contains(para, "-etcd") && (strings.Contains(para, "publish") || strings.Contains(para, "rollback")) {
+				t.Errorf("%q: the help names -etcd beside publish or rollback:\n%s", args, para)
+			}
+		}
 	}
 }
 

@@ -23,7 +23,9 @@ that syncs from one) knows a new or revoked token within seconds. Scopes:
 	-data PATTERNS     the namespaces the token may read on the data plane
 	                   (snapshot, watch, stream) and ack
 	-admin             token management and the admin endpoints; the first
-	                   admin token makes the store require tokens for good
+	                   admin token makes the store require tokens for good.
+	                   It does not publish: an operator's admin token
+	                   that is to publish takes -control (and -data) too
 	-relay             a relay's own token: it may read the token records
 	                   (hashes and scopes) to check its clients' tokens
 
@@ -75,6 +77,11 @@ token is decided by its token.
 					created, err := p.c.CreateToken(ctx, req)
 					if err != nil {
 						return err
+					}
+					if created.Admin && len(created.Control) == 0 {
+						// The bootstrap token has every scope; an admin
+						// token made to replace it often has only this one.
+						fmt.Fprintf(e.stderr, "note: %q may manage tokens but not publish or roll back: give it -control PATTERNS for that\n", created.Name)
 					}
 					if t.json() {
 						_, err = e.stdout.Write(p.reply())
