@@ -40,16 +40,19 @@ import (
 // The shell a runnable block may use, one command a line: words, quoted
 // with '…' or "…" (no $ expansion), a line ending in \ continued on the
 // next, # comments, `&&` and `;` between commands, `> FILE` for a command's
-// standard output, and a final `&` to run it in the background.
-// `holdfast` and `./holdfast` are the binary the test builds. A `holdfast
-// server` or `holdfast relay` in the background is waited for until its
-// /readyz answers 200, and at the script's end every background command
-// gets SIGINT and must exit 0. Hosts and ports are rewritten from a fixed
-// table (docPorts: 127.0.0.1:8080 and the others become free loopback
-// ports, each script its own) and /var/lib/… and /etc/… paths into the
-// script's directory; any other host:port in a runnable block fails the
-// test, as does a listener on all interfaces (`-addr :8080`), which the
-// server refuses without TLS or -plaintext.
+// standard output, a final `&` to run it in the background, and `kill %N`
+// and `wait %N` of the N-th command run in the background. `holdfast` and
+// `./holdfast` are the binary the test builds. A `holdfast server` or
+// `holdfast relay` in the background is waited for until its /readyz
+// answers 200 (an etcd until its /health does), and at the script's end
+// every holdfast still in the background gets SIGINT and must exit 0.
+// Another program (etcd) missing from PATH skips the script, saying so,
+// except under CI=true. Hosts and ports are rewritten from a fixed table
+// (docPorts: 127.0.0.1:8080 and the others become free loopback ports,
+// each script its own) and /var/… and /etc/… paths into the script's
+// directory; any other host:port in a runnable block fails the test, as
+// does a listener on every interface (`-addr :8080`), which the server
+// refuses without TLS or -plaintext.
 //
 // Commands that need what CI does not have (a 3-member etcd at fixed
 // addresses, a Prometheus, certificates from a CA) stay unmarked, and
@@ -109,13 +112,13 @@ func TestDocsRun(t *testing.T) {
 // minRunnable is how many runnable blocks each doc has at least.
 var minRunnable = map[string]int{
 	"README.md":      1,
-	"docs/SERVER.md": 4,
+	"docs/SERVER.md": 5,
 	"docs/RELAY.md":  1,
 }
 
 // docPorts are the ports a runnable block may use, on 127.0.0.1 or
 // localhost: each becomes a free loopback port of the script's own.
-var docPorts = []int{8080, 8081, 8082, 8083, 9090, 9091}
+var docPorts = []int{8080, 8081, 8082, 8083, 9090, 9091, 2379, 2380}
 
 // cmdWaitReady is the script command `waitready URL`: it waits, up to 30
 // s, until GET URL answers 200.
@@ -240,8 +243,9 @@ func docScripts(d *doc) ([]*docScript, int, error) {
 // replaced by ports (doc port to real port).
 func (s *docScript) translate(ports map[int]int) (string, error) {
 	var b strings.Builder
-	var background []string
+	var jobs []*job
 	dirs := map[string]bool{}
+	needs := map[string]bool{}
 	for _, blk := range s.blocks {
 		for _, l := range joinContinued(blk) {
 			at := fmt.Sprintf("%s:%d", s.doc, l.line)
@@ -268,25 +272,46 @@ func (s *docScript) translate(ports map[int]int) (string, error) {
 					fmt.Fprintf(&b, "mkdir %s\n", scriptQuote(d))
 				}
 				clear(dirs)
-				line, bg, err := c.script(len(background))
+				line, err := c.script(&jobs)
 				if err != nil {
 					return "", fmt.Errorf("%s: %v", at, err)
 				}
-				b.WriteString(line)
-				if bg != "" {
-					background = append(background, bg)
+				if p := c.words[0]; p != "holdfast" && p != "./holdfast" && !scriptBuiltins[p] {
+					needs[p] = true
 				}
+				b.WriteString(line)
 			}
 		}
 	}
-	b.WriteString("# the end: every background command stops cleanly on SIGINT\n")
-	for _, name := range slices.Backward(background) {
-		fmt.Fprintf(&b, "kill -INT %s\nwait %s\n", name, name)
+	b.WriteString("# the end: every holdfast in the background stops cleanly on SIGINT\n")
+	for _, j := range slices.Backward(jobs) {
+		if j.holdfast && !j.stopped {
+			fmt.Fprintf(&b, "kill -INT %s\nwait %s\n", j.name, j.name)
+		}
+	}
+	// Other programs (etcd) the script needs: their absence skips it,
+	// saying so, except under CI=true, where it fails.
+	var head strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(needs)) {
+		if os.Getenv("CI") != "true" {
+			fmt.Fprintf(&head, "[!exec:%s] skip 'no %s on PATH'\n", p, p)
+		}
 	}
 	for _, f := range s.files {
 		fmt.Fprintf(&b, "-- %s --\n%s", f.name, f.text)
 	}
-	return b.String(), nil
+	return head.String() + b.String(), nil
+}
+
+// scriptBuiltins are the commands a runnable block may use that the
+// script runs itself.
+var scriptBuiltins = map[string]bool{"cd": true, "mkdir": true, "rm": true, "cp": true, "mv": true, "kill": true, "wait": true}
+
+// A job is a command a script runs in the background.
+type job struct {
+	name     string // bgN, for the N-th: the shell's %N
+	holdfast bool   // must stop cleanly on SIGINT (etcd dies of the signal)
+	stopped  bool   // by the doc's own `kill %N`
 }
 
 type docLine struct {
@@ -436,44 +461,81 @@ func scriptCommands(line string) ([]shellCmd, error) {
 	return cmds, nil
 }
 
-// script is the command as testscript lines, and the name of its
-// background process if it runs in the background (n is how many ran
-// before it).
-func (c shellCmd) script(n int) (string, string, error) {
+// script is the command as testscript lines; jobs are the commands the
+// script runs in the background so far.
+func (c shellCmd) script(jobs *[]*job) (string, error) {
 	words := slices.Clone(c.words)
 	switch words[0] {
 	case "./holdfast":
 		words[0] = "holdfast"
+	case "kill", "wait": // kill %N, wait %N: the shell's jobs
+		if len(words) != 2 || !strings.HasPrefix(words[1], "%") || c.stdout != "" || c.background {
+			return "", fmt.Errorf("only %s %%N of a job the block started", words[0])
+		}
+		n, err := strconv.Atoi(words[1][1:])
+		if err != nil || n < 1 || n > len(*jobs) {
+			return "", fmt.Errorf("%s %s: no such job", words[0], words[1])
+		}
+		j := (*jobs)[n-1]
+		if j.stopped {
+			return "", nil // the wait after a kill: done already
+		}
+		j.stopped = true
+		if words[0] == "kill" {
+			return fmt.Sprintf("kill -INT %s\nwait %s\n", j.name, j.name), nil
+		}
+		return fmt.Sprintf("wait %s\n", j.name), nil
 	case "cd", "mkdir", "rm", "cp", "mv":
 		if c.stdout != "" || c.background {
-			return "", "", fmt.Errorf("%s with > or &", words[0])
+			return "", fmt.Errorf("%s with > or &", words[0])
 		}
 		if words[0] == "mkdir" && len(words) > 1 && words[1] == "-p" { // testscript's mkdir makes the parents
 			words = slices.Delete(words, 1, 2)
 		}
-		return quoteAll(words) + "\n", "", nil
+		return quoteAll(words) + "\n", nil
 	}
 	line := "exec " + quoteAll(words)
-	var bg string
+	var j *job
 	if c.background {
 		if c.stdout != "" {
-			return "", "", fmt.Errorf("> and & together")
+			return "", fmt.Errorf("> and & together")
 		}
-		bg = fmt.Sprintf("bg%d", n+1)
-		line += " &" + bg + "&"
+		j = &job{name: fmt.Sprintf("bg%d", len(*jobs)+1), holdfast: words[0] == "holdfast"}
+		*jobs = append(*jobs, j)
+		line += " &" + j.name + "&"
 	}
 	line += "\n"
 	if c.stdout != "" {
 		line += "cp stdout " + scriptQuote(c.stdout) + "\n"
 	}
-	if bg != "" && words[0] == "holdfast" && len(words) > 1 && (words[1] == "server" || words[1] == "relay") {
-		u, err := readyURL(words[2:])
-		if err != nil {
-			return "", "", err
-		}
-		line += "waitready " + scriptQuote(u) + "\n"
+	if j == nil {
+		return line, nil
 	}
-	return line, bg, nil
+	var ready string
+	var err error
+	switch {
+	case words[0] == "holdfast" && len(words) > 1 && (words[1] == "server" || words[1] == "relay"):
+		ready, err = readyURL(words[2:])
+	case words[0] == "etcd":
+		ready, err = etcdReadyURL(words[1:])
+	}
+	if err != nil {
+		return "", err
+	}
+	if ready != "" {
+		line += "waitready " + scriptQuote(ready) + "\n"
+	}
+	return line, nil
+}
+
+// etcdReadyURL is /health of an etcd's first client URL.
+func etcdReadyURL(args []string) (string, error) {
+	i := slices.Index(args, "--advertise-client-urls")
+	if i < 0 || i+1 == len(args) {
+		return "", fmt.Errorf("an etcd in the background without --advertise-client-urls")
+	}
+	u, _, _ := strings.Cut(args[i+1], ",")
+	return u + "/health", nil
 }
 
 // readyURL is /readyz of a server's or relay's flags: on -admin-addr if
@@ -634,6 +696,8 @@ func TestDocScriptTranslation(t *testing.T) {
 		{`holdfast token create -server http://127.0.0.1:8080 -token-file /etc/holdfast/admin.token -data '*' bot > bot.token`,
 			"mkdir etc/holdfast\nexec holdfast token create -server http://127.0.0.1:41000 -token-file etc/holdfast/admin.token -data '*' bot\ncp stdout bot.token\n"},
 		{`mkdir -p dir && holdfast version`, "mkdir dir\nexec holdfast version\n"},
+		{`etcd --data-dir d --listen-client-urls http://127.0.0.1:8080 --advertise-client-urls http://127.0.0.1:8080 &`,
+			"exec etcd --data-dir d --listen-client-urls http://127.0.0.1:41000 --advertise-client-urls http://127.0.0.1:41000 &bg1&\nwaitready http://127.0.0.1:41000/health\n"},
 		{`holdfast relay -upstream http://127.0.0.1:8080,http://127.0.0.1:8081 -addr=127.0.0.1:8081 &`,
 			"exec holdfast relay -upstream http://127.0.0.1:41000,http://127.0.0.1:41001 -addr=127.0.0.1:41001 &bg1&\nwaitready http://127.0.0.1:41001/readyz\n"},
 	} {
@@ -643,8 +707,8 @@ func TestDocScriptTranslation(t *testing.T) {
 			t.Errorf("%s: %v", tc.line, err)
 			continue
 		}
-		_, got, _ = strings.Cut(got, "\n")                          // the comment naming the doc's line
-		got, _, _ = strings.Cut(got, "# the end: every background") // the ending
+		got, _, _ = strings.Cut(got, "# the end: every holdfast") // the ending
+		got = commandLines(got)
 		if got != tc.want {
 			t.Errorf("%s:\n got %q\nwant %q", tc.line, got, tc.want)
 		}
@@ -665,10 +729,35 @@ func TestDocScriptTranslation(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", tc.line, err, tc.want)
 		}
 	}
+	// A job the doc stops itself is not stopped again at the end.
+	s := &docScript{doc: "d.md", name: "main", blocks: []docBlock{{line: 1, text: []string{
+		`holdfast server -memory -addr 127.0.0.1:8080 &`, `kill %1 && wait %1`, `holdfast server -memory -addr 127.0.0.1:8080 &`}}}}
+	got, err := s.translate(ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "exec holdfast server -memory -addr 127.0.0.1:41000 &bg1&\nwaitready http://127.0.0.1:41000/readyz\n" +
+		"kill -INT bg1\nwait bg1\n" +
+		"exec holdfast server -memory -addr 127.0.0.1:41000 &bg2&\nwaitready http://127.0.0.1:41000/readyz\n" +
+		"kill -INT bg2\nwait bg2\n"; commandLines(got) != want {
+		t.Errorf("kill %%1 && wait %%1:\n got %q\nwant %q", commandLines(got), want)
+	}
 	if p := listenerProblem([]string{"-addr", ":8080"}); p == "" {
 		t.Error("-addr :8080 in plaintext passed")
 	}
 	if p := listenerProblem([]string{"-addr", ":8443", "-tls-cert", "c.pem", "-tls-key", "k.pem"}); p != "" {
 		t.Errorf("-addr :8443 with TLS: %s", p)
 	}
+}
+
+// commandLines drops a script's comments and conditions (the skip when a
+// program is missing), to compare the commands.
+func commandLines(script string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(script, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "[") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
