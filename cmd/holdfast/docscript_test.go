@@ -44,7 +44,8 @@ import (
 // and `wait %N` of the N-th command run in the background. `holdfast` and
 // `./holdfast` are the binary the test builds. A `holdfast server` or
 // `holdfast relay` in the background is waited for until its /readyz
-// answers 200 (an etcd until its /health does), and at the script's end
+// answers 200 (an etcd until its /health does, a Prometheus its
+// /-/ready), and at the script's end
 // every holdfast still in the background gets SIGINT and must exit 0.
 // Another program (etcd) missing from PATH skips the script, saying so,
 // except under CI=true. Hosts and ports are rewritten from a fixed table
@@ -111,9 +112,10 @@ func TestDocsRun(t *testing.T) {
 
 // minRunnable is how many runnable blocks each doc has at least.
 var minRunnable = map[string]int{
-	"README.md":      1,
-	"docs/SERVER.md": 6,
-	"docs/RELAY.md":  1,
+	"README.md":        1,
+	"docs/SERVER.md":   6,
+	"docs/RELAY.md":    1,
+	"docs/ROLLOUTS.md": 1,
 }
 
 // docPorts are the ports a runnable block may use, on 127.0.0.1 or
@@ -517,7 +519,9 @@ func (c shellCmd) script(jobs *[]*job) (string, error) {
 	case words[0] == "holdfast" && len(words) > 1 && (words[1] == "server" || words[1] == "relay"):
 		ready, err = readyURL(words[2:])
 	case words[0] == "etcd":
-		ready, err = etcdReadyURL(words[1:])
+		ready, err = flagURL(words[1:], "--advertise-client-urls", "", "/health")
+	case words[0] == "prometheus":
+		ready, err = flagURL(words[1:], "--web.listen-address", "http://", "/-/ready")
 	}
 	if err != nil {
 		return "", err
@@ -528,14 +532,20 @@ func (c shellCmd) script(jobs *[]*job) (string, error) {
 	return line, nil
 }
 
-// etcdReadyURL is /health of an etcd's first client URL.
-func etcdReadyURL(args []string) (string, error) {
-	i := slices.Index(args, "--advertise-client-urls")
-	if i < 0 || i+1 == len(args) {
-		return "", fmt.Errorf("an etcd in the background without --advertise-client-urls")
+// flagURL is the URL of another program's readiness: the first value of
+// its flag name (--name VALUE or --name=VALUE) between prefix and path.
+func flagURL(args []string, name, prefix, path string) (string, error) {
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, name+"=")
+		if a == name && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			v, _, _ = strings.Cut(v, ",")
+			return prefix + v + path, nil
+		}
 	}
-	u, _, _ := strings.Cut(args[i+1], ",")
-	return u + "/health", nil
+	return "", fmt.Errorf("a program in the background without %s, to wait until it is ready", name)
 }
 
 // readyURL is /readyz of a server's or relay's flags: on -admin-addr if
