@@ -192,7 +192,7 @@ func docScripts(d *doc) ([]*docScript, int, error) {
 	for i := 0; i < len(d.lines); i++ {
 		m := markerRE.FindStringSubmatch(strings.TrimSpace(d.lines[i]))
 		if m == nil {
-			if strings.Contains(d.lines[i], "holdfast:") && strings.Contains(d.lines[i], "<!--") {
+			if l := strings.TrimSpace(d.lines[i]); strings.HasPrefix(l, "<!--") && strings.Contains(l, "holdfast:") {
 				return nil, 0, fmt.Errorf("%s: a marker not understood: %s", d.at(i+1), d.lines[i])
 			}
 			continue
