@@ -122,8 +122,12 @@ var minRunnable = map[string]int{
 // localhost: each becomes a free loopback port of the script's own.
 var docPorts = []int{8080, 8081, 8082, 8083, 9090, 9091, 2379, 2380}
 
-// cmdWaitReady is the script command `waitready URL`: it waits, up to 30
-// s, until GET URL answers 200.
+// readyTimeout bounds the wait for a program in the background to be
+// ready: generous, for a loaded CI machine running every package at once.
+const readyTimeout = time.Minute
+
+// cmdWaitReady is the script command `waitready URL`: it waits, up to
+// readyTimeout, until GET URL answers 200.
 func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
 		ts.Fatalf("usage: waitready URL")
@@ -132,7 +136,7 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	var last string
-	ok := testutil.Wait(30*time.Second, func() bool {
+	ok := testutil.Wait(readyTimeout, func() bool {
 		resp, err := hc.Get(args[0])
 		if err != nil {
 			last = err.Error()
@@ -143,7 +147,7 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 		return resp.StatusCode == http.StatusOK
 	})
 	if !ok {
-		ts.Fatalf("%s not ready within 30s: %s", args[0], last)
+		ts.Fatalf("%s not ready within %v: %s", args[0], readyTimeout, last)
 	}
 }
 
