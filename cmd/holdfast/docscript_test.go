@@ -45,18 +45,18 @@ import (
 // `./holdfast` are the binary the test builds. A `holdfast server` or
 // `holdfast relay` in the background is waited for until its /readyz
 // answers 200 (an etcd until its /health does, a Prometheus its
-// /-/ready), and at the script's end
-// every holdfast still in the background gets SIGINT and must exit 0.
-// Another program (etcd) missing from PATH skips the script, saying so,
-// except under CI=true. Hosts and ports are rewritten from a fixed table
+// /-/ready), and at the script's end every holdfast still in the
+// background gets SIGINT and must exit 0. Another program (etcd,
+// prometheus) missing from PATH skips the script, saying so, except under
+// CI=true, whose .ci/run installs them. Hosts and ports are rewritten from a fixed table
 // (docPorts: 127.0.0.1:8080 and the others become free loopback ports,
 // each script its own) and /var/… and /etc/… paths into the script's
 // directory; any other host:port in a runnable block fails the test, as
 // does a listener on every interface (`-addr :8080`), which the server
 // refuses without TLS or -plaintext.
 //
-// Commands that need what CI does not have (a 3-member etcd at fixed
-// addresses, a Prometheus, certificates from a CA) stay unmarked, and
+// Commands that need what CI does not have (machines at fixed addresses,
+// certificates from a CA, the network) stay unmarked, and
 // minRunnable says how many blocks each doc has marked at least, so that a
 // marker lost in an edit fails the test too.
 func TestDocsRun(t *testing.T) {
