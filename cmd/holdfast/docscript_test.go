@@ -113,14 +113,14 @@ func TestDocsRun(t *testing.T) {
 // minRunnable is how many runnable blocks each doc has at least.
 var minRunnable = map[string]int{
 	"README.md":        1,
-	"docs/SERVER.md":   6,
+	"docs/SERVER.md":   7,
 	"docs/RELAY.md":    1,
 	"docs/ROLLOUTS.md": 1,
 }
 
 // docPorts are the ports a runnable block may use, on 127.0.0.1 or
 // localhost: each becomes a free loopback port of the script's own.
-var docPorts = []int{8080, 8081, 8082, 8083, 9090, 9091, 2379, 2380}
+var docPorts = []int{8080, 8081, 8082, 8083, 8443, 8444, 9090, 9091, 2379, 2380}
 
 // readyTimeout bounds the wait for a program in the background to be
 // ready: generous, for a loaded CI machine running every package at once.
@@ -577,7 +577,7 @@ func readyURL(args []string) (string, error) {
 		return "", fmt.Errorf("a server or relay in the background without -addr: its port must be one of the table's")
 	}
 	scheme := "http"
-	if flags["tls-cert"] != "" && flags["admin-addr"] == "" {
+	if flags["tls-cert"] != "" { // every listener serves TLS then
 		scheme = "https"
 	}
 	return scheme + "://" + addr + "/readyz", nil
@@ -710,6 +710,10 @@ func TestDocScriptTranslation(t *testing.T) {
 		{`holdfast token create -server http://127.0.0.1:8080 -token-file /etc/holdfast/admin.token -data '*' bot > bot.token`,
 			"mkdir etc/holdfast\nexec holdfast token create -server http://127.0.0.1:41000 -token-file etc/holdfast/admin.token -data '*' bot\ncp stdout bot.token\n"},
 		{`mkdir -p dir && holdfast version`, "mkdir dir\nexec holdfast version\n"},
+		{`holdfast server -memory -addr 127.0.0.1:8080 -tls-cert c.pem -tls-key k.pem &`,
+			"exec holdfast server -memory -addr 127.0.0.1:41000 -tls-cert c.pem -tls-key k.pem &bg1&\nwaitready https://127.0.0.1:41000/readyz\n"},
+		{`holdfast server -memory -addr 127.0.0.1:8080 -admin-addr 127.0.0.1:8081 -tls-cert c.pem -tls-key k.pem &`,
+			"exec holdfast server -memory -addr 127.0.0.1:41000 -admin-addr 127.0.0.1:41001 -tls-cert c.pem -tls-key k.pem &bg1&\nwaitready https://127.0.0.1:41001/readyz\n"},
 		{`etcd --data-dir d --listen-client-urls http://127.0.0.1:8080 --advertise-client-urls http://127.0.0.1:8080 &`,
 			"exec etcd --data-dir d --listen-client-urls http://127.0.0.1:41000 --advertise-client-urls http://127.0.0.1:41000 &bg1&\nwaitready http://127.0.0.1:41000/health\n"},
 		{`holdfast relay -upstream http://127.0.0.1:8080,http://127.0.0.1:8081 -addr=127.0.0.1:8081 &`,
