@@ -283,7 +283,7 @@ func TestRelayWithoutNamespacesIsReadyOnceItsUpstreamAnswers(t *testing.T) {
 	if err := origin.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := startRelay(t, origin.URL())
+	r, rURL := startRelay(t, origin.URL())
 	if testutil.Wait(500*time.Millisecond, func() bool { return r.Ready() == nil }) {
 		t.Fatal("a relay whose upstream is down is ready")
 	}
@@ -291,6 +291,11 @@ func TestRelayWithoutNamespacesIsReadyOnceItsUpstreamAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, waitLimit, func() bool { return r.Ready() == nil }, "the relay ready once its upstream answers, with no client")
+
+	// A relay behind that relay (which has followed nothing yet) is
+	// ready too: the first relay's 404 names the origin's store.
+	second, _ := startRelay(t, rURL)
+	testutil.Eventually(t, waitLimit, func() bool { return second.Ready() == nil }, "a relay behind a relay ready, with no client")
 
 	guarded := holdfasttest.NewServer(t, holdfasttest.WithBearerToken("s3cret-relay-token-0001"))
 	refused, _ := startRelay(t, guarded.URL())

@@ -50,6 +50,13 @@ func (s sink) Confirmed(p syncer.Position) {
 
 func (s sink) Failed(err error) {
 	if errors.Is(err, transport.ErrNotFound) {
+		// A 404 names the upstream's store: a reply of this relay's
+		// before any data names it too, so that a relay behind this
+		// one takes it for a holdfast server's.
+		var se *transport.StatusError
+		if errors.As(err, &se) && se.StoreID != "" {
+			s.c.follower.SeedStoreID(se.StoreID)
+		}
 		s.c.follower.Absent(s.f.name)
 		if s.f.applied == nil {
 			// Never had data: it leaves the table, and is not asked
