@@ -203,8 +203,9 @@ func (u *upstream) ReportPresence(_ context.Context, body json.RawMessage) error
 }
 
 // TestReporter: a relay's reporter sends its set whole, then its changes
-// only, a keepalive when nothing changed, and its set whole again after a
-// failed send or a server that does not know its run.
+// only, a keepalive when nothing changed, its set whole again after a
+// failed send or a server that does not know its run, and a report that
+// every client left when it stops.
 func TestReporter(t *testing.T) {
 	ctx := context.Background()
 	relay := NewTable(time.Minute, 0, nil)
@@ -239,5 +240,15 @@ func TestReporter(t *testing.T) {
 	tick()
 	if last := up.reports[len(up.reports)-1]; !last.Full || len(last.Live) != 2 || len(last.Gone) != 1 {
 		t.Fatalf("after a failure: %+v", last)
+	}
+	// A relay that stops says that every client left.
+	r.farewell(ctx)
+	if last := up.reports[len(up.reports)-1]; !last.Full || len(last.Live)+len(last.Stale)+len(last.Gone) != 0 {
+		t.Fatalf("farewell: %+v", last)
+	}
+	for id, e := range up.t.Entries() {
+		if e.State != Gone {
+			t.Errorf("after the relay's farewell %s is %s", id, e.State)
+		}
 	}
 }

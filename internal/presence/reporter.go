@@ -49,13 +49,19 @@ func NewReporter(t *Table, src wire.PresenceReporter, relayID string, keepalive 
 		epoch: strconv.FormatUint(rand.Uint64(), 36), full: true}
 }
 
-// Run reports until ctx ends.
+// farewellTimeout bounds the report a relay sends as it stops.
+const farewellTimeout = time.Second
+
+// Run reports until ctx ends; then it tells the upstream, within
+// farewellTimeout, that every client left (a relay that stops ends
+// their streams): they show gone there, not stale.
 func (r *Reporter) Run(ctx context.Context) {
 	tick := time.NewTicker(ReportEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			r.farewell(context.WithoutCancel(ctx))
 			return
 		case <-tick.C:
 		}
@@ -68,11 +74,33 @@ func (r *Reporter) Run(ctx context.Context) {
 // Tick sends what changed since the last report (everything when the
 // upstream must hear the whole set), or a keepalive when it is due.
 func (r *Reporter) Tick(ctx context.Context) error {
+	return r.tick(ctx, false)
+}
+
+// farewell sends a full report that lists no client, once a report went.
+func (r *Reporter) farewell(ctx context.Context) {
+	if r.last.IsZero() || !r.src.PresenceOffered() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, farewellTimeout)
+	defer cancel()
+	if err := r.tick(ctx, true); err != nil {
+		r.log.Debug("relay: the presence report of its stop not delivered; its clients show stale upstream until forgotten", "err", err)
+	}
+}
+
+func (r *Reporter) tick(ctx context.Context, stopping bool) error {
+	if stopping {
+		r.full = true
+	}
 	if !r.src.PresenceOffered() {
 		r.full = true // an upstream that comes to offer it hears everything
 		return nil
 	}
 	entries := r.t.Entries()
+	if stopping {
+		entries = nil // a full report of none: every client left
+	}
 	type change struct {
 		id string
 		st State
