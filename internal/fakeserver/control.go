@@ -60,7 +60,8 @@ func mapError(err error) (int, transport.ErrorBody, bool) {
 // namespace's revision and how many clients reported it.
 type NamespaceStatus = controlapi.NamespaceStatus
 
-// Status returns namespace ns's status.
+// Status returns namespace ns's status: its counts of clients are of the
+// live ones (presence), the stale ones counted apart.
 func (s *Server) Status(ns string) (NamespaceStatus, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return NamespaceStatus{}, err
