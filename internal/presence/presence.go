@@ -78,8 +78,17 @@ func (e Entry) Shown(now time.Time) State {
 }
 
 // Merge returns the better of two reports of one client: the better
-// state, of two alike the later.
+// state, of two alike the later. Two reports through one relay (to two
+// servers: it moved from one to the other) are one source: the later
+// speaks, so that the server it left, which holds its clients stale, does
+// not hide that a client left it since.
 func Merge(x, y Entry) Entry {
+	if x.Relay != "" && x.Relay == y.Relay {
+		if y.At.After(x.At) {
+			return y
+		}
+		return x
+	}
 	switch rx, ry := x.State.rank(), y.State.rank(); {
 	case ry > rx, ry == rx && y.At.After(x.At):
 		return y

@@ -252,3 +252,29 @@ func TestReporter(t *testing.T) {
 		}
 	}
 }
+
+// TestMerge: the better state wins, of two alike the later; two reports
+// through one relay (it moved between servers) are one source, the later.
+func TestMerge(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t1 := t0.Add(time.Second)
+	for _, tc := range []struct {
+		name      string
+		x, y, out Entry
+	}{
+		{"live beats stale", Entry{State: Stale, At: t1}, Entry{State: Live, At: t0}, Entry{State: Live, At: t0}},
+		{"stale beats gone", Entry{State: Gone, At: t1}, Entry{State: Stale, At: t0}, Entry{State: Stale, At: t0}},
+		{"of two gone the later", Entry{State: Gone, At: t0}, Entry{State: Gone, At: t1}, Entry{State: Gone, At: t1}},
+		{"one relay: the later, whatever its state", Entry{State: Stale, At: t0, Relay: "r"}, Entry{State: Gone, At: t1, Relay: "r"},
+			Entry{State: Gone, At: t1, Relay: "r"}},
+		{"two relays: the better", Entry{State: Stale, At: t0, Relay: "r1"}, Entry{State: Gone, At: t1, Relay: "r2"},
+			Entry{State: Stale, At: t0, Relay: "r1"}},
+	} {
+		if got := Merge(tc.x, tc.y); got != tc.out {
+			t.Errorf("%s: Merge = %+v, want %+v", tc.name, got, tc.out)
+		}
+		if got := Merge(tc.y, tc.x); got != tc.out {
+			t.Errorf("%s: Merge reversed = %+v, want %+v", tc.name, got, tc.out)
+		}
+	}
+}

@@ -119,9 +119,6 @@ func (r *reportSync) fleetPresence(ctx context.Context) (map[string]presence.Ent
 				continue
 			}
 			e := presence.Entry{State: presence.State(v.State), At: v.At, Relay: v.Relay}
-			if e.State == presence.Live {
-				e.At = cached.at // confirmed by a server whose lease lives
-			}
 			if had, ok := cached.entries[client]; ok {
 				e = presence.Merge(had, e)
 			}
@@ -131,11 +128,18 @@ func (r *reportSync) fleetPresence(ctx context.Context) (map[string]presence.Ent
 		r.presenceRead = cached
 		r.mu.Unlock()
 	}
+	now := time.Now()
 	for id, e := range cached.entries {
 		if had, ok := local[id]; ok {
 			e = presence.Merge(had, e)
 		}
 		local[id] = e
+	}
+	for id, e := range local {
+		if e.State == presence.Live {
+			e.At = now // confirmed by this server, or by one whose lease lives
+			local[id] = e
+		}
 	}
 	return local, nil
 }
