@@ -144,6 +144,7 @@ type Handle struct {
 	t      *Table
 	client string
 	stream bool
+	told   time.Time // the last confirmation taken to the table
 }
 
 // Open notes a connection of client: a stream (stale unless confirmed
@@ -170,15 +171,21 @@ func (t *Table) Open(client string, stream bool) Handle {
 		c.held++
 	}
 	c.confirmed, c.closed = now, time.Time{}
-	return Handle{t: t, client: client, stream: stream}
+	return Handle{t: t, client: client, stream: stream, told: now}
 }
 
-// Confirm notes that the connection's client took a write.
-func (h Handle) Confirm() {
+// Confirm notes that the connection's client took a write. Of the writes
+// of a quarter of the liveness, the first only takes the table's lock: a
+// publish to ten thousand streams costs it nothing.
+func (h *Handle) Confirm() {
 	if h.t == nil {
 		return
 	}
 	now := h.t.now()
+	if now.Sub(h.told) < h.t.liveness/4 {
+		return
+	}
+	h.told = now
 	h.t.mu.Lock()
 	if c := h.t.local[h.client]; c != nil {
 		c.confirmed = now
