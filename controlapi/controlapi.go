@@ -50,20 +50,26 @@ type CompactReply struct {
 }
 
 // NamespaceStatus is the reply of GET /control/namespaces/{ns}/status:
-// the namespace's revision and how many clients reported it.
+// the namespace's revision and how many of its live clients reported it.
 type NamespaceStatus struct {
 	Namespace       string `json:"ns"`
 	StoreID         string `json:"store_id"`
 	Revision        int64  `json:"revision"`
 	Head            int64  `json:"head"`
 	CompactRevision int64  `json:"compact_revision"`
-	// Clients counts the clients that reported on the namespace: Acked of
-	// them applied Revision, Nacked rejected it, Behind have not applied
-	// it.
+	// Clients counts the live clients (ClientState.State) that reported
+	// on the namespace: Acked of them applied Revision, Nacked rejected
+	// it, Behind have not applied it. Stale and gone clients are not
+	// counted.
 	Clients int `json:"clients"`
 	Acked   int `json:"acked"`
 	Nacked  int `json:"nacked"`
 	Behind  int `json:"behind"`
+	// Live is Clients, by its name; Stale counts the stale clients that
+	// reported on the namespace (connected but unconfirmed, or behind a
+	// relay cut off from the server, or disconnected less than 5 s ago).
+	Live  int `json:"live"`
+	Stale int `json:"stale,omitempty"`
 	// Streams counts the open watch streams of the namespace.
 	Streams int `json:"streams"`
 	// Servers counts the servers whose clients' reports are counted
@@ -95,7 +101,24 @@ type ClientState struct {
 	// SDKVersion is the client's SDK version as its last report that said
 	// one did (config.Version); empty when it never said.
 	SDKVersion string `json:"sdk_version,omitempty"`
+	// State is the client's presence: ClientLive (a connection open,
+	// directly or at a relay), ClientStale (connected but unconfirmed for
+	// two heartbeats, behind a relay cut off from its upstream, or
+	// disconnected less than 5 s ago) or ClientGone (disconnected 5 s or
+	// more, or never seen connected). Gone clients leave the list 10
+	// minutes after they were last seen or heard.
+	State string `json:"state,omitempty"`
+	// SeenAt is when its presence was last confirmed (live, stale) or
+	// when it disconnected (gone); zero when never seen connected.
+	SeenAt time.Time `json:"seen_at,omitzero"`
 }
+
+// The presence states of ClientState.State.
+const (
+	ClientLive  = "live"
+	ClientStale = "stale"
+	ClientGone  = "gone"
+)
 
 // ServerReports is one other server's summary of its clients' reports on
 // a namespace, as GET /control/clients merged it: At is when it was
@@ -118,6 +141,11 @@ type Clients struct {
 	// servers' summaries merged into Clients (holdfast server).
 	Server  string          `json:"server,omitempty"`
 	Servers []ServerReports `json:"servers,omitempty"`
+	// Dropped counts the entries the answering server's per-client
+	// tables could not keep since it started (its ack table full, its
+	// presence table full): clients missing from the list, or shown gone.
+	// Each drop is also logged (at most once a minute).
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // AuditRecord is the record of one committed revision of a namespace: who

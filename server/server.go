@@ -144,6 +144,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Logger:              cfg.Logger,
 		MaxPublishBytes:     cfg.MaxPublishBytes,
 		Acks:                s.acks,
+		Presence:            s.cache.Presence(),
+		Dropped:             s.cache.Dropped,
 		Tokens:              toks,
 		AuthLimit:           authLimit,
 		TokenStore:          s.tokens,

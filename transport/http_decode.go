@@ -129,6 +129,8 @@ func statusError(resp *http.Response) *StatusError {
 			e.Err = ErrCursorAhead
 		case CodeCohortUnknown:
 			e.Err = ErrCohortUnknown
+		case CodePresenceUnknown:
+			e.Err = ErrPresenceUnknown
 		}
 	case http.StatusUnauthorized, http.StatusForbidden:
 		e.Err = ErrUnauthorized

@@ -321,8 +321,9 @@ func statusCommand() *command {
 		summary: "print a namespace's revision and how many clients applied it",
 		doc: `
 Status prints NAMESPACE's revision, the store's head and compaction point,
-and of the clients that reported on it how many applied (acked) the
-revision, rejected (nacked) it, or are behind, and the watch streams open.
+and of the live clients that reported on it how many applied (acked) the
+revision, rejected (nacked) it, or are behind (stale and gone clients are
+not counted; the stale ones are counted apart), and the watch streams open.
 ` + serverOnlyDoc,
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -342,6 +343,9 @@ revision, rejected (nacked) it, or are behind, and the watch streams open.
 						tw.row("head", st.Head)
 						tw.row("compacted to", st.CompactRevision)
 						tw.row("clients", st.Clients)
+						if st.Stale > 0 {
+							tw.row("stale", st.Stale)
+						}
 						tw.row("acked", st.Acked)
 						tw.row("nacked", st.Nacked)
 						tw.row("behind", st.Behind)
@@ -364,9 +368,13 @@ func clientsCommand() *command {
 		summary: "list the clients' reports: the revision each applied or rejected",
 		doc: `
 Clients lists every client's report on every namespace (or on NAMESPACE
-alone): the revision it applied, the last it rejected and why, the
-namespace's revision now and how far behind it is, when it was last heard
-and how long ago (AGE). A holdfast server answers for the whole fleet: its
+alone): its presence (STATE: live, a connection open to a server or a
+relay; stale, connected but unconfirmed, behind a relay cut off from its
+upstream, or disconnected less than 5 s ago; gone, disconnected 5 s or
+more; gone clients leave the list after 10 minutes), its SDK version, the
+revision it applied, the last it rejected and why, the namespace's
+revision now and how far behind it is, when it was last heard and how long
+ago (AGE). A holdfast server answers for the whole fleet: its
 own clients and those of every other server of the store, from the
 summaries they write (a line per summary says whose, and how old it is:
 a report through another server is at most that much older than its AGE
@@ -410,16 +418,22 @@ clients left out.
 							return err
 						}
 						now := time.Now()
-						tw := newTable(w, "CLIENT", "NAMESPACE", "APPLIED", "REVISION", "LAG", "REJECTED", "UPDATED", "AGE", "ERROR")
+						tw := newTable(w, "CLIENT", "NAMESPACE", "STATE", "SDK", "APPLIED", "REVISION", "LAG", "REJECTED", "UPDATED", "AGE", "ERROR")
 						for _, c := range cs {
 							rejected := "-"
 							if c.NackedRevision != 0 {
 								rejected = strconv.FormatInt(c.NackedRevision, 10)
 							}
-							tw.row(c.ClientID, c.Namespace, c.AckedRevision, c.HeadRevision, c.Lag, rejected, timeCell(c.UpdatedAt), ageCell(now, c.UpdatedAt), orDash(clip(c.NackError, 80)))
+							tw.row(c.ClientID, c.Namespace, orDash(c.State), orDash(c.SDKVersion), c.AckedRevision, c.HeadRevision, c.Lag, rejected,
+								timeCell(c.UpdatedAt), ageCell(now, c.UpdatedAt), orDash(clip(c.NackError, 80)))
 						}
 						if err := tw.flush(); err != nil {
 							return err
+						}
+						if all.Dropped > 0 {
+							if _, err := fmt.Fprintf(w, "%d client entries dropped: the server's tables were full (see its log)\n", all.Dropped); err != nil {
+								return err
+							}
 						}
 						for _, s := range all.Servers {
 							line := fmt.Sprintf("server %s: %d client(s) of %s, summary written %s ago", s.Server, s.Clients, s.Namespace, ageCell(now, s.At))

@@ -46,9 +46,21 @@ func mustFail(t *testing.T, code int, want string, args ...string) string {
 }
 
 // postAck reports client id's ack (or nack, with errMsg) of revision rev
-// of ns to srv, as an SDK client does.
+// of ns to srv, as an SDK client does, and the client connected (live),
+// as a relay of its own reports it.
 func postAck(t *testing.T, srv *holdfasttest.Server, id, ns string, rev int64, errMsg string) {
 	t.Helper()
+	presence := fmt.Sprintf(`{"relay_id":"relay-of-%s","epoch":"e","seq":1,"full":true,"every_ms":600000,"live":[%q]}`, id, id)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Post(srv.URL()+transport.PathPresence, "application/json", strings.NewReader(presence))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("presence report: %s", resp.Status)
+	}
 	a := transport.Ack{ClientID: id, Namespace: ns, Revision: rev, Status: transport.AckApplied}
 	if errMsg != "" {
 		a.Status, a.Error = transport.AckRejected, errMsg

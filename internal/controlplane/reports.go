@@ -23,6 +23,8 @@ type Reports struct {
 	maxErr int // bytes of a nack's error kept
 	byNS   map[string]*nsReports
 	order  *list.List // of reportKey, most recently heard first
+	// evicted counts the pairs dropped to make room (Evicted).
+	evicted int64
 }
 
 type reportKey struct{ ns, client string }
@@ -60,6 +62,7 @@ func (t *Reports) Observe(acks []transport.Ack, now time.Time) {
 		} else {
 			if t.order.Len() >= t.max {
 				t.remove(t.order.Back())
+				t.evicted++
 				if t.byNS[a.Namespace] != n { // the eviction emptied it
 					t.byNS[a.Namespace] = n
 				}
@@ -167,4 +170,13 @@ func (t *Reports) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.order.Len()
+}
+
+// Evicted counts the pairs dropped to make room since NewReports: the
+// clients heard longest ago, missing from the table until they report
+// again.
+func (t *Reports) Evicted() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.evicted
 }

@@ -3,9 +3,11 @@ package dataplane
 import (
 	"container/list"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -40,6 +42,9 @@ type bindings struct {
 	evicted int64
 	refused int64 // binds refused: every binding of the identity pinned
 	unbound int64 // acks refused or dropped for want of a binding
+	// log hears of evictions, at most once a minute (loggedAt).
+	log      *slog.Logger
+	loggedAt time.Time
 }
 
 // identBindings are one identity's bindings. Identities are few: only
@@ -132,6 +137,11 @@ func (b *bindings) evictLocked(ib *identBindings) bool {
 		delete(ib.m, cb.client)
 		b.total--
 		b.evicted++
+		if now := time.Now(); b.log != nil && now.Sub(b.loggedAt) >= time.Minute {
+			b.loggedAt = now
+			b.log.Warn("dataplane: the table of client bindings is full; the least recent leave it (their clients bind again at their next read)",
+				"max", cmpOr(b.max, maxClientBindings), "evicted", b.evicted)
+		}
 		if ib.order.Len() == 0 {
 			delete(b.byIdent, ib.name)
 		}
@@ -266,15 +276,15 @@ func (s *Server) noteUnbound(n int) {
 	s.log.Debug("dataplane: acks of clients that did not connect with the sender's token dropped", "acks", n)
 }
 
-// mayReportCohort refuses (403) a cohort report from an identity
-// without the relay scope (with WithTokens): a cohort speaks for a
+// mayReportCohort refuses (403) a cohort or presence report from an
+// identity without the relay scope (with WithTokens): both speak for a
 // relay's clients.
 func (s *Server) mayReportCohort(r *http.Request) error {
 	if s.opts.tokens == nil {
 		return nil
 	}
 	if id, _ := access.FromContext(r.Context()); !id.IsRelay() {
-		return &accessError{http.StatusForbidden, fmt.Sprintf("token %q has no relay scope: cohort reports come from relays", id.Name)}
+		return &accessError{http.StatusForbidden, fmt.Sprintf("token %q has no relay scope: cohort and presence reports come from relays", id.Name)}
 	}
 	return nil
 }

@@ -3,12 +3,14 @@ package dataplane
 import (
 	"cmp"
 	"container/list"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -27,6 +29,11 @@ type acks struct {
 	cohorts map[cohortKey]*relayCohort
 	epochs  map[string][]string
 	relayAt map[string]time.Time
+	// evicted counts the pairs dropped to make room (Server.Dropped),
+	// each drop logged at most once a minute (loggedAt) to log.
+	evicted  int64
+	loggedAt time.Time
+	log      *slog.Logger
 }
 
 // maxAckPairs bounds the per-client records: (client, namespace) pairs.
@@ -85,6 +92,11 @@ func (a *acks) pairLocked(k ackKey) *ackState {
 		oldest := a.order.Back()
 		delete(a.m, oldest.Value.(*ackRec).key)
 		a.order.Remove(oldest)
+		a.evicted++
+		if now := time.Now(); a.log != nil && now.Sub(a.loggedAt) >= time.Minute {
+			a.loggedAt = now
+			a.log.Warn("dataplane: the ack table is full; the clients heard longest ago leave it", "max", cmp.Or(a.maxPairs, maxAckPairs), "dropped", a.evicted)
+		}
 	}
 	el := a.order.PushFront(&ackRec{key: k})
 	a.m[k] = el
@@ -128,7 +140,8 @@ func (st *ackState) rewind(rev int64) (gone bool) {
 }
 
 // Clients returns every client's state, as the acks recorded at an origin
-// (no WithAckSink) say, sorted by client id and namespace.
+// (no WithAckSink) say, with its presence (gone clients past
+// presence.Forget left out), sorted by client id and namespace.
 func (s *Server) Clients() []controlapi.ClientState {
 	s.acks.mu.Lock()
 	merged := make(map[ackKey]ackState, len(s.acks.m))
@@ -152,6 +165,7 @@ func (s *Server) Clients() []controlapi.ClientState {
 		out[i].Behind = out[i].AckedRevision < head
 		out[i].Lag = max(head-out[i].AckedRevision, 0)
 	}
+	out = presence.Annotate(out, s.presence.Entries(), time.Now())
 	slices.SortFunc(out, func(a, b controlapi.ClientState) int {
 		if c := strings.Compare(a.ClientID, b.ClientID); c != 0 {
 			return c
@@ -188,3 +202,13 @@ func (s *Server) RewindAcks(rev int64) { s.acks.rewind(rev) }
 // origin recorded (Clients) and handed to WithAckObserver's observer, at
 // a relay handed to WithAckSink's sink.
 func (s *Server) RecordAcks(acks []transport.Ack) { s.recordAcks(acks) }
+
+// Dropped counts the entries the server's per-client tables could not
+// keep since New: ack pairs evicted from a full table, client bindings
+// evicted (WithTokens), new clients a full presence table did not take.
+func (s *Server) Dropped() int64 {
+	s.acks.mu.Lock()
+	n := s.acks.evicted
+	s.acks.mu.Unlock()
+	return n + s.Bindings().Evicted + s.presence.Stats().Dropped
+}

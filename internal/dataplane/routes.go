@@ -19,6 +19,7 @@ func (s *Server) routes() *http.ServeMux {
 		{"POST", transport.PathAck, s.handleAck},
 		{"POST", transport.PathAckStream, s.handleAckStream},
 		{"POST", transport.PathAckCohort, s.handleAckCohort},
+		{"POST", transport.PathPresence, s.handlePresence},
 		{"GET", transport.PathStream, s.handleStream},
 		{"GET", transport.PathStreamEvents, s.handleStreamEvents},
 	}
@@ -27,7 +28,8 @@ func (s *Server) routes() *http.ServeMux {
 	var paths []string
 	for _, rt := range routes {
 		if (rt.Path == transport.PathStream || rt.Path == transport.PathStreamEvents) && !s.opts.offers(transport.CapabilityStream) ||
-			rt.Path == transport.PathAckCohort && !s.opts.offers(transport.CapabilityAckCohort) {
+			rt.Path == transport.PathAckCohort && !s.opts.offers(transport.CapabilityAckCohort) ||
+			rt.Path == transport.PathPresence && !s.opts.offers(transport.CapabilityPresence) {
 			continue // as a server that predates it: 404
 		}
 		mux.HandleFunc(rt.Method+" "+rt.Path, s.authenticate(rt.Handler))

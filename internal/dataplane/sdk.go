@@ -200,6 +200,8 @@ func errorReply(err error) (int, transport.ErrorBody) {
 		return http.StatusRequestEntityTooLarge, transport.ErrorBody{Error: transport.CodeTooLarge, Message: "body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
 	case errors.Is(err, transport.ErrCohortUnknown):
 		return http.StatusConflict, transport.ErrorBody{Error: transport.CodeCohortUnknown, Message: err.Error()}
+	case errors.Is(err, transport.ErrPresenceUnknown):
+		return http.StatusConflict, transport.ErrorBody{Error: transport.CodePresenceUnknown, Message: err.Error()}
 	case errors.Is(err, ErrUnknownNamespace):
 		return http.StatusNotFound, transport.ErrorBody{Error: transport.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, transport.ErrCursorAhead):
@@ -414,6 +416,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.bindClient(r, true)()
+	defer s.present(r, false).Close()
 	q := r.URL.Query()
 	since, err := parseCursor(q.Get("since"))
 	if err != nil {
@@ -552,6 +555,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.bindClient(r, true)()
+	here := s.present(r, true)
+	defer here.Close()
 	// Last-Event-ID wins: on a reconnect the URL still has the first cursor.
 	cur := r.URL.Query().Get("since")
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
@@ -619,6 +624,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if progress() != nil || rc.Flush() != nil {
 		return
 	}
+	here.Confirm()
 	unquiet()
 	unquiet = nil
 
@@ -671,8 +677,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			}
 			wrote = true
 		}
-		if wrote && rc.Flush() != nil {
-			return
+		if wrote {
+			if rc.Flush() != nil {
+				return
+			}
+			here.Confirm()
 		}
 		unquiet()
 		unquiet = nil

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -39,7 +40,10 @@ type Server struct {
 	// clients binds client ids to the identities they read as, with
 	// WithTokens: their acks are taken from those only (ackids.go).
 	clients bindings
-	stats   counters
+	// presence is which clients are connected here or behind the relays
+	// that report to this server (presence.go).
+	presence *presence.Table
+	stats    counters
 
 	closing chan struct{} // closed by Close: requests through Handler end
 	// life is canceled by Close: the context of requests through
@@ -78,6 +82,8 @@ func New(be Backend, opts ...Option) (*Server, error) {
 	}
 	s := &Server{opts: o, log: o.logger, be: be, faults: o.faults, closing: make(chan struct{})}
 	s.life, s.endLife = context.WithCancel(context.Background())
+	s.presence = presence.NewTable(2*o.heartbeat, 0, o.logger)
+	s.acks.log, s.clients.log = o.logger, o.logger
 	s.follow, _ = be.(Follower)
 	var caps []string
 	for _, c := range capabilities {

@@ -134,6 +134,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.bindClient(r, true)()
+	here := s.present(r, true)
+	defer here.Close()
 	reqs, ended, err := s.streamRequest(r)
 	if err != nil {
 		s.planeError(w, r, "", err)
@@ -212,6 +214,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if progress(told) != nil || rc.Flush() != nil {
 		return
 	}
+	here.Confirm()
 	unquiet()
 	unquiet = nil
 
@@ -323,8 +326,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			}
 			wrote = true
 		}
-		if wrote && rc.Flush() != nil {
-			return
+		if wrote {
+			if rc.Flush() != nil {
+				return
+			}
+			here.Confirm()
 		}
 		unquiet()
 		unquiet = nil
@@ -337,6 +343,7 @@ func (s *Server) handleStreamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.bindClient(r, true)()
+	defer s.present(r, false).Close()
 	reqs, ended, err := s.streamRequest(r)
 	if err != nil {
 		s.planeError(w, r, "", err)

@@ -114,8 +114,10 @@ func TestAckCohortEndpoint(t *testing.T) {
 		t.Errorf("a refused report recorded %v", got)
 	}
 
-	// Status counts the cohort's clients; a rollback forgets what they
-	// reported past it; a reset forgets them.
+	// Status counts the cohort's clients (live: the relay reports them
+	// connected); a rollback forgets what they reported past it; a reset
+	// forgets them.
+	reportPresence(t, c, s.URL(), "r1", "a", "b", "c", "d", "e")
 	ns, err := s.Status("app")
 	if err != nil {
 		t.Fatal(err)

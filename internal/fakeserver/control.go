@@ -3,11 +3,13 @@ package fakeserver
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -58,7 +60,8 @@ func mapError(err error) (int, transport.ErrorBody, bool) {
 // namespace's revision and how many clients reported it.
 type NamespaceStatus = controlapi.NamespaceStatus
 
-// Status returns namespace ns's status.
+// Status returns namespace ns's status: its counts of clients are of the
+// live ones (presence), the stale ones counted apart.
 func (s *Server) Status(ns string) (NamespaceStatus, error) {
 	if err := transport.ValidateNamespace(ns); err != nil {
 		return NamespaceStatus{}, err
@@ -69,21 +72,8 @@ func (s *Server) Status(ns string) (NamespaceStatus, error) {
 	}
 	id, head, compact := s.store.Info()
 	st := NamespaceStatus{Namespace: ns, StoreID: id, Revision: rev, Head: head, CompactRevision: compact, Servers: 1}
-	for _, c := range s.Clients() {
-		if c.Namespace != ns {
-			continue
-		}
-		st.Clients++
-		switch {
-		case c.AckedRevision >= rev:
-			st.Acked++
-		case c.NackedRevision >= rev:
-			st.Nacked++
-			st.Behind++
-		default:
-			st.Behind++
-		}
-	}
+	clients := s.Clients()
+	presence.Count(&st, slices.DeleteFunc(clients, func(c ClientState) bool { return c.Namespace != ns }))
 	st.Streams = s.dp.StreamsOf(ns)
 	return st, nil
 }

@@ -82,7 +82,7 @@ func (c controlStore) Clients(context.Context) (controlapi.Clients, error) {
 	for i := range clients {
 		clients[i].Server = c.s.id
 	}
-	return controlapi.Clients{Head: c.s.Head(), Clients: clients, Server: c.s.id}, nil
+	return controlapi.Clients{Head: c.s.Head(), Clients: clients, Server: c.s.id, Dropped: c.s.dp.Dropped()}, nil
 }
 
 func (c controlStore) Rollouts() controlplane.Rollouts { return controlRollouts(c) }

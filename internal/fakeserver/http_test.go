@@ -329,7 +329,9 @@ func TestControlRollbackCompactSchema(t *testing.T) {
 	if snap := decode[transport.Snapshot](t, body); resp.StatusCode != 200 || snap.Revision != 0 || len(valuesOf(t, snap)) != 0 {
 		t.Fatalf("schema-only namespace %d %s", resp.StatusCode, body)
 	}
-	// Ack statuses reach the namespace status.
+	// Ack statuses reach the namespace status: of clients connected (here,
+	// as a relay reports them).
+	reportPresence(t, c, u, "r1", "c1", "c2")
 	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c1","ns":"app","revision":`+strconv.FormatInt(s.Head(), 10)+`,"status":"ack"}`)
 	do(t, c, "POST", u+"/sdk/ack", `{"client_id":"c2","ns":"app","revision":1,"status":"ack"}`)
 	status, err := s.Status("app")

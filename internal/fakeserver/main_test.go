@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/holdfast-dev/holdfast/internal/wire"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Every test must leave no goroutine behind: Close waits for all of them.
@@ -80,3 +83,16 @@ func decode[T any](t testing.TB, data []byte) T {
 const waitLimit = 10 * time.Second
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// reportPresence reports clients live as relay's presence report does
+// (POST /sdk/presence, a run of its own).
+func reportPresence(t testing.TB, c *http.Client, base, relay string, live ...string) {
+	t.Helper()
+	body, err := json.Marshal(wire.PresenceReport{RelayID: relay, Epoch: "test", Seq: 1, Full: true, EveryMillis: 60_000, Live: live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, reply := do(t, c, http.MethodPost, base+transport.PathPresence, string(body), "Content-Type", "application/json"); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("presence report: %d %s", resp.StatusCode, reply)
+	}
+}

@@ -600,7 +600,9 @@ func (f *faults) hole() <-chan struct{} {
 // ClientState is what one client reported about one namespace.
 type ClientState = controlapi.ClientState
 
-// Clients returns every client's state, sorted by client id and namespace.
+// Clients returns every client's state with its presence (State: live,
+// stale or gone; gone clients leave the list 10 minutes after they were
+// last seen), sorted by client id and namespace.
 func (s *Server) Clients() []ClientState { return s.dp.Clients() }
 
 // Carried reports whether a watcher (a stream or a waiting long-poll)

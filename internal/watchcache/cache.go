@@ -18,10 +18,12 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/streammux"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -163,6 +165,14 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 		}
 	}
 	c.acks.Start(ctx, c.backoff())
+	if up, ok := upstream.(wire.PresenceReporter); ok {
+		// Which clients are connected here goes upstream as changes,
+		// apart from their acks: a keepalive every heartbeat tells the
+		// upstream that the relay still hears it.
+		rep := presence.NewReporter(c.srv.Presence(), up, cfg.ID, cfg.Heartbeat, c.log)
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); rep.Run(ctx) }()
+	}
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.janitor(ctx) }()
 	if len(cfg.Namespaces) == 0 {
@@ -474,3 +484,11 @@ func (c *Cache) Stats() dataplane.Stats { return c.srv.Stats() }
 
 // OpenStreams is how many watch streams are open now.
 func (c *Cache) OpenStreams() int { return c.srv.OpenStreams() }
+
+// Presence is the presence table of the cache's data plane: the clients
+// connected to it, and those the relays behind it report.
+func (c *Cache) Presence() *presence.Table { return c.srv.Presence() }
+
+// Dropped counts the entries the data plane's per-client tables could
+// not keep (dataplane.Server.Dropped).
+func (c *Cache) Dropped() int64 { return c.srv.Dropped() }

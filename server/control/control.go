@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/server/tokens"
@@ -50,6 +51,14 @@ type Config struct {
 	MaxPublishBytes int64
 	// Acks is the table of the clients' acks that /control/clients reads.
 	Acks *Acks
+	// Presence is the data plane's presence table: the clients connected
+	// to this server or to the relays behind it (nil: none known). The
+	// server shares it through the store (presence.go).
+	Presence *presence.Table
+	// Dropped counts the entries the data plane's per-client tables
+	// (its presence table's included) could not keep (nil: none), for
+	// /control/clients.
+	Dropped func() int64
 	// AuditRetention is how many audit records each namespace keeps
 	// (default DefaultAuditRetention); older ones fold into its base.
 	AuditRetention int
@@ -153,6 +162,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Streams == nil {
 		cfg.Streams = func(string) int { return 0 }
 	}
+	if cfg.Presence == nil {
+		cfg.Presence = presence.NewTable(10*time.Second, 0, cfg.Logger)
+	}
+	if cfg.Dropped == nil {
+		cfg.Dropped = func() int64 { return 0 }
+	}
 	if cfg.ServerID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -167,7 +182,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), log: cfg.Logger,
 		trim: newTrimmer(cfg.Namespaces, cfg.Logger, store.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
-	h.reports = newReportSync(h.cli, cfg.Acks, h.active, cfg.ServerID, cfg.Logger)
+	h.reports = newReportSync(h.cli, cfg.Acks, cfg.Presence, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
 		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
 	api := controlplane.Config{Store: etcdStore{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}

@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 )
 
@@ -43,16 +44,21 @@ func reportsPrefix(ns string) string { return RolloutRoot + "reports/" + ns + "/
 
 // reportSync writes this server's summaries and reads the others'.
 type reportSync struct {
-	cli    *clientv3.Client
-	acks   *Acks
-	active *activeRollouts
-	id     string // this server's
-	log    *slog.Logger
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	remote map[string]remoteReports // ns → the others' summaries, cached
-	all    remoteSummaries          // every namespace's, cached (the monitor)
+	cli      *clientv3.Client
+	acks     *Acks
+	presence *presence.Table
+	// presenceSent is what the store holds of this server's presence
+	// (run's alone); presenceRead the others', cached.
+	presenceSent map[string]presenceValue
+	presenceRead remotePresence
+	active       *activeRollouts
+	id           string // this server's
+	log          *slog.Logger
+	stop         context.CancelFunc
+	wg           sync.WaitGroup
+	mu           sync.Mutex
+	remote       map[string]remoteReports // ns → the others' summaries, cached
+	all          remoteSummaries          // every namespace's, cached (the monitor)
 }
 
 type remoteSummaries struct {
@@ -153,9 +159,10 @@ func commonVersion(reports []controller.Report) string {
 	return best
 }
 
-func newReportSync(cli *clientv3.Client, acks *Acks, active *activeRollouts, id string, log *slog.Logger) *reportSync {
+func newReportSync(cli *clientv3.Client, acks *Acks, pres *presence.Table, active *activeRollouts, id string, log *slog.Logger) *reportSync {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &reportSync{cli: cli, acks: acks, active: active, id: id, log: log, stop: cancel, remote: make(map[string]remoteReports)}
+	r := &reportSync{cli: cli, acks: acks, presence: pres, active: active, id: id, log: log, stop: cancel, remote: make(map[string]remoteReports),
+		presenceSent: make(map[string]presenceValue)}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.run(ctx) }()
 	return r
@@ -171,6 +178,7 @@ func (r *reportSync) run(ctx context.Context) {
 	var lease clientv3.LeaseID
 	written := make(map[string]writtenSummary)
 	var expired time.Time
+	var evicted int64 // the ack table's evictions, as last logged
 	tick := time.NewTicker(reportsEvery)
 	defer tick.Stop()
 	defer func() {
@@ -195,11 +203,16 @@ func (r *reportSync) run(ctx context.Context) {
 			if n := r.acks.expire(now, func(ns string) bool { return running[ns] }); n > 0 {
 				r.log.Debug("control: clients unheard past their expiry left the ack table", "clients", n)
 			}
+			if n := r.acks.Evicted(); n > evicted {
+				evicted = n
+				r.log.Warn("control: the ack table is full; the clients heard longest ago left it", "evicted", n)
+			}
 		}
 		if err := r.write(ctx, &lease, written); err != nil && ctx.Err() == nil {
 			r.log.Warn("control: writing the rollout reports' summary", "err", err)
 			lease = 0 // take a new one: the old may have expired
 			clear(written)
+			clear(r.presenceSent)
 		}
 	}
 }
@@ -208,9 +221,11 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	all := r.acks.ByNamespace()
-	if len(all) == 0 {
+	present := r.presence.Entries()
+	if len(all) == 0 && len(present) == 0 {
 		clear(written)
-		if *lease != 0 { // the summaries go with it
+		clear(r.presenceSent)
+		if *lease != 0 { // the summaries and the presence go with it
 			_, err := r.cli.Revoke(ctx, *lease)
 			*lease = 0
 			return err
@@ -223,6 +238,7 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 			return err
 		}
 		*lease = g.ID
+		clear(r.presenceSent) // what the store held went with the old lease
 	} else if _, err := r.cli.KeepAliveOnce(ctx, *lease); err != nil {
 		return err
 	}
@@ -271,7 +287,7 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 			delete(written, ns)
 		}
 	}
-	return nil
+	return r.writePresence(ctx, *lease, present)
 }
 
 // reportShape is reports without the times heard.

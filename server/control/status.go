@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
@@ -30,18 +32,7 @@ func (s etcdStore) Status(ctx context.Context, ns string) (controlapi.NamespaceS
 		return controlapi.NamespaceStatus{}, err
 	}
 	st.Servers = 1 + len(servers)
-	for _, c := range clients {
-		st.Clients++
-		switch {
-		case c.AckedRevision >= snap.Revision:
-			st.Acked++
-		case c.NackedRevision >= snap.Revision:
-			st.Nacked++
-			st.Behind++
-		default:
-			st.Behind++
-		}
-	}
+	presence.Count(&st, clients)
 	return st, nil
 }
 
@@ -55,14 +46,16 @@ func (s etcdStore) Clients(ctx context.Context) (controlapi.Clients, error) {
 	if err != nil {
 		return controlapi.Clients{}, err
 	}
-	return controlapi.Clients{Head: resp.Header.Revision, Clients: clients, Server: h.cfg.ServerID, Servers: servers}, nil
+	return controlapi.Clients{Head: resp.Header.Revision, Clients: clients, Server: h.cfg.ServerID, Servers: servers,
+		Dropped: h.cfg.Acks.Evicted() + h.cfg.Dropped()}, nil
 }
 
 // fleetClients returns the clients' reports on ns (every namespace: "")
 // across the fleet: this server's ack table merged with the other
 // servers' summaries in the store (docs/SERVER.md, "Rollouts"), each
 // client's newest report, with the namespace's revision this server
-// serves; and the summaries merged.
+// serves and the client's presence across the servers (gone clients
+// past presence.Forget left out); and the summaries merged.
 func (h *Handler) fleetClients(ctx context.Context, ns string) ([]controlapi.ClientState, []controlapi.ServerReports, error) {
 	type clientKey struct{ client, ns string }
 	type entry struct {
@@ -109,6 +102,11 @@ func (h *Handler) fleetClients(ctx context.Context, ns string) ([]controlapi.Cli
 			NackedRevision: e.r.Nacked, NackError: e.r.NackError, HeadRevision: head, Behind: e.r.Acked < head,
 			Lag: max(0, head-e.r.Acked), UpdatedAt: e.r.Seen, Server: e.server, SDKVersion: e.r.SDKVersion})
 	}
+	present, err := h.reports.fleetPresence(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	out = presence.Annotate(out, present, time.Now())
 	slices.SortFunc(out, func(x, y controlapi.ClientState) int {
 		return cmp.Or(strings.Compare(x.ClientID, y.ClientID), strings.Compare(x.Namespace, y.Namespace))
 	})

@@ -1,0 +1,73 @@
+package wire
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// PresenceReport is the body of POST /sdk/presence: which clients are
+// connected to a relay (or to a relay behind it), as changes since the
+// relay's previous report of the same epoch, or whole (Full).
+type PresenceReport struct {
+	// RelayID names the relay; Epoch its run of reports: a relay that
+	// starts afresh takes a new one. Seq numbers the reports of an
+	// epoch from 1: a server that missed one (or does not know the
+	// epoch) refuses the next with 409 presence_unknown, and the relay
+	// sends its whole set again (Full).
+	RelayID string `json:"relay_id"`
+	Epoch   string `json:"epoch"`
+	Seq     uint64 `json:"seq"`
+	// Full: the report begins the relay's set afresh; the clients the
+	// server held of the relay and that it does not list are gone. A set
+	// larger than one report goes as a Full report followed by changes.
+	Full bool `json:"full,omitempty"`
+	// EveryMillis is how often at most the relay reports, changes or
+	// not: a server that hears nothing from it for two of these holds
+	// its clients stale (the relay is cut off from it).
+	EveryMillis int64 `json:"every_ms"`
+	// Live, Stale and Gone list the clients in each state now (Gone:
+	// disconnected from the relay, as of the report).
+	Live  []string `json:"live,omitempty"`
+	Stale []string `json:"stale,omitempty"`
+	Gone  []string `json:"gone,omitempty"`
+}
+
+// MaxPresenceClients bounds the client ids one presence report names: a
+// relay names more over several reports.
+const MaxPresenceClients = 8192
+
+// CheckPresenceReport checks what a server needs of a report before it
+// records anything of it.
+func CheckPresenceReport(r *PresenceReport) error {
+	switch {
+	case r.RelayID == "" || len(r.RelayID) > MaxClientIDBytes:
+		return fmt.Errorf("presence report: relay_id must be 1-%d bytes", MaxClientIDBytes)
+	case r.Epoch == "" || len(r.Epoch) > 64:
+		return fmt.Errorf("presence report: epoch must be 1-64 bytes")
+	case r.Seq < 1:
+		return fmt.Errorf("presence report: seq must be at least 1")
+	case r.EveryMillis < 1:
+		return fmt.Errorf("presence report: every_ms must be at least 1")
+	case len(r.Live)+len(r.Stale)+len(r.Gone) > MaxPresenceClients:
+		return fmt.Errorf("presence report: %d clients, at most %d", len(r.Live)+len(r.Stale)+len(r.Gone), MaxPresenceClients)
+	}
+	for _, ids := range [][]string{r.Live, r.Stale, r.Gone} {
+		for _, id := range ids {
+			if err := ValidateClientID(id); err != nil {
+				return fmt.Errorf("presence report: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// PresenceReporter is an upstream that takes a relay's presence reports
+// (transport.CapabilityPresence).
+type PresenceReporter interface {
+	// ReportPresence sends one encoded PresenceReport.
+	ReportPresence(ctx context.Context, report json.RawMessage) error
+	// PresenceOffered reports whether the upstream offers presence
+	// reports, as far as the source knows now.
+	PresenceOffered() bool
+}
