@@ -294,3 +294,17 @@ func (l *Lint) eval(ctx context.Context, in Input) (bool, error) {
 	}
 	return bool(b), nil
 }
+
+// ValidateName checks a lint's name: 1..128 bytes of [A-Za-z0-9._@-], not
+// beginning with '.' (it is a path segment and a store key).
+func ValidateName(name string) error {
+	ok := name != "" && len(name) <= 128 && name[0] != '.'
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._@-", c) >= 0
+	}
+	if !ok {
+		return fmt.Errorf("%w: lint name %q: want 1..128 bytes of [A-Za-z0-9._@-], not beginning with '.'", ErrInvalid, name)
+	}
+	return nil
+}

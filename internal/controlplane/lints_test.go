@@ -1,0 +1,56 @@
+package controlplane
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/controlapi"
+)
+
+// mapLints is a LintStore over a map, counting its reads.
+type mapLints struct {
+	LintStore
+	lints map[string]controlapi.Lint
+}
+
+func (m *mapLints) Lints(context.Context) (map[string]controlapi.Lint, error) {
+	return maps.Clone(m.lints), nil
+}
+
+// TestLintsForCaches: lintsFor returns the lints whose pattern matches,
+// compiled once for as long as they are unchanged; one changed is
+// compiled again, one deleted leaves the cache.
+func TestLintsForCaches(t *testing.T) {
+	ls := &mapLints{lints: map[string]controlapi.Lint{
+		"b-bound": {Namespaces: "payments.*", Expr: `new["a"] < 10`, Severity: controlapi.LintBlock},
+		"a-all":   {Namespaces: "*", Expr: `true`, Severity: controlapi.LintWarn},
+		"other":   {Namespaces: "search.*", Expr: `true`, Severity: controlapi.LintWarn},
+	}}
+	h, err := New(Config{Store: statusStore{}, Lints: ls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := h.lintsFor(ctx, "payments.prod")
+	if err != nil || len(first) != 2 || first[0].Name() != "a-all" || first[1].Name() != "b-bound" {
+		t.Fatalf("lintsFor: %v, %v", first, err)
+	}
+	again, _ := h.lintsFor(ctx, "payments.prod")
+	if again[0] != first[0] || again[1] != first[1] {
+		t.Fatal("an unchanged lint was compiled again")
+	}
+	ls.lints["b-bound"] = controlapi.Lint{Namespaces: "payments.*", Expr: `new["a"] < 20`, Severity: controlapi.LintBlock}
+	delete(ls.lints, "other")
+	changed, _ := h.lintsFor(ctx, "payments.prod")
+	if changed[0] != first[0] || changed[1] == first[1] || changed[1].Spec().Expr != `new["a"] < 20` {
+		t.Fatalf("after a change: %v", changed)
+	}
+	if n := len(h.lintCache.compiled); n != 2 {
+		t.Fatalf("%d lints cached, want 2", n)
+	}
+	none, err := (&Handler{}).lintsFor(ctx, "payments.prod")
+	if none != nil || err != nil {
+		t.Fatalf("without a store: %v, %v", none, err)
+	}
+}
