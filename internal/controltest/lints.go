@@ -52,6 +52,7 @@ func testLints(t *testing.T, c *client) {
 		t.Errorf("an unsaved lint's test: %+v, want would_block [%d] of 3", res, bad)
 	}
 	c.fails(http.StatusNotFound, transport.CodeNotFound, "POST", path+"/test?ns="+ns, nil)
+	c.fails(http.StatusNotFound, transport.CodeNotFound, "POST", path+"/test?ns="+c.ns("lint-none"), spec)
 
 	var info controlapi.LintInfo
 	admin.ok(http.StatusOK, "PUT", path, spec, &info)

@@ -44,6 +44,7 @@ func TestEval(t *testing.T) {
 		{"missing key", `new["nope"] < 1`, nil, vals("x", "1"), nil, nil, "error"},
 		{"missing key guarded", `!("nope" in new) || new["nope"] < 1`, nil, vals("x", "1"), nil, nil, "pass"},
 		{"has macro", `!has(new.nope)`, nil, vals("x", "1"), nil, nil, "pass"},
+		{"has macro, present", `has(new.x) && new.x == 1`, nil, vals("x", "1"), nil, nil, "pass"},
 		{"old nil", `size(old) == 0`, nil, vals("x", "1"), nil, nil, "pass"},
 		{"range tested", `!("pool-size" in change.puts) || (new["pool-size"] >= 8 && new["pool-size"] <= 64)`,
 			vals("pool-size", "16"), vals("pool-size", "128"), []string{"pool-size"}, nil, "block"},
