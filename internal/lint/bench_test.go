@@ -55,3 +55,25 @@ func BenchmarkTenLints(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCutOff is a lint that runs into the cost limit: how long a
+// lint can hold a request before it is stopped.
+func BenchmarkCutOff(b *testing.B) {
+	// Compiled past the estimate, as no saved lint is, to reach the run's
+	// limit.
+	l, err := compile("pairs", controlapi.Lint{Namespaces: "*", Expr: `new.all(k, new.all(j, k == j || new[k] != new[j]))`, Severity: controlapi.LintBlock}, ^uint64(0), CostLimit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	new := make(map[string]json.RawMessage, 2000)
+	for i := range 2000 {
+		new[fmt.Sprintf("key-%04d", i)] = json.RawMessage(fmt.Sprint(i))
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := l.Eval(ctx, Input{New: new}); c.Result != controlapi.CheckBlock {
+			b.Fatalf("%+v", c)
+		}
+	}
+}

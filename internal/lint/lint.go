@@ -9,8 +9,9 @@
 // missing makes the evaluation fail, which counts at the lint's severity.
 //
 // A lint's cost is bounded twice: when it is compiled, by CEL's estimate
-// of its worst case over a namespace of up to MaxKeys keys of values of up
-// to MaxValueBytes (ErrTooCostly above CostLimit); when it runs, by CEL's
+// of its worst case over a namespace of up to MaxKeys keys (of up to
+// transport.MaxKeyLen bytes) of values of up to MaxValueBytes
+// (ErrTooCostly above CostLimit); when it runs, by CEL's
 // cost limit (the same CostLimit), checked with the context every
 // interruptEvery steps of a comprehension.
 package lint
@@ -29,13 +30,15 @@ import (
 	"cel.dev/cel-go/common/types/ref"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // Bounds of a lint.
 const (
 	// CostLimit bounds a lint's estimated cost when it is compiled and its
 	// actual cost when it runs, in CEL's cost units (about one per
-	// operation): well under a millisecond of work at the limit's tenth.
+	// operation, or per byte a string function reads): Kubernetes' limit
+	// of one expression, about 0.1 s of work where it is reached.
 	CostLimit = 1_000_000
 	// MaxKeys and MaxValueBytes are the size hints of the estimate: the
 	// namespace's keys and one value's bytes (a string's length).
@@ -172,14 +175,26 @@ func (sizeHints) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	if len(p) == 0 {
 		return nil
 	}
-	switch {
-	case (p[0] == "old" || p[0] == "new") && len(p) == 1,
-		p[0] == "change" && len(p) == 2:
-		return &checker.SizeEstimate{Min: 0, Max: MaxKeys}
-	case p[0] == "change" && len(p) == 1:
-		return &checker.SizeEstimate{Min: 0, Max: 2}
-	case p[0] == "old" || p[0] == "new" || p[0] == "change":
-		return &checker.SizeEstimate{Min: 0, Max: MaxValueBytes}
+	size := func(max uint64) *checker.SizeEstimate { return &checker.SizeEstimate{Min: 0, Max: max} }
+	switch p[0] {
+	case "old", "new":
+		switch {
+		case len(p) == 1:
+			return size(MaxKeys)
+		case p[1] == "@keys":
+			return size(transport.MaxKeyLen)
+		}
+		return size(MaxValueBytes) // a value, or one within it
+	case "change":
+		switch {
+		case len(p) == 1:
+			return size(2) // puts and deletes
+		case p[1] == "@keys":
+			return size(uint64(len("deletes")))
+		case p[len(p)-1] == "@items":
+			return size(transport.MaxKeyLen) // a key put or deleted
+		}
+		return size(MaxKeys) // the keys put or deleted
 	}
 	return nil
 }
