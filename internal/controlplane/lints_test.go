@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"testing"
 
@@ -52,5 +54,31 @@ func TestLintsForCaches(t *testing.T) {
 	none, err := (&Handler{}).lintsFor(ctx, "payments.prod")
 	if none != nil || err != nil {
 		t.Fatalf("without a store: %v, %v", none, err)
+	}
+}
+
+// BenchmarkLintsFor is the cost per request of finding the lints of a
+// namespace once they are compiled: 10 lints with examples, each
+// request reading them from the store.
+func BenchmarkLintsFor(b *testing.B) {
+	ls := &mapLints{lints: map[string]controlapi.Lint{}}
+	for i := range 10 {
+		ls.lints[fmt.Sprint("lint-", i)] = controlapi.Lint{Namespaces: "payments.*", Expr: fmt.Sprintf(`new["k%d"] < %d`, i, 100+i),
+			Message: "k must stay below its bound", Severity: controlapi.LintBlock,
+			Examples: controlapi.LintExamples{
+				Pass: []controlapi.LintExample{{New: map[string]json.RawMessage{fmt.Sprint("k", i): json.RawMessage("1")}}},
+				Fail: []controlapi.LintExample{{New: map[string]json.RawMessage{fmt.Sprint("k", i): json.RawMessage("1000")}}},
+			}}
+	}
+	h, err := New(Config{Store: statusStore{}, Lints: ls})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if l, err := h.lintsFor(ctx, "payments.prod"); err != nil || len(l) != 10 {
+			b.Fatal(len(l), err)
+		}
 	}
 }
