@@ -86,6 +86,8 @@ type Lint struct {
 	name string
 	spec controlapi.Lint
 	prg  cel.Program
+	// message is the message of a failing check.
+	message string
 }
 
 // Compile checks spec (its expression type-checked, its cost bounded,
@@ -122,7 +124,7 @@ func compile(name string, spec controlapi.Lint, estimateLimit, runLimit uint64) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: expr: %v", ErrInvalid, err)
 	}
-	l := &Lint{name: name, spec: spec, prg: prg}
+	l := &Lint{name: name, spec: spec, prg: prg, message: failMessage(name, spec.Message, keysOf(ast.NativeRep()))}
 	if err := l.runExamples(); err != nil {
 		return nil, err
 	}
@@ -277,7 +279,7 @@ func (l *Lint) Eval(ctx context.Context, in Input) controlapi.Check {
 	case err != nil:
 		c.Result, c.Message = l.spec.Severity, "error: "+err.Error()
 	case !ok:
-		c.Result, c.Message = l.spec.Severity, l.spec.Message
+		c.Result, c.Message = l.spec.Severity, l.message
 	}
 	return c
 }

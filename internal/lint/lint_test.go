@@ -78,7 +78,7 @@ func TestEval(t *testing.T) {
 			if c.Kind != controlapi.CheckLint || c.Name != "l" || c.Namespace != "payments.prod" {
 				t.Fatalf("check %+v", c)
 			}
-			if got == "block" && c.Message != "it fails" {
+			if got == "block" && !strings.HasPrefix(c.Message, "it fails") {
 				t.Fatalf("message %q", c.Message)
 			}
 			if got == "error" && c.Result != controlapi.CheckBlock {
@@ -230,5 +230,28 @@ func TestEvalCanceled(t *testing.T) {
 	c := l.Eval(ctx, Input{New: big})
 	if c.Result != controlapi.CheckBlock || !strings.HasPrefix(c.Message, "error: ") {
 		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestFailMessageNamesKeys(t *testing.T) {
+	for _, tc := range []struct{ expr, message, want string }{
+		{`new["retry-timeout-ms"] < new["circuit-breaker-budget-ms"]`, "retry too long",
+			"retry too long (keys: circuit-breaker-budget-ms, retry-timeout-ms)"},
+		{`new["retry-timeout-ms"] < new["circuit-breaker-budget-ms"]`, "retry-timeout-ms must stay below circuit-breaker-budget-ms",
+			"retry-timeout-ms must stay below circuit-breaker-budget-ms"},
+		{`new.pool <= 5`, "", "lint l fails (keys: pool)"},
+		{`!has(new.debug) && !("trace" in new) && !("gone" in change.deletes)`, "quiet please", "quiet please (keys: debug, gone, trace)"},
+		{`new.all(k, new[k] != null) && size(old) > 0`, "all set", "all set"},
+	} {
+		s := spec(tc.expr)
+		s.Message = tc.message
+		l, err := Compile("l", s)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		c := l.Eval(context.Background(), Input{New: vals("retry-timeout-ms", "1", "circuit-breaker-budget-ms", "0", "pool", "9", "debug", "1")})
+		if c.Message != tc.want {
+			t.Errorf("%s: message %q, want %q", tc.expr, c.Message, tc.want)
+		}
 	}
 }
