@@ -120,7 +120,7 @@ func compile(name string, spec controlapi.Lint, estimateLimit, runLimit uint64) 
 	if est.Max > estimateLimit {
 		return nil, fmt.Errorf("%w: expr: its cost may reach %s over a namespace of %d keys, over the limit of %d", ErrTooCostly, costString(est.Max), MaxKeys, estimateLimit)
 	}
-	prg, err := env.Program(ast, cel.CostLimit(runLimit), cel.InterruptCheckFrequency(interruptEvery))
+	prg, err := env.Program(ast, cel.CostLimit(runLimit), cel.InterruptCheckFrequency(interruptEvery), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, fmt.Errorf("%w: expr: %v", ErrInvalid, err)
 	}
