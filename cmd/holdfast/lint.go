@@ -26,15 +26,17 @@ pass and must fail, run when it is saved. Setting and deleting lints needs
 the admin scope; reading them any control scope; testing one control of
 the namespace it runs over. See docs/CHANGES.md, "Lints".`
 
+// readInput reads file, or standard input when it is "-".
+func readInput(file string) ([]byte, error) {
+	if file == "-" {
+		return io.ReadAll(io.LimitReader(os.Stdin, maxReplyBytes))
+	}
+	return os.ReadFile(file)
+}
+
 // readLintFile reads a lint's JSON from file ("-": standard input).
 func readLintFile(file string) (controlapi.Lint, error) {
-	var data []byte
-	var err error
-	if file == "-" {
-		data, err = io.ReadAll(io.LimitReader(os.Stdin, maxReplyBytes))
-	} else {
-		data, err = os.ReadFile(file)
-	}
+	data, err := readInput(file)
 	if err != nil {
 		return controlapi.Lint{}, usagef("%v", err)
 	}
