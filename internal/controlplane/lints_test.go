@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // mapLints is a LintStore over a map, counting its reads.
@@ -80,5 +85,45 @@ func BenchmarkLintsFor(b *testing.B) {
 		if l, err := h.lintsFor(ctx, "payments.prod"); err != nil || len(l) != 10 {
 			b.Fatal(len(l), err)
 		}
+	}
+}
+
+// historyStore has three revisions of one namespace, the oldest's values
+// compacted away.
+type historyStore struct{ Store }
+
+func (historyStore) History(_ context.Context, ns string, limit int, _ int64) (*controlapi.History, error) {
+	recs := []controlapi.AuditRecord{
+		{Revision: 30, PrevRevision: 20, Puts: []string{"a"}},
+		{Revision: 20, PrevRevision: 10, Puts: []string{"a"}},
+		{Revision: 10, Puts: []string{"a"}},
+	}
+	return &controlapi.History{Namespace: ns, Revisions: recs[:min(limit, len(recs))]}, nil
+}
+
+func (historyStore) ValuesAt(_ context.Context, ns string, rev int64) (*controlapi.NamespaceValues, error) {
+	if rev < 20 {
+		return nil, &transport.CompactedError{CompactRevision: 15}
+	}
+	return &controlapi.NamespaceValues{Namespace: ns, Revision: rev,
+		Values: map[string]json.RawMessage{"a": json.RawMessage(fmt.Sprint(rev))}}, nil
+}
+
+// TestLintTestCompacted: lint test runs over the revisions whose values
+// the store still has, and says the history ended there.
+func TestLintTestCompacted(t *testing.T) {
+	h, err := New(Config{Store: historyStore{}, Lints: &mapLints{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"namespaces": "*", "expr": "new[\"a\"] < 25", "severity": "block"}`
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/control/lints/l/test?ns=app", strings.NewReader(body)))
+	var res controlapi.LintTestResult
+	if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if !slices.Equal(res.WouldBlock, []int64{30}) || res.Checked != 1 || !res.Truncated {
+		t.Fatalf("got %+v, want would_block [30] of 1 checked, truncated", res)
 	}
 }
