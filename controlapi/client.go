@@ -478,3 +478,69 @@ func (c *Client) rolloutAction(ctx context.Context, ns, id, action string, req R
 	}
 	return &r, nil
 }
+
+// PutLint sets lint name (PUT /control/lints/{name}, admin scope): the
+// server type-checks its expression, bounds its cost and runs its
+// examples first (bad_request, lint_too_costly, lint_examples_failed with
+// Error.Details). A server without lints answers transport.ErrNotFound.
+func (c *Client) PutLint(ctx context.Context, name string, l Lint) (*LintInfo, error) {
+	var info LintInfo
+	if err := c.do(ctx, http.MethodPut, "/control/lints/"+url.PathEscape(name), nil, l, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// GetLint returns lint name (GET /control/lints/{name});
+// transport.ErrNotFound when there is none.
+func (c *Client) GetLint(ctx context.Context, name string) (*LintInfo, error) {
+	var info LintInfo
+	if err := c.do(ctx, http.MethodGet, "/control/lints/"+url.PathEscape(name), nil, nil, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// ListLints returns the store's lints, sorted by name (GET /control/lints).
+func (c *Client) ListLints(ctx context.Context) ([]LintInfo, error) {
+	var l LintList
+	if err := c.do(ctx, http.MethodGet, "/control/lints", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Lints, nil
+}
+
+// DeleteLint deletes lint name (DELETE /control/lints/{name}, admin
+// scope); transport.ErrNotFound when there is none.
+func (c *Client) DeleteLint(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/control/lints/"+url.PathEscape(name), nil, nil, nil)
+}
+
+// LintTestOptions are the options of TestLint.
+type LintTestOptions struct {
+	// Limit is how many revisions of history it runs over, newest first
+	// (0: the server's default).
+	Limit int
+	// Lint, when set, is the unsaved lint to test in place of the one
+	// saved as name.
+	Lint *Lint
+}
+
+// TestLint runs lint name (or opts.Lint) over namespace ns's history
+// (POST /control/lints/{name}/test) and returns the revisions it would
+// have blocked and warned of.
+func (c *Client) TestLint(ctx context.Context, name, ns string, opts LintTestOptions) (*LintTestResult, error) {
+	q := url.Values{"ns": {ns}}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	var body any
+	if opts.Lint != nil {
+		body = opts.Lint
+	}
+	var res LintTestResult
+	if err := c.do(ctx, http.MethodPost, "/control/lints/"+url.PathEscape(name)+"/test", q, body, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

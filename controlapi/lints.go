@@ -64,3 +64,48 @@ const (
 	CheckWarn  = "warn"
 	CheckBlock = "block"
 )
+
+// Error codes of the lint routes (ErrorBody.Error): a lint whose examples
+// do not come out as they say (422, Details lists which) and one whose
+// estimated cost is over the limit (422). A malformed expression is a
+// bad_request (400).
+const (
+	CodeLintExamplesFailed = "lint_examples_failed"
+	CodeLintTooCostly      = "lint_too_costly"
+)
+
+// LintInfo is a lint with its name: GET /control/lints/{name}'s reply and
+// an entry of LintList.
+type LintInfo struct {
+	Name string `json:"name"`
+	Lint
+}
+
+// LintList is the reply of GET /control/lints: every lint, sorted by
+// name.
+type LintList struct {
+	Lints []LintInfo `json:"lints"`
+}
+
+// LintTestResult is the reply of POST /control/lints/{name}/test: the
+// revisions of the namespace's history (newest first) whose change the
+// lint blocks, and those it warns of (a warn lint's); Checked is how many
+// revisions it ran over.
+type LintTestResult struct {
+	Namespace  string  `json:"ns"`
+	WouldBlock []int64 `json:"would_block"`
+	WouldWarn  []int64 `json:"would_warn"`
+	Checked    int     `json:"checked"`
+	// Truncated says the store's history ended (compacted) before the
+	// limit.
+	Truncated bool `json:"truncated,omitempty"`
+	// Results are the checks of the revisions that did not pass, newest
+	// first, each with its message.
+	Results []LintTestRevision `json:"results,omitempty"`
+}
+
+// LintTestRevision is a lint's check of one revision's change.
+type LintTestRevision struct {
+	Revision int64 `json:"revision"`
+	Check
+}

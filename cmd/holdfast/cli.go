@@ -57,6 +57,7 @@ func commands() []*command {
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutListCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
+		lintSetCommand(), lintGetCommand(), lintListCommand(), lintDeleteCommand(), lintTestCommand(),
 		versionCommand(),
 	}
 }

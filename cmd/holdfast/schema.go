@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 )
 
 // The schema commands: a namespace's JSON Schema on the holdfast server
@@ -31,13 +30,7 @@ checked.
 			t := addTargetFlags(fs, true)
 			return func(ctx context.Context, e *env, args []string) error {
 				ns, name := args[0], args[1]
-				var data []byte
-				var err error
-				if name == "-" {
-					data, err = io.ReadAll(io.LimitReader(os.Stdin, maxReplyBytes))
-				} else {
-					data, err = os.ReadFile(name)
-				}
+				data, err := readInput(name)
 				if err != nil {
 					return usagef("%v", err)
 				}

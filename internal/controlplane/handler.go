@@ -43,6 +43,9 @@ type Config struct {
 	// Tokens, when set, serves /control/tokens; without, those routes
 	// answer 404.
 	Tokens TokenStore
+	// Lints, when set, serves /control/lints and runs the lints it keeps;
+	// without, those routes answer 404.
+	Lints LintStore
 	// Authenticator, when set, makes every request need an identity with
 	// the scope of its route (a namespace's control, the pattern "*" for
 	// a store-wide route, any control scope for GET /control/clients, the
@@ -92,6 +95,8 @@ type Handler struct {
 	log    *slog.Logger
 	routes []route
 	mux    *http.ServeMux
+	// lintCache keeps the lints compiled (lintsFor).
+	lintCache lintCache
 }
 
 // New returns the control API over cfg.Store.
@@ -134,6 +139,11 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /control/tokens/{name}", h.getToken},
 		{"DELETE /control/tokens/{name}", h.revokeToken},
 		{"POST /control/tokens/sync", h.syncTokens},
+		{"PUT /control/lints/{name}", h.putLint},
+		{"GET /control/lints/{name}", h.getLint},
+		{"DELETE /control/lints/{name}", h.deleteLint},
+		{"GET /control/lints", h.listLints},
+		{"POST /control/lints/{name}/test", h.testLint},
 	} {
 		h.routes = append(h.routes, route{rt.pattern, h.serve(h.gate(rt.pattern, rt.fn))})
 	}
@@ -206,10 +216,14 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	if h.cfg.Authenticator == nil {
 		return fn
 	}
-	_, path, _ := strings.Cut(pattern, " ")
+	method, path, _ := strings.Cut(pattern, " ")
 	tokenSync := path == "/control/tokens/sync"
-	admin := !tokenSync && strings.HasPrefix(path, "/control/tokens")
-	storeWide := !admin && !tokenSync && !strings.Contains(path, "{ns}") && path != "/control/clients"
+	// Lints: set and deleted by an admin, read by any control scope,
+	// tested by one that controls the namespace (checked by the route).
+	lints := strings.HasPrefix(path, "/control/lints")
+	admin := !tokenSync && strings.HasPrefix(path, "/control/tokens") ||
+		lints && (method == http.MethodPut || method == http.MethodDelete)
+	storeWide := !admin && !tokenSync && !lints && !strings.Contains(path, "{ns}") && path != "/control/clients"
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, ok := access.FromContext(r.Context())
 		if !ok {
@@ -225,7 +239,7 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 		case tokenSync && !id.IsRelay():
 			return forbidden("token %q has no relay scope", id.Name)
 		case admin && !id.IsAdmin():
-			return forbidden("token %q has no admin scope (token management needs it)", id.Name)
+			return forbidden("token %q has no admin scope (managing tokens and lints needs it)", id.Name)
 		case tokenSync || admin:
 		case !id.HasControl():
 			return forbidden("token %q has no control scope", id.Name)

@@ -78,6 +78,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"RolloutNeedsBase", testRolloutNeedsBase},
 		{"RolloutSchemaAtStart", testRolloutSchemaAtStart},
 		{"RollbackCompacted", testRollbackCompacted},
+		{"Lints", testLints},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, c.on(t)) })
 	}

@@ -23,6 +23,7 @@ const maxControlBytes = 64 << 10
 func (s *Server) controlRoutes() ([]dataplane.Route, error) {
 	cfg := controlplane.Config{
 		Store:           controlStore{s},
+		Lints:           &s.lints,
 		MaxPublishBytes: s.opts.maxPublishBytes,
 		StoreID:         s.StoreID,
 		MapError:        mapError,

@@ -35,6 +35,7 @@ type Server struct {
 	faults   faults
 	stats    counters
 	rollouts *rollouts // the rollout controller
+	lints    lintStore // the control API's lints
 
 	closing chan struct{} // closed by Close: WaitRollout returns
 	// life is canceled by Close: StartRollout refuses from then on.
@@ -409,7 +410,7 @@ func (s *Server) DropStreams() { s.dp.DropStreams() }
 func (s *Server) SetBlackhole(on bool) { s.faults.setBlackhole(on) }
 
 // ResetStore replaces the store by an empty one with a new id (revisions
-// restart at 1; schemas, acks and audit records are dropped: a new
+// restart at 1; schemas, lints, acks and audit records are dropped: a new
 // history) and ends every stream and held long-poll, as a restart would.
 // Running rollouts end, reverted, with nothing committed. It returns the
 // new id.
@@ -417,6 +418,7 @@ func (s *Server) ResetStore() string {
 	id, gen := s.store.reset()
 	s.rollouts.endAll("the store was reset")
 	s.rollouts.reports.Reset()
+	s.lints.reset()
 	s.dp.ResetAcks()
 	s.dp.DropStreamsBefore(gen)
 	return id
