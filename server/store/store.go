@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -105,8 +106,11 @@ type Store struct {
 	Client    *clientv3.Client
 
 	member *embed.Etcd // nil for KindExternal
-	lock   *dirLock    // KindEmbedded
-	tmp    string      // KindMemory: removed at Close
+	// closing is set as Close stops the member: its listeners' closed
+	// errors are then expected (see slogCore).
+	closing atomic.Bool
+	lock    *dirLock // KindEmbedded
+	tmp     string   // KindMemory: removed at Close
 
 	dialOpts []grpc.DialOption
 	sec      Security // KindExternal
@@ -234,6 +238,7 @@ func (s *Store) Close() error {
 		s.Client = nil
 	}
 	if s.member != nil {
+		s.closing.Store(true)
 		s.member.Close()
 		s.member = nil
 	}
