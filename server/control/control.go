@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -85,6 +86,8 @@ type Config struct {
 	// Gates builds a rollout's metric gates from their JSON in the
 	// rollout's spec (nil: a rollout with gates is refused).
 	Gates func(raw json.RawMessage) (Gate, error)
+	// MeterProvider receives the control plane's metrics (nil: none).
+	MeterProvider metric.MeterProvider
 }
 
 // Gate is a check a rollout's stage must pass while it bakes (a metric
@@ -109,6 +112,7 @@ type Handler struct {
 	rollouts  *controller.Controller
 	reports   *reportSync
 	active    *activeRollouts
+	metrics   controlMetrics
 }
 
 // Close stops the handler's background work (the audit log's trimming,
@@ -119,6 +123,7 @@ func (h *Handler) Close() {
 	h.reports.close()
 	h.active.close()
 	h.rollouts.Close()
+	h.metrics.close()
 }
 
 // Publishes counts the publishes and rollbacks this handler committed.
@@ -181,6 +186,12 @@ func New(cfg Config) (*Handler, error) {
 	if h.api, err = controlplane.New(api); err != nil {
 		h.Close()
 		return nil, err
+	}
+	if cfg.MeterProvider != nil {
+		if h.metrics, err = newControlMetrics(h, cfg.MeterProvider); err != nil {
+			h.Close()
+			return nil, err
+		}
 	}
 	return h, nil
 }

@@ -30,6 +30,7 @@ func (s etcdStore) Status(ctx context.Context, ns string) (controlapi.NamespaceS
 		return controlapi.NamespaceStatus{}, err
 	}
 	st.Servers = 1 + len(servers)
+	st.Propagation = h.cfg.Acks.prop.status(ns, snap.Revision)
 	for _, c := range clients {
 		st.Clients++
 		switch {
