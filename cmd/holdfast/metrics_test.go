@@ -212,4 +212,3 @@ func readSeries(t *testing.T) []string {
 	}
 	return out
 }
-

@@ -89,6 +89,7 @@ func newControlMetrics(h *Handler, mp metric.MeterProvider) (controlMetrics, err
 			}
 		}
 		o.ObserveInt64(clients, int64(len(ids)))
+		h.cfg.Acks.prop.expire(time.Now())
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		n := 0

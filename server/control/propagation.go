@@ -99,18 +99,48 @@ func (p *propagation) published(ns string, rev int64, at time.Time, clients []st
 	p.watches[ns] = append(ws, w)
 }
 
-// live returns ns's watches still within their time, dropping the others.
+// live returns ns's watches still within their time, dropping the others
+// (see expired).
 func (p *propagation) live(ns string, now time.Time) []*publishWatch {
 	ws := p.watches[ns]
 	i := 0
-	for i < len(ws) && (now.Sub(ws[i].at) > propagationWatchTTL || ws[i].done()) {
+	for i < len(ws) && (ws[i].done() || p.expired(ws[i], now)) {
 		i++
 	}
 	if i == len(ws) {
 		delete(p.watches, ns)
 		return nil
 	}
+	p.watches[ns] = ws[i:]
 	return ws[i:]
+}
+
+// expired reports whether w's time is up; then it records the marks w did
+// not reach at the time it was watched, so that a publish that never
+// reached its clients shows in the histogram's top buckets instead of not
+// at all.
+func (p *propagation) expired(w *publishWatch, now time.Time) bool {
+	if now.Sub(w.at) <= propagationWatchTTL {
+		return false
+	}
+	if p.hist != nil {
+		for i, s := range propagationShares {
+			if w.reached[i] == 0 {
+				p.hist.Record(context.Background(), propagationWatchTTL.Seconds(), metric.WithAttributeSet(s.attr))
+			}
+		}
+	}
+	w.pending = nil
+	return true
+}
+
+// expire drops every namespace's watches whose time is up.
+func (p *propagation) expire(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ns := range p.watches {
+		p.live(ns, now)
+	}
 }
 
 func (w *publishWatch) done() bool { return len(w.pending) == 0 }
@@ -127,7 +157,7 @@ func (p *propagation) observe(acks []transport.Ack, now time.Time) {
 		if a.Status != wire.AckApplied || a.Rollout != "" {
 			continue
 		}
-		for _, w := range p.watches[a.Namespace] {
+		for _, w := range p.live(a.Namespace, now) {
 			if a.Revision < w.rev || !w.pending[a.ClientID] {
 				continue
 			}
