@@ -35,7 +35,7 @@ var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, 
 // Wrap returns next measured into meter's histogram name (e.g.
 // "holdfast.server.request.duration", in seconds) with the attributes
 // route (the mux pattern without its method, or Unmatched), method and
-// code (the reply's status code; 0 when none was written). The mux must
+// code (the reply's status code). The mux must
 // see the *http.Request Wrap passes on, or a handler between that passes
 // a copy (r.WithContext) must copy the mux's Pattern back.
 func Wrap(meter metric.Meter, name string, next http.Handler) (http.Handler, error) {
@@ -60,8 +60,12 @@ func Wrap(meter metric.Meter, name string, next http.Handler) (http.Handler, err
 			if !knownMethods[method] {
 				method = "other"
 			}
+			code := rw.code
+			if code == 0 {
+				code = http.StatusOK // what net/http sends for a handler that wrote nothing
+			}
 			hist.Record(r.Context(), time.Since(started).Seconds(), metric.WithAttributes(
-				attribute.String("route", route), attribute.String("method", method), attribute.String("code", strconv.Itoa(rw.code))))
+				attribute.String("route", route), attribute.String("method", method), attribute.String("code", strconv.Itoa(code))))
 		}()
 		next.ServeHTTP(rw, r)
 	}), nil
