@@ -21,3 +21,21 @@ var alertRules []byte
 // or failing closed, staleness nearing its MaxStaleness, rejected updates,
 // persist errors and reconnect storms. Each call returns a fresh copy.
 func AlertRules() []byte { return bytes.Clone(alertRules) }
+
+//go:embed dashboards/holdfast-server.json
+var serverDashboard []byte
+
+// ServerDashboard returns the Grafana dashboard of holdfast server and
+// holdfast relay, dashboards/holdfast-server.json: requests, publishes
+// and their propagation, the store, the watch cache, leadership,
+// rollouts and relays. Each call returns a fresh copy.
+func ServerDashboard() []byte { return bytes.Clone(serverDashboard) }
+
+//go:embed alerts/holdfast-server.rules.yml
+var serverAlertRules []byte
+
+// ServerAlertRules returns the Prometheus alerting rules of holdfast
+// server and holdfast relay, alerts/holdfast-server.rules.yml: no leader,
+// the store unreachable, the watch cache behind, slow publishes, slow
+// propagation, relays behind or cut off. Each call returns a fresh copy.
+func ServerAlertRules() []byte { return bytes.Clone(serverAlertRules) }

@@ -19,7 +19,14 @@ func TestAssets(t *testing.T) {
 	if r := telemetry.AlertRules(); !bytes.Contains(r, []byte("\ngroups:\n")) {
 		t.Errorf("AlertRules: no groups:\n%s", r)
 	}
-	for name, get := range map[string]func() []byte{"Dashboard": telemetry.Dashboard, "AlertRules": telemetry.AlertRules} {
+	if err := json.Unmarshal(telemetry.ServerDashboard(), &d); err != nil || d.UID != "holdfast-server" {
+		t.Errorf("ServerDashboard: uid %q, %v", d.UID, err)
+	}
+	if r := telemetry.ServerAlertRules(); !bytes.Contains(r, []byte("\ngroups:\n")) {
+		t.Errorf("ServerAlertRules: no groups:\n%s", r)
+	}
+	for name, get := range map[string]func() []byte{"Dashboard": telemetry.Dashboard, "AlertRules": telemetry.AlertRules,
+		"ServerDashboard": telemetry.ServerDashboard, "ServerAlertRules": telemetry.ServerAlertRules} {
 		b := get()
 		b[0] ^= 0xff
 		if get()[0] == b[0] {
