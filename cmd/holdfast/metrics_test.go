@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -64,6 +65,9 @@ func TestMetricsOfRealProcesses(t *testing.T) {
 	if p := st.Propagation; p.Revision != rev || p.Clients != 2 || p.Acked != 2 || p.P50 == nil || p.P95 == nil || *p.P50 > *p.P100 {
 		b, _ := json.Marshal(p)
 		t.Errorf("propagation of revision %d: %s", rev, b)
+	}
+	if out := mustRun(t, "status", "-server", srv.url(), "app"); !regexp.MustCompile(`(?m)^propagation\s+2/2 acked; 50% \S+, 95% \S+, 100% \S+$`).MatchString(out) {
+		t.Errorf("holdfast status:\n%s", out)
 	}
 
 	// A rollout that bakes for the test's length: its stage shows.
