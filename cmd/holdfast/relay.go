@@ -63,10 +63,10 @@ listener of their own with -admin-addr:
 	               cursor, age_seconds (how long ago the upstream last
 	               confirmed it), unconfirmed, streams, last_error; and
 	               the build (as 'holdfast version -o json')
-	GET /metrics   Prometheus text: the relay's metrics,
-	               holdfast_relay_namespace_age_seconds{holdfast_namespace},
-	               holdfast_relay_namespace_unconfirmed, and the Go runtime's
-	               and process's metrics
+	GET /metrics   Prometheus text: the relay's metrics (requests by
+	               route and code, open streams, fan-out, upstream state,
+	               each namespace's age; docs/RELAY.md, "Metrics"), and the
+	               Go runtime's and process's metrics
 
 Every listener serves TLS with -tls-cert and -tls-key (reloaded when the
 files change) and, with -tls-client-ca, requires client certificates

@@ -58,7 +58,11 @@ a listener of their own with -admin-addr:
 	GET /statusz   the store's kind, endpoints, id, head and compaction
 	               point, and the build (as 'holdfast version -o json'),
 	               as JSON
-	GET /metrics   Prometheus text: the Go runtime's and process's metrics
+	GET /metrics   Prometheus text: the server's metrics (requests by
+	               route and code, streams, publishes and their
+	               propagation, the store's latency, the watch cache's
+	               lag, leadership, rollouts; docs/SERVER.md, "Metrics"),
+	               and the Go runtime's and process's metrics
 
 Tokens live in the store ('holdfast token create|list|revoke', see
 docs/SERVER.md, "Tokens"). A store that has never had an admin token is
