@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,13 +13,14 @@ import (
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/telemetry"
 )
 
-// seriesFile lists the series a server and a relay export (beside Go's
-// and the process's), one a line: the dashboard's and the alert rules'
-// queries may use only these (internal/otelcheck checks them), and
+// seriesFile lists the series a server and a relay export
+// (telemetry.ServerSeries): the dashboard's and the alert rules' queries
+// may use only these (internal/otelcheck checks them), and
 // TestMetricsOfRealProcesses checks that each is in a real scrape.
-var seriesFile = filepath.Join("..", "..", "telemetry", "dashboards", "holdfast-server.series")
+const seriesFile = "telemetry/dashboards/holdfast-server.series"
 
 // TestMetricsOfRealProcesses scrapes /metrics of a real `holdfast server`
 // and a real `holdfast relay` in front of it, with an SDK client on each
@@ -95,7 +93,9 @@ func TestMetricsOfRealProcesses(t *testing.T) {
 		{"holdfast_server_request_duration_seconds", map[string]string{"route": "/control/namespaces/{ns}/publish", "method": "POST", "code": "200"}, 2},
 		{"holdfast_server_propagation_duration_seconds", map[string]string{"share": "1"}, 1},
 	} {
-		if d := sampleValue(after, m.name, m.labels) - sampleValue(before, m.name, m.labels); d < m.delta {
+		a, _ := metricValue(after, m.name, m.labels)
+		b, _ := metricValue(before, m.name, m.labels)
+		if d := a - b; d < m.delta {
 			t.Errorf("%s%v moved by %v, want at least %v", m.name, m.labels, d, m.delta)
 		}
 	}
@@ -121,13 +121,13 @@ func TestMetricsOfRealProcesses(t *testing.T) {
 	if v, ok := metricValue(relayed, "holdfast_relay_namespace_streams", map[string]string{"holdfast_namespace": "app"}); !ok || v < 1 {
 		t.Errorf("holdfast_relay_namespace_streams{app} = %v (present %v), want at least 1", v, ok)
 	}
-	if v := sampleValue(relayed, "holdfast_relay_request_duration_seconds", map[string]string{"route": "/sdk/snapshot", "code": "200"}); v < 1 {
+	if v, _ := metricValue(relayed, "holdfast_relay_request_duration_seconds", map[string]string{"route": "/sdk/snapshot", "code": "200"}); v < 1 {
 		t.Errorf("holdfast_relay_request_duration_seconds{route=/sdk/snapshot} counted %v, want at least 1", v)
 	}
 
 	// Every series listed is in the scrapes, and every holdfast series
 	// of the scrapes is listed.
-	listed := readSeries(t)
+	listed := telemetry.ServerSeries()
 	got := map[string]bool{}
 	for _, fams := range []map[string]*dto.MetricFamily{after, relayed} {
 		for name, f := range fams {
@@ -159,37 +159,6 @@ func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
 	return parseMetrics(t, body)
 }
 
-// sampleValue is metricValue for any family: a histogram's count, summed
-// over the samples whose labels include want (0 when none).
-func sampleValue(families map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	f := families[name]
-	if f == nil {
-		return 0
-	}
-	var sum float64
-next:
-	for _, m := range f.GetMetric() {
-		labels := map[string]string{}
-		for _, lp := range m.GetLabel() {
-			labels[lp.GetName()] = lp.GetValue()
-		}
-		for k, v := range want {
-			if labels[k] != v {
-				continue next
-			}
-		}
-		switch {
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		}
-	}
-	return sum
-}
-
 // promSeries are the names a query selects of family name: a
 // histogram's _bucket, _sum and _count, else the name.
 func promSeries(name string, f *dto.MetricFamily) []string {
@@ -197,22 +166,4 @@ func promSeries(name string, f *dto.MetricFamily) []string {
 		return []string{name + "_bucket", name + "_count", name + "_sum"}
 	}
 	return []string{name}
-}
-
-// readSeries reads seriesFile: a name a line, # comments.
-func readSeries(t *testing.T) []string {
-	t.Helper()
-	f, err := os.Open(seriesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
-			out = append(out, line)
-		}
-	}
-	return out
 }

@@ -1,12 +1,7 @@
 package otelcheck_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,25 +13,18 @@ import (
 )
 
 // serverSeriesPath lists the series holdfast server and holdfast relay
-// export; cmd/holdfast's TestMetricsOfRealProcesses checks it against
-// real scrapes, and the tests here check the server's dashboard and
-// alert rules against it.
-var serverSeriesPath = filepath.Join("..", "..", "telemetry", "dashboards", "holdfast-server.series")
+// export (telemetry.ServerSeries); cmd/holdfast's
+// TestMetricsOfRealProcesses checks it against real scrapes, and the
+// tests here check the server's dashboard and alert rules against it.
+const serverSeriesPath = "telemetry/dashboards/holdfast-server.series"
 
-// serverSeries reads serverSeriesPath, plus what every process exports
-// (target_info, and Go's and the process's, prefix go_ and process_).
+// serverSeries is telemetry.ServerSeries, plus what every process
+// exports (target_info).
 func serverSeries(t *testing.T) map[string]bool {
 	t.Helper()
-	raw, err := os.ReadFile(serverSeriesPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]bool{"target_info": true}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
-			out[line] = true
-		}
+	for _, s := range telemetry.ServerSeries() {
+		out[s] = true
 	}
 	if len(out) < 20 {
 		t.Fatalf("%s lists %d series", serverSeriesPath, len(out))
@@ -133,55 +121,11 @@ func TestServerAlertRules(t *testing.T) {
 			t.Errorf("no alert %s; alerts: %v", want, alerts)
 		}
 	}
-	raw, err := os.ReadFile(filepath.Join(alertsDir, "holdfast-server.test.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tests ruleTests
-	if err := yaml.Unmarshal(raw, &tests); err != nil {
-		t.Fatalf("holdfast-server.test.yml: %v", err)
-	}
-	firing, quiet := map[string]bool{}, map[string]bool{}
-	for _, tc := range tests.Tests {
-		for _, in := range tc.InputSeries {
-			if name, _, _ := strings.Cut(in.Series, "{"); !series[name] {
-				t.Errorf("holdfast-server.test.yml feeds %s, which holdfast server and relay do not export", in.Series)
-			}
-		}
-		for _, at := range tc.AlertRuleTest {
-			if len(at.ExpAlerts) > 0 {
-				firing[at.Alertname] = true
-			} else {
-				quiet[at.Alertname] = true
-			}
-		}
-	}
-	for _, a := range alerts {
-		if !firing[a] || !quiet[a] {
-			t.Errorf("%s: tested firing %v, quiet %v; want both", a, firing[a], quiet[a])
-		}
-	}
+	checkRuleTests(t, "holdfast-server.test.yml", func(name string) bool { return series[name] }, alerts)
 }
 
 // TestServerPromtool runs promtool check rules and promtool test rules on
 // the server's rules, as TestPromtool on the SDK's.
 func TestServerPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		const msg = "no promtool: install Debian's prometheus (apt-get install prometheus, as .ci/run does)"
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s: %v", msg, err)
-		}
-		t.Skipf("%s: %v", msg, err)
-	}
-	for _, args := range [][]string{
-		{"check", "rules", "holdfast-server.rules.yml"},
-		{"test", "rules", "holdfast-server.test.yml"},
-	} {
-		cmd := exec.Command(promtool, args...)
-		cmd.Dir = alertsDir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	runPromtool(t, "holdfast-server.rules.yml", "holdfast-server.test.yml")
 }
