@@ -84,8 +84,11 @@ func (p *propagation) measure(hist metric.Float64Histogram) {
 }
 
 // published starts watching revision rev of ns, committed at at, over
-// clients.
+// clients (none: it does not).
 func (p *propagation) published(ns string, rev int64, at time.Time, clients []string) {
+	if len(clients) == 0 {
+		return // nobody to reach: nothing to measure
+	}
 	w := &publishWatch{rev: rev, at: at, pending: make(map[string]bool, len(clients)), clients: len(clients)}
 	for _, c := range clients {
 		w.pending[c] = true

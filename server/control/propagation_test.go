@@ -13,7 +13,8 @@ import (
 )
 
 // TestPropagation: the monitor times the 50%, 95% and 100% marks of a
-// publish over the clients the ack table knew at the publish, counts a
+// publish over the clients the ack table knew at the publish (none: it
+// does not watch the publish), counts a
 // later revision's ack, ignores nacks, rollout reports and clients that
 // came after, and records the marks a publish never reached when its
 // watch expires.
@@ -25,6 +26,10 @@ func TestPropagation(t *testing.T) {
 	a.prop.measure(hist)
 	ack := func(client string, rev int64, status, rollout string) {
 		_ = a.AckBatch(context.Background(), []transport.Ack{{ClientID: client, Namespace: "ns", Revision: rev, Status: status, Rollout: rollout}})
+	}
+	a.published("ns", 3) // no client known: not watched
+	if st := a.prop.status("ns", 3); st != nil {
+		t.Errorf("a publish with no client known: %+v", st)
 	}
 	for _, c := range []string{"a", "b", "c", "d"} {
 		ack(c, 1, wire.AckApplied, "")
