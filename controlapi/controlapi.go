@@ -76,6 +76,24 @@ type NamespaceStatus struct {
 	// (holdfast server: this one and each other with a summary in the
 	// store; 0 from a server that merges none).
 	Servers int `json:"servers,omitempty"`
+	// Propagation is how far Revision has reached the namespace's
+	// clients, when the server answering committed it (nil otherwise).
+	Propagation *Propagation `json:"propagation,omitempty"`
+}
+
+// Propagation is how far one publish has reached its namespace's clients
+// (holdfast server's propagation monitor): of the Clients the server knew
+// of the namespace when it committed the publish, Acked have acked
+// Revision or a later one; P50, P95 and P100 are the seconds from the
+// commit until half, 95% and all of them had (nil: not yet).
+type Propagation struct {
+	Revision    int64     `json:"revision"`
+	PublishedAt time.Time `json:"published_at"`
+	Clients     int       `json:"clients"`
+	Acked       int       `json:"acked"`
+	P50         *float64  `json:"p50_seconds,omitempty"`
+	P95         *float64  `json:"p95_seconds,omitempty"`
+	P100        *float64  `json:"p100_seconds,omitempty"`
 }
 
 // ClientState is what one client reported about one namespace: an entry

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
+	"github.com/holdfast-dev/holdfast/internal/httpmetrics"
 	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -60,6 +62,11 @@ type Config struct {
 	// TokenUseInterval is how often the tokens' last uses are written
 	// (default tokens.DefaultUseInterval).
 	TokenUseInterval time.Duration
+	// MeterProvider receives the server's metrics (nil: none): its
+	// requests by route and code, its streams, the store's latency and
+	// errors, publishes and their propagation, leadership, rollouts
+	// (docs/SERVER.md, "Metrics").
+	MeterProvider metric.MeterProvider
 }
 
 // Server is a holdfast server over one store. Create it with New, serve
@@ -75,7 +82,8 @@ type Server struct {
 	tokens  *tokens.Store
 	handler http.Handler
 
-	leader *leader
+	leader  *leader
+	metrics metric.Registration // nil without Config.MeterProvider
 
 	closeOnce sync.Once
 	closeErr  error
@@ -101,6 +109,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Store.Logger == nil {
 		cfg.Store.Logger = cfg.Logger
+	}
+	if cfg.MeterProvider != nil && cfg.Store.MeterProvider == nil {
+		cfg.Store.MeterProvider, cfg.Store.MeterScope = cfg.MeterProvider, control.MeterScope
 	}
 	st, err := store.Open(ctx, cfg.Store)
 	if err != nil {
@@ -133,6 +144,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cc.StoreID = st.ID
 	cc.Tokens = toks
 	cc.AuthLimit = authLimit
+	if cfg.MeterProvider != nil {
+		cc.Meter, cc.MetricPrefix = cfg.MeterProvider.Meter(control.MeterScope), "holdfast.server"
+	}
 	s.cache, err = watchcache.New(origin{s.src, s.acks}, cc)
 	if err != nil {
 		s.tokens.Close()
@@ -155,6 +169,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Streams:             s.streams,
 		Liveness:            2 * cfg.Heartbeat,
 		Gates:               cfg.Gates,
+		MeterProvider:       cfg.MeterProvider,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
@@ -171,6 +186,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		data.ServeHTTP(w, r)
 	})
+	if cfg.MeterProvider != nil {
+		if s.handler, err = httpmetrics.Wrap(cfg.MeterProvider.Meter(control.MeterScope), "holdfast.server.request.duration", s.handler); err == nil {
+			s.metrics, err = s.registerMetrics(cfg.MeterProvider, authLimit)
+		}
+		if err != nil {
+			return nil, errors.Join(err, s.Close())
+		}
+	}
 	return s, nil
 }
 
@@ -260,6 +283,9 @@ func (s *Server) Status(ctx context.Context) Status {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.metrics != nil {
+			_ = s.metrics.Unregister()
+		}
 		if s.leader != nil {
 			s.leader.close()
 		}

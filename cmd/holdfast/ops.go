@@ -324,6 +324,9 @@ Status prints NAMESPACE's revision, the store's head and compaction point,
 and of the live clients that reported on it how many applied (acked) the
 revision, rejected (nacked) it, or are behind (stale and gone clients are
 not counted; the stale ones are counted apart), and the watch streams open.
+When the server answering committed the revision, "propagation" says how
+many of the clients it knew then have acked it, and how long after the
+commit half, 95% and all of them had ("-": not yet).
 ` + serverOnlyDoc,
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -353,12 +356,25 @@ not counted; the stale ones are counted apart), and the watch streams open.
 						if st.Servers > 0 {
 							tw.row("servers", st.Servers)
 						}
+						if p := st.Propagation; p != nil {
+							tw.row("propagation", fmt.Sprintf("%d/%d acked; 50%% %s, 95%% %s, 100%% %s", p.Acked, p.Clients,
+								propagationMark(p.P50), propagationMark(p.P95), propagationMark(p.P100)))
+						}
 						return tw.flush()
 					})
 				})
 			}
 		},
 	}
+}
+
+// propagationMark is a propagation mark's seconds as a duration, or "-"
+// when not reached.
+func propagationMark(sec *float64) string {
+	if sec == nil {
+		return "-"
+	}
+	return time.Duration(*sec * float64(time.Second)).Round(time.Millisecond).String()
 }
 
 func clientsCommand() *command {

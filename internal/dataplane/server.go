@@ -185,7 +185,11 @@ func (s *Server) Handler() http.Handler {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		defer context.AfterFunc(s.life, cancel)()
-		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(ctx, stoppingKey{}, s.closing)))
+		inner := req.WithContext(context.WithValue(ctx, stoppingKey{}, s.closing))
+		s.mux.ServeHTTP(w, inner)
+		// The route the mux chose, for a handler around this one that
+		// measures by route (internal/httpmetrics).
+		req.Pattern = inner.Pattern
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -94,6 +95,8 @@ type Config struct {
 	// Gates builds a rollout's metric gates from their JSON in the
 	// rollout's spec (nil: a rollout with gates is refused).
 	Gates func(raw json.RawMessage) (Gate, error)
+	// MeterProvider receives the control plane's metrics (nil: none).
+	MeterProvider metric.MeterProvider
 }
 
 // Gate is a check a rollout's stage must pass while it bakes (a metric
@@ -118,6 +121,7 @@ type Handler struct {
 	rollouts  *controller.Controller
 	reports   *reportSync
 	active    *activeRollouts
+	metrics   controlMetrics
 }
 
 // Close stops the handler's background work (the audit log's trimming,
@@ -128,6 +132,7 @@ func (h *Handler) Close() {
 	h.reports.close()
 	h.active.close()
 	h.rollouts.Close()
+	h.metrics.close()
 }
 
 // Publishes counts the publishes and rollbacks this handler committed.
@@ -165,6 +170,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Presence == nil {
 		cfg.Presence = presence.NewTable(10*time.Second, 0, cfg.Logger)
 	}
+	cfg.Acks.live = cfg.Presence
 	if cfg.Dropped == nil {
 		cfg.Dropped = func() int64 { return 0 }
 	}
@@ -196,6 +202,12 @@ func New(cfg Config) (*Handler, error) {
 	if h.api, err = controlplane.New(api); err != nil {
 		h.Close()
 		return nil, err
+	}
+	if cfg.MeterProvider != nil {
+		if h.metrics, err = newControlMetrics(h, cfg.MeterProvider); err != nil {
+			h.Close()
+			return nil, err
+		}
 	}
 	return h, nil
 }

@@ -32,6 +32,7 @@ func (s etcdStore) Status(ctx context.Context, ns string) (controlapi.NamespaceS
 		return controlapi.NamespaceStatus{}, err
 	}
 	st.Servers = 1 + len(servers)
+	st.Propagation = h.cfg.Acks.prop.status(ns, snap.Revision)
 	presence.Count(&st, clients)
 	return st, nil
 }

@@ -29,12 +29,15 @@ var _ controlplane.Store = etcdStore{}
 
 func (s etcdStore) Publish(ctx context.Context, ns string, w controlplane.Write) (int64, error) {
 	h := s.h
+	started := time.Now()
 	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
 		return h.cfg.Namespaces.Publish(ctx, ns, w.Puts, w.Deletes, opts...)
 	})
+	h.metrics.committed(ctx, kindPublish, started, err)
 	if err != nil {
 		return 0, err
 	}
+	h.cfg.Acks.published(ns, rev)
 	h.publishes.Add(1)
 	h.trim.published(ns, publishSize(w.Puts, w.Deletes))
 	return rev, nil
@@ -42,12 +45,15 @@ func (s etcdStore) Publish(ctx context.Context, ns string, w controlplane.Write)
 
 func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
 	h := s.h
+	started := time.Now()
 	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
 		return h.cfg.Namespaces.Rollback(ctx, ns, to, opts...)
 	})
+	h.metrics.committed(ctx, kindRollback, started, err)
 	if err != nil {
 		return 0, err
 	}
+	h.cfg.Acks.published(ns, rev)
 	h.publishes.Add(1)
 	h.trim.published(ns, 0) // its record repeats values whose publishes were weighed
 	return rev, nil

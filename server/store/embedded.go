@@ -53,7 +53,7 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	ec.ListenPeerUrls = []url.URL{*loopback}
 	ec.AdvertisePeerUrls = []url.URL{*loopback}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newSlogCore(cfg.Logger.With("component", "etcd"))))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newSlogCore(cfg.Logger.With("component", "etcd"), &s.closing)))
 	ec.ListenMetricsUrls = nil
 	// etcd's own command sets these defaults through its flags; NewConfig
 	// leaves them zero, and a zero unary-request threshold logs every

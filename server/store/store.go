@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -58,6 +61,10 @@ type Config struct {
 	// Security is how the server reaches an external cluster: TLS and
 	// etcd's authentication (KindExternal only).
 	Security Security
+	// MeterProvider receives the latency and errors of the server's
+	// requests to the store (nil: none), under MeterScope.
+	MeterProvider metric.MeterProvider
+	MeterScope    string
 }
 
 // Security is how a client reaches an etcd cluster that requires TLS or
@@ -105,8 +112,11 @@ type Store struct {
 	Client    *clientv3.Client
 
 	member *embed.Etcd // nil for KindExternal
-	lock   *dirLock    // KindEmbedded
-	tmp    string      // KindMemory: removed at Close
+	// closing is set as Close stops the member: its listeners' closed
+	// errors are then expected (see slogCore).
+	closing atomic.Bool
+	lock    *dirLock // KindEmbedded
+	tmp     string   // KindMemory: removed at Close
 
 	dialOpts []grpc.DialOption
 	sec      Security // KindExternal
@@ -128,6 +138,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	defer cancel()
 	s := &Store{Kind: cfg.Kind, dialOpts: cfg.DialOptions}
 	var err error
+	if cfg.MeterProvider != nil {
+		opt, err := requestMetrics(cfg.MeterProvider, cfg.MeterScope)
+		if err != nil {
+			return nil, err
+		}
+		s.dialOpts = append(slices.Clip(s.dialOpts), opt)
+	}
 	if _, _, err := compaction(cfg.Retention); err != nil {
 		return nil, err
 	}
@@ -234,6 +251,7 @@ func (s *Store) Close() error {
 		s.Client = nil
 	}
 	if s.member != nil {
+		s.closing.Store(true)
 		s.member.Close()
 		s.member = nil
 	}
