@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/telemetry"
 )
@@ -58,7 +59,7 @@ func (m *controlMetrics) close() {
 //
 //	holdfast.server.publish.duration     histogram (s) of commits, by kind and result
 //	holdfast.server.propagation.duration histogram (s) until a share of the clients acked a publish
-//	holdfast.server.clients              clients in this server's ack table
+//	holdfast.server.clients              clients connected to this server or a relay behind it, by state (live, stale)
 //	holdfast.server.rollouts.running     rollouts running in the store
 //	holdfast.server.rollout.stage        the stage (1 first) of each running rollout, by namespace
 //	holdfast.server.audit.records        audit records in the store
@@ -71,7 +72,7 @@ func newControlMetrics(h *Handler, mp metric.MeterProvider) (controlMetrics, err
 		metric.WithDescription("How long after a publish this server committed the given share (0.5, 0.95, 1) of the namespace's clients known at the publish acked it."),
 		metric.WithExplicitBucketBoundaries(propagationBuckets...))
 	clients, err3 := meter.Int64ObservableGauge("holdfast.server.clients", metric.WithUnit("{client}"),
-		metric.WithDescription("Distinct clients in this server's ack table (directly or through relays), connected or not."))
+		metric.WithDescription("Clients connected to this server, directly or through relays, by state: live, or stale (unconfirmed, or disconnected under 5 s ago)."))
 	running, err4 := meter.Int64ObservableGauge("holdfast.server.rollouts.running", metric.WithUnit("{rollout}"),
 		metric.WithDescription("Rollouts running in the store."))
 	stage, err5 := meter.Int64ObservableGauge("holdfast.server.rollout.stage",
@@ -82,13 +83,18 @@ func newControlMetrics(h *Handler, mp metric.MeterProvider) (controlMetrics, err
 		return controlMetrics{}, fmt.Errorf("control: metrics: %w", err)
 	}
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		ids := make(map[string]struct{})
-		for _, reps := range h.cfg.Acks.ByNamespace() {
-			for _, r := range reps {
-				ids[r.ClientID] = struct{}{}
+		var live, stale int64
+		now := time.Now()
+		for _, e := range h.cfg.Presence.Entries() {
+			switch e.Shown(now) {
+			case presence.Live:
+				live++
+			case presence.Stale:
+				stale++
 			}
 		}
-		o.ObserveInt64(clients, int64(len(ids)))
+		o.ObserveInt64(clients, live, metric.WithAttributes(attribute.String("state", string(presence.Live))))
+		o.ObserveInt64(clients, stale, metric.WithAttributes(attribute.String("state", string(presence.Stale))))
 		h.cfg.Acks.prop.expire(time.Now())
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
