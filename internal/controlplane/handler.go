@@ -43,6 +43,10 @@ type Config struct {
 	// Tokens, when set, serves /control/tokens; without, those routes
 	// answer 404.
 	Tokens TokenStore
+	// Changes, when set, serves /control/changes and /control/policies
+	// (the change workflow) and enforces the policies; without, those
+	// routes answer 404.
+	Changes ChangeStore
 	// Authenticator, when set, makes every request need an identity with
 	// the scope of its route (a namespace's control, the pattern "*" for
 	// a store-wide route, any control scope for GET /control/clients, the
@@ -134,6 +138,17 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /control/tokens/{name}", h.getToken},
 		{"DELETE /control/tokens/{name}", h.revokeToken},
 		{"POST /control/tokens/sync", h.syncTokens},
+		{"POST /control/changes", h.proposeChange},
+		{"GET /control/changes", h.listChanges},
+		{"GET /control/changes/{id}", h.getChange},
+		{"POST /control/changes/{id}/approve", h.changeAction},
+		{"POST /control/changes/{id}/reject", h.changeAction},
+		{"POST /control/changes/{id}/withdraw", h.changeAction},
+		{"POST /control/changes/{id}/rebase", h.changeAction},
+		{"POST /control/changes/{id}/publish", h.publishChange},
+		{"PUT /control/policies/{name}", h.putPolicy},
+		{"GET /control/policies/{name}", h.getPolicy},
+		{"DELETE /control/policies/{name}", h.deletePolicy},
 	} {
 		h.routes = append(h.routes, route{rt.pattern, h.serve(h.gate(rt.pattern, rt.fn))})
 	}
@@ -209,7 +224,11 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	_, path, _ := strings.Cut(pattern, " ")
 	tokenSync := path == "/control/tokens/sync"
 	admin := !tokenSync && strings.HasPrefix(path, "/control/tokens")
-	storeWide := !admin && !tokenSync && !strings.Contains(path, "{ns}") && path != "/control/clients"
+	// Policies need the admin scope; a change, control of each of its
+	// namespaces (checked by its handler).
+	admin = admin || strings.HasPrefix(path, "/control/policies")
+	changes := strings.HasPrefix(path, "/control/changes")
+	storeWide := !admin && !tokenSync && !changes && !strings.Contains(path, "{ns}") && path != "/control/clients"
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, ok := access.FromContext(r.Context())
 		if !ok {
@@ -225,7 +244,7 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 		case tokenSync && !id.IsRelay():
 			return forbidden("token %q has no relay scope", id.Name)
 		case admin && !id.IsAdmin():
-			return forbidden("token %q has no admin scope (token management needs it)", id.Name)
+			return forbidden("token %q has no admin scope (token and policy management need it)", id.Name)
 		case tokenSync || admin:
 		case !id.HasControl():
 			return forbidden("token %q has no control scope", id.Name)

@@ -21,6 +21,7 @@ const maxControlBytes = 64 << 10
 func (s *Server) controlRoutes() ([]dataplane.Route, error) {
 	cfg := controlplane.Config{
 		Store:           controlStore{s},
+		Changes:         changeStore{s},
 		MaxPublishBytes: s.opts.maxPublishBytes,
 		StoreID:         s.StoreID,
 		MapError:        mapError,
