@@ -57,6 +57,8 @@ func commands() []*command {
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutListCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
+		changeProposeCommand(), changeShowCommand(), changeListCommand(), changeApproveCommand(), changeRejectCommand(),
+		changeWithdrawCommand(), changeRebaseCommand(), changePublishCommand(), policyGetCommand(), policySetCommand(),
 		versionCommand(),
 	}
 }
