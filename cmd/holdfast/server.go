@@ -222,6 +222,9 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 	if err := serverMetrics(m.mp.Meter(meterScope), srv); err != nil {
 		return err
 	}
+	if err := changeMetrics(m.mp.Meter(meterScope), srv); err != nil {
+		return err
+	}
 	admin := http.NewServeMux()
 	var adminToks *access.Tokens // the admin scope, where the data plane is
 	if adminAddr == "" {

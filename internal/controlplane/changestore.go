@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 )
@@ -58,3 +59,20 @@ const (
 	KindChange    = "change"
 	KindEmergency = "emergency"
 )
+
+// OverdueReviews counts the emergency publishes of cs whose retro review
+// is still open past its due time at now (holdfast server's
+// holdfast_changes_overdue_review).
+func OverdueReviews(ctx context.Context, cs ChangeStore, now time.Time) (int, error) {
+	all, err := cs.Changes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range all {
+		if rr := c.RetroReview; c.Emergency && rr != nil && rr.ApprovedBy == "" && now.After(rr.Due) {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -207,4 +208,10 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 		}
 		return rev, revs, nil
 	}
+}
+
+// OverdueReviews counts the emergency publishes whose retro review is
+// overdue now.
+func (h *Handler) OverdueReviews(ctx context.Context) (int, error) {
+	return controlplane.OverdueReviews(ctx, etcdStore{h}, time.Now())
 }
