@@ -81,6 +81,9 @@ type Change struct {
 	// each namespace's new revision.
 	Revision  int64            `json:"revision,omitempty"`
 	Revisions map[string]int64 `json:"revisions,omitempty"`
+	// Staged marks a change published as a rollout; Rollout is its id.
+	Staged  bool   `json:"staged,omitempty"`
+	Rollout string `json:"rollout,omitempty"`
 	// Emergency marks an emergency publish: published without approval,
 	// its RetroReview open until a second person approves it.
 	Emergency   bool         `json:"emergency,omitempty"`

@@ -274,6 +274,13 @@ func (h *Handler) approvable(c *controlapi.Change, ps []namedPolicy, me string) 
 
 // sdkGate checks c's reach now against the policies' min_sdk_version.
 func (h *Handler) sdkGate(ctx context.Context, c *controlapi.Change, ps []namedPolicy) error {
+	gated := false
+	for _, p := range ps {
+		gated = gated || p.MinSDKVersion != ""
+	}
+	if !gated {
+		return nil
+	}
 	reach, err := h.reach(ctx, c, ps)
 	if err != nil {
 		return err
@@ -524,14 +531,9 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, controlapi.ChangePublishReply{Revision: c.Revision, Revisions: c.Revisions})
 		return nil
 	}
-	v, err := h.view(r, c, ps)
-	if err != nil {
-		return err
-	}
-	switch v.State {
-	case controlapi.ChangeStale:
-		st, _ := h.stale(r.Context(), &c)
-		return changeError(http.StatusConflict, controlapi.CodeStaleBase, "change %s: the base revision of %s moved: rebase it (which voids its approvals)", c.ID, strings.Join(st, ", "))
+	// A base that moved is found by the commit, which is conditional on
+	// each base revision (stale_base below).
+	switch c.State {
 	case controlapi.ChangeApproved:
 	case controlapi.ChangeOpen:
 		if b := blocked(c.Checks, controlapi.CheckSchema, controlapi.CheckLint); len(b) > 0 {
@@ -539,9 +541,9 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 			e.details = checkMessages(b)
 			return e
 		}
-		return changeError(http.StatusForbidden, controlapi.CodeApprovalRequired, "change %s has %d of the %d approval(s) it needs", c.ID, len(c.Approvals), v.Required)
+		return changeError(http.StatusForbidden, controlapi.CodeApprovalRequired, "change %s has %d of the %d approval(s) it needs", c.ID, len(c.Approvals), required(ps))
 	default:
-		return changeError(http.StatusConflict, transport.CodeConflict, "change %s is %s", c.ID, v.State)
+		return changeError(http.StatusConflict, transport.CodeConflict, "change %s is %s", c.ID, c.State)
 	}
 	if !satisfied(ps, &c) { // the policies may have changed since
 		return changeError(http.StatusForbidden, controlapi.CodeApprovalRequired, "change %s: its approvals no longer satisfy the policies", c.ID)
@@ -557,6 +559,7 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	}
 	c.State, c.UpdatedAt = controlapi.ChangePublished, now
 	if len(body.Stages) > 0 {
+		c.Staged = true
 		return h.publishChangeStaged(w, r, c, version, body, me)
 	}
 	writes := make(map[string]Write, len(c.Namespaces))
@@ -569,7 +572,7 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	var cfe *ConflictError
 	switch {
 	case errors.As(err, &cfe):
-		return changeError(http.StatusConflict, controlapi.CodeStaleBase, "change %s: %v: rebase it", c.ID, cfe)
+		return changeError(http.StatusConflict, controlapi.CodeStaleBase, "change %s: the base revision of %s moved (%v): rebase it (which voids its approvals)", c.ID, cfe.Namespace, cfe)
 	case errors.Is(err, ErrChangeMoved):
 		// Another request wrote it: published meanwhile, answer as it did.
 		if cur, _, gerr := h.cfg.Changes.GetChange(r.Context(), c.ID); gerr == nil && cur.State == controlapi.ChangePublished {
@@ -580,20 +583,18 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return err
 	}
-	h.recordRevisions(r.Context(), c, version, rev, revs)
 	h.log.Info("control: change published", "change", c.ID, "revision", rev, "by", me)
 	writeJSON(w, http.StatusOK, controlapi.ChangePublishReply{Revision: rev, Revisions: revs})
 	return nil
 }
 
-// recordRevisions writes the revisions a published change committed at
-// into its record (the commit wrote the record with its state only: the
-// revision is known once it committed). A failure leaves them to the
-// namespaces' history, whose records name the change.
-func (h *Handler) recordRevisions(ctx context.Context, c controlapi.Change, _ int64, rev int64, revs map[string]int64) {
+// recordRevisions writes the revisions a change published as a rollout
+// committed at into its record. A failure leaves them to the namespace's
+// history, whose records name the rollout.
+func (h *Handler) recordRevisions(ctx context.Context, c controlapi.Change, rev int64, revs map[string]int64, rollout string) {
 	cur, version, err := h.cfg.Changes.GetChange(ctx, c.ID)
 	if err == nil && cur.Revision == 0 {
-		cur.Revision, cur.Revisions = rev, revs
+		cur.Revision, cur.Revisions, cur.Rollout = rev, revs, rollout
 		if len(cur.Events) > 0 {
 			cur.Events[len(cur.Events)-1].Detail = fmt.Sprintf("revision %d", rev)
 		}
@@ -651,7 +652,7 @@ func (h *Handler) publishChangeStaged(w http.ResponseWriter, r *http.Request, c 
 		return err
 	}
 	revs := map[string]int64{ns: rec.Revisions[0]}
-	h.recordRevisions(r.Context(), c, version, rec.Revisions[0], revs)
+	h.recordRevisions(r.Context(), c, rec.Revisions[0], revs, rec.ID)
 	h.log.Info("control: change published as a rollout", "change", c.ID, "rollout", rec.ID, "by", me)
 	writeJSON(w, http.StatusOK, controlapi.ChangePublishReply{Revision: rec.Revisions[0], Revisions: revs, Rollout: rec.ID})
 	return nil

@@ -45,7 +45,9 @@ type ChangeStore interface {
 	// c: all in one transaction, the namespaces sharing one commit
 	// revision, which it returns with each namespace's; or nothing at all
 	// (a *ConflictError, a *SchemaError or *schema.ValidationError, a
-	// *RolloutRunningError, ErrChangeMoved).
+	// *RolloutRunningError, ErrChangeMoved). The change as GetChange reads
+	// it then has its Revision and Revisions (the record written in the
+	// transaction knew them not: a store may fill them in when read).
 	CommitChange(ctx context.Context, c controlapi.Change, version int64, writes map[string]Write) (rev int64, revs map[string]int64, err error)
 }
 

@@ -323,3 +323,31 @@ func testChangeLint(t *testing.T, c *client) {
 	}
 	reviewer.fails(http.StatusConflict, controlapi.CodeNotApprovable, "POST", "/control/changes/"+ch.ID+"/approve", nil)
 }
+
+// testChangeStaged: an approved change of one namespace publishes as a
+// rollout; one of two namespaces cannot.
+func testChangeStaged(t *testing.T, c *client) {
+	admin, reviewer := c.reviewed(t)
+	ns, other := c.ns("staged"), c.ns("staged")
+	c.publish(ns, map[string]any{"a": 1})
+	c.publish(other, map[string]any{"a": 1})
+	c.policy(admin, "staged-"+ns, ns, nil)
+	two := c.propose(map[string]any{"reason": "r", "namespaces": map[string]any{
+		ns: map[string]any{"puts": map[string]any{"a": 2}}, other: map[string]any{"puts": map[string]any{"a": 2}}}})
+	reviewer.ok(http.StatusOK, "POST", "/control/changes/"+two.ID+"/approve", nil, nil)
+	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", "/control/changes/"+two.ID+"/publish", map[string]any{"stages": []float64{50, 100}})
+	c.ok(http.StatusOK, "POST", "/control/changes/"+two.ID+"/withdraw", nil, nil)
+	one := c.propose(map[string]any{"reason": "r", "namespaces": map[string]any{ns: map[string]any{"puts": map[string]any{"a": 3}}}})
+	reviewer.ok(http.StatusOK, "POST", "/control/changes/"+one.ID+"/approve", nil, nil)
+	var pub controlapi.ChangePublishReply
+	c.ok(http.StatusOK, "POST", "/control/changes/"+one.ID+"/publish", map[string]any{"stages": []float64{50, 100}, "bake": "1h"}, &pub)
+	if pub.Rollout == "" || pub.Revisions[ns] != pub.Revision {
+		t.Fatalf("published as a rollout: %+v", pub)
+	}
+	got := c.change(one.ID)
+	if got.State != controlapi.ChangePublished || got.Rollout != pub.Rollout || got.Revision != pub.Revision {
+		t.Errorf("the change: %+v", got)
+	}
+	// Aborting the rollout is not guarded by the policy.
+	c.ok(http.StatusOK, "POST", nsPath(ns, "/rollouts/"+pub.Rollout+"/abort"), nil, nil)
+}

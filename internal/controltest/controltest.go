@@ -87,6 +87,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"ChangeStale", testChangeStale},
 		{"ChangeStates", testChangeStates},
 		{"ChangeAtomic", testChangeAtomic},
+		{"ChangeStaged", testChangeStaged},
 		{"Emergency", testEmergency},
 		{"ChangeLint", testChangeLint},
 	} {

@@ -34,7 +34,7 @@ type Server struct {
 	dp       *dataplane.Server
 	faults   faults
 	stats    counters
-	rollouts *rollouts // the rollout controller
+	rollouts *rollouts  // the rollout controller
 	book     changeBook // the change workflow's changes and policies
 
 	closing chan struct{} // closed by Close: WaitRollout returns

@@ -117,7 +117,27 @@ func (s etcdStore) GetChange(ctx context.Context, id string) (controlapi.Change,
 	if len(resp.Kvs) == 0 {
 		return c, 0, fmt.Errorf("%w: no change %q", controlplane.ErrNotFound, id)
 	}
-	return c, resp.Kvs[0].ModRevision, json.Unmarshal(resp.Kvs[0].Value, &c)
+	kv := resp.Kvs[0]
+	if err := json.Unmarshal(kv.Value, &c); err != nil {
+		return c, 0, err
+	}
+	committed(&c, kv.ModRevision)
+	return c, kv.ModRevision, nil
+}
+
+// committed fills in the revisions of a change CommitChange published:
+// its record was written in the commit's transaction, so its key's
+// ModRevision is the commit revision (a published change's record is
+// never written again, save an emergency's, which has its revisions, and
+// a rollout's, whose revisions are its first stage's, written apart).
+func committed(c *controlapi.Change, modRev int64) {
+	if c.State != controlapi.ChangePublished || c.Revision != 0 || c.Staged {
+		return
+	}
+	c.Revision, c.Revisions = modRev, make(map[string]int64, len(c.Namespaces))
+	for ns := range c.Namespaces {
+		c.Revisions[ns] = modRev
+	}
 }
 
 func (s etcdStore) Changes(ctx context.Context) ([]controlapi.Change, error) {
@@ -131,6 +151,7 @@ func (s etcdStore) Changes(ctx context.Context) ([]controlapi.Change, error) {
 		if err := json.Unmarshal(kv.Value, &c); err != nil {
 			return nil, fmt.Errorf("control: change %q: %w", kv.Key, err)
 		}
+		committed(&c, kv.ModRevision)
 		out = append(out, c)
 	}
 	return out, nil
@@ -192,7 +213,10 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 		rev, err := h.cfg.Namespaces.PublishMany(ctx, ws,
 			store.WithCondition(clientv3.Compare(clientv3.ModRevision(key), "=", version)),
 			store.WithOps(clientv3.OpPut(key, string(data))))
+		var conflict *store.ConflictError
 		switch {
+		case errors.As(err, &conflict):
+			return 0, nil, &controlplane.ConflictError{Namespace: conflict.Namespace, Revision: conflict.Revision, IfRevision: conflict.IfRevision}
 		case errors.Is(err, store.ErrGuardChanged) && attempt < 3:
 			continue
 		case errors.Is(err, store.ErrConditionFailed):
