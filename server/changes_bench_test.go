@@ -78,3 +78,54 @@ func BenchmarkChangePublish(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkChangePropose: the proposal of a change of 10 keys to a
+// namespace of 500 keys on the embedded store: its review (the diff, the
+// schema, the lints the server has, the reach) and the record's write.
+// The review's share is what it adds to the record's write, which
+// BenchmarkChangePublish's direct publish approximates:
+//
+//	go test -run '^$' -bench ChangePropose -benchtime 200x ./server/
+func BenchmarkChangePropose(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: b.TempDir()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() {
+		hs.Close()
+		_ = s.Close()
+	}()
+	c := controlClient(b, hs.URL, "")
+	for part := range 5 { // etcd's 128 operations a transaction
+		content := map[string]any{}
+		for i := part * 100; i < (part+1)*100; i++ {
+			content[fmt.Sprintf("key-%03d", i)] = map[string]any{"limit": i, "mode": "fast", "ratio": 0.5}
+		}
+		if _, err := c.Publish(ctx, "big", controlapi.PublishRequest{Puts: testutil.JSONValues(b, content)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.PutSchema(ctx, "big", []byte(`{"type":"object","additionalProperties":{"type":"object","properties":{"limit":{"type":"integer","minimum":0}}}}`)); err != nil {
+		b.Fatal(err)
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		puts := map[string]any{}
+		for k := range 10 {
+			puts[fmt.Sprintf("key-%03d", (i+k)%500)] = map[string]any{"limit": i + k, "mode": "slow"}
+		}
+		req := controlapi.ChangeRequest{Reason: "bench", Namespaces: map[string]controlapi.NamespaceChange{"big": {Puts: testutil.JSONValues(b, puts)}}}
+		start := time.Now()
+		if _, err := c.ProposeChange(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	b.StopTimer()
+	reportPercentiles(b, ds)
+}

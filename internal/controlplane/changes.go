@@ -65,6 +65,7 @@ func (h *Handler) proposeChange(w http.ResponseWriter, r *http.Request) error {
 	if err := h.mayControl(r, names...); err != nil {
 		return err
 	}
+	olds := make(map[string]map[string]json.RawMessage, len(names))
 	for _, ns := range names {
 		nc := body.Namespaces[ns]
 		if err := transport.ValidateNamespace(ns); err != nil {
@@ -85,7 +86,8 @@ func (h *Handler) proposeChange(w http.ResponseWriter, r *http.Request) error {
 		if nc.BaseRevision < 0 {
 			return badRequest("namespace %q: base_revision %d is negative", ns, nc.BaseRevision)
 		}
-		_, rev, err := cs.Current(r.Context(), ns)
+		old, rev, err := cs.Current(r.Context(), ns)
+		olds[ns] = old
 		if isNotFound(err) {
 			return &httpError{status: http.StatusNotFound, code: transport.CodeNotFound, msg: fmt.Sprintf("namespace %q has no revision: publish its first content before proposing changes", ns)}
 		}
@@ -112,7 +114,7 @@ func (h *Handler) proposeChange(w http.ResponseWriter, r *http.Request) error {
 		AllowOldSDK: body.AllowOldSDK, AllowOldSDKReason: body.AllowOldSDKReason,
 		CreatedAt: now, UpdatedAt: now,
 	}
-	if err := h.review(r.Context(), &c, ps); err != nil {
+	if err := h.review(r.Context(), &c, ps, olds); err != nil {
 		return err
 	}
 	ev := controlapi.ChangeEvent{At: now, By: me, Action: "propose", Reason: body.Reason, Detail: "hash " + c.Hash}
@@ -127,7 +129,7 @@ func (h *Handler) proposeChange(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.log.Info("control: change proposed", "change", c.ID, "namespaces", names, "author", me, "state", c.State)
-	out, err := h.view(r, c, ps)
+	out, err := h.view(r, c, ps, true)
 	if err != nil {
 		return err
 	}
@@ -174,12 +176,13 @@ func (h *Handler) stale(ctx context.Context, c *controlapi.Change) ([]string, er
 	return out, nil
 }
 
-// view is c as the caller sees it: its state derived (stale, a retro
-// review overdue), its required approvals and the caller's actions.
-func (h *Handler) view(r *http.Request, c controlapi.Change, ps []namedPolicy) (controlapi.Change, error) {
+// view is c as the caller sees it: its state derived (stale, unless
+// fresh: its bases were read just now; a retro review overdue), its
+// required approvals and the caller's actions.
+func (h *Handler) view(r *http.Request, c controlapi.Change, ps []namedPolicy, fresh bool) (controlapi.Change, error) {
 	c.Required = required(ps)
 	open := c.State == controlapi.ChangeOpen || c.State == controlapi.ChangeApproved
-	if open {
+	if open && !fresh {
 		st, err := h.stale(r.Context(), &c)
 		if err != nil {
 			return c, err
@@ -347,7 +350,7 @@ func (h *Handler) getChange(w http.ResponseWriter, r *http.Request) error {
 	if err := h.mayControl(r, sortedNamespaces(c.Namespaces)...); err != nil {
 		return err
 	}
-	out, err := h.view(r, c, ps)
+	out, err := h.view(r, c, ps, false)
 	if err != nil {
 		return err
 	}
@@ -371,6 +374,10 @@ func (h *Handler) listChanges(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	pols, err := cs.Policies(r.Context())
+	if err != nil {
+		return err
+	}
 	out := []controlapi.Change{}
 	for _, c := range all {
 		names := sortedNamespaces(c.Namespaces)
@@ -380,11 +387,7 @@ func (h *Handler) listChanges(w http.ResponseWriter, r *http.Request) error {
 		if h.mayControl(r, names...) != nil {
 			continue
 		}
-		ps, err := h.policies(r.Context(), names...)
-		if err != nil {
-			return err
-		}
-		v, err := h.view(r, c, ps)
+		v, err := h.view(r, c, matching(pols, names), false)
 		if err != nil {
 			return err
 		}
@@ -410,7 +413,7 @@ func (h *Handler) changeAction(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	action := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
-	v, err := h.view(r, c, ps)
+	v, err := h.view(r, c, ps, false)
 	if err != nil {
 		return err
 	}
@@ -455,15 +458,16 @@ func (h *Handler) changeAction(w http.ResponseWriter, r *http.Request) error {
 			return changeError(http.StatusConflict, transport.CodeConflict, "change %s is %s", c.ID, v.State)
 		}
 		voided := len(c.Approvals)
+		olds := make(map[string]map[string]json.RawMessage, len(c.Namespaces))
 		for ns, nc := range c.Namespaces {
-			_, rev, err := h.cfg.Changes.Current(r.Context(), ns)
+			old, rev, err := h.cfg.Changes.Current(r.Context(), ns)
 			if err != nil {
 				return err
 			}
-			nc.BaseRevision = rev
+			nc.BaseRevision, olds[ns] = rev, old
 			c.Namespaces[ns] = nc
 		}
-		if err := h.review(r.Context(), &c, ps); err != nil {
+		if err := h.review(r.Context(), &c, ps, olds); err != nil {
 			return err
 		}
 		c.Approvals = []controlapi.Approval{}
@@ -481,7 +485,7 @@ func (h *Handler) changeAction(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.log.Info("control: change "+action, "change", c.ID, "by", me, "state", c.State)
-	out, err := h.view(r, c, ps)
+	out, err := h.view(r, c, ps, false)
 	if err != nil {
 		return err
 	}
@@ -512,7 +516,7 @@ func (h *Handler) retroApprove(w http.ResponseWriter, r *http.Request, c control
 		return err
 	}
 	h.log.Info("control: emergency change reviewed", "change", c.ID, "by", ev.By)
-	out, err := h.view(r, c, ps)
+	out, err := h.view(r, c, ps, false)
 	if err != nil {
 		return err
 	}

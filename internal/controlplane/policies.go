@@ -130,6 +130,12 @@ func (h *Handler) policies(ctx context.Context, namespaces ...string) ([]namedPo
 	if err != nil {
 		return nil, err
 	}
+	return matching(all, namespaces), nil
+}
+
+// matching returns the policies of all that match any of namespaces, by
+// name.
+func matching(all map[string]controlapi.Policy, namespaces []string) []namedPolicy {
 	var out []namedPolicy
 	for name, p := range all {
 		for _, ns := range namespaces {
@@ -140,7 +146,7 @@ func (h *Handler) policies(ctx context.Context, namespaces ...string) ([]namedPo
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, nil
+	return out
 }
 
 // guarded refuses a write of ns that bypasses review (a direct publish,

@@ -22,15 +22,12 @@ import (
 // lints, the SDK gate), its reach and the hash an approval is bound to.
 
 // review computes c's diff, checks, reach and hash against the
-// namespaces' content now (their revisions must be c's base revisions).
-func (h *Handler) review(ctx context.Context, c *controlapi.Change, ps []namedPolicy) error {
+// namespaces' content now, olds (their revisions c's base revisions).
+func (h *Handler) review(ctx context.Context, c *controlapi.Change, ps []namedPolicy, olds map[string]map[string]json.RawMessage) error {
 	c.Diff, c.Checks = []controlapi.DiffEntry{}, []controlapi.Check{}
 	for _, ns := range sortedNamespaces(c.Namespaces) {
 		nc := c.Namespaces[ns]
-		old, _, err := h.cfg.Changes.Current(ctx, ns)
-		if err != nil {
-			return err
-		}
+		old := olds[ns]
 		c.Diff = append(c.Diff, semanticDiff(ns, old, nc.Puts, nc.Deletes)...)
 		checks, err := h.contentChecks(ctx, ns, old, nc.Puts, nc.Deletes)
 		if err != nil {
