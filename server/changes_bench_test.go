@@ -21,18 +21,8 @@ import (
 //
 //	go test -run '^$' -bench ChangePublish -benchtime 200x ./server/
 func BenchmarkChangePublish(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: b.TempDir()}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.Close()
-		_ = s.Close()
-	}()
-	c := controlClient(b, hs.URL, "")
+	ctx := context.Background()
+	c := benchServer(b)
 	nss := []string{"bench.a", "bench.b", "bench.c"}
 	for _, ns := range nss {
 		if _, err := c.Publish(ctx, ns, controlapi.PublishRequest{Puts: testutil.JSONValues(b, map[string]any{"v": 0})}); err != nil {
@@ -87,18 +77,8 @@ func BenchmarkChangePublish(b *testing.B) {
 //
 //	go test -run '^$' -bench ChangePropose -benchtime 200x ./server/
 func BenchmarkChangePropose(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: b.TempDir()}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.Close()
-		_ = s.Close()
-	}()
-	c := controlClient(b, hs.URL, "")
+	ctx := context.Background()
+	c := benchServer(b)
 	for part := range 5 { // etcd's 128 operations a transaction
 		content := map[string]any{}
 		for i := part * 100; i < (part+1)*100; i++ {
@@ -128,4 +108,21 @@ func BenchmarkChangePropose(b *testing.B) {
 	}
 	b.StopTimer()
 	reportPercentiles(b, ds)
+}
+
+// benchServer starts a server on an embedded store of its own for the
+// benchmark, closed with it, and returns a client of its control API.
+func benchServer(b *testing.B) *controlapi.Client {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: b.TempDir()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	b.Cleanup(func() {
+		hs.Close()
+		_ = s.Close()
+	})
+	return controlClient(b, hs.URL, "")
 }
