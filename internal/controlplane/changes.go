@@ -541,7 +541,11 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	case controlapi.ChangeApproved:
 	case controlapi.ChangeOpen:
 		if b := blocked(c.Checks, controlapi.CheckSchema, controlapi.CheckLint); len(b) > 0 {
-			e := changeError(http.StatusUnprocessableEntity, controlapi.CodeLintBlocked, "change %s: %d check(s) block it", c.ID, len(b)).(*httpError)
+			code := controlapi.CodeLintBlocked
+			if len(blocked(b, controlapi.CheckLint)) == 0 {
+				code = transport.CodeSchemaViolation
+			}
+			e := changeError(http.StatusUnprocessableEntity, code, "change %s: %d check(s) block it", c.ID, len(b)).(*httpError)
 			e.details = checkMessages(b)
 			return e
 		}

@@ -351,3 +351,20 @@ func testChangeStaged(t *testing.T, c *client) {
 	// Aborting the rollout is not guarded by the policy.
 	c.ok(http.StatusOK, "POST", nsPath(ns, "/rollouts/"+pub.Rollout+"/abort"), nil, nil)
 }
+
+// testChangeSchemaBlock: a change whose content fails the namespace's
+// schema is recorded with the schema's block, cannot be approved nor
+// published.
+func testChangeSchemaBlock(t *testing.T, c *client) {
+	ns := c.ns("schemablock")
+	c.publish(ns, map[string]any{"retry-ms": 100})
+	c.ok(http.StatusNoContent, "PUT", nsPath(ns, "/schema"), `{"type":"object","properties":{"retry-ms":{"type":"integer","maximum":1000}}}`, nil)
+	ch := c.propose(map[string]any{"reason": "r", "namespaces": map[string]any{ns: map[string]any{"puts": map[string]any{"retry-ms": 5000}}}})
+	if ch.State != controlapi.ChangeOpen || len(ch.Checks) == 0 || ch.Checks[0].Result != controlapi.CheckBlock || ch.Checks[0].Message == "" {
+		t.Fatalf("proposed: %+v", ch)
+	}
+	c.fails(http.StatusUnprocessableEntity, transport.CodeSchemaViolation, "POST", "/control/changes/"+ch.ID+"/publish", nil)
+	if c.srv.Tokens != nil && c.srv.Tokens.Reviewer != "" {
+		c.as(c.srv.Tokens.Reviewer).fails(http.StatusConflict, controlapi.CodeNotApprovable, "POST", "/control/changes/"+ch.ID+"/approve", nil)
+	}
+}

@@ -88,6 +88,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"ChangeStates", testChangeStates},
 		{"ChangeAtomic", testChangeAtomic},
 		{"ChangeStaged", testChangeStaged},
+		{"ChangeSchemaBlock", testChangeSchemaBlock},
 		{"Emergency", testEmergency},
 		{"ChangeLint", testChangeLint},
 	} {
