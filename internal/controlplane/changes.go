@@ -744,7 +744,7 @@ func nonPassing(cs []controlapi.Check) []controlapi.Check {
 }
 
 // lintDirect runs ns's lints over a direct publish: a block result
-// refuses it (422 lint_blocked).
+// refuses it (422 lint_blocked). The schema is the publish's own check.
 func (h *Handler) lintDirect(ctx context.Context, ns string, wr Write) error {
 	lints, err := h.lintsFor(ctx, ns)
 	if err != nil || len(lints) == 0 || h.cfg.Changes == nil {
@@ -754,7 +754,7 @@ func (h *Handler) lintDirect(ctx context.Context, ns string, wr Write) error {
 	if err != nil && !isNotFound(err) {
 		return err
 	}
-	checks, err := h.contentChecks(ctx, ns, old, wr.Puts, wr.Deletes)
+	checks, err := h.lintChecks(ctx, ns, old, wr.Puts, wr.Deletes)
 	if err != nil {
 		return err
 	}

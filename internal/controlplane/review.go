@@ -63,14 +63,20 @@ func (h *Handler) contentChecks(ctx context.Context, ns string, old map[string]j
 	case err != nil && !isNotFound(err): // a namespace's first publish: its commit checks it
 		return nil, err
 	}
-	checks := []controlapi.Check{sc}
-	lints, err := h.lintsFor(ctx, ns)
+	lc, err := h.lintChecks(ctx, ns, old, puts, deletes)
 	if err != nil {
 		return nil, err
 	}
-	if len(lints) == 0 {
-		return checks, nil
+	return append([]controlapi.Check{sc}, lc...), nil
+}
+
+// lintChecks runs ns's lints over old with puts and deletes applied.
+func (h *Handler) lintChecks(ctx context.Context, ns string, old map[string]json.RawMessage, puts map[string]json.RawMessage, deletes []string) ([]controlapi.Check, error) {
+	lints, err := h.lintsFor(ctx, ns)
+	if err != nil || len(lints) == 0 {
+		return nil, err
 	}
+	var checks []controlapi.Check
 	next := make(map[string]json.RawMessage, len(old)+len(puts))
 	for k, v := range old {
 		next[k] = v
