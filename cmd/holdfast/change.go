@@ -371,7 +371,7 @@ func splitList(s string) []string {
 }
 
 func showPolicy(w io.Writer, name string, p *controlapi.Policy) error {
-	_, err := fmt.Fprintf(w, "policy %s: namespaces %s\n  approvals:   %d from %s\n  emergency:   %s\n  retro review: %s\n  min SDK:     %s\n",
+	_, err := fmt.Fprintf(w, "policy %s: namespaces %s\n  approvals:    %d from %s\n  emergency:    %s\n  retro review: %s\n  min SDK:      %s\n",
 		cell(name), cell(p.Namespaces), p.Approvals, cell(strings.Join(p.Approvers, ", ")), cell(orNone(strings.Join(p.Emergency, ", "))),
 		cell(p.RetroReview), cell(orNone(p.MinSDKVersion)))
 	return err
@@ -406,7 +406,11 @@ func showChange(w io.Writer, c *controlapi.Change) error {
 	}
 	b.WriteString("\nchecks:\n")
 	for _, ck := range c.Checks {
-		fmt.Fprintf(&b, "  %-5s %s %s %s", ck.Result, cell(ck.Namespace), ck.Kind, cell(ck.Name))
+		name := ck.Kind
+		if ck.Name != ck.Kind {
+			name += " " + cell(ck.Name)
+		}
+		fmt.Fprintf(&b, "  %-5s %s %s", ck.Result, cell(ck.Namespace), name)
 		if ck.Message != "" {
 			fmt.Fprintf(&b, ": %s", cell(ck.Message))
 		}

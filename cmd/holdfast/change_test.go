@@ -154,7 +154,7 @@ func TestChangeWorkflowAcrossProcesses(t *testing.T) {
 		}
 		e.fails("self_approval", "alice", 2, "change", "approve", ch.ID)
 		show := e.ok("bob", 2, "change", "show", ch.ID)
-		for _, want := range []string{"retry-ms: 200 → 50", "pass  payments.prod schema", "payments.prod: 0 live client(s)", "approvals: 0 of 1", "you may: approve"} {
+		for _, want := range []string{"retry-ms: 200 → 50", "pass  payments.prod schema\n", "payments.prod: 0 live client(s)", "approvals: 0 of 1", "you may: approve"} {
 			if !strings.Contains(show, want) {
 				t.Errorf("change show lacks %q:\n%s", want, show)
 			}
