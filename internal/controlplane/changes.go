@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
@@ -328,15 +329,22 @@ func (h *Handler) loadChange(r *http.Request) (controlapi.Change, int64, []named
 	if err != nil {
 		return controlapi.Change{}, 0, nil, err
 	}
+	// The two reads at once: a publish's latency is theirs plus its
+	// commit's.
+	var pols map[string]controlapi.Policy
+	var perr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pols, perr = cs.Policies(r.Context())
+	}()
 	c, version, err := cs.GetChange(r.Context(), r.PathValue("id"))
-	if err != nil {
+	wg.Wait()
+	if err = errors.Join(err, perr); err != nil {
 		return c, 0, nil, err
 	}
-	ps, err := h.policies(r.Context(), sortedNamespaces(c.Namespaces)...)
-	if err != nil {
-		return c, 0, nil, err
-	}
-	return c, version, ps, nil
+	return c, version, matching(pols, sortedNamespaces(c.Namespaces)), nil
 }
 
 func (h *Handler) getChange(w http.ResponseWriter, r *http.Request) error {
