@@ -24,12 +24,15 @@ type changeEnv struct {
 	admin string            // the bootstrap admin's secret
 }
 
-func startChangeEnv(t *testing.T) *changeEnv {
+func startChangeEnv(t *testing.T, store ...string) *changeEnv {
 	t.Helper()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	adminFile := filepath.Join(dir, "admin-token")
-	srv := startServerProc(t, bin, "-data-dir", filepath.Join(dir, "data"), "-bootstrap-token-file", adminFile)
+	if len(store) == 0 {
+		store = []string{"-data-dir", filepath.Join(dir, "data")}
+	}
+	srv := startServerProc(t, bin, append(store, "-bootstrap-token-file", adminFile)...)
 	srv.logs.waitFor(t, "server: created the store's first admin token", srv.copied)
 	secret, err := os.ReadFile(adminFile)
 	if err != nil {
@@ -311,4 +314,53 @@ func TestChangeWorkflowAcrossProcesses(t *testing.T) {
 			t.Errorf("commits of the change: %d; history %+v", n, h.Revisions)
 		}
 	})
+}
+
+// TestChangeOnCluster: two holdfast server processes over a 3-member
+// etcd cluster: a change of three namespaces proposed through one server
+// is approved and published through the other, in one transaction at
+// one revision; publishing it again through the first commits nothing
+// more.
+func TestChangeOnCluster(t *testing.T) {
+	members := startEtcd(t)
+	e := startChangeEnv(t, "-etcd", members)
+	other := startServerProc(t, buildBinary(t), "-etcd", members)
+	ctx := context.Background()
+	alice := e.client("alice")
+	for _, ns := range []string{"payments.a", "payments.b", "payments.c"} {
+		if _, err := alice.Publish(ctx, ns, controlapi.PublishRequest{Puts: map[string]json.RawMessage{"v": json.RawMessage("1")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ok("admin", 2, "policy", "set", "-namespaces", "payments.*", "-approvers", "bob", "payments")
+	e.fails("approval_required", "alice", 1, "publish", "payments.a", "v=2")
+	ch, err := alice.ProposeChange(ctx, controlapi.ChangeRequest{Reason: "together", Namespaces: map[string]controlapi.NamespaceChange{
+		"payments.a": {Puts: map[string]json.RawMessage{"v": json.RawMessage("2")}},
+		"payments.b": {Puts: map[string]json.RawMessage{"v": json.RawMessage("2")}},
+		"payments.c": {Deletes: []string{"v"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e.srv
+	e.srv = other // bob and the publish through the other server
+	e.change("bob", "change", "approve", ch.ID)
+	out := e.ok("alice", 2, "change", "publish", "-o", "json", ch.ID)
+	var pub controlapi.ChangePublishReply
+	if err := json.Unmarshal([]byte(out), &pub); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, ns := range []string{"payments.a", "payments.b", "payments.c"} {
+		if pub.Revisions[ns] != pub.Revision || e.revision(ns) != pub.Revision {
+			t.Errorf("%s: reply %+v, at %d", ns, pub, e.revision(ns))
+		}
+	}
+	e.srv = first
+	again, err := alice.PublishChange(ctx, ch.ID, controlapi.ChangePublishRequest{})
+	if err != nil || again.Revision != pub.Revision {
+		t.Fatalf("published again through the first server: %+v %v", again, err)
+	}
+	if got := e.revision("payments.a"); got != pub.Revision {
+		t.Errorf("payments.a at %d after a second publish, want %d", got, pub.Revision)
+	}
 }
