@@ -24,6 +24,10 @@ type PublishRequest struct {
 	// AbortRollout reverts the namespace's running rollout first; without
 	// it a publish during a rollout is refused (409).
 	AbortRollout bool `json:"abort_rollout,omitempty"`
+	// Emergency publishes past a policy's approvals, by an identity in
+	// its emergency list, with a reason: lints are reported, not
+	// stopping it, and a retro review opens (the reply's EmergencyReply).
+	Emergency bool `json:"emergency,omitempty"`
 }
 
 // RollbackRequest is the body of POST /control/namespaces/{ns}/rollback.
@@ -183,11 +187,16 @@ type AuditRecord struct {
 	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 	Reason     string `json:"reason"`
 	// Kind is publish, rollback, rollout-stage, rollout-promote,
-	// rollout-revert, or unaudited (written past holdfast server).
-	Kind       string   `json:"kind"`
-	RollbackOf int64    `json:"rollback_of"` // a rollback's target revision; else 0
-	Puts       []string `json:"puts"`
-	Deletes    []string `json:"deletes"`
+	// rollout-revert, change (an approved change published), emergency
+	// (an emergency publish), or unaudited (written past holdfast
+	// server).
+	Kind       string `json:"kind"`
+	RollbackOf int64  `json:"rollback_of"` // a rollback's target revision; else 0
+	// Change is the id of the change a commit of kind change or
+	// emergency published.
+	Change  string   `json:"change,omitempty"`
+	Puts    []string `json:"puts"`
+	Deletes []string `json:"deletes"`
 }
 
 // History is a page of a namespace's audit records, newest first: the

@@ -212,6 +212,12 @@ func (s *Server) StoreErr() <-chan error { return s.store.Err() }
 // Publishes counts the publishes and rollbacks this server committed.
 func (s *Server) Publishes() int64 { return s.control.Publishes() }
 
+// OverdueReviews counts the emergency publishes whose retro review is
+// overdue (read from the store).
+func (s *Server) OverdueReviews(ctx context.Context) (int, error) {
+	return s.control.OverdueReviews(ctx)
+}
+
 // revision is the revision of ns in the watch cache.
 func (s *Server) revision(ns string) (int64, bool) {
 	for _, n := range s.cache.Namespaces() {

@@ -58,6 +58,8 @@ func commands() []*command {
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
 		lintSetCommand(), lintGetCommand(), lintListCommand(), lintDeleteCommand(), lintTestCommand(),
+		changeProposeCommand(), changeShowCommand(), changeListCommand(), changeApproveCommand(), changeRejectCommand(),
+		changeWithdrawCommand(), changeRebaseCommand(), changePublishCommand(), policyGetCommand(), policySetCommand(),
 		versionCommand(),
 	}
 }

@@ -67,7 +67,10 @@ is at revision N (0: it has none yet): else nothing changes, and the
 conflict with the current revision is on stderr, exit status 1. Read the
 revision with 'holdfast status' or 'holdfast history -limit 1'. A
 publish while a rollout runs on the namespace is refused (409), unless
--abort-rollout reverts the rollout first.
+-abort-rollout reverts the rollout first. A namespace under a policy
+that needs approvals refuses a publish (403 approval_required): propose a
+change ('holdfast change propose'), or, named in the policy's emergency
+list, publish with -emergency -reason WHY, which opens a retro review.
 ` + writerDoc,
 		minArgs: 1, maxArgs: math.MaxInt,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -78,6 +81,7 @@ publish while a rollout runs on the namespace is refused (409), unless
 			var ifRev optInt
 			fs.Var(&ifRev, "if-revision", "commit only if the namespace is at revision `N` (0: it has none)")
 			abort := fs.Bool("abort-rollout", false, "revert the namespace's running rollout first, if any (else a publish during one is refused)")
+			emergency := fs.Bool("emergency", false, "publish past the namespace's policy's approvals (you must be in its emergency list; -reason required): it opens a retro review")
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
 				puts, deletes, err := parseChange(*file, args[1:])
@@ -87,6 +91,12 @@ publish while a rollout runs on the namespace is refused (409), unless
 				req := controlapi.PublishRequest{Puts: puts, Deletes: deletes, Actor: *actor, Reason: *reason, AbortRollout: *abort}
 				if ifRev.set {
 					req.IfRevision = &ifRev.v
+				}
+				if *emergency {
+					if *reason == "" {
+						return usagef("-emergency needs -reason")
+					}
+					return emergencyPublish(ctx, e, t, ns, req)
 				}
 				return withServer(ctx, t, "publish", func(ctx context.Context, p *serverPlane) error {
 					rev, err := p.c.Publish(ctx, ns, req)

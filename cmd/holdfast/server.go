@@ -222,6 +222,9 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 // closes srv.
 func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, m *metrics, lc listen.Config, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
+	if err := changeMetrics(m.mp.Meter(control.MeterScope), srv); err != nil {
+		return err
+	}
 	admin := http.NewServeMux()
 	var adminToks *access.Tokens // the admin scope, where the data plane is
 	if adminAddr == "" {

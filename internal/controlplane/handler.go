@@ -46,6 +46,10 @@ type Config struct {
 	// Lints, when set, serves /control/lints and runs the lints it keeps;
 	// without, those routes answer 404.
 	Lints LintStore
+	// Changes, when set, serves /control/changes and /control/policies
+	// (the change workflow) and enforces the policies; without, those
+	// routes answer 404.
+	Changes ChangeStore
 	// Authenticator, when set, makes every request need an identity with
 	// the scope of its route (a namespace's control, the pattern "*" for
 	// a store-wide route, any control scope for GET /control/clients, the
@@ -144,6 +148,17 @@ func New(cfg Config) (*Handler, error) {
 		{"DELETE /control/lints/{name}", h.deleteLint},
 		{"GET /control/lints", h.listLints},
 		{"POST /control/lints/{name}/test", h.testLint},
+		{"POST /control/changes", h.proposeChange},
+		{"GET /control/changes", h.listChanges},
+		{"GET /control/changes/{id}", h.getChange},
+		{"POST /control/changes/{id}/approve", h.changeAction},
+		{"POST /control/changes/{id}/reject", h.changeAction},
+		{"POST /control/changes/{id}/withdraw", h.changeAction},
+		{"POST /control/changes/{id}/rebase", h.changeAction},
+		{"POST /control/changes/{id}/publish", h.publishChange},
+		{"PUT /control/policies/{name}", h.putPolicy},
+		{"GET /control/policies/{name}", h.getPolicy},
+		{"DELETE /control/policies/{name}", h.deletePolicy},
 	} {
 		h.routes = append(h.routes, route{rt.pattern, h.serve(h.gate(rt.pattern, rt.fn))})
 	}
@@ -223,7 +238,11 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	lints := strings.HasPrefix(path, "/control/lints")
 	admin := !tokenSync && strings.HasPrefix(path, "/control/tokens") ||
 		lints && (method == http.MethodPut || method == http.MethodDelete)
-	storeWide := !admin && !tokenSync && !lints && !strings.Contains(path, "{ns}") && path != "/control/clients"
+	// Policies need the admin scope; a change, control of each of its
+	// namespaces (checked by its handler).
+	admin = admin || strings.HasPrefix(path, "/control/policies")
+	changes := strings.HasPrefix(path, "/control/changes")
+	storeWide := !admin && !tokenSync && !lints && !changes && !strings.Contains(path, "{ns}") && path != "/control/clients"
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, ok := access.FromContext(r.Context())
 		if !ok {
@@ -239,7 +258,7 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 		case tokenSync && !id.IsRelay():
 			return forbidden("token %q has no relay scope", id.Name)
 		case admin && !id.IsAdmin():
-			return forbidden("token %q has no admin scope (managing tokens and lints needs it)", id.Name)
+			return forbidden("token %q has no admin scope (managing tokens, lints and policies needs it)", id.Name)
 		case tokenSync || admin:
 		case !id.HasControl():
 			return forbidden("token %q has no control scope", id.Name)

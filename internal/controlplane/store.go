@@ -100,6 +100,10 @@ type Write struct {
 	Actor, OnBehalfOf, Reason string
 	// IfRevision, when set, is the revision ns must be at (0: none).
 	IfRevision *int64
+	// Kind, when set, is the audit record's kind (KindChange,
+	// KindEmergency; default publish); Change the id of the change the
+	// commit publishes.
+	Kind, Change string
 }
 
 // Errors a store returns, mapped to their replies by the handler.

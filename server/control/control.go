@@ -191,7 +191,7 @@ func New(cfg Config) (*Handler, error) {
 	h.reports = newReportSync(h.cli, cfg.Acks, cfg.Presence, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
 		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
-	api := controlplane.Config{Store: etcdStore{h}, Lints: lintStore{h.cli}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
+	api := controlplane.Config{Store: etcdStore{h}, Lints: lintStore{h.cli}, Changes: etcdStore{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
 	if cfg.Tokens != nil {
 		api.Authenticator, api.AuthLimit = cfg.Tokens, cfg.AuthLimit
 	}

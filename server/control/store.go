@@ -150,6 +150,9 @@ func (s etcdStore) Rollouts() controlplane.Rollouts { return s.h.rollouts }
 func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, plain bool, commit func([]store.PublishOption) (int64, error)) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		opts := []store.PublishOption{store.WithActor(w.Actor), store.WithOnBehalfOf(w.OnBehalfOf), store.WithReason(w.Reason)}
+		if w.Kind != "" {
+			opts = append(opts, store.WithKind(w.Kind), store.WithChange(w.Change))
+		}
 		if w.IfRevision != nil {
 			opts = append(opts, store.WithIfRevision(*w.IfRevision))
 		}

@@ -157,7 +157,7 @@ func (s *Namespaces) History(ctx context.Context, ns string, opts HistoryOptions
 func (r auditRecord) historyRecord() HistoryRecord {
 	return HistoryRecord{
 		Revision: r.rev, PrevRevision: r.PrevRevision, CommittedAt: r.CommittedAt,
-		Actor: r.Actor, OnBehalfOf: r.OnBehalfOf, Reason: r.Reason, Kind: r.Kind, RollbackOf: r.RollbackOf,
+		Actor: r.Actor, OnBehalfOf: r.OnBehalfOf, Reason: r.Reason, Kind: r.Kind, RollbackOf: r.RollbackOf, Change: r.Change,
 		Puts: visible(r.Puts), Deletes: visible(r.Deletes),
 	}
 }
@@ -375,7 +375,7 @@ func (s *Namespaces) walk(ctx context.Context, ns string, before int64, fn func(
 func (s *Namespaces) record(ctx context.Context, ns string, rev int64, m *meta) (HistoryRecord, error) {
 	r := HistoryRecord{
 		Revision: rev, PrevRevision: m.PrevRevision, CommittedAt: m.CommittedAt,
-		Actor: m.Actor, OnBehalfOf: m.OnBehalfOf, Reason: m.Reason, Kind: m.Kind, RollbackOf: m.RollbackOf,
+		Actor: m.Actor, OnBehalfOf: m.OnBehalfOf, Reason: m.Reason, Kind: m.Kind, RollbackOf: m.RollbackOf, Change: m.Change,
 		Puts: visible(m.Puts), Deletes: visible(m.Deletes),
 	}
 	if m.Kind != "" {

@@ -116,6 +116,7 @@ type meta struct {
 	Reason     string `json:"reason,omitempty"`
 	Kind       string `json:"kind,omitempty"`
 	RollbackOf int64  `json:"rollback_of,omitempty"`
+	Change     string `json:"change,omitempty"`
 	// Puts and Deletes are the keys the change put and deleted, sorted:
 	// known whenever Kind is set (omitted when empty).
 	Puts    []string `json:"puts,omitempty"`
