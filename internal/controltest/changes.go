@@ -3,12 +3,10 @@ package controltest
 import (
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
-	"github.com/holdfast-dev/holdfast/internal/lint"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -298,13 +296,8 @@ func testEmergency(t *testing.T, c *client) {
 }
 
 // testChangeLint: a block lint saved through the lint routes blocks a
-// proposal (recorded, not approvable) and a direct publish. It needs the
-// lints (package lint built): skipped while lint.Compile is a skeleton.
+// proposal (recorded, not approvable) and a direct publish.
 func testChangeLint(t *testing.T, c *client) {
-	spec := controlapi.Lint{Namespaces: "x", Expr: "true", Severity: controlapi.LintBlock, Message: "m"}
-	if _, err := lint.Compile("probe", spec); err != nil && strings.Contains(err.Error(), "not built yet") {
-		t.Skip("package lint is not built yet")
-	}
 	admin, reviewer := c.reviewed(t)
 	ns := c.ns("lint")
 	c.publish(ns, map[string]any{"timeout-ms": 100, "budget-ms": 500})
