@@ -143,13 +143,20 @@ func (h *Handler) reach(ctx context.Context, c *controlapi.Change, ps []namedPol
 }
 
 // reachable returns the clients a change reaches: those reported on their
-// namespaces now. The one place that says which clients count.
+// namespaces that are live now (connected and confirmed, directly or
+// through a relay). The one place that says which clients count.
 func (h *Handler) reachable(ctx context.Context) ([]controlapi.ClientState, error) {
 	cs, err := h.cfg.Store.Clients(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return cs.Clients, nil
+	live := cs.Clients[:0:0]
+	for _, c := range cs.Clients {
+		if c.State == controlapi.ClientLive {
+			live = append(live, c)
+		}
+	}
+	return live, nil
 }
 
 // minSDKChecks are the SDK gate's checks of c: block for a namespace
