@@ -45,7 +45,8 @@ type Config struct {
 	Tokens TokenStore
 	// Authenticator, when set, makes every request need an identity with
 	// the scope of its route (a namespace's control, the pattern "*" for
-	// a store-wide route, any control scope for GET /control/clients, the
+	// a store-wide route, any control scope for GET /control/clients and
+	// GET /control/namespaces (each showing the namespaces it covers), the
 	// admin scope for token management, the relay scope for the relays'
 	// sync). It puts the identity on the request's context unless one is
 	// there already (a front end authenticated it).
@@ -129,6 +130,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /control/namespaces/{ns}/rollouts/{id}/promote", h.rolloutAction},
 		{"POST /control/compact", h.compact},
 		{"GET /control/clients", h.clients},
+		{"GET /control/namespaces", h.namespaces},
 		{"POST /control/tokens", h.createToken},
 		{"GET /control/tokens", h.listTokens},
 		{"GET /control/tokens/{name}", h.getToken},
@@ -209,7 +211,9 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	_, path, _ := strings.Cut(pattern, " ")
 	tokenSync := path == "/control/tokens/sync"
 	admin := !tokenSync && strings.HasPrefix(path, "/control/tokens")
-	storeWide := !admin && !tokenSync && !strings.Contains(path, "{ns}") && path != "/control/clients"
+	// The lists of clients and of namespaces take any control scope, and
+	// show what it covers.
+	storeWide := !admin && !tokenSync && !strings.Contains(path, "{ns}") && path != "/control/clients" && path != "/control/namespaces"
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, ok := access.FromContext(r.Context())
 		if !ok {

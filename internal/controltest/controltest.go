@@ -66,6 +66,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"QueryRules", testQueryRules},
 		{"Status", testStatus},
 		{"Clients", testClients},
+		{"Namespaces", testNamespaces},
 		{"Rollouts", testRollouts},
 		{"AbortByPublish", testAbortByPublish},
 		{"RolloutBadInput", testRolloutBadInput},

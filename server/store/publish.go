@@ -185,8 +185,8 @@ func (e *ConflictError) Error() string {
 // the etcd source chains change sets on it. It commits only if no key of
 // the namespace changed since Publish read it; when another writer got
 // there first, Publish reads again and retries. etcd bounds a
-// transaction's operations (--max-txn-ops, default 128: up to 126 keys
-// per publish, beside the meta key and the audit record) and its size
+// transaction's operations (--max-txn-ops, default 128: up to 125 keys
+// per publish, beside the meta key, the audit record and the index entry) and its size
 // (--max-request-bytes, default 1.5 MiB).
 //
 // The meta key also records the audit of the change: kind "publish", the
@@ -387,6 +387,11 @@ func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *pub
 		return 0, false, err
 	}
 	ops = append(ops, clientv3.OpPut(auditKey(ns, head), string(ab)))
+	iop, err := indexOp(ns, m, 0) // its revision: the key's ModRevision
+	if err != nil {
+		return 0, false, err
+	}
+	ops = append(ops, iop)
 	// The guard "no key of the namespace changed since the read" is also
 	// WithIfRevision's compare: the read found the namespace at prev.
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", head+1)}
@@ -445,7 +450,7 @@ func (o *publishOptions) validate() error {
 	}
 	for _, op := range o.ops {
 		k := string(op.KeyBytes())
-		if strings.HasPrefix(k, etcd.KeyRoot) || strings.HasPrefix(k, AuditRoot) || strings.HasPrefix(k, AuditBaseRoot) {
+		if strings.HasPrefix(k, etcd.KeyRoot) || strings.HasPrefix(k, AuditRoot) || strings.HasPrefix(k, AuditBaseRoot) || strings.HasPrefix(k, IndexRoot) {
 			return fmt.Errorf("%w: an op on %q, a key holdfast's publish owns", ErrInvalidArgument, k)
 		}
 	}
