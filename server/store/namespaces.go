@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -26,6 +27,9 @@ type Namespaces struct {
 	log            *slog.Logger
 	requestTimeout time.Duration
 	maxValueBytes  int
+	// maxTxnOps is the store's limit on a transaction's operations (0:
+	// not known yet: learnt at the first refusal).
+	maxTxnOps atomic.Int64
 
 	base   context.Context // cancelled by Close: ends every call
 	cancel context.CancelFunc
@@ -49,6 +53,11 @@ type NamespacesConfig struct {
 	// content the queries read (default etcd.DefaultMaxValueBytes, the
 	// etcd source's own default).
 	MaxValueBytes int
+	// MaxTxnOps is the store's limit on a transaction's operations
+	// (etcd's --max-txn-ops: Store.MaxTxnOps): a publish past it is
+	// refused with a *TxnLimitError before it is sent. 0: not known; the
+	// first refusal probes it (ProbeMaxTxnOps).
+	MaxTxnOps int
 }
 
 // ErrClosed is returned by every method of closed Namespaces.
@@ -69,6 +78,7 @@ func NewNamespaces(cfg NamespacesConfig) (*Namespaces, error) {
 		cfg.MaxValueBytes = etcd.DefaultMaxValueBytes
 	}
 	n := &Namespaces{cli: cfg.Client, log: cfg.Logger, requestTimeout: cfg.RequestTimeout, maxValueBytes: cfg.MaxValueBytes}
+	n.maxTxnOps.Store(int64(max(0, cfg.MaxTxnOps)))
 	n.base, n.cancel = context.WithCancel(context.Background())
 	return n, nil
 }

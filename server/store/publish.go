@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
@@ -186,8 +187,11 @@ func (e *ConflictError) Error() string {
 // the namespace changed since Publish read it; when another writer got
 // there first, Publish reads again and retries. etcd bounds a
 // transaction's operations (--max-txn-ops, default 128: up to 125 keys
-// per publish, beside the meta key, the audit record and the index entry) and its size
-// (--max-request-bytes, default 1.5 MiB).
+// per publish, beside the meta key, the audit record and the index entry;
+// the embedded store's EmbeddedMaxTxnOps) and its size
+// (--max-request-bytes, default 1.5 MiB; the embedded store's
+// EmbeddedMaxRequestBytes): a publish past them writes nothing and is a
+// *TxnLimitError or a *RequestTooLargeError.
 //
 // The meta key also records the audit of the change: kind "publish", the
 // actor (WithActor) and reason (WithReason), and the keys put and deleted;
@@ -400,8 +404,17 @@ func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *pub
 	}
 	cmps = append(cmps, po.conds...)
 	ops = append(ops, po.ops...)
+	keys := len(m.Puts) + len(m.Deletes)
+	if limit := int(s.maxTxnOps.Load()); limit > 0 && len(ops) > limit {
+		return 0, false, &TxnLimitError{Namespace: ns, Keys: keys, Ops: len(ops), MaxOps: limit, MaxKeys: max(0, limit-(len(ops)-keys))}
+	}
 	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyOps):
+		return 0, false, s.learnTxnLimit(ctx, ns, keys, len(ops))
+	case errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return 0, false, &RequestTooLargeError{Namespace: ns, Keys: keys, Err: err}
+	case err != nil:
 		return 0, false, etcd.MapError("publish", ns, err)
 	}
 	if !tr.Succeeded {
@@ -455,4 +468,20 @@ func (o *publishOptions) validate() error {
 		}
 	}
 	return nil
+}
+
+// learnTxnLimit is the error of a publish of keys etcd refused for its
+// ops operations: it probes the store's limit (ProbeMaxTxnOps), which
+// later publishes are checked against before they are sent, and names it.
+func (s *Namespaces) learnTxnLimit(ctx context.Context, ns string, keys, ops int) error {
+	e := &TxnLimitError{Namespace: ns, Keys: keys, Ops: ops}
+	limit, err := ProbeMaxTxnOps(ctx, s.cli)
+	if err != nil || limit >= ops {
+		s.log.Warn("store: etcd refused a publish for its operations, and its limit (--max-txn-ops) could not be probed", "ns", ns, "ops", ops, "err", err)
+		return e
+	}
+	s.maxTxnOps.Store(int64(limit))
+	s.log.Info("store: etcd takes at most this many operations in a transaction (its --max-txn-ops), learnt from a publish it refused", "max_txn_ops", limit, "max_keys_per_publish", limit-PublishOverheadOps)
+	e.MaxOps, e.MaxKeys = limit, max(0, limit-(ops-keys))
+	return e
 }

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// Bounds of the embedded member's requests. A publish is one transaction
+// of an operation per key put or deleted, plus its meta key, its audit
+// record and its index entry (PublishOverheadOps); etcd's defaults (128
+// operations, 1.5 MiB) would hold about 125 keys. The embedded member
+// takes EmbeddedMaxTxnOps operations and EmbeddedMaxRequestBytes: a
+// publish within the control API's byte limit (640 KiB by default, its
+// values stored twice, with the audit record, and its keys four times)
+// fits, of up to EmbeddedMaxTxnOps-PublishOverheadOps keys.
+const (
+	EmbeddedMaxTxnOps       = 16384
+	EmbeddedMaxRequestBytes = 8 << 20
+	// PublishOverheadOps are the operations of a publish beside its keys.
+	PublishOverheadOps = 3
+	// maxSendBytes bounds what the client sends in one request (gRPC's
+	// default, 2 MiB, is below the embedded member's limit): the
+	// member's own limit is the one that counts.
+	maxSendBytes = EmbeddedMaxRequestBytes + 1<<20
+)
+
+// TxnLimitError is a publish of more keys than the store takes in one
+// transaction (etcd's --max-txn-ops): nothing was written. It is a
+// transport.ErrTooLarge.
+type TxnLimitError struct {
+	Namespace string
+	// Keys are the keys the publish puts and deletes; Ops its
+	// transaction's operations.
+	Keys, Ops int
+	// MaxOps is the store's limit (0: not known: etcd refused it).
+	MaxOps int
+	// MaxKeys is how many keys a publish of the namespace may change at
+	// most, beside its other operations.
+	MaxKeys int
+}
+
+func (e *TxnLimitError) Error() string {
+	if e.MaxOps == 0 {
+		return fmt.Sprintf("publish to %q: %d keys are more than the store takes in one transaction (etcd refused its %d operations: its --max-txn-ops is lower); publish the change in smaller parts, or raise --max-txn-ops on every etcd member", e.Namespace, e.Keys, e.Ops)
+	}
+	return fmt.Sprintf("publish to %q: %d keys are more than the store takes in one transaction (etcd's --max-txn-ops is %d operations, which leaves %d keys a publish); publish the change in parts of at most %d keys, or raise --max-txn-ops on every etcd member", e.Namespace, e.Keys, e.MaxOps, e.MaxKeys, e.MaxKeys)
+}
+
+func (e *TxnLimitError) Unwrap() error { return transport.ErrTooLarge }
+
+// RequestTooLargeError is a publish whose transaction is larger than the
+// store takes in one request (etcd's --max-request-bytes): nothing was
+// written. It is a transport.ErrTooLarge.
+type RequestTooLargeError struct {
+	Namespace string
+	Keys      int
+	Err       error
+}
+
+func (e *RequestTooLargeError) Error() string {
+	return fmt.Sprintf("publish to %q: the change of %d keys is larger than the store takes in one request (etcd's --max-request-bytes; the values count twice, with their audit record); publish it in smaller parts, or raise --max-request-bytes on every etcd member: %v", e.Namespace, e.Keys, e.Err)
+}
+
+func (e *RequestTooLargeError) Unwrap() []error { return []error{transport.ErrTooLarge, e.Err} }
+
+// probeKey is the key the probe of the operation limit reads (and never
+// writes): under "/holdfast", which a user of the store may read.
+const probeKey = "/holdfast-meta/txn-probe"
+
+// probeCap bounds the probe: a cluster that takes this many operations
+// in a transaction is said to take this many (its requests stay below
+// etcd's default byte limit).
+const probeCap = 1 << 15
+
+// ProbeMaxTxnOps finds how many operations the cluster of cli takes in
+// one transaction (etcd's --max-txn-ops, which etcd does not expose):
+// transactions of n reads of one key behind a comparison that never
+// holds, which etcd refuses for their size before looking at anything
+// else, and which read and write nothing; a search of about 20 of them.
+// A cluster that takes probeCap is said to take probeCap.
+func ProbeMaxTxnOps(ctx context.Context, cli *clientv3.Client) (int, error) {
+	takes := func(n int) (bool, error) {
+		ops := make([]clientv3.Op, n)
+		for i := range ops {
+			ops[i] = clientv3.OpGet(probeKey, clientv3.WithKeysOnly())
+		}
+		_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(probeKey), "<", 0)).Then(ops...).Commit()
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, rpctypes.ErrTooManyOps):
+			return false, nil
+		}
+		return false, fmt.Errorf("store: probing etcd's --max-txn-ops: %w", err)
+	}
+	lo := 1 // taken
+	hi := 128
+	for {
+		ok, err := takes(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+		if lo = hi; hi == probeCap {
+			return probeCap, nil
+		}
+		hi = min(2*hi, probeCap)
+	}
+	for hi-lo > 1 { // lo taken, hi refused
+		mid := lo + (hi-lo)/2
+		ok, err := takes(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}
