@@ -225,7 +225,7 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 		switch ns := r.PathValue("ns"); {
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
-			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: "the control API needs a bearer token"}
+			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: unauthenticated(r)}
 		case tokenSync && !id.IsRelay():
 			return forbidden("token %q has no relay scope", id.Name)
 		case admin && !id.IsAdmin():
@@ -255,6 +255,18 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*http.Re
 		r = r.WithContext(access.NewContext(r.Context(), id))
 	}
 	return r, id, ok, nil
+}
+
+// unauthenticated says why r has no identity: a token or certificate it
+// sent was not accepted, or it sent none.
+func unauthenticated(r *http.Request) string {
+	switch {
+	case r.Header.Get("Authorization") != "":
+		return "the bearer token was not accepted (unknown, revoked, expired or mistyped)"
+	case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
+		return "the client certificate was not accepted: the store has no identity of its subject"
+	}
+	return "the control API needs a bearer token"
 }
 
 func forbidden(format string, args ...any) error {
