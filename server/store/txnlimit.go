@@ -22,6 +22,8 @@ import (
 const (
 	EmbeddedMaxTxnOps       = 16384
 	EmbeddedMaxRequestBytes = 8 << 20
+	// etcdDefaultMaxTxnOps is etcd's default --max-txn-ops.
+	etcdDefaultMaxTxnOps = 128
 	// PublishOverheadOps are the operations of a publish beside its keys.
 	PublishOverheadOps = 3
 	// maxSendBytes bounds what the client sends in one request (gRPC's
@@ -74,15 +76,17 @@ func (e *RequestTooLargeError) Unwrap() []error { return []error{transport.ErrTo
 const probeKey = "/holdfast-meta/txn-probe"
 
 // probeCap bounds the probe: a cluster that takes this many operations
-// in a transaction is said to take this many (its requests stay below
-// etcd's default byte limit).
-const probeCap = 1 << 15
+// in a transaction is said to take this many (as many as the embedded
+// store's; a publish within the control API's byte limit rarely has more
+// keys, and one that has is refused by etcd, then probed again).
+const probeCap = EmbeddedMaxTxnOps
 
 // ProbeMaxTxnOps finds how many operations the cluster of cli takes in
 // one transaction (etcd's --max-txn-ops, which etcd does not expose):
 // transactions of n reads of one key behind a comparison that never
 // holds, which etcd refuses for their size before looking at anything
-// else, and which read and write nothing; a search of about 20 of them.
+// else, and which read and write nothing. etcd's default (128), the most
+// common, takes two of them to tell; another limit a search of up to 20.
 // A cluster that takes probeCap is said to take probeCap.
 func ProbeMaxTxnOps(ctx context.Context, cli *clientv3.Client) (int, error) {
 	takes := func(n int) (bool, error) {
@@ -99,20 +103,37 @@ func ProbeMaxTxnOps(ctx context.Context, cli *clientv3.Client) (int, error) {
 		}
 		return false, fmt.Errorf("store: probing etcd's --max-txn-ops: %w", err)
 	}
-	lo := 1 // taken
-	hi := 128
-	for {
-		ok, err := takes(hi)
-		if err != nil {
+	return searchMaxTxnOps(takes)
+}
+
+// searchMaxTxnOps finds the largest n that takes accepts, up to probeCap.
+func searchMaxTxnOps(takes func(n int) (bool, error)) (int, error) {
+	// etcd's default first: most clusters keep it, and two small
+	// transactions tell.
+	ok, err := takes(etcdDefaultMaxTxnOps + 1)
+	if err != nil {
+		return 0, err
+	}
+	lo, hi := etcdDefaultMaxTxnOps+1, 2*etcdDefaultMaxTxnOps // lo taken, hi to try
+	if !ok {
+		if ok, err = takes(etcdDefaultMaxTxnOps); err != nil {
 			return 0, err
 		}
-		if !ok {
-			break
+		if ok {
+			return etcdDefaultMaxTxnOps, nil
 		}
-		if lo = hi; hi == probeCap {
-			return probeCap, nil
+		lo, hi = 0, etcdDefaultMaxTxnOps // below the default
+	}
+	for ok {
+		if ok, err = takes(hi); err != nil {
+			return 0, err
 		}
-		hi = min(2*hi, probeCap)
+		if ok {
+			if lo = hi; hi == probeCap {
+				return probeCap, nil
+			}
+			hi = min(2*hi, probeCap)
+		}
 	}
 	for hi-lo > 1 { // lo taken, hi refused
 		mid := lo + (hi-lo)/2
