@@ -193,6 +193,10 @@ func (h *Handler) serve(fn func(http.ResponseWriter, *http.Request) error) http.
 
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := h.errorReply(err)
+	if ns := r.PathValue("ns"); ns != "" && errors.Is(err, dataplane.ErrUnknownNamespace) {
+		// The data plane's words are a program's.
+		body.Message = fmt.Sprintf("namespace %q not found", ns)
+	}
 	if status >= 500 {
 		h.log.Warn("control: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
