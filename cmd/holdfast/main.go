@@ -11,6 +11,7 @@
 //	holdfast rollback -server http://origin:8080 -to 40 -reason "INC-1234: revert" payments.prod
 //	holdfast status -server http://origin:8080 payments.prod
 //	holdfast clients -server http://origin:8080 payments.prod
+//	holdfast namespaces -server http://origin:8080 -prefix payments.
 //	holdfast rollout start -server http://origin:8080 -stages 1,10,100 -bake 2m payments.prod retry-timeout-ms=50
 //	holdfast rollout status -server http://origin:8080 -watch payments.prod
 //	holdfast schema set -server http://origin:8080 payments.prod payments.schema.json
