@@ -3,7 +3,10 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +71,17 @@ func TestLargePublishIsOneRevision(t *testing.T) {
 	}
 	if _, err := controlClient(t, base).Publish(ctx, "long.keys", controlapi.PublishRequest{Puts: long}); err != nil {
 		t.Fatalf("a publish of %d keys of 500 bytes: %v", len(long), err)
+	}
+	// One key past the embedded store's limit: refused, in words that
+	// name it, and name no etcd flag to raise.
+	over := make(map[string]json.RawMessage)
+	for i := range store.EmbeddedMaxTxnOps - store.PublishOverheadOps + 1 {
+		over[fmt.Sprintf("k%05d", i)] = json.RawMessage(`1`)
+	}
+	_, err = controlClient(t, base).Publish(ctx, "over.ns", controlapi.PublishRequest{Puts: over})
+	var ae *controlapi.Error
+	if want := fmt.Sprintf("(the embedded store takes %d operations, which leaves %d keys a publish); publish the change in parts of at most %[2]d keys", store.EmbeddedMaxTxnOps, store.EmbeddedMaxTxnOps-store.PublishOverheadOps); !errors.As(err, &ae) || ae.StatusCode != http.StatusRequestEntityTooLarge || !strings.HasSuffix(ae.Message, want) {
+		t.Errorf("a publish past the embedded store's limit: %v; want 413 ending %q", err, want)
 	}
 	list, err := controlClient(t, base).Namespaces(ctx, controlapi.NamespacesOptions{Prefix: ns})
 	if err != nil || len(list.Namespaces) != 1 || list.Namespaces[0].Revision != rev || list.Namespaces[0].Reason != "bulk" {

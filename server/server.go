@@ -111,7 +111,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
-	s.ns, err = store.NewNamespaces(store.NamespacesConfig{Client: st.Client, Logger: cfg.Logger, MaxTxnOps: st.MaxTxnOps})
+	s.ns, err = store.NewNamespaces(store.NamespacesConfig{Client: st.Client, Logger: cfg.Logger, MaxTxnOps: st.MaxTxnOps,
+		Embedded: st.Kind != store.KindExternal})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
 	}

@@ -30,6 +30,7 @@ type Namespaces struct {
 	// maxTxnOps is the store's limit on a transaction's operations (0:
 	// not known yet: learnt at the first refusal).
 	maxTxnOps atomic.Int64
+	embedded  bool
 
 	base   context.Context // cancelled by Close: ends every call
 	cancel context.CancelFunc
@@ -58,6 +59,9 @@ type NamespacesConfig struct {
 	// refused with a *TxnLimitError before it is sent. 0: not known; the
 	// first refusal probes it (ProbeMaxTxnOps).
 	MaxTxnOps int
+	// Embedded says the store is the server's embedded etcd (a refusal
+	// then names no flag to raise).
+	Embedded bool
 }
 
 // ErrClosed is returned by every method of closed Namespaces.
@@ -77,7 +81,7 @@ func NewNamespaces(cfg NamespacesConfig) (*Namespaces, error) {
 	if cfg.MaxValueBytes <= 0 {
 		cfg.MaxValueBytes = etcd.DefaultMaxValueBytes
 	}
-	n := &Namespaces{cli: cfg.Client, log: cfg.Logger, requestTimeout: cfg.RequestTimeout, maxValueBytes: cfg.MaxValueBytes}
+	n := &Namespaces{cli: cfg.Client, log: cfg.Logger, requestTimeout: cfg.RequestTimeout, maxValueBytes: cfg.MaxValueBytes, embedded: cfg.Embedded}
 	n.maxTxnOps.Store(int64(max(0, cfg.MaxTxnOps)))
 	n.base, n.cancel = context.WithCancel(context.Background())
 	return n, nil

@@ -406,7 +406,7 @@ func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *pub
 	ops = append(ops, po.ops...)
 	keys := len(m.Puts) + len(m.Deletes)
 	if limit := int(s.maxTxnOps.Load()); limit > 0 && len(ops) > limit {
-		return 0, false, &TxnLimitError{Namespace: ns, Keys: keys, Ops: len(ops), MaxOps: limit, MaxKeys: max(0, limit-(len(ops)-keys))}
+		return 0, false, &TxnLimitError{Namespace: ns, Keys: keys, Ops: len(ops), MaxOps: limit, MaxKeys: max(0, limit-(len(ops)-keys)), Embedded: s.embedded}
 	}
 	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	switch {

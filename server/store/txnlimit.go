@@ -45,9 +45,15 @@ type TxnLimitError struct {
 	// MaxKeys is how many keys a publish of the namespace may change at
 	// most, beside its other operations.
 	MaxKeys int
+	// Embedded says the store is the server's embedded etcd, whose limit
+	// is EmbeddedMaxTxnOps, no flag's.
+	Embedded bool
 }
 
 func (e *TxnLimitError) Error() string {
+	if e.Embedded {
+		return fmt.Sprintf("publish to %q: %d keys are more than the store takes in one transaction (the embedded store takes %d operations, which leaves %d keys a publish); publish the change in parts of at most %d keys", e.Namespace, e.Keys, e.MaxOps, e.MaxKeys, e.MaxKeys)
+	}
 	if e.MaxOps == 0 {
 		return fmt.Sprintf("publish to %q: %d keys are more than the store takes in one transaction (etcd refused its %d operations: its --max-txn-ops is lower); publish the change in smaller parts, or raise --max-txn-ops on every etcd member", e.Namespace, e.Keys, e.Ops)
 	}
