@@ -412,7 +412,7 @@ func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *pub
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps):
 		return 0, false, s.learnTxnLimit(ctx, ns, keys, len(ops))
-	case errors.Is(err, rpctypes.ErrRequestTooLarge):
+	case requestTooLarge(err):
 		return 0, false, &RequestTooLargeError{Namespace: ns, Keys: keys, Err: err}
 	case err != nil:
 		return 0, false, etcd.MapError("publish", ns, err)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -28,8 +31,8 @@ const (
 	PublishOverheadOps = 3
 	// maxSendBytes bounds what the client sends in one request (gRPC's
 	// default, 2 MiB, is below the embedded member's limit): the
-	// member's own limit is the one that counts.
-	maxSendBytes = EmbeddedMaxRequestBytes + 1<<20
+	// members' own limit (--max-request-bytes) is the one that counts.
+	maxSendBytes = 64 << 20
 )
 
 // TxnLimitError is a publish of more keys than the store takes in one
@@ -76,6 +79,17 @@ func (e *RequestTooLargeError) Error() string {
 }
 
 func (e *RequestTooLargeError) Unwrap() []error { return []error{transport.ErrTooLarge, e.Err} }
+
+// requestTooLarge reports whether err is etcd's refusal of a request for
+// its size: etcd's own (past --max-request-bytes), or gRPC's (past that
+// and its overhead, on either side), not an overloaded member's.
+func requestTooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
+}
 
 // probeKey is the key the probe of the operation limit reads (and never
 // writes): under "/holdfast", which a user of the store may read.
