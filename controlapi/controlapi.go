@@ -238,3 +238,37 @@ type KeyChange struct {
 	Old json.RawMessage `json:"old,omitempty"`
 	New json.RawMessage `json:"new,omitempty"`
 }
+
+// NamespaceInfo is one namespace of GET /control/namespaces: its revision
+// and its last change, as the store's index of namespaces holds them.
+type NamespaceInfo struct {
+	Namespace string `json:"ns"`
+	// Revision is the namespace's revision (its last change's).
+	Revision int64 `json:"revision"`
+	// CommittedAt, Actor, OnBehalfOf, Reason and Kind are its last
+	// change's, as its audit record says (Kind "unaudited": written past
+	// holdfast server; an index entry made for a store an older server
+	// wrote may lack the actor and reason).
+	CommittedAt time.Time `json:"committed_at"`
+	Actor       string    `json:"actor,omitempty"`
+	OnBehalfOf  string    `json:"on_behalf_of,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Kind        string    `json:"kind,omitempty"`
+	// LiveClients counts the namespace's clients as status counts them
+	// (its "clients": those that reported on it).
+	LiveClients int `json:"live_clients"`
+}
+
+// Namespaces is a page of GET /control/namespaces: the namespaces the
+// caller controls, sorted by name. Next, when set, is the cursor of the
+// next page (?after=Next); empty, the page is the last.
+type Namespaces struct {
+	Namespaces []NamespaceInfo `json:"namespaces"`
+	Next       string          `json:"next,omitempty"`
+}
+
+// Bounds of a page of GET /control/namespaces.
+const (
+	DefaultNamespacesLimit = 100
+	MaxNamespacesLimit     = 1000
+)

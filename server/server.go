@@ -122,9 +122,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
-	s.ns, err = store.NewNamespaces(store.NamespacesConfig{Client: st.Client, Logger: cfg.Logger})
+	s.ns, err = store.NewNamespaces(store.NamespacesConfig{Client: st.Client, Logger: cfg.Logger, MaxTxnOps: st.MaxTxnOps,
+		Embedded: st.Kind != store.KindExternal})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
+	}
+	// A store written by a server older than the index of namespaces
+	// gets its entries before the API answers.
+	if n, err := s.ns.BackfillIndex(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("server: %w", err), s.ns.Close(), s.src.Close(), st.Close())
+	} else if n > 0 {
+		cfg.Logger.Info("server: the index of namespaces backfilled", "namespaces", n)
 	}
 	s.tokens, err = tokens.Open(ctx, st.Client, tokens.Config{Logger: cfg.Logger, UseInterval: cfg.TokenUseInterval})
 	if err != nil {

@@ -53,7 +53,7 @@ func commands() []*command {
 		// would take their words for arguments.
 		serverExportCommand(), serverImportCommand(), serverCommand(), relayCommand(),
 		publishCommand(), rollbackCommand(), historyCommand(), getCommand(), diffCommand(),
-		statusCommand(), clientsCommand(),
+		statusCommand(), clientsCommand(), namespacesCommand(),
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutListCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),

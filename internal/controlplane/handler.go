@@ -52,7 +52,8 @@ type Config struct {
 	Changes ChangeStore
 	// Authenticator, when set, makes every request need an identity with
 	// the scope of its route (a namespace's control, the pattern "*" for
-	// a store-wide route, any control scope for GET /control/clients, the
+	// a store-wide route, any control scope for GET /control/clients and
+	// GET /control/namespaces (each showing the namespaces it covers), the
 	// admin scope for token management, the relay scope for the relays'
 	// sync). It puts the identity on the request's context unless one is
 	// there already (a front end authenticated it).
@@ -138,6 +139,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /control/namespaces/{ns}/rollouts/{id}/promote", h.rolloutAction},
 		{"POST /control/compact", h.compact},
 		{"GET /control/clients", h.clients},
+		{"GET /control/namespaces", h.namespaces},
 		{"POST /control/tokens", h.createToken},
 		{"GET /control/tokens", h.listTokens},
 		{"GET /control/tokens/{name}", h.getToken},
@@ -216,6 +218,10 @@ func (h *Handler) serve(fn func(http.ResponseWriter, *http.Request) error) http.
 
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := h.errorReply(err)
+	if ns := r.PathValue("ns"); ns != "" && errors.Is(err, dataplane.ErrUnknownNamespace) {
+		// The data plane's words are a program's.
+		body.Message = fmt.Sprintf("namespace %q not found", ns)
+	}
 	if status >= 500 {
 		h.log.Warn("control: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
@@ -242,7 +248,9 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	// namespaces (checked by its handler).
 	admin = admin || strings.HasPrefix(path, "/control/policies")
 	changes := strings.HasPrefix(path, "/control/changes")
-	storeWide := !admin && !tokenSync && !lints && !changes && !strings.Contains(path, "{ns}") && path != "/control/clients"
+	// The lists of clients and of namespaces take any control scope, and
+	// show what it covers.
+	storeWide := !admin && !tokenSync && !lints && !changes && !strings.Contains(path, "{ns}") && path != "/control/clients" && path != "/control/namespaces"
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, ok := access.FromContext(r.Context())
 		if !ok {
@@ -254,7 +262,7 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 		switch ns := r.PathValue("ns"); {
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
-			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: "the control API needs a bearer token"}
+			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: unauthenticated(r)}
 		case tokenSync && !id.IsRelay():
 			return forbidden("token %q has no relay scope", id.Name)
 		case admin && !id.IsAdmin():
@@ -284,6 +292,18 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*http.Re
 		r = r.WithContext(access.NewContext(r.Context(), id))
 	}
 	return r, id, ok, nil
+}
+
+// unauthenticated says why r has no identity: a token or certificate it
+// sent was not accepted, or it sent none.
+func unauthenticated(r *http.Request) string {
+	switch {
+	case r.Header.Get("Authorization") != "":
+		return "the bearer token was not accepted (unknown, revoked, expired or mistyped)"
+	case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
+		return "the client certificate was not accepted: the store has no identity of its subject"
+	}
+	return "the control API needs a bearer token"
 }
 
 func forbidden(format string, args ...any) error {

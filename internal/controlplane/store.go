@@ -60,6 +60,11 @@ type Store interface {
 	Compact(ctx context.Context, rev int64) (int64, error)
 	// Clients returns the clients' reports, every namespace's.
 	Clients(ctx context.Context) (controlapi.Clients, error)
+	// Namespaces returns a page of the namespaces q selects, sorted by
+	// name, each with its revision, last change and clients, from an
+	// index the store keeps (not a read of their values); Next is set
+	// when more follow.
+	Namespaces(ctx context.Context, q NamespaceQuery) (controlapi.Namespaces, error)
 
 	// Rollouts returns the store's rollouts.
 	Rollouts() Rollouts
@@ -89,6 +94,18 @@ type TokenStore interface {
 	// Sync returns the records once the store is past revision after, or
 	// after maxWait as they are.
 	Sync(ctx context.Context, after int64, maxWait time.Duration) controlapi.TokenSync
+}
+
+// NamespaceQuery selects a page of Store.Namespaces.
+type NamespaceQuery struct {
+	// Prefix keeps the namespaces whose names begin with it; After those
+	// whose names sort after it (the previous page's Next).
+	Prefix, After string
+	// Limit is the most namespaces of the page (at least 1).
+	Limit int
+	// Match, when set, keeps the namespaces it accepts (the caller's
+	// scope).
+	Match func(ns string) bool
 }
 
 // Write is one publish: its change, its audit record and its condition.

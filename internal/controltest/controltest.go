@@ -72,6 +72,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"Status", testStatus},
 		{"Clients", testClients},
 		{"Presence", testPresence},
+		{"Namespaces", testNamespaces},
 		{"Rollouts", testRollouts},
 		{"AbortByPublish", testAbortByPublish},
 		{"RolloutBadInput", testRolloutBadInput},

@@ -232,9 +232,26 @@ func mapError(err error) (int, transport.ErrorBody, bool) {
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota): writes are refused until it is compacted, defragmented or given a larger quota"}, true
 	case storeDown(err):
-		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store did not answer: " + err.Error()}, true
+		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: storeDownMessage(err)}, true
 	}
 	return 0, transport.ErrorBody{}, false
+}
+
+// storeDownMessage says, in an operator's words, that the store did not
+// answer, why when etcd told, and what to do; the server's log has err.
+func storeDownMessage(err error) string {
+	why := "no answer in time"
+	switch {
+	case errors.Is(err, etcd.ErrClosed), errors.Is(err, store.ErrClosed):
+		return "the server is stopping: retry against another server of the store"
+	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrLeaderChanged):
+		why = "etcd has no leader"
+	case errors.Is(err, rpctypes.ErrTooManyRequests):
+		why = "etcd is overloaded"
+	}
+	return "the store did not answer (" + why + "): etcd may have lost its quorum (a majority of its members down or cut off) " +
+		"or be unreachable from this server; check its members ('etcdctl endpoint health --cluster'). " +
+		"A publish refused so may or may not have committed: read the history back before publishing again"
 }
 
 // storeDown reports whether err says the store did not answer (as

@@ -67,7 +67,7 @@ func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlp
 func (s etcdStore) Check(ctx context.Context, ns string, w controlplane.Write) error {
 	snap, err := s.h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
-		return err
+		return store.NamespaceNotFound(ns, err)
 	}
 	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
 	if err != nil || sch == nil {

@@ -60,6 +60,9 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	// request (a WARN "request stats" line each).
 	ec.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	ec.AutoCompactionMode, ec.AutoCompactionRetention, _ = compaction(cfg.Retention)
+	// A publish is one transaction: etcd's defaults (128 operations, 1.5
+	// MiB) would hold about 125 keys of it.
+	ec.MaxTxnOps, ec.MaxRequestBytes = EmbeddedMaxTxnOps, EmbeddedMaxRequestBytes
 	member, err := embed.StartEtcd(ec)
 	if err != nil {
 		return fmt.Errorf("store: the embedded etcd in %s did not start: %w", dir, err)

@@ -110,6 +110,12 @@ type Store struct {
 	DataDir   string   // KindEmbedded and KindMemory
 	ID        string   // the store id
 	Client    *clientv3.Client
+	// MaxTxnOps is how many operations the store takes in one
+	// transaction: the embedded member's EmbeddedMaxTxnOps, an external
+	// cluster's --max-txn-ops as probed at Open (0: the probe failed; a
+	// publish refused for it probes again). A publish changes up to
+	// MaxTxnOps-PublishOverheadOps keys.
+	MaxTxnOps int
 
 	member *embed.Etcd // nil for KindExternal
 	// closing is set as Close stops the member: its listeners' closed
@@ -180,6 +186,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	if s.member != nil {
+		s.MaxTxnOps = EmbeddedMaxTxnOps
+	} else if s.MaxTxnOps, err = ProbeMaxTxnOps(ctx, s.Client); err != nil {
+		cfg.Logger.Warn("store: etcd's limit on a transaction's operations (--max-txn-ops) could not be probed; a publish it refuses probes it again", "err", err)
+	}
+	if s.MaxTxnOps > 0 {
+		cfg.Logger.Info("store: a publish changes up to this many keys (one etcd transaction; etcd's --max-txn-ops less the publish's own operations)",
+			"max_keys_per_publish", s.MaxTxnOps-PublishOverheadOps, "max_txn_ops", s.MaxTxnOps)
+	}
 	return s, nil
 }
 
@@ -193,9 +208,12 @@ func Dial(endpoints []string, sec Security, opts ...grpc.DialOption) (*clientv3.
 		Logger:      zap.NewNop(),
 		Context:     context.Background(), // the client outlives the caller's ctx
 		DialOptions: opts,
-		TLS:         sec.TLS,
-		Username:    sec.Username,
-		Password:    sec.Password,
+		// The members' limit (--max-request-bytes) is the one that
+		// counts, not gRPC's default of 2 MiB.
+		MaxCallSendMsgSize: maxSendBytes,
+		TLS:                sec.TLS,
+		Username:           sec.Username,
+		Password:           sec.Password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: etcd client: %w", err)
