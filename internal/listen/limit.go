@@ -45,6 +45,7 @@ type Limited struct {
 // once per refusalLogEvery with the count.
 // Accept never blocks on the cap: a listener at its cap keeps draining
 // its backlog, so that a client is told rather than left to time out.
+// A connection's send buffer grows as its peer reads (InitialSendBuffer).
 // Served by NewServer, a connection whose request body is behind
 // DefaultMinBodyRate gives its slot to a new one at the cap (Listen: the
 // Config's MinBodyRate).
@@ -91,7 +92,7 @@ func (l *Limited) admit(c net.Conn) *limitedConn {
 	default:
 		return nil
 	}
-	lc := &limitedConn{Conn: c}
+	lc := &limitedConn{Conn: c, pacer: newSendPacer(c)}
 	lc.release = func() { l.release(lc) }
 	lc.reading = &l.reading
 	if l.reclaim > 0 {
@@ -168,13 +169,17 @@ func (l *Limited) refuse(c net.Conn) {
 	}
 }
 
-// limitedConn gives its slot back once, at its first Close.
+// limitedConn gives its slot back once, at its first Close, and paces
+// its send buffer (sendPacer).
 type limitedConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	pacer   *sendPacer
 	bodyProgress
 }
+
+func (c *limitedConn) Write(b []byte) (int, error) { return c.pacer.write(c.Conn, b) }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
