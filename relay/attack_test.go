@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -467,15 +466,10 @@ func deepSchemas(f *fleet, stop <-chan struct{}) {
 }
 
 // TestSlowReadersReleaseSlots: HTTP/1.1 readers that never read, as many
-// as the relay's snapshot slots, hold them only until their writes'
-// deadline: then a healthy snapshot is served again.
-//
-// It waits out a write deadline (about 30 s; 90 s under -race): part of
-// the attack suite, HOLDFAST_ATTACKS=1.
+// as the relay's snapshot slots, hold them only until their replies have
+// made no progress for a second: then a healthy snapshot is served again,
+// long before their write deadline (42 s for 8 MiB).
 func TestSlowReadersReleaseSlots(t *testing.T) {
-	if os.Getenv("HOLDFAST_ATTACKS") == "" {
-		t.Skip("set HOLDFAST_ATTACKS=1 to run the attack suite")
-	}
 	origin := holdfasttest.NewServer(t)
 	mustPublish(t, origin, "big", map[string]any{"blob": strings.Repeat("x", 8<<20)})
 	mustPublish(t, origin, "app", map[string]any{"v": 1})
@@ -500,13 +494,8 @@ func TestSlowReadersReleaseSlots(t *testing.T) {
 	held := time.Now()
 	testutil.Eventually(t, waitLimit, func() bool {
 		status, _, _ := getSnapshot(t, url, "app")
-		return status == http.StatusServiceUnavailable
-	}, "the slots held")
-	// 8 MiB: a deadline of 10 s + 32 s at most.
-	testutil.Eventually(t, 60*time.Second, func() bool {
-		status, _, _ := getSnapshot(t, url, "app")
 		return status == http.StatusOK
-	}, "a slot released by a write deadline")
+	}, "a slot released by a stalled reply")
 	t.Logf("slots held %v", time.Since(held))
 }
 
