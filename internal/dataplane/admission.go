@@ -71,6 +71,7 @@ type reply struct {
 	unconn func() // gives back the connection's place
 	last   atomic.Int64
 	rc     *http.ResponseController
+	r      *http.Request
 
 	// Under a.mu: its state; written, the handler is writing (a cut may
 	// set its write deadline: not once the handler has returned).
@@ -104,7 +105,7 @@ func (a *admission) admit(w http.ResponseWriter, r *http.Request) (*reply, bool)
 		a.peers[p] = pr
 	}
 	pr.active++
-	rp := &reply{a: a, peer: p, unconn: unconn, rc: http.NewResponseController(w)}
+	rp := &reply{a: a, peer: p, unconn: unconn, rc: http.NewResponseController(w), r: r}
 	rp.last.Store(now.UnixNano())
 	a.active[rp] = struct{}{}
 	return rp, true
@@ -131,7 +132,10 @@ func (a *admission) sweep(now time.Time) {
 			pr.stalled = pr.stalled[1:]
 			oldest.done = true // no longer the admission's: its handler releases nothing
 			// A write deadline in the past: the blocked write returns, an
-			// HTTP/1.1 connection is closed, an HTTP/2 stream reset.
+			// HTTP/1.1 connection is closed (reset: what its peer did
+			// not read leaves the kernel with it), an HTTP/2 stream
+			// reset.
+			listen.ResetOnClose(oldest.r)
 			_ = oldest.rc.SetWriteDeadline(time.Now().Add(-time.Second))
 			a.cut.Add(1)
 		}
@@ -189,6 +193,10 @@ func (p progressWriter) Write(b []byte) (int, error) {
 			p.rp.last.Store(p.rp.a.now().UnixNano())
 		}
 		if err != nil {
+			// Past its write deadline, or cut: the connection closes
+			// with what its peer did not read, which the kernel need
+			// not keep.
+			listen.ResetOnClose(p.rp.r)
 			return n, err
 		}
 		b = b[len(c):]
