@@ -408,14 +408,14 @@ func runAttacker(t *testing.T, bin, name, addr string, stop <-chan struct{}, arg
 }
 
 // TestAttacks: each attack of the suite against a relay, healthy clients
-// measured alongside (about 80 s). Its bounds are latencies measured on
+// measured alongside (about 110 s). Its bounds are latencies measured on
 // the machine that runs it, so an attack is measured again when a try
 // fails (attackTries); docs/SECURITY.md has the figures.
 //
 //	go test -run TestAttacks -v ./relay/
 func TestAttacks(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the attack suite takes about 80 s")
+		t.Skip("the attack suite takes about 110 s")
 	}
 	bin := buildChild(t, "./internal/attacker")
 	target := buildChild(t, "./internal/target")
