@@ -485,14 +485,7 @@ func neverReaders(t *testing.T, bin, name, ns string, f *fleet, stop <-chan stru
 // sdkOpens opens app on a new SDK client every second until stop, and
 // reports each that takes over a second.
 func sdkOpens(f *fleet, stop <-chan struct{}) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+	every(time.Second, stop, func() {
 		c := newClient(f.t, "http://"+f.addr)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
@@ -506,6 +499,20 @@ func sdkOpens(f *fleet, stop <-chan struct{}) {
 		case took > time.Second:
 			f.report("a new SDK client opened in %v, want under 1 s", took)
 		}
+	})
+}
+
+// every calls fn every d until stop.
+func every(d time.Duration, stop <-chan struct{}, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		fn()
 	}
 }
 
@@ -521,18 +528,11 @@ func unreadReplies(t *testing.T, bin string) func(f *fleet, stop <-chan struct{}
 		var peak int64
 		if ok {
 			wg.Go(func() {
-				tick := time.NewTicker(100 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
+				every(100*time.Millisecond, stop, func() {
 					if m, ok := tcpMemory(); ok && m > peak {
 						peak = m
 					}
-				}
+				})
 			})
 		}
 		runAttacker(t, bin, "http1-unread-replies", f.addr, stop, "-from", attackPeer)
