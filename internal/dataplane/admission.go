@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,7 +114,7 @@ func (a *admission) admit(w http.ResponseWriter, r *http.Request) (*reply, bool)
 
 // sweep demotes the replies that made no progress for stallAfter: they
 // stop counting, and a peer with more stalled replies than its share
-// has its oldest cut. a.mu is held.
+// has its oldest still without progress cut. a.mu is held.
 func (a *admission) sweep(now time.Time) {
 	before := now.Add(-a.stallAfter).UnixNano()
 	for rp := range a.active {
@@ -128,15 +129,21 @@ func (a *admission) sweep(now time.Time) {
 		pr.active--
 		pr.stalled = append(pr.stalled, rp)
 		for len(pr.stalled) > a.share {
-			oldest := pr.stalled[0]
-			pr.stalled = pr.stalled[1:]
-			oldest.done = true // no longer the admission's: its handler releases nothing
+			// The oldest still without progress: one that reads again,
+			// however slowly, is let be.
+			i := slices.IndexFunc(pr.stalled, func(s *reply) bool { return s.last.Load() <= before })
+			if i < 0 {
+				break
+			}
+			victim := pr.stalled[i]
+			pr.stalled = slices.Delete(pr.stalled, i, i+1)
+			victim.done = true // no longer the admission's: its handler releases nothing
 			// A write deadline in the past: the blocked write returns, an
 			// HTTP/1.1 connection is closed (reset: what its peer did
 			// not read leaves the kernel with it), an HTTP/2 stream
 			// reset.
-			listen.ResetOnClose(oldest.r)
-			_ = oldest.rc.SetWriteDeadline(time.Now().Add(-time.Second))
+			listen.ResetOnClose(victim.r)
+			_ = victim.rc.SetWriteDeadline(time.Now().Add(-time.Second))
 			a.cut.Add(1)
 		}
 	}
@@ -153,11 +160,8 @@ func (rp *reply) release() {
 	rp.done = true
 	pr := a.peers[rp.peer]
 	if rp.stalled {
-		for i, s := range pr.stalled {
-			if s == rp {
-				pr.stalled = append(pr.stalled[:i], pr.stalled[i+1:]...)
-				break
-			}
+		if i := slices.Index(pr.stalled, rp); i >= 0 {
+			pr.stalled = slices.Delete(pr.stalled, i, i+1)
 		}
 	} else {
 		delete(a.active, rp)

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 )
@@ -95,11 +96,36 @@ func TestAdmissionStalledStopCounting(t *testing.T) {
 	if n := len(a.peers[netip.MustParsePrefix("192.0.2.1/32")].stalled); n != 2 {
 		t.Errorf("peer A holds %d stalled, want 2", n)
 	}
-	for _, s := range stalled {
+	// A's two stalled replies left read again; four new ones of A stall:
+	// the four are cut, not the two that read.
+	reading := slices.Clone(a.peers[netip.MustParsePrefix("192.0.2.1/32")].stalled)
+	fresh := []*reply{rp}
+	for range 3 {
+		more, ok := take(a, "192.0.2.1:1000")
+		if !ok {
+			t.Fatal("refused under the bound")
+		}
+		fresh = append(fresh, more)
+	}
+	clock.advance(stallAfter + time.Millisecond)
+	for _, r := range append(reading, moving) {
+		r.last.Store(clock.now().UnixNano())
+	}
+	last, ok := take(a, "198.51.100.1:2")
+	if !ok {
+		t.Fatal("refused under the bound")
+	}
+	if n := a.cut.Load(); n != 8 {
+		t.Errorf("%d stalled replies cut, want 8", n)
+	}
+	if left := a.peers[netip.MustParsePrefix("192.0.2.1/32")].stalled; !slices.Equal(left, reading) {
+		t.Errorf("peer A's stalled replies left are not the two that read again")
+	}
+	for _, s := range append(stalled, fresh...) {
 		s.release() // a cut one's handler returns as well
 	}
-	rp.release()
 	moving.release()
+	last.release()
 	if n := a.held(); n != 0 || len(a.peers) != 0 {
 		t.Fatalf("after every release: %d held, %d peers", n, len(a.peers))
 	}
