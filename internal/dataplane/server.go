@@ -27,7 +27,7 @@ type Server struct {
 	guard  *guard // checks open watchers' credentials again (WithTokens); nil: open
 	// snapshotSlots bounds the snapshot bodies in flight
 	// (WithMaxSnapshotsInFlight); nil: no bound.
-	snapshotSlots chan struct{}
+	snapshotSlots *admission
 	mux           *http.ServeMux
 	caps          string // Holdfast-Capabilities
 	reserved      reservedScans
@@ -93,7 +93,7 @@ func New(be Backend, opts ...Option) (*Server, error) {
 	}
 	s.caps = strings.Join(caps, ",")
 	if o.maxSnapshots > 0 {
-		s.snapshotSlots = make(chan struct{}, o.maxSnapshots)
+		s.snapshotSlots = newAdmission(o.maxSnapshots)
 	}
 	s.snaps = newSnapCache(DefaultSnapshotCacheBytes)
 	s.hub = newHub(be.Generation(), s.faults.Silenced)
