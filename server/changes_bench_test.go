@@ -71,9 +71,9 @@ func BenchmarkChangePublish(b *testing.B) {
 
 // BenchmarkChangePropose: the proposal of a change of 10 keys to a
 // namespace of 500 keys on the embedded store: its review (the diff, the
-// schema, the lints the server has, the reach) and the record's write.
-// The review's share is what it adds to the record's write, which
-// BenchmarkChangePublish's direct publish approximates:
+// schema, the lints that apply, the reach) and the record's write, with
+// no lint and with ten: their difference in the same run is what the
+// lints cost a proposal, the record's write being the same in both:
 //
 //	go test -run '^$' -bench ChangePropose -benchtime 200x ./server/
 func BenchmarkChangePropose(b *testing.B) {
@@ -91,23 +91,49 @@ func BenchmarkChangePropose(b *testing.B) {
 	if err := c.PutSchema(ctx, "big", []byte(`{"type":"object","additionalProperties":{"type":"object","properties":{"limit":{"type":"integer","minimum":0}}}}`)); err != nil {
 		b.Fatal(err)
 	}
-	ds := make([]time.Duration, 0, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		puts := map[string]any{}
-		for k := range 10 {
-			puts[fmt.Sprintf("key-%03d", (i+k)%500)] = map[string]any{"limit": i + k, "mode": "slow"}
+	propose := func(b *testing.B) {
+		ds := make([]time.Duration, 0, b.N)
+		b.ReportAllocs()
+		for i := range b.N {
+			puts := map[string]any{}
+			for k := range 10 {
+				puts[fmt.Sprintf("key-%03d", (i+k)%500)] = map[string]any{"limit": i + k, "mode": "slow"}
+			}
+			req := controlapi.ChangeRequest{Reason: "bench", Namespaces: map[string]controlapi.NamespaceChange{"big": {Puts: testutil.JSONValues(b, puts)}}}
+			start := time.Now()
+			ch, err := c.ProposeChange(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(start))
+			for _, ck := range ch.Checks {
+				if ck.Result != controlapi.CheckPass {
+					b.Fatalf("check %s: %s %s", ck.Name, ck.Result, ck.Message)
+				}
+			}
 		}
-		req := controlapi.ChangeRequest{Reason: "bench", Namespaces: map[string]controlapi.NamespaceChange{"big": {Puts: testutil.JSONValues(b, puts)}}}
-		start := time.Now()
-		if _, err := c.ProposeChange(ctx, req); err != nil {
+		b.StopTimer()
+		reportPercentiles(b, ds)
+	}
+	b.Run("lints=0", propose)
+	for i, expr := range []string{
+		`int(new["key-001"].limit) < 100000`,
+		`new.size() >= old.size() - 10`,
+		`change.deletes.size() < 50`,
+		`new.all(k, k.startsWith("key-"))`,
+		`!("forbidden" in new)`,
+		`new["key-002"].mode in ["fast", "slow"]`,
+		`!has(new["key-003"].ratio) || double(new["key-003"].ratio) <= 1.0`,
+		`change.puts.all(k, k in new)`,
+		`new.all(k, new[k].mode != "broken")`,
+		`int(new["key-010"].limit) - int(old["key-010"].limit) < 100000`,
+	} {
+		l := controlapi.Lint{Namespaces: "big", Expr: expr, Message: "bench", Severity: controlapi.LintBlock}
+		if _, err := c.PutLint(ctx, fmt.Sprintf("bench-%d", i), l); err != nil {
 			b.Fatal(err)
 		}
-		ds = append(ds, time.Since(start))
 	}
-	b.StopTimer()
-	reportPercentiles(b, ds)
+	b.Run("lints=10", propose)
 }
 
 // benchServer starts a server on an embedded store of its own for the
