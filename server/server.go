@@ -54,6 +54,10 @@ type Config struct {
 	// (default DefaultDefragMinFree, and at least half the file).
 	DefragInterval time.Duration
 	DefragMinFree  int64
+	// NoSpaceInterval is how often the server checks the store's NOSPACE
+	// alarm, and defragments and disarms it once space is free (default
+	// DefaultNoSpaceInterval).
+	NoSpaceInterval time.Duration
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
 	// (default watchcache.DefaultMaxNamespaces: 10000).
 	MaxNamespaces int
@@ -75,7 +79,8 @@ type Server struct {
 	tokens  *tokens.Store
 	handler http.Handler
 
-	leader *leader
+	leader  *leader
+	noSpace *noSpaceWatch
 
 	closeOnce sync.Once
 	closeErr  error
@@ -161,6 +166,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger),
 		defragment(st.Client, cfg.Logger, cmp.Or(cfg.DefragInterval, DefaultDefragInterval), cmp.Or(cfg.DefragMinFree, DefaultDefragMinFree)),
 		func(ctx context.Context, leading clientv3.Cmp) error { return rollouts.Run(ctx, leading) })
+	s.noSpace = startNoSpaceWatch(st.Client, cfg.Logger, cmp.Or(cfg.NoSpaceInterval, DefaultNoSpaceInterval))
 	data := s.cache.Handler()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/control/") {
@@ -260,6 +266,9 @@ func (s *Server) Close() error {
 		var errs []error
 		if s.leader != nil {
 			s.leader.close()
+		}
+		if s.noSpace != nil {
+			s.noSpace.stop()
 		}
 		if s.control != nil {
 			s.control.Close()
