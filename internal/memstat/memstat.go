@@ -1,14 +1,17 @@
 // Package memstat reads what this process holds in memory, for the
-// benchmarks that report memory per connection or per client.
+// benchmarks that report memory per connection or per client, and gives
+// a server's idle heap back to the OS (ReleaseIdle).
 package memstat
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Sample is the process's memory at one moment.
@@ -45,4 +48,28 @@ func vmRSS() uint64 {
 		}
 	}
 	return 0
+}
+
+// ReleaseIdle returns the heap's free memory to the OS, every interval,
+// whenever more than min bytes of it are kept: until ctx ends. The Go
+// runtime keeps freed heap memory for reuse and gives it back slowly (it
+// keeps about as much as the heap's goal), so a burst that grew the heap
+// (a server taking hundreds of large publishes) would leave the process's
+// resident set at the burst's peak long after. debug.FreeOSMemory costs a
+// GC, hence min and interval.
+func ReleaseIdle(ctx context.Context, interval time.Duration, min uint64) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(s)
+		if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > min {
+			debug.FreeOSMemory()
+		}
+	}
 }

@@ -21,6 +21,15 @@ import (
 // reads; a directory of a later one is refused, not misread.
 const formatVersion = 1
 
+// embeddedCatchUpEntries is the raft log entries the embedded member
+// keeps in memory past its last snapshot (etcd takes one every 100 entries
+// applied): its raft log holds at most RaftLogEntries entries, each one
+// request of at most etcd's MaxRequestBytes (1.5 MiB).
+const (
+	embeddedCatchUpEntries = 8
+	RaftLogEntries         = 100 + embeddedCatchUpEntries
+)
+
 // The files of a data directory beside etcd's own (member/).
 const (
 	lockFile   = "holdfast.lock"
@@ -60,6 +69,14 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	// request (a WARN "request stats" line each).
 	ec.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	ec.AutoCompactionMode, ec.AutoCompactionRetention, _ = compaction(cfg.Retention)
+	// etcd keeps the raft log's entries in memory since its last
+	// snapshot (one every 100 entries) plus SnapshotCatchUpEntries (5,000
+	// by default) for slow followers; the embedded member has none, and
+	// each entry is a whole publish, up to MaxRequestBytes: 5,000 of 600
+	// KB held 3 GB. A few cover a member restarting, and bound the log
+	// by raftLogEntries entries of at most MaxRequestBytes each.
+	ec.SnapshotCatchUpEntries = embeddedCatchUpEntries
+	ec.ExperimentalSnapshotCatchUpEntries = embeddedCatchUpEntries
 	member, err := embed.StartEtcd(ec)
 	if err != nil {
 		return fmt.Errorf("store: the embedded etcd in %s did not start: %w", dir, err)
