@@ -105,6 +105,7 @@ type Store struct {
 	Client    *clientv3.Client
 
 	member *embed.Etcd // nil for KindExternal
+	fatal  *fatalHook  // the embedded member's
 	lock   *dirLock    // KindEmbedded
 	tmp    string      // KindMemory: removed at Close
 
@@ -233,10 +234,14 @@ func (s *Store) Close() error {
 		errs = append(errs, s.Client.Close())
 		s.Client = nil
 	}
+	if s.fatal != nil {
+		close(s.fatal.release)
+	}
 	if s.member != nil {
-		s.member.Close()
+		closeMember(s.member, s.fatal != nil && s.fatal.failed.Load())
 		s.member = nil
 	}
+	s.fatal = nil
 	if s.lock != nil {
 		errs = append(errs, s.lock.release())
 		s.lock = nil
