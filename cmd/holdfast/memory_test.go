@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/memstat"
 	"github.com/holdfast-dev/holdfast/server/store"
 )
 
@@ -84,21 +85,11 @@ func TestServerMemoryAfterLargePublishes(t *testing.T) {
 // rssOf reads process pid's resident set from /proc.
 func rssOf(t *testing.T, pid int) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := memstat.ProcessRSS(strconv.Itoa(pid))
 	if err != nil {
 		t.Skipf("no /proc to read a process's memory from: %v", err)
 	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("VmRSS: %q", line)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
+	return int64(n)
 }
 
 func fileSizeOf(t *testing.T, name string) int64 {

@@ -5,6 +5,7 @@ package memstat
 
 import (
 	"context"
+	"errors"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -37,17 +38,24 @@ func Now() Sample {
 }
 
 func vmRSS() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
+	n, _ := ProcessRSS("self")
+	return n
+}
+
+// ProcessRSS reads the resident set of process pid ("self", or a
+// number) from /proc.
+func ProcessRSS(pid string) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	for line := range strings.Lines(string(data)) {
 		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
 		}
 	}
-	return 0
+	return 0, errors.New("memstat: no VmRSS in /proc/" + pid + "/status")
 }
 
 // ReleaseIdle returns the heap's free memory to the OS, every interval,
