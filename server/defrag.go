@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -71,7 +72,8 @@ func defragmentMember(ctx context.Context, cli *clientv3.Client, log *slog.Logge
 // every noSpaceInterval (a leader could not be elected while it holds:
 // campaigning writes); while it holds, a server defragments each alarmed
 // member (at once when its file shows free pages, else at most every
-// noSpaceRetry: what a compaction frees shows only after a while) and
+// noSpaceRetry, and at once after a compaction through the API: what a
+// compaction frees shows in the file's figures only after a while) and
 // disarms the alarm once the file is back under noSpaceHeadroom of the
 // quota (etcd 3.6 and later say their quota), or, when the member does
 // not say its quota, once a defragmentation shrank the file by a tenth:
@@ -100,6 +102,10 @@ type noSpaceWatch struct {
 	interval time.Duration
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// compactedAt is when a compaction through the API last ended (unix
+	// nanoseconds); wake (cap 1) has run look at once.
+	compactedAt atomic.Int64
+	wake        chan struct{}
 	// run's alone:
 	lastDefrag map[uint64]time.Time // by member id
 	lastWarn   time.Time
@@ -107,9 +113,21 @@ type noSpaceWatch struct {
 
 func startNoSpaceWatch(cli *clientv3.Client, log *slog.Logger, interval time.Duration) *noSpaceWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &noSpaceWatch{cli: cli, log: log, interval: interval, cancel: cancel, done: make(chan struct{}), lastDefrag: make(map[uint64]time.Time)}
+	w := &noSpaceWatch{cli: cli, log: log, interval: interval, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1),
+		lastDefrag: make(map[uint64]time.Time)}
 	go func() { defer close(w.done); w.run(ctx) }()
 	return w
+}
+
+// compacted notes a compaction: an alarmed member is defragmented at
+// once, whatever its file says is free (what a compaction frees shows
+// there only after a while; a defragmentation copies what is live).
+func (w *noSpaceWatch) compacted() {
+	w.compactedAt.Store(time.Now().UnixNano())
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (w *noSpaceWatch) stop() {
@@ -125,6 +143,7 @@ func (w *noSpaceWatch) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.wake:
 		}
 		w.check(ctx)
 	}
@@ -174,7 +193,9 @@ func (w *noSpaceWatch) member(ctx context.Context, ep string, alarmed map[uint64
 	}
 	before := st
 	free := st.DbSize - st.DbSizeInUse
-	if free >= st.DbSize/20 || time.Since(w.lastDefrag[id]) >= noSpaceRetry {
+	last, tried := w.lastDefrag[id]
+	compacted := tried && w.compactedAt.Load() > last.UnixNano()
+	if free >= st.DbSize/20 || compacted || !tried || time.Since(last) >= noSpaceRetry {
 		w.lastDefrag[id] = time.Now()
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		_, err := w.cli.Defragment(dctx, ep)

@@ -158,6 +158,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Streams:             s.streams,
 		Liveness:            2 * cfg.Heartbeat,
 		Gates:               cfg.Gates,
+		Compacted: func() {
+			if s.noSpace != nil {
+				s.noSpace.compacted()
+			}
+		},
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())

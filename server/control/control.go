@@ -85,6 +85,10 @@ type Config struct {
 	// Gates builds a rollout's metric gates from their JSON in the
 	// rollout's spec (nil: a rollout with gates is refused).
 	Gates func(raw json.RawMessage) (Gate, error)
+	// Compacted, if set, is called after a compaction through the API
+	// (POST /control/compact): the server's watch of etcd's NOSPACE alarm
+	// then looks at once for the space it freed.
+	Compacted func()
 }
 
 // Gate is a check a rollout's stage must pass while it bakes (a metric
