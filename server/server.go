@@ -56,6 +56,10 @@ type Config struct {
 	// (default DefaultDefragMinFree, and at least half the file).
 	DefragInterval time.Duration
 	DefragMinFree  int64
+	// NoSpaceInterval is how often the server checks the store's NOSPACE
+	// alarm, and defragments and disarms it once space is free (default
+	// DefaultNoSpaceInterval).
+	NoSpaceInterval time.Duration
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
 	// (default watchcache.DefaultMaxNamespaces: 10000).
 	MaxNamespaces int
@@ -84,6 +88,7 @@ type Server struct {
 
 	leader  *leader
 	metrics metric.Registration // nil without Config.MeterProvider
+	noSpace *noSpaceWatch
 
 	closeOnce sync.Once
 	closeErr  error
@@ -178,6 +183,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Liveness:            2 * cfg.Heartbeat,
 		Gates:               cfg.Gates,
 		MeterProvider:       cfg.MeterProvider,
+		Compacted: func() {
+			if s.noSpace != nil {
+				s.noSpace.compacted()
+			}
+		},
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
@@ -186,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger),
 		defragment(st.Client, cfg.Logger, cmp.Or(cfg.DefragInterval, DefaultDefragInterval), cmp.Or(cfg.DefragMinFree, DefaultDefragMinFree)),
 		func(ctx context.Context, leading clientv3.Cmp) error { return rollouts.Run(ctx, leading) })
+	s.noSpace = startNoSpaceWatch(st.Client, cfg.Logger, cmp.Or(cfg.NoSpaceInterval, DefaultNoSpaceInterval))
 	data := s.cache.Handler()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/control/") {
@@ -302,6 +313,9 @@ func (s *Server) Close() error {
 		}
 		if s.leader != nil {
 			s.leader.close()
+		}
+		if s.noSpace != nil {
+			s.noSpace.stop()
 		}
 		if s.control != nil {
 			s.control.Close()
