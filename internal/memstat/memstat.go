@@ -58,26 +58,48 @@ func ProcessRSS(pid string) (uint64, error) {
 	return 0, errors.New("memstat: no VmRSS in /proc/" + pid + "/status")
 }
 
-// ReleaseIdle returns the heap's free memory to the OS, every interval,
+// ReleaseIdle returns the heap's idle memory to the OS, every interval,
 // whenever more than min bytes of it are kept: until ctx ends. The Go
 // runtime keeps freed heap memory for reuse and gives it back slowly (it
 // keeps about as much as the heap's goal), so a burst that grew the heap
 // (a server taking hundreds of large publishes) would leave the process's
-// resident set at the burst's peak long after. debug.FreeOSMemory costs a
-// GC, hence min and interval.
+// resident set at the burst's peak long after. Idle is what the heap
+// holds beyond what the last GC found live: its free spans and, until a
+// GC runs, the burst's garbage (a quiet process may not collect for
+// minutes). debug.FreeOSMemory costs a GC, hence min and interval.
 func ReleaseIdle(ctx context.Context, interval time.Duration, min uint64) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		metrics.Read(s)
-		if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > min {
+		if idleHeap() > min {
 			debug.FreeOSMemory()
 		}
 	}
+}
+
+// idleHeap is the heap's memory beyond what the last GC found live, not
+// yet returned to the OS.
+func idleHeap() uint64 {
+	s := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+	}
+	metrics.Read(s)
+	for _, v := range s {
+		if v.Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+	}
+	held := s[0].Value.Uint64() + s[1].Value.Uint64()
+	live := s[2].Value.Uint64()
+	if held <= live {
+		return 0
+	}
+	return held - live
 }
