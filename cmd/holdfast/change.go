@@ -420,11 +420,7 @@ func showChange(w io.Writer, c *controlapi.Change) error {
 	for _, ns := range sortedNamespaces(*c) {
 		rc := c.Reach[ns]
 		fmt.Fprintf(&b, "  %s: %d live client(s)", cell(ns), rc.Live)
-		var vs []string
-		for _, v := range sortedCounts(rc.BySDKVersion) {
-			vs = append(vs, v)
-		}
-		if len(vs) > 0 {
+		if vs := sortedCounts(rc.BySDKVersion); len(vs) > 0 {
 			fmt.Fprintf(&b, " (%s)", strings.Join(vs, ", "))
 		}
 		if rc.MinSDKVersion != "" {

@@ -10,7 +10,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/telemetry"
@@ -40,10 +39,9 @@ func TestMetricsOfRealProcesses(t *testing.T) {
 
 	// One client direct, one through the relay; each acks revision 1,
 	// so that the server knows both when the next publish commits.
-	var nss []*config.Namespace
 	for _, url := range []string{srv.url(), rel.url()} {
 		c, _ := fleetClient(t, []string{url})
-		nss = append(nss, openNS(t, c, "app"))
+		openNS(t, c, "app")
 	}
 	testutil.Eventually(t, waitLimit, func() bool {
 		st, err := cc.Status(context.Background(), "app")

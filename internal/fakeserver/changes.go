@@ -166,10 +166,6 @@ func (b *changeBook) updateLocked(id string, data []byte, version int64) error {
 // one that starts after that check moves the namespace's revision, which
 // the commit's condition catches.
 func (c changeStore) CommitChange(_ context.Context, ch controlapi.Change, version int64, writes map[string]controlplane.Write) (int64, map[string]int64, error) {
-	data, err := json.Marshal(ch)
-	if err != nil {
-		return 0, nil, err
-	}
 	var ws []nsWrite
 	for _, ns := range slices.Sorted(maps.Keys(writes)) {
 		w := writes[ns]
@@ -206,7 +202,8 @@ func (c changeStore) CommitChange(_ context.Context, ch controlapi.Change, versi
 		return 0, nil, err
 	}
 	ch.Revision, ch.Revisions = rev, revs
-	if data, err = json.Marshal(ch); err != nil {
+	data, err := json.Marshal(ch)
+	if err != nil {
 		return 0, nil, err
 	}
 	c.s.stats.publishes.Add(int64(len(ws)))

@@ -25,7 +25,7 @@ import (
 	"strings"
 
 	"cel.dev/cel-go/cel"
-	"cel.dev/cel-go/checker"
+	"cel.dev/cel-go/common/cost"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 
@@ -172,12 +172,12 @@ func newEnv() (*cel.Env, error) {
 // sizeHints bounds the sizes of the variables for the cost estimate.
 type sizeHints struct{}
 
-func (sizeHints) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+func (sizeHints) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 	p := n.Path()
 	if len(p) == 0 {
 		return nil
 	}
-	size := func(max uint64) *checker.SizeEstimate { return &checker.SizeEstimate{Min: 0, Max: max} }
+	size := func(max uint64) *cost.SizeEstimate { return &cost.SizeEstimate{Min: 0, Max: max} }
 	switch p[0] {
 	case "old", "new":
 		switch {
@@ -201,7 +201,7 @@ func (sizeHints) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	return nil
 }
 
-func (sizeHints) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+func (sizeHints) EstimateCallCost(function, overloadID string, target *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
 	return nil
 }
 
