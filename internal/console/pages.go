@@ -1,0 +1,439 @@
+package console
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/controlapi"
+)
+
+// Sign in and out.
+
+func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.Open() {
+		http.Redirect(w, r, "/console/namespaces", http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, nil, http.StatusOK, "signin", page{Title: "Sign in"})
+}
+
+func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.Open() || c.cfg.Authenticator == nil {
+		http.Redirect(w, r, "/console/namespaces", http.StatusSeeOther)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	secret := strings.TrimSpace(r.PostFormValue("token"))
+	id, ok := c.cfg.Authenticator.Authenticate(secret)
+	switch {
+	case !ok:
+		c.render(w, r, nil, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: "that token is not accepted"})
+		return
+	case !mayControl(id):
+		c.render(w, r, nil, http.StatusForbidden, "signin", page{Title: "Sign in",
+			Error: fmt.Sprintf("token %q has no control scope: the console is for operators", id.Name)})
+		return
+	}
+	d := sha256.Sum256([]byte(secret))
+	if _, err := c.start(w, r, hex.EncodeToString(d[:]), id.Name); err != nil {
+		c.fail(w, r, nil, http.StatusServiceUnavailable, "the session store did not answer: "+err.Error())
+		return
+	}
+	c.log.Info("console: signed in", "identity", id.Name)
+	http.Redirect(w, r, "/console/namespaces", http.StatusSeeOther)
+}
+
+func (c *Console) signout(w http.ResponseWriter, r *http.Request, rq *request) {
+	if ck, err := r.Cookie(CookieName); err == nil {
+		if err := c.cfg.Sessions.Delete(r.Context(), SessionKey(ck.Value)); err != nil {
+			c.fail(w, r, rq, http.StatusServiceUnavailable, "the session store did not answer: "+err.Error())
+			return
+		}
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/console/", MaxAge: -1, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	c.log.Info("console: signed out", "identity", rq.name)
+	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+}
+
+// Namespaces.
+
+// pageSize is how many rows a paged table shows.
+const pageSize = 100
+
+// namespaceNames lists the namespaces: the server's, and those its
+// clients report.
+func (c *Console) namespaceNames(ctx context.Context, rq *request) ([]string, controlapi.Clients, error) {
+	var names []string
+	if c.cfg.Namespaces != nil {
+		ns, err := c.cfg.Namespaces(ctx)
+		if err != nil {
+			return nil, controlapi.Clients{}, err
+		}
+		names = append(names, ns...)
+	}
+	var clients controlapi.Clients
+	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
+		return nil, clients, err
+	}
+	for _, cl := range clients.Clients {
+		names = append(names, cl.Namespace)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), clients, nil
+}
+
+type nsRow struct {
+	Name    string
+	Status  controlapi.NamespaceStatus
+	Last    *controlapi.AuditRecord
+	Rollout string
+	Err     string
+}
+
+func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	names, _, err := c.namespaceNames(r.Context(), rq)
+	if err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	filter := r.URL.Query().Get("q")
+	if filter != "" {
+		names = slices.DeleteFunc(names, func(n string) bool { return !strings.Contains(n, filter) })
+	}
+	pg := paging(r, len(names))
+	rows := make([]nsRow, 0, pg.To-pg.From)
+	for _, n := range names[pg.From:pg.To] {
+		row := nsRow{Name: n}
+		if err := rq.api.do(http.MethodGet, nsPath(n, "/status"), nil, nil, &row.Status); err != nil {
+			row.Err = err.Error()
+			rows = append(rows, row)
+			continue
+		}
+		var h controlapi.History
+		if err := rq.api.do(http.MethodGet, nsPath(n, "/history"), url.Values{"limit": {"1"}}, nil, &h); err == nil && len(h.Revisions) > 0 {
+			row.Last = &h.Revisions[0]
+		}
+		var rl controlapi.RolloutList
+		if err := rq.api.do(http.MethodGet, nsPath(n, "/rollouts"), nil, nil, &rl); err == nil {
+			for _, ro := range rl.Rollouts {
+				if ro.State == controlapi.RolloutRunning {
+					row.Rollout = ro.ID
+				}
+			}
+		}
+		rows = append(rows, row)
+	}
+	c.render(w, r, rq, http.StatusOK, "namespaces", page{Title: "Namespaces", Nav: "namespaces",
+		Data: map[string]any{"Rows": rows, "Filter": filter, "Paging": pg}})
+}
+
+// pager is one page of a paged table.
+type pager struct {
+	From, To, Total, Page int
+	Prev, Next            string // query strings; "" when none
+}
+
+func paging(r *http.Request, total int) pager {
+	n, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	n = max(n, 1)
+	p := pager{Total: total, Page: n, From: min((n-1)*pageSize, total)}
+	p.To = min(p.From+pageSize, total)
+	q := r.URL.Query()
+	if n > 1 {
+		q.Set("page", strconv.Itoa(n-1))
+		p.Prev = "?" + q.Encode()
+	}
+	if p.To < total {
+		q.Set("page", strconv.Itoa(n+1))
+		p.Next = "?" + q.Encode()
+	}
+	return p
+}
+
+// historyRow is one revision of a namespace's history with its semantic
+// diff against the revision before.
+type historyRow struct {
+	controlapi.AuditRecord
+	Diff []diffLine
+}
+
+// historyDiffs bounds the revisions whose diff the namespace page shows.
+const historyDiffs = 20
+
+func (c *Console) namespacePage(w http.ResponseWriter, r *http.Request, rq *request) {
+	ns := r.PathValue("ns")
+	var st controlapi.NamespaceStatus
+	if err := rq.api.do(http.MethodGet, nsPath(ns, "/status"), nil, nil, &st); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	q := url.Values{"revision": {strconv.FormatInt(st.Revision, 10)}}
+	if rev := r.URL.Query().Get("rev"); rev != "" {
+		q.Set("revision", rev)
+	}
+	var vals controlapi.NamespaceValues
+	if err := rq.api.do(http.MethodGet, nsPath(ns, "/values"), q, nil, &vals); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	rows := make([]valueRow, 0, len(vals.Values))
+	for k, v := range vals.Values {
+		rows = append(rows, newValueRow(k, v))
+	}
+	slices.SortFunc(rows, func(a, b valueRow) int { return cmp.Compare(a.Key, b.Key) })
+	var schemaText string
+	var schemaRaw json.RawMessage
+	if err := rq.api.do(http.MethodGet, nsPath(ns, "/schema"), nil, nil, &schemaRaw); err == nil {
+		var buf bytes.Buffer
+		if jsonIndent(&buf, schemaRaw) == nil {
+			schemaText = buf.String()
+		}
+	}
+	var h controlapi.History
+	if err := rq.api.do(http.MethodGet, nsPath(ns, "/history"), url.Values{"limit": {strconv.Itoa(historyDiffs)}}, nil, &h); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	hist := make([]historyRow, 0, len(h.Revisions))
+	for _, rec := range h.Revisions {
+		row := historyRow{AuditRecord: rec}
+		if rec.PrevRevision > 0 {
+			var d controlapi.Diff
+			if err := rq.api.do(http.MethodGet, nsPath(ns, "/diff"), url.Values{"from": {strconv.FormatInt(rec.PrevRevision, 10)},
+				"to": {strconv.FormatInt(rec.Revision, 10)}}, nil, &d); err == nil {
+				row.Diff = semanticDiff(d.Changes)
+			}
+		}
+		hist = append(hist, row)
+	}
+	var rl controlapi.RolloutList
+	_ = rq.api.do(http.MethodGet, nsPath(ns, "/rollouts"), nil, nil, &rl)
+	c.render(w, r, rq, http.StatusOK, "namespace", page{Title: ns, Nav: "namespaces", Data: map[string]any{
+		"NS": ns, "Status": st, "Values": vals, "Rows": rows, "Schema": schemaText, "History": hist, "Rollouts": rl.Rollouts,
+		"AtRevision": r.URL.Query().Get("rev")}})
+}
+
+func (c *Console) rollback(w http.ResponseWriter, r *http.Request, rq *request) {
+	ns := r.PathValue("ns")
+	to, err := strconv.ParseInt(r.PostFormValue("to"), 10, 64)
+	if err != nil || to < 1 {
+		c.fail(w, r, rq, http.StatusBadRequest, "rollback: want the revision to roll back to")
+		return
+	}
+	body := controlapi.RollbackRequest{To: &to, Reason: r.PostFormValue("reason")}
+	if rev, err := strconv.ParseInt(r.PostFormValue("if_revision"), 10, 64); err == nil && rev > 0 {
+		body.IfRevision = &rev
+	}
+	if err := rq.api.do(http.MethodPost, nsPath(ns, "/rollback"), nil, body, nil); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	http.Redirect(w, r, "/console/namespaces/"+url.PathEscape(ns), http.StatusSeeOther)
+}
+
+// Rollouts.
+
+func (c *Console) rolloutsPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	names, _, err := c.namespaceNames(r.Context(), rq)
+	if err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	var all []controlapi.RolloutRecord
+	for _, n := range names {
+		var rl controlapi.RolloutList
+		if err := rq.api.do(http.MethodGet, nsPath(n, "/rollouts"), nil, nil, &rl); err == nil {
+			all = append(all, rl.Rollouts...)
+		}
+	}
+	slices.SortStableFunc(all, func(a, b controlapi.RolloutRecord) int {
+		return cmp.Compare(running(b), running(a))
+	})
+	c.render(w, r, rq, http.StatusOK, "rollouts", page{Title: "Rollouts", Nav: "rollouts", Data: all})
+}
+
+func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	ns, id := r.PathValue("ns"), r.PathValue("id")
+	var rec controlapi.RolloutRecord
+	if err := rq.api.do(http.MethodGet, nsPath(ns, "/rollouts/"+url.PathEscape(id)), nil, nil, &rec); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	c.render(w, r, rq, http.StatusOK, "rollout", page{Title: "Rollout " + id, Nav: "rollouts", Data: map[string]any{
+		"Rec": rec, "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
+}
+
+// rolloutEvents pushes the rollout's timeline (server-sent events, an
+// "rollout" event of HTML) each time it changes, until the browser leaves.
+func (c *Console) rolloutEvents(w http.ResponseWriter, r *http.Request, rq *request) {
+	ns, id := r.PathValue("ns"), r.PathValue("id")
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	var last []byte
+	tick := time.NewTicker(c.cfg.Poll)
+	defer tick.Stop()
+	for {
+		var rec controlapi.RolloutRecord
+		err := rq.api.do(http.MethodGet, nsPath(ns, "/rollouts/"+url.PathEscape(id)), nil, nil, &rec)
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if err := c.pages["rollout"].ExecuteTemplate(&buf, "timeline", rec); err != nil {
+			c.log.Error("console: rendering the timeline", "err", err)
+			return
+		}
+		if !bytes.Equal(buf.Bytes(), last) {
+			last = bytes.Clone(buf.Bytes())
+			var ev bytes.Buffer
+			ev.WriteString("event: rollout\n")
+			for line := range strings.SplitSeq(buf.String(), "\n") {
+				ev.WriteString("data: " + line + "\n")
+			}
+			ev.WriteString("\n")
+			if _, err := w.Write(ev.Bytes()); err != nil {
+				return
+			}
+		} else if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+		// The session may have ended meanwhile (signed out, revoked).
+		if _, _, err := c.lookup(r); err != nil && !rq.open {
+			return
+		}
+		if rq.hasID {
+			var d [sha256.Size]byte
+			_, _ = hex.Decode(d[:], []byte(rq.sess.TokenDigest))
+			if _, ok := c.cfg.Authenticator.AuthenticateDigest(d); !ok {
+				return
+			}
+		}
+	}
+}
+
+func (c *Console) rolloutAction(w http.ResponseWriter, r *http.Request, rq *request) {
+	ns, id, action := r.PathValue("ns"), r.PathValue("id"), r.PathValue("action")
+	if action != "abort" && action != "promote" {
+		c.fail(w, r, rq, http.StatusNotFound, "no such action: "+action)
+		return
+	}
+	body := controlapi.RolloutActionRequest{Reason: r.PostFormValue("reason")}
+	if err := rq.api.do(http.MethodPost, nsPath(ns, "/rollouts/"+url.PathEscape(id)+"/"+action), nil, body, nil); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	http.Redirect(w, r, "/console/namespaces/"+url.PathEscape(ns)+"/rollouts/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+// Fleet.
+
+// nackGroup is the clients that rejected one revision for one reason.
+type nackGroup struct {
+	Namespace string
+	Revision  int64
+	Reason    string
+	Count     int
+}
+
+func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	var clients controlapi.Clients
+	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	ns, state := r.URL.Query().Get("ns"), r.URL.Query().Get("state")
+	list := slices.DeleteFunc(clients.Clients, func(cl controlapi.ClientState) bool {
+		return ns != "" && cl.Namespace != ns || state != "" && cl.State != state
+	})
+	slices.SortFunc(list, func(a, b controlapi.ClientState) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ClientID, b.ClientID))
+	})
+	groups := map[nackGroup]int{}
+	for _, cl := range list {
+		if cl.NackedRevision > 0 {
+			groups[nackGroup{Namespace: cl.Namespace, Revision: cl.NackedRevision, Reason: cl.NackError}]++
+		}
+	}
+	nacks := make([]nackGroup, 0, len(groups))
+	for g, n := range groups {
+		g.Count = n
+		nacks = append(nacks, g)
+	}
+	slices.SortFunc(nacks, func(a, b nackGroup) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Reason, b.Reason))
+	})
+	pg := paging(r, len(list))
+	c.render(w, r, rq, http.StatusOK, "fleet", page{Title: "Fleet", Nav: "fleet", Data: map[string]any{
+		"Clients": list[pg.From:pg.To], "Nacks": nacks, "Paging": pg, "NS": ns, "State": state, "Head": clients.Head}})
+}
+
+// Audit.
+
+type auditRow struct {
+	Namespace string
+	controlapi.AuditRecord
+}
+
+// auditPerNamespace bounds the records the audit page reads of each
+// namespace.
+const auditPerNamespace = 50
+
+func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	names, _, err := c.namespaceNames(r.Context(), rq)
+	if err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	qns, actor, kind := r.URL.Query().Get("ns"), r.URL.Query().Get("actor"), r.URL.Query().Get("kind")
+	var rows []auditRow
+	for _, n := range names {
+		if qns != "" && n != qns {
+			continue
+		}
+		var h controlapi.History
+		if err := rq.api.do(http.MethodGet, nsPath(n, "/history"), url.Values{"limit": {strconv.Itoa(auditPerNamespace)}}, nil, &h); err != nil {
+			continue
+		}
+		for _, rec := range h.Revisions {
+			if actor != "" && rec.Actor != actor || kind != "" && rec.Kind != kind {
+				continue
+			}
+			rows = append(rows, auditRow{Namespace: n, AuditRecord: rec})
+		}
+	}
+	slices.SortFunc(rows, func(a, b auditRow) int { return b.CommittedAt.Compare(a.CommittedAt) })
+	pg := paging(r, len(rows))
+	c.render(w, r, rq, http.StatusOK, "audit", page{Title: "Audit", Nav: "audit", Data: map[string]any{
+		"Rows": rows[pg.From:pg.To], "Paging": pg, "NS": qns, "Actor": actor, "Kind": kind}})
+}
+
+// running is 1 for a running rollout, else 0 (to list those first).
+func running(r controlapi.RolloutRecord) int {
+	if r.State == controlapi.RolloutRunning {
+		return 1
+	}
+	return 0
+}
