@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
+	"github.com/holdfast-dev/holdfast/internal/console"
 	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -60,6 +61,10 @@ type Config struct {
 	// TokenUseInterval is how often the tokens' last uses are written
 	// (default tokens.DefaultUseInterval).
 	TokenUseInterval time.Duration
+	// Console serves the operator's console at /console/ (package
+	// console), a client of the control API's handler, its sessions in
+	// the store.
+	Console bool
 }
 
 // Server is a holdfast server over one store. Create it with New, serve
@@ -164,17 +169,41 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		defragment(st.Client, cfg.Logger, cmp.Or(cfg.DefragInterval, DefaultDefragInterval), cmp.Or(cfg.DefragMinFree, DefaultDefragMinFree)),
 		func(ctx context.Context, leading clientv3.Cmp) error { return rollouts.Run(ctx, leading) })
 	data := s.cache.Handler()
-	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/control/") {
-			s.control.ServeHTTP(w, r)
-			return
+	var con http.Handler = http.NotFoundHandler()
+	if cfg.Console {
+		table := s.tokens.Table()
+		c, err := console.New(console.Config{API: s.control, Authenticator: toks, Open: func() bool { return !table.Required() },
+			Sessions: control.NewSessions(st.Client), Namespaces: s.namespaceNames, Logger: cfg.Logger})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
 		}
-		data.ServeHTTP(w, r)
+		con = c
+	}
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/control/"):
+			s.control.ServeHTTP(w, r)
+		case cfg.Console && strings.HasPrefix(r.URL.Path, "/console/"):
+			con.ServeHTTP(w, r)
+		default:
+			data.ServeHTTP(w, r)
+		}
 	})
 	return s, nil
 }
 
-// Handler serves the data plane and the control API.
+// namespaceNames lists the namespaces the watch cache follows (the
+// console's list, beside those the clients report).
+func (s *Server) namespaceNames(context.Context) ([]string, error) {
+	var names []string
+	for _, n := range s.cache.Namespaces() {
+		names = append(names, n.Namespace)
+	}
+	return names, nil
+}
+
+// Handler serves the data plane, the control API and (Config.Console)
+// the console.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Tokens is the store's tokens (Bootstrap, and their cache).

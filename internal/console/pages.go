@@ -45,6 +45,11 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 			Error: fmt.Sprintf("token %q has no control scope: the console is for operators", id.Name)})
 		return
 	}
+	// A session the browser had (an open server's, another identity's)
+	// ends: a sign-in always starts a new one.
+	if _, key, err := c.lookup(r); err == nil {
+		_ = c.cfg.Sessions.Delete(r.Context(), key)
+	}
 	d := sha256.Sum256([]byte(secret))
 	if _, err := c.start(w, r, hex.EncodeToString(d[:]), id.Name); err != nil {
 		c.fail(w, r, nil, http.StatusServiceUnavailable, "the session store did not answer: "+err.Error())
