@@ -125,8 +125,22 @@ func signIn(t *testing.T, ctx context.Context, base, secret string) {
 	t.Helper()
 	do(t, ctx, chromedp.Navigate(base+"/console/signin"),
 		chromedp.SendKeys(`//input[@id=//label[normalize-space()="Token"]/@for]`, secret),
-		chromedp.Click(button("Sign in")),
-		chromedp.WaitVisible(`//h1`))
+	)
+	press(t, ctx, "Sign in")
+}
+
+// press clicks the button named name and waits until the page its form's
+// submission loads is there: a new document (the old one is marked),
+// loaded.
+func press(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	do(t, ctx, chromedp.Evaluate[chromedp.Void](`window.beforeSubmit = true`), chromedp.Click(button(name)))
+	// Evaluated again until true: an evaluation the navigation cuts
+	// short fails, and is tried again.
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.beforeSubmit !== true && document.readyState === 'complete'`))
+		return err == nil && done
+	}, "the page after pressing %s", name)
 }
 
 // screenshot saves the page as DIR/name.png when HOLDFAST_SCREENSHOTS=DIR,
@@ -280,8 +294,8 @@ func TestCrossSitePostIsRefused(t *testing.T) {
 		t.Fatalf("a refused POST wrote: revision %d, want 2", ns.Revision)
 	}
 	// The page's own Rollback button works.
-	do(t, ctx, chromedp.SendKeys(`//table[contains(@class,"history")]//input[@name="reason"]`, "back to 1"),
-		chromedp.Click(button("Rollback")), chromedp.WaitVisible(`//h2[normalize-space()="History"]`))
+	do(t, ctx, chromedp.SendKeys(`//table[contains(@class,"history")]//input[@name="reason"]`, "back to 1"))
+	press(t, ctx, "Rollback")
 	if ns, _ := s.Status("payments.prod"); ns.Revision != 3 {
 		t.Fatalf("rollback: revision %d, want 3", ns.Revision)
 	}
@@ -310,7 +324,7 @@ func TestSignOutEndsTheSession(t *testing.T) {
 	if value == "" {
 		t.Fatal("no session cookie")
 	}
-	do(t, ctx, chromedp.Click(button("Sign out")), chromedp.WaitVisible(`//label[normalize-space()="Token"]`))
+	press(t, ctx, "Sign out")
 	// The old cookie, replayed past the browser, no longer opens a page.
 	req, _ := http.NewRequest(http.MethodGet, s.URL()+"/console/namespaces", nil)
 	req.AddCookie(&http.Cookie{Name: console.CookieName, Value: value})
