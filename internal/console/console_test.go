@@ -238,3 +238,50 @@ func TestOpenServer(t *testing.T) {
 		}
 	}
 }
+
+func TestFleetGroupsNackReasons(t *testing.T) {
+	// An open server: acks are taken from any client.
+	s, err := fakeserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	for _, v := range []int{200, 50} {
+		if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := browser(t)
+	for i, ack := range []string{
+		`"status":"nack","error":"retry-timeout-ms: must be ≥ 100"`, `"status":"nack","error":"retry-timeout-ms: must be ≥ 100"`,
+		`"status":"nack","error":"retry-timeout-ms: must be ≥ 100"`, `"status":"nack","error":"unknown key"`, `"status":"ack"`,
+	} {
+		body := `{"client_id":"c` + string(rune('1'+i)) + `","ns":"payments.prod","revision":2,` + ack + `}`
+		req, _ := http.NewRequest(http.MethodPost, s.URL()+"/sdk/ack", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("ack: %d %s", resp.StatusCode, b)
+		}
+	}
+	resp, body := get(t, c, s.URL()+"/console/fleet?ns=payments.prod")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("fleet: %d\n%s", resp.StatusCode, body)
+	}
+	for _, want := range []string{"<tr><td>3</td><td>payments.prod</td><td>2</td><td>retry-timeout-ms: must be ≥ 100</td></tr>",
+		"<tr><td>1</td><td>payments.prod</td><td>2</td><td>unknown key</td></tr>", "<code>c5</code>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("fleet page lacks %q\n%s", want, body)
+		}
+	}
+	for _, p := range []string{"namespaces", "audit", "rollouts", "fleet?state=live"} {
+		if resp, body := get(t, c, s.URL()+"/console/"+p); resp.StatusCode != http.StatusOK || strings.Count(body, "<h1>") != 1 {
+			t.Errorf("%s: %d\n%s", p, resp.StatusCode, body)
+		}
+	}
+}

@@ -214,7 +214,12 @@ func (c *Console) namespacePage(w http.ResponseWriter, r *http.Request, rq *requ
 	hist := make([]historyRow, 0, len(h.Revisions))
 	for _, rec := range h.Revisions {
 		row := historyRow{AuditRecord: rec}
-		if rec.PrevRevision > 0 {
+		if rec.PrevRevision == 0 {
+			// The namespace's first revision: what it put, all added.
+			for _, k := range rec.Puts {
+				row.Diff = append(row.Diff, diffLine{Key: k, Kind: "added"})
+			}
+		} else {
 			var d controlapi.Diff
 			if err := rq.api.do(http.MethodGet, nsPath(ns, "/diff"), url.Values{"from": {strconv.FormatInt(rec.PrevRevision, 10)},
 				"to": {strconv.FormatInt(rec.Revision, 10)}}, nil, &d); err == nil {
@@ -277,7 +282,7 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request, rq *reques
 		return
 	}
 	c.render(w, r, rq, http.StatusOK, "rollout", page{Title: "Rollout " + id, Nav: "rollouts", Data: map[string]any{
-		"Rec": rec, "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
+		"Rec": rec, "CSRF": rq.sess.CSRF, "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
 }
 
 // rolloutEvents pushes the rollout's timeline (server-sent events, an
@@ -299,7 +304,7 @@ func (c *Console) rolloutEvents(w http.ResponseWriter, r *http.Request, rq *requ
 			return
 		}
 		var buf bytes.Buffer
-		if err := c.pages["rollout"].ExecuteTemplate(&buf, "timeline", rec); err != nil {
+		if err := c.pages["rollout"].ExecuteTemplate(&buf, "timeline", map[string]any{"Rec": rec, "CSRF": rq.sess.CSRF}); err != nil {
 			c.log.Error("console: rendering the timeline", "err", err)
 			return
 		}
