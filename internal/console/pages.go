@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 )
 
 // Sign in and out.
@@ -108,7 +109,7 @@ type nsRow struct {
 }
 
 func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	names, _, err := c.namespaceNames(r.Context(), rq)
+	names, clients, err := c.namespaceNames(r.Context(), rq)
 	if err != nil {
 		c.failAPI(w, r, rq, err)
 		return
@@ -118,18 +119,26 @@ func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *req
 		names = slices.DeleteFunc(names, func(n string) bool { return !strings.Contains(n, filter) })
 	}
 	pg := paging(r, len(names))
+	// The clients' counts come from the one list of clients, not from a
+	// status read per row (each of which would read every client).
+	byNS := make(map[string][]controlapi.ClientState)
+	for _, cl := range clients.Clients {
+		byNS[cl.Namespace] = append(byNS[cl.Namespace], cl)
+	}
 	rows := make([]nsRow, 0, pg.To-pg.From)
 	for _, n := range names[pg.From:pg.To] {
 		row := nsRow{Name: n}
-		if err := rq.api.do(http.MethodGet, nsPath(n, "/status"), nil, nil, &row.Status); err != nil {
+		var h controlapi.History
+		if err := rq.api.do(http.MethodGet, nsPath(n, "/history"), url.Values{"limit": {"1"}}, nil, &h); err != nil {
 			row.Err = err.Error()
 			rows = append(rows, row)
 			continue
 		}
-		var h controlapi.History
-		if err := rq.api.do(http.MethodGet, nsPath(n, "/history"), url.Values{"limit": {"1"}}, nil, &h); err == nil && len(h.Revisions) > 0 {
+		if len(h.Revisions) > 0 {
 			row.Last = &h.Revisions[0]
+			row.Status.Revision = h.Revisions[0].Revision
 		}
+		presence.Count(&row.Status, byNS[n])
 		var rl controlapi.RolloutList
 		if err := rq.api.do(http.MethodGet, nsPath(n, "/rollouts"), nil, nil, &rl); err == nil {
 			for _, ro := range rl.Rollouts {
@@ -412,17 +421,17 @@ type auditRow struct {
 const auditPerNamespace = 50
 
 func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	names, _, err := c.namespaceNames(r.Context(), rq)
-	if err != nil {
-		c.failAPI(w, r, rq, err)
-		return
-	}
 	qns, actor, kind := r.URL.Query().Get("ns"), r.URL.Query().Get("actor"), r.URL.Query().Get("kind")
+	names := []string{qns}
+	if qns == "" {
+		var err error
+		if names, _, err = c.namespaceNames(r.Context(), rq); err != nil {
+			c.failAPI(w, r, rq, err)
+			return
+		}
+	}
 	var rows []auditRow
 	for _, n := range names {
-		if qns != "" && n != qns {
-			continue
-		}
 		var h controlapi.History
 		if err := rq.api.do(http.MethodGet, nsPath(n, "/history"), url.Values{"limit": {strconv.Itoa(auditPerNamespace)}}, nil, &h); err != nil {
 			continue
