@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	var con http.Handler = http.NotFoundHandler()
 	if cfg.Console {
 		table := s.tokens.Table()
-		c, err := console.New(console.Config{API: s.control, Authenticator: toks, Open: func() bool { return !table.Required() },
+		c, err := console.New(console.Config{API: s.control, Authenticator: toks, AuthLimit: authLimit, Open: func() bool { return !table.Required() },
 			Sessions: control.NewSessions(st.Client), Namespaces: s.namespaceNames, Logger: cfg.Logger})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 )
 
 //go:embed templates/*.html
@@ -61,6 +62,9 @@ type Config struct {
 	// store that has never had an admin token); nil: open when
 	// Authenticator is nil.
 	Open func() bool
+	// AuthLimit slows down a peer that keeps signing in with tokens that
+	// are not accepted, as the API's (share the server's). Nil: none.
+	AuthLimit *authlimit.Limiter
 	// Sessions keeps the sessions (default NewMemorySessions()).
 	Sessions SessionStore
 	// Namespaces, when set, lists the namespaces the server knows, beside

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -284,4 +285,22 @@ func TestFleetGroupsNackReasons(t *testing.T) {
 			t.Errorf("%s: %d\n%s", p, resp.StatusCode, body)
 		}
 	}
+}
+
+func TestSignInGuessesAreLimited(t *testing.T) {
+	s := startServer(t)
+	c := browser(t)
+	for i := range 200 {
+		resp := signIn(t, s, c, fmt.Sprintf("wrong-guess-%04d-0123456789", i))
+		if resp.StatusCode == http.StatusTooManyRequests {
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+			return
+		}
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d", i, resp.StatusCode)
+		}
+	}
+	t.Fatal("200 wrong tokens from one peer, none refused")
 }

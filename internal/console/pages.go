@@ -15,7 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/presence"
 )
 
@@ -36,8 +38,17 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	secret := strings.TrimSpace(r.PostFormValue("token"))
-	id, ok := c.cfg.Authenticator.Authenticate(secret)
+	// The token is counted as the API counts a bearer token: a peer past
+	// its failures is refused before the token is looked at.
+	probe := r.Clone(r.Context())
+	probe.Header = http.Header{"Authorization": {"Bearer " + secret}}
+	id, ok, wait, refused := c.cfg.AuthLimit.Authenticate(probe, func(*http.Request) (access.Identity, bool) {
+		return c.cfg.Authenticator.Authenticate(secret)
+	})
 	switch {
+	case refused:
+		c.render(w, r, nil, http.StatusTooManyRequests, "signin", page{Title: "Sign in", Error: authlimit.Refusal(w, wait)})
+		return
 	case !ok:
 		c.render(w, r, nil, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: "that token is not accepted"})
 		return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/console"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
@@ -49,7 +50,7 @@ func (s *Server) controlRoutes() ([]dataplane.Route, error) {
 	// The console, a client of the same handler; sessions in memory.
 	ccfg := console.Config{API: h, Logger: s.log, Namespaces: func(context.Context) ([]string, error) { return s.store.names(), nil }}
 	if s.opts.tokens != nil {
-		ccfg.Authenticator = s.opts.tokens
+		ccfg.Authenticator, ccfg.AuthLimit = s.opts.tokens, authlimit.New(authlimit.Config{})
 	}
 	con, err := console.New(ccfg)
 	if err != nil {
