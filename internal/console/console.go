@@ -7,7 +7,7 @@
 // Each page is one handler and one template (templates/NAME.html in the
 // layout of templates/layout.html). Pages read without JavaScript; the
 // rollout's timeline updates by server push (htmx's SSE extension,
-// vendored under static/ with its licence).
+// vendored under static/ with its licence); so does the fleet's summary.
 package console
 
 import (
@@ -131,6 +131,7 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("GET /console/namespaces/{ns}/rollouts/{id}/events", c.session(c.rolloutEvents))
 	mux.HandleFunc("POST /console/namespaces/{ns}/rollouts/{id}/{action}", c.session(c.rolloutAction))
 	mux.HandleFunc("GET /console/fleet", c.session(c.fleetPage))
+	mux.HandleFunc("GET /console/fleet/events", c.session(c.fleetEvents))
 	mux.HandleFunc("GET /console/audit", c.session(c.auditPage))
 	mux.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "no such page: "+r.URL.Path)

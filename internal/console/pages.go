@@ -305,10 +305,24 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request, rq *reques
 		"Rec": rec, "CSRF": rq.sess.CSRF, "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
 }
 
-// rolloutEvents pushes the rollout's timeline (server-sent events, an
-// "rollout" event of HTML) each time it changes, until the browser leaves.
+// rolloutEvents pushes the rollout's timeline as it changes.
 func (c *Console) rolloutEvents(w http.ResponseWriter, r *http.Request, rq *request) {
 	ns, id := r.PathValue("ns"), r.PathValue("id")
+	c.push(w, r, rq, "rollout", func(buf *bytes.Buffer) error {
+		var rec controlapi.RolloutRecord
+		if err := rq.api.do(http.MethodGet, nsPath(ns, "/rollouts/"+url.PathEscape(id)), nil, nil, &rec); err != nil {
+			return err
+		}
+		return c.pages["rollout"].ExecuteTemplate(buf, "timeline", map[string]any{"Rec": rec, "CSRF": rq.sess.CSRF})
+	})
+}
+
+// push serves a live view: server-sent events named event, each the HTML
+// render writes, sent when it differs from the last one sent (a comment
+// keeps the stream alive otherwise), every Config.Poll, until the
+// browser leaves, render fails, or the session ends (signed out, its
+// token revoked).
+func (c *Console) push(w http.ResponseWriter, r *http.Request, rq *request, event string, render func(*bytes.Buffer) error) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
@@ -318,28 +332,22 @@ func (c *Console) rolloutEvents(w http.ResponseWriter, r *http.Request, rq *requ
 	tick := time.NewTicker(c.cfg.Poll)
 	defer tick.Stop()
 	for {
-		var rec controlapi.RolloutRecord
-		err := rq.api.do(http.MethodGet, nsPath(ns, "/rollouts/"+url.PathEscape(id)), nil, nil, &rec)
-		if err != nil {
-			return
-		}
 		var buf bytes.Buffer
-		if err := c.pages["rollout"].ExecuteTemplate(&buf, "timeline", map[string]any{"Rec": rec, "CSRF": rq.sess.CSRF}); err != nil {
-			c.log.Error("console: rendering the timeline", "err", err)
+		if err := render(&buf); err != nil {
 			return
 		}
-		if !bytes.Equal(buf.Bytes(), last) {
+		var ev bytes.Buffer
+		if bytes.Equal(buf.Bytes(), last) {
+			ev.WriteString(": keep-alive\n\n")
+		} else {
 			last = bytes.Clone(buf.Bytes())
-			var ev bytes.Buffer
-			ev.WriteString("event: rollout\n")
+			ev.WriteString("event: " + event + "\n")
 			for line := range strings.SplitSeq(buf.String(), "\n") {
 				ev.WriteString("data: " + line + "\n")
 			}
 			ev.WriteString("\n")
-			if _, err := w.Write(ev.Bytes()); err != nil {
-				return
-			}
-		} else if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
+		}
+		if _, err := w.Write(ev.Bytes()); err != nil {
 			return
 		}
 		if err := rc.Flush(); err != nil {
@@ -350,14 +358,13 @@ func (c *Console) rolloutEvents(w http.ResponseWriter, r *http.Request, rq *requ
 			return
 		case <-tick.C:
 		}
-		// The session may have ended meanwhile (signed out, revoked).
 		if _, _, err := c.lookup(r); err != nil && !rq.open {
 			return
 		}
 		if rq.hasID {
 			var d [sha256.Size]byte
 			_, _ = hex.Decode(d[:], []byte(rq.sess.TokenDigest))
-			if _, ok := c.cfg.Authenticator.AuthenticateDigest(d); !ok {
+			if id, ok := c.cfg.Authenticator.AuthenticateDigest(d); !ok || !mayControl(id) {
 				return
 			}
 		}
@@ -388,36 +395,71 @@ type nackGroup struct {
 	Count     int
 }
 
-func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request, rq *request) {
+// fleetView is the fleet page's clients, filtered by the query's ns and
+// state and sorted, with their nack reasons grouped and their states
+// counted.
+type fleetView struct {
+	NS, State string
+	Head      int64
+	Clients   []controlapi.ClientState
+	Nacks     []nackGroup
+	States    map[string]int
+}
+
+func (c *Console) fleet(r *http.Request, rq *request) (fleetView, error) {
 	var clients controlapi.Clients
 	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
-		c.failAPI(w, r, rq, err)
-		return
+		return fleetView{}, err
 	}
-	ns, state := r.URL.Query().Get("ns"), r.URL.Query().Get("state")
-	list := slices.DeleteFunc(clients.Clients, func(cl controlapi.ClientState) bool {
-		return ns != "" && cl.Namespace != ns || state != "" && cl.State != state
+	v := fleetView{NS: r.URL.Query().Get("ns"), State: r.URL.Query().Get("state"), Head: clients.Head, States: map[string]int{}}
+	v.Clients = slices.DeleteFunc(clients.Clients, func(cl controlapi.ClientState) bool {
+		return v.NS != "" && cl.Namespace != v.NS || v.State != "" && cl.State != v.State
 	})
-	slices.SortFunc(list, func(a, b controlapi.ClientState) int {
+	slices.SortFunc(v.Clients, func(a, b controlapi.ClientState) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ClientID, b.ClientID))
 	})
 	groups := map[nackGroup]int{}
-	for _, cl := range list {
+	for _, cl := range v.Clients {
+		v.States[cl.State]++
 		if cl.NackedRevision > 0 {
 			groups[nackGroup{Namespace: cl.Namespace, Revision: cl.NackedRevision, Reason: cl.NackError}]++
 		}
 	}
-	nacks := make([]nackGroup, 0, len(groups))
 	for g, n := range groups {
 		g.Count = n
-		nacks = append(nacks, g)
+		v.Nacks = append(v.Nacks, g)
 	}
-	slices.SortFunc(nacks, func(a, b nackGroup) int {
+	slices.SortFunc(v.Nacks, func(a, b nackGroup) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Reason, b.Reason))
 	})
-	pg := paging(r, len(list))
+	return v, nil
+}
+
+func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	v, err := c.fleet(r, rq)
+	if err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	pg := paging(r, len(v.Clients))
+	events := "/console/fleet/events"
+	if r.URL.RawQuery != "" {
+		events += "?" + r.URL.RawQuery
+	}
 	c.render(w, r, rq, http.StatusOK, "fleet", page{Title: "Fleet", Nav: "fleet", Data: map[string]any{
-		"Clients": list[pg.From:pg.To], "Nacks": nacks, "Paging": pg, "NS": ns, "State": state, "Head": clients.Head}})
+		"View": v, "Clients": v.Clients[pg.From:pg.To], "Paging": pg, "Events": events}})
+}
+
+// fleetEvents pushes the fleet's summary (states, nack reasons) as it
+// changes.
+func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request, rq *request) {
+	c.push(w, r, rq, "fleet", func(buf *bytes.Buffer) error {
+		v, err := c.fleet(r, rq)
+		if err != nil {
+			return err
+		}
+		return c.pages["fleet"].ExecuteTemplate(buf, "summary", v)
+	})
 }
 
 // Audit.

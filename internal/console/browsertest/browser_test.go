@@ -370,3 +370,42 @@ func TestRolloutPageUpdatesOnItsOwn(t *testing.T) {
 		t.Errorf("decisions lack the promotion's reason:\n%s", d)
 	}
 }
+
+func TestFleetUpdatesOnItsOwn(t *testing.T) {
+	// An open server: it takes acks from any client, and says so on every
+	// page.
+	s, err := fakeserver.Start(fakeserver.WithHeartbeat(200 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	for _, v := range []int{200, 50} {
+		if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := newTab(t, newBrowser(t))
+	do(t, ctx, chromedp.Navigate(s.URL()+"/console/fleet"), chromedp.WaitVisible(`//p[contains(., "This server is open")]`))
+	if got := h1(t, ctx); got != "Fleet" {
+		t.Fatalf("page %q", got)
+	}
+	do(t, ctx, chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	for i := range 3 {
+		body := fmt.Sprintf(`{"client_id":"c%d","ns":"payments.prod","revision":2,"status":"nack","error":"retry-timeout-ms: must be ≥ 100"}`, i)
+		resp, err := (&http.Client{Transport: tr}).Post(s.URL()+"/sdk/ack", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("nack: %d", resp.StatusCode)
+		}
+	}
+	do(t, ctx, chromedp.WaitVisible(`//table[contains(@class,"nacks")]//tr[td[1][normalize-space()="3"] and td[4][normalize-space()="retry-timeout-ms: must be ≥ 100"]]`))
+	if !run(t, ctx, chromedp.Evaluate[bool](`window.notReloaded === true`)) {
+		t.Error("the page reloaded")
+	}
+	screenshot(t, ctx, "fleet")
+}
