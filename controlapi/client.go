@@ -361,6 +361,35 @@ func (c *Client) Clients(ctx context.Context) (*Clients, error) {
 	return &cs, nil
 }
 
+// NamespacesOptions select a page of Namespaces: the namespaces whose
+// names begin with Prefix, after the name After (the previous page's
+// Next), at most Limit (0: the server's default, 100; at most 1000).
+type NamespacesOptions struct {
+	Prefix, After string
+	Limit         int
+}
+
+// Namespaces returns a page of the namespaces the caller controls, sorted
+// by name, each with its revision, last change and clients (GET
+// /control/namespaces).
+func (c *Client) Namespaces(ctx context.Context, opts NamespacesOptions) (*Namespaces, error) {
+	q := url.Values{}
+	if opts.Prefix != "" {
+		q.Set("prefix", opts.Prefix)
+	}
+	if opts.After != "" {
+		q.Set("after", opts.After)
+	}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	var ns Namespaces
+	if err := c.do(ctx, http.MethodGet, "/control/namespaces", q, nil, &ns); err != nil {
+		return nil, err
+	}
+	return &ns, nil
+}
+
 // CreateToken creates a token (POST /control/tokens, admin scope) and
 // returns it with its secret, shown this once. A server without a token
 // store answers transport.ErrNotFound.

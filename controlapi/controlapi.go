@@ -24,6 +24,10 @@ type PublishRequest struct {
 	// AbortRollout reverts the namespace's running rollout first; without
 	// it a publish during a rollout is refused (409).
 	AbortRollout bool `json:"abort_rollout,omitempty"`
+	// Emergency publishes past a policy's approvals, by an identity in
+	// its emergency list, with a reason: lints are reported, not
+	// stopping it, and a retro review opens (the reply's EmergencyReply).
+	Emergency bool `json:"emergency,omitempty"`
 }
 
 // RollbackRequest is the body of POST /control/namespaces/{ns}/rollback.
@@ -76,6 +80,24 @@ type NamespaceStatus struct {
 	// (holdfast server: this one and each other with a summary in the
 	// store; 0 from a server that merges none).
 	Servers int `json:"servers,omitempty"`
+	// Propagation is how far Revision has reached the namespace's
+	// clients, when the server answering committed it (nil otherwise).
+	Propagation *Propagation `json:"propagation,omitempty"`
+}
+
+// Propagation is how far one publish has reached its namespace's clients
+// (holdfast server's propagation monitor): of the Clients the server knew
+// of the namespace when it committed the publish, Acked have acked
+// Revision or a later one; P50, P95 and P100 are the seconds from the
+// commit until half, 95% and all of them had (nil: not yet).
+type Propagation struct {
+	Revision    int64     `json:"revision"`
+	PublishedAt time.Time `json:"published_at"`
+	Clients     int       `json:"clients"`
+	Acked       int       `json:"acked"`
+	P50         *float64  `json:"p50_seconds,omitempty"`
+	P95         *float64  `json:"p95_seconds,omitempty"`
+	P100        *float64  `json:"p100_seconds,omitempty"`
 }
 
 // ClientState is what one client reported about one namespace: an entry
@@ -165,11 +187,16 @@ type AuditRecord struct {
 	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 	Reason     string `json:"reason"`
 	// Kind is publish, rollback, rollout-stage, rollout-promote,
-	// rollout-revert, or unaudited (written past holdfast server).
-	Kind       string   `json:"kind"`
-	RollbackOf int64    `json:"rollback_of"` // a rollback's target revision; else 0
-	Puts       []string `json:"puts"`
-	Deletes    []string `json:"deletes"`
+	// rollout-revert, change (an approved change published), emergency
+	// (an emergency publish), or unaudited (written past holdfast
+	// server).
+	Kind       string `json:"kind"`
+	RollbackOf int64  `json:"rollback_of"` // a rollback's target revision; else 0
+	// Change is the id of the change a commit of kind change or
+	// emergency published.
+	Change  string   `json:"change,omitempty"`
+	Puts    []string `json:"puts"`
+	Deletes []string `json:"deletes"`
 }
 
 // History is a page of a namespace's audit records, newest first: the
@@ -211,3 +238,37 @@ type KeyChange struct {
 	Old json.RawMessage `json:"old,omitempty"`
 	New json.RawMessage `json:"new,omitempty"`
 }
+
+// NamespaceInfo is one namespace of GET /control/namespaces: its revision
+// and its last change, as the store's index of namespaces holds them.
+type NamespaceInfo struct {
+	Namespace string `json:"ns"`
+	// Revision is the namespace's revision (its last change's).
+	Revision int64 `json:"revision"`
+	// CommittedAt, Actor, OnBehalfOf, Reason and Kind are its last
+	// change's, as its audit record says (Kind "unaudited": written past
+	// holdfast server; an index entry made for a store an older server
+	// wrote may lack the actor and reason).
+	CommittedAt time.Time `json:"committed_at"`
+	Actor       string    `json:"actor,omitempty"`
+	OnBehalfOf  string    `json:"on_behalf_of,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Kind        string    `json:"kind,omitempty"`
+	// LiveClients counts the namespace's clients as status counts them
+	// (its "clients": those that reported on it).
+	LiveClients int `json:"live_clients"`
+}
+
+// Namespaces is a page of GET /control/namespaces: the namespaces the
+// caller controls, sorted by name. Next, when set, is the cursor of the
+// next page (?after=Next); empty, the page is the last.
+type Namespaces struct {
+	Namespaces []NamespaceInfo `json:"namespaces"`
+	Next       string          `json:"next,omitempty"`
+}
+
+// Bounds of a page of GET /control/namespaces.
+const (
+	DefaultNamespacesLimit = 100
+	MaxNamespacesLimit     = 1000
+)

@@ -34,8 +34,11 @@ var (
 // transport.ErrNotFound (not_found), transport.ErrBadRequest
 // (bad_request), transport.ErrUnauthorized (unauthorized, forbidden),
 // transport.ErrTooLarge (too_large), a *transport.CompactedError
-// (compacted; errors.Is ErrCompacted), ErrConflict, ErrSchemaViolation,
-// ErrUnavailable.
+// (compacted; errors.Is ErrCompacted), ErrConflict (conflict, and the
+// change workflow's stale_base, not_approvable, already_approved),
+// ErrSchemaViolation, ErrUnavailable; the change workflow's
+// approval_required, self_approval and not_approver unwrap to
+// transport.ErrUnauthorized (branch on Code to tell them apart).
 type Error struct {
 	// StatusCode is the HTTP status.
 	StatusCode int
@@ -97,8 +100,10 @@ func (e *Error) Unwrap() error {
 		return transport.ErrTooLarge
 	case transport.CodeCompacted:
 		return &transport.CompactedError{CompactRevision: e.CompactRevision}
-	case transport.CodeConflict:
+	case transport.CodeConflict, CodeStaleBase, CodeNotApprovable, CodeAlreadyApproved:
 		return ErrConflict
+	case CodeApprovalRequired, CodeSelfApproval, CodeNotApprover:
+		return transport.ErrUnauthorized
 	case transport.CodeSchemaViolation:
 		return ErrSchemaViolation
 	case transport.CodeUnavailable:

@@ -32,6 +32,11 @@
 //	rev, err := c.Publish(ctx, "payments.prod", controlapi.PublishRequest{...})
 //	if errors.Is(err, controlapi.ErrConflict) { ... }
 //
+// The control API includes the change workflow (docs/CHANGES.md):
+// proposals, approvals and publishing of changes. Its policies need
+// identities: a server given tokens (WithTokens; an admin's, to set
+// them, from an access.Authenticator through access.FromAuthenticator).
+//
 // Errors of the Go API: ErrInvalid (a malformed name, key, value or
 // revision), ErrUnknownNamespace, ErrNoRevision (a revision or time the
 // namespace never had), *transport.CompactedError (a revision below the

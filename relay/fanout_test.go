@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -120,24 +121,27 @@ func TestRelaySnapshotAdmission(t *testing.T) {
 		status, _, _ := getSnapshot(t, url, "big")
 		return status == http.StatusOK
 	}, "the relay serving big")
-	// A reader that does not read.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("GET " + transport.PathSnapshot + "?ns=big HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bufio.NewReader(conn).Peek(1); err != nil { // its reply has begun: it holds the slot
-		t.Fatal(err)
-	}
+	// A reader that does not read holds the slot until it has made no
+	// progress for a second (then it stops counting): a request right
+	// behind it is refused. Each try opens a new one.
 	var resp *http.Response
 	testutil.Eventually(t, waitLimit, func() bool {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("GET " + transport.PathSnapshot + "?ns=big HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(conn).Peek(1); err != nil { // its reply has begun: it holds the slot
+			t.Fatal(err)
+		}
 		resp, err = http.Get(url + transport.PathSnapshot + "?ns=big")
 		if err != nil {
 			t.Fatal(err)
 		}
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusServiceUnavailable
 	}, "a 503 while the slot is held")

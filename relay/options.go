@@ -90,7 +90,10 @@ func WithLinger(d time.Duration) Option { return optionFunc(func(o *options) { o
 // WithMaxSnapshotsInFlight bounds the snapshot replies being written at
 // once (default DefaultMaxSnapshotsInFlight); past it a snapshot request
 // gets 503 with a Retry-After spread over window (default
-// DefaultRetryAfterWindow), so that a reconnect storm converges.
+// DefaultRetryAfterWindow), so that a reconnect storm converges. A reply
+// that makes no progress for a second stops counting, and one peer
+// cannot take the last quarter of the bound (docs/SECURITY.md,
+// "Snapshot admission").
 func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
 	return optionFunc(func(o *options) { o.cache.MaxSnapshotsInFlight, o.cache.RetryAfterWindow = n, window })
 }

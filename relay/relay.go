@@ -3,10 +3,15 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/holdfast-dev/holdfast/internal/httpmetrics"
 	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -16,8 +21,10 @@ import (
 // New; it is safe for concurrent use.
 type Relay struct {
 	cache    *watchcache.Cache
+	handler  http.Handler
 	log      *slog.Logger
 	maxConns int
+	metrics  metric.Registration
 }
 
 // NamespaceStatus is what a relay knows of one namespace it follows: its
@@ -54,17 +61,62 @@ func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	if o.cacheDir != "" {
 		o.cache.LastGood = &lastGood{path: o.cacheDir, log: log}
 	}
+	if o.meter == nil {
+		o.meter = otel.GetMeterProvider()
+	}
+	o.cache.Meter, o.cache.MetricPrefix = o.meter.Meter(meterScope), "holdfast.relay"
 	c, err := watchcache.New(upstream, o.cache)
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{cache: c, log: log, maxConns: o.maxConns}, nil
+	r := &Relay{cache: c, handler: c.Handler(), log: log, maxConns: o.maxConns}
+	if r.handler, err = httpmetrics.Wrap(o.meter.Meter(meterScope), "holdfast.relay.request.duration", r.handler); err == nil {
+		r.metrics, err = r.registerMetrics(o.meter.Meter(meterScope))
+	}
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return r, nil
+}
+
+// meterScope is the instrumentation scope of the relay's instruments.
+const meterScope = "github.com/holdfast-dev/holdfast/relay"
+
+// registerMetrics registers, besides the watch cache's (the fan-out:
+// holdfast.relay.streams.open, holdfast.relay.namespace.streams; the
+// cache's age: holdfast.relay.namespace.age and .unconfirmed),
+// holdfast.relay.upstream.up (1 while the relay serves data and its
+// upstream confirms every namespace it follows) and holdfast.relay.acks
+// (the acks it received from its clients, which it forwards upstream).
+func (r *Relay) registerMetrics(meter metric.Meter) (metric.Registration, error) {
+	up, err1 := meter.Int64ObservableGauge("holdfast.relay.upstream.up",
+		metric.WithDescription("1 while the relay is ready and its upstream confirms every namespace it follows, else 0."))
+	acks, err2 := meter.Int64ObservableCounter("holdfast.relay.acks", metric.WithUnit("{ack}"),
+		metric.WithDescription("Acks the relay received from its clients, to forward upstream."))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("relay: metrics: %w", err)
+	}
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var v int64
+		if r.cache.Ready() == nil {
+			v = 1
+			for _, ns := range r.cache.Namespaces() {
+				if ns.Unconfirmed {
+					v = 0
+					break
+				}
+			}
+		}
+		o.ObserveInt64(up, v)
+		o.ObserveInt64(acks, r.cache.Stats().Acks)
+		return nil
+	}, up, acks)
 }
 
 // Handler returns the relay's data plane (/sdk/...): snapshot, long-poll,
 // SSE watch and stream, ack. Requests through it end when the relay
 // closes.
-func (r *Relay) Handler() http.Handler { return r.cache.Handler() }
+func (r *Relay) Handler() http.Handler { return r.handler }
 
 // Serve serves the data plane on l (HTTP/1.1 and h2c) until ctx ends or
 // the relay is closed; then it closes the relay and returns nil (or
@@ -101,7 +153,12 @@ func (r *Relay) Namespaces() []NamespaceStatus { return r.cache.Namespaces() }
 // Close stops following, ends every downstream stream, flushes the cache
 // and waits for every goroutine the relay started. Acks not yet forwarded
 // are dropped (reporting is best effort). It is idempotent.
-func (r *Relay) Close() error { return r.cache.Close() }
+func (r *Relay) Close() error {
+	if r.metrics != nil {
+		_ = r.metrics.Unregister()
+	}
+	return r.cache.Close()
+}
 
 // Stats counts the requests the relay served downstream.
 type Stats struct {

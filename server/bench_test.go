@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
-	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -35,18 +33,7 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 //
 //	go test -run '^$' -bench 'Publish|FsyncFloor' -benchtime 1000x ./server/
 func BenchmarkPublish(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindEmbedded, DataDir: b.TempDir()}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.Close()
-		_ = s.Close()
-	}()
-	c := controlClient(b, hs.URL, "")
+	c := benchServer(b)
 	ds := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()

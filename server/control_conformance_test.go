@@ -24,7 +24,8 @@ func TestControlConformance(t *testing.T) {
 		controltest.Run(t, func(t *testing.T) *controltest.Server {
 			s, url := startServer(t, store.Config{Kind: store.KindMemory})
 			tok := &controltest.Tokens{Control: "ct-control-secret-0000001", Scoped: "ct-scoped-secret-00000002",
-				Data: "ct-data-secret-0000000003", Admin: "ct-admin-secret-000000004"}
+				Data: "ct-data-secret-0000000003", Admin: "ct-admin-secret-000000004",
+				ControlName: "ct-control", Reviewer: "ct-review-secret-00000005", ReviewerName: "ct-reviewer"}
 			ctx := context.Background()
 			now := time.Now().UTC()
 			for _, rec := range []access.Record{
@@ -32,6 +33,7 @@ func TestControlConformance(t *testing.T) {
 				{Name: "ct-scoped", Hash: access.HashSecret(tok.Scoped), Scopes: access.Scopes{Control: []string{"scoped.*"}}},
 				{Name: "ct-data", Hash: access.HashSecret(tok.Data), Scopes: access.Scopes{Data: []string{"*"}}},
 				{Name: "ct-admin", Hash: access.HashSecret(tok.Admin), Scopes: access.Scopes{Admin: true}},
+				{Name: "ct-reviewer", Hash: access.HashSecret(tok.Reviewer), Scopes: access.Scopes{Control: []string{"*"}}},
 			} {
 				rec.Created = now
 				if err := s.Tokens().Create(ctx, rec); err != nil {

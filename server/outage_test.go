@@ -2,10 +2,14 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 )
 
 // TestStoreOutage: a server over an external etcd that stops answering
@@ -53,5 +57,12 @@ func TestStoreOutage(t *testing.T) {
 	}
 	if resp, body := get("/sdk/snapshot?ns=cached"); resp.StatusCode != http.StatusOK {
 		t.Errorf("the cached namespace during the outage: %s %s; want it served", resp.Status, body)
+	}
+	// A publish says so in an operator's words, with what to do.
+	_, err := controlClient(t, url).Publish(ctx, "cached", controlapi.PublishRequest{Puts: testutil.JSONValues(t, map[string]any{"v": 2})})
+	var ae *controlapi.Error
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.HasPrefix(ae.Message, "the store did not answer") ||
+		!strings.Contains(ae.Message, "quorum") || strings.Contains(ae.Message, "context deadline") {
+		t.Errorf("a publish during the outage: %v", err)
 	}
 }

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/console"
+	"github.com/holdfast-dev/holdfast/internal/httpmetrics"
 	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/server/control"
 	"github.com/holdfast-dev/holdfast/server/store"
@@ -65,6 +67,11 @@ type Config struct {
 	// console), a client of the control API's handler, its sessions in
 	// the store.
 	Console bool
+	// MeterProvider receives the server's metrics (nil: none): its
+	// requests by route and code, its streams, the store's latency and
+	// errors, publishes and their propagation, leadership, rollouts
+	// (docs/SERVER.md, "Metrics").
+	MeterProvider metric.MeterProvider
 }
 
 // Server is a holdfast server over one store. Create it with New, serve
@@ -80,7 +87,8 @@ type Server struct {
 	tokens  *tokens.Store
 	handler http.Handler
 
-	leader *leader
+	leader  *leader
+	metrics metric.Registration // nil without Config.MeterProvider
 
 	closeOnce sync.Once
 	closeErr  error
@@ -107,6 +115,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Store.Logger == nil {
 		cfg.Store.Logger = cfg.Logger
 	}
+	if cfg.MeterProvider != nil && cfg.Store.MeterProvider == nil {
+		cfg.Store.MeterProvider, cfg.Store.MeterScope = cfg.MeterProvider, control.MeterScope
+	}
 	st, err := store.Open(ctx, cfg.Store)
 	if err != nil {
 		return nil, err
@@ -116,9 +127,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), st.Close())
 	}
-	s.ns, err = store.NewNamespaces(store.NamespacesConfig{Client: st.Client, Logger: cfg.Logger})
+	s.ns, err = store.NewNamespaces(store.NamespacesConfig{Client: st.Client, Logger: cfg.Logger, MaxTxnOps: st.MaxTxnOps,
+		Embedded: st.Kind != store.KindExternal})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.src.Close(), st.Close())
+	}
+	// A store written by a server older than the index of namespaces
+	// gets its entries before the API answers.
+	if n, err := s.ns.BackfillIndex(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("server: %w", err), s.ns.Close(), s.src.Close(), st.Close())
+	} else if n > 0 {
+		cfg.Logger.Info("server: the index of namespaces backfilled", "namespaces", n)
 	}
 	s.tokens, err = tokens.Open(ctx, st.Client, tokens.Config{Logger: cfg.Logger, UseInterval: cfg.TokenUseInterval})
 	if err != nil {
@@ -138,6 +157,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cc.StoreID = st.ID
 	cc.Tokens = toks
 	cc.AuthLimit = authLimit
+	if cfg.MeterProvider != nil {
+		cc.Meter, cc.MetricPrefix = cfg.MeterProvider.Meter(control.MeterScope), "holdfast.server"
+	}
 	s.cache, err = watchcache.New(origin{s.src, s.acks}, cc)
 	if err != nil {
 		s.tokens.Close()
@@ -160,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Streams:             s.streams,
 		Liveness:            2 * cfg.Heartbeat,
 		Gates:               cfg.Gates,
+		MeterProvider:       cfg.MeterProvider,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
@@ -189,6 +212,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			data.ServeHTTP(w, r)
 		}
 	})
+	if cfg.MeterProvider != nil {
+		if s.handler, err = httpmetrics.Wrap(cfg.MeterProvider.Meter(control.MeterScope), "holdfast.server.request.duration", s.handler); err == nil {
+			s.metrics, err = s.registerMetrics(cfg.MeterProvider, authLimit)
+		}
+		if err != nil {
+			return nil, errors.Join(err, s.Close())
+		}
+	}
 	return s, nil
 }
 
@@ -217,6 +248,12 @@ func (s *Server) StoreErr() <-chan error { return s.store.Err() }
 
 // Publishes counts the publishes and rollbacks this server committed.
 func (s *Server) Publishes() int64 { return s.control.Publishes() }
+
+// OverdueReviews counts the emergency publishes whose retro review is
+// overdue (read from the store).
+func (s *Server) OverdueReviews(ctx context.Context) (int, error) {
+	return s.control.OverdueReviews(ctx)
+}
 
 // revision is the revision of ns in the watch cache.
 func (s *Server) revision(ns string) (int64, bool) {
@@ -289,6 +326,9 @@ func (s *Server) Status(ctx context.Context) Status {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.metrics != nil {
+			_ = s.metrics.Unregister()
+		}
 		if s.leader != nil {
 			s.leader.close()
 		}

@@ -120,7 +120,11 @@ func recordUnaudited(ctx context.Context, cli *clientv3.Client, leading clientv3
 			if err != nil {
 				return 0, 0, err
 			}
-			tr, err := cli.Txn(ctx).If(leading).Then(clientv3.OpPut(key, string(rec))).Commit()
+			iop, err := store.UnauditedIndexOp(ns, rev, time.Now())
+			if err != nil {
+				return 0, 0, err
+			}
+			tr, err := cli.Txn(ctx).If(leading).Then(clientv3.OpPut(key, string(rec)), iop).Commit()
 			if err != nil {
 				return 0, 0, err
 			}

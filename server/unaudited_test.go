@@ -54,4 +54,24 @@ func TestWritesPastTheServerAreUnaudited(t *testing.T) {
 	if v, err := c.ValuesAt(t.Context(), "app", past); err != nil || string(v.Values["x"]) != "9" {
 		t.Errorf("values at the unaudited revision: %v %+v", err, v)
 	}
+
+	// The index of namespaces: the unaudited change, recorded after the
+	// publish that followed it, leaves that publish's entry; a namespace
+	// written past the server alone is listed, as unaudited.
+	only, err := etcdStore.Client.Put(ctx, etcd.Prefix("etcdctl.only")+"k", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list *controlapi.Namespaces
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		var err error
+		if list, err = c.Namespaces(t.Context(), controlapi.NamespacesOptions{}); err != nil {
+			t.Fatalf("namespaces: %v", err)
+		}
+		return len(list.Namespaces) == 2
+	}, "the namespace written past the server to be listed")
+	if a, e := list.Namespaces[0], list.Namespaces[1]; a.Namespace != "app" || a.Revision != r3 || a.Kind != "publish" ||
+		e.Namespace != "etcdctl.only" || e.Revision != only.Header.Revision || e.Kind != "unaudited" {
+		t.Errorf("namespaces: %+v", list.Namespaces)
+	}
 }

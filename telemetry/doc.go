@@ -2,7 +2,11 @@
 // OpenTelemetry, and ships what reads it: a Grafana dashboard
 // (dashboards/holdfast.json, also Dashboard) and Prometheus alerting rules
 // (alerts/holdfast.rules.yml, also AlertRules, unit-tested by
-// alerts/holdfast.test.yml).
+// alerts/holdfast.test.yml). holdfast server and holdfast relay have theirs
+// beside them: dashboards/holdfast-server.json (ServerDashboard) and
+// alerts/holdfast-server.rules.yml (ServerAlertRules, unit-tested by
+// alerts/holdfast-server.test.yml), over the series
+// dashboards/holdfast-server.series lists (docs/SERVER.md, "Metrics").
 //
 // A config.Client records its metrics and spans through the MeterProvider
 // and TracerProvider given to config.WithMeterProvider and

@@ -24,10 +24,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 )
 
-// meterScope is the instrumentation scope of the command's own
-// instruments (the otel_scope_name label).
-const meterScope = "github.com/holdfast-dev/holdfast/cmd/holdfast"
-
 // shutdownTimeout bounds how long a stopping server waits for its
 // connections to go idle before it closes them.
 const shutdownTimeout = 5 * time.Second

@@ -53,11 +53,13 @@ func commands() []*command {
 		// would take their words for arguments.
 		serverExportCommand(), serverImportCommand(), serverCommand(), relayCommand(),
 		publishCommand(), rollbackCommand(), historyCommand(), getCommand(), diffCommand(),
-		statusCommand(), clientsCommand(),
+		statusCommand(), clientsCommand(), namespacesCommand(),
 		rolloutStartCommand(), rolloutStatusCommand(), rolloutListCommand(), rolloutAbortCommand(), rolloutPromoteCommand(),
 		schemaSetCommand(), schemaGetCommand(), schemaDeleteCommand(),
 		tokenCreateCommand(), tokenListCommand(), tokenRevokeCommand(),
 		lintSetCommand(), lintGetCommand(), lintListCommand(), lintDeleteCommand(), lintTestCommand(),
+		changeProposeCommand(), changeShowCommand(), changeListCommand(), changeApproveCommand(), changeRejectCommand(),
+		changeWithdrawCommand(), changeRebaseCommand(), changePublishCommand(), policyGetCommand(), policySetCommand(),
 		versionCommand(),
 	}
 }

@@ -11,6 +11,7 @@
 //	holdfast rollback -server https://origin:8443 -to 40 -reason "INC-1234: revert" payments.prod
 //	holdfast status -server https://origin:8443 payments.prod
 //	holdfast clients -server https://origin:8443 payments.prod
+//	holdfast namespaces -server https://origin:8443 -prefix payments.
 //	holdfast rollout start -server https://origin:8443 -stages 1,10,100 -bake 2m payments.prod retry-timeout-ms=50
 //	holdfast rollout status -server https://origin:8443 -watch payments.prod
 //	holdfast schema set -server https://origin:8443 payments.prod payments.schema.json

@@ -168,7 +168,7 @@ func parseMetrics(t *testing.T, text string) map[string]*dto.MetricFamily {
 }
 
 // metricValue returns the value of family name's sample whose labels
-// include want, and whether there is one.
+// include want (a histogram's: its count), and whether there is one.
 func metricValue(families map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
 	f := families[name]
 	if f == nil {
@@ -192,6 +192,8 @@ next:
 			return m.GetCounter().GetValue(), true
 		case m.Untyped != nil:
 			return m.GetUntyped().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
 		}
 	}
 	return 0, false

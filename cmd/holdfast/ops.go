@@ -67,7 +67,10 @@ is at revision N (0: it has none yet): else nothing changes, and the
 conflict with the current revision is on stderr, exit status 1. Read the
 revision with 'holdfast status' or 'holdfast history -limit 1'. A
 publish while a rollout runs on the namespace is refused (409), unless
--abort-rollout reverts the rollout first.
+-abort-rollout reverts the rollout first. A namespace under a policy
+that needs approvals refuses a publish (403 approval_required): propose a
+change ('holdfast change propose'), or, named in the policy's emergency
+list, publish with -emergency -reason WHY, which opens a retro review.
 ` + writerDoc,
 		minArgs: 1, maxArgs: math.MaxInt,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -78,6 +81,7 @@ publish while a rollout runs on the namespace is refused (409), unless
 			var ifRev optInt
 			fs.Var(&ifRev, "if-revision", "commit only if the namespace is at revision `N` (0: it has none)")
 			abort := fs.Bool("abort-rollout", false, "revert the namespace's running rollout first, if any (else a publish during one is refused)")
+			emergency := fs.Bool("emergency", false, "publish past the namespace's policy's approvals (you must be in its emergency list; -reason required): it opens a retro review")
 			return func(ctx context.Context, e *env, args []string) error {
 				ns := args[0]
 				puts, deletes, err := parseChange(*file, args[1:])
@@ -87,6 +91,12 @@ publish while a rollout runs on the namespace is refused (409), unless
 				req := controlapi.PublishRequest{Puts: puts, Deletes: deletes, Actor: *actor, Reason: *reason, AbortRollout: *abort}
 				if ifRev.set {
 					req.IfRevision = &ifRev.v
+				}
+				if *emergency {
+					if *reason == "" {
+						return usagef("-emergency needs -reason")
+					}
+					return emergencyPublish(ctx, e, t, ns, req)
 				}
 				return withServer(ctx, t, "publish", func(ctx context.Context, p *serverPlane) error {
 					rev, err := p.c.Publish(ctx, ns, req)
@@ -324,6 +334,9 @@ Status prints NAMESPACE's revision, the store's head and compaction point,
 and of the live clients that reported on it how many applied (acked) the
 revision, rejected (nacked) it, or are behind (stale and gone clients are
 not counted; the stale ones are counted apart), and the watch streams open.
+When the server answering committed the revision, "propagation" says how
+many of the clients it knew then have acked it, and how long after the
+commit half, 95% and all of them had ("-": not yet).
 ` + serverOnlyDoc,
 		minArgs: 1, maxArgs: 1,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -353,12 +366,25 @@ not counted; the stale ones are counted apart), and the watch streams open.
 						if st.Servers > 0 {
 							tw.row("servers", st.Servers)
 						}
+						if p := st.Propagation; p != nil {
+							tw.row("propagation", fmt.Sprintf("%d/%d acked; 50%% %s, 95%% %s, 100%% %s", p.Acked, p.Clients,
+								propagationMark(p.P50), propagationMark(p.P95), propagationMark(p.P100)))
+						}
 						return tw.flush()
 					})
 				})
 			}
 		},
 	}
+}
+
+// propagationMark is a propagation mark's seconds as a duration, or "-"
+// when not reached.
+func propagationMark(sec *float64) string {
+	if sec == nil {
+		return "-"
+	}
+	return time.Duration(*sec * float64(time.Second)).Round(time.Millisecond).String()
 }
 
 func clientsCommand() *command {

@@ -15,14 +15,11 @@ import (
 	"strings"
 	"sync"
 
-	"go.opentelemetry.io/otel/metric"
-
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/tokentable"
 	"github.com/holdfast-dev/holdfast/internal/version"
 	"github.com/holdfast-dev/holdfast/relay"
-	"github.com/holdfast-dev/holdfast/telemetry"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -66,10 +63,10 @@ listener of their own with -admin-addr:
 	               cursor, age_seconds (how long ago the upstream last
 	               confirmed it), unconfirmed, streams, last_error; and
 	               the build (as 'holdfast version -o json')
-	GET /metrics   Prometheus text: the relay's metrics,
-	               holdfast_relay_namespace_age_seconds{holdfast_namespace},
-	               holdfast_relay_namespace_unconfirmed, and the Go runtime's
-	               and process's metrics
+	GET /metrics   Prometheus text: the relay's metrics (requests by
+	               route and code, open streams, fan-out, upstream state,
+	               each namespace's age; docs/RELAY.md, "Metrics"), and the
+	               Go runtime's and process's metrics
 
 Every listener serves TLS with -tls-cert and -tls-key (reloaded when the
 files change) and, with -tls-client-ca, requires client certificates
@@ -377,9 +374,6 @@ var _ relayer = (*relay.Relay)(nil)
 func serveRelay(ctx context.Context, log *slog.Logger, r relayer, m *metrics, lc listen.Config, toks *access.Tokens, tokenSync http.Handler, addr, adminAddr, upstreamName string) (err error) {
 	closeRelay := sync.OnceValue(r.Close)
 	defer func() { err = errors.Join(err, closeRelay()) }()
-	if err := relayMetrics(m.mp.Meter(meterScope), r); err != nil {
-		return err
-	}
 	admin := http.NewServeMux()
 	var adminToks *access.Tokens // the admin scope, where the data plane is
 	if adminAddr == "" {
@@ -472,34 +466,4 @@ func newRelayStatus(r relayer, upstreamName string) relayStatus {
 		})
 	}
 	return st
-}
-
-// relayMetrics registers the staleness of every namespace the relay
-// follows, read at each scrape:
-// holdfast_relay_namespace_age_seconds{holdfast_namespace} and
-// holdfast_relay_namespace_unconfirmed{holdfast_namespace}.
-func relayMetrics(meter metric.Meter, r relayer) error {
-	age, err1 := meter.Float64ObservableGauge("holdfast.relay.namespace.age", metric.WithUnit("s"),
-		metric.WithDescription("How long ago the relay's upstream last confirmed the namespace's data (0: it confirms it now)."))
-	unconfirmed, err2 := meter.Int64ObservableGauge("holdfast.relay.namespace.unconfirmed",
-		metric.WithDescription("1 while the relay's upstream is not confirming the namespace's data, else 0."))
-	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for _, ns := range r.Namespaces() {
-			attrs := metric.WithAttributes(telemetry.AttrNamespace.String(ns.Namespace))
-			o.ObserveFloat64(age, ns.Age.Seconds(), attrs)
-			var u int64
-			if ns.Unconfirmed {
-				u = 1
-			}
-			o.ObserveInt64(unconfirmed, u, attrs)
-		}
-		return nil
-	}, age, unconfirmed)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/gate"
@@ -59,7 +58,11 @@ a listener of their own with -admin-addr:
 	GET /statusz   the store's kind, endpoints, id, head and compaction
 	               point, and the build (as 'holdfast version -o json'),
 	               as JSON
-	GET /metrics   Prometheus text: the Go runtime's and process's metrics
+	GET /metrics   Prometheus text: the server's metrics (requests by
+	               route and code, streams, publishes and their
+	               propagation, the store's latency, the watch cache's
+	               lag, leadership, rollouts; docs/SERVER.md, "Metrics"),
+	               and the Go runtime's and process's metrics
 
 Tokens live in the store ('holdfast token create|list|revoke', see
 docs/SERVER.md, "Tokens"). A store that has never had an admin token is
@@ -129,7 +132,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	etcdSec := addEtcdSecurityFlags(fs)
 	lf := addListenFlags(fs)
 	logs := addLogFlags(fs)
-	return func(ctx context.Context, e *env, _ []string) error {
+	return func(ctx context.Context, e *env, _ []string) (err error) {
 		switch {
 		case *heartbeat <= 0:
 			return usagef("-heartbeat must be positive, got %v", *heartbeat)
@@ -178,8 +181,13 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			return usagef("%v", err)
 		}
 		started := time.Now()
+		m, err := newMetrics(serverService)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, m.shutdown()) }()
 		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Console: *consoleFlag,
-			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder(allow)})
+			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder(allow), MeterProvider: m.mp})
 		if err != nil {
 			return err
 		}
@@ -204,7 +212,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
 			"head", st.Head, "took", time.Since(started).Round(time.Millisecond))
-		err = serveServer(ctx, log, srv, lc, *addr, *adminAddr)
+		err = serveServer(ctx, log, srv, m, lc, *addr, *adminAddr)
 		log.Info("stopped")
 		return err
 	}
@@ -213,14 +221,9 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 // serveServer serves srv on addr, and its admin endpoints in front of it
 // or on adminAddr, until ctx ends or the embedded store fails; then it
 // closes srv.
-func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc listen.Config, addr, adminAddr string) (err error) {
+func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, m *metrics, lc listen.Config, addr, adminAddr string) (err error) {
 	defer func() { err = errors.Join(err, srv.Close()) }()
-	m, err := newMetrics(serverService)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, m.shutdown()) }()
-	if err := serverMetrics(m.mp.Meter(meterScope), srv); err != nil {
+	if err := changeMetrics(m.mp.Meter(control.MeterScope), srv); err != nil {
 		return err
 	}
 	admin := http.NewServeMux()
@@ -275,30 +278,6 @@ func serveServer(ctx context.Context, log *slog.Logger, srv *holdfast.Server, lc
 type serverStatus struct {
 	holdfast.Status
 	Build version.Info `json:"build"`
-}
-
-// serverMetrics registers, read at each scrape,
-// holdfast_server_publishes_total (the publishes and rollbacks this server
-// committed) and holdfast_server_head (the store's latest revision).
-func serverMetrics(meter metric.Meter, srv *holdfast.Server) error {
-	publishes, err1 := meter.Int64ObservableCounter("holdfast.server.publishes", metric.WithUnit("{publish}"),
-		metric.WithDescription("Publishes and rollbacks this server committed."))
-	head, err2 := meter.Int64ObservableGauge("holdfast.server.head", metric.WithUnit("{revision}"),
-		metric.WithDescription("The store's latest revision."))
-	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	_, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		o.ObserveInt64(publishes, srv.Publishes())
-		if st := srv.Status(ctx); st.Error == "" {
-			o.ObserveInt64(head, st.Head)
-		}
-		return nil
-	}, publishes, head)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	return nil
 }
 
 // flagSet reports whether the command line set flag name.

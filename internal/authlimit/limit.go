@@ -68,6 +68,7 @@ type Limiter struct {
 	nextSweep time.Time                // a full table is swept at most once a second
 	refused   int64
 	evicted   int64
+	failed    int64
 }
 
 // bucket is a peer's failures left (tokens) as of at.
@@ -239,6 +240,7 @@ func (l *Limiter) accept(p netip.Prefix, sum uint64) {
 
 // fail is Fail; l.mu is held.
 func (l *Limiter) fail(p netip.Prefix) {
+	l.failed++
 	now := l.now()
 	b := l.peers[p]
 	if b == nil {
@@ -315,11 +317,12 @@ type Stats struct {
 	Known   int   // peers with accepted tokens remembered
 	Refused int64 // attempts refused
 	Evicted int64 // peers forgotten before they recovered, to make room
+	Failed  int64 // credentials not accepted (Fail, and Authenticate's)
 }
 
 // Stats returns the Limiter's counts.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Peers: len(l.peers), Known: len(l.accepted), Refused: l.refused, Evicted: l.evicted}
+	return Stats{Peers: len(l.peers), Known: len(l.accepted), Refused: l.refused, Evicted: l.evicted, Failed: l.failed}
 }

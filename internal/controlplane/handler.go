@@ -46,9 +46,14 @@ type Config struct {
 	// Lints, when set, serves /control/lints and runs the lints it keeps;
 	// without, those routes answer 404.
 	Lints LintStore
+	// Changes, when set, serves /control/changes and /control/policies
+	// (the change workflow) and enforces the policies; without, those
+	// routes answer 404.
+	Changes ChangeStore
 	// Authenticator, when set, makes every request need an identity with
 	// the scope of its route (a namespace's control, the pattern "*" for
-	// a store-wide route, any control scope for GET /control/clients, the
+	// a store-wide route, any control scope for GET /control/clients and
+	// GET /control/namespaces (each showing the namespaces it covers), the
 	// admin scope for token management, the relay scope for the relays'
 	// sync). It puts the identity on the request's context unless one is
 	// there already (a front end authenticated it).
@@ -134,6 +139,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /control/namespaces/{ns}/rollouts/{id}/promote", h.rolloutAction},
 		{"POST /control/compact", h.compact},
 		{"GET /control/clients", h.clients},
+		{"GET /control/namespaces", h.namespaces},
 		{"POST /control/tokens", h.createToken},
 		{"GET /control/tokens", h.listTokens},
 		{"GET /control/tokens/{name}", h.getToken},
@@ -144,6 +150,17 @@ func New(cfg Config) (*Handler, error) {
 		{"DELETE /control/lints/{name}", h.deleteLint},
 		{"GET /control/lints", h.listLints},
 		{"POST /control/lints/{name}/test", h.testLint},
+		{"POST /control/changes", h.proposeChange},
+		{"GET /control/changes", h.listChanges},
+		{"GET /control/changes/{id}", h.getChange},
+		{"POST /control/changes/{id}/approve", h.changeAction},
+		{"POST /control/changes/{id}/reject", h.changeAction},
+		{"POST /control/changes/{id}/withdraw", h.changeAction},
+		{"POST /control/changes/{id}/rebase", h.changeAction},
+		{"POST /control/changes/{id}/publish", h.publishChange},
+		{"PUT /control/policies/{name}", h.putPolicy},
+		{"GET /control/policies/{name}", h.getPolicy},
+		{"DELETE /control/policies/{name}", h.deletePolicy},
 	} {
 		h.routes = append(h.routes, route{rt.pattern, h.serve(h.gate(rt.pattern, rt.fn))})
 	}
@@ -201,6 +218,10 @@ func (h *Handler) serve(fn func(http.ResponseWriter, *http.Request) error) http.
 
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := h.errorReply(err)
+	if ns := r.PathValue("ns"); ns != "" && errors.Is(err, dataplane.ErrUnknownNamespace) {
+		// The data plane's words are a program's.
+		body.Message = fmt.Sprintf("namespace %q not found", ns)
+	}
 	if status >= 500 {
 		h.log.Warn("control: request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
@@ -223,7 +244,13 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 	lints := strings.HasPrefix(path, "/control/lints")
 	admin := !tokenSync && strings.HasPrefix(path, "/control/tokens") ||
 		lints && (method == http.MethodPut || method == http.MethodDelete)
-	storeWide := !admin && !tokenSync && !lints && !strings.Contains(path, "{ns}") && path != "/control/clients"
+	// Policies need the admin scope; a change, control of each of its
+	// namespaces (checked by its handler).
+	admin = admin || strings.HasPrefix(path, "/control/policies")
+	changes := strings.HasPrefix(path, "/control/changes")
+	// The lists of clients and of namespaces take any control scope, and
+	// show what it covers.
+	storeWide := !admin && !tokenSync && !lints && !changes && !strings.Contains(path, "{ns}") && path != "/control/clients" && path != "/control/namespaces"
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, ok := access.FromContext(r.Context())
 		if !ok {
@@ -235,11 +262,11 @@ func (h *Handler) gate(pattern string, fn func(http.ResponseWriter, *http.Reques
 		switch ns := r.PathValue("ns"); {
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast"`)
-			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: "the control API needs a bearer token"}
+			return &httpError{status: http.StatusUnauthorized, code: transport.CodeUnauthorized, msg: unauthenticated(r)}
 		case tokenSync && !id.IsRelay():
 			return forbidden("token %q has no relay scope", id.Name)
 		case admin && !id.IsAdmin():
-			return forbidden("token %q has no admin scope (managing tokens and lints needs it)", id.Name)
+			return forbidden("token %q has no admin scope (managing tokens, lints and policies needs it)", id.Name)
 		case tokenSync || admin:
 		case !id.HasControl():
 			return forbidden("token %q has no control scope", id.Name)
@@ -265,6 +292,18 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*http.Re
 		r = r.WithContext(access.NewContext(r.Context(), id))
 	}
 	return r, id, ok, nil
+}
+
+// unauthenticated says why r has no identity: a token or certificate it
+// sent was not accepted, or it sent none.
+func unauthenticated(r *http.Request) string {
+	switch {
+	case r.Header.Get("Authorization") != "":
+		return "the bearer token was not accepted (unknown, revoked, expired or mistyped)"
+	case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
+		return "the client certificate was not accepted: the store has no identity of its subject"
+	}
+	return "the control API needs a bearer token"
 }
 
 func forbidden(format string, args ...any) error {

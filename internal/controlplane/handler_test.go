@@ -110,3 +110,30 @@ func TestWrongTokensAreSlowedPerPeer(t *testing.T) {
 		t.Errorf("another peer's right token: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestWrongTokenIsNotAccepted: a token sent and not accepted is said so;
+// "needs a bearer token" is for a request that sent none.
+func TestWrongTokenIsNotAccepted(t *testing.T) {
+	toks, err := access.New(access.Token{Name: "ops", Secret: "s3cret-control-token-0001", Control: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{Store: statusStore{}, Authenticator: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ header, want string }{
+		{"Bearer s3cret-wrong-0000000000", `"message":"the bearer token was not accepted (unknown, revoked, expired or mistyped)"`},
+		{"", `"message":"the control API needs a bearer token"`},
+	} {
+		req := httptest.NewRequest("GET", "/control/namespaces/ns/status", nil)
+		if c.header != "" {
+			req.Header.Set("Authorization", c.header)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), c.want) {
+			t.Errorf("%q: %d %s; want 401 with %s", c.header, rec.Code, rec.Body, c.want)
+		}
+	}
+}

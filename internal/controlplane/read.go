@@ -158,3 +158,42 @@ func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, c)
 	return nil
 }
+
+// maxNamespacePrefix bounds the prefix and after of GET
+// /control/namespaces: a namespace's name is at most as long.
+const maxNamespacePrefix = 256
+
+// namespaces lists the namespaces, a page at a time, as the store's index
+// has them: those the identity controls, when there is one that does not
+// control the whole store.
+func (h *Handler) namespaces(w http.ResponseWriter, r *http.Request) error {
+	q, err := query(r, "prefix", "after", "limit")
+	if err != nil {
+		return err
+	}
+	limit, ok, err := intParam(q, "limit", 1)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		limit = controlapi.DefaultNamespacesLimit
+	case limit > controlapi.MaxNamespacesLimit:
+		return badRequest("limit %d is above %d", limit, controlapi.MaxNamespacesLimit)
+	}
+	nq := NamespaceQuery{Prefix: q["prefix"], After: q["after"], Limit: int(limit)}
+	if len(nq.Prefix) > maxNamespacePrefix || len(nq.After) > maxNamespacePrefix {
+		return badRequest("prefix and after are at most %d bytes", maxNamespacePrefix)
+	}
+	if id, ok := access.FromContext(r.Context()); ok && h.cfg.Authenticator != nil && !id.MayControlAll() {
+		nq.Match = id.MayControl
+	}
+	page, err := h.cfg.Store.Namespaces(r.Context(), nq)
+	if err != nil {
+		return err
+	}
+	if page.Namespaces == nil {
+		page.Namespaces = []controlapi.NamespaceInfo{}
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}

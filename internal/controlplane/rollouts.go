@@ -20,6 +20,9 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request) error {
 	if err := checkAudit(body.Actor, body.Reason); err != nil {
 		return err
 	}
+	if err := h.guarded(r.Context(), ns, "a rollout's start"); err != nil {
+		return err
+	}
 	// Durations may be Go durations or whole seconds.
 	for _, d := range []struct {
 		name string

@@ -60,6 +60,11 @@ type Store interface {
 	Compact(ctx context.Context, rev int64) (int64, error)
 	// Clients returns the clients' reports, every namespace's.
 	Clients(ctx context.Context) (controlapi.Clients, error)
+	// Namespaces returns a page of the namespaces q selects, sorted by
+	// name, each with its revision, last change and clients, from an
+	// index the store keeps (not a read of their values); Next is set
+	// when more follow.
+	Namespaces(ctx context.Context, q NamespaceQuery) (controlapi.Namespaces, error)
 
 	// Rollouts returns the store's rollouts.
 	Rollouts() Rollouts
@@ -91,6 +96,18 @@ type TokenStore interface {
 	Sync(ctx context.Context, after int64, maxWait time.Duration) controlapi.TokenSync
 }
 
+// NamespaceQuery selects a page of Store.Namespaces.
+type NamespaceQuery struct {
+	// Prefix keeps the namespaces whose names begin with it; After those
+	// whose names sort after it (the previous page's Next).
+	Prefix, After string
+	// Limit is the most namespaces of the page (at least 1).
+	Limit int
+	// Match, when set, keeps the namespaces it accepts (the caller's
+	// scope).
+	Match func(ns string) bool
+}
+
 // Write is one publish: its change, its audit record and its condition.
 type Write struct {
 	Puts    map[string]json.RawMessage
@@ -100,6 +117,10 @@ type Write struct {
 	Actor, OnBehalfOf, Reason string
 	// IfRevision, when set, is the revision ns must be at (0: none).
 	IfRevision *int64
+	// Kind, when set, is the audit record's kind (KindChange,
+	// KindEmergency; default publish); Change the id of the change the
+	// commit publishes.
+	Kind, Change string
 }
 
 // Errors a store returns, mapped to their replies by the handler.

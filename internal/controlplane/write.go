@@ -33,6 +33,15 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	}
 	wr := Write{Puts: body.Puts, Deletes: body.Deletes, Reason: body.Reason, IfRevision: body.IfRevision}
 	wr.Actor, wr.OnBehalfOf = actors(r, body.Actor)
+	if body.Emergency {
+		return h.emergencyPublish(w, r, ns, wr, body.AbortRollout)
+	}
+	if err := h.guarded(r.Context(), ns, "a direct publish"); err != nil {
+		return err
+	}
+	if err := h.lintDirect(r.Context(), ns, wr); err != nil {
+		return err
+	}
 	rev, err := h.write(r.Context(), ns, wr, body.AbortRollout, func() (int64, error) { return h.cfg.Store.Publish(r.Context(), ns, wr) })
 	if err != nil {
 		return err
@@ -58,6 +67,9 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("to_revision %d: want a revision of at least 1", *body.To)
 	case body.IfRevision != nil && *body.IfRevision < 0:
 		return badRequest("if_revision %d is negative", *body.IfRevision)
+	}
+	if err := h.guarded(r.Context(), ns, "a rollback"); err != nil {
+		return err
 	}
 	wr := Write{Reason: body.Reason, IfRevision: body.IfRevision}
 	wr.Actor, wr.OnBehalfOf = actors(r, body.Actor)
@@ -103,6 +115,9 @@ func (h *Handler) putSchema(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := h.guarded(r.Context(), ns, "a schema change"); err != nil {
+		return err
+	}
 	data, err := readBody(w, r, h.cfg.MaxPublishBytes)
 	if err != nil {
 		return err
@@ -139,6 +154,9 @@ func (h *Handler) getSchema(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) deleteSchema(w http.ResponseWriter, r *http.Request) error {
 	ns, err := pathNamespace(r)
 	if err != nil {
+		return err
+	}
+	if err := h.guarded(r.Context(), ns, "a schema change"); err != nil {
 		return err
 	}
 	if err := h.cfg.Store.DeleteSchema(r.Context(), ns); err != nil {

@@ -240,7 +240,7 @@ func testQueryRules(t *testing.T, c *client) {
 }
 
 // testStatus: a namespace's revision, the store's head and id; an
-// unknown namespace is 404.
+// unknown namespace is 404, said by its name.
 func testStatus(t *testing.T, c *client) {
 	ns := c.ns("st")
 	rev := c.publish(ns, map[string]any{"a": 1})
@@ -249,7 +249,12 @@ func testStatus(t *testing.T, c *client) {
 	if st.Namespace != ns || st.Revision != rev || st.Head < rev || st.StoreID == "" || st.Clients != 0 || st.Servers < 1 {
 		t.Errorf("status: %s", mustJSON(st))
 	}
-	c.fails(http.StatusNotFound, transport.CodeNotFound, "GET", nsPath(c.ns("none"), "/status"), nil)
+	none := c.ns("none")
+	for _, path := range []string{"/status", "/history"} {
+		if eb := c.fails(http.StatusNotFound, transport.CodeNotFound, "GET", nsPath(none, path), nil); eb.Message != `namespace "`+none+`" not found` {
+			t.Errorf("%s of an unknown namespace says %q", path, eb.Message)
+		}
+	}
 }
 
 // testClients: the store's head, the clients (none yet) and the server

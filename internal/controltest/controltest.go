@@ -38,6 +38,11 @@ type Tokens struct {
 	Scoped  string // control of the namespaces "scoped.*" only
 	Data    string // data scope only, no control
 	Admin   string // admin scope (token management), no control; "": no token store
+	// ControlName is the name of Control's token; Reviewer a second token
+	// with control of every namespace, named ReviewerName (the change
+	// workflow's cases need both, and Admin, to set policies).
+	ControlName            string
+	Reviewer, ReviewerName string
 }
 
 // Run runs the suite against the server start returns (one for the whole
@@ -67,6 +72,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"Status", testStatus},
 		{"Clients", testClients},
 		{"Presence", testPresence},
+		{"Namespaces", testNamespaces},
 		{"Rollouts", testRollouts},
 		{"AbortByPublish", testAbortByPublish},
 		{"RolloutBadInput", testRolloutBadInput},
@@ -79,6 +85,15 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"RolloutSchemaAtStart", testRolloutSchemaAtStart},
 		{"RollbackCompacted", testRollbackCompacted},
 		{"Lints", testLints},
+		{"Policies", testPolicies},
+		{"ChangeFlow", testChangeFlow},
+		{"ChangeStale", testChangeStale},
+		{"ChangeStates", testChangeStates},
+		{"ChangeAtomic", testChangeAtomic},
+		{"ChangeStaged", testChangeStaged},
+		{"ChangeSchemaBlock", testChangeSchemaBlock},
+		{"Emergency", testEmergency},
+		{"ChangeLint", testChangeLint},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, c.on(t)) })
 	}

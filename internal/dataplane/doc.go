@@ -16,7 +16,8 @@
 // the beats that pass its upstream's freshness on (stream.go); request
 // decoding (decode.go, ackdecode.go); the token gate (access.go, package
 // access); old clients' view without reserved keys (reserved.go);
-// snapshot admission (WithMaxSnapshotsInFlight); and the acks: recorded
+// snapshot admission (WithMaxSnapshotsInFlight, admission.go: replies
+// counted while they make progress, fairly across peers); and the acks: recorded
 // at an origin (Clients, cohort.go), handed to a relay's forwarder
 // (WithAckSink) there.
 //

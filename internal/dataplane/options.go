@@ -115,8 +115,9 @@ func WithAckObserver(observe func(acks []transport.Ack), expand func(ns string, 
 }
 
 // WithMaxSnapshotsInFlight bounds the snapshot bodies being written at
-// once; past it a snapshot request gets 503 with a Retry-After spread
-// over 1s..window. Zero (the default) sets no bound. 304 replies are
+// once, counting those that make progress, fairly across peers
+// (admission); past it a snapshot request gets 503 with a Retry-After
+// spread over 1s..window. Zero (the default) sets no bound. 304 replies are
 // never refused: they cost nothing.
 func WithMaxSnapshotsInFlight(n int, window time.Duration) Option {
 	return optionFunc(func(o *options) { o.maxSnapshots, o.retryWindow = n, window })

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
-	"github.com/holdfast-dev/holdfast/internal/listen"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -316,11 +315,15 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	release, ok := s.admit(w, r)
+	rp, ok := s.admit(w, r)
 	if !ok {
 		return
 	}
-	defer release()
+	var body io.Writer = w
+	if rp != nil {
+		defer rp.release()
+		body = progressWriter{w: w, rp: rp}
+	}
 	if r.Context().Err() != nil {
 		return // the client is gone (a reset stream): no encoding for no one
 	}
@@ -333,21 +336,22 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	tail := snapshotTail(age, unconfirmed)
 	h.Set("Content-Type", "application/json")
 	// A reader too slow for the deadline (or one that does not read)
-	// loses the reply; the slot is released as the handler returns.
+	// loses the reply; one that makes no progress stops counting against
+	// the slots sooner (admission).
 	size := len(head) + len(plain) + len(tail)
 	setReplyDeadline(w, size)
 	if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		h.Set("Content-Length", strconv.Itoa(size))
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(head)
-		_, _ = w.Write(plain)
-		_, _ = w.Write(tail)
+		_, _ = body.Write(head)
+		_, _ = body.Write(plain)
+		_, _ = body.Write(tail)
 		return
 	}
 	deflated := s.snaps.gzipped(shared)
 	h.Set("Content-Encoding", "gzip")
 	w.WriteHeader(http.StatusOK)
-	_ = writeGzip(w, head, plain, deflated, tail)
+	_ = writeGzip(body, head, plain, deflated, tail)
 }
 
 // etagMatches implements If-None-Match: a list of (weak or strong) tags, or "*".
@@ -912,24 +916,16 @@ func (s *Server) recordAcks(acks []transport.Ack) {
 }
 
 // admit bounds the snapshot bodies being written at once
-// (WithMaxSnapshotsInFlight). Past the bound it answers 503 with a
-// Retry-After spread over the window, so that a reconnect storm is
-// served in waves rather than all at once.
-//
-// One connection takes at most a quarter of the slots (at least one): a
-// client that opens many snapshots on one HTTP/2 connection and does not
-// read them holds no more, until their write deadlines.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+// (WithMaxSnapshotsInFlight, counted by admission). Past the bound it
+// answers 503 with a Retry-After spread over the window, so that a
+// reconnect storm is served in waves rather than all at once. Without a
+// bound, rp is nil.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (rp *reply, ok bool) {
 	if s.snapshotSlots == nil {
-		return func() {}, true
+		return nil, true
 	}
-	if unconn, ok := listen.ConnLimit(r.Context(), max(cap(s.snapshotSlots)/4, 1)); ok {
-		select {
-		case s.snapshotSlots <- struct{}{}:
-			return func() { <-s.snapshotSlots; unconn() }, true
-		default:
-			unconn()
-		}
+	if rp, ok := s.snapshotSlots.admit(w, r); ok {
+		return rp, true
 	}
 	s.stats.shed.Add(1)
 	spread := time.Second + rand.N(max(s.opts.retryWindow, time.Second))

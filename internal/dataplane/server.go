@@ -27,7 +27,7 @@ type Server struct {
 	guard  *guard // checks open watchers' credentials again (WithTokens); nil: open
 	// snapshotSlots bounds the snapshot bodies in flight
 	// (WithMaxSnapshotsInFlight); nil: no bound.
-	snapshotSlots chan struct{}
+	snapshotSlots *admission
 	mux           *http.ServeMux
 	caps          string // Holdfast-Capabilities
 	reserved      reservedScans
@@ -93,7 +93,7 @@ func New(be Backend, opts ...Option) (*Server, error) {
 	}
 	s.caps = strings.Join(caps, ",")
 	if o.maxSnapshots > 0 {
-		s.snapshotSlots = make(chan struct{}, o.maxSnapshots)
+		s.snapshotSlots = newAdmission(o.maxSnapshots)
 	}
 	s.snaps = newSnapCache(DefaultSnapshotCacheBytes)
 	s.hub = newHub(be.Generation(), s.faults.Silenced)
@@ -185,7 +185,11 @@ func (s *Server) Handler() http.Handler {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		defer context.AfterFunc(s.life, cancel)()
-		s.mux.ServeHTTP(w, req.WithContext(context.WithValue(ctx, stoppingKey{}, s.closing)))
+		inner := req.WithContext(context.WithValue(ctx, stoppingKey{}, s.closing))
+		s.mux.ServeHTTP(w, inner)
+		// The route the mux chose, for a handler around this one that
+		// measures by route (internal/httpmetrics).
+		req.Pattern = inner.Pattern
 	})
 }
 

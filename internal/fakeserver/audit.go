@@ -55,6 +55,7 @@ type commitMeta struct {
 	OnBehalfOf    string // whom an authenticated actor acted for
 	Kind          string // Kind*; "" is KindPublish
 	RollbackOf    int64  // a rollback's target revision
+	Change        string // the change a commit of kind change or emergency published
 }
 
 // AuditRecord is the record of one committed revision of a namespace: who
@@ -95,6 +96,9 @@ type PublishOptions struct {
 	// before the publish; without it, a publish during a rollout fails
 	// with ErrRolloutRunning.
 	AbortRollout bool
+	// kind and change, set by the control API only, are the audit
+	// record's kind (the change workflow's) and change id.
+	kind, change string
 }
 
 // RollbackOptions are what RollbackWith records.
@@ -129,7 +133,7 @@ func (st *store) recordLocked(n *namespace, cs *transport.ChangeSet, meta commit
 	}
 	n.audit.recs = append(n.audit.recs, AuditRecord{
 		Revision: cs.Revision, PrevRevision: cs.PrevRevision, CommittedAt: cs.CommittedAt,
-		Actor: meta.Actor, OnBehalfOf: meta.OnBehalfOf, Reason: meta.Reason, Kind: kind, RollbackOf: meta.RollbackOf,
+		Actor: meta.Actor, OnBehalfOf: meta.OnBehalfOf, Reason: meta.Reason, Kind: kind, RollbackOf: meta.RollbackOf, Change: meta.Change,
 		Puts: slices.Sorted(maps.Keys(cs.Puts)), Deletes: cs.Deletes, // cs.Deletes is sorted, and never changes
 	})
 	if n.audit.first == 0 {

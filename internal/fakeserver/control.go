@@ -28,6 +28,7 @@ func (s *Server) controlRoutes() ([]dataplane.Route, error) {
 	cfg := controlplane.Config{
 		Store:           controlStore{s},
 		Lints:           &s.lints,
+		Changes:         changeStore{s},
 		MaxPublishBytes: s.opts.maxPublishBytes,
 		StoreID:         s.StoreID,
 		MapError:        mapError,

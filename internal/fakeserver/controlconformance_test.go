@@ -18,17 +18,26 @@ func TestControlConformance(t *testing.T) {
 	})
 	t.Run("Tokens", func(t *testing.T) {
 		controltest.Run(t, func(t *testing.T) *controltest.Server {
-			toks, err := access.New(
-				access.Token{Name: "ct-control", Secret: "ct-control-secret-0000001", Control: []string{"*"}},
-				access.Token{Name: "ct-scoped", Secret: "ct-scoped-secret-00000002", Control: []string{"scoped.*"}},
-				access.Token{Name: "ct-data", Secret: "ct-data-secret-0000000003", Data: []string{"*"}},
-			)
-			if err != nil {
-				t.Fatal(err)
+			ids := idTable{
+				"ct-control-secret-0000001": access.NewIdentity("ct-control", access.Scopes{Control: []string{"*"}}),
+				"ct-scoped-secret-00000002": access.NewIdentity("ct-scoped", access.Scopes{Control: []string{"scoped.*"}}),
+				"ct-data-secret-0000000003": access.NewIdentity("ct-data", access.Scopes{Data: []string{"*"}}),
+				"ct-admin-secret-000000004": access.NewIdentity("ct-admin", access.Scopes{Admin: true}),
+				"ct-review-secret-00000005": access.NewIdentity("ct-reviewer", access.Scopes{Control: []string{"*"}}),
 			}
-			s := start(t, WithTokens(toks))
+			s := start(t, WithTokens(access.FromAuthenticator(ids)))
 			return &controltest.Server{URL: s.URL(), Tokens: &controltest.Tokens{
-				Control: "ct-control-secret-0000001", Scoped: "ct-scoped-secret-00000002", Data: "ct-data-secret-0000000003"}}
+				Control: "ct-control-secret-0000001", Scoped: "ct-scoped-secret-00000002", Data: "ct-data-secret-0000000003",
+				Admin: "ct-admin-secret-000000004", ControlName: "ct-control", Reviewer: "ct-review-secret-00000005", ReviewerName: "ct-reviewer"}}
 		})
 	})
+}
+
+// idTable authenticates a secret by a table: identities of any scope
+// (access.New's tokens have no admin scope).
+type idTable map[string]access.Identity
+
+func (t idTable) Authenticate(secret string) (access.Identity, bool) {
+	id, ok := t[secret]
+	return id, ok
 }

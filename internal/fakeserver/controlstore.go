@@ -24,7 +24,7 @@ func (c controlStore) Publish(_ context.Context, ns string, w controlplane.Write
 		return 0, err
 	}
 	// The actor, the reason and IfRevision are the handler's to check.
-	return c.s.commit(ns, puts, deletes, PublishOptions{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, IfRevision: w.IfRevision})
+	return c.s.commit(ns, puts, deletes, PublishOptions{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, IfRevision: w.IfRevision, kind: w.Kind, change: w.Change})
 }
 
 // Rollback is the Go API's, but for a revision the namespace has no

@@ -34,8 +34,9 @@ type Server struct {
 	dp       *dataplane.Server
 	faults   faults
 	stats    counters
-	rollouts *rollouts // the rollout controller
-	lints    lintStore // the control API's lints
+	rollouts *rollouts  // the rollout controller
+	lints    lintStore  // the control API's lints
+	book     changeBook // the change workflow's changes and policies
 
 	closing chan struct{} // closed by Close: WaitRollout returns
 	// life is canceled by Close: StartRollout refuses from then on.
@@ -253,7 +254,7 @@ func (s *Server) commit(ns string, puts map[string]json.RawMessage, deletes []st
 		_, err := s.store.checkStaged(ns, puts, deletes)
 		return err
 	}, func() error {
-		c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, OnBehalfOf: opts.OnBehalfOf, Reason: opts.Reason}, opts.IfRevision)
+		c, err := s.store.publishIf(ns, puts, deletes, commitMeta{Actor: opts.Actor, OnBehalfOf: opts.OnBehalfOf, Reason: opts.Reason, Kind: opts.kind, Change: opts.change}, opts.IfRevision)
 		if err != nil {
 			return err
 		}

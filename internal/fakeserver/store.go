@@ -211,12 +211,17 @@ func apply(live, puts map[string]json.RawMessage, deletes []string) map[string]j
 // the namespace if n is nil) and records it, with its audit record of meta.
 // Deletes of absent keys are dropped from the change set.
 func (st *store) commitLocked(name string, n *namespace, puts map[string]json.RawMessage, deletes []string, meta commitMeta) *dataplane.Change {
+	return st.commitAtLocked(name, n, puts, deletes, meta, st.head+1)
+}
+
+// commitAtLocked is commitLocked at revision rev (the head or the one
+// after it: the namespaces of a change committed as one share it).
+func (st *store) commitAtLocked(name string, n *namespace, puts map[string]json.RawMessage, deletes []string, meta commitMeta, rev int64) *dataplane.Change {
 	if n == nil {
 		n = newNamespace()
 		st.nss[name] = n
 	}
-	st.head++
-	rev := st.head
+	st.head = rev
 	// Commit times follow revisions, even if the clock steps back, so that
 	// "the last revision committed at or before t" is well defined.
 	if now := st.now().UTC(); now.After(st.lastAt) {
@@ -692,3 +697,49 @@ func (st *store) Freshness(...string) (time.Duration, bool) { return 0, false }
 
 // Demand: the origin serves what it has.
 func (st *store) Demand(context.Context, []dataplane.SinceReq) map[string]error { return nil }
+
+// nsWrite is one namespace's part of a commit of several (checked puts
+// and deletes).
+type nsWrite struct {
+	ns      string
+	puts    map[string]json.RawMessage
+	deletes []string
+	meta    commitMeta
+	ifRev   int64
+}
+
+// commitMany commits ws as one revision, which it returns, each
+// namespace only if it is at its ifRev and its content passes its
+// schema; else nothing (a *ConflictError, a *SchemaError). Under the
+// lock: a change of several namespaces is rare and small. pre runs
+// under the lock once the conditions hold, before anything commits: its
+// error fails the whole.
+func (st *store) commitMany(ws []nsWrite, pre func() error) (int64, map[string]int64, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, w := range ws {
+		n := st.nss[w.ns]
+		if err := checkRevision(w.ns, n, &w.ifRev); err != nil {
+			return 0, nil, err
+		}
+		if sch := st.schemas[w.ns]; sch != nil {
+			var live map[string]json.RawMessage
+			if n != nil {
+				live = n.live
+			}
+			if err := validate(w.ns, sch, apply(live, w.puts, w.deletes)); err != nil {
+				return 0, nil, err
+			}
+		}
+	}
+	if err := pre(); err != nil {
+		return 0, nil, err
+	}
+	rev := st.head + 1
+	revs := make(map[string]int64, len(ws))
+	for _, w := range ws {
+		st.commitAtLocked(w.ns, st.nss[w.ns], w.puts, w.deletes, w.meta, rev)
+		revs[w.ns] = rev
+	}
+	return rev, revs, nil
+}

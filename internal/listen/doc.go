@@ -21,7 +21,10 @@
 //     flight (HTTP/1.1) or no open stream (HTTP/2) is closed;
 //   - HTTP/2's limits: concurrent streams, frame size, header tables, and
 //     a connection that accepts no byte for DefaultWriteByteTimeout is
-//     closed.
+//     closed;
+//   - a connection's send buffer (what the kernel holds of replies its
+//     peer has not read) starts at InitialSendBuffer and grows as the
+//     peer reads, up to MaxSendBuffer.
 //
 // Never http.Server.WriteTimeout: it would cut watch streams and
 // long-polls. Writes are bounded per write, by the handlers

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,7 @@ type Limited struct {
 // once per refusalLogEvery with the count.
 // Accept never blocks on the cap: a listener at its cap keeps draining
 // its backlog, so that a client is told rather than left to time out.
+// A connection's send buffer grows as its peer reads (InitialSendBuffer).
 // Served by NewServer, a connection whose request body is behind
 // DefaultMinBodyRate gives its slot to a new one at the cap (Listen: the
 // Config's MinBodyRate).
@@ -91,7 +93,7 @@ func (l *Limited) admit(c net.Conn) *limitedConn {
 	default:
 		return nil
 	}
-	lc := &limitedConn{Conn: c}
+	lc := &limitedConn{Conn: c, pacer: newSendPacer(c)}
 	lc.release = func() { l.release(lc) }
 	lc.reading = &l.reading
 	if l.reclaim > 0 {
@@ -168,13 +170,17 @@ func (l *Limited) refuse(c net.Conn) {
 	}
 }
 
-// limitedConn gives its slot back once, at its first Close.
+// limitedConn gives its slot back once, at its first Close, and paces
+// its send buffer (sendPacer).
 type limitedConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	pacer   *sendPacer
 	bodyProgress
 }
+
+func (c *limitedConn) Write(b []byte) (int, error) { return c.pacer.write(c.Conn, b) }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
@@ -196,12 +202,13 @@ func (c *limitedConn) CloseWrite() error {
 type connState struct {
 	inFlight atomic.Int64 // ConnLimit's
 	conn     *limitedConn // under a connection cap; else nil
+	tcp      *net.TCPConn // the TCP connection under it all, if it is one
 }
 
 type connKey struct{}
 
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, &connState{conn: limitedOf(c)})
+	return context.WithValue(ctx, connKey{}, &connState{conn: limitedOf(c), tcp: tcpOf(c)})
 }
 
 // ConnLimit takes one of n places of the request's connection (one per
@@ -219,4 +226,37 @@ func ConnLimit(ctx context.Context, n int) (release func(), ok bool) {
 		return nil, false
 	}
 	return func() { c.inFlight.Add(-1) }, true
+}
+
+// tcpOf returns the TCP connection under c (TLS, a connection cap, send
+// pacing), if it is one.
+func tcpOf(c net.Conn) *net.TCPConn {
+	for {
+		switch cc := c.(type) {
+		case *net.TCPConn:
+			return cc
+		case *tls.Conn:
+			c = cc.NetConn()
+		case *limitedConn:
+			c = cc.Conn
+		case *pacedConn:
+			c = cc.Conn
+		default:
+			return nil
+		}
+	}
+}
+
+// ResetOnClose makes the connection of an HTTP/1.1 request drop, when it
+// closes, what it has not sent (SO_LINGER 0: a reset), rather than keep
+// it in the kernel for a peer that does not read: for a reply cut for
+// not being read. Over HTTP/2 (a connection shared by other requests),
+// or outside a listener's server, it does nothing.
+func ResetOnClose(r *http.Request) {
+	if r.ProtoMajor != 1 {
+		return
+	}
+	if c, _ := r.Context().Value(connKey{}).(*connState); c != nil && c.tcp != nil {
+		_ = c.tcp.SetLinger(0)
+	}
 }

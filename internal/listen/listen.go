@@ -160,7 +160,8 @@ func NewServer(h http.Handler, c Config) *Server {
 	return &Server{Server: srv, tls: c.TLS != nil}
 }
 
-// Listen listens on c.Addr, capped at c.MaxConns connections. Without
+// Listen listens on c.Addr, capped at c.MaxConns connections, each
+// connection's send buffer growing as its peer reads. Without
 // TLS on an address other than loopback it needs c.Plaintext (else
 // ErrPlaintext), and then logs a warning.
 func Listen(c Config) (net.Listener, error) {
@@ -180,7 +181,7 @@ func Listen(c Config) (net.Listener, error) {
 		n = DefaultMaxConns
 	}
 	if n < 0 {
-		return l, nil
+		return pacedListener{l}, nil
 	}
 	lim := Limit(l, n, c.TLS == nil, c.logger().With("listener", c.name()))
 	lim.reclaim = c.bodyBounds().rate

@@ -174,6 +174,45 @@ func TestGuardPlaintextTokens(t *testing.T) {
 	}
 }
 
+// TestGuardForwardedClient: a request from a trusted proxy is counted by
+// the client it forwards (the last address of X-Forwarded-For); from any
+// other peer, loopback included, the header names no one.
+func TestGuardForwardedClient(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}
+	var got netip.Addr
+	var named bool
+	h := listen.Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, named = peer.AddrFromContext(r.Context())
+	}), trusted)
+	for _, tc := range []struct {
+		remote string
+		xff    []string
+		want   string // "": none named
+	}{
+		{"10.1.2.3:5000", []string{"203.0.113.5, 198.51.100.7"}, "198.51.100.7"},
+		{"10.1.2.3:5000", []string{"203.0.113.5", "2001:db8::7"}, "2001:db8::7"},
+		{"10.1.2.3:5000", []string{"::ffff:198.51.100.7"}, "198.51.100.7"},
+		{"10.1.2.3:5000", []string{"not an address"}, ""},
+		{"10.1.2.3:5000", nil, ""},
+		{"10.2.2.3:5000", []string{"198.51.100.7"}, ""},  // not the proxy
+		{"127.0.0.1:5000", []string{"198.51.100.7"}, ""}, // loopback is not a proxy
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/sdk/snapshot?ns=a", nil)
+		r.RemoteAddr = tc.remote
+		for _, v := range tc.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		got, named = netip.Addr{}, false
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		switch {
+		case tc.want == "" && named:
+			t.Errorf("%s %q: named %v, want none", tc.remote, tc.xff, got)
+		case tc.want != "" && (!named || got != netip.MustParseAddr(tc.want)):
+			t.Errorf("%s %q: named %v (%v), want %s", tc.remote, tc.xff, got, named, tc.want)
+		}
+	}
+}
+
 // TestLimitRefusesPastCap: past the cap a connection is refused at once,
 // with a 503 an HTTP/1.1 client reads and a log line; a slot freed by a
 // closed connection is taken again.

@@ -81,20 +81,27 @@ func TestAlertRulesUseExportedNames(t *testing.T) {
 		}
 	}
 
-	raw, err := os.ReadFile(filepath.Join(alertsDir, "holdfast.test.yml"))
+	checkRuleTests(t, "holdfast.test.yml", func(name string) bool { _, ok := series[name]; return ok }, alerts)
+}
+
+// checkRuleTests fails t if the promtool tests in alertsDir/file feed a
+// series that exported says is not exported, or leave one of alerts
+// untested firing or quiet.
+func checkRuleTests(t *testing.T, file string, exported func(name string) bool, alerts []string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(alertsDir, file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tests ruleTests
 	if err := yaml.Unmarshal(raw, &tests); err != nil {
-		t.Fatalf("holdfast.test.yml: %v", err)
+		t.Fatalf("%s: %v", file, err)
 	}
 	firing, quiet := map[string]bool{}, map[string]bool{}
 	for _, tc := range tests.Tests {
 		for _, in := range tc.InputSeries {
-			name, _, _ := strings.Cut(in.Series, "{")
-			if _, ok := series[name]; !ok {
-				t.Errorf("holdfast.test.yml feeds %s, which the SDK does not export", in.Series)
+			if name, _, _ := strings.Cut(in.Series, "{"); !exported(name) {
+				t.Errorf("%s feeds %s, which is not exported", file, in.Series)
 			}
 		}
 		for _, at := range tc.AlertRuleTest {
@@ -114,7 +121,12 @@ func TestAlertRulesUseExportedNames(t *testing.T) {
 
 // TestPromtool runs promtool check rules and promtool test rules (Debian's
 // package prometheus has promtool; .ci/run installs it).
-func TestPromtool(t *testing.T) {
+func TestPromtool(t *testing.T) { runPromtool(t, "holdfast.rules.yml", "holdfast.test.yml") }
+
+// runPromtool runs promtool check rules on rules and promtool test rules
+// on tests, in alertsDir.
+func runPromtool(t *testing.T, rules, tests string) {
+	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		const msg = "no promtool: install Debian's prometheus (apt-get install prometheus, as .ci/run does)"
@@ -124,8 +136,8 @@ func TestPromtool(t *testing.T) {
 		t.Skipf("%s: %v", msg, err)
 	}
 	for _, args := range [][]string{
-		{"check", "rules", "holdfast.rules.yml"},
-		{"test", "rules", "holdfast.test.yml"},
+		{"check", "rules", rules},
+		{"test", "rules", tests},
 	} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = alertsDir

@@ -57,3 +57,15 @@ func Count(st *controlapi.NamespaceStatus, clients []controlapi.ClientState) {
 		}
 	}
 }
+
+// LiveByNamespace counts the live clients of each namespace (clients
+// annotated with their presence).
+func LiveByNamespace(clients []controlapi.ClientState) map[string]int {
+	n := make(map[string]int)
+	for _, c := range clients {
+		if c.State == string(Live) {
+			n[c.Namespace]++
+		}
+	}
+	return n
+}

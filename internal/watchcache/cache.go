@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/holdfast-dev/holdfast/internal/acks"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
@@ -55,6 +57,7 @@ type Cache struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	metrics   metric.Registration // nil without Config.Meter
 }
 
 // followed is one namespace the cache follows.
@@ -181,6 +184,12 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 	}
 	for _, ns := range cfg.Namespaces {
 		if err := c.follow(ns, true); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
+	if cfg.Meter != nil {
+		if c.metrics, err = c.register(); err != nil {
 			_ = c.Close()
 			return nil, err
 		}
@@ -461,6 +470,9 @@ func (c *Cache) Namespaces() []NamespaceStatus {
 // are dropped (reporting is best effort). It is idempotent.
 func (c *Cache) Close() error {
 	c.closeOnce.Do(func() {
+		if c.metrics != nil {
+			_ = c.metrics.Unregister()
+		}
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()

@@ -10,6 +10,8 @@ import (
 	"path"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
@@ -32,6 +34,10 @@ const (
 type Config struct {
 	// Logger gets the cache's logs (nil: discard).
 	Logger *slog.Logger
+	// Meter, when set, gets the cache's instruments, named under
+	// MetricPrefix (see register).
+	Meter        metric.Meter
+	MetricPrefix string
 	// History and HistoryBytes bound the change sets kept per namespace
 	// for clients that resume, by count (at least 1) and by bytes; an
 	// older cursor gets 410 and its client resnapshots.

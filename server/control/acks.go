@@ -6,6 +6,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -27,12 +28,17 @@ const maxNackError = 256
 // servers' summaries (reports.go).
 type Acks struct {
 	*controlplane.Reports
-	now func() time.Time
+	now  func() time.Time
+	prop *propagation // the propagation monitor, fed with the same acks
+	// live, when set, is the presence of the clients connected to this
+	// server (or to a relay behind it): the propagation of a publish
+	// counts only those live at its commit.
+	live *presence.Table
 }
 
 // NewAcks returns an empty table of at most max pairs.
 func NewAcks(max int) *Acks {
-	return &Acks{Reports: controlplane.NewReports(max, maxNackError), now: time.Now}
+	return &Acks{Reports: controlplane.NewReports(max, maxNackError), now: time.Now, prop: newPropagation()}
 }
 
 // Ack records one ack or nack.
@@ -42,8 +48,16 @@ func (a *Acks) Ack(ctx context.Context, ack transport.Ack) error {
 
 // AckBatch records acks and nacks.
 func (a *Acks) AckBatch(_ context.Context, acks []transport.Ack) error {
-	a.Observe(acks, a.now())
+	now := a.now()
+	a.Observe(acks, now)
+	a.prop.observe(acks, now)
 	return nil
+}
+
+// published starts the propagation monitor's watch of revision rev of
+// ns, committed now.
+func (a *Acks) published(ns string, rev int64) {
+	a.prop.published(ns, rev, a.now(), propagationClients(a, ns))
 }
 
 // AckRelayed records acks a relay forwards for its clients.

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -94,6 +95,8 @@ type Config struct {
 	// Gates builds a rollout's metric gates from their JSON in the
 	// rollout's spec (nil: a rollout with gates is refused).
 	Gates func(raw json.RawMessage) (Gate, error)
+	// MeterProvider receives the control plane's metrics (nil: none).
+	MeterProvider metric.MeterProvider
 }
 
 // Gate is a check a rollout's stage must pass while it bakes (a metric
@@ -118,6 +121,7 @@ type Handler struct {
 	rollouts  *controller.Controller
 	reports   *reportSync
 	active    *activeRollouts
+	metrics   controlMetrics
 }
 
 // Close stops the handler's background work (the audit log's trimming,
@@ -128,6 +132,7 @@ func (h *Handler) Close() {
 	h.reports.close()
 	h.active.close()
 	h.rollouts.Close()
+	h.metrics.close()
 }
 
 // Publishes counts the publishes and rollbacks this handler committed.
@@ -165,6 +170,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Presence == nil {
 		cfg.Presence = presence.NewTable(10*time.Second, 0, cfg.Logger)
 	}
+	cfg.Acks.live = cfg.Presence
 	if cfg.Dropped == nil {
 		cfg.Dropped = func() int64 { return 0 }
 	}
@@ -185,7 +191,7 @@ func New(cfg Config) (*Handler, error) {
 	h.reports = newReportSync(h.cli, cfg.Acks, cfg.Presence, h.active, cfg.ServerID, cfg.Logger)
 	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Gates: cfg.Gates,
 		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
-	api := controlplane.Config{Store: etcdStore{h}, Lints: lintStore{h.cli}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
+	api := controlplane.Config{Store: etcdStore{h}, Lints: lintStore{h.cli}, Changes: etcdStore{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
 	if cfg.Tokens != nil {
 		api.Authenticator, api.AuthLimit = cfg.Tokens, cfg.AuthLimit
 	}
@@ -196,6 +202,12 @@ func New(cfg Config) (*Handler, error) {
 	if h.api, err = controlplane.New(api); err != nil {
 		h.Close()
 		return nil, err
+	}
+	if cfg.MeterProvider != nil {
+		if h.metrics, err = newControlMetrics(h, cfg.MeterProvider); err != nil {
+			h.Close()
+			return nil, err
+		}
 	}
 	return h, nil
 }
@@ -220,9 +232,26 @@ func mapError(err error) (int, transport.ErrorBody, bool) {
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota): writes are refused until it is compacted, defragmented or given a larger quota"}, true
 	case storeDown(err):
-		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store did not answer: " + err.Error()}, true
+		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: storeDownMessage(err)}, true
 	}
 	return 0, transport.ErrorBody{}, false
+}
+
+// storeDownMessage says, in an operator's words, that the store did not
+// answer, why when etcd told, and what to do; the server's log has err.
+func storeDownMessage(err error) string {
+	why := "no answer in time"
+	switch {
+	case errors.Is(err, etcd.ErrClosed), errors.Is(err, store.ErrClosed):
+		return "the server is stopping: retry against another server of the store"
+	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrLeaderChanged):
+		why = "etcd has no leader"
+	case errors.Is(err, rpctypes.ErrTooManyRequests):
+		why = "etcd is overloaded"
+	}
+	return "the store did not answer (" + why + "): etcd may have lost its quorum (a majority of its members down or cut off) " +
+		"or be unreachable from this server; check its members ('etcdctl endpoint health --cluster'). " +
+		"A publish refused so may or may not have committed: read the history back before publishing again"
 }
 
 // storeDown reports whether err says the store did not answer (as

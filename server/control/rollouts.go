@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -139,6 +140,7 @@ func (s rolloutStore) Commit(ctx context.Context, c controller.Commit) (int64, e
 		opts := []store.PublishOption{store.WithKind(c.Change.Kind), store.WithActor(c.Change.Actor), store.WithReason(c.Change.Reason),
 			store.WithCondition(conds...), store.WithOps(ops...)}
 		puts, deletes := c.Change.Puts, c.Change.Deletes
+		started := time.Now()
 		if c.Change.Check {
 			rev, err = s.h.write(ctx, ns, controlplane.Write{Actor: c.Change.Actor, Reason: c.Change.Reason}, false, func(more []store.PublishOption) (int64, error) {
 				return s.h.cfg.Namespaces.Publish(ctx, ns, puts, deletes, append(more, opts...)...)
@@ -146,6 +148,7 @@ func (s rolloutStore) Commit(ctx context.Context, c controller.Commit) (int64, e
 		} else {
 			rev, err = s.h.cfg.Namespaces.Publish(ctx, ns, puts, deletes, opts...)
 		}
+		s.h.metrics.committed(ctx, kindRollout, started, err)
 		if errors.Is(err, store.ErrConditionFailed) {
 			return 0, controller.ErrConflict
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
+	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
 	"github.com/holdfast-dev/holdfast/transport/etcd"
 )
@@ -21,7 +22,7 @@ func (s etcdStore) Status(ctx context.Context, ns string) (controlapi.NamespaceS
 	h := s.h
 	snap, err := h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
-		return controlapi.NamespaceStatus{}, err
+		return controlapi.NamespaceStatus{}, store.NamespaceNotFound(ns, err)
 	}
 	st := controlapi.NamespaceStatus{Namespace: ns, StoreID: snap.StoreID, Revision: snap.Revision, Head: snap.Cursor, Streams: h.cfg.Streams(ns)}
 	if _, st.CompactRevision, err = Points(ctx, h.cli); err != nil {
@@ -32,6 +33,7 @@ func (s etcdStore) Status(ctx context.Context, ns string) (controlapi.NamespaceS
 		return controlapi.NamespaceStatus{}, err
 	}
 	st.Servers = 1 + len(servers)
+	st.Propagation = h.cfg.Acks.prop.status(ns, snap.Revision)
 	presence.Count(&st, clients)
 	return st, nil
 }

@@ -29,12 +29,15 @@ var _ controlplane.Store = etcdStore{}
 
 func (s etcdStore) Publish(ctx context.Context, ns string, w controlplane.Write) (int64, error) {
 	h := s.h
+	started := time.Now()
 	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
 		return h.cfg.Namespaces.Publish(ctx, ns, w.Puts, w.Deletes, opts...)
 	})
+	h.metrics.committed(ctx, kindPublish, started, err)
 	if err != nil {
 		return 0, err
 	}
+	h.cfg.Acks.published(ns, rev)
 	h.publishes.Add(1)
 	h.trim.published(ns, publishSize(w.Puts, w.Deletes))
 	return rev, nil
@@ -42,12 +45,15 @@ func (s etcdStore) Publish(ctx context.Context, ns string, w controlplane.Write)
 
 func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlplane.Write) (int64, error) {
 	h := s.h
+	started := time.Now()
 	rev, err := h.write(ctx, ns, w, true, func(opts []store.PublishOption) (int64, error) {
 		return h.cfg.Namespaces.Rollback(ctx, ns, to, opts...)
 	})
+	h.metrics.committed(ctx, kindRollback, started, err)
 	if err != nil {
 		return 0, err
 	}
+	h.cfg.Acks.published(ns, rev)
 	h.publishes.Add(1)
 	h.trim.published(ns, 0) // its record repeats values whose publishes were weighed
 	return rev, nil
@@ -61,7 +67,7 @@ func (s etcdStore) Rollback(ctx context.Context, ns string, to int64, w controlp
 func (s etcdStore) Check(ctx context.Context, ns string, w controlplane.Write) error {
 	snap, err := s.h.cfg.Source.Snapshot(ctx, transport.SnapshotRequest{Namespace: ns})
 	if err != nil {
-		return err
+		return store.NamespaceNotFound(ns, err)
 	}
 	sch, _, err := s.h.schemas.get(ctx, s.h.cli, ns)
 	if err != nil || sch == nil {
@@ -144,6 +150,9 @@ func (s etcdStore) Rollouts() controlplane.Rollouts { return s.h.rollouts }
 func (h *Handler) write(ctx context.Context, ns string, w controlplane.Write, plain bool, commit func([]store.PublishOption) (int64, error)) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		opts := []store.PublishOption{store.WithActor(w.Actor), store.WithOnBehalfOf(w.OnBehalfOf), store.WithReason(w.Reason)}
+		if w.Kind != "" {
+			opts = append(opts, store.WithKind(w.Kind), store.WithChange(w.Change))
+		}
 		if w.IfRevision != nil {
 			opts = append(opts, store.WithIfRevision(*w.IfRevision))
 		}

@@ -157,7 +157,7 @@ func (s *Namespaces) History(ctx context.Context, ns string, opts HistoryOptions
 func (r auditRecord) historyRecord() HistoryRecord {
 	return HistoryRecord{
 		Revision: r.rev, PrevRevision: r.PrevRevision, CommittedAt: r.CommittedAt,
-		Actor: r.Actor, OnBehalfOf: r.OnBehalfOf, Reason: r.Reason, Kind: r.Kind, RollbackOf: r.RollbackOf,
+		Actor: r.Actor, OnBehalfOf: r.OnBehalfOf, Reason: r.Reason, Kind: r.Kind, RollbackOf: r.RollbackOf, Change: r.Change,
 		Puts: visible(r.Puts), Deletes: visible(r.Deletes),
 	}
 }
@@ -211,7 +211,7 @@ func (s *Namespaces) ValuesAtTime(ctx context.Context, ns string, at time.Time) 
 	case found > 0:
 		return s.valuesAt(ctx, "values", ns, found)
 	case complete:
-		return nil, fmt.Errorf("etcd: values of %q at %s: %w: before its first revision", ns, at.Format(time.RFC3339Nano), transport.ErrNotFound)
+		return nil, &NotFoundError{Namespace: ns, What: "no revision committed at or before " + at.Format(time.RFC3339Nano)}
 	}
 	err = s.walk(ctx, ns, 0, func(rev int64, m *meta) (bool, error) {
 		if !m.CommittedAt.After(at) {
@@ -224,7 +224,7 @@ func (s *Namespaces) ValuesAtTime(ctx context.Context, ns string, at time.Time) 
 		return nil, err
 	}
 	if found == 0 {
-		return nil, fmt.Errorf("etcd: values of %q at %s: %w: before its first revision", ns, at.Format(time.RFC3339Nano), transport.ErrNotFound)
+		return nil, &NotFoundError{Namespace: ns, What: "no revision committed at or before " + at.Format(time.RFC3339Nano)}
 	}
 	return s.valuesAt(ctx, "values", ns, found)
 }
@@ -306,7 +306,7 @@ func (s *Namespaces) etcdValuesAt(ctx context.Context, op, ns string, rev int64)
 		return nil, err
 	}
 	if len(kvs) == 0 {
-		return nil, fmt.Errorf("etcd: %s of %q at %d: %w: no key at that revision", op, ns, rev, transport.ErrNotFound)
+		return nil, &NotFoundError{Namespace: ns, What: fmt.Sprintf("no content at revision %d (not published yet then, or never)", rev)}
 	}
 	values, nsRev, err := s.visibleContent(ns, prefix, kvs)
 	if err != nil {
@@ -336,7 +336,7 @@ func (s *Namespaces) walk(ctx context.Context, ns string, before int64, fn func(
 		return err
 	}
 	if len(kvs) == 0 {
-		return fmt.Errorf("etcd: history of %q: %w: never published", ns, transport.ErrNotFound)
+		return &NotFoundError{Namespace: ns} // never published
 	}
 	if before > 0 && before <= kvs[0].ModRevision {
 		if before == 1 {
@@ -375,7 +375,7 @@ func (s *Namespaces) walk(ctx context.Context, ns string, before int64, fn func(
 func (s *Namespaces) record(ctx context.Context, ns string, rev int64, m *meta) (HistoryRecord, error) {
 	r := HistoryRecord{
 		Revision: rev, PrevRevision: m.PrevRevision, CommittedAt: m.CommittedAt,
-		Actor: m.Actor, OnBehalfOf: m.OnBehalfOf, Reason: m.Reason, Kind: m.Kind, RollbackOf: m.RollbackOf,
+		Actor: m.Actor, OnBehalfOf: m.OnBehalfOf, Reason: m.Reason, Kind: m.Kind, RollbackOf: m.RollbackOf, Change: m.Change,
 		Puts: visible(m.Puts), Deletes: visible(m.Deletes),
 	}
 	if m.Kind != "" {
@@ -459,7 +459,7 @@ func (s *Namespaces) rangeAt(ctx context.Context, op, ns, key string, rev int64,
 		}
 		return nil, fmt.Errorf("etcd: %s of %q at %d: %w", op, ns, rev, &transport.CompactedError{CompactRevision: c})
 	case errors.Is(err, rpctypes.ErrFutureRev):
-		return nil, fmt.Errorf("etcd: %s of %q at %d: %w: beyond the cluster's head", op, ns, rev, transport.ErrNotFound)
+		return nil, &NotFoundError{Namespace: ns, What: fmt.Sprintf("revision %d is above the store's head", rev)}
 	case err != nil:
 		return nil, etcd.MapError(op, ns, err)
 	}

@@ -479,6 +479,10 @@ func TestActorDefaultsToTheEtcdUser(t *testing.T) {
 			_, err := cli.RoleGrantPermission(ctx, "holdfast-writer", store.AuditRoot, clientv3.GetPrefixRangeEnd(store.AuditRoot), clientv3.PermissionType(clientv3.PermReadWrite))
 			return err
 		},
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "holdfast-writer", store.IndexRoot, clientv3.GetPrefixRangeEnd(store.IndexRoot), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
 		func() error { _, err := cli.UserAdd(ctx, "deployer", "deploypw"); return err },
 		func() error { _, err := cli.UserGrantRole(ctx, "deployer", "holdfast-writer"); return err },
 		func() error { _, err := cli.AuthEnable(ctx); return err },

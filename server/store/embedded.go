@@ -53,13 +53,16 @@ func (s *Store) openEmbedded(ctx context.Context, cfg Config, dir string) error 
 	ec.ListenPeerUrls = []url.URL{*loopback}
 	ec.AdvertisePeerUrls = []url.URL{*loopback}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newSlogCore(cfg.Logger.With("component", "etcd"))))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newSlogCore(cfg.Logger.With("component", "etcd"), &s.closing)))
 	ec.ListenMetricsUrls = nil
 	// etcd's own command sets these defaults through its flags; NewConfig
 	// leaves them zero, and a zero unary-request threshold logs every
 	// request (a WARN "request stats" line each).
 	ec.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	ec.AutoCompactionMode, ec.AutoCompactionRetention, _ = compaction(cfg.Retention)
+	// A publish is one transaction: etcd's defaults (128 operations, 1.5
+	// MiB) would hold about 125 keys of it.
+	ec.MaxTxnOps, ec.MaxRequestBytes = EmbeddedMaxTxnOps, EmbeddedMaxRequestBytes
 	member, err := embed.StartEtcd(ec)
 	if err != nil {
 		return fmt.Errorf("store: the embedded etcd in %s did not start: %w", dir, err)

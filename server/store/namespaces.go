@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -26,6 +27,10 @@ type Namespaces struct {
 	log            *slog.Logger
 	requestTimeout time.Duration
 	maxValueBytes  int
+	// maxTxnOps is the store's limit on a transaction's operations (0:
+	// not known yet: learnt at the first refusal).
+	maxTxnOps atomic.Int64
+	embedded  bool
 
 	base   context.Context // cancelled by Close: ends every call
 	cancel context.CancelFunc
@@ -49,6 +54,14 @@ type NamespacesConfig struct {
 	// content the queries read (default etcd.DefaultMaxValueBytes, the
 	// etcd source's own default).
 	MaxValueBytes int
+	// MaxTxnOps is the store's limit on a transaction's operations
+	// (etcd's --max-txn-ops: Store.MaxTxnOps): a publish past it is
+	// refused with a *TxnLimitError before it is sent. 0: not known; the
+	// first refusal probes it (ProbeMaxTxnOps).
+	MaxTxnOps int
+	// Embedded says the store is the server's embedded etcd (a refusal
+	// then names no flag to raise).
+	Embedded bool
 }
 
 // ErrClosed is returned by every method of closed Namespaces.
@@ -68,7 +81,8 @@ func NewNamespaces(cfg NamespacesConfig) (*Namespaces, error) {
 	if cfg.MaxValueBytes <= 0 {
 		cfg.MaxValueBytes = etcd.DefaultMaxValueBytes
 	}
-	n := &Namespaces{cli: cfg.Client, log: cfg.Logger, requestTimeout: cfg.RequestTimeout, maxValueBytes: cfg.MaxValueBytes}
+	n := &Namespaces{cli: cfg.Client, log: cfg.Logger, requestTimeout: cfg.RequestTimeout, maxValueBytes: cfg.MaxValueBytes, embedded: cfg.Embedded}
+	n.maxTxnOps.Store(int64(max(0, cfg.MaxTxnOps)))
 	n.base, n.cancel = context.WithCancel(context.Background())
 	return n, nil
 }
@@ -116,6 +130,7 @@ type meta struct {
 	Reason     string `json:"reason,omitempty"`
 	Kind       string `json:"kind,omitempty"`
 	RollbackOf int64  `json:"rollback_of,omitempty"`
+	Change     string `json:"change,omitempty"`
 	// Puts and Deletes are the keys the change put and deleted, sorted:
 	// known whenever Kind is set (omitted when empty).
 	Puts    []string `json:"puts,omitempty"`

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
@@ -37,6 +38,7 @@ type publishOptions struct {
 	guards     []guard
 	conds      []clientv3.Cmp
 	ops        []clientv3.Op
+	change     string
 	// Set by Rollback, not by an option.
 	kind       string
 	rollbackOf int64
@@ -96,6 +98,12 @@ func WithKind(kind string) PublishOption {
 	return publishOptionFunc(func(o *publishOptions) { o.kind = kind })
 }
 
+// WithChange records, in the meta record, the id of the change the
+// publish commits (with WithKind(KindChange) or KindEmergency).
+func WithChange(id string) PublishOption {
+	return publishOptionFunc(func(o *publishOptions) { o.change = id })
+}
+
 // WithSchema checks the namespace's whole content after the publish
 // against s before writing: a publish that fails it writes nothing and
 // returns a *schema.ValidationError listing every failure.
@@ -144,6 +152,10 @@ const (
 const (
 	KindPublish  = "publish"
 	KindRollback = "rollback"
+	// KindChange is an approved change published (WithChange names it);
+	// KindEmergency an emergency publish past a change's approvals.
+	KindChange    = "change"
+	KindEmergency = "emergency"
 	// KindUnaudited is a change written past holdfast (etcdctl, another
 	// program): holdfast server's leader records it when it sees it, with
 	// the keys and values it wrote and no actor.
@@ -185,9 +197,12 @@ func (e *ConflictError) Error() string {
 // the etcd source chains change sets on it. It commits only if no key of
 // the namespace changed since Publish read it; when another writer got
 // there first, Publish reads again and retries. etcd bounds a
-// transaction's operations (--max-txn-ops, default 128: up to 126 keys
-// per publish, beside the meta key and the audit record) and its size
-// (--max-request-bytes, default 1.5 MiB).
+// transaction's operations (--max-txn-ops, default 128: up to 125 keys
+// per publish, beside the meta key, the audit record and the index entry;
+// the embedded store's EmbeddedMaxTxnOps) and its size
+// (--max-request-bytes, default 1.5 MiB; the embedded store's
+// EmbeddedMaxRequestBytes): a publish past them writes nothing and is a
+// *TxnLimitError or a *RequestTooLargeError.
 //
 // The meta key also records the audit of the change: kind "publish", the
 // actor (WithActor) and reason (WithReason), and the keys put and deleted;
@@ -329,23 +344,67 @@ func (s *Namespaces) publish(ctx context.Context, ns string, opts []PublishOptio
 func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *publishOptions, change func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (rev int64, retry bool, err error) {
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
+	cmps, ops, keys, err := s.prepare(ctx, ns, prefix, po, change)
+	if err != nil {
+		return 0, false, err
+	}
+	cmps = append(cmps, po.conds...)
+	ops = append(ops, po.ops...)
+	tr, err := s.commit(ctx, ns, cmps, ops, keys)
+	if err != nil {
+		return 0, false, err
+	}
+	if !tr.Succeeded {
+		if err := s.failed(ctx, ns, po.conds, po.guards); err != nil {
+			return 0, false, err
+		}
+		return 0, true, nil
+	}
+	return tr.Header.Revision, false, nil
+}
+
+// commit sends a publish's transaction of keys keys: one past the
+// store's operation limit, known or learnt from etcd's refusal, is a
+// *TxnLimitError, one past its request size a *RequestTooLargeError.
+func (s *Namespaces) commit(ctx context.Context, ns string, cmps []clientv3.Cmp, ops []clientv3.Op, keys int) (*clientv3.TxnResponse, error) {
+	if limit := int(s.maxTxnOps.Load()); limit > 0 && len(ops) > limit {
+		return nil, &TxnLimitError{Namespace: ns, Keys: keys, Ops: len(ops), MaxOps: limit, MaxKeys: max(0, limit-(len(ops)-keys)), Embedded: s.embedded}
+	}
+	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyOps):
+		return nil, s.learnTxnLimit(ctx, ns, keys, len(ops))
+	case requestTooLarge(err):
+		return nil, &RequestTooLargeError{Namespace: ns, Keys: keys, Err: err}
+	case err != nil:
+		return nil, etcd.MapError("publish", ns, err)
+	}
+	return tr, nil
+}
+
+// prepare reads namespace ns, lets change decide the puts and deletes
+// against its content, and returns the comparisons and the operations
+// of their commit: the keys, the meta key and the audit record, guarded
+// by "no key of the namespace changed since the read" and po's guards
+// (po's conditions and ops left to the caller).
+func (s *Namespaces) prepare(ctx context.Context, ns, prefix string, po *publishOptions, change func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)) (cmps []clientv3.Cmp, ops []clientv3.Op, keys int, err error) {
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, false, etcd.MapError("publish", ns, err)
+		return nil, nil, 0, etcd.MapError("publish", ns, err)
 	}
 	head := resp.Header.Revision
 	current, prev := content(prefix, resp.Kvs)
 	if po.hasIf && prev != po.ifRevision {
-		return 0, false, &ConflictError{Namespace: ns, Revision: prev, IfRevision: po.ifRevision}
+		return nil, nil, 0, &ConflictError{Namespace: ns, Revision: prev, IfRevision: po.ifRevision}
 	}
 	puts, deletes, err := change(current)
 	if err != nil {
-		return 0, false, err
+		return nil, nil, 0, err
 	}
 	next := maps.Clone(current)
-	ops := make([]clientv3.Op, 0, len(puts)+len(deletes)+1)
+	ops = make([]clientv3.Op, 0, len(puts)+len(deletes)+3)
 	m := meta{
-		Meta: etcd.Meta{PrevRevision: prev}, Actor: po.actor, OnBehalfOf: po.onBehalfOf, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf,
+		Meta: etcd.Meta{PrevRevision: prev}, Actor: po.actor, OnBehalfOf: po.onBehalfOf, Reason: po.reason, Kind: po.kind, RollbackOf: po.rollbackOf, Change: po.change,
 		Puts: []string{}, Deletes: []string{},
 	}
 	written := make(map[string]json.RawMessage, len(puts)) // the values as stored, for the audit record
@@ -354,7 +413,7 @@ func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *pub
 		// writes a RawMessage (compacted), and both must be the same bytes.
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, v); err != nil {
-			return 0, false, fmt.Errorf("etcd: publish to %q: %w: %w: %q is not JSON", ns, ErrInvalidArgument, schema.ErrInvalidValue, k)
+			return nil, nil, 0, fmt.Errorf("etcd: publish to %q: %w: %w: %q is not JSON", ns, ErrInvalidArgument, schema.ErrInvalidValue, k)
 		}
 		v = buf.Bytes()
 		written[k] = v
@@ -373,58 +432,61 @@ func (s *Namespaces) publishOnce(ctx context.Context, ns, prefix string, po *pub
 	slices.Sort(m.Deletes)
 	if po.schema != nil {
 		if err := po.schema.ValidateValues(next); err != nil {
-			return 0, false, fmt.Errorf("etcd: publish to %q: %w", ns, err)
+			return nil, nil, 0, fmt.Errorf("etcd: publish to %q: %w", ns, err)
 		}
 	}
 	m.CommittedAt = time.Now().UTC()
 	mb, err := json.Marshal(m)
 	if err != nil {
-		return 0, false, err
+		return nil, nil, 0, err
 	}
 	ops = append(ops, clientv3.OpPut(prefix, string(mb)))
 	ab, err := encodeAudit(auditEntry{meta: m, Values: written})
 	if err != nil {
-		return 0, false, err
+		return nil, nil, 0, err
 	}
 	ops = append(ops, clientv3.OpPut(auditKey(ns, head), string(ab)))
+	iop, err := indexOp(ns, m, 0) // its revision: the key's ModRevision
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ops = append(ops, iop)
 	// The guard "no key of the namespace changed since the read" is also
 	// WithIfRevision's compare: the read found the namespace at prev.
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", head+1)}
+	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(prefix).WithPrefix(), "<", head+1)}
 	for _, g := range po.guards {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(g.key), "=", g.modRev))
 	}
-	cmps = append(cmps, po.conds...)
-	ops = append(ops, po.ops...)
-	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return 0, false, etcd.MapError("publish", ns, err)
-	}
-	if !tr.Succeeded {
-		if len(po.conds) > 0 {
-			held, err := s.cli.Txn(ctx).If(po.conds...).Commit()
-			if err != nil {
-				return 0, false, etcd.MapError("publish", ns, err)
-			}
-			if !held.Succeeded {
-				return 0, false, fmt.Errorf("etcd: publish to %q: %w", ns, ErrConditionFailed)
-			}
+	return cmps, ops, len(m.Puts) + len(m.Deletes), nil
+}
+
+// failed says why a publish's transaction did not commit: its conditions
+// did not hold (ErrConditionFailed), a guard moved (ErrGuardChanged), or
+// neither (nil: another writer changed the namespace; read again).
+func (s *Namespaces) failed(ctx context.Context, ns string, conds []clientv3.Cmp, guards []guard) error {
+	if len(conds) > 0 {
+		held, err := s.cli.Txn(ctx).If(conds...).Commit()
+		if err != nil {
+			return etcd.MapError("publish", ns, err)
 		}
-		for _, g := range po.guards {
-			resp, err := s.cli.Get(ctx, g.key, clientv3.WithKeysOnly())
-			if err != nil {
-				return 0, false, etcd.MapError("publish", ns, err)
-			}
-			var at int64 // 0: the key is absent
-			if len(resp.Kvs) > 0 {
-				at = resp.Kvs[0].ModRevision
-			}
-			if at != g.modRev {
-				return 0, false, fmt.Errorf("etcd: publish to %q: %w: %s is at revision %d, not %d", ns, ErrGuardChanged, g.key, at, g.modRev)
-			}
+		if !held.Succeeded {
+			return fmt.Errorf("etcd: publish to %q: %w", ns, ErrConditionFailed)
 		}
-		return 0, true, nil
 	}
-	return tr.Header.Revision, false, nil
+	for _, g := range guards {
+		resp, err := s.cli.Get(ctx, g.key, clientv3.WithKeysOnly())
+		if err != nil {
+			return etcd.MapError("publish", ns, err)
+		}
+		var at int64 // 0: the key is absent
+		if len(resp.Kvs) > 0 {
+			at = resp.Kvs[0].ModRevision
+		}
+		if at != g.modRev {
+			return fmt.Errorf("etcd: publish to %q: %w: %s is at revision %d, not %d", ns, ErrGuardChanged, g.key, at, g.modRev)
+		}
+	}
+	return nil
 }
 
 func (o *publishOptions) validate() error {
@@ -439,15 +501,162 @@ func (o *publishOptions) validate() error {
 		return fmt.Errorf("%w: if_revision %d is negative", ErrInvalidArgument, o.ifRevision)
 	}
 	switch o.kind {
-	case KindPublish, KindRollback, KindRolloutStage, KindRolloutPromote, KindRolloutRevert:
+	case KindPublish, KindRollback, KindRolloutStage, KindRolloutPromote, KindRolloutRevert, KindChange, KindEmergency:
 	default:
 		return fmt.Errorf("%w: kind %q", ErrInvalidArgument, o.kind)
 	}
 	for _, op := range o.ops {
 		k := string(op.KeyBytes())
-		if strings.HasPrefix(k, etcd.KeyRoot) || strings.HasPrefix(k, AuditRoot) || strings.HasPrefix(k, AuditBaseRoot) {
+		if strings.HasPrefix(k, etcd.KeyRoot) || strings.HasPrefix(k, AuditRoot) || strings.HasPrefix(k, AuditBaseRoot) || strings.HasPrefix(k, IndexRoot) {
 			return fmt.Errorf("%w: an op on %q, a key holdfast's publish owns", ErrInvalidArgument, k)
 		}
 	}
 	return nil
+}
+
+// NamespaceWrite is one namespace's part of PublishMany: its puts and
+// deletes, and its options (actor, reason, kind, change, if-revision,
+// guards, schema).
+type NamespaceWrite struct {
+	Namespace string
+	Puts      map[string]json.RawMessage
+	Deletes   []string
+	Options   []PublishOption
+}
+
+// PublishMany commits the writes of several namespaces in one etcd
+// transaction, so they share one revision, which it returns: each
+// namespace as Publish commits it (its meta key, its audit record, its
+// options' conditions), with opts' conditions and ops (WithCondition,
+// WithOps) once for the whole. Nothing is written unless every condition
+// holds: a namespace not at its WithIfRevision is a *ConflictError, a
+// guard moved ErrGuardChanged, opts' conditions ErrConditionFailed. It
+// lives within etcd's transaction limits (--max-txn-ops, default 128:
+// the keys of every namespace, plus two per namespace and opts' ops; and
+// --max-request-bytes).
+func (s *Namespaces) PublishMany(ctx context.Context, ws []NamespaceWrite, opts ...PublishOption) (int64, error) {
+	var shared publishOptions
+	for _, o := range opts {
+		if o != nil {
+			o.applyPublish(&shared)
+		}
+	}
+	shared.kind = KindPublish
+	if err := shared.validate(); err != nil {
+		return 0, fmt.Errorf("etcd: publish: %w", err)
+	}
+	type part struct {
+		ns, prefix string
+		po         publishOptions
+		change     func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error)
+	}
+	parts := make([]part, 0, len(ws))
+	seen := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		if err := transport.ValidateNamespace(w.Namespace); err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+		if seen[w.Namespace] {
+			return 0, fmt.Errorf("%w: namespace %q written twice", ErrInvalidArgument, w.Namespace)
+		}
+		seen[w.Namespace] = true
+		for k, v := range w.Puts {
+			if err := transport.ValidateKey(k); err != nil {
+				return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+			}
+			if len(v) > s.maxValueBytes {
+				return 0, fmt.Errorf("%w: %q holds %d bytes (limit %d)", transport.ErrTooLarge, k, len(v), s.maxValueBytes)
+			}
+		}
+		for _, k := range w.Deletes {
+			if err := transport.ValidateKey(k); err != nil {
+				return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+			}
+			if _, ok := w.Puts[k]; ok {
+				return 0, fmt.Errorf("%w: %w: %q", ErrInvalidArgument, ErrConflict, k)
+			}
+		}
+		po := publishOptions{kind: KindPublish}
+		for _, o := range w.Options {
+			if o != nil {
+				o.applyPublish(&po)
+			}
+		}
+		if err := po.validate(); err != nil {
+			return 0, fmt.Errorf("etcd: publish to %q: %w", w.Namespace, err)
+		}
+		if len(po.conds) > 0 || len(po.ops) > 0 {
+			return 0, fmt.Errorf("%w: a namespace's conditions and ops go in PublishMany's own options", ErrInvalidArgument)
+		}
+		if po.actor == "" {
+			po.actor = s.cli.Username
+		}
+		puts, deletes := w.Puts, w.Deletes
+		parts = append(parts, part{ns: w.Namespace, prefix: etcd.Prefix(w.Namespace), po: po,
+			change: func(map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
+				return puts, deletes, nil
+			}})
+	}
+	if len(parts) == 0 {
+		return 0, fmt.Errorf("%w: no namespace to publish", ErrInvalidArgument)
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.calls.Done()
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		rev, retry, err := func() (int64, bool, error) {
+			ctx, cancel := s.requestCtx(ctx)
+			defer cancel()
+			var cmps []clientv3.Cmp
+			var ops []clientv3.Op
+			var guards []guard
+			keys := 0
+			for i := range parts {
+				p := &parts[i]
+				c, o, n, err := s.prepare(ctx, p.ns, p.prefix, &p.po, p.change)
+				if err != nil {
+					return 0, false, err
+				}
+				cmps, ops, guards = append(cmps, c...), append(ops, o...), append(guards, p.po.guards...)
+				keys += n
+			}
+			cmps = append(cmps, shared.conds...)
+			ops = append(ops, shared.ops...)
+			tr, err := s.commit(ctx, parts[0].ns, cmps, ops, keys)
+			if err != nil {
+				return 0, false, err
+			}
+			if !tr.Succeeded {
+				if err := s.failed(ctx, parts[0].ns, shared.conds, guards); err != nil {
+					return 0, false, err
+				}
+				return 0, true, nil
+			}
+			return tr.Header.Revision, false, nil
+		}()
+		if !retry {
+			return rev, err
+		}
+		s.log.Debug("etcd: publish of several namespaces raced another writer; retrying", "attempt", attempt)
+	}
+}
+
+// learnTxnLimit is the error of a publish of keys etcd refused for its
+// ops operations: it probes the store's limit (ProbeMaxTxnOps), which
+// later publishes are checked against before they are sent, and names it.
+func (s *Namespaces) learnTxnLimit(ctx context.Context, ns string, keys, ops int) error {
+	e := &TxnLimitError{Namespace: ns, Keys: keys, Ops: ops}
+	limit, err := ProbeMaxTxnOps(ctx, s.cli)
+	if err != nil || limit >= ops {
+		s.log.Warn("store: etcd refused a publish for its operations, and its limit (--max-txn-ops) could not be probed", "ns", ns, "ops", ops, "err", err)
+		return e
+	}
+	s.maxTxnOps.Store(int64(limit))
+	s.log.Info("store: etcd takes at most this many operations in a transaction (its --max-txn-ops), learnt from a publish it refused", "max_txn_ops", limit, "max_keys_per_publish", limit-PublishOverheadOps)
+	e.MaxOps, e.MaxKeys = limit, max(0, limit-(ops-keys))
+	return e
 }

@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -58,6 +61,10 @@ type Config struct {
 	// Security is how the server reaches an external cluster: TLS and
 	// etcd's authentication (KindExternal only).
 	Security Security
+	// MeterProvider receives the latency and errors of the server's
+	// requests to the store (nil: none), under MeterScope.
+	MeterProvider metric.MeterProvider
+	MeterScope    string
 }
 
 // Security is how a client reaches an etcd cluster that requires TLS or
@@ -103,10 +110,19 @@ type Store struct {
 	DataDir   string   // KindEmbedded and KindMemory
 	ID        string   // the store id
 	Client    *clientv3.Client
+	// MaxTxnOps is how many operations the store takes in one
+	// transaction: the embedded member's EmbeddedMaxTxnOps, an external
+	// cluster's --max-txn-ops as probed at Open (0: the probe failed; a
+	// publish refused for it probes again). A publish changes up to
+	// MaxTxnOps-PublishOverheadOps keys.
+	MaxTxnOps int
 
 	member *embed.Etcd // nil for KindExternal
-	lock   *dirLock    // KindEmbedded
-	tmp    string      // KindMemory: removed at Close
+	// closing is set as Close stops the member: its listeners' closed
+	// errors are then expected (see slogCore).
+	closing atomic.Bool
+	lock    *dirLock // KindEmbedded
+	tmp     string   // KindMemory: removed at Close
 
 	dialOpts []grpc.DialOption
 	sec      Security // KindExternal
@@ -128,6 +144,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	defer cancel()
 	s := &Store{Kind: cfg.Kind, dialOpts: cfg.DialOptions}
 	var err error
+	if cfg.MeterProvider != nil {
+		opt, err := requestMetrics(cfg.MeterProvider, cfg.MeterScope)
+		if err != nil {
+			return nil, err
+		}
+		s.dialOpts = append(slices.Clip(s.dialOpts), opt)
+	}
 	if _, _, err := compaction(cfg.Retention); err != nil {
 		return nil, err
 	}
@@ -163,6 +186,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	if s.member != nil {
+		s.MaxTxnOps = EmbeddedMaxTxnOps
+	} else if s.MaxTxnOps, err = ProbeMaxTxnOps(ctx, s.Client); err != nil {
+		cfg.Logger.Warn("store: etcd's limit on a transaction's operations (--max-txn-ops) could not be probed; a publish it refuses probes it again", "err", err)
+	}
+	if s.MaxTxnOps > 0 {
+		cfg.Logger.Info("store: a publish changes up to this many keys (one etcd transaction; etcd's --max-txn-ops less the publish's own operations)",
+			"max_keys_per_publish", s.MaxTxnOps-PublishOverheadOps, "max_txn_ops", s.MaxTxnOps)
+	}
 	return s, nil
 }
 
@@ -176,9 +208,12 @@ func Dial(endpoints []string, sec Security, opts ...grpc.DialOption) (*clientv3.
 		Logger:      zap.NewNop(),
 		Context:     context.Background(), // the client outlives the caller's ctx
 		DialOptions: opts,
-		TLS:         sec.TLS,
-		Username:    sec.Username,
-		Password:    sec.Password,
+		// The members' limit (--max-request-bytes) is the one that
+		// counts, not gRPC's default of 2 MiB.
+		MaxCallSendMsgSize: maxSendBytes,
+		TLS:                sec.TLS,
+		Username:           sec.Username,
+		Password:           sec.Password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: etcd client: %w", err)
@@ -234,6 +269,7 @@ func (s *Store) Close() error {
 		s.Client = nil
 	}
 	if s.member != nil {
+		s.closing.Store(true)
 		s.member.Close()
 		s.member = nil
 	}

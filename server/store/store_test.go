@@ -165,3 +165,81 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestEmbeddedStoreStartAndStopLogNoWarnings: a clean start and stop of
+// the embedded member (a data directory, and the memory store) log no
+// WARN or ERROR: its start notices (one port, simple tokens) and its
+// listeners' closed errors at stop are demoted to Debug, where they
+// still are.
+func TestEmbeddedStoreStartAndStopLogNoWarnings(t *testing.T) {
+	for _, kind := range []string{store.KindEmbedded, store.KindMemory} {
+		t.Run(kind, func(t *testing.T) {
+			var logs, debug lockedLog
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cfg := store.Config{Kind: kind, StartTimeout: 20 * time.Second,
+				Logger: slog.New(multiHandler{
+					slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}),
+					slog.NewTextHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug}),
+				})}
+			if kind == store.KindEmbedded {
+				cfg.DataDir = t.TempDir()
+			}
+			st, err := store.Open(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Client.Put(ctx, "/k", "v"); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if logs.String() != "" {
+				t.Errorf("WARN or ERROR lines at a clean start and stop:\n%s", logs.String())
+			}
+			if !strings.Contains(debug.String(), "simple token is not cryptographically signed") {
+				t.Errorf("the demoted start notice is not at Debug:\n%.3000s", debug.String())
+			}
+		})
+	}
+}
+
+// multiHandler sends each record to every handler that takes its level.
+type multiHandler []slog.Handler
+
+func (m multiHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	for _, h := range m {
+		if h.Enabled(ctx, l) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m multiHandler) Handle(ctx context.Context, r slog.Record) error {
+	for _, h := range m {
+		if h.Enabled(ctx, r.Level) {
+			if err := h.Handle(ctx, r.Clone()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m multiHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := make(multiHandler, len(m))
+	for i, h := range m {
+		out[i] = h.WithAttrs(attrs)
+	}
+	return out
+}
+
+func (m multiHandler) WithGroup(name string) slog.Handler {
+	out := make(multiHandler, len(m))
+	for i, h := range m {
+		out[i] = h.WithGroup(name)
+	}
+	return out
+}

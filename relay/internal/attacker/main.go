@@ -5,7 +5,7 @@
 // descriptors are not the test process's: the suite measures what the
 // attack costs the relay, not what running the attacker costs.
 //
-// Usage: attacker -addr HOST:PORT -attack NAME [-path PATH]
+// Usage: attacker -addr HOST:PORT -attack NAME [-path PATH] [-from IP] [-renew D]
 package main
 
 import (
@@ -26,7 +26,17 @@ func main() {
 	addr := flag.String("addr", "", "the `HOST:PORT` attacked")
 	name := flag.String("attack", "", "the attack")
 	path := flag.String("path", "/sdk/snapshot?ns=big", "the `PATH` of the snapshot requests")
+	from := flag.String("from", "", "the local `IP` to connect from (another loopback address: another peer than the healthy clients)")
+	flag.DurationVar(&renew, "renew", 15*time.Second, "how often the never-readers open their requests again")
 	flag.Parse()
+	if *from != "" {
+		ip := net.ParseIP(*from)
+		if ip == nil {
+			fmt.Fprintf(os.Stderr, "attacker: -from %q is not an IP\n", *from)
+			os.Exit(2)
+		}
+		dialer.LocalAddr = &net.TCPAddr{IP: ip}
+	}
 	stop := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin) // the parent closes it, or dies
@@ -41,7 +51,52 @@ func main() {
 	a(*addr, *path, stop)
 }
 
+// dialer is every attack's (-from); renew is how often the never-readers
+// open their requests again (-renew).
+var (
+	dialer = net.Dialer{Timeout: 5 * time.Second}
+	renew  time.Duration
+)
+
+func dial(addr string) (net.Conn, error) { return dialer.Dial("tcp", addr) }
+
 var attacks = map[string]func(addr, path string, stop <-chan struct{}){
+	"http1-never-readers": func(addr, path string, stop <-chan struct{}) {
+		// 64 HTTP/1.1 connections (the default snapshot slots) asking for
+		// a large snapshot and never reading it, opened again every
+		// -renew: each batch is fresh requests, not yet stalled.
+		renewing(stop, func() []net.Conn { return neverReaders(addr, path, 64) })
+	},
+	"h2-never-readers": func(addr, path string, stop <-chan struct{}) {
+		// 4 HTTP/2 connections of 16 snapshot streams each, a zero
+		// receive window (never a byte of the replies), opened again every
+		// -renew.
+		renewing(stop, func() []net.Conn {
+			var conns []net.Conn
+			for range 4 {
+				h := dialH2(addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+				if h == nil {
+					break
+				}
+				conns = append(conns, h.c)
+				for i := range 16 {
+					if h.headers(uint32(2*i+1), path, true) != nil {
+						break
+					}
+				}
+			}
+			return conns
+		})
+	},
+	"http1-unread-replies": func(addr, path string, stop <-chan struct{}) {
+		// 500 HTTP/1.1 connections that ask for a snapshot and never read
+		// it, held: what the host's kernel holds of the replies.
+		conns := neverReaders(addr, path, 500)
+		<-stop
+		for _, c := range conns {
+			c.Close()
+		}
+	},
 	"h2-zero-window-snapshots": func(addr, path string, stop <-chan struct{}) {
 		// One connection, a zero receive window, 200 snapshots of a
 		// 1 MiB namespace that are never read.
@@ -67,7 +122,7 @@ var attacks = map[string]func(addr, path string, stop <-chan struct{}){
 			}
 		}()
 		for range 32 {
-			c, err := net.Dial("tcp", addr)
+			c, err := dial(addr)
 			if err != nil {
 				return
 			}
@@ -118,7 +173,7 @@ var attacks = map[string]func(addr, path string, stop <-chan struct{}){
 		var wg sync.WaitGroup
 		for range 500 {
 			wg.Go(func() {
-				c, err := net.Dial("tcp", addr)
+				c, err := dial(addr)
 				if err != nil {
 					return
 				}
@@ -168,7 +223,7 @@ var attacks = map[string]func(addr, path string, stop <-chan struct{}){
 			}
 		}()
 		for range 2000 {
-			c, err := net.Dial("tcp", addr)
+			c, err := dial(addr)
 			if err != nil {
 				break
 			}
@@ -178,10 +233,51 @@ var attacks = map[string]func(addr, path string, stop <-chan struct{}){
 	},
 }
 
+// neverReaders opens n HTTP/1.1 connections, each with a receive buffer
+// as small as the kernel allows, and sends a GET of path on each, which
+// is never read.
+func neverReaders(addr, path string, n int) []net.Conn {
+	var conns []net.Conn
+	for range n {
+		c, err := dial(addr)
+		if err != nil {
+			break
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(1024)
+		}
+		conns = append(conns, c)
+		_, _ = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	return conns
+}
+
+// renewing opens connections with open, and every renew closes them and
+// opens them again, until stop.
+func renewing(stop <-chan struct{}, open func() []net.Conn) {
+	tick := time.NewTicker(renew)
+	defer tick.Stop()
+	for {
+		conns := open()
+		var done bool
+		select {
+		case <-stop:
+			done = true
+		case <-tick.C:
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		if done {
+			return
+		}
+	}
+}
+
 // trickleBody sends a POST to the ack path with a body of 100,000 bytes,
 // a byte every 2 s, until stop or the server closes the connection.
 func trickleBody(addr string, stop <-chan struct{}) {
-	c, err := net.Dial("tcp", addr)
+	c, err := dial(addr)
 	if err != nil {
 		return
 	}
@@ -219,7 +315,7 @@ type h2conn struct {
 }
 
 func dialH2(addr string, settings ...http2.Setting) *h2conn {
-	c, err := net.Dial("tcp", addr)
+	c, err := dial(addr)
 	if err != nil {
 		return nil
 	}
