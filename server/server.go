@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Console {
 		table := s.tokens.Table()
 		c, err := console.New(console.Config{API: s.control, Authenticator: toks, AuthLimit: authLimit, Open: func() bool { return !table.Required() },
-			Sessions: control.NewSessions(st.Client), Namespaces: s.namespaceNames, Logger: cfg.Logger})
+			Sessions: control.NewSessions(st.Client), Logger: cfg.Logger})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
 		}
@@ -221,16 +221,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	return s, nil
-}
-
-// namespaceNames lists the namespaces the watch cache follows (the
-// console's list, beside those the clients report).
-func (s *Server) namespaceNames(context.Context) ([]string, error) {
-	var names []string
-	for _, n := range s.cache.Namespaces() {
-		names = append(names, n.Namespace)
-	}
-	return names, nil
 }
 
 // Handler serves the data plane, the control API and (Config.Console)

@@ -11,7 +11,6 @@
 package console
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -67,9 +66,6 @@ type Config struct {
 	AuthLimit *authlimit.Limiter
 	// Sessions keeps the sessions (default NewMemorySessions()).
 	Sessions SessionStore
-	// Namespaces, when set, lists the namespaces the server knows, beside
-	// those its clients report.
-	Namespaces func(ctx context.Context) ([]string, error)
 	// SessionTTL is how long a session lasts (default DefaultSessionTTL).
 	SessionTTL time.Duration
 	// Poll is how often a live view looks for changes (default

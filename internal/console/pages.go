@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -89,69 +88,64 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, rq *request) {
 // pageSize is how many rows a paged table shows.
 const pageSize = 100
 
-// namespaceNames lists the namespaces: the server's, and those its
-// clients report.
-func (c *Console) namespaceNames(ctx context.Context, rq *request) ([]string, controlapi.Clients, error) {
+// namespaceNames lists every namespace the identity controls, from the
+// API's namespace index, page by page.
+func (c *Console) namespaceNames(rq *request) ([]string, error) {
 	var names []string
-	if c.cfg.Namespaces != nil {
-		ns, err := c.cfg.Namespaces(ctx)
-		if err != nil {
-			return nil, controlapi.Clients{}, err
+	q := url.Values{"limit": {strconv.Itoa(controlapi.MaxNamespacesLimit)}}
+	for {
+		var page controlapi.Namespaces
+		if err := rq.api.do(http.MethodGet, "/control/namespaces", q, nil, &page); err != nil {
+			return nil, err
 		}
-		names = append(names, ns...)
+		for _, n := range page.Namespaces {
+			names = append(names, n.Namespace)
+		}
+		if page.Next == "" {
+			return names, nil
+		}
+		q.Set("after", page.Next)
 	}
-	var clients controlapi.Clients
-	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
-		return nil, clients, err
-	}
-	for _, cl := range clients.Clients {
-		names = append(names, cl.Namespace)
-	}
-	slices.Sort(names)
-	return slices.Compact(names), clients, nil
 }
 
 type nsRow struct {
-	Name    string
+	controlapi.NamespaceInfo
 	Status  controlapi.NamespaceStatus
-	Last    *controlapi.AuditRecord
 	Rollout string
-	Err     string
 }
 
+// namespacesPage lists a page of the namespace index (a prefix filters
+// it); the clients behind and nacked are counted from one read of the
+// clients, not from a status read per row (each would read them all).
 func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	names, clients, err := c.namespaceNames(r.Context(), rq)
-	if err != nil {
+	prefix, after := r.URL.Query().Get("q"), r.URL.Query().Get("after")
+	q := url.Values{"limit": {strconv.Itoa(pageSize)}}
+	if prefix != "" {
+		q.Set("prefix", prefix)
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	var idx controlapi.Namespaces
+	if err := rq.api.do(http.MethodGet, "/control/namespaces", q, nil, &idx); err != nil {
 		c.failAPI(w, r, rq, err)
 		return
 	}
-	filter := r.URL.Query().Get("q")
-	if filter != "" {
-		names = slices.DeleteFunc(names, func(n string) bool { return !strings.Contains(n, filter) })
+	var clients controlapi.Clients
+	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
 	}
-	pg := paging(r, len(names))
-	// The clients' counts come from the one list of clients, not from a
-	// status read per row (each of which would read every client).
 	byNS := make(map[string][]controlapi.ClientState)
 	for _, cl := range clients.Clients {
 		byNS[cl.Namespace] = append(byNS[cl.Namespace], cl)
 	}
-	rows := make([]nsRow, 0, pg.To-pg.From)
-	for _, n := range names[pg.From:pg.To] {
-		row := nsRow{Name: n}
-		var h controlapi.History
-		if err := rq.api.do(http.MethodGet, nsPath(n, "/history"), url.Values{"limit": {"1"}}, nil, &h); err != nil {
-			row.Err = err.Error()
-			rows = append(rows, row)
-			continue
-		}
-		if len(h.Revisions) > 0 {
-			row.Last = &h.Revisions[0]
-			row.Status.Revision = h.Revisions[0].Revision
-		}
-		presence.Count(&row.Status, byNS[n])
+	rows := make([]nsRow, 0, len(idx.Namespaces))
+	for _, info := range idx.Namespaces {
+		row := nsRow{NamespaceInfo: info, Status: controlapi.NamespaceStatus{Revision: info.Revision}}
+		presence.Count(&row.Status, byNS[info.Namespace])
 		var rl controlapi.RolloutList
-		if err := rq.api.do(http.MethodGet, nsPath(n, "/rollouts"), nil, nil, &rl); err == nil {
+		if err := rq.api.do(http.MethodGet, nsPath(info.Namespace, "/rollouts"), nil, nil, &rl); err == nil {
 			for _, ro := range rl.Rollouts {
 				if ro.State == controlapi.RolloutRunning {
 					row.Rollout = ro.ID
@@ -160,8 +154,16 @@ func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *req
 		}
 		rows = append(rows, row)
 	}
+	next := ""
+	if idx.Next != "" {
+		nq := url.Values{"after": {idx.Next}}
+		if prefix != "" {
+			nq.Set("q", prefix)
+		}
+		next = "?" + nq.Encode()
+	}
 	c.render(w, r, rq, http.StatusOK, "namespaces", page{Title: "Namespaces", Nav: "namespaces",
-		Data: map[string]any{"Rows": rows, "Filter": filter, "Paging": pg}})
+		Data: map[string]any{"Rows": rows, "Filter": prefix, "Next": next, "First": after != ""}})
 }
 
 // pager is one page of a paged table.
@@ -276,7 +278,7 @@ func (c *Console) rollback(w http.ResponseWriter, r *http.Request, rq *request) 
 // Rollouts.
 
 func (c *Console) rolloutsPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	names, _, err := c.namespaceNames(r.Context(), rq)
+	names, err := c.namespaceNames(rq)
 	if err != nil {
 		c.failAPI(w, r, rq, err)
 		return
@@ -478,7 +480,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, rq *request)
 	names := []string{qns}
 	if qns == "" {
 		var err error
-		if names, _, err = c.namespaceNames(r.Context(), rq); err != nil {
+		if names, err = c.namespaceNames(rq); err != nil {
 			c.failAPI(w, r, rq, err)
 			return
 		}

@@ -1,7 +1,6 @@
 package fakeserver
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -49,7 +48,7 @@ func (s *Server) controlRoutes() ([]dataplane.Route, error) {
 		routes = append(routes, dataplane.Route{Method: m, Path: "/control/", Handler: h.ServeHTTP})
 	}
 	// The console, a client of the same handler; sessions in memory.
-	ccfg := console.Config{API: h, Logger: s.log, Namespaces: func(context.Context) ([]string, error) { return s.store.names(), nil }}
+	ccfg := console.Config{API: h, Logger: s.log}
 	if s.opts.tokens != nil {
 		ccfg.Authenticator, ccfg.AuthLimit = s.opts.tokens, authlimit.New(authlimit.Config{})
 	}

@@ -624,13 +624,6 @@ func (st *store) NsRevision(ns string) (int64, bool) {
 	return n.rev, true
 }
 
-// names returns the namespaces that exist, sorted.
-func (st *store) names() []string {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return slices.Sorted(maps.Keys(st.nss))
-}
-
 // known returns the acks of namespaces that exist, of revisions the
 // store has reached, in place, under one lock for the whole batch. An ack
 // above the head is of history a restore undid (RestoreTo): a client or
