@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/console"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 )
@@ -21,6 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
 	aliceSecret  = "alice-secret-0123456789abcdefghijklmnop"
+	bobSecret    = "bob-secret-0123456789abcdefghijklmnopqr"
 	readerSecret = "reader-secret-0123456789abcdefghijklmno"
 )
 
@@ -30,6 +33,7 @@ func startServer(t *testing.T) *fakeserver.Server {
 	t.Helper()
 	toks, err := access.New(
 		access.Token{Name: "alice", Secret: aliceSecret, Control: []string{"*"}},
+		access.Token{Name: "bob", Secret: bobSecret, Control: []string{"*"}},
 		access.Token{Name: "reader", Secret: readerSecret, Data: []string{"*"}},
 	)
 	if err != nil {
@@ -303,4 +307,51 @@ func TestSignInGuessesAreLimited(t *testing.T) {
 		}
 	}
 	t.Fatal("200 wrong tokens from one peer, none refused")
+}
+
+// TestChangeInTheConsole: a change of two keys proposed through the API
+// by alice shows its semantic diff, reach and her actions (not Approve:
+// she is its author) on its page, and she publishes it with the page's
+// Publish button.
+func TestChangeInTheConsole(t *testing.T) {
+	s := startServer(t)
+	if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200, "limit": 5}); err != nil {
+		t.Fatal(err)
+	}
+	api, err := controlapi.NewClient(s.URL(), controlapi.WithToken(aliceSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Status("payments.prod")
+	ch, err := api.ProposeChange(t.Context(), controlapi.ChangeRequest{Reason: "faster retries", Namespaces: map[string]controlapi.NamespaceChange{
+		"payments.prod": {BaseRevision: st.Revision, Puts: map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage("50"), "limit": json.RawMessage("10")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := browser(t)
+	signIn(t, s, alice, aliceSecret)
+	page := s.URL() + "/console/changes/" + ch.ID
+	_, body := get(t, alice, page)
+	for _, want := range []string{"retry-timeout-ms: 200 → 50", "limit: 5 → 10", "faster retries", "<h1>Change " + ch.ID + "</h1>",
+		">Publish</button>", ">Publish as rollout</button>", ">Withdraw</button>", "<th>Live clients</th>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("change page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, ">Approve</button>") {
+		t.Error("the author is offered Approve")
+	}
+	if _, list := get(t, alice, s.URL()+"/console/changes"); !strings.Contains(list, ch.ID) {
+		t.Errorf("the list lacks the change\n%s", list)
+	}
+	csrf := csrfField.FindStringSubmatch(body)[1]
+	if resp, body := post(t, alice, page+"/publish", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("publish: %d\n%s", resp.StatusCode, body)
+	}
+	if got, _ := s.Status("payments.prod"); got.Revision <= st.Revision {
+		t.Fatalf("revision %d after the publish, want above %d", got.Revision, st.Revision)
+	}
+	if _, body = get(t, alice, page); !strings.Contains(body, `data-state="published"`) {
+		t.Errorf("change not shown as published\n%s", body)
+	}
 }

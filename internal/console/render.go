@@ -27,7 +27,7 @@ type page struct {
 }
 
 // pageNames are the templates, each one page over layout.html.
-var pageNames = []string{"signin", "error", "namespaces", "namespace", "rollouts", "rollout", "fleet", "audit"}
+var pageNames = []string{"signin", "error", "namespaces", "namespace", "changes", "change", "rollouts", "rollout", "fleet", "audit"}
 
 func (c *Console) parse() error {
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
@@ -56,6 +56,14 @@ var funcs = template.FuncMap{
 	"join": strings.Join,
 	"add":  func(a, b int) int { return a + b },
 	"list": func(s ...string) []string { return s },
+	// title is an action's name as its button shows it: "approve" →
+	// "Approve".
+	"title": func(s string) string {
+		if s == "" {
+			return s
+		}
+		return strings.ToUpper(s[:1]) + s[1:]
+	},
 }
 
 // render writes page name with status.
