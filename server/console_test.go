@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,7 +20,6 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
-	"github.com/holdfast-dev/holdfast/server/store"
 )
 
 // TestConsoleSessionsInTheStore: a session made on one server works on
@@ -31,32 +29,8 @@ import (
 func TestConsoleSessionsInTheStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	etcdStore, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = etcdStore.Close() })
-	var urls []string
-	var first *server.Server
-	for range 2 {
-		s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints},
-			Heartbeat: 200 * time.Millisecond, Console: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(s.Handler())
-		t.Cleanup(func() {
-			hs.CloseClientConnections()
-			hs.Close()
-			if err := s.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		urls = append(urls, hs.URL)
-		if first == nil {
-			first = s
-		}
-	}
+	etcdStore, servers, urls := startServersWith(t, 2, func(cfg *server.Config) { cfg.Console = true })
+	first := servers[0]
 	// An open store: every page says so.
 	jar, _ := cookiejar.New(nil)
 	tr := &http.Transport{}
