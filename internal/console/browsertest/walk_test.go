@@ -13,7 +13,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/store"
 )
@@ -51,8 +53,12 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := map[string]string{}
-	for _, name := range []string{"alice", "bob"} {
-		created, err := admin.CreateToken(ctx, controlapi.TokenCreateRequest{Name: name, Control: []string{"payments.*"}})
+	for _, name := range []string{"alice", "bob", "svc"} {
+		req := controlapi.TokenCreateRequest{Name: name, Control: []string{"payments.*"}}
+		if name == "svc" {
+			req = controlapi.TokenCreateRequest{Name: name, Data: []string{"payments.*"}}
+		}
+		created, err := admin.CreateToken(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,6 +69,17 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Three real SDK clients follow the namespace.
+	for i := range 3 {
+		cl, err := config.New(config.WithEndpoint(hs.URL), config.WithClientID(fmt.Sprintf("svc-%d", i)),
+			config.WithBearerToken(secrets["svc"]), config.WithCacheDir(t.TempDir()),
+			config.WithStreamIdleTimeout(time.Second), config.WithReconnectBackoff(50*time.Millisecond, 400*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Close() })
+		testutil.EventuallyNil(t, 20*time.Second, func() error { _, err := cl.Namespace(ctx, "payments.prod"); return err })
+	}
 	if _, err := admin.PutPolicy(ctx, "payments", controlapi.Policy{Namespaces: "payments.*", Approvals: 1, Approvers: []string{"bob"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +87,8 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The tokens reach the server's table by a watch: wait for alice's.
+	// The tokens reach the server's table by a watch (the clients' did):
+	// wait for alice's.
 	var ch *controlapi.Change
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		ch, err = alice.ProposeChange(ctx, controlapi.ChangeRequest{Reason: "faster retries, smaller budget", Namespaces: map[string]controlapi.NamespaceChange{
@@ -117,4 +135,17 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 	if h := run(t, aliceTab, chromedp.Text(chromedp.CSS(`table.history`))); !strings.Contains(h, "faster retries, smaller budget") {
 		t.Errorf("history lacks the change's reason:\n%s", h)
 	}
+	// The fleet: every client on the namespace's new revision.
+	head := strings.TrimSpace(run(t, aliceTab, chromedp.Text(chromedp.CSS(`table.history tbody tr td`))))
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		do(t, aliceTab, chromedp.Navigate(hs.URL+"/console/fleet?ns=payments.prod"))
+		rows := run(t, aliceTab, chromedp.Evaluate[[]string](`[...document.querySelectorAll('table.clients tbody tr')].map(r => r.cells[2].textContent + ' ' + r.cells[4].textContent)`))
+		for _, r := range rows {
+			if r != head+" live" {
+				return false
+			}
+		}
+		return len(rows) == 3
+	}, "every client live on revision %s", head)
+	screenshot(t, aliceTab, "fleet-walk")
 }
