@@ -21,12 +21,18 @@ import (
 // not bound to who sends them: a data-only token nacks a rollout that
 // allows 2 nacks under made-up client ids, singly and in batches, at a
 // relay with tokens and at the origin: the rollout runs on, nothing of
-// the spoof recorded. The baseline, in the same run: three clients that
-// read as themselves through the relay nack, and the rollout reverts.
+// the spoof recorded. Then the same token reads as three made-up ids
+// (binding them to itself) and nacks under each, through the relay and
+// at the origin: one token is one nacker, and the rollout runs on. The
+// baseline, in the same run: three clients with tokens of their own
+// that read as themselves through the relay nack, and the rollout
+// reverts.
 func TestSpoofedNacksChangeNoRollout(t *testing.T) {
 	const (
 		readerSecret = "s3cret-reader-data-only-01"
 		svcSecret    = "s3cret-service-data-only-2"
+		svc2Secret   = "s3cret-service2-data-only-"
+		svc3Secret   = "s3cret-service3-data-only-"
 		edgeSecret   = "s3cret-edge-relay-scope-03"
 		opsSecret    = "s3cret-ops-control-all-004"
 		ns           = "spoof.ns"
@@ -34,6 +40,8 @@ func TestSpoofedNacksChangeNoRollout(t *testing.T) {
 	toks, err := access.New(
 		access.Token{Name: "reader", Secret: readerSecret, Data: []string{"spoof.*"}},
 		access.Token{Name: "svc", Secret: svcSecret, Data: []string{"spoof.*"}},
+		access.Token{Name: "svc2", Secret: svc2Secret, Data: []string{"spoof.*"}},
+		access.Token{Name: "svc3", Secret: svc3Secret, Data: []string{"spoof.*"}},
 		access.Token{Name: "edge", Secret: edgeSecret, Data: []string{"*"}, Relay: true},
 		access.Token{Name: "ops", Secret: opsSecret, Control: []string{"*"}, Data: []string{"*"}},
 	)
@@ -114,14 +122,36 @@ func TestSpoofedNacksChangeNoRollout(t *testing.T) {
 		}
 	}
 
-	// The baseline: genuine clients, each read as itself, nack through
-	// the relay; the third breaches max_nacks.
-	for i := 1; i <= 3; i++ {
+	// The token binds made-up ids by reading as them, and nacks under
+	// each: through the relay (which forwards its clients' identities)
+	// and at the origin. Counted, each, but as one nacker.
+	for b, base := range []string{relayURL, origin.URL()} {
+		for i := 1; i <= 3; i++ {
+			client := fmt.Sprintf("made-up-%d-%d", b, i)
+			if code, body := call("GET", base+"/sdk/snapshot?ns="+ns, readerSecret, client, ""); code != http.StatusOK {
+				t.Fatalf("%s reads as %s: %d %s", base, client, code, body)
+			}
+			if code, body := call("POST", base+"/sdk/ack", readerSecret, "", nack(client)); code != http.StatusNoContent {
+				t.Fatalf("%s: %s nacks: %d %s", base, client, code, body)
+			}
+		}
+	}
+	testutil.Eventually(t, waitLimit, func() bool {
+		_, nacked := state()
+		return nacked >= 6
+	}, "the made-up ids' nacks to be heard")
+	if st, nacked := state(); st != "running" {
+		t.Fatalf("after one token's nacks under 6 ids the rollout is %s (%d nacks), want running", st, nacked)
+	}
+
+	// The baseline: genuine clients with tokens of their own, each read
+	// as itself, nack through the relay; max_nacks is breached.
+	for i, secret := range []string{svcSecret, svc2Secret, svc3Secret} {
 		client := fmt.Sprint("genuine-", i)
-		if code, body := call("GET", relayURL+"/sdk/snapshot?ns="+ns, svcSecret, client, ""); code != http.StatusOK {
+		if code, body := call("GET", relayURL+"/sdk/snapshot?ns="+ns, secret, client, ""); code != http.StatusOK {
 			t.Fatalf("%s reads: %d %s", client, code, body)
 		}
-		if code, body := call("POST", relayURL+"/sdk/ack", svcSecret, "", nack(client)); code != http.StatusNoContent {
+		if code, body := call("POST", relayURL+"/sdk/ack", secret, "", nack(client)); code != http.StatusNoContent {
 			t.Fatalf("%s nacks: %d %s", client, code, body)
 		}
 	}
@@ -130,9 +160,9 @@ func TestSpoofedNacksChangeNoRollout(t *testing.T) {
 		return st != "running"
 	}, "the genuine nacks to end the rollout")
 	st, nacked := state()
-	t.Logf("after 3 genuine nacks: %s, %d nacks", st, nacked)
-	if nacked != 3 {
-		t.Errorf("%d nacks counted, want the 3 genuine ones", nacked)
+	t.Logf("after 3 genuine nacks: %s, %d clients nacked", st, nacked)
+	if st != "reverted" {
+		t.Errorf("the rollout is %s, want reverted", st)
 	}
 }
 

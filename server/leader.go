@@ -100,7 +100,11 @@ func (l *leader) term(ctx context.Context) error {
 	}
 	select {
 	case <-sess.Done():
-		l.log.Warn("server: lost the lead (its session ended)")
+		// The session is bound to ctx: a stop ends it too, which is no
+		// loss to warn of.
+		if ctx.Err() == nil {
+			l.log.Warn("server: lost the lead (its session ended)")
+		}
 	case <-ctx.Done():
 	}
 	stop()

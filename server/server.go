@@ -57,6 +57,10 @@ type Config struct {
 	// (default DefaultDefragMinFree, and at least half the file).
 	DefragInterval time.Duration
 	DefragMinFree  int64
+	// NoSpaceInterval is how often the server checks the store's NOSPACE
+	// alarm, and defragments and disarms it once space is free (default
+	// DefaultNoSpaceInterval).
+	NoSpaceInterval time.Duration
 	// MaxNamespaces bounds the namespaces the watch cache follows at once
 	// (default watchcache.DefaultMaxNamespaces: 10000).
 	MaxNamespaces int
@@ -89,6 +93,7 @@ type Server struct {
 
 	leader  *leader
 	metrics metric.Registration // nil without Config.MeterProvider
+	noSpace *noSpaceWatch
 
 	closeOnce sync.Once
 	closeErr  error
@@ -183,6 +188,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Liveness:            2 * cfg.Heartbeat,
 		Gates:               cfg.Gates,
 		MeterProvider:       cfg.MeterProvider,
+		Compacted: func() {
+			if s.noSpace != nil {
+				s.noSpace.compacted()
+			}
+		},
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
@@ -191,6 +201,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.leader = startLeader(st.Client, cfg.Logger, watchUnaudited(st.Client, cfg.Logger),
 		defragment(st.Client, cfg.Logger, cmp.Or(cfg.DefragInterval, DefaultDefragInterval), cmp.Or(cfg.DefragMinFree, DefaultDefragMinFree)),
 		func(ctx context.Context, leading clientv3.Cmp) error { return rollouts.Run(ctx, leading) })
+	s.noSpace = startNoSpaceWatch(st.Client, cfg.Logger, cmp.Or(cfg.NoSpaceInterval, DefaultNoSpaceInterval))
 	data := s.cache.Handler()
 	var con http.Handler = http.NotFoundHandler()
 	if cfg.Console {
@@ -321,6 +332,9 @@ func (s *Server) Close() error {
 		}
 		if s.leader != nil {
 			s.leader.close()
+		}
+		if s.noSpace != nil {
+			s.noSpace.stop()
 		}
 		if s.control != nil {
 			s.control.Close()

@@ -101,9 +101,12 @@ func wantRefusal(t *testing.T, what string, code int, body string, status int, m
 // token create'), `holdfast server` requires them on the control API, the
 // data plane and the admin endpoints, with their scopes; a `holdfast relay
 // -store-tokens` process enforces the same scopes on its clients, and a
-// second relay behind it syncs the records from it (a chain of relays has
-// one token system); a token revoked in the store is refused at the end
-// of the chain within 5 s. No secret reaches any log.
+// second relay behind it, given its token but not -store-tokens (a relay
+// is as closed as its upstream by default), syncs the records from it (a
+// chain of relays has one token system); a token revoked in the store is
+// refused at the end of the chain within 5 s. A third relay, with -open,
+// serves a client without a token, and warns at start. No secret reaches
+// any log.
 func TestServerAndRelayTokens(t *testing.T) {
 	s, base, k := bootstrapServer(t, "-heartbeat", "200ms")
 	if rec := s.stderr.waitFor(t, "server: access control on", s.done); rec["level"] != "INFO" {
@@ -136,9 +139,21 @@ func TestServerAndRelayTokens(t *testing.T) {
 	edgeFile := writeSecret(t, t.TempDir(), "edge-token", k.edge)
 	r := startRelayProc(t, bin, base, "-store-tokens", "-token-file", edgeFile)
 	r.logs.waitFor(t, "relay: access control on", r.copied)
-	// A second relay behind the first, with the same relay token.
-	r2 := startRelayProc(t, bin, r.url(), "-store-tokens", "-token-file", edgeFile)
+	// A second relay behind the first, with the same relay token: closed
+	// without -store-tokens.
+	r2 := startRelayProc(t, bin, r.url(), "-token-file", edgeFile)
+	r2.logs.waitFor(t, "relay: requiring the store's tokens of clients, as its upstream does (-open to serve without)", r2.copied)
 	r2.logs.waitFor(t, "relay: access control on", r2.copied)
+	// An open relay is asked for, and warns.
+	ro := startRelayProc(t, bin, base, "-open", "-token-file", edgeFile)
+	if rec := ro.logs.waitFor(t, "relay: -open: every client may read, without a token, every namespace the relay's own token reads upstream", ro.copied); rec["level"] != "WARN" {
+		t.Errorf("the -open warning: %v", rec)
+	}
+	testutil.Eventually(t, waitLimit, func() bool {
+		code, _ := request(t, "GET", ro.url()+"/sdk/snapshot?ns=payments.prod", "", "")
+		return code == http.StatusOK
+	}, "the open relay to serve a client without a token")
+	ro.stop()
 	for _, p := range []*relayProc{r, r2} {
 		code, body = request(t, "GET", p.url()+"/sdk/snapshot?ns=payments.prod", "", "")
 		wantRefusal(t, "no token at the relay", code, body, http.StatusUnauthorized, "")

@@ -88,6 +88,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"relay", "-upstream", "http://127.0.0.1:1"}, "-addr is required"},
 		{[]string{"relay", "-addr", "127.0.0.1:0"}, "-upstream is required"},
 		{[]string{"relay", "-addr", "127.0.0.1:0", "-upstream", "ftp://origin:21"}, `scheme must be http or https, got "ftp"`},
+		{[]string{"relay", "-addr", "127.0.0.1:0", "-upstream", "http://127.0.0.1:1", "-store-tokens", "-open"}, "-store-tokens and -open: choose one"},
 	} {
 		code, out, errOut := runCapture(tc.args...)
 		if code != exitUsage {

@@ -90,9 +90,15 @@ relays behind it from its copy); the answer comes as soon as a token
 changes, so a token revoked in the store is refused here within a few
 seconds. Its own token then also needs the relay scope. If no upstream
 answers, the relay keeps the records it has, unless -token-max-stale says
-to refuse every client after that long. Without -store-tokens every client
-may read every namespace the relay serves, and it says so in a warning at
-start. See docs/SERVER.md, "Tokens".`,
+to refuse every client after that long.
+
+A relay is as closed as its upstream by default: given a token of its own
+(its upstream requires tokens), it requires the store's tokens of its
+clients, as -store-tokens does. -open serves every client without a token
+instead: each may then read, through the relay, every namespace the
+relay's own token reads upstream (a warning at start says so). A relay
+without a token follows an open upstream, and serves openly too. See
+docs/SERVER.md, "Tokens", and docs/RELAY.md.`,
 		flags: relayFlags,
 	}
 }
@@ -103,7 +109,8 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	upstreamFlag := fs.String("upstream", "", "the upstream: the `URL[,URL...]` of holdfast servers or relays (required)")
 	token := fs.String("token", "", "the bearer `TOKEN` the relay sends to an http(s) upstream: its own identity there (prefer -token-file or $"+tokenEnv+": a flag shows in the process list)")
 	tokenFile := fs.String("token-file", "", "read the relay's own token from `FILE` (default: $"+tokenEnv+")")
-	storeTokens := fs.Bool("store-tokens", false, "require the store's tokens from the relay's clients, synced from the upstream holdfast server (the relay's own token needs the relay scope)")
+	storeTokens := fs.Bool("store-tokens", false, "require the store's tokens from the relay's clients, synced from the upstream holdfast server (the relay's own token needs the relay scope); the default when the relay has a token of its own, unless -open")
+	openRelay := fs.Bool("open", false, "serve every client without a token, though the relay has a token of its own: each may read what that token reads upstream")
 	tokenMaxStale := fs.Duration("token-max-stale", 0, "with -store-tokens, refuse every client once the relay has not heard from a server about tokens for this long (0: keep the last records)")
 	id := fs.String("id", "", "the client `ID` the relay reports upstream as (default: a random one)")
 	cacheDir := fs.String("cache-dir", "", "persist the last good of every namespace served in `DIR`, and serve it at start (empty: no persistence)")
@@ -145,6 +152,8 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			return err
 		}
 		switch {
+		case *storeTokens && *openRelay:
+			return usagef("-store-tokens and -open: choose one (a relay requires the store's tokens of its clients, or none)")
 		case *storeTokens && ownToken == "":
 			return usagef("-store-tokens needs the relay's own token (-token-file, $%s or -token), with the relay scope", tokenEnv)
 		case *tokenMaxStale < 0:
@@ -184,6 +193,16 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		}
 		var toks *access.Tokens
 		var tokenSync http.Handler // relays behind this one sync from it
+		tokensFlag := "-store-tokens"
+		switch {
+		case *openRelay && ownToken != "":
+			log.Warn("relay: -open: every client may read, without a token, every namespace the relay's own token reads upstream")
+		case !*storeTokens && ownToken != "":
+			// The upstream requires tokens: so does the relay.
+			log.Info("relay: requiring the store's tokens of clients, as its upstream does (-open to serve without)")
+			*storeTokens = true
+			tokensFlag = "a relay with a token requires the store's tokens of its clients (-open to serve without)"
+		}
 		if *storeTokens {
 			// The sync goes to the upstream as the source does: its CA,
 			// the relay's client certificate.
@@ -192,7 +211,7 @@ func relayFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			remote, err := tokentable.NewRemote(tokentable.RemoteConfig{URLs: up.urls, Secret: ownToken, Logger: log, MaxStale: *tokenMaxStale,
 				Client: &http.Client{Transport: syncTr}})
 			if err != nil {
-				return errors.Join(usagef("-store-tokens: %v", err), src.Close(), m.shutdown())
+				return errors.Join(usagef("%s: %v", tokensFlag, err), src.Close(), m.shutdown())
 			}
 			defer remote.Close()
 			toks, tokenSync = remote.Tokens(), remote

@@ -102,7 +102,8 @@ func TestRelayCommandLines(t *testing.T) {
 	cancel()
 	dir := t.TempDir()
 	for _, args := range [][]string{
-		{"-upstream", "http://127.0.0.1:1", "-token", "secret", "-cache-dir", dir, "-namespaces", "payments.prod", "-allow", "payments.*"},
+		{"-upstream", "http://127.0.0.1:1", "-token", "secret", "-open", "-cache-dir", dir, "-namespaces", "payments.prod", "-allow", "payments.*"},
+		{"-upstream", "http://127.0.0.1:1", "-token", "a-secret-of-the-relay-scope", "-namespaces", "payments.prod"},
 		{"-upstream", "https://127.0.0.1:1/prefix", "-heartbeat", "1s", "-history", "10", "-history-bytes", "65536", "-linger", "0s"},
 		{"-upstream", "http://127.0.0.1:1,http://127.0.0.1:2", "-admin-addr", "127.0.0.1:0"},
 		{"-upstream", "http://127.0.0.1:3", "-id", "relay-a", "-max-namespaces", "5", "-max-snapshots", "2", "-retry-after-window", "1s"},

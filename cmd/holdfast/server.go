@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/gate"
 	"github.com/holdfast-dev/holdfast/internal/listen"
+	"github.com/holdfast-dev/holdfast/internal/memstat"
 	"github.com/holdfast-dev/holdfast/internal/version"
 	holdfast "github.com/holdfast-dev/holdfast/server"
 	"github.com/holdfast-dev/holdfast/server/control"
@@ -212,11 +213,26 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		st := srv.Status(ctx)
 		log.Info("store open", "kind", st.StoreKind, "endpoints", strings.Join(st.StoreEndpoints, ","), "store_id", st.StoreID,
 			"head", st.Head, "took", time.Since(started).Round(time.Millisecond))
+		// A burst of large publishes grows the heap; what it freed goes
+		// back to the OS once the burst is over (docs/SECURITY.md,
+		// "Memory under large publishes").
+		rctx, stopRelease := context.WithCancel(ctx)
+		released := make(chan struct{})
+		go func() { defer close(released); memstat.ReleaseIdle(rctx, releaseInterval, releaseMin) }()
 		err = serveServer(ctx, log, srv, m, lc, *addr, *adminAddr)
+		stopRelease()
+		<-released
 		log.Info("stopped")
 		return err
 	}
 }
+
+// How often the server looks at its heap's free memory, and how much of
+// it it keeps before giving it back to the OS (memstat.ReleaseIdle).
+const (
+	releaseInterval = 10 * time.Second
+	releaseMin      = 64 << 20
+)
 
 // serveServer serves srv on addr, and its admin endpoints in front of it
 // or on adminAddr, until ctx ends or the embedded store fails; then it

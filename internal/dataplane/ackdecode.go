@@ -145,6 +145,8 @@ func (d *ackDecoder) field(s string, i int, key string, a *transport.Ack, depth 
 		return d.str(s, i, &a.Rollout, true)
 	case "sdk_version":
 		return d.str(s, i, &a.SDKVersion, true)
+	case "identity":
+		return d.str(s, i, &a.Identity, true)
 	case "revision":
 		return readInt(s, i, &a.Revision)
 	}

@@ -244,8 +244,15 @@ func (s *Server) bindAckSender(r *http.Request) {
 // boundAcks keeps the acks of clients that read as the request's
 // identity: a single ack of another is refused (403), a batch's are
 // dropped, each counted. A relay's identity speaks for its clients.
+//
+// It also sets each ack's Identity (a rollout counts one identity's
+// nacks once): the sender's token name; a relay's identity keeps what it
+// forwarded, its clients' own; without tokens, none.
 func (s *Server) boundAcks(r *http.Request, acks []transport.Ack, batch bool) ([]transport.Ack, error) {
 	if s.opts.tokens == nil {
+		for i := range acks {
+			acks[i].Identity = ""
+		}
 		return acks, nil
 	}
 	id, _ := access.FromContext(r.Context())
@@ -258,11 +265,15 @@ func (s *Server) boundAcks(r *http.Request, acks []transport.Ack, batch bool) ([
 			s.noteUnbound(1)
 			return nil, &accessError{http.StatusForbidden, fmt.Sprintf("client %q has not connected with token %q: its acks are taken from the identity it reads as", truncate(acks[0].ClientID), id.Name)}
 		}
+		acks[0].Identity = id.Name
 		return acks, nil
 	}
 	n := len(acks)
 	acks = slices.DeleteFunc(acks, func(a transport.Ack) bool { return !ok(a) })
 	s.noteUnbound(n - len(acks))
+	for i := range acks {
+		acks[i].Identity = id.Name
+	}
 	return acks, nil
 }
 

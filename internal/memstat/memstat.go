@@ -1,14 +1,18 @@
 // Package memstat reads what this process holds in memory, for the
-// benchmarks that report memory per connection or per client.
+// benchmarks that report memory per connection or per client, and gives
+// a server's idle heap back to the OS (ReleaseIdle).
 package memstat
 
 import (
+	"context"
+	"errors"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Sample is the process's memory at one moment.
@@ -34,15 +38,46 @@ func Now() Sample {
 }
 
 func vmRSS() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
+	n, _ := ProcessRSS("self")
+	return n
+}
+
+// ProcessRSS reads the resident set of process pid ("self", or a
+// number) from /proc.
+func ProcessRSS(pid string) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	for line := range strings.Lines(string(data)) {
 		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
 		}
 	}
-	return 0
+	return 0, errors.New("memstat: no VmRSS in /proc/" + pid + "/status")
+}
+
+// ReleaseIdle returns the heap's free memory to the OS, every interval,
+// whenever more than min bytes of it are kept: until ctx ends. The Go
+// runtime keeps freed heap memory for reuse and gives it back slowly (it
+// keeps about as much as the heap's goal), so a burst that grew the heap
+// (a server taking hundreds of large publishes) would leave the process's
+// resident set at the burst's peak long after. debug.FreeOSMemory costs a
+// GC, hence min and interval.
+func ReleaseIdle(ctx context.Context, interval time.Duration, min uint64) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(s)
+		if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > min {
+			debug.FreeOSMemory()
+		}
+	}
 }

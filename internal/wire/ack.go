@@ -47,6 +47,14 @@ type Ack struct {
 	// kept by a relay that forwards it: they are encoded back as they
 	// came. Empty for an ack this version made.
 	Extra string `json:"-"`
+	// Identity is the name of the token a client's report came with, set
+	// by the server (or relay) that took it: a rollout counts the nacks
+	// of one identity once, whatever client ids they name. A relay
+	// forwards it with its clients' reports; a server takes it from the
+	// wire only from a relay-scope identity, sets it to the sender's
+	// token name otherwise, and clears it without tokens. A client never
+	// sends it.
+	Identity string `json:"identity,omitempty"`
 }
 
 // MarshalJSON encodes the ack with its Extra fields after the known ones.
@@ -76,6 +84,10 @@ func appendAck(b []byte, a Ack) []byte {
 	if a.SDKVersion != "" {
 		b = append(b, `,"sdk_version":`...)
 		b = appendJSONString(b, a.SDKVersion)
+	}
+	if a.Identity != "" {
+		b = append(b, `,"identity":`...)
+		b = appendJSONString(b, a.Identity)
 	}
 	if a.Extra != "" {
 		b = append(append(b, ','), a.Extra...)
@@ -161,7 +173,7 @@ func TruncateAckError(s string) string { return TruncateUTF8(s, MaxAckErrorBytes
 // wire.
 func knownAckField(k string) bool {
 	switch k {
-	case "client_id", "ns", "revision", "status", "error", "rollout", "sdk_version":
+	case "client_id", "ns", "revision", "status", "error", "rollout", "sdk_version", "identity":
 		return true
 	}
 	return false

@@ -97,6 +97,10 @@ type Config struct {
 	Gates func(raw json.RawMessage) (Gate, error)
 	// MeterProvider receives the control plane's metrics (nil: none).
 	MeterProvider metric.MeterProvider
+	// Compacted, if set, is called after a compaction through the API
+	// (POST /control/compact): the server's watch of etcd's NOSPACE alarm
+	// then looks at once for the space it freed.
+	Compacted func()
 }
 
 // Gate is a check a rollout's stage must pass while it bakes (a metric
@@ -230,7 +234,9 @@ func mapError(err error) (int, transport.ErrorBody, bool) {
 	case errors.Is(err, store.ErrInvalidArgument):
 		return http.StatusBadRequest, transport.ErrorBody{Error: transport.CodeBadRequest, Message: err.Error()}, true
 	case errors.Is(err, rpctypes.ErrNoSpace):
-		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota): writes are refused until it is compacted, defragmented or given a larger quota"}, true
+		return http.StatusInsufficientStorage, transport.ErrorBody{Error: transport.CodeUnavailable, Message: "the store is out of space (etcd's quota, its NOSPACE alarm raised): every write is refused, reads are served. " +
+			"Compact the store's history (POST /control/compact): the servers then defragment it and disarm the alarm within seconds; " +
+			"or raise etcd's --quota-backend-bytes, restart its members and run 'etcdctl alarm disarm'"}, true
 	case storeDown(err):
 		return http.StatusServiceUnavailable, transport.ErrorBody{Error: transport.CodeUnavailable, Message: storeDownMessage(err)}, true
 	}

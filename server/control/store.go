@@ -134,7 +134,11 @@ func (s etcdStore) Diff(ctx context.Context, ns string, from, to int64) (*contro
 }
 
 func (s etcdStore) Compact(ctx context.Context, rev int64) (int64, error) {
-	return Compact(ctx, s.h.cli, rev)
+	point, err := Compact(ctx, s.h.cli, rev)
+	if err == nil && s.h.cfg.Compacted != nil {
+		s.h.cfg.Compacted()
+	}
+	return point, err
 }
 
 func (s etcdStore) Rollouts() controlplane.Rollouts { return s.h.rollouts }

@@ -17,8 +17,11 @@ const DefaultAuditRetention = 100_000
 const DefaultAuditRetentionBytes = 64 << 20
 
 // trimmer keeps each namespace's audit log to its retention: every
-// hundredth of it published to a namespace (in records or in bytes), it
-// folds the records beyond it into the namespace's base, in a goroutine
+// hundredth of it in records, or eighth of it in bytes, published to a
+// namespace, it folds the records beyond it into the namespace's base (a
+// trim weighs the records it keeps: up to the bound in bytes, read each
+// time, so that trimming every hundredth in bytes read a hundred times
+// what was published, 64 MiB for each publish of 600 KB), in a goroutine
 // of its own so that no publish waits for it. Several servers may trim
 // one namespace at once: TrimAudit's compare-and-set lets one of them win.
 type trimmer struct {
@@ -42,7 +45,7 @@ type sincePublish struct {
 
 func newTrimmer(src *store.Namespaces, log *slog.Logger, limit store.AuditLimit) *trimmer {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &trimmer{src: src, log: log, limit: limit, every: max(1, limit.Records/100), everyBytes: limit.Bytes / 100,
+	t := &trimmer{src: src, log: log, limit: limit, every: max(1, limit.Records/100), everyBytes: limit.Bytes / 8,
 		queue: make(chan string, 64), cancel: cancel, since: make(map[string]sincePublish)}
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.run(ctx) }()

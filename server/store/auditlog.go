@@ -189,11 +189,14 @@ func (s *Namespaces) replay(ctx context.Context, ns string, rev int64) (v *Names
 	}
 	p := auditPrefix(ns)
 	from, to := p, clientv3.GetPrefixRangeEnd(p)
+	var pages auditPager
 	for {
-		recs, err := s.auditPage(ctx, ns, from, to, 1000, false, at)
+		limit := pages.limit(1000)
+		recs, err := s.auditPage(ctx, ns, from, to, limit, false, at)
 		if err != nil {
 			return nil, false, err
 		}
+		pages.weigh(recs)
 		for _, r := range recs {
 			if r.rev > rev {
 				return v, known, nil
@@ -213,10 +216,36 @@ func (s *Namespaces) replay(ctx context.Context, ns string, rev int64) (v *Names
 			}
 			v.Revision, v.CommittedAt = r.rev, r.CommittedAt
 		}
-		if len(recs) < 1000 {
+		if int64(len(recs)) < limit {
 			return v, known, nil
 		}
 		from = recs[len(recs)-1].key + "\x00"
+	}
+}
+
+// auditPageBytes bounds what one page of audit records read at once
+// weighs, about: a record holds the values its publish wrote, up to the
+// store's request size, and a page of 1,000 records of 600 KB each would
+// take 600 MB of the server's heap (and etcd's) for one read.
+const auditPageBytes = 4 << 20
+
+// auditPager sizes the pages of a read of many audit records by what the
+// records read so far weighed: as many as auditPageBytes holds, at least
+// one; a first page of a few.
+type auditPager struct{ n, bytes int64 }
+
+// limit is the next page's size, of at most want records.
+func (p *auditPager) limit(want int64) int64 {
+	if p.n == 0 {
+		return max(min(want, 8), 1)
+	}
+	return max(min(want, auditPageBytes/max(p.bytes/p.n, 1)), 1)
+}
+
+func (p *auditPager) weigh(recs []auditRecord) {
+	for _, r := range recs {
+		p.n++
+		p.bytes += r.size
 	}
 }
 
@@ -229,7 +258,8 @@ type AuditLimit struct {
 }
 
 // TrimAudit bounds namespace ns's audit log to limit: it folds older
-// records, a thousand at most per call, into the namespace's base, in one
+// records, a thousand at most per call, read a page at a time (of about
+// auditPageBytes), into the namespace's base, in one
 // transaction that commits only if no other trim moved the base meanwhile
 // (then it returns 0 and no error: the other did the work). It returns
 // how many records it folded. History then reports the log as truncated
@@ -254,8 +284,9 @@ func (s *Namespaces) TrimAudit(ctx context.Context, ns string, limit AuditLimit)
 		return 0, etcd.MapError("trim", ns, err)
 	}
 	keep := min(int64(limit.Records), resp.Count)
+	var pages auditPager
 	if limit.Bytes > 0 {
-		if keep, err = s.auditKeptWithin(ctx, ns, keep, limit.Bytes); err != nil {
+		if keep, err = s.auditKeptWithin(ctx, ns, keep, limit.Bytes, &pages); err != nil {
 			return 0, err
 		}
 	}
@@ -263,45 +294,53 @@ func (s *Namespaces) TrimAudit(ctx context.Context, ns string, limit AuditLimit)
 	if extra <= 0 {
 		return 0, nil
 	}
-	recs, err := s.auditPage(ctx, ns, p, clientv3.GetPrefixRangeEnd(p), extra, false, 0)
-	if err != nil || len(recs) == 0 {
-		return 0, err
-	}
 	b, baseRev, hasBase, err := s.auditBase(ctx, ns)
 	if err != nil {
 		return 0, err
 	}
-	if !hasBase {
-		b.Values = map[string]json.RawMessage{}
-		if first := recs[0]; first.PrevRevision != 0 {
-			// The log starts after the namespace did (records from before
-			// the log existed): its content then, from etcd's history, or
-			// unknown once etcd compacted it.
-			v, err := s.valuesAt(ctx, "trim", ns, first.PrevRevision)
-			switch {
-			case errors.Is(err, transport.ErrCompacted):
-				b.Revision, b.Unknown = first.PrevRevision, true
-			case err != nil:
-				return 0, fmt.Errorf("etcd: trim of %q: the content before its first audit record: %w", ns, err)
-			default:
-				b.Revision, b.CommittedAt, b.Values = v.Revision, v.CommittedAt, v.Values
+	// The records to fold, oldest first, a page at a time (auditPager):
+	// only the base's values are kept between pages.
+	from, to := p, clientv3.GetPrefixRangeEnd(p)
+	var folded int64
+	var firstKey, lastKey string
+	for folded < extra {
+		recs, err := s.auditPage(ctx, ns, from, to, pages.limit(extra-folded), false, 0)
+		if err != nil {
+			return 0, err
+		}
+		if len(recs) == 0 {
+			break
+		}
+		pages.weigh(recs)
+		if folded == 0 {
+			firstKey = recs[0].key
+			if !hasBase {
+				if b, err = s.baseBefore(ctx, ns, recs[0]); err != nil {
+					return 0, err
+				}
 			}
 		}
+		for _, r := range recs {
+			if r.rev <= b.Revision {
+				continue
+			}
+			if r.PrevRevision != b.Revision {
+				return 0, fmt.Errorf("etcd: trim of %q: the audit log misses a change between revisions %d and %d; not trimmed", ns, b.Revision, r.rev)
+			}
+			for k, v := range r.Values {
+				b.Values[k] = v
+			}
+			for _, k := range r.Deletes {
+				delete(b.Values, k)
+			}
+			b.Revision, b.CommittedAt = r.rev, r.CommittedAt
+		}
+		folded += int64(len(recs))
+		lastKey = recs[len(recs)-1].key
+		from = lastKey + "\x00"
 	}
-	for _, r := range recs {
-		if r.rev <= b.Revision {
-			continue
-		}
-		if r.PrevRevision != b.Revision {
-			return 0, fmt.Errorf("etcd: trim of %q: the audit log misses a change between revisions %d and %d; not trimmed", ns, b.Revision, r.rev)
-		}
-		for k, v := range r.Values {
-			b.Values[k] = v
-		}
-		for _, k := range r.Deletes {
-			delete(b.Values, k)
-		}
-		b.Revision, b.CommittedAt = r.rev, r.CommittedAt
+	if folded == 0 {
+		return 0, nil
 	}
 	data, err := json.Marshal(b)
 	if err != nil {
@@ -312,7 +351,7 @@ func (s *Namespaces) TrimAudit(ctx context.Context, ns string, limit AuditLimit)
 	tr, err := s.cli.Txn(rctx).
 		If(clientv3.Compare(clientv3.ModRevision(AuditBaseRoot+ns), "=", baseRev)).
 		Then(clientv3.OpPut(AuditBaseRoot+ns, string(data)),
-			clientv3.OpDelete(recs[0].key, clientv3.WithRange(recs[len(recs)-1].key+"\x00"))).
+			clientv3.OpDelete(firstKey, clientv3.WithRange(lastKey+"\x00"))).
 		Commit()
 	if err != nil {
 		return 0, etcd.MapError("trim", ns, err)
@@ -320,20 +359,44 @@ func (s *Namespaces) TrimAudit(ctx context.Context, ns string, limit AuditLimit)
 	if !tr.Succeeded {
 		return 0, nil
 	}
-	return len(recs), nil
+	return int(folded), nil
+}
+
+// baseBefore is the base of ns's audit log before its first record,
+// first, when the log has no base yet: empty when the record is the
+// namespace's first change; else the namespace's content then, from
+// etcd's history, or unknown once etcd compacted it (the log starts after
+// the namespace did: records from before the log existed).
+func (s *Namespaces) baseBefore(ctx context.Context, ns string, first auditRecord) (auditBase, error) {
+	b := auditBase{Values: map[string]json.RawMessage{}}
+	if first.PrevRevision == 0 {
+		return b, nil
+	}
+	v, err := s.valuesAt(ctx, "trim", ns, first.PrevRevision)
+	switch {
+	case errors.Is(err, transport.ErrCompacted):
+		b.Revision, b.Unknown = first.PrevRevision, true
+	case err != nil:
+		return b, fmt.Errorf("etcd: trim of %q: the content before its first audit record: %w", ns, err)
+	default:
+		b.Revision, b.CommittedAt, b.Values = v.Revision, v.CommittedAt, v.Values
+	}
+	return b, nil
 }
 
 // auditKeptWithin weighs ns's newest records, newest first, and returns
 // how many of the newest n fit in budget bytes (the newest one always).
-func (s *Namespaces) auditKeptWithin(ctx context.Context, ns string, n, budget int64) (int64, error) {
+// pages weighs the records read, for the caller's next pages.
+func (s *Namespaces) auditKeptWithin(ctx context.Context, ns string, n, budget int64, pages *auditPager) (int64, error) {
 	p := auditPrefix(ns)
 	to := clientv3.GetPrefixRangeEnd(p)
 	var kept, used int64
 	for kept < n {
-		recs, err := s.auditPage(ctx, ns, p, to, min(n-kept, 1000), true, 0)
+		recs, err := s.auditPage(ctx, ns, p, to, pages.limit(min(n-kept, 1000)), true, 0)
 		if err != nil {
 			return 0, err
 		}
+		pages.weigh(recs)
 		if len(recs) == 0 {
 			return kept, nil
 		}
@@ -355,11 +418,14 @@ func (s *Namespaces) auditKeptWithin(ctx context.Context, ns string, n, budget i
 func (s *Namespaces) auditAt(ctx context.Context, ns string, at time.Time) (found int64, complete bool, err error) {
 	p := auditPrefix(ns)
 	from, to := p, clientv3.GetPrefixRangeEnd(p)
+	var pages auditPager
 	for {
-		recs, err := s.auditPage(ctx, ns, from, to, 1000, true, 0)
+		limit := pages.limit(1000)
+		recs, err := s.auditPage(ctx, ns, from, to, limit, true, 0)
 		if err != nil {
 			return 0, false, err
 		}
+		pages.weigh(recs)
 		for _, r := range recs {
 			if !r.CommittedAt.After(at) {
 				return r.rev, true, nil
@@ -368,7 +434,7 @@ func (s *Namespaces) auditAt(ctx context.Context, ns string, at time.Time) (foun
 				return 0, true, nil
 			}
 		}
-		if len(recs) < 1000 {
+		if int64(len(recs)) < limit {
 			// The log ends above at: its base, if it covers at; else the
 			// caller reads etcd's history.
 			b, _, trimmed, err := s.auditBase(ctx, ns)

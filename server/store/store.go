@@ -121,8 +121,9 @@ type Store struct {
 	// closing is set as Close stops the member: its listeners' closed
 	// errors are then expected (see slogCore).
 	closing atomic.Bool
-	lock    *dirLock // KindEmbedded
-	tmp     string   // KindMemory: removed at Close
+	fatal   *fatalHook // the embedded member's
+	lock    *dirLock   // KindEmbedded
+	tmp     string     // KindMemory: removed at Close
 
 	dialOpts []grpc.DialOption
 	sec      Security // KindExternal
@@ -268,11 +269,15 @@ func (s *Store) Close() error {
 		errs = append(errs, s.Client.Close())
 		s.Client = nil
 	}
+	if s.fatal != nil {
+		close(s.fatal.release)
+	}
 	if s.member != nil {
 		s.closing.Store(true)
-		s.member.Close()
+		closeMember(s.member, s.fatal != nil && s.fatal.failed.Load())
 		s.member = nil
 	}
+	s.fatal = nil
 	if s.lock != nil {
 		errs = append(errs, s.lock.release())
 		s.lock = nil

@@ -609,3 +609,43 @@ func TestListReadsReportsOnce(t *testing.T) {
 		t.Errorf("a namespace without rollouts: %v, %v; want an empty list", recs, err)
 	}
 }
+
+// TestNacksCountOncePerIdentity: three client ids whose nacks came under
+// one token are one nacker, which a rollout allowing 2 nacks outlives;
+// three under distinct tokens revert it, and so do three without any
+// (a server without tokens counts client ids).
+func TestNacksCountOncePerIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		idents []string
+		revert bool
+	}{
+		{"one token, three ids", []string{"reader", "reader", "reader"}, false},
+		{"three tokens", []string{"svc-a", "svc-b", "svc-c"}, true},
+		{"no tokens", []string{"", "", ""}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, m := newFleet(), NewMemStore()
+			clients := ids(3)
+			f.apply(m, "app", clients, nil)
+			c := newTest(f, m, 0)
+			sp := spec
+			sp.Stages, sp.MaxNacks, sp.Bake = []float64{100}, 2, time.Hour
+			rec, err := c.Start(context.Background(), "app", sp, "alice", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.apply(m, "app", clients, func(string) bool { return true })
+			f.mu.Lock()
+			for i, id := range clients {
+				f.reports[id].Identity = tc.idents[i]
+			}
+			f.mu.Unlock()
+			step(t, c, nil)
+			got, _ := c.Get(context.Background(), "app", rec.ID)
+			if reverted := got.State == Reverted; reverted != tc.revert {
+				t.Fatalf("state %s (%s), want reverted: %v", got.State, got.Reason, tc.revert)
+			}
+		})
+	}
+}

@@ -30,6 +30,11 @@ type Report struct {
 	// SDKVersion is the client's SDK version, as its last report that
 	// said one did (transport.Ack.SDKVersion).
 	SDKVersion string `json:"v,omitempty"`
+	// Identity is the token its reports came under (transport.Ack.Identity,
+	// the latest that named one): a rollout counts the nacks of one
+	// identity once. Empty on a server without tokens, and for the
+	// clients behind a relay: each client id then counts.
+	Identity string `json:"i,omitempty"`
 }
 
 // Observe folds one ack, heard at now, into r (a server's table of what
@@ -38,6 +43,9 @@ func (r *Report) Observe(ack *transport.Ack, now time.Time, maxErr int) {
 	r.Seen = now
 	if ack.SDKVersion != "" {
 		r.SDKVersion = ack.SDKVersion
+	}
+	if ack.Identity != "" {
+		r.Identity = ack.Identity
 	}
 	if ack.Rollout != "" && ack.Rollout != r.Rollout {
 		r.Rollout, r.Served, r.Would, r.NackedRollout, r.WouldError = ack.Rollout, 0, 0, false, ""
@@ -80,6 +88,9 @@ func (r *Report) Merge(o Report) {
 	if o.SDKVersion != "" && (r.SDKVersion == "" || o.Seen.After(r.Seen)) {
 		r.SDKVersion = o.SDKVersion // the later report's: a client upgraded
 	}
+	if o.Identity != "" && (r.Identity == "" || o.Seen.After(r.Seen)) {
+		r.Identity = o.Identity
+	}
 	if o.Seen.After(r.Seen) {
 		r.Seen = o.Seen
 	}
@@ -91,10 +102,13 @@ type tally struct {
 	index    map[string]int32 // client id → its place in clients
 	nackers  int
 	nackErrs []string
-	acked    int
-	nacked   int
-	would    int
-	served   int
+	// nackIdents are the identities whose clients nacked: one identity's
+	// nacks count once (Report.Identity), whatever client ids they name.
+	nackIdents map[string]bool
+	acked      int
+	nacked     int
+	would      int
+	served     int
 }
 
 type client struct {
@@ -150,7 +164,7 @@ func (t *tally) observe(st *State, r *Report, now time.Time, of func(id string) 
 		// from a client in the stage; one outside it without the id
 		// rejects the base, which the rollout does not change.
 		if explicit && r.NackedRollout || c.hash <= st.cutAt(r.Nacked) {
-			t.nack(c, r.ClientID, "nack", r.Nacked, r.NackError)
+			t.nack(c, r, "nack", r.Nacked, r.NackError)
 		}
 	}
 	if explicit && r.Would > 0 {
@@ -158,18 +172,29 @@ func (t *tally) observe(st *State, r *Report, now time.Time, of func(id string) 
 			c.would = true
 			t.would++
 		}
-		t.nack(c, r.ClientID, "would_nack", r.Would, r.WouldError)
+		t.nack(c, r, "would_nack", r.Would, r.WouldError)
 	}
 }
 
-func (t *tally) nack(c *client, id, what string, rev int64, e string) {
+// nack counts c (r's client) as a nacker, once, and once per identity:
+// the holder of one token nacking under many client ids is one nacker.
+func (t *tally) nack(c *client, r *Report, what string, rev int64, e string) {
 	if c.nacker {
 		return
 	}
 	c.nacker = true
+	if r.Identity != "" {
+		if t.nackIdents[r.Identity] {
+			return
+		}
+		if t.nackIdents == nil {
+			t.nackIdents = make(map[string]bool)
+		}
+		t.nackIdents[r.Identity] = true
+	}
 	t.nackers++
 	if len(t.nackErrs) < maxReasonNacks {
-		t.nackErrs = append(t.nackErrs, fmt.Sprintf("%s %s of revision %d: %s", id, what, rev, clip(e, maxReasonErr)))
+		t.nackErrs = append(t.nackErrs, fmt.Sprintf("%s %s of revision %d: %s", r.ClientID, what, rev, clip(e, maxReasonErr)))
 	}
 }
 
