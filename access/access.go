@@ -241,6 +241,37 @@ func (t *Tokens) Authenticate(secret string) (Identity, bool) {
 	return t.entries[match-1].id, true
 }
 
+// DigestAuthenticator authenticates by the SHA-256 digest of a secret: a
+// console session keeps its token's digest, never the token, and
+// re-checks it on each request so that a revoked token ends its sessions.
+type DigestAuthenticator interface {
+	AuthenticateDigest(d [sha256.Size]byte) (Identity, bool)
+}
+
+// AuthenticateDigest is Authenticate for the SHA-256 digest of a secret
+// (see DigestAuthenticator). A configuration from an Authenticator that
+// is not a DigestAuthenticator authenticates no digest.
+func (t *Tokens) AuthenticateDigest(d [sha256.Size]byte) (Identity, bool) {
+	if t == nil {
+		return Identity{}, false
+	}
+	if t.auth != nil {
+		if da, ok := t.auth.(DigestAuthenticator); ok {
+			return da.AuthenticateDigest(d)
+		}
+		return Identity{}, false
+	}
+	match := 0
+	for i := range t.entries {
+		eq := subtle.ConstantTimeCompare(d[:], t.entries[i].digest[:])
+		match = subtle.ConstantTimeSelect(eq, i+1, match)
+	}
+	if match == 0 {
+		return Identity{}, false
+	}
+	return t.entries[match-1].id, true
+}
+
 // AuthenticateHeader is Authenticate for the value of an Authorization
 // header, "Bearer <secret>" (the scheme is case-insensitive).
 func (t *Tokens) AuthenticateHeader(header string) (Identity, bool) {

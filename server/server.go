@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
+	"github.com/holdfast-dev/holdfast/internal/console"
 	"github.com/holdfast-dev/holdfast/internal/httpmetrics"
 	"github.com/holdfast-dev/holdfast/internal/watchcache"
 	"github.com/holdfast-dev/holdfast/server/control"
@@ -66,6 +67,10 @@ type Config struct {
 	// TokenUseInterval is how often the tokens' last uses are written
 	// (default tokens.DefaultUseInterval).
 	TokenUseInterval time.Duration
+	// Console serves the operator's console at /console/ (package
+	// console), a client of the control API's handler, its sessions in
+	// the store.
+	Console bool
 	// MeterProvider receives the server's metrics (nil: none): its
 	// requests by route and code, its streams, the store's latency and
 	// errors, publishes and their propagation, leadership, rollouts
@@ -198,12 +203,25 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		func(ctx context.Context, leading clientv3.Cmp) error { return rollouts.Run(ctx, leading) })
 	s.noSpace = startNoSpaceWatch(st.Client, cfg.Logger, cmp.Or(cfg.NoSpaceInterval, DefaultNoSpaceInterval))
 	data := s.cache.Handler()
-	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/control/") {
-			s.control.ServeHTTP(w, r)
-			return
+	var con http.Handler = http.NotFoundHandler()
+	if cfg.Console {
+		table := s.tokens.Table()
+		c, err := console.New(console.Config{API: s.control, Authenticator: toks, AuthLimit: authLimit, Open: func() bool { return !table.Required() },
+			Sessions: control.NewSessions(st.Client), Logger: cfg.Logger})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("server: %w", err), s.Close())
 		}
-		data.ServeHTTP(w, r)
+		con = c
+	}
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/control/"):
+			s.control.ServeHTTP(w, r)
+		case cfg.Console && strings.HasPrefix(r.URL.Path, "/console/"):
+			con.ServeHTTP(w, r)
+		default:
+			data.ServeHTTP(w, r)
+		}
 	})
 	if cfg.MeterProvider != nil {
 		if s.handler, err = httpmetrics.Wrap(cfg.MeterProvider.Meter(control.MeterScope), "holdfast.server.request.duration", s.handler); err == nil {
@@ -216,7 +234,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves the data plane and the control API.
+// Handler serves the data plane, the control API and (Config.Console)
+// the console.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Tokens is the store's tokens (Bootstrap, and their cache).

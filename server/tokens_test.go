@@ -58,6 +58,13 @@ func authCall(t *testing.T, method, url, secret string, body, out any) int {
 
 // startServers starts n servers over one etcd the test owns.
 func startServers(t *testing.T, n int) []string {
+	_, _, urls := startServersWith(t, n, nil)
+	return urls
+}
+
+// startServersWith is startServers with each server's config changed by
+// edit (when set); it returns the etcd they share and the servers too.
+func startServersWith(t *testing.T, n int, edit func(*server.Config)) (*store.Store, []*server.Server, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -66,10 +73,15 @@ func startServers(t *testing.T, n int) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = etcdStore.Close() })
+	var servers []*server.Server
 	var urls []string
 	for range n {
-		s, err := server.New(ctx, server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints},
-			Heartbeat: 200 * time.Millisecond, TokenUseInterval: 100 * time.Millisecond})
+		cfg := server.Config{Store: store.Config{Kind: store.KindExternal, Endpoints: etcdStore.Endpoints},
+			Heartbeat: 200 * time.Millisecond, TokenUseInterval: 100 * time.Millisecond}
+		if edit != nil {
+			edit(&cfg)
+		}
+		s, err := server.New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,9 +93,10 @@ func startServers(t *testing.T, n int) []string {
 				t.Error(err)
 			}
 		})
+		servers = append(servers, s)
 		urls = append(urls, hs.URL)
 	}
-	return urls
+	return etcdStore, servers, urls
 }
 
 func createToken(t *testing.T, base, admin string, req controlapi.TokenCreateRequest) string {

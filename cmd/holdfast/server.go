@@ -120,6 +120,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 	auditRetention := fs.Int("audit-retention", control.DefaultAuditRetention, "audit records kept per namespace (through etcd's compaction); older ones fold into the namespace's base")
 	auditBytes := fs.Int64("audit-retention-bytes", control.DefaultAuditRetentionBytes, "bytes of audit records kept per namespace, beside -audit-retention (0: no bound)")
 	bootstrap := fs.String("bootstrap-token-file", "", "if the store has no admin token, create one (bootstrap-admin) with the secret in `FILE`, or with a new secret written to FILE (0600) if it is missing or empty")
+	consoleFlag := fs.Bool("console", true, "serve the operator's console at /console/ on -addr (docs/CONSOLE.md)")
 	startTimeout := fs.Duration("start-timeout", store.DefaultStartTimeout, "how long to wait for the store at start")
 	var gateAllow []string
 	fs.Func("gate-allow", "a rollout's metric gate may query a Prometheus under these comma-separated `URL` prefixes (repeatable; none by default: every gate is refused)", func(s string) error {
@@ -186,7 +187,7 @@ func serverFlags(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			return err
 		}
 		defer func() { err = errors.Join(err, m.shutdown()) }()
-		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish,
+		srv, err := holdfast.New(ctx, holdfast.Config{Store: sc, Logger: log, Heartbeat: *heartbeat, MaxPublishBytes: *maxPublish, Console: *consoleFlag,
 			AuditRetention: *auditRetention, AuditRetentionBytes: cmp.Or(*auditBytes, -1), Gates: gateBuilder(allow), MeterProvider: m.mp})
 		if err != nil {
 			return err

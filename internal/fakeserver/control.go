@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
+	"github.com/holdfast-dev/holdfast/internal/authlimit"
+	"github.com/holdfast-dev/holdfast/internal/console"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
 	"github.com/holdfast-dev/holdfast/internal/presence"
@@ -18,6 +20,7 @@ const maxControlBytes = 64 << 10
 
 // controlRoutes is the control API (package controlplane over the
 // server's store, controlstore.go) with the server's own faults route,
+// and the console at /console/ over it,
 // which the data plane mounts beside itself (dataplane.WithRoutes) and
 // authenticates (WithTokens).
 func (s *Server) controlRoutes() ([]dataplane.Route, error) {
@@ -43,6 +46,18 @@ func (s *Server) controlRoutes() ([]dataplane.Route, error) {
 	var routes []dataplane.Route
 	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
 		routes = append(routes, dataplane.Route{Method: m, Path: "/control/", Handler: h.ServeHTTP})
+	}
+	// The console, a client of the same handler; sessions in memory.
+	ccfg := console.Config{API: h, Logger: s.log}
+	if s.opts.tokens != nil {
+		ccfg.Authenticator, ccfg.AuthLimit = s.opts.tokens, authlimit.New(authlimit.Config{})
+	}
+	con, err := console.New(ccfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range []string{"GET", "POST"} {
+		routes = append(routes, dataplane.Route{Method: m, Path: "/console/", Handler: con.ServeHTTP})
 	}
 	return routes, nil
 }

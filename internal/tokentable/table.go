@@ -216,6 +216,20 @@ func (t *Table) Authenticate(secret string) (access.Identity, bool) {
 	return e.id, true
 }
 
+// AuthenticateDigest is Authenticate for the SHA-256 digest of a secret
+// (access.DigestAuthenticator: a console session's re-check).
+func (t *Table) AuthenticateDigest(d [sha256.Size]byte) (access.Identity, bool) {
+	st := t.state.Load()
+	if !st.required {
+		return anonymous, true
+	}
+	e, ok := st.byDigest[d]
+	if !ok || subtle.ConstantTimeCompare(d[:], e.digest[:]) != 1 || e.rec.Expired(t.now()) {
+		return access.Identity{}, false
+	}
+	return e.id, true
+}
+
 // AuthenticateSubject returns the identity of the certificate record
 // whose subject is subject, if it has not expired: named by the subject,
 // so that the audit shows who the certificate says. Subjects are not
