@@ -1,0 +1,196 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/holdfast-dev/holdfast/internal/presence"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
+	"github.com/holdfast-dev/holdfast/server/store"
+	"github.com/holdfast-dev/holdfast/transport"
+)
+
+// storeServer is one server's report pipeline over a shared etcd,
+// driven by hand: its write is called by the test, not by a ticker.
+type storeServer struct {
+	*reportSync
+	lease   clientv3.LeaseID
+	written map[string]writtenSummary
+	parts   map[string]int
+}
+
+func newStoreServers(t *testing.T, ids ...string) []*storeServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Kind: store.KindEmbedded, DataDir: t.TempDir(), StartTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	log := slog.New(slog.DiscardHandler)
+	active := newActiveRollouts(st.Client, log)
+	t.Cleanup(active.close)
+	var out []*storeServer
+	for _, id := range ids {
+		out = append(out, &storeServer{reportSync: &reportSync{cli: st.Client, acks: NewAcks(DefaultMaxAckEntries), presence: presence.NewTable(10*time.Second, 0, log),
+			presenceSent: make(map[string]presenceValue), active: active, id: id, part: summaryPart, log: log, remote: make(map[string]remoteReports)},
+			written: make(map[string]writtenSummary), parts: make(map[string]int)})
+	}
+	return out
+}
+
+// hear records applied acks of rev from clients on s.
+func (s *storeServer) hear(t *testing.T, ns string, rev int64, clients ...string) {
+	t.Helper()
+	var acks []transport.Ack
+	for _, c := range clients {
+		acks = append(acks, transport.Ack{ClientID: c, Namespace: ns, Revision: rev, Status: transport.AckApplied})
+	}
+	if err := s.acks.AckBatch(context.Background(), acks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *storeServer) flush(t *testing.T) {
+	t.Helper()
+	if err := s.write(context.Background(), &s.lease, s.written, s.parts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// read is what s counts of ns: its table and the others' summaries, read
+// from the store now.
+func (s *storeServer) read(t *testing.T, ns string) map[string]controller.Report {
+	t.Helper()
+	s.forget(ns)
+	reps, err := s.reports(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]controller.Report)
+	for _, r := range reps {
+		if _, dup := out[r.ClientID]; dup {
+			t.Errorf("client %s counted twice", r.ClientID)
+		}
+		out[r.ClientID] = r
+	}
+	return out
+}
+
+func clientIDs(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprint(prefix, i)
+	}
+	return out
+}
+
+// TestSummaryPartsLeaveNoClientOut: a server with more clients than one
+// part of a summary holds writes its summary in parts, and another
+// server reads every client, none left out and none missing; as the
+// clients grow the parts grow, and the old parts' keys go.
+func TestSummaryPartsLeaveNoClientOut(t *testing.T) {
+	s := newStoreServers(t, "s1", "s2")
+	s1, s2 := s[0], s[1]
+	s1.part = 10
+	s1.hear(t, "app", 3, clientIDs("c", 35)...)
+	s1.flush(t)
+	if got := s2.read(t, "app"); len(got) != 35 {
+		t.Fatalf("s2 reads %d clients of s1's 35", len(got))
+	}
+	if n, why := s2.missing(context.Background(), "app", time.Time{}); n != 0 {
+		t.Errorf("missing %d: %s", n, why)
+	}
+	s1.hear(t, "app", 3, clientIDs("d", 20)...)
+	s1.flush(t)
+	if got := s2.read(t, "app"); len(got) != 55 {
+		t.Fatalf("s2 reads %d clients of s1's 55", len(got))
+	}
+	resp, err := s1.cli.Get(context.Background(), reportsPrefix("app"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, strings.TrimPrefix(string(kv.Key), reportsPrefix("app")))
+	}
+	if len(keys) != 6 || !strings.HasPrefix(keys[0], "s1#") || !strings.HasSuffix(keys[0], ".6") {
+		t.Errorf("keys %q: want six parts of s1's summary, the four-part keys gone", keys)
+	}
+}
+
+// TestClientThatMovesCountsOnce: a client heard through one server (one
+// relay's) and then through another (it moved, or its relay failed over)
+// counts once, with its later report; the server it left keeps its
+// summary alive (killed, its lease not yet expired) and still counts
+// none twice.
+func TestClientThatMovesCountsOnce(t *testing.T) {
+	s := newStoreServers(t, "s1", "s2", "leader")
+	s1, s2, leader := s[0], s[1], s[2]
+	s1.hear(t, "app", 3, clientIDs("a", 10)...)
+	s2.hear(t, "app", 3, clientIDs("b", 10)...)
+	s1.flush(t)
+	s2.flush(t)
+	// Mid-stage: a0..a4 move to s2 and report the stage's revision there;
+	// s1 is killed without revoking its lease (its summary stays).
+	s2.hear(t, "app", 7, clientIDs("a", 5)...)
+	s2.flush(t)
+	got := leader.read(t, "app")
+	if len(got) != 20 {
+		t.Fatalf("the leader counts %d clients, want 20", len(got))
+	}
+	for _, id := range clientIDs("a", 5) {
+		if got[id].Acked != 7 {
+			t.Errorf("client %s moved: acked %d, want its later report's 7", id, got[id].Acked)
+		}
+	}
+}
+
+// TestEvictedReportsAreMissing: a server whose ack table is full drops
+// the reports heard longest ago; its summary says so, and the leader's
+// Missing counts them (a rollout started before holds), naming the
+// server; a rollout started after them does not.
+func TestEvictedReportsAreMissing(t *testing.T) {
+	s := newStoreServers(t, "s1", "leader")
+	s1, leader := s[0], s[1]
+	s1.acks = NewAcks(5)
+	start := time.Now()
+	s1.hear(t, "app", 3, clientIDs("c", 8)...)
+	s1.flush(t)
+	leader.forget("app")
+	n, why := leader.missing(context.Background(), "app", start)
+	if n != 3 || !strings.Contains(why, "server s1") || !strings.Contains(why, "3 client report(s)") {
+		t.Errorf("missing %d: %q; want 3 of server s1", n, why)
+	}
+	if n, why := leader.missing(context.Background(), "app", time.Now().Add(time.Minute)); n != 0 {
+		t.Errorf("missing %d since a later start: %q", n, why)
+	}
+}
+
+// TestCutCoversClientsFirstHeardOnAnotherServer: a client first heard on
+// one server goes into its summary at its next write, not at the idle
+// refresh, and a rollout's start on another server reads the summaries
+// afresh: its first cut counts the client.
+func TestCutCoversClientsFirstHeardOnAnotherServer(t *testing.T) {
+	s := newStoreServers(t, "s1", "s2")
+	s1, s2 := s[0], s[1]
+	s1.hear(t, "app", 3, "a", "b")
+	s1.flush(t)
+	if got := s2.read(t, "app"); len(got) != 2 {
+		t.Fatalf("s2 reads %d clients", len(got))
+	}
+	// Within the idle interval of the last write: the newcomer goes at
+	// once.
+	s1.hear(t, "app", 3, "c")
+	s1.flush(t)
+	if got := s2.read(t, "app"); len(got) != 3 {
+		t.Errorf("s2 reads %d clients, want the newcomer too", len(got))
+	}
+}
