@@ -345,6 +345,14 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 			if !running[ns] && now.Sub(last.at) < idleReportsEvery && !fresh {
 				continue
 			}
+			if running[ns] && !fresh && now.Sub(last.at) < idleRefresh && !heardUnconfirmed(reps, present, last.at) && bytes.Equal(reportShape(reps), last.shape) {
+				// While a rollout runs, only what the clients reported
+				// moves a summary: the times heard of those whose
+				// presence this server confirms do not (the leader
+				// takes their liveness from the presence); those of a
+				// client it does not (an older relay's) do.
+				continue
+			}
 			s := summary{Server: r.id, Evicted: evicted, Reports: reps}
 			if n > 1 {
 				s.Part, s.Parts = k, n
@@ -387,6 +395,17 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 		}
 	}
 	return r.writePresence(ctx, *lease, present)
+}
+
+// heardUnconfirmed reports whether a client in reports was heard after
+// since with no live presence on this server to say it is connected.
+func heardUnconfirmed(reports []controller.Report, present map[string]presence.Entry, since time.Time) bool {
+	for _, r := range reports {
+		if r.Seen.After(since) && present[r.ClientID].State != presence.Live {
+			return true
+		}
+	}
+	return false
 }
 
 // reportShape is reports without the times heard.
@@ -440,20 +459,32 @@ func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Repor
 	if err != nil {
 		return nil, err
 	}
-	if len(cached.reports) == 0 {
-		return local, nil
-	}
-	byID := make(map[string]int, len(local)+len(cached.reports))
-	for i, rep := range local {
-		byID[rep.ClientID] = i
-	}
-	for _, rep := range cached.reports {
-		if i, ok := byID[rep.ClientID]; ok {
-			local[i].Merge(rep)
-			continue
+	if len(cached.reports) > 0 {
+		byID := make(map[string]int, len(local)+len(cached.reports))
+		for i, rep := range local {
+			byID[rep.ClientID] = i
 		}
-		byID[rep.ClientID] = len(local)
-		local = append(local, rep)
+		for _, rep := range cached.reports {
+			if i, ok := byID[rep.ClientID]; ok {
+				local[i].Merge(rep)
+				continue
+			}
+			byID[rep.ClientID] = len(local)
+			local = append(local, rep)
+		}
+	}
+	// A client connected to a server (its presence live, confirmed by
+	// that server's data plane or its relay's presence reports) is heard
+	// now: its liveness is its connection, not its reports' repeats, so
+	// a summary need not be rewritten for the times heard alone.
+	present, err := r.fleetPresence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range local {
+		if e, ok := present[local[i].ClientID]; ok && e.State == presence.Live && e.At.After(local[i].Seen) {
+			local[i].Seen = e.At
+		}
 	}
 	return local, nil
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/holdfast-dev/holdfast/internal/presence"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -235,5 +236,77 @@ func BenchmarkSummaryWrite(b *testing.B) {
 			b.ReportMetric(float64(bytes), "summary_bytes")
 			b.ReportMetric(float64(parts), "parts")
 		})
+	}
+}
+
+// TestPresenceIsLiveness: a client whose connection a server confirms
+// (its presence live) counts as heard now at the leader, however long
+// ago it last reported; one with no presence keeps its report's time
+// (an older relay's client: its repeated reports are its liveness).
+func TestPresenceIsLiveness(t *testing.T) {
+	s := newStoreServers(t, "s1", "leader")
+	s1, leader := s[0], s[1]
+	long := time.Now().Add(-time.Hour)
+	s1.acks.now = func() time.Time { return long }
+	s1.hear(t, "app", 3, "connected", "silent")
+	h := s1.presence.Open("connected", false) // a held long-poll: live while held
+	defer h.Close()
+	s1.flush(t)
+	leader.presenceRead = remotePresence{}
+	got := leader.read(t, "app")
+	if time.Since(got["connected"].Seen) > time.Minute {
+		t.Errorf("the connected client last heard %v", got["connected"].Seen)
+	}
+	if !got["silent"].Seen.Equal(long) {
+		t.Errorf("the client with no presence heard %v, want its report's %v", got["silent"].Seen, long)
+	}
+}
+
+// TestRunningSummaryIsWrittenForReportsNotTimes: while a rollout runs, a
+// summary is written again when a client's report changes, or when a
+// client whose connection this server does not confirm is heard again
+// (its report's time is its liveness), not when only connected clients'
+// times moved.
+func TestRunningSummaryIsWrittenForReportsNotTimes(t *testing.T) {
+	s1 := newStoreServers(t, "s1")[0]
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		s1.active.mu.Lock()
+		defer s1.active.mu.Unlock()
+		return s1.active.known
+	}, "the running rollouts read")
+	s1.active.set("app", true)
+	at := time.Now()
+	s1.acks.now = func() time.Time { return at }
+	ha, hb := s1.presence.Open("a", false), s1.presence.Open("b", false)
+	defer ha.Close()
+	s1.hear(t, "app", 3, "a", "b")
+	s1.flush(t)
+	modRev := func() int64 {
+		t.Helper()
+		resp, err := s1.cli.Get(context.Background(), summaryKey("app", "s1", 0, 1))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("the summary: %v, %v", resp, err)
+		}
+		return resp.Kvs[0].ModRevision
+	}
+	first := modRev()
+	at = at.Add(10 * time.Second)
+	s1.hear(t, "app", 3, "a", "b")
+	s1.flush(t)
+	if modRev() != first {
+		t.Error("rewritten when only the connected clients' times moved")
+	}
+	hb.Close()
+	at = at.Add(10 * time.Second)
+	s1.hear(t, "app", 3, "b")
+	s1.flush(t)
+	second := modRev()
+	if second == first {
+		t.Error("not rewritten when a client with no live presence was heard again")
+	}
+	s1.hear(t, "app", 4, "a")
+	s1.flush(t)
+	if modRev() == second {
+		t.Error("not rewritten when a client's report changed")
 	}
 }
