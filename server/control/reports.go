@@ -476,14 +476,19 @@ func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Repor
 	// A client connected to a server (its presence live, confirmed by
 	// that server's data plane or its relay's presence reports) is heard
 	// now: its liveness is its connection, not its reports' repeats, so
-	// a summary need not be rewritten for the times heard alone.
+	// a summary need not be rewritten for the times heard alone. So is a
+	// client whose presence is stale (behind a relay the server no longer
+	// hears, or on a stream unconfirmed): connected as far as anyone
+	// knows, its missing report holds its stage, up to the stage's
+	// timeout, rather than letting it pass unheard.
 	present, err := r.fleetPresence(ctx)
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now()
 	for i := range local {
-		if e, ok := present[local[i].ClientID]; ok && e.State == presence.Live && e.At.After(local[i].Seen) {
-			local[i].Seen = e.At
+		if e, ok := present[local[i].ClientID]; ok && (e.State == presence.Live || e.State == presence.Stale) {
+			local[i].Seen = later(local[i].Seen, now)
 		}
 	}
 	return local, nil
@@ -567,4 +572,11 @@ func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, er
 		r.mu.Unlock()
 	}
 	return cached, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -308,5 +309,34 @@ func TestRunningSummaryIsWrittenForReportsNotTimes(t *testing.T) {
 	s1.flush(t)
 	if modRev() == second {
 		t.Error("not rewritten when a client's report changed")
+	}
+}
+
+// TestMissingRelayReportHoldsTheStage: the clients of a relay the server
+// no longer hears (its presence reports stopped: stale) count as heard
+// at the leader, so their missing reports hold a stage rather than
+// letting it pass with them counted gone; the clients the relay said
+// disconnected are not held.
+func TestMissingRelayReportHoldsTheStage(t *testing.T) {
+	s := newStoreServers(t, "s1", "leader")
+	s1, leader := s[0], s[1]
+	long := time.Now().Add(-time.Hour)
+	s1.acks.now = func() time.Time { return long }
+	s1.hear(t, "app", 3, "behind", "left")
+	if err := s1.presence.Report(&wire.PresenceReport{RelayID: "relay-1", Epoch: "e1", Seq: 1, Full: true, EveryMillis: 1,
+		Live: []string{"behind"}, Gone: []string{"left"}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		return s1.presence.Entries()["behind"].State == presence.Stale
+	}, "the relay unheard past two of its intervals")
+	s1.flush(t)
+	leader.presenceRead = remotePresence{}
+	got := leader.read(t, "app")
+	if time.Since(got["behind"].Seen) > time.Minute {
+		t.Errorf("a client behind the relay not heard: last heard %v", got["behind"].Seen)
+	}
+	if !got["left"].Seen.Equal(long) {
+		t.Errorf("a client that left heard %v, want its report's %v", got["left"].Seen, long)
 	}
 }
