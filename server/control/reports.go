@@ -36,11 +36,13 @@ const (
 	idleRefresh      = 30 * time.Second
 	expireEvery      = 30 * time.Second // how often the ack table drops the pairs unheard past their expiry
 	reportsTTL       = 10               // seconds: a summary outlives its server by at most this
-	// summaryPart bounds the clients of one key of a summary (etcd's
-	// request limit, at ~60 bytes a client): a server with more writes its
-	// summary in several parts, each client in one (by a hash of its id),
-	// so that no client is left out.
-	summaryPart = 20_000
+	// summaryPart bounds the clients of one key of a summary, and
+	// summaryPartBytes its size (under etcd's default request limit of
+	// 1.5 MiB; a report of a rollout's member takes ~95 bytes): a server
+	// with more writes its summary in several parts, each client in one
+	// (by a hash of its id), so that no client is left out.
+	summaryPart      = 20_000
+	summaryPartBytes = 1 << 20
 )
 
 func reportsPrefix(ns string) string { return RolloutRoot + "reports/" + ns + "/" }
@@ -64,9 +66,17 @@ func keyServer(key string) string {
 	return name
 }
 
-// summaryParts is how many parts a summary of n clients takes, of at
-// most part clients each.
-func summaryParts(n, part int) int { return max(1, (n+part-1)/part) }
+// summaryParts is how many parts a summary of reports takes, of at most
+// part clients and about summaryPartBytes each (its size estimated from
+// its reports' fields, with room for the rest).
+func summaryParts(reports []controller.Report, part int) int {
+	size := 0
+	for i := range reports {
+		r := &reports[i]
+		size += 96 + len(r.ClientID) + len(r.Rollout) + len(r.NackError) + len(r.WouldError) + len(r.SDKVersion)
+	}
+	return max(1, (len(reports)+part-1)/part, (size+summaryPartBytes-1)/summaryPartBytes)
+}
 
 // partOf is the part of n a client's report goes in.
 func partOf(client string, n int) int {
@@ -129,7 +139,9 @@ type remoteReports struct {
 // namespace's reports.
 type missingReports struct {
 	server    string
-	truncated int // clients an older server's summary left out
+	truncated int // clients an older server's summary left out, or about as many as its missing parts hold
+	parts     int // parts of partsOf missing
+	partsOf   int
 	evicted   controlplane.Evictions
 }
 
@@ -317,7 +329,7 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 	now := time.Now()
 	keep := make(map[string]bool) // the keys of this round's parts
 	for ns, reports := range all {
-		n := summaryParts(len(reports), r.part)
+		n := summaryParts(reports, r.part)
 		if running[ns] {
 			// While a rollout runs a summary takes no fewer parts than it
 			// did: a client moves from one key to another only as their
@@ -519,7 +531,11 @@ func (r *reportSync) missing(ctx context.Context, ns string, since time.Time) (i
 		return n, strings.Join(whys, "; ")
 	}
 	for _, m := range cached.missing {
-		if m.truncated > 0 {
+		switch {
+		case m.parts > 0:
+			n += int64(m.truncated)
+			whys = append(whys, fmt.Sprintf("server %s: %d of the %d parts of its summary missing (about %d client(s))", m.server, m.parts, m.partsOf, m.truncated))
+		case m.truncated > 0:
 			n += int64(m.truncated)
 			whys = append(whys, fmt.Sprintf("server %s: its summary left out %d client(s)", m.server, m.truncated))
 		}
@@ -544,6 +560,13 @@ func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, er
 			return remoteReports{}, fmt.Errorf("control: the rollout reports of %q: %w", ns, err)
 		}
 		cached = remoteReports{at: time.Now()}
+		// Each server's parts, by how many it wrote: a summary with a
+		// part missing (a write that failed) is reports missing.
+		type partSet struct {
+			have    map[int]bool
+			clients int
+		}
+		sets := make(map[string]map[int]*partSet)
 		for _, kv := range resp.Kvs {
 			if keyServer(string(kv.Key)) == r.id {
 				continue
@@ -554,6 +577,16 @@ func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, er
 				continue
 			}
 			cached.reports = append(cached.reports, s.Reports...)
+			n := max(1, s.Parts)
+			if sets[s.Server] == nil {
+				sets[s.Server] = make(map[int]*partSet)
+			}
+			set := sets[s.Server][n]
+			if set == nil {
+				set = &partSet{have: make(map[int]bool)}
+				sets[s.Server][n] = set
+			}
+			set.have[s.Part], set.clients = true, set.clients+len(s.Reports)
 			if s.Truncated > 0 || s.Evicted != nil {
 				m := missingReports{server: s.Server, truncated: s.Truncated}
 				if s.Evicted != nil {
@@ -561,6 +594,19 @@ func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, er
 				}
 				cached.missing = append(cached.missing, m)
 			}
+		}
+	servers:
+		for server, byN := range sets {
+			var short missingReports
+			for n, set := range byN {
+				if len(set.have) == n {
+					continue servers // one whole summary (a server that adds parts writes the new before the old go)
+				}
+				// About as many clients as the parts it has hold, in each
+				// part it lacks.
+				short = missingReports{server: server, parts: n - len(set.have), partsOf: n, truncated: (n - len(set.have)) * max(1, set.clients/len(set.have))}
+			}
+			cached.missing = append(cached.missing, short)
 		}
 		r.mu.Lock()
 		for other, rr := range r.remote { // namespaces no longer asked for

@@ -130,6 +130,22 @@ func TestSummaryPartsLeaveNoClientOut(t *testing.T) {
 	if len(keys) != 6 || !strings.HasPrefix(keys[0], "s1#") || !strings.HasSuffix(keys[0], ".6") {
 		t.Errorf("keys %q: want six parts of s1's summary, the four-part keys gone", keys)
 	}
+	// A part whose write did not land: the reports it holds are missing.
+	if _, err := s1.cli.Delete(context.Background(), reportsPrefix("app")+keys[2]); err != nil {
+		t.Fatal(err)
+	}
+	s2.forget("app")
+	if n, why := s2.missing(context.Background(), "app", time.Time{}); n == 0 || !strings.Contains(why, "1 of the 6 parts of its summary missing") {
+		t.Errorf("a part missing: missing %d: %q", n, why)
+	}
+	// Parts are bounded in bytes too: reports with long errors take more.
+	long := make([]controller.Report, 1000)
+	for i := range long {
+		long[i] = controller.Report{ClientID: fmt.Sprint("c", i), NackError: strings.Repeat("x", 2000)}
+	}
+	if n := summaryParts(long, summaryPart); n < 2 {
+		t.Errorf("1,000 reports of 2 KB errors in %d part(s)", n)
+	}
 }
 
 // TestClientThatMovesCountsOnce: a client heard through one server (one
