@@ -406,7 +406,14 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 			delete(parts, w.ns)
 		}
 	}
-	return r.writePresence(ctx, *lease, present)
+	if err := r.writePresence(ctx, *lease, present); err != nil {
+		// What the presence's batches wrote stays written (presenceSent),
+		// and the rest goes at the next write: a fleet's presence that
+		// takes longer than one write (100,000 clients' keys) must not
+		// take the summaries' lease, and the summaries, down with it.
+		r.log.Warn("control: writing the presence (the rest at the next write)", "err", err)
+	}
+	return nil
 }
 
 // heardUnconfirmed reports whether a client in reports was heard after
