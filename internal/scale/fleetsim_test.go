@@ -137,7 +137,7 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 	}
 	wal0, cpu0 := walBytes(b, etcd), procCPU(b, servers[leader].cmd.Process.Pid)
 	start := time.Now()
-	id := startRolloutSim(b, servers[(leader+1)%len(servers)].url, what == "nack")
+	id := startRollout(b, servers[(leader+1)%len(servers)].url, what == "nack")
 	var killedAt time.Time
 	var rec controlapi.RolloutRecord
 	for {
@@ -210,19 +210,6 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 			b.Fatalf("want promoted with every one of %d clients counted once (last bake %+v, clients %d): %s", clients, lastBake, rec.Clients, msg)
 		}
 	}
-}
-
-// startRolloutSim starts a rollout over 1, 10 and 100% with a 5 s bake.
-func startRolloutSim(b *testing.B, url string, prevalidate bool) string {
-	b.Helper()
-	started, err := control(b, url).StartRollout(context.Background(), namespace, controlapi.RolloutRequest{
-		Puts: map[string]json.RawMessage{key: json.RawMessage(fmt.Sprintf(`"1:%d"`, time.Now().UnixNano()))}, Stages: []float64{1, 10, 100},
-		Bake: "5s", ReportTimeout: "1m", StageTimeout: "5m", Prevalidate: prevalidate,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return started.ID
 }
 
 // walBytes reads etcd's etcd_disk_wal_write_bytes_total.

@@ -269,13 +269,20 @@ func TestPresenceIsLiveness(t *testing.T) {
 	h := s1.presence.Open("connected", false) // a held long-poll: live while held
 	defer h.Close()
 	s1.flush(t)
+	heldByPresence(t, leader, "connected", "silent", long)
+}
+
+// heldByPresence checks what the leader reads: held heard now (its
+// presence), notHeld at its report's time, long.
+func heldByPresence(t *testing.T, leader *storeServer, held, notHeld string, long time.Time) {
+	t.Helper()
 	leader.presenceRead = remotePresence{}
 	got := leader.read(t, "app")
-	if time.Since(got["connected"].Seen) > time.Minute {
-		t.Errorf("the connected client last heard %v", got["connected"].Seen)
+	if time.Since(got[held].Seen) > time.Minute {
+		t.Errorf("client %s held by its presence last heard %v", held, got[held].Seen)
 	}
-	if !got["silent"].Seen.Equal(long) {
-		t.Errorf("the client with no presence heard %v, want its report's %v", got["silent"].Seen, long)
+	if !got[notHeld].Seen.Equal(long) {
+		t.Errorf("client %s heard %v, want its report's %v", notHeld, got[notHeld].Seen, long)
 	}
 }
 
@@ -347,12 +354,5 @@ func TestMissingRelayReportHoldsTheStage(t *testing.T) {
 		return s1.presence.Entries()["behind"].State == presence.Stale
 	}, "the relay unheard past two of its intervals")
 	s1.flush(t)
-	leader.presenceRead = remotePresence{}
-	got := leader.read(t, "app")
-	if time.Since(got["behind"].Seen) > time.Minute {
-		t.Errorf("a client behind the relay not heard: last heard %v", got["behind"].Seen)
-	}
-	if !got["left"].Seen.Equal(long) {
-		t.Errorf("a client that left heard %v, want its report's %v", got["left"].Seen, long)
-	}
+	heldByPresence(t, leader, "behind", "left", long)
 }
