@@ -48,7 +48,11 @@ const relayPlainDelay = AckDelayPlainMax + 500*time.Millisecond
 // maxPending bounds the outcomes waiting (each client's newest of each
 // namespace and kind): past it, an outcome of one more is dropped, so
 // that a relay whose upstream is down does not grow without bound. Ten
-// thousand clients of a dozen namespaces fit.
+// thousand clients of a dozen namespaces fit. A drop is not a silent
+// pass for a rollout: the client stays connected, and holdfast server
+// takes a connected client's liveness from its presence (the relay's
+// presence reports), so a stage it is in waits for its report and, at
+// its timeout, says how many members lag.
 const maxPending = 1 << 18
 
 // Queue reports outcomes (applied or rejected revisions) to the config

@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"container/list"
+	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -23,8 +25,18 @@ type Reports struct {
 	maxErr int // bytes of a nack's error kept
 	byNS   map[string]*nsReports
 	order  *list.List // of reportKey, most recently heard first
-	// evicted counts the pairs dropped to make room (Evicted).
-	evicted int64
+	// evicted counts the pairs dropped to make room (Evicted); byNSEvicted
+	// the same per namespace, with the last time (EvictedOf): a rollout
+	// whose namespace lost a pair knows it is missing a report.
+	evicted     int64
+	byNSEvicted map[string]Evictions
+}
+
+// Evictions is how many of a namespace's pairs the table dropped to make
+// room, and when it last did.
+type Evictions struct {
+	N    int64     `json:"n"`
+	Last time.Time `json:"last"`
 }
 
 type reportKey struct{ ns, client string }
@@ -43,7 +55,9 @@ func NewReports(max, maxNackError int) *Reports {
 	return t
 }
 
-func (t *Reports) init() { t.byNS, t.order = make(map[string]*nsReports), list.New() }
+func (t *Reports) init() {
+	t.byNS, t.order, t.byNSEvicted = make(map[string]*nsReports), list.New(), make(map[string]Evictions)
+}
 
 // Observe folds acks, heard at now, into the table.
 func (t *Reports) Observe(acks []transport.Ack, now time.Time) {
@@ -61,8 +75,10 @@ func (t *Reports) Observe(acks []transport.Ack, now time.Time) {
 			t.order.MoveToFront(n.els[j])
 		} else {
 			if t.order.Len() >= t.max {
-				t.remove(t.order.Back())
+				gone := t.remove(t.order.Back())
 				t.evicted++
+				e := t.byNSEvicted[gone.ns]
+				t.byNSEvicted[gone.ns] = Evictions{N: e.N + 1, Last: now}
 				if t.byNS[a.Namespace] != n { // the eviction emptied it
 					t.byNS[a.Namespace] = n
 				}
@@ -76,8 +92,9 @@ func (t *Reports) Observe(acks []transport.Ack, now time.Time) {
 	}
 }
 
-// remove drops el's entry: the last of its namespace takes its place.
-func (t *Reports) remove(el *list.Element) {
+// remove drops el's entry, and returns its key: the last of its
+// namespace takes its place.
+func (t *Reports) remove(el *list.Element) reportKey {
 	k := t.order.Remove(el).(reportKey)
 	n := t.byNS[k.ns]
 	j := n.at[k.client]
@@ -91,6 +108,7 @@ func (t *Reports) remove(el *list.Element) {
 	if last == 0 {
 		delete(t.byNS, k.ns)
 	}
+	return k
 }
 
 // Of returns the reports of ns, in no order.
@@ -179,4 +197,30 @@ func (t *Reports) Evicted() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.evicted
+}
+
+// EvictedOf returns how many of ns's pairs were dropped to make room
+// since NewReports (or Reset), and when the last was.
+func (t *Reports) EvictedOf(ns string) Evictions {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byNSEvicted[ns]
+}
+
+// Missing is controller.Config.Missing over the table: the pairs of ns
+// dropped to make room, when the last was dropped at or after since.
+func (t *Reports) Missing(_ context.Context, ns string, since time.Time) (int64, string) {
+	e := t.EvictedOf(ns)
+	if e.N == 0 || e.Last.Before(since) {
+		return 0, ""
+	}
+	return e.N, fmt.Sprintf("%d client report(s) of %q left the full report table of %d, the last at %s", e.N, ns, t.max, e.Last.UTC().Format(time.RFC3339))
+}
+
+// Equal reports whether e and o say the same (nil: none).
+func (e *Evictions) Equal(o *Evictions) bool {
+	if e == nil || o == nil {
+		return e == o
+	}
+	return e.N == o.N && e.Last.Equal(o.Last)
 }

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -85,5 +86,28 @@ func TestReportsExpire(t *testing.T) {
 	slices.Sort(visited)
 	if dropped != 1 || !slices.Equal(visited, []string{"ns", "other"}) || len(tab.Of("ns")) != 1 || tab.Of("ns")[0].ClientID != "new" || len(tab.Of("other")) != 1 {
 		t.Errorf("dropped %d, visited %v, ns %v, other %v", dropped, visited, tab.Of("ns"), tab.Of("other"))
+	}
+}
+
+// TestEvictionsAreMissingReports: the pairs a full table drops count
+// per namespace, with when the last went, and Missing says so to a
+// rollout started before the last (not to one started after it).
+func TestEvictionsAreMissingReports(t *testing.T) {
+	tab := NewReports(2, 64)
+	at := time.Date(2026, 12, 6, 20, 0, 0, 0, time.UTC)
+	tab.Observe([]transport.Ack{{ClientID: "a", Namespace: "x", Revision: 1, Status: transport.AckApplied},
+		{ClientID: "b", Namespace: "y", Revision: 1, Status: transport.AckApplied}}, at)
+	tab.Observe([]transport.Ack{{ClientID: "c", Namespace: "y", Revision: 1, Status: transport.AckApplied}}, at.Add(time.Second))
+	if e := tab.EvictedOf("x"); e.N != 1 || !e.Last.Equal(at.Add(time.Second)) {
+		t.Errorf("x: %+v, want a's eviction", e)
+	}
+	if e := tab.EvictedOf("y"); e.N != 0 {
+		t.Errorf("y: %+v, want none", e)
+	}
+	if n, why := tab.Missing(context.Background(), "x", at); n != 1 || !strings.Contains(why, "full report table of 2") {
+		t.Errorf("missing %d: %q", n, why)
+	}
+	if n, _ := tab.Missing(context.Background(), "x", at.Add(2*time.Second)); n != 0 {
+		t.Errorf("missing %d for a rollout started after the eviction", n)
 	}
 }

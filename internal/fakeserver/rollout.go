@@ -43,7 +43,8 @@ const (
 const (
 	maxRolloutStages = controller.MaxStages
 	// maxReports bounds the clients' reports the server keeps for its
-	// rollouts (the least recently heard go first).
+	// rollouts (the least recently heard go first; a running rollout of
+	// their namespace holds, knowing them missing: Reports.Missing).
 	maxReports = 1 << 17
 	// rolloutPoll is how often the controller looks at running rollouts
 	// without a report (a report wakes it at once).
@@ -96,6 +97,7 @@ func (s *Server) newRollouts() *rollouts {
 	r.mem = controller.NewMemStoreOver(s.applyRollout)
 	r.ctl = controller.New(controller.Config{Store: r.mem, Logger: s.log, Poll: rolloutPoll,
 		Reports: func(_ context.Context, ns string) ([]controller.Report, error) { return r.reports.Of(ns), nil },
+		Missing: r.reports.Missing,
 		Actor:   "holdfast reference server",
 		// Every Prometheus URL is allowed (no gate.WithAllow): the
 		// reference server serves tests their own fake Prometheus on

@@ -106,8 +106,12 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	}
 	waitKnown(b, servers, clients)
 
+	quiet0 := walBytes(b, etcd)
+	time.Sleep(5 * time.Second)
+	quiet := float64(walBytes(b, etcd)-quiet0) / 5
 	stopPerf := perfRecord(b)
 	timeline := os.Getenv("HOLDFAST_SCALE_TIMELINE") != "" // the record's counts at every read
+	wal0 := walBytes(b, etcd)
 	id := startRollout(b, servers[1].url, false)
 	start := time.Now()
 	var killedAt, ledAt time.Time
@@ -148,6 +152,12 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	stopPerf()
+	if !killLeader {
+		wal := float64(walBytes(b, etcd)-wal0) / time.Since(start).Seconds()
+		b.ReportMetric(wal, "wal-Bps")
+		b.ReportMetric(quiet, "quiet-wal-Bps")
+		b.Logf("etcd's WAL over the rollout: %.0f B/s (a quiet 5 s before it: %.0f B/s)", wal, quiet)
+	}
 	if rec.State != "promoted" {
 		b.Fatalf("the rollout ended %s at stage %v: %s", rec.State, rec.Stage, rec.Reason)
 	}
@@ -378,9 +388,14 @@ func (p *holdfastProc) kill() {
 	}
 }
 
-// buildHoldfast builds the holdfast command into a temporary directory.
+// buildHoldfast builds the holdfast command into a temporary directory;
+// HOLDFAST_SCALE_BIN names a holdfast binary to run instead (another
+// version's, to compare).
 func buildHoldfast(b *testing.B) string {
 	b.Helper()
+	if bin := os.Getenv("HOLDFAST_SCALE_BIN"); bin != "" {
+		return bin
+	}
 	bin := filepath.Join(b.TempDir(), "holdfast")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/holdfast-dev/holdfast/cmd/holdfast").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 )
@@ -34,13 +36,57 @@ const (
 	idleRefresh      = 30 * time.Second
 	expireEvery      = 30 * time.Second // how often the ack table drops the pairs unheard past their expiry
 	reportsTTL       = 10               // seconds: a summary outlives its server by at most this
-	// maxSummaryClients bounds one summary: the newest-heard clients are
-	// kept (a bound one server's clients cannot pass; etcd's request limit
-	// holds it at ~60 bytes a client).
-	maxSummaryClients = 20_000
+	// summaryPart bounds the clients of one key of a summary, and
+	// summaryPartBytes its size (under etcd's default request limit of
+	// 1.5 MiB; a report of a rollout's member takes ~95 bytes): a server
+	// with more writes its summary in several parts, each client in one
+	// (by a hash of its id), so that no client is left out.
+	summaryPart      = 20_000
+	summaryPartBytes = 1 << 20
 )
 
 func reportsPrefix(ns string) string { return RolloutRoot + "reports/" + ns + "/" }
+
+// summaryKey names part k of n of server's summary of ns: a summary of
+// one part is the server's id alone (what servers before parts read).
+func summaryKey(ns, server string, k, n int) string {
+	if n <= 1 {
+		return reportsPrefix(ns) + server
+	}
+	return fmt.Sprintf("%s%s#%d.%d", reportsPrefix(ns), server, k, n)
+}
+
+// keyServer is the server a summary's key names (the last element, its
+// part cut off).
+func keyServer(key string) string {
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	if i := strings.IndexByte(name, '#'); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}
+
+// summaryParts is how many parts a summary of reports takes, of at most
+// part clients and about summaryPartBytes each (its size estimated from
+// its reports' fields, with room for the rest).
+func summaryParts(reports []controller.Report, part int) int {
+	size := 0
+	for i := range reports {
+		r := &reports[i]
+		size += 96 + len(r.ClientID) + len(r.Rollout) + len(r.NackError) + len(r.WouldError) + len(r.SDKVersion)
+	}
+	return max(1, (len(reports)+part-1)/part, (size+summaryPartBytes-1)/summaryPartBytes)
+}
+
+// partOf is the part of n a client's report goes in.
+func partOf(client string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(client))
+	return int(h.Sum32() % uint32(n))
+}
 
 // reportSync writes this server's summaries and reads the others'.
 type reportSync struct {
@@ -53,6 +99,7 @@ type reportSync struct {
 	presenceRead remotePresence
 	active       *activeRollouts
 	id           string // this server's
+	part         int    // clients in one part of a summary at most (summaryPart)
 	log          *slog.Logger
 	stop         context.CancelFunc
 	wg           sync.WaitGroup
@@ -72,36 +119,63 @@ type nsSummary struct {
 	summary
 }
 
-// writtenSummary is what this server last wrote of a namespace.
+// writtenSummary is what this server last wrote of a part of a
+// namespace's summary.
 type writtenSummary struct {
+	ns          string
 	body, shape []byte // the reports; without the times heard
 	at          time.Time
+	clients     int
+	evicted     *controlplane.Evictions
 }
 
 type remoteReports struct {
 	at      time.Time
 	reports []controller.Report
+	missing []missingReports // what the others' summaries say they lost
 }
 
-// summary is what one server writes of one namespace.
+// missingReports is what one server's summary says it lost of a
+// namespace's reports.
+type missingReports struct {
+	server    string
+	truncated int // clients an older server's summary left out, or about as many as its missing parts hold
+	parts     int // parts of partsOf missing
+	partsOf   int
+	evicted   controlplane.Evictions
+}
+
+// summary is what one server writes of one namespace (of one part: Part
+// of Parts, 0 of 1 when whole).
 type summary struct {
-	Server    string              `json:"server"`
-	At        time.Time           `json:"at"`
-	Truncated int                 `json:"truncated,omitempty"` // clients left out (past maxSummaryClients)
-	Reports   []controller.Report `json:"reports"`
+	Server string    `json:"server"`
+	At     time.Time `json:"at"`
+	// Truncated is the clients a summary left out: only servers before
+	// summaries had parts wrote it; a rollout holds while one says so.
+	Truncated int `json:"truncated,omitempty"`
+	// Evicted is the namespace's pairs the server's ack table dropped to
+	// make room (its last at Evicted.Last): a rollout started before
+	// that holds (controller.Config.Missing).
+	Evicted *controlplane.Evictions `json:"evicted,omitempty"`
+	Part    int                     `json:"part,omitempty"`
+	Parts   int                     `json:"parts,omitempty"`
+	Reports []controller.Report     `json:"reports"`
 }
 
 // summaryJSON is a summary as the store keeps it: the SDK version most of
 // its clients said is named once (SDKVersion), not in each report, so
 // that a fleet of one version costs a summary no bytes a client
-// (maxSummaryClients); a report of another version names its own, and
+// (summaryPart); a report of another version names its own, and
 // one whose client said none names noVersion.
 type summaryJSON struct {
-	Server     string              `json:"server"`
-	At         time.Time           `json:"at"`
-	Truncated  int                 `json:"truncated,omitempty"`
-	SDKVersion string              `json:"sdk_version,omitempty"`
-	Reports    []controller.Report `json:"reports"`
+	Server     string                  `json:"server"`
+	At         time.Time               `json:"at"`
+	Truncated  int                     `json:"truncated,omitempty"`
+	Evicted    *controlplane.Evictions `json:"evicted,omitempty"`
+	Part       int                     `json:"part,omitempty"`
+	Parts      int                     `json:"parts,omitempty"`
+	SDKVersion string                  `json:"sdk_version,omitempty"`
+	Reports    []controller.Report     `json:"reports"`
 }
 
 // noVersion is a report's SDK version in a summary that names one, for a
@@ -109,7 +183,8 @@ type summaryJSON struct {
 const noVersion = "-"
 
 func (s summary) MarshalJSON() ([]byte, error) {
-	j := summaryJSON{Server: s.Server, At: s.At, Truncated: s.Truncated, SDKVersion: commonVersion(s.Reports), Reports: s.Reports}
+	j := summaryJSON{Server: s.Server, At: s.At, Truncated: s.Truncated, Evicted: s.Evicted, Part: s.Part, Parts: s.Parts,
+		SDKVersion: commonVersion(s.Reports), Reports: s.Reports}
 	if j.SDKVersion != "" {
 		j.Reports = slices.Clone(s.Reports)
 		for i := range j.Reports {
@@ -129,7 +204,7 @@ func (s *summary) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
 	}
-	*s = summary{Server: j.Server, At: j.At, Truncated: j.Truncated, Reports: j.Reports}
+	*s = summary{Server: j.Server, At: j.At, Truncated: j.Truncated, Evicted: j.Evicted, Part: j.Part, Parts: j.Parts, Reports: j.Reports}
 	for i := range s.Reports {
 		switch s.Reports[i].SDKVersion {
 		case "":
@@ -161,7 +236,7 @@ func commonVersion(reports []controller.Report) string {
 
 func newReportSync(cli *clientv3.Client, acks *Acks, pres *presence.Table, active *activeRollouts, id string, log *slog.Logger) *reportSync {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &reportSync{cli: cli, acks: acks, presence: pres, active: active, id: id, log: log, stop: cancel, remote: make(map[string]remoteReports),
+	r := &reportSync{cli: cli, acks: acks, presence: pres, active: active, id: id, part: summaryPart, log: log, stop: cancel, remote: make(map[string]remoteReports),
 		presenceSent: make(map[string]presenceValue)}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.run(ctx) }()
@@ -177,6 +252,7 @@ func (r *reportSync) close() {
 func (r *reportSync) run(ctx context.Context) {
 	var lease clientv3.LeaseID
 	written := make(map[string]writtenSummary)
+	parts := make(map[string]int)
 	var expired time.Time
 	var evicted int64 // the ack table's evictions, as last logged
 	tick := time.NewTicker(reportsEvery)
@@ -208,22 +284,26 @@ func (r *reportSync) run(ctx context.Context) {
 				r.log.Warn("control: the ack table is full; the clients heard longest ago left it", "evicted", n)
 			}
 		}
-		if err := r.write(ctx, &lease, written); err != nil && ctx.Err() == nil {
+		if err := r.write(ctx, &lease, written, parts); err != nil && ctx.Err() == nil {
 			r.log.Warn("control: writing the rollout reports' summary", "err", err)
 			lease = 0 // take a new one: the old may have expired
 			clear(written)
+			clear(parts)
 			clear(r.presenceSent)
 		}
 	}
 }
 
-func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written map[string]writtenSummary) error {
+// write writes what changed of this server's summaries (written: what the
+// store holds, by key; parts: how many parts each namespace's takes).
+func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written map[string]writtenSummary, parts map[string]int) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	all := r.acks.ByNamespace()
 	present := r.presence.Entries()
 	if len(all) == 0 && len(present) == 0 {
 		clear(written)
+		clear(parts)
 		clear(r.presenceSent)
 		if *lease != 0 { // the summaries and the presence go with it
 			_, err := r.cli.Revoke(ctx, *lease)
@@ -247,47 +327,104 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 		running[ns] = true
 	}
 	now := time.Now()
+	keep := make(map[string]bool) // the keys of this round's parts
 	for ns, reports := range all {
-		last := written[ns]
-		if !running[ns] && now.Sub(last.at) < idleReportsEvery {
-			continue
+		n := summaryParts(reports, r.part)
+		if running[ns] {
+			// While a rollout runs a summary takes no fewer parts than it
+			// did: a client moves from one key to another only as their
+			// number grows (written before the old keys go).
+			n = max(n, parts[ns])
 		}
-		s := summary{Server: r.id, Reports: reports}
-		if len(reports) > maxSummaryClients {
-			s.Reports, s.Truncated = reports[:maxSummaryClients], len(reports)-maxSummaryClients
-			r.log.Warn("control: a report summary is truncated", "ns", ns, "left_out", s.Truncated)
+		parts[ns] = n
+		byPart := make([][]controller.Report, n)
+		for _, rep := range reports {
+			k := partOf(rep.ClientID, n)
+			byPart[k] = append(byPart[k], rep)
 		}
-		slices.SortFunc(s.Reports, func(x, y controller.Report) int { return strings.Compare(x.ClientID, y.ClientID) })
-		body, err := json.Marshal(s.Reports)
-		if err != nil {
-			return err
+		var evicted *controlplane.Evictions
+		if e := r.acks.EvictedOf(ns); e.N > 0 {
+			evicted = &e
 		}
-		if bytes.Equal(body, last.body) {
-			continue
-		}
-		shape := reportShape(s.Reports)
-		if !running[ns] && now.Sub(last.at) < idleRefresh && bytes.Equal(shape, last.shape) {
-			continue // only the times heard moved: refreshed less often
-		}
-		s.At = now.UTC()
-		data, err := json.Marshal(s)
-		if err != nil {
-			return err
-		}
-		if _, err := r.cli.Put(ctx, reportsPrefix(ns)+r.id, string(data), clientv3.WithLease(*lease)); err != nil {
-			return err
-		}
-		written[ns] = writtenSummary{body: body, shape: shape, at: now}
-	}
-	for ns := range written {
-		if _, ok := all[ns]; !ok { // its clients left the table
-			if _, err := r.cli.Delete(ctx, reportsPrefix(ns)+r.id); err != nil {
+		for k, reps := range byPart {
+			key := summaryKey(ns, r.id, k, n)
+			keep[key] = true
+			last := written[key]
+			// A client new to the summary goes at once, rollout or not: a
+			// rollout started on another server a moment later takes its
+			// first cut over it.
+			fresh := len(reps) != last.clients || !evicted.Equal(last.evicted)
+			if !running[ns] && now.Sub(last.at) < idleReportsEvery && !fresh {
+				continue
+			}
+			if running[ns] && !fresh && now.Sub(last.at) < idleRefresh && !heardUnconfirmed(reps, present, last.at) && bytes.Equal(reportShape(reps), last.shape) {
+				// While a rollout runs, only what the clients reported
+				// moves a summary: the times heard of those whose
+				// presence this server confirms do not (the leader
+				// takes their liveness from the presence); those of a
+				// client it does not (an older relay's) do.
+				continue
+			}
+			s := summary{Server: r.id, Evicted: evicted, Reports: reps}
+			if n > 1 {
+				s.Part, s.Parts = k, n
+			}
+			slices.SortFunc(s.Reports, func(x, y controller.Report) int { return strings.Compare(x.ClientID, y.ClientID) })
+			body, err := json.Marshal(s.Reports)
+			if err != nil {
 				return err
 			}
-			delete(written, ns)
+			if bytes.Equal(body, last.body) && !fresh {
+				continue
+			}
+			shape := reportShape(s.Reports)
+			if !running[ns] && now.Sub(last.at) < idleRefresh && bytes.Equal(shape, last.shape) && !fresh {
+				continue // only the times heard moved: refreshed less often
+			}
+			s.At = now.UTC()
+			data, err := json.Marshal(s)
+			if err != nil {
+				return err
+			}
+			if _, err := r.cli.Put(ctx, key, string(data), clientv3.WithLease(*lease)); err != nil {
+				return err
+			}
+			written[key] = writtenSummary{ns: ns, body: body, shape: shape, at: now, clients: len(reps), evicted: evicted}
 		}
 	}
-	return r.writePresence(ctx, *lease, present)
+	for key, w := range written {
+		if keep[key] {
+			continue
+		}
+		// Its clients left the table, or moved to another part (written
+		// above).
+		if _, err := r.cli.Delete(ctx, key); err != nil {
+			return err
+		}
+		delete(written, key)
+		if _, ok := all[w.ns]; !ok {
+			delete(parts, w.ns)
+		}
+	}
+	if err := r.writePresence(ctx, *lease, present); err != nil {
+		// What the presence's batches wrote stays written (presenceSent),
+		// and the rest goes at the next write: a fleet's presence that
+		// takes longer than one write (100,000 clients' keys) must not
+		// take the summaries' lease, and the summaries, down with it.
+		r.log.Warn("control: writing the presence (the rest at the next write)", "err", err)
+	}
+	return nil
+}
+
+// heardUnconfirmed reports whether a client in reports was heard after
+// since with no live presence on this server to say it is connected.
+func heardUnconfirmed(reports []controller.Report, present map[string]presence.Entry, since time.Time) bool {
+	for _, r := range reports {
+		if r.Seen.After(since) && present[r.ClientID].State != presence.Live {
+			return true
+		}
+	}
+	return false
 }
 
 // reportShape is reports without the times heard.
@@ -317,7 +454,7 @@ func (r *reportSync) summaries(ctx context.Context) ([]nsSummary, error) {
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), prefix)
 		i := strings.LastIndexByte(rest, '/')
-		if i < 0 || rest[i+1:] == r.id {
+		if i < 0 || keyServer(rest) == r.id {
 			continue
 		}
 		s := nsSummary{ns: rest[:i]}
@@ -337,17 +474,108 @@ func (r *reportSync) summaries(ctx context.Context) ([]nsSummary, error) {
 // other servers' summaries (read at most every half second).
 func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Report, error) {
 	local := r.acks.Of(ns)
+	cached, err := r.remoteOf(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	if len(cached.reports) > 0 {
+		byID := make(map[string]int, len(local)+len(cached.reports))
+		for i, rep := range local {
+			byID[rep.ClientID] = i
+		}
+		for _, rep := range cached.reports {
+			if i, ok := byID[rep.ClientID]; ok {
+				local[i].Merge(rep)
+				continue
+			}
+			byID[rep.ClientID] = len(local)
+			local = append(local, rep)
+		}
+	}
+	// A client connected to a server (its presence live, confirmed by
+	// that server's data plane or its relay's presence reports) is heard
+	// now: its liveness is its connection, not its reports' repeats, so
+	// a summary need not be rewritten for the times heard alone. So is a
+	// client whose presence is stale (behind a relay the server no longer
+	// hears, or on a stream unconfirmed): connected as far as anyone
+	// knows, its missing report holds its stage, up to the stage's
+	// timeout, rather than letting it pass unheard.
+	present, err := r.fleetPresence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	for i := range local {
+		if e, ok := present[local[i].ClientID]; ok && (e.State == presence.Live || e.State == presence.Stale) {
+			local[i].Seen = later(local[i].Seen, now)
+		}
+	}
+	return local, nil
+}
+
+// forget drops the others' summaries of ns read so far: the next read
+// is the store's (a rollout's start takes its first cut over the
+// clients heard last).
+func (r *reportSync) forget(ns string) {
+	r.mu.Lock()
+	delete(r.remote, ns)
+	r.mu.Unlock()
+}
+
+// missing is controller.Config.Missing: the reports of ns this server's
+// table dropped, and those the others' summaries say they dropped (or an
+// older server's left out), since a rollout's start.
+func (r *reportSync) missing(ctx context.Context, ns string, since time.Time) (int64, string) {
+	n, why := r.acks.Missing(ctx, ns, since)
+	var whys []string
+	if n > 0 {
+		whys = append(whys, "server "+r.id+": "+why)
+	}
+	cached, err := r.remoteOf(ctx, ns)
+	if err != nil {
+		// Not known to be missing: the step's own read of the reports
+		// fails the same way and decides nothing.
+		return n, strings.Join(whys, "; ")
+	}
+	for _, m := range cached.missing {
+		switch {
+		case m.parts > 0:
+			n += int64(m.truncated)
+			whys = append(whys, fmt.Sprintf("server %s: %d of the %d parts of its summary missing (about %d client(s))", m.server, m.parts, m.partsOf, m.truncated))
+		case m.truncated > 0:
+			n += int64(m.truncated)
+			whys = append(whys, fmt.Sprintf("server %s: its summary left out %d client(s)", m.server, m.truncated))
+		}
+		if m.evicted.N > 0 && !m.evicted.Last.Before(since) {
+			n += m.evicted.N
+			whys = append(whys, fmt.Sprintf("server %s: %d client report(s) left its full ack table, the last at %s",
+				m.server, m.evicted.N, m.evicted.Last.UTC().Format(time.RFC3339)))
+		}
+	}
+	return n, strings.Join(whys, "; ")
+}
+
+// remoteOf returns the other servers' summaries of ns, read at most every
+// half second.
+func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, error) {
 	r.mu.Lock()
 	cached, ok := r.remote[ns]
 	r.mu.Unlock()
 	if !ok || time.Since(cached.at) > reportsEvery/2 {
 		resp, err := r.cli.Get(ctx, reportsPrefix(ns), clientv3.WithPrefix())
 		if err != nil {
-			return nil, fmt.Errorf("control: the rollout reports of %q: %w", ns, err)
+			return remoteReports{}, fmt.Errorf("control: the rollout reports of %q: %w", ns, err)
 		}
 		cached = remoteReports{at: time.Now()}
+		// Each server's parts, by how many it wrote: a summary with a
+		// part missing (a write that failed) is reports missing.
+		type partSet struct {
+			have    map[int]bool
+			clients int
+		}
+		sets := make(map[string]map[int]*partSet)
 		for _, kv := range resp.Kvs {
-			if strings.HasSuffix(string(kv.Key), "/"+r.id) {
+			if keyServer(string(kv.Key)) == r.id {
 				continue
 			}
 			var s summary
@@ -356,6 +584,36 @@ func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Repor
 				continue
 			}
 			cached.reports = append(cached.reports, s.Reports...)
+			n := max(1, s.Parts)
+			if sets[s.Server] == nil {
+				sets[s.Server] = make(map[int]*partSet)
+			}
+			set := sets[s.Server][n]
+			if set == nil {
+				set = &partSet{have: make(map[int]bool)}
+				sets[s.Server][n] = set
+			}
+			set.have[s.Part], set.clients = true, set.clients+len(s.Reports)
+			if s.Truncated > 0 || s.Evicted != nil {
+				m := missingReports{server: s.Server, truncated: s.Truncated}
+				if s.Evicted != nil {
+					m.evicted = *s.Evicted
+				}
+				cached.missing = append(cached.missing, m)
+			}
+		}
+	servers:
+		for server, byN := range sets {
+			var short missingReports
+			for n, set := range byN {
+				if len(set.have) == n {
+					continue servers // one whole summary (a server that adds parts writes the new before the old go)
+				}
+				// About as many clients as the parts it has hold, in each
+				// part it lacks.
+				short = missingReports{server: server, parts: n - len(set.have), partsOf: n, truncated: (n - len(set.have)) * max(1, set.clients/len(set.have))}
+			}
+			cached.missing = append(cached.missing, short)
 		}
 		r.mu.Lock()
 		for other, rr := range r.remote { // namespaces no longer asked for
@@ -366,20 +624,12 @@ func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Repor
 		r.remote[ns] = cached
 		r.mu.Unlock()
 	}
-	if len(cached.reports) == 0 {
-		return local, nil
+	return cached, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
 	}
-	byID := make(map[string]int, len(local)+len(cached.reports))
-	for i, rep := range local {
-		byID[rep.ClientID] = i
-	}
-	for _, rep := range cached.reports {
-		if i, ok := byID[rep.ClientID]; ok {
-			local[i].Merge(rep)
-			continue
-		}
-		byID[rep.ClientID] = len(local)
-		local = append(local, rep)
-	}
-	return local, nil
+	return b
 }

@@ -79,11 +79,20 @@ func (h *Handler) fleetClients(ctx context.Context, ns string) ([]controlapi.Cli
 		return nil, nil, err
 	}
 	var servers []controlapi.ServerReports
+	at := make(map[[2]string]int) // server, namespace → its place in servers (a summary's parts are one)
 	for _, s := range remote {
 		if ns != "" && s.ns != ns {
 			continue
 		}
-		servers = append(servers, controlapi.ServerReports{Server: s.Server, Namespace: s.ns, At: s.At, Clients: len(s.Reports), Truncated: s.Truncated})
+		if i, ok := at[[2]string{s.Server, s.ns}]; ok {
+			servers[i].Clients += len(s.Reports)
+			if s.At.After(servers[i].At) {
+				servers[i].At = s.At
+			}
+		} else {
+			at[[2]string{s.Server, s.ns}] = len(servers)
+			servers = append(servers, controlapi.ServerReports{Server: s.Server, Namespace: s.ns, At: s.At, Clients: len(s.Reports), Truncated: s.Truncated})
+		}
 		for _, rep := range s.Reports {
 			k := clientKey{rep.ClientID, s.ns}
 			e := merged[k]

@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/schema"
 	"github.com/holdfast-dev/holdfast/server/store"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -141,7 +142,20 @@ func (s etcdStore) Compact(ctx context.Context, rev int64) (int64, error) {
 	return point, err
 }
 
-func (s etcdStore) Rollouts() controlplane.Rollouts { return s.h.rollouts }
+func (s etcdStore) Rollouts() controlplane.Rollouts { return freshStart{s.h.rollouts, s.h.reports} }
+
+// freshStart is the controller, whose Start reads the other servers'
+// summaries from the store, not from the last half second's read: the
+// first cut covers the clients they wrote last.
+type freshStart struct {
+	*controller.Controller
+	reports *reportSync
+}
+
+func (f freshStart) Start(ctx context.Context, ns string, spec controller.Spec, actor, reason string) (controller.Record, error) {
+	f.reports.forget(ns)
+	return f.Controller.Start(ctx, ns, spec, actor, reason)
+}
 
 // write runs a publish or rollback with its audit, condition and the
 // namespace's schema, guarded by the schema's revision: a schema set

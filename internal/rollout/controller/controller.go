@@ -96,6 +96,12 @@ type Config struct {
 	// Reports returns what the clients of ns reported, merged over every
 	// server of the store.
 	Reports func(ctx context.Context, ns string) ([]Report, error)
+	// Missing says how many reports of ns's clients since (a rollout's
+	// start) some bound dropped on the way (a table full, a summary or a
+	// queue cut), and why: a stage does not bake, and a bake does not end,
+	// while reports are missing; the stage times out (or holds) saying so.
+	// nil: none is ever missing.
+	Missing func(ctx context.Context, ns string, since time.Time) (n int64, why string)
 	// Gates builds a spec's gates; nil refuses specs with gates.
 	Gates func(raw json.RawMessage) (Gate, error)
 	// Liveness is how long a client of a stage may stay silent before it
@@ -140,6 +146,9 @@ func New(cfg Config) *Controller {
 	}
 	if cfg.Reports == nil {
 		cfg.Reports = func(context.Context, string) ([]Report, error) { return nil, nil }
+	}
+	if cfg.Missing == nil {
+		cfg.Missing = func(context.Context, string, time.Time) (int64, string) { return 0, "" }
 	}
 	return &Controller{cfg: cfg, wake: make(chan struct{}, 1),
 		known: make(map[string]map[string]memo), gates: make(map[string][]Gate)}
@@ -619,6 +628,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 			return c.commit(ctx, st, next, ch, leading)
 		}
 	}
+	missing, missingWhy := c.cfg.Missing(ctx, st.Namespace, st.Started)
 	if st.BakeEnd.IsZero() {
 		// A stage whose members are all gone has no evidence either way:
 		// it waits for a member's report (a client that joins and falls
@@ -627,12 +637,17 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 		// (and, recut above, no client known) passes: there is nobody
 		// to hear.
 		noEvidence := counts.InStage == 0 && counts.Gone > 0
-		if counts.Reported < counts.InStage || noEvidence {
+		// Reports known missing (a bound dropped them) hold it too: the
+		// counts are not the whole stage's.
+		if counts.Reported < counts.InStage || noEvidence || missing > 0 {
 			if now.Sub(st.StageAt) < st.Spec.StageTimeout || st.Held {
 				return nil, nil
 			}
 			why := fmt.Sprintf("stage %v%% timed out after %v: %d of %d client(s) reported, %d lagging, %d gone",
 				stage, st.Spec.StageTimeout, counts.Reported, counts.InStage, counts.Lagging, counts.Gone)
+			if missing > 0 {
+				why += fmt.Sprintf(", %d report(s) missing (%s)", missing, missingWhy)
+			}
 			if st.Spec.OnTimeout == Hold {
 				return c.hold(ctx, st, counts, now, why+"; holding (promote or abort it)", leading)
 			}
@@ -678,6 +693,10 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	}
 	if now.Before(st.BakeEnd) || st.Held {
 		return nil, nil
+	}
+	if missing > 0 {
+		return c.hold(ctx, st, counts, now, fmt.Sprintf("stage %v%% baked %v, but %d report(s) are missing (%s); holding (promote or abort it)",
+			stage, st.Spec.Bake, missing, missingWhy), leading)
 	}
 	baked := fmt.Sprintf("stage %v%% baked %v: %d of %d client(s) reported, %d gone, %d nack(s)", stage, st.Spec.Bake,
 		counts.Reported, counts.InStage, counts.Gone, t.nackers)

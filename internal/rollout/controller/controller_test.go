@@ -649,3 +649,57 @@ func TestNacksCountOncePerIdentity(t *testing.T) {
 		})
 	}
 }
+
+// TestMissingReportsHoldTheStage: while Missing says reports were dropped
+// on the way since the rollout's start, a stage whose known members have
+// all reported does not bake, and times out saying how many are missing
+// and why; reports missing once a stage bakes hold it at the bake's end.
+// None missing, the same fleet promotes.
+func TestMissingReportsHoldTheStage(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		missingFromBake bool
+	}{{"before the bake", false}, {"during the bake", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, m := newFleet(), NewMemStore()
+			clients := ids(10)
+			f.apply(m, "app", clients, nil)
+			var missing atomic.Int64
+			if !tc.missingFromBake {
+				missing.Store(4)
+			}
+			c := New(Config{Store: m, Reports: f.Reports, Now: f.clock,
+				Missing: func(context.Context, string, time.Time) (int64, string) {
+					return missing.Load(), "a relay's queue was full"
+				}})
+			sp := Spec{Puts: spec.Puts, Stages: []float64{50, 100}, Bake: time.Second, StageTimeout: 10 * time.Second, OnTimeout: Hold}
+			rec, err := c.Start(context.Background(), "app", sp, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 30 {
+				f.apply(m, "app", clients, nil)
+				step(t, c, nil)
+				if cur, _ := m.Current(context.Background(), "app"); tc.missingFromBake && !cur.BakeEnd.IsZero() {
+					missing.Store(2)
+				}
+				f.advance(500 * time.Millisecond)
+			}
+			got, err := c.Get(context.Background(), "app", rec.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "4 report(s) missing (a relay's queue was full)"
+			if tc.missingFromBake {
+				want = "2 report(s) are missing (a relay's queue was full); holding"
+			}
+			if got.State != Running || !got.Held || got.Stage != 50 || !strings.Contains(got.Reason, want) {
+				t.Fatalf("record %+v: want held at 50%% with %q", got, want)
+			}
+			missing.Store(0)
+			if _, err := c.Promote(context.Background(), "app", rec.ID, "bob", "the queue was drained"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
