@@ -700,41 +700,58 @@ func (h *Handler) emergencyPublish(w http.ResponseWriter, r *http.Request, ns st
 	if !allowed {
 		return forbidden("%s is not in the emergency list of namespace %q's policies", me, ns)
 	}
-	old, base, err := h.cfg.Changes.Current(r.Context(), ns)
-	if err != nil && !isNotFound(err) {
-		return err
-	}
-	checks, err := h.contentChecks(r.Context(), ns, old, wr.Puts, wr.Deletes)
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	c := controlapi.Change{
-		ID: newChangeID(), State: controlapi.ChangePublished, Author: me, Reason: wr.Reason, Emergency: true,
-		Namespaces: map[string]controlapi.NamespaceChange{ns: {BaseRevision: base, Puts: wr.Puts, Deletes: wr.Deletes}},
-		Diff:       semanticDiff(ns, old, wr.Puts, wr.Deletes), Checks: checks, Approvals: []controlapi.Approval{},
-		CreatedAt: now, UpdatedAt: now,
-		RetroReview: &controlapi.RetroReview{Due: now.Add(retroWindow(ps))},
-	}
-	c.Hash = changeHash(&c)
-	if c.Reach, err = h.reach(r.Context(), &c, ps); err != nil {
-		return err
-	}
-	wr.Kind, wr.Change = KindEmergency, c.ID
-	rev, err := h.write(r.Context(), ns, wr, abort, func() (int64, error) { return h.cfg.Store.Publish(r.Context(), ns, wr) })
-	if err != nil {
-		return err
-	}
-	c.Revision, c.Revisions = rev, map[string]int64{ns: rev}
-	detail := fmt.Sprintf("revision %d", rev)
-	if nb := checkMessages(nonPassing(checks)); len(nb) > 0 {
-		detail += "; checks passed over: " + strings.Join(nb, "; ")
-	}
-	c.Events = []controlapi.ChangeEvent{{At: now, By: me, Action: "emergency-publish", Reason: wr.Reason, Detail: detail}}
-	if err := h.cfg.Changes.CreateChange(r.Context(), c); err != nil {
-		// Published: the namespace's history records it as an emergency.
-		h.log.Error("control: an emergency publish's retro review was not stored", "ns", ns, "revision", rev, "change", c.ID, "err", err)
-		return err
+	// The publish and its retro review commit in one transaction
+	// (CommitChange creating the change's record): both exist or
+	// neither. The commit is conditional on the revision the checks read;
+	// without the caller's if_revision a write in between makes it read
+	// and check again.
+	var c controlapi.Change
+	var rev int64
+	var detail string
+	wr.Kind = KindEmergency
+	for attempt := 0; ; attempt++ {
+		old, base, err := h.cfg.Changes.Current(r.Context(), ns)
+		if err != nil && !isNotFound(err) {
+			return err
+		}
+		checks, err := h.contentChecks(r.Context(), ns, old, wr.Puts, wr.Deletes)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		c = controlapi.Change{
+			ID: newChangeID(), State: controlapi.ChangePublished, Author: me, Reason: wr.Reason, Emergency: true,
+			Namespaces: map[string]controlapi.NamespaceChange{ns: {BaseRevision: base, Puts: wr.Puts, Deletes: wr.Deletes}},
+			Diff:       semanticDiff(ns, old, wr.Puts, wr.Deletes), Checks: checks, Approvals: []controlapi.Approval{},
+			CreatedAt: now, UpdatedAt: now,
+			RetroReview: &controlapi.RetroReview{Due: now.Add(retroWindow(ps))},
+		}
+		c.Hash = changeHash(&c)
+		if c.Reach, err = h.reach(r.Context(), &c, ps); err != nil {
+			return err
+		}
+		detail = "emergency"
+		if nb := checkMessages(nonPassing(checks)); len(nb) > 0 {
+			detail += "; checks passed over: " + strings.Join(nb, "; ")
+		}
+		c.Events = []controlapi.ChangeEvent{{At: now, By: me, Action: "emergency-publish", Reason: wr.Reason, Detail: detail}}
+		cw := wr
+		cw.Change = c.ID
+		if cw.IfRevision == nil {
+			cw.IfRevision = &base
+		}
+		var cfe *ConflictError
+		rev, err = h.write(r.Context(), ns, cw, abort, func() (int64, error) {
+			rev, _, err := h.cfg.Changes.CommitChange(r.Context(), c, 0, map[string]Write{ns: cw})
+			return rev, err
+		})
+		if errors.As(err, &cfe) && wr.IfRevision == nil && attempt < maxAbortAttempts {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	h.log.Warn("control: emergency publish", "ns", ns, "revision", rev, "by", me, "change", c.ID, "checks", detail)
 	writeJSON(w, http.StatusOK, controlapi.EmergencyReply{Revision: rev, RetroReview: c.ID})

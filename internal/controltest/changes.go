@@ -1,6 +1,7 @@
 package controltest
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"testing"
@@ -286,6 +287,7 @@ func testEmergency(t *testing.T, c *client) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	c.list(t, "state=overdue&ns="+ns, er.RetroReview)
+	c.overdue(1)
 	c.fails(http.StatusForbidden, controlapi.CodeSelfApproval, "POST", "/control/changes/"+er.RetroReview+"/approve", nil)
 	var done controlapi.Change
 	reviewer.ok(http.StatusOK, "POST", "/control/changes/"+er.RetroReview+"/approve", nil, &done)
@@ -293,6 +295,20 @@ func testEmergency(t *testing.T, c *client) {
 		t.Errorf("reviewed: %+v", done.RetroReview)
 	}
 	reviewer.fails(http.StatusConflict, controlapi.CodeAlreadyApproved, "POST", "/control/changes/"+er.RetroReview+"/approve", nil)
+	c.overdue(0)
+}
+
+// overdue checks the server's overdue gauge reads want, when the server
+// gives it (the emergency case is the suite's only emergency publisher).
+func (c *client) overdue(want int) {
+	c.t.Helper()
+	if c.srv.OverdueReviews == nil {
+		return
+	}
+	n, err := c.srv.OverdueReviews(context.Background())
+	if err != nil || n != want {
+		c.t.Errorf("overdue reviews: %d, %v; want %d", n, err, want)
+	}
 }
 
 // testChangeLint: a block lint saved through the lint routes blocks a
