@@ -33,9 +33,13 @@ const (
 	ChangeOpen      = "open"
 	ChangeApproved  = "approved"
 	ChangePublished = "published"
-	ChangeRejected  = "rejected"
-	ChangeWithdrawn = "withdrawn"
-	ChangeStale     = "stale"
+	// ChangePublishing: an approved change of one namespace whose rollout
+	// is being started (publish with stages); publishing it again settles
+	// it, published with its rollout (started once) or approved again.
+	ChangePublishing = "publishing"
+	ChangeRejected   = "rejected"
+	ChangeWithdrawn  = "withdrawn"
+	ChangeStale      = "stale"
 )
 
 // Actions on a change (Change.Actions, the routes' last segment).
