@@ -25,6 +25,13 @@ type NamespaceChange struct {
 	BaseRevision int64                      `json:"base_revision"`
 	Puts         map[string]json.RawMessage `json:"puts,omitempty"`
 	Deletes      []string                   `json:"deletes,omitempty"`
+	// Schema, when set, is the namespace's new JSON Schema, set with the
+	// change's values in the same commit (a namespace governed by a
+	// policy changes its schema this way); DeleteSchema drops its schema
+	// instead. The review checks the content after the change against
+	// the new schema.
+	Schema       json.RawMessage `json:"schema,omitempty"`
+	DeleteSchema bool            `json:"delete_schema,omitempty"`
 }
 
 // States of a change. StateStale is derived when the change is read: a
@@ -114,6 +121,9 @@ type DiffEntry struct {
 const (
 	OpPut    = "put"
 	OpDelete = "delete"
+	// OpSchema is a change's schema entry (its Key empty, Old and New the
+	// schemas; Kind added, changed, unchanged or removed).
+	OpSchema = "schema"
 
 	DiffAdded       = "added"
 	DiffChanged     = "changed"

@@ -72,8 +72,14 @@ func (h *Handler) proposeChange(w http.ResponseWriter, r *http.Request) error {
 		if err := transport.ValidateNamespace(ns); err != nil {
 			return badRequest("%v", err)
 		}
-		if len(nc.Puts)+len(nc.Deletes) == 0 {
-			return badRequest("namespace %q: a change of no keys", ns)
+		if len(nc.Puts)+len(nc.Deletes) == 0 && nc.Schema == nil && !nc.DeleteSchema {
+			return badRequest("namespace %q: a change of no keys and no schema", ns)
+		}
+		if nc.Schema != nil {
+			if nc.DeleteSchema {
+				return badRequest("namespace %q: a change sets a schema or deletes it, not both", ns)
+			}
+			nc.Schema = compact(nc.Schema)
 		}
 		if err := checkChange(nc.Puts, nc.Deletes); err != nil {
 			return err
@@ -587,7 +593,16 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	writes := make(map[string]Write, len(c.Namespaces))
 	for ns, nc := range c.Namespaces {
 		base := nc.BaseRevision
-		writes[ns] = Write{Puts: nc.Puts, Deletes: nc.Deletes, Actor: me, Reason: reason, IfRevision: &base, Kind: KindChange, Change: c.ID}
+		wr := Write{Puts: nc.Puts, Deletes: nc.Deletes, Actor: me, Reason: reason, IfRevision: &base, Kind: KindChange, Change: c.ID,
+			DropSchema: nc.DeleteSchema}
+		if nc.Schema != nil {
+			sch, err := compileSchema(ns, nc.Schema)
+			if err != nil {
+				return err
+			}
+			wr.Schema, wr.CompiledSchema = nc.Schema, sch
+		}
+		writes[ns] = wr
 	}
 	c.Events = append(c.Events, controlapi.ChangeEvent{At: now, By: me, Action: "publish", Reason: body.Reason})
 	rev, revs, err := h.cfg.Changes.CommitChange(r.Context(), c, version, writes)
@@ -627,6 +642,9 @@ func (h *Handler) publishChangeStaged(w http.ResponseWriter, r *http.Request, c 
 	}
 	ns := sortedNamespaces(c.Namespaces)[0]
 	nc := c.Namespaces[ns]
+	if nc.Schema != nil || nc.DeleteSchema {
+		return badRequest("change %s changes the schema of %q, which a rollout cannot stage: publish it without stages", c.ID, ns)
+	}
 	reason := "change " + c.ID + ": " + c.Reason
 	rec, found, err := h.changeRollout(r.Context(), ns, c.ID)
 	if err != nil {
@@ -758,7 +776,7 @@ func (h *Handler) emergencyPublish(w http.ResponseWriter, r *http.Request, ns st
 		if err != nil && !isNotFound(err) {
 			return err
 		}
-		checks, err := h.contentChecks(r.Context(), ns, old, wr.Puts, wr.Deletes)
+		checks, err := h.contentChecks(r.Context(), ns, old, wr.Puts, wr.Deletes, nil)
 		if err != nil {
 			return err
 		}

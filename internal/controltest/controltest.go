@@ -98,6 +98,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"ChangeAtomic", testChangeAtomic},
 		{"ChangeStaged", testChangeStaged},
 		{"ChangeSchemaBlock", testChangeSchemaBlock},
+		{"ChangeSchema", testChangeSchema},
 		{"Emergency", testEmergency},
 		{"ChangeLint", testChangeLint},
 	} {

@@ -211,8 +211,12 @@ func (c changeStore) CommitChange(_ context.Context, ch controlapi.Change, versi
 				return 0, nil, err
 			}
 		}
-		ws = append(ws, nsWrite{ns: ns, puts: puts, deletes: append(deletes, rollout.Key), ifRev: *w.IfRevision,
-			meta: commitMeta{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, Kind: w.Kind, Change: w.Change}})
+		nw := nsWrite{ns: ns, puts: puts, deletes: append(deletes, rollout.Key), ifRev: *w.IfRevision,
+			meta: commitMeta{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, Kind: w.Kind, Change: w.Change}, dropSchema: w.DropSchema}
+		if w.CompiledSchema != nil {
+			nw.schema = newChecker(w.Schema, w.CompiledSchema)
+		}
+		ws = append(ws, nw)
 	}
 	b := &c.s.book
 	b.mu.Lock()

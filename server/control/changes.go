@@ -223,6 +223,7 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 	names := slices.Sorted(maps.Keys(writes))
 	for attempt := 0; ; attempt++ {
 		ws := make([]store.NamespaceWrite, 0, len(names))
+		ops := append([]clientv3.Op{clientv3.OpPut(key, string(data))}, retroOps(&c)...)
 		for _, ns := range names {
 			w := writes[ns]
 			opts := []store.PublishOption{store.WithActor(w.Actor), store.WithOnBehalfOf(w.OnBehalfOf), store.WithReason(w.Reason),
@@ -242,6 +243,16 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 				return 0, nil, err
 			}
 			opts = append(opts, store.WithGuard(currentKey(ns), rv), store.WithGuard(SchemaRoot+ns, schemaRev))
+			// A change's schema commits with its values, which it checks
+			// in the old schema's stead (a dropped schema checks nothing).
+			switch {
+			case w.CompiledSchema != nil:
+				sch = w.CompiledSchema
+				ops = append(ops, clientv3.OpPut(SchemaRoot+ns, string(w.Schema)))
+			case w.DropSchema:
+				sch = nil
+				ops = append(ops, clientv3.OpDelete(SchemaRoot+ns))
+			}
 			if sch != nil {
 				opts = append(opts, store.WithSchema(sch))
 			}
@@ -249,7 +260,7 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 		}
 		rev, err := h.cfg.Namespaces.PublishMany(ctx, ws,
 			store.WithCondition(clientv3.Compare(clientv3.ModRevision(key), "=", version)),
-			store.WithOps(append([]clientv3.Op{clientv3.OpPut(key, string(data))}, retroOps(&c)...)...))
+			store.WithOps(ops...))
 		var conflict *store.ConflictError
 		switch {
 		case errors.As(err, &conflict):
