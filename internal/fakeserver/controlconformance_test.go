@@ -35,7 +35,7 @@ func TestControlConformance(t *testing.T) {
 }
 
 // idTable authenticates a secret by a table: identities of any scope
-// (access.New's tokens have no admin scope).
+// (and of any name).
 type idTable map[string]access.Identity
 
 func (t idTable) Authenticate(secret string) (access.Identity, bool) {
