@@ -266,6 +266,10 @@ func testEmergency(t *testing.T, c *client) {
 	c.policy(admin, "emer-"+ns, ns, map[string]any{"emergency": []string{c.srv.Tokens.ControlName}, "retro_review": "1ms"})
 	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true})
 	reviewer.fails(http.StatusForbidden, transport.CodeForbidden, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true, "reason": "r"})
+	// A publish that does not commit leaves no retro review either.
+	c.fails(http.StatusConflict, transport.CodeConflict, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true, "reason": "outage", "if_revision": 999})
+	c.list(t, "ns="+ns)
+	c.overdue(0)
 	var er controlapi.EmergencyReply
 	c.ok(http.StatusOK, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true, "reason": "outage"}, &er)
 	if er.Revision <= 0 || er.RetroReview == "" || c.revision(ns) != er.Revision {
