@@ -275,6 +275,7 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 		revs := make(map[string]int64, len(names))
 		for _, ns := range names {
 			revs[ns] = rev
+			h.cfg.Acks.published(ns, rev) // as a publish's: the propagation's clock
 			h.publishes.Add(1)
 			h.trim.published(ns, publishSize(writes[ns].Puts, writes[ns].Deletes))
 		}
