@@ -63,12 +63,20 @@ type Token struct {
 	// Relay is the relay scope: a relay's own token, which speaks for
 	// its clients (their acks, its cohort reports) to its upstream.
 	Relay bool
+	// Admin is the admin scope: token management, policies, lints and
+	// the admin endpoints (what a store's token record's Admin grants).
+	Admin bool
 }
 
 // String describes t without its secret.
 func (t Token) String() string {
-	if t.Relay {
+	switch {
+	case t.Relay && t.Admin:
+		return fmt.Sprintf("token %q (control %v, data %v, relay, admin)", t.Name, t.Control, t.Data)
+	case t.Relay:
 		return fmt.Sprintf("token %q (control %v, data %v, relay)", t.Name, t.Control, t.Data)
+	case t.Admin:
+		return fmt.Sprintf("token %q (control %v, data %v, admin)", t.Name, t.Control, t.Data)
 	}
 	return fmt.Sprintf("token %q (control %v, data %v)", t.Name, t.Control, t.Data)
 }
@@ -78,7 +86,7 @@ func (t Token) GoString() string { return t.String() }
 
 // LogValue logs t without its secret.
 func (t Token) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("name", t.Name), slog.Any("control", t.Control), slog.Any("data", t.Data), slog.Bool("relay", t.Relay))
+	return slog.GroupValue(slog.String("name", t.Name), slog.Any("control", t.Control), slog.Any("data", t.Data), slog.Bool("relay", t.Relay), slog.Bool("admin", t.Admin))
 }
 
 // Identity is an authenticated token: its name and scopes, never its
@@ -166,7 +174,7 @@ type entry struct {
 // each with a unique non-empty name of printable ASCII, a unique secret
 // of MinSecretLen..MaxSecretLen bytes of printable ASCII without spaces
 // (what a header carries), and at least one valid, non-empty pattern in
-// Control or Data. Errors wrap ErrInvalid and never quote a secret.
+// Control or Data (or the Admin scope). Errors wrap ErrInvalid and never quote a secret.
 func New(tokens ...Token) (*Tokens, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("%w: no token", ErrInvalid)
@@ -186,7 +194,7 @@ func New(tokens ...Token) (*Tokens, error) {
 			return nil, fmt.Errorf("%w: token %q: its secret has %d bytes, want %d..%d", ErrInvalid, tok.Name, len(tok.Secret), MinSecretLen, MaxSecretLen)
 		case !printable(tok.Secret, false):
 			return nil, fmt.Errorf("%w: token %q: its secret has a byte a header cannot carry (want printable ASCII, no space)", ErrInvalid, tok.Name)
-		case len(tok.Control) == 0 && len(tok.Data) == 0:
+		case len(tok.Control) == 0 && len(tok.Data) == 0 && !tok.Admin:
 			return nil, fmt.Errorf("%w: token %q has neither control nor data scope", ErrInvalid, tok.Name)
 		}
 		names[tok.Name] = true
@@ -201,7 +209,7 @@ func New(tokens ...Token) (*Tokens, error) {
 		}
 		secrets[d] = tok.Name
 		t.entries = append(t.entries, entry{
-			id:     Identity{Name: tok.Name, control: slices.Clone(tok.Control), data: slices.Clone(tok.Data), relay: tok.Relay},
+			id:     Identity{Name: tok.Name, control: slices.Clone(tok.Control), data: slices.Clone(tok.Data), admin: tok.Admin, relay: tok.Relay},
 			digest: d,
 		})
 	}

@@ -54,6 +54,22 @@ func TestPatterns(t *testing.T) {
 	}
 }
 
+func TestAdminToken(t *testing.T) {
+	toks, err := New(Token{Name: "root", Secret: secretA, Admin: true}, Token{Name: "b", Secret: secretB, Data: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := toks.Authenticate(secretA); !ok || !id.IsAdmin() || id.HasControl() || !id.Scopes().Admin {
+		t.Errorf("root: %v %+v", ok, id)
+	}
+	if id, _ := toks.Authenticate(secretB); id.IsAdmin() {
+		t.Errorf("b is admin: %+v", id)
+	}
+	if s := (Token{Name: "root", Secret: secretA, Admin: true}).String(); !strings.Contains(s, "admin") || strings.Contains(s, secretA) {
+		t.Errorf("String: %s", s)
+	}
+}
+
 func TestAuthenticate(t *testing.T) {
 	toks, err := New(Token{Name: "a", Secret: secretA, Data: []string{"*"}}, Token{Name: "b", Secret: secretB, Data: []string{"*"}})
 	if err != nil {

@@ -25,6 +25,13 @@ type NamespaceChange struct {
 	BaseRevision int64                      `json:"base_revision"`
 	Puts         map[string]json.RawMessage `json:"puts,omitempty"`
 	Deletes      []string                   `json:"deletes,omitempty"`
+	// Schema, when set, is the namespace's new JSON Schema, set with the
+	// change's values in the same commit (a namespace governed by a
+	// policy changes its schema this way); DeleteSchema drops its schema
+	// instead. The review checks the content after the change against
+	// the new schema.
+	Schema       json.RawMessage `json:"schema,omitempty"`
+	DeleteSchema bool            `json:"delete_schema,omitempty"`
 }
 
 // States of a change. StateStale is derived when the change is read: a
@@ -33,9 +40,13 @@ const (
 	ChangeOpen      = "open"
 	ChangeApproved  = "approved"
 	ChangePublished = "published"
-	ChangeRejected  = "rejected"
-	ChangeWithdrawn = "withdrawn"
-	ChangeStale     = "stale"
+	// ChangePublishing: an approved change of one namespace whose rollout
+	// is being started (publish with stages); publishing it again settles
+	// it, published with its rollout (started once) or approved again.
+	ChangePublishing = "publishing"
+	ChangeRejected   = "rejected"
+	ChangeWithdrawn  = "withdrawn"
+	ChangeStale      = "stale"
 )
 
 // Actions on a change (Change.Actions, the routes' last segment).
@@ -110,6 +121,9 @@ type DiffEntry struct {
 const (
 	OpPut    = "put"
 	OpDelete = "delete"
+	// OpSchema is a change's schema entry (its Key empty, Old and New the
+	// schemas; Kind added, changed, unchanged or removed).
+	OpSchema = "schema"
 
 	DiffAdded       = "added"
 	DiffChanged     = "changed"

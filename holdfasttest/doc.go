@@ -34,8 +34,9 @@
 //
 // The control API includes the change workflow (docs/CHANGES.md):
 // proposals, approvals and publishing of changes. Its policies need
-// identities: a server given tokens (WithTokens; an admin's, to set
-// them, from an access.Authenticator through access.FromAuthenticator).
+// identities: a server given tokens (WithTokens; a token with Admin, to
+// set policies and lints: access.Token{Name: "root", Secret: …, Admin:
+// true}; see ExampleWithTokens_policy).
 //
 // Errors of the Go API: ErrInvalid (a malformed name, key, value or
 // revision), ErrUnknownNamespace, ErrNoRevision (a revision or time the

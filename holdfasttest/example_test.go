@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/config"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/holdfasttest"
@@ -265,4 +266,63 @@ func ExampleServer_Client() {
 	// Output:
 	// conflict: at revision 2, not 1
 	// revision: 2
+}
+
+// A policy under test: an admin token sets it (policies need the admin
+// scope), a direct publish is then refused, and a change proposed by one
+// identity and approved by another is published.
+func ExampleWithTokens_policy() {
+	toks, err := access.New(
+		access.Token{Name: "root", Secret: "root-secret-0123456789", Admin: true},
+		access.Token{Name: "alice", Secret: "alice-secret-0123456789", Control: []string{"payments.*"}},
+		access.Token{Name: "bob", Secret: "bob-secret-0123456789", Control: []string{"payments.*"}},
+	)
+	if err != nil {
+		panic(err)
+	}
+	srv, err := holdfasttest.Start(holdfasttest.WithTokens(toks))
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	if _, err := srv.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200}); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	as := func(secret string) *controlapi.Client {
+		c, err := controlapi.NewClient(srv.URL(), controlapi.WithToken(secret))
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+	root, alice, bob := as("root-secret-0123456789"), as("alice-secret-0123456789"), as("bob-secret-0123456789")
+	if _, err := root.PutPolicy(ctx, "payments", controlapi.Policy{Namespaces: "payments.*", Approvals: 1, Approvers: []string{"bob"}}); err != nil {
+		panic(err)
+	}
+	puts := map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage(`50`)}
+	_, err = alice.Publish(ctx, "payments.prod", controlapi.PublishRequest{Puts: puts})
+	var ae *controlapi.Error
+	if errors.As(err, &ae) {
+		fmt.Println("direct publish:", ae.Code)
+	}
+	ch, err := alice.ProposeChange(ctx, controlapi.ChangeRequest{Reason: "a shorter timeout",
+		Namespaces: map[string]controlapi.NamespaceChange{"payments.prod": {Puts: puts}}})
+	if err != nil {
+		panic(err)
+	}
+	if ch, err = bob.ApproveChange(ctx, ch.ID, controlapi.ChangeActionRequest{}); err != nil {
+		panic(err)
+	}
+	fmt.Println("after bob:", ch.State)
+	rep, err := alice.PublishChange(ctx, ch.ID, controlapi.ChangePublishRequest{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("published at revision", rep.Revision)
+	// Output:
+	// direct publish: approval_required
+	// after bob: approved
+	// published at revision 2
 }

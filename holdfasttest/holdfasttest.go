@@ -209,7 +209,8 @@ func WithBearerToken(token string) Option { return fakeserver.WithBearerToken(to
 // the reason; on a multi-namespace stream a namespace outside the scope
 // ends alone (an ended event, code forbidden). Without WithTokens (or
 // WithBearerToken) the server is open, and says so in a warning at start.
-// It excludes WithBearerToken.
+// It excludes WithBearerToken. A token with Admin (access.Token) may set
+// policies and lints, so a test can try its own (ExampleWithTokens_policy).
 func WithTokens(t *access.Tokens) Option { return fakeserver.WithTokens(t) }
 
 // WithLogger sets the server's logger (default: discard).

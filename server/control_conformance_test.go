@@ -40,7 +40,7 @@ func TestControlConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			return &controltest.Server{URL: url, Tokens: tok}
+			return &controltest.Server{URL: url, Tokens: tok, OverdueReviews: s.OverdueReviews}
 		})
 	})
 }

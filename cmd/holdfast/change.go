@@ -43,7 +43,11 @@ for several namespaces,
 	{"reason": "…", "namespaces": {"payments.prod": {"base_revision": 41,
 	 "puts": {"retry-timeout-ms": 50}, "deletes": ["legacy"]}}}
 
-(-reason, -link and -allow-old-sdk add to it). A check that blocks (the
+(-reason, -link and -allow-old-sdk add to it). -schema FILE gives
+NAMESPACE a new JSON Schema with the change (-delete-schema drops its
+schema): the review checks the content after the change against it, and
+publishing commits it with the values; a namespace under a policy changes
+its schema this way only. A check that blocks (the
 schema, a block lint, clients below a policy's min_sdk_version) still
 records the change, which cannot be approved: the review says why.
 ` + changeDoc + `
@@ -57,11 +61,35 @@ records the change, which cannot be approved: the review says why.
 			var base optInt
 			fs.Var(&base, "base", "the base `REVISION` of NAMESPACE (default: its revision now)")
 			allowOld := fs.String("allow-old-sdk", "", "reach clients below a policy's min_sdk_version, for `REASON`")
+			schemaFile := fs.String("schema", "", "set NAMESPACE's JSON Schema to `FILE`'s with the change")
+			dropSchema := fs.Bool("delete-schema", false, "delete NAMESPACE's schema with the change")
 			return func(ctx context.Context, e *env, args []string) error {
 				var req controlapi.ChangeRequest
+				schemaPart := *schemaFile != "" || *dropSchema
+				readSchema := func(nc *controlapi.NamespaceChange) error {
+					if *schemaFile == "" {
+						return nil
+					}
+					data, err := os.ReadFile(*schemaFile)
+					if err != nil {
+						return usagef("-schema: %v", err)
+					}
+					nc.Schema = data
+					return nil
+				}
 				switch {
 				case *file != "" && len(args) > 0:
 					return usagef("-f and NAMESPACE KEY=VALUE arguments exclude each other")
+				case *file != "" && schemaPart:
+					return usagef("-schema and -delete-schema go with NAMESPACE: in -f FILE, give a namespace's \"schema\" or \"delete_schema\"")
+				case *schemaFile != "" && *dropSchema:
+					return usagef("-schema and -delete-schema exclude each other")
+				case schemaPart && len(args) == 1:
+					nc := controlapi.NamespaceChange{BaseRevision: base.v, DeleteSchema: *dropSchema}
+					if err := readSchema(&nc); err != nil {
+						return err
+					}
+					req.Namespaces = map[string]controlapi.NamespaceChange{args[0]: nc}
 				case *file != "":
 					data, err := os.ReadFile(*file)
 					if err != nil {
@@ -73,13 +101,17 @@ records the change, which cannot be approved: the review says why.
 						return usagef("-f %s: %v", *file, err)
 					}
 				case len(args) < 2:
-					return usagef("give NAMESPACE and KEY=VALUE arguments, or -f FILE")
+					return usagef("give NAMESPACE and KEY=VALUE arguments (or -schema FILE), or -f FILE")
 				default:
 					puts, deletes, err := parseChange("", args[1:])
 					if err != nil {
 						return err
 					}
-					req.Namespaces = map[string]controlapi.NamespaceChange{args[0]: {BaseRevision: base.v, Puts: puts, Deletes: deletes}}
+					nc := controlapi.NamespaceChange{BaseRevision: base.v, Puts: puts, Deletes: deletes, DeleteSchema: *dropSchema}
+					if err := readSchema(&nc); err != nil {
+						return err
+					}
+					req.Namespaces = map[string]controlapi.NamespaceChange{args[0]: nc}
 				}
 				if *reason != "" {
 					req.Reason = *reason
@@ -454,6 +486,9 @@ func showChange(w io.Writer, c *controlapi.Change) error {
 // diffLine is one key of a semantic diff: "retry-ms: 200 → 50".
 func diffLine(d controlapi.DiffEntry) string {
 	k := cell(d.Key)
+	if d.Op == controlapi.OpSchema {
+		k = "(schema)"
+	}
 	switch d.Kind {
 	case controlapi.DiffAdded:
 		return fmt.Sprintf("+ %s: %s (added)", k, cell(string(d.New)))

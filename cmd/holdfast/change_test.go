@@ -314,6 +314,30 @@ func TestChangeWorkflowAcrossProcesses(t *testing.T) {
 			t.Errorf("commits of the change: %d; history %+v", n, h.Revisions)
 		}
 	})
+
+	t.Run("SchemaThroughChange", func(t *testing.T) {
+		if err := alice.PutSchema(ctx, "payments.b", json.RawMessage(`{"type":"object"}`)); err == nil || !strings.Contains(err.Error(), "approval_required") {
+			t.Fatalf("a direct schema change: %v", err)
+		}
+		file := filepath.Join(t.TempDir(), "schema.json")
+		if err := os.WriteFile(file, []byte(`{"type":"object","properties":{"retry-ms":{"type":"integer","maximum":100}}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ch := e.change("alice", "change", "propose", "-reason", "bound retries", "-schema", file, "payments.b")
+		show := e.ok("bob", 2, "change", "show", ch.ID)
+		if !strings.Contains(show, "+ (schema):") || !strings.Contains(show, "schema (new)") {
+			t.Errorf("change show of a schema change:\n%s", show)
+		}
+		e.change("bob", "change", "approve", ch.ID)
+		e.ok("alice", 2, "change", "publish", ch.ID)
+		got, err := alice.GetSchema(ctx, "payments.b")
+		if err != nil || !strings.Contains(string(got), `"maximum":100`) {
+			t.Fatalf("schema after the change: %s %v", got, err)
+		}
+		if code, _, stderr := e.as("alice", 2, "change", "propose", "-reason", "r", "-schema", file, "-delete-schema", "payments.b"); code != exitUsage || !strings.Contains(stderr, "exclude each other") {
+			t.Errorf("-schema with -delete-schema: exit %d: %s", code, stderr)
+		}
+	})
 }
 
 // TestChangeOnCluster: two holdfast server processes over a 3-member

@@ -72,8 +72,14 @@ func (h *Handler) proposeChange(w http.ResponseWriter, r *http.Request) error {
 		if err := transport.ValidateNamespace(ns); err != nil {
 			return badRequest("%v", err)
 		}
-		if len(nc.Puts)+len(nc.Deletes) == 0 {
-			return badRequest("namespace %q: a change of no keys", ns)
+		if len(nc.Puts)+len(nc.Deletes) == 0 && nc.Schema == nil && !nc.DeleteSchema {
+			return badRequest("namespace %q: a change of no keys and no schema", ns)
+		}
+		if nc.Schema != nil {
+			if nc.DeleteSchema {
+				return badRequest("namespace %q: a change sets a schema or deletes it, not both", ns)
+			}
+			nc.Schema = compact(nc.Schema)
 		}
 		if err := checkChange(nc.Puts, nc.Deletes); err != nil {
 			return err
@@ -214,6 +220,8 @@ func (h *Handler) view(r *http.Request, c controlapi.Change, ps []namedPolicy, f
 			acts = append(acts, controlapi.ActionRebase)
 		case controlapi.ChangeStale:
 			acts = append(acts, controlapi.ActionRebase)
+		case controlapi.ChangePublishing:
+			acts = append(acts, controlapi.ActionPublish)
 		case controlapi.ChangePublished:
 			if c.RetroReview != nil && c.RetroReview.ApprovedBy == "" && me != c.Author && approverOf(ps, me) {
 				acts = append(acts, controlapi.ActionApprove)
@@ -540,8 +548,13 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	}
 	if c.State == controlapi.ChangePublished {
 		// Published already (a retry): its revisions, committed once.
-		writeJSON(w, http.StatusOK, controlapi.ChangePublishReply{Revision: c.Revision, Revisions: c.Revisions})
+		writeJSON(w, http.StatusOK, controlapi.ChangePublishReply{Revision: c.Revision, Revisions: c.Revisions, Rollout: c.Rollout})
 		return nil
+	}
+	if c.State == controlapi.ChangePublishing {
+		// A staged publish that did not settle (a crash, a failed write):
+		// settle it now.
+		return h.publishChangeStaged(w, r, c, version, body, identity(r))
 	}
 	// A base that moved is found by the commit, which is conditional on
 	// each base revision (stale_base below).
@@ -573,15 +586,23 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	if body.Reason != "" {
 		reason = body.Reason
 	}
-	c.State, c.UpdatedAt = controlapi.ChangePublished, now
 	if len(body.Stages) > 0 {
-		c.Staged = true
 		return h.publishChangeStaged(w, r, c, version, body, me)
 	}
+	c.State, c.UpdatedAt = controlapi.ChangePublished, now
 	writes := make(map[string]Write, len(c.Namespaces))
 	for ns, nc := range c.Namespaces {
 		base := nc.BaseRevision
-		writes[ns] = Write{Puts: nc.Puts, Deletes: nc.Deletes, Actor: me, Reason: reason, IfRevision: &base, Kind: KindChange, Change: c.ID}
+		wr := Write{Puts: nc.Puts, Deletes: nc.Deletes, Actor: me, Reason: reason, IfRevision: &base, Kind: KindChange, Change: c.ID,
+			DropSchema: nc.DeleteSchema}
+		if nc.Schema != nil {
+			sch, err := compileSchema(ns, nc.Schema)
+			if err != nil {
+				return err
+			}
+			wr.Schema, wr.CompiledSchema = nc.Schema, sch
+		}
+		writes[ns] = wr
 	}
 	c.Events = append(c.Events, controlapi.ChangeEvent{At: now, By: me, Action: "publish", Reason: body.Reason})
 	rev, revs, err := h.cfg.Changes.CommitChange(r.Context(), c, version, writes)
@@ -604,74 +625,115 @@ func (h *Handler) publishChange(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// recordRevisions writes the revisions a change published as a rollout
-// committed at into its record. A failure leaves them to the namespace's
-// history, whose records name the rollout.
-func (h *Handler) recordRevisions(ctx context.Context, c controlapi.Change, rev int64, revs map[string]int64, rollout string) {
-	cur, version, err := h.cfg.Changes.GetChange(ctx, c.ID)
-	if err == nil && cur.Revision == 0 {
-		cur.Revision, cur.Revisions, cur.Rollout = rev, revs, rollout
-		if len(cur.Events) > 0 {
-			cur.Events[len(cur.Events)-1].Detail = fmt.Sprintf("revision %d", rev)
-		}
-		err = h.cfg.Changes.UpdateChange(ctx, cur, version)
-	}
-	if err != nil {
-		h.log.Warn("control: recording a published change's revisions", "change", c.ID, "err", err)
-	}
-}
-
 // publishChangeStaged publishes an approved change of one namespace as a
-// staged rollout: the change is marked published first (so that it
-// starts once), then the rollout starts; a start that fails marks it
-// approved again.
+// staged rollout. The change's record and the rollout's state are
+// different stores' records (the rollout controller's commit is its own),
+// so they are not one transaction: the change records "publishing"
+// first (which claims it: one request wins the write), then the rollout
+// starts, then the change settles as published with the rollout's id and
+// revision. The start is idempotent by change id: a rollout whose start
+// names the change (its reason, "change ID: …") is the change's, so a
+// publish of a change left publishing (a crash after the start, a failed
+// settling write) finds it and settles, and one left before the start
+// starts it. A start that fails marks the change approved again.
 func (h *Handler) publishChangeStaged(w http.ResponseWriter, r *http.Request, c controlapi.Change, version int64, body controlapi.ChangePublishRequest, me string) error {
 	if len(c.Namespaces) != 1 {
 		return badRequest("a change of %d namespaces cannot be published as a rollout: stages are for a change of one namespace", len(c.Namespaces))
 	}
 	ns := sortedNamespaces(c.Namespaces)[0]
 	nc := c.Namespaces[ns]
-	req := controlapi.RolloutRequest{Puts: nc.Puts, Deletes: nc.Deletes, Stages: body.Stages, Bake: body.Bake,
-		MaxNacks: body.MaxNacks, Prevalidate: body.Prevalidate, ReportTimeout: body.ReportTimeout, StageTimeout: body.StageTimeout,
-		OnTimeout: body.OnTimeout, OnBreach: body.OnBreach, Gates: body.Gates, Reason: "change " + c.ID + ": " + c.Reason}
-	for _, d := range []struct {
-		name string
-		v    *string
-	}{{"bake", &req.Bake}, {"report_timeout", &req.ReportTimeout}, {"stage_timeout", &req.StageTimeout}} {
-		v, err := durationParam(d.name, *d.v)
-		if err != nil {
-			return err
-		}
-		if *d.v != "" {
-			*d.v = v.String()
-		}
+	if nc.Schema != nil || nc.DeleteSchema {
+		return badRequest("change %s changes the schema of %q, which a rollout cannot stage: publish it without stages", c.ID, ns)
 	}
-	spec, err := controller.SpecOf(&req)
+	reason := "change " + c.ID + ": " + c.Reason
+	rec, found, err := h.changeRollout(r.Context(), ns, c.ID)
 	if err != nil {
 		return err
 	}
-	if _, err := controller.CheckSpec(ns, spec); err != nil {
-		return err
+	var spec controller.Spec
+	if !found {
+		if len(body.Stages) == 0 {
+			return badRequest("change %s is publishing as a rollout that has not started: publish it again with its stages", c.ID)
+		}
+		req := controlapi.RolloutRequest{Puts: nc.Puts, Deletes: nc.Deletes, Stages: body.Stages, Bake: body.Bake,
+			MaxNacks: body.MaxNacks, Prevalidate: body.Prevalidate, ReportTimeout: body.ReportTimeout, StageTimeout: body.StageTimeout,
+			OnTimeout: body.OnTimeout, OnBreach: body.OnBreach, Gates: body.Gates, Reason: reason}
+		for _, d := range []struct {
+			name string
+			v    *string
+		}{{"bake", &req.Bake}, {"report_timeout", &req.ReportTimeout}, {"stage_timeout", &req.StageTimeout}} {
+			v, err := durationParam(d.name, *d.v)
+			if err != nil {
+				return err
+			}
+			if *d.v != "" {
+				*d.v = v.String()
+			}
+		}
+		if spec, err = controller.SpecOf(&req); err != nil {
+			return err
+		}
+		if _, err := controller.CheckSpec(ns, spec); err != nil {
+			return err
+		}
 	}
-	now := c.UpdatedAt
-	c.Events = append(c.Events, controlapi.ChangeEvent{At: now, By: me, Action: "publish", Reason: body.Reason, Detail: "as a rollout"})
+	// Claim the change: publishing, at a version no other request holds.
+	detail := "as a rollout: starting"
+	if c.State == controlapi.ChangePublishing {
+		detail = "as a rollout: resumed"
+	}
+	c.State, c.Staged, c.UpdatedAt = controlapi.ChangePublishing, true, time.Now().UTC()
+	c.Events = append(c.Events, controlapi.ChangeEvent{At: c.UpdatedAt, By: me, Action: "publish", Reason: body.Reason, Detail: detail})
 	if err := h.cfg.Changes.UpdateChange(r.Context(), c, version); err != nil {
 		return err
 	}
-	rec, err := h.cfg.Store.Rollouts().Start(r.Context(), ns, spec, me, req.Reason)
-	if err != nil {
-		if cur, v2, gerr := h.cfg.Changes.GetChange(r.Context(), c.ID); gerr == nil {
-			cur.State = controlapi.ChangeApproved
-			cur.Events = append(cur.Events, controlapi.ChangeEvent{At: time.Now().UTC(), By: me, Action: "publish-failed", Detail: err.Error()})
-			_ = h.cfg.Changes.UpdateChange(r.Context(), cur, v2)
+	if !found {
+		rec, err = h.cfg.Store.Rollouts().Start(r.Context(), ns, spec, me, reason)
+		if err != nil {
+			if cur, v2, gerr := h.cfg.Changes.GetChange(r.Context(), c.ID); gerr == nil && cur.State == controlapi.ChangePublishing {
+				cur.State = controlapi.ChangeApproved
+				cur.Events = append(cur.Events, controlapi.ChangeEvent{At: time.Now().UTC(), By: me, Action: "publish-failed", Detail: err.Error()})
+				_ = h.cfg.Changes.UpdateChange(r.Context(), cur, v2)
+			}
+			return err
 		}
-		return err
 	}
 	revs := map[string]int64{ns: rec.Revisions[0]}
-	h.recordRevisions(r.Context(), c, rec.Revisions[0], revs, rec.ID)
+	h.settleStaged(r.Context(), c.ID, me, rec.Revisions[0], revs, rec.ID)
 	h.log.Info("control: change published as a rollout", "change", c.ID, "rollout", rec.ID, "by", me)
 	writeJSON(w, http.StatusOK, controlapi.ChangePublishReply{Revision: rec.Revisions[0], Revisions: revs, Rollout: rec.ID})
 	return nil
+}
+
+// changeRollout finds the rollout of ns whose start names change id.
+func (h *Handler) changeRollout(ctx context.Context, ns, id string) (controller.Record, bool, error) {
+	recs, err := h.cfg.Store.Rollouts().List(ctx, ns)
+	if err != nil {
+		return controller.Record{}, false, err
+	}
+	for _, rec := range recs {
+		for _, d := range rec.Decisions {
+			if d.What == "start" && strings.Contains(d.Reason, ": change "+id+": ") && len(rec.Revisions) > 0 {
+				return rec, true, nil
+			}
+		}
+	}
+	return controller.Record{}, false, nil
+}
+
+// settleStaged marks change id, publishing, published by rollout at rev.
+// A failure leaves it publishing (logged): publishing it again settles it.
+func (h *Handler) settleStaged(ctx context.Context, id, me string, rev int64, revs map[string]int64, rollout string) {
+	cur, version, err := h.cfg.Changes.GetChange(ctx, id)
+	if err == nil && cur.State == controlapi.ChangePublishing {
+		cur.State, cur.Revision, cur.Revisions, cur.Rollout = controlapi.ChangePublished, rev, revs, rollout
+		cur.UpdatedAt = time.Now().UTC()
+		cur.Events = append(cur.Events, controlapi.ChangeEvent{At: cur.UpdatedAt, By: me, Action: "published", Detail: fmt.Sprintf("rollout %s; revision %d", rollout, rev)})
+		err = h.cfg.Changes.UpdateChange(ctx, cur, version)
+	}
+	if err != nil {
+		h.log.Warn("control: settling a change published as a rollout (it stays publishing: publish it again)", "change", id, "err", err)
+	}
 }
 
 // emergencyPublish is a publish with "emergency": by an identity in the
@@ -700,41 +762,58 @@ func (h *Handler) emergencyPublish(w http.ResponseWriter, r *http.Request, ns st
 	if !allowed {
 		return forbidden("%s is not in the emergency list of namespace %q's policies", me, ns)
 	}
-	old, base, err := h.cfg.Changes.Current(r.Context(), ns)
-	if err != nil && !isNotFound(err) {
-		return err
-	}
-	checks, err := h.contentChecks(r.Context(), ns, old, wr.Puts, wr.Deletes)
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	c := controlapi.Change{
-		ID: newChangeID(), State: controlapi.ChangePublished, Author: me, Reason: wr.Reason, Emergency: true,
-		Namespaces: map[string]controlapi.NamespaceChange{ns: {BaseRevision: base, Puts: wr.Puts, Deletes: wr.Deletes}},
-		Diff:       semanticDiff(ns, old, wr.Puts, wr.Deletes), Checks: checks, Approvals: []controlapi.Approval{},
-		CreatedAt: now, UpdatedAt: now,
-		RetroReview: &controlapi.RetroReview{Due: now.Add(retroWindow(ps))},
-	}
-	c.Hash = changeHash(&c)
-	if c.Reach, err = h.reach(r.Context(), &c, ps); err != nil {
-		return err
-	}
-	wr.Kind, wr.Change = KindEmergency, c.ID
-	rev, err := h.write(r.Context(), ns, wr, abort, func() (int64, error) { return h.cfg.Store.Publish(r.Context(), ns, wr) })
-	if err != nil {
-		return err
-	}
-	c.Revision, c.Revisions = rev, map[string]int64{ns: rev}
-	detail := fmt.Sprintf("revision %d", rev)
-	if nb := checkMessages(nonPassing(checks)); len(nb) > 0 {
-		detail += "; checks passed over: " + strings.Join(nb, "; ")
-	}
-	c.Events = []controlapi.ChangeEvent{{At: now, By: me, Action: "emergency-publish", Reason: wr.Reason, Detail: detail}}
-	if err := h.cfg.Changes.CreateChange(r.Context(), c); err != nil {
-		// Published: the namespace's history records it as an emergency.
-		h.log.Error("control: an emergency publish's retro review was not stored", "ns", ns, "revision", rev, "change", c.ID, "err", err)
-		return err
+	// The publish and its retro review commit in one transaction
+	// (CommitChange creating the change's record): both exist or
+	// neither. The commit is conditional on the revision the checks read;
+	// without the caller's if_revision a write in between makes it read
+	// and check again.
+	var c controlapi.Change
+	var rev int64
+	var detail string
+	wr.Kind = KindEmergency
+	for attempt := 0; ; attempt++ {
+		old, base, err := h.cfg.Changes.Current(r.Context(), ns)
+		if err != nil && !isNotFound(err) {
+			return err
+		}
+		checks, err := h.contentChecks(r.Context(), ns, old, wr.Puts, wr.Deletes, nil)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		c = controlapi.Change{
+			ID: newChangeID(), State: controlapi.ChangePublished, Author: me, Reason: wr.Reason, Emergency: true,
+			Namespaces: map[string]controlapi.NamespaceChange{ns: {BaseRevision: base, Puts: wr.Puts, Deletes: wr.Deletes}},
+			Diff:       semanticDiff(ns, old, wr.Puts, wr.Deletes), Checks: checks, Approvals: []controlapi.Approval{},
+			CreatedAt: now, UpdatedAt: now,
+			RetroReview: &controlapi.RetroReview{Due: now.Add(retroWindow(ps))},
+		}
+		c.Hash = changeHash(&c)
+		if c.Reach, err = h.reach(r.Context(), &c, ps); err != nil {
+			return err
+		}
+		detail = "emergency"
+		if nb := checkMessages(nonPassing(checks)); len(nb) > 0 {
+			detail += "; checks passed over: " + strings.Join(nb, "; ")
+		}
+		c.Events = []controlapi.ChangeEvent{{At: now, By: me, Action: "emergency-publish", Reason: wr.Reason, Detail: detail}}
+		cw := wr
+		cw.Change = c.ID
+		if cw.IfRevision == nil {
+			cw.IfRevision = &base
+		}
+		var cfe *ConflictError
+		rev, err = h.write(r.Context(), ns, cw, abort, func() (int64, error) {
+			rev, _, err := h.cfg.Changes.CommitChange(r.Context(), c, 0, map[string]Write{ns: cw})
+			return rev, err
+		})
+		if errors.As(err, &cfe) && wr.IfRevision == nil && attempt < maxAbortAttempts {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	h.log.Warn("control: emergency publish", "ns", ns, "revision", rev, "by", me, "change", c.ID, "checks", detail)
 	writeJSON(w, http.StatusOK, controlapi.EmergencyReply{Revision: rev, RetroReview: c.ID})

@@ -29,7 +29,14 @@ func (h *Handler) review(ctx context.Context, c *controlapi.Change, ps []namedPo
 		nc := c.Namespaces[ns]
 		old := olds[ns]
 		c.Diff = append(c.Diff, semanticDiff(ns, old, nc.Puts, nc.Deletes)...)
-		checks, err := h.contentChecks(ctx, ns, old, nc.Puts, nc.Deletes)
+		next, entry, err := h.schemaPart(ctx, ns, nc)
+		if err != nil {
+			return err
+		}
+		if entry != nil {
+			c.Diff = append(c.Diff, *entry)
+		}
+		checks, err := h.contentChecks(ctx, ns, old, nc.Puts, nc.Deletes, next)
 		if err != nil {
 			return err
 		}
@@ -45,13 +52,77 @@ func (h *Handler) review(ctx context.Context, c *controlapi.Change, ps []namedPo
 	return nil
 }
 
-// contentChecks runs ns's schema and lints over old with puts and
-// deletes applied.
-func (h *Handler) contentChecks(ctx context.Context, ns string, old map[string]json.RawMessage, puts map[string]json.RawMessage, deletes []string) ([]controlapi.Check, error) {
+// nextSchema is the schema a change gives its namespace: sch, nil when
+// it drops the namespace's schema.
+type nextSchema struct{ sch *schema.Schema }
+
+// compileSchema compiles a change's schema for ns (the bounds of PUT
+// schema: schema.Compile's).
+func compileSchema(ns string, raw json.RawMessage) (*schema.Schema, error) {
+	sch, err := schema.Compile(raw)
+	if err != nil {
+		return nil, badRequest("namespace %q: schema: %v", ns, err)
+	}
+	return sch, nil
+}
+
+// schemaPart reads the schema part of nc, ns's part of a change: the
+// schema it gives ns (nil: ns keeps its own) and its diff entry.
+func (h *Handler) schemaPart(ctx context.Context, ns string, nc controlapi.NamespaceChange) (*nextSchema, *controlapi.DiffEntry, error) {
+	if nc.Schema == nil && !nc.DeleteSchema {
+		return nil, nil, nil
+	}
+	old, err := h.cfg.Store.Schema(ctx, ns)
+	switch {
+	case errors.Is(err, ErrNoSchema):
+		old = nil
+	case err != nil:
+		return nil, nil, err
+	}
+	e := controlapi.DiffEntry{Namespace: ns, Op: controlapi.OpSchema}
+	if old != nil {
+		e.Old = compact(old)
+	}
+	if nc.DeleteSchema {
+		if old == nil {
+			return nil, nil, badRequest("namespace %q has no schema to delete", ns)
+		}
+		e.Kind = controlapi.DiffRemoved
+		return &nextSchema{}, &e, nil
+	}
+	sch, err := compileSchema(ns, nc.Schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.New = nc.Schema
+	switch {
+	case old == nil:
+		e.Kind = controlapi.DiffAdded
+	case bytes.Equal(e.Old, compact(nc.Schema)):
+		e.Kind = controlapi.DiffUnchanged
+	default:
+		e.Kind = controlapi.DiffChanged
+	}
+	return &nextSchema{sch: sch}, &e, nil
+}
+
+// contentChecks runs ns's schema (next's, when set) and lints over old
+// with puts and deletes applied.
+func (h *Handler) contentChecks(ctx context.Context, ns string, old map[string]json.RawMessage, puts map[string]json.RawMessage, deletes []string, next *nextSchema) ([]controlapi.Check, error) {
 	sc := controlapi.Check{Name: "schema", Namespace: ns, Kind: controlapi.CheckSchema, Result: controlapi.CheckPass}
 	var se *SchemaError
 	var ve *schema.ValidationError
-	switch err := h.cfg.Store.Check(ctx, ns, Write{Puts: puts, Deletes: deletes}); {
+	var err error
+	switch {
+	case next == nil:
+		err = h.cfg.Store.Check(ctx, ns, Write{Puts: puts, Deletes: deletes})
+	case next.sch != nil:
+		sc.Name = "schema (new)"
+		err = next.sch.ValidateValues(applied(old, puts, deletes))
+	default:
+		sc.Name, sc.Message = "schema (new)", "the schema is deleted"
+	}
+	switch {
 	case errors.As(err, &se):
 		sc.Result, sc.Message = controlapi.CheckBlock, strings.Join(se.Failures, "; ")
 	case errors.As(err, &ve):
@@ -77,6 +148,15 @@ func (h *Handler) lintChecks(ctx context.Context, ns string, old map[string]json
 		return nil, err
 	}
 	var checks []controlapi.Check
+	in := lint.Input{Namespace: ns, Old: old, New: applied(old, puts, deletes), Puts: sortedKeys(puts), Deletes: slices.Sorted(slices.Values(deletes))}
+	for _, l := range lints {
+		checks = append(checks, l.Eval(ctx, in))
+	}
+	return checks, nil
+}
+
+// applied is old with puts and deletes applied (a new map).
+func applied(old, puts map[string]json.RawMessage, deletes []string) map[string]json.RawMessage {
 	next := make(map[string]json.RawMessage, len(old)+len(puts))
 	for k, v := range old {
 		next[k] = v
@@ -87,11 +167,7 @@ func (h *Handler) lintChecks(ctx context.Context, ns string, old map[string]json
 	for _, k := range deletes {
 		delete(next, k)
 	}
-	in := lint.Input{Namespace: ns, Old: old, New: next, Puts: sortedKeys(puts), Deletes: slices.Sorted(slices.Values(deletes))}
-	for _, l := range lints {
-		checks = append(checks, l.Eval(ctx, in))
-	}
-	return checks, nil
+	return next
 }
 
 // blocked returns the checks of cs that block (of kinds, all when none).

@@ -121,6 +121,13 @@ type Write struct {
 	// KindEmergency; default publish); Change the id of the change the
 	// commit publishes.
 	Kind, Change string
+	// Schema, when set, is ns's new schema (raw, compiled as
+	// CompiledSchema), committed with the write and checked in its stead;
+	// DropSchema drops ns's schema with the write. Only CommitChange takes
+	// them (a change's namespace part).
+	Schema         []byte
+	CompiledSchema *schema.Schema
+	DropSchema     bool
 }
 
 // Errors a store returns, mapped to their replies by the handler.

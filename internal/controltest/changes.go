@@ -1,6 +1,8 @@
 package controltest
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -264,6 +266,10 @@ func testEmergency(t *testing.T, c *client) {
 	c.policy(admin, "emer-"+ns, ns, map[string]any{"emergency": []string{c.srv.Tokens.ControlName}, "retro_review": "1ms"})
 	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true})
 	reviewer.fails(http.StatusForbidden, transport.CodeForbidden, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true, "reason": "r"})
+	// A publish that does not commit leaves no retro review either.
+	c.fails(http.StatusConflict, transport.CodeConflict, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true, "reason": "outage", "if_revision": 999})
+	c.list(t, "ns="+ns)
+	c.overdue(0)
 	var er controlapi.EmergencyReply
 	c.ok(http.StatusOK, "POST", nsPath(ns, "/publish"), map[string]any{"puts": map[string]any{"kill": true}, "emergency": true, "reason": "outage"}, &er)
 	if er.Revision <= 0 || er.RetroReview == "" || c.revision(ns) != er.Revision {
@@ -286,6 +292,7 @@ func testEmergency(t *testing.T, c *client) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	c.list(t, "state=overdue&ns="+ns, er.RetroReview)
+	c.overdue(1)
 	c.fails(http.StatusForbidden, controlapi.CodeSelfApproval, "POST", "/control/changes/"+er.RetroReview+"/approve", nil)
 	var done controlapi.Change
 	reviewer.ok(http.StatusOK, "POST", "/control/changes/"+er.RetroReview+"/approve", nil, &done)
@@ -293,6 +300,20 @@ func testEmergency(t *testing.T, c *client) {
 		t.Errorf("reviewed: %+v", done.RetroReview)
 	}
 	reviewer.fails(http.StatusConflict, controlapi.CodeAlreadyApproved, "POST", "/control/changes/"+er.RetroReview+"/approve", nil)
+	c.overdue(0)
+}
+
+// overdue checks the server's overdue gauge reads want, when the server
+// gives it (the emergency case is the suite's only emergency publisher).
+func (c *client) overdue(want int) {
+	c.t.Helper()
+	if c.srv.OverdueReviews == nil {
+		return
+	}
+	n, err := c.srv.OverdueReviews(context.Background())
+	if err != nil || n != want {
+		c.t.Errorf("overdue reviews: %d, %v; want %d", n, err, want)
+	}
 }
 
 // testChangeLint: a block lint saved through the lint routes blocks a
@@ -360,4 +381,82 @@ func testChangeSchemaBlock(t *testing.T, c *client) {
 	if c.srv.Tokens != nil && c.srv.Tokens.Reviewer != "" {
 		c.as(c.srv.Tokens.Reviewer).fails(http.StatusConflict, controlapi.CodeNotApprovable, "POST", "/control/changes/"+ch.ID+"/approve", nil)
 	}
+}
+
+// testChangeSchema: a governed namespace's schema changes through a
+// change: reviewed against the new schema, shown in the diff, bound to
+// the hash, committed with the values; or deleted the same way.
+func testChangeSchema(t *testing.T, c *client) {
+	admin, reviewer := c.reviewed(t)
+	ns := c.ns("chschema")
+	c.publish(ns, map[string]any{"retry-ms": 100})
+	c.ok(http.StatusNoContent, "PUT", nsPath(ns, "/schema"), `{"type":"object","properties":{"retry-ms":{"type":"integer","maximum":1000}}}`, nil)
+	c.policy(admin, "schema-"+ns, ns, nil)
+	wide := map[string]any{"type": "object", "properties": map[string]any{"retry-ms": map[string]any{"type": "integer", "maximum": 10000}}}
+	narrow := map[string]any{"type": "object", "properties": map[string]any{"retry-ms": map[string]any{"type": "integer", "maximum": 50}}}
+	c.fails(http.StatusForbidden, controlapi.CodeApprovalRequired, "PUT", nsPath(ns, "/schema"), `{"type":"object"}`)
+	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", "/control/changes", map[string]any{"reason": "r", "namespaces": map[string]any{
+		ns: map[string]any{"schema": wide, "delete_schema": true}}})
+	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", "/control/changes", map[string]any{"reason": "r", "namespaces": map[string]any{
+		ns: map[string]any{"schema": map[string]any{"type": 12}}}})
+
+	// The content after the change is checked against the new schema.
+	tight := c.propose(map[string]any{"reason": "r", "namespaces": map[string]any{ns: map[string]any{"schema": narrow}}})
+	if len(blocks(tight.Checks, controlapi.CheckSchema)) != 1 {
+		t.Errorf("a schema the content fails: %+v", tight.Checks)
+	}
+	reviewer.fails(http.StatusConflict, controlapi.CodeNotApprovable, "POST", "/control/changes/"+tight.ID+"/approve", nil)
+
+	puts := map[string]any{"retry-ms": 5000}
+	ch := c.propose(map[string]any{"reason": "r", "namespaces": map[string]any{ns: map[string]any{"puts": puts, "schema": wide}}})
+	if len(blocks(ch.Checks)) != 0 {
+		t.Fatalf("a put the new schema takes: %+v", ch.Checks)
+	}
+	var entry *controlapi.DiffEntry
+	for i, e := range ch.Diff {
+		if e.Op == controlapi.OpSchema {
+			entry = &ch.Diff[i]
+		}
+	}
+	if entry == nil || entry.Kind != controlapi.DiffChanged || len(entry.Old) == 0 || len(entry.New) == 0 || len(ch.Diff) != 2 {
+		t.Errorf("diff: %+v", ch.Diff)
+	}
+	same := c.propose(map[string]any{"reason": "r", "namespaces": map[string]any{ns: map[string]any{"puts": puts}}})
+	if same.Hash == ch.Hash {
+		t.Error("the hash does not cover the schema")
+	}
+	c.ok(http.StatusOK, "POST", "/control/changes/"+same.ID+"/withdraw", nil, nil)
+	reviewer.ok(http.StatusOK, "POST", "/control/changes/"+ch.ID+"/approve", nil, nil)
+	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", "/control/changes/"+ch.ID+"/publish", map[string]any{"stages": []float64{50, 100}})
+	var pub controlapi.ChangePublishReply
+	c.ok(http.StatusOK, "POST", "/control/changes/"+ch.ID+"/publish", nil, &pub)
+	if c.revision(ns) != pub.Revision {
+		t.Errorf("published at %d, namespace at %d", pub.Revision, c.revision(ns))
+	}
+	var got map[string]any
+	c.ok(http.StatusOK, "GET", nsPath(ns, "/schema"), nil, &got)
+	if fmt.Sprint(got) != fmt.Sprint(wide) {
+		t.Errorf("schema after the change: %v", got)
+	}
+
+	del := c.propose(map[string]any{"reason": "r", "namespaces": map[string]any{ns: map[string]any{"delete_schema": true}}})
+	if len(del.Diff) != 1 || del.Diff[0].Op != controlapi.OpSchema || del.Diff[0].Kind != controlapi.DiffRemoved {
+		t.Errorf("delete diff: %+v", del.Diff)
+	}
+	reviewer.ok(http.StatusOK, "POST", "/control/changes/"+del.ID+"/approve", nil, nil)
+	c.ok(http.StatusOK, "POST", "/control/changes/"+del.ID+"/publish", nil, nil)
+	c.fails(http.StatusNotFound, transport.CodeNotFound, "GET", nsPath(ns, "/schema"), nil)
+	c.fails(http.StatusBadRequest, transport.CodeBadRequest, "POST", "/control/changes", map[string]any{"reason": "r", "namespaces": map[string]any{
+		ns: map[string]any{"delete_schema": true}}})
+}
+
+// blocks returns the checks of cs that block (of kinds, all when none).
+func blocks(cs []controlapi.Check, kinds ...string) []controlapi.Check {
+	var out []controlapi.Check
+	for _, ck := range cs {
+		if ck.Result == controlapi.CheckBlock && (len(kinds) == 0 || slices.Contains(kinds, ck.Kind)) {
+			out = append(out, ck)
+		}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ package controltest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,6 +31,11 @@ type Server struct {
 	// the access cases run, and every other request carries Control.
 	// Without them the server is open.
 	Tokens *Tokens
+	// OverdueReviews, when set, is the server's count of the emergency
+	// publishes whose retro review is overdue (the
+	// holdfast_changes_overdue_review gauge's reading): the emergency
+	// case checks it follows the retro review.
+	OverdueReviews func(ctx context.Context) (int, error)
 }
 
 // Tokens are secrets of tokens of the scopes the access cases need.
@@ -92,6 +98,7 @@ func Run(t *testing.T, start func(t *testing.T) *Server) {
 		{"ChangeAtomic", testChangeAtomic},
 		{"ChangeStaged", testChangeStaged},
 		{"ChangeSchemaBlock", testChangeSchemaBlock},
+		{"ChangeSchema", testChangeSchema},
 		{"Emergency", testEmergency},
 		{"ChangeLint", testChangeLint},
 	} {

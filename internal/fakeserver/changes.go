@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
@@ -22,6 +23,8 @@ type changeBook struct {
 	mu       sync.Mutex
 	policies map[string]controlapi.Policy
 	changes  map[string]bookedChange
+	// retro indexes the open retro reviews: change id to due time.
+	retro map[string]time.Time
 }
 
 type bookedChange struct {
@@ -145,24 +148,46 @@ func (c changeStore) UpdateChange(_ context.Context, ch controlapi.Change, versi
 	b := &c.s.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.updateLocked(ch.ID, data, version)
+	return b.updateLocked(&ch, data, version)
 }
 
-func (b *changeBook) updateLocked(id string, data []byte, version int64) error {
-	bc, ok := b.changes[id]
+// updateLocked replaces change ch (encoded as data) if it is at version,
+// or, version 0, creates it; and keeps the retro review index with it.
+func (b *changeBook) updateLocked(ch *controlapi.Change, data []byte, version int64) error {
+	bc, ok := b.changes[ch.ID]
 	switch {
-	case !ok:
-		return fmt.Errorf("%w: no change %q", controlplane.ErrNotFound, id)
-	case bc.version != version:
+	case !ok && version != 0:
+		return fmt.Errorf("%w: no change %q", controlplane.ErrNotFound, ch.ID)
+	case ok && bc.version != version:
 		return controlplane.ErrChangeMoved
 	}
-	b.changes[id] = bookedChange{data: data, version: version + 1}
+	if b.changes == nil {
+		b.changes = make(map[string]bookedChange)
+	}
+	b.changes[ch.ID] = bookedChange{data: data, version: version + 1}
+	if controlplane.RetroOpen(ch) {
+		if b.retro == nil {
+			b.retro = make(map[string]time.Time)
+		}
+		b.retro[ch.ID] = ch.RetroReview.Due
+	} else {
+		delete(b.retro, ch.ID)
+	}
 	return nil
 }
 
+// OpenRetroReviews reads the book's retro review index.
+func (c changeStore) OpenRetroReviews(context.Context) ([]time.Time, error) {
+	b := &c.s.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Collect(maps.Values(b.retro)), nil
+}
+
 // CommitChange commits the namespaces' writes as one revision of the
-// store and the change's record with it, under the book's lock (so that
-// a change publishes once). A rollout running on a namespace refuses it;
+// store and the change's record with it (created, version 0: an
+// emergency publish's, with its retro review), under the book's lock (so
+// that a change publishes once). A rollout running on a namespace refuses it;
 // one that starts after that check moves the namespace's revision, which
 // the commit's condition catches.
 func (c changeStore) CommitChange(_ context.Context, ch controlapi.Change, version int64, writes map[string]controlplane.Write) (int64, map[string]int64, error) {
@@ -186,14 +211,18 @@ func (c changeStore) CommitChange(_ context.Context, ch controlapi.Change, versi
 				return 0, nil, err
 			}
 		}
-		ws = append(ws, nsWrite{ns: ns, puts: puts, deletes: append(deletes, rollout.Key), ifRev: *w.IfRevision,
-			meta: commitMeta{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, Kind: w.Kind, Change: w.Change}})
+		nw := nsWrite{ns: ns, puts: puts, deletes: append(deletes, rollout.Key), ifRev: *w.IfRevision,
+			meta: commitMeta{Actor: w.Actor, OnBehalfOf: w.OnBehalfOf, Reason: w.Reason, Kind: w.Kind, Change: w.Change}, dropSchema: w.DropSchema}
+		if w.CompiledSchema != nil {
+			nw.schema = newChecker(w.Schema, w.CompiledSchema)
+		}
+		ws = append(ws, nw)
 	}
 	b := &c.s.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rev, revs, err := c.s.store.commitMany(ws, func() error {
-		if bc, ok := b.changes[ch.ID]; !ok || bc.version != version {
+		if bc, ok := b.changes[ch.ID]; ok != (version != 0) || ok && bc.version != version {
 			return controlplane.ErrChangeMoved
 		}
 		return nil
@@ -207,5 +236,12 @@ func (c changeStore) CommitChange(_ context.Context, ch controlapi.Change, versi
 		return 0, nil, err
 	}
 	c.s.stats.publishes.Add(int64(len(ws)))
-	return rev, revs, b.updateLocked(ch.ID, data, version)
+	return rev, revs, b.updateLocked(&ch, data, version)
+}
+
+// OverdueReviews counts the emergency publishes whose retro review is
+// overdue now (the server's holdfast_changes_overdue_review gauge), from
+// the book's retro review index.
+func (s *Server) OverdueReviews(ctx context.Context) (int, error) {
+	return controlplane.OverdueReviews(ctx, changeStore{s}, time.Now())
 }

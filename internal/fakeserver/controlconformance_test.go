@@ -28,13 +28,14 @@ func TestControlConformance(t *testing.T) {
 			s := start(t, WithTokens(access.FromAuthenticator(ids)))
 			return &controltest.Server{URL: s.URL(), Tokens: &controltest.Tokens{
 				Control: "ct-control-secret-0000001", Scoped: "ct-scoped-secret-00000002", Data: "ct-data-secret-0000000003",
-				Admin: "ct-admin-secret-000000004", ControlName: "ct-control", Reviewer: "ct-review-secret-00000005", ReviewerName: "ct-reviewer"}}
+				Admin: "ct-admin-secret-000000004", ControlName: "ct-control", Reviewer: "ct-review-secret-00000005", ReviewerName: "ct-reviewer"},
+				OverdueReviews: s.OverdueReviews}
 		})
 	})
 }
 
 // idTable authenticates a secret by a table: identities of any scope
-// (access.New's tokens have no admin scope).
+// (and of any name).
 type idTable map[string]access.Identity
 
 func (t idTable) Authenticate(secret string) (access.Identity, bool) {

@@ -357,7 +357,12 @@ func (s *Server) SetSchema(ns string, schemaJSON []byte) error {
 // it creates ns if needed (the Go API's SetSchema; the control API's does
 // not, as holdfast server's does not).
 func (s *Server) setSchema(ns string, raw []byte, sch *schema.Schema, create bool) {
-	s.store.setSchema(ns, &checker{raw: slices.Clone(raw), check: func(content map[string]json.RawMessage) error {
+	s.store.setSchema(ns, newChecker(raw, sch), create)
+}
+
+// newChecker is the checker of schema sch (raw as it was set).
+func newChecker(raw []byte, sch *schema.Schema) *checker {
+	return &checker{raw: slices.Clone(raw), check: func(content map[string]json.RawMessage) error {
 		err := sch.ValidateValues(withoutReserved(content))
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
@@ -368,7 +373,7 @@ func (s *Server) setSchema(ns string, raw []byte, sch *schema.Schema, create boo
 			return se
 		}
 		return err
-	}}, create)
+	}}
 }
 
 // Snapshot returns namespace ns at the head, as GET /sdk/snapshot would.

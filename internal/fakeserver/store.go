@@ -699,6 +699,10 @@ type nsWrite struct {
 	deletes []string
 	meta    commitMeta
 	ifRev   int64
+	// schema, when set, is the namespace's new schema, installed with
+	// the commit and checked in the old one's stead; dropSchema drops it.
+	schema     *checker
+	dropSchema bool
 }
 
 // commitMany commits ws as one revision, which it returns, each
@@ -715,7 +719,14 @@ func (st *store) commitMany(ws []nsWrite, pre func() error) (int64, map[string]i
 		if err := checkRevision(w.ns, n, &w.ifRev); err != nil {
 			return 0, nil, err
 		}
-		if sch := st.schemas[w.ns]; sch != nil {
+		sch := st.schemas[w.ns]
+		switch {
+		case w.schema != nil:
+			sch = w.schema
+		case w.dropSchema:
+			sch = nil
+		}
+		if sch != nil {
 			var live map[string]json.RawMessage
 			if n != nil {
 				live = n.live
@@ -727,6 +738,14 @@ func (st *store) commitMany(ws []nsWrite, pre func() error) (int64, map[string]i
 	}
 	if err := pre(); err != nil {
 		return 0, nil, err
+	}
+	for _, w := range ws {
+		switch {
+		case w.schema != nil:
+			st.schemas[w.ns] = w.schema
+		case w.dropSchema:
+			delete(st.schemas, w.ns)
+		}
 	}
 	rev := st.head + 1
 	revs := make(map[string]int64, len(ws))

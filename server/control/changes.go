@@ -27,6 +27,41 @@ const ChangeRoot = "/holdfast-change/"
 func changeKey(id string) string   { return ChangeRoot + "changes/" + id }
 func policyKey(name string) string { return ChangeRoot + "policies/" + name }
 
+// retroKey is the retro review index's entry of change id: an emergency
+// publish whose review is open, its value the due time (RFC 3339). It is
+// written with the change's record and deleted with the record's write
+// that records the review, so the overdue gauge reads these alone.
+func retroKey(id string) string { return ChangeRoot + "retro/" + id }
+
+// retroOps are the ops that keep c's retro review index entry with its
+// record.
+func retroOps(c *controlapi.Change) []clientv3.Op {
+	if controlplane.RetroOpen(c) {
+		return []clientv3.Op{clientv3.OpPut(retroKey(c.ID), c.RetroReview.Due.UTC().Format(time.RFC3339Nano))}
+	}
+	if c.Emergency {
+		return []clientv3.Op{clientv3.OpDelete(retroKey(c.ID))}
+	}
+	return nil
+}
+
+// OpenRetroReviews reads the retro review index.
+func (s etcdStore) OpenRetroReviews(ctx context.Context) ([]time.Time, error) {
+	resp, err := s.h.cli.Get(ctx, retroKey(""), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("control: retro reviews: %w", err)
+	}
+	out := make([]time.Time, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		t, err := time.Parse(time.RFC3339Nano, string(kv.Value))
+		if err != nil {
+			return nil, fmt.Errorf("control: retro review %q: %w", kv.Key, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
 var _ controlplane.ChangeStore = etcdStore{}
 
 func (s etcdStore) PutPolicy(ctx context.Context, name string, p controlapi.Policy) error {
@@ -163,7 +198,8 @@ func (s etcdStore) UpdateChange(ctx context.Context, c controlapi.Change, versio
 		return err
 	}
 	key := changeKey(c.ID)
-	tr, err := s.h.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", version)).Then(clientv3.OpPut(key, string(data))).Commit()
+	ops := append([]clientv3.Op{clientv3.OpPut(key, string(data))}, retroOps(&c)...)
+	tr, err := s.h.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", version)).Then(ops...).Commit()
 	switch {
 	case err != nil:
 		return fmt.Errorf("control: change %q: %w", c.ID, err)
@@ -173,8 +209,9 @@ func (s etcdStore) UpdateChange(ctx context.Context, c controlapi.Change, versio
 	return nil
 }
 
-// CommitChange commits the namespaces' writes and the change's record in
-// one transaction (store.PublishMany), each namespace guarded as a plain
+// CommitChange commits the namespaces' writes and the change's record
+// (created, version 0: a key's ModRevision is 0 when it has none; with
+// its retro review index entry) in one transaction (store.PublishMany), each namespace guarded as a plain
 // publish is (its schema, no rollout running), the record by its version.
 func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, version int64, writes map[string]controlplane.Write) (int64, map[string]int64, error) {
 	h := s.h
@@ -186,6 +223,7 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 	names := slices.Sorted(maps.Keys(writes))
 	for attempt := 0; ; attempt++ {
 		ws := make([]store.NamespaceWrite, 0, len(names))
+		ops := append([]clientv3.Op{clientv3.OpPut(key, string(data))}, retroOps(&c)...)
 		for _, ns := range names {
 			w := writes[ns]
 			opts := []store.PublishOption{store.WithActor(w.Actor), store.WithOnBehalfOf(w.OnBehalfOf), store.WithReason(w.Reason),
@@ -205,6 +243,16 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 				return 0, nil, err
 			}
 			opts = append(opts, store.WithGuard(currentKey(ns), rv), store.WithGuard(SchemaRoot+ns, schemaRev))
+			// A change's schema commits with its values, which it checks
+			// in the old schema's stead (a dropped schema checks nothing).
+			switch {
+			case w.CompiledSchema != nil:
+				sch = w.CompiledSchema
+				ops = append(ops, clientv3.OpPut(SchemaRoot+ns, string(w.Schema)))
+			case w.DropSchema:
+				sch = nil
+				ops = append(ops, clientv3.OpDelete(SchemaRoot+ns))
+			}
 			if sch != nil {
 				opts = append(opts, store.WithSchema(sch))
 			}
@@ -212,7 +260,7 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 		}
 		rev, err := h.cfg.Namespaces.PublishMany(ctx, ws,
 			store.WithCondition(clientv3.Compare(clientv3.ModRevision(key), "=", version)),
-			store.WithOps(clientv3.OpPut(key, string(data))))
+			store.WithOps(ops...))
 		var conflict *store.ConflictError
 		switch {
 		case errors.As(err, &conflict):
@@ -227,6 +275,7 @@ func (s etcdStore) CommitChange(ctx context.Context, c controlapi.Change, versio
 		revs := make(map[string]int64, len(names))
 		for _, ns := range names {
 			revs[ns] = rev
+			h.cfg.Acks.published(ns, rev) // as a publish's: the propagation's clock
 			h.publishes.Add(1)
 			h.trim.published(ns, publishSize(writes[ns].Puts, writes[ns].Deletes))
 		}
