@@ -100,6 +100,10 @@ A rollout's metric gates query only a Prometheus under a -gate-allow
 prefix (e.g. -gate-allow http://prometheus:9090); without one, a rollout
 with gates is refused (400), and nothing is fetched.
 
+The operator's console is served at /console/ on -addr (sign in with a
+token of control scope; docs/CONSOLE.md); -console (default true) set
+to false (-console=false) turns it off.
+
 Publish with the operator commands or the control API, e.g.
 
 	holdfast publish -server http://127.0.0.1:8080 -reason "first try" payments.prod retry-timeout-ms=50
