@@ -122,6 +122,8 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("GET /console/namespaces", c.session(c.namespacesPage))
 	mux.HandleFunc("GET /console/namespaces/{ns}", c.session(c.namespacePage))
 	mux.HandleFunc("POST /console/namespaces/{ns}/rollback", c.session(c.rollback))
+	mux.HandleFunc("GET /console/namespaces/{ns}/propose", c.session(c.proposePage))
+	mux.HandleFunc("POST /console/namespaces/{ns}/propose", c.session(c.propose))
 	mux.HandleFunc("GET /console/changes", c.session(c.changesPage))
 	mux.HandleFunc("GET /console/changes/{id}", c.session(c.changePage))
 	mux.HandleFunc("POST /console/changes/{id}/{action}", c.session(c.changeAction))

@@ -8,6 +8,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -353,5 +354,66 @@ func TestChangeInTheConsole(t *testing.T) {
 	}
 	if _, body = get(t, alice, page); !strings.Contains(body, `data-state="published"`) {
 		t.Errorf("change not shown as published\n%s", body)
+	}
+}
+
+func TestProposeInTheConsole(t *testing.T) {
+	s := startServer(t)
+	if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200, "limit": 5, "old-flag": true}); err != nil {
+		t.Fatal(err)
+	}
+	alice := browser(t)
+	signIn(t, s, alice, aliceSecret)
+	if _, ns := get(t, alice, s.URL()+"/console/namespaces/payments.prod"); !strings.Contains(ns, `href="/console/namespaces/payments.prod/propose">Propose a change</a>`) {
+		t.Fatal("the namespace's page has no Propose a change link")
+	}
+	form := s.URL() + "/console/namespaces/payments.prod/propose"
+	_, body := get(t, alice, form)
+	for _, want := range []string{"<h1>Propose a change to payments.prod</h1>", `<label for="value-1"><code>old-flag</code></label>`,
+		`name="value.2" rows="1"`, ">5</textarea>", "New key", `<label for="reason">Reason</label>`, ">Propose</button>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the form lacks %q\n%s", want, body)
+		}
+	}
+	st, _ := s.Status("payments.prod")
+	fields := func(reason, retry string) url.Values {
+		// Rows: limit (0), old-flag (1), retry-timeout-ms (2), then new rows.
+		return url.Values{"csrf": {csrfField.FindStringSubmatch(body)[1]}, "base": {strconv.FormatInt(st.Revision, 10)}, "n": {"6"},
+			"key.0": {"limit"}, "value.0": {"5"}, "key.1": {"old-flag"}, "value.1": {"true"}, "delete.1": {"1"},
+			"key.2": {"retry-timeout-ms"}, "value.2": {retry},
+			"new.3": {"1"}, "key.3": {"new-key"}, "value.3": {`"on"`}, "new.4": {"1"}, "new.5": {"1"}, "reason": {reason}}
+	}
+	// Not JSON, and no reason: the form again, each error by its field,
+	// what was typed kept, nothing proposed.
+	resp, again := post(t, alice, form, fields("", "50ms"), nil)
+	if resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("a bad form: %d, want 422\n%s", resp.StatusCode, again)
+	}
+	for _, want := range []string{`aria-describedby="value-err-2"`, `id="value-err-2">not JSON: `, ">50ms</textarea>",
+		`id="reason-err">say why`, `value="new-key"`} {
+		if !strings.Contains(again, want) {
+			t.Errorf("the form shown again lacks %q\n%s", want, again)
+		}
+	}
+	api, err := controlapi.NewClient(s.URL(), controlapi.WithToken(aliceSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := api.ListChanges(t.Context(), controlapi.ChangeListOptions{}); err != nil || len(list) != 0 {
+		t.Fatalf("after a bad form: %v changes, %v", list, err)
+	}
+	resp, _ = post(t, alice, form, fields("faster retries", "50"), nil)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/changes/") {
+		t.Fatalf("a good form: %d to %q", resp.StatusCode, loc)
+	}
+	_, page := get(t, alice, s.URL()+loc)
+	for _, want := range []string{"retry-timeout-ms: 200 → 50", "removed (was true)", "added &#34;on&#34;", "faster retries", "<th>Live clients</th>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the change's page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "limit:") {
+		t.Error("an unchanged key is part of the change")
 	}
 }
