@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
+	"github.com/holdfast-dev/holdfast/internal/gate"
 	"github.com/holdfast-dev/holdfast/internal/presence"
 )
 
@@ -252,9 +254,22 @@ func (c *Console) namespacePage(w http.ResponseWriter, r *http.Request, rq *requ
 	}
 	var rl controlapi.RolloutList
 	_ = rq.api.do(http.MethodGet, nsPath(ns, "/rollouts"), nil, nil, &rl)
+	// The policies and the lints that apply; a server that keeps none
+	// (no change store) shows none.
+	var pol controlapi.NamespacePolicies
+	_ = rq.api.do(http.MethodGet, nsPath(ns, "/policies"), nil, nil, &pol)
+	var lints []controlapi.LintInfo
+	var ll controlapi.LintList
+	if err := rq.api.do(http.MethodGet, "/control/lints", nil, nil, &ll); err == nil {
+		for _, l := range ll.Lints {
+			if ok, _ := path.Match(l.Namespaces, ns); ok {
+				lints = append(lints, l)
+			}
+		}
+	}
 	c.render(w, r, rq, http.StatusOK, "namespace", page{Title: ns, Nav: "namespaces", Data: map[string]any{
 		"NS": ns, "Status": st, "Values": vals, "Rows": rows, "Schema": schemaText, "History": hist, "Rollouts": rl.Rollouts,
-		"AtRevision": r.URL.Query().Get("rev")}})
+		"AtRevision": r.URL.Query().Get("rev"), "Policies": pol.Policies, "Lints": lints}})
 }
 
 func (c *Console) rollback(w http.ResponseWriter, r *http.Request, rq *request) {
@@ -304,7 +319,30 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request, rq *reques
 		return
 	}
 	c.render(w, r, rq, http.StatusOK, "rollout", page{Title: "Rollout " + id, Nav: "rollouts", Data: map[string]any{
-		"Rec": rec, "CSRF": rq.sess.CSRF, "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
+		"Rec": rec, "CSRF": rq.sess.CSRF, "Gates": gateResults(rec), "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
+}
+
+// gateRow is a gate's last check as the rollout's record keeps it.
+type gateRow struct {
+	gate.Result
+	Value string // the value, "" when the query answered none
+}
+
+// gateResults reads each gate's last check from the rollout's record
+// (the ones it cannot read are left out).
+func gateResults(rec controlapi.RolloutRecord) []gateRow {
+	rows := make([]gateRow, 0, len(rec.GateResults))
+	for _, raw := range rec.GateResults {
+		var row gateRow
+		if err := json.Unmarshal(raw, &row.Result); err != nil {
+			continue
+		}
+		if row.HasValue {
+			row.Value = strconv.FormatFloat(row.Result.Value, 'g', -1, 64)
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // rolloutEvents pushes the rollout's timeline as it changes.
@@ -315,7 +353,7 @@ func (c *Console) rolloutEvents(w http.ResponseWriter, r *http.Request, rq *requ
 		if err := rq.api.do(http.MethodGet, nsPath(ns, "/rollouts/"+url.PathEscape(id)), nil, nil, &rec); err != nil {
 			return err
 		}
-		return c.pages["rollout"].ExecuteTemplate(buf, "timeline", map[string]any{"Rec": rec, "CSRF": rq.sess.CSRF})
+		return c.pages["rollout"].ExecuteTemplate(buf, "timeline", map[string]any{"Rec": rec, "CSRF": rq.sess.CSRF, "Gates": gateResults(rec)})
 	})
 }
 
