@@ -114,8 +114,12 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 	browser := newBrowser(t)
 	aliceTab := newTab(t, browser)
 	signIn(t, aliceTab, hs.URL, secrets["alice"])
-	do(t, aliceTab, chromedp.Navigate(hs.URL+"/console/namespaces/payments.prod"),
-		chromedp.Click(`//a[normalize-space()="Propose a change"]`), chromedp.WaitVisible(button("Propose")))
+	do(t, aliceTab, chromedp.Navigate(hs.URL+"/console/namespaces/payments.prod"), chromedp.WaitVisible(`//h2[normalize-space()="Policy"]`))
+	// The namespace's page shows the policy its changes need.
+	if pol := run(t, aliceTab, chromedp.Text(chromedp.CSS(`table.policies`))); !containsAll(pol, []string{"payments", "bob"}) {
+		t.Errorf("the namespace's policy is shown as\n%s", pol)
+	}
+	do(t, aliceTab, chromedp.Click(`//a[normalize-space()="Propose a change"]`), chromedp.WaitVisible(button("Propose")))
 	// A value that is not JSON, and no reason: the form comes back with
 	// the errors next to their fields.
 	retry := `//textarea[@id=//label[normalize-space()="retry-timeout-ms"]/@for]`
