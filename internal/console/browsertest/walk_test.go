@@ -131,6 +131,7 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 	if msg := run(t, aliceTab, chromedp.Text(`//input[@id=//label[normalize-space()="Reason"]/@for]/following-sibling::*[contains(@class,"error")]`)); !strings.Contains(msg, "say why") {
 		t.Errorf("the error next to the reason is %q", msg)
 	}
+	screenshot(t, aliceTab, "propose")
 	for key, value := range map[string]string{"retry-timeout-ms": "50", "circuit-breaker-budget-ms": "800"} {
 		field := fmt.Sprintf(`//textarea[@id=//label[normalize-space()=%q]/@for]`, key)
 		do(t, aliceTab, chromedp.Clear(field), chromedp.SendKeys(field, value))
