@@ -125,6 +125,7 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("GET /console/namespaces/{ns}/propose", c.session(c.proposePage))
 	mux.HandleFunc("POST /console/namespaces/{ns}/propose", c.session(c.propose))
 	mux.HandleFunc("GET /console/changes", c.session(c.changesPage))
+	mux.HandleFunc("GET /console/changes/events", c.session(c.changesEvents))
 	mux.HandleFunc("GET /console/changes/{id}", c.session(c.changePage))
 	mux.HandleFunc("POST /console/changes/{id}/{action}", c.session(c.changeAction))
 	mux.HandleFunc("GET /console/rollouts", c.session(c.rolloutsPage))

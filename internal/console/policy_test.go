@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"net/http"
@@ -138,4 +140,55 @@ func TestRolloutShowsGates(t *testing.T) {
 			t.Errorf("the rollout's page lacks %q\n%s", want, body)
 		}
 	}
+}
+
+// TestChangesArePushed: the changes list's stream sends the list again
+// when a change is proposed.
+func TestChangesArePushed(t *testing.T) {
+	s := startServer(t)
+	if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200}); err != nil {
+		t.Fatal(err)
+	}
+	c := browser(t)
+	signIn(t, s, c, aliceSecret)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/console/changes/events", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, ct)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	// until reads the stream until an event's data contains want.
+	until := func(want string) {
+		t.Helper()
+		var data strings.Builder
+		for lines.Scan() {
+			line := lines.Text()
+			if line == "" {
+				if strings.Contains(data.String(), want) {
+					return
+				}
+				data.Reset()
+			}
+			data.WriteString(strings.TrimPrefix(line, "data: "))
+		}
+		t.Fatalf("the stream ended (%v) before an event with %q", lines.Err(), want)
+	}
+	until("No change.")
+	api, err := controlapi.NewClient(s.URL(), controlapi.WithToken(aliceSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Status("payments.prod")
+	ch, err := api.ProposeChange(ctx, controlapi.ChangeRequest{Reason: "pushed", Namespaces: map[string]controlapi.NamespaceChange{
+		"payments.prod": {BaseRevision: st.Revision, Puts: map[string]json.RawMessage{"retry-timeout-ms": json.RawMessage("50")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(ch.ID)
 }

@@ -25,7 +25,8 @@ import (
 // of two keys in the console's form (a value that is not JSON first: the
 // error shows next to it) under a policy that needs bob's approval; the
 // change's page shows KEY: OLD → NEW and the live clients; bob, signed in
-// in another browser context, finds it in his inbox and approves it;
+// in another browser context, sees it come into his open inbox (pushed,
+// not reloaded) and approves it;
 // alice publishes it as a rollout from its page; the rollout's page
 // follows it to its promotion on its own; the namespace's history shows
 // the revision with the reason; the fleet shows every client on it. Then
@@ -112,6 +113,12 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 
 	// Alice proposes the change in the form: two values edited, a reason.
 	browser := newBrowser(t)
+	// Bob's inbox is open before the change exists: it shows there
+	// without a reload.
+	bob := newTab(t, browser)
+	signIn(t, bob, hs.URL, secrets["bob"])
+	do(t, bob, chromedp.Navigate(hs.URL+"/console/changes?awaiting=me"), chromedp.WaitVisible(`//td[normalize-space()="No change."]`),
+		chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
 	aliceTab := newTab(t, browser)
 	signIn(t, aliceTab, hs.URL, secrets["alice"])
 	do(t, aliceTab, chromedp.Navigate(hs.URL+"/console/namespaces/payments.prod"), chromedp.WaitVisible(`//h2[normalize-space()="Policy"]`))
@@ -152,10 +159,11 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 	}
 	screenshot(t, aliceTab, "change")
 
-	bob := newTab(t, browser)
-	signIn(t, bob, hs.URL, secrets["bob"])
-	do(t, bob, chromedp.Navigate(hs.URL+"/console/changes?awaiting=me"), chromedp.Click(fmt.Sprintf(`//a[normalize-space()=%q]`, id)),
-		chromedp.WaitVisible(`//h2[normalize-space()="Diff"]`))
+	do(t, bob, chromedp.WaitVisible(fmt.Sprintf(`//a[normalize-space()=%q]`, id)))
+	if !run(t, bob, chromedp.Evaluate[bool](`window.notReloaded === true`)) {
+		t.Error("the inbox reloaded")
+	}
+	do(t, bob, chromedp.Click(fmt.Sprintf(`//a[normalize-space()=%q]`, id)), chromedp.WaitVisible(`//h2[normalize-space()="Diff"]`))
 	diff := run(t, bob, chromedp.Text(chromedp.CSS(`table.diff`)))
 	for _, want := range []string{"retry-timeout-ms: 200 → 50", "circuit-breaker-budget-ms: 1000 → 800"} {
 		if !strings.Contains(diff, want) {
