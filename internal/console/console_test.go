@@ -285,6 +285,29 @@ func TestFleetGroupsNackReasons(t *testing.T) {
 			t.Errorf("fleet page lacks %q\n%s", want, body)
 		}
 	}
+	// The API behind the page: a page of the clients, their total and
+	// summary, in the order of namespace and id.
+	_, raw := get(t, c, s.URL()+"/control/clients?ns=payments.prod&offset=1&limit=2&summary=1")
+	var page controlapi.Clients
+	if err := json.Unmarshal([]byte(raw), &page); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	var ids []string
+	for _, cl := range page.Clients {
+		ids = append(ids, cl.ClientID)
+	}
+	if page.Total != 5 || fmt.Sprint(ids) != "[c2 c3]" || page.Summary == nil || len(page.Summary.Nacks) != 2 ||
+		page.Summary.Nacks[0] != (controlapi.NackGroup{Namespace: "payments.prod", Revision: 2, Error: "retry-timeout-ms: must be ≥ 100", Count: 3}) {
+		t.Errorf("a page of the clients: total %d, %v, summary %+v", page.Total, ids, page.Summary)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "offset=1", "other=1"} {
+		if resp, _ := get(t, c, s.URL()+"/control/clients?"+q); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("clients?%s: %d, want 400", q, resp.StatusCode)
+		}
+	}
+	if resp, body := get(t, c, s.URL()+"/console/fleet?ns=payments.prod&page=2"); resp.StatusCode != http.StatusOK || strings.Contains(body, "<code>c1</code>") {
+		t.Errorf("the fleet's second page of five clients: %d", resp.StatusCode)
+	}
 	for _, p := range []string{"namespaces", "audit", "rollouts", "fleet?state=live"} {
 		if resp, body := get(t, c, s.URL()+"/console/"+p); resp.StatusCode != http.StatusOK || strings.Count(body, "<h1>") != 1 {
 			t.Errorf("%s: %d\n%s", p, resp.StatusCode, body)

@@ -427,74 +427,64 @@ func (c *Console) rolloutAction(w http.ResponseWriter, r *http.Request, rq *requ
 
 // Fleet.
 
-// nackGroup is the clients that rejected one revision for one reason.
-type nackGroup struct {
-	Namespace string
-	Revision  int64
-	Reason    string
-	Count     int
-}
-
-// fleetView is the fleet page's clients, filtered by the query's ns and
-// state and sorted, with their nack reasons grouped and their states
-// counted.
+// fleetView is the fleet page's summary of the clients the query's ns
+// and state match: their count, their states counted and their nack
+// reasons grouped (the API's summary).
 type fleetView struct {
 	NS, State string
-	Head      int64
-	Clients   []controlapi.ClientState
-	Nacks     []nackGroup
+	Total     int
 	States    map[string]int
+	Nacks     []controlapi.NackGroup
 }
 
-func (c *Console) fleet(r *http.Request, rq *request) (fleetView, error) {
+// fleet reads a page of the clients the query matches (offset, limit:
+// limit 0 reads none but the summary) and their summary, through the
+// API's paging: the console never holds the whole fleet.
+func (c *Console) fleet(r *http.Request, rq *request, offset, limit int) (fleetView, []controlapi.ClientState, error) {
+	v := fleetView{NS: r.URL.Query().Get("ns"), State: r.URL.Query().Get("state")}
+	q := url.Values{"summary": {"1"}, "offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(max(limit, 1))}}
+	if v.NS != "" {
+		q.Set("ns", v.NS)
+	}
+	if v.State != "" {
+		q.Set("state", v.State)
+	}
 	var clients controlapi.Clients
-	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
-		return fleetView{}, err
+	if err := rq.api.do(http.MethodGet, "/control/clients", q, nil, &clients); err != nil {
+		return fleetView{}, nil, err
 	}
-	v := fleetView{NS: r.URL.Query().Get("ns"), State: r.URL.Query().Get("state"), Head: clients.Head, States: map[string]int{}}
-	v.Clients = slices.DeleteFunc(clients.Clients, func(cl controlapi.ClientState) bool {
-		return v.NS != "" && cl.Namespace != v.NS || v.State != "" && cl.State != v.State
-	})
-	slices.SortFunc(v.Clients, func(a, b controlapi.ClientState) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ClientID, b.ClientID))
-	})
-	groups := map[nackGroup]int{}
-	for _, cl := range v.Clients {
-		v.States[cl.State]++
-		if cl.NackedRevision > 0 {
-			groups[nackGroup{Namespace: cl.Namespace, Revision: cl.NackedRevision, Reason: cl.NackError}]++
-		}
+	v.Total = clients.Total
+	if clients.Summary != nil {
+		v.States, v.Nacks = clients.Summary.States, clients.Summary.Nacks
 	}
-	for g, n := range groups {
-		g.Count = n
-		v.Nacks = append(v.Nacks, g)
+	if limit == 0 {
+		clients.Clients = nil
 	}
-	slices.SortFunc(v.Nacks, func(a, b nackGroup) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Reason, b.Reason))
-	})
-	return v, nil
+	return v, clients.Clients, nil
 }
 
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	v, err := c.fleet(r, rq)
+	n, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	n = max(n, 1)
+	v, clients, err := c.fleet(r, rq, (n-1)*pageSize, pageSize)
 	if err != nil {
 		c.failAPI(w, r, rq, err)
 		return
 	}
-	pg := paging(r, len(v.Clients))
+	pg := paging(r, v.Total)
 	events := "/console/fleet/events"
 	if r.URL.RawQuery != "" {
 		events += "?" + r.URL.RawQuery
 	}
 	c.render(w, r, rq, http.StatusOK, "fleet", page{Title: "Fleet", Nav: "fleet", Data: map[string]any{
-		"View": v, "Clients": v.Clients[pg.From:pg.To], "Paging": pg, "Events": events}})
+		"View": v, "Clients": clients, "Paging": pg, "Events": events}})
 }
 
 // fleetEvents pushes the fleet's summary (states, nack reasons) as it
 // changes.
 func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request, rq *request) {
 	c.push(w, r, rq, "fleet", func(buf *bytes.Buffer) error {
-		v, err := c.fleet(r, rq)
+		v, _, err := c.fleet(r, rq, 0, 0)
 		if err != nil {
 			return err
 		}
