@@ -186,6 +186,19 @@ const MaxClientsLimit = 1000
 type ClientSummary struct {
 	States map[string]int `json:"states"`
 	Nacks  []NackGroup    `json:"nacks"`
+	// Namespaces counts each namespace's clients against its revision
+	// now, as its status does.
+	Namespaces map[string]NamespaceClients `json:"namespaces"`
+}
+
+// NamespaceClients counts a namespace's clients as NamespaceStatus does:
+// the live ones (Acked, Nacked and Behind of them) and the stale ones.
+type NamespaceClients struct {
+	Live   int `json:"live"`
+	Acked  int `json:"acked"`
+	Nacked int `json:"nacked"`
+	Behind int `json:"behind"`
+	Stale  int `json:"stale"`
 }
 
 // NackGroup is the clients of a namespace that rejected one revision for

@@ -8,6 +8,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 )
 
 // MaxHistoryLimit is the most audit records one page of history holds.
@@ -194,16 +195,25 @@ func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// summarize counts clients by state and groups their nacks by namespace,
-// revision and reason, the most first.
+// summarize counts clients by state and by namespace, and groups their
+// nacks by namespace, revision and reason, the most first.
 func summarize(clients []controlapi.ClientState) *controlapi.ClientSummary {
 	sum := &controlapi.ClientSummary{States: map[string]int{}, Nacks: []controlapi.NackGroup{}}
 	groups := map[controlapi.NackGroup]int{}
+	byNS := map[string][]controlapi.ClientState{}
 	for _, cl := range clients {
 		sum.States[cl.State]++
 		if cl.NackedRevision > 0 {
 			groups[controlapi.NackGroup{Namespace: cl.Namespace, Revision: cl.NackedRevision, Error: cl.NackError}]++
 		}
+		byNS[cl.Namespace] = append(byNS[cl.Namespace], cl)
+	}
+	sum.Namespaces = make(map[string]controlapi.NamespaceClients, len(byNS))
+	for ns, cls := range byNS {
+		// Every client of a namespace carries its revision now.
+		st := controlapi.NamespaceStatus{Revision: cls[0].HeadRevision}
+		presence.Count(&st, cls)
+		sum.Namespaces[ns] = controlapi.NamespaceClients{Live: st.Live, Acked: st.Acked, Nacked: st.Nacked, Behind: st.Behind, Stale: st.Stale}
 	}
 	for g, n := range groups {
 		g.Count = n
