@@ -300,6 +300,16 @@ func TestFleetGroupsNackReasons(t *testing.T) {
 		page.Summary.Nacks[0] != (controlapi.NackGroup{Namespace: "payments.prod", Revision: 2, Error: "retry-timeout-ms: must be ≥ 100", Count: 3}) {
 		t.Errorf("a page of the clients: total %d, %v, summary %+v", page.Total, ids, page.Summary)
 	}
+	// Its count of the namespace's clients is the namespace status's.
+	_, raw = get(t, c, s.URL()+"/control/namespaces/payments.prod/status")
+	var st controlapi.NamespaceStatus
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := page.Summary.Namespaces["payments.prod"], (controlapi.NamespaceClients{Live: st.Live, Acked: st.Acked, Nacked: st.Nacked,
+		Behind: st.Behind, Stale: st.Stale}); got != want {
+		t.Errorf("the summary counts payments.prod's clients %+v, its status %+v", got, want)
+	}
 	for _, q := range []string{"limit=0", "limit=1001", "offset=1", "other=1"} {
 		if resp, _ := get(t, c, s.URL()+"/control/clients?"+q); resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("clients?%s: %d, want 400", q, resp.StatusCode)

@@ -19,7 +19,6 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
 	"github.com/holdfast-dev/holdfast/internal/gate"
-	"github.com/holdfast-dev/holdfast/internal/presence"
 )
 
 // Sign in and out.
@@ -117,8 +116,8 @@ type nsRow struct {
 }
 
 // namespacesPage lists a page of the namespace index (a prefix filters
-// it); the clients behind and nacked are counted from one read of the
-// clients, not from a status read per row (each would read them all).
+// it); the clients behind and nacked are the API's summary of the
+// clients, not a status read per row (each would read them all).
 func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *request) {
 	prefix, after := r.URL.Query().Get("q"), r.URL.Query().Get("after")
 	q := url.Values{"limit": {strconv.Itoa(pageSize)}}
@@ -133,19 +132,22 @@ func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *req
 		c.failAPI(w, r, rq, err)
 		return
 	}
+	// The clients of each namespace counted by the API (its summary),
+	// not read one by one.
 	var clients controlapi.Clients
-	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
+	if err := rq.api.do(http.MethodGet, "/control/clients", url.Values{"limit": {"1"}, "summary": {"1"}}, nil, &clients); err != nil {
 		c.failAPI(w, r, rq, err)
 		return
 	}
-	byNS := make(map[string][]controlapi.ClientState)
-	for _, cl := range clients.Clients {
-		byNS[cl.Namespace] = append(byNS[cl.Namespace], cl)
+	var counts map[string]controlapi.NamespaceClients
+	if clients.Summary != nil {
+		counts = clients.Summary.Namespaces
 	}
 	rows := make([]nsRow, 0, len(idx.Namespaces))
 	for _, info := range idx.Namespaces {
-		row := nsRow{NamespaceInfo: info, Status: controlapi.NamespaceStatus{Revision: info.Revision}}
-		presence.Count(&row.Status, byNS[info.Namespace])
+		n := counts[info.Namespace]
+		row := nsRow{NamespaceInfo: info, Status: controlapi.NamespaceStatus{Revision: info.Revision,
+			Live: n.Live, Clients: n.Live, Acked: n.Acked, Nacked: n.Nacked, Behind: n.Behind, Stale: n.Stale}}
 		var rl controlapi.RolloutList
 		if err := rq.api.do(http.MethodGet, nsPath(info.Namespace, "/rollouts"), nil, nil, &rl); err == nil {
 			for _, ro := range rl.Rollouts {

@@ -219,6 +219,12 @@ func TestChangeWalkOnHoldfastServer(t *testing.T) {
 		t.Errorf("the nack group is %q, want 2 clients of orders.prod at revision %d, the reason naming retry-timeout-ms", group, bad)
 	}
 	t.Logf("nack group: %q", group)
+	// The namespace list counts them, live, behind and nacked.
+	do(t, aliceTab, chromedp.Navigate(hs.URL+"/console/namespaces?q=orders."))
+	row := run(t, aliceTab, chromedp.Evaluate[[]string](`[...document.querySelector('main table tbody tr').cells].map(c => c.textContent.trim())`))
+	if len(row) < 6 || row[0] != "orders.prod" || row[3] != "2" || row[4] != "2" || row[5] != "2" {
+		t.Errorf("the namespace list's row of orders.prod is %q, want 2 live clients, 2 behind, 2 nacked", row)
+	}
 	screenshot(t, aliceTab, "fleet-nacks")
 }
 
