@@ -237,6 +237,21 @@ type Policy struct {
 	MinSDKVersion string `json:"min_sdk_version,omitempty"`
 }
 
+// PolicyInfo is a policy with its name.
+type PolicyInfo struct {
+	Name string `json:"name"`
+	Policy
+}
+
+// NamespacePolicies is the reply of GET
+// /control/namespaces/{ns}/policies: the policies that apply to the
+// namespace, by name (readable with control of the namespace; setting
+// and reading a policy by its name needs the admin scope).
+type NamespacePolicies struct {
+	Namespace string       `json:"ns"`
+	Policies  []PolicyInfo `json:"policies"`
+}
+
 // DefaultRetroReview is a policy's retro review window unless it says.
 const DefaultRetroReview = 24 * time.Hour
 

@@ -168,6 +168,46 @@ type Clients struct {
 	// presence table full): clients missing from the list, or shown gone.
 	// Each drop is also logged (at most once a minute).
 	Dropped int64 `json:"dropped,omitempty"`
+	// Total is how many clients matched the query's ns and state, when it
+	// asked for a page (offset, limit): Clients is that page of them.
+	Total int `json:"total,omitempty"`
+	// Summary counts the matching clients by state and groups their
+	// nacks, when the query asked for it (summary=1).
+	Summary *ClientSummary `json:"summary,omitempty"`
+}
+
+// MaxClientsLimit is the most clients a page of GET /control/clients
+// holds.
+const MaxClientsLimit = 1000
+
+// ClientSummary is the clients of a GET /control/clients query counted:
+// by presence state, and the reasons they rejected a revision, each with
+// how many clients gave it, the most first.
+type ClientSummary struct {
+	States map[string]int `json:"states"`
+	Nacks  []NackGroup    `json:"nacks"`
+	// Namespaces counts each namespace's clients against its revision
+	// now, as its status does.
+	Namespaces map[string]NamespaceClients `json:"namespaces"`
+}
+
+// NamespaceClients counts a namespace's clients as NamespaceStatus does:
+// the live ones (Acked, Nacked and Behind of them) and the stale ones.
+type NamespaceClients struct {
+	Live   int `json:"live"`
+	Acked  int `json:"acked"`
+	Nacked int `json:"nacked"`
+	Behind int `json:"behind"`
+	Stale  int `json:"stale"`
+}
+
+// NackGroup is the clients of a namespace that rejected one revision for
+// one reason.
+type NackGroup struct {
+	Namespace string `json:"ns"`
+	Revision  int64  `json:"revision"`
+	Error     string `json:"error"`
+	Count     int    `json:"count"`
 }
 
 // AuditRecord is the record of one committed revision of a namespace: who

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"cmp"
 	"net/http"
 	"net/url"
@@ -14,7 +15,16 @@ import (
 // Changes: the list (and the inbox: awaiting=me), a change's page, and
 // its actions, each the API's.
 
-func (c *Console) changesPage(w http.ResponseWriter, r *http.Request, rq *request) {
+// changesView is a list of changes as the changes page shows it.
+type changesView struct {
+	Changes   []controlapi.Change
+	Inbox     bool
+	NS, State string
+}
+
+// changeList reads the changes the query asks for (ns, state,
+// awaiting=me: the inbox), overdue emergency reviews first.
+func (c *Console) changeList(r *http.Request, rq *request) (changesView, error) {
 	q := url.Values{}
 	for _, k := range []string{"ns", "state"} {
 		if v := r.URL.Query().Get(k); v != "" {
@@ -27,17 +37,42 @@ func (c *Console) changesPage(w http.ResponseWriter, r *http.Request, rq *reques
 	}
 	var list controlapi.ChangeList
 	if err := rq.api.do(http.MethodGet, "/control/changes", q, nil, &list); err != nil {
-		c.failAPI(w, r, rq, err)
-		return
+		return changesView{}, err
 	}
 	// Overdue emergency reviews first, then the newest.
 	slices.SortStableFunc(list.Changes, func(a, b controlapi.Change) int { return cmp.Compare(overdue(b), overdue(a)) })
+	return changesView{Changes: list.Changes, Inbox: inbox, NS: q.Get("ns"), State: q.Get("state")}, nil
+}
+
+func (c *Console) changesPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	v, err := c.changeList(r, rq)
+	if err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
 	title := "Changes"
-	if inbox {
+	if v.Inbox {
 		title = "Inbox"
 	}
+	events := "/console/changes/events"
+	if r.URL.RawQuery != "" {
+		events += "?" + r.URL.RawQuery
+	}
 	c.render(w, r, rq, http.StatusOK, "changes", page{Title: title, Nav: "changes", Data: map[string]any{
-		"Changes": list.Changes, "Inbox": inbox, "NS": q.Get("ns"), "State": q.Get("state")}})
+		"View": v, "Inbox": v.Inbox, "NS": v.NS, "State": v.State, "Events": events}})
+}
+
+// changesEvents pushes the list (the inbox with awaiting=me) as it
+// changes: a change proposed, approved or published shows without a
+// reload.
+func (c *Console) changesEvents(w http.ResponseWriter, r *http.Request, rq *request) {
+	c.push(w, r, rq, "changes", func(buf *bytes.Buffer) error {
+		v, err := c.changeList(r, rq)
+		if err != nil {
+			return err
+		}
+		return c.pages["changes"].ExecuteTemplate(buf, "list", v)
+	})
 }
 
 func overdue(ch controlapi.Change) int {

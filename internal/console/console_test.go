@@ -8,6 +8,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -284,6 +285,39 @@ func TestFleetGroupsNackReasons(t *testing.T) {
 			t.Errorf("fleet page lacks %q\n%s", want, body)
 		}
 	}
+	// The API behind the page: a page of the clients, their total and
+	// summary, in the order of namespace and id.
+	_, raw := get(t, c, s.URL()+"/control/clients?ns=payments.prod&offset=1&limit=2&summary=1")
+	var page controlapi.Clients
+	if err := json.Unmarshal([]byte(raw), &page); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	var ids []string
+	for _, cl := range page.Clients {
+		ids = append(ids, cl.ClientID)
+	}
+	if page.Total != 5 || fmt.Sprint(ids) != "[c2 c3]" || page.Summary == nil || len(page.Summary.Nacks) != 2 ||
+		page.Summary.Nacks[0] != (controlapi.NackGroup{Namespace: "payments.prod", Revision: 2, Error: "retry-timeout-ms: must be ≥ 100", Count: 3}) {
+		t.Errorf("a page of the clients: total %d, %v, summary %+v", page.Total, ids, page.Summary)
+	}
+	// Its count of the namespace's clients is the namespace status's.
+	_, raw = get(t, c, s.URL()+"/control/namespaces/payments.prod/status")
+	var st controlapi.NamespaceStatus
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := page.Summary.Namespaces["payments.prod"], (controlapi.NamespaceClients{Live: st.Live, Acked: st.Acked, Nacked: st.Nacked,
+		Behind: st.Behind, Stale: st.Stale}); got != want {
+		t.Errorf("the summary counts payments.prod's clients %+v, its status %+v", got, want)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "offset=1", "other=1"} {
+		if resp, _ := get(t, c, s.URL()+"/control/clients?"+q); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("clients?%s: %d, want 400", q, resp.StatusCode)
+		}
+	}
+	if resp, body := get(t, c, s.URL()+"/console/fleet?ns=payments.prod&page=2"); resp.StatusCode != http.StatusOK || strings.Contains(body, "<code>c1</code>") {
+		t.Errorf("the fleet's second page of five clients: %d", resp.StatusCode)
+	}
 	for _, p := range []string{"namespaces", "audit", "rollouts", "fleet?state=live"} {
 		if resp, body := get(t, c, s.URL()+"/console/"+p); resp.StatusCode != http.StatusOK || strings.Count(body, "<h1>") != 1 {
 			t.Errorf("%s: %d\n%s", p, resp.StatusCode, body)
@@ -353,5 +387,66 @@ func TestChangeInTheConsole(t *testing.T) {
 	}
 	if _, body = get(t, alice, page); !strings.Contains(body, `data-state="published"`) {
 		t.Errorf("change not shown as published\n%s", body)
+	}
+}
+
+func TestProposeInTheConsole(t *testing.T) {
+	s := startServer(t)
+	if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200, "limit": 5, "old-flag": true}); err != nil {
+		t.Fatal(err)
+	}
+	alice := browser(t)
+	signIn(t, s, alice, aliceSecret)
+	if _, ns := get(t, alice, s.URL()+"/console/namespaces/payments.prod"); !strings.Contains(ns, `href="/console/namespaces/payments.prod/propose">Propose a change</a>`) {
+		t.Fatal("the namespace's page has no Propose a change link")
+	}
+	form := s.URL() + "/console/namespaces/payments.prod/propose"
+	_, body := get(t, alice, form)
+	for _, want := range []string{"<h1>Propose a change to payments.prod</h1>", `<label for="value-1"><code>old-flag</code></label>`,
+		`name="value.2" rows="1"`, ">5</textarea>", "New key", `<label for="reason">Reason</label>`, ">Propose</button>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the form lacks %q\n%s", want, body)
+		}
+	}
+	st, _ := s.Status("payments.prod")
+	fields := func(reason, retry string) url.Values {
+		// Rows: limit (0), old-flag (1), retry-timeout-ms (2), then new rows.
+		return url.Values{"csrf": {csrfField.FindStringSubmatch(body)[1]}, "base": {strconv.FormatInt(st.Revision, 10)}, "n": {"6"},
+			"key.0": {"limit"}, "value.0": {"5"}, "key.1": {"old-flag"}, "value.1": {"true"}, "delete.1": {"1"},
+			"key.2": {"retry-timeout-ms"}, "value.2": {retry},
+			"new.3": {"1"}, "key.3": {"new-key"}, "value.3": {`"on"`}, "new.4": {"1"}, "new.5": {"1"}, "reason": {reason}}
+	}
+	// Not JSON, and no reason: the form again, each error by its field,
+	// what was typed kept, nothing proposed.
+	resp, again := post(t, alice, form, fields("", "50ms"), nil)
+	if resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("a bad form: %d, want 422\n%s", resp.StatusCode, again)
+	}
+	for _, want := range []string{`aria-describedby="value-err-2"`, `id="value-err-2">not JSON: `, ">50ms</textarea>",
+		`id="reason-err">say why`, `value="new-key"`} {
+		if !strings.Contains(again, want) {
+			t.Errorf("the form shown again lacks %q\n%s", want, again)
+		}
+	}
+	api, err := controlapi.NewClient(s.URL(), controlapi.WithToken(aliceSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := api.ListChanges(t.Context(), controlapi.ChangeListOptions{}); err != nil || len(list) != 0 {
+		t.Fatalf("after a bad form: %v changes, %v", list, err)
+	}
+	resp, _ = post(t, alice, form, fields("faster retries", "50"), nil)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/changes/") {
+		t.Fatalf("a good form: %d to %q", resp.StatusCode, loc)
+	}
+	_, page := get(t, alice, s.URL()+loc)
+	for _, want := range []string{"retry-timeout-ms: 200 → 50", "removed (was true)", "added &#34;on&#34;", "faster retries", "<th>Live clients</th>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the change's page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "limit:") {
+		t.Error("an unchanged key is part of the change")
 	}
 }

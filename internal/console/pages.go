@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/authlimit"
-	"github.com/holdfast-dev/holdfast/internal/presence"
+	"github.com/holdfast-dev/holdfast/internal/gate"
 )
 
 // Sign in and out.
@@ -115,8 +116,8 @@ type nsRow struct {
 }
 
 // namespacesPage lists a page of the namespace index (a prefix filters
-// it); the clients behind and nacked are counted from one read of the
-// clients, not from a status read per row (each would read them all).
+// it); the clients behind and nacked are the API's summary of the
+// clients, not a status read per row (each would read them all).
 func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *request) {
 	prefix, after := r.URL.Query().Get("q"), r.URL.Query().Get("after")
 	q := url.Values{"limit": {strconv.Itoa(pageSize)}}
@@ -131,19 +132,22 @@ func (c *Console) namespacesPage(w http.ResponseWriter, r *http.Request, rq *req
 		c.failAPI(w, r, rq, err)
 		return
 	}
+	// The clients of each namespace counted by the API (its summary),
+	// not read one by one.
 	var clients controlapi.Clients
-	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
+	if err := rq.api.do(http.MethodGet, "/control/clients", url.Values{"limit": {"1"}, "summary": {"1"}}, nil, &clients); err != nil {
 		c.failAPI(w, r, rq, err)
 		return
 	}
-	byNS := make(map[string][]controlapi.ClientState)
-	for _, cl := range clients.Clients {
-		byNS[cl.Namespace] = append(byNS[cl.Namespace], cl)
+	var counts map[string]controlapi.NamespaceClients
+	if clients.Summary != nil {
+		counts = clients.Summary.Namespaces
 	}
 	rows := make([]nsRow, 0, len(idx.Namespaces))
 	for _, info := range idx.Namespaces {
-		row := nsRow{NamespaceInfo: info, Status: controlapi.NamespaceStatus{Revision: info.Revision}}
-		presence.Count(&row.Status, byNS[info.Namespace])
+		n := counts[info.Namespace]
+		row := nsRow{NamespaceInfo: info, Status: controlapi.NamespaceStatus{Revision: info.Revision,
+			Live: n.Live, Clients: n.Live, Acked: n.Acked, Nacked: n.Nacked, Behind: n.Behind, Stale: n.Stale}}
 		var rl controlapi.RolloutList
 		if err := rq.api.do(http.MethodGet, nsPath(info.Namespace, "/rollouts"), nil, nil, &rl); err == nil {
 			for _, ro := range rl.Rollouts {
@@ -252,9 +256,22 @@ func (c *Console) namespacePage(w http.ResponseWriter, r *http.Request, rq *requ
 	}
 	var rl controlapi.RolloutList
 	_ = rq.api.do(http.MethodGet, nsPath(ns, "/rollouts"), nil, nil, &rl)
+	// The policies and the lints that apply; a server that keeps none
+	// (no change store) shows none.
+	var pol controlapi.NamespacePolicies
+	_ = rq.api.do(http.MethodGet, nsPath(ns, "/policies"), nil, nil, &pol)
+	var lints []controlapi.LintInfo
+	var ll controlapi.LintList
+	if err := rq.api.do(http.MethodGet, "/control/lints", nil, nil, &ll); err == nil {
+		for _, l := range ll.Lints {
+			if ok, _ := path.Match(l.Namespaces, ns); ok {
+				lints = append(lints, l)
+			}
+		}
+	}
 	c.render(w, r, rq, http.StatusOK, "namespace", page{Title: ns, Nav: "namespaces", Data: map[string]any{
 		"NS": ns, "Status": st, "Values": vals, "Rows": rows, "Schema": schemaText, "History": hist, "Rollouts": rl.Rollouts,
-		"AtRevision": r.URL.Query().Get("rev")}})
+		"AtRevision": r.URL.Query().Get("rev"), "Policies": pol.Policies, "Lints": lints}})
 }
 
 func (c *Console) rollback(w http.ResponseWriter, r *http.Request, rq *request) {
@@ -304,7 +321,30 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request, rq *reques
 		return
 	}
 	c.render(w, r, rq, http.StatusOK, "rollout", page{Title: "Rollout " + id, Nav: "rollouts", Data: map[string]any{
-		"Rec": rec, "CSRF": rq.sess.CSRF, "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
+		"Rec": rec, "CSRF": rq.sess.CSRF, "Gates": gateResults(rec), "Events": "/console/namespaces/" + url.PathEscape(ns) + "/rollouts/" + url.PathEscape(id) + "/events"}})
+}
+
+// gateRow is a gate's last check as the rollout's record keeps it.
+type gateRow struct {
+	gate.Result
+	Value string // the value, "" when the query answered none
+}
+
+// gateResults reads each gate's last check from the rollout's record
+// (the ones it cannot read are left out).
+func gateResults(rec controlapi.RolloutRecord) []gateRow {
+	rows := make([]gateRow, 0, len(rec.GateResults))
+	for _, raw := range rec.GateResults {
+		var row gateRow
+		if err := json.Unmarshal(raw, &row.Result); err != nil {
+			continue
+		}
+		if row.HasValue {
+			row.Value = strconv.FormatFloat(row.Result.Value, 'g', -1, 64)
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // rolloutEvents pushes the rollout's timeline as it changes.
@@ -315,7 +355,7 @@ func (c *Console) rolloutEvents(w http.ResponseWriter, r *http.Request, rq *requ
 		if err := rq.api.do(http.MethodGet, nsPath(ns, "/rollouts/"+url.PathEscape(id)), nil, nil, &rec); err != nil {
 			return err
 		}
-		return c.pages["rollout"].ExecuteTemplate(buf, "timeline", map[string]any{"Rec": rec, "CSRF": rq.sess.CSRF})
+		return c.pages["rollout"].ExecuteTemplate(buf, "timeline", map[string]any{"Rec": rec, "CSRF": rq.sess.CSRF, "Gates": gateResults(rec)})
 	})
 }
 
@@ -389,74 +429,64 @@ func (c *Console) rolloutAction(w http.ResponseWriter, r *http.Request, rq *requ
 
 // Fleet.
 
-// nackGroup is the clients that rejected one revision for one reason.
-type nackGroup struct {
-	Namespace string
-	Revision  int64
-	Reason    string
-	Count     int
-}
-
-// fleetView is the fleet page's clients, filtered by the query's ns and
-// state and sorted, with their nack reasons grouped and their states
-// counted.
+// fleetView is the fleet page's summary of the clients the query's ns
+// and state match: their count, their states counted and their nack
+// reasons grouped (the API's summary).
 type fleetView struct {
 	NS, State string
-	Head      int64
-	Clients   []controlapi.ClientState
-	Nacks     []nackGroup
+	Total     int
 	States    map[string]int
+	Nacks     []controlapi.NackGroup
 }
 
-func (c *Console) fleet(r *http.Request, rq *request) (fleetView, error) {
+// fleet reads a page of the clients the query matches (offset, limit:
+// limit 0 reads none but the summary) and their summary, through the
+// API's paging: the console never holds the whole fleet.
+func (c *Console) fleet(r *http.Request, rq *request, offset, limit int) (fleetView, []controlapi.ClientState, error) {
+	v := fleetView{NS: r.URL.Query().Get("ns"), State: r.URL.Query().Get("state")}
+	q := url.Values{"summary": {"1"}, "offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(max(limit, 1))}}
+	if v.NS != "" {
+		q.Set("ns", v.NS)
+	}
+	if v.State != "" {
+		q.Set("state", v.State)
+	}
 	var clients controlapi.Clients
-	if err := rq.api.do(http.MethodGet, "/control/clients", nil, nil, &clients); err != nil {
-		return fleetView{}, err
+	if err := rq.api.do(http.MethodGet, "/control/clients", q, nil, &clients); err != nil {
+		return fleetView{}, nil, err
 	}
-	v := fleetView{NS: r.URL.Query().Get("ns"), State: r.URL.Query().Get("state"), Head: clients.Head, States: map[string]int{}}
-	v.Clients = slices.DeleteFunc(clients.Clients, func(cl controlapi.ClientState) bool {
-		return v.NS != "" && cl.Namespace != v.NS || v.State != "" && cl.State != v.State
-	})
-	slices.SortFunc(v.Clients, func(a, b controlapi.ClientState) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ClientID, b.ClientID))
-	})
-	groups := map[nackGroup]int{}
-	for _, cl := range v.Clients {
-		v.States[cl.State]++
-		if cl.NackedRevision > 0 {
-			groups[nackGroup{Namespace: cl.Namespace, Revision: cl.NackedRevision, Reason: cl.NackError}]++
-		}
+	v.Total = clients.Total
+	if clients.Summary != nil {
+		v.States, v.Nacks = clients.Summary.States, clients.Summary.Nacks
 	}
-	for g, n := range groups {
-		g.Count = n
-		v.Nacks = append(v.Nacks, g)
+	if limit == 0 {
+		clients.Clients = nil
 	}
-	slices.SortFunc(v.Nacks, func(a, b nackGroup) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Reason, b.Reason))
-	})
-	return v, nil
+	return v, clients.Clients, nil
 }
 
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	v, err := c.fleet(r, rq)
+	n, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	n = max(n, 1)
+	v, clients, err := c.fleet(r, rq, (n-1)*pageSize, pageSize)
 	if err != nil {
 		c.failAPI(w, r, rq, err)
 		return
 	}
-	pg := paging(r, len(v.Clients))
+	pg := paging(r, v.Total)
 	events := "/console/fleet/events"
 	if r.URL.RawQuery != "" {
 		events += "?" + r.URL.RawQuery
 	}
 	c.render(w, r, rq, http.StatusOK, "fleet", page{Title: "Fleet", Nav: "fleet", Data: map[string]any{
-		"View": v, "Clients": v.Clients[pg.From:pg.To], "Paging": pg, "Events": events}})
+		"View": v, "Clients": clients, "Paging": pg, "Events": events}})
 }
 
 // fleetEvents pushes the fleet's summary (states, nack reasons) as it
 // changes.
 func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request, rq *request) {
 	c.push(w, r, rq, "fleet", func(buf *bytes.Buffer) error {
-		v, err := c.fleet(r, rq)
+		v, _, err := c.fleet(r, rq, 0, 0)
 		if err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ type page struct {
 }
 
 // pageNames are the templates, each one page over layout.html.
-var pageNames = []string{"signin", "error", "namespaces", "namespace", "changes", "change", "rollouts", "rollout", "fleet", "audit"}
+var pageNames = []string{"signin", "error", "namespaces", "namespace", "changes", "change", "rollouts", "rollout", "fleet", "audit", "propose"}
 
 func (c *Console) parse() error {
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")

@@ -129,6 +129,7 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /control/namespaces/{ns}/schema", h.getSchema},
 		{"DELETE /control/namespaces/{ns}/schema", h.deleteSchema},
 		{"GET /control/namespaces/{ns}/status", h.status},
+		{"GET /control/namespaces/{ns}/policies", h.namespacePolicies},
 		{"GET /control/namespaces/{ns}/history", h.history},
 		{"GET /control/namespaces/{ns}/values", h.values},
 		{"GET /control/namespaces/{ns}/diff", h.diff},

@@ -86,6 +86,28 @@ func checkPolicy(p *controlapi.Policy) error {
 	return nil
 }
 
+// namespacePolicies lists the policies that apply to a namespace: what
+// its changes need, for whoever controls it.
+func (h *Handler) namespacePolicies(w http.ResponseWriter, r *http.Request) error {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return err
+	}
+	if _, err := query(r); err != nil {
+		return err
+	}
+	ps, err := h.policies(r.Context(), ns)
+	if err != nil {
+		return err
+	}
+	out := controlapi.NamespacePolicies{Namespace: ns, Policies: make([]controlapi.PolicyInfo, 0, len(ps))}
+	for _, p := range ps {
+		out.Policies = append(out.Policies, controlapi.PolicyInfo{Name: p.name, Policy: p.Policy})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 func (h *Handler) getPolicy(w http.ResponseWriter, r *http.Request) error {
 	cs, err := h.changeStore()
 	if err != nil {

@@ -1,12 +1,14 @@
 package controlplane
 
 import (
+	"cmp"
 	"net/http"
 	"slices"
 
 	"github.com/holdfast-dev/holdfast/access"
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/dataplane"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 )
 
 // MaxHistoryLimit is the most audit records one page of history holds.
@@ -140,23 +142,87 @@ func (h *Handler) compact(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) clients(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
+	q, err := query(r, "ns", "state", "offset", "limit", "summary")
+	if err != nil {
 		return err
+	}
+	offset, _, err := intParam(q, "offset", 0)
+	if err != nil {
+		return err
+	}
+	limit, paged, err := intParam(q, "limit", 1)
+	switch {
+	case err != nil:
+		return err
+	case limit > controlapi.MaxClientsLimit:
+		return badRequest("limit %d is above %d", limit, controlapi.MaxClientsLimit)
+	case !paged && offset > 0:
+		return badRequest("offset needs a limit")
 	}
 	c, err := h.cfg.Store.Clients(r.Context())
 	if err != nil {
 		return err
 	}
-	if id, ok := access.FromContext(r.Context()); ok && h.cfg.Authenticator != nil && !id.MayControlAll() {
-		// Only the namespaces the identity controls.
-		c.Clients = slices.DeleteFunc(c.Clients, func(c controlapi.ClientState) bool { return !id.MayControl(c.Namespace) })
-		c.Servers = slices.DeleteFunc(c.Servers, func(s controlapi.ServerReports) bool { return !id.MayControl(s.Namespace) })
+	id, ok := access.FromContext(r.Context())
+	mine := !ok || h.cfg.Authenticator == nil || id.MayControlAll()
+	ns, state := q["ns"], q["state"]
+	if !mine || ns != "" || state != "" {
+		// Only the namespaces the identity controls, and those the query
+		// asks for.
+		c.Clients = slices.DeleteFunc(c.Clients, func(c controlapi.ClientState) bool {
+			return !mine && !id.MayControl(c.Namespace) || ns != "" && c.Namespace != ns || state != "" && c.State != state
+		})
+		c.Servers = slices.DeleteFunc(c.Servers, func(s controlapi.ServerReports) bool {
+			return !mine && !id.MayControl(s.Namespace) || ns != "" && s.Namespace != ns
+		})
+	}
+	if _, ok := q["summary"]; ok {
+		c.Summary = summarize(c.Clients)
+	}
+	if paged {
+		// A page of the clients in the order of namespace and id.
+		slices.SortFunc(c.Clients, func(a, b controlapi.ClientState) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ClientID, b.ClientID))
+		})
+		c.Total = len(c.Clients)
+		from := int(min(offset, int64(len(c.Clients))))
+		c.Clients = c.Clients[from:min(from+int(limit), len(c.Clients))]
 	}
 	if c.Clients == nil {
 		c.Clients = []controlapi.ClientState{}
 	}
 	writeJSON(w, http.StatusOK, c)
 	return nil
+}
+
+// summarize counts clients by state and by namespace, and groups their
+// nacks by namespace, revision and reason, the most first.
+func summarize(clients []controlapi.ClientState) *controlapi.ClientSummary {
+	sum := &controlapi.ClientSummary{States: map[string]int{}, Nacks: []controlapi.NackGroup{}}
+	groups := map[controlapi.NackGroup]int{}
+	byNS := map[string][]controlapi.ClientState{}
+	for _, cl := range clients {
+		sum.States[cl.State]++
+		if cl.NackedRevision > 0 {
+			groups[controlapi.NackGroup{Namespace: cl.Namespace, Revision: cl.NackedRevision, Error: cl.NackError}]++
+		}
+		byNS[cl.Namespace] = append(byNS[cl.Namespace], cl)
+	}
+	sum.Namespaces = make(map[string]controlapi.NamespaceClients, len(byNS))
+	for ns, cls := range byNS {
+		// Every client of a namespace carries its revision now.
+		st := controlapi.NamespaceStatus{Revision: cls[0].HeadRevision}
+		presence.Count(&st, cls)
+		sum.Namespaces[ns] = controlapi.NamespaceClients{Live: st.Live, Acked: st.Acked, Nacked: st.Nacked, Behind: st.Behind, Stale: st.Stale}
+	}
+	for g, n := range groups {
+		g.Count = n
+		sum.Nacks = append(sum.Nacks, g)
+	}
+	slices.SortFunc(sum.Nacks, func(a, b controlapi.NackGroup) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Revision, b.Revision), cmp.Compare(a.Error, b.Error))
+	})
+	return sum
 }
 
 // maxNamespacePrefix bounds the prefix and after of GET
