@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -285,11 +286,62 @@ func (c *Console) rollback(w http.ResponseWriter, r *http.Request, rq *request) 
 	if rev, err := strconv.ParseInt(r.PostFormValue("if_revision"), 10, 64); err == nil && rev > 0 {
 		body.IfRevision = &rev
 	}
-	if err := rq.api.do(http.MethodPost, nsPath(ns, "/rollback"), nil, body, nil); err != nil {
+	err = rq.api.do(http.MethodPost, nsPath(ns, "/rollback"), nil, body, nil)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Body.Error == controlapi.CodeApprovalRequired {
+		// A policy governs ns: the rollback becomes a change, reviewed
+		// and approved as any other.
+		c.rollbackAsChange(w, r, rq, ns, to, body.Reason)
+		return
+	}
+	if err != nil {
 		c.failAPI(w, r, rq, err)
 		return
 	}
 	http.Redirect(w, r, "/console/namespaces/"+url.PathEscape(ns), http.StatusSeeOther)
+}
+
+// rollbackAsChange proposes the change that brings ns back to its content
+// at store revision to: the keys that differ put back, the keys added
+// since deleted, based on ns's revision now.
+func (c *Console) rollbackAsChange(w http.ResponseWriter, r *http.Request, rq *request, ns string, to int64, reason string) {
+	now, err := c.values(rq, ns, 0)
+	if err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	then, err := c.values(rq, ns, to)
+	if err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	nc := controlapi.NamespaceChange{BaseRevision: now.Revision, Puts: map[string]json.RawMessage{}}
+	for k, v := range then.Values {
+		if had, ok := now.Values[k]; !ok || !bytes.Equal(had, v) {
+			nc.Puts[k] = v
+		}
+	}
+	for k := range now.Values {
+		if _, ok := then.Values[k]; !ok {
+			nc.Deletes = append(nc.Deletes, k)
+		}
+	}
+	slices.Sort(nc.Deletes)
+	if len(nc.Puts) == 0 && len(nc.Deletes) == 0 {
+		c.fail(w, r, rq, http.StatusConflict, fmt.Sprintf("rollback: %s holds at revision %d what it held at %d; nothing to change", ns, now.Revision, to))
+		return
+	}
+	why := fmt.Sprintf("rollback to revision %d", to)
+	if reason != "" {
+		why += ": " + reason
+	}
+	var ch controlapi.Change
+	req := controlapi.ChangeRequest{Reason: why, Namespaces: map[string]controlapi.NamespaceChange{ns: nc}}
+	if err := rq.api.do(http.MethodPost, "/control/changes", nil, req, &ch); err != nil {
+		c.failAPI(w, r, rq, err)
+		return
+	}
+	http.Redirect(w, r, "/console/changes/"+url.PathEscape(ch.ID), http.StatusSeeOther)
 }
 
 // Rollouts.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,4 +192,61 @@ func TestChangesArePushed(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(ch.ID)
+}
+
+// TestRollbackUnderAPolicyIsAChange: on a namespace a policy governs, the
+// Rollback button proposes the change that restores the revision's
+// content (the keys that differ put back, the keys added since deleted),
+// which its page shows for review; nothing is written until it is
+// approved and published.
+func TestRollbackUnderAPolicyIsAChange(t *testing.T) {
+	toks := access.FromAuthenticator(identities{
+		adminSecret: access.NewIdentity("root", access.Scopes{Admin: true}),
+		aliceSecret: access.NewIdentity("alice", access.Scopes{Control: []string{"payments.*"}}),
+	}, "root", "alice")
+	s, err := fakeserver.Start(fakeserver.WithTokens(toks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	first, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 50, "burst": 3}); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := controlapi.NewClient(s.URL(), controlapi.WithToken(adminSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.PutPolicy(t.Context(), "payments", controlapi.Policy{Namespaces: "payments.*", Approvals: 1, Approvers: []string{"bob"}}); err != nil {
+		t.Fatal(err)
+	}
+	c := browser(t)
+	signIn(t, s, c, aliceSecret)
+	_, body := get(t, c, s.URL()+"/console/namespaces/payments.prod")
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF field:\n%s", body)
+	}
+	form := url.Values{"to": {strconv.FormatInt(first, 10)}, "reason": {"INC-7"}, "csrf": {m[1]}}
+	resp, body := post(t, c, s.URL()+"/console/namespaces/payments.prod/rollback", form, nil)
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/changes/") {
+		t.Fatalf("rollback under a policy: %d to %q, want a change's page\n%s", resp.StatusCode, loc, body)
+	}
+	_, body = get(t, c, s.URL()+resp.Header.Get("Location"))
+	for _, want := range []string{"retry-timeout-ms", "50", "200", "burst", "rollback to revision", "INC-7"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the change's page lacks %q", want)
+		}
+	}
+	snap, err := s.Snapshot("payments.prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]json.RawMessage
+	if err := json.Unmarshal(snap.Values, &vals); err != nil || string(vals["retry-timeout-ms"]) != "50" {
+		t.Fatalf("the rollback wrote before its approval: %s (%v)", snap.Values, err)
+	}
 }
