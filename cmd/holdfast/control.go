@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -67,6 +68,17 @@ func addTargetFlags(fs *flag.FlagSet, serverOnly bool) *targetFlags {
 
 // json reports whether -o json was asked for.
 func (t *targetFlags) json() bool { return t.output.value == "json" }
+
+// done reports a write that answers nothing: {} with -o json, else the
+// line format and args say.
+func (t *targetFlags) done(e *env, format string, args ...any) error {
+	if t.json() {
+		_, err := fmt.Fprintln(e.stdout, `{}`)
+		return err
+	}
+	_, err := fmt.Fprintf(e.stdout, format+"\n", args...)
+	return err
+}
 
 // plane is a config plane the operator commands read. Every
 // method returns the reply and its JSON, as the API sent it (-o json).

@@ -213,12 +213,7 @@ Lint delete deletes the lint NAME: changes are no longer checked by it.
 					if err := p.c.DeleteLint(ctx, args[0]); err != nil {
 						return err
 					}
-					if t.json() {
-						_, err := fmt.Fprintln(e.stdout, `{}`)
-						return err
-					}
-					_, err := fmt.Fprintf(e.stdout, "lint %s deleted\n", args[0])
-					return err
+					return t.done(e, "lint %s deleted", args[0])
 				})
 			}
 		},

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"io"
 )
 
@@ -41,12 +40,7 @@ checked.
 					if err := p.c.PutSchema(ctx, ns, data); err != nil {
 						return err
 					}
-					if t.json() {
-						_, err := fmt.Fprintln(e.stdout, `{}`)
-						return err
-					}
-					_, err := fmt.Fprintf(e.stdout, "schema of %s set\n", ns)
-					return err
+					return t.done(e, "schema of %s set", ns)
 				})
 			}
 		},
@@ -105,12 +99,7 @@ against none. A namespace without one is a failure (exit status 1,
 					if err := p.c.DeleteSchema(ctx, args[0]); err != nil {
 						return err
 					}
-					if t.json() {
-						_, err := fmt.Fprintln(e.stdout, `{}`)
-						return err
-					}
-					_, err := fmt.Fprintf(e.stdout, "schema of %s deleted\n", args[0])
-					return err
+					return t.done(e, "schema of %s deleted", args[0])
 				})
 			}
 		},
