@@ -21,10 +21,11 @@ import (
 
 const adminSecret = "admin-secret-0123456789abcdefghijklmnop"
 
-// TestNamespaceShowsPolicyAndLints: a namespace's page shows the policy
-// and the lints that apply to it (and not the ones that do not), read by
-// an identity with control of it only.
-func TestNamespaceShowsPolicyAndLints(t *testing.T) {
+// governedServer starts a reference server whose tokens name root (the
+// admin scope, to set policies and lints) and alice (control of
+// payments.*).
+func governedServer(t *testing.T) *fakeserver.Server {
+	t.Helper()
 	toks := access.FromAuthenticator(identities{
 		adminSecret: access.NewIdentity("root", access.Scopes{Admin: true}),
 		aliceSecret: access.NewIdentity("alice", access.Scopes{Control: []string{"payments.*"}}),
@@ -34,6 +35,14 @@ func TestNamespaceShowsPolicyAndLints(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestNamespaceShowsPolicyAndLints: a namespace's page shows the policy
+// and the lints that apply to it (and not the ones that do not), read by
+// an identity with control of it only.
+func TestNamespaceShowsPolicyAndLints(t *testing.T) {
+	s := governedServer(t)
 	if _, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200}); err != nil {
 		t.Fatal(err)
 	}
@@ -200,15 +209,7 @@ func TestChangesArePushed(t *testing.T) {
 // which its page shows for review; nothing is written until it is
 // approved and published.
 func TestRollbackUnderAPolicyIsAChange(t *testing.T) {
-	toks := access.FromAuthenticator(identities{
-		adminSecret: access.NewIdentity("root", access.Scopes{Admin: true}),
-		aliceSecret: access.NewIdentity("alice", access.Scopes{Control: []string{"payments.*"}}),
-	}, "root", "alice")
-	s, err := fakeserver.Start(fakeserver.WithTokens(toks))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := governedServer(t)
 	first, err := s.Publish("payments.prod", map[string]any{"retry-timeout-ms": 200})
 	if err != nil {
 		t.Fatal(err)
