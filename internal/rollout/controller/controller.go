@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,8 +95,14 @@ type (
 type Config struct {
 	Store Store
 	// Reports returns what the clients of ns reported, merged over every
-	// server of the store.
+	// server of the store: a first stage's cut is taken over them, and an
+	// ended rollout's records counted.
 	Reports func(ctx context.Context, ns string) ([]Report, error)
+	// Partials returns what every source (each server's relays, and its
+	// own clients) counted of running rollout st's current stage
+	// (Counter.Count): what its steps decide on. nil: the steps count
+	// Reports as one source.
+	Partials func(ctx context.Context, st *State) ([]Partial, error)
 	// Missing says how many reports of ns's clients since (a rollout's
 	// start) some bound dropped on the way (a table full, a summary or a
 	// queue cut), and why: a stage does not bake, and a bake does not end,
@@ -125,9 +132,10 @@ type Controller struct {
 	cfg  Config
 	wake chan struct{}
 
+	counter *Counter // the reports counted as one source (no Config.Partials)
+
 	mu    sync.Mutex
-	known map[string]map[string]memo // rollout id → client → its hash, when first counted
-	gates map[string][]Gate          // rollout id → its gates, built once
+	gates map[string][]Gate // rollout id → its gates, built once
 }
 
 // New returns a controller.
@@ -150,8 +158,7 @@ func New(cfg Config) *Controller {
 	if cfg.Missing == nil {
 		cfg.Missing = func(context.Context, string, time.Time) (int64, string) { return 0, "" }
 	}
-	return &Controller{cfg: cfg, wake: make(chan struct{}, 1),
-		known: make(map[string]map[string]memo), gates: make(map[string][]Gate)}
+	return &Controller{cfg: cfg, wake: make(chan struct{}, 1), counter: NewCounter(), gates: make(map[string][]Gate)}
 }
 
 // Wake makes Run look at once (a report came).
@@ -250,7 +257,7 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 	}
 	st.Version = rev
 	c.Wake()
-	return st.record(c.counts(st, reports, now)), nil
+	return st.record(c.sum(st, input{reports: reports}, now, false).counts), nil
 }
 
 // startGates builds spec's gates and gives each its first check (Start,
@@ -326,12 +333,12 @@ func (c *Controller) end(ctx context.Context, ns, id, actor, reason string, prom
 		if cur.State != Running {
 			return Record{}, fmt.Errorf("%w: rollout %q of namespace %q is %s", ErrEnded, id, ns, cur.State)
 		}
-		reports, err := c.cfg.Reports(ctx, ns)
+		in, err := c.read(ctx, cur)
 		if err != nil {
 			return Record{}, err
 		}
 		now := c.cfg.Now()
-		counts := c.counts(cur, reports, now)
+		counts := c.sum(cur, in, now, false).counts
 		stage := cur.Spec.Stages[cur.Stage]
 		var next *State
 		if promote {
@@ -372,7 +379,7 @@ func (c *Controller) Drop(ctx context.Context, reason string) error {
 			now := c.cfg.Now()
 			next := st.clone()
 			next.State, next.Reason, next.Ended, next.BakeEnd = Reverted, clip(reason, MaxReasonBytes), now, time.Time{}
-			counts := c.counts(st, nil, now)
+			counts := c.sum(st, input{}, now, false).counts
 			next.Final = &counts
 			next.decide(Decision{At: now, What: "revert", Stage: st.Spec.Stages[st.Stage], Actor: c.cfg.Actor, Reason: reason, Counts: &counts})
 			_, err := c.commit(ctx, st, next, nil, nil)
@@ -425,11 +432,11 @@ func (c *Controller) Get(ctx context.Context, ns, id string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	reports, err := c.cfg.Reports(ctx, ns)
+	in, err := c.read(ctx, st)
 	if err != nil {
 		return Record{}, err
 	}
-	return c.recordOf(st, reports), nil
+	return c.recordOf(st, in), nil
 }
 
 // List returns ns's rollouts' records, newest first.
@@ -441,25 +448,38 @@ func (c *Controller) List(ctx context.Context, ns string) ([]Record, error) {
 	if len(all) == 0 {
 		return []Record{}, nil
 	}
-	// One read of the reports for every record: they are all ns's.
-	reports, err := c.cfg.Reports(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
+	// One read of the reports for every record counted from them: they
+	// are all ns's.
+	var reports []Report
+	read := false
 	out := make([]Record, 0, len(all))
 	for _, st := range all {
-		out = append(out, c.recordOf(st, reports))
+		if c.fromPartials(st) {
+			in, err := c.read(ctx, st)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, c.recordOf(st, in))
+			continue
+		}
+		if !read {
+			if reports, err = c.cfg.Reports(ctx, ns); err != nil {
+				return nil, err
+			}
+			read = true
+		}
+		out = append(out, c.recordOf(st, input{reports: reports}))
 	}
 	return out, nil
 }
 
-// recordOf returns st's record, counted over reports (its namespace's).
+// recordOf returns st's record, counted over in (read for st).
 // An ended rollout's counts are those it ended with, raised by the
 // reports of its revisions heard since (a client that served it and
 // reports late still counts), never lowered (a server that no longer
 // hears some of its clients).
-func (c *Controller) recordOf(st *State, reports []Report) Record {
-	counts := c.counts(st, reports, c.cfg.Now())
+func (c *Controller) recordOf(st *State, in input) Record {
+	counts := c.sum(st, in, c.cfg.Now(), false).counts
 	if st.State != Running && st.Final != nil {
 		f := *st.Final
 		f.Clients, f.Served, f.Acked = max(f.Clients, counts.Clients), max(f.Served, counts.Served), max(f.Acked, counts.Acked)
@@ -473,43 +493,38 @@ func (c *Controller) recordOf(st *State, reports []Report) Record {
 	return rec
 }
 
-// tallyOf counts reports into a tally of st. keep: remember each
-// client's hash and when it was first counted (the leader's steps, which
-// forget them when the rollout ends); else only use what is remembered.
-func (c *Controller) tallyOf(st *State, reports []Report, now time.Time, keep bool) *tally {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	known := c.known[st.ID]
-	if known == nil && st.State == Running && keep {
-		known = make(map[string]memo, len(reports))
-		c.known[st.ID] = known
-	}
-	t := newTally(len(reports))
-	of := func(id string) (uint64, time.Time) {
-		if m, ok := known[id]; ok {
-			return m.hash, m.since
-		}
-		h := rollout.Hash(st.ID, id)
-		if keep && known != nil {
-			known[id] = memo{hash: h, since: now}
-		}
-		return h, now
-	}
-	for i := range reports {
-		t.observe(st, &reports[i], now, of)
-	}
-	return t
+// input is what a rollout is counted over: the partials of its sources
+// (a running rollout's, with Config.Partials), or its namespace's
+// reports.
+type input struct {
+	partials []Partial
+	reports  []Report
 }
 
-// memo is what a controller remembers of a client of a running rollout:
-// its hash, and when it was first counted.
-type memo struct {
-	hash  uint64
-	since time.Time
+// fromPartials reports whether st is counted over Config.Partials.
+func (c *Controller) fromPartials(st *State) bool {
+	return c.cfg.Partials != nil && st.State == Running
 }
 
-func (c *Controller) counts(st *State, reports []Report, now time.Time) Counts {
-	return c.tallyOf(st, reports, now, false).counts(st, now, c.cfg.Liveness)
+// read reads what st is counted over.
+func (c *Controller) read(ctx context.Context, st *State) (input, error) {
+	if c.fromPartials(st) {
+		ps, err := c.cfg.Partials(ctx, st)
+		return input{partials: ps}, err
+	}
+	reports, err := c.cfg.Reports(ctx, st.Namespace)
+	return input{reports: reports}, err
+}
+
+// sum sums what st's sources counted of its stage, as of now: in's
+// partials, or its reports counted as one source. keep: remember each
+// client first counted (a step of a running rollout; the rest only use
+// what is remembered).
+func (c *Controller) sum(st *State, in input, now time.Time, keep bool) stageSum {
+	if c.fromPartials(st) {
+		return sumPartials(st, in.partials)
+	}
+	return sumPartials(st, []Partial{c.counter.Count(st, "", in.reports, now, c.cfg.Liveness, keep)})
 }
 
 // Run moves the running rollouts along until ctx ends: every transition
@@ -541,15 +556,16 @@ func (c *Controller) Step(ctx context.Context, leading any) error {
 	}
 	var errs []error
 	for _, st := range running {
-		reports, err := c.cfg.Reports(ctx, st.Namespace)
+		in, err := c.read(ctx, st)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("rollout %s of %q: %w", st.ID, st.Namespace, err))
 			continue
 		}
 		// A stage may end as it begins: take a few steps at once (over the
-		// same reports).
+		// same reports; a source's partials of the stage that ended are of
+		// the next no more).
 		for range 4 {
-			next, err := c.stepWith(ctx, st, reports, leading)
+			next, err := c.stepWith(ctx, st, in, leading)
 			if err != nil {
 				if !errors.Is(err, ErrConflict) {
 					errs = append(errs, fmt.Errorf("rollout %s of %q: %w", st.ID, st.Namespace, err))
@@ -568,13 +584,11 @@ func (c *Controller) Step(ctx context.Context, leading any) error {
 
 // forget drops what the controller keeps of rollouts no longer running.
 func (c *Controller) forget(running []*State) {
+	c.counter.Forget(func(id string) bool {
+		return slices.ContainsFunc(running, func(s *State) bool { return s.ID == id })
+	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id := range c.known {
-		if !slices.ContainsFunc(running, func(s *State) bool { return s.ID == id }) {
-			delete(c.known, id)
-		}
-	}
 	for id, gates := range c.gates {
 		if !slices.ContainsFunc(running, func(s *State) bool { return s.ID == id }) {
 			closeGates(gates)
@@ -602,24 +616,24 @@ func (c *Controller) Close() {
 // step decides on st and commits the transition, if any; it returns the
 // new state (nil: none).
 func (c *Controller) step(ctx context.Context, st *State, leading any) (*State, error) {
-	reports, err := c.cfg.Reports(ctx, st.Namespace)
+	in, err := c.read(ctx, st)
 	if err != nil {
 		return nil, err
 	}
-	return c.stepWith(ctx, st, reports, leading)
+	return c.stepWith(ctx, st, in, leading)
 }
 
-// stepWith is step over reports.
-func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, leading any) (*State, error) {
+// stepWith is step over in.
+func (c *Controller) stepWith(ctx context.Context, st *State, in input, leading any) (*State, error) {
 	now := c.cfg.Now()
-	t := c.tallyOf(st, reports, now, true)
-	window := c.cfg.Liveness
-	counts := t.counts(st, now, window)
+	t := c.sum(st, in, now, true)
+	counts := t.counts
 	stage := st.Spec.Stages[st.Stage]
 	if t.nackers > st.Spec.MaxNacks {
 		return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", t.nackReason(st), leading)
 	}
-	if st.Blind && counts.InStage == 0 && counts.Gone == 0 && !st.Held {
+	staleN, staleWhy := t.missing()
+	if st.Blind && counts.InStage == 0 && counts.Gone == 0 && !st.Held && staleN == 0 {
 		if next, why := c.recut(st, t, now); next != nil {
 			ch, err := stagedChange(next, KindStage, c.cfg.Actor, clip("rollout "+st.ID+": "+why, MaxReasonBytes))
 			if err != nil {
@@ -629,6 +643,10 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 		}
 	}
 	missing, missingWhy := c.cfg.Missing(ctx, st.Namespace, st.Started)
+	if staleN > 0 {
+		missing += staleN
+		missingWhy = strings.TrimPrefix(missingWhy+"; "+staleWhy, "; ")
+	}
 	if st.BakeEnd.IsZero() {
 		// A stage whose members are all gone has no evidence either way:
 		// it waits for a member's report (a client that joins and falls
@@ -653,7 +671,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 			}
 			return c.revert(ctx, st, counts, now, c.cfg.Actor, "revert", why, leading)
 		}
-		if st.Spec.Prevalidate && now.Before(st.StageAt.Add(min(st.Spec.ReportTimeout, st.Spec.StageTimeout))) && t.othersWaiting(st, now, window) {
+		if st.Spec.Prevalidate && now.Before(st.StageAt.Add(min(st.Spec.ReportTimeout, st.Spec.StageTimeout))) && t.waiting > 0 {
 			return nil, nil
 		}
 		if now.Sub(st.StageAt) < c.cfg.Settle {
@@ -710,8 +728,7 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 	next := st.clone()
 	next.Stage++
 	pct := st.Spec.Stages[next.Stage]
-	live := t.liveHashes(st, now, window)
-	next.Cut, next.Blind = rollout.Cut(live, pct, st.Cut), len(live) == 0
+	next.Cut, next.Blind = t.cut(pct, st.Cut), t.live == 0
 	if pct >= 100 {
 		next.Cut, next.Blind = math.MaxUint64, false
 	}
@@ -739,13 +756,12 @@ func (c *Controller) stepWith(ctx context.Context, st *State, reports []Report, 
 // taken over known clients is never recut: a leader that took over and
 // knows none of a stage's members yet (their reports come through
 // another server) must not widen the stage.
-func (c *Controller) recut(st *State, t *tally, now time.Time) (next *State, why string) {
+func (c *Controller) recut(st *State, t stageSum, now time.Time) (next *State, why string) {
 	stage := st.Spec.Stages[st.Stage]
-	hashes := t.liveHashes(st, now, c.cfg.Liveness)
-	if stage >= 100 || len(hashes) == 0 {
+	if stage >= 100 || t.live == 0 {
 		return nil, ""
 	}
-	cut := rollout.Cut(hashes, stage, st.Cut)
+	cut := t.cut(stage, st.Cut)
 	if cut <= st.Cut {
 		return nil, ""
 	}
@@ -757,7 +773,7 @@ func (c *Controller) recut(st *State, t *tally, now time.Time) (next *State, why
 	next.Revisions[next.Stage] = 0 // the recut's, once committed
 	next.StageAt, next.BakeEnd, next.Held, next.Reason = now, time.Time{}, false, ""
 	why = fmt.Sprintf("stage %v%% held none of the %d client(s) known now (cut before they reported); cut again over them: %d in it",
-		stage, len(hashes), rollout.Count(len(hashes), stage))
+		stage, t.live, rollout.Count(t.live, stage))
 	next.decide(Decision{At: now, What: "recut", Stage: stage, Actor: c.cfg.Actor, Reason: why})
 	return next, why
 }

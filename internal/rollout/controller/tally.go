@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
@@ -98,12 +97,11 @@ func (r *Report) Merge(o Report) {
 
 // tally is what a rollout knows of its clients: rebuilt from reports.
 type tally struct {
-	clients  []client         // in the order first observed
-	index    map[string]int32 // client id → its place in clients
-	nackers  int
-	nackErrs []string
-	// nackIdents are the identities whose clients nacked: one identity's
-	// nacks count once (Report.Identity), whatever client ids they name.
+	clients []client         // in the order first observed
+	index   map[string]int32 // client id → its place in clients
+	// nackList is the distinct nackers: one identity's nacks count once
+	// (Report.Identity), whatever client ids they name.
+	nackList   []Nacker
 	nackIdents map[string]bool
 	acked      int
 	nacked     int
@@ -183,6 +181,7 @@ func (t *tally) nack(c *client, r *Report, what string, rev int64, e string) {
 		return
 	}
 	c.nacker = true
+	key := r.ClientID
 	if r.Identity != "" {
 		if t.nackIdents[r.Identity] {
 			return
@@ -191,11 +190,10 @@ func (t *tally) nack(c *client, r *Report, what string, rev int64, e string) {
 			t.nackIdents = make(map[string]bool)
 		}
 		t.nackIdents[r.Identity] = true
+		key = "identity:" + r.Identity
 	}
-	t.nackers++
-	if len(t.nackErrs) < maxReasonNacks {
-		t.nackErrs = append(t.nackErrs, fmt.Sprintf("%s %s of revision %d: %s", r.ClientID, what, rev, clip(e, maxReasonErr)))
-	}
+	t.nackList = append(t.nackList, Nacker{Key: key,
+		Reason: fmt.Sprintf("%s %s of revision %d: %s", r.ClientID, what, rev, clip(e, maxReasonErr))})
 }
 
 // members counts the clients of st's current stage: in it (and live),
@@ -244,18 +242,10 @@ func (t *tally) liveHashes(st *State, now time.Time, window time.Duration) []uin
 	return out
 }
 
-// othersWaiting reports whether a live client outside the stage has not
-// reported the stage's revision (prevalidation waits for it).
-func (t *tally) othersWaiting(st *State, now time.Time, window time.Duration) bool {
-	stageRev := st.stageRev()
-	for i := range t.clients {
-		c := &t.clients[i]
-		if c.rev >= stageRev || window > 0 && now.Sub(later(c.seen, st.StageAt)) >= window {
-			continue
-		}
-		return true
-	}
-	return false
+// waiting reports whether c is live and has not reported st's stage's
+// revision (a prevalidating stage waits for the clients outside it).
+func (t *tally) waiting(st *State, c *client, now time.Time, window time.Duration) bool {
+	return c.rev < st.stageRev() && !(window > 0 && now.Sub(later(c.seen, st.StageAt)) >= window)
 }
 
 func (t *tally) counts(st *State, now time.Time, window time.Duration) Counts {
@@ -265,11 +255,6 @@ func (t *tally) counts(st *State, now time.Time, window time.Duration) Counts {
 		c.Lagging = 0
 	}
 	return c
-}
-
-func (t *tally) nackReason(st *State) string {
-	return fmt.Sprintf("%d client(s) rejected the change at stage %v%% (max_nacks %d): %s",
-		t.nackers, st.Spec.Stages[st.Stage], st.Spec.MaxNacks, strings.Join(t.nackErrs, "; "))
 }
 
 func later(a, b time.Time) time.Time {
