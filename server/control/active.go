@@ -23,13 +23,13 @@ type activeRollouts struct {
 	wg   sync.WaitGroup
 
 	mu      sync.Mutex
-	running map[string]bool
-	known   bool // the first read is done
+	running map[string]*controller.State // ns → its running rollout, as last written
+	known   bool                         // the first read is done
 }
 
 func newActiveRollouts(cli *clientv3.Client, log *slog.Logger) *activeRollouts {
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &activeRollouts{cli: cli, log: log, stop: cancel, running: make(map[string]bool)}
+	a := &activeRollouts{cli: cli, log: log, stop: cancel, running: make(map[string]*controller.State)}
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.run(ctx) }()
 	return a
@@ -59,11 +59,24 @@ func (a *activeRollouts) namespaces() []string {
 	return out
 }
 
-func (a *activeRollouts) set(ns string, running bool) {
+// states returns the running rollouts' states, as last written (a
+// hint, as above: shared, not to be modified).
+func (a *activeRollouts) states() []*controller.State {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if running {
-		a.running[ns] = true
+	out := make([]*controller.State, 0, len(a.running))
+	for _, st := range a.running {
+		out = append(out, st)
+	}
+	return out
+}
+
+// set records ns's state (nil, or not running: none runs).
+func (a *activeRollouts) set(ns string, st *controller.State) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st != nil && st.State == controller.Running {
+		a.running[ns] = st
 	} else {
 		delete(a.running, ns)
 	}
@@ -92,10 +105,10 @@ func (a *activeRollouts) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	running := make(map[string]bool)
+	running := make(map[string]*controller.State)
 	for _, kv := range resp.Kvs {
 		if st, err := decodeState(kv.Value, kv.ModRevision); err == nil && st.State == controller.Running {
-			running[st.Namespace] = true
+			running[st.Namespace] = st
 		}
 	}
 	a.mu.Lock()
@@ -110,11 +123,14 @@ func (a *activeRollouts) follow(ctx context.Context) error {
 		for _, ev := range wr.Events {
 			ns := string(ev.Kv.Key[len(prefix):])
 			if ev.Type == clientv3.EventTypeDelete {
-				a.set(ns, false)
+				a.set(ns, nil)
 				continue
 			}
 			st, err := decodeState(ev.Kv.Value, ev.Kv.ModRevision)
-			a.set(ns, err == nil && st.State == controller.Running)
+			if err != nil {
+				st = nil
+			}
+			a.set(ns, st)
 		}
 	}
 	return ctx.Err()

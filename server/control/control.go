@@ -192,8 +192,9 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{cfg: cfg, cli: cfg.Source.Client(), log: cfg.Logger,
 		trim: newTrimmer(cfg.Namespaces, cfg.Logger, store.AuditLimit{Records: cfg.AuditRetention, Bytes: max(0, cfg.AuditRetentionBytes)})}
 	h.active = newActiveRollouts(h.cli, cfg.Logger)
-	h.reports = newReportSync(h.cli, cfg.Acks, cfg.Presence, h.active, cfg.ServerID, cfg.Logger)
-	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Missing: h.reports.missing, Gates: cfg.Gates,
+	h.reports = newReportSync(h.cli, cfg.Acks, cfg.Presence, h.active, cfg.ServerID, cfg.Liveness, cfg.Logger)
+	h.rollouts = controller.New(controller.Config{Store: rolloutStore{h}, Reports: h.reports.reports, Partials: h.reports.partials,
+		Missing: h.reports.missing, Gates: cfg.Gates,
 		Liveness: cfg.Liveness, Settle: 2 * reportsEvery, Logger: cfg.Logger})
 	api := controlplane.Config{Store: etcdStore{h}, Lints: lintStore{h.cli}, Changes: etcdStore{h}, MaxPublishBytes: cfg.MaxPublishBytes, MapError: mapError, Logger: cfg.Logger}
 	if cfg.Tokens != nil {

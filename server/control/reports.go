@@ -106,6 +106,17 @@ type reportSync struct {
 	mu           sync.Mutex
 	remote       map[string]remoteReports // ns → the others' summaries, cached
 	all          remoteSummaries          // every namespace's, cached (the monitor)
+
+	// The running rollouts' partials (partials.go): counted with counter,
+	// a client gone past liveness; what the store holds of this server's
+	// (run's alone); the others', cached; when each client connected but
+	// unheard was first noticed; the clients heard, as of the last write.
+	counter      *controller.Counter
+	liveness     time.Duration
+	partialsSent map[string]writtenPartials
+	partialsRead map[string]readPartials
+	unheardSince map[string]time.Time
+	heard        map[string]bool
 }
 
 type remoteSummaries struct {
@@ -132,17 +143,6 @@ type writtenSummary struct {
 type remoteReports struct {
 	at      time.Time
 	reports []controller.Report
-	missing []missingReports // what the others' summaries say they lost
-}
-
-// missingReports is what one server's summary says it lost of a
-// namespace's reports.
-type missingReports struct {
-	server    string
-	truncated int // clients an older server's summary left out, or about as many as its missing parts hold
-	parts     int // parts of partsOf missing
-	partsOf   int
-	evicted   controlplane.Evictions
 }
 
 // summary is what one server writes of one namespace (of one part: Part
@@ -234,13 +234,21 @@ func commonVersion(reports []controller.Report) string {
 	return best
 }
 
-func newReportSync(cli *clientv3.Client, acks *Acks, pres *presence.Table, active *activeRollouts, id string, log *slog.Logger) *reportSync {
+func newReportSync(cli *clientv3.Client, acks *Acks, pres *presence.Table, active *activeRollouts, id string, liveness time.Duration, log *slog.Logger) *reportSync {
+	r := makeReportSync(cli, acks, pres, active, id, liveness, log)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &reportSync{cli: cli, acks: acks, presence: pres, active: active, id: id, part: summaryPart, log: log, stop: cancel, remote: make(map[string]remoteReports),
-		presenceSent: make(map[string]presenceValue)}
+	r.stop = cancel
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.run(ctx) }()
 	return r
+}
+
+// makeReportSync returns a reportSync that writes nothing until its
+// write is called (newReportSync runs it).
+func makeReportSync(cli *clientv3.Client, acks *Acks, pres *presence.Table, active *activeRollouts, id string, liveness time.Duration, log *slog.Logger) *reportSync {
+	return &reportSync{cli: cli, acks: acks, presence: pres, active: active, id: id, part: summaryPart, log: log, stop: func() {},
+		remote: make(map[string]remoteReports), presenceSent: make(map[string]presenceValue), counter: controller.NewCounter(), liveness: liveness,
+		partialsSent: make(map[string]writtenPartials), partialsRead: make(map[string]readPartials), unheardSince: make(map[string]time.Time)}
 }
 
 func (r *reportSync) close() {
@@ -290,6 +298,7 @@ func (r *reportSync) run(ctx context.Context) {
 			clear(written)
 			clear(parts)
 			clear(r.presenceSent)
+			clear(r.partialsSent)
 		}
 	}
 }
@@ -305,6 +314,7 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 		clear(written)
 		clear(parts)
 		clear(r.presenceSent)
+		clear(r.partialsSent)
 		if *lease != 0 { // the summaries and the presence go with it
 			_, err := r.cli.Revoke(ctx, *lease)
 			*lease = 0
@@ -318,7 +328,9 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 			return err
 		}
 		*lease = g.ID
-		clear(r.presenceSent) // what the store held went with the old lease
+		// What the store held went with the old lease.
+		clear(r.presenceSent)
+		clear(r.partialsSent)
 	} else if _, err := r.cli.KeepAliveOnce(ctx, *lease); err != nil {
 		return err
 	}
@@ -329,13 +341,18 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 	now := time.Now()
 	keep := make(map[string]bool) // the keys of this round's parts
 	for ns, reports := range all {
-		n := summaryParts(reports, r.part)
 		if running[ns] {
-			// While a rollout runs a summary takes no fewer parts than it
-			// did: a client moves from one key to another only as their
-			// number grows (written before the old keys go).
-			n = max(n, parts[ns])
+			// While a rollout runs its clients are counted in partials
+			// (partials.go): the summary stays as last written, for the
+			// monitor, and says which servers hold reports of it.
+			for key, w := range written {
+				if w.ns == ns {
+					keep[key] = true
+				}
+			}
+			continue
 		}
+		n := summaryParts(reports, r.part)
 		parts[ns] = n
 		byPart := make([][]controller.Report, n)
 		for _, rep := range reports {
@@ -354,15 +371,7 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 			// rollout started on another server a moment later takes its
 			// first cut over it.
 			fresh := len(reps) != last.clients || !evicted.Equal(last.evicted)
-			if !running[ns] && now.Sub(last.at) < idleReportsEvery && !fresh {
-				continue
-			}
-			if running[ns] && !fresh && now.Sub(last.at) < idleRefresh && !heardUnconfirmed(reps, present, last.at) && bytes.Equal(reportShape(reps), last.shape) {
-				// While a rollout runs, only what the clients reported
-				// moves a summary: the times heard of those whose
-				// presence this server confirms do not (the leader
-				// takes their liveness from the presence); those of a
-				// client it does not (an older relay's) do.
+			if now.Sub(last.at) < idleReportsEvery && !fresh {
 				continue
 			}
 			s := summary{Server: r.id, Evicted: evicted, Reports: reps}
@@ -378,7 +387,7 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 				continue
 			}
 			shape := reportShape(s.Reports)
-			if !running[ns] && now.Sub(last.at) < idleRefresh && bytes.Equal(shape, last.shape) && !fresh {
+			if now.Sub(last.at) < idleRefresh && bytes.Equal(shape, last.shape) && !fresh {
 				continue // only the times heard moved: refreshed less often
 			}
 			s.At = now.UTC()
@@ -406,6 +415,9 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 			delete(parts, w.ns)
 		}
 	}
+	if err := r.writePartials(ctx, *lease, all, present); err != nil {
+		return err
+	}
 	if err := r.writePresence(ctx, *lease, present); err != nil {
 		// What the presence's batches wrote stays written (presenceSent),
 		// and the rest goes at the next write: a fleet's presence that
@@ -414,17 +426,6 @@ func (r *reportSync) write(ctx context.Context, lease *clientv3.LeaseID, written
 		r.log.Warn("control: writing the presence (the rest at the next write)", "err", err)
 	}
 	return nil
-}
-
-// heardUnconfirmed reports whether a client in reports was heard after
-// since with no live presence on this server to say it is connected.
-func heardUnconfirmed(reports []controller.Report, present map[string]presence.Entry, since time.Time) bool {
-	for _, r := range reports {
-		if r.Seen.After(since) && present[r.ClientID].State != presence.Live {
-			return true
-		}
-	}
-	return false
 }
 
 // reportShape is reports without the times heard.
@@ -523,36 +524,21 @@ func (r *reportSync) forget(ns string) {
 }
 
 // missing is controller.Config.Missing: the reports of ns this server's
-// table dropped, and those the others' summaries say they dropped (or an
-// older server's left out), since a rollout's start.
+// table dropped, and those the others' partials of it say their tables
+// dropped, since a rollout's start.
 func (r *reportSync) missing(ctx context.Context, ns string, since time.Time) (int64, string) {
 	n, why := r.acks.Missing(ctx, ns, since)
 	var whys []string
 	if n > 0 {
 		whys = append(whys, "server "+r.id+": "+why)
 	}
-	cached, err := r.remoteOf(ctx, ns)
+	m, others, err := r.partialsMissing(ctx, ns, since)
 	if err != nil {
-		// Not known to be missing: the step's own read of the reports
+		// Not known to be missing: the step's own read of the partials
 		// fails the same way and decides nothing.
 		return n, strings.Join(whys, "; ")
 	}
-	for _, m := range cached.missing {
-		switch {
-		case m.parts > 0:
-			n += int64(m.truncated)
-			whys = append(whys, fmt.Sprintf("server %s: %d of the %d parts of its summary missing (about %d client(s))", m.server, m.parts, m.partsOf, m.truncated))
-		case m.truncated > 0:
-			n += int64(m.truncated)
-			whys = append(whys, fmt.Sprintf("server %s: its summary left out %d client(s)", m.server, m.truncated))
-		}
-		if m.evicted.N > 0 && !m.evicted.Last.Before(since) {
-			n += m.evicted.N
-			whys = append(whys, fmt.Sprintf("server %s: %d client report(s) left its full ack table, the last at %s",
-				m.server, m.evicted.N, m.evicted.Last.UTC().Format(time.RFC3339)))
-		}
-	}
-	return n, strings.Join(whys, "; ")
+	return n + m, strings.Join(append(whys, others...), "; ")
 }
 
 // remoteOf returns the other servers' summaries of ns, read at most every
@@ -567,13 +553,6 @@ func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, er
 			return remoteReports{}, fmt.Errorf("control: the rollout reports of %q: %w", ns, err)
 		}
 		cached = remoteReports{at: time.Now()}
-		// Each server's parts, by how many it wrote: a summary with a
-		// part missing (a write that failed) is reports missing.
-		type partSet struct {
-			have    map[int]bool
-			clients int
-		}
-		sets := make(map[string]map[int]*partSet)
 		for _, kv := range resp.Kvs {
 			if keyServer(string(kv.Key)) == r.id {
 				continue
@@ -584,36 +563,6 @@ func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, er
 				continue
 			}
 			cached.reports = append(cached.reports, s.Reports...)
-			n := max(1, s.Parts)
-			if sets[s.Server] == nil {
-				sets[s.Server] = make(map[int]*partSet)
-			}
-			set := sets[s.Server][n]
-			if set == nil {
-				set = &partSet{have: make(map[int]bool)}
-				sets[s.Server][n] = set
-			}
-			set.have[s.Part], set.clients = true, set.clients+len(s.Reports)
-			if s.Truncated > 0 || s.Evicted != nil {
-				m := missingReports{server: s.Server, truncated: s.Truncated}
-				if s.Evicted != nil {
-					m.evicted = *s.Evicted
-				}
-				cached.missing = append(cached.missing, m)
-			}
-		}
-	servers:
-		for server, byN := range sets {
-			var short missingReports
-			for n, set := range byN {
-				if len(set.have) == n {
-					continue servers // one whole summary (a server that adds parts writes the new before the old go)
-				}
-				// About as many clients as the parts it has hold, in each
-				// part it lacks.
-				short = missingReports{server: server, parts: n - len(set.have), partsOf: n, truncated: (n - len(set.have)) * max(1, set.clients/len(set.have))}
-			}
-			cached.missing = append(cached.missing, short)
 		}
 		r.mu.Lock()
 		for other, rr := range r.remote { // namespaces no longer asked for

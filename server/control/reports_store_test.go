@@ -2,8 +2,10 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +47,8 @@ func newStoreServersTB(t testing.TB, ids ...string) []*storeServer {
 	t.Cleanup(active.close)
 	var out []*storeServer
 	for _, id := range ids {
-		out = append(out, &storeServer{reportSync: &reportSync{cli: st.Client, acks: NewAcks(DefaultMaxAckEntries), presence: presence.NewTable(10*time.Second, 0, log),
-			presenceSent: make(map[string]presenceValue), active: active, id: id, part: summaryPart, log: log, remote: make(map[string]remoteReports)},
-			written: make(map[string]writtenSummary), parts: make(map[string]int)})
+		r := makeReportSync(st.Client, NewAcks(DefaultMaxAckEntries), presence.NewTable(10*time.Second, 0, log), active, id, 10*time.Second, log)
+		out = append(out, &storeServer{reportSync: r, written: make(map[string]writtenSummary), parts: make(map[string]int)})
 	}
 	return out
 }
@@ -130,14 +131,6 @@ func TestSummaryPartsLeaveNoClientOut(t *testing.T) {
 	if len(keys) != 6 || !strings.HasPrefix(keys[0], "s1#") || !strings.HasSuffix(keys[0], ".6") {
 		t.Errorf("keys %q: want six parts of s1's summary, the four-part keys gone", keys)
 	}
-	// A part whose write did not land: the reports it holds are missing.
-	if _, err := s1.cli.Delete(context.Background(), reportsPrefix("app")+keys[2]); err != nil {
-		t.Fatal(err)
-	}
-	s2.forget("app")
-	if n, why := s2.missing(context.Background(), "app", time.Time{}); n == 0 || !strings.Contains(why, "1 of the 6 parts of its summary missing") {
-		t.Errorf("a part missing: missing %d: %q", n, why)
-	}
 	// Parts are bounded in bytes too: reports with long errors take more.
 	long := make([]controller.Report, 1000)
 	for i := range long {
@@ -176,17 +169,17 @@ func TestClientThatMovesCountsOnce(t *testing.T) {
 }
 
 // TestEvictedReportsAreMissing: a server whose ack table is full drops
-// the reports heard longest ago; its summary says so, and the leader's
-// Missing counts them (a rollout started before holds), naming the
-// server; a rollout started after them does not.
+// the reports heard longest ago; its partials of a running rollout say
+// so, and the leader's Missing counts them (a rollout started before
+// holds), naming the server; a rollout started after them does not.
 func TestEvictedReportsAreMissing(t *testing.T) {
 	s := newStoreServers(t, "s1", "leader")
 	s1, leader := s[0], s[1]
 	s1.acks = NewAcks(5)
 	start := time.Now()
+	running(t, s1, stageOf("app", 7, math.MaxUint64))
 	s1.hear(t, "app", 3, clientIDs("c", 8)...)
 	s1.flush(t)
-	leader.forget("app")
 	n, why := leader.missing(context.Background(), "app", start)
 	if n != 3 || !strings.Contains(why, "server s1") || !strings.Contains(why, "3 client report(s)") {
 		t.Errorf("missing %d: %q; want 3 of server s1", n, why)
@@ -286,52 +279,178 @@ func heldByPresence(t *testing.T, leader *storeServer, held, notHeld string, lon
 	}
 }
 
-// TestRunningSummaryIsWrittenForReportsNotTimes: while a rollout runs, a
-// summary is written again when a client's report changes, or when a
-// client whose connection this server does not confirm is heard again
-// (its report's time is its liveness), not when only connected clients'
-// times moved.
-func TestRunningSummaryIsWrittenForReportsNotTimes(t *testing.T) {
-	s1 := newStoreServers(t, "s1")[0]
+// running makes st the running rollout s's watch of the store knows.
+func running(t *testing.T, s *storeServer, st *controller.State) {
+	t.Helper()
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		s1.active.mu.Lock()
-		defer s1.active.mu.Unlock()
-		return s1.active.known
+		s.active.mu.Lock()
+		defer s.active.mu.Unlock()
+		return s.active.known
 	}, "the running rollouts read")
-	s1.active.set("app", true)
+	s.active.set(st.Namespace, st)
+}
+
+// stageOf is a running rollout of ns at its first stage, committed at
+// revision rev with cut.
+func stageOf(ns string, rev int64, cut uint64) *controller.State {
+	return &controller.State{ID: "r-1", Namespace: ns, State: controller.Running, Cut: cut, Cuts: []uint64{cut}, Revisions: []int64{rev},
+		StageAt: time.Now(), Started: time.Now(),
+		Spec: controller.Spec{Stages: []float64{100}, ReportTimeout: time.Minute, StageTimeout: time.Hour}}
+}
+
+// counted is what the leader counts of st now: the others' partials as
+// written, and its own.
+func counted(t *testing.T, leader *storeServer, st *controller.State) (controller.Counts, []string) {
+	t.Helper()
+	leader.partialsRead = make(map[string]readPartials)
+	leader.presenceRead = remotePresence{}
+	ps, err := leader.partials(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, stale := controller.Sum(st, ps)
+	return c, stale
+}
+
+// relayReport has s hear relay's presence report of live clients (its
+// seq'th of epoch).
+func relayReport(t *testing.T, s *storeServer, relay, epoch string, seq uint64, live ...string) {
+	t.Helper()
+	if err := s.presence.Report(&wire.PresenceReport{RelayID: relay, Epoch: epoch, Seq: seq, Full: true, EveryMillis: 60_000, Live: live}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunningRolloutWritesPartialsNotReports: while a rollout runs in a
+// namespace, a server writes its partials of the stage (one per source)
+// and not its clients' reports; the partials are written again when a
+// count changes, not when only the clients' times moved.
+func TestRunningRolloutWritesPartialsNotReports(t *testing.T) {
+	s1 := newStoreServers(t, "s1")[0]
+	st := stageOf("app", 7, math.MaxUint64)
 	at := time.Now()
 	s1.acks.now = func() time.Time { return at }
-	ha, hb := s1.presence.Open("a", false), s1.presence.Open("b", false)
-	defer ha.Close()
+	relayReport(t, s1, "relay-1", "e1", 1, "a", "b")
 	s1.hear(t, "app", 3, "a", "b")
 	s1.flush(t)
-	modRev := func() int64 {
-		t.Helper()
-		resp, err := s1.cli.Get(context.Background(), summaryKey("app", "s1", 0, 1))
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("the summary: %v, %v", resp, err)
-		}
-		return resp.Kvs[0].ModRevision
-	}
-	first := modRev()
+	summary := modRev(t, s1, summaryKey("app", "s1", 0, 1))
+	running(t, s1, st)
+	s1.flush(t)
+	first := modRev(t, s1, partialsPrefix("app")+"s1")
 	at = at.Add(10 * time.Second)
 	s1.hear(t, "app", 3, "a", "b")
 	s1.flush(t)
-	if modRev() != first {
-		t.Error("rewritten when only the connected clients' times moved")
+	if modRev(t, s1, partialsPrefix("app")+"s1") != first {
+		t.Error("partials rewritten when only the clients' times moved")
 	}
-	hb.Close()
-	at = at.Add(10 * time.Second)
-	s1.hear(t, "app", 3, "b")
+	s1.hear(t, "app", 7, "a")
 	s1.flush(t)
-	second := modRev()
-	if second == first {
-		t.Error("not rewritten when a client with no live presence was heard again")
+	if modRev(t, s1, partialsPrefix("app")+"s1") == first {
+		t.Error("partials not rewritten when a client reported the stage")
 	}
-	s1.hear(t, "app", 4, "a")
+	if modRev(t, s1, summaryKey("app", "s1", 0, 1)) != summary {
+		t.Error("the clients' summary rewritten while a rollout runs")
+	}
+	var rec partialRecord
+	resp, err := s1.cli.Get(context.Background(), partialsPrefix("app")+"s1")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the partials: %v, %v", resp, err)
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Partials) != 1 || rec.Partials[0].Source != "relay-1" || rec.Partials[0].InStage != 2 || rec.Partials[0].Reported != 1 {
+		t.Errorf("partials %+v: want relay-1's, 2 in the stage, 1 reported", rec.Partials)
+	}
+}
+
+func modRev(t *testing.T, s *storeServer, key string) int64 {
+	t.Helper()
+	resp, err := s.cli.Get(context.Background(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("%s: %v, %v", key, resp, err)
+	}
+	return resp.Kvs[0].ModRevision
+}
+
+// TestServerKilledMidStageCountsItsRelaysOnce: a server killed mid-stage
+// leaves its partials in the store until its lease expires; its relay
+// fails over to another server, which counts the relay's clients too.
+// The leader counts each once: the later partial of the relay alone.
+func TestServerKilledMidStageCountsItsRelaysOnce(t *testing.T) {
+	s := newStoreServers(t, "s1", "s2", "leader")
+	s1, s2, leader := s[0], s[1], s[2]
+	st := stageOf("app", 7, math.MaxUint64)
+	for _, srv := range s {
+		running(t, srv, st)
+	}
+	ids := clientIDs("c", 10)
+	relayReport(t, s1, "relay-1", "e1", 1, ids...)
+	s1.hear(t, "app", 7, ids[:4]...)
+	s1.hear(t, "app", 3, ids[4:]...)
 	s1.flush(t)
-	if modRev() == second {
-		t.Error("not rewritten when a client's report changed")
+	if c, stale := counted(t, leader, st); c.InStage != 10 || c.Reported != 4 || len(stale) != 0 {
+		t.Fatalf("through s1: %+v, stale %q; want 10 in the stage, 4 reported", c, stale)
+	}
+	// s1 is killed (its partials stay); relay-1 moves to s2 and hands on
+	// its clients' reports there.
+	relayReport(t, s2, "relay-1", "e1", 2, ids...)
+	s2.hear(t, "app", 7, ids[:6]...)
+	s2.hear(t, "app", 3, ids[6:]...)
+	s2.flush(t)
+	c, stale := counted(t, leader, st)
+	if c.InStage != 10 || c.Reported != 6 || len(stale) != 0 {
+		t.Errorf("after the failover: %+v, stale %q; want 10 in the stage (not 20), 6 reported", c, stale)
+	}
+}
+
+// TestClientThatMovesBetweenRelaysCountsOnce: a client that moves from
+// one relay to another mid-stage (each behind its own server) counts
+// once: the server it left no longer counts it, once it is live on the
+// other.
+func TestClientThatMovesBetweenRelaysCountsOnce(t *testing.T) {
+	s := newStoreServers(t, "s1", "s2", "leader")
+	s1, s2, leader := s[0], s[1], s[2]
+	st := stageOf("app", 7, math.MaxUint64)
+	for _, srv := range s {
+		running(t, srv, st)
+	}
+	relayReport(t, s1, "relay-1", "e1", 1, "mover", "stays")
+	s1.hear(t, "app", 3, "mover", "stays")
+	s1.flush(t)
+	// The mover leaves relay-1 for relay-2 (behind s2), and reports the
+	// stage there.
+	if err := s1.presence.Report(&wire.PresenceReport{RelayID: "relay-1", Epoch: "e1", Seq: 2, Gone: []string{"mover"}}); err != nil {
+		t.Fatal(err)
+	}
+	relayReport(t, s2, "relay-2", "e2", 1, "mover")
+	s2.hear(t, "app", 7, "mover")
+	s2.flush(t)
+	s1.presenceRead = remotePresence{} // its next read of the others' presence (at most half a second old)
+	s1.flush(t)
+	c, stale := counted(t, leader, st)
+	if c.InStage != 2 || c.Reported != 1 || len(stale) != 0 {
+		t.Errorf("%+v, stale %q; want 2 in the stage (the mover once), 1 reported", c, stale)
+	}
+}
+
+// TestServerNotYetCountedHoldsTheStage: a server that holds reports of
+// the namespace (its summary says so) but has written no partials of the
+// running rollout is a stale source: the stage waits for it.
+func TestServerNotYetCountedHoldsTheStage(t *testing.T) {
+	s := newStoreServers(t, "s1", "leader")
+	s1, leader := s[0], s[1]
+	s1.hear(t, "app", 3, "a")
+	s1.flush(t) // its summary, no rollout yet
+	st := stageOf("app", 7, math.MaxUint64)
+	running(t, leader, st)
+	if _, stale := counted(t, leader, st); len(stale) != 1 || stale[0] != controller.ServerSource("s1") {
+		t.Errorf("stale %q: want s1's", stale)
+	}
+	running(t, s1, st)
+	s1.flush(t)
+	if c, stale := counted(t, leader, st); len(stale) != 0 || c.InStage != 1 {
+		t.Errorf("%+v, stale %q: want s1's client, none stale", c, stale)
 	}
 }
 
@@ -339,7 +458,8 @@ func TestRunningSummaryIsWrittenForReportsNotTimes(t *testing.T) {
 // no longer hears (its presence reports stopped: stale) count as heard
 // at the leader, so their missing reports hold a stage rather than
 // letting it pass with them counted gone; the clients the relay said
-// disconnected are not held.
+// disconnected are not held. Counted in partials alike: the stale
+// relay's client is in the stage, unreported, not gone.
 func TestMissingRelayReportHoldsTheStage(t *testing.T) {
 	s := newStoreServers(t, "s1", "leader")
 	s1, leader := s[0], s[1]
@@ -355,4 +475,11 @@ func TestMissingRelayReportHoldsTheStage(t *testing.T) {
 	}, "the relay unheard past two of its intervals")
 	s1.flush(t)
 	heldByPresence(t, leader, "behind", "left", long)
+	st := stageOf("app", 7, math.MaxUint64)
+	st.StageAt = time.Now().Add(-time.Hour) // past its report timeout: a silent member is gone
+	running(t, s1, st)
+	s1.flush(t)
+	if c, _ := counted(t, leader, st); c.InStage != 1 || c.Reported != 0 || c.Gone != 1 {
+		t.Errorf("%+v: want the stale relay's client in the stage, unreported; the one that left gone", c)
+	}
 }

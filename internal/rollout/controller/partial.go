@@ -318,3 +318,11 @@ func (s stageSum) nackReason(st *State) string {
 	return fmt.Sprintf("%d client(s) rejected the change at stage %v%% (max_nacks %d): %s",
 		s.nackers, st.Spec.Stages[st.Stage], st.Spec.MaxNacks, strings.Join(s.nackErrs, "; "))
 }
+
+// Sum is what a step of st counts over ps: its counts, the distinct
+// nackers, and the sources whose partials are of another stage (the
+// stage waits for them).
+func Sum(st *State, ps []Partial) (counts Counts, nackers int, stale []string) {
+	s := sumPartials(st, ps)
+	return s.counts, s.nackers, s.stale
+}
