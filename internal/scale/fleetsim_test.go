@@ -45,10 +45,11 @@ import (
 //     the 10% stage begins: the time to the next decision, and the
 //     clients still counted once.
 //
-// Reported: wal-Bps, etcd's WAL bytes a second over the rollout
-// (etcd_disk_wal_write_bytes_total from its /metrics), and quiet-wal-Bps
+// Reported: wal-Bps, etcd's WAL bytes a second over the rollout (from its
+// start to the first look, every 200 ms, at or after its last decision;
+// etcd_disk_wal_write_bytes_total from its /metrics), and quiet-wal-Bps
 // over 5 s before it; leader-cpu, the leading server's CPU seconds a
-// second over the rollout (/proc); the stage times; next-s for killed.
+// second over the same span (/proc); the stage times; next-s for killed.
 //
 //	go test -tags scale -run '^$' -bench FleetSim -benchtime 1x -timeout 60m ./internal/scale/
 func BenchmarkFleetSim(b *testing.B) {
@@ -140,6 +141,16 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 	id := startRollout(b, servers[(leader+1)%len(servers)].url, what == "nack")
 	var killedAt time.Time
 	var rec controlapi.RolloutRecord
+	// etcd's WAL and the leader's CPU at every look, so that the rates are
+	// taken up to the rollout's end as the controller decided it, not as
+	// a look saw it later (the summaries of a fleet that takes the
+	// promoted revision are written then, after the rollout).
+	type sample struct {
+		at       time.Time
+		wal      int64
+		cpu      float64
+	}
+	samples := []sample{{at: start, wal: wal0, cpu: cpu0}}
 	for {
 		alive := make([]*holdfastProc, 0, len(servers))
 		for _, s := range servers {
@@ -148,6 +159,11 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 			}
 		}
 		r, ok := readRolloutRecord(b, alive, id)
+		smp := sample{at: time.Now(), wal: walBytes(b, etcd)}
+		if killedAt.IsZero() {
+			smp.cpu = procCPU(b, servers[leader].cmd.Process.Pid)
+		}
+		samples = append(samples, smp)
 		if ok {
 			rec = r
 			if r.State != "running" {
@@ -165,11 +181,21 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	took := time.Since(start)
-	wal := float64(walBytes(b, etcd)-wal0) / took.Seconds()
+	// The rollout ended at its last decision: the rates over the looks
+	// up to the first at or after it.
+	ended := rec.Decisions[len(rec.Decisions)-1].At
+	last := samples[len(samples)-1]
+	for _, smp := range samples[1:] {
+		if !smp.at.Before(ended) {
+			last = smp
+			break
+		}
+	}
+	took := last.at.Sub(start)
+	wal := float64(last.wal-wal0) / took.Seconds()
 	var cpu float64
 	if killedAt.IsZero() {
-		cpu = (procCPU(b, servers[leader].cmd.Process.Pid) - cpu0) / took.Seconds()
+		cpu = (last.cpu - cpu0) / took.Seconds()
 	} else {
 		cpu = cpu0 / killedAt.Sub(start).Seconds()
 	}
