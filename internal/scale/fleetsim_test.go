@@ -146,9 +146,9 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 	// a look saw it later (the summaries of a fleet that takes the
 	// promoted revision are written then, after the rollout).
 	type sample struct {
-		at       time.Time
-		wal      int64
-		cpu      float64
+		at  time.Time
+		wal int64
+		cpu float64
 	}
 	samples := []sample{{at: start, wal: wal0, cpu: cpu0}}
 	for {
