@@ -24,8 +24,8 @@ import (
 // names, and the server itself for those connected to it directly or
 // through a relay that reports no presence), and writes those partials
 // (controller.Partial) in one key, PartialsRoot + NS + "/" + SERVER, under
-// the lease of its summaries: at most once a second, and only when one
-// changed. What the store carries of a rollout grows with the relays and
+// the lease of its summaries: at most every partialsEvery, and only when
+// one changed. What the store carries of a rollout grows with the relays and
 // servers, not with the clients: the leader sums the partials, the later
 // of two of one source (a relay that moved, a server killed while its
 // lease lives) alone counting. The per-client summaries of a namespace
@@ -37,6 +37,11 @@ const PartialsRoot = RolloutRoot + "partials/"
 // that moved here to hand on what its clients reported, not forever for
 // a client that never reports.
 const unheardGrace = 10 * time.Second
+
+// partialsEvery is how often, at most, a server writes its partials, and
+// the leader reads the others': a report reaches the controller within
+// about two of them.
+const partialsEvery = 250 * time.Millisecond
 
 func partialsPrefix(ns string) string { return PartialsRoot + ns + "/" }
 
@@ -138,14 +143,36 @@ func (r *reportSync) unheard(present map[string]presence.Entry, heard map[string
 // running rollouts (all: its reports, by namespace; present: its
 // presence), and deletes those of rollouts no longer running.
 func (r *reportSync) writePartials(ctx context.Context, lease clientv3.LeaseID, all map[string][]controller.Report, present map[string]presence.Entry) error {
-	states := r.active.states()
-	now := time.Now()
 	heard := make(map[string]bool)
 	for _, reports := range all {
 		for _, rep := range reports {
 			heard[rep.ClientID] = true
 		}
 	}
+	r.mu.Lock()
+	r.heard = heard
+	r.mu.Unlock()
+	return r.putPartials(ctx, lease, heard, func(ns string) bool { return len(all[ns]) > 0 }, present, true)
+}
+
+// writeCounts writes what changed of this server's partials between two
+// writes (partialsEvery), over what the last write knew of the clients
+// heard; it deletes none.
+func (r *reportSync) writeCounts(ctx context.Context, lease clientv3.LeaseID) error {
+	r.mu.Lock()
+	heard := r.heard
+	r.mu.Unlock()
+	return r.putPartials(ctx, lease, heard, func(string) bool { return false }, r.presence.Entries(), false)
+}
+
+// putPartials writes what changed of this server's partials of the running
+// rollouts; has reports whether it holds reports of a namespace (its
+// partials are written, even empty, so that the leader knows it counted).
+// full: delete the keys of rollouts no longer running, and those of
+// namespaces of which it holds nothing.
+func (r *reportSync) putPartials(ctx context.Context, lease clientv3.LeaseID, heard map[string]bool, has func(ns string) bool, present map[string]presence.Entry, full bool) error {
+	states := r.active.states()
+	now := time.Now()
 	others := make(map[string]presence.Entry)
 	if len(states) > 0 {
 		var err error
@@ -153,20 +180,17 @@ func (r *reportSync) writePartials(ctx context.Context, lease clientv3.LeaseID, 
 			return err
 		}
 	}
-	r.mu.Lock()
-	r.heard = heard
-	r.mu.Unlock()
 	keep := make(map[string]bool)
 	for _, st := range states {
+		key := partialsPrefix(st.Namespace) + r.id
 		ps := r.countPartials(st, now, heard, present, others, true)
 		var evicted *controlplane.Evictions
 		if e := r.acks.EvictedOf(st.Namespace); e.N > 0 {
 			evicted = &e
 		}
-		if len(ps) == 0 && len(all[st.Namespace]) == 0 && evicted == nil {
+		if _, sent := r.partialsSent[key]; len(ps) == 0 && !has(st.Namespace) && evicted == nil && (full || !sent) {
 			continue // nothing of it here: no key
 		}
-		key := partialsPrefix(st.Namespace) + r.id
 		keep[key] = true
 		for i := range ps {
 			ps[i].At = time.Time{} // set as the record's below: the shape is without
@@ -193,7 +217,7 @@ func (r *reportSync) writePartials(ctx context.Context, lease clientv3.LeaseID, 
 		r.partialsSent[key] = writtenPartials{shape: shape, at: now}
 	}
 	for key := range r.partialsSent {
-		if keep[key] {
+		if keep[key] || !full {
 			continue
 		}
 		if _, err := r.cli.Delete(ctx, key); err != nil {
@@ -206,7 +230,7 @@ func (r *reportSync) writePartials(ctx context.Context, lease clientv3.LeaseID, 
 
 // partials is controller.Config.Partials: this server's partials of st,
 // counted now, and the others' as they last wrote them (read at most
-// every half second). A server that holds reports of st's namespace (a
+// every partialsEvery). A server that holds reports of st's namespace (a
 // summary says so) but wrote no partials of st yet counts as a stale
 // source: the stage waits for it.
 func (r *reportSync) partials(ctx context.Context, st *controller.State) ([]controller.Partial, error) {
@@ -237,12 +261,12 @@ func (r *reportSync) partials(ctx context.Context, st *controller.State) ([]cont
 
 // partialRecords returns the other servers' partial records of ns, and
 // the other servers that hold reports of it: those with a summary of it,
-// its keys alone read (read at most every half second).
+// its keys alone read (read at most every partialsEvery).
 func (r *reportSync) partialRecords(ctx context.Context, ns string) (readPartials, error) {
 	r.mu.Lock()
 	cached, ok := r.partialsRead[ns]
 	r.mu.Unlock()
-	if ok && time.Since(cached.at) <= reportsEvery/2 {
+	if ok && time.Since(cached.at) <= partialsEvery {
 		return cached, nil
 	}
 	sums, err := r.cli.Get(ctx, reportsPrefix(ns), clientv3.WithPrefix(), clientv3.WithKeysOnly())

@@ -265,6 +265,8 @@ func (r *reportSync) run(ctx context.Context) {
 	var evicted int64 // the ack table's evictions, as last logged
 	tick := time.NewTicker(reportsEvery)
 	defer tick.Stop()
+	counts := time.NewTicker(partialsEvery) // the running rollouts' partials, between the writes
+	defer counts.Stop()
 	defer func() {
 		if lease != 0 {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -276,6 +278,13 @@ func (r *reportSync) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-counts.C:
+			if lease != 0 && r.active.any() {
+				if err := r.writeCounts(ctx, lease); err != nil && ctx.Err() == nil {
+					r.log.Debug("control: writing the rollouts' partials (again at the next write)", "err", err)
+				}
+			}
+			continue
 		case <-tick.C:
 		}
 		if now := time.Now(); now.Sub(expired) >= expireEvery {
