@@ -100,11 +100,21 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	up := servers[0].url + "," + servers[1].url
 	publishBase(b, servers[0].url)
 	var kids []*childProc
+	var relayLogs []string
 	for range 2 {
-		rl := startHoldfast(b, bin, "relay", "-upstream", up, "-namespaces", namespace)
+		// At debug level, in JSON: the acks each relay forwarded, and
+		// when (forwardedAcks).
+		rl := startHoldfast(b, bin, "relay", "-upstream", up, "-namespaces", namespace, "-v", "-log-format", "json")
+		relayLogs = append(relayLogs, rl.log)
 		kids = append(kids, startClients(b, rl.url, clients/2, 1)...)
 	}
 	waitKnown(b, servers, clients)
+	if !leads(servers[0].url) && leads(servers[1].url) {
+		// The leader first: the record is read from it (the
+		// controller's count), the rollout started at the other.
+		servers[0], servers[1] = servers[1], servers[0]
+	}
+	poll := time.Duration(envInt("HOLDFAST_SCALE_POLL_MS", 50)) * time.Millisecond
 
 	quiet0 := walBytes(b, etcd)
 	time.Sleep(5 * time.Second)
@@ -116,6 +126,7 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	start := time.Now()
 	var killedAt, ledAt time.Time
 	var rec controlapi.RolloutRecord
+	var samples []countSample
 	for {
 		var ok bool
 		alive := servers
@@ -123,6 +134,9 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 			alive = servers[1:]
 		}
 		rec, ok = readRolloutRecord(b, alive, id)
+		if ok {
+			samples = append(samples, countSample{at: time.Now(), rev: rec.StageRevision, reported: rec.Reported})
+		}
 		if ok && rec.State != "running" {
 			break
 		}
@@ -145,11 +159,13 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		if time.Since(start) > 15*time.Minute {
 			b.Fatalf("the rollout still at stage %v after 15 minutes", rec.Stage)
 		}
-		// Not faster: each read of the record tallies every client.
-		// Read every 20 ms, the reads took a third of the leader's CPU
-		// (HOLDFAST_SCALE_PERF), on the cores the fleet shares. The
-		// figures come from the decisions' times, not from this loop.
-		time.Sleep(200 * time.Millisecond)
+		// The pipeline's latency is measured to this loop's reads, to
+		// within poll. Not much faster: each read of the record tallies
+		// every client; read every 20 ms, the reads took a third of the
+		// leader's CPU (HOLDFAST_SCALE_PERF), on the cores the fleet
+		// shares. The stages' times come from the decisions' times, not
+		// from this loop.
+		time.Sleep(poll)
 	}
 	stopPerf()
 	if !killLeader {
@@ -225,7 +241,42 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		msg += fmt.Sprintf("; leader killed at stage 10%%, the other server led %v later, the next decision %v later",
 			ledAt.Sub(killedAt).Round(time.Millisecond), next.Sub(killedAt).Round(time.Millisecond))
 	}
+	msg += "; " + reportPipeline(b, relayLogs, id, rec, samples)
 	b.Log(msg)
+}
+
+// reportPipeline reports the report pipeline's latency of each stage and
+// of all together (pipelineLatencies), and returns it in words.
+func reportPipeline(b *testing.B, relayLogs []string, id string, rec controlapi.RolloutRecord, samples []countSample) string {
+	sends, ok := forwardedAcks(b, relayLogs, namespace, id)
+	if !ok {
+		return "the relays logged no acks forwarded (a build without it): no pipeline latency"
+	}
+	var all []time.Duration
+	var parts []string
+	for _, d := range rec.Decisions {
+		if d.What != "start" && d.What != "stage" {
+			continue
+		}
+		lat, uncounted := pipelineLatencies(sends[d.Revision], samples, d.Revision)
+		all = append(all, lat...)
+		stage := strconv.FormatFloat(d.Stage, 'g', -1, 64)
+		part := fmt.Sprintf("%s%% %s", stage, reportLatencies(b, stage, lat))
+		if ss := sends[d.Revision]; len(ss) > 0 {
+			// Where the rest of a stage's reporting goes: from its
+			// start until its last member's report left a relay (the
+			// change's way down, the clients' apply and ack delay).
+			last := ss[len(ss)-1].Sub(d.At)
+			b.ReportMetric(last.Seconds(), "sent"+stage+"-s")
+			part += fmt.Sprintf(", the last sent %v after the stage began", last.Round(time.Millisecond))
+		}
+		if uncounted > 0 {
+			part += fmt.Sprintf(" (%d sent, never counted in the stage)", uncounted)
+		}
+		parts = append(parts, part)
+	}
+	return "report pipeline (an ack leaving its relay → the leader's record counting it): " +
+		reportLatencies(b, "", all) + "; by stage: " + strings.Join(parts, ", ")
 }
 
 func runRolloutNacks(b *testing.B, clients, pct, seed int, prevalidate bool) (served int, back time.Duration) {
@@ -376,6 +427,7 @@ func waitKnown(b *testing.B, servers []*holdfastProc, clients int) {
 // holdfastProc is a `holdfast server` or `holdfast relay` process.
 type holdfastProc struct {
 	url  string
+	log  string // the file of its stderr
 	cmd  *exec.Cmd
 	dead bool
 }
@@ -419,7 +471,7 @@ func startHoldfast(b *testing.B, bin, cmd string, args ...string) *holdfastProc 
 	if err := c.Start(); err != nil {
 		b.Fatal(err)
 	}
-	p := &holdfastProc{url: "http://" + addr, cmd: c}
+	p := &holdfastProc{url: "http://" + addr, log: logFile.Name(), cmd: c}
 	b.Cleanup(p.kill)
 	var last string
 	if !testutil.Wait(time.Minute, func() bool {
