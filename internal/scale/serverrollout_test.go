@@ -37,6 +37,26 @@ import (
 // 10% stage starts: failover-s is the time from the kill until the other
 // server leads, next-s until the rollout's next decision.
 //
+// The report pipeline's latency, per stage (pipelineN-p50-s, -p99-s,
+// -max-s) and over every stage (pipeline-p50-s ...): for each member of a
+// stage, from when its report of the stage's revision left its relay to
+// when the leader's record of the rollout first counted it (its reported
+// count). The relays run at debug level, whose log names every ack they
+// forward with when its send began (a client's first send of the revision
+// counts, not its repeats); the benchmark reads the record from the leader
+// every HOLDFAST_SCALE_POLL_MS (50) milliseconds, each read's time being
+// when it answered. The k-th member's report sent is matched with the
+// first read counting k: exact when the controller counts reports in the
+// order they were sent, a fair approximation otherwise (two relays' and
+// two servers' reports interleave), and a latency is known to within the
+// poll. sentN-s is when the stage's last member's report left its relay,
+// from the stage's start: the rest of its reported time is the change's
+// way down and the clients' apply and ack delay. It measures from outside
+// (a relay's send, the record's count), whatever way the reports take
+// between. The steady run also reports etcd's WAL bytes a second over the
+// rollout (wal-Bps) and over a quiet 5 s before it with the whole fleet
+// connected (quiet-wal-Bps), from etcd's etcd_disk_wal_write_bytes_total.
+//
 //	go test -tags scale -run '^$' -bench ServerRollout -benchtime 1x -timeout 60m ./internal/scale/
 func BenchmarkServerRollout(b *testing.B) {
 	clients := envInt("HOLDFAST_SCALE_CLIENTS", 10000)
