@@ -16,11 +16,22 @@ import (
 
 // countSample is one read of a rollout's record: when it answered, the
 // revision of the stage it was in, and how many of the stage's members
-// the controller counted as having reported it.
+// the controller counted as having reported it, of how many.
 type countSample struct {
-	at       time.Time
-	rev      int64
-	reported int
+	at                time.Time
+	rev               int64
+	reported, inStage int
+}
+
+// allCounted returns when the reads first counted every member of the
+// stage of revision rev as reported; false when none did.
+func allCounted(samples []countSample, rev int64) (time.Time, bool) {
+	for _, s := range samples {
+		if s.rev == rev && s.inStage > 0 && s.reported >= s.inStage {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // forwardedAcks returns, for each revision of namespace ns, when the
@@ -92,7 +103,12 @@ func forwardedAcks(b *testing.B, logs []string, ns, rollout string) (sends map[i
 // member's report forwarded (sends, in order) with the first read of the
 // record that counted k of them, and returns each pair's time, and how
 // many reports sent were never counted in the stage's reads (members the
-// controller did not wait for, or reports it never took).
+// controller did not wait for, or reports it never took). Exact when
+// reports are counted in the order they were sent. When they are not (a
+// relay's reports straight to the leader, another's through the other
+// server), the matching narrows the spread: its max is at most the true
+// max (of the k members sent first, one was counted no earlier than the
+// k-th count), its min at least the true min.
 func pipelineLatencies(sends []time.Time, samples []countSample, rev int64) (lat []time.Duration, uncounted int) {
 	k := 0
 	for _, s := range samples {
