@@ -41,7 +41,7 @@ func allCounted(samples []countSample, rev int64) (time.Time, bool) {
 // client reports again at every progress event while a rollout runs: only
 // its first send of a revision counts. ok is false when no log has such a
 // line (a relay of a build without it).
-func forwardedAcks(b *testing.B, logs []string, ns, rollout string) (sends map[int64][]time.Time, ok bool) {
+func forwardedAcks(b testing.TB, logs []string, ns, rollout string) (sends map[int64][]time.Time, ok bool) {
 	b.Helper()
 	type key struct {
 		client string
@@ -136,4 +136,57 @@ func reportLatencies(b *testing.B, stage string, lat []time.Duration) string {
 	b.ReportMetric(p99.Seconds(), "pipeline"+stage+"-p99-s")
 	b.ReportMetric(max.Seconds(), "pipeline"+stage+"-max-s")
 	return fmt.Sprintf("p50 %v, p99 %v, max %v over %d", p50.Round(time.Millisecond), p99.Round(time.Millisecond), max.Round(time.Millisecond), len(lat))
+}
+
+// The relays' logs give each member's first delivered send of a
+// revision, in order, whatever the relay; the k-th send is matched with
+// the first read counting k.
+func TestPipelineMatchesSendsWithCountsInOrder(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	line := func(ms int, acks ...string) string {
+		b, err := json.Marshal(map[string]any{"msg": "acks forwarded", "sent": at(ms), "n": len(acks), "acks": acks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b) + "\n"
+	}
+	dir := t.TempDir()
+	logs := []string{dir + "/r0.log", dir + "/r1.log"}
+	for i, text := range []string{
+		`{"msg":"relay serving"}` + "\n" +
+			line(100, "ns 5 ack r1 c 1", "ns 5 ack - c9", "other 5 ack r1 c2") +
+			line(300, "ns 5 ack r1 c 1", "ns 6 ack r1 c 1"), // a repeat, then the next stage
+		line(200, "ns 5 nack r1 c3", "ns 5 would_nack r1 c4"),
+	} {
+		if err := os.WriteFile(logs[i], []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sends, ok := forwardedAcks(t, logs, "ns", "r1")
+	if !ok {
+		t.Fatal("no acks forwarded found")
+	}
+	if got, want := sends[5], []time.Time{at(100), at(200)}; !slices.Equal(got, want) {
+		t.Fatalf("revision 5 sent at %v, want %v", got, want)
+	}
+	if got, want := sends[6], []time.Time{at(300)}; !slices.Equal(got, want) {
+		t.Fatalf("revision 6 sent at %v, want %v", got, want)
+	}
+	samples := []countSample{
+		{at: at(150), rev: 5, reported: 0, inStage: 2},
+		{at: at(250), rev: 5, reported: 1, inStage: 2},
+		{at: at(400), rev: 5, reported: 2, inStage: 2},
+		{at: at(450), rev: 6, reported: 0, inStage: 1},
+	}
+	lat, uncounted := pipelineLatencies(sends[5], samples, 5)
+	if want := []time.Duration{150 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(lat, want) || uncounted != 0 {
+		t.Fatalf("latencies %v (%d uncounted), want %v", lat, uncounted, want)
+	}
+	if lat, uncounted := pipelineLatencies(sends[6], samples, 6); len(lat) != 0 || uncounted != 1 {
+		t.Fatalf("revision 6: latencies %v, %d uncounted; want none, 1", lat, uncounted)
+	}
+	if all, ok := allCounted(samples, 5); !ok || !all.Equal(at(400)) {
+		t.Fatalf("all counted at %v, %v; want %v", all, ok, at(400))
+	}
 }
