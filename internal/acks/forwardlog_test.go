@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,31 +14,13 @@ import (
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
-// lockedBuffer is a log's destination written by the queue's goroutine
-// and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // A relay's debug log names each ack it forwarded, once delivered, with
 // when its send began; a refused ack is not among them, and a client's
 // own queue (no relay id) logs nothing of the kind.
 func TestQueueLogsForwardedAcksAtDebug(t *testing.T) {
 	for _, relayID := range []string{"relay-1", ""} {
-		var logs lockedBuffer
+		// Read once the queue's goroutine has returned (q.Wait).
+		var logs bytes.Buffer
 		up := &picky{}
 		q := New(up, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), relayID)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -55,7 +36,7 @@ func TestQueueLogsForwardedAcksAtDebug(t *testing.T) {
 			t.Fatalf("relay %q: delivered %v", relayID, up.clients())
 		}
 		var got []string
-		for line := range bytes.Lines([]byte(logs.String())) {
+		for line := range bytes.Lines(logs.Bytes()) {
 			var rec struct {
 				Msg  string    `json:"msg"`
 				Sent time.Time `json:"sent"`
