@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -314,9 +315,11 @@ func (a *Queue) deliver(ctx context.Context, acks []transport.Ack) ([]transport.
 		}
 		return a.deliver(ctx, other)
 	}
+	start := time.Now()
 	err := a.send(ctx, acks)
 	switch {
 	case err == nil:
+		a.logForwarded(ctx, start, acks)
 		return nil, nil
 	case ctx.Err() != nil || !errors.Is(err, transport.ErrBadRequest):
 		return acks, err
@@ -330,6 +333,24 @@ func (a *Queue) deliver(ctx context.Context, acks []transport.Ack) ([]transport.
 		return append(unsent, acks[half:]...), err
 	}
 	return a.deliver(ctx, acks[half:])
+}
+
+// logForwarded writes, at debug level and for a relay only, the acks it
+// has just forwarded and when their send began: where a client's report
+// left the relay, so that the pipeline from the relay to a rollout's
+// controller can be timed from outside (internal/scale's
+// BenchmarkServerRollout reads it). Each ack is "ns revision status
+// rollout client" (rollout "-" when none; the client id last, as it may
+// hold spaces).
+func (a *Queue) logForwarded(ctx context.Context, start time.Time, acks []transport.Ack) {
+	if a.relayID == "" || !a.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	each := make([]string, len(acks))
+	for i, ack := range acks {
+		each[i] = ack.Namespace + " " + strconv.FormatInt(ack.Revision, 10) + " " + ack.Status + " " + cmp.Or(ack.Rollout, "-") + " " + ack.ClientID
+	}
+	a.log.Debug("acks forwarded", "sent", start, "took", time.Since(start), "n", len(acks), "acks", each)
 }
 
 // known reports whether this version knows a's status. A would-nack is

@@ -26,16 +26,45 @@ import (
 // fleet with a 5 s bake, on the production shape: HOLDFAST_SCALE_CLIENTS
 // (default 10,000) clients in two processes, each process behind its own
 // `holdfast relay`, both relays following both of two `holdfast server`
-// processes over one etcd (Debian's, one member). It reports each stage's
-// time (from its start to the next one's; the last to the promotion), the
-// total, and for each stage when it began to bake (reportedN-s) and how
-// many of its members the controller had then counted gone (goneN: silent
-// past the liveness window, so not waited for). HOLDFAST_SCALE_TIMELINE=1
-// writes the record's counts to stderr at every read; HOLDFAST_SCALE_PERF
-// names a file for `perf record` of the machine over the rollout. The
-// sub-benchmark leader-killed kills the leading server (SIGKILL) as the
-// 10% stage starts: failover-s is the time from the kill until the other
-// server leads, next-s until the rollout's next decision.
+// processes over one etcd (Debian's, one member), each relay preferring
+// its own server (the first of its upstreams) and failing over to the
+// other. It reports each stage's time (from its start to the next one's;
+// the last to the promotion), the total, and for each stage when it began
+// to bake (reportedN-s) and how many of its members the controller had
+// then counted gone (goneN: silent past the liveness window, so not
+// waited for). HOLDFAST_SCALE_TIMELINE=1 writes the record's counts to
+// stderr at every read; HOLDFAST_SCALE_PERF names a file for `perf
+// record` of the machine over the rollout. The sub-benchmark
+// leader-killed kills the leading server (SIGKILL) as the 10% stage
+// starts: failover-s is the time from the kill until the other server
+// leads, next-s until the rollout's next decision.
+//
+// The report pipeline's latency, per stage (pipelineN-p50-s, -p99-s,
+// -max-s) and over every stage (pipeline-p50-s ...): for each member of a
+// stage, from when its report of the stage's revision left its relay to
+// when the leader's record of the rollout first counted it (its reported
+// count). It measures from outside, whatever way the reports take
+// between. The relays run at debug level, whose log names every ack they
+// forwarded with when its send began, once delivered: a client's first
+// delivered send of the revision counts, not its repeats, and a send that
+// failed (to a killed server) counts at its retry. The benchmark reads
+// the record from the leader (once it is killed, from the other server)
+// every HOLDFAST_SCALE_POLL_MS (50) milliseconds, a read's time being
+// when it answered: a latency is known to within the poll. The k-th
+// member's report sent is matched with the first read counting k. That
+// is exact when the controller counts reports in the order they were
+// sent, and an approximation otherwise: here one relay's reports go
+// straight to the leader and the other's through the other server, and
+// the matching then narrows the spread (its max is at most the true
+// max). sentN-s is when the stage's last member's report left its relay,
+// from the stage's start (before it: the change's way down, the clients'
+// apply and ack delay); countedN-s when the record first counted every
+// member (the bake decision, reportedN-s, follows at the controller's
+// next step, and not before its settling time).
+//
+// The steady run also reports etcd's WAL bytes a second over the rollout
+// (wal-Bps) and over a quiet 5 s before it, the whole fleet connected
+// (quiet-wal-Bps), from etcd's etcd_disk_wal_write_bytes_total.
 //
 //	go test -tags scale -run '^$' -bench ServerRollout -benchtime 1x -timeout 60m ./internal/scale/
 func BenchmarkServerRollout(b *testing.B) {
@@ -97,14 +126,27 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		startHoldfast(b, bin, "server", "-etcd", etcd, "-heartbeat", "1s"),
 		startHoldfast(b, bin, "server", "-etcd", etcd, "-heartbeat", "1s"),
 	}
-	up := servers[0].url + "," + servers[1].url
 	publishBase(b, servers[0].url)
 	var kids []*childProc
-	for range 2 {
-		rl := startHoldfast(b, bin, "relay", "-upstream", up, "-namespaces", namespace)
+	var relayLogs []string
+	for i := range 2 {
+		// Relay i prefers server i (the first of its upstreams) and
+		// fails over to the other: half the reports reach the leader
+		// through the other server, as in a fleet spread over both.
+		// At debug level, in JSON: the acks each relay forwarded, and
+		// when (forwardedAcks).
+		up := servers[i].url + "," + servers[1-i].url
+		rl := startHoldfast(b, bin, "relay", "-upstream", up, "-namespaces", namespace, "-v", "-log-format", "json")
+		relayLogs = append(relayLogs, rl.log)
 		kids = append(kids, startClients(b, rl.url, clients/2, 1)...)
 	}
 	waitKnown(b, servers, clients)
+	if !leads(servers[0].url) && leads(servers[1].url) {
+		// The leader first: the record is read from it (the
+		// controller's count), the rollout started at the other.
+		servers[0], servers[1] = servers[1], servers[0]
+	}
+	poll := time.Duration(envInt("HOLDFAST_SCALE_POLL_MS", 50)) * time.Millisecond
 
 	quiet0 := walBytes(b, etcd)
 	time.Sleep(5 * time.Second)
@@ -116,6 +158,7 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 	start := time.Now()
 	var killedAt, ledAt time.Time
 	var rec controlapi.RolloutRecord
+	var samples []countSample
 	for {
 		var ok bool
 		alive := servers
@@ -123,6 +166,9 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 			alive = servers[1:]
 		}
 		rec, ok = readRolloutRecord(b, alive, id)
+		if ok {
+			samples = append(samples, countSample{at: time.Now(), rev: rec.StageRevision, reported: rec.Reported, inStage: rec.InStage})
+		}
 		if ok && rec.State != "running" {
 			break
 		}
@@ -145,11 +191,13 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		if time.Since(start) > 15*time.Minute {
 			b.Fatalf("the rollout still at stage %v after 15 minutes", rec.Stage)
 		}
-		// Not faster: each read of the record tallies every client.
-		// Read every 20 ms, the reads took a third of the leader's CPU
-		// (HOLDFAST_SCALE_PERF), on the cores the fleet shares. The
-		// figures come from the decisions' times, not from this loop.
-		time.Sleep(200 * time.Millisecond)
+		// The pipeline's latency is measured to this loop's reads, to
+		// within poll. Not much faster: each read of the record tallies
+		// every client; read every 20 ms, the reads took a third of the
+		// leader's CPU (HOLDFAST_SCALE_PERF), on the cores the fleet
+		// shares. The stages' times come from the decisions' times, not
+		// from this loop.
+		time.Sleep(poll)
 	}
 	stopPerf()
 	if !killLeader {
@@ -225,7 +273,51 @@ func runServerRollout(b *testing.B, clients int, killLeader bool) {
 		msg += fmt.Sprintf("; leader killed at stage 10%%, the other server led %v later, the next decision %v later",
 			ledAt.Sub(killedAt).Round(time.Millisecond), next.Sub(killedAt).Round(time.Millisecond))
 	}
+	msg += "; " + reportPipeline(b, relayLogs, id, rec, samples)
 	b.Log(msg)
+}
+
+// reportPipeline reports the report pipeline's latency of each stage and
+// of all together (pipelineLatencies), and returns it in words.
+func reportPipeline(b *testing.B, relayLogs []string, id string, rec controlapi.RolloutRecord, samples []countSample) string {
+	sends, ok := forwardedAcks(b, relayLogs, namespace, id)
+	if !ok {
+		return "the relays logged no acks forwarded (a build without it): no pipeline latency"
+	}
+	var all []time.Duration
+	var parts []string
+	for _, d := range rec.Decisions {
+		if d.What != "start" && d.What != "stage" {
+			continue
+		}
+		lat, uncounted := pipelineLatencies(sends[d.Revision], samples, d.Revision)
+		all = append(all, lat...)
+		stage := strconv.FormatFloat(d.Stage, 'g', -1, 64)
+		part := fmt.Sprintf("%s%% %s", stage, reportLatencies(b, stage, lat))
+		if ss := sends[d.Revision]; len(ss) > 0 {
+			// Where the rest of a stage's reporting goes: from its
+			// start until its last member's report left a relay (the
+			// change's way down, the clients' apply and ack delay).
+			last := ss[len(ss)-1].Sub(d.At)
+			b.ReportMetric(last.Seconds(), "sent"+stage+"-s")
+			part += fmt.Sprintf(", the last sent %v after the stage began", last.Round(time.Millisecond))
+		}
+		if at, ok := allCounted(samples, d.Revision); ok {
+			// Every member counted, from the stage's start: what the
+			// stage waited for, but for the controller's own pace (its
+			// bake decision, reportedN-s, comes at its next step, and
+			// not before a settling time).
+			all := at.Sub(d.At)
+			b.ReportMetric(all.Seconds(), "counted"+stage+"-s")
+			part += fmt.Sprintf(", all counted after %v", all.Round(time.Millisecond))
+		}
+		if uncounted > 0 {
+			part += fmt.Sprintf(" (%d sent, never counted in the stage)", uncounted)
+		}
+		parts = append(parts, part)
+	}
+	return "report pipeline (an ack leaving its relay → the leader's record counting it): " +
+		reportLatencies(b, "", all) + "; by stage: " + strings.Join(parts, ", ")
 }
 
 func runRolloutNacks(b *testing.B, clients, pct, seed int, prevalidate bool) (served int, back time.Duration) {
@@ -376,6 +468,7 @@ func waitKnown(b *testing.B, servers []*holdfastProc, clients int) {
 // holdfastProc is a `holdfast server` or `holdfast relay` process.
 type holdfastProc struct {
 	url  string
+	log  string // the file of its stderr
 	cmd  *exec.Cmd
 	dead bool
 }
@@ -419,7 +512,7 @@ func startHoldfast(b *testing.B, bin, cmd string, args ...string) *holdfastProc 
 	if err := c.Start(); err != nil {
 		b.Fatal(err)
 	}
-	p := &holdfastProc{url: "http://" + addr, cmd: c}
+	p := &holdfastProc{url: "http://" + addr, log: logFile.Name(), cmd: c}
 	b.Cleanup(p.kill)
 	var last string
 	if !testutil.Wait(time.Minute, func() bool {
