@@ -257,7 +257,9 @@ func (c *Controller) Start(ctx context.Context, ns string, spec Spec, actor, rea
 	}
 	st.Version = rev
 	c.Wake()
-	return st.record(c.sum(st, input{reports: reports}, now, false).counts), nil
+	// Its first counts are those its cut was taken over: the reports (the
+	// sources count it from their next write).
+	return st.record(c.sumReports(st, reports, now, false).counts), nil
 }
 
 // startGates builds spec's gates and gives each its first check (Start,
@@ -524,7 +526,12 @@ func (c *Controller) sum(st *State, in input, now time.Time, keep bool) stageSum
 	if c.fromPartials(st) {
 		return sumPartials(st, in.partials)
 	}
-	return sumPartials(st, []Partial{c.counter.Count(st, "", in.reports, now, c.cfg.Liveness, keep)})
+	return c.sumReports(st, in.reports, now, keep)
+}
+
+// sumReports is sum over reports, counted as one source.
+func (c *Controller) sumReports(st *State, reports []Report, now time.Time, keep bool) stageSum {
+	return sumPartials(st, []Partial{c.counter.Count(st, "", reports, now, c.cfg.Liveness, keep)})
 }
 
 // Run moves the running rollouts along until ctx ends: every transition

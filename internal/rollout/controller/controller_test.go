@@ -703,3 +703,83 @@ func TestMissingReportsHoldTheStage(t *testing.T) {
 		})
 	}
 }
+
+// TestStepsDecideOnPartials: a controller fed partials (two servers'
+// sources, counted apart) promotes stage by stage, holds while one
+// source's partial is of an earlier stage (saying so at the timeout),
+// and counts a source that two servers name once (a killed server's
+// partial outliving it).
+func TestStepsDecideOnPartials(t *testing.T) {
+	f, m := newFleet(), NewMemStore()
+	clients := ids(40)
+	f.apply(m, "app", clients, nil)
+	var lagging atomic.Bool
+	counters := []*Counter{NewCounter(), NewCounter(), NewCounter()}
+	partials := func(ctx context.Context, st *State) ([]Partial, error) {
+		reports, _ := f.Reports(ctx, st.Namespace)
+		var a, b []Report
+		for _, r := range reports {
+			if r.ClientID < "c020" {
+				a = append(a, r)
+			} else {
+				b = append(b, r)
+			}
+		}
+		now := f.clock()
+		pa := counters[0].Count(st, "relay-a", a, now, 0, true)
+		pb := counters[1].Count(st, "relay-b", b, now, 0, true)
+		// relay-b's clients as the server it left counted them a moment
+		// before (its key lives on): the later partial alone counts.
+		old := counters[2].Count(st, "relay-b", b, now.Add(-time.Second), 0, true)
+		old.InStage, old.Reported = 99, 0
+		if lagging.Load() {
+			pb.StageRev-- // relay-b's server has not counted this stage yet
+		}
+		return []Partial{pa.Bounded(), old.Bounded(), pb.Bounded()}, nil
+	}
+	c := New(Config{Store: m, Reports: f.Reports, Partials: partials, Now: f.clock})
+	sp := Spec{Puts: spec.Puts, Stages: []float64{10, 100}, Bake: time.Second, StageTimeout: 5 * time.Second, OnTimeout: Hold}
+	rec, err := c.Start(context.Background(), "app", sp, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging.Store(true)
+	for range 20 {
+		f.apply(m, "app", clients, nil)
+		step(t, c, nil)
+		f.advance(500 * time.Millisecond)
+	}
+	got, err := c.Get(context.Background(), "app", rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != Running || !got.Held || got.Stage != 10 || !strings.Contains(got.Reason, "relay-b") {
+		t.Fatalf("record %+v: want held at 10%% naming relay-b", got)
+	}
+	lagging.Store(false)
+	if _, err := c.Promote(context.Background(), "app", rec.ID, "bob", ""); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = c.Start(context.Background(), "app", Spec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`3`)}, Stages: []float64{10, 100}, Bake: time.Second}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bakes []Counts
+	for range 30 {
+		f.apply(m, "app", clients, nil)
+		step(t, c, nil)
+		f.advance(500 * time.Millisecond)
+	}
+	got, err = c.Get(context.Background(), "app", rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range got.Decisions {
+		if d.What == "bake" {
+			bakes = append(bakes, *d.Counts)
+		}
+	}
+	if got.State != Promoted || len(bakes) != 2 || bakes[0].InStage != 4 || bakes[1].InStage != 40 || bakes[1].Reported != 40 {
+		t.Fatalf("record %+v, bakes %+v: want promoted, 4 then 40 in the stages, each counted once", got, bakes)
+	}
+}
