@@ -312,9 +312,18 @@ type readPartials struct {
 	servers map[string]bool // the other servers with a summary of it
 }
 
-// othersPresence returns the other servers' presence (read at most every
-// half second).
+// othersPresence returns the other servers' presence, read at most every
+// ownershipEvery: what says a client not connected here is connected
+// elsewhere (and counted there). Older by that much, it counts a client
+// that moved twice for as long (in a stage it holds rather than passes),
+// and spares etcd a read of every client's presence each half second.
 func (r *reportSync) othersPresence(ctx context.Context) (map[string]presence.Entry, error) {
+	r.mu.Lock()
+	cached := r.presenceRead
+	r.mu.Unlock()
+	if !cached.at.IsZero() && time.Since(cached.at) <= ownershipEvery {
+		return cached.entries, nil
+	}
 	if _, err := r.fleetPresence(ctx); err != nil {
 		return nil, err
 	}
@@ -322,6 +331,10 @@ func (r *reportSync) othersPresence(ctx context.Context) (map[string]presence.En
 	defer r.mu.Unlock()
 	return r.presenceRead.entries, nil
 }
+
+// ownershipEvery bounds the age of the others' presence a server counts
+// its partials over.
+const ownershipEvery = 2 * time.Second
 
 // partialsMissing is what the other servers' partial records of ns say
 // their ack tables dropped since.
