@@ -60,20 +60,82 @@ type Partial struct {
 	Hashes []uint64 `json:"hashes,omitempty"`
 	Next   uint64   `json:"next,string,omitempty"`
 
-	// Nackers are the distinct clients (by identity, when their reports
-	// name one) that rejected the rollout's change, up to as many as its
-	// max_nacks needs to be judged exactly over every source (and the few
-	// its reason names); MoreNackers counts those left out.
-	Nackers     []Nacker `json:"nackers,omitempty"`
+	// Nackers are the distinct clients that rejected the rollout's change
+	// (their identities, when their reports name one, else their client
+	// ids), up to as many as its max_nacks needs to be judged exactly over
+	// every source; MoreNackers counts those left out.
+	Nackers     []string `json:"nackers,omitempty"`
 	MoreNackers int      `json:"more_nackers,omitempty"`
+	// Reasons groups every nacker by what it rejected and why, with
+	// counts and a few of their client ids (at most maxReasons groups,
+	// the rest in the last, its Error empty).
+	Reasons []NackReason `json:"reasons,omitempty"`
 }
 
-// Nacker is one client that rejected a rollout's change.
-type Nacker struct {
-	// Key is its identity (Report.Identity) or, without one, its client id:
-	// one key counts once whatever source names it.
-	Key    string `json:"key"`
-	Reason string `json:"reason"`
+// NackReason is the nackers of one revision that gave one error.
+type NackReason struct {
+	What     string   `json:"what"` // "nack" or "would_nack"
+	Revision int64    `json:"revision"`
+	Error    string   `json:"error"`
+	Count    int      `json:"count"`
+	Sample   []string `json:"sample,omitempty"` // up to maxReasonSample client ids
+}
+
+// Bounds of the nack reasons a partial carries.
+const (
+	maxReasons      = 16
+	maxReasonSample = 3
+)
+
+// addReason adds r to groups: to its group, or as a new one, or past
+// maxReasons to the last (the others).
+func addReason(groups []NackReason, r NackReason) []NackReason {
+	for i := range groups {
+		g := &groups[i]
+		if g.What == r.What && g.Revision == r.Revision && g.Error == r.Error {
+			g.Count += r.Count
+			for _, id := range r.Sample {
+				if len(g.Sample) < maxReasonSample && !slices.Contains(g.Sample, id) {
+					g.Sample = append(g.Sample, id)
+				}
+			}
+			return groups
+		}
+	}
+	if len(groups) >= maxReasons {
+		other := &groups[len(groups)-1]
+		if other.Error != "" || other.What != "" {
+			// The last group becomes the others'.
+			*other = NackReason{Count: other.Count}
+		}
+		other.Count += r.Count
+		return groups
+	}
+	r.Sample = slices.Clone(r.Sample[:min(len(r.Sample), maxReasonSample)])
+	return append(groups, r)
+}
+
+// describeReasons says what groups hold, the most common first.
+func describeReasons(groups []NackReason) string {
+	groups = slices.Clone(groups)
+	slices.SortStableFunc(groups, func(a, b NackReason) int { return b.Count - a.Count })
+	var parts []string
+	for i, g := range groups {
+		if i == maxReasonNacks {
+			n := 0
+			for _, o := range groups[i:] {
+				n += o.Count
+			}
+			parts = append(parts, fmt.Sprintf("%d more for other reasons", n))
+			break
+		}
+		if g.What == "" {
+			parts = append(parts, fmt.Sprintf("%d for other reasons", g.Count))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d× %s of revision %d: %s (%s)", g.Count, g.What, g.Revision, g.Error, strings.Join(g.Sample, ", ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // MaxPartialHashes bounds Partial.Hashes as a source ships them
@@ -131,8 +193,8 @@ func (k *Counter) Count(st *State, source string, reports []Report, now time.Tim
 			p.Next = h
 		}
 	}
-	limit := min(max(st.Spec.MaxNacks+1, maxReasonNacks), maxPartialNackers)
-	p.Nackers = t.nackList
+	limit := min(st.Spec.MaxNacks+1, maxPartialNackers)
+	p.Nackers, p.Reasons = t.nackList, t.reasons
 	if len(p.Nackers) > limit {
 		p.Nackers, p.MoreNackers = p.Nackers[:limit], len(p.Nackers)-limit
 	}
@@ -190,11 +252,11 @@ func (k *Counter) Forget(running func(id string) bool) {
 // stageSum is the partials of a rollout's current stage summed: what a
 // step decides on.
 type stageSum struct {
-	counts   Counts
-	nackers  int
-	nackErrs []string
-	waiting  int
-	unheard  int
+	counts  Counts
+	nackers int
+	reasons []NackReason
+	waiting int
+	unheard int
 	// stale names the sources whose partial is of another stage.
 	stale []string
 	// live is how many clients a next cut is taken over; hashes theirs
@@ -233,15 +295,12 @@ func sumPartials(st *State, ps []Partial) stageSum {
 		// A source's nacks of an earlier stage are the rollout's all the
 		// same: they count while its partial of this stage comes.
 		for _, n := range p.Nackers {
-			if nackers[n.Key] {
-				continue
-			}
-			nackers[n.Key] = true
-			if len(s.nackErrs) < maxReasonNacks {
-				s.nackErrs = append(s.nackErrs, n.Reason)
-			}
+			nackers[n] = true
 		}
 		s.nackers += p.MoreNackers
+		for _, g := range p.Reasons {
+			s.reasons = addReason(s.reasons, g)
+		}
 		if p.StageRev != st.stageRev() {
 			s.stale = append(s.stale, src)
 			continue
@@ -316,7 +375,7 @@ func (s stageSum) missing() (n int64, why string) {
 
 func (s stageSum) nackReason(st *State) string {
 	return fmt.Sprintf("%d client(s) rejected the change at stage %v%% (max_nacks %d): %s",
-		s.nackers, st.Spec.Stages[st.Stage], st.Spec.MaxNacks, strings.Join(s.nackErrs, "; "))
+		s.nackers, st.Spec.Stages[st.Stage], st.Spec.MaxNacks, describeReasons(s.reasons))
 }
 
 // Sum is what a step of st counts over ps: its counts, the distinct

@@ -17,7 +17,7 @@ func TestSumPartials(t *testing.T) {
 	p := func(src string, at time.Duration, in, reported int, nackers ...string) Partial {
 		out := Partial{Source: src, At: t0.Add(at), Rollout: "r-1", StageRev: 7, InStage: in, Reported: reported, Clients: in, Live: in}
 		for _, n := range nackers {
-			out.Nackers = append(out.Nackers, Nacker{Key: n, Reason: n + " nack"})
+			out.Nackers = append(out.Nackers, n)
 		}
 		return out
 	}
@@ -35,7 +35,7 @@ func TestSumPartials(t *testing.T) {
 		{"a partial of another rollout is stale", []Partial{{Source: "server/s2", At: t0, Rollout: "r-0", StageRev: 7, InStage: 9}}, 0, 0, 0, []string{"server/s2"}, false},
 		{"a nacker named by two sources counts once", []Partial{p("relay-a", 0, 1, 1, "c1"), p("relay-b", time.Second, 1, 1, "c1")}, 2, 2, 1, nil, false},
 		{"nackers over sources add up", []Partial{p("relay-a", 0, 1, 1, "c1"), p("relay-b", 0, 1, 1, "c2")}, 2, 2, 2, nil, true},
-		{"an earlier stage's nacks still count", []Partial{{Source: "relay-a", At: t0, Rollout: "r-1", StageRev: 3, Nackers: []Nacker{{Key: "c1"}, {Key: "c2"}}}}, 0, 0, 2, []string{"relay-a"}, true},
+		{"an earlier stage's nacks still count", []Partial{{Source: "relay-a", At: t0, Rollout: "r-1", StageRev: 3, Nackers: []string{"c1", "c2"}}}, 0, 0, 2, []string{"relay-a"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := sumPartials(st, tc.ps)
@@ -128,5 +128,36 @@ func TestCounterCountsWhatATallyDoes(t *testing.T) {
 	}
 	if b := p.Bounded(); b.Hashes != nil || b.Live != 200 {
 		t.Errorf("bounded: %d hashes of %d live, want none past %d", len(b.Hashes), b.Live, MaxPartialHashes)
+	}
+}
+
+// TestNackReasonsGroup: the nackers of two sources are grouped by what
+// they rejected and why, with counts and a few client ids, the most
+// common first; past maxReasons groups the rest are counted as others.
+func TestNackReasonsGroup(t *testing.T) {
+	t0 := time.Now()
+	st := &State{ID: "r-1", State: Running, Cut: math.MaxUint64, Cuts: []uint64{math.MaxUint64}, Revisions: []int64{7}, StageAt: t0,
+		Spec: Spec{Stages: []float64{100}}}
+	nack := func(id, err string) Report {
+		return Report{ClientID: id, Nacked: 7, NackedRollout: true, Rollout: "r-1", NackError: err, Seen: t0}
+	}
+	a := NewCounter().Count(st, "relay-a", []Report{nack("c1", "bad value"), nack("c2", "bad value"), nack("c3", "too big")}, t0, 0, false)
+	b := NewCounter().Count(st, "relay-b", []Report{nack("c4", "bad value"), nack("c5", "bad value")}, t0, 0, false)
+	s := sumPartials(st, []Partial{a, b})
+	want := "5 client(s) rejected the change at stage 100% (max_nacks 0): 4× nack of revision 7: bad value (c1, c2, c4); 1× nack of revision 7: too big (c3)"
+	if got := s.nackReason(st); got != want {
+		t.Errorf("reason\n%s\nwant\n%s", got, want)
+	}
+	var many []Report
+	for i := range 40 {
+		many = append(many, nack(fmt.Sprint("d", i), fmt.Sprint("error ", i%20)))
+	}
+	p := NewCounter().Count(st, "relay-c", many, t0, 0, false)
+	total := 0
+	for _, g := range p.Reasons {
+		total += g.Count
+	}
+	if len(p.Reasons) != maxReasons || total != 40 || p.Reasons[maxReasons-1].Error != "" {
+		t.Errorf("%d groups of %d nackers, the last %+v: want %d, all 40, the last the others'", len(p.Reasons), total, p.Reasons[maxReasons-1], maxReasons)
 	}
 }

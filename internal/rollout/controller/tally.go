@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/transport"
@@ -101,12 +100,14 @@ type tally struct {
 	index   map[string]int32 // client id → its place in clients
 	// nackList is the distinct nackers: one identity's nacks count once
 	// (Report.Identity), whatever client ids they name.
-	nackList   []Nacker
+	nackList   []string
 	nackIdents map[string]bool
-	acked      int
-	nacked     int
-	would      int
-	served     int
+	// reasons groups the nackers by what they rejected and why.
+	reasons []NackReason
+	acked   int
+	nacked  int
+	would   int
+	served  int
 }
 
 type client struct {
@@ -192,8 +193,8 @@ func (t *tally) nack(c *client, r *Report, what string, rev int64, e string) {
 		t.nackIdents[r.Identity] = true
 		key = "identity:" + r.Identity
 	}
-	t.nackList = append(t.nackList, Nacker{Key: key,
-		Reason: fmt.Sprintf("%s %s of revision %d: %s", r.ClientID, what, rev, clip(e, maxReasonErr))})
+	t.nackList = append(t.nackList, key)
+	t.reasons = addReason(t.reasons, NackReason{What: what, Revision: rev, Error: clip(e, maxReasonErr), Count: 1, Sample: []string{r.ClientID}})
 }
 
 // members counts the clients of st's current stage: in it (and live),
