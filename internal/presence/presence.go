@@ -104,12 +104,17 @@ type Table struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu      sync.Mutex
-	local   map[string]*conn
-	relays  map[string]*relayRec
-	size    int // entries in local and in every relay's clients
-	dropped int64
-	logged  time.Time // when a drop was last logged
+	mu        sync.Mutex
+	local     map[string]*conn
+	relays    map[string]*relayRec
+	size      int // entries in local and in every relay's clients
+	dropped   int64
+	droppedAt time.Time // when the last new client was not kept
+	logged    time.Time // when a drop was last logged
+	// lost is what this process lost of its clients' reports past its
+	// other bounds (NoteLost); the relays behind it say theirs in their
+	// reports (relayRec.lost). See lost.go.
+	lost map[lostKey]wire.LostReports
 }
 
 // conn is a client's connections to this process.
@@ -126,6 +131,7 @@ type relayRec struct {
 	every   time.Duration
 	heard   time.Time
 	clients map[string]Entry // Entry.At: when the report that said it came
+	lost    map[lostKey]wire.LostReports
 }
 
 // NewTable returns a table whose streams are stale when unconfirmed for
@@ -221,7 +227,7 @@ func (t *Table) roomLocked(now time.Time) bool {
 	if t.size < t.max {
 		return true
 	}
-	t.dropped++
+	t.dropped, t.droppedAt = t.dropped+1, now
 	if now.Sub(t.logged) >= time.Minute {
 		t.logged = now
 		t.log.Warn("presence: the table is full; new clients are not tracked (they show gone)", "max", t.max, "dropped", t.dropped)
@@ -259,6 +265,7 @@ func (t *Table) Report(rep *wire.PresenceReport) error {
 		}
 	}
 	r.epoch, r.seq, r.every, r.heard = rep.Epoch, rep.Seq, time.Duration(rep.EveryMillis)*time.Millisecond, now
+	r.lost = mergeLost(r.lost, rep.Lost, now)
 	set := func(ids []string, st State) {
 		for _, id := range ids {
 			old, ok := r.clients[id]

@@ -160,6 +160,9 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	c.follower.serve(c.srv)
+	// Outcomes the ack queue drops go upstream as lost, in the presence
+	// reports: a rollout of their namespace holds, knowing them missing.
+	c.acks.OnDrop(func(ns string) { c.srv.Presence().NoteLost(wire.LostAcks, ns, 1) })
 	if cfg.LastGood != nil {
 		if err := c.openLastGood(); err != nil {
 			stop()
