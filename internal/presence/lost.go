@@ -19,8 +19,9 @@ import (
 
 type lostKey struct{ relay, kind, ns string }
 
-// NoteLost counts n reports of ns (of kind wire.LostAcks) that this
-// process dropped past a bound, now. A nil Table ignores it.
+// NoteLost counts n reports of ns, of kind (wire.LostAcks,
+// wire.LostUnbound), that this process dropped past a bound, now. A nil
+// Table ignores it.
 func (t *Table) NoteLost(kind, ns string, n int64) {
 	if t == nil || n <= 0 {
 		return
@@ -99,6 +100,9 @@ func reportLost(lost []wire.LostReports, relayID string) []wire.LostReports {
 		if lost[i].Relay == "" {
 			lost[i].Relay = relayID
 		}
+		if wire.ValidateNamespace(lost[i].Namespace) != nil {
+			lost[i].Namespace = "" // of any namespace: never a report the upstream refuses whole
+		}
 	}
 	if len(lost) <= wire.MaxPresenceLost {
 		return lost
@@ -114,10 +118,10 @@ func reportLost(lost []wire.LostReports, relayID string) []wire.LostReports {
 	return append(lost[:wire.MaxPresenceLost-1], rest)
 }
 
-// countsFor reports whether l counts against ns's rollouts: lost acks
-// of ns, or clients untracked (of any namespace).
+// countsFor reports whether l counts against ns's rollouts: lost of ns,
+// or of any namespace (clients untracked).
 func countsFor(l *wire.LostReports, ns string) bool {
-	return l.Kind == wire.LostPresence || l.Namespace == ns
+	return l.Namespace == "" || l.Namespace == ns
 }
 
 // LostOf returns how many reports the table knows lost that count
@@ -166,12 +170,18 @@ func (t *Table) Missing(ns string, since time.Time, self string) (int64, string)
 		if l.Relay == "" {
 			who = self
 		}
-		at := l.Last.UTC().Format(time.RFC3339)
-		if l.Kind == wire.LostPresence {
-			whys = append(whys, fmt.Sprintf("%s did not track %d client(s) past its full presence table, the last at %s", who, l.N, at))
-		} else {
-			whys = append(whys, fmt.Sprintf("%s dropped %d outcome(s) of %q past its full ack queue, the last at %s", who, l.N, ns, at))
+		var what string
+		switch l.Kind {
+		case wire.LostPresence:
+			what = fmt.Sprintf("did not track %d client(s) past its full presence table", l.N)
+		case wire.LostAcks:
+			what = fmt.Sprintf("dropped %d outcome(s) of %q past its full ack queue", l.N, l.Namespace)
+		case wire.LostUnbound:
+			what = fmt.Sprintf("dropped %d outcome(s) of %q of clients its full table of token bindings could not bind", l.N, l.Namespace)
+		default:
+			what = fmt.Sprintf("lost %d report(s) (%s)", l.N, wire.Truncate(l.Kind, 64))
 		}
+		whys = append(whys, fmt.Sprintf("%s %s, the last at %s", who, what, l.Last.UTC().Format(time.RFC3339)))
 	}
 	return n, strings.Join(whys, "; ")
 }

@@ -42,9 +42,9 @@ type PresenceReport struct {
 	Lost []LostReports `json:"lost,omitempty"`
 }
 
-// LostReports is what one relay lost of one kind: outcomes of Namespace
-// its ack queue dropped (LostAcks), or clients its full presence table
-// did not track (LostPresence: of any namespace, Namespace empty).
+// LostReports is what one relay lost of one kind: of Namespace, or of
+// clients of any namespace (Namespace empty). A server counts an entry
+// of a kind it does not know all the same, against its namespace.
 type LostReports struct {
 	Relay     string    `json:"relay"`
 	Kind      string    `json:"kind"`
@@ -53,9 +53,15 @@ type LostReports struct {
 	Last      time.Time `json:"last"` // when the last was lost
 }
 
-// The kinds of LostReports.
+// The kinds of LostReports this version knows.
 const (
-	LostAcks     = "acks"
+	// LostAcks: outcomes of Namespace the relay's full ack queue dropped.
+	LostAcks = "acks"
+	// LostUnbound: outcomes of Namespace the relay's data plane dropped
+	// as their clients' token bindings, a full table, could not be kept.
+	LostUnbound = "unbound"
+	// LostPresence: clients the relay's full presence table did not
+	// track, of any namespace.
 	LostPresence = "presence"
 )
 
@@ -89,9 +95,9 @@ func CheckPresenceReport(r *PresenceReport) error {
 		switch {
 		case ValidateClientID(l.Relay) != nil:
 			return fmt.Errorf("presence report: lost: %w", ValidateClientID(l.Relay))
-		case l.Kind != LostAcks && l.Kind != LostPresence:
-			return fmt.Errorf("presence report: lost kind %q, not %q or %q", Truncate(l.Kind, 64), LostAcks, LostPresence)
-		case l.Kind == LostAcks && ValidateNamespace(l.Namespace) != nil:
+		case len(l.Kind) > 64 || ValidateClientID(l.Kind) != nil:
+			return fmt.Errorf("presence report: a lost entry's kind must be 1-64 bytes, no control character")
+		case l.Namespace != "" && ValidateNamespace(l.Namespace) != nil:
 			return fmt.Errorf("presence report: lost: %w", ValidateNamespace(l.Namespace))
 		case l.N < 1:
 			return fmt.Errorf("presence report: a lost entry's n must be at least 1")
