@@ -38,9 +38,9 @@ func (t *Table) NoteLost(kind, ns string, n int64) {
 }
 
 // mergeLost returns what a relay's report says lost, each entry's Last
-// taken on this table's clock: now when its count grew (or changed: the
-// relay restarted), the report's when new to the table (at most now),
-// else as it was.
+// taken on this table's clock: now when it lasts (Current) or its count
+// changed (grew, or the relay restarted), the report's when new to the
+// table (at most now), else as it was.
 func mergeLost(had map[lostKey]wire.LostReports, rep []wire.LostReports, now time.Time) map[lostKey]wire.LostReports {
 	if len(rep) == 0 {
 		return nil
@@ -50,6 +50,8 @@ func mergeLost(had map[lostKey]wire.LostReports, rep []wire.LostReports, now tim
 		k := lostKey{l.Relay, l.Kind, l.Namespace}
 		old, ok := had[k]
 		switch {
+		case l.Current:
+			l.Last = now
 		case !ok:
 			if l.Last.IsZero() || l.Last.After(now) {
 				l.Last = now
@@ -74,9 +76,7 @@ func (t *Table) Lost() []wire.LostReports {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []wire.LostReports
-	if t.dropped > 0 {
-		out = append(out, wire.LostReports{Kind: wire.LostPresence, N: t.dropped, Last: t.droppedAt})
-	}
+	untracked := t.untracked
 	for _, l := range t.lost {
 		out = append(out, l)
 	}
@@ -84,9 +84,21 @@ func (t *Table) Lost() []wire.LostReports {
 		if now.Sub(r.heard) > Forget {
 			continue
 		}
+		untracked += r.untracked
 		for _, l := range r.lost {
+			if l.Current {
+				l.Last = r.heard // as of its last report
+			}
 			out = append(out, l)
 		}
+	}
+	switch {
+	case untracked > 0:
+		// Clients connected now that the table does not track: they
+		// count as missing for every rollout while they last.
+		out = append(out, wire.LostReports{Kind: wire.LostPresence, N: int64(untracked), Last: now, Current: true})
+	case t.dropped > 0:
+		out = append(out, wire.LostReports{Kind: wire.LostPresence, N: t.dropped, Last: t.droppedAt})
 	}
 	return out
 }
@@ -173,7 +185,11 @@ func (t *Table) Missing(ns string, since time.Time, self string) (int64, string)
 		var what string
 		switch l.Kind {
 		case wire.LostPresence:
-			what = fmt.Sprintf("did not track %d client(s) past its full presence table", l.N)
+			if l.Current {
+				what = fmt.Sprintf("holds up to %d client(s) connected that its full presence table does not track", l.N)
+			} else {
+				what = fmt.Sprintf("did not track %d client(s) past its full presence table", l.N)
+			}
 		case wire.LostAcks:
 			what = fmt.Sprintf("dropped %d outcome(s) of %q past its full ack queue", l.N, l.Namespace)
 		case wire.LostUnbound:

@@ -10,23 +10,30 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/wire"
 )
 
-// TestLostMissing: a client a full table did not track, and the outcomes
+// TestLostMissing: clients a full table does not track, and the outcomes
 // a relay behind it says it dropped, are reports missing for a rollout
-// started before the last of them (of any namespace for the first, of
-// theirs for the second), each named in the reason; a count the relay
-// says again keeps its time, a grown one takes the table's now.
+// (of any namespace for the first, of theirs for the second), each named
+// in the reason: an untracked connection while it lasts, whenever the
+// rollout started; a loss over, for a rollout started before its last. A
+// count the relay says again keeps its time, a grown one takes the
+// table's now.
 func TestLostMissing(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	tab := newTestTable(c, 1)
 	start := c.now()
 	c.add(time.Second)
 	tab.Open("a", true)
-	tab.Open("b", true) // past the bound
+	b := tab.Open("b", true) // past the bound
+	c.add(time.Minute)
+	if n, why := tab.Missing("ns1", c.now(), "this server"); n != 1 || !strings.Contains(why, "this server holds up to 1 client(s) connected that its full presence table does not track") {
+		t.Fatalf("while an untracked client is connected: %d, %q", n, why)
+	}
+	b.Close()
 	if n, why := tab.Missing("ns1", start, "this server"); n != 1 || !strings.Contains(why, "this server did not track 1 client(s)") {
 		t.Fatalf("after a client not tracked: %d, %q", n, why)
 	}
-	if n, _ := tab.Missing("ns1", c.now().Add(time.Second), "this server"); n != 0 {
-		t.Fatalf("a rollout started after the drop counts %d missing", n)
+	if n, _ := tab.Missing("ns1", c.now(), "this server"); n != 0 {
+		t.Fatalf("a rollout started after the untracked client left counts %d missing", n)
 	}
 	report := func(seq uint64, n int64) {
 		t.Helper()
@@ -41,7 +48,7 @@ func TestLostMissing(t *testing.T) {
 	}
 	c.add(time.Second)
 	report(1, 5) // new to the table: as of the relay's time
-	since := c.now().Add(-time.Minute)
+	since := start
 	if n, why := tab.Missing("ns1", since, "this server"); n != 6 || !strings.Contains(why, `relay r1 dropped 5 outcome(s) of "ns1"`) {
 		t.Fatalf("after r1's report: %d, %q", n, why)
 	}
@@ -67,6 +74,38 @@ func TestLostMissing(t *testing.T) {
 	tab.Entries()
 	if n, _ := tab.LostOf("ns1"); n != 1 {
 		t.Fatalf("after r1 was forgotten: %d", n)
+	}
+}
+
+// TestRelaysUntrackedClientsAreCurrent: the clients a relay's report
+// names that a full table cannot keep count for every rollout while the
+// relay's run of reports holds them connected, upstream too (a relay
+// reports them as lasting); once they left, as of their last drop.
+func TestRelaysUntrackedClientsAreCurrent(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	relay := newTestTable(c, 1)
+	up := &upstream{t: NewTable(time.Minute, 0, nil)}
+	r := NewReporter(relay, up, "r1", time.Hour, nil)
+	if err := relay.Report(&wire.PresenceReport{RelayID: "r0", Epoch: "e", Seq: 1, Full: true, EveryMillis: 1000,
+		Live: []string{"x", "y", "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.add(time.Minute)
+	if n, why := relay.Missing("app", c.now(), "this relay"); n != 2 || !strings.Contains(why, "holds up to 2 client(s)") {
+		t.Fatalf("two of r0's clients untracked: %d, %q", n, why)
+	}
+	if err := r.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, why := up.t.Missing("app", time.Now().Add(-time.Second), "the server"); n != 2 || !strings.Contains(why, "relay r1 holds up to 2 client(s)") {
+		t.Fatalf("upstream: %d, %q", n, why)
+	}
+	if err := relay.Report(&wire.PresenceReport{RelayID: "r0", Epoch: "e", Seq: 2, EveryMillis: 1000, Gone: []string{"y", "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, why := relay.Missing("app", c.now(), "this relay"); n != 0 {
+		t.Fatalf("after they left, a rollout started since counts %d: %q", n, why)
 	}
 }
 

@@ -51,6 +51,10 @@ type LostReports struct {
 	Namespace string    `json:"ns,omitempty"`
 	N         int64     `json:"n"`
 	Last      time.Time `json:"last"` // when the last was lost
+	// Current: the loss lasts (clients connected now that the relay's
+	// presence table could not keep, at most N): a server counts it as
+	// of each report that says so.
+	Current bool `json:"current,omitempty"`
 }
 
 // The kinds of LostReports this version knows.
