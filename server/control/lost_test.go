@@ -31,7 +31,7 @@ func TestLostReportsAreMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, why := s1.missing(ctx, "app", start)
-	if n != 5 || !strings.Contains(why, `relay relay-1 dropped 4 outcome(s) of "app"`) || !strings.Contains(why, "this server did not track 1 client(s)") {
+	if n != 5 || !strings.Contains(why, `relay relay-1 dropped 4 outcome(s) of "app"`) || !strings.Contains(why, "this server holds up to 1 client(s) connected") {
 		t.Errorf("s1 misses %d of app: %q", n, why)
 	}
 	if n, why := s1.missing(ctx, "web", start); n != 1 || strings.Contains(why, "relay-1 dropped") {
