@@ -103,7 +103,7 @@ func (s *Server) newRollouts() *rollouts {
 		Missing: controller.JoinMissing(r.reports.Missing, func(_ context.Context, ns string, since time.Time) (int64, string) {
 			return s.dp.Presence().Missing(ns, since, "the server")
 		}),
-		Actor:   "holdfast reference server",
+		Actor: "holdfast reference server",
 		// Every Prometheus URL is allowed (no gate.WithAllow): the
 		// reference server serves tests their own fake Prometheus on
 		// loopback; holdfast server allows only its -gate-allow.
