@@ -116,6 +116,17 @@ func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
 	return a
 }
 
+// SetMaxPending sets the bound on the outcomes waiting (0: maxPending),
+// before the first Add; a relay's tests set a small one.
+func (a *Queue) SetMaxPending(n int) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.max = cmp.Or(n, maxPending)
+}
+
 // OnDrop sets fn to hear of each outcome the Queue drops, past its bound
 // on the outcomes waiting, with its namespace: a relay counts them as
 // lost (presence.Table.NoteLost), for its upstream to know. fn must not

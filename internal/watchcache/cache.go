@@ -137,6 +137,7 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 	}
 	if a, ok := upstream.(transport.Acker); ok {
 		c.acks = acks.New(a, c.log, cfg.ID)
+		c.acks.SetMaxPending(cfg.MaxPendingAcks)
 	}
 	srvOpts := []dataplane.Option{
 		dataplane.WithHeartbeat(cfg.Heartbeat),
