@@ -50,10 +50,10 @@ const relayPlainDelay = AckDelayPlainMax + 500*time.Millisecond
 // namespace and kind): past it, an outcome of one more is dropped, so
 // that a relay whose upstream is down does not grow without bound. Ten
 // thousand clients of a dozen namespaces fit. A drop is not a silent
-// pass for a rollout: the client stays connected, and holdfast server
-// takes a connected client's liveness from its presence (the relay's
-// presence reports), so a stage it is in waits for its report and, at
-// its timeout, says how many members lag.
+// pass for a rollout: the relay counts it (OnDrop) into its presence
+// table, whose reports upstream say how many outcomes of which namespace
+// it lost and when (wire.PresenceReport.Lost); a server counts them as
+// reports missing, and a rollout of the namespace holds.
 const maxPending = 1 << 18
 
 // Queue reports outcomes (applied or rejected revisions) to the config
@@ -84,13 +84,15 @@ type Queue struct {
 	startOnce sync.Once
 	wg        sync.WaitGroup
 
-	mu sync.Mutex // guards pending, due, dropped
+	mu sync.Mutex // guards pending, due, dropped, max, onDrop
 	// pending holds the newest ack and the newest nack of each namespace
 	// not yet taken by run, by value: a relay's ten thousand a publish
 	// then reuse the map's slots, where a pointer each was allocated.
 	pending map[ackKey]transport.Ack
 	due     time.Time       // when the first outcome pending is due; zero when none
-	dropped int             // outcomes dropped past maxPending
+	dropped int             // outcomes dropped past max
+	max     int             // maxPending, but in tests
+	onDrop  func(ns string) // hears of each outcome dropped
 	taken   []transport.Ack // run's: what take returned last, its buffer reused
 }
 
@@ -103,7 +105,8 @@ type ackKey struct{ client, ns, status string }
 // outcomes of other clients, as the relay relayID, in one batch for all
 // of them when src is a wire.RelayAcker.
 func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
-	a := &Queue{src: src, log: log, relayID: relayID, wake: make(chan struct{}, 1), pending: make(map[ackKey]transport.Ack)}
+	a := &Queue{src: src, log: log, relayID: relayID, wake: make(chan struct{}, 1), pending: make(map[ackKey]transport.Ack),
+		max: maxPending}
 	a.batch, _ = src.(transport.BatchAcker)
 	if relayID != "" {
 		a.relay, _ = src.(wire.RelayAcker)
@@ -112,6 +115,30 @@ func New(src transport.Acker, log *slog.Logger, relayID string) *Queue {
 		}
 	}
 	return a
+}
+
+// SetMaxPending sets the bound on the outcomes waiting (0: maxPending),
+// before the first Add; a relay's tests set a small one.
+func (a *Queue) SetMaxPending(n int) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.max = cmp.Or(n, maxPending)
+}
+
+// OnDrop sets fn to hear of each outcome the Queue drops, past its bound
+// on the outcomes waiting, with its namespace: a relay counts them as
+// lost (presence.Table.NoteLost), for its upstream to know. fn must not
+// call the Queue. A nil Queue ignores it.
+func (a *Queue) OnDrop(fn func(ns string)) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.onDrop = fn
 }
 
 // Report queues the outcome of a client's namespace, ack.Revision applied
@@ -167,12 +194,10 @@ func (a *Queue) add(ack transport.Ack, prompt bool) {
 	due := time.Now().Add(delay)
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
+	var onDrop func(string)
 	switch _, ok := a.pending[k]; {
-	case !ok && len(a.pending) >= maxPending:
-		a.dropped++
-		if a.dropped == 1 {
-			a.log.Warn("acks: too many outcomes waiting to be reported; dropping new ones", "max", maxPending)
-		}
+	case !ok && len(a.pending) >= a.max:
+		onDrop = a.dropLocked()
 	default:
 		a.pending[k] = ack
 		if a.due.IsZero() || due.Before(a.due) {
@@ -180,10 +205,23 @@ func (a *Queue) add(ack transport.Ack, prompt bool) {
 		}
 	}
 	a.mu.Unlock()
+	if onDrop != nil {
+		onDrop(ack.Namespace)
+	}
 	select {
 	case a.wake <- struct{}{}:
 	default:
 	}
+}
+
+// dropLocked counts an outcome dropped, and returns who must hear of it
+// once a.mu is released. a.mu is held.
+func (a *Queue) dropLocked() func(string) {
+	a.dropped++
+	if a.dropped == 1 {
+		a.log.Warn("acks: too many outcomes waiting to be reported; dropping new ones", "max", a.max)
+	}
+	return a.onDrop
 }
 
 // Start starts the Queue's goroutine, once, until ctx ends; after a
@@ -231,12 +269,24 @@ func (a *Queue) take() []transport.Ack {
 // requeue puts back the outcomes of a failed send, unless a newer one of
 // the same namespace came meanwhile.
 func (a *Queue) requeue(acks []transport.Ack) {
+	var dropped []string // the namespaces of the outcomes dropped
+	var onDrop func(string)
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	for i := range acks {
 		k := ackKey{acks[i].ClientID, acks[i].Namespace, acks[i].Status}
-		if _, newer := a.pending[k]; !newer && len(a.pending) < maxPending {
+		switch _, newer := a.pending[k]; {
+		case newer:
+		case len(a.pending) >= a.max:
+			onDrop = a.dropLocked()
+			dropped = append(dropped, acks[i].Namespace)
+		default:
 			a.pending[k] = acks[i]
+		}
+	}
+	a.mu.Unlock()
+	if onDrop != nil {
+		for _, ns := range dropped {
+			onDrop(ns)
 		}
 	}
 }

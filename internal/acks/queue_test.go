@@ -142,6 +142,33 @@ func TestQueueBoundsWhatWaits(t *testing.T) {
 	}
 }
 
+// Past its bound, each outcome the queue drops, new or put back after a
+// failed send, is told (OnDrop) with its namespace: a relay counts them
+// lost for its upstream to know.
+func TestQueueTellsWhatItDrops(t *testing.T) {
+	q := New(down{}, slog.New(slog.DiscardHandler), "relay-1")
+	q.max = 4
+	dropped := make(map[string]int)
+	q.OnDrop(func(ns string) { dropped[ns]++ })
+	for i := range 6 {
+		q.Add(transport.Ack{ClientID: "c" + strconv.Itoa(i), Namespace: "app", Revision: 1, Status: transport.AckApplied})
+	}
+	q.Add(transport.Ack{ClientID: "c0", Namespace: "app", Revision: 2, Status: transport.AckApplied}) // replaces: no drop
+	q.Add(transport.Ack{ClientID: "c9", Namespace: "web", Revision: 1, Status: transport.AckRejected, Error: "bad"})
+	if want := map[string]int{"app": 2, "web": 1}; !maps.Equal(dropped, want) {
+		t.Fatalf("dropped %v, want %v", dropped, want)
+	}
+	// A failed send's outcomes put back into a queue filled meanwhile.
+	failed := q.take()
+	for i := range 4 {
+		q.Add(transport.Ack{ClientID: "n" + strconv.Itoa(i), Namespace: "web", Revision: 1, Status: transport.AckApplied})
+	}
+	q.requeue(failed)
+	if want := map[string]int{"app": 6, "web": 1}; !maps.Equal(dropped, want) {
+		t.Fatalf("after a requeue: dropped %v, want %v", dropped, want)
+	}
+}
+
 // A client's plain ack waits in the wide window, after the publish has
 // reached the fleet; a nack, or any report while a rollout runs, goes in
 // the narrow one and takes what else waits along, in one batch.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/access"
+	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -190,6 +191,13 @@ func (b *bindings) bindAcker(ident, client string) {
 	}
 }
 
+// atBoundLocked reports whether the bindings are at their bound, in all
+// or of identity ident: a bind of ident may be refused. b.mu is held.
+func (b *bindings) atBoundLocked(ident string) bool {
+	ib := b.byIdent[ident]
+	return b.total >= cmpOr(b.max, maxClientBindings) || ib != nil && ib.order.Len() >= cmpOr(b.maxPer, maxIdentityBindings)
+}
+
 // bound reports whether identity ident read as client.
 func (b *bindings) bound(ident, client string) bool {
 	b.mu.Lock()
@@ -262,29 +270,47 @@ func (s *Server) boundAcks(r *http.Request, acks []transport.Ack, batch bool) ([
 	ok := func(a transport.Ack) bool { return s.clients.bound(id.Name, a.ClientID) }
 	if !batch {
 		if !ok(acks[0]) {
-			s.noteUnbound(1)
+			s.noteUnbound(id.Name, acks)
 			return nil, &accessError{http.StatusForbidden, fmt.Sprintf("client %q has not connected with token %q: its acks are taken from the identity it reads as", truncate(acks[0].ClientID), id.Name)}
 		}
 		acks[0].Identity = id.Name
 		return acks, nil
 	}
-	n := len(acks)
-	acks = slices.DeleteFunc(acks, func(a transport.Ack) bool { return !ok(a) })
-	s.noteUnbound(n - len(acks))
+	var unbound []transport.Ack // allocated only when some are
+	acks = slices.DeleteFunc(acks, func(a transport.Ack) bool {
+		if ok(a) {
+			return false
+		}
+		unbound = append(unbound, a)
+		return true
+	})
+	s.noteUnbound(id.Name, unbound)
 	for i := range acks {
 		acks[i].Identity = id.Name
 	}
 	return acks, nil
 }
 
-func (s *Server) noteUnbound(n int) {
-	if n == 0 {
+// noteUnbound counts the acks of identity ident refused or dropped for
+// want of a binding. While the identity's bindings (or all) are at their
+// bound, a client's may be one the table could not keep (a bind refused,
+// every binding pinned), not an id the token never read as: its outcomes
+// count as lost (presence.Table.NoteLost), so that a rollout of their
+// namespace holds rather than deciding without them.
+func (s *Server) noteUnbound(ident string, acks []transport.Ack) {
+	if len(acks) == 0 {
 		return
 	}
 	s.clients.mu.Lock()
-	s.clients.unbound += int64(n)
+	s.clients.unbound += int64(len(acks))
+	full := s.clients.atBoundLocked(ident)
 	s.clients.mu.Unlock()
-	s.log.Debug("dataplane: acks of clients that did not connect with the sender's token dropped", "acks", n)
+	s.log.Debug("dataplane: acks of clients that did not connect with the sender's token dropped", "acks", len(acks), "bindings_full", full)
+	if full {
+		for _, a := range acks {
+			s.presence.NoteLost(wire.LostUnbound, a.Namespace, 1)
+		}
+	}
 }
 
 // mayReportCohort refuses (403) a cohort or presence report from an

@@ -245,3 +245,45 @@ func TestAcksBeforeAnyReadAreTaken(t *testing.T) {
 		t.Errorf("clients %v: want the genuine client's nack", got)
 	}
 }
+
+// TestAcksUnboundPastTheBoundAreLost: an ack refused for want of a
+// binding counts as lost (a rollout of its namespace holds) only while
+// the identity's bindings are at their bound, when its client may be
+// one the table could not bind; a made-up id's, before, does not.
+func TestAcksUnboundPastTheBoundAreLost(t *testing.T) {
+	const svcSecret = "s3cret-service-0000002"
+	toks, err := access.New(access.Token{Name: "svc", Secret: svcSecret, Data: []string{"a.ns"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newMemBackend()
+	rev := b.publish("a.ns", map[string]any{"k": 1})
+	s := b.start(t, WithTokens(toks))
+	c := newClient(t)
+	start := time.Now().Add(-time.Second)
+	ack := func(client string) string {
+		return fmt.Sprintf(`{"client_id":%q,"ns":"a.ns","revision":%d,"status":"ack"}`, client, rev)
+	}
+	s.clients.mu.Lock()
+	s.clients.maxPer = 2
+	s.clients.mu.Unlock()
+	// Not at the bound: an ack naming another id than its sender's is
+	// a spoof, not a loss.
+	if code, _ := postAs(t, c, url(s)+"/sdk/ack", svcSecret, "sender", ack("made-up")); code != http.StatusForbidden {
+		t.Fatalf("a made-up id's ack: %d, want 403", code)
+	}
+	if n, why := s.Presence().Missing("a.ns", start, "this server"); n != 0 {
+		t.Fatalf("a spoof counts as lost: %d, %q", n, why)
+	}
+	// At the bound, every binding an open stream's: a new client's ack
+	// cannot be bound.
+	s.clients.bind("svc", "s-0", true)
+	s.clients.bind("svc", "s-1", true)
+	if code, _ := postAs(t, c, url(s)+"/sdk/ack", svcSecret, "late", ack("late")); code != http.StatusForbidden {
+		t.Fatalf("an unbindable client's ack: %d, want 403", code)
+	}
+	n, why := s.Presence().Missing("a.ns", start, "this server")
+	if n != 1 || !strings.Contains(why, "this server dropped 1 outcome(s) of \"a.ns\" of clients its full table of token bindings could not bind") {
+		t.Fatalf("missing %d: %q", n, why)
+	}
+}

@@ -25,10 +25,13 @@ type acks struct {
 	maxPairs int
 	// cohorts are the relays' cohort reports, by relay and epoch;
 	// epochs lists each relay's, oldest first, and relayAt when each relay
-	// last reported: at most maxRelays relays (cohort.go).
+	// last reported: at most maxRelayCount relays (0: maxRelays;
+	// cohort.go).
 	cohorts map[cohortKey]*relayCohort
 	epochs  map[string][]string
 	relayAt map[string]time.Time
+	// maxRelayCount is maxRelays, but in tests.
+	maxRelayCount int
 	// evicted counts the pairs dropped to make room (Server.Dropped),
 	// each drop logged at most once a minute (loggedAt) to log.
 	evicted  int64

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -28,7 +29,11 @@ const maxRelayEpochs = 4
 
 // maxRelays bounds the relays whose cohorts are kept (cohort reports name
 // any relay id): past it, the one that reported longest ago is folded into
-// the per-client records.
+// the per-client records. Folding costs the rollouts nothing: what they
+// count went as acks of each client when the report came (expand), and a
+// folded relay's next report names slots the server no longer knows, so
+// the relay names its members again and its outcomes come whole
+// (TestFoldedRelayLosesNoOutcome).
 const maxRelays = 1024
 
 type cohortTable struct {
@@ -155,7 +160,7 @@ func (a *acks) recordCohort(rep *wire.CohortReport, now time.Time, expand func(n
 		if a.cohorts == nil {
 			a.cohorts, a.epochs, a.relayAt = make(map[cohortKey]*relayCohort), make(map[string][]string), make(map[string]time.Time)
 		}
-		if _, ok := a.epochs[rep.RelayID]; !ok && len(a.epochs) >= maxRelays {
+		if _, ok := a.epochs[rep.RelayID]; !ok && len(a.epochs) >= cmp.Or(a.maxRelayCount, maxRelays) {
 			a.dropRelayLocked()
 		}
 		rc = &relayCohort{ns: make(map[string]*cohortTable)}

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -158,5 +159,49 @@ func TestAckTablesAreBounded(t *testing.T) {
 		{Namespace: "app", Outcomes: []wire.CohortOutcome{{Revision: 2, Status: transport.AckApplied, Runs: []int{0, 1}}}}}}
 	if _, err := a.recordCohort(again, now, never); !errors.Is(err, transport.ErrCohortUnknown) {
 		t.Errorf("a forgotten relay's slot: %v, want ErrCohortUnknown", err)
+	}
+}
+
+// TestFoldedRelayLosesNoOutcome: past the bound on relays, the relay
+// that reported longest ago is folded; every outcome of its clients
+// still reaches what counts them (the acks expand hands on: a rollout's
+// table): those it reported before went when they came, and its next
+// report, refused for the slots the server forgot, comes again naming
+// its members and is handed on whole.
+func TestFoldedRelayLosesNoOutcome(t *testing.T) {
+	a := acks{maxRelayCount: 2}
+	always := func(string, int64) bool { return true }
+	got := make(map[string]int64) // client → the revision handed on
+	record := func(rep *wire.CohortReport) error {
+		t.Helper()
+		acks, err := a.recordCohort(rep, time.Now(), always)
+		for _, ack := range acks {
+			got[ack.ClientID] = max(got[ack.ClientID], ack.Revision)
+		}
+		return err
+	}
+	report := func(relay string, rev int64, members ...string) *wire.CohortReport {
+		return &wire.CohortReport{RelayID: relay, Epoch: "e1", Namespaces: []wire.CohortNamespace{{Namespace: "app", Members: members,
+			Outcomes: []wire.CohortOutcome{{Revision: rev, Status: transport.AckApplied, Runs: []int{0, 2}}}}}}
+	}
+	for _, r := range []string{"r0", "r1", "r2"} { // r0 folded at r2
+		if err := record(report(r, 1, r+"-a", r+"-b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.epochs["r0"] != nil {
+		t.Fatal("r0 not folded")
+	}
+	// r0's clients report revision 2: by slot, which the server forgot.
+	if err := record(report("r0", 2)); !errors.Is(err, transport.ErrCohortUnknown) {
+		t.Fatalf("r0's report by slot: %v, want ErrCohortUnknown", err)
+	}
+	// The relay names its members again (internal/acks: cohorts.send).
+	if err := record(report("r0", 2, "r0-a", "r0-b")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"r0-a": 2, "r0-b": 2, "r1-a": 1, "r1-b": 1, "r2-a": 1, "r2-b": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("handed on %v, want %v", got, want)
 	}
 }

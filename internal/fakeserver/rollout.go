@@ -97,8 +97,13 @@ func (s *Server) newRollouts() *rollouts {
 	r.mem = controller.NewMemStoreOver(s.applyRollout)
 	r.ctl = controller.New(controller.Config{Store: r.mem, Logger: s.log, Poll: rolloutPoll,
 		Reports: func(_ context.Context, ns string) ([]controller.Report, error) { return r.reports.Of(ns), nil },
-		Missing: r.reports.Missing,
-		Actor:   "holdfast reference server",
+		// Reports missing: those the report table dropped to make room,
+		// and those the data plane's presence table knows lost (clients
+		// it did not track, outcomes the relays behind it dropped).
+		Missing: controller.JoinMissing(r.reports.Missing, func(_ context.Context, ns string, since time.Time) (int64, string) {
+			return s.dp.Presence().Missing(ns, since, "the server")
+		}),
+		Actor: "holdfast reference server",
 		// Every Prometheus URL is allowed (no gate.WithAllow): the
 		// reference server serves tests their own fake Prometheus on
 		// loopback; holdfast server allows only its -gate-allow.

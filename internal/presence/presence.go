@@ -104,12 +104,18 @@ type Table struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu      sync.Mutex
-	local   map[string]*conn
-	relays  map[string]*relayRec
-	size    int // entries in local and in every relay's clients
-	dropped int64
-	logged  time.Time // when a drop was last logged
+	mu        sync.Mutex
+	local     map[string]*conn
+	relays    map[string]*relayRec
+	size      int // entries in local and in every relay's clients
+	dropped   int64
+	droppedAt time.Time // when the last new client was not kept
+	untracked int       // connections open of clients the table could not keep
+	logged    time.Time // when a drop was last logged
+	// lost is what this process lost of its clients' reports past its
+	// other bounds (NoteLost); the relays behind it say theirs in their
+	// reports (relayRec.lost). See lost.go.
+	lost map[lostKey]wire.LostReports
 }
 
 // conn is a client's connections to this process.
@@ -126,6 +132,10 @@ type relayRec struct {
 	every   time.Duration
 	heard   time.Time
 	clients map[string]Entry // Entry.At: when the report that said it came
+	lost    map[lostKey]wire.LostReports
+	// untracked counts the clients the relay's run of reports (since its
+	// last full one) said connected and the table could not keep.
+	untracked int
 }
 
 // NewTable returns a table whose streams are stale when unconfirmed for
@@ -145,6 +155,9 @@ type Handle struct {
 	client string
 	stream bool
 	told   time.Time // the last confirmation taken to the table
+	// untracked: the table was full; the connection is only counted
+	// (Table.Lost), until it ends.
+	untracked bool
 }
 
 // Open notes a connection of client: a stream (stale unless confirmed
@@ -159,7 +172,8 @@ func (t *Table) Open(client string, stream bool) Handle {
 	c := t.local[client]
 	if c == nil {
 		if !t.roomLocked(now) {
-			return Handle{}
+			t.untracked++
+			return Handle{t: t, client: client, untracked: true}
 		}
 		c = &conn{}
 		t.local[client] = c
@@ -178,7 +192,7 @@ func (t *Table) Open(client string, stream bool) Handle {
 // of a quarter of the liveness, the first only takes the table's lock: a
 // publish to ten thousand streams costs it nothing.
 func (h *Handle) Confirm() {
-	if h.t == nil {
+	if h.t == nil || h.untracked {
 		return
 	}
 	now := h.t.now()
@@ -201,6 +215,10 @@ func (h Handle) Close() {
 	now := h.t.now()
 	h.t.mu.Lock()
 	defer h.t.mu.Unlock()
+	if h.untracked {
+		h.t.untracked--
+		return
+	}
 	c := h.t.local[h.client]
 	if c == nil {
 		return
@@ -221,7 +239,7 @@ func (t *Table) roomLocked(now time.Time) bool {
 	if t.size < t.max {
 		return true
 	}
-	t.dropped++
+	t.dropped, t.droppedAt = t.dropped+1, now
 	if now.Sub(t.logged) >= time.Minute {
 		t.logged = now
 		t.log.Warn("presence: the table is full; new clients are not tracked (they show gone)", "max", t.max, "dropped", t.dropped)
@@ -246,6 +264,7 @@ func (t *Table) Report(rep *wire.PresenceReport) error {
 		t.relays[rep.RelayID] = r
 	}
 	if rep.Full {
+		r.untracked = 0 // counted afresh
 		listed := make(map[string]bool, len(rep.Live)+len(rep.Stale)+len(rep.Gone))
 		for _, ids := range [][]string{rep.Live, rep.Stale, rep.Gone} {
 			for _, id := range ids {
@@ -259,13 +278,25 @@ func (t *Table) Report(rep *wire.PresenceReport) error {
 		}
 	}
 	r.epoch, r.seq, r.every, r.heard = rep.Epoch, rep.Seq, time.Duration(rep.EveryMillis)*time.Millisecond, now
+	r.lost = mergeLost(r.lost, rep.Lost, now)
 	set := func(ids []string, st State) {
 		for _, id := range ids {
 			old, ok := r.clients[id]
 			if ok && old.State == Gone && st == Gone {
 				continue // gone already: as of then
 			}
+			if !ok && st == Gone && r.untracked > 0 {
+				// A client the relay said connected before, which the
+				// table could not keep, left (or one of them: the count
+				// is at most; a change of state of one counts again, until
+				// the relay's next full report).
+				r.untracked--
+				continue
+			}
 			if !ok && !t.roomLocked(now) {
+				if st != Gone {
+					r.untracked++
+				}
 				continue
 			}
 			if !ok {

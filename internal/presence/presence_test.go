@@ -132,7 +132,7 @@ func TestTableBound(t *testing.T) {
 	tab := newTestTable(c, 2)
 	tab.Open("a", true)
 	tab.Open("b", true)
-	if h := tab.Open("c", true); h.t != nil {
+	if h := tab.Open("c", true); !h.untracked {
 		t.Fatal("a full table took a new client")
 	}
 	tab.Open("a", false) // a client it has takes no room

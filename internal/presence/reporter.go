@@ -35,6 +35,7 @@ type Reporter struct {
 	epoch string
 	seq   uint64
 	sent  map[string]State
+	lost  int64 // the sum of the counts the last report said lost
 	full  bool
 	last  time.Time
 }
@@ -111,8 +112,14 @@ func (r *Reporter) tick(ctx context.Context, stopping bool) error {
 			changes = append(changes, change{id, st})
 		}
 	}
+	// What was lost goes whole in every report; a new loss is a change.
+	lost := reportLost(r.t.Lost(), r.relayID)
+	var lostN int64
+	for _, l := range lost {
+		lostN += l.N
+	}
 	now := time.Now()
-	if !r.full && len(changes) == 0 && now.Sub(r.last) < r.keepalive {
+	if !r.full && len(changes) == 0 && lostN == r.lost && now.Sub(r.last) < r.keepalive {
 		return nil
 	}
 	slices.SortFunc(changes, func(x, y change) int { return strings.Compare(x.id, y.id) })
@@ -122,7 +129,7 @@ func (r *Reporter) tick(ctx context.Context, stopping bool) error {
 	for len(changes) > 0 || first {
 		n := min(len(changes), wire.MaxPresenceClients)
 		rep := wire.PresenceReport{RelayID: r.relayID, Epoch: r.epoch, Seq: r.seq + 1, Full: r.full && first,
-			EveryMillis: r.keepalive.Milliseconds()}
+			EveryMillis: r.keepalive.Milliseconds(), Lost: lost}
 		for _, c := range changes[:n] {
 			switch c.st {
 			case Live:
@@ -148,6 +155,6 @@ func (r *Reporter) tick(ctx context.Context, stopping bool) error {
 	for id, e := range entries {
 		sent[id] = e.State
 	}
-	r.sent, r.full, r.last = sent, false, now
+	r.sent, r.full, r.last, r.lost = sent, false, now, lostN
 	return nil
 }

@@ -137,6 +137,7 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 	}
 	if a, ok := upstream.(transport.Acker); ok {
 		c.acks = acks.New(a, c.log, cfg.ID)
+		c.acks.SetMaxPending(cfg.MaxPendingAcks)
 	}
 	srvOpts := []dataplane.Option{
 		dataplane.WithHeartbeat(cfg.Heartbeat),
@@ -160,6 +161,9 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	c.follower.serve(c.srv)
+	// Outcomes the ack queue drops go upstream as lost, in the presence
+	// reports: a rollout of their namespace holds, knowing them missing.
+	c.acks.OnDrop(func(ns string) { c.srv.Presence().NoteLost(wire.LostAcks, ns, 1) })
 	if cfg.LastGood != nil {
 		if err := c.openLastGood(); err != nil {
 			stop()

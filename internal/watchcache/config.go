@@ -62,6 +62,9 @@ type Config struct {
 	// ID is the client id the cache reports its clients' acks upstream
 	// as ("": a random one, "relay-…").
 	ID string
+	// MaxPendingAcks bounds the outcomes waiting to go upstream (0: the
+	// ack queue's own bound, 2^18); tests set a small one.
+	MaxPendingAcks int
 	// Tokens, when set, makes the data plane require a token of it from
 	// its clients, with data scope over each namespace they read or ack.
 	Tokens *access.Tokens

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // PresenceReport is the body of POST /sdk/presence: which clients are
@@ -31,7 +32,47 @@ type PresenceReport struct {
 	Live  []string `json:"live,omitempty"`
 	Stale []string `json:"stale,omitempty"`
 	Gone  []string `json:"gone,omitempty"`
+	// Lost is what the relay, and the relays behind it, could not keep
+	// of their clients' reports past a bound (docs/ROLLOUTS.md, "Bounds
+	// and what the controller knows"): each count since the relay that
+	// lost them started. Every report carries the whole list, so that a
+	// server that missed one reads it again from the next. A server
+	// counts them as reports missing: a rollout of their namespace holds.
+	// Servers that do not know the field ignore it.
+	Lost []LostReports `json:"lost,omitempty"`
 }
+
+// LostReports is what one relay lost of one kind: of Namespace, or of
+// clients of any namespace (Namespace empty). A server counts an entry
+// of a kind it does not know all the same, against its namespace.
+type LostReports struct {
+	Relay     string    `json:"relay"`
+	Kind      string    `json:"kind"`
+	Namespace string    `json:"ns,omitempty"`
+	N         int64     `json:"n"`
+	Last      time.Time `json:"last"` // when the last was lost
+	// Current: the loss lasts (clients connected now that the relay's
+	// presence table could not keep, at most N): a server counts it as
+	// of each report that says so.
+	Current bool `json:"current,omitempty"`
+}
+
+// The kinds of LostReports this version knows.
+const (
+	// LostAcks: outcomes of Namespace the relay's full ack queue dropped.
+	LostAcks = "acks"
+	// LostUnbound: outcomes of Namespace the relay's data plane dropped
+	// as their clients' token bindings, a full table, could not be kept.
+	LostUnbound = "unbound"
+	// LostPresence: clients the relay's full presence table did not
+	// track, of any namespace.
+	LostPresence = "presence"
+)
+
+// MaxPresenceLost bounds the entries of PresenceReport.Lost: a relay
+// with more sums the rest into one LostPresence entry of its own, which
+// holds every namespace's rollouts.
+const MaxPresenceLost = 1024
 
 // MaxPresenceClients bounds the client ids one presence report names: a
 // relay names more over several reports.
@@ -51,6 +92,20 @@ func CheckPresenceReport(r *PresenceReport) error {
 		return fmt.Errorf("presence report: every_ms must be at least 1")
 	case len(r.Live)+len(r.Stale)+len(r.Gone) > MaxPresenceClients:
 		return fmt.Errorf("presence report: %d clients, at most %d", len(r.Live)+len(r.Stale)+len(r.Gone), MaxPresenceClients)
+	case len(r.Lost) > MaxPresenceLost:
+		return fmt.Errorf("presence report: %d lost entries, at most %d", len(r.Lost), MaxPresenceLost)
+	}
+	for _, l := range r.Lost {
+		switch {
+		case ValidateClientID(l.Relay) != nil:
+			return fmt.Errorf("presence report: lost: %w", ValidateClientID(l.Relay))
+		case len(l.Kind) > 64 || ValidateClientID(l.Kind) != nil:
+			return fmt.Errorf("presence report: a lost entry's kind must be 1-64 bytes, no control character")
+		case l.Namespace != "" && ValidateNamespace(l.Namespace) != nil:
+			return fmt.Errorf("presence report: lost: %w", ValidateNamespace(l.Namespace))
+		case l.N < 1:
+			return fmt.Errorf("presence report: a lost entry's n must be at least 1")
+		}
 	}
 	for _, ids := range [][]string{r.Live, r.Stale, r.Gone} {
 		for _, id := range ids {

@@ -7,6 +7,7 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/presence"
+	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/transport"
 )
 
@@ -63,6 +64,40 @@ func (a *Acks) published(ns string, rev int64) {
 // AckRelayed records acks a relay forwards for its clients.
 func (a *Acks) AckRelayed(ctx context.Context, _ string, acks []transport.Ack) error {
 	return a.AckBatch(ctx, acks)
+}
+
+// EvictedOf returns how many reports of ns the table lost (it dropped
+// them to make room) and what the presence table knows lost (clients it
+// did not track, outcomes the relays behind it dropped:
+// presence.Table.LostOf), with the time of the last: what this server's
+// summary says of ns, for the leader to hold ns's rollout. The presence
+// table's time is taken up to the next lostGrain: a loss that lasts
+// (clients connected that it could not keep) is as of now at every call,
+// and would have the summaries written again at every round.
+func (a *Acks) EvictedOf(ns string) controlplane.Evictions {
+	e := a.Reports.EvictedOf(ns)
+	if n, last := a.live.LostOf(ns); n > 0 {
+		e.N += n
+		if last = last.Truncate(lostGrain).Add(lostGrain); last.After(e.Last) {
+			e.Last = last
+		}
+	}
+	return e
+}
+
+// lostGrain is the grain of the presence table's losses in a summary:
+// a rollout started up to lostGrain after one counts it too (it holds,
+// the safe side).
+const lostGrain = 30 * time.Second
+
+// Missing is controller.Config.Missing over this server's tables: the
+// reports of ns the ack table dropped to make room, and those the
+// presence table knows lost (presence.Table.Missing), when the last was
+// lost at or after since.
+func (a *Acks) Missing(ctx context.Context, ns string, since time.Time) (int64, string) {
+	return controller.JoinMissing(a.Reports.Missing, func(_ context.Context, ns string, since time.Time) (int64, string) {
+		return a.live.Missing(ns, since, "this server")
+	})(ctx, ns, since)
 }
 
 // How long a pair stays in the table unheard. While a rollout runs in
