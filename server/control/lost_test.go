@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 // TestLostReportsAreMissing: what a relay says it lost (outcomes its full
 // ack queue dropped) and the clients a server's full presence table did
 // not track are reports missing: the server's own Missing names the
-// relay, its summary tells the leader, whose Missing names the server;
+// relay, its partials of a running rollout tell the leader, whose
+// Missing names the server;
 // another namespace counts the untracked clients alone, and a rollout
 // started after the losses counts none.
 func TestLostReportsAreMissing(t *testing.T) {
@@ -37,8 +39,8 @@ func TestLostReportsAreMissing(t *testing.T) {
 	if n, why := s1.missing(ctx, "web", start); n != 1 || strings.Contains(why, "relay-1 dropped") {
 		t.Errorf("s1 misses %d of web: %q; want the untracked client alone", n, why)
 	}
+	running(t, s1, stageOf("app", 7, math.MaxUint64))
 	s1.flush(t)
-	leader.forget("app")
 	if n, why := leader.missing(ctx, "app", start); n != 5 || !strings.Contains(why, "server s1") {
 		t.Errorf("the leader misses %d of app: %q; want 5 of server s1", n, why)
 	}
