@@ -122,8 +122,8 @@ func TestWithoutCapability(t *testing.T) {
 		t.Fatalf("stream: status %d, want 404", resp.StatusCode)
 	}
 	resp, _ = do(t, c, http.MethodGet, s.URL()+"/sdk/snapshot?ns=app", "")
-	if got := resp.Header.Get(transport.HeaderCapabilities); got != "h2c,rollout,presence" {
-		t.Fatalf("capabilities %q, want h2c,rollout,presence", got)
+	if got := resp.Header.Get(transport.HeaderCapabilities); got != "h2c,rollout,presence,reports-kept" {
+		t.Fatalf("capabilities %q, want h2c,rollout,presence,reports-kept", got)
 	}
 	resp, body := do(t, c, http.MethodPost, s.URL()+"/sdk/ack", `{"client_id":"c","acks":[{"ns":"app","revision":1,"status":"ack"}]}`)
 	if resp.StatusCode != http.StatusBadRequest {
