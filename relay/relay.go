@@ -46,6 +46,7 @@ var ErrClosed = errors.New("relay: closed")
 // directory (WithCacheDir) before it dials.
 func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	o := options{cache: watchcache.DefaultConfig()}
+	o.cache.KeepReports = true // it tells its clients (transport.CapabilityReportsKept) they need not repeat themselves
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)

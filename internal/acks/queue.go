@@ -91,6 +91,9 @@ type Queue struct {
 	due     time.Time       // when the first outcome pending is due; zero when none
 	dropped int             // outcomes dropped past maxPending
 	taken   []transport.Ack // run's: what take returned last, its buffer reused
+	// kept is each client's last report of each namespace, to tell
+	// again (Keep, Resend); nil when the Queue keeps none.
+	kept *kept
 }
 
 // ackKey keeps a namespace's newest ack and newest nack apart: they are
@@ -166,6 +169,7 @@ func (a *Queue) add(ack transport.Ack, prompt bool) {
 	due := time.Now().Add(delay)
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
+	a.keepLocked(ack)
 	switch _, ok := a.pending[k]; {
 	case !ok && len(a.pending) >= maxPending:
 		a.dropped++

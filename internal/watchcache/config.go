@@ -62,6 +62,14 @@ type Config struct {
 	// ID is the client id the cache reports its clients' acks upstream
 	// as ("": a random one, "relay-…").
 	ID string
+	// KeepReports makes the cache keep each client's last report of each
+	// namespace and tell them upstream again whenever its upstream
+	// connection for the namespace is new (first connection, reconnection,
+	// failover, the upstream's restart), and, to an upstream that does
+	// not list transport.CapabilityReportsKept, at every progress while a
+	// rollout runs in it (at most every second): what its clients, which
+	// it tells they need not repeat themselves, no longer do. A relay's.
+	KeepReports bool
 	// Tokens, when set, makes the data plane require a token of it from
 	// its clients, with data scope over each namespace they read or ack.
 	Tokens *access.Tokens
