@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast-dev/holdfast/holdfasttest"
 	"github.com/holdfast-dev/holdfast/internal/fakeserver"
 	"github.com/holdfast-dev/holdfast/internal/testutil"
+	"github.com/holdfast-dev/holdfast/transport"
 )
 
 // TestRelayTellsReportsAgainToARestartedUpstream: the relay's clients
@@ -123,4 +124,45 @@ func waitRolloutEnd(t *testing.T, origin *holdfasttest.Server, id string) fakese
 		return rec.State != fakeserver.RolloutRunning
 	}, "the rollout's end")
 	return rec
+}
+
+// TestRelayRepeatsReportsToAnOldUpstream: the relay tells its clients
+// they need not repeat themselves (reports-kept), and repeats their
+// reports itself, while a rollout runs, to an upstream that does not
+// keep them (an older server, which counts a silent client gone).
+func TestRelayRepeatsReportsToAnOldUpstream(t *testing.T) {
+	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond),
+		holdfasttest.WithoutCapability(transport.CapabilityReportsKept))
+	if _, err := origin.Publish("app", map[string]any{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, url := startRelay(t, origin.URL())
+	for i := range 3 {
+		c := newClient(t, url, config.WithClientID(fmt.Sprintf("client-%d", i)))
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		_, err := c.Namespace(ctx, "app")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := origin.StartRollout("app", fakeserver.RolloutSpec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`2`)},
+		Stages: []float64{50, 100}, Bake: time.Minute, StageTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stageRev int64
+	testutil.Eventually(t, waitLimit, func() bool {
+		got, err := origin.Rollout("app", rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stageRev = got.StageRevision
+		return got.Baking && heardAt(origin, stageRev) == 3
+	}, "stage 50 baking, every client heard")
+	fromClients, atOrigin := r.Stats().Acks, origin.Stats().Acks
+	testutil.Eventually(t, waitLimit, func() bool { return origin.Stats().Acks >= atOrigin+3 }, "the relay repeats its clients' reports")
+	if got := r.Stats().Acks; got != fromClients {
+		t.Fatalf("the relay's clients reported %d times meanwhile, want none", got-fromClients)
+	}
 }
