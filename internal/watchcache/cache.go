@@ -514,8 +514,6 @@ func (c *Cache) Dropped() int64 {
 }
 
 // KeptReports is how many of its clients' reports the cache keeps to tell
-// a new upstream (Config.KeepReports).
-func (c *Cache) KeptReports() int {
-	n, _ := c.acks.Kept()
-	return n
-}
+// a new upstream (Config.KeepReports), and how many it evicted past its
+// bound.
+func (c *Cache) KeptReports() (n int, evicted int64) { return c.acks.Kept() }
