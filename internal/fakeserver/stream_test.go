@@ -98,7 +98,7 @@ func TestCapabilitiesOnEveryReply(t *testing.T) {
 	for _, u := range []string{"/sdk/snapshot?ns=app", "/sdk/events?ns=app&since=0", "/sdk/snapshot?ns=none", streamURL("", transport.PathStreamEvents, "app:0")} {
 		resp, _ := do(t, c, http.MethodGet, s.URL()+u, "")
 		info := parseCaps(resp.Header)
-		if info != "ack-batch,ack-cohort,ack-relay,ack-stream,h2c,presence,rollout,stream" {
+		if info != "ack-batch,ack-cohort,ack-relay,ack-stream,h2c,presence,reports-kept,rollout,stream" {
 			t.Errorf("%s: capabilities %q", u, resp.Header.Get(transport.HeaderCapabilities))
 		}
 	}
