@@ -18,9 +18,8 @@ import (
 // report once (the relay lists reports-kept); the reference server
 // restarts mid-stage, its reports forgotten, and hears every client's
 // report again from the relay, none of the clients repeating itself. The
-// stage's bake (longer than a liveness window, with no report repeated)
-// counts every member, none gone: a connected client is live by its
-// presence, and the rollout promotes.
+// stage's bake ends counting every member reported, none gone, and the
+// rollout promotes.
 func TestRelayTellsReportsAgainToARestartedUpstream(t *testing.T) {
 	origin := holdfasttest.NewServer(t, holdfasttest.WithHeartbeat(200*time.Millisecond))
 	if _, err := origin.Publish("app", map[string]any{"a": 1}); err != nil {
@@ -28,52 +27,16 @@ func TestRelayTellsReportsAgainToARestartedUpstream(t *testing.T) {
 	}
 	r, url := startRelay(t, origin.URL())
 	const n = 6
-	var nss []*config.Namespace
-	for i := range n {
-		c := newClient(t, url, config.WithClientID(fmt.Sprintf("client-%d", i)))
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		ns, err := c.Namespace(ctx, "app")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nss = append(nss, ns)
-	}
-	// A first rollout, so that the origin counts the clients' plain
-	// reports (which the relay sends as cohorts) by client, and the
-	// next one's cut is over the clients it knows, never blind (a blind
-	// stage with nobody in it starts over once clients are known).
-	first, err := origin.StartRollout("app", fakeserver.RolloutSpec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`1`), "b": json.RawMessage(`1`)},
-		Stages: []float64{100}, StageTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if end := waitRolloutEnd(t, origin, first.ID); end.State != fakeserver.RolloutPromoted {
-		t.Fatalf("the first rollout %s: %s", end.State, end.Reason)
-	}
-	testutil.Eventually(t, waitLimit, func() bool { return heardAt(origin, origin.Head()) == n }, "every client's report of the promotion")
+	nss := relayedClients(t, url, n)
+	warmUp(t, origin, n)
 
 	rec, err := origin.StartRollout("app", fakeserver.RolloutSpec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`2`)},
 		Stages: []float64{50, 100}, Bake: 5 * time.Second, StageTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stageRev int64
-	testutil.Eventually(t, waitLimit, func() bool {
-		got, err := origin.Rollout("app", rec.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stageRev = got.StageRevision
-		return got.Baking
-	}, "stage 50 baking")
+	stageRev := baking(t, origin, rec.ID, n)
 	heardAll := func() bool { return heardAt(origin, stageRev) == n }
-	testutil.Eventually(t, waitLimit, heardAll, "every client's report of the stage at the origin")
-	defer func() {
-		if t.Failed() {
-			t.Logf("stage revision %d; at the origin: %+v", stageRev, origin.Clients())
-		}
-	}()
 	before := r.Stats().Acks
 
 	if err := origin.RestartForgettingReports(); err != nil {
@@ -99,6 +62,58 @@ func TestRelayTellsReportsAgainToARestartedUpstream(t *testing.T) {
 	for _, ns := range nss {
 		testutil.Eventually(t, waitLimit, func() bool { return ns.Int("a", 0) == 2 }, "a client serves a=2")
 	}
+}
+
+// relayedClients opens app in n clients of the relay at url, client-0
+// and on.
+func relayedClients(t *testing.T, url string, n int) []*config.Namespace {
+	t.Helper()
+	var nss []*config.Namespace
+	for i := range n {
+		c := newClient(t, url, config.WithClientID(fmt.Sprintf("client-%d", i)))
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		ns, err := c.Namespace(ctx, "app")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nss = append(nss, ns)
+	}
+	return nss
+}
+
+// warmUp runs a first rollout of app at origin to its end, so that the
+// origin counts its n clients' plain reports (which their relay sends as
+// cohorts) by client, and the next rollout's cut is over the clients it
+// knows, never blind (a blind stage bakes at once, on nobody, and is cut
+// again, its clients reporting anew, once they are known).
+func warmUp(t *testing.T, origin *holdfasttest.Server, n int) {
+	t.Helper()
+	first, err := origin.StartRollout("app", fakeserver.RolloutSpec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`1`), "b": json.RawMessage(`1`)},
+		Stages: []float64{100}, StageTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := waitRolloutEnd(t, origin, first.ID); end.State != fakeserver.RolloutPromoted {
+		t.Fatalf("the first rollout %s: %s", end.State, end.Reason)
+	}
+	testutil.Eventually(t, waitLimit, func() bool { return heardAt(origin, origin.Head()) == n }, "every client's report of the promotion")
+}
+
+// baking waits for rollout id of app at origin to bake its stage with
+// its n clients' reports of it heard, and returns the stage's revision.
+func baking(t *testing.T, origin *holdfasttest.Server, id string, n int) int64 {
+	t.Helper()
+	var rev int64
+	testutil.Eventually(t, waitLimit, func() bool {
+		got, err := origin.Rollout("app", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = got.StageRevision
+		return got.Baking && heardAt(origin, rev) == n
+	}, "the stage baking, every client's report of it heard")
+	return rev
 }
 
 // heardAt counts the clients of app the origin heard at revision rev.
@@ -137,29 +152,14 @@ func TestRelayRepeatsReportsToAnOldUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, url := startRelay(t, origin.URL())
-	for i := range 3 {
-		c := newClient(t, url, config.WithClientID(fmt.Sprintf("client-%d", i)))
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		_, err := c.Namespace(ctx, "app")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	relayedClients(t, url, 3)
+	warmUp(t, origin, 3)
 	rec, err := origin.StartRollout("app", fakeserver.RolloutSpec{Puts: map[string]json.RawMessage{"a": json.RawMessage(`2`)},
 		Stages: []float64{50, 100}, Bake: time.Minute, StageTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stageRev int64
-	testutil.Eventually(t, waitLimit, func() bool {
-		got, err := origin.Rollout("app", rec.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stageRev = got.StageRevision
-		return got.Baking && heardAt(origin, stageRev) == 3
-	}, "stage 50 baking, every client heard")
+	baking(t, origin, rec.ID, 3)
 	fromClients, atOrigin := r.Stats().Acks, origin.Stats().Acks
 	testutil.Eventually(t, waitLimit, func() bool { return origin.Stats().Acks >= atOrigin+3 }, "the relay repeats its clients' reports")
 	if got := r.Stats().Acks; got != fromClients {
