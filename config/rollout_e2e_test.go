@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -511,5 +512,63 @@ func (s *scripted) Watch(ctx context.Context, _ transport.WatchRequest, fn func(
 				return err
 			}
 		}
+	}
+}
+
+// count returns how many reports the client sent.
+func (r *ackRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.acks)
+}
+
+// TestRolloutReportsOncePerConnection: while a rollout runs, a client of
+// a server that keeps reports (transport.CapabilityReportsKept) reports
+// once per change and once per connection, never at its progress events;
+// one of a server without (an older one) reports again at every progress
+// event, at most once a second.
+func TestRolloutReportsOncePerConnection(t *testing.T) {
+	for _, kept := range []bool{true, false} {
+		t.Run(fmt.Sprintf("kept=%t", kept), func(t *testing.T) {
+			var opts []fakeserver.Option
+			if !kept {
+				opts = append(opts, fakeserver.WithoutCapability(transport.CapabilityReportsKept))
+			}
+			srv := sdksuite.StartReference(t, opts...)
+			sdksuite.Publish(t, srv, "app", map[string]any{"a": "1"})
+			c, rec := rolloutClient(t, srv, "client-a")
+			ns := sdksuite.Open(t, c, "app")
+			rev := stageRollout(t, srv, "app", &rollout.Staged{ID: "r1", Stage: 100, Cut: math.MaxUint64, Puts: stagedChange}, nil)
+			nstest.WaitRevision(t, ns, rev, waitLimit)
+			rec.find(t, rev, transport.AckApplied)
+			// Three seconds of progress events (a heartbeat each), once
+			// the stage's report went.
+			waitConfirmedAfter := func(d time.Duration) {
+				t.Helper()
+				since := time.Now()
+				testutil.Eventually(t, waitLimit, func() bool { return ns.Status().LastConfirmed.After(since.Add(d)) },
+					"progress events for "+d.String())
+			}
+			waitConfirmedAfter(500 * time.Millisecond) // the ack's window passed
+			n := rec.count()
+			if !kept {
+				testutil.Eventually(t, waitLimit, func() bool { return rec.count() >= n+2 }, "the client reports again at its progress events")
+				return
+			}
+			waitConfirmedAfter(3 * time.Second)
+			if got := rec.count(); got != n {
+				t.Fatalf("%d reports in 3 s of progress events, want none: %+v", got-n, rec.acks[n:])
+			}
+			// A new connection: the server it now talks to may not have
+			// heard it; it reports once.
+			srv.DropStreams()
+			testutil.Eventually(t, waitLimit, func() bool { return rec.count() > n }, "the client reports on its new connection")
+			waitConfirmedAfter(2 * time.Second)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if again := rec.acks[n:]; len(again) != 1 || again[0].Revision != rev || again[0].Status != transport.AckApplied || again[0].Rollout != "r1" {
+				t.Fatalf("reports after the reconnection: %+v, want one ack of revision %d naming r1", again, rev)
+			}
+		})
 	}
 }

@@ -68,26 +68,34 @@ func (s nsSink) Confirmed(p syncer.Position) {
 		n.appliedOrigin = OriginNetwork // data from disk, now confirmed
 	}
 	n.confirmed(p, false)
-	n.rereport(time.Now())
+	n.rereport(time.Now(), p.Fresh)
 	n.settle(nil)
 	n.wakeClock()
 }
 
 // rereportEvery is the least time between two reports of the same state
-// while a rollout runs: the server's liveness window is two heartbeats,
-// and at least 3 s.
+// while a rollout runs, to a server that wants them repeated: its
+// liveness window is two heartbeats, and at least 3 s.
 const rereportEvery = time.Second
 
-// rereport tells the server again what this client holds, at each
-// confirmation (a progress event: one a heartbeat at least while
-// connected) while a rollout runs in the namespace, at most every
-// rereportEvery. Reports are soft state on their way: a relay or server
-// restarted mid-rollout lost those it held, and the controller counts a
-// stage's client silent past its liveness window as gone. So a connected
-// client is heard every heartbeat, and a restart is healed within one
-// (docs/PROTOCOL.md, "When a client reports"). n.mu must be held.
-func (n *Namespace) rereport(now time.Time) {
-	if n.acks == nil || n.applied == nil || n.status.Rollout.ID == "" || now.Sub(n.reportedAt) < rereportEvery {
+// rereport tells the server again what this client holds while a rollout
+// runs in the namespace: its applied revision (naming the rollout when it
+// serves the staged change), and its newest nack and would-nack still
+// standing. Reports are soft state on their way: a relay or server
+// restarted mid-rollout lost those it held. A server that lists
+// transport.CapabilityReportsKept takes liveness from the connection and
+// (a relay) keeps its clients' reports: it hears them again once per
+// connection (fresh: the first confirmation of a watch (re)opened, as the
+// server it now talks to may not have heard them). An older one hears
+// them at every confirmation (a progress event: one a heartbeat at least
+// while connected), at most every rereportEvery: it counts a stage's
+// client silent past its liveness window as gone (docs/PROTOCOL.md,
+// "When a client reports"). n.mu must be held.
+func (n *Namespace) rereport(now time.Time, fresh bool) {
+	if n.acks == nil || n.applied == nil || n.status.Rollout.ID == "" {
+		return
+	}
+	if !fresh && (n.c.reportsKept() || now.Sub(n.reportedAt) < rereportEvery) {
 		return
 	}
 	n.reportedAt = now
@@ -103,6 +111,14 @@ func (n *Namespace) rereport(now time.Time) {
 	if n.would.Rollout == n.status.Rollout.ID {
 		n.acks.Add(n.would)
 	}
+}
+
+// reportsKept reports whether the client's source says its server keeps
+// reports (transport.CapabilityReportsKept): a source that cannot say
+// (one of WithSource) is taken for one that does not.
+func (c *Client) reportsKept() bool {
+	k, ok := c.src.(interface{ ReportsKept() bool })
+	return ok && k.ReportsKept()
 }
 
 func (s nsSink) Failed(err error) {

@@ -46,6 +46,7 @@ var ErrClosed = errors.New("relay: closed")
 // directory (WithCacheDir) before it dials.
 func New(upstream transport.Source, opts ...Option) (*Relay, error) {
 	o := options{cache: watchcache.DefaultConfig()}
+	o.cache.KeepReports = true // it tells its clients (transport.CapabilityReportsKept) they need not repeat themselves
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)
@@ -173,11 +174,18 @@ type Stats struct {
 	Conns       int64 // TCP connections accepted
 	// OpenStreams is how many watch streams are open now.
 	OpenStreams int
+	// KeptReports is how many of its clients' reports the relay keeps
+	// now, to tell a new upstream connection; ReportsEvicted how many it
+	// evicted past its bound (docs/PROTOCOL.md, "When a client reports").
+	KeptReports    int
+	ReportsEvicted int64
 }
 
 // Stats returns the relay's counters.
 func (r *Relay) Stats() Stats {
 	s := r.cache.Stats()
+	kept, evicted := r.cache.KeptReports()
 	return Stats{Snapshots: s.Snapshots, NotModified: s.NotModified, Shed: s.Shed, Events: s.Events, Watches: s.Watches,
-		Streams: s.Streams, StreamPolls: s.StreamPolls, Acks: s.Acks, Conns: s.Conns, OpenStreams: r.cache.OpenStreams()}
+		Streams: s.Streams, StreamPolls: s.StreamPolls, Acks: s.Acks, Conns: s.Conns, OpenStreams: r.cache.OpenStreams(),
+		KeptReports: kept, ReportsEvicted: evicted}
 }

@@ -94,6 +94,9 @@ type Queue struct {
 	max     int             // maxPending, but in tests
 	onDrop  func(ns string) // hears of each outcome dropped
 	taken   []transport.Ack // run's: what take returned last, its buffer reused
+	// kept is each client's last report of each namespace, to tell
+	// again (Keep, Resend); nil when the Queue keeps none.
+	kept *kept
 }
 
 // ackKey keeps a namespace's newest ack and newest nack apart: they are
@@ -195,6 +198,7 @@ func (a *Queue) add(ack transport.Ack, prompt bool) {
 	k := ackKey{ack.ClientID, ack.Namespace, ack.Status}
 	a.mu.Lock()
 	var onDrop func(string)
+	a.keepLocked(ack)
 	switch _, ok := a.pending[k]; {
 	case !ok && len(a.pending) >= a.max:
 		onDrop = a.dropLocked()

@@ -137,9 +137,10 @@ func (t *Reports) ByNamespace() map[string][]controller.Report {
 }
 
 // Expire drops the pairs heard before now minus minAge for which drop
-// (their namespace, how long ago they were heard) says so, and returns
-// how many it dropped. It visits only the pairs heard before now-minAge.
-func (t *Reports) Expire(now time.Time, minAge time.Duration, drop func(ns string, age time.Duration) bool) int {
+// (their namespace, client, how long ago they were heard) says so, and
+// returns how many it dropped. It visits only the pairs heard before
+// now-minAge.
+func (t *Reports) Expire(now time.Time, minAge time.Duration, drop func(ns, client string, age time.Duration) bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	dropped := 0
@@ -151,7 +152,7 @@ func (t *Reports) Expire(now time.Time, minAge time.Duration, drop func(ns strin
 			break
 		}
 		prev := el.Prev()
-		if drop(k.ns, age) {
+		if drop(k.ns, k.client, age) {
 			t.remove(el)
 			dropped++
 		}

@@ -79,7 +79,7 @@ func TestReportsExpire(t *testing.T) {
 	now := start.Add(time.Hour)
 	tab.Observe([]transport.Ack{{ClientID: "new", Namespace: "ns", Revision: 1, Status: transport.AckApplied}}, now)
 	var visited []string
-	dropped := tab.Expire(now, time.Minute, func(ns string, age time.Duration) bool {
+	dropped := tab.Expire(now, time.Minute, func(ns, _ string, age time.Duration) bool {
 		visited = append(visited, ns)
 		return ns == "ns" && age == time.Hour
 	})

@@ -81,7 +81,7 @@ func WithoutCapability(name string) Option {
 }
 
 // capabilities are those the server can offer, in the order it lists them.
-var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityAckCohort, transport.CapabilityH2C, transport.CapabilityRollout, transport.CapabilityPresence}
+var capabilities = []string{transport.CapabilityStream, transport.CapabilityAckBatch, transport.CapabilityAckStream, transport.CapabilityAckRelay, transport.CapabilityAckCohort, transport.CapabilityH2C, transport.CapabilityRollout, transport.CapabilityPresence, transport.CapabilityReportsKept}
 
 // KnownCapability reports whether name is a capability the server can
 // offer (and WithoutCapability switch off).

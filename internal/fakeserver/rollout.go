@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/controlplane"
 	"github.com/holdfast-dev/holdfast/internal/gate"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -46,6 +47,9 @@ const (
 	// rollouts (the least recently heard go first; a running rollout of
 	// their namespace holds, knowing them missing: Reports.Missing).
 	maxReports = 1 << 17
+	// presenceEvery is how often the controller's view of which clients
+	// are connected is read again: well within a liveness window.
+	presenceEvery = 250 * time.Millisecond
 	// rolloutPoll is how often the controller looks at running rollouts
 	// without a report (a report wakes it at once).
 	rolloutPoll = 20 * time.Millisecond
@@ -81,6 +85,14 @@ type rollouts struct {
 	ctl     *controller.Controller
 	reports *controlplane.Reports
 	any     atomic.Bool // a rollout was ever started: reports expand
+	// present is the data plane's presence table (set once it is made):
+	// a client connected is heard now (reportsOf).
+	present atomic.Pointer[presence.Table]
+	// The presence last read (reportsOf), and when: read at most every
+	// presenceEvery, as the controller asks every poll.
+	presentMu      sync.Mutex
+	presentAt      time.Time
+	presentEntries map[string]presence.Entry
 
 	mu   sync.Mutex
 	gens map[string]uint64 // running rollout id → the store generation it started in
@@ -96,7 +108,7 @@ func (s *Server) newRollouts() *rollouts {
 	r.reports = controlplane.NewReports(maxReports, transport.MaxAckErrorBytes)
 	r.mem = controller.NewMemStoreOver(s.applyRollout)
 	r.ctl = controller.New(controller.Config{Store: r.mem, Logger: s.log, Poll: rolloutPoll,
-		Reports: func(_ context.Context, ns string) ([]controller.Report, error) { return r.reports.Of(ns), nil },
+		Reports: func(_ context.Context, ns string) ([]controller.Report, error) { return r.reportsOf(ns), nil },
 		// Reports missing: those the report table dropped to make room,
 		// and those the data plane's presence table knows lost (clients
 		// it did not track, outcomes the relays behind it dropped).
@@ -126,6 +138,31 @@ func (r *rollouts) close() {
 		<-r.done
 		r.ctl.Close()
 	})
+}
+
+// reportsOf returns the reports of ns, a client connected (its presence
+// live or stale, directly or behind a relay) heard now: its liveness is
+// its connection, not its reports' repeats, as holdfast server counts
+// it. A client that left is heard when it last reported.
+func (r *rollouts) reportsOf(ns string) []controller.Report {
+	reps := r.reports.Of(ns)
+	t := r.present.Load()
+	if t == nil || len(reps) == 0 {
+		return reps
+	}
+	now := time.Now()
+	r.presentMu.Lock()
+	if now.Sub(r.presentAt) >= presenceEvery {
+		r.presentEntries, r.presentAt = t.Entries(), now
+	}
+	entries := r.presentEntries
+	r.presentMu.Unlock()
+	for i := range reps {
+		if e, ok := entries[reps[i].ClientID]; ok && (e.State == presence.Live || e.State == presence.Stale) && now.After(reps[i].Seen) {
+			reps[i].Seen = now
+		}
+	}
+	return reps
 }
 
 // observe counts reports into the table and wakes the controller.

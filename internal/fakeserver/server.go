@@ -92,6 +92,7 @@ func Start(opts ...Option) (*Server, error) {
 		s.rollouts.close()
 		return nil, fmt.Errorf("fakeserver: %w", err)
 	}
+	s.rollouts.present.Store(s.dp.Presence())
 	st.onCommit = func(c *dataplane.Change) { s.dp.Enqueue(dataplane.HubItem{C: c, Gen: c.Gen}) }
 	st.onReset = func(gen uint64) { s.dp.Enqueue(dataplane.HubItem{Gen: gen}) }
 	s.logAccess()
@@ -167,6 +168,20 @@ func (s *Server) Restart() error {
 		return fmt.Errorf("fakeserver: listen: %w", err)
 	}
 	return s.listen(ln)
+}
+
+// RestartForgettingReports is Restart with what clients reported
+// forgotten (their acks, the rollouts' reports, relays' cohorts), as a
+// holdfast server that restarts loses its in-memory tables: the store and
+// its running rollouts stay, and their stages hear their members again
+// only as the clients, or their relays, tell them again.
+func (s *Server) RestartForgettingReports() error {
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	s.rollouts.reports.Reset()
+	s.dp.ResetAcks()
+	return s.Restart()
 }
 
 // Close stops the server for good and waits for every goroutine it started.

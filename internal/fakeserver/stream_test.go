@@ -98,7 +98,7 @@ func TestCapabilitiesOnEveryReply(t *testing.T) {
 	for _, u := range []string{"/sdk/snapshot?ns=app", "/sdk/events?ns=app&since=0", "/sdk/snapshot?ns=none", streamURL("", transport.PathStreamEvents, "app:0")} {
 		resp, _ := do(t, c, http.MethodGet, s.URL()+u, "")
 		info := parseCaps(resp.Header)
-		if info != "ack-batch,ack-cohort,ack-relay,ack-stream,h2c,presence,rollout,stream" {
+		if info != "ack-batch,ack-cohort,ack-relay,ack-stream,h2c,presence,reports-kept,rollout,stream" {
 			t.Errorf("%s: capabilities %q", u, resp.Header.Get(transport.HeaderCapabilities))
 		}
 	}
@@ -122,8 +122,8 @@ func TestWithoutCapability(t *testing.T) {
 		t.Fatalf("stream: status %d, want 404", resp.StatusCode)
 	}
 	resp, _ = do(t, c, http.MethodGet, s.URL()+"/sdk/snapshot?ns=app", "")
-	if got := resp.Header.Get(transport.HeaderCapabilities); got != "h2c,rollout,presence" {
-		t.Fatalf("capabilities %q, want h2c,rollout,presence", got)
+	if got := resp.Header.Get(transport.HeaderCapabilities); got != "h2c,rollout,presence,reports-kept" {
+		t.Fatalf("capabilities %q, want h2c,rollout,presence,reports-kept", got)
 	}
 	resp, body := do(t, c, http.MethodPost, s.URL()+"/sdk/ack", `{"client_id":"c","acks":[{"ns":"app","revision":1,"status":"ack"}]}`)
 	if resp.StatusCode != http.StatusBadRequest {

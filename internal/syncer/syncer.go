@@ -63,6 +63,10 @@ type Position struct {
 	// fresh. Set or cleared by each snapshot, 304, progress or long-poll
 	// reply; a change keeps what the last of them said.
 	Unconfirmed bool
+	// Fresh: the first report of a watch the Syncer (re)opened: the
+	// server it now talks to (another one, or one restarted) may not
+	// have heard what this client holds.
+	Fresh bool
 }
 
 // Update describes one Applied event.
@@ -186,6 +190,9 @@ type Syncer struct {
 	// change, a gap); the next such one waits its backoff unless a
 	// healthy stream came in between.
 	atOnce bool
+	// fresh: a watch was (re)opened and nothing was reported on it yet
+	// (Position.Fresh).
+	fresh bool
 
 	lastWarn   time.Time // of failures; see failed
 	suppressed int       // failures logged at Debug since lastWarn
@@ -260,6 +267,7 @@ func (s *Syncer) Run(ctx context.Context) {
 		delivered := false // an event applied (or confirmed) without error
 		started := time.Now()
 		watchCtx, cancel := context.WithTimeoutCause(ctx, s.cfg.Backstop, ErrBackstop)
+		s.fresh = true
 		err := s.cfg.Source.Watch(watchCtx, transport.WatchRequest{Namespace: s.cfg.Namespace, Since: s.cursor},
 			func(ev transport.Event) error {
 				if err := s.Handle(ev); err != nil {
@@ -378,9 +386,12 @@ func (s *Syncer) failed(err error, msg string) {
 }
 
 // position is where the Syncer stands, for a report whose data its server's
-// upstream confirmed age before.
+// upstream confirmed age before; the first since a watch (re)opened is
+// Fresh.
 func (s *Syncer) position(age time.Duration) Position {
-	return Position{Cursor: s.cursor, Head: s.head, Age: age, Unconfirmed: s.unconfirmed}
+	p := Position{Cursor: s.cursor, Head: s.head, Age: age, Unconfirmed: s.unconfirmed, Fresh: s.fresh}
+	s.fresh = false
+	return p
 }
 
 func (s *Syncer) confirmed(age time.Duration) { s.cfg.Sink.Confirmed(s.position(age)) }

@@ -76,8 +76,9 @@ type followed struct {
 	// probing: followed, no data of it yet (counted in Relay.probing).
 	probing atomic.Bool
 	// Its syncer's goroutine only (sink):
-	applied *snapshot.Snapshot // the last good, for its file
-	savedAt time.Time          // when the last file was submitted
+	applied  *snapshot.Snapshot // the last good, for its file
+	savedAt  time.Time          // when the last file was submitted
+	resentAt time.Time          // when its clients' reports were last told again (Config.KeepReports)
 }
 
 // hold makes snap the last good (its syncer's goroutine, or before it).
@@ -138,6 +139,9 @@ func New(upstream transport.Source, cfg Config) (*Cache, error) {
 	if a, ok := upstream.(transport.Acker); ok {
 		c.acks = acks.New(a, c.log, cfg.ID)
 		c.acks.SetMaxPending(cfg.MaxPendingAcks)
+		if cfg.KeepReports {
+			c.acks.Keep()
+		}
 	}
 	srvOpts := []dataplane.Option{
 		dataplane.WithHeartbeat(cfg.Heartbeat),
@@ -506,5 +510,14 @@ func (c *Cache) OpenStreams() int { return c.srv.OpenStreams() }
 func (c *Cache) Presence() *presence.Table { return c.srv.Presence() }
 
 // Dropped counts the entries the data plane's per-client tables could
-// not keep (dataplane.Server.Dropped).
-func (c *Cache) Dropped() int64 { return c.srv.Dropped() }
+// not keep (dataplane.Server.Dropped), and the clients' reports the cache
+// evicted past its bound (Config.KeepReports).
+func (c *Cache) Dropped() int64 {
+	_, evicted := c.acks.Kept()
+	return c.srv.Dropped() + evicted
+}
+
+// KeptReports is how many of its clients' reports the cache keeps to tell
+// a new upstream (Config.KeepReports), and how many it evicted past its
+// bound.
+func (c *Cache) KeptReports() (n int, evicted int64) { return c.acks.Kept() }

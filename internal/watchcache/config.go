@@ -65,6 +65,14 @@ type Config struct {
 	// MaxPendingAcks bounds the outcomes waiting to go upstream (0: the
 	// ack queue's own bound, 2^18); tests set a small one.
 	MaxPendingAcks int
+	// KeepReports makes the cache keep each client's last report of each
+	// namespace and tell them upstream again whenever its upstream
+	// connection for the namespace is new (first connection, reconnection,
+	// failover, the upstream's restart), and, to an upstream that does
+	// not list transport.CapabilityReportsKept, at every progress while a
+	// rollout runs in it (at most every second): what its clients, which
+	// it tells they need not repeat themselves, no longer do. A relay's.
+	KeepReports bool
 	// Tokens, when set, makes the data plane require a token of it from
 	// its clients, with data scope over each namespace they read or ack.
 	Tokens *access.Tokens

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/cachedir"
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/snapshot"
 	"github.com/holdfast-dev/holdfast/internal/syncer"
 	"github.com/holdfast-dev/holdfast/transport"
@@ -34,6 +35,7 @@ func (s sink) Applied(u syncer.Update) {
 	s.f.lastErr.Store(nil)
 	s.f.hold(snap)
 	s.save(u.Cursor, time.Now().Add(-u.Age))
+	s.retell(u.Fresh)
 }
 
 func (s sink) Confirmed(p syncer.Position) {
@@ -46,6 +48,48 @@ func (s sink) Confirmed(p syncer.Position) {
 	if now := time.Now(); now.Sub(s.f.savedAt) >= persistConfirmEvery {
 		s.save(p.Cursor, now.Add(-p.Age))
 	}
+	s.retell(p.Fresh)
+}
+
+// retellEvery is the least time between two tellings of the clients'
+// reports to an upstream that wants them repeated while a rollout runs:
+// as often as the clients themselves would (config's rereportEvery).
+const retellEvery = time.Second
+
+// retell tells the upstream again the reports the cache keeps of the
+// namespace's clients (Config.KeepReports): at the first report of a
+// watch (re)opened (fresh: the upstream it now talks to may not have
+// heard them), and, to an upstream that does not keep reports, at every
+// report while a rollout runs, at most every retellEvery. Clients the
+// cache's presence table says left are forgotten.
+func (s sink) retell(fresh bool) {
+	c := s.c
+	if !c.cfg.KeepReports || c.acks == nil {
+		return
+	}
+	staged := s.f.staged.Load()
+	now := time.Now()
+	if !fresh && (!staged || c.upstreamKeeps() || now.Sub(s.f.resentAt) < retellEvery) {
+		return
+	}
+	s.f.resentAt = now
+	var gone func(string) bool
+	if entries := c.srv.Presence().Entries(); len(entries) > 0 {
+		gone = func(client string) bool {
+			e, ok := entries[client]
+			return ok && e.State == presence.Gone
+		}
+	}
+	if n := c.acks.Resend(s.f.name, staged, gone); n > 0 && fresh {
+		c.log.Debug("relay: its clients' reports told again to a new upstream connection", "ns", s.f.name, "reports", n)
+	}
+}
+
+// upstreamKeeps reports whether the upstream says it keeps reports
+// (transport.CapabilityReportsKept); one that cannot say does not.
+func (c *Cache) upstreamKeeps() bool {
+	k, ok := c.src.(interface{ ReportsKept() bool })
+	return ok && k.ReportsKept()
 }
 
 func (s sink) Failed(err error) {

@@ -100,12 +100,13 @@ func (a *Acks) Missing(ctx context.Context, ns string, since time.Time) (int64, 
 	})(ctx, ns, since)
 }
 
-// How long a pair stays in the table unheard. While a rollout runs in
-// its namespace, a connected client reports what it holds once a
-// heartbeat (docs/PROTOCOL.md, "When a client reports"), so a pair unheard
-// for runningAckExpiry, far past any liveness window, is a client gone.
-// Outside rollouts a client is heard at its changes only, so its pair
-// stays idleAckExpiry, for the monitor (/control/clients).
+// How long a pair stays in the table unheard. A client is heard at its
+// changes and once per connection (docs/PROTOCOL.md, "When a client
+// reports"): while a rollout runs in its namespace, a pair unheard for
+// runningAckExpiry, far past any liveness window, whose client is not
+// connected here (its presence neither live nor stale), is a client gone;
+// a connected one's stays, as its stage counts it. Outside rollouts a
+// pair stays idleAckExpiry, for the monitor (/control/clients).
 const (
 	runningAckExpiry = 10 * time.Minute
 	idleAckExpiry    = 24 * time.Hour
@@ -115,7 +116,15 @@ const (
 // reports whether a namespace has a rollout running. It returns how many
 // it dropped.
 func (a *Acks) expire(now time.Time, running func(ns string) bool) int {
-	return a.Expire(now, runningAckExpiry, func(ns string, age time.Duration) bool {
-		return age > idleAckExpiry || running(ns)
+	var present map[string]presence.Entry
+	if a.live != nil {
+		present = a.live.Entries()
+	}
+	return a.Expire(now, runningAckExpiry, func(ns, client string, age time.Duration) bool {
+		if age > idleAckExpiry {
+			return true
+		}
+		e, ok := present[client]
+		return running(ns) && !(ok && (e.State == presence.Live || e.State == presence.Stale))
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/presence"
 	"github.com/holdfast-dev/holdfast/internal/rollout/controller"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -71,22 +72,28 @@ func BenchmarkAcksFullTable(b *testing.B) {
 func TestAcksExpire(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tests := []struct {
-		name    string
-		age     time.Duration
-		running bool
-		kept    bool
+		name      string
+		age       time.Duration
+		running   bool
+		connected bool // the old client's presence is live
+		kept      bool
 	}{
-		{"running, heard recently", runningAckExpiry, true, true},
-		{"running, unheard past its expiry", runningAckExpiry + time.Second, true, false},
-		{"idle, unheard past the running expiry", runningAckExpiry + time.Second, false, true},
-		{"idle, unheard past its expiry", idleAckExpiry + time.Second, false, false},
-		{"running, unheard past the idle expiry", idleAckExpiry + time.Second, true, false},
+		{"running, heard recently", runningAckExpiry, true, false, true},
+		{"running, unheard past its expiry", runningAckExpiry + time.Second, true, false, false},
+		{"running, unheard past its expiry, connected", runningAckExpiry + time.Second, true, true, true},
+		{"idle, unheard past the running expiry", runningAckExpiry + time.Second, false, false, true},
+		{"idle, unheard past its expiry", idleAckExpiry + time.Second, false, false, false},
+		{"running, unheard past the idle expiry", idleAckExpiry + time.Second, true, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := NewAcks(10)
 			now := start
 			a.now = func() time.Time { return now }
+			if tt.connected {
+				a.live = presence.NewTable(time.Hour, 0, nil)
+				defer a.live.Open("old", true).Close()
+			}
 			ctx := context.Background()
 			_ = a.Ack(ctx, transport.Ack{ClientID: "old", Namespace: "ns", Revision: 1, Status: transport.AckApplied})
 			now = start.Add(tt.age)
