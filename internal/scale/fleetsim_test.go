@@ -21,6 +21,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/controlapi"
 	"github.com/holdfast-dev/holdfast/internal/rollout"
+	"github.com/holdfast-dev/holdfast/internal/testutil"
 	"github.com/holdfast-dev/holdfast/internal/wire"
 	"github.com/holdfast-dev/holdfast/transport"
 )
@@ -46,10 +47,12 @@ import (
 //     clients still counted once.
 //
 // Reported: wal-Bps, etcd's WAL bytes a second over the rollout (from its
-// start to the first look, every 200 ms, at or after its last decision;
-// etcd_disk_wal_write_bytes_total from its /metrics), and quiet-wal-Bps
-// over 5 s before it; leader-cpu, the leading server's CPU seconds a
-// second over the same span (/proc); the stage times; next-s for killed.
+// start to its last decision, sampled every 100 ms;
+// etcd_disk_wal_write_bytes_total from its /metrics), quiet-wal-Bps over
+// 5 s before it, after-wal-bytes the bytes of the 10 s after it (the
+// servers' summaries of the namespace, written again once it ends);
+// leader-cpu, the leading server's CPU seconds a second over the same
+// span (/proc); the stage times; next-s for killed.
 //
 //	go test -tags scale -run '^$' -bench FleetSim -benchtime 1x -timeout 60m ./internal/scale/
 func BenchmarkFleetSim(b *testing.B) {
@@ -141,16 +144,44 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 	id := startRollout(b, servers[(leader+1)%len(servers)].url, what == "nack")
 	var killedAt time.Time
 	var rec controlapi.RolloutRecord
-	// etcd's WAL and the leader's CPU at every look, so that the rates are
+	// etcd's WAL and the leader's CPU every 100 ms, so that the rates are
 	// taken up to the rollout's end as the controller decided it, not as
-	// a look saw it later (the summaries of a fleet that takes the
-	// promoted revision are written then, after the rollout).
+	// a look saw it later (a look at an ended rollout of 100,000 clients
+	// takes seconds, and the summaries of a fleet that took the promoted
+	// revision are written then, after the rollout).
 	type sample struct {
 		at  time.Time
 		wal int64
 		cpu float64
 	}
-	samples := []sample{{at: start, wal: wal0, cpu: cpu0}}
+	var (
+		samplesMu sync.Mutex
+		samples   = []sample{{at: start, wal: wal0, cpu: cpu0}}
+	)
+	leaderPid := servers[leader].cmd.Process.Pid
+	stopSampling := make(chan struct{})
+	var sampling sync.WaitGroup
+	sampling.Add(1)
+	go func() {
+		defer sampling.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+			}
+			wal, err := readWALBytes(etcd)
+			if err != nil {
+				continue
+			}
+			cpu, _ := readProcCPU(leaderPid) // 0 once the leader is killed: not used then
+			samplesMu.Lock()
+			samples = append(samples, sample{at: time.Now(), wal: wal, cpu: cpu})
+			samplesMu.Unlock()
+		}
+	}()
 	for {
 		alive := make([]*holdfastProc, 0, len(servers))
 		for _, s := range servers {
@@ -159,11 +190,6 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 			}
 		}
 		r, ok := readRolloutRecord(b, alive, id)
-		smp := sample{at: time.Now(), wal: walBytes(b, etcd)}
-		if killedAt.IsZero() {
-			smp.cpu = procCPU(b, servers[leader].cmd.Process.Pid)
-		}
-		samples = append(samples, smp)
 		if ok {
 			rec = r
 			if r.State != "running" {
@@ -181,13 +207,26 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// The rollout ended at its last decision: the rates over the looks
-	// up to the first at or after it.
+	// The rollout ended at its last decision: the rates up to the first
+	// sample at or after it; and what etcd wrote in the 10 s after it.
 	ended := rec.Decisions[len(rec.Decisions)-1].At
-	last := samples[len(samples)-1]
+	testutil.Eventually(b, time.Minute, func() bool {
+		samplesMu.Lock()
+		defer samplesMu.Unlock()
+		return !samples[len(samples)-1].at.Before(ended.Add(10 * time.Second))
+	}, "10 s of samples after the rollout's end")
+	close(stopSampling)
+	sampling.Wait()
+	last, after := samples[len(samples)-1], samples[len(samples)-1]
 	for _, smp := range samples[1:] {
 		if !smp.at.Before(ended) {
 			last = smp
+			break
+		}
+	}
+	for _, smp := range samples {
+		if !smp.at.Before(last.at.Add(10 * time.Second)) {
+			after = smp
 			break
 		}
 	}
@@ -200,6 +239,7 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 		cpu = cpu0 / killedAt.Sub(start).Seconds()
 	}
 	b.ReportMetric(wal, "wal-Bps")
+	b.ReportMetric(float64(after.wal-last.wal), "after-wal-bytes")
 	b.ReportMetric(quiet, "quiet-wal-Bps")
 	b.ReportMetric(cpu, "leader-cpu")
 	b.ReportMetric(took.Seconds(), "rollout-s")
@@ -241,9 +281,17 @@ func runFleetSim(b *testing.B, clients, relays int, what string) {
 // walBytes reads etcd's etcd_disk_wal_write_bytes_total.
 func walBytes(b *testing.B, etcd string) int64 {
 	b.Helper()
-	resp, err := benchHTTP.Get("http://" + etcd + "/metrics")
+	n, err := readWALBytes(etcd)
 	if err != nil {
 		b.Fatal(err)
+	}
+	return n
+}
+
+func readWALBytes(etcd string) (int64, error) {
+	resp, err := benchHTTP.Get("http://" + etcd + "/metrics")
+	if err != nil {
+		return 0, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -251,28 +299,32 @@ func walBytes(b *testing.B, etcd string) int64 {
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "etcd_disk_wal_write_bytes_total "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return int64(f)
+			return int64(f), err
 		}
 	}
-	b.Fatal("etcd's /metrics has no etcd_disk_wal_write_bytes_total")
-	return 0
+	return 0, errors.New("etcd's /metrics has no etcd_disk_wal_write_bytes_total")
 }
 
 // procCPU is a process's CPU seconds (user and system) from /proc.
 func procCPU(b *testing.B, pid int) float64 {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	cpu, err := readProcCPU(pid)
 	if err != nil {
 		b.Fatal(err)
+	}
+	return cpu
+}
+
+func readProcCPU(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
 	s := string(data)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	utime, _ := strconv.ParseFloat(fields[11], 64)
 	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100 // USER_HZ
+	return (utime + stime) / 100, nil // USER_HZ
 }
 
 // simRelay is a simulated relay and its clients.
