@@ -184,6 +184,9 @@ func (r *reportSync) putPartials(ctx context.Context, lease clientv3.LeaseID, he
 	for _, st := range states {
 		key := partialsPrefix(st.Namespace) + r.id
 		ps := r.countPartials(st, now, heard, present, others, true)
+		r.mu.Lock()
+		r.own[st.Namespace] = ownPartials{at: now, version: st.Version, partials: slices.Clone(ps)}
+		r.mu.Unlock()
 		var evicted *controlplane.Evictions
 		if e := r.acks.EvictedOf(st.Namespace); e.N > 0 {
 			evicted = &e
@@ -215,6 +218,15 @@ func (r *reportSync) putPartials(ctx context.Context, lease clientv3.LeaseID, he
 			return err
 		}
 		r.partialsSent[key] = writtenPartials{shape: shape, at: now}
+	}
+	if full {
+		r.mu.Lock()
+		for ns := range r.own {
+			if !slices.ContainsFunc(states, func(st *controller.State) bool { return st.Namespace == ns }) {
+				delete(r.own, ns)
+			}
+		}
+		r.mu.Unlock()
 	}
 	for key := range r.partialsSent {
 		if keep[key] || !full {
@@ -251,12 +263,24 @@ func (r *reportSync) partials(ctx context.Context, st *controller.State) ([]cont
 		// A source of no stage at all: stale until the server counts.
 		out = append(out, controller.Partial{Source: controller.ServerSource(server)})
 	}
+	// This server's own, as its last write counted them when they are of
+	// st and fresh (the write counts every partialsEvery), else now.
 	r.mu.Lock()
-	heard, others := r.heard, r.presenceRead.entries
+	heard, others, cached := r.heard, r.presenceRead.entries, r.own[st.Namespace]
 	r.mu.Unlock()
-	now := time.Now()
-	own := r.countPartials(st, now, heard, r.presence.Entries(), others, true)
+	if cached.version == st.Version && time.Since(cached.at) < partialsEvery {
+		return append(out, cached.partials...), nil
+	}
+	own := r.countPartials(st, time.Now(), heard, r.presence.Entries(), others, true)
 	return append(out, own...), nil
+}
+
+// ownPartials is what this server last counted of a running rollout's
+// stage (of its state at version).
+type ownPartials struct {
+	at       time.Time
+	version  int64
+	partials []controller.Partial
 }
 
 // partialRecords returns the other servers' partial records of ns, and

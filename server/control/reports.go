@@ -117,6 +117,7 @@ type reportSync struct {
 	partialsRead map[string]readPartials
 	unheardSince map[string]time.Time
 	heard        map[string]bool
+	own          map[string]ownPartials // ns → this server's partials as last counted
 }
 
 type remoteSummaries struct {
@@ -248,7 +249,8 @@ func newReportSync(cli *clientv3.Client, acks *Acks, pres *presence.Table, activ
 func makeReportSync(cli *clientv3.Client, acks *Acks, pres *presence.Table, active *activeRollouts, id string, liveness time.Duration, log *slog.Logger) *reportSync {
 	return &reportSync{cli: cli, acks: acks, presence: pres, active: active, id: id, part: summaryPart, log: log, stop: func() {},
 		remote: make(map[string]remoteReports), presenceSent: make(map[string]presenceValue), counter: controller.NewCounter(), liveness: liveness,
-		partialsSent: make(map[string]writtenPartials), partialsRead: make(map[string]readPartials), unheardSince: make(map[string]time.Time)}
+		partialsSent: make(map[string]writtenPartials), partialsRead: make(map[string]readPartials), unheardSince: make(map[string]time.Time),
+		own: make(map[string]ownPartials)}
 }
 
 func (r *reportSync) close() {
