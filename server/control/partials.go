@@ -319,11 +319,7 @@ func (r *reportSync) partialRecords(ctx context.Context, ns string) (readPartial
 		cached.records = append(cached.records, rec)
 	}
 	r.mu.Lock()
-	for other, rp := range r.partialsRead { // namespaces no longer asked for
-		if time.Since(rp.at) > time.Minute {
-			delete(r.partialsRead, other)
-		}
-	}
+	dropUnasked(r.partialsRead, func(rp readPartials) time.Time { return rp.at })
 	r.partialsRead[ns] = cached
 	r.mu.Unlock()
 	return cached, nil

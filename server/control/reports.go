@@ -576,15 +576,21 @@ func (r *reportSync) remoteOf(ctx context.Context, ns string) (remoteReports, er
 			cached.reports = append(cached.reports, s.Reports...)
 		}
 		r.mu.Lock()
-		for other, rr := range r.remote { // namespaces no longer asked for
-			if time.Since(rr.at) > time.Minute {
-				delete(r.remote, other)
-			}
-		}
+		dropUnasked(r.remote, func(rr remoteReports) time.Time { return rr.at })
 		r.remote[ns] = cached
 		r.mu.Unlock()
 	}
 	return cached, nil
+}
+
+// dropUnasked deletes the entries of a cache by namespace read more than
+// a minute ago (at): namespaces no longer asked for.
+func dropUnasked[T any](cache map[string]T, at func(T) time.Time) {
+	for ns, v := range cache {
+		if time.Since(at(v)) > time.Minute {
+			delete(cache, ns)
+		}
+	}
 }
 
 func later(a, b time.Time) time.Time {

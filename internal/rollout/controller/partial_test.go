@@ -15,11 +15,7 @@ func TestSumPartials(t *testing.T) {
 	st := &State{ID: "r-1", State: Running, Cut: 100, Cuts: []uint64{100}, Revisions: []int64{7}, StageAt: t0,
 		Spec: Spec{Stages: []float64{10, 100}, MaxNacks: 1}}
 	p := func(src string, at time.Duration, in, reported int, nackers ...string) Partial {
-		out := Partial{Source: src, At: t0.Add(at), Rollout: "r-1", StageRev: 7, InStage: in, Reported: reported, Clients: in, Live: in}
-		for _, n := range nackers {
-			out.Nackers = append(out.Nackers, n)
-		}
-		return out
+		return Partial{Source: src, At: t0.Add(at), Rollout: "r-1", StageRev: 7, InStage: in, Reported: reported, Clients: in, Live: in, Nackers: nackers}
 	}
 	for _, tc := range []struct {
 		name         string
