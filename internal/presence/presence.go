@@ -64,8 +64,11 @@ type Entry struct {
 	// At is when it was last confirmed (Live, Stale) or when it
 	// disconnected (Gone).
 	At time.Time
-	// Relay is the relay it is connected to ("" directly).
+	// Relay is the relay it is connected to ("" directly), and Epoch
+	// that relay's run (wire.PresenceReport.Epoch): two relays that give
+	// one id are told apart by it.
 	Relay string
+	Epoch string
 }
 
 // Shown is the state an operator sees at now: a client disconnected less
@@ -273,7 +276,7 @@ func (t *Table) Report(rep *wire.PresenceReport) error {
 		}
 		for id, e := range r.clients {
 			if !listed[id] && e.State != Gone {
-				r.clients[id] = Entry{State: Gone, At: now, Relay: rep.RelayID}
+				r.clients[id] = Entry{State: Gone, At: now, Relay: rep.RelayID, Epoch: rep.Epoch}
 			}
 		}
 	}
@@ -302,7 +305,7 @@ func (t *Table) Report(rep *wire.PresenceReport) error {
 			if !ok {
 				t.size++
 			}
-			r.clients[id] = Entry{State: st, At: now, Relay: rep.RelayID}
+			r.clients[id] = Entry{State: st, At: now, Relay: rep.RelayID, Epoch: rep.Epoch}
 		}
 	}
 	set(rep.Live, Live)

@@ -72,21 +72,19 @@ func (r *reportSync) countPartials(st *controller.State, now time.Time, heard ma
 	bySource := make(map[string][]controller.Report)
 	for _, rep := range r.acks.Of(st.Namespace) {
 		e, here := present[rep.ClientID]
-		connected := here && (e.State == presence.Live || e.State == presence.Stale)
-		if !connected {
-			// A client connected elsewhere counts there.
-			if o, ok := others[rep.ClientID]; ok && (o.State == presence.Live || o.State == presence.Stale) {
-				continue
-			}
+		if !here {
+			e = presence.Entry{State: presence.Gone}
 		}
-		if connected {
+		if o, ok := others[rep.ClientID]; ok && e.State != presence.Live && (o.State == presence.Live || o.State == presence.Stale && e.State == presence.Gone) {
+			// Connected elsewhere, and not better here (live beats stale
+			// beats gone): it counts there.
+			continue
+		}
+		if e.State == presence.Live || e.State == presence.Stale {
 			// Its liveness is its connection (reports.go, reports).
 			rep.Seen = later(rep.Seen, now)
 		}
-		src := controller.ServerSource(r.id)
-		if here && e.Relay != "" {
-			src = e.Relay
-		}
+		src := r.sourceOf(e)
 		bySource[src] = append(bySource[src], rep)
 	}
 	unheard := r.unheard(present, heard, now)
@@ -105,6 +103,20 @@ func (r *reportSync) countPartials(st *controller.State, now time.Time, heard ma
 	}
 	slices.SortFunc(out, func(a, b controller.Partial) int { return strings.Compare(a.Source, b.Source) })
 	return out
+}
+
+// sourceOf is the source of a client of this server's presence e: the
+// relay it is connected through, in that relay's run (two relays that
+// give one id are two sources; one that fails over to another server
+// stays one), or this server.
+func (r *reportSync) sourceOf(e presence.Entry) string {
+	switch {
+	case e.Relay == "":
+		return controller.ServerSource(r.id)
+	case e.Epoch == "":
+		return e.Relay
+	}
+	return e.Relay + "@" + e.Epoch
 }
 
 // unheard counts, per source, the clients connected to this server (or to
@@ -129,11 +141,7 @@ func (r *reportSync) unheard(present map[string]presence.Entry, heard map[string
 			r.unheardSince[id] = since
 		}
 		if now.Sub(since) < unheardGrace {
-			src := controller.ServerSource(r.id)
-			if e.Relay != "" {
-				src = e.Relay
-			}
-			out[src]++
+			out[r.sourceOf(e)]++
 		}
 	}
 	return out

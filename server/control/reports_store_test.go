@@ -359,8 +359,8 @@ func TestRunningRolloutWritesPartialsNotReports(t *testing.T) {
 	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Partials) != 1 || rec.Partials[0].Source != "relay-1" || rec.Partials[0].InStage != 2 || rec.Partials[0].Reported != 1 {
-		t.Errorf("partials %+v: want relay-1's, 2 in the stage, 1 reported", rec.Partials)
+	if len(rec.Partials) != 1 || rec.Partials[0].Source != "relay-1@e1" || rec.Partials[0].InStage != 2 || rec.Partials[0].Reported != 1 {
+		t.Errorf("partials %+v: want relay-1@e1's, 2 in the stage, 1 reported", rec.Partials)
 	}
 }
 
@@ -481,5 +481,53 @@ func TestMissingRelayReportHoldsTheStage(t *testing.T) {
 	s1.flush(t)
 	if c, _ := counted(t, leader, st); c.InStage != 1 || c.Reported != 0 || c.Gone != 1 {
 		t.Errorf("%+v: want the stale relay's client in the stage, unreported; the one that left gone", c)
+	}
+}
+
+// TestTwoRelaysOfOneIDCountApart: two relays that give one id (a
+// configuration mistake), each behind its own server, are two sources:
+// the later partial of one does not hide the other's clients.
+func TestTwoRelaysOfOneIDCountApart(t *testing.T) {
+	s := newStoreServers(t, "s1", "s2", "leader")
+	s1, s2, leader := s[0], s[1], s[2]
+	st := stageOf("app", 7, math.MaxUint64)
+	for _, srv := range s {
+		running(t, srv, st)
+	}
+	relayReport(t, s1, "edge", "run-a", 1, "a1", "a2")
+	s1.hear(t, "app", 3, "a1", "a2")
+	relayReport(t, s2, "edge", "run-b", 1, "b1")
+	s2.hear(t, "app", 7, "b1")
+	s1.flush(t)
+	s2.flush(t)
+	if c, stale := counted(t, leader, st); c.InStage != 3 || c.Reported != 1 || len(stale) != 0 {
+		t.Errorf("%+v, stale %q: want both relays' 3 clients, 1 reported", c, stale)
+	}
+}
+
+// TestRestartedRelayCountsWhereItIsLive: a relay that restarts (a new
+// run) behind another server counts its clients there alone: stale on
+// the server it left (unheard), live on the other.
+func TestRestartedRelayCountsWhereItIsLive(t *testing.T) {
+	s := newStoreServers(t, "s1", "s2", "leader")
+	s1, s2, leader := s[0], s[1], s[2]
+	st := stageOf("app", 7, math.MaxUint64)
+	for _, srv := range s {
+		running(t, srv, st)
+	}
+	if err := s1.presence.Report(&wire.PresenceReport{RelayID: "edge", Epoch: "run-a", Seq: 1, Full: true, EveryMillis: 1, Live: []string{"a1", "a2"}}); err != nil {
+		t.Fatal(err)
+	}
+	s1.hear(t, "app", 3, "a1", "a2")
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		return s1.presence.Entries()["a1"].State == presence.Stale
+	}, "the relay unheard on s1")
+	relayReport(t, s2, "edge", "run-b", 1, "a1", "a2")
+	s2.hear(t, "app", 7, "a1", "a2")
+	s2.flush(t)
+	s1.presenceRead = remotePresence{} // its next read of the others' presence
+	s1.flush(t)
+	if c, stale := counted(t, leader, st); c.InStage != 2 || c.Reported != 2 || len(stale) != 0 {
+		t.Errorf("%+v, stale %q: want the 2 clients once, reported through s2", c, stale)
 	}
 }
