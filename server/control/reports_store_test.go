@@ -312,6 +312,19 @@ func counted(t *testing.T, leader *storeServer, st *controller.State) (controlle
 	return c, stale
 }
 
+// threeServersMidStage is servers s1, s2 and leader over one store, a
+// rollout of "app" running at its first stage (of revision 7, every
+// client in it) on each.
+func threeServersMidStage(t *testing.T) (s1, s2, leader *storeServer, st *controller.State) {
+	t.Helper()
+	s := newStoreServers(t, "s1", "s2", "leader")
+	st = stageOf("app", 7, math.MaxUint64)
+	for _, srv := range s {
+		running(t, srv, st)
+	}
+	return s[0], s[1], s[2], st
+}
+
 // relayReport has s hear relay's presence report of live clients (its
 // seq'th of epoch).
 func relayReport(t *testing.T, s *storeServer, relay, epoch string, seq uint64, live ...string) {
@@ -378,12 +391,7 @@ func modRev(t *testing.T, s *storeServer, key string) int64 {
 // fails over to another server, which counts the relay's clients too.
 // The leader counts each once: the later partial of the relay alone.
 func TestServerKilledMidStageCountsItsRelaysOnce(t *testing.T) {
-	s := newStoreServers(t, "s1", "s2", "leader")
-	s1, s2, leader := s[0], s[1], s[2]
-	st := stageOf("app", 7, math.MaxUint64)
-	for _, srv := range s {
-		running(t, srv, st)
-	}
+	s1, s2, leader, st := threeServersMidStage(t)
 	ids := clientIDs("c", 10)
 	relayReport(t, s1, "relay-1", "e1", 1, ids...)
 	s1.hear(t, "app", 7, ids[:4]...)
@@ -409,12 +417,7 @@ func TestServerKilledMidStageCountsItsRelaysOnce(t *testing.T) {
 // once: the server it left no longer counts it, once it is live on the
 // other.
 func TestClientThatMovesBetweenRelaysCountsOnce(t *testing.T) {
-	s := newStoreServers(t, "s1", "s2", "leader")
-	s1, s2, leader := s[0], s[1], s[2]
-	st := stageOf("app", 7, math.MaxUint64)
-	for _, srv := range s {
-		running(t, srv, st)
-	}
+	s1, s2, leader, st := threeServersMidStage(t)
 	relayReport(t, s1, "relay-1", "e1", 1, "mover", "stays")
 	s1.hear(t, "app", 3, "mover", "stays")
 	s1.flush(t)
@@ -488,12 +491,7 @@ func TestMissingRelayReportHoldsTheStage(t *testing.T) {
 // configuration mistake), each behind its own server, are two sources:
 // the later partial of one does not hide the other's clients.
 func TestTwoRelaysOfOneIDCountApart(t *testing.T) {
-	s := newStoreServers(t, "s1", "s2", "leader")
-	s1, s2, leader := s[0], s[1], s[2]
-	st := stageOf("app", 7, math.MaxUint64)
-	for _, srv := range s {
-		running(t, srv, st)
-	}
+	s1, s2, leader, st := threeServersMidStage(t)
 	relayReport(t, s1, "edge", "run-a", 1, "a1", "a2")
 	s1.hear(t, "app", 3, "a1", "a2")
 	relayReport(t, s2, "edge", "run-b", 1, "b1")
@@ -509,12 +507,7 @@ func TestTwoRelaysOfOneIDCountApart(t *testing.T) {
 // run) behind another server counts its clients there alone: stale on
 // the server it left (unheard), live on the other.
 func TestRestartedRelayCountsWhereItIsLive(t *testing.T) {
-	s := newStoreServers(t, "s1", "s2", "leader")
-	s1, s2, leader := s[0], s[1], s[2]
-	st := stageOf("app", 7, math.MaxUint64)
-	for _, srv := range s {
-		running(t, srv, st)
-	}
+	s1, s2, leader, st := threeServersMidStage(t)
 	if err := s1.presence.Report(&wire.PresenceReport{RelayID: "edge", Epoch: "run-a", Seq: 1, Full: true, EveryMillis: 1, Live: []string{"a1", "a2"}}); err != nil {
 		t.Fatal(err)
 	}
