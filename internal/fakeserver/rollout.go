@@ -158,7 +158,7 @@ func (r *rollouts) reportsOf(ns string) []controller.Report {
 	entries := r.presentEntries
 	r.presentMu.Unlock()
 	for i := range reps {
-		if e, ok := entries[reps[i].ClientID]; ok && (e.State == presence.Live || e.State == presence.Stale) && now.After(reps[i].Seen) {
+		if e, ok := entries[reps[i].ClientID]; ok && e.State.Connected() && now.After(reps[i].Seen) {
 			reps[i].Seen = now
 		}
 	}

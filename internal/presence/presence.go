@@ -58,6 +58,15 @@ func (s State) rank() int {
 	return 0
 }
 
+// Beats reports whether s is the better of s and o (live beats stale
+// beats gone): a client is where its presence is best.
+func (s State) Beats(o State) bool { return s.rank() > o.rank() }
+
+// Connected reports whether the client is connected as far as anyone
+// knows (live, or stale: its stream or relay unconfirmed): its liveness
+// is its connection, not its reports' repeats.
+func (s State) Connected() bool { return s == Live || s == Stale }
+
 // Entry is one client's presence.
 type Entry struct {
 	State State

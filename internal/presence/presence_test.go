@@ -278,3 +278,20 @@ func TestMerge(t *testing.T) {
 		}
 	}
 }
+
+func TestStateOrder(t *testing.T) {
+	for _, tc := range []struct {
+		s, o      State
+		beats, on bool
+	}{
+		{Live, Stale, true, true}, {Live, Gone, true, true}, {Stale, Gone, true, true},
+		{Stale, Live, false, true}, {Stale, Stale, false, true}, {Gone, Stale, false, false}, {"", Gone, false, false},
+	} {
+		if got := tc.s.Beats(tc.o); got != tc.beats {
+			t.Errorf("%q beats %q: %v, want %v", tc.s, tc.o, got, tc.beats)
+		}
+		if got := tc.s.Connected(); got != tc.on {
+			t.Errorf("%q connected: %v, want %v", tc.s, got, tc.on)
+		}
+	}
+}

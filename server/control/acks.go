@@ -125,6 +125,6 @@ func (a *Acks) expire(now time.Time, running func(ns string) bool) int {
 			return true
 		}
 		e, ok := present[client]
-		return running(ns) && !(ok && (e.State == presence.Live || e.State == presence.Stale))
+		return running(ns) && !(ok && e.State.Connected())
 	})
 }

@@ -75,12 +75,10 @@ func (r *reportSync) countPartials(st *controller.State, now time.Time, heard ma
 		if !here {
 			e = presence.Entry{State: presence.Gone}
 		}
-		if o, ok := others[rep.ClientID]; ok && e.State != presence.Live && (o.State == presence.Live || o.State == presence.Stale && e.State == presence.Gone) {
-			// Connected elsewhere, and not better here (live beats stale
-			// beats gone): it counts there.
-			continue
+		if o, ok := others[rep.ClientID]; ok && o.State.Beats(e.State) {
+			continue // better elsewhere: it counts there
 		}
-		if e.State == presence.Live || e.State == presence.Stale {
+		if e.State.Connected() {
 			// Its liveness is its connection (reports.go, reports).
 			rep.Seen = later(rep.Seen, now)
 		}

@@ -518,7 +518,7 @@ func (r *reportSync) reports(ctx context.Context, ns string) ([]controller.Repor
 	}
 	now := time.Now()
 	for i := range local {
-		if e, ok := present[local[i].ClientID]; ok && (e.State == presence.Live || e.State == presence.Stale) {
+		if e, ok := present[local[i].ClientID]; ok && e.State.Connected() {
 			local[i].Seen = later(local[i].Seen, now)
 		}
 	}
